@@ -1,0 +1,32 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-long bench bench-quick clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -c constraints.txt -e ".[test]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m resumable_data.demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q -n 2 -m "not slow"
+
+test-long: $(STAMP)
+	$(PY) -m pytest -q -n 2
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.run
+
+bench-quick: $(STAMP)
+	$(PY) -m benchmarks.run --quick
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

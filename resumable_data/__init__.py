@@ -1,0 +1,25 @@
+"""resumable_data: deterministic, resumable PyTorch data pipelines.
+
+What the loader delivers at logical position ``p`` is a pure function of (dataset version hash,
+seed, p, sharding policy), so the loader's state is a cursor of a few integers and resume is a
+seek. See the README for the tour.
+"""
+
+from resumable_data.errors import (
+    ConfigError,
+    DatasetIntegrityError,
+    ResumableDataError,
+    ResumeError,
+)
+
+# -- plan (pure index maths) --
+# -- sources (pinned Arrow shards) --
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "DatasetIntegrityError",
+    "ResumableDataError",
+    "ResumeError",
+]

@@ -1,0 +1,40 @@
+"""The package's error hierarchy.
+
+Every error derives from :class:`ResumableDataError`, so ``except rd.ResumableDataError`` catches
+all of them. Messages follow one rule: name the parameter, show the value, say what was expected
+and how to fix it. Use :func:`describe` to build such a message consistently.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "DatasetIntegrityError",
+    "ResumableDataError",
+    "ResumeError",
+    "describe",
+]
+
+
+class ResumableDataError(Exception):
+    """Base class of every error raised by ``resumable_data``."""
+
+
+class ConfigError(ResumableDataError, ValueError):
+    """An argument or option is invalid; raised at construction, before any batch."""
+
+
+class DatasetIntegrityError(ResumableDataError):
+    """The data on disk does not match its pinned :class:`~resumable_data.DatasetVersion`."""
+
+
+class ResumeError(ResumableDataError):
+    """A saved state cannot be restored faithfully (or is malformed); nothing was changed."""
+
+
+def describe(param: str, value: object, expected: str, fix: str) -> str:
+    """One error sentence: ``param=value: expected ...; fix: ...``."""
+    shown = repr(value)
+    if len(shown) > 200:
+        shown = shown[:197] + "..."
+    return f"{param}={shown}: expected {expected}; fix: {fix}"
