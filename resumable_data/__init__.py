@@ -13,6 +13,16 @@ from resumable_data.errors import (
 )
 
 # -- plan (pure index maths) --
+from resumable_data.plan import (
+    Order,
+    OrderSpec,
+    Permutation,
+    Plan,
+    Sharding,
+    ShardingPolicy,
+    Tail,
+    sample_key,
+)
 # -- sources (pinned Arrow shards) --
 
 __version__ = "0.1.0"
@@ -20,6 +30,14 @@ __version__ = "0.1.0"
 __all__ = [
     "ConfigError",
     "DatasetIntegrityError",
+    "Order",
+    "OrderSpec",
+    "Permutation",
+    "Plan",
     "ResumableDataError",
     "ResumeError",
+    "Sharding",
+    "ShardingPolicy",
+    "Tail",
+    "sample_key",
 ]
