@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -106,8 +107,19 @@ def epoch_records(
     if spec.kind is Order.SEQUENTIAL:
         return offsets.copy()
     if spec.kind is Order.GLOBAL:
-        return Permutation.keyed(n, version_hash=version_hash, seed=seed, epoch=epoch, tag=_TAG_GLOBAL).forward(offsets)
+        return _keyed(n, version_hash, seed, epoch, _TAG_GLOBAL).forward(offsets)
     return _window_records(n, spec, offsets, version_hash=version_hash, seed=seed, epoch=epoch)
+
+
+@lru_cache(maxsize=256)
+def _keyed(n: int, version_hash: str, seed: int, epoch: int, tag: str) -> Permutation:
+    return Permutation.keyed(n, version_hash=version_hash, seed=seed, epoch=epoch, tag=tag)
+
+
+@lru_cache(maxsize=64)
+def _block_layout(nb: int, version_hash: str, seed: int, epoch: int) -> tuple[Permutation, int]:
+    blocks = _keyed(nb, version_hash, seed, epoch, _TAG_BLOCKS)
+    return blocks, int(blocks.inverse(np.array([nb - 1]))[0])  # the slot holding the short block
 
 
 def _window_records(n: int, spec: OrderSpec, offsets: np.ndarray, *, version_hash: str, seed: int, epoch: int) -> np.ndarray:
@@ -116,8 +128,7 @@ def _window_records(n: int, spec: OrderSpec, offsets: np.ndarray, *, version_has
     nb = -(-n // b)
     short = n - (nb - 1) * b  # size of the last block (id nb - 1), in [1, b]
     d = b - short
-    blocks = Permutation.keyed(nb, version_hash=version_hash, seed=seed, epoch=epoch, tag=_TAG_BLOCKS)
-    q = int(blocks.inverse(np.array([nb - 1]))[0])  # slot holding the short block
+    blocks, q = _block_layout(nb, version_hash, seed, epoch)
 
     def slot_start(slot):
         slot = np.asarray(slot, dtype=np.int64)
@@ -133,9 +144,7 @@ def _window_records(n: int, spec: OrderSpec, offsets: np.ndarray, *, version_has
         w = int(w)
         start = int(slot_start(w * k))
         stop = n if (w + 1) * k >= nb else int(slot_start((w + 1) * k))
-        inner = Permutation.keyed(
-            stop - start, version_hash=version_hash, seed=seed, epoch=epoch, tag=f"window.{w}"
-        ).forward(offsets[sel] - start)
+        inner = _keyed(stop - start, version_hash, seed, epoch, f"window.{w}").forward(offsets[sel] - start)
         pos = start + inner
         slot = slot_of(pos)
         out[sel] = blocks.forward(slot) * b + (pos - slot_start(slot))

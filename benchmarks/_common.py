@@ -1,0 +1,38 @@
+"""Shared benchmark helpers: repeated timing (median, min, max) and result files."""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def timed(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> dict[str, float]:
+    """Seconds per call of ``fn``: median, min and max over ``repeats`` runs after ``warmup``."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return {"median": statistics.median(times), "min": min(times), "max": max(times), "runs": repeats}
+
+
+def machine() -> dict[str, str]:
+    import os
+
+    return {"python": platform.python_version(), "machine": platform.machine(), "cpus": str(os.cpu_count())}
+
+
+def write_results(name: str, payload: dict, markdown: str) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps({"machine": machine(), **payload}, indent=2) + "\n")
+    path = RESULTS / f"{name}.md"
+    path.write_text(markdown.rstrip() + "\n")
+    return path
