@@ -24,20 +24,40 @@ from resumable_data.plan import (
     sample_key,
 )
 # -- sources (pinned Arrow shards) --
+from resumable_data.sources import (
+    ArrowShards,
+    DatasetVersion,
+    HashMode,
+    RecordIdError,
+    ShardInfo,
+    UnpinnedPolicy,
+    VerifyLevel,
+    pin,
+    write_arrow_shards,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArrowShards",
     "ConfigError",
     "DatasetIntegrityError",
+    "DatasetVersion",
+    "HashMode",
     "Order",
     "OrderSpec",
     "Permutation",
     "Plan",
+    "RecordIdError",
     "ResumableDataError",
     "ResumeError",
+    "ShardInfo",
     "Sharding",
     "ShardingPolicy",
     "Tail",
+    "UnpinnedPolicy",
+    "VerifyLevel",
+    "pin",
     "sample_key",
+    "write_arrow_shards",
 ]

@@ -1,0 +1,343 @@
+"""Dataset versions: the pinned manifest of shards plus the schema, and its identity hash.
+
+Algorithm: a :class:`DatasetVersion` is the ordered list of shards (relative path, byte size, row
+count, xxh3-128 content hash or ``None`` in ``size`` mode), the canonical schema text (see
+:func:`~resumable_data.sources.files.canonical_schema`), the record count, the hash mode and
+whether the shard list came from discovering a directory or from an explicit file list. Its
+``hash`` is the xxh3-128 hex digest of the canonical JSON of those fields (``sort_keys=True``,
+separators ``(",", ":")``, the ``hash`` key itself excluded). The root directory it was loaded
+from is not part of the hash, so a moved dataset keeps its identity.
+
+Guarantee: same bytes, same hash; a changed byte (``content`` mode), row count, size, shard,
+shard order or schema gives another hash. :meth:`DatasetVersion.load` recomputes the hash from
+the fields and refuses a manifest whose stored hash does not match (a hand-edited manifest).
+:meth:`DatasetVersion.verify` compares the files on disk with the manifest and raises one
+:class:`~resumable_data.DatasetIntegrityError` that lists every difference.
+
+Cost: loading is one small JSON read. ``verify("size")`` stats every shard and reads its
+metadata (row count, schema); ``verify("content")`` also re-hashes every byte.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
+from resumable_data.sources.files import (
+    MANIFEST_NAME,
+    canonical_schema,
+    discover_shards,
+    hash_file,
+    read_shard_meta,
+)
+
+__all__ = [
+    "MANIFEST_FORMAT",
+    "MANIFEST_SCHEMA_VERSION",
+    "DatasetVersion",
+    "HashMode",
+    "Selection",
+    "ShardInfo",
+    "VerifyLevel",
+]
+
+MANIFEST_FORMAT = "resumable_data.dataset_version"
+MANIFEST_SCHEMA_VERSION = 1
+
+# Manifest keys (the on-disk contract; renaming one is a schema_version bump).
+K_FORMAT = "format"
+K_SCHEMA_VERSION = "schema_version"
+K_SHARDS = "shards"
+K_SCHEMA = "schema"
+K_NUM_RECORDS = "num_records"
+K_HASH = "hash"
+K_HASH_MODE = "hash_mode"
+K_SELECTION = "selection"
+K_PATH = "path"
+K_SIZE = "size"
+K_NUM_ROWS = "num_rows"
+K_CONTENT_HASH = "content_hash"
+
+_ROOT_KEYS = {K_FORMAT, K_SCHEMA_VERSION, K_SHARDS, K_SCHEMA, K_NUM_RECORDS, K_HASH, K_HASH_MODE,
+              K_SELECTION}
+_SHARD_KEYS = {K_PATH, K_SIZE, K_NUM_ROWS, K_CONTENT_HASH}
+
+
+class HashMode(str, enum.Enum):
+    """What the version hash covers: file ``content`` (xxh3-128 of bytes) or only ``size``."""
+
+    CONTENT = "content"
+    SIZE = "size"
+
+
+class VerifyLevel(str, enum.Enum):
+    """How hard :meth:`DatasetVersion.verify` looks: ``size`` (stat + metadata) or ``content``."""
+
+    SIZE = "size"
+    CONTENT = "content"
+
+
+class Selection(str, enum.Enum):
+    """Where the shard list came from: a discovered ``directory`` or an explicit ``files`` list.
+
+    Only a discovered directory can have "extra" shard files: with an explicit list, other shard
+    files next to the listed ones are not part of the dataset.
+    """
+
+    DIRECTORY = "directory"
+    FILES = "files"
+
+
+def coerce_enum(enum_cls: type[enum.Enum], param: str, value: Any) -> Any:
+    """``value`` as a member of ``enum_cls`` (members or their string values accepted)."""
+    try:
+        return enum_cls(value)
+    except ValueError:
+        allowed = " | ".join(repr(m.value) for m in enum_cls)
+        raise ConfigError(
+            describe(param, value, f"one of {allowed}", f"pass {param}= one of {allowed}")
+        ) from None
+
+
+def _manifest_error(root: Path | None, what: str, value: Any, expected: str) -> DatasetIntegrityError:
+    where = str(Path(root) / MANIFEST_NAME) if root is not None else "manifest"
+    return DatasetIntegrityError(
+        f"{where}: "
+        + describe(what, value, expected, "re-create the manifest with rd.pin(directory)")
+    )
+
+
+def _check_int(root: Path | None, key: str, value: Any) -> int:
+    if type(value) is not int or value < 0:
+        raise _manifest_error(root, key, value, "a non-negative integer")
+    return value
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One pinned shard: path relative to the root (POSIX), byte size, rows, content hash."""
+
+    path: str
+    size: int
+    num_rows: int
+    content_hash: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {K_PATH: self.path, K_SIZE: self.size, K_NUM_ROWS: self.num_rows,
+                K_CONTENT_HASH: self.content_hash}
+
+    @classmethod
+    def from_dict(cls, d: Any, *, root: Path | None = None) -> ShardInfo:
+        if not isinstance(d, dict) or set(d) != _SHARD_KEYS:
+            raise _manifest_error(root, "shards[i]", d, f"an object with keys {sorted(_SHARD_KEYS)}")
+        path = d[K_PATH]
+        if not isinstance(path, str) or not path or path.startswith("/") or ".." in path.split("/"):
+            raise _manifest_error(root, "shards[i].path", path, "a relative POSIX path inside the root")
+        ch = d[K_CONTENT_HASH]
+        if ch is not None and (not isinstance(ch, str) or len(ch) != 32):
+            raise _manifest_error(root, f"shards[{path}].content_hash", ch,
+                                  "null or a 32-character xxh3-128 hex digest")
+        return cls(path=path, size=_check_int(root, f"shards[{path}].size", d[K_SIZE]),
+                   num_rows=_check_int(root, f"shards[{path}].num_rows", d[K_NUM_ROWS]),
+                   content_hash=ch)
+
+
+def compute_hash(body: dict[str, Any]) -> str:
+    """xxh3-128 hex of the canonical JSON of ``body`` (without its ``hash`` key)."""
+    payload = {k: v for k, v in body.items() if k != K_HASH}
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class DatasetVersion:
+    """A pinned dataset: ordered shards, canonical schema text, record count and identity hash.
+
+    ``root`` is the directory the manifest lives in; it is not part of ``hash``.
+    """
+
+    shards: tuple[ShardInfo, ...]
+    schema: str
+    num_records: int
+    hash: str
+    hash_mode: HashMode
+    selection: Selection = Selection.DIRECTORY
+    root: Path | None = field(default=None, compare=False)
+
+    # -- serialization ---------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest as a JSON-ready dict (``root`` excluded)."""
+        return {
+            K_FORMAT: MANIFEST_FORMAT,
+            K_SCHEMA_VERSION: MANIFEST_SCHEMA_VERSION,
+            K_HASH_MODE: self.hash_mode.value,
+            K_SELECTION: self.selection.value,
+            K_SCHEMA: self.schema,
+            K_NUM_RECORDS: self.num_records,
+            K_SHARDS: [s.to_dict() for s in self.shards],
+            K_HASH: self.hash,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any, *, root: str | os.PathLike | None = None) -> DatasetVersion:
+        """Validate and build; a malformed or tampered manifest raises DatasetIntegrityError."""
+        root = Path(root) if root is not None else None
+        if not isinstance(d, dict):
+            raise _manifest_error(root, "manifest", type(d).__name__, "a JSON object")
+        if d.get(K_FORMAT) != MANIFEST_FORMAT:
+            raise _manifest_error(root, K_FORMAT, d.get(K_FORMAT), f"{MANIFEST_FORMAT!r}")
+        saved = d.get(K_SCHEMA_VERSION)
+        if saved != MANIFEST_SCHEMA_VERSION or type(saved) is not int:
+            raise _manifest_error(
+                root, K_SCHEMA_VERSION, saved,
+                f"{MANIFEST_SCHEMA_VERSION} (saved {saved!r}, this version reads "
+                f"{MANIFEST_SCHEMA_VERSION})",
+            )
+        if set(d) != _ROOT_KEYS:
+            raise _manifest_error(root, "manifest keys", sorted(d), f"exactly {sorted(_ROOT_KEYS)}")
+        try:
+            hash_mode = HashMode(d[K_HASH_MODE])
+            selection = Selection(d[K_SELECTION])
+        except ValueError as exc:
+            raise _manifest_error(root, "hash_mode/selection", (d[K_HASH_MODE], d[K_SELECTION]),
+                                  f"known values ({exc})") from None
+        if not isinstance(d[K_SCHEMA], str):
+            raise _manifest_error(root, K_SCHEMA, d[K_SCHEMA], "the canonical schema text")
+        if not isinstance(d[K_SHARDS], list):
+            raise _manifest_error(root, K_SHARDS, d[K_SHARDS], "a list of shard objects")
+        shards = tuple(ShardInfo.from_dict(s, root=root) for s in d[K_SHARDS])
+        if len({s.path for s in shards}) != len(shards):
+            raise _manifest_error(root, K_SHARDS, [s.path for s in shards], "unique shard paths")
+        for s in shards:
+            if (s.content_hash is None) != (hash_mode is HashMode.SIZE):
+                raise _manifest_error(root, f"shards[{s.path}].content_hash", s.content_hash,
+                                      f"{'null' if hash_mode is HashMode.SIZE else 'a digest'} "
+                                      f"in hash_mode={hash_mode.value!r}")
+        num_records = _check_int(root, K_NUM_RECORDS, d[K_NUM_RECORDS])
+        if num_records != sum(s.num_rows for s in shards):
+            raise _manifest_error(root, K_NUM_RECORDS, num_records,
+                                  f"the sum of shard rows ({sum(s.num_rows for s in shards)})")
+        stored = d[K_HASH]
+        recomputed = compute_hash(d)
+        if stored != recomputed:
+            raise _manifest_error(root, K_HASH, stored,
+                                  f"{recomputed!r}, the hash of the manifest's fields (the manifest "
+                                  "was edited by hand or damaged)")
+        return cls(shards=shards, schema=d[K_SCHEMA], num_records=num_records, hash=stored,
+                   hash_mode=hash_mode, selection=selection, root=root)
+
+    @classmethod
+    def build(cls, shards: list[ShardInfo], schema: str, hash_mode: HashMode,
+              selection: Selection, root: Path | None) -> DatasetVersion:
+        """A version from its fields, computing ``num_records`` and ``hash``."""
+        shards_t = tuple(shards)
+        num = sum(s.num_rows for s in shards_t)
+        proto = cls(shards=shards_t, schema=schema, num_records=num, hash="", hash_mode=hash_mode,
+                    selection=selection, root=root)
+        return cls(shards=shards_t, schema=schema, num_records=num,
+                   hash=compute_hash(proto.to_dict()), hash_mode=hash_mode, selection=selection,
+                   root=root)
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> DatasetVersion:
+        """Read and validate ``directory/rd-manifest.json``."""
+        root = Path(directory)
+        path = root / MANIFEST_NAME
+        if not path.is_file():
+            raise ConfigError(
+                describe("directory", str(root), f"a directory holding {MANIFEST_NAME}",
+                         "pin it first with rd.pin(directory)")
+            )
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise _manifest_error(root, "manifest", str(exc), "valid UTF-8 JSON") from None
+        return cls.from_dict(d, root=root.resolve())
+
+    def save(self, directory: str | os.PathLike | None = None) -> Path:
+        """Write the manifest atomically (tmp file, fsync, ``os.replace``); returns its path."""
+        root = Path(directory) if directory is not None else self.root
+        if root is None:
+            raise ConfigError(describe("directory", None, "a directory to write the manifest to",
+                                       "pass save(directory)"))
+        path = root / MANIFEST_NAME
+        tmp = root / f".{MANIFEST_NAME}.{os.getpid()}.tmp"
+        text = json.dumps(self.to_dict(), sort_keys=True, indent=1) + "\n"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        try:  # make the rename itself durable
+            dfd = os.open(root, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            pass
+        return path
+
+    # -- verification ----------------------------------------------------------------------
+    def verify(self, level: VerifyLevel | str = VerifyLevel.SIZE) -> None:
+        """Compare the files under ``root`` with the manifest; one error lists every difference.
+
+        ``size``: every listed shard exists with the pinned byte size, row count and schema, and
+        (for a discovered directory) no unlisted shard file is present. ``content``: also the
+        xxh3-128 of every shard's bytes (requires ``hash_mode="content"``).
+        """
+        level = coerce_enum(VerifyLevel, "level", level)
+        if self.root is None:
+            raise ConfigError(describe("root", None, "the directory this version was loaded from",
+                                       "use DatasetVersion.load(directory) or rd.pin(directory)"))
+        if level is VerifyLevel.CONTENT and self.hash_mode is HashMode.SIZE:
+            raise ConfigError(
+                describe("level", level.value, "'size' for a version pinned with hash='size'",
+                         "verify(level='size'), or re-pin with rd.pin(directory, hash='content')")
+            )
+        problems: list[str] = []
+        for s in self.shards:
+            p = self.root / s.path
+            if not p.is_file():
+                problems.append(f"shard {s.path!r}: missing file")
+                continue
+            size = p.stat().st_size
+            if size != s.size:
+                problems.append(f"shard {s.path!r}: size {size} bytes on disk, pinned {s.size}")
+                continue
+            try:
+                meta = read_shard_meta(p)
+            except ConfigError as exc:
+                problems.append(f"shard {s.path!r}: unreadable ({exc})")
+                continue
+            if meta.num_rows != s.num_rows:
+                problems.append(f"shard {s.path!r}: rows {meta.num_rows} on disk, pinned {s.num_rows}")
+            got_schema = canonical_schema(meta.schema)
+            if got_schema != self.schema:
+                problems.append(f"shard {s.path!r}: schema differs from the pinned schema "
+                                f"(on disk: {got_schema!r}; pinned: {self.schema!r})")
+            if level is VerifyLevel.CONTENT:
+                h = hash_file(p)
+                if h != s.content_hash:
+                    problems.append(f"shard {s.path!r}: content hash {h} on disk, "
+                                    f"pinned {s.content_hash}")
+        if self.selection is Selection.DIRECTORY and self.root.is_dir():
+            listed = {s.path for s in self.shards}
+            for extra in discover_shards(self.root):
+                if extra not in listed:
+                    problems.append(f"shard {extra!r}: extra shard file not listed in the manifest")
+        if problems:
+            raise DatasetIntegrityError(
+                f"dataset at {str(self.root)!r} (version {self.hash}) does not match its manifest "
+                f"({len(problems)} difference(s), verify level={level.value!r}):\n  - "
+                + "\n  - ".join(problems)
+                + "\nfix: restore the original files, or re-pin deliberately with "
+                "rd.pin(directory) (a new version: resumed states will refuse it)"
+            )
