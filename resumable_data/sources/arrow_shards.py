@@ -326,11 +326,12 @@ class ArrowShards:
         for k in np.flatnonzero(np.diff(bounds)):
             a, b = bounds[k], bounds[k + 1]
             pieces.append(self._unit_data(int(k)).select(cols).take(pa.array(local_s[a:b])))
-        small = pa.Table.from_batches(pieces).combine_chunks()
         inverse = np.empty(len(order), dtype=np.int64)
         inverse[order] = np.arange(len(order), dtype=np.int64)
-        small = small.take(pa.array(inverse))
-        return [small.column(j).combine_chunks() for j in range(len(cols))]
+        inverse_pa = pa.array(inverse)
+        # column-wise: shards may differ in schema/field metadata, never in types
+        return [pa.concat_arrays([p.column(j) for p in pieces]).take(inverse_pa)
+                for j in range(len(cols))]
 
     def column_lengths(self, column: str) -> np.ndarray:
         """Per-record list lengths (int64) of list column ``column``, from offsets buffers only.

@@ -3,16 +3,18 @@
 Algorithm: record ids map to (unit, local row) with ``np.searchsorted`` over the prefix sum of
 unit row counts (a unit is an IPC record batch or a Parquet row group). Then, column by column:
 
-- fast path, fixed-width columns (integers, floats, temporal; no nulls): every shard's whole
-  memory map is viewed as one numpy array of that width, each unit's data buffer sits at a known
-  element offset in it, so the gather is one vectorized ``view[base[unit] + local]`` per shard.
+- one address space: the shards' memory maps all live in this process's address space, so one
+  Arrow buffer spans from the lowest to the highest mapped address (kept alive by the maps). Every
+  element index the gather uses is checked, when the per-column plan is built, to fall inside a
+  data buffer of some map; the gaps between maps are never read. This is what makes the gather
+  one vectorized call per column whatever the number of shards, with no regrouping per shard.
+- fast path, fixed-width columns (integers, floats, temporal; no nulls): each unit's data buffer
+  sits at a known element index in the span, so the gather is ``view[base[unit] + local]``.
 - fast path, ``list``/``large_list`` of fixed-width (no nulls at either level): the offsets
   buffers are read once (lazily, 16 bytes per record) into absolute ``starts``/``lengths`` in the
-  shard's element space; a ``large_list_view`` over the shard's whole map with the requested
-  starts and lengths is flattened by Arrow in C++ (one contiguous copy per record), and the result
-  is rebuilt as the schema's list type. With several shards, ids are grouped per shard (stable
-  argsort), gathered, and put back in the requested order with one more list-view flatten over
-  the small result.
+  span's element space; a ``large_list_view`` over the span with the requested starts and lengths
+  is flattened by Arrow in C++ (one contiguous copy per record, in the requested order) and the
+  result is rebuilt as the schema's list type with offsets from ``cumsum(lengths)``.
 - fallback (anything else: strings, structs, nulls, booleans, Parquet, compressed IPC, buffers
   not inside the map or misaligned): ids are grouped by unit, each unit does an Arrow ``take``,
   the pieces are concatenated and reordered with one ``take`` on the small result. Never a
@@ -21,16 +23,19 @@ unit row counts (a unit is an IPC record batch or a Parquet row group). Then, co
 Guarantee: the result equals ``Table.take(ids)`` on the shards concatenated into one table, in
 the requested order, duplicates included (tests check fast path == fallback == Table.take).
 
-Cost: O(len(ids) + gathered values) per call plus O(number of shards) Python steps; nothing
-proportional to the dataset size except the one-off offsets read for list columns.
+Cost: O(len(ids) + gathered values) per call and a constant number of Python steps per column
+(the fallback adds one per touched unit); memory beyond the maps: 16 bytes per record per
+fast list column (built on the first ``take``), 8 bytes per unit per fixed-width column.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+
+from resumable_data.errors import DatasetIntegrityError
 
 __all__ = ["ColumnGather", "Unit", "group_segments", "plan_column"]
 
@@ -122,6 +127,13 @@ class ColumnGather:
         return pa.Array.from_buffers(self.dtype, n, [None, pa.py_buffer(offsets)], children=[flat])
 
 
+def _bounds_error(u: Unit, index: int) -> DatasetIntegrityError:
+    return DatasetIntegrityError(
+        f"shard #{u.shard}, record batch at record {u.start}: column {index} has offsets or "
+        "lengths outside its data buffer (the file is damaged); fix: verify(level='content') "
+        "to find it, restore the file, or re-write the shard")
+
+
 def plan_column(index: int, dtype: pa.DataType, units: Sequence[Unit],
                 wholes: Sequence[pa.Buffer | None], num_records: int) -> ColumnGather | None:
     """A :class:`ColumnGather` for column ``index`` if every unit qualifies, else None."""
@@ -144,9 +156,12 @@ def plan_column(index: int, dtype: pa.DataType, units: Sequence[Unit],
             arr = u.batch.column(index)
             if arr.null_count:
                 return None
-            b = element(arr.buffers()[1], u.shard, width)
+            buf = arr.buffers()[1]
+            b = element(buf, u.shard, width)
             if b is None:
                 return None
+            if (arr.offset + u.rows) * width > buf.size:
+                raise _bounds_error(u, index)
             base[k] = b + arr.offset  # element of the unit's row 0; pos = base[unit] + local
         return ColumnGather("fixed", dtype, width, span, base, None, None)
     if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
@@ -160,10 +175,14 @@ def plan_column(index: int, dtype: pa.DataType, units: Sequence[Unit],
             child = arr.values
             if arr.null_count or child.null_count:
                 return None
-            b = element(child.buffers()[1], u.shard, width)
+            buf = child.buffers()[1]
+            b = element(buf, u.shard, width)
             if b is None:
                 return None
             offs = arr.offsets.to_numpy()
+            # never trust offsets read from disk: every gathered byte must lie in the buffer
+            if offs[0] < 0 or (child.offset + int(offs[-1])) * width > buf.size or (np.diff(offs) < 0).any():
+                raise _bounds_error(u, index)
             starts[u.start:u.start + u.rows] = offs[:-1]
             starts[u.start:u.start + u.rows] += b + child.offset
             lengths[u.start:u.start + u.rows] = np.diff(offs)

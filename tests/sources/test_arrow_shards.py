@@ -143,3 +143,13 @@ def test_file_list_and_version_inputs(tmp_path, table):
         rd.ArrowShards(paths[:2])  # a different list than the one pinned there
     with pytest.raises(rd.ConfigError, match="path_or_files="):
         rd.ArrowShards(tmp_path / "nope")
+
+
+def test_mixed_arrow_and_stream_shards_with_different_metadata(tmp_path, table):
+    a = table.slice(0, 400).replace_schema_metadata({"who": "a"})
+    b = table.slice(400).replace_schema_metadata({"who": "b"})
+    rd.write_arrow_shards(a, tmp_path / "0", rows_per_batch=50)
+    rd.write_arrow_shards(b, tmp_path / "1", rows_per_batch=50, format="arrow_stream")
+    s = rd.ArrowShards(tmp_path)
+    ids = [999, 0, 400, 399, 0]
+    assert s.take(ids).to_pylist() == table.take(ids).to_pylist()

@@ -68,3 +68,19 @@ def test_sliced_batches_handled(tmp_path):
     s = rd.ArrowShards(tmp_path)
     ids = [0, 79, 40, 40, 7]
     assert s.take(ids).equals(t.slice(10, 80).take(ids))
+
+
+def test_damaged_offsets_are_refused_not_read(tmp_path):
+    t = pa.table({"l": pa.array([[1, 2, 3]] * 10, type=pa.list_(pa.int32()))})
+    rd.write_arrow_shards(t, tmp_path)
+    p = tmp_path / "shard-00000.arrow"
+    data = bytearray(p.read_bytes())
+    # the offsets buffer holds 0,3,6,...,30 as int32: make the last offset huge
+    needle = np.arange(0, 33, 3, dtype=np.int32).tobytes()
+    at = bytes(data).find(needle)
+    assert at > 0
+    data[at + 40:at + 44] = np.int32(10**8).tobytes()
+    p.write_bytes(bytes(data))
+    s = rd.ArrowShards(tmp_path, unpinned="allow")
+    with pytest.raises(rd.DatasetIntegrityError, match="outside its data buffer"):
+        s.take([0])
