@@ -35,29 +35,54 @@ from resumable_data.sources import (
     pin,
     write_arrow_shards,
 )
+# -- loader (torch) --
+from resumable_data.labels import RecoveryLabel
+from resumable_data.loader import (
+    BatchContext,
+    CommitMode,
+    CounterView,
+    Cursor,
+    DataLoader,
+    OnUncommitted,
+    PositionalSampler,
+    SampleContext,
+    batch_context,
+    sample_context,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ArrowShards",
+    "BatchContext",
+    "CommitMode",
     "ConfigError",
+    "CounterView",
+    "Cursor",
+    "DataLoader",
     "DatasetIntegrityError",
     "DatasetVersion",
     "HashMode",
+    "OnUncommitted",
     "Order",
     "OrderSpec",
     "Permutation",
     "Plan",
+    "PositionalSampler",
     "RecordIdError",
+    "RecoveryLabel",
     "ResumableDataError",
     "ResumeError",
+    "SampleContext",
     "ShardInfo",
     "Sharding",
     "ShardingPolicy",
     "Tail",
     "UnpinnedPolicy",
     "VerifyLevel",
+    "batch_context",
     "pin",
+    "sample_context",
     "sample_key",
     "write_arrow_shards",
 ]

@@ -1,0 +1,177 @@
+"""The two pieces handed to torch's ``DataLoader``: a step sampler and a fetching dataset.
+
+The main process only hands out step numbers (:class:`StepSampler`); a worker turns a step into
+this rank's positions, record ids, rows and a collated batch (:class:`StepFetcher`), so reads and
+collation run in parallel and the main process is never the bottleneck. Workers, pinning,
+timeouts and prefetch stay torch's own. Nothing here depends on the worker id or count.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, Sampler, get_worker_info
+from torch.utils.data._utils.collate import default_collate, default_convert
+
+from resumable_data.loader.collate import arrow_to_tensors, list_lengths
+from resumable_data.loader.context import (
+    BatchContext,
+    GlobalRNGGuard,
+    SampleContext,
+    activate_batch,
+    activate_sample,
+    reset_batch,
+    reset_sample,
+    seed_globals,
+)
+from resumable_data.plan import Plan, Sharding, sample_keys
+
+__all__ = ["FetchMode", "StepFetcher", "StepSampler"]
+
+
+class FetchMode(str, enum.Enum):
+    """How a batch of records is read from the dataset."""
+
+    ARROW = "arrow"  #: ``dataset.take(records)`` -> ``pyarrow.Table`` (rd.ArrowShards)
+    GETITEMS = "getitems"  #: ``dataset.__getitems__(records)``, torch's batched protocol
+    GETITEM = "getitem"  #: ``dataset[record]`` per sample
+
+
+class StepFetcher(Dataset):
+    """``fetcher[step]`` is this rank's batch of step ``step``, as ``(step, batch, tokens)``."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        plan: Plan,
+        sharding: Sharding,
+        *,
+        mode: FetchMode,
+        collate_fn: Callable | None,
+        arrow_collate: Callable | None,
+        seed_per_sample: bool,
+        token_column: str | None,
+        unbatched: bool,
+        records_fn: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> None:
+        self.dataset = dataset
+        self.plan = plan
+        self.sharding = sharding
+        self.mode = mode
+        self.collate_fn = collate_fn
+        self.arrow_collate = arrow_collate
+        self.seed_per_sample = seed_per_sample
+        self.token_column = token_column
+        self.unbatched = unbatched
+        self.records_fn = records_fn
+
+    def __len__(self) -> int:
+        return self.plan.steps_per_epoch
+
+    def records(self, positions: np.ndarray) -> np.ndarray:
+        return self.records_fn(positions) if self.records_fn is not None else self.plan.records(positions)
+
+    def __getitem__(self, step: int) -> tuple[int, Any, int]:
+        positions = self.plan.local_positions(step, self.sharding)
+        records = self.records(positions)
+        if self.mode is FetchMode.ARROW:
+            return step, *self._arrow(records)
+        in_main = get_worker_info() is None
+        guard = GlobalRNGGuard() if in_main and self.seed_per_sample else None
+        if guard is not None:
+            guard.__enter__()
+        try:
+            if self.mode is FetchMode.GETITEMS:
+                samples = self._getitems(positions, records)
+            else:
+                samples = self._getitem(positions, records)
+        finally:
+            if guard is not None:
+                guard.__exit__(None, None, None)
+        if self.unbatched:
+            batch = (self.collate_fn or default_convert)(samples[0])
+        else:
+            batch = (self.collate_fn or default_collate)(samples)
+        return step, batch, 0
+
+    # -- the three fetch modes --------------------------------------------------------------------
+    def _arrow(self, records: np.ndarray) -> tuple[Any, int]:
+        table = self.dataset.take(records)
+        tokens = 0
+        if self.token_column is not None:
+            tokens = int(list_lengths(table.column(self.token_column).combine_chunks()).sum())
+        if self.arrow_collate is not None:
+            return self.arrow_collate(table), tokens
+        if self.collate_fn is not None:
+            rows = table.to_pylist()
+            return (self.collate_fn(rows[0]) if self.unbatched else self.collate_fn(rows)), tokens
+        batch = arrow_to_tensors(table)
+        if self.unbatched:
+            batch = {k: v[0] if isinstance(v, (torch.Tensor, list)) else v for k, v in batch.items()}
+        return batch, tokens
+
+    def _keys(self, positions: np.ndarray) -> np.ndarray:
+        return sample_keys(self.plan.version_hash, self.plan.seed, positions)
+
+    def _getitems(self, positions: np.ndarray, records: np.ndarray) -> list:
+        keys = self._keys(positions)
+        ctx = BatchContext(positions, records, keys, self.plan.epoch_len)
+        if self.seed_per_sample and len(keys):
+            seed_globals(int(keys[0]))  # one batched call: the batch's first key seeds the globals
+        token = activate_batch(ctx)
+        try:
+            return list(self.dataset.__getitems__(records.tolist()))
+        except Exception as e:
+            _note(e, f"rd.DataLoader: while fetching positions {positions.tolist()[:8]}... records {records.tolist()[:8]}...")
+            raise
+        finally:
+            reset_batch(token)
+
+    def _getitem(self, positions: np.ndarray, records: np.ndarray) -> list:
+        keys = self._keys(positions)
+        epoch_len = self.plan.epoch_len
+        out = []
+        for p, r, k in zip(positions.tolist(), records.tolist(), keys.tolist()):
+            if self.seed_per_sample:
+                seed_globals(k)
+            token = activate_sample(SampleContext(p, p // epoch_len, r, k))
+            try:
+                out.append(self.dataset[r])
+            except Exception as e:
+                _note(e, f"rd.DataLoader: while fetching position {p} (epoch {p // epoch_len}), record {r}")
+                raise
+            finally:
+                reset_sample(token)
+        return out
+
+
+def _note(e: BaseException, text: str) -> None:
+    if hasattr(e, "add_note"):
+        e.add_note(text)
+
+
+class StepSampler(Sampler[int]):
+    """Yields the steps from the loader's cursor to the end of its epoch, minus skipped ranges.
+
+    Runs in the main process; it reports each step it hands out so the loader can count what was
+    fetched (prefetch included).
+    """
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def __len__(self) -> int:
+        return self._loader._plan.steps_per_epoch
+
+    def __iter__(self) -> Iterator[int]:
+        loader = self._loader
+        start, stop = loader._epoch_window()
+        for step in range(start, stop):
+            if loader._is_skipped(step):
+                continue
+            loader._on_fetch(step)
+            yield step

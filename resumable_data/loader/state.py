@@ -1,0 +1,275 @@
+"""The loader's versioned state: a plan fingerprint, a cursor, counters and skipped ranges.
+
+Schema (``format = "resumable_data.loader"``, integer ``schema_version``): a JSON object with
+exactly the keys below; every value is checked for type and range on load, so a forged or
+malformed state raises :class:`~resumable_data.ResumeError` and nothing else. Loading never
+unpickles. Typical size: 500-700 bytes, independent of dataset size, window and worker count.
+
+``cursor`` holds three step counters, ``committed <= delivered <= fetched``: batches whose
+gradients went into an update (or were deliberately skipped), batches yielded to the training
+loop, and batches handed to workers (prefetch, for audit only: they are always fetched again).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from resumable_data._schema import (
+    expect_bool,
+    expect_enum,
+    expect_header,
+    expect_int,
+    expect_mapping,
+    expect_str,
+)
+from resumable_data.errors import ConfigError, ResumeError, describe
+from resumable_data.labels import RecoveryLabel
+from resumable_data.plan import Plan, Sharding
+
+__all__ = [
+    "FORMAT",
+    "SCHEMA_VERSION",
+    "CommitMode",
+    "Counters",
+    "Cursor",
+    "LoaderState",
+    "OnUncommitted",
+    "SkippedRange",
+    "compare",
+]
+
+FORMAT = "resumable_data.loader"
+SCHEMA_VERSION = 1
+MAX_SKIPPED_RANGES = 10_000
+
+K_FORMAT = "format"
+K_SCHEMA = "schema_version"
+K_PLAN = "plan"
+K_SHARDING = "sharding"
+K_ELASTIC = "elastic"
+K_COMMIT = "commit"
+K_ACCUMULATION = "accumulation_steps"
+K_PACKING = "packing"
+K_PINNED = "pinned"
+K_CURSOR = "cursor"
+K_COUNTERS = "counters"
+K_SKIPPED = "skipped"
+K_LABEL = "recovery_label"
+K_SAMPLER = "sampler"
+_KEYS = frozenset(
+    {K_FORMAT, K_SCHEMA, K_PLAN, K_SHARDING, K_ELASTIC, K_COMMIT, K_ACCUMULATION, K_PACKING, K_PINNED,
+     K_SAMPLER, K_CURSOR, K_COUNTERS, K_SKIPPED, K_LABEL}
+)
+
+
+class CommitMode(str, enum.Enum):
+    """When a delivered batch counts as committed."""
+
+    #: Once the loop asks for the next batch or calls ``state_dict()`` (what torch users expect).
+    AUTO = "auto"
+    #: Only when the loop calls ``loader.commit()``.
+    EXPLICIT = "explicit"
+
+
+class OnUncommitted(str, enum.Enum):
+    """What a resume does with batches that were delivered but never committed."""
+
+    #: Deliver them again.
+    REPEAT = "repeat"
+    #: Treat them as consumed and record the skipped range.
+    SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Step counters: ``committed <= delivered <= fetched``."""
+
+    committed: int = 0
+    delivered: int = 0
+    fetched: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return {"committed": self.committed, "delivered": self.delivered, "fetched": self.fetched}
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "cursor") -> Cursor:
+        expect_mapping(d, where, {"committed", "delivered", "fetched"})
+        c = expect_int(d["committed"], f"{where}.committed")
+        dl = expect_int(d["delivered"], f"{where}.delivered")
+        f = expect_int(d["fetched"], f"{where}.fetched")
+        if not c <= dl <= f:
+            raise ResumeError(
+                describe(where, d, "committed <= delivered <= fetched", "pass an unmodified state")
+            )
+        return cls(c, dl, f)
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Counted (not derivable) training progress; see ``DataLoader.counters`` for the definitions."""
+
+    attempted_updates: int = 0
+    applied_updates: int = 0
+    skipped_updates: int = 0
+    tokens: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "attempted_updates": self.attempted_updates,
+            "applied_updates": self.applied_updates,
+            "skipped_updates": self.skipped_updates,
+            "tokens": self.tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "counters") -> Counters:
+        keys = ("attempted_updates", "applied_updates", "skipped_updates", "tokens")
+        expect_mapping(d, where, set(keys))
+        vals = [expect_int(d[k], f"{where}.{k}") for k in keys]
+        if vals[1] + vals[2] != vals[0]:
+            raise ResumeError(
+                describe(where, d, "applied_updates + skipped_updates == attempted_updates", "pass an unmodified state")
+            )
+        return cls(*vals)
+
+
+@dataclass(frozen=True)
+class SkippedRange:
+    """Steps ``[start, stop)`` that are never delivered, and why."""
+
+    start: int
+    stop: int
+    reason: str
+
+    def to_list(self) -> list:
+        return [self.start, self.stop, self.reason]
+
+    @classmethod
+    def from_list(cls, v: Any, where: str) -> SkippedRange:
+        if not isinstance(v, list) or len(v) != 3:
+            raise ResumeError(describe(where, v, "[start, stop, reason]", "pass an unmodified state"))
+        start = expect_int(v[0], f"{where}[0]")
+        stop = expect_int(v[1], f"{where}[1]", start + 1)
+        return cls(start, stop, expect_str(v[2], f"{where}[2]", max_len=1000))
+
+
+@dataclass(frozen=True)
+class LoaderState:
+    """Everything a :class:`~resumable_data.DataLoader` needs to continue, and its fingerprint."""
+
+    plan: Plan
+    sharding: Sharding
+    elastic: bool
+    commit: CommitMode
+    accumulation_steps: int
+    packing: dict | None
+    pinned: bool
+    sampler: str | None = None
+    cursor: Cursor = field(default_factory=Cursor)
+    counters: Counters = field(default_factory=Counters)
+    skipped: tuple[SkippedRange, ...] = ()
+    recovery_label: RecoveryLabel = RecoveryLabel.FAITHFUL_CONTINUATION
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            K_FORMAT: FORMAT,
+            K_SCHEMA: SCHEMA_VERSION,
+            K_PLAN: self.plan.to_dict(),
+            K_SHARDING: self.sharding.to_dict(),
+            K_ELASTIC: self.elastic,
+            K_COMMIT: self.commit.value,
+            K_ACCUMULATION: self.accumulation_steps,
+            K_PACKING: self.packing,
+            K_PINNED: self.pinned,
+            K_SAMPLER: self.sampler,
+            K_CURSOR: self.cursor.to_dict(),
+            K_COUNTERS: self.counters.to_dict(),
+            K_SKIPPED: [r.to_list() for r in self.skipped],
+            K_LABEL: self.recovery_label.value,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> LoaderState:
+        """Parse and validate a state; any problem raises :class:`ResumeError`."""
+        if not isinstance(d, dict):
+            raise ResumeError(describe("state", type(d).__name__, "a dict from DataLoader.state_dict()", "pass that dict"))
+        if d.get(K_FORMAT) == FORMAT and isinstance(d.get(K_SCHEMA), int) and d.get(K_SCHEMA) != SCHEMA_VERSION:
+            expect_header(d, FORMAT, SCHEMA_VERSION, "state")  # a clear version message first
+        expect_mapping(d, "state", _KEYS)
+        expect_header(d, FORMAT, SCHEMA_VERSION, "state")
+        try:
+            plan = Plan.from_dict(d[K_PLAN], "state.plan")
+            sharding = Sharding.from_dict(d[K_SHARDING], "state.sharding")
+        except ConfigError as e:  # constructor checks on forged values are resume errors here
+            raise ResumeError(f"state is inconsistent: {e}") from None
+        packing = d[K_PACKING]
+        if packing is not None and not isinstance(packing, dict):
+            raise ResumeError(describe("state.packing", packing, "null or a packing spec object", "pass an unmodified state"))
+        raw_skipped = d[K_SKIPPED]
+        if not isinstance(raw_skipped, list) or len(raw_skipped) > MAX_SKIPPED_RANGES:
+            raise ResumeError(
+                describe("state.skipped", f"{type(raw_skipped).__name__}", f"a list of at most {MAX_SKIPPED_RANGES} ranges", "pass an unmodified state")
+            )
+        skipped = tuple(SkippedRange.from_list(v, f"state.skipped[{i}]") for i, v in enumerate(raw_skipped))
+        return cls(
+            plan=plan,
+            sharding=sharding,
+            elastic=expect_bool(d[K_ELASTIC], "state.elastic"),
+            commit=expect_enum(d[K_COMMIT], CommitMode, "state.commit"),
+            accumulation_steps=expect_int(d[K_ACCUMULATION], "state.accumulation_steps", 1, 1 << 20),
+            packing=packing,
+            pinned=expect_bool(d[K_PINNED], "state.pinned"),
+            sampler=None if d[K_SAMPLER] is None else expect_str(d[K_SAMPLER], "state.sampler", max_len=1000),
+            cursor=Cursor.from_dict(d[K_CURSOR], "state.cursor"),
+            counters=Counters.from_dict(d[K_COUNTERS], "state.counters"),
+            skipped=skipped,
+            recovery_label=expect_enum(d[K_LABEL], RecoveryLabel, "state.recovery_label"),
+        )
+
+
+def _divisors(g: int) -> list[int]:
+    return [w for w in range(1, min(g, 4096) + 1) if g % w == 0]
+
+
+def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool) -> tuple[list[str], RecoveryLabel]:
+    """Every difference that forbids a faithful resume (saved vs current, with the fix), and the label."""
+    diffs: list[str] = []
+    sp, cp = saved.plan, current.plan
+
+    def differ(name: str, a: Any, b: Any, fix: str) -> None:
+        if a != b:
+            diffs.append(f"{name}: saved {a!r} vs current {b!r}; fix: {fix}")
+
+    differ("dataset_version", sp.version_hash, cp.version_hash,
+           "open the dataset version the run was trained on (rd.ArrowShards on the pinned directory)")
+    differ("num_records", sp.num_records, cp.num_records, "open the same dataset")
+    differ("seed", sp.seed, cp.seed, "pass seed= as saved")
+    differ("order", sp.order.to_dict(), cp.order.to_dict(), "pass the same shuffle / shuffle_window")
+    differ("tail", sp.tail.value, cp.tail.value, "pass the same drop_last (and sampler settings)")
+    if sp.global_batch != cp.global_batch:
+        w = current.sharding.world_size
+        ok = _divisors(sp.global_batch)
+        diffs.append(
+            f"global batch size: saved {sp.global_batch} vs current {cp.global_batch} "
+            f"(batch_size {cp.global_batch // w} x world_size {w}); fix: keep batch_size * world_size == "
+            f"{sp.global_batch}: at world_size {w} pass batch_size={sp.global_batch / w:g}"
+            + ("" if sp.global_batch % w == 0 else f" (not an integer: use a world size in {ok[:24]})")
+        )
+    differ("accumulation_steps", saved.accumulation_steps, current.accumulation_steps, "pass the same accumulation_steps")
+    differ("sampler", saved.sampler, current.sampler, "pass the same positional sampler")
+    differ("packing", saved.packing, current.packing, "pass the same packing spec")
+    if not (saved.pinned and current.pinned) and not allow_unpinned:
+        diffs.append(
+            f"pinned: saved {saved.pinned} vs current {current.pinned}; the dataset version cannot be verified; "
+            "fix: pin the data (rd.pin) and pass dataset_version=, or load with allow_unpinned=True"
+        )
+    layout_changed = saved.sharding != current.sharding
+    if layout_changed and not (saved.elastic and current.elastic):
+        diffs.append(
+            f"sharding: saved {saved.sharding.to_dict()} vs current {current.sharding.to_dict()} under a "
+            "non-elastic policy; fix: resume on the saved layout, or construct both loaders with elastic=True"
+        )
+    label = RecoveryLabel.ELASTIC_RESHARD if layout_changed else RecoveryLabel.FAITHFUL_CONTINUATION
+    return diffs, label

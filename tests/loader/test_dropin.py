@@ -1,0 +1,172 @@
+"""rd.DataLoader as a drop-in for torch's DataLoader."""
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler, SequentialSampler, WeightedRandomSampler
+
+import resumable_data as rd
+from tests.loader.conftest import N_RECORDS, Augmented, canon
+
+
+class Plain(torch.utils.data.Dataset):
+    def __len__(self):
+        return N_RECORDS
+
+    def __getitem__(self, i):
+        return {"x": torch.tensor([i, i * i]), "y": i % 3, "name": f"s{i}"}
+
+
+class Batched(Plain):
+    def __getitems__(self, ids):
+        return [self[i] for i in ids]
+
+
+def pairs_collate(samples):
+    return torch.stack([s["x"] for s in samples]).sum(dim=1)
+
+
+@pytest.mark.parametrize("dataset_cls", [Plain, Batched])
+@pytest.mark.parametrize("batch_size, drop_last, collate_fn, num_workers", [
+    (8, False, None, 0), (8, True, None, 0), (5, False, pairs_collate, 0), (1, False, None, 0),
+    (None, False, None, 0), (16, False, None, 2), (16, True, pairs_collate, 2),
+])
+def test_shuffle_false_matches_torch_exactly(dataset_cls, batch_size, drop_last, collate_fn, num_workers):
+    kwargs = dict(batch_size=batch_size, drop_last=drop_last, collate_fn=collate_fn, num_workers=num_workers)
+    ours = [canon(b) for b in rd.DataLoader(dataset_cls(), **kwargs)]
+    theirs = [canon(b) for b in torch.utils.data.DataLoader(dataset_cls(), **kwargs)]
+    assert ours == theirs
+    assert len(rd.DataLoader(dataset_cls(), **kwargs)) == len(torch.utils.data.DataLoader(dataset_cls(), **kwargs))
+
+
+def test_arrow_default_batch_is_a_dict_of_padded_tensors(shards):
+    batch = next(iter(rd.DataLoader(shards, batch_size=6)))
+    rows = [shards[i] for i in range(6)]
+    assert batch["id"].tolist() == list(range(6))
+    lengths = [len(r["tokens"]) for r in rows]
+    assert batch["tokens_lengths"].tolist() == lengths
+    assert batch["tokens"].shape == (6, max(lengths)) and batch["tokens"].dtype == torch.int32
+    for i, r in enumerate(rows):
+        assert batch["tokens"][i, : lengths[i]].tolist() == r["tokens"]
+        assert (batch["tokens"][i, lengths[i]:] == 0).all()  # documented pad value
+    assert batch["text"] == [r["text"] for r in rows]
+
+
+def test_arrow_collate_fn_gets_row_dicts_and_arrow_collate_gets_the_table(shards):
+    rows = next(iter(rd.DataLoader(shards, batch_size=3, collate_fn=lambda rows: rows)))
+    assert rows == [shards[i] for i in range(3)]
+    table = next(iter(rd.DataLoader(shards, batch_size=3, arrow_collate=lambda t: t)))
+    assert table.column("id").to_pylist() == [0, 1, 2]
+
+
+def test_a_new_iter_continues_from_the_cursor_after_break():
+    loader = rd.DataLoader(Plain(), batch_size=10, shuffle=True, seed=4)
+    reference = [canon(b) for b in rd.DataLoader(Plain(), batch_size=10, shuffle=True, seed=4)]
+    got = []
+    for b in loader:
+        got.append(canon(b))
+        if len(got) == 7:
+            break
+    got += [canon(b) for b in loader]  # the rest of the epoch, not a new epoch
+    assert got == reference
+    second = [canon(b) for b in loader]  # then the next epoch, reshuffled
+    assert len(second) == len(reference) and second != reference
+
+
+def test_the_training_process_randomness_is_left_alone():
+    torch.manual_seed(0)
+    random.seed(0)
+    np.random.seed(0)
+    expected = (torch.rand(3), random.random(), np.random.rand())
+    torch.manual_seed(0)
+    random.seed(0)
+    np.random.seed(0)
+    loader = rd.DataLoader(Augmented(), batch_size=4, shuffle=True, seed=1)
+    for _ in range(2):
+        for _ in loader:
+            pass
+    assert torch.equal(torch.rand(3), expected[0])
+    assert random.random() == expected[1] and np.random.rand() == expected[2]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_augmentation_does_not_depend_on_workers_or_prefetch(num_workers):
+    base = [canon(b) for b in rd.DataLoader(Augmented(), batch_size=8, shuffle=True, seed=9)]
+    kwargs = dict(prefetch_factor=3, persistent_workers=True) if num_workers else {}
+    got = [canon(b) for b in rd.DataLoader(Augmented(), batch_size=8, shuffle=True, seed=9,
+                                          num_workers=num_workers, **kwargs)]
+    assert got == base
+    assert base[0]["ctx_record"] == base[0]["record"]
+
+
+def test_seed_sources_and_the_missing_seed_error():
+    a = [canon(b) for b in rd.DataLoader(Plain(), batch_size=8, shuffle=True, seed=5)]
+    b = [canon(b) for b in rd.DataLoader(Plain(), batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(5))]
+    c = [canon(b) for b in rd.DataLoader(Plain(), batch_size=8, sampler=RandomSampler(Plain(), generator=torch.Generator().manual_seed(5)))]
+    assert a == b == c
+    with pytest.raises(rd.ConfigError, match="seed"):
+        rd.DataLoader(Plain(), batch_size=8, shuffle=True)
+
+
+@pytest.mark.parametrize("shuffle, drop_last", [(True, False), (False, True)])
+def test_distributed_sampler_becomes_strided_sharding(shuffle, drop_last):
+    world = 3
+    loaders = [rd.DataLoader(Plain(), batch_size=4, sampler=DistributedSampler(Plain(), world, r, shuffle=shuffle, seed=2,
+                                                                              drop_last=drop_last)) for r in range(world)]
+    global_loader = rd.DataLoader(Plain(), batch_size=12, shuffle=shuffle, seed=2, drop_last=drop_last,
+                                  tail="drop" if drop_last else "wrap")
+    for ranks, whole in zip(zip(*loaders), global_loader):
+        xs = torch.stack([r["x"][:, 0] for r in ranks], dim=1).reshape(-1)  # interleave ranks: strided
+        assert xs.tolist() == whole["x"][:, 0].tolist()
+    assert loaders[0].sharding == rd.Sharding(3, 0, "strided")
+    loaders[1].sampler_set_epoch = DistributedSampler.set_epoch  # set_epoch on the sampler is harmless
+
+
+def test_translated_samplers_and_rejected_ones():
+    seq = [canon(b) for b in rd.DataLoader(Plain(), batch_sampler=BatchSampler(SequentialSampler(Plain()), 7, True))]
+    assert seq == [canon(b) for b in rd.DataLoader(Plain(), batch_size=7, drop_last=True)]
+    with pytest.raises(TypeError, match="PositionalSampler"):
+        rd.DataLoader(Plain(), sampler=WeightedRandomSampler([1.0] * N_RECORDS, 10))
+    with pytest.raises(TypeError, match="history"):
+        rd.DataLoader(Plain(), sampler=RandomSampler(Plain(), replacement=True))
+
+
+class EveryOther:
+    """A positional sampler: odd records first, then even ones, reversed every other epoch."""
+
+    def __len__(self):
+        return N_RECORDS
+
+    def indices(self, epoch, offsets):
+        order = np.concatenate([np.arange(1, N_RECORDS, 2), np.arange(0, N_RECORDS, 2)])
+        return (order if epoch % 2 == 0 else order[::-1])[offsets]
+
+    def fingerprint(self):
+        return "EveryOther/1"
+
+
+def test_positional_sampler_protocol():
+    loader = rd.DataLoader(Plain(), batch_size=10, sampler=EveryOther())
+    first = next(iter(loader))
+    assert first["x"][:, 0].tolist() == list(range(1, 21, 2))
+    state = loader.state_dict()
+    assert state["sampler"] == "EveryOther/1"
+    other = rd.DataLoader(Plain(), batch_size=10)
+    with pytest.raises(rd.ResumeError, match="sampler"):
+        other.load_state_dict(state, allow_unpinned=True)
+
+
+@pytest.mark.parametrize("kwargs, param", [
+    (dict(in_order=False), "in_order"), (dict(batch_size=0), "batch_size"), (dict(commit="sometimes"), "commit"),
+    (dict(accumulation_steps=0), "accumulation_steps"), (dict(shuffle=True, seed=-1), "seed"),
+    (dict(shuffle_window=0, seed=1), "shuffle_window"), (dict(tail="pad"), "tail"),
+    (dict(sharding=rd.Sharding(2, 0), tail="partial"), "tail"), (dict(batch_size=5, sharding=rd.Sharding(2, 0), drop_last=True), None),
+])
+def test_bad_arguments_fail_at_construction(kwargs, param):
+    if param is None:  # a valid combination for contrast
+        rd.DataLoader(Plain(), **kwargs)
+        return
+    with pytest.raises(rd.ConfigError, match=param):
+        rd.DataLoader(Plain(), **kwargs)
