@@ -18,6 +18,7 @@ integers; the first batch after it costs what a fresh start's first batch costs,
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -256,7 +257,7 @@ class DataLoader:
             multiprocessing_context=multiprocessing_context, generator=private, prefetch_factor=prefetch_factor,
             persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
         )
-        self._active: _Iterator | None = None
+        self._active: weakref.ref[_Iterator] | None = None
         self._generation = 0
         self.reset()
 
@@ -308,10 +309,16 @@ class DataLoader:
 
     # -- iteration --------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
-        if self._active is not None:
-            self._active.close()
-        self._active = _Iterator(self)
-        return self._active
+        self._close_active()
+        it = _Iterator(self)
+        self._active = weakref.ref(it)
+        return it
+
+    def _close_active(self) -> None:
+        it = self._active() if self._active is not None else None
+        if it is not None:
+            it.close()
+        self._active = None
 
     def __len__(self) -> int:
         """Steps per epoch."""
@@ -443,9 +450,7 @@ class DataLoader:
         :class:`rd.ResumeError` listing every difference (saved vs current, with the fix). A state
         with delivered but uncommitted batches needs ``on_uncommitted="repeat"`` (deliver them again)
         or ``"skip"`` (record them as skipped). Prefetched batches are always fetched again."""
-        if self._active is not None:
-            self._active.close()
-            self._active = None
+        self._close_active()
         self._generation += 1
         if state is None:
             self._committed = self._delivered = self._fetched = 0
@@ -515,8 +520,12 @@ class _Iterator:
         loader._on_deliver(step, tokens)
         return batch
 
+    def __del__(self) -> None:
+        self.close()
+
     def close(self) -> None:
-        if self._closed:
+        """Stop this pass; its worker processes (unless persistent) shut down now."""
+        if getattr(self, "_closed", True):
             return
         self._closed = True
         it = self._it

@@ -9,6 +9,7 @@ timeouts and prefetch stay torch's own. Nothing here depends on the worker id or
 from __future__ import annotations
 
 import enum
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -162,16 +163,22 @@ class StepSampler(Sampler[int]):
     """
 
     def __init__(self, loader: Any) -> None:
-        self._loader = loader
+        self._loader = weakref.ref(loader)  # no cycle: a dropped loader shuts its workers down at once
 
     def __len__(self) -> int:
-        return self._loader._plan.steps_per_epoch
+        return self._loader()._plan.steps_per_epoch
 
     def __iter__(self) -> Iterator[int]:
-        loader = self._loader
-        start, stop = loader._epoch_window()
+        # Only a weak reference lives across yields: torch keeps a persistent pass's sampler
+        # iterator, and a strong reference there would tie the loader into a reference cycle.
+        ref = self._loader
+        start, stop = ref()._epoch_window()
         for step in range(start, stop):
+            loader = ref()
+            if loader is None:
+                return
             if loader._is_skipped(step):
                 continue
             loader._on_fetch(step)
+            del loader
             yield step
