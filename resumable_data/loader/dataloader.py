@@ -100,7 +100,8 @@ class DataLoader:
       an error, since a loader without a known seed cannot resume);
     * ``shuffle_window``: shuffle inside windows of this many records (a shuffle buffer computed
       as a pure function) instead of a global shuffle;
-    * ``sharding``: an :class:`rd.Sharding` (default: a single process);
+    * ``sharding``: an :class:`rd.Sharding` (default: ``rd.Sharding.from_environment()``: the
+      process group, else torchrun's ``RANK``/``WORLD_SIZE``, else a single process);
     * ``elastic``: allow resuming on another world size with the same global batch (default True);
     * ``tail``: override what happens to an epoch's incomplete last global batch (``drop``/``wrap``/
       ``partial``); by default ``drop_last=True`` drops, else one process gets a short batch
@@ -173,7 +174,7 @@ class DataLoader:
         do_shuffle = bool(shuffle) if tr.shuffle is None else tr.shuffle
         if sharding is not None and tr.sharding is not None:
             raise ConfigError(describe("sharding", sharding, "unset when a DistributedSampler is given", "pass one of the two"))
-        self._sharding = sharding or tr.sharding or Sharding()
+        self._sharding = sharding or tr.sharding or Sharding.from_environment()
         if not isinstance(self._sharding, Sharding):
             raise ConfigError(describe("sharding", sharding, "an rd.Sharding", "pass rd.Sharding(world_size, rank)"))
         self._unbatched = batch_size is None

@@ -14,6 +14,9 @@ Cost. O(b) per batch; nothing to restore.
 from __future__ import annotations
 
 import enum
+import os
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +57,53 @@ class Sharding:
         object.__setattr__(self, "world_size", world)
         object.__setattr__(self, "rank", int(self.rank))
         object.__setattr__(self, "policy", coerce_enum(self.policy, ShardingPolicy, "sharding policy"))
+
+    @classmethod
+    def from_environment(cls, policy: ShardingPolicy | str = ShardingPolicy.CONTIGUOUS,
+                         environ: Mapping[str, str] | None = None) -> Sharding:
+        """Rank and world size from an initialized ``torch.distributed`` process group, else from
+        ``RANK`` / ``WORLD_SIZE`` (as torchrun sets them), else a single process.
+
+        A malformed or inconsistent value is an error, never a silent rank 0. (``torch`` is not
+        imported here: a process group exists only if the caller already imported it.)"""
+        env = os.environ if environ is None else environ
+        from_env = None
+        if "RANK" in env or "WORLD_SIZE" in env:
+            missing = [k for k in ("RANK", "WORLD_SIZE") if k not in env]
+            if missing:
+                raise ConfigError(
+                    describe(missing[0], None, "RANK and WORLD_SIZE set together", "launch with torchrun or set both")
+                )
+            values = []
+            for name in ("WORLD_SIZE", "RANK"):
+                raw = env[name]
+                try:
+                    values.append(int(raw.strip()))
+                except ValueError:
+                    raise ConfigError(describe(name, raw, "a decimal integer", f"fix the {name} environment variable")) from None
+            world, rank = values
+            if world < 1:
+                raise ConfigError(describe("WORLD_SIZE", env["WORLD_SIZE"], "an integer >= 1", "fix WORLD_SIZE"))
+            if not 0 <= rank < world:
+                raise ConfigError(describe("RANK", env["RANK"], f"an integer in [0, WORLD_SIZE={world})", "fix RANK"))
+            if "LOCAL_RANK" in env:
+                raw = env["LOCAL_RANK"]
+                if not raw.strip().isdigit() or int(raw) >= world:
+                    raise ConfigError(describe("LOCAL_RANK", raw, f"an integer in [0, {world})", "fix LOCAL_RANK"))
+            from_env = (world, rank)
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            group = (dist.get_world_size(), dist.get_rank())
+            if from_env is not None and from_env != group:
+                raise ConfigError(
+                    describe("RANK/WORLD_SIZE", f"{from_env[1]}/{from_env[0]}",
+                             f"the process group's rank/world size {group[1]}/{group[0]}",
+                             "make the environment agree with init_process_group, or unset RANK and WORLD_SIZE")
+                )
+            return cls(group[0], group[1], policy)
+        if from_env is not None:
+            return cls(from_env[0], from_env[1], policy)
+        return cls(1, 0, policy)
 
     def check_global_batch(self, global_batch: int) -> None:
         """Raise unless ``world_size`` divides ``global_batch``."""

@@ -47,3 +47,22 @@ def test_keys_depend_on_every_input():
                 sample_key("v", 1, 10, "other")}) == 5
     assert sample_keys("v", 1, np.arange(5)).tolist() == [sample_key("v", 1, p) for p in range(5)]
     assert python_random(base).random() == python_random(base).random()
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, Sharding(1, 0)),
+    ({"RANK": "2", "WORLD_SIZE": "4"}, Sharding(4, 2)),
+    ({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}, Sharding(1, 0)),
+])
+def test_from_environment(env, expected):
+    assert Sharding.from_environment(environ=env) == expected
+
+
+@pytest.mark.parametrize("env, param", [
+    ({"RANK": "1"}, "WORLD_SIZE"), ({"WORLD_SIZE": "2"}, "RANK"), ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK"),
+    ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK"), ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "-1"}, "LOCAL_RANK"),
+])
+def test_from_environment_refuses_malformed_values(env, param):
+    with pytest.raises(rd.ConfigError, match=param):
+        Sharding.from_environment(environ=env)
