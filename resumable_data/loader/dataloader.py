@@ -35,6 +35,7 @@ from resumable_data.loader.state import (
     CommitMode,
     Counters,
     Cursor,
+    Layout,
     LoaderState,
     OnUncommitted,
     SkippedRange,
@@ -57,7 +58,7 @@ class CounterView:
       (AMP found inf/nan gradients); ``attempted == applied + skipped``;
     * ``microbatches``: committed steps (batches whose gradients were used), skipped steps excluded;
     * ``samples``: global samples in those steps (all ranks, ``drop``/``wrap`` tails included);
-    * ``tokens``: non-padding tokens this rank committed (of ``token_column``; 0 when unset);
+    * ``tokens``: non-padding tokens in those steps, all ranks (of ``token_column``; 0 when unset);
     * ``skipped_steps``: steps below the committed cursor that were skipped on purpose.
     """
 
@@ -417,7 +418,7 @@ class DataLoader:
     # -- state ------------------------------------------------------------------------------------
     def _state(self) -> LoaderState:
         return LoaderState(
-            plan=self._plan, sharding=self._sharding, elastic=self._elastic, commit=self._commit_mode,
+            plan=self._plan, layout=Layout(self._sharding.world_size, self._sharding.policy), elastic=self._elastic, commit=self._commit_mode,
             accumulation_steps=self._k, packing=None, pinned=self._pinned,
             sampler=self._positional.fingerprint() if self._positional is not None else None,
             cursor=self.cursor,

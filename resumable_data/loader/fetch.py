@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import Dataset, Sampler, get_worker_info
 from torch.utils.data._utils.collate import default_collate, default_convert
 
-from resumable_data.loader.collate import arrow_to_tensors, list_lengths
+from resumable_data.loader.collate import arrow_to_tensors
 from resumable_data.loader.context import (
     BatchContext,
     GlobalRNGGuard,
@@ -69,6 +69,10 @@ class StepFetcher(Dataset):
         self.token_column = token_column
         self.unbatched = unbatched
         self.records_fn = records_fn
+        self._lengths: np.ndarray | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_lengths": None}  # workers rebuild the length index themselves
 
     def __len__(self) -> int:
         return self.plan.steps_per_epoch
@@ -80,7 +84,7 @@ class StepFetcher(Dataset):
         positions = self.plan.local_positions(step, self.sharding)
         records = self.records(positions)
         if self.mode is FetchMode.ARROW:
-            return step, *self._arrow(records)
+            return step, *self._arrow(step, records)
         in_main = get_worker_info() is None
         guard = GlobalRNGGuard() if in_main and self.seed_per_sample else None
         if guard is not None:
@@ -100,11 +104,17 @@ class StepFetcher(Dataset):
         return step, batch, 0
 
     # -- the three fetch modes --------------------------------------------------------------------
-    def _arrow(self, records: np.ndarray) -> tuple[Any, int]:
+    def global_tokens(self, step: int) -> int:
+        """Non-padding tokens of ``token_column`` in the whole global batch of ``step`` (all
+        ranks), from the offsets-only length index: rank-invariant, so every rank counts the same."""
+        if self._lengths is None:
+            self._lengths = self.dataset.column_lengths(self.token_column)
+        start, stop = self.plan.step_span(step)
+        return int(self._lengths[self.records(np.arange(start, stop, dtype=np.int64))].sum())
+
+    def _arrow(self, step: int, records: np.ndarray) -> tuple[Any, int]:
         table = self.dataset.take(records)
-        tokens = 0
-        if self.token_column is not None:
-            tokens = int(list_lengths(table.column(self.token_column).combine_chunks()).sum())
+        tokens = 0 if self.token_column is None else self.global_tokens(step)
         if self.arrow_collate is not None:
             return self.arrow_collate(table), tokens
         if self.collate_fn is not None:

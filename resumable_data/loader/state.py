@@ -26,7 +26,7 @@ from resumable_data._schema import (
 )
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
-from resumable_data.plan import Plan, Sharding
+from resumable_data.plan import Plan, ShardingPolicy
 
 __all__ = [
     "FORMAT",
@@ -34,6 +34,7 @@ __all__ = [
     "CommitMode",
     "Counters",
     "Cursor",
+    "Layout",
     "LoaderState",
     "OnUncommitted",
     "SkippedRange",
@@ -47,7 +48,7 @@ MAX_SKIPPED_RANGES = 10_000
 K_FORMAT = "format"
 K_SCHEMA = "schema_version"
 K_PLAN = "plan"
-K_SHARDING = "sharding"
+K_LAYOUT = "layout"
 K_ELASTIC = "elastic"
 K_COMMIT = "commit"
 K_ACCUMULATION = "accumulation_steps"
@@ -59,7 +60,7 @@ K_SKIPPED = "skipped"
 K_LABEL = "recovery_label"
 K_SAMPLER = "sampler"
 _KEYS = frozenset(
-    {K_FORMAT, K_SCHEMA, K_PLAN, K_SHARDING, K_ELASTIC, K_COMMIT, K_ACCUMULATION, K_PACKING, K_PINNED,
+    {K_FORMAT, K_SCHEMA, K_PLAN, K_LAYOUT, K_ELASTIC, K_COMMIT, K_ACCUMULATION, K_PACKING, K_PINNED,
      K_SAMPLER, K_CURSOR, K_COUNTERS, K_SKIPPED, K_LABEL}
 )
 
@@ -156,11 +157,29 @@ class SkippedRange:
 
 
 @dataclass(frozen=True)
+class Layout:
+    """The data-parallel layout a state was written under. No rank: the state is the same on
+    every rank (the cursor is global), so ``torch.distributed.checkpoint`` may keep one copy."""
+
+    world_size: int = 1
+    policy: ShardingPolicy = ShardingPolicy.CONTIGUOUS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"world_size": self.world_size, "policy": self.policy.value}
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "layout") -> Layout:
+        expect_mapping(d, where, {"world_size", "policy"})
+        return cls(expect_int(d["world_size"], f"{where}.world_size", 1, 1 << 20),
+                   expect_enum(d["policy"], ShardingPolicy, f"{where}.policy"))
+
+
+@dataclass(frozen=True)
 class LoaderState:
     """Everything a :class:`~resumable_data.DataLoader` needs to continue, and its fingerprint."""
 
     plan: Plan
-    sharding: Sharding
+    layout: Layout
     elastic: bool
     commit: CommitMode
     accumulation_steps: int
@@ -177,7 +196,7 @@ class LoaderState:
             K_FORMAT: FORMAT,
             K_SCHEMA: SCHEMA_VERSION,
             K_PLAN: self.plan.to_dict(),
-            K_SHARDING: self.sharding.to_dict(),
+            K_LAYOUT: self.layout.to_dict(),
             K_ELASTIC: self.elastic,
             K_COMMIT: self.commit.value,
             K_ACCUMULATION: self.accumulation_steps,
@@ -201,7 +220,6 @@ class LoaderState:
         expect_header(d, FORMAT, SCHEMA_VERSION, "state")
         try:
             plan = Plan.from_dict(d[K_PLAN], "state.plan")
-            sharding = Sharding.from_dict(d[K_SHARDING], "state.sharding")
         except ConfigError as e:  # constructor checks on forged values are resume errors here
             raise ResumeError(f"state is inconsistent: {e}") from None
         packing = d[K_PACKING]
@@ -215,7 +233,7 @@ class LoaderState:
         skipped = tuple(SkippedRange.from_list(v, f"state.skipped[{i}]") for i, v in enumerate(raw_skipped))
         return cls(
             plan=plan,
-            sharding=sharding,
+            layout=Layout.from_dict(d[K_LAYOUT], "state.layout"),
             elastic=expect_bool(d[K_ELASTIC], "state.elastic"),
             commit=expect_enum(d[K_COMMIT], CommitMode, "state.commit"),
             accumulation_steps=expect_int(d[K_ACCUMULATION], "state.accumulation_steps", 1, 1 << 20),
@@ -249,7 +267,7 @@ def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool) -
     differ("order", sp.order.to_dict(), cp.order.to_dict(), "pass the same shuffle / shuffle_window")
     differ("tail", sp.tail.value, cp.tail.value, "pass the same drop_last (and sampler settings)")
     if sp.global_batch != cp.global_batch:
-        w = current.sharding.world_size
+        w = current.layout.world_size
         ok = _divisors(sp.global_batch)
         diffs.append(
             f"global batch size: saved {sp.global_batch} vs current {cp.global_batch} "
@@ -265,10 +283,10 @@ def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool) -
             f"pinned: saved {saved.pinned} vs current {current.pinned}; the dataset version cannot be verified; "
             "fix: pin the data (rd.pin) and pass dataset_version=, or load with allow_unpinned=True"
         )
-    layout_changed = saved.sharding != current.sharding
+    layout_changed = saved.layout != current.layout
     if layout_changed and not (saved.elastic and current.elastic):
         diffs.append(
-            f"sharding: saved {saved.sharding.to_dict()} vs current {current.sharding.to_dict()} under a "
+            f"layout: saved {saved.layout.to_dict()} vs current {current.layout.to_dict()} under a "
             "non-elastic policy; fix: resume on the saved layout, or construct both loaders with elastic=True"
         )
     label = RecoveryLabel.ELASTIC_RESHARD if layout_changed else RecoveryLabel.FAITHFUL_CONTINUATION

@@ -126,6 +126,7 @@ def test_elastic_reshard_continues_the_global_stream(shards):
     (lambda s: s.pop("cursor"), r"missing \['cursor'\]"),
     (lambda s: s.update(extra=1), r"unexpected \['extra'\]"),
     (lambda s: s["cursor"].update(committed=-1), r"cursor.committed"),
+    (lambda s: s["layout"].update(world_size=0), r"layout.world_size"),
     (lambda s: s["cursor"].update(delivered=10**30), r"cursor.delivered"),
     (lambda s: s["cursor"].update(committed=9), r"committed <= delivered <= fetched"),
     (lambda s: s["plan"].update(seed="5"), r"plan.seed"),
@@ -179,3 +180,18 @@ def test_fuzzed_states_only_ever_raise_rd_errors(shards, saved, data):
         ld.load_state_dict(bad, on_uncommitted="repeat")
     except rd.ResumableDataError:
         pass
+
+
+def test_state_is_identical_on_every_rank(shards):
+    """No rank in the state and global token counts: DCP may keep one copy for all ranks."""
+    ranks = [loader(shards, batch_size=4, sharding=rd.Sharding(2, r), tail="wrap", token_column="tokens") for r in range(2)]
+    for ld in ranks:
+        it = iter(ld)
+        for _ in range(3):
+            next(it)
+    states = [ld.state_dict() for ld in ranks]
+    assert states[0] == states[1]
+    whole = loader(shards, batch_size=8, tail="wrap", token_column="tokens")
+    it = iter(whole)
+    expected = sum(int(next(it)["tokens_lengths"].sum()) for _ in range(3))
+    assert states[0]["counters"]["tokens"] == expected > 0
