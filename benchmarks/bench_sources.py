@@ -11,7 +11,6 @@ repetitions with min/max; ratios are speed ratios (higher is better for ``ArrowS
 from __future__ import annotations
 
 import argparse
-import shutil
 import time
 from pathlib import Path
 
@@ -20,30 +19,15 @@ import pyarrow as pa
 
 import resumable_data as rd
 from benchmarks._common import timed, write_results
+from benchmarks.data import FULL_RECORDS, NUM_SHARDS, build_table, shards_dir
 from resumable_data.sources.files import HASH_CHUNK_BYTES, MANIFEST_NAME
 
-DATA = Path(__file__).resolve().parent / "data"
-NUM_RECORDS = 1_000_000
-NUM_SHARDS = 8
-ROWS_PER_BATCH = 16_384
+NUM_RECORDS = FULL_RECORDS
 BATCH = 256
 
 
-def build_table(n: int, seed: int = 0) -> pa.Table:
-    rng = np.random.default_rng(seed)
-    lens = rng.integers(16, 257, n)
-    off = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(lens, out=off[1:])
-    tokens = pa.ListArray.from_arrays(pa.array(off), pa.array(rng.integers(0, 50_000, off[-1], dtype=np.int32)))
-    return pa.table({"tokens": tokens, "id": pa.array(np.arange(n, dtype=np.int64))})
-
-
 def dataset_dir(table: pa.Table) -> Path:
-    d = DATA / f"sources-{table.num_rows}x{NUM_SHARDS}"
-    if not (d / "shard-00000.arrow").is_file():
-        shutil.rmtree(d, ignore_errors=True)
-        rd.write_arrow_shards(table, d, num_shards=NUM_SHARDS, rows_per_batch=ROWS_PER_BATCH)
-    return d
+    return shards_dir(table.num_rows, table)
 
 
 def read_plainly(paths: list[Path]) -> None:
@@ -58,10 +42,10 @@ def stats_ms(t: dict, per: int) -> dict:
     return {k: (v / per * 1e3 if k != "runs" else v) for k, v in t.items()}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer batches and repetitions (< 1 min)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     repeats = 5 if args.quick else 9
     batches = 100 if args.quick else 400
 
@@ -121,6 +105,7 @@ shards, {num_units} record batches, {total_bytes / 1e6:.0f} MB. Median (min..max
     out = write_results("sources", payload, md)
     print(md)
     print(f"wrote {out}")
+    return payload
 
 
 if __name__ == "__main__":
