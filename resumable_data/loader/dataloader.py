@@ -31,6 +31,7 @@ from resumable_data._schema import check_int, coerce_enum
 from resumable_data.errors import ConfigError, ResumableDataError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.fetch import FetchMode, StepFetcher, StepSampler
+from resumable_data.loader.stream import PackedStream, RecordStream
 from resumable_data.loader.state import (
     CommitMode,
     Counters,
@@ -43,6 +44,7 @@ from resumable_data.loader.state import (
 )
 from resumable_data.loader.translate import translate_sampler
 from resumable_data.plan import Order, OrderSpec, Plan, Sharding, Tail
+from resumable_data.plan.packing import Overlong, Packing, PackMode
 
 __all__ = ["CounterView", "DataLoader"]
 
@@ -114,7 +116,8 @@ class DataLoader:
     * ``seed_per_sample``: seed the global ``random``/numpy/torch generators per sample (default
       True) so existing transforms are deterministic; ``arrow_collate``: a function of the batch's
       ``pyarrow.Table``; ``token_column``: the list column counted in ``counters.tokens``;
-    * ``packing``: reserved for sequence packing.
+    * ``packing``: an :class:`rd.Packing`: batches become ``batch_size`` packed sequences and the
+      position unit becomes the packed sequence (see :mod:`resumable_data.plan.packing`).
     """
 
     def __init__(
@@ -152,8 +155,6 @@ class DataLoader:
     ) -> None:
         if not in_order:
             raise ConfigError(describe("in_order", in_order, "True", "drop in_order=False: a resumable stream is delivered in order"))
-        if packing is not None:
-            raise ConfigError(describe("packing", packing, "None (sequence packing is not available yet)", "drop packing="))
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
             raise ConfigError(
                 describe("dataset", type(dataset).__name__, "a map-style dataset (__len__ and __getitem__)",
@@ -220,7 +221,12 @@ class DataLoader:
         from resumable_data.sources import ArrowShards  # lazy: sources import pyarrow only
 
         version_hash, pinned = self._version(dataset, dataset_version, ArrowShards)
-        if isinstance(dataset, ArrowShards):
+        if packing is not None:
+            mode = FetchMode.PACKED
+            lengths = self._check_packing(packing, dataset, ArrowShards, collate_fn, arrow_collate, token_column,
+                                          tr.positional)
+            token_column = None
+        elif isinstance(dataset, ArrowShards):
             mode = FetchMode.ARROW
         elif arrow_collate is not None:
             raise ConfigError(describe("arrow_collate", arrow_collate, "an rd.ArrowShards dataset", "use collate_fn instead"))
@@ -233,6 +239,11 @@ class DataLoader:
         self._plan = Plan(epoch_records, per_rank * world, version_hash, seed, order, tail)
         self._sharding.check_global_batch(self._plan.global_batch)
         self._positional = tr.positional
+        self._packing: Packing | None = packing
+        if packing is not None:
+            self._stream: RecordStream | PackedStream = PackedStream(self._plan, packing, lengths, pinned=pinned)
+        else:
+            self._stream = RecordStream(self._plan)
         records_fn = _PositionalRecords(tr.positional, self._plan.epoch_len) if tr.positional is not None else None
         self._elastic = bool(elastic)
         self._commit_mode = coerce_enum(commit, CommitMode, "commit")
@@ -250,7 +261,7 @@ class DataLoader:
         self._fetcher = StepFetcher(
             dataset, self._plan, self._sharding, mode=mode, collate_fn=collate_fn, arrow_collate=arrow_collate,
             seed_per_sample=bool(seed_per_sample), token_column=token_column, unbatched=self._unbatched,
-            records_fn=records_fn,
+            records_fn=records_fn, stream=self._stream if packing is not None else None,
         )
         private = torch.Generator().manual_seed(seed)  # torch draws a base seed per iter(): never from the global one
         self._torch = tud.DataLoader(
@@ -278,14 +289,51 @@ class DataLoader:
             given = given or own
         return (given, True) if given else (UNPINNED, False)
 
+    @staticmethod
+    def _check_packing(packing: Any, dataset: Any, arrow_type: type, collate_fn: Any, arrow_collate: Any,
+                       token_column: Any, positional: Any) -> np.ndarray:
+        """Validate a packing spec against the source before any batch; returns the token lengths."""
+        import pyarrow as pa
+
+        if not isinstance(packing, Packing):
+            raise ConfigError(describe("packing", packing, "an rd.Packing", "pass rd.Packing(seq_len=...)"))
+        if not isinstance(dataset, arrow_type):
+            raise ConfigError(describe("dataset", type(dataset).__name__, "an rd.ArrowShards when packing",
+                                       "write the documents as Arrow shards and open them with rd.ArrowShards"))
+        for name, value in (("collate_fn", collate_fn), ("arrow_collate", arrow_collate), ("sampler", positional)):
+            if value is not None:
+                raise ConfigError(describe(name, value, "None when packing (the packer builds the batch)", f"drop {name}="))
+        if token_column not in (None, packing.tokens):
+            raise ConfigError(describe("token_column", token_column, f"None or {packing.tokens!r} when packing", "drop it"))
+        names = dataset.schema.names
+        if packing.tokens not in names:
+            raise ConfigError(describe("Packing.tokens", packing.tokens, f"one of the columns {names}", "name the token column"))
+        t = dataset.schema.field(packing.tokens).type
+        if not ((pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type)):
+            raise ConfigError(describe("Packing.tokens", packing.tokens, f"a list<integer> column (it is {t})",
+                                       "tokenize into a list of integer ids"))
+        lengths = dataset.column_lengths(packing.tokens)
+        empty = np.flatnonzero(lengths == 0)
+        if empty.size:
+            raise ConfigError(describe("documents", f"{empty.size} empty, first record ids {empty[:5].tolist()}",
+                                       "documents with at least one token", "filter empty documents out before pinning"))
+        if packing.mode is PackMode.BEST_FIT and packing.overlong is Overlong.ERROR:
+            long = np.flatnonzero(packing.doc_lengths(lengths) > packing.seq_len)
+            if long.size:
+                raise ConfigError(describe("overlong", "error", f"no document longer than seq_len={packing.seq_len} "
+                                           f"({long.size} are, first record ids {long[:5].tolist()})",
+                                           "use overlong='split', a larger seq_len, or filter them"))
+        return lengths
+
     # -- cursor bookkeeping (called by the sampler and the iterator) --------------------------------
-    def _epoch_window(self) -> tuple[int, int]:
+    def _epoch_window(self) -> tuple[int, int, int, int]:
+        """(epoch, its first step, first step to fetch, end of the epoch) for a new pass."""
         start = self._delivered
         while self._is_skipped(start):
             start = self._skip_end(start)
-        spe = self._plan.steps_per_epoch
+        epoch, first = self._stream.locate(start, self._ledger)
         self._fetched = start
-        return start, (start // spe + 1) * spe
+        return epoch, first, start, first + self._stream.steps_in_epoch(epoch)
 
     def _is_skipped(self, step: int) -> bool:
         return any(r.start <= step < r.stop for r in self._skipped)
@@ -296,18 +344,19 @@ class DataLoader:
     def _on_fetch(self, step: int) -> None:
         self._fetched = step + 1
 
-    def _on_deliver(self, step: int, tokens: int) -> None:
+    def _on_deliver(self, step: int, tokens: int, samples: int) -> None:
         if step < self._delivered:
             raise ResumableDataError(f"internal: step {step} delivered after step {self._delivered - 1}")
         self._delivered = step + 1
         self._pending_tokens += tokens
+        self._pending_samples += samples
         self._pending_mb += 1
 
     def _commit_delivered(self) -> None:
         self._committed = self._delivered
         self._tokens += self._pending_tokens
-        self._pending_tokens = 0
-        self._pending_mb = 0
+        self._samples += self._pending_samples
+        self._pending_tokens = self._pending_samples = self._pending_mb = 0
 
     # -- iteration --------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -321,10 +370,6 @@ class DataLoader:
         if it is not None:
             it.close()
         self._active = None
-
-    def __len__(self) -> int:
-        """Steps per epoch."""
-        return self._plan.steps_per_epoch
 
     # -- commit protocol --------------------------------------------------------------------------
     def commit(self, applied: bool = True) -> None:
@@ -363,29 +408,25 @@ class DataLoader:
     def cursor(self) -> Cursor:
         return Cursor(self._committed, self._delivered, max(self._fetched, self._delivered))
 
+    def __len__(self) -> int:
+        """Steps in the current epoch (every epoch has the same count unless packing)."""
+        return self._stream.steps_in_epoch(self._stream.locate(self._delivered, self._ledger)[0])
+
     def _skipped_before(self, step: int) -> int:
         return sum(max(0, min(r.stop, step) - r.start) for r in self._skipped)
 
     def _microbatches_before(self, step: int) -> int:
         return step - self._skipped_before(step)
 
-    def _samples_before(self, step: int) -> int:
-        p = self._plan
-        short = p.steps_per_epoch * p.global_batch - p.epoch_len  # missing samples of a short last step
-        return step * p.global_batch - (step // p.steps_per_epoch) * short
-
     @property
     def counters(self) -> CounterView:
         c = self._committed
-        skipped_samples = sum(
-            self._samples_before(min(r.stop, c)) - self._samples_before(r.start) for r in self._skipped if r.start < c
-        )
         return CounterView(
             attempted_updates=self._attempted,
             applied_updates=self._applied,
             skipped_updates=self._skipped_updates,
             microbatches=self._microbatches_before(c),
-            samples=self._samples_before(c) - skipped_samples,
+            samples=self._samples,
             tokens=self._tokens,
             skipped_steps=self._skipped_before(c),
         )
@@ -419,10 +460,11 @@ class DataLoader:
     def _state(self) -> LoaderState:
         return LoaderState(
             plan=self._plan, layout=Layout(self._sharding.world_size, self._sharding.policy), elastic=self._elastic, commit=self._commit_mode,
-            accumulation_steps=self._k, packing=None, pinned=self._pinned,
+            accumulation_steps=self._k, packing=None if self._packing is None else self._packing.to_dict(),
+            pinned=self._pinned, epoch_base=self._stream.locate(self._committed, self._ledger),
             sampler=self._positional.fingerprint() if self._positional is not None else None,
             cursor=self.cursor,
-            counters=Counters(self._attempted, self._applied, self._skipped_updates, self._tokens),
+            counters=Counters(self._attempted, self._applied, self._skipped_updates, self._samples, self._tokens),
             skipped=tuple(self._skipped), recovery_label=self._label,
         )
 
@@ -456,8 +498,9 @@ class DataLoader:
         self._generation += 1
         if state is None:
             self._committed = self._delivered = self._fetched = 0
-            self._attempted = self._applied = self._skipped_updates = self._tokens = 0
-            self._pending_tokens = self._pending_mb = 0
+            self._attempted = self._applied = self._skipped_updates = self._tokens = self._samples = 0
+            self._pending_tokens = self._pending_samples = self._pending_mb = 0
+            self._ledger = {0: 0}
             self._skipped: list[SkippedRange] = []
             self._label = RecoveryLabel.FAITHFUL_CONTINUATION
             return
@@ -477,6 +520,8 @@ class DataLoader:
                 "fix: pass on_uncommitted='repeat' (deliver them again) or on_uncommitted='skip' (treat them as consumed "
                 "and record the skipped range)"
             )
+        if not diffs:
+            ledger = self._check_epoch_base(saved)
         if diffs:
             raise ResumeError("cannot resume this loader from the given state:\n  - " + "\n  - ".join(diffs))
         skipped = list(saved.skipped)
@@ -486,11 +531,27 @@ class DataLoader:
             committed = c.delivered
         self._committed = self._delivered = self._fetched = committed
         k = saved.counters
-        self._attempted, self._applied, self._skipped_updates, self._tokens = (
-            k.attempted_updates, k.applied_updates, k.skipped_updates, k.tokens)
-        self._pending_tokens = self._pending_mb = 0
+        self._attempted, self._applied, self._skipped_updates, self._samples, self._tokens = (
+            k.attempted_updates, k.applied_updates, k.skipped_updates, k.samples, k.tokens)
+        self._pending_tokens = self._pending_samples = self._pending_mb = 0
+        self._ledger = ledger
         self._skipped = skipped
         self._label = label
+
+
+    def _check_epoch_base(self, saved: LoaderState) -> dict[int, int]:
+        """The epoch ledger implied by the saved ``epoch_base``, checked against the stream."""
+        epoch, first = saved.epoch_base
+        committed = saved.cursor.committed
+        if isinstance(self._stream, RecordStream):
+            ok = (epoch, first) == self._stream.locate(committed, {0: 0})
+        else:
+            ok = first <= committed < first + self._stream.steps_in_epoch(epoch) and (epoch > 0 or first == 0)
+        if not ok:
+            raise ResumeError(describe("state.epoch_base", [epoch, first],
+                                       f"the epoch and first step that hold cursor.committed={committed}",
+                                       "pass an unmodified state"))
+        return {0: 0, epoch: first}
 
 
 class _Iterator:
@@ -515,11 +576,11 @@ class _Iterator:
         if loader._commit_mode is CommitMode.AUTO:
             loader._commit_delivered()
         try:
-            step, batch, tokens = next(self._it)
+            step, batch, tokens, samples = next(self._it)
         except StopIteration:
             self.close()
             raise
-        loader._on_deliver(step, tokens)
+        loader._on_deliver(step, tokens, samples)
         return batch
 
     def __del__(self) -> None:

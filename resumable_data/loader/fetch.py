@@ -29,6 +29,7 @@ from resumable_data.loader.context import (
     reset_sample,
     seed_globals,
 )
+from resumable_data.loader.packed import pack_sequences, packed_tokens
 from resumable_data.plan import Plan, Sharding, sample_keys
 
 __all__ = ["FetchMode", "StepFetcher", "StepSampler"]
@@ -38,12 +39,15 @@ class FetchMode(str, enum.Enum):
     """How a batch of records is read from the dataset."""
 
     ARROW = "arrow"  #: ``dataset.take(records)`` -> ``pyarrow.Table`` (rd.ArrowShards)
+    PACKED = "packed"  #: packed sequences from an rd.ArrowShards token column
     GETITEMS = "getitems"  #: ``dataset.__getitems__(records)``, torch's batched protocol
     GETITEM = "getitem"  #: ``dataset[record]`` per sample
 
 
 class StepFetcher(Dataset):
-    """``fetcher[step]`` is this rank's batch of step ``step``, as ``(step, batch, tokens)``."""
+    """``fetcher[(step, epoch, first)]`` is this rank's batch of global step ``step`` (in epoch
+    ``epoch``, which starts at step ``first``), as ``(step, batch, tokens, samples)``: tokens and
+    samples count the whole global batch (all ranks), so every rank's counters agree."""
 
     def __init__(
         self,
@@ -58,6 +62,7 @@ class StepFetcher(Dataset):
         token_column: str | None,
         unbatched: bool,
         records_fn: Callable[[np.ndarray], np.ndarray] | None = None,
+        stream: Any = None,
     ) -> None:
         self.dataset = dataset
         self.plan = plan
@@ -69,6 +74,7 @@ class StepFetcher(Dataset):
         self.token_column = token_column
         self.unbatched = unbatched
         self.records_fn = records_fn
+        self.stream = stream
         self._lengths: np.ndarray | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -80,11 +86,15 @@ class StepFetcher(Dataset):
     def records(self, positions: np.ndarray) -> np.ndarray:
         return self.records_fn(positions) if self.records_fn is not None else self.plan.records(positions)
 
-    def __getitem__(self, step: int) -> tuple[int, Any, int]:
-        positions = self.plan.local_positions(step, self.sharding)
+    def __getitem__(self, request: tuple[int, int, int]) -> tuple[int, Any, int, int]:
+        step, epoch, first = request
+        if self.mode is FetchMode.PACKED:
+            return step, *self._packed(epoch, step - first)
+        start, stop = self.plan.step_span(step)
+        positions = self.sharding.local_positions(start, stop)
         records = self.records(positions)
         if self.mode is FetchMode.ARROW:
-            return step, *self._arrow(step, records)
+            return step, *self._arrow(step, records), stop - start
         in_main = get_worker_info() is None
         guard = GlobalRNGGuard() if in_main and self.seed_per_sample else None
         if guard is not None:
@@ -101,7 +111,7 @@ class StepFetcher(Dataset):
             batch = (self.collate_fn or default_convert)(samples[0])
         else:
             batch = (self.collate_fn or default_collate)(samples)
-        return step, batch, 0
+        return step, batch, 0, stop - start
 
     # -- the three fetch modes --------------------------------------------------------------------
     def global_tokens(self, step: int) -> int:
@@ -124,6 +134,13 @@ class StepFetcher(Dataset):
         if self.unbatched:
             batch = {k: v[0] if isinstance(v, (torch.Tensor, list)) else v for k, v in batch.items()}
         return batch, tokens
+
+    def _packed(self, epoch: int, k: int) -> tuple[dict[str, Any], int, int]:
+        start, stop, count = self.stream.epoch_positions(epoch, k)
+        local = self.sharding.local_positions(start, stop) % count  # the wrap tail re-reads the epoch's first
+        everything = np.arange(start, stop, dtype=np.int64) % count
+        batch, _ = pack_sequences(self.stream, self.dataset, epoch, local)
+        return batch, packed_tokens(self.stream, epoch, everything), stop - start
 
     def _keys(self, positions: np.ndarray) -> np.ndarray:
         return sample_keys(self.plan.version_hash, self.plan.seed, positions)
@@ -182,7 +199,7 @@ class StepSampler(Sampler[int]):
         # Only a weak reference lives across yields: torch keeps a persistent pass's sampler
         # iterator, and a strong reference there would tie the loader into a reference cycle.
         ref = self._loader
-        start, stop = ref()._epoch_window()
+        epoch, first, start, stop = ref()._epoch_window()
         for step in range(start, stop):
             loader = ref()
             if loader is None:
@@ -191,4 +208,4 @@ class StepSampler(Sampler[int]):
                 continue
             loader._on_fetch(step)
             del loader
-            yield step
+            yield step, epoch, first

@@ -59,9 +59,10 @@ K_COUNTERS = "counters"
 K_SKIPPED = "skipped"
 K_LABEL = "recovery_label"
 K_SAMPLER = "sampler"
+K_EPOCH_BASE = "epoch_base"
 _KEYS = frozenset(
     {K_FORMAT, K_SCHEMA, K_PLAN, K_LAYOUT, K_ELASTIC, K_COMMIT, K_ACCUMULATION, K_PACKING, K_PINNED,
-     K_SAMPLER, K_CURSOR, K_COUNTERS, K_SKIPPED, K_LABEL}
+     K_SAMPLER, K_EPOCH_BASE, K_CURSOR, K_COUNTERS, K_SKIPPED, K_LABEL}
 )
 
 
@@ -114,6 +115,7 @@ class Counters:
     attempted_updates: int = 0
     applied_updates: int = 0
     skipped_updates: int = 0
+    samples: int = 0
     tokens: int = 0
 
     def to_dict(self) -> dict[str, int]:
@@ -121,12 +123,13 @@ class Counters:
             "attempted_updates": self.attempted_updates,
             "applied_updates": self.applied_updates,
             "skipped_updates": self.skipped_updates,
+            "samples": self.samples,
             "tokens": self.tokens,
         }
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "counters") -> Counters:
-        keys = ("attempted_updates", "applied_updates", "skipped_updates", "tokens")
+        keys = ("attempted_updates", "applied_updates", "skipped_updates", "samples", "tokens")
         expect_mapping(d, where, set(keys))
         vals = [expect_int(d[k], f"{where}.{k}") for k in keys]
         if vals[1] + vals[2] != vals[0]:
@@ -186,6 +189,7 @@ class LoaderState:
     packing: dict | None
     pinned: bool
     sampler: str | None = None
+    epoch_base: tuple[int, int] = (0, 0)
     cursor: Cursor = field(default_factory=Cursor)
     counters: Counters = field(default_factory=Counters)
     skipped: tuple[SkippedRange, ...] = ()
@@ -203,6 +207,7 @@ class LoaderState:
             K_PACKING: self.packing,
             K_PINNED: self.pinned,
             K_SAMPLER: self.sampler,
+            K_EPOCH_BASE: list(self.epoch_base),
             K_CURSOR: self.cursor.to_dict(),
             K_COUNTERS: self.counters.to_dict(),
             K_SKIPPED: [r.to_list() for r in self.skipped],
@@ -239,12 +244,19 @@ class LoaderState:
             accumulation_steps=expect_int(d[K_ACCUMULATION], "state.accumulation_steps", 1, 1 << 20),
             packing=packing,
             pinned=expect_bool(d[K_PINNED], "state.pinned"),
+            epoch_base=_epoch_base(d[K_EPOCH_BASE]),
             sampler=None if d[K_SAMPLER] is None else expect_str(d[K_SAMPLER], "state.sampler", max_len=1000),
             cursor=Cursor.from_dict(d[K_CURSOR], "state.cursor"),
             counters=Counters.from_dict(d[K_COUNTERS], "state.counters"),
             skipped=skipped,
             recovery_label=expect_enum(d[K_LABEL], RecoveryLabel, "state.recovery_label"),
         )
+
+
+def _epoch_base(v: Any) -> tuple[int, int]:
+    if not isinstance(v, list) or len(v) != 2:
+        raise ResumeError(describe("state.epoch_base", v, "[epoch, first step of that epoch]", "pass an unmodified state"))
+    return expect_int(v[0], "state.epoch_base[0]"), expect_int(v[1], "state.epoch_base[1]")
 
 
 def _divisors(g: int) -> list[int]:

@@ -1,0 +1,75 @@
+"""Packed batches: the rows of a packing plan filled with tokens, as torch tensors.
+
+A batch of in-epoch sequence ids is located in the epoch's packing index (window, sequence in
+window); each window touched is re-derived from its documents' lengths (the plan order gives
+the documents, the offsets-only length index their sizes), and only the documents the requested
+sequences overlap are read, in one vectorized ``take``. Output per batch, ``[B, seq_len]``:
+``input_ids``, ``labels`` (-100 on padding and across documents), ``position_ids`` (restarting
+at each document), ``document_ids`` (record id, -1 on padding), ``loss_mask``; and for
+variable-length attention kernels ``cu_seqlens`` (int32, over the flattened batch; padding runs
+are their own segments) with ``max_seqlen``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from resumable_data.loader.collate import list_lengths
+from resumable_data.plan.packing import assemble, sequence_segments
+
+__all__ = ["pack_sequences", "packed_tokens"]
+
+
+def _window_segments(stream: Any, epoch: int, sequences: np.ndarray):
+    """Yield (selector into ``sequences``, window docs, window doc lengths, segments)."""
+    windows, within = stream.index(epoch).locate(sequences)
+    for w in np.unique(windows):
+        sel = np.flatnonzero(windows == w)
+        docs = stream.window_docs(epoch, int(w))
+        lengths = stream.spec.doc_lengths(stream.lengths[docs])
+        yield sel, docs, lengths, sequence_segments(lengths, stream.spec, within[sel])
+
+
+def packed_tokens(stream: Any, epoch: int, sequences: np.ndarray) -> int:
+    """Real (non-padding) input tokens of ``sequences``, from lengths only (no token reads)."""
+    total = 0
+    L = stream.spec.seq_len
+    for sel, _, _, (rows, _, _, lens, _) in _window_segments(stream, epoch, sequences):
+        per_row = np.bincount(rows, weights=lens, minlength=len(sel))
+        total += int(np.minimum(per_row, L).sum())
+    return total
+
+
+def pack_sequences(stream: Any, source: Any, epoch: int, sequences: np.ndarray) -> tuple[dict[str, Any], int]:
+    """The packed batch of ``sequences`` (in-epoch ids) and its real-token count."""
+    spec = stream.spec
+    n = len(sequences)
+    parts: dict[str, np.ndarray] = {}
+    for sel, docs, _, (rows, seg_docs, starts, lens, cols) in _window_segments(stream, epoch, sequences):
+        needed = np.unique(seg_docs)
+        column = source.take(docs[needed]).column(spec.tokens).combine_chunks()
+        flat = column.flatten().to_numpy(zero_copy_only=False)
+        offsets = np.concatenate([[0], np.cumsum(list_lengths(column))]).astype(np.int64)
+        local = np.searchsorted(needed, seg_docs)
+        out = assemble(spec, len(sel), (rows, local, starts, lens, cols), flat, offsets, docs[needed])
+        for key, value in out.items():
+            if key not in parts:
+                parts[key] = np.empty((n,) + value.shape[1:], dtype=value.dtype if key != "input_ids" else np.int64)
+            parts[key][sel] = value
+    real = parts.pop("real_tokens")
+    doc = parts["document_ids"]
+    flat_doc = doc.reshape(-1)
+    L = spec.seq_len
+    starts = np.flatnonzero(
+        (np.arange(flat_doc.size) % L == 0) | np.concatenate([[True], flat_doc[1:] != flat_doc[:-1]])
+    )
+    cu = np.append(starts, flat_doc.size).astype(np.int32)
+    batch = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in parts.items()}
+    batch["loss_mask"] = batch["labels"] != -100
+    batch["cu_seqlens"] = torch.from_numpy(cu)
+    batch["max_seqlen"] = int(np.diff(cu).max()) if cu.size > 1 else 0
+    return batch, int(real.sum())
+

@@ -1,0 +1,190 @@
+"""Streams: how global steps map to epochs and which positions a step covers.
+
+* :class:`RecordStream`: a position is a record; every epoch has the same number of steps, so
+  ``epoch = step // steps_per_epoch`` in closed form.
+* :class:`PackedStream`: a position is a packed sequence; an epoch's sequence count comes from
+  its packing index (:mod:`resumable_data.plan.packing`), which differs between epochs when
+  the order shuffles documents across windows. The loader keeps a ledger of epoch start steps
+  (seeded from the state), so locating a step costs one index build (cached in memory and on
+  disk, keyed by everything it depends on), never a replay.
+
+Both give the in-epoch positions of a step: ``[k*G, (k+1)*G)`` in the epoch's position space,
+with the epoch tail dropped, wrapped or short as the plan's :class:`~resumable_data.Tail` says.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from resumable_data.errors import ConfigError, describe
+from resumable_data.plan import Plan, Tail, epoch_records
+from resumable_data.plan.packing import Packing, window_counts
+
+__all__ = ["PackedIndex", "PackedStream", "RecordStream", "cache_dir"]
+
+_INDEX_CHUNK = 1 << 20  # documents per chunk when building an index (bounds transient memory)
+
+
+def cache_dir() -> Path:
+    """Where packing indexes are cached: ``$RD_CACHE_DIR``, else ``~/.cache/resumable_data``."""
+    return Path(os.environ.get("RD_CACHE_DIR") or Path.home() / ".cache" / "resumable_data")
+
+
+def _steps(count: int, g: int, tail: Tail) -> int:
+    return count // g if tail is Tail.DROP else -(-count // g)
+
+
+class RecordStream:
+    """Unpacked: positions are records; closed-form epochs."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    def steps_in_epoch(self, epoch: int) -> int:
+        return self.plan.steps_per_epoch
+
+    def locate(self, step: int, ledger: dict[int, int]) -> tuple[int, int]:
+        s = self.plan.steps_per_epoch
+        return step // s, (step // s) * s
+
+
+class PackedIndex:
+    """One epoch's packing index: the cumulative sequence count of its windows."""
+
+    def __init__(self, cumulative: np.ndarray) -> None:
+        self.cumulative = cumulative  # int64, len = windows + 1
+
+    @property
+    def num_sequences(self) -> int:
+        return int(self.cumulative[-1])
+
+    def locate(self, sequences: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(window, sequence within the window) of in-epoch sequence ids."""
+        w = np.searchsorted(self.cumulative, sequences, side="right") - 1
+        return w, sequences - self.cumulative[w]
+
+
+class PackedStream:
+    """Packed: positions are sequences; epochs differ in length; indexes cached per epoch."""
+
+    def __init__(self, plan: Plan, spec: Packing, lengths: np.ndarray, *, pinned: bool, progress: bool = True) -> None:
+        self.plan = plan
+        self.spec = spec
+        self.lengths = lengths
+        self.pinned = pinned
+        self.progress = progress
+        self._memo: OrderedDict[int, PackedIndex] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        d = dict(self.__dict__)
+        d["_memo"] = OrderedDict()
+        del d["_lock"]
+        return d
+
+    def __setstate__(self, d: dict) -> None:
+        self.__dict__.update(d)
+        self._lock = threading.Lock()
+
+    # -- the epoch index ----------------------------------------------------------------------------
+    def _key(self, epoch: int) -> str:
+        parts = [self.plan.version_hash, str(self.plan.seed), repr(sorted(self.plan.order.to_dict().items())),
+                 repr(sorted(self.spec.to_dict().items())), str(self.plan.num_records), str(epoch), "packidx/1"]
+        return xxhash.xxh3_128_hexdigest("|".join(parts).encode())
+
+    def window_docs(self, epoch: int, window: int) -> np.ndarray:
+        """Record ids of the documents of ``window`` in ``epoch``, in plan order."""
+        w = self.spec.window
+        stop = min((window + 1) * w, self.plan.num_records)
+        offsets = np.arange(window * w, stop, dtype=np.int64)
+        return epoch_records(self.plan.num_records, self.plan.order, offsets, version_hash=self.plan.version_hash,
+                             seed=self.plan.seed, epoch=epoch)
+
+    def _build(self, epoch: int) -> np.ndarray:
+        n, w = self.plan.num_records, self.spec.window
+        chunk = max(w, (_INDEX_CHUNK // w) * w)
+        counts = []
+        bar = None
+        if self.progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=n, unit="doc", desc=f"packing index, epoch {epoch}", delay=1.0, leave=False)
+        for start in range(0, n, chunk):
+            offsets = np.arange(start, min(start + chunk, n), dtype=np.int64)
+            records = epoch_records(n, self.plan.order, offsets, version_hash=self.plan.version_hash,
+                                    seed=self.plan.seed, epoch=epoch)
+            counts.append(window_counts(self.spec.doc_lengths(self.lengths[records]), self.spec))
+            if bar is not None:
+                bar.update(len(offsets))
+        if bar is not None:
+            bar.close()
+        return np.concatenate([[0], np.cumsum(np.concatenate(counts))]).astype(np.int64)
+
+    def index(self, epoch: int) -> PackedIndex:
+        with self._lock:
+            hit = self._memo.get(epoch)
+            if hit is not None:
+                self._memo.move_to_end(epoch)
+                return hit
+        path = cache_dir() / "packing" / f"{self._key(epoch)}.npy" if self.pinned else None
+        cumulative = None
+        if path is not None and path.exists():
+            try:
+                cumulative = np.load(path, allow_pickle=False)
+            except (OSError, ValueError):
+                cumulative = None
+            if cumulative is not None and (cumulative.ndim != 1 or cumulative.dtype != np.int64):
+                cumulative = None
+        if cumulative is None:
+            cumulative = self._build(epoch)
+            if path is not None:
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = path.with_suffix(f".tmp{os.getpid()}.npy")
+                    np.save(tmp, cumulative, allow_pickle=False)
+                    os.replace(tmp, path)
+                except OSError:
+                    pass  # a read-only cache only costs a rebuild
+        idx = PackedIndex(cumulative)
+        with self._lock:
+            self._memo[epoch] = idx
+            while len(self._memo) > 4:
+                self._memo.popitem(last=False)
+        return idx
+
+    # -- steps --------------------------------------------------------------------------------------
+    def steps_in_epoch(self, epoch: int) -> int:
+        count = self.index(epoch).num_sequences
+        steps = _steps(count, self.plan.global_batch, self.plan.tail)
+        if steps == 0:
+            raise ConfigError(
+                describe("batch_size", self.plan.global_batch, f"at most the {count} packed sequences of epoch {epoch}",
+                         "use a smaller batch_size, drop_last=False, a smaller seq_len or more data")
+            )
+        return steps
+
+    def locate(self, step: int, ledger: dict[int, int]) -> tuple[int, int]:
+        known = [e for e, first in ledger.items() if first <= step]
+        epoch = max(known)
+        first = ledger[epoch]
+        while True:
+            n = self.steps_in_epoch(epoch)
+            if step < first + n:
+                return epoch, first
+            first += n
+            epoch += 1
+            ledger[epoch] = first
+
+    def epoch_positions(self, epoch: int, k: int) -> tuple[int, int, int]:
+        """In-epoch sequence span ``[start, stop)`` of the epoch's step ``k``, and the epoch's count."""
+        count = self.index(epoch).num_sequences
+        g = self.plan.global_batch
+        start = k * g
+        stop = start + g if self.plan.tail is not Tail.PARTIAL else min(start + g, count)
+        return start, stop, count
