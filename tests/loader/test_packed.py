@@ -1,0 +1,142 @@
+"""The packed loader: exactly-once tokens, bit-exact resume, sharding, rejections."""
+
+import collections
+import json
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import resumable_data as rd
+from tests.loader.conftest import canon
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("corpus")
+    rng = np.random.default_rng(3)
+    lengths = np.maximum(1, rng.lognormal(2.5, 0.8, 240).astype(int))
+    docs = [rng.integers(1, 5000, k).astype(np.int32).tolist() for k in lengths]
+    rd.write_arrow_shards(pa.table({"tokens": pa.array(docs, type=pa.list_(pa.int32())), "id": np.arange(240)}),
+                          d, num_shards=3, rows_per_batch=50)
+    rd.pin(d)
+    return rd.ArrowShards(d), docs
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("RD_CACHE_DIR", str(tmp_path / "cache"))
+
+
+SPECS = {
+    "concat": rd.Packing(16, "concat", window=20, eos_id=0),
+    "best_fit": rd.Packing(16, "best_fit", window=20, eos_id=0),
+}
+ORDERS = {"sequential": {}, "global": dict(shuffle=True, seed=4), "window": dict(shuffle=True, seed=4, shuffle_window=64)}
+
+
+def packed_loader(src, spec, order, **kw):
+    return rd.DataLoader(src, batch_size=3, packing=SPECS[spec], **ORDERS[order], **kw)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("order", ORDERS)
+def test_every_token_of_every_document_once_per_epoch(corpus, spec, order):
+    src, docs = corpus
+    loader = packed_loader(src, spec, order)
+    for _ in range(2):  # two epochs, each with its own shuffle and sequence count
+        seen = collections.defaultdict(list)
+        for batch in loader:
+            ids, doc, pos = (batch[k].numpy() for k in ("input_ids", "document_ids", "position_ids"))
+            for r, c in zip(*np.nonzero(doc >= 0)):
+                seen[int(doc[r, c])].append((int(pos[r, c]), int(ids[r, c])))
+        assert sorted(seen) == list(range(len(docs)))
+        for d, toks in seen.items():
+            assert [p for p, _ in toks] == list(range(len(docs[d]) + 1))  # in document order, no repeats
+            assert [t for _, t in toks] == docs[d] + [0]
+    c = loader.counters
+    assert c.tokens == 2 * sum(len(d) + 1 for d in docs)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("order", ["global", "window"])
+@pytest.mark.parametrize("workers", [(0, 2), (2, 0)])
+def test_resume_at_random_sequences_is_bit_exact(corpus, spec, order, workers):
+    src, _ = corpus
+    make = lambda w: packed_loader(src, spec, order, num_workers=w, **({"persistent_workers": True} if w else {}))  # noqa: E731
+    reference = []
+    ref_loader = make(0)
+    for _ in range(3):
+        reference += [canon(b) for b in ref_loader]
+    rng = random.Random(len(reference))
+    probe = make(0)
+    first_epoch = len(probe)
+    window_start = int(probe._stream.index(0).cumulative[2]) // 3  # the step holding window 2's first sequence
+    points = sorted({rng.randrange(1, len(reference)), first_epoch, window_start, rng.randrange(1, len(reference))})
+    got, loader, done = [], make(workers[0]), 0
+    for i, point in enumerate(points + [len(reference)]):
+        while done < point:
+            for b in loader:
+                got.append(canon(b))
+                done += 1
+                if done == point:
+                    break
+        if point == len(reference):
+            break
+        state = json.loads(json.dumps(loader.state_dict()))
+        loader = make(workers[(i + 1) % 2])
+        loader.load_state_dict(state)
+    assert got == reference
+
+
+def test_ranks_split_the_global_packed_batch(corpus):
+    src, _ = corpus
+    whole = [canon(b) for b in rd.DataLoader(src, batch_size=4, packing=SPECS["concat"], shuffle=True, seed=1, tail="wrap")]
+    ranks = [rd.DataLoader(src, batch_size=2, packing=SPECS["concat"], shuffle=True, seed=1,
+                           sharding=rd.Sharding(2, r), tail="wrap") for r in range(2)]
+    for step, (a, b) in enumerate(zip(*ranks)):
+        for key in ("input_ids", "labels", "document_ids"):
+            merged = np.concatenate([np.frombuffer(a_[3], dtype=np.int64) for a_ in (canon(a)[key], canon(b)[key])])
+            assert merged.tolist() == np.frombuffer(whole[step][key][3], dtype=np.int64).tolist()
+
+
+def test_a_changed_packing_spec_is_refused(corpus):
+    src, _ = corpus
+    state = packed_loader(src, "concat", "global").state_dict()
+    other = rd.DataLoader(src, batch_size=3, packing=rd.Packing(32, "concat", window=20, eos_id=0), shuffle=True, seed=4)
+    with pytest.raises(rd.ResumeError, match="packing: saved .*'seq_len': 16.* vs current .*'seq_len': 32"):
+        other.load_state_dict(state)
+
+
+def test_forged_epoch_base_is_refused(corpus):
+    src, _ = corpus
+    loader = packed_loader(src, "best_fit", "global")
+    for _ in loader:
+        pass
+    state = loader.state_dict()
+    state["epoch_base"] = [0, 0]  # the cursor sits in epoch 1
+    with pytest.raises(rd.ResumeError, match="epoch_base"):
+        packed_loader(src, "best_fit", "global").load_state_dict(state)
+
+
+def write(tmp_path, column):
+    rd.write_arrow_shards(pa.table({"tokens": column}), tmp_path, num_shards=1)
+    return rd.ArrowShards(tmp_path, unpinned="allow")
+
+
+@pytest.mark.parametrize("column, spec, expected", [
+    (pa.array([[1, 2], [], [3]], type=pa.list_(pa.int64())), rd.Packing(4), "empty"),
+    (pa.array([[1, 2, 3, 4, 5], [1]], type=pa.list_(pa.int64())), rd.Packing(4, "best_fit", overlong="error"), "overlong"),
+    (pa.array([[1.5], [2.0]], type=pa.list_(pa.float32())), rd.Packing(4), "list<integer>"),
+    (pa.array([[1], [2]], type=pa.list_(pa.int64())), rd.Packing(4, tokens="input_ids"), "Packing.tokens"),
+    (pa.array(["a", "b"]), rd.Packing(4), "list<integer>"),
+])
+def test_bad_packing_input_is_refused_at_construction(tmp_path, column, spec, expected):
+    with pytest.raises(rd.ConfigError, match=expected):
+        rd.DataLoader(write(tmp_path, column), batch_size=1, packing=spec)
+
+
+def test_packing_needs_an_arrow_source():
+    with pytest.raises(rd.ConfigError, match="ArrowShards"):
+        rd.DataLoader([[1, 2]], batch_size=1, packing=rd.Packing(4))
