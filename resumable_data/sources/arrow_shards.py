@@ -12,6 +12,13 @@ or also re-hashes the bytes (``verify="content"``). An unpinned directory is pin
 (``unpinned="pin"``, the default, says so on stderr); ``unpinned="allow"`` reads it without a
 version (``pinned`` is False, ``version`` is None): resume checks cannot verify such a source.
 
+Remote shards: with ``filesystem=`` (a ``pyarrow.fs.FileSystem``, e.g. S3) or an ``s3://``-style
+URI, shards are opened through the filesystem (:mod:`.remote`): IPC file record batches and Parquet
+row groups are read on demand into a small LRU cache; nothing is memory-mapped.
+
+Hugging Face ``datasets``: :meth:`ArrowShards.from_hf` reads a ``datasets.Dataset``'s own Arrow
+cache files (zero copy), versioned by their content (:mod:`.hf`).
+
 Cost: opening maps the files and reads metadata; pickling carries only paths and the manifest
 dict, and each process maps its own files when unpickled (fork and spawn workers alike).
 """
@@ -39,6 +46,7 @@ from resumable_data.sources.files import (
     detect_format,
     discover_shards,
 )
+from resumable_data.sources import remote as _remote
 from resumable_data.sources.gather import ColumnGather, Unit, group_segments, plan_column
 from resumable_data.sources.pin import pin, resolve_files
 from resumable_data.sources.version import DatasetVersion, VerifyLevel, coerce_enum
@@ -46,6 +54,7 @@ from resumable_data.sources.version import DatasetVersion, VerifyLevel, coerce_e
 __all__ = ["ArrowShards", "RecordIdError", "UnpinnedPolicy"]
 
 _PARQUET_CACHE_ROW_GROUPS = 8
+_REMOTE_CACHE_UNITS = 32  # remote reads are slow: keep more record batches / row groups
 _STATE_FORMAT = "resumable_data.arrow_shards"
 _STATE_SCHEMA_VERSION = 1
 K_FORMAT = "format"
@@ -53,6 +62,7 @@ K_SCHEMA_VERSION = "schema_version"
 K_ROOT = "root"
 K_FILES = "files"
 K_VERSION = "version"
+K_FILESYSTEM = "filesystem"
 
 
 class UnpinnedPolicy(str, enum.Enum):
@@ -72,14 +82,34 @@ class ArrowShards:
 
     ``path_or_files``: a directory (searched recursively), a list of shard files, or a
     :class:`DatasetVersion`. ``verify``: ``"size"`` (default, cheap) or ``"content"``.
-    ``unpinned``: ``"pin"`` (default), ``"allow"`` or ``"error"``.
+    ``unpinned``: ``"pin"`` (default), ``"allow"`` or ``"error"``. ``filesystem``: a
+    ``pyarrow.fs.FileSystem`` the paths live on (e.g. ``pyarrow.fs.S3FileSystem(...)``); a URI such
+    as ``"s3://bucket/prefix"`` picks its filesystem itself.
     """
 
     def __init__(self, path_or_files: str | os.PathLike | Sequence[str | os.PathLike] | DatasetVersion,
                  *, verify: VerifyLevel | str = VerifyLevel.SIZE,
-                 unpinned: UnpinnedPolicy | str = UnpinnedPolicy.PIN) -> None:
+                 unpinned: UnpinnedPolicy | str = UnpinnedPolicy.PIN, filesystem: Any = None) -> None:
         level = coerce_enum(VerifyLevel, "verify", verify)
         policy = coerce_enum(UnpinnedPolicy, "unpinned", unpinned)
+        fs = _remote.normalize_filesystem(filesystem)
+        if isinstance(path_or_files, DatasetVersion) and fs is None:
+            fs = path_or_files.filesystem
+        elif fs is None and isinstance(path_or_files, str) and "://" in path_or_files:
+            import pyarrow.fs as pafs
+            try:
+                raw_fs, path_or_files = pafs.FileSystem.from_uri(path_or_files)
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise ConfigError(describe("path_or_files", path_or_files, f"a filesystem URI ({exc})",
+                                           "fix the URI, or pass filesystem=pyarrow.fs.S3FileSystem(...) "
+                                           "and a bucket/prefix path")) from None
+            fs = _remote.normalize_filesystem(raw_fs)
+        if fs is not None:
+            version, root_s, rel_s = self._open_remote(fs, path_or_files, policy)
+            if version is not None:
+                version.verify(level)
+            self._init(Path(root_s), rel_s, version, fs)
+            return
         version: DatasetVersion | None = None
         if isinstance(path_or_files, DatasetVersion):
             version = path_or_files
@@ -124,9 +154,46 @@ class ArrowShards:
             version.verify(level)
         self._init(root, rel, version)
 
+    @classmethod
+    def _open_remote(cls, fs: Any, path: Any, policy: UnpinnedPolicy
+                     ) -> tuple[DatasetVersion | None, str, list[str]]:
+        """(version, root, relative paths) of shards on a remote filesystem."""
+        if isinstance(path, DatasetVersion):
+            if path.root is None:
+                raise ConfigError(describe("path_or_files", path.hash, "a DatasetVersion with a root",
+                                           "use DatasetVersion.load(prefix, filesystem=...)"))
+            v = path if path.filesystem is fs else DatasetVersion.from_dict(path.to_dict(), root=path.root)
+            from dataclasses import replace
+            v = replace(v, filesystem=fs)
+            return v, _remote._p(v.root), [s.path for s in v.shards]
+        if isinstance(path, (str, os.PathLike)) and _remote.is_dir(fs, path):
+            root = _remote._p(path).rstrip("/")
+            if _remote.file_size(fs, f"{root}/{MANIFEST_NAME}") is not None:
+                version = DatasetVersion.load(root, filesystem=fs)
+                return version, root, [s.path for s in version.shards]
+            rel = _remote.discover_shards(fs, root)
+            if not rel:
+                raise ConfigError(describe("path_or_files", root, "a prefix with shard files or a manifest",
+                                           "check the path"))
+            version = cls._unpinned(Path(root), policy, root, fs=fs)
+            return version, root, ([s.path for s in version.shards] if version is not None else rel)
+        files = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        root, rel = _remote.resolve_files(fs, files)
+        if _remote.file_size(fs, f"{root}/{MANIFEST_NAME}") is not None:
+            found = DatasetVersion.load(root, filesystem=fs)
+            if [s.path for s in found.shards] == rel:
+                return found, root, rel
+            if policy is not UnpinnedPolicy.ALLOW:
+                raise ConfigError(describe(
+                    "path_or_files", rel, f"the shard list pinned in {root}/{MANIFEST_NAME}",
+                    "pass the prefix itself, or pass unpinned='allow'"))
+            return None, root, rel
+        version = cls._unpinned(Path(root), policy, rel, files=[f"{root}/{r}" for r in rel], fs=fs)
+        return version, root, rel
+
     @staticmethod
     def _unpinned(root: Path, policy: UnpinnedPolicy, shown: Any,
-                  files: list[Path] | None = None) -> DatasetVersion | None:
+                  files: list[Path] | None = None, fs: Any = None) -> DatasetVersion | None:
         if policy is UnpinnedPolicy.ERROR:
             raise ConfigError(describe("path_or_files", shown, f"pinned shards ({MANIFEST_NAME})",
                                        "run rd.pin(path) first, or pass unpinned='pin'/'allow'"))
@@ -134,10 +201,14 @@ class ArrowShards:
             return None
         print(f"resumable_data: {root} has no {MANIFEST_NAME}; pinning it now (content hash). "
               f"Pass unpinned='allow' to read it unpinned.", file=sys.stderr)
-        return pin(files if files is not None else root)
+        return pin(files if files is not None else root, filesystem=fs)
 
     # -- opening ---------------------------------------------------------------------------
-    def _init(self, root: Path, rel: list[str], version: DatasetVersion | None) -> None:
+    def _init(self, root: Path, rel: list[str], version: DatasetVersion | None,
+              filesystem: Any = None) -> None:
+        self._fs = filesystem
+        self._remote: dict[int, _remote.RemoteShard] = {}
+        self._cache_units = _PARQUET_CACHE_ROW_GROUPS if filesystem is None else _REMOTE_CACHE_UNITS
         self._root = Path(root)
         self._rel = list(rel)
         self._version = version
@@ -150,8 +221,21 @@ class ArrowShards:
         start = 0
         for k, r in enumerate(self._rel):
             path = self._root / r
-            fmt = detect_format(path)
-            if fmt is ShardFormat.PARQUET:
+            if filesystem is not None:
+                shard = _remote.RemoteShard.open(filesystem, path)
+                self._remote[k] = shard
+                self._wholes.append(None)
+                s = shard.schema
+                for g, n in enumerate(shard.unit_rows):
+                    if n:
+                        self._units.append(Unit(k, start, n, None, g))
+                        start += n
+                fmt = None
+            else:
+                fmt = detect_format(path)
+            if fmt is None:
+                pass
+            elif fmt is ShardFormat.PARQUET:
                 pf = pq.ParquetFile(path)
                 self._parquet[k] = pf
                 self._wholes.append(None)
@@ -187,9 +271,12 @@ class ArrowShards:
 
     # -- pickling (no pickled Arrow data: each process maps its own files) -------------------
     def __getstate__(self) -> dict[str, Any]:
-        return {K_FORMAT: _STATE_FORMAT, K_SCHEMA_VERSION: _STATE_SCHEMA_VERSION,
-                K_ROOT: str(self._root), K_FILES: list(self._rel),
-                K_VERSION: self._version.to_dict() if self._version is not None else None}
+        state = {K_FORMAT: _STATE_FORMAT, K_SCHEMA_VERSION: _STATE_SCHEMA_VERSION,
+                 K_ROOT: str(self._root), K_FILES: list(self._rel),
+                 K_VERSION: self._version.to_dict() if self._version is not None else None}
+        if self._fs is not None:
+            state[K_FILESYSTEM] = self._fs  # pyarrow filesystems pickle their configuration
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if state.get(K_FORMAT) != _STATE_FORMAT or state.get(K_SCHEMA_VERSION) != _STATE_SCHEMA_VERSION:
@@ -197,14 +284,35 @@ class ArrowShards:
                                        f"format {_STATE_FORMAT!r} schema_version {_STATE_SCHEMA_VERSION}",
                                        "pickle and unpickle with the same resumable_data version"))
         version = None
+        fs = state.get(K_FILESYSTEM)
         if state[K_VERSION] is not None:
             version = DatasetVersion.from_dict(state[K_VERSION], root=state[K_ROOT])
-        self._init(Path(state[K_ROOT]), state[K_FILES], version)
+            if fs is not None:
+                from dataclasses import replace
+                version = replace(version, filesystem=fs)
+        self._init(Path(state[K_ROOT]), state[K_FILES], version, fs)
         if version is not None:
             for k, s in enumerate(version.shards):  # cheap: sizes only
-                size = (self._root / s.path).stat().st_size
+                size = _remote.file_size(fs, self._root / s.path)
                 if size != s.size:
                     version.verify(VerifyLevel.SIZE)
+
+    @classmethod
+    def from_hf(cls, dataset: Any, *, hash: str = "content",
+                verify: VerifyLevel | str = VerifyLevel.SIZE) -> ArrowShards:
+        """A source over a Hugging Face ``datasets.Dataset``'s own Arrow cache files (zero copy),
+        versioned by their content; the manifest stays in memory (see :mod:`.hf`)."""
+        from resumable_data.sources.hf import hf_shards
+        root, rel, version = hf_shards(dataset, hash=hash)
+        version.verify(coerce_enum(VerifyLevel, "verify", verify))
+        self = cls.__new__(cls)
+        self._init(root, rel, version)
+        return self
+
+    @property
+    def filesystem(self) -> Any:
+        """The ``pyarrow.fs.FileSystem`` of remote shards, None for local (memory-mapped) ones."""
+        return self._fs
 
     # -- properties ------------------------------------------------------------------------
     @property
@@ -245,11 +353,14 @@ class ArrowShards:
         if hit is not None:
             self._rg_cache.move_to_end(key)
             return hit
-        table = self._parquet[u.shard].read_row_group(u.row_group).combine_chunks()
-        batch = table.to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=self._schema)
+        if u.shard in self._remote:
+            batch = self._remote[u.shard].read_unit(u.row_group)
+        else:
+            table = self._parquet[u.shard].read_row_group(u.row_group).combine_chunks()
+            batch = table.to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=self._schema)
         batch = batch.replace_schema_metadata(self._schema.metadata)
         self._rg_cache[key] = batch
-        if len(self._rg_cache) > _PARQUET_CACHE_ROW_GROUPS:
+        if len(self._rg_cache) > self._cache_units:
             self._rg_cache.popitem(last=False)
         return batch
 

@@ -23,20 +23,15 @@ from __future__ import annotations
 import enum
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import xxhash
 
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
-from resumable_data.sources.files import (
-    MANIFEST_NAME,
-    canonical_schema,
-    discover_shards,
-    hash_file,
-    read_shard_meta,
-)
+from resumable_data.sources.files import MANIFEST_NAME, canonical_schema
+from resumable_data.sources import remote as _remote
 
 __all__ = [
     "MANIFEST_FORMAT",
@@ -160,7 +155,8 @@ def compute_hash(body: dict[str, Any]) -> str:
 class DatasetVersion:
     """A pinned dataset: ordered shards, canonical schema text, record count and identity hash.
 
-    ``root`` is the directory the manifest lives in; it is not part of ``hash``.
+    ``root`` is the directory the manifest lives in; it is not part of ``hash``. ``filesystem``
+    (a ``pyarrow.fs.FileSystem``, None for local files) is where ``root`` lives; not hashed either.
     """
 
     shards: tuple[ShardInfo, ...]
@@ -170,6 +166,7 @@ class DatasetVersion:
     hash_mode: HashMode
     selection: Selection = Selection.DIRECTORY
     root: Path | None = field(default=None, compare=False)
+    filesystem: Any = field(default=None, compare=False, repr=False)
 
     # -- serialization ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -246,8 +243,20 @@ class DatasetVersion:
                    root=root)
 
     @classmethod
-    def load(cls, directory: str | os.PathLike) -> DatasetVersion:
-        """Read and validate ``directory/rd-manifest.json``."""
+    def load(cls, directory: str | os.PathLike, filesystem: Any = None) -> DatasetVersion:
+        """Read and validate ``directory/rd-manifest.json`` (on ``filesystem`` when given)."""
+        fs = _remote.normalize_filesystem(filesystem)
+        if fs is not None:
+            root = Path(_remote._p(directory).rstrip("/"))
+            text = _remote.read_text(fs, root / MANIFEST_NAME)
+            if text is None:
+                raise ConfigError(describe("directory", str(root), f"a prefix holding {MANIFEST_NAME}",
+                                           "pin it first with rd.pin(path, filesystem=...)"))
+            try:
+                d = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise _manifest_error(root, "manifest", str(exc), "valid UTF-8 JSON") from None
+            return replace(cls.from_dict(d, root=root), filesystem=fs)
         root = Path(directory)
         path = root / MANIFEST_NAME
         if not path.is_file():
@@ -261,13 +270,18 @@ class DatasetVersion:
             raise _manifest_error(root, "manifest", str(exc), "valid UTF-8 JSON") from None
         return cls.from_dict(d, root=root.resolve())
 
-    def save(self, directory: str | os.PathLike | None = None) -> Path:
-        """Write the manifest atomically (tmp file, fsync, ``os.replace``); returns its path."""
+    def save(self, directory: str | os.PathLike | None = None, filesystem: Any = None) -> Path:
+        """Write the manifest atomically (tmp file, fsync, ``os.replace``; on a remote
+        ``filesystem``, one whole-object upload); returns its path."""
         root = Path(directory) if directory is not None else self.root
         if root is None:
             raise ConfigError(describe("directory", None, "a directory to write the manifest to",
                                        "pass save(directory)"))
         path = root / MANIFEST_NAME
+        fs = _remote.normalize_filesystem(filesystem if filesystem is not None else self.filesystem)
+        if fs is not None:
+            _remote.write_text(fs, path, json.dumps(self.to_dict(), sort_keys=True, indent=1) + "\n")
+            return path
         tmp = root / f".{MANIFEST_NAME}.{os.getpid()}.tmp"
         text = json.dumps(self.to_dict(), sort_keys=True, indent=1) + "\n"
         with open(tmp, "w", encoding="utf-8") as f:
@@ -303,17 +317,18 @@ class DatasetVersion:
                          "verify(level='size'), or re-pin with rd.pin(directory, hash='content')")
             )
         problems: list[str] = []
+        fs = self.filesystem
         for s in self.shards:
             p = self.root / s.path
-            if not p.is_file():
+            size = _remote.file_size(fs, p)
+            if size is None:
                 problems.append(f"shard {s.path!r}: missing file")
                 continue
-            size = p.stat().st_size
             if size != s.size:
                 problems.append(f"shard {s.path!r}: size {size} bytes on disk, pinned {s.size}")
                 continue
             try:
-                meta = read_shard_meta(p)
+                meta = _remote.read_shard_meta(fs, p)
             except ConfigError as exc:
                 problems.append(f"shard {s.path!r}: unreadable ({exc})")
                 continue
@@ -324,13 +339,13 @@ class DatasetVersion:
                 problems.append(f"shard {s.path!r}: schema differs from the pinned schema "
                                 f"(on disk: {got_schema!r}; pinned: {self.schema!r})")
             if level is VerifyLevel.CONTENT:
-                h = hash_file(p)
+                h = _remote.hash_file(fs, p)
                 if h != s.content_hash:
                     problems.append(f"shard {s.path!r}: content hash {h} on disk, "
                                     f"pinned {s.content_hash}")
-        if self.selection is Selection.DIRECTORY and self.root.is_dir():
+        if self.selection is Selection.DIRECTORY and _remote.is_dir(fs, self.root):
             listed = {s.path for s in self.shards}
-            for extra in discover_shards(self.root):
+            for extra in _remote.discover_shards(fs, self.root):
                 if extra not in listed:
                     problems.append(f"shard {extra!r}: extra shard file not listed in the manifest")
         if problems:

@@ -1,0 +1,156 @@
+"""rd.ArrowShards.from_hf: a Hugging Face datasets.Dataset's own Arrow cache files, versioned by
+content; refusals name their fix. Everything is built offline from local files in tmp_path."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import resumable_data as rd
+
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+datasets = pytest.importorskip("datasets")
+datasets.disable_progress_bars()
+
+N = 120
+
+
+def rows(n=N, salt=""):
+    return [{"id": i, "text": f"doc {i}{salt}", "tokens": list(range(i % 7))} for i in range(n)]
+
+
+def write_files(tmp_path, rs, name="data"):
+    jsonl = tmp_path / f"{name}.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rs))
+    table = pa.Table.from_pylist(rs)
+    parquet = tmp_path / f"{name}.parquet"
+    pq.write_table(table, parquet, row_group_size=50)
+    arrow = tmp_path / f"{name}.arrow"
+    with pa.OSFile(str(arrow), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table, max_chunksize=40)
+    return {"json": jsonl, "parquet": parquet, "arrow": arrow}
+
+
+def load(kind, path, cache_dir):
+    return datasets.load_dataset(kind, data_files=str(path), cache_dir=str(cache_dir), split="train")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hf")
+    files = write_files(tmp, rows())
+    return tmp, files, {k: load(k, p, tmp / f"cache-{k}") for k, p in files.items()}
+
+
+def as_rows(ds):
+    return [dict(ds[i]) for i in range(len(ds))]
+
+
+@pytest.mark.parametrize("kind", ["json", "parquet", "arrow"])
+def test_from_hf_reads_the_cache_files_zero_copy(built, kind):
+    _, _, dss = built
+    ds = dss[kind]
+    src = rd.ArrowShards.from_hf(ds)
+    assert len(src) == len(ds) == N and src.pinned
+    assert src.version.selection.value == "files"
+    assert [str(src.root / s.path) for s in src.version.shards] == [f["filename"] for f in ds.cache_files]
+    assert src.take(list(range(N))).to_pylist() == as_rows(ds)
+    assert src[7] == ds[7]
+    # zero copy: the record batches are views of the memory-mapped cache file, not copies
+    assert src._wholes[0] is not None and src._units[0].batch is not None
+    # no manifest was written into the (shared, possibly read-only) HF cache directory
+    assert not (src.root / rd.sources.MANIFEST_NAME).exists()
+    # pickling (DataLoader workers) carries the in-memory manifest
+    again = pickle.loads(pickle.dumps(src))
+    assert again.version == src.version and again[N - 1] == src[N - 1]
+
+
+def test_version_follows_content_not_cache_location(built, tmp_path):
+    tmp, files, dss = built
+    same = rd.ArrowShards.from_hf(load("json", files["json"], tmp_path / "other-cache"))
+    assert same.version.hash == rd.ArrowShards.from_hf(dss["json"]).version.hash
+    changed_files = write_files(tmp_path, rows(salt="!"), name="changed")
+    changed = rd.ArrowShards.from_hf(load("json", changed_files["json"], tmp_path / "c2"))
+    assert changed.version.hash != same.version.hash
+    cheap = rd.ArrowShards.from_hf(dss["json"], hash="size")
+    assert cheap.version.hash_mode.value == "size" and cheap.version.hash != same.version.hash
+
+
+def test_in_memory_dataset_is_refused_with_the_fix_and_the_fix_works(tmp_path):
+    mem = datasets.Dataset.from_dict({"id": list(range(10)), "x": [float(i) for i in range(10)]})
+    with pytest.raises(rd.ConfigError, match="save_to_disk.*load_from_disk"):
+        rd.ArrowShards.from_hf(mem)
+    mem.save_to_disk(str(tmp_path / "saved"))
+    disk = datasets.load_from_disk(str(tmp_path / "saved"))
+    src = rd.ArrowShards.from_hf(disk)
+    assert src.take(list(range(10))).to_pylist() == as_rows(mem)
+
+
+def test_indices_mapping_and_in_memory_edits_are_refused_with_the_fix(built):
+    _, _, dss = built
+    ds = dss["json"]
+    for view in (ds.shuffle(seed=3), ds.select([5, 1, 2]), ds.filter(lambda r: r["id"] % 2 == 0)):
+        with pytest.raises(rd.ConfigError, match=r"indices mapping.*flatten_indices\(\)"):
+            rd.ArrowShards.from_hf(view)
+    for edited in (ds.rename_column("id", "idx"), ds.select(range(10)), ds.remove_columns(["text"])):
+        with pytest.raises(rd.ConfigError, match=r"exactly its cache files' rows.*flatten_indices\(\)"):
+            rd.ArrowShards.from_hf(edited)
+    shuffled = ds.shuffle(seed=3)
+    flat = shuffled.flatten_indices()
+    src = rd.ArrowShards.from_hf(flat)
+    assert src.take(list(range(N))).to_pylist() == as_rows(shuffled)
+
+
+def test_non_datasets_inputs_are_refused(built):
+    _, files, dss = built
+    dd = datasets.DatasetDict({"train": dss["json"]})
+    with pytest.raises(rd.ConfigError, match="pick a split"):
+        rd.ArrowShards.from_hf(dd)
+    with pytest.raises(rd.ConfigError, match="datasets.Dataset"):
+        rd.ArrowShards.from_hf([1, 2, 3])
+    stream = datasets.load_dataset("json", data_files=str(files["json"]), split="train", streaming=True)
+    with pytest.raises(rd.ConfigError, match="map-style"):
+        rd.ArrowShards.from_hf(stream)
+
+
+def test_multi_file_dataset_keeps_file_order(tmp_path):
+    parts = []
+    for k in range(3):
+        t = pa.Table.from_pylist(rows(30, salt=f"-{k}"))
+        p = tmp_path / f"part-{k}.parquet"
+        pq.write_table(t, p)
+        parts.append(str(p))
+    ds = datasets.load_dataset("parquet", data_files=parts, cache_dir=str(tmp_path / "c"), split="train")
+    src = rd.ArrowShards.from_hf(ds)
+    assert len(src) == 90
+    assert src.take(list(range(90))).to_pylist() == as_rows(ds)
+
+
+def test_resume_through_the_loader_is_bit_exact(built):
+    _, _, dss = built
+    src = rd.ArrowShards.from_hf(dss["parquet"])
+
+    def batches(loader, n):
+        out = []
+        while len(out) < n:
+            for b in loader:
+                out.append({k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in b.items()})
+                if len(out) == n:
+                    break
+        return out
+
+    kw = dict(batch_size=16, shuffle=True, seed=11, sharding=rd.Sharding(1, 0))
+    ref = batches(rd.DataLoader(src, **kw), 12)
+    first = rd.DataLoader(src, **kw)
+    head = batches(first, 5)
+    state = json.loads(json.dumps(first.state_dict()))
+    resumed = rd.DataLoader(rd.ArrowShards.from_hf(dss["parquet"]), **kw)
+    resumed.load_state_dict(state)
+    assert head + batches(resumed, 7) == ref
+    assert state["plan"]["dataset_version"] == src.version.hash
