@@ -3,7 +3,7 @@
 ``tokens: list<int32>`` with lengths uniform in 16..256 (values in [0, 50000)), ``id: int64``;
 1,000,000 records (``--quick``: 200,000) written as 8 pinned Arrow IPC shards of 16,384-row
 record batches, plus an Arrow *stream* copy of the same table for Hugging Face
-``datasets.Dataset.from_file``. The content is a pure function of (records, seed).
+``datasets.Dataset.from_file`` and a one-record-batch IPC copy (fast single-chunk ``take``). The content is a pure function of (records, seed).
 
 Run: ``python -m benchmarks.data [--quick]`` (prints the paths).
 """
@@ -76,10 +76,31 @@ def hf_stream_file(n: int) -> Path:
     return path
 
 
+def one_chunk_file(n: int) -> Path:
+    """An Arrow IPC file of the same records as ONE record batch: memory-mapped, its ``Table.take``
+    is pyarrow's fast single-chunk gather (a chunked table's ``take`` of list columns is far
+    slower), so the plain-torch baseline and the ceiling read the same bytes at their best."""
+    path = DATA / f"onechunk-{n}.arrow"
+    if not path.is_file():
+        table = open_mmap_table(n).combine_chunks()
+        tmp = path.with_suffix(".tmp")
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+            w.write_batch(table.to_batches()[0])
+        tmp.replace(path)
+    return path
+
+
+def open_one_chunk(n: int) -> pa.Table:
+    """The one-chunk copy, memory-mapped (zero-copy)."""
+    table = pa.ipc.open_file(pa.memory_map(str(one_chunk_file(n)), "r")).read_all()
+    assert all(c.num_chunks == 1 for c in table.columns)
+    return table
+
+
 def ensure(n: int) -> dict[str, Path]:
     """Build everything the benchmarks read for ``n`` records (idempotent)."""
     d = shards_dir(n)
-    return {"shards": d, "hf_stream": hf_stream_file(n)}
+    return {"shards": d, "hf_stream": hf_stream_file(n), "one_chunk": one_chunk_file(n)}
 
 
 def main(argv: list[str] | None = None) -> None:
