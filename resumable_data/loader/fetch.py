@@ -139,8 +139,10 @@ class StepFetcher(Dataset):
         start, stop, count = self.stream.epoch_positions(epoch, k)
         local = self.sharding.local_positions(start, stop) % count  # the wrap tail re-reads the epoch's first
         everything = np.arange(start, stop, dtype=np.int64) % count
-        batch, _ = pack_sequences(self.stream, self.dataset, epoch, local)
-        return batch, packed_tokens(self.stream, epoch, everything), stop - start
+        batch, real = pack_sequences(self.stream, self.dataset, epoch, local)
+        if self.sharding.world_size > 1:  # count the whole global batch, so every rank agrees
+            real = packed_tokens(self.stream, epoch, everything)
+        return batch, real, stop - start
 
     def _keys(self, positions: np.ndarray) -> np.ndarray:
         return sample_keys(self.plan.version_hash, self.plan.seed, positions)

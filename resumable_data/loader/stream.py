@@ -80,11 +80,13 @@ class PackedStream:
         self.pinned = pinned
         self.progress = progress
         self._memo: OrderedDict[int, PackedIndex] = OrderedDict()
+        self._windows: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
         d = dict(self.__dict__)
         d["_memo"] = OrderedDict()
+        d["_windows"] = OrderedDict()
         del d["_lock"]
         return d
 
@@ -99,12 +101,20 @@ class PackedStream:
         return xxhash.xxh3_128_hexdigest("|".join(parts).encode())
 
     def window_docs(self, epoch: int, window: int) -> np.ndarray:
-        """Record ids of the documents of ``window`` in ``epoch``, in plan order."""
-        w = self.spec.window
-        stop = min((window + 1) * w, self.plan.num_records)
-        offsets = np.arange(window * w, stop, dtype=np.int64)
-        return epoch_records(self.plan.num_records, self.plan.order, offsets, version_hash=self.plan.version_hash,
-                             seed=self.plan.seed, epoch=epoch)
+        """Record ids of the documents of ``window`` in ``epoch``, in plan order (memoized: a
+        window serves many consecutive batches)."""
+        key = (epoch, window)
+        hit = self._windows.get(key)
+        if hit is None:
+            w = self.spec.window
+            stop = min((window + 1) * w, self.plan.num_records)
+            offsets = np.arange(window * w, stop, dtype=np.int64)
+            hit = epoch_records(self.plan.num_records, self.plan.order, offsets, version_hash=self.plan.version_hash,
+                                seed=self.plan.seed, epoch=epoch)
+            self._windows[key] = hit
+            while len(self._windows) > 8:
+                self._windows.popitem(last=False)
+        return hit
 
     def _build(self, epoch: int) -> np.ndarray:
         n, w = self.plan.num_records, self.spec.window

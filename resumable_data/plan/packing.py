@@ -300,10 +300,10 @@ def assemble(
         values = flat_tokens[src] if flat_tokens.size else np.zeros(total, dtype=np.int64)
         if spec.eos_id is not None:
             values = np.where(is_eos, spec.eos_id, values)
-        r, c = rows[seg], cols[seg] + off
-        tok[r, c] = values
-        doc[r, c] = doc_ids[d]
-        pos[r, c] = t
+        flat_index = rows[seg] * width + cols[seg] + off
+        tok.reshape(-1)[flat_index] = values
+        doc.reshape(-1)[flat_index] = doc_ids[d]
+        pos.reshape(-1)[flat_index] = t
     if spec.mode is PackMode.CONCAT:
         nxt, nxt_doc = tok[:, 1:], doc[:, 1:]
         tok, doc, pos = tok[:, :L], doc[:, :L], pos[:, :L]

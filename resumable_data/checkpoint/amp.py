@@ -1,0 +1,50 @@
+"""Was this mixed-precision update applied or skipped? (feeds ``loader.commit(applied=...)``)
+
+``torch.amp.GradScaler.step`` silently skips ``optimizer.step()`` when the unscaled gradients
+hold inf/nan, then ``update()`` backs the scale off. :func:`scaler_step` runs both and returns
+whether the update was applied. Algorithm: read the scaler's found-inf flags for this optimizer
+after ``step`` (the authoritative signal); where the scaler does not expose them, compare the
+scale before and after ``update`` (a skipped step backs off: ``after < before``). With a
+disabled scaler it is a plain ``optimizer.step()`` and returns True. Cost: one host sync.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from resumable_data.errors import ConfigError, describe
+
+__all__ = ["scaler_step", "step_was_applied"]
+
+
+def step_was_applied(scale_before: float, scale_after: float) -> bool:
+    """The scale-comparison rule: an update was applied unless ``update()`` backed the scale off."""
+    return float(scale_after) >= float(scale_before)
+
+
+def _found_inf(scaler: Any, optimizer: torch.optim.Optimizer) -> bool | None:
+    states = getattr(scaler, "_per_optimizer_states", None)
+    if not isinstance(states, dict):
+        return None
+    st = states.get(id(optimizer))
+    if not st or "found_inf_per_device" not in st or not st["found_inf_per_device"]:
+        return None
+    return bool(sum(float(v.item()) for v in st["found_inf_per_device"].values()) > 0)
+
+
+def scaler_step(scaler: Any, optimizer: torch.optim.Optimizer) -> bool:
+    """``scaler.step(optimizer)``; ``scaler.update()``; return True iff the update was applied."""
+    if scaler is None or not getattr(scaler, "is_enabled", lambda: False)():
+        if scaler is not None and not hasattr(scaler, "step"):
+            raise ConfigError(describe("scaler", type(scaler).__name__, "a torch.amp.GradScaler", "pass one or None"))
+        optimizer.step()
+        return True
+    before = float(scaler.get_scale())
+    scaler.step(optimizer)
+    found = _found_inf(scaler, optimizer)
+    scaler.update()
+    if found is not None:
+        return not found
+    return step_was_applied(before, float(scaler.get_scale()))

@@ -1,0 +1,211 @@
+"""The compatibility contract: which differences each recovery label allows.
+
+:func:`check_compatible` compares a checkpoint's :class:`CheckpointMeta` with the current run's,
+field by field, and classifies every difference by category and label into a severity:
+
+* ``error``: refused; loading raises :class:`CompatibilityError` before anything is restored;
+* ``warning``: allowed, reported (e.g. a software patch version under ``faithful_continuation``);
+* ``info``: allowed and expected under this label (e.g. new optimizer settings under
+  ``optimizer_reset``).
+
+The contract is versioned (:data:`CONTRACT_VERSION`); the table :data:`RULES` is the whole of it
+and is rendered in the README. Metadata of an unknown ``schema_version`` is refused. Cost: a
+walk over two JSON trees (parameter names included), no tensor is read.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from resumable_data._schema import coerce_enum
+from resumable_data.checkpoint.errors import CompatibilityError
+from resumable_data.checkpoint.meta import COMPARED, CheckpointMeta
+from resumable_data.labels import RecoveryLabel
+
+__all__ = ["CONTRACT_VERSION", "RULES", "Category", "CompatibilityReport", "Difference", "Severity", "check_compatible"]
+
+CONTRACT_VERSION = 1
+MAX_LISTED = 60
+
+
+class Severity(str, enum.Enum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+class Category(str, enum.Enum):
+    """What a difference is about; each has one row in :data:`RULES`."""
+
+    WEIGHTS = "weights"              # parameter / buffer names, shapes, dtypes
+    ARCHITECTURE = "architecture"    # module tree (class names)
+    MODEL_CONFIG = "model_config"
+    FEATURES = "feature_schema"      # tokenizer / feature schema fingerprint
+    OPTIMIZER = "optimizer"          # type, group settings, parameter partition
+    SCHEDULER = "scheduler"          # class, schedule fingerprint, convention
+    SCALER = "scaler"
+    EMA = "ema"
+    CALLBACKS = "callbacks"
+    DATASET = "dataset"              # dataset version, record count
+    DATA_STREAM = "data_stream"      # seed, order, batch, tail, accumulation, packing
+    LAYOUT = "layout"                # world size, sharding policy
+    SOFTWARE_PATCH = "software_patch"
+    SOFTWARE = "software"            # major / minor versions
+    TRANSITION = "transition_rule"   # user recovery spec
+
+
+E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
+L = RecoveryLabel
+_ORDER = (L.FAITHFUL_CONTINUATION, L.ELASTIC_RESHARD, L.OPTIMIZER_RESET, L.WARM_START, L.DATA_CHANGE)
+
+#: category -> (severity under faithful_continuation, elastic_reshard, optimizer_reset, warm_start, data_change), fix
+RULES: dict[Category, tuple[tuple[Severity, ...], str]] = {
+    Category.WEIGHTS: ((E, E, E, E, E), "build the model with the same parameter names, shapes and dtypes"),
+    Category.ARCHITECTURE: ((E, E, E, W, E), "build the same module tree, or resume with label='warm_start'"),
+    Category.MODEL_CONFIG: ((E, E, W, W, E), "pass the saved config, or resume with label='optimizer_reset'/'warm_start'"),
+    Category.FEATURES: ((E, E, E, E, E), "use the tokenizer / feature schema the checkpoint was trained with"),
+    Category.OPTIMIZER: ((E, E, I, I, E), "build the optimizer as saved, or resume with label='optimizer_reset'"),
+    Category.SCHEDULER: ((E, E, I, I, E), "build the scheduler as saved, or resume with label='optimizer_reset'"),
+    Category.SCALER: ((E, E, I, I, E), "build the grad scaler as saved, or resume with label='optimizer_reset'"),
+    Category.EMA: ((E, E, E, W, E), "pass (or drop) ema= as saved, or resume with label='warm_start'"),
+    Category.CALLBACKS: ((E, E, E, W, E), "pass the same callbacks, or resume with label='warm_start'"),
+    Category.DATASET: ((E, E, E, I, I), "open the saved dataset version, or resume with label='data_change'"),
+    Category.DATA_STREAM: ((E, E, E, I, W), "build the loader as saved (seed, order, batch size, accumulation), "
+                           "or resume with label='data_change'/'warm_start'"),
+    Category.LAYOUT: ((E, I, W, I, W), "resume on the saved layout, or with label='elastic_reshard'"),
+    Category.SOFTWARE_PATCH: ((W, W, W, I, W), "install the saved versions to rule out numerical drift"),
+    Category.SOFTWARE: ((E, E, W, I, W), "install the saved major.minor versions, or resume with label='optimizer_reset'/'warm_start'"),
+    Category.TRANSITION: ((E, E, I, I, E), "use the saved recovery spec (transition rules), or resume with label='optimizer_reset'"),
+}
+assert set(RULES) == set(Category)
+
+
+def severity(category: Category, label: RecoveryLabel) -> Severity:
+    return RULES[category][0][_ORDER.index(label)]
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One difference between a checkpoint and the current run."""
+
+    path: str
+    saved: Any
+    current: Any
+    category: Category
+    severity: Severity
+    fix: str
+
+    def __str__(self) -> str:
+        return f"[{self.severity.value}] {self.path}: saved {_short(self.saved)} vs current {_short(self.current)} " \
+               f"({self.category.value}); fix: {self.fix}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "saved": self.saved, "current": self.current, "category": self.category.value,
+                "severity": self.severity.value, "fix": self.fix}
+
+
+def _short(v: Any) -> str:
+    s = repr(v)
+    return s if len(s) <= 120 else s[:117] + "..."
+
+
+@dataclass(frozen=True)
+class CompatibilityReport:
+    """Every difference, with its severity under ``label``."""
+
+    label: RecoveryLabel
+    differences: tuple[Difference, ...]
+    contract_version: int = CONTRACT_VERSION
+
+    @property
+    def errors(self) -> tuple[Difference, ...]:
+        return tuple(d for d in self.differences if d.severity is Severity.ERROR)
+
+    @property
+    def warnings(self) -> tuple[Difference, ...]:
+        return tuple(d for d in self.differences if d.severity is Severity.WARNING)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def __str__(self) -> str:
+        if not self.differences:
+            return f"compatible under {self.label.value}: no differences"
+        shown = [str(d) for d in self.differences[:MAX_LISTED]]
+        more = len(self.differences) - len(shown)
+        head = (f"{'refused' if self.errors else 'allowed'} under label={self.label.value!r}: "
+                f"{len(self.errors)} error(s), {len(self.warnings)} warning(s), {len(self.differences)} difference(s)")
+        return head + "\n  - " + "\n  - ".join(shown) + (f"\n  - ... and {more} more" if more else "")
+
+    def raise_if_refused(self) -> None:
+        if self.errors:
+            raise CompatibilityError(f"cannot resume this checkpoint: {self}", self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label.value, "contract_version": self.contract_version,
+                "differences": [d.to_dict() for d in self.differences]}
+
+
+def _category(path: list[str]) -> Category:
+    top = path[0]
+    sub = path[1] if len(path) > 1 else ""
+    if top == "model":
+        return {"parameters": Category.WEIGHTS, "buffers": Category.WEIGHTS, "modules": Category.ARCHITECTURE}.get(
+            sub, Category.MODEL_CONFIG)
+    if top == "data":
+        if sub == "plan" and len(path) > 2 and path[2] in ("dataset_version", "version_hash", "num_records"):
+            return Category.DATASET
+        if sub == "layout":
+            return Category.LAYOUT
+        return Category.DATA_STREAM
+    return {"feature_schema": Category.FEATURES, "optimizer": Category.OPTIMIZER, "scheduler": Category.SCHEDULER,
+            "scaler": Category.SCALER, "ema": Category.EMA, "callbacks": Category.CALLBACKS, "layout": Category.LAYOUT,
+            "software": Category.SOFTWARE, "recovery_spec": Category.TRANSITION}[top]
+
+
+def _walk(a: Any, b: Any, path: list[str], out: list[tuple[list[str], Any, Any]]) -> None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in list(a) + [k for k in b if k not in a]:
+            if k not in a:
+                out.append((path + [k], "<absent>", b[k]))
+            elif k not in b:
+                out.append((path + [k], a[k], "<absent>"))
+            else:
+                _walk(a[k], b[k], path + [k], out)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and any(isinstance(x, (dict, list)) for x in a):
+        for i, (x, y) in enumerate(zip(a, b)):
+            _walk(x, y, path + [str(i)], out)
+    elif a != b or type(a) is not type(b) and not (isinstance(a, (int, float)) and isinstance(b, (int, float))):
+        out.append((path, a, b))
+
+
+def _version_category(saved: Any, current: Any) -> Category:
+    if isinstance(saved, str) and isinstance(current, str):
+        if saved.split(".")[:2] == current.split(".")[:2]:
+            return Category.SOFTWARE_PATCH
+    return Category.SOFTWARE
+
+
+def check_compatible(saved_meta: CheckpointMeta | dict, current_meta: CheckpointMeta | dict,
+                     label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION) -> CompatibilityReport:
+    """Every difference between ``saved_meta`` and ``current_meta`` with its severity under ``label``.
+
+    Both metas are validated first (an unknown ``schema_version`` raises). Call
+    ``report.raise_if_refused()`` to turn refused differences into one :class:`CompatibilityError`."""
+    label = coerce_enum(label, RecoveryLabel, "label")
+    saved = CheckpointMeta.from_dict(saved_meta.to_dict() if isinstance(saved_meta, CheckpointMeta) else saved_meta)
+    current = CheckpointMeta.from_dict(current_meta.to_dict() if isinstance(current_meta, CheckpointMeta) else current_meta)
+    sd, cd = saved.to_dict(), current.to_dict()
+    raw: list[tuple[list[str], Any, Any]] = []
+    for key in COMPARED:
+        _walk(sd[key], cd[key], [key], raw)
+    diffs = []
+    for path, a, b in raw:
+        cat = _version_category(a, b) if path[0] == "software" else _category(path)
+        diffs.append(Difference(".".join(path), a, b, cat, severity(cat, label), RULES[cat][1]))
+    order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+    diffs.sort(key=lambda d: order[d.severity])
+    return CompatibilityReport(label, tuple(diffs))

@@ -1,0 +1,595 @@
+"""``rd.TrainingState``: the whole training state as one ``Stateful`` bundle.
+
+It holds the live objects (model, optimizer, scheduler, grad scaler, ``rd.DataLoader``, EMA,
+callbacks, metric log) plus what they do not hold themselves: every global RNG, accumulated
+gradients and the microstep inside an accumulation window, module train/eval modes, the run's
+lineage (run id, parent checkpoint id, recovery label) and its metadata (:class:`CheckpointMeta`).
+
+``state_dict()`` returns a nested dict of tensors and JSON values (``torch.distributed.checkpoint``
+accepts it; :func:`rd.save_checkpoint` writes it as safetensors + JSON). Optimizer state is keyed
+by parameter FQN. ``load_state_dict(state, label=...)`` first checks the compatibility contract
+(:func:`rd.check_compatible`) and refuses, before changing anything, every difference the label
+does not allow; it then restores what the label restores and verifies the restored oracles
+(digests of parameters, moments, generator states, the next batch's record ids) against the
+saved ones.
+
+Accumulation windows (``accumulation=``):
+
+* ``"save_gradients"`` (default): a checkpoint inside a window stores the accumulated gradients;
+  the restore puts them back, re-delivers the window's uncommitted microbatches to nobody (the
+  loader fetches at most ``k - 1`` batches and drops them) so ``microstep`` and the token counter
+  continue, and the next batch is the one the interrupted run would have seen. Exact.
+* ``"rewind"``: no gradients are stored; the checkpoint stores the RNG states and buffers of the
+  window's start (snapshotted by :meth:`TrainingState.commit`) and the loader repeats the window
+  (``on_uncommitted="repeat"``). Exact, at the cost of recomputing up to ``k - 1`` microbatches.
+
+Restore cost: one ``load_state_dict`` per object, plus (``save_gradients``, mid-window) fetching
+up to ``k - 1`` batches; oracles hash every restored tensor once.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import xxhash
+
+from resumable_data._schema import coerce_enum, expect_header, expect_mapping
+from resumable_data.checkpoint import rng as rng_mod
+from resumable_data.checkpoint.compat import CompatibilityReport, check_compatible
+from resumable_data.checkpoint.errors import CheckpointError
+from resumable_data.checkpoint.inventory import Inventory, InventoryEntry
+from resumable_data.checkpoint.meta import (
+    CheckpointMeta,
+    SchedulerConvention,
+    fingerprint,
+    module_meta,
+    module_modes,
+    new_id,
+    scheduler_meta,
+    software_versions,
+)
+from resumable_data.checkpoint.metrics import MetricLog
+from resumable_data.checkpoint.optim import group_settings, load_optimizer_state, optimizer_state, param_fqns
+from resumable_data.errors import ConfigError, describe
+from resumable_data.labels import RecoveryLabel
+
+__all__ = ["STATE_FORMAT", "STATE_SCHEMA_VERSION", "AccumulationPolicy", "TrainingState"]
+
+STATE_FORMAT = "resumable_data.training_state"
+STATE_SCHEMA_VERSION = 1
+
+K_FORMAT = "format"
+K_SCHEMA = "schema_version"
+K_META = "meta"
+K_MODEL = "model"
+K_OPTIMIZER = "optimizer"
+K_SCHEDULER = "scheduler"
+K_SCALER = "scaler"
+K_LOADER = "loader"
+K_EMA = "ema"
+K_CALLBACKS = "callbacks"
+K_RNG = "rng"
+K_GRADIENTS = "gradients"
+K_MODES = "modes"
+K_ACCUMULATION = "accumulation"
+K_METRICS = "metrics"
+K_ORACLES = "oracles"
+_KEYS = frozenset({K_FORMAT, K_SCHEMA, K_META, K_MODEL, K_OPTIMIZER, K_SCHEDULER, K_SCALER, K_LOADER, K_EMA,
+                   K_CALLBACKS, K_RNG, K_GRADIENTS, K_MODES, K_ACCUMULATION, K_METRICS, K_ORACLES})
+
+L = RecoveryLabel
+#: What each label restores (everything else keeps the fresh object's state).
+RESTORES: dict[RecoveryLabel, frozenset[str]] = {
+    L.FAITHFUL_CONTINUATION: frozenset({K_MODEL, K_OPTIMIZER, K_SCHEDULER, K_SCALER, K_LOADER, K_EMA, K_CALLBACKS, K_RNG,
+                                        K_GRADIENTS, K_MODES, K_METRICS}),
+    L.ELASTIC_RESHARD: frozenset({K_MODEL, K_OPTIMIZER, K_SCHEDULER, K_SCALER, K_LOADER, K_EMA, K_CALLBACKS, K_RNG,
+                                  K_GRADIENTS, K_MODES, K_METRICS}),
+    L.OPTIMIZER_RESET: frozenset({K_MODEL, K_LOADER, K_EMA, K_CALLBACKS, K_RNG, K_MODES}),
+    L.WARM_START: frozenset({K_MODEL, K_EMA}),
+    L.DATA_CHANGE: frozenset({K_MODEL, K_OPTIMIZER, K_SCHEDULER, K_SCALER, K_EMA, K_CALLBACKS, K_RNG, K_MODES}),
+}
+CONTINUES_RUN = frozenset({L.FAITHFUL_CONTINUATION, L.ELASTIC_RESHARD})
+
+
+class AccumulationPolicy(str, enum.Enum):
+    """How a checkpoint inside a gradient-accumulation window is made exact."""
+
+    #: Store the accumulated gradients and continue the window after the restore.
+    SAVE_GRADIENTS = "save_gradients"
+    #: Store the window start's RNG and buffers; the loader repeats the window.
+    REWIND = "rewind"
+
+
+def _digest_tensors(items: Any) -> str:
+    h = xxhash.xxh3_64()
+    for name, t in items:
+        h.update(name.encode())
+        if isinstance(t, torch.Tensor):
+            t = t.detach().cpu().contiguous()
+            h.update(str(t.dtype).encode() + repr(tuple(t.shape)).encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        else:
+            h.update(repr(t).encode())
+    return h.hexdigest()
+
+
+def _digest_json(obj: Any) -> str:
+    return xxhash.xxh3_64_hexdigest(json.dumps(obj, sort_keys=True, default=repr).encode())
+
+
+def _flatten(prefix: str, obj: Any, out: list) -> list:
+    if isinstance(obj, Mapping):
+        for k in sorted(obj, key=str):
+            _flatten(f"{prefix}.{k}", obj[k], out)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _flatten(f"{prefix}.{i}", v, out)
+    else:
+        out.append((prefix, obj))
+    return out
+
+
+def _has_state(obj: Any) -> bool:
+    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
+
+
+class TrainingState:
+    """Everything that shapes the next update, as one ``Stateful`` (see the module docs)."""
+
+    def __init__(
+        self,
+        *,
+        model: torch.nn.Module | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+        scheduler: Any = None,
+        scaler: Any = None,
+        loader: Any = None,
+        ema: Any = None,
+        callbacks: Mapping[str, Any] | None = None,
+        metrics: MetricLog | None = None,
+        config: Any = None,
+        feature_schema: Any = None,
+        recovery_spec: Mapping[str, Any] | None = None,
+        scheduler_convention: SchedulerConvention | str = SchedulerConvention.ATTEMPTED_UPDATE,
+        accumulation: AccumulationPolicy | str = AccumulationPolicy.SAVE_GRADIENTS,
+        run_id: str | None = None,
+        capture_rng: bool = True,
+    ) -> None:
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise ConfigError(describe("model", type(model).__name__, "a torch.nn.Module", "pass the model"))
+        if optimizer is not None and model is None:
+            raise ConfigError(describe("model", None, "the model whose parameters the optimizer updates",
+                                       "pass model= (optimizer state is keyed by parameter name)"))
+        if scheduler is not None and optimizer is None:
+            raise ConfigError(describe("optimizer", None, "the optimizer the scheduler drives", "pass optimizer="))
+        for name, obj in (("scheduler", scheduler), ("scaler", scaler), ("loader", loader), ("ema", ema),
+                          ("metrics", metrics)):
+            if obj is not None and not _has_state(obj):
+                raise ConfigError(describe(name, type(obj).__name__, "an object with state_dict()/load_state_dict()",
+                                           f"pass a stateful {name} or None"))
+        self.callbacks = dict(callbacks or {})
+        for name, cb in self.callbacks.items():
+            if not isinstance(name, str) or not _has_state(cb):
+                raise ConfigError(describe(f"callbacks[{name!r}]", type(cb).__name__,
+                                           "a str name -> object with state_dict()/load_state_dict()",
+                                           "give each callback a name and a state_dict()"))
+        self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
+        self.loader, self.ema, self.metrics = loader, ema, metrics
+        self.config = config
+        self.feature_fingerprint = None if feature_schema is None else fingerprint(feature_schema)
+        self.feature_kind = None if feature_schema is None else type(feature_schema).__name__
+        self.recovery_spec = dict(recovery_spec) if recovery_spec is not None else None
+        self.scheduler_convention = coerce_enum(scheduler_convention, SchedulerConvention, "scheduler_convention")
+        self.accumulation = coerce_enum(accumulation, AccumulationPolicy, "accumulation")
+        self.capture_rng = bool(capture_rng)
+        self.run_id = run_id or new_id()
+        self.parent_checkpoint_id: str | None = None
+        self.recovery_label = RecoveryLabel.FAITHFUL_CONTINUATION
+        self.last_report: CompatibilityReport | None = None
+        self._names = param_fqns(("", model)) if model is not None else {}
+        ls = loader.state_dict() if loader is not None else None  # (commit="auto": commits what was delivered)
+        self._k = int(ls["accumulation_steps"]) if ls else 1
+        self._explicit = bool(ls and ls["commit"] == "explicit")
+        self._window: dict[str, Any] | None = None
+        if loader is None or not self._mid_window():
+            self.mark_window_start()
+
+    # -- training-loop hooks ----------------------------------------------------------------------
+    def commit(self, applied: bool = True) -> None:
+        """``loader.commit(applied)`` and mark the start of the next accumulation window."""
+        if self.loader is None:
+            raise ConfigError(describe("loader", None, "an rd.DataLoader", "pass loader= to TrainingState"))
+        self.loader.commit(applied=applied)
+        self.mark_window_start()
+
+    def mark_window_start(self) -> None:
+        """Snapshot RNG states and buffers at an accumulation window's start (used by ``rewind``).
+        :meth:`commit` calls it; call it yourself before the first batch if randomness was drawn since
+        this object was built."""
+        buffers = {}
+        if self.model is not None:
+            params = {n for n, _ in self.model.named_parameters(remove_duplicate=False)}
+            buffers = {k: v.detach().clone() for k, v in self.model.state_dict().items() if k not in params}
+        self._window = {"committed": self._committed(), "rng": rng_mod.capture() if self.capture_rng else None,
+                        "buffers": buffers}
+
+    def _committed(self) -> int | None:
+        return None if self.loader is None else int(self.loader.cursor.committed)
+
+    def _loader_facts(self) -> dict[str, Any] | None:
+        if self.loader is None:
+            return None
+        c = self.loader.cursor
+        return {"committed": c.committed, "delivered": c.delivered, "uncommitted": c.delivered - c.committed}
+
+    def _mid_window(self) -> bool:
+        """Inside an accumulation window: delivered microbatches whose update has not happened."""
+        if self.loader is None:
+            return any(p.grad is not None for p in self.model.parameters()) if self.model is not None else False
+        c = self.loader.cursor
+        if self._explicit:
+            return c.delivered > c.committed
+        return c.delivered > 0 and (int(self.loader.microstep) + 1) % self._k != 0
+
+    # -- metadata ---------------------------------------------------------------------------------
+    def meta(self, *, checkpoint_id: str | None = None, loader_state: dict | None = None,
+             status: dict | None = None) -> CheckpointMeta:
+        """This run's :class:`CheckpointMeta` (what a checkpoint of it would record)."""
+        model = module_meta(self.model, self.config) if self.model is not None else None
+        opt = None
+        if self.optimizer is not None:
+            opt = {"type": f"{type(self.optimizer).__module__}.{type(self.optimizer).__qualname__}",
+                   "param_groups": group_settings(self.optimizer, self._names)}
+        sched = scheduler_meta(self.scheduler, self.scheduler_convention) if self.scheduler is not None else None
+        scaler = None
+        if self.scaler is not None:
+            sd = self.scaler.state_dict()
+            enabled = bool(getattr(self.scaler, "is_enabled", lambda: bool(sd))())
+            scaler = {"type": f"{type(self.scaler).__module__}.{type(self.scaler).__qualname__}", "enabled": enabled,
+                      "device": str(getattr(self.scaler, "_device", "")),
+                      "settings": {k: sd[k] for k in ("growth_factor", "backoff_factor", "growth_interval") if k in sd}}
+        ema = None
+        if self.ema is not None:
+            ema = {"type": f"{type(self.ema).__module__}.{type(self.ema).__qualname__}"}
+            if isinstance(self.ema, torch.nn.Module):
+                m = module_meta(self.ema)
+                ema.update(parameters=m["parameters"], buffers=m["buffers"])
+        data = None
+        world = 1
+        if self.loader is not None:
+            ls = loader_state if loader_state is not None else self.loader.state_dict()
+            data = {"plan": ls["plan"], "layout": ls["layout"], "elastic": ls["elastic"], "commit": ls["commit"],
+                    "accumulation_steps": ls["accumulation_steps"], "packing": ls["packing"], "pinned": ls["pinned"],
+                    "sampler": ls["sampler"]}
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            world = torch.distributed.get_world_size()
+        return CheckpointMeta(
+            run_id=self.run_id, checkpoint_id=checkpoint_id, parent_checkpoint_id=self.parent_checkpoint_id,
+            recovery_label=self.recovery_label, model=model,
+            feature_schema=None if self.feature_fingerprint is None else {"fingerprint": self.feature_fingerprint,
+                                                                           "kind": self.feature_kind},
+            optimizer=opt, scheduler=sched, scaler=scaler, ema=ema, callbacks=sorted(self.callbacks), data=data,
+            layout={"world_size": world}, software=software_versions(),
+            recovery_spec=json.loads(json.dumps(self.recovery_spec)) if self.recovery_spec is not None else None,
+            status=status or {},
+        )
+
+    def check(self, saved_meta: CheckpointMeta | dict, label: RecoveryLabel | str = L.FAITHFUL_CONTINUATION
+              ) -> CompatibilityReport:
+        """The compatibility report of resuming ``saved_meta`` into this run under ``label``."""
+        return check_compatible(saved_meta, self.meta(), label)
+
+    # -- Stateful ---------------------------------------------------------------------------------
+    def state_dict(self, *, checkpoint_id: str | None = None) -> dict[str, Any]:
+        """Nested tensors + JSON values (tensors are live references; the writer copies them)."""
+        loader_state = self.loader.state_dict() if self.loader is not None else None
+        mid = self._mid_window()
+        rewind = mid and self.accumulation is AccumulationPolicy.REWIND and self.loader is not None
+        if rewind:
+            if loader_state["commit"] != "explicit":
+                raise CheckpointError(describe("accumulation", "rewind", "a loader built with commit='explicit'",
+                                               "pass commit='explicit' to rd.DataLoader, or accumulation='save_gradients'"))
+            if self._window is None or self._window["committed"] != loader_state["cursor"]["committed"]:
+                raise CheckpointError(describe("accumulation", "rewind",
+                                               "a window-start snapshot for the current window",
+                                               "commit with state.commit(applied) instead of loader.commit(), or call "
+                                               "state.mark_window_start() before the window's first batch"))
+        model_sd = None
+        if self.model is not None:
+            model_sd = dict(self.model.state_dict())
+            if rewind:
+                model_sd.update(self._window["buffers"])
+        rng = None
+        if self.capture_rng:
+            rng = self._window["rng"] if rewind else rng_mod.capture()
+        grads = None
+        if mid and not rewind and self.model is not None:
+            grads = {n: p.grad for n, p in self.model.named_parameters() if p.grad is not None}
+        modes = {}
+        if self.model is not None:
+            modes[K_MODEL] = module_modes(self.model)
+        if isinstance(self.ema, torch.nn.Module):
+            modes[K_EMA] = module_modes(self.ema)
+        facts = self._loader_facts()
+        accumulation = {"policy": self.accumulation.value, "mid_window": bool(mid), "rewound": bool(rewind),
+                        "microstep": int(self.loader.microstep) if self.loader is not None and mid else None,
+                        "uncommitted": facts["uncommitted"] if facts else 0}
+        state = {
+            K_FORMAT: STATE_FORMAT,
+            K_SCHEMA: STATE_SCHEMA_VERSION,
+            K_MODEL: model_sd,
+            K_OPTIMIZER: optimizer_state(self.optimizer, self._names) if self.optimizer is not None else None,
+            K_SCHEDULER: self.scheduler.state_dict() if self.scheduler is not None else None,
+            K_SCALER: self.scaler.state_dict() if self.scaler is not None else None,
+            K_LOADER: loader_state,
+            K_EMA: self.ema.state_dict() if self.ema is not None else None,
+            K_CALLBACKS: {k: cb.state_dict() for k, cb in self.callbacks.items()},
+            K_RNG: rng,
+            K_GRADIENTS: grads,
+            K_MODES: modes,
+            K_ACCUMULATION: accumulation,
+            K_METRICS: self.metrics.state_dict() if self.metrics is not None else None,
+        }
+        next_step = self._next_step(loader_state, rewound=rewind)
+        state[K_ORACLES] = self._oracles(state, next_step)
+        state[K_META] = self.meta(checkpoint_id=checkpoint_id, loader_state=loader_state,
+                                  status=self._status(loader_state, accumulation, next_step)).to_dict()
+        return state
+
+    def _next_step(self, loader_state: dict | None, *, rewound: bool) -> int | None:
+        if loader_state is None:
+            return None
+        c = loader_state["cursor"]
+        step = c["committed"] if rewound else c["delivered"]
+        moved = True
+        while moved:
+            moved = False
+            for start, stop, _ in loader_state["skipped"]:
+                if start <= step < stop:
+                    step, moved = stop, True
+        return step
+
+    def _status(self, loader_state: dict | None, accumulation: dict, next_step: int | None) -> dict[str, Any]:
+        st: dict[str, Any] = {"accumulation": accumulation}
+        if self.loader is not None:
+            st["cursor"] = loader_state["cursor"]
+            st["counters"] = dict(vars(self.loader.counters)) if hasattr(self.loader.counters, "__dict__") else {}
+            st["next_step"] = next_step
+        if self.optimizer is not None:
+            st["next_lr"] = [float(g["lr"]) if not isinstance(g["lr"], torch.Tensor) else float(g["lr"].item())
+                             for g in self.optimizer.param_groups]
+        if self.scheduler is not None:
+            st["scheduler_last_epoch"] = int(getattr(self.scheduler, "last_epoch", -1))
+        if self.scaler is not None:
+            sd = self.scaler.state_dict()
+            st["scale"] = sd.get("scale")
+        if self.model is not None:
+            st["modes"] = {"training": sum(module_modes(self.model).values()), "modules": len(module_modes(self.model))}
+        return st
+
+    # -- oracles ----------------------------------------------------------------------------------
+    def _oracles(self, state: dict[str, Any], next_step: int | None) -> dict[str, str]:
+        o: dict[str, str] = {}
+        if state[K_MODEL] is not None:
+            params = {n for n, _ in self.model.named_parameters(remove_duplicate=False)}
+            o["parameters"] = _digest_tensors(sorted((k, v) for k, v in state[K_MODEL].items() if k in params))
+            o["buffers"] = _digest_tensors(sorted((k, v) for k, v in state[K_MODEL].items() if k not in params))
+        if state[K_OPTIMIZER] is not None:
+            o["optimizer"] = _digest_tensors(_flatten("state", state[K_OPTIMIZER]["state"], []))
+            o["optimizer_groups"] = _digest_json(_flatten("groups", state[K_OPTIMIZER]["param_groups"], []))
+        if state[K_SCHEDULER] is not None:
+            o["scheduler"] = _digest_json(_flatten("s", state[K_SCHEDULER], []))
+        if state[K_SCALER] is not None:
+            o["scaler"] = _digest_json(state[K_SCALER])
+        if state[K_EMA] is not None:
+            o["ema"] = _digest_tensors(_flatten("ema", state[K_EMA], []))
+        if state[K_CALLBACKS]:
+            o["callbacks"] = _digest_tensors(_flatten("cb", state[K_CALLBACKS], []))
+        if state[K_RNG] is not None:
+            for k, v in rng_mod.digests(state[K_RNG]).items():
+                o[f"rng.{k}"] = v
+        o["gradients"] = _digest_tensors(sorted(state[K_GRADIENTS].items())) if state[K_GRADIENTS] else "none"
+        if state[K_MODES]:
+            o["modes"] = _digest_json(state[K_MODES])
+        if self.loader is not None and next_step is not None:
+            o["next_batch"] = _digest_json(self._next_records(next_step).tolist())
+        return o
+
+    def _next_records(self, step: int, limit: int | None = None):
+        pos = self.loader.plan.local_positions(step, self.loader.sharding)
+        ids = self.loader.plan.records(pos)
+        return ids if limit is None else ids[:limit]
+
+    def oracles(self) -> dict[str, str]:
+        """The oracles of the live state (what a checkpoint written now would record)."""
+        return self.state_dict()[K_ORACLES]
+
+    # -- restore ----------------------------------------------------------------------------------
+    def load_state_dict(self, state: Mapping[str, Any], *, label: RecoveryLabel | str = L.FAITHFUL_CONTINUATION,
+                        verify: bool = True) -> CompatibilityReport:
+        """Restore ``state`` under ``label``; refuses (``CompatibilityError``) before any change.
+
+        Returns the compatibility report (warnings included). See :data:`RESTORES` for what each
+        label restores; a label other than a continuation starts a new run id."""
+        label = coerce_enum(label, RecoveryLabel, "label")
+        if not isinstance(state, Mapping):
+            raise CheckpointError(describe("state", type(state).__name__, "the dict state_dict() returned", "pass it"))
+        if state.get(K_FORMAT) == STATE_FORMAT and isinstance(state.get(K_SCHEMA), int):
+            expect_header(state, STATE_FORMAT, STATE_SCHEMA_VERSION, "state", error=CheckpointError)
+        expect_mapping(state, "state", _KEYS, error=CheckpointError)
+        expect_header(state, STATE_FORMAT, STATE_SCHEMA_VERSION, "state", error=CheckpointError)
+        saved_meta = CheckpointMeta.from_dict(state[K_META])
+        report = self.check(saved_meta, label)
+        report.raise_if_refused()
+        restores = RESTORES[label]
+        acc = state[K_ACCUMULATION]
+
+        def want(key: str, obj: Any) -> bool:
+            return key in restores and obj is not None and state[key] is not None
+
+        # 1. weights and optimizer side
+        if want(K_MODEL, self.model):
+            self.model.load_state_dict(state[K_MODEL], strict=True)
+        if want(K_OPTIMIZER, self.optimizer):
+            load_optimizer_state(self.optimizer, self._names, state[K_OPTIMIZER])
+        if want(K_SCHEDULER, self.scheduler):
+            self.scheduler.load_state_dict(state[K_SCHEDULER])
+        if want(K_SCALER, self.scaler):
+            self.scaler.load_state_dict(state[K_SCALER])
+        if want(K_EMA, self.ema):
+            self.ema.load_state_dict(state[K_EMA])
+        if K_CALLBACKS in restores:
+            for name, cb in self.callbacks.items():
+                if name in state[K_CALLBACKS]:
+                    cb.load_state_dict(state[K_CALLBACKS][name])
+        if K_MODES in restores:
+            for key, obj in ((K_MODEL, self.model), (K_EMA, self.ema)):
+                if isinstance(obj, torch.nn.Module) and key in state[K_MODES]:
+                    for n, m in obj.named_modules():
+                        if n in state[K_MODES][key]:
+                            m.training = bool(state[K_MODES][key][n])
+        # 2. gradients (only a continuation keeps an unfinished window's gradients)
+        if self.model is not None:
+            saved_grads = state[K_GRADIENTS] if K_GRADIENTS in restores else None
+            for n, p in self.model.named_parameters():
+                g = (saved_grads or {}).get(n)
+                p.grad = None if g is None else g.detach().clone().to(device=p.device, dtype=p.dtype)
+        # 3. data cursor
+        if self.loader is not None:
+            if want(K_LOADER, self.loader):
+                ls = state[K_LOADER]
+                uncommitted = ls["cursor"]["delivered"] - ls["cursor"]["committed"]
+                self.loader.load_state_dict(ls, on_uncommitted="repeat" if uncommitted else None)
+                if uncommitted and not acc["rewound"] and K_GRADIENTS in restores:
+                    self._advance(uncommitted)
+            else:
+                self.loader.reset()
+        # 4. randomness last (nothing above may draw from it)
+        if want(K_RNG, True):
+            rng_mod.restore(state[K_RNG])
+        # 5. lineage and side effects
+        if label in CONTINUES_RUN:
+            self.run_id = saved_meta.run_id
+        elif self.run_id == saved_meta.run_id:
+            self.run_id = new_id()
+        self.parent_checkpoint_id = saved_meta.checkpoint_id
+        self.recovery_label = label
+        if self.metrics is not None:
+            if want(K_METRICS, self.metrics):
+                self.metrics.load_state_dict(state[K_METRICS], truncate=True)
+            self.metrics.set_run(self.run_id, label)
+        self.mark_window_start() if not self._mid_window() else setattr(self, "_window", None)
+        self.last_report = report
+        if verify:
+            self._verify(state, restores)
+        return report
+
+    def _advance(self, n: int) -> None:
+        """Deliver (and drop) the ``n`` microbatches whose gradients were restored."""
+        left = n
+        while left:
+            got = False
+            for _ in self.loader:
+                got = True
+                left -= 1
+                if not left:
+                    break
+            if not got:  # pragma: no cover - the loader always has a next epoch
+                raise CheckpointError("internal: the loader produced no batch while continuing the window")
+
+    def _verify(self, state: Mapping[str, Any], restores: frozenset[str]) -> None:
+        saved = state[K_ORACLES]
+        now = self.oracles()
+        checks = {"parameters": K_MODEL, "buffers": K_MODEL, "optimizer": K_OPTIMIZER, "scheduler": K_SCHEDULER,
+                  "scaler": K_SCALER, "ema": K_EMA, "callbacks": K_CALLBACKS, "gradients": K_GRADIENTS,
+                  "modes": K_MODES, "next_batch": K_LOADER, "rng.python": K_RNG, "rng.numpy": K_RNG,
+                  "rng.torch_cpu": K_RNG, "rng.cuda": K_RNG}
+        bad = [f"{k}: saved {saved[k]} vs restored {now.get(k)}" for k, part in checks.items()
+               if part in restores and k in saved and k in now and saved[k] != now[k]]
+        if bad:
+            raise CheckpointError("restored state does not match the checkpoint's oracles (a bug or a stateful object "
+                                  "whose load_state_dict is not exact):\n  - " + "\n  - ".join(bad))
+
+    # -- inventory --------------------------------------------------------------------------------
+    def inventory(self) -> Inventory:
+        """One entry per state category with owner, serialization, restore action and oracle value."""
+        state = self.state_dict()
+        return build_inventory(self, state)
+
+
+def _typename(obj: Any) -> str:
+    return type(obj).__name__ if obj is not None else "absent"
+
+
+def build_inventory(ts: TrainingState, state: Mapping[str, Any]) -> Inventory:
+    o = state[K_ORACLES]
+    st = state[K_META]["status"]
+    acc = state[K_ACCUMULATION]
+    E = InventoryEntry
+    absent = "absent (not part of this run)"
+
+    def val(k: str) -> str:
+        return o.get(k, absent)
+
+    master = "parameters are the master weights (fp32)"
+    if ts.model is not None and any(p.dtype in (torch.float16, torch.bfloat16) for p in ts.model.parameters()):
+        master = "low-precision parameters: master copies, if any, live in the optimizer state"
+    rows = [
+        E("parameters + persistent buffers", f"model ({_typename(ts.model)})", "safetensors model.*",
+          "model.load_state_dict(strict=True)", "xxh3 of parameters / buffers",
+          f"{val('parameters')} / {val('buffers')}"),
+        E("optimizer moments + step counters", f"optimizer ({_typename(ts.optimizer)})",
+          "safetensors optimizer.state.<fqn>.*, JSON groups keyed by FQN", "matched by parameter FQN, "
+          "optimizer.load_state_dict in current order", "xxh3 of moments / group settings",
+          f"{val('optimizer')} / {val('optimizer_groups')}"),
+        E("master weights", f"optimizer ({_typename(ts.optimizer)})", "inside optimizer state if kept",
+          "with the optimizer", "optimizer digest", master),
+        E("LR scheduler", f"scheduler ({_typename(ts.scheduler)}), convention {ts.scheduler_convention.value}",
+          "JSON state_dict; schedule code fingerprinted in meta", "scheduler.load_state_dict", "next LR per group",
+          f"next_lr={st.get('next_lr', absent)} last_epoch={st.get('scheduler_last_epoch', '-')}"),
+        E("AMP grad scaler", f"scaler ({_typename(ts.scaler)})", "JSON (scale, growth tracker, factors)",
+          "scaler.load_state_dict", "scale", f"scale={st.get('scale', absent)} ({val('scaler')})"),
+        E("accumulated gradients + microstep", "model .grad / rd.DataLoader", f"policy {acc['policy']}: "
+          + ("safetensors gradients.<fqn>" if state[K_GRADIENTS] else "none stored"),
+          "set .grad, loader continues the window" if state[K_GRADIENTS] else
+          ("loader repeats the window (on_uncommitted='repeat')" if acc["rewound"] else "grads cleared (window boundary)"),
+          "xxh3 of gradients, microstep", f"{val('gradients')} microstep={acc['microstep']} "
+          f"uncommitted={acc['uncommitted']}"),
+        E("RNG: python random", "process", "JSON (625 ints)", "random.setstate", "xxh3", val("rng.python")),
+        E("RNG: numpy global", "process", "JSON (MT19937 keys, pos)", "np.random.set_state", "xxh3", val("rng.numpy")),
+        E("RNG: torch CPU", "process", "safetensors uint8", "torch.set_rng_state", "xxh3", val("rng.torch_cpu")),
+        E("RNG: CUDA", "process", "safetensors uint8 per device", "torch.cuda.set_rng_state_all", "xxh3",
+          o.get("rng.cuda", "absent (CUDA not initialized)")),
+        E("data cursor, sampler, shuffle, augmentation keys", f"loader ({_typename(ts.loader)})",
+          "JSON: plan fingerprint, cursor, counters, skipped ranges; sampler/shuffle/augmentation are "
+          "pure functions of the position", "loader.load_state_dict(on_uncommitted=...)",
+          "next batch's record ids", _next_batch_text(ts, st) if ts.loader is not None else absent),
+        E("counters (global step definitions)", "rd.DataLoader", "JSON", "with the loader",
+          "attempted == applied + skipped", json.dumps(st.get("counters", {}), sort_keys=True) if ts.loader is not None else absent),
+        E("train/eval modes", "model / ema", "JSON {module: training}", "module.training = saved", "xxh3",
+          f"{val('modes')} ({st.get('modes', {}).get('training', '-')} of {st.get('modes', {}).get('modules', '-')} training)"),
+        E("EMA weights", f"ema ({_typename(ts.ema)})", "safetensors ema.*", "ema.load_state_dict", "xxh3", val("ema")),
+        E("callbacks", f"{len(ts.callbacks)} callback(s): {', '.join(sorted(ts.callbacks)) or '-'}",
+          "JSON + safetensors callbacks.<name>.*", "callback.load_state_dict", "xxh3", val("callbacks")),
+        E("metric stream (external side effect)", f"metrics ({_typename(ts.metrics)})",
+          "JSONL outside the checkpoint; boundary (run id, byte offset) in JSON",
+          "truncate records past the boundary (continuations); dedupe (run_id, step, name)", "records / offset",
+          json.dumps(state[K_METRICS]) if state[K_METRICS] else absent),
+        E("lineage + recovery label", "TrainingState", "meta.json", "run id kept (continuation) or new (reset)",
+          "label", f"run={ts.run_id} parent={ts.parent_checkpoint_id} label={ts.recovery_label.value}"),
+    ]
+    return Inventory(tuple(rows))
+
+
+def _next_batch_text(ts: TrainingState, st: Mapping[str, Any]) -> str:
+    step = st.get("next_step")
+    if step is None:
+        return "-"
+    plan = ts.loader.plan
+    ids = ts._next_records(step, 6).tolist()
+    epoch = step // plan.steps_per_epoch
+    return f"step {step} (epoch {epoch}) records {ids}..."
