@@ -22,10 +22,16 @@ test: $(STAMP)
 test-long: $(STAMP)
 	$(PY) -m pytest -q -n 2
 
-bench: $(STAMP)
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml constraints.txt
+	$(PIP) install -q -c constraints.txt -e ".[test,bench]"
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(PY) -m benchmarks.run
 
-bench-quick: $(STAMP)
+bench-quick: $(BENCH_STAMP)
 	$(PY) -m benchmarks.run --quick
 
 clean:

@@ -551,7 +551,7 @@ def run_one(cfg: dict) -> dict:
     out["bit_exact"] = exact
     del refs
     fresh, resume = [], {str(s): [] for s in states}
-    for _ in range(cfg["ttfb_reps"]):  # interleaved: fresh, then each step, per repetition
+    for _ in range(cfg["ttfb_reps"] * (3 if workers == 0 else 1)):  # interleaved (sub-ms at 0 workers: more runs): fresh, then each step, per repetition
         fresh.append(ttfb(lambda: (lambda ld: (ld, ad.iterate(ld)))(ad.make())))
         for s in states:
             resume[str(s)].append(ttfb(lambda: ad.restore(states[s])))
@@ -593,7 +593,7 @@ def share_cost(n: int, paths: dict, batches: int = 100) -> dict:
 # ---------------------------------------------------------------------------------------------
 def configs(quick: bool, paths: dict, n: int, only: list[str] | None) -> list[dict]:
     base = {"n": n, "paths": {k: str(v) for k, v in paths.items()},
-            "batches": 40 if quick else 200, "reps": 3, "warmup": 10 if quick else 20,
+            "batches": 40 if quick else 200, "reps": 3 if quick else 5, "warmup": 10 if quick else 20,
             "steps": [100, 500] if quick else [100, 3000], "ttfb_reps": 3 if quick else 5}
     out = []
     for name in LOADERS:

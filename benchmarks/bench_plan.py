@@ -17,9 +17,11 @@ from resumable_data.plan.permutation import forward_reference
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = argparse.ArgumentParser(description=__doc__).parse_known_args(argv)[0]
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="a smaller bulk run")
+    args = ap.parse_known_args(argv)[0]
     n = 10**9
-    bulk = 2_000_000
+    bulk = 500_000 if args.quick else 2_000_000
     perm = Permutation.keyed(n, version_hash="bench", seed=0, epoch=0)
     idx = np.arange(bulk, dtype=np.int64)
     batch = np.random.default_rng(0).integers(0, n, 256)

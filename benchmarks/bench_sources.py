@@ -19,7 +19,7 @@ import pyarrow as pa
 
 import resumable_data as rd
 from benchmarks._common import timed, write_results
-from benchmarks.data import FULL_RECORDS, NUM_SHARDS, build_table, shards_dir
+from benchmarks.data import FULL_RECORDS, NUM_SHARDS, build_table, records_for, shards_dir
 from resumable_data.sources.files import HASH_CHUNK_BYTES, MANIFEST_NAME
 
 NUM_RECORDS = FULL_RECORDS
@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> dict:
     repeats = 5 if args.quick else 9
     batches = 100 if args.quick else 400
 
+    global NUM_RECORDS
+    NUM_RECORDS = records_for(args.quick)  # --quick: 200k records (the loader benchmark's quick data)
     table = build_table(NUM_RECORDS)
     d = dataset_dir(table)
     ceiling = table.combine_chunks()
