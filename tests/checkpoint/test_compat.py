@@ -1,0 +1,187 @@
+"""The compatibility contract: every rejection, with its message, before anything is restored;
+what each non-continuation label restores and how it records lineage."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import _train as T
+import resumable_data as rd
+from resumable_data.checkpoint import read_checkpoint
+
+
+@pytest.fixture(scope="module")
+def ckpt(reference):
+    return reference["root"] / "save"
+
+
+def _fresh(data_dir, tmp_path, **kw):
+    return T.build(data_dir, tmp_path / "m.jsonl", run_id="new", seed=5, **kw)
+
+
+def _refused(o, ckpt, label="faithful_continuation"):
+    before = T.tensor_digest(o.model.state_dict().items())
+    with pytest.raises(rd.CompatibilityError) as e:
+        rd.load_checkpoint(ckpt, o.state, label=label, step=14)
+    assert T.tensor_digest(o.model.state_dict().items()) == before, "nothing may change before a refusal"
+    assert o.loader.cursor.delivered == 0
+    return str(e.value)
+
+
+def test_parameter_shape_change_is_refused_under_every_label(ckpt, data_dir, tmp_path):
+    o = _fresh(data_dir, tmp_path, hidden=32)
+    for label in rd.RecoveryLabel:
+        msg = _refused(o, ckpt, label)
+        assert "model.parameters.fc1.weight" in msg and "[24, 12]" in msg and "[32, 12]" in msg
+        assert "fix: build the model with the same parameter names" in msg
+
+
+def test_reordered_vocabulary_is_caught_not_just_a_wrong_shape(ckpt, data_dir, tmp_path):
+    vocab = [f"tok{i}" for i in range(T.VOCAB)]
+    vocab[3], vocab[4] = vocab[4], vocab[3]  # same size, two ids swapped
+    o = _fresh(data_dir, tmp_path, vocab={"vocab": vocab})
+    for label in ("faithful_continuation", "warm_start", "data_change"):
+        msg = _refused(o, ckpt, label)
+        assert "feature_schema.fingerprint" in msg and "tokenizer / feature schema" in msg
+
+
+def test_optimizer_settings_refused_as_continuation_allowed_as_reset(ckpt, data_dir, tmp_path):
+    o = _fresh(data_dir, tmp_path, lr=1e-3)
+    msg = _refused(o, ckpt)
+    assert "optimizer.param_groups.0.base_lr: saved 0.003 vs current 0.001" in msg
+    assert "label='optimizer_reset'" in msg
+    saved = read_checkpoint(ckpt, 14)
+    info = rd.load_checkpoint(ckpt, o.state, label="optimizer_reset", step=14)
+    assert info.report.ok and {d.severity for d in info.report.differences} == {rd.Severity.INFO}
+    # parameters kept, optimizer and scheduler fresh, new run id, parent recorded, label recorded
+    assert T.tensor_digest(sorted(o.model.state_dict().items())) == T.tensor_digest(sorted(saved.tree["model"].items()))
+    assert all(not o.opt.state[p] for p in o.model.parameters())
+    assert o.sched.last_epoch == 0 and o.scaler.get_scale() == 2.0 ** 10
+    assert o.state.run_id != saved.meta.run_id
+    assert o.state.parent_checkpoint_id == saved.checkpoint_id
+    assert o.state.recovery_label is rd.RecoveryLabel.OPTIMIZER_RESET
+    # the unfinished window's gradients are dropped, so its microbatches are delivered again
+    assert o.loader.cursor.delivered == 12 and all(p.grad is None for p in o.model.parameters())
+    assert o.metrics.run_id == o.state.run_id and o.metrics.label is rd.RecoveryLabel.OPTIMIZER_RESET
+    # a reset is never reported as a continuation: the next checkpoint carries the label
+    assert o.state.meta().recovery_label is rd.RecoveryLabel.OPTIMIZER_RESET
+
+
+def test_scheduler_convention_and_schedule_code(ckpt, data_dir, tmp_path):
+    o = _fresh(data_dir, tmp_path)
+    o.state.scheduler_convention = rd.SchedulerConvention.APPLIED_UPDATE
+    msg = _refused(o, ckpt)
+    assert "scheduler.convention: saved 'attempted_update' vs current 'applied_update'" in msg
+    o = _fresh(data_dir, tmp_path)
+    o.sched.lr_lambdas[0] = lambda s: min(1.0, (s + 1) / 5)  # another warmup: a changed transition rule
+    msg = _refused(o, ckpt)
+    assert "scheduler.schedule: saved [" in msg and "build the scheduler as saved" in msg
+
+
+def test_scaler_ema_and_callbacks_presence(ckpt, data_dir, tmp_path):
+    o = _fresh(data_dir, tmp_path)
+    o.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=7)
+    o.state.scaler = o.scaler
+    assert "scaler.settings.growth_interval: saved 3 vs current 7" in _refused(o, ckpt)
+    o = _fresh(data_dir, tmp_path)
+    o.state.ema = None
+    msg = _refused(o, ckpt)
+    assert "] ema: saved {" in msg and "vs current None (ema)" in msg and "pass (or drop) ema=" in msg
+
+
+def test_dataset_change_needs_data_change_label(ckpt, tmp_path):
+    other = tmp_path / "other"
+    T.write_data(other)
+    import pyarrow as pa
+    # a new dataset version: one more record
+    t = rd.ArrowShards(other).take(list(range(T.N_RECORDS)))
+    t = pa.concat_tables([t, t.slice(0, 1)])
+    new = tmp_path / "v2"
+    rd.write_arrow_shards(t, new, num_shards=2)
+    rd.pin(new)
+    o = _fresh(new, tmp_path)
+    msg = _refused(o, ckpt)
+    assert "data.plan.dataset_version" in msg and "label='data_change'" in msg
+    info = rd.load_checkpoint(ckpt, o.state, label="data_change", step=14)
+    assert info.report.ok and o.loader.cursor.delivered == 0  # a fresh stream over the new data
+    assert o.opt.state[next(o.model.parameters())]  # optimizer continued
+    assert o.state.recovery_label is rd.RecoveryLabel.DATA_CHANGE
+
+
+def test_warm_start_restores_weights_only(ckpt, data_dir, tmp_path):
+    o = _fresh(data_dir, tmp_path, lr=1e-2)
+    rd.load_checkpoint(ckpt, o.state, label="warm_start", step=14)
+    saved = read_checkpoint(ckpt, 14)
+    assert T.tensor_digest(sorted(o.model.state_dict().items())) == T.tensor_digest(sorted(saved.tree["model"].items()))
+    assert o.loader.cursor.delivered == 0 and o.sched.last_epoch == 0
+    assert all(not o.opt.state[p] for p in o.model.parameters())
+
+
+def test_software_versions_patch_warns_minor_refuses(ckpt, data_dir, tmp_path):
+    o = _fresh(data_dir, tmp_path)
+    saved = read_checkpoint(ckpt, 14).meta.to_dict()
+    cur = o.state.meta().to_dict()
+    major, minor, patch = cur["software"]["torch"].split(".")[:3]
+    s = copy.deepcopy(saved)
+    s["software"]["torch"] = f"{major}.{minor}.{int(patch) + 1}"
+    r = rd.check_compatible(s, cur, "faithful_continuation")
+    assert r.ok and [d.path for d in r.warnings] == ["software.torch"]
+    s["software"]["torch"] = f"{major}.{int(minor) + 1}.0"
+    r = rd.check_compatible(s, cur, "faithful_continuation")
+    assert not r.ok and "software.torch" in str(r) and "install the saved major.minor" in str(r)
+    assert rd.check_compatible(s, cur, "warm_start").ok
+
+
+def test_layout_change_only_as_elastic_reshard(ckpt, data_dir, tmp_path):
+    o = _fresh(data_dir, tmp_path)
+    saved = read_checkpoint(ckpt, 14).meta.to_dict()
+    saved["data"]["layout"]["world_size"] = 2
+    cur = o.state.meta()
+    r = rd.check_compatible(saved, cur, "faithful_continuation")
+    assert not r.ok and "data.layout.world_size: saved 2 vs current 1" in str(r) and "elastic_reshard" in str(r)
+    assert rd.check_compatible(saved, cur, "elastic_reshard").ok
+
+
+def test_unknown_schema_versions_and_labels_are_rejected(ckpt, data_dir, tmp_path):
+    o = _fresh(data_dir, tmp_path)
+    raw = read_checkpoint(ckpt, 14)
+    meta = raw.meta.to_dict()
+    meta["schema_version"] = 99
+    with pytest.raises(rd.CheckpointError, match=r"schema_version.*99.*expected 1"):
+        rd.check_compatible(meta, o.state.meta())
+    tree = dict(raw.tree, schema_version=2)
+    with pytest.raises(rd.CheckpointError, match="schema_version"):
+        o.state.load_state_dict(tree)
+    with pytest.raises(rd.ConfigError, match="label=.*faithful_continuation"):
+        rd.check_compatible(raw.meta, o.state.meta(), "resume_please")
+    assert rd.check_compatible(raw.meta, o.state.meta(), rd.RecoveryLabel.FAITHFUL_CONTINUATION).ok
+
+
+def test_instrument_eta_belongs_to_the_recovery_spec():
+    a = rd.instrument.QuadraticDescent(eta=0.5, x0=2)
+    a.reset()
+    a.step(), a.step()
+    assert a.x == 0.5 and a.k == 2
+    b = rd.instrument.QuadraticDescent(eta=0.25, x0=2)
+    b.step(), b.step()
+    assert b.x == 1.125
+    a = rd.instrument.QuadraticDescent(eta=0.5, x0=2)
+    a.step()
+    x1 = a.state_dict()
+    assert x1["x"] == 1.0
+    c = rd.instrument.QuadraticDescent(eta=0.25, x0=2)
+    with pytest.raises(rd.CompatibilityError) as e:
+        c.load_state_dict(x1)
+    assert "base_lr: saved 0.5 vs current 0.25" in str(e.value) and "optimizer_reset" in str(e.value)
+    assert c.x == 2.0 and c.k == 0
+    report = c.load_state_dict(x1, label="optimizer_reset")
+    assert report.ok and c.x == 1.0 and c.k == 0 and c.recovery_label is rd.RecoveryLabel.OPTIMIZER_RESET
+    assert c.step() == 0.75
+    d = rd.instrument.QuadraticDescent(eta=0.5, x0=2)
+    d.load_state_dict(x1)  # same eta: a faithful continuation reaches x2 = 0.5
+    assert d.step() == 0.5 and d.k == 2
+    with pytest.raises(rd.CheckpointError, match="schema_version"):
+        d.load_state_dict(dict(x1, schema_version=7))
