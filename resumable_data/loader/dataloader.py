@@ -584,7 +584,10 @@ class _Iterator:
         return batch
 
     def __del__(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: torch's modules may already be gone
+            pass
 
     def close(self) -> None:
         """Stop this pass; its worker processes (unless persistent) shut down now."""
