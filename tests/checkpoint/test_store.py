@@ -1,0 +1,167 @@
+"""Checkpoint files: layout, integrity, retention, never unpickling, and crash safety under
+SIGKILL at random moments of save_checkpoint (forked writers and a spawned script)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import resumable_data as rd
+from resumable_data.checkpoint import cleanup_incomplete, list_checkpoints, read_checkpoint
+
+
+def _state(value: float = 0.0):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(value)
+    return rd.TrainingState(model=model, optimizer=opt, run_id="crash")
+
+
+def _value(path) -> float:
+    raw = read_checkpoint(path)
+    vals = {float(t.flatten()[0]) for k, t in raw.tree["model"].items()}
+    assert len(vals) == 1
+    return vals.pop()
+
+
+def test_layout_marker_latest_and_retention(tmp_path):
+    s = _state(1.0)
+    for step in (1, 2, 3, 4):
+        path = rd.save_checkpoint(tmp_path, s, step=step, keep_last=2)
+    assert path.name == "step-000000000004"
+    assert sorted(p.name for p in list_checkpoints(tmp_path)) == ["step-000000000003", "step-000000000004"]
+    assert (tmp_path / "latest").read_text().strip() == "step-000000000004"
+    assert sorted(os.listdir(path)) == ["COMMITTED", "inventory.json", "meta.json", "state.json", "tensors.safetensors"]
+    marker = json.loads((path / "COMMITTED").read_text())
+    assert marker["format"] == "resumable_data.checkpoint" and marker["schema_version"] == 1 and marker["step"] == 4
+    meta = json.loads((path / "meta.json").read_text())
+    assert meta["format"] == "resumable_data.checkpoint_meta" and meta["run_id"] == "crash"
+    assert rd.save_checkpoint(tmp_path, s, step=4, keep_last=None) == path  # re-saving a step replaces it
+
+
+def test_loading_never_unpickles(tmp_path, monkeypatch):
+    s = _state(2.0)
+    rd.save_checkpoint(tmp_path, s, step=1)
+
+    def boom(*a, **k):
+        raise AssertionError("unpickling during load")
+
+    monkeypatch.setattr(pickle, "load", boom)
+    monkeypatch.setattr(pickle, "loads", boom)
+    monkeypatch.setattr(torch, "load", boom)
+    t = _state(0.0)
+    rd.load_checkpoint(tmp_path, t)
+    assert all(float(p.detach().flatten()[0]) == 2.0 for p in t.model.parameters())
+
+
+def test_unserializable_state_is_refused_at_save(tmp_path):
+    class Callback:
+        def state_dict(self):
+            return {"fn": lambda: 1}
+
+        def load_state_dict(self, s):
+            pass
+
+    s = rd.TrainingState(model=torch.nn.Linear(2, 2), callbacks={"cb": Callback()})
+    with pytest.raises(rd.CheckpointError, match=r"callbacks.cb.fn.*never pickles"):
+        rd.save_checkpoint(tmp_path, s, step=1)
+    assert not list_checkpoints(tmp_path)
+
+
+def test_corruption_and_incomplete_directories(tmp_path):
+    s = _state(3.0)
+    good = rd.save_checkpoint(tmp_path, s, step=1)
+    bad = rd.save_checkpoint(tmp_path, s, step=2)
+    data = bytearray((bad / "tensors.safetensors").read_bytes())
+    data[-1] ^= 0xFF
+    (bad / "tensors.safetensors").write_bytes(bytes(data))
+    with pytest.raises(rd.CheckpointError, match="content hash differs"):
+        rd.load_checkpoint(tmp_path, _state())
+    import shutil
+
+    shutil.rmtree(bad)
+    # an interrupted save: a temp dir and a step dir without marker are ignored, then cleaned up
+    (tmp_path / ".tmp-step-000000000009-1-ab").mkdir()
+    (tmp_path / "step-000000000009").mkdir()
+    (tmp_path / "latest").write_text("step-000000000009\n")
+    with pytest.warns(RuntimeWarning, match="not a complete checkpoint"):
+        info = rd.load_checkpoint(tmp_path, _state())
+    assert info.path == good
+    removed = {p.name for p in cleanup_incomplete(tmp_path)}
+    assert removed == {".tmp-step-000000000009-1-ab", "step-000000000009"}
+    with pytest.raises(rd.CheckpointError, match="a complete checkpoint"):
+        rd.load_checkpoint(tmp_path / "step-000000000003", _state())
+
+
+def _writer(directory: str, ready) -> None:  # runs in a forked child
+    s = _state(0.0)
+    step = int(time.time() * 1000) % 1000
+    ready.send(True)
+    while True:
+        step += 1
+        with torch.no_grad():
+            for p in s.model.parameters():
+                p.fill_(float(step))
+        rd.save_checkpoint(directory, s, step=step, keep_last=2)
+
+
+def test_sigkill_during_save_never_breaks_latest(tmp_path):
+    ctx = mp.get_context("fork")
+    rd.save_checkpoint(tmp_path, _state(0.0), step=0)
+    rng = random.Random(1234)
+    interrupted = 0
+    for _ in range(20):
+        parent, child = ctx.Pipe()
+        p = ctx.Process(target=_writer, args=(str(tmp_path), child))
+        p.start()
+        assert parent.recv()
+        time.sleep(rng.uniform(0.0, 0.04))
+        os.kill(p.pid, signal.SIGKILL)
+        p.join()
+        assert p.exitcode == -signal.SIGKILL
+        interrupted += any(q.name.startswith((".tmp-", ".trash-", ".latest.tmp")) for q in tmp_path.iterdir())
+        latest = (tmp_path / "latest").read_text().strip()
+        t = _state(-1.0)
+        info = rd.load_checkpoint(tmp_path, t)  # never warns: latest is always complete
+        assert info.path.name == latest
+        assert {float(x.detach().flatten()[0]) for x in t.model.parameters()} == {float(info.step) if info.step else 0.0}
+    assert list_checkpoints(tmp_path)
+    assert interrupted >= 3, "the kills should land inside save_checkpoint"
+
+
+WRITER_SCRIPT = """
+import sys, torch, resumable_data as rd
+m = torch.nn.Linear(256, 256); s = rd.TrainingState(model=m, optimizer=torch.optim.Adam(m.parameters()))
+print("ready", flush=True)
+step = 0
+while True:
+    step += 1
+    with torch.no_grad():
+        m.weight.fill_(step)
+    rd.save_checkpoint(sys.argv[1], s, step=step, keep_last=3)
+"""
+
+
+def test_sigkill_of_a_spawned_writer_process(tmp_path):
+    p = subprocess.Popen([sys.executable, "-c", WRITER_SCRIPT, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(0.3)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    raw = read_checkpoint(tmp_path)
+    assert raw.path.name == (tmp_path / "latest").read_text().strip()
+    assert float(raw.tree["model"]["weight"][0, 0]) == raw.step
