@@ -176,9 +176,8 @@ def task_slices(rank, world, slice_dir, g=24, steps=14):
     dist.barrier()
     t0 = time.perf_counter()
     n = 0
-    for _ in range(3):
-        for _b in loader:
-            n += 1
+    for _b in loader:  # one epoch
+        n += 1
     out["throughput_samples_per_s"] = n * (g // world) / (time.perf_counter() - t0)
     return out
 
@@ -269,19 +268,19 @@ def task_dcp(rank, world, slice_dir, ckpt_dir):
     # timings: the loader state alone vs a small model alone (median of 3)
     def timed(fn):
         ts = []
-        for _ in range(3):
+        for k in range(3):
             if dist_on:
                 torch.distributed.barrier()
             t0 = time.perf_counter()
-            fn()
+            fn(k)
             ts.append(time.perf_counter() - t0)
         return sorted(ts)[1]
 
-    out["t_save_loader"] = timed(lambda: dcp.save({"loader": a}, checkpoint_id=f"{ckpt_dir}/t-loader"))
-    out["t_load_loader"] = timed(lambda: dcp.load({"loader": loader()}, checkpoint_id=f"{ckpt_dir}/t-loader"))
+    out["t_save_loader"] = timed(lambda k: dcp.save({"loader": a}, checkpoint_id=f"{ckpt_dir}/t-loader{k}"))
+    out["t_load_loader"] = timed(lambda k: dcp.load({"loader": loader()}, checkpoint_id=f"{ckpt_dir}/t-loader{k}"))
     msd = {"model": model.state_dict()}
-    out["t_save_model"] = timed(lambda: dcp.save(msd, checkpoint_id=f"{ckpt_dir}/t-model"))
-    out["t_load_model"] = timed(lambda: dcp.load({"model": model2.state_dict()}, checkpoint_id=f"{ckpt_dir}/t-model"))
+    out["t_save_model"] = timed(lambda k: dcp.save(msd, checkpoint_id=f"{ckpt_dir}/t-model{k}"))
+    out["t_load_model"] = timed(lambda k: dcp.load({"model": model2.state_dict()}, checkpoint_id=f"{ckpt_dir}/t-model{k}"))
     out["model_params"] = sum(p.numel() for p in model.parameters())
     return out
 

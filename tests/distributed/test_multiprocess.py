@@ -62,8 +62,8 @@ def world2(data, workdir, world4):
 
 
 @pytest.mark.parametrize("world", [2, 4])
-def test_each_rank_gets_its_slice_of_the_global_stream(world, world2, world4):
-    res = {2: world2, 4: world4}[world]
+def test_each_rank_gets_its_slice_of_the_global_stream(world, request):
+    res = request.getfixturevalue(f"world{world}")
     for r in res:
         assert r["slices"]["contiguous"] == r["slices"]["strided"] == 14
 
@@ -87,12 +87,12 @@ def test_ddp_interrupted_on_4_ranks_resumed_on_2_is_bit_identical(reference, wor
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])
-def test_dcp_round_trip_of_the_loader(world, data, tmp_path, world2, world4):
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+def test_dcp_round_trip_of_the_loader(world, data, tmp_path, request):
     if world == 1:  # DCP without a process group: the single-process path
         res = [W.task_dcp(0, 1, data[0], str(tmp_path))]
     else:
-        res = {2: world2, 4: world4}[world]
-        res = [r["dcp"] for r in res]
+        res = [r["dcp"] for r in request.getfixturevalue(f"world{world}")]
     assert all(r["auto"] == res[0]["auto"] for r in res), "rank-invariant state"
     assert [x[:2] for x in res[0]["auto"]["skipped"]] == [[6, 8], [20, 21]]
     assert res[0]["auto"]["layout"]["world_size"] == world
