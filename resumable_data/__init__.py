@@ -70,6 +70,8 @@ from resumable_data.checkpoint import (
     save_checkpoint,
     scaler_step,
 )
+# -- faces --
+from resumable_data import testing
 
 __version__ = "0.1.0"
 
@@ -123,5 +125,6 @@ __all__ = [
     "sample_key",
     "save_checkpoint",
     "scaler_step",
+    "testing",
     "write_arrow_shards",
 ]
