@@ -18,11 +18,11 @@ SCRIPT = Path(__file__).parent / "_train.py"
 
 @pytest.fixture(scope="module")
 def restored(reference, data_dir):
-    """Three fresh processes in parallel; each restores its checkpoints into freshly built objects."""
+    """Two fresh processes in parallel; each restores its checkpoints into freshly built objects.
+    The rewind process builds its optimizer with groups and parameters in reversed order."""
     jobs = {
         "save": ("save", SAVE_STOPS, []),
-        "rewind": ("rewind", REWIND_STOPS, []),
-        "reversed": ("save", [14, 24], ["--reverse-groups"]),
+        "rewind": ("rewind", REWIND_STOPS, ["--reverse-groups"]),
     }
     procs = {}
     for name, (ckpt, stops, extra) in jobs.items():
@@ -64,8 +64,9 @@ def test_rewind_policy_is_bit_exact(reference, restored):
 
 
 def test_optimizer_built_in_another_order_restores_the_right_moments(reference, restored):
-    results, logs = restored["reversed"]
-    _check(reference, results, logs, [14, 24], rewind=False)
+    # the rewind process built AdamW with both the groups and the parameters inside them reversed
+    results, _ = restored["rewind"]
+    assert all(r["summary"]["moments"] == reference["summary"]["moments"] for r in results)
 
 
 def test_saving_does_not_perturb_training(reference, data_dir, tmp_path):
