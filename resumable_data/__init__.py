@@ -71,7 +71,7 @@ from resumable_data.checkpoint import (
     scaler_step,
 )
 # -- faces --
-from resumable_data import testing
+from resumable_data import distributed, testing
 
 __version__ = "0.1.0"
 
@@ -118,6 +118,7 @@ __all__ = [
     "VerifyLevel",
     "batch_context",
     "check_compatible",
+    "distributed",
     "instrument",
     "load_checkpoint",
     "pin",
