@@ -273,6 +273,18 @@ class DataLoader:
         self._active: weakref.ref[_Iterator] | None = None
         self._generation = 0
         self.reset()
+        self._warm_up(mode)
+
+    def _warm_up(self, mode: FetchMode) -> None:
+        """Run the compiled kernels and the source's first gather once in this process, so that
+        forked workers inherit them instead of each paying the start-up (JIT cache, imports)."""
+        records = self._plan.records(np.zeros(1, dtype=np.int64))
+        if mode in (FetchMode.ARROW, FetchMode.PACKED):
+            self.dataset.take(records)
+        if self._packing is not None and self._packing.mode is PackMode.BEST_FIT:
+            from resumable_data.plan.packing import best_fit_bins
+
+            best_fit_bins(np.array([1, 1], dtype=np.int64), self._packing)
 
     # -- construction helpers ---------------------------------------------------------------------
     @staticmethod
