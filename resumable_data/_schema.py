@@ -11,7 +11,9 @@ import enum
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from resumable_data.errors import ResumableDataError, ResumeError, describe
+import numpy as np
+
+from resumable_data.errors import ConfigError, ResumableDataError, ResumeError, describe
 
 E = TypeVar("E", bound=enum.Enum)
 
@@ -89,23 +91,13 @@ def expect_header(
 
 def coerce_enum(value: Any, enum_type: type[E], param: str) -> E:
     """Construction-time enum coercion (string values accepted) with a ConfigError on bad input."""
-    from resumable_data.errors import ConfigError
-
     return expect_enum(value, enum_type, param, error=ConfigError)
 
 
 def check_int(value: Any, param: str, lo: int = 0, hi: int = MAX_INT) -> int:
-    """Construction-time integer check with a ConfigError on bad input."""
-    from resumable_data.errors import ConfigError
-
-    if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            import numpy as np
-
-            if isinstance(value, np.integer):
-                value = int(value)
-        except ImportError:  # pragma: no cover
-            pass
+    """Construction-time integer check (numpy integers accepted) with a ConfigError on bad input."""
+    if isinstance(value, np.integer):
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise ConfigError(describe(param, value, f"an integer in [{lo}, {hi}]", f"pass an integer {param} in range"))
     return value
