@@ -141,6 +141,23 @@ def _check_data(out: list[str], directory: str, pinned_hash: str) -> int:
 register("inspect", "show what a checkpoint holds and what the next step will do", _configure_inspect, _run_inspect)
 
 
+# -- demo ----------------------------------------------------------------------------------------
+def _configure_demo(p: argparse.ArgumentParser) -> None:
+    from resumable_data.demo import configure
+
+    configure(p)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from resumable_data.demo import main_args
+
+    return main_args(args)
+
+
+register("demo", "train a tiny LM, SIGKILL it, resume it, and prove bit-identity with an uninterrupted run",
+         _configure_demo, _run_demo)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="resumable-data", description="Deterministic, resumable data pipelines.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
