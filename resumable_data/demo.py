@@ -148,6 +148,9 @@ def run(config_path: Path, run_dir: Path, *, desc: str, total: int, resume: bool
                     log.checkpoints.append(ev["step"])
                 elif kind == "done":
                     log.done = ev
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)             # never leave a trainer behind (Ctrl-C, errors)
+            raise
         finally:
             bar.close()
             log.returncode = proc.wait()
@@ -217,18 +220,22 @@ def _inspect(checkpoint: str, data: str) -> tuple[int, str]:
     return code, buf.getvalue()
 
 
-def _compact_inventory(checkpoint: str) -> str:
+def _read_inventory(checkpoint: str):
     from resumable_data.checkpoint.inventory import Inventory
     from resumable_data.checkpoint.store import read_checkpoint
 
-    inv = Inventory.from_dict(read_checkpoint(checkpoint).inventory)
+    return Inventory.from_dict(read_checkpoint(checkpoint).inventory)
 
+
+def _compact_inventory(inv, data_row: str | None = None) -> str:
+    """The inventory, narrower than ``str(inv)``: category, restore action, oracle value."""
     def clip(s: str, w: int) -> str:
         return s if len(s) <= w else s[: w - 1] + "…"
 
-    cols = (("category", 34), ("restore", 44), ("oracle value", 56))
-    rows = [[e.category, e.restore, e.value] for e in inv]
-    out = ["  ".join(name.ljust(w) for name, w in cols), "  ".join("-" * w for _, w in cols)]
+    cols = (("category", 40), ("restore", 42), ("oracle value", 50))
+    rows = [[e.category, e.restore, data_row if data_row and e.category.startswith("data cursor") else e.value]
+            for e in inv]
+    out = ["  ".join(name.ljust(w) for name, w in cols).rstrip(), "  ".join("-" * w for _, w in cols)]
     out += ["  ".join(clip(v, w).ljust(w) for v, (_, w) in zip(r, cols)).rstrip() for r in rows]
     return "\n".join(out)
 
@@ -326,10 +333,10 @@ def main_args(args: argparse.Namespace) -> int:
         return 2
     code, text = _inspect(str(latest), str(corpus))
     head = text.partition("\ninventory:\n")[0].rstrip()   # the inventory is printed narrower below
+    saved_inventory = _read_inventory(str(latest))          # (the resumed run's retention will delete it)
     # `inspect` maps a step to records through the record plan, which is wrong for a packed loader
     # (its step counts packed sequences): show what the resumed run actually received instead.
     head = "\n".join(line for line in head.splitlines() if not line.startswith(_PACKED_WRONG))
-    inventory = _compact_inventory(str(latest))
 
     resumed = run(config_path, work / "interrupted", desc="resumed run", total=steps, resume=True,
                   sabotage=args.sabotage, quiet=args.quiet, env=env)
@@ -359,16 +366,18 @@ def main_args(args: argparse.Namespace) -> int:
             f"from documents {docs[:8]}{' ...' if len(docs) > 8 else ''} (what the resumed run received)")
     if code != 0:
         say("  (inspect: the dataset does not match its pinned version)")
+    # the inventory's data row maps the step through the record plan too (wrong when packing): use what ran
+    data_row = f"step {nxt}: packed sequences from documents {docs[:6]}" if docs is not None else None
+    inventory = _compact_inventory(saved_inventory, data_row)
     say("\nthe training-state inventory of that checkpoint (every category, how it is restored, its oracle):")
     say("\n".join("  " + line for line in inventory.splitlines()))
 
     verdict = compare(reference, interrupted, resumed, steps)
     updates = [e for e in resumed.events if e.get("event") == "update"]
     ref_updates = [e for e in reference.events if e.get("event") == "update"]
-    if ref_updates:
+    if ref_updates and updates:
         say(f"\nloss      {ref_updates[0]['loss']:.3f} at update 0 -> {ref_updates[-1]['loss']:.3f} at update "
-            f"{ref_updates[-1]['update']} (uninterrupted run); the resumed run ended at "
-            f"{updates[-1]['loss']:.3f}" if updates else "")
+            f"{ref_updates[-1]['update']} (uninterrupted); {updates[-1]['loss']:.3f} (interrupted + resumed)")
     say("\ninterrupted + resumed vs uninterrupted:")
     for name, text_ in verdict.lines:
         say(f"  {name:<18} {text_}")

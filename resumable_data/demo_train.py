@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 import xxhash
@@ -171,6 +173,8 @@ def deterministic() -> None:
 
 def build(cfg: DemoConfig, run_dir: Path, *, data_seed: int | None = None) -> Job:
     deterministic()
+    random.seed(cfg.model_seed)          # every global generator starts from the config
+    np.random.seed(cfg.model_seed)
     torch.manual_seed(cfg.model_seed)
     model = TinyLM(cfg.vocab, cfg.seq_len, cfg.d_model, cfg.layers, cfg.heads, cfg.dropout)
     decay = [p for p in model.parameters() if p.dim() > 1]
