@@ -9,7 +9,10 @@ Per column of the gathered ``pyarrow.Table``:
 * ``fixed_size_list<numeric>`` columns become ``[B, size]`` tensors;
 * anything else (strings, structs, ...) becomes a Python list.
 
-Cost: one pass over the gathered values; no per-row Python loop for numeric data.
+Cost: one pass over the gathered values; no per-row Python loop for numeric data. Workers build
+the batch as numpy arrays, which travel through the result pipe and become tensors in the main
+process without a copy: on small machines that is about twice as fast as torch's shared-memory
+tensors, whose segments cost a page fault per 4 KiB.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-__all__ = ["PAD_VALUE", "LENGTHS_SUFFIX", "arrow_to_tensors", "list_lengths"]
+__all__ = ["LENGTHS_SUFFIX", "PAD_VALUE", "arrow_to_numpy", "arrow_to_tensors", "list_lengths", "to_torch"]
 
 PAD_VALUE = 0
 LENGTHS_SUFFIX = "_lengths"
@@ -43,27 +46,38 @@ def list_lengths(arr: pa.Array) -> np.ndarray:
     return lengths
 
 
-def _pad(arr: pa.Array, pad_value: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def _pad(arr: pa.Array, pad_value: Any) -> tuple[np.ndarray, np.ndarray]:
     lengths = list_lengths(arr)
     flat = arr.flatten().to_numpy(zero_copy_only=False)
     width = int(lengths.max()) if lengths.size else 0
     out = np.full((len(arr), width), pad_value, dtype=flat.dtype)
     out[np.arange(width)[None, :] < lengths[:, None]] = flat
-    return torch.from_numpy(out), torch.from_numpy(lengths)
+    return out, lengths
 
 
-def arrow_to_tensors(table: pa.Table, pad_value: Any = PAD_VALUE) -> dict[str, Any]:
-    """The default batch of ``table`` (see the module docstring)."""
+def arrow_to_numpy(table: pa.Table, pad_value: Any = PAD_VALUE) -> dict[str, Any]:
+    """The default batch of ``table`` as numpy arrays (what workers send: see :func:`to_torch`)."""
     out: dict[str, Any] = {}
     for name, col in zip(table.column_names, table.columns):
         t = col.type
         if _is_numeric(t) and col.null_count == 0:
-            out[name] = torch.from_numpy(np.array(col.to_numpy(), copy=True))
+            out[name] = np.array(col.to_numpy(), copy=True)
         elif (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_numeric(t.value_type):
             out[name], out[name + LENGTHS_SUFFIX] = _pad(_single(col), pad_value)
         elif pa.types.is_fixed_size_list(t) and _is_numeric(t.value_type) and col.null_count == 0:
             flat = _single(col).flatten().to_numpy(zero_copy_only=False)
-            out[name] = torch.from_numpy(np.ascontiguousarray(flat.reshape(len(col), t.list_size)))
+            out[name] = np.ascontiguousarray(flat.reshape(len(col), t.list_size))
         else:
             out[name] = col.to_pylist()
     return out
+
+
+def to_torch(batch: dict[str, Any]) -> dict[str, Any]:
+    """numpy arrays (and numpy scalars) of a batch dict as tensors, zero-copy; the rest as is."""
+    return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else torch.as_tensor(v) if isinstance(v, np.generic) else v
+            for k, v in batch.items()}
+
+
+def arrow_to_tensors(table: pa.Table, pad_value: Any = PAD_VALUE) -> dict[str, Any]:
+    """The default batch of ``table`` (see the module docstring)."""
+    return to_torch(arrow_to_numpy(table, pad_value))

@@ -30,7 +30,8 @@ import torch.utils.data as tud
 from resumable_data._schema import check_int, coerce_enum
 from resumable_data.errors import ConfigError, ResumableDataError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
-from resumable_data.loader.fetch import FetchMode, StepFetcher, StepSampler
+from resumable_data.loader.collate import to_torch
+from resumable_data.loader.fetch import FetchMode, NumpyBatch, StepFetcher, StepSampler
 from resumable_data.loader.stream import PackedStream, RecordStream
 from resumable_data.loader.state import (
     CommitMode,
@@ -261,7 +262,7 @@ class DataLoader:
         self._fetcher = StepFetcher(
             dataset, self._plan, self._sharding, mode=mode, collate_fn=collate_fn, arrow_collate=arrow_collate,
             seed_per_sample=bool(seed_per_sample), token_column=token_column, unbatched=self._unbatched,
-            records_fn=records_fn, stream=self._stream if packing is not None else None,
+            records_fn=records_fn, stream=self._stream if packing is not None else None, pin_memory=pin_memory,
         )
         private = torch.Generator().manual_seed(seed)  # torch draws a base seed per iter(): never from the global one
         self._torch = tud.DataLoader(
@@ -593,6 +594,8 @@ class _Iterator:
             self.close()
             raise
         loader._on_deliver(step, tokens, samples)
+        if isinstance(batch, NumpyBatch):
+            batch = to_torch(batch)
         return batch
 
     def __del__(self) -> None:

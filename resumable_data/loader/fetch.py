@@ -14,11 +14,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import Dataset, Sampler, get_worker_info
 from torch.utils.data._utils.collate import default_collate, default_convert
 
-from resumable_data.loader.collate import arrow_to_tensors
+from resumable_data.loader.collate import arrow_to_numpy, to_torch
 from resumable_data.loader.context import (
     BatchContext,
     GlobalRNGGuard,
@@ -32,7 +31,7 @@ from resumable_data.loader.context import (
 from resumable_data.loader.packed import pack_sequences, packed_tokens
 from resumable_data.plan import Plan, Sharding, sample_keys
 
-__all__ = ["FetchMode", "StepFetcher", "StepSampler"]
+__all__ = ["FetchMode", "NumpyBatch", "StepFetcher", "StepSampler"]
 
 
 class FetchMode(str, enum.Enum):
@@ -63,6 +62,7 @@ class StepFetcher(Dataset):
         unbatched: bool,
         records_fn: Callable[[np.ndarray], np.ndarray] | None = None,
         stream: Any = None,
+        pin_memory: bool = False,
     ) -> None:
         self.dataset = dataset
         self.plan = plan
@@ -75,6 +75,7 @@ class StepFetcher(Dataset):
         self.unbatched = unbatched
         self.records_fn = records_fn
         self.stream = stream
+        self.pin_memory = pin_memory
         self._lengths: np.ndarray | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -130,10 +131,17 @@ class StepFetcher(Dataset):
         if self.collate_fn is not None:
             rows = table.to_pylist()
             return (self.collate_fn(rows[0]) if self.unbatched else self.collate_fn(rows)), tokens
-        batch = arrow_to_tensors(table)
+        batch = arrow_to_numpy(table)
         if self.unbatched:
-            batch = {k: v[0] if isinstance(v, (torch.Tensor, list)) else v for k, v in batch.items()}
-        return batch, tokens
+            batch = {k: v[0] for k, v in batch.items()}
+        return self._transport(batch), tokens
+
+    def _transport(self, batch: dict[str, Any]) -> Any:
+        """Tensors in the main process; in a worker, numpy arrays the main process wraps as
+        tensors without a copy (``NumpyBatch``), unless pinned memory needs torch tensors."""
+        if get_worker_info() is None or self.pin_memory:
+            return to_torch(batch)
+        return NumpyBatch(batch)
 
     def _packed(self, epoch: int, k: int) -> tuple[dict[str, Any], int, int]:
         start, stop, count = self.stream.epoch_positions(epoch, k)
@@ -142,7 +150,7 @@ class StepFetcher(Dataset):
         batch, real = pack_sequences(self.stream, self.dataset, epoch, local)
         if self.sharding.world_size > 1:  # count the whole global batch, so every rank agrees
             real = packed_tokens(self.stream, epoch, everything)
-        return batch, real, stop - start
+        return self._transport(batch), real, stop - start
 
     def _keys(self, positions: np.ndarray) -> np.ndarray:
         return sample_keys(self.plan.version_hash, self.plan.seed, positions)
@@ -182,6 +190,10 @@ class StepFetcher(Dataset):
 def _note(e: BaseException, text: str) -> None:
     if hasattr(e, "add_note"):
         e.add_note(text)
+
+
+class NumpyBatch(dict):
+    """A batch of numpy arrays sent by a worker; the loader turns it into tensors (zero-copy)."""
 
 
 class StepSampler(Sampler[int]):

@@ -15,8 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
-
 from resumable_data.loader.collate import list_lengths
 from resumable_data.plan.packing import assemble, sequence_segments
 
@@ -44,7 +42,7 @@ def packed_tokens(stream: Any, epoch: int, sequences: np.ndarray) -> int:
 
 
 def pack_sequences(stream: Any, source: Any, epoch: int, sequences: np.ndarray) -> tuple[dict[str, Any], int]:
-    """The packed batch of ``sequences`` (in-epoch ids) and its real-token count."""
+    """The packed batch of ``sequences`` (in-epoch ids), as numpy arrays, and its real-token count."""
     spec = stream.spec
     n = len(sequences)
     parts: dict[str, np.ndarray] = {}
@@ -67,9 +65,9 @@ def pack_sequences(stream: Any, source: Any, epoch: int, sequences: np.ndarray) 
         (np.arange(flat_doc.size) % L == 0) | np.concatenate([[True], flat_doc[1:] != flat_doc[:-1]])
     )
     cu = np.append(starts, flat_doc.size).astype(np.int32)
-    batch = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in parts.items()}
+    batch: dict[str, Any] = {k: np.ascontiguousarray(v) for k, v in parts.items()}
     batch["loss_mask"] = batch["labels"] != -100
-    batch["cu_seqlens"] = torch.from_numpy(cu)
+    batch["cu_seqlens"] = cu
     batch["max_seqlen"] = int(np.diff(cu).max()) if cu.size > 1 else 0
     return batch, int(real.sum())
 
