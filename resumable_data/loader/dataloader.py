@@ -573,7 +573,14 @@ class _Iterator:
     def __init__(self, loader: DataLoader) -> None:
         self._loader = loader
         self._generation = loader._generation
-        self._it = iter(loader._torch)
+        torch_loader = loader._torch
+        if torch_loader.num_workers == 0 and not torch_loader.pin_memory:
+            # No workers, no pinning: torch's single-process iterator would only call
+            # fetcher[request] for each request of the sampler; doing it directly saves ~0.1 ms/batch.
+            fetcher = loader._fetcher
+            self._it = (fetcher[request] for request in torch_loader.sampler)
+        else:
+            self._it = iter(torch_loader)
         self._closed = False
 
     def __iter__(self) -> _Iterator:
