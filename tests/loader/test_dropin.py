@@ -121,7 +121,28 @@ def test_distributed_sampler_becomes_strided_sharding(shuffle, drop_last):
         xs = torch.stack([r["x"][:, 0] for r in ranks], dim=1).reshape(-1)  # interleave ranks: strided
         assert xs.tolist() == whole["x"][:, 0].tolist()
     assert loaders[0].sharding == rd.Sharding(3, 0, "strided")
-    loaders[1].sampler_set_epoch = DistributedSampler.set_epoch  # set_epoch on the sampler is harmless
+
+
+def test_set_epoch_on_a_translated_distributed_sampler_is_harmless():
+    """Epochs come from positions: calling set_epoch (as torch recipes do) changes nothing."""
+    sampler = DistributedSampler(Plain(), 2, 1, shuffle=True, seed=7)
+    with_calls = rd.DataLoader(Plain(), batch_size=4, sampler=sampler)
+    without = rd.DataLoader(Plain(), batch_size=4, sampler=DistributedSampler(Plain(), 2, 1, shuffle=True, seed=7))
+    got, expected = [], []
+    for epoch in range(3):
+        sampler.set_epoch(epoch + 5)
+        got += [canon(b) for b in with_calls]
+        expected += [canon(b) for b in without]
+    assert got == expected and got[:5] != got[len(got) // 3:][:5]  # and epochs still differ
+
+
+def test_seed_per_sample_off_leaves_transforms_on_the_global_generators():
+    def run(global_seed, **kw):
+        torch.manual_seed(global_seed)
+        return [canon(b)["torch"] for b in rd.DataLoader(Augmented(), batch_size=8, shuffle=True, seed=1, **kw)]
+
+    assert run(0) == run(1)  # seeded per sample: independent of the process's generator
+    assert run(0, seed_per_sample=False) != run(1, seed_per_sample=False)
 
 
 def test_translated_samplers_and_rejected_ones():
