@@ -656,7 +656,9 @@ def markdown(payload: dict) -> str:
         if "/" in key and key.count("/") > 1:
             continue
         if "error" in r:
-            lines.append(f"| {LABELS.get(r['loader'], r['loader'])} | {r['workers']} | failed: {r['error'][:160]} |" + " |" * (6 + len(steps)))
+            last = [ln.strip() for ln in str(r["error"]).strip().splitlines() if ln.strip()][-1:] or ["unknown error"]
+            reason = last[0].replace("|", "/")[:120]  # the exception line, not the traceback
+            lines.append(f"| {LABELS.get(r['loader'], r['loader'])} | {r['workers']} | failed: {reason} |" + " |" * (6 + len(steps)))
             continue
         sp = r["samples_per_s"]
         row = [LABELS[r["loader"]], str(r["workers"]),
