@@ -103,7 +103,9 @@ def summary(quick: bool, parts: dict[str, str], pngs: list[Path], seconds: float
             if name == "plan":
                 text = "### plan (permutation) benchmark\n\n" + text
             body += [text, ""]
-    body += [f"![{p.stem}]({p.name})" for p in pngs]
+    if (RESULTS / "scaling.png").is_file():
+        pngs = [*pngs, RESULTS / "scaling.png"]
+    body += [f"![{p.stem}](benchmarks/results/{p.name})" for p in pngs]
     return "\n".join(head + body + ["", END, ""])
 
 
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     parts: dict[str, str] = {}
     import importlib
 
-    for name in ("plan", "sources", "packing", "loader"):
+    for name in ("plan", "sources", "packing", "scaling", "loader"):
         t = time.perf_counter()
         print(f"[run] {name} ...", flush=True)
         try:

@@ -1,0 +1,134 @@
+"""How rd's costs grow with the dataset size and with the step.
+
+For datasets of 1M, 10M and 100M records (an ``id: int64`` column in 16 Arrow IPC shards, so
+that 100M records fit this machine's disk and time), in one run: pinning time, open time,
+resident memory after opening, state size, and the time to the first batch of a fresh loader
+and of a loader restored at step 1,000,000. Then, on the largest dataset, the time to the first
+batch after restoring at steps 10 ... 10^7 (resume must not grow with the step). Writes
+``benchmarks/results/scaling.{json,md,png}``. Run: ``python -m benchmarks.bench_scaling [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+import resumable_data as rd
+from benchmarks._common import RESULTS, timed, write_results
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def build(n: int) -> Path:
+    root = DATA / f"scaling-{n}"
+    if (root / rd.sources.MANIFEST_NAME).exists():
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    per = -(-n // 16)
+    for k in range(16):
+        ids = pa.array(np.arange(k * per, min((k + 1) * per, n), dtype=np.int64))
+        with pa.OSFile(str(root / f"shard-{k:03d}.arrow"), "wb") as f, pa.ipc.new_file(f, pa.schema([("id", pa.int64())])) as w:
+            for start in range(0, len(ids), 1 << 20):
+                w.write_batch(pa.record_batch([ids[start:start + (1 << 20)]], names=["id"]))
+    return root
+
+
+def first_batch(src: rd.ArrowShards, state: dict | None) -> None:
+    loader = rd.DataLoader(src, batch_size=256, shuffle=True, seed=0)
+    if state is not None:
+        loader.load_state_dict(state)
+    next(iter(loader))
+
+
+def state_at(src: rd.ArrowShards, step: int) -> dict:
+    loader = rd.DataLoader(src, batch_size=256, shuffle=True, seed=0)
+    state = loader.state_dict()
+    spe = loader.plan.steps_per_epoch
+    state["cursor"] = {"committed": step, "delivered": step, "fetched": step}
+    state["epoch_base"] = [step // spe, (step // spe) * spe]
+    state["counters"]["samples"] = step * 256
+    return state
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_known_args(argv)[0]
+    sizes = [1_000_000, 10_000_000] if args.quick else [1_000_000, 10_000_000, 100_000_000]
+    rows = []
+    for n in sizes:
+        root = build(n)
+        manifest = root / rd.sources.MANIFEST_NAME
+        manifest.unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        rd.pin(root)
+        pin_s = time.perf_counter() - t0
+        before = rss_mb()
+        opened = timed(lambda root=root: rd.ArrowShards(root), repeats=3)
+        src = rd.ArrowShards(root)
+        first_batch(src, None)
+        mem = rss_mb() - before
+        state = state_at(src, 1_000_000)
+        fresh = timed(lambda src=src: first_batch(src, None), repeats=5)
+        resumed = timed(lambda src=src, state=state: first_batch(src, state), repeats=5)
+        rows.append({"records": n, "bytes": sum(p.stat().st_size for p in root.glob("*.arrow")), "pin_s": pin_s,
+                     "open_s": opened["median"], "rss_mb_after_open": mem, "state_bytes": len(json.dumps(state)),
+                     "fresh_ttfb_s": fresh["median"], "resume_ttfb_s": resumed["median"]})
+    src = rd.ArrowShards(build(sizes[-1]))
+    steps = [10, 1_000, 100_000, 10_000_000]
+    fresh = timed(lambda: first_batch(src, None), repeats=5)["median"]
+    by_step = []
+    for step in steps:
+        state = state_at(src, step)
+        by_step.append({"step": step, "resume_ttfb_s": timed(lambda state=state: first_batch(src, state), repeats=5)["median"],
+                        "fresh_ttfb_s": fresh})
+    res = {"by_size": rows, "by_step": by_step}
+
+    md = ["| records | data | pin | open | memory after open | state | fresh first batch | resumed at step 1e6 | resume / fresh |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['records']:,} | {r['bytes'] / 1e6:,.0f} MB | {r['pin_s']:.2f} s | {r['open_s'] * 1e3:.1f} ms | "
+                  f"{r['rss_mb_after_open']:.0f} MB | {r['state_bytes']} B | {r['fresh_ttfb_s'] * 1e3:.2f} ms | "
+                  f"{r['resume_ttfb_s'] * 1e3:.2f} ms | {r['resume_ttfb_s'] / r['fresh_ttfb_s']:.2f}x |")
+    md += ["", f"| resumed at step ({sizes[-1]:,} records) | " + " | ".join(f"{s:,}" for s in steps) + " |",
+           "|---" * (len(steps) + 1) + "|",
+           "| first batch / fresh start | " + " | ".join(f"{b['resume_ttfb_s'] / fresh:.2f}x" for b in by_step) + " |"]
+    text = "\n".join(md)
+    write_results("scaling", res, text)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+        a.plot([r["records"] for r in rows], [r["resume_ttfb_s"] * 1e3 for r in rows], "o-", label="resumed at step 1e6")
+        a.plot([r["records"] for r in rows], [r["fresh_ttfb_s"] * 1e3 for r in rows], "s--", label="fresh start")
+        a.set_xscale("log"), a.set_xlabel("records"), a.set_ylabel("first batch, ms"), a.legend(), a.set_title("vs dataset size")
+        b.plot(steps, [x["resume_ttfb_s"] * 1e3 for x in by_step], "o-", label="resumed")
+        b.axhline(fresh * 1e3, ls="--", color="gray", label="fresh start")
+        b.set_xscale("log"), b.set_xlabel("step restored"), b.set_ylabel("first batch, ms"), b.legend(), b.set_title("vs step")
+        fig.tight_layout()
+        fig.savefig(RESULTS / "scaling.png", dpi=110)
+    except ImportError:  # matplotlib lives in the bench extra
+        pass
+    print(text)
+    return res
+
+
+if __name__ == "__main__":
+    main()
