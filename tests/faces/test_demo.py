@@ -12,7 +12,7 @@ import resumable_data as rd
 from resumable_data import cli
 from resumable_data.demo import RunLog, compare, main
 
-FAST = ["--steps", "24", "--checkpoint-every", "5", "--kill-at", "13", "--quiet"]
+FAST = ["--steps", "16", "--checkpoint-every", "5", "--kill-at", "12", "--quiet"]
 
 
 def test_demo_on_a_users_pinned_data_resumes_bit_identically_through_the_cli(tmp_path, capsys):
@@ -25,14 +25,14 @@ def test_demo_on_a_users_pinned_data_resumes_bit_identically_through_the_cli(tmp
     out = capsys.readouterr().out
     assert code == 0, out
     assert "60 documents (column 'ids')" in out and "vocabulary 60" in out
-    assert "after it reported microbatch 13" in out
+    assert "after it reported microbatch 12" in out
     # the latest checkpoint (10) lies inside an accumulation window (4): its gradients come back
     assert ("resumed   from step-000000000010 in a fresh process at microbatch 10 (inside an accumulation window, "
             "2 of 4 microbatches done") in out
     assert "recovery label:        faithful_continuation" in out and "dataset:               matches" in out
     assert "RNG: torch CPU" in out and "accumulated gradients + microstep" in out   # the inventory
-    assert "24 of 24 microbatches identical" in out and "identical" in out.split("final parameters")[1].splitlines()[0]
-    assert "trained twice      microbatches 10..13" in out
+    assert "16 of 16 microbatches identical" in out and "identical" in out.split("final parameters")[1].splitlines()[0]
+    assert "trained twice      microbatches 10..12" in out
     assert "skipped_updates=1" in out and "0 duplicated by the replay" in out
     assert "RESULT    BIT-IDENTICAL" in out
 
@@ -40,7 +40,7 @@ def test_demo_on_a_users_pinned_data_resumes_bit_identically_through_the_cli(tmp
 def test_a_broken_resume_is_reported_as_diverged_with_a_nonzero_exit(tmp_path, capsys):
     # the resumed process uses another data seed, forced through as a data change (the default
     # stdlib corpus; the contract would refuse it as a continuation)
-    code = main(["--workdir", str(tmp_path), "--steps", "24", "--checkpoint-every", "6", "--kill-at", "8", "--quiet",
+    code = main(["--workdir", str(tmp_path), "--steps", "12", "--checkpoint-every", "5", "--kill-at", "7", "--quiet",
                  "--sabotage", "seed"])
     out = capsys.readouterr().out
     assert code == 1, out
