@@ -1,0 +1,113 @@
+"""Worker faults: a dataset that raises, a worker killed by SIGKILL and a hung worker end in an
+error (within ``timeout=``) that names the position and record, leave no orphan processes, and
+the job resumes exactly from the state saved after the fault."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+import resumable_data as rd
+from tests.reliability._counts import count
+from tests.reliability._harness import canon
+
+N = 60
+BAD = 37  # the record that misbehaves
+
+
+class Faulty(torch.utils.data.Dataset):
+    """Misbehaves at record ``BAD`` inside a worker process only (resumes use 0 workers)."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        if i == BAD and torch.utils.data.get_worker_info() is not None:
+            if self.mode == "raise":
+                raise ValueError(f"cannot decode record {i}")
+            if self.mode == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if self.mode == "hang":
+                time.sleep(3600)
+        ctx = rd.sample_context()
+        return {"id": i, "aug": torch.rand(2, generator=ctx.torch_generator)}
+
+
+def make(mode, workers, **kw):
+    return rd.DataLoader(Faulty(mode), batch_size=4, shuffle=True, seed=3, num_workers=workers,
+                         dataset_version="faulty-v1", **kw)
+
+
+def children():
+    try:
+        import psutil
+
+        return [p.pid for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    except ImportError:  # /proc fallback
+        me, out = os.getpid(), []
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    fields = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                if int(fields[1]) == me and fields[0] != "Z":
+                    out.append(int(d))
+        return out
+
+
+def wait_no_children(before, limit=15.0):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        left = [p for p in children() if p not in before]
+        if not left:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"orphan worker processes {left}")
+
+
+@pytest.mark.parametrize("mode, timeout", [("raise", 0), ("kill", 10), ("hang", 2)])
+def test_worker_fault_then_exact_resume(mode, timeout):
+    before = children()
+    reference = [canon(b) for b in make(mode, 0)]  # in the main process nothing misbehaves
+    plan = make(mode, 0).plan
+    bad_step = next(s for s in range(plan.steps_per_epoch) if BAD in plan.records(plan.local_positions(s, rd.Sharding())))
+    loader = make(mode, 1, timeout=timeout)
+    got = []
+    t0 = time.monotonic()
+    with pytest.raises(Exception) as info:
+        for batch in loader:
+            got.append(canon(batch))
+    elapsed = time.monotonic() - t0
+    if timeout:
+        assert elapsed < timeout + 8, f"the fault took {elapsed:.1f} s to surface (timeout={timeout})"
+    text = str(info.value) + "".join(getattr(info.value, "__notes__", []))
+    if mode == "raise":
+        assert "cannot decode record 37" in text
+        assert f"record {BAD}" in text and "position" in text, f"the note did not survive the re-raise: {text}"
+    elif mode == "kill":
+        # torch reports the dead worker ("killed by signal") or, when the batch's tensors were
+        # being passed by file descriptor from the dead process, a ConnectionResetError
+        assert isinstance(info.value, (RuntimeError, ConnectionError)), repr(info.value)
+        assert "killed by signal" in text or "exited unexpectedly" in text or "Connection reset" in text, text
+    else:
+        assert "timed out" in text, text
+    assert got == reference[:bad_step]
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert state["cursor"]["committed"] == bad_step
+    del loader, batch, info  # the traceback's frames hold the iterator (and its workers)
+    gc.collect()
+    wait_no_children(before)
+    resumed = make(mode, 0)
+    resumed.load_state_dict(state)
+    assert [canon(b) for b in resumed] == reference[bad_step:]
+    count("fault_cases")
