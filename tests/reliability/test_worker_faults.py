@@ -101,13 +101,15 @@ def test_worker_fault_then_exact_resume(mode, timeout):
         assert "killed by signal" in text or "exited unexpectedly" in text or "Connection reset" in text, text
     else:
         assert "timed out" in text, text
-    assert got == reference[:bad_step]
+    # a killed worker may take the batch before the bad one with it (its tensors were still to be
+    # passed from the dead process): what was delivered is a prefix, and the state says how long
+    assert got == reference[:len(got)] and bad_step - (mode == "kill") <= len(got) <= bad_step
     state = json.loads(json.dumps(loader.state_dict()))
-    assert state["cursor"]["committed"] == bad_step
+    assert state["cursor"]["committed"] == len(got)
     del loader, batch, info  # the traceback's frames hold the iterator (and its workers)
     gc.collect()
     wait_no_children(before)
     resumed = make(mode, 0)
     resumed.load_state_dict(state)
-    assert [canon(b) for b in resumed] == reference[bad_step:]
+    assert [canon(b) for b in resumed] == reference[len(got):]
     count("fault_cases")
