@@ -57,7 +57,8 @@ def _kv(out: list[str], key: str, value: Any) -> None:
 def _run_inspect(args: argparse.Namespace) -> int:
     from resumable_data.checkpoint.inventory import Inventory
     from resumable_data.checkpoint.store import read_checkpoint
-    from resumable_data.plan import Plan
+    from resumable_data.loader.stream import describe_step, stream_from_state
+    from resumable_data.plan import Plan, Sharding
 
     raw = read_checkpoint(args.checkpoint, args.step)
     meta = raw.meta
@@ -85,18 +86,33 @@ def _run_inspect(args: argparse.Namespace) -> int:
         if acc.get("mid_window"):
             how = "; gradients saved, the window continues" if not acc.get("rewound") else \
                 f"; the loader repeats the window's {acc.get('uncommitted')} microbatch(es)"
-        _kv(out, "microstep", f"{acc.get('microstep')} ({where}, policy {acc.get('policy')}{how})")
+        micro = acc.get("microstep")
+        micro = "none pending" if micro is None else micro
+        _kv(out, "microstep", f"{micro} ({where}, policy {acc.get('policy')}{how})")
     data = meta.data if meta is not None else None
     if data is not None and status.get("next_step") is not None:
         plan = Plan.from_dict(data["plan"], "meta.data.plan")
         step = int(status["next_step"])
-        start, stop = plan.step_span(step)
-        n = min(stop, start + max(0, args.records))
-        ids = plan.records(list(range(start, n))).tolist() if n > start else []
-        epoch = step // plan.steps_per_epoch
-        _kv(out, "next step", f"{step} (epoch {epoch}, step {step % plan.steps_per_epoch} of {plan.steps_per_epoch})")
-        _kv(out, "next positions", f"[{start}, {stop}) global, world_size {data['layout'].get('world_size')}")
-        _kv(out, "next record ids", f"{ids}{' ...' if stop > n else ''}")
+        world = data["layout"].get("world_size")
+        source = None
+        if data.get("packing") is not None and args.data is not None:
+            from resumable_data.sources import ArrowShards
+
+            source = ArrowShards(args.data)
+        state = {**data, "epoch_base": status.get("epoch_base", [0, 0])}
+        stream, ledger = stream_from_state(state, source)
+        if stream is None:
+            _kv(out, "next step", f"{step} (packed sequences, epoch >= {state['epoch_base'][0]}; pass --data DIR "
+                                  "to resolve its sequences and documents)")
+        else:
+            info = describe_step(stream, ledger, Sharding(), step)
+            start, stop = info.span
+            ids = info.records[: max(0, args.records)].tolist()
+            more = " ..." if len(info.records) > len(ids) else ""
+            _kv(out, "next step", f"{step} (epoch {info.epoch}, step {info.step_in_epoch} of {info.steps_in_epoch})")
+            where = "positions" if info.unit == "record" else "packed sequences of the epoch"
+            _kv(out, f"next {where}", f"[{start}, {stop}) global, world_size {world}")
+            _kv(out, "next record ids" if info.unit == "record" else "next documents", f"{ids}{more}")
         if args.data is not None:
             status_ok = _check_data(out, args.data, plan.version_hash)
         else:
@@ -139,6 +155,10 @@ def _check_data(out: list[str], directory: str, pinned_hash: str) -> int:
 
 
 register("inspect", "show what a checkpoint holds and what the next step will do", _configure_inspect, _run_inspect)
+
+from resumable_data.cli_check import COMMAND as _CHECK_RESUME  # noqa: E402
+
+register(*_CHECK_RESUME)
 
 
 # -- demo ----------------------------------------------------------------------------------------

@@ -227,20 +227,16 @@ def _read_inventory(checkpoint: str):
     return Inventory.from_dict(read_checkpoint(checkpoint).inventory)
 
 
-def _compact_inventory(inv, data_row: str | None = None) -> str:
+def _compact_inventory(inv) -> str:
     """The inventory, narrower than ``str(inv)``: category, restore action, oracle value."""
     def clip(s: str, w: int) -> str:
         return s if len(s) <= w else s[: w - 1] + "…"
 
     cols = (("category", 40), ("restore", 42), ("oracle value", 50))
-    rows = [[e.category, e.restore, data_row if data_row and e.category.startswith("data cursor") else e.value]
-            for e in inv]
+    rows = [[e.category, e.restore, e.value] for e in inv]
     out = ["  ".join(name.ljust(w) for name, w in cols).rstrip(), "  ".join("-" * w for _, w in cols)]
     out += ["  ".join(clip(v, w).ljust(w) for v, (_, w) in zip(r, cols)).rstrip() for r in rows]
     return "\n".join(out)
-
-
-_PACKED_WRONG = ("next step:", "next positions:", "next record ids:")
 
 
 def _rel(path: Path) -> str:
@@ -334,9 +330,6 @@ def main_args(args: argparse.Namespace) -> int:
     code, text = _inspect(str(latest), str(corpus))
     head = text.partition("\ninventory:\n")[0].rstrip()   # the inventory is printed narrower below
     saved_inventory = _read_inventory(str(latest))          # (the resumed run's retention will delete it)
-    # `inspect` maps a step to records through the record plan, which is wrong for a packed loader
-    # (its step counts packed sequences): show what the resumed run actually received instead.
-    head = "\n".join(line for line in head.splitlines() if not line.startswith(_PACKED_WRONG))
 
     resumed = run(config_path, work / "interrupted", desc="resumed run", total=steps, resume=True,
                   sabotage=args.sabotage, quiet=args.quiet, env=env)
@@ -363,12 +356,11 @@ def main_args(args: argparse.Namespace) -> int:
     docs = resumed.documents.get(nxt)
     if docs is not None:
         say(f"  {'next microbatch:':<22} {nxt}: packed sequences [{nxt * cfg.batch_size}, {(nxt + 1) * cfg.batch_size}) "
-            f"from documents {docs[:8]}{' ...' if len(docs) > 8 else ''} (what the resumed run received)")
+            f"from documents {docs[:8]}{' ...' if len(docs) > 8 else ''} (what the resumed run received: "
+            "it matches inspect's prediction)")
     if code != 0:
         say("  (inspect: the dataset does not match its pinned version)")
-    # the inventory's data row maps the step through the record plan too (wrong when packing): use what ran
-    data_row = f"step {nxt}: packed sequences from documents {docs[:6]}" if docs is not None else None
-    inventory = _compact_inventory(saved_inventory, data_row)
+    inventory = _compact_inventory(saved_inventory)
     say("\nthe training-state inventory of that checkpoint (every category, how it is restored, its oracle):")
     say("\n".join("  " + line for line in inventory.splitlines()))
 

@@ -357,6 +357,7 @@ class TrainingState:
         st: dict[str, Any] = {"accumulation": accumulation}
         if self.loader is not None:
             st["cursor"] = loader_state["cursor"]
+            st["epoch_base"] = loader_state["epoch_base"]
             st["counters"] = dict(vars(self.loader.counters)) if hasattr(self.loader.counters, "__dict__") else {}
             st["next_step"] = next_step
         if self.optimizer is not None:
@@ -400,8 +401,7 @@ class TrainingState:
         return o
 
     def _next_records(self, step: int, limit: int | None = None):
-        pos = self.loader.plan.local_positions(step, self.loader.sharding)
-        ids = self.loader.plan.records(pos)
+        ids = self.loader.step_info(step).records  # records, or a packed batch's documents
         return ids if limit is None else ids[:limit]
 
     def oracles(self) -> dict[str, str]:
@@ -591,7 +591,6 @@ def _next_batch_text(ts: TrainingState, st: Mapping[str, Any]) -> str:
     step = st.get("next_step")
     if step is None:
         return "-"
-    plan = ts.loader.plan
-    ids = ts._next_records(step, 6).tolist()
-    epoch = step // plan.steps_per_epoch
-    return f"step {step} (epoch {epoch}) records {ids}..."
+    info = ts.loader.step_info(step)
+    what = "documents" if info.unit == "packed sequence" else "records"
+    return f"step {step} (epoch {info.epoch}) {what} {info.records[:6].tolist()}..."

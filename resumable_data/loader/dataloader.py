@@ -32,7 +32,7 @@ from resumable_data.errors import ConfigError, ResumableDataError, ResumeError, 
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.collate import to_torch
 from resumable_data.loader.fetch import FetchMode, NumpyBatch, StepFetcher, StepSampler
-from resumable_data.loader.stream import PackedStream, RecordStream
+from resumable_data.loader.stream import PackedStream, RecordStream, StepInfo, describe_step
 from resumable_data.loader.state import (
     CommitMode,
     Counters,
@@ -443,6 +443,12 @@ class DataLoader:
             tokens=self._tokens,
             skipped_steps=self._skipped_before(c),
         )
+
+    def step_info(self, step: int | None = None) -> StepInfo:
+        """Where ``step`` (default: the next to deliver) sits and this rank's record ids for it,
+        computed from the plan without fetching a batch."""
+        step = self._delivered if step is None else check_int(step, "step", 0)
+        return describe_step(self._stream, self._ledger, self._sharding, step)
 
     @property
     def recovery_label(self) -> RecoveryLabel:

@@ -18,7 +18,7 @@ import numpy as np
 from resumable_data.loader.collate import list_lengths
 from resumable_data.plan.packing import assemble, sequence_segments
 
-__all__ = ["pack_sequences", "packed_tokens"]
+__all__ = ["pack_sequences", "packed_documents", "packed_tokens"]
 
 
 def _window_segments(stream: Any, epoch: int, sequences: np.ndarray):
@@ -39,6 +39,21 @@ def packed_tokens(stream: Any, epoch: int, sequences: np.ndarray) -> int:
         per_row = np.bincount(rows, weights=lens, minlength=len(sel))
         total += int(np.minimum(per_row, L).sum())
     return total
+
+
+def packed_documents(stream: Any, epoch: int, sequences: np.ndarray) -> np.ndarray:
+    """Record ids of the documents ``sequences`` hold, in order of appearance, each once."""
+    rows, cols, ids = [], [], []
+    for sel, docs, _, (seg_rows, seg_docs, _, _, seg_cols) in _window_segments(stream, epoch, sequences):
+        rows.append(sel[seg_rows])
+        cols.append(seg_cols)
+        ids.append(docs[seg_docs])
+    if not ids:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((np.concatenate(cols), np.concatenate(rows)))
+    found = np.concatenate(ids)[order]
+    _, first = np.unique(found, return_index=True)
+    return found[np.sort(first)]
 
 
 def pack_sequences(stream: Any, source: Any, epoch: int, sequences: np.ndarray) -> tuple[dict[str, Any], int]:

@@ -17,16 +17,18 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xxhash
 
 from resumable_data.errors import ConfigError, describe
-from resumable_data.plan import Plan, Tail, epoch_records
+from resumable_data.plan import Plan, Sharding, Tail, epoch_records
 from resumable_data.plan.packing import Packing, window_counts
 
-__all__ = ["PackedIndex", "PackedStream", "RecordStream", "cache_dir"]
+__all__ = ["PackedIndex", "PackedStream", "RecordStream", "StepInfo", "cache_dir", "describe_step", "stream_from_state"]
 
 _INDEX_CHUNK = 1 << 20  # documents per chunk when building an index (bounds transient memory)
 
@@ -198,3 +200,51 @@ class PackedStream:
         start = k * g
         stop = start + g if self.plan.tail is not Tail.PARTIAL else min(start + g, count)
         return start, stop, count
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What a step delivers, for people (``inspect``) and oracles: where it sits and its records.
+
+    ``span`` is the global batch's positions ``[start, stop)``: stream positions for records,
+    in-epoch sequence ids for packed sequences. ``records`` are this rank's record ids in delivery
+    order (for packed sequences: the documents they hold, each once); ``None`` when unknown.
+    """
+
+    step: int
+    epoch: int | None
+    step_in_epoch: int | None
+    steps_in_epoch: int | None
+    unit: str
+    span: tuple[int, int] | None
+    records: np.ndarray | None
+
+
+def describe_step(stream: RecordStream | PackedStream, ledger: dict[int, int], sharding: Sharding, step: int) -> StepInfo:
+    """The :class:`StepInfo` of ``step`` (pure: nothing is fetched but packed documents' lengths)."""
+    epoch, first = stream.locate(step, dict(ledger))
+    steps = stream.steps_in_epoch(epoch)
+    if isinstance(stream, RecordStream):
+        start, stop = stream.plan.step_span(step)
+        records = stream.plan.records(sharding.local_positions(start, stop))
+        return StepInfo(step, epoch, step - first, steps, "record", (start, stop), records)
+    from resumable_data.loader.packed import packed_documents  # packed.py imports this module's types
+
+    start, stop, count = stream.epoch_positions(epoch, step - first)
+    local = sharding.local_positions(start, stop) % count
+    return StepInfo(step, epoch, step - first, steps, "packed sequence", (start, stop),
+                    packed_documents(stream, epoch, local))
+
+
+def stream_from_state(state: dict, source: Any = None) -> tuple[RecordStream | PackedStream | None, dict[int, int]]:
+    """Rebuild the stream of a saved loader state (packed streams need the ``source``'s lengths);
+    returns ``(None, ledger)`` for a packed state without a source."""
+    plan = Plan.from_dict(state["plan"], "state.plan")
+    epoch, first = state.get("epoch_base", [0, 0])
+    ledger = {0: 0, int(epoch): int(first)}
+    if state.get("packing") is None:
+        return RecordStream(plan), ledger
+    if source is None:
+        return None, ledger
+    spec = Packing.from_dict(state["packing"])
+    return PackedStream(plan, spec, source.column_lengths(spec.tokens), pinned=bool(state.get("pinned"))), ledger
