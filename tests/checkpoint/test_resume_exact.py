@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REWIND_STOPS, SAVE_STOPS, metric_copies
+from tests.checkpoint.conftest import REWIND_STOPS, SAVE_STOPS, metric_copies
 
 SCRIPT = Path(__file__).parent / "_train.py"
 
