@@ -133,7 +133,7 @@ def cleanup_incomplete(directory: str | os.PathLike) -> list[Path]:
 def _read_marker(path: Path) -> dict[str, Any]:
     try:
         d = json.loads((path / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise CheckpointError(describe("checkpoint", str(path), f"a readable {MARKER} marker ({e})",
                                        "the save was interrupted: load another checkpoint")) from None
     expect_mapping(d, f"{path.name}/{MARKER}", {"format", "schema_version", K_STEP, K_CHECKPOINT_ID, K_FILES},
@@ -294,7 +294,7 @@ def read_checkpoint(path: str | os.PathLike, step: int | None = None) -> RawChec
         meta_d = json.loads((p / META_JSON).read_text(encoding="utf-8"))
         inventory = json.loads((p / INVENTORY_JSON).read_text(encoding="utf-8"))
         tensors = load_file(str(p / TENSORS))
-    except (ValueError, OSError, SafetensorError) as e:
+    except (ValueError, OSError, RecursionError, SafetensorError) as e:
         raise CheckpointError(describe("checkpoint", str(p), f"readable JSON and safetensors ({e})",
                                        "load another checkpoint")) from None
     tree = decode(json_tree, tensors)

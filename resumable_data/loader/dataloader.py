@@ -45,6 +45,7 @@ from resumable_data.loader.state import (
 )
 from resumable_data.loader.translate import translate_sampler
 from resumable_data.plan import Order, OrderSpec, Plan, Sharding, Tail
+from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 from resumable_data.plan.packing import Overlong, Packing, PackMode
 
 __all__ = ["CounterView", "DataLoader"]
@@ -528,6 +529,11 @@ class DataLoader:
         except (TypeError, ValueError, RecursionError) as e:
             raise ResumeError(describe("state", type(state).__name__, f"a JSON-serializable dict ({e})", "pass state_dict()'s output")) from None
         saved = LoaderState.from_dict(state)
+        last = max([saved.cursor.fetched, saved.epoch_base[1]] + [r.stop for r in saved.skipped])
+        if (last + 1) * saved.plan.global_batch > MAX_POSITION:
+            raise ResumeError(describe("state.cursor", saved.cursor.to_dict(),
+                                       f"steps whose positions (step x global batch {saved.plan.global_batch}) stay "
+                                       "below 2**62", "pass an unmodified state"))
         diffs, label = compare(saved, self._state(), allow_unpinned=allow_unpinned)
         choice = None
         if on_uncommitted is not None:
@@ -601,11 +607,14 @@ class _Iterator:
             )
         if loader._commit_mode is CommitMode.AUTO:
             loader._commit_delivered()
-        try:
-            step, batch, tokens, samples = next(self._it)
-        except StopIteration:
-            self.close()
-            raise
+        while True:
+            try:
+                step, batch, tokens, samples = next(self._it)
+            except StopIteration:
+                self.close()
+                raise
+            if not loader._is_skipped(step):  # skip_steps() may cover a step a worker already fetched
+                break
         loader._on_deliver(step, tokens, samples)
         if isinstance(batch, NumpyBatch):
             batch = to_torch(batch)

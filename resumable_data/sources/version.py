@@ -254,8 +254,8 @@ class DatasetVersion:
                                            "pin it first with rd.pin(path, filesystem=...)"))
             try:
                 d = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise _manifest_error(root, "manifest", str(exc), "valid UTF-8 JSON") from None
+            except (json.JSONDecodeError, RecursionError) as exc:
+                raise _manifest_error(root, "manifest", str(exc) or "nested too deeply", "valid UTF-8 JSON") from None
             return replace(cls.from_dict(d, root=root), filesystem=fs)
         root = Path(directory)
         path = root / MANIFEST_NAME
@@ -266,8 +266,8 @@ class DatasetVersion:
             )
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise _manifest_error(root, "manifest", str(exc), "valid UTF-8 JSON") from None
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            raise _manifest_error(root, "manifest", str(exc) or "nested too deeply", "valid UTF-8 JSON") from None
         return cls.from_dict(d, root=root.resolve())
 
     def save(self, directory: str | os.PathLike | None = None, filesystem: Any = None) -> Path:

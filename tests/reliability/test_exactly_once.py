@@ -174,9 +174,3 @@ def test_skip_steps_during_a_prefetching_pass(corpus):
     it.close()
     assert steps == [2, 5, 6], f"delivered steps {steps} after skip_steps(3, 5)"
 
-
-test_skip_steps_during_a_prefetching_pass = pytest.mark.xfail(
-    strict=True,
-    reason="bug: a step already handed to a worker (prefetched) is delivered even after skip_steps() "
-           "recorded it as skipped; _Iterator.__next__ should drop batches whose step is skipped",
-)(test_skip_steps_during_a_prefetching_pass)
