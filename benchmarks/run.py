@@ -94,14 +94,17 @@ def summary(quick: bool, parts: dict[str, str], pngs: list[Path], seconds: float
         "",
     ]
     body = []
-    for name in ("loader", "sources", "packing", "plan"):
+    titles = {"plan": "plan (permutation) benchmark", "packing": "packing benchmark (`bench_packing.py`)",
+              "scaling": "scaling with dataset size and step (`bench_scaling.py`)",
+              "ranks": "ranks as processes (`bench_ranks.py`)"}
+    for name in ("loader", "sources", "packing", "scaling", "ranks", "plan"):
         if name in parts:
             text = parts[name].strip()
             text = text.replace("\n# ", "\n### ")
             if text.startswith("# "):
                 text = "### " + text[2:]
-            if name == "plan":
-                text = "### plan (permutation) benchmark\n\n" + text
+            elif name in titles:
+                text = f"### {titles[name]}\n\n" + text
             body += [text, ""]
     if (RESULTS / "scaling.png").is_file():
         pngs = [*pngs, RESULTS / "scaling.png"]
@@ -118,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     parts: dict[str, str] = {}
     import importlib
 
-    for name in ("plan", "sources", "packing", "scaling", "loader"):
+    for name in ("plan", "sources", "packing", "scaling", "ranks", "loader"):
         t = time.perf_counter()
         print(f"[run] {name} ...", flush=True)
         try:
