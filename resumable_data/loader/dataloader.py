@@ -360,7 +360,9 @@ class DataLoader:
 
     def _on_deliver(self, step: int, tokens: int, samples: int) -> None:
         if step < self._delivered:
-            raise ResumableDataError(f"internal: step {step} delivered after step {self._delivered - 1}")
+            raise ResumableDataError(
+                f"step={step}: expected a step after the last delivered one ({self._delivered - 1}); this is an "
+                "internal ordering error; fix: report it with the loader's state_dict(), and resume from that state")
         self._delivered = step + 1
         self._pending_tokens += tokens
         self._pending_samples += samples

@@ -7,10 +7,7 @@ launcher of ``_workers`` is reused); tensors come back as NumPy arrays.
 
 from __future__ import annotations
 
-import os
-import pickle
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -158,37 +155,8 @@ def task_fsdp(rank, world, data_dir, stop, load=None, save=None):
 TASKS = {"fsdp": task_fsdp}
 
 
-def entry(rank: int, world: int, port: int, tasks: list, workdir: str, tag: str) -> None:
-    os.environ["OMP_NUM_THREADS"] = "1"
-    import torch
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=120))
-    try:
-        results = {}
-        for key, name, kwargs in tasks:
-            t0 = time.perf_counter()
-            results[key] = TASKS[name](rank, world, **kwargs)
-            results[key + ".seconds"] = time.perf_counter() - t0
-            dist.barrier()
-        with open(Path(workdir) / f"{tag}.rank{rank}.pkl", "wb") as f:
-            pickle.dump(results, f)
-    finally:
-        dist.destroy_process_group()
-
-
 def launch(world: int, tasks: list, workdir: Path, tag: str) -> list[dict]:
-    import torch.multiprocessing as mp
+    """Run FSDP ``tasks`` on ``world`` spawned gloo ranks (the shared launcher of ``_workers``)."""
+    from _workers import launch as launch_ranks
 
-    from _workers import free_port
-
-    mp.start_processes(entry, args=(world, free_port(), tasks, str(workdir), tag), nprocs=world,
-                       join=True, start_method="spawn")
-    out = []
-    for r in range(world):
-        with open(Path(workdir) / f"{tag}.rank{r}.pkl", "rb") as f:
-            out.append(pickle.load(f))
-    return out
+    return launch_ranks(world, tasks, workdir, tag, module="_fsdp_workers", deterministic=True)

@@ -288,19 +288,26 @@ def task_dcp(rank, world, slice_dir, ckpt_dir):
 TASKS = {"ddp": task_ddp, "slices": task_slices, "dcp": task_dcp}
 
 
-def entry(rank: int, world: int, port: int, tasks: list, workdir: str, tag: str) -> None:
+def entry(rank: int, world: int, port: int, tasks: list, workdir: str, tag: str, module: str = "_workers",
+          deterministic: bool = False) -> None:
+    """One spawned rank: run ``tasks`` (names in ``module``'s ``TASKS``) and pickle the results."""
     os.environ["OMP_NUM_THREADS"] = "1"
+    import importlib
+
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    if deterministic:
+        torch.use_deterministic_algorithms(True)
+    registry = importlib.import_module(module).TASKS
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=120))
     try:
         results = {}
         for key, name, kwargs in tasks:
             t0 = time.perf_counter()
-            results[key] = TASKS[name](rank, world, **kwargs)
+            results[key] = registry[name](rank, world, **kwargs)
             results[key + ".seconds"] = time.perf_counter() - t0
             dist.barrier()
         with open(Path(workdir) / f"{tag}.rank{rank}.pkl", "wb") as f:
@@ -309,12 +316,13 @@ def entry(rank: int, world: int, port: int, tasks: list, workdir: str, tag: str)
         dist.destroy_process_group()
 
 
-def launch(world: int, tasks: list, workdir: Path, tag: str) -> list[dict]:
+def launch(world: int, tasks: list, workdir: Path, tag: str, *, module: str = "_workers",
+           deterministic: bool = False) -> list[dict]:
     """Run ``tasks`` on ``world`` spawned gloo ranks; returns each rank's results."""
     import torch.multiprocessing as mp
 
-    mp.start_processes(entry, args=(world, free_port(), tasks, str(workdir), tag), nprocs=world,
-                       join=True, start_method="spawn")
+    mp.start_processes(entry, args=(world, free_port(), tasks, str(workdir), tag, module, deterministic),
+                       nprocs=world, join=True, start_method="spawn")
     out = []
     for r in range(world):
         with open(Path(workdir) / f"{tag}.rank{r}.pkl", "rb") as f:

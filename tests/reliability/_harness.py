@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 import resumable_data as rd
+from tests.loader.conftest import canon  # noqa: F401  (re-exported for the reliability tests)
 
 ORDERS = {
     "sequential": dict(),
@@ -22,17 +23,6 @@ PACKINGS = {
     "concat": dict(seq_len=16, mode="concat", window=16, eos_id=1000),
     "best_fit": dict(seq_len=16, mode="best_fit", window=16),
 }
-
-
-def canon(batch):
-    """An exact, comparable form of a batch: tensors by dtype, shape and bytes."""
-    if isinstance(batch, torch.Tensor):
-        return ("tensor", str(batch.dtype), tuple(batch.shape), batch.numpy().tobytes())
-    if isinstance(batch, dict):
-        return {k: canon(v) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return [canon(v) for v in batch]
-    return batch
 
 
 @dataclass(frozen=True)
