@@ -10,6 +10,7 @@ from resumable_data.errors import (
     DatasetIntegrityError,
     ResumableDataError,
     ResumeError,
+    WorkerError,
 )
 
 # -- plan (pure index maths) --
@@ -116,6 +117,7 @@ __all__ = [
     "TrainingState",
     "UnpinnedPolicy",
     "VerifyLevel",
+    "WorkerError",
     "batch_context",
     "check_compatible",
     "distributed",

@@ -12,6 +12,7 @@ __all__ = [
     "DatasetIntegrityError",
     "ResumableDataError",
     "ResumeError",
+    "WorkerError",
     "describe",
 ]
 
@@ -30,6 +31,14 @@ class DatasetIntegrityError(ResumableDataError):
 
 class ResumeError(ResumableDataError):
     """A saved state cannot be restored faithfully (or is malformed); nothing was changed."""
+
+
+class WorkerError(ResumableDataError, RuntimeError):
+    """A loader worker process died (killed, out of memory, crashed) while batches were in flight.
+
+    The loader's cursor still counts only the batches that reached the training loop, so the state
+    saved after this error resumes exactly; ``__cause__`` holds torch's own error.
+    """
 
 
 def describe(param: str, value: object, expected: str, fix: str) -> str:

@@ -28,7 +28,7 @@ import torch
 import torch.utils.data as tud
 
 from resumable_data._schema import check_int, coerce_enum
-from resumable_data.errors import ConfigError, ResumableDataError, ResumeError, describe
+from resumable_data.errors import ConfigError, ResumableDataError, ResumeError, WorkerError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.collate import to_torch
 from resumable_data.loader.fetch import FetchMode, NumpyBatch, StepFetcher, StepSampler
@@ -581,6 +581,27 @@ class DataLoader:
         return {0: 0, epoch: first}
 
 
+def _worker_fault(error: BaseException) -> str | None:
+    """What happened to a worker process, if ``error`` is torch reporting a dead or hung one.
+
+    A killed worker reaches the main process in one of three ways: torch's liveness check
+    ("exited unexpectedly"), its SIGCHLD handler ("killed by signal"), or, when the dead worker
+    was still passing a batch's tensors by file descriptor, a ConnectionError/EOFError from
+    unpickling them. An exception raised by the dataset inside a worker is re-raised by torch as
+    ``Caught ... in DataLoader worker process``: that is the user's error and is not translated.
+    """
+    text = str(error)
+    if text.startswith("Caught "):
+        return None
+    if isinstance(error, (ConnectionError, EOFError)):
+        return "died while passing a batch to the main process"
+    if text.startswith("DataLoader worker") and ("exited unexpectedly" in text or "killed by signal" in text):
+        return "died"
+    if text.startswith("DataLoader timed out after"):
+        return "hung (no batch within timeout=)"
+    return None
+
+
 class _Iterator:
     """One pass from the cursor to the end of its epoch; updates the cursor as batches arrive."""
 
@@ -615,6 +636,20 @@ class _Iterator:
             except StopIteration:
                 self.close()
                 raise
+            except (ConnectionError, EOFError, RuntimeError) as e:
+                what = _worker_fault(e) if isinstance(self._it, tud.dataloader._MultiProcessingDataLoaderIter) else None
+                if what is None:
+                    raise
+                self.close()
+                self._it._shutdown_workers()  # persistent workers too: the pool is broken,
+                loader._torch._iterator = None  # so the next iter(loader) starts a fresh one
+                raise WorkerError(
+                    f"a loader worker {what} ({type(e).__name__}: {e}); nothing was lost: "
+                    f"state_dict() counts the {loader._delivered} batches delivered to the loop "
+                    f"(cursor.committed={loader._committed}); fix: save loader.state_dict() with your "
+                    "checkpoint and restart (or iterate a fresh iter(loader)); the job resumes at the "
+                    "first batch it did not see"
+                ) from e
             if not loader._is_skipped(step):  # skip_steps() may cover a step a worker already fetched
                 break
         loader._on_deliver(step, tokens, samples)
