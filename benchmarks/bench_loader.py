@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import pickle
 import statistics
 import subprocess
@@ -639,6 +640,18 @@ def _f(x: float, digits: int = 0) -> str:
     return f"{x:,.{digits}f}"
 
 
+def failure_reason(error: str) -> str:
+    """``Type: message (in package/module.py, during <phase>)`` from a stored traceback (whose lines
+    may have been joined with `` | ``): the exception line and the innermost frame, not the carets."""
+    lines = [ln.strip() for ln in error.replace(" | ", "\n").splitlines() if ln.strip()]
+    exc = next((ln for ln in reversed(lines) if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b", ln)),
+               lines[-1] if lines else "unknown error")
+    frames = [m.group(1) for ln in lines if (m := re.match(r'^File "(?:.*site-packages/)?([^"]+)", line', ln))]
+    where = f" in `{frames[-1]}`" if frames else ""
+    phase = next((f", during `{ph}`" for ph in ("load_state_dict", "state_dict") if any(ph in ln for ln in lines)), "")
+    return f"{exc}{where}{phase}".replace("|", "/")[:160]
+
+
 def markdown(payload: dict) -> str:
     R = payload["results"]
     quick = payload["quick"]
@@ -656,8 +669,7 @@ def markdown(payload: dict) -> str:
         if "/" in key and key.count("/") > 1:
             continue
         if "error" in r:
-            last = [ln.strip() for ln in str(r["error"]).strip().splitlines() if ln.strip()][-1:] or ["unknown error"]
-            reason = last[0].replace("|", "/")[:120]  # the exception line, not the traceback
+            reason = failure_reason(str(r["error"]))
             lines.append(f"| {LABELS.get(r['loader'], r['loader'])} | {r['workers']} | failed: {reason} |" + " |" * (6 + len(steps)))
             continue
         sp = r["samples_per_s"]
@@ -750,7 +762,15 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--only", nargs="*", help="loaders to run (plus 'workers' for the study)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--markdown", action="store_true",
+                    help="only rebuild loader.md from the last loader.json (no measurement)")
     args = ap.parse_args(argv)
+    if args.markdown:
+        payload = json.loads((RESULTS / "loader.json").read_text())
+        md = markdown(payload)
+        (RESULTS / "loader.md").write_text(md if md.endswith("\n") else md + "\n")
+        print(md)
+        return payload
     if args.one:
         res = run_one(json.loads(args.one))
         Path(args.out).write_text(json.dumps(res))
