@@ -116,7 +116,10 @@ class DataLoader:
     * ``dataset_version``: the pinned :class:`rd.DatasetVersion` (or its hash) of a dataset that
       is not an ``rd.ArrowShards``; without it the state is marked unpinned;
     * ``seed_per_sample``: seed the global ``random``/numpy/torch generators per sample (default
-      True) so existing transforms are deterministic; ``arrow_collate``: a function of the batch's
+      True) so existing transforms are deterministic; a dataset with ``__getitems__`` is fetched
+      in one call per batch, so its globals are seeded once per batch from the batch's first key
+      (reproducible, but a function of the rank's batch: per-sample draws that survive a change
+      of batch size or world size come from ``rd.batch_context().sample(i)``); ``arrow_collate``: a function of the batch's
       ``pyarrow.Table``; ``token_column``: the list column counted in ``counters.tokens``;
     * ``packing``: an :class:`rd.Packing`: batches become ``batch_size`` packed sequences and the
       position unit becomes the packed sequence (see :mod:`resumable_data.plan.packing`).
