@@ -10,36 +10,57 @@ be read-only, so writing ``rd-manifest.json`` there could clash with another dat
 The version is recomputed from the bytes whenever a process opens the source (pickled sources,
 i.e. DataLoader workers, carry the manifest and only re-check sizes).
 
-Refused, with the fix in the message: an in-memory dataset (``Dataset.from_dict``/``from_pandas``
-without a cache file: ``save_to_disk`` then ``load_from_disk``); an indices mapping (from
+An in-memory dataset (``Dataset.from_dict``/``from_list``/``from_pandas``, any ``select`` /
+``shuffle`` / edit of one: ``dataset.cache_files`` is empty) has no files to map, so its rows are
+written **once** as Arrow IPC file shards (``shard-00000.arrow``, ...; chunks recombined to fixed
+record batches and the schema metadata dropped, so the bytes depend only on the rows and the Arrow
+types) into ``cache_dir`` and pinned there with ``rd-manifest.json`` (content hash, via
+:func:`~resumable_data.sources.pin.pin`). ``cache_dir=None`` (default) uses the content-addressed
+``$RD_CACHE_DIR/hf-in-memory/<version hash>`` (``$RD_CACHE_DIR`` defaults to
+``~/.cache/resumable_data``). The shards are written to a temporary sibling directory and renamed
+into place, so concurrent callers (every rank of a job) are safe. A ``cache_dir`` that already holds
+the same version is re-used; one holding another version, or other files without a manifest, is
+refused (nothing is overwritten).
+
+Refused, with the fix in the message: an indices mapping over cache files (from
 ``select``/``shuffle``/``filter``/``sort``/``train_test_split``: ``dataset.flatten_indices()`` writes
-the selected rows as a new cache file); a dataset whose table differs from its files (in-place
-``rename_column``/``remove_columns``/``cast``, ``add_column``, partly in-memory concatenations:
-``flatten_indices()`` writes it out too); a ``DatasetDict`` (pick a split) and an
-``IterableDataset`` (not map-style).
+the selected rows as a new cache file); a file-backed dataset whose table differs from its files
+(in-place ``rename_column``/``remove_columns``/``cast``, ``add_column``, partly in-memory
+concatenations: ``flatten_indices()`` writes it out too); ``hash="size"`` for an in-memory dataset
+(two datasets of the same shape would share a cache directory); a ``DatasetDict`` (pick a split)
+and an ``IterableDataset`` (not map-style).
 
 Guarantee: the record ids are ``dataset``'s row indices (``src[i]`` is ``dataset[i]``'s row in
 Arrow form, no ``set_format`` applied). The version hash depends on the files' bytes, shard order
 and file names (relative to their common directory), not on where the cache lives: the same data
 built in two cache directories gets the same version, changed data gets another.
 
-Cost: one streamed read of every byte to hash (``hash="size"``: metadata only, weaker).
+Cost: one streamed read of every byte to hash (``hash="size"``: metadata only, weaker). An
+in-memory dataset: one copy of each shard's rows (``_ROWS_PER_SHARD``) in memory while writing, one
+write and one hash of the bytes the first time; later calls write to a temporary directory again to
+compare versions (the dataset is in memory: there is no cheaper identity), then re-use the cache.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from resumable_data.errors import ConfigError, describe
+from resumable_data.sources.files import MANIFEST_NAME
 from resumable_data.sources.files import canonical_schema
 from resumable_data.sources.pin import pin, resolve_files
-from resumable_data.sources.version import DatasetVersion
+from resumable_data.sources.version import DatasetVersion, HashMode, coerce_enum
 
 __all__ = ["hf_shards"]
 
-_FIX_IN_MEMORY = ("write it to files first: dataset.save_to_disk(directory); "
-                  "dataset = datasets.load_from_disk(directory)")
+_ROWS_PER_SHARD = 1 << 20  # rows per written shard of an in-memory dataset
+_ROWS_PER_BATCH = 8192  # rows per record batch in those shards (fixed: the bytes follow the rows)
 # In-memory operations datasets re-applies to a memory-mapped file that leave its rows and column
 # values unchanged (the schema metadata is not part of the version: see files.canonical_schema).
 _HARMLESS_REPLAYS = frozenset({"replace_schema_metadata", "combine_chunks"})
@@ -60,8 +81,12 @@ def _blocks(table: Any) -> list[Any]:
     return [table]
 
 
-def hf_shards(dataset: Any, *, hash: str = "content") -> tuple[Path, list[str], DatasetVersion]:
-    """(root, relative file paths, in-memory DatasetVersion) of a ``datasets.Dataset``'s files."""
+def hf_shards(dataset: Any, *, hash: str = "content",
+              cache_dir: str | os.PathLike | None = None) -> tuple[Path, list[str], DatasetVersion]:
+    """(root, relative file paths, DatasetVersion) of a ``datasets.Dataset``'s files.
+
+    File-backed: the dataset's own cache files, manifest in memory (``cache_dir`` unused). In
+    memory: the shards written and pinned in ``cache_dir`` (see the module docstring)."""
     try:
         import datasets
     except ImportError as exc:  # pragma: no cover - datasets is a dependency
@@ -78,16 +103,14 @@ def hf_shards(dataset: Any, *, hash: str = "content") -> tuple[Path, list[str], 
     if not isinstance(dataset, datasets.Dataset):
         raise ConfigError(describe("dataset", type(dataset).__name__, "a datasets.Dataset",
                                    "pass a Hugging Face datasets.Dataset (or use rd.ArrowShards(path))"))
+    files = [f["filename"] for f in dataset.cache_files]
+    if not files:
+        return _in_memory_shards(dataset, hash, cache_dir)
     if dataset._indices is not None:
         raise ConfigError(describe(
             "dataset", f"{dataset!r}".replace("\n", " "),
             "a dataset without an indices mapping (select/shuffle/filter/sort made one: its rows are "
             "a view of the cache files, not the files)", _FIX_FLATTEN))
-    files = [f["filename"] for f in dataset.cache_files]
-    if not files:
-        raise ConfigError(describe("dataset", f"in-memory Dataset ({dataset.num_rows} rows)",
-                                   "a dataset backed by Arrow cache files (dataset.cache_files is empty)",
-                                   _FIX_IN_MEMORY))
     try:
         blocks = _blocks(dataset.data)
         problem = None
@@ -118,3 +141,90 @@ def hf_shards(dataset: Any, *, hash: str = "content") -> tuple[Path, list[str], 
         raise ConfigError(describe("dataset", own, f"the schema of its cache files ({version.schema})",
                                    _FIX_FLATTEN))
     return root, rel, version
+
+
+def default_cache_root() -> Path:
+    """Where in-memory datasets are written by default: ``$RD_CACHE_DIR/hf-in-memory``."""
+    from resumable_data.loader.stream import cache_dir
+
+    return cache_dir() / "hf-in-memory"
+
+
+def _write_shards(table: pa.Table, directory: Path) -> None:
+    """``table`` as IPC file shards with fixed record batches (same rows => same bytes)."""
+    n = table.num_rows
+    bounds = list(range(0, n, _ROWS_PER_SHARD)) + [n] if n else [0, 0]
+    schema = table.schema.remove_metadata()
+    for i in range(len(bounds) - 1):
+        part = table.slice(bounds[i], bounds[i + 1] - bounds[i]).combine_chunks()
+        part = part.replace_schema_metadata(None)
+        with pa.OSFile(str(directory / f"shard-{i:05d}.arrow"), "wb") as sink, \
+                pa.ipc.new_file(sink, schema) as writer:
+            for b in part.to_batches(max_chunksize=_ROWS_PER_BATCH):
+                writer.write_batch(b)
+
+
+def _in_memory_shards(dataset: Any, hash: str, cache_dir: str | os.PathLike | None,
+                      ) -> tuple[Path, list[str], DatasetVersion]:
+    """Write an in-memory dataset's rows once as pinned shards (module docstring) and open them."""
+    if coerce_enum(HashMode, "hash", hash) is not HashMode.CONTENT:
+        raise ConfigError(describe(
+            "hash", hash, "'content' for an in-memory dataset (its rows are written to a cache "
+            "directory; a size-only version would let two datasets of the same shape share it)",
+            "drop hash= (or write the dataset to files first: dataset.save_to_disk(d); "
+            "dataset = datasets.load_from_disk(d))"))
+    explicit = cache_dir is not None
+    target = Path(cache_dir).expanduser().absolute() if explicit else None
+    parent = target.parent if target is not None else default_cache_root()
+    shown = str(cache_dir) if explicit else f"None (default: {parent}/<version hash>)"
+    # every row as Arrow, in the dataset's order (indices mapping and in-memory edits applied)
+    table = dataset.with_format("arrow")[0:dataset.num_rows]
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".rd-hf-", dir=parent))
+    except OSError as exc:
+        raise ConfigError(describe("cache_dir", shown, f"a writable directory ({exc.strerror})",
+                                   "pass cache_dir= on writable storage, or set RD_CACHE_DIR")) from None
+    try:
+        _write_shards(table, tmp)
+        fresh = pin(tmp, hash="content", save=True)
+        if target is None:
+            target = parent / fresh.hash
+        _place(tmp, target, fresh, shown)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    version = DatasetVersion.load(target)
+    if version.num_records != dataset.num_rows:  # pragma: no cover - a broken writer
+        raise ConfigError(describe("cache_dir", str(target), f"{dataset.num_rows} rows",
+                                   f"delete {target} and retry"))
+    return target, [s.path for s in version.shards], version
+
+
+def _place(tmp: Path, target: Path, fresh: DatasetVersion, shown: str) -> None:
+    """Move the pinned ``tmp`` to ``target``, or check that ``target`` already holds ``fresh``."""
+    for _ in range(2):  # a second look when a concurrent caller created target meanwhile
+        if (target / MANIFEST_NAME).is_file():
+            held = DatasetVersion.load(target)
+            if held.hash != fresh.hash:
+                raise ConfigError(describe(
+                    "cache_dir", shown,
+                    f"a new or empty directory, or one holding this dataset's shards (version "
+                    f"{fresh.hash}, {fresh.num_records} rows); {target} holds version {held.hash} "
+                    f"({held.num_records} rows)",
+                    "pass another cache_dir for this dataset, or delete that directory if its "
+                    "version is no longer needed"))
+            return
+        if target.is_dir() and any(target.iterdir()):
+            raise ConfigError(describe(
+                "cache_dir", shown, f"a new or empty directory (or one written by from_hf); {target} "
+                f"holds other files and no {MANIFEST_NAME}",
+                "pass a new directory: nothing in it is overwritten"))
+        try:
+            if target.is_dir():
+                target.rmdir()  # empty
+            os.rename(tmp, target)
+            return
+        except OSError:
+            continue  # another process placed it first: compare on the next pass
+    raise ConfigError(describe("cache_dir", shown, f"a directory this process can create ({target})",
+                               "check permissions, or pass another cache_dir"))

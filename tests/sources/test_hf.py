@@ -82,14 +82,91 @@ def test_version_follows_content_not_cache_location(built, tmp_path):
     assert cheap.version.hash_mode.value == "size" and cheap.version.hash != same.version.hash
 
 
-def test_in_memory_dataset_is_refused_with_the_fix_and_the_fix_works(tmp_path):
-    mem = datasets.Dataset.from_dict({"id": list(range(10)), "x": [float(i) for i in range(10)]})
-    with pytest.raises(rd.ConfigError, match="save_to_disk.*load_from_disk"):
-        rd.ArrowShards.from_hf(mem)
+def mem_dict(n=N, salt=""):
+    return {"id": list(range(n)), "text": [f"doc {i}{salt}" for i in range(n)],
+            "tokens": [list(range(i % 7)) for i in range(n)]}
+
+
+@pytest.fixture
+def rd_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("RD_CACHE_DIR", str(tmp_path / "rd-cache"))
+    return tmp_path / "rd-cache" / "hf-in-memory"
+
+
+def test_in_memory_dataset_is_written_once_as_pinned_shards_and_loads_in_plan_order(rd_cache):
+    mem = datasets.Dataset.from_dict(mem_dict())
+    assert mem.cache_files == []
+    src = rd.ArrowShards.from_hf(mem)
+    assert src.pinned and len(src) == N
+    # written to the content-addressed default cache, with a manifest from the pin machinery
+    assert src.root == rd_cache / src.version.hash
+    assert rd.DatasetVersion.load(src.root) == src.version
+    assert sorted(p.name for p in src.root.iterdir()) == [rd.sources.MANIFEST_NAME, "shard-00000.arrow"]
+    assert src.take(list(range(N))).to_pylist() == as_rows(mem)
+
+    loader = rd.DataLoader(src, batch_size=16, shuffle=True, seed=7, sharding=rd.Sharding(1, 0),
+                           arrow_collate=lambda t: t.to_pylist())
+    plan = loader.plan
+    got = []
+    for step, batch in enumerate(loader):
+        ids = plan.records(plan.local_positions(step, loader.sharding)).tolist()
+        assert batch == [mem[i] for i in ids]
+        got += ids
+    assert sorted(got) == list(range(N)) and got != list(range(N))  # every row once, shuffled
+
+    # the same content (built another way) re-uses the cache: same hash, same directory
+    again = rd.ArrowShards.from_hf(datasets.Dataset.from_list(rows()))
+    assert again.version.hash == src.version.hash and again.root == src.root
+    assert [p.name for p in rd_cache.iterdir()] == [src.version.hash]  # no temporary directory left
+    # changed content: another version in another directory
+    changed = rd.ArrowShards.from_hf(datasets.Dataset.from_dict(mem_dict(salt="!")))
+    assert changed.version.hash != src.version.hash and changed.root != src.root
+    # pickling (DataLoader workers) reopens the written shards
+    assert pickle.loads(pickle.dumps(src))[N - 1] == src[N - 1]
+
+
+def test_in_memory_views_are_written_with_their_rows(rd_cache):
+    mem = datasets.Dataset.from_dict(mem_dict())
+    for view in (mem.shuffle(seed=3), mem.select([5, 1, 2]), mem.filter(lambda r: r["id"] % 2 == 0),
+                 mem.rename_column("id", "idx"), mem.select([])):
+        src = rd.ArrowShards.from_hf(view)
+        assert len(src) == len(view)
+        assert src.take(list(range(len(view)))).to_pylist() == as_rows(view)
+
+
+def test_explicit_cache_dir_is_reused_when_identical_and_refused_when_not(tmp_path):
+    from resumable_data.sources.hf import hf_shards
+
+    mem = datasets.Dataset.from_dict(mem_dict())
+    d = tmp_path / "mine"
+    root, rel, version = hf_shards(mem, cache_dir=d)
+    assert root == d and rel == ["shard-00000.arrow"] and (d / rd.sources.MANIFEST_NAME).is_file()
+    assert rd.ArrowShards(d).version.hash == version.hash == rd.pin(d, save=False).hash
+    mtime = (d / rel[0]).stat().st_mtime_ns
+    assert hf_shards(datasets.Dataset.from_list(rows()), cache_dir=d)[2].hash == version.hash
+    assert (d / rel[0]).stat().st_mtime_ns == mtime  # re-used, not rewritten
+    with pytest.raises(rd.ConfigError, match=r"cache_dir=.*holds version .*fix: pass another cache_dir"):
+        hf_shards(datasets.Dataset.from_dict(mem_dict(salt="!")), cache_dir=d)
+    assert rd.ArrowShards(d).version.hash == version.hash  # untouched
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("not ours")
+    with pytest.raises(rd.ConfigError, match=r"cache_dir=.*other files.*fix: pass a new directory"):
+        hf_shards(mem, cache_dir=other)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert hf_shards(mem, cache_dir=empty)[2].hash == version.hash
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "mine", "other"]  # no temporaries left
+
+
+def test_in_memory_refusals_name_the_fix(rd_cache, tmp_path):
+    mem = datasets.Dataset.from_dict(mem_dict(10))
+    with pytest.raises(rd.ConfigError, match=r"hash='size'.*'content' for an in-memory dataset.*fix: drop hash="):
+        rd.ArrowShards.from_hf(mem, hash="size")
+    # the documented alternative (files of its own, zero copy from then on) still works
     mem.save_to_disk(str(tmp_path / "saved"))
     disk = datasets.load_from_disk(str(tmp_path / "saved"))
-    src = rd.ArrowShards.from_hf(disk)
-    assert src.take(list(range(10))).to_pylist() == as_rows(mem)
+    assert rd.ArrowShards.from_hf(disk).take(list(range(10))).to_pylist() == as_rows(mem)
 
 
 def test_indices_mapping_and_in_memory_edits_are_refused_with_the_fix(built):
