@@ -43,6 +43,8 @@ def test_every_token_once_in_document_order_with_correct_labels_and_positions(do
                 assert labels[r, c] == expected[p + 1]
             elif p + 1 == len(expected) and mask:
                 assert labels[r, c] == IGNORE_INDEX  # a document boundary
+            elif p + 1 == len(expected) and nxt is not None and doc[nxt] >= 0:
+                assert labels[r, c] == ids[nxt]  # unmasked: the boundary's label is the next document's token
     assert (labels[doc < 0] == IGNORE_INDEX).all() and (ids[doc < 0] == spec.pad_id).all()
     assert out["real_tokens"].sum() == lengths.sum()
     if mode == "best_fit":
