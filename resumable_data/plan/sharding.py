@@ -62,48 +62,52 @@ class Sharding:
     def from_environment(cls, policy: ShardingPolicy | str = ShardingPolicy.CONTIGUOUS,
                          environ: Mapping[str, str] | None = None) -> Sharding:
         """Rank and world size from an initialized ``torch.distributed`` process group, else from
-        ``RANK`` / ``WORLD_SIZE`` (as torchrun sets them), else a single process.
+        ``RANK`` / ``WORLD_SIZE`` (as torchrun sets them, with ``LOCAL_RANK`` /
+        ``LOCAL_WORLD_SIZE`` checked against them), else a single process.
 
-        A malformed or inconsistent value is an error, never a silent rank 0. (``torch`` is not
-        imported here: a process group exists only if the caller already imported it.)"""
+        A malformed or inconsistent value is an error, never a silent rank 0. A *partial* torchrun
+        environment is an error too: ``RANK`` without ``WORLD_SIZE`` (or the reverse), or
+        ``LOCAL_RANK`` / ``LOCAL_WORLD_SIZE`` without both, when no process group is initialized
+        (with one, the group is authoritative and the local variables are only range-checked).
+        (``torch`` is not imported here: a process group exists only if the caller already
+        imported it.)"""
         env = os.environ if environ is None else environ
-        from_env = None
-        if "RANK" in env or "WORLD_SIZE" in env:
-            missing = [k for k in ("RANK", "WORLD_SIZE") if k not in env]
-            if missing:
-                raise ConfigError(
-                    describe(missing[0], None, "RANK and WORLD_SIZE set together", "launch with torchrun or set both")
-                )
-            values = []
-            for name in ("WORLD_SIZE", "RANK"):
-                raw = env[name]
-                try:
-                    values.append(int(raw.strip()))
-                except ValueError:
-                    raise ConfigError(describe(name, raw, "a decimal integer", f"fix the {name} environment variable")) from None
-            world, rank = values
-            if world < 1:
-                raise ConfigError(describe("WORLD_SIZE", env["WORLD_SIZE"], "an integer >= 1", "fix WORLD_SIZE"))
-            if not 0 <= rank < world:
-                raise ConfigError(describe("RANK", env["RANK"], f"an integer in [0, WORLD_SIZE={world})", "fix RANK"))
-            if "LOCAL_RANK" in env:
-                raw = env["LOCAL_RANK"]
-                if not raw.strip().isdigit() or int(raw) >= world:
-                    raise ConfigError(describe("LOCAL_RANK", raw, f"an integer in [0, {world})", "fix LOCAL_RANK"))
-            from_env = (world, rank)
+        seen = {k: env[k] for k in _TORCHRUN_VARS if k in env}
+        ints = {k: _env_int(k, v) for k, v in seen.items()}
         dist = sys.modules.get("torch.distributed")
+        group = None
         if dist is not None and dist.is_available() and dist.is_initialized():
             group = (dist.get_world_size(), dist.get_rank())
-            if from_env is not None and from_env != group:
+        if group is None and seen and not {"RANK", "WORLD_SIZE"} <= seen.keys():
+            missing = [k for k in ("RANK", "WORLD_SIZE") if k not in seen]
+            raise ConfigError(describe(
+                "environment", seen,
+                f"RANK and WORLD_SIZE set together (a partial torchrun environment: {' and '.join(missing)} "
+                f"missing, and no torch.distributed process group is initialized)",
+                "launch with torchrun (it sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE), set "
+                "the missing variables, call torch.distributed.init_process_group() before building the "
+                f"loader, pass sharding=rd.Sharding(world_size, rank), or unset {', '.join(seen)} for a "
+                "single process"))
+        from_env = None
+        if "RANK" in ints and "WORLD_SIZE" in ints:
+            world, rank = ints["WORLD_SIZE"], ints["RANK"]
+            if world < 1:
+                raise ConfigError(describe("WORLD_SIZE", seen["WORLD_SIZE"], "an integer >= 1", "fix WORLD_SIZE"))
+            if not 0 <= rank < world:
+                raise ConfigError(describe("RANK", seen["RANK"], f"an integer in [0, WORLD_SIZE={world})", "fix RANK"))
+            from_env = (world, rank)
+        if group is not None:
+            wrong = {k: seen[k] for k, g in (("RANK", group[1]), ("WORLD_SIZE", group[0]))
+                     if k in ints and ints[k] != g}
+            if wrong:
                 raise ConfigError(
-                    describe("RANK/WORLD_SIZE", f"{from_env[1]}/{from_env[0]}",
+                    describe("/".join(wrong), "/".join(wrong.values()),
                              f"the process group's rank/world size {group[1]}/{group[0]}",
                              "make the environment agree with init_process_group, or unset RANK and WORLD_SIZE")
                 )
-            return cls(group[0], group[1], policy)
-        if from_env is not None:
-            return cls(from_env[0], from_env[1], policy)
-        return cls(1, 0, policy)
+        world, rank = group or from_env or (1, 0)
+        _check_local(seen, ints, world)
+        return cls(world, rank, policy)
 
     def check_global_batch(self, global_batch: int) -> None:
         """Raise unless ``world_size`` divides ``global_batch``."""
@@ -141,3 +145,27 @@ class Sharding:
         world = expect_int(d[K_WORLD_SIZE], f"{where}.world_size", 1, 1 << 20)
         rank = expect_int(d[K_RANK], f"{where}.rank", 0, world - 1)
         return cls(world, rank, expect_enum(d[K_POLICY], ShardingPolicy, f"{where}.policy"))
+
+
+_TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+def _env_int(name: str, raw: str) -> int:
+    """A torchrun variable's value: a decimal integer >= 0 (surrounding spaces allowed)."""
+    text = str(raw).strip()
+    if not text.isdigit() or not text.isascii():
+        raise ConfigError(describe(name, raw, "a decimal integer >= 0", f"fix the {name} environment variable"))
+    return int(text)
+
+
+def _check_local(seen: Mapping[str, str], ints: Mapping[str, int], world: int) -> None:
+    """LOCAL_RANK < LOCAL_WORLD_SIZE <= WORLD_SIZE, where set."""
+    local_world = ints.get("LOCAL_WORLD_SIZE")
+    if local_world is not None and not 1 <= local_world <= world:
+        raise ConfigError(describe("LOCAL_WORLD_SIZE", seen["LOCAL_WORLD_SIZE"],
+                                   f"an integer in [1, WORLD_SIZE={world}]", "fix LOCAL_WORLD_SIZE"))
+    local_rank = ints.get("LOCAL_RANK")
+    bound = local_world if local_world is not None else world
+    if local_rank is not None and local_rank >= bound:
+        name = f"LOCAL_WORLD_SIZE={local_world}" if local_world is not None else f"WORLD_SIZE={world}"
+        raise ConfigError(describe("LOCAL_RANK", seen["LOCAL_RANK"], f"an integer in [0, {name})", "fix LOCAL_RANK"))

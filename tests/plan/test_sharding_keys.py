@@ -1,5 +1,8 @@
 """Sharding validation and golden vectors; sample keys and their generators."""
 
+import re
+import sys
+
 import numpy as np
 import pytest
 
@@ -66,3 +69,92 @@ def test_from_environment(env, expected):
 def test_from_environment_refuses_malformed_values(env, param):
     with pytest.raises(rd.ConfigError, match=param):
         Sharding.from_environment(environ=env)
+
+
+def test_a_full_torchrun_environment_is_read():
+    env = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    assert Sharding.from_environment("strided", environ=env) == Sharding(4, 3, "strided")
+
+
+@pytest.mark.parametrize("env, missing", [
+    ({"LOCAL_RANK": "1"}, "RANK and WORLD_SIZE missing"),
+    ({"LOCAL_RANK": "0"}, "RANK and WORLD_SIZE missing"),
+    ({"LOCAL_WORLD_SIZE": "2"}, "RANK and WORLD_SIZE missing"),
+    ({"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, "RANK and WORLD_SIZE missing"),
+    ({"RANK": "1"}, "WORLD_SIZE missing"),
+    ({"RANK": "0", "LOCAL_RANK": "0"}, "WORLD_SIZE missing"),
+    ({"WORLD_SIZE": "2"}, "RANK missing"),
+    ({"WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, "RANK missing"),
+])
+def test_a_partial_torchrun_environment_is_an_error_not_rank_0(env, missing):
+    with pytest.raises(rd.ConfigError) as info:
+        Sharding.from_environment(environ=env)
+    msg = str(info.value)
+    assert msg.startswith(f"environment={env!r}: expected RANK and WORLD_SIZE set together")  # what was seen
+    assert f"partial torchrun environment: {missing}" in msg
+    assert "fix: launch with torchrun" in msg and "rd.Sharding(world_size, rank)" in msg
+    assert f"unset {', '.join(k for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE') if k in env)}" in msg
+
+
+def test_the_default_reads_os_environ(monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(rd.ConfigError, match="LOCAL_RANK.*RANK and WORLD_SIZE missing"):
+        Sharding.from_environment()
+    with pytest.raises(rd.ConfigError, match="partial torchrun environment"):
+        rd.DataLoader(list(range(8)), batch_size=2)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert Sharding.from_environment() == Sharding(2, 1)
+
+
+@pytest.mark.parametrize("env, param, expected", [
+    ({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"}, "LOCAL_RANK",
+     "in [0, LOCAL_WORLD_SIZE=2)"),
+    ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "4"}, "LOCAL_WORLD_SIZE", "in [1, WORLD_SIZE=2]"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "0"}, "LOCAL_WORLD_SIZE", "in [1, WORLD_SIZE=2]"),
+    ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "2"}, "LOCAL_RANK", "in [0, WORLD_SIZE=2)"),
+    ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": ""}, "LOCAL_RANK", "a decimal integer"),
+    ({"RANK": " ", "WORLD_SIZE": "2"}, "RANK", "a decimal integer"),
+])
+def test_inconsistent_local_values_are_refused(env, param, expected):
+    with pytest.raises(rd.ConfigError, match=rf"^{param}=.*expected .*{re.escape(expected)}"):
+        Sharding.from_environment(environ=env)
+
+
+class _FakeGroup:
+    """Stands in for an initialized ``torch.distributed`` (rank 2 of 4)."""
+
+    @staticmethod
+    def is_available():
+        return True
+
+    @staticmethod
+    def is_initialized():
+        return True
+
+    @staticmethod
+    def get_world_size():
+        return 4
+
+    @staticmethod
+    def get_rank():
+        return 2
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, Sharding(4, 2)),
+    ({"LOCAL_RANK": "0"}, Sharding(4, 2)),  # the group is authoritative: no torchrun needed
+    ({"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "4"}, Sharding(4, 2)),
+    ({"RANK": "1"}, "RANK"),
+    ({"WORLD_SIZE": "2"}, "WORLD_SIZE"),
+    ({"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "4"}, "LOCAL_RANK"),
+])
+def test_an_initialized_process_group_wins_and_the_environment_must_agree(monkeypatch, env, expected):
+    monkeypatch.setitem(sys.modules, "torch.distributed", _FakeGroup)
+    if isinstance(expected, Sharding):
+        assert Sharding.from_environment(environ=env) == expected
+    else:
+        with pytest.raises(rd.ConfigError, match=rf"^{expected}="):
+            Sharding.from_environment(environ=env)
