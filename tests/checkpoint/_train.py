@@ -5,6 +5,8 @@ script so that a restore happens in a fresh process).
 two param groups; warmup-cosine LambdaLR stepped per attempted update; torch.amp.GradScaler("cpu")
 with forced inf gradients on chosen updates (skipped steps); accumulation over 4 microbatches;
 an EMA (AveragedModel); a MetricLog; rd.DataLoader over pinned Arrow shards (commit="explicit").
+``packed=True`` feeds the same model packed sequences (rd.Packing over the same token shards:
+SEQ_LEN-token sequences, documents separated by EOS, a shuffled packing window).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ K = 4                      # accumulation steps
 BATCH = 4
 INF_UPDATES = {2, 5}       # attempted-update indices whose gradients are forced to inf
 TOTAL = 52                 # microbatches in a full run (crosses the epoch boundary at 40)
+SEQ_LEN = 16               # packed case: tokens per packed sequence (14 full steps per epoch)
+PACKING = dict(mode="concat", window=20, tokens="tokens", eos_id=0)
 
 
 def write_data(directory) -> None:
@@ -54,10 +58,19 @@ class Net(torch.nn.Module):
         self.fc2 = torch.nn.Linear(hidden, 3)
 
     def forward(self, batch):
-        tok, lens = batch["tokens"], batch["tokens_lengths"]
-        mask = (torch.arange(tok.shape[1])[None, :] < lens[:, None]).float()
+        if "input_ids" in batch:  # packed sequences: pool the document tokens, skip the padding
+            tok = batch["input_ids"]
+            mask = (batch["document_ids"] >= 0).float()
+            lens = mask.sum(1).clamp(min=1)
+        else:
+            tok, lens = batch["tokens"], batch["tokens_lengths"]
+            mask = (torch.arange(tok.shape[1])[None, :] < lens[:, None]).float()
         e = (self.emb(tok) * mask[..., None]).sum(1) / lens[:, None].float()
         return self.fc2(self.drop(torch.relu(self.bn(self.fc1(e)))))
+
+
+def target(batch) -> torch.Tensor:
+    return batch["input_ids"][:, 0] % 3 if "input_ids" in batch else batch["id"] % 3
 
 
 def lr_lambda(s: int) -> float:
@@ -78,7 +91,10 @@ class Objects:
 
 
 def build(data_dir, metrics_path, *, policy="save_gradients", reverse_groups=False, seed=0, run_id="run-a",
-          hidden=24, vocab=None, lr=3e-3, num_workers=0) -> Objects:
+          hidden=24, vocab=None, lr=3e-3, num_workers=0, packed=False, loader_seed=7, batch=BATCH,
+          accumulation=K, shuffle_window=None) -> Objects:
+    """The training objects. ``loader_seed``/``batch``/``accumulation``/``shuffle_window`` only for
+    the compatibility tests (``train`` assumes the defaults)."""
     torch.set_num_threads(1)
     random.seed(seed)
     np.random.seed(seed)
@@ -94,8 +110,12 @@ def build(data_dir, metrics_path, *, policy="save_gradients", reverse_groups=Fal
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=3)
     ema = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(0.9),
                                               use_buffers=True)
-    loader = rd.DataLoader(rd.ArrowShards(data_dir), batch_size=BATCH, shuffle=True, seed=7, commit="explicit",
-                           accumulation_steps=K, token_column="tokens", num_workers=num_workers)
+    # packed: full steps only (an epoch's last step would hold 1 sequence, too few for BatchNorm)
+    stream = dict(packing=rd.Packing(SEQ_LEN, **PACKING), drop_last=True) if packed else dict(token_column="tokens")
+    if shuffle_window is not None:
+        stream["shuffle_window"] = shuffle_window
+    loader = rd.DataLoader(rd.ArrowShards(data_dir), batch_size=batch, shuffle=True, seed=loader_seed,
+                           commit="explicit", accumulation_steps=accumulation, num_workers=num_workers, **stream)
     metrics = rd.MetricLog(metrics_path, run_id)
     state = rd.TrainingState(model=model, optimizer=opt, scheduler=sched, scaler=scaler, loader=loader, ema=ema,
                              metrics=metrics, config={"hidden": hidden, "dropout": 0.3},
@@ -107,7 +127,8 @@ def build(data_dir, metrics_path, *, policy="save_gradients", reverse_groups=Fal
 def batch_digest(batch) -> str:
     h = xxhash.xxh3_64()
     for k in sorted(batch):
-        h.update(k.encode() + batch[k].numpy().tobytes())
+        v = batch[k]  # packed batches also carry a plain int (max_seqlen)
+        h.update(k.encode() + (v.numpy().tobytes() if isinstance(v, torch.Tensor) else repr(v).encode()))
     return h.hexdigest()
 
 
@@ -126,7 +147,7 @@ def train(o: Objects, total: int = TOTAL, *, on_step=None) -> dict[int, str]:
         for batch in o.loader:
             step = o.loader.cursor.delivered - 1
             seen[step] = batch_digest(batch)
-            loss = F.cross_entropy(o.model(batch), batch["id"] % 3) / K
+            loss = F.cross_entropy(o.model(batch), target(batch)) / K
             o.scaler.scale(loss).backward()
             if o.loader.microstep_is_last:
                 if o.loader.counters.attempted_updates in INF_UPDATES:
@@ -170,11 +191,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--total", type=int, default=TOTAL)
     ap.add_argument("--reverse-groups", action="store_true")
+    ap.add_argument("--packed", action="store_true")
     a = ap.parse_args(argv)
     results = []
     for i, (step, metrics) in enumerate(zip(a.step, a.metrics)):
         # fresh objects for every restore, built under other seeds (the checkpoint must restore them)
-        o = build(a.data, metrics, reverse_groups=a.reverse_groups, run_id=f"fresh-{i}", seed=100 + i)
+        o = build(a.data, metrics, reverse_groups=a.reverse_groups, run_id=f"fresh-{i}", seed=100 + i,
+                  packed=a.packed)
         info = rd.load_checkpoint(a.ckpt, o.state, step=step)
         start = o.loader.cursor.delivered
         seen = train(o, a.total)
