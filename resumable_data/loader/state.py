@@ -27,6 +27,7 @@ from resumable_data._schema import (
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.plan import Plan, ShardingPolicy
+from resumable_data.plan.sharding import world_sizes_text
 
 __all__ = [
     "FORMAT",
@@ -259,10 +260,6 @@ def _epoch_base(v: Any) -> tuple[int, int]:
     return expect_int(v[0], "state.epoch_base[0]"), expect_int(v[1], "state.epoch_base[1]")
 
 
-def _divisors(g: int) -> list[int]:
-    return [w for w in range(1, min(g, 4096) + 1) if g % w == 0]
-
-
 def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool) -> tuple[list[str], RecoveryLabel]:
     """Every difference that forbids a faithful resume (saved vs current, with the fix), and the label."""
     diffs: list[str] = []
@@ -279,13 +276,14 @@ def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool) -
     differ("order", sp.order.to_dict(), cp.order.to_dict(), "pass the same shuffle / shuffle_window")
     differ("tail", sp.tail.value, cp.tail.value, "pass the same drop_last (and sampler settings)")
     if sp.global_batch != cp.global_batch:
-        w = current.layout.world_size
-        ok = _divisors(sp.global_batch)
+        w, g = current.layout.world_size, sp.global_batch
+        here = (f"at world_size {w} pass batch_size={g // w}, or" if g % w == 0 else
+                f"no integer batch_size does at world_size {w} ({g} / {w} = {g / w:.4g}):")
         diffs.append(
-            f"global batch size: saved {sp.global_batch} vs current {cp.global_batch} "
+            f"global batch size: saved {g} vs current {cp.global_batch} "
             f"(batch_size {cp.global_batch // w} x world_size {w}); fix: keep batch_size * world_size == "
-            f"{sp.global_batch}: at world_size {w} pass batch_size={sp.global_batch / w:g}"
-            + ("" if sp.global_batch % w == 0 else f" (not an integer: use a world size in {ok[:24]})")
+            f"{g}: {here} run on one of the world sizes that divide {g}: {world_sizes_text(g)}, "
+            f"with batch_size = {g} / world_size"
         )
     differ("accumulation_steps", saved.accumulation_steps, current.accumulation_steps, "pass the same accumulation_steps")
     differ("sampler", saved.sampler, current.sampler, "pass the same positional sampler")

@@ -25,7 +25,7 @@ import numpy as np
 from resumable_data._schema import check_int, coerce_enum, expect_enum, expect_int, expect_mapping
 from resumable_data.errors import ConfigError, describe
 
-__all__ = ["Sharding", "ShardingPolicy"]
+__all__ = ["Sharding", "ShardingPolicy", "divisors", "world_sizes_text"]
 
 K_WORLD_SIZE = "world_size"
 K_RANK = "rank"
@@ -112,12 +112,11 @@ class Sharding:
     def check_global_batch(self, global_batch: int) -> None:
         """Raise unless ``world_size`` divides ``global_batch``."""
         if global_batch % self.world_size:
-            divisors = [w for w in range(1, global_batch + 1) if global_batch % w == 0]
             raise ConfigError(
                 describe(
                     "world_size",
                     self.world_size,
-                    f"a divisor of the global batch {global_batch} (one of {divisors[:24]})",
+                    f"a divisor of the global batch {global_batch} (one of {world_sizes_text(global_batch)})",
                     "pick a world size that divides the global batch, or change batch_size",
                 )
             )
@@ -169,3 +168,25 @@ def _check_local(seen: Mapping[str, str], ints: Mapping[str, int], world: int) -
     if local_rank is not None and local_rank >= bound:
         name = f"LOCAL_WORLD_SIZE={local_world}" if local_world is not None else f"WORLD_SIZE={world}"
         raise ConfigError(describe("LOCAL_RANK", seen["LOCAL_RANK"], f"an integer in [0, {name})", "fix LOCAL_RANK"))
+
+
+def divisors(n: int) -> list[int]:
+    """Every positive divisor of ``n >= 1``, ascending (the world sizes that keep a global batch ``n``)."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
+
+
+def world_sizes_text(global_batch: int, limit: int = 24) -> str:
+    """The world sizes that divide ``global_batch`` as ``[1, 2, ...]``, at most ``limit`` shown."""
+    ws = divisors(global_batch)
+    if len(ws) <= limit:
+        return f"{ws}"
+    head = ", ".join(map(str, ws[:limit - 1]))
+    return f"[{head}, ... {len(ws) - limit} more ..., {ws[-1]}]"

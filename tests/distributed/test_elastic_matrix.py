@@ -6,6 +6,7 @@ per-sample randomness; chained reshapes lose and duplicate nothing."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -131,9 +132,29 @@ def test_chained_reshapes_8_6_12_1_lose_and_duplicate_nothing(order, policy):
     assert loaders[0].counters.samples == total * g
 
 
-def test_a_world_size_that_does_not_divide_the_global_batch_is_refused():
+def listed_world_sizes(message):
+    m = re.search(r"world sizes that divide (\d+): \[([\d, ]+)\], with batch_size = \1 / world_size", message)
+    assert m, message
+    return int(m.group(1)), [int(w) for w in m.group(2).split(", ")]
+
+
+@pytest.mark.parametrize("world, batch_size, here", [
+    (5, 24 // 5, r"no integer batch_size does at world_size 5 \(24 / 5 = 4\.8\):"),  # 5 does not divide 24
+    (4, 5, r"at world_size 4 pass batch_size=6, or"),  # same world size, another batch_size
+    (3, 4, r"at world_size 3 pass batch_size=8, or"),
+])
+def test_a_changed_global_batch_is_refused_with_the_world_sizes_that_keep_it(world, batch_size, here):
     state = make(4, 0, 24, "contiguous", "global").state_dict()
-    ld = rd.DataLoader(Keyed(), batch_size=24 // 5, seed=1234, tail="wrap", collate_fn=list,
-                       dataset_version=VERSION, sharding=rd.Sharding(5, 0), shuffle=True)
-    with pytest.raises(rd.ResumeError, match="global batch size"):
+    ld = rd.DataLoader(Keyed(), batch_size=batch_size, seed=1234, tail="wrap", collate_fn=list, seed_per_sample=False,
+                       dataset_version=VERSION, sharding=rd.Sharding(world, 0), shuffle=True)
+    with pytest.raises(rd.ResumeError, match="global batch size: saved 24 vs current") as info:
         ld.load_state_dict(state)
+    msg = str(info.value)
+    assert re.search(here, msg), msg
+    g, listed = listed_world_sizes(msg)
+    assert g == 24 and listed == [1, 2, 3, 4, 6, 8, 12, 24] == divisors(24)
+    # the advice works: every listed world size, with batch_size = 24 / world_size, resumes the state
+    for w in listed:
+        resumed = make(w, w - 1, 24, "contiguous", "global")
+        resumed.load_state_dict(state)
+        assert resumed.recovery_label.value == ("faithful_continuation" if w == 4 else "elastic_reshard")

@@ -158,3 +158,13 @@ def test_an_initialized_process_group_wins_and_the_environment_must_agree(monkey
     else:
         with pytest.raises(rd.ConfigError, match=rf"^{expected}="):
             Sharding.from_environment(environ=env)
+
+
+def test_world_size_lists_are_complete_or_say_how_many_are_left_out():
+    from resumable_data.plan.sharding import divisors, world_sizes_text
+
+    assert all(divisors(n) == [d for d in range(1, n + 1) if n % d == 0] for n in range(1, 600))
+    assert divisors(1 << 40)[-1] == 1 << 40 and len(divisors(1 << 40)) == 41  # no O(n) scan
+    assert world_sizes_text(24) == "[1, 2, 3, 4, 6, 8, 12, 24]"
+    assert world_sizes_text(720720) == ("[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20, 21, 22, "
+                                        "24, 26, 28, ... 216 more ..., 720720]")  # 240 divisors
