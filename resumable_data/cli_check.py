@@ -4,7 +4,9 @@ Builds ``rd.DataLoader(rd.ArrowShards(DIR), ...)`` from the options, runs it uni
 ``--steps`` steps and again with ``--interrupts`` random interruptions (plus epoch boundaries,
 chained resumes, each ``--workers`` count and each ``--world-sizes`` value, ranks simulated in
 this process), through :func:`resumable_data.testing.check_resume`, and prints the report.
-``--batch-size`` is the global batch: each of ``W`` ranks gets ``batch_size / W``.
+``--batch-size`` is the global batch: each of ``W`` ranks gets ``batch_size / W``, split by
+``--sharding-policy``; with ``--no-elastic`` the loader refuses world-size changes, so each world
+size is checked on its own (the report notes it). ``--eos-id`` is the packing's separator token.
 
 Exit status: 0 bit-exact, 1 a divergence (the first one is printed), 2 bad input (unpinned or
 damaged dataset, impossible options).
@@ -40,6 +42,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--packing-seq-len", type=int, default=None, help="pack documents into sequences of L tokens")
     p.add_argument("--packing-mode", choices=["concat", "best_fit"], default="concat")
     p.add_argument("--packing-window", type=int, default=1024, help="documents per packing window")
+    p.add_argument("--eos-id", type=int, default=None, help="token appended after each packed document")
     p.add_argument("--tokens", default=None, help="the token list column (packing, and the token counter)")
     p.add_argument("--commit", choices=["auto", "explicit"], default="auto")
     p.add_argument("--accumulation-steps", type=int, default=1)
@@ -48,6 +51,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chained", type=int, default=2, help="resumes in a row per interrupted run")
     p.add_argument("--workers", type=_int_list, default=(0, 2), help="worker counts to alternate, e.g. 0,2")
     p.add_argument("--world-sizes", type=_int_list, default=(1,), help="world sizes to reshard between, e.g. 1,2")
+    p.add_argument("--sharding-policy", choices=["contiguous", "strided"], default="contiguous",
+                   help="how a global batch is split across ranks")
+    p.add_argument("--no-elastic", action="store_true",
+                   help="build the loader with elastic=False: no reshard; each world size is checked on its own")
     p.add_argument("--check-seed", type=int, default=0, help="seed of the interrupt points")
 
 
@@ -63,11 +70,14 @@ def _maker(args: argparse.Namespace):
         raise ConfigError(describe("--world-sizes", list(args.world_sizes),
                                    f"divisors of the global --batch-size {args.batch_size}",
                                    "pick world sizes that divide the batch size"))
+    if args.eos_id is not None and args.packing_seq_len is None:
+        raise ConfigError(describe("--eos-id", args.eos_id, "--packing-seq-len as well (it separates packed documents)",
+                                   "add --packing-seq-len L, or drop --eos-id"))
     source = rd.ArrowShards(args.data, verify="size", unpinned="error")
-    extra: dict = {}
+    extra: dict = {"elastic": not args.no_elastic}
     if args.packing_seq_len is not None:
         extra["packing"] = rd.Packing(args.packing_seq_len, mode=args.packing_mode, window=args.packing_window,
-                                      tokens=args.tokens or "tokens")
+                                      tokens=args.tokens or "tokens", eos_id=args.eos_id)
     elif args.tokens is not None:
         extra["token_column"] = args.tokens
     if args.window is not None:
@@ -79,7 +89,7 @@ def _maker(args: argparse.Namespace):
         return rd.DataLoader(source, batch_size=args.batch_size // world, shuffle=args.shuffle, seed=args.seed,
                              tail=tail, commit=args.commit, accumulation_steps=args.accumulation_steps, **extra, **kw)
 
-    make(num_workers=0, sharding=rd.Sharding(1, 0))  # configuration errors surface here, as exit status 2
+    make(num_workers=0, sharding=rd.Sharding(1, 0, args.sharding_policy))  # configuration errors surface here, as exit status 2
     return source, make, tail
 
 
@@ -89,18 +99,24 @@ def run(args: argparse.Namespace) -> int:
     source, make, tail = _maker(args)
     print(f"dataset:     {args.data} ({len(source)} records, pinned version {source.version.hash})")
     what = "packed " + args.packing_mode + f" seq_len {args.packing_seq_len}" if args.packing_seq_len else "records"
+    if args.packing_seq_len and args.eos_id is not None:
+        what += f" eos {args.eos_id}"
     order = f"window {args.window}" if args.window else ("global shuffle" if args.shuffle else "sequential")
     print(f"pipeline:    {what}, global batch {args.batch_size}, {order}, seed {args.seed}, tail {tail}, "
-          f"commit {args.commit} x{args.accumulation_steps}")
+          f"commit {args.commit} x{args.accumulation_steps}, sharding {args.sharding_policy}"
+          + (", not elastic" if args.no_elastic else ""))
     print(f"checking:    {args.steps} steps, {args.interrupts} random interrupts (+ epoch boundaries), "
           f"chained {args.chained}, workers {list(args.workers)}, world sizes {list(args.world_sizes)}")
     t0 = time.perf_counter()
     report = check_resume(make, steps=args.steps, interrupts=args.interrupts, seed=args.check_seed,
                           num_workers=args.workers, world_sizes=args.world_sizes, chained=args.chained,
-                          on_uncommitted="repeat")
+                          sharding_policy=args.sharding_policy, on_uncommitted="repeat")
     for r in report.runs:
         print(f"  run {r}")
-    print(f"result:      {report} ({time.perf_counter() - t0:.1f} s)")
+    head, *notes = str(report).split("\n")
+    print(f"result:      {head} ({time.perf_counter() - t0:.1f} s)")
+    for n in notes:
+        print(f"             {n}")
     return 0 if report.ok else 1
 
 

@@ -35,6 +35,39 @@ def test_bit_exact_pipelines_exit_0(pinned, capsys, argv, expect):
     count("cli_checks")
 
 
+def test_two_workers_eos_strided_sharding_and_a_non_elastic_loader(pinned, capsys, monkeypatch):
+    """--workers 0,2 (the harness's default counts), --eos-id and --sharding-policy reach the loaders;
+    --no-elastic checks each world size on its own and the report says why."""
+    import resumable_data.testing as testing
+
+    seen = []
+    check = testing.check_resume
+
+    def spy(make, **kw):
+        seen.append(kw)
+        loader = make(num_workers=0, sharding=rd.Sharding(2, 1, kw["sharding_policy"]))
+        state = loader.state_dict()
+        seen.append((state["packing"]["eos_id"], state["layout"], state["elastic"]))
+        return check(make, **kw)
+
+    monkeypatch.setattr(testing, "check_resume", spy)
+    argv = ["--batch-size", "4", "--shuffle", "--packing-seq-len", "16", "--packing-window", "8", "--tokens", "tokens",
+            "--eos-id", "1000", "--sharding-policy", "strided", "--steps", "12", "--interrupts", "2",
+            "--workers", "0,2", "--world-sizes", "1,2"]
+    assert main(["check-resume", str(pinned), *argv]) == 0
+    out = capsys.readouterr().out
+    assert "eos 1000" in out and "sharding strided" in out and "[w2 x" in out and "bit-exact" in out, out
+    assert seen[0]["num_workers"] == (0, 2) and seen[0]["sharding_policy"] == "strided"
+    assert seen[1] == (1000, {"world_size": 2, "policy": "strided"}, True)
+    assert "note:" not in out
+    seen.clear()
+    assert main(["check-resume", str(pinned), *argv, "--no-elastic"]) == 0
+    out = capsys.readouterr().out
+    assert seen[1][2] is False and "not elastic" in out and "note: world-size changes skipped" in out, out
+    assert "[w0 x1]" in out and "x2]" in out
+    count("cli_checks", 2)
+
+
 def test_a_history_dependent_pipeline_exits_1(pinned, capsys, monkeypatch):
     """The source's ``take`` leaks a hidden counter into the batch: resumes cannot reproduce it."""
     calls = {"n": 0}
@@ -56,6 +89,7 @@ def test_a_history_dependent_pipeline_exits_1(pinned, capsys, monkeypatch):
     (["--window", "8"], "--shuffle"),
     (["--packing-seq-len", "1", "--tokens", "tokens"], "seq_len"),
     (["--packing-seq-len", "16", "--tokens", "id"], "list<integer>"),
+    (["--eos-id", "3"], "--packing-seq-len as well"),
 ])
 def test_bad_options_exit_2(pinned, capsys, argv, message):
     assert main(["check-resume", str(pinned), *argv]) == 2
@@ -83,3 +117,6 @@ def test_the_console_script(pinned):
     bad = subprocess.run([sys.executable, "-m", "resumable_data.cli", "check-resume", str(pinned), "--workers", "x"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "comma-separated integers" in bad.stderr
+    policy = subprocess.run([sys.executable, "-m", "resumable_data.cli", "check-resume", str(pinned),
+                             "--sharding-policy", "diagonal"], capture_output=True, text=True, timeout=120)
+    assert policy.returncode == 2 and "invalid choice: 'diagonal'" in policy.stderr
