@@ -11,6 +11,7 @@ import torch
 import _train as T
 import resumable_data as rd
 from resumable_data.checkpoint import read_checkpoint
+from resumable_data.checkpoint.compat import RULES, Category
 
 
 @pytest.fixture(scope="module")
@@ -185,3 +186,85 @@ def test_instrument_eta_belongs_to_the_recovery_spec():
     assert d.step() == 0.5 and d.k == 2
     with pytest.raises(rd.CheckpointError, match="schema_version"):
         d.load_state_dict(dict(x1, schema_version=7))
+
+
+# -- one refusal per remaining category: exception type, category, saved vs current, fix -----------------
+def _refusal(o, ckpt, path, saved, current, category, fix_fragment, allowed_under):
+    """Refused as a continuation (nothing restored), with one line naming the path, both values,
+    the category and its fix; allowed by check_compatible under ``allowed_under``."""
+    msg = _refused(o, ckpt)
+    assert msg.startswith("cannot resume this checkpoint: refused under label='faithful_continuation'")
+    fix = RULES[Category(category)][1]
+    assert f"[error] {path}: saved {saved!r} vs current {current!r} ({category}); fix: {fix}" in msg, msg
+    assert fix_fragment in fix
+    saved_meta = read_checkpoint(ckpt, 14).meta
+    report = rd.check_compatible(saved_meta, o.state.meta(), allowed_under)
+    assert report.ok and path in [d.path for d in report.differences]
+
+
+def test_model_config_change(ckpt, data_dir, tmp_path):
+    o = _fresh(data_dir, tmp_path)
+    o.state.config = {"hidden": 24, "dropout": 0.5}  # same shapes, another config
+    _refusal(o, ckpt, "model.config.dropout", 0.3, 0.5, "model_config", "pass the saved config", "optimizer_reset")
+
+
+def test_architecture_change_with_the_same_parameters(ckpt, data_dir, tmp_path):
+    o = _fresh(data_dir, tmp_path)
+    o.model.drop = torch.nn.Identity()  # no parameter changes: only the module tree tells
+    _refusal(o, ckpt, "model.modules.drop", "Dropout", "Identity", "architecture", "label='warm_start'", "warm_start")
+
+
+@pytest.mark.parametrize("change, path, saved, current", [
+    (dict(loader_seed=8), "data.plan.seed", 7, 8),
+    (dict(shuffle_window=16), "data.plan.order.kind", "global", "window"),
+    (dict(batch=8), "data.plan.global_batch", 4, 8),
+    (dict(accumulation=2), "data.accumulation_steps", 4, 2),
+], ids=["seed", "order", "batch_size", "accumulation"])
+def test_data_stream_change(ckpt, data_dir, tmp_path, change, path, saved, current):
+    o = _fresh(data_dir, tmp_path, **change)
+    _refusal(o, ckpt, path, saved, current, "data_stream", "build the loader as saved", "data_change")
+    assert rd.check_compatible(read_checkpoint(ckpt, 14).meta, o.state.meta(), "warm_start").ok
+
+
+class _Counter:
+    def __init__(self):
+        self.n = 0
+
+    def state_dict(self):
+        return {"n": self.n}
+
+    def load_state_dict(self, sd):
+        self.n = sd["n"]
+
+
+def test_callbacks_difference(ckpt, data_dir, tmp_path):
+    o = _fresh(data_dir, tmp_path)
+    o.state.callbacks = {"tokens_seen": _Counter()}  # the checkpoint was saved without callbacks
+    _refusal(o, ckpt, "callbacks", [], ["tokens_seen"], "callbacks", "pass the same callbacks", "warm_start")
+
+
+def test_optimizer_type_change(ckpt, data_dir, tmp_path):
+    o = _fresh(data_dir, tmp_path)
+    o.opt = torch.optim.Adam([{"params": g["params"], "weight_decay": g["weight_decay"]} for g in o.opt.param_groups],
+                             lr=3e-3, betas=(0.9, 0.99))
+    o.state.optimizer = o.opt
+    _refusal(o, ckpt, "optimizer.type", "torch.optim.adamw.AdamW", "torch.optim.adam.Adam", "optimizer",
+             "label='optimizer_reset'", "optimizer_reset")
+
+
+def test_transition_rule_recovery_spec_change(ckpt, data_dir, tmp_path):
+    o = _fresh(data_dir, tmp_path)
+    o.state.recovery_spec = {"lr": "warmup 3, cosine 14"}  # the checkpoint was saved without a spec
+    _refusal(o, ckpt, "recovery_spec", None, {"lr": "warmup 3, cosine 14"}, "transition_rule",
+             "use the saved recovery spec", "optimizer_reset")
+    # both sides with a spec: the changed rule itself is named
+    saved = read_checkpoint(ckpt, 14).meta.to_dict()
+    saved["recovery_spec"] = {"lr": "warmup 3, cosine 14", "eta": 0.5}
+    cur = o.state.meta().to_dict()
+    cur["recovery_spec"] = {"lr": "warmup 3, cosine 14", "eta": 0.25}
+    r = rd.check_compatible(saved, cur)
+    assert [str(d) for d in r.errors] == [
+        "[error] recovery_spec.eta: saved 0.5 vs current 0.25 (transition_rule); fix: " + RULES[Category.TRANSITION][1]]
+    with pytest.raises(rd.CompatibilityError, match=r"recovery_spec\.eta: saved 0\.5 vs current 0\.25"):
+        r.raise_if_refused()
+    assert rd.check_compatible(saved, cur, "optimizer_reset").ok
