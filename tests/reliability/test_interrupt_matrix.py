@@ -4,7 +4,9 @@ uninterrupted reference computed once per configuration.
 Matrix: orders (sequential, global, window 8, window 32) x packing (none, concat, best_fit) x
 commit (auto, explicit + repeat, explicit + skip) x accumulation (1, 3) x world sizes ({1},
 {1, 2} with reshards between them at a fixed global batch), all with ``num_workers=0``, plus a
-few configurations that alternate 0 and 1 workers. At each interrupt point the job either saves
+few configurations that alternate 0 and 1 or 0 and 2 workers (packing and a 1 <-> 2 reshard with 2
+workers among them; each such run is made to include a resume onto every worker count and world
+size it lists). At each interrupt point the job either saves
 (through JSON) and resumes in freshly built loaders, possibly on another world size or worker
 count, or crashes (the loaders are dropped unsaved) and resumes from the last saved state; some
 points only save and go on (a checkpoint), so a later crash has something to go back to.
@@ -50,6 +52,9 @@ WITH_WORKERS = [
     Config("global", "none", "explicit", "repeat", 3, (1, 2), (0, 1), "wrap"),
     Config("window8", "concat", "explicit", "skip", 2, (1, 2), (0, 1), "wrap"),
     Config("sequential", "best_fit", "auto", "repeat", 1, (1,), (1, 0), "partial"),
+    Config("global", "concat", "explicit", "repeat", 2, (1, 2), (0, 2), "wrap"),
+    Config("window8", "best_fit", "auto", "repeat", 1, (2, 1), (2, 0), "wrap"),
+    Config("sequential", "none", "explicit", "skip", 3, (1, 2), (2, 0), "wrap"),
 ]
 
 
@@ -109,7 +114,9 @@ def check_against_plan(ranks: Ranks, step: int, batches) -> None:
         assert batch["id"].tolist() == expected.tolist(), f"step {step} rank {loader.sharding.rank}"
 
 
-def run_interrupted(config: Config, source, interrupts: int, total: int, seed: int) -> int:
+def run_interrupted(config: Config, source, interrupts: int, total: int, seed: int, seen: dict | None = None) -> int:
+    """Returns the number of resumes checked; ``seen`` collects the (world, workers) pairs resumed
+    onto and the number of world-size changes."""
     refs = {w: reference(config, source, w, total) for w in config.worlds}
     if config.packing != "none" and len(config.worlds) > 1:  # the global stream is the same at every world size
         keys = ["input_ids", "labels", "position_ids", "document_ids", "loss_mask"]
@@ -120,6 +127,8 @@ def run_interrupted(config: Config, source, interrupts: int, total: int, seed: i
                 assert two == one[k][3], f"world 2 differs from world 1 at step {step}, key {k}"
     rng = random.Random(seed)
     points = sorted(rng.sample(range(1, total), min(interrupts, total - 1)))
+    seen = {} if seen is None else seen
+    seen.update(resumed_onto=set(), reshards=0)
     per_step = refs[config.worlds[0]][1]
     world, workers = config.worlds[0], config.workers[0]
     ranks = Ranks(config, source, world, workers)
@@ -140,6 +149,11 @@ def run_interrupted(config: Config, source, interrupts: int, total: int, seed: i
         if point == total:
             break
         kind = rng.choices(["resume", "crash", "checkpoint"], weights=[6, 2, 2])[0]
+        onto = seen["resumed_onto"]
+        missing = ((len(config.worlds) > 1 and not seen["reshards"]) or set(config.worlds) - {x for x, _ in onto}
+                   or set(config.workers[1:]) - {y for _, y in onto})
+        if point == points[-1] and missing:
+            kind = "resume"  # the last interrupt point resumes where no resume has gone yet
         if kind == "checkpoint" or (kind == "crash" and saved is None):
             state = ranks.state()
             if not config.explicit:
@@ -158,6 +172,17 @@ def run_interrupted(config: Config, source, interrupts: int, total: int, seed: i
         state, snap, saved_world = saved
         model = snap.snapshot()
         world, workers = rng.choice(config.worlds), rng.choice(config.workers)
+        if point == points[-1] and missing:
+            worlds_left = [w for w in config.worlds if w not in {x for x, _ in onto}]
+            workers_left = [k for k in config.workers[1:] if k not in {y for _, y in onto}]
+            if len(config.worlds) > 1 and not seen["reshards"]:
+                world = next(w for w in config.worlds if w != saved_world)
+            elif worlds_left:
+                world = worlds_left[0]
+            if workers_left:
+                workers = workers_left[0]
+        seen["resumed_onto"].add((world, workers))
+        seen["reshards"] += world != saved_world
         ranks = Ranks(config, source, world, workers)
         uncommitted = state["cursor"]["delivered"] > state["cursor"]["committed"]
         if uncommitted:
@@ -178,8 +203,12 @@ def run_interrupted(config: Config, source, interrupts: int, total: int, seed: i
 @pytest.mark.parametrize("config", MATRIX + WITH_WORKERS, ids=cid)
 def test_random_interrupt_points(config, corpus):
     n = INTERRUPTS if config.workers == (0,) else 3
-    checked = run_interrupted(config, corpus, n, TOTAL, zlib.crc32(cid(config).encode()))
+    seen: dict = {}
+    checked = run_interrupted(config, corpus, n, TOTAL, zlib.crc32(cid(config).encode()), seen)
     assert checked >= 1
+    if 2 in config.workers:  # the CI-sized two-worker runs: every worker count and a reshard 1 <-> 2 are met
+        assert {k for _, k in seen["resumed_onto"]} >= set(config.workers) - {config.workers[0]}, seen
+        assert seen["reshards"] >= (len(config.worlds) > 1), seen
     total = count("interrupt_points", checked)
     print(f"{cid(config)}: {checked} interrupt points (session total {total})")
 

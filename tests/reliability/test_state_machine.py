@@ -122,15 +122,17 @@ class LoaderMachine(RuleBasedStateMachine):
         self._save()
         self._restore(self.ranks.world, self.ranks.workers, choice)
 
-    @rule(choice=st.sampled_from(["repeat", "skip"]))
-    def crash(self, choice):
-        """Drop the loaders without saving: resume from the last saved state (or start over)."""
+    @rule(choice=st.sampled_from(["repeat", "skip"]), other_world=st.booleans())
+    def crash(self, choice, other_world):
+        """Drop the loaders without saving: the job restarts from the last saved state (or from the
+        start if nothing was saved) on the world size it ran on, or on the other one (1 <-> 2)."""
+        world = 3 - self.ranks.world if other_world else self.ranks.world
         if self.saved is None:
             self.ranks.close()
-            self.ranks = Ranks(self.config, self.source, self.ranks.world, self.ranks.workers)
+            self.ranks = Ranks(self.config, self.source, world, self.ranks.workers)
             self.model = CursorModel()
             return
-        self._restore(self.saved[2] if self.ranks.world == self.saved[2] else self.ranks.world, self.ranks.workers, choice)
+        self._restore(world, self.ranks.workers, choice)
 
     @rule(choice=st.sampled_from(["repeat", "skip"]))
     def reshard(self, choice):
