@@ -1,0 +1,174 @@
+"""``resumable-data inspect``: the compatibility table against the current run's metadata
+(``--against``, ``--label``) and the dataset check's depth (``--verify size|content``), driven through
+the CLI's ``main`` (and once as a subprocess), asserting table rows and exit codes."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import resumable_data as rd
+from resumable_data.cli import main
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "checkpoint"))
+import _train as T  # noqa: E402
+
+CATEGORIES = ["recovery label", "dataset", "data_stream", "layout", "model_config", "architecture", "weights",
+              "feature_schema", "optimizer", "scheduler", "scaler", "ema", "callbacks", "software",
+              "transition_rule"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A checkpoint taken mid-window (step 14) and the metadata of an identically built current run."""
+    root = tmp_path_factory.mktemp("inspect")
+    T.write_data(root / "data")
+    o = T.build(root / "data", root / "m.jsonl")
+    T.train(o, 14)
+    rd.save_checkpoint(root / "ckpt", o.state)
+    same = T.build(root / "data", root / "m2.jsonl", run_id="current", seed=3)
+    return {"root": root, "data": root / "data", "ckpt": root / "ckpt", "same": same.state.meta().to_dict()}
+
+
+def _current(run, name, meta=None, **build):
+    """Write the current run's metadata (``TrainingState.meta().to_dict()``) to a JSON file."""
+    if meta is None:
+        o = T.build(run["data"], run["root"] / f"m-{name}.jsonl", run_id="current", seed=3, **build)
+        meta = o.state.meta().to_dict()
+    p = run["root"] / f"{name}.json"
+    p.write_text(json.dumps(meta))
+    return p
+
+
+def _inspect(capsys, *argv):
+    rc = main(["inspect", *map(str, argv)])
+    return rc, capsys.readouterr().out
+
+
+def _table(out):
+    """{category: (verdict, saved, current, difference)} from the compatibility table."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("compatibility:"))
+    assert re.split(r"\s{2,}", lines[start + 1].strip()) == ["category", "verdict", "saved", "current", "difference"]
+    rows = {}
+    for line in lines[start + 3:]:
+        if not line.startswith("  ") or line.startswith("  refused and warned") or line.startswith("  - "):
+            break
+        cells = re.split(r"\s{2,}", line.strip())
+        assert len(cells) == 5, line
+        rows[cells[0]] = tuple(cells[1:])
+    assert list(rows) == CATEGORIES
+    return rows
+
+
+def test_identical_current_run_is_ok_in_every_row(run, capsys):
+    rc, out = _inspect(capsys, run["ckpt"], "--against", _current(run, "same", run["same"]))
+    assert rc == 0
+    assert "compatibility:         allowed under label='faithful_continuation'" in out and "0 refused" in out
+    rows = _table(out)
+    assert all(v[0] == "ok" and v[3] == "-" for v in rows.values()), rows
+    assert rows["data_stream"][1:3] == ("seed 7, global, batch 4, accum 4, unpacked",) * 2
+    assert rows["model_config"][1] == '{"dropout":0.3,"hidden":24}'
+    assert rows["recovery label"][1:3] == ("faithful_continuation (saved run)", "faithful_continuation (resume as)")
+    assert "refused and warned differences" not in out
+
+
+def test_refused_rows_name_saved_and_current_and_exit_1(run, capsys):
+    rc, out = _inspect(capsys, run["ckpt"], "--against", _current(run, "seed-config", loader_seed=8),
+                       "--label", "faithful_continuation")
+    assert rc == 1
+    rows = _table(out)
+    assert rows["data_stream"] == ("refused", "7", "8", "data.plan.seed")
+    assert {k for k, v in rows.items() if v[0] != "ok"} == {"data_stream"}
+    assert "- [error] data.plan.seed: saved 7 vs current 8 (data_stream); fix: build the loader as saved" in out
+    # a model with another width: config, weights and EMA refused, the rest untouched
+    rc, out = _inspect(capsys, run["ckpt"], "--against", _current(run, "wider", hidden=32))
+    rows = _table(out)
+    assert rc == 1
+    assert rows["model_config"] == ("refused", "24", "32", "model.config.hidden")
+    assert rows["weights"][0] == "refused" and rows["weights"][3].endswith("(+6 more)")
+    assert rows["ema"][0] == "refused" and rows["dataset"][0] == "ok" and rows["optimizer"][0] == "ok"
+
+
+def test_the_label_decides_refused_or_allowed(run, capsys):
+    current = _current(run, "lr", lr=1e-3)
+    rc, out = _inspect(capsys, run["ckpt"], "--against", current)
+    assert rc == 1
+    assert _table(out)["optimizer"] == ("refused", "0.003", "0.001", "optimizer.param_groups.0.base_lr (+1 more)")
+    assert "fix: build the optimizer as saved, or resume with label='optimizer_reset'" in out
+    rc, out = _inspect(capsys, run["ckpt"], "--against", current, "--label", "optimizer_reset")
+    assert rc == 0
+    rows = _table(out)
+    assert rows["optimizer"][0] == "allowed" and rows["recovery label"][0:3] == (
+        "allowed", "faithful_continuation (saved run)", "optimizer_reset (resume as)")
+
+
+def test_software_patch_is_a_warning_minor_is_refused(run, capsys):
+    meta = copy.deepcopy(run["same"])
+    major, minor, patch = meta["software"]["torch"].split(".")[:3]
+    meta["software"]["torch"] = f"{major}.{minor}.{int(patch) + 1}"
+    rc, out = _inspect(capsys, run["ckpt"], "--against", _current(run, "patch", meta))
+    assert rc == 0 and _table(out)["software"][0] == "warning"
+    assert "- [warning] software.torch:" in out and "install the saved versions" in out
+    meta["software"]["torch"] = f"{major}.{int(minor) + 1}.0"
+    rc, out = _inspect(capsys, run["ckpt"], "--against", _current(run, "minor", meta))
+    assert rc == 1 and _table(out)["software"][0] == "refused"
+
+
+def test_against_a_checkpoint_directory_and_unreadable_input(run, capsys):
+    rc, out = _inspect(capsys, run["ckpt"], "--against", run["ckpt"])
+    assert rc == 0 and all(v[0] == "ok" for v in _table(out).values())
+    bad = run["root"] / "bad.json"
+    bad.write_text("{not json")
+    rc = main(["inspect", str(run["ckpt"]), "--against", str(bad)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--against" in err and "fix: write it with json.dump(state.meta().to_dict(), f)" in err
+    meta = dict(run["same"], schema_version=9)
+    rc = main(["inspect", str(run["ckpt"]), "--against", str(_current(run, "v9", meta))])
+    assert rc == 2 and "schema_version" in capsys.readouterr().err
+
+
+def test_as_a_subprocess_refused_exits_1(run):
+    current = _current(run, "sub", loader_seed=8)
+    r = subprocess.run([sys.executable, "-m", "resumable_data.cli", "inspect", str(run["ckpt"]), "--against",
+                        str(current)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert re.search(r"^  data_stream\s+refused\s+7\s+8\s+data\.plan\.seed$", r.stdout, re.M)
+
+
+def test_same_size_content_change_is_caught_only_by_verify_content(run, tmp_path, capsys):
+    # the same records with one token changed, written the same way: every shard keeps its size,
+    # row count and schema; the pinned manifest (content hashes) is the original one
+    edited = tmp_path / "data"
+    shutil.copytree(run["data"], edited)
+    table = rd.ArrowShards(run["data"]).take(list(range(T.N_RECORDS)))
+    tokens = table.column("tokens").to_pylist()
+    tokens[0][0] = tokens[0][0] % (T.VOCAB - 1) + 1 if tokens[0][0] != 1 else 2
+    table = table.set_column(table.schema.get_field_index("tokens"), "tokens",
+                             pa.array(tokens, type=table.schema.field("tokens").type))
+    rewritten = tmp_path / "rewritten"
+    rd.write_arrow_shards(table, rewritten, num_shards=3)
+    changed = 0
+    for f in sorted(rewritten.glob("*.arrow")):
+        assert f.stat().st_size == (edited / f.name).stat().st_size, f.name
+        changed += f.read_bytes() != (edited / f.name).read_bytes()
+        shutil.copy(f, edited / f.name)
+    assert changed == 1
+    rc, out = _inspect(capsys, run["ckpt"], "--data", edited)
+    assert rc == 0
+    assert re.search(r"^dataset: +matches the pinned version \w+ \(158 records; sizes, rows and schema match; "
+                     r"content not checked: --verify content\)$", out, re.M)
+    rc, out = _inspect(capsys, run["ckpt"], "--data", edited, "--verify", "content")
+    assert rc == 1
+    assert re.search(r"^dataset: +MISMATCH \(content check\): files differ from the pinned manifest: ", out, re.M)
+    assert re.search(r"shard-0000\d\.arrow", out.split("MISMATCH", 1)[1].split("\n\n")[0])
+    rc, out = _inspect(capsys, run["ckpt"], "--data", run["data"], "--verify", "content")
+    assert rc == 0 and "content verified: every shard's hash matches" in out
