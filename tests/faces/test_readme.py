@@ -68,3 +68,21 @@ def test_performance_section_matches_generated_summary():
     assert len(rows) > 30, "the generated summary lost its tables"
     missing = [ln for ln in rows if ln not in section]
     assert not missing, f"README performance rows differ from benchmarks/results/summary.md: {missing[:3]}"
+
+
+def test_check_your_own_pipeline_example_runs(tmp_path):
+    """The "Check your own pipeline" example, as written, over a small pinned dataset."""
+    section = README.split("### Check your own pipeline", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    n = 24 * 16
+    rd.write_arrow_shards(pa.table({"id": pa.array(range(n), pa.int64()), "x": pa.array(range(n), pa.int32())}),
+                          tmp_path, num_shards=2)
+    rd.pin(tmp_path)
+    code = code.replace('rd.ArrowShards("data/")', f"rd.ArrowShards({str(tmp_path)!r})")
+    assert str(tmp_path) in code
+    env: dict = {}
+    exec(compile(code, "README.md", "exec"), env)
+    tests = [k for k in env if k.startswith("test_")]
+    assert tests == ["test_my_pipeline_resumes", "test_my_training_resumes"]
+    for name in tests:
+        env[name]()  # assert_resumes raises on any divergence
