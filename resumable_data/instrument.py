@@ -64,7 +64,7 @@ class QuadraticDescent:
             model={"config": None, "parameters": {"x": {"shape": [], "dtype": "float64"}}, "buffers": {}, "modules": {}},
             optimizer={"type": "resumable_data.instrument.QuadraticDescent",
                        "param_groups": [{"params": ["x"], "base_lr": self.eta}]},
-            recovery_spec={"objective": "x^2/2", "update": "x - eta * x"},
+            recovery_spec={"objective": "x^2/2", "update": "x - eta * x", "eta": self.eta},
             status={"k": self.k, "x": self.x},
         )
 
