@@ -31,14 +31,20 @@ _RESERVED = frozenset({TENSOR, TUPLE, INTKEYS})
 MAX_DEPTH = 64
 
 
-def encode(tree: Any, prefix: str = "") -> tuple[Any, dict[str, torch.Tensor]]:
-    """``(json_tree, tensors)``; raises :class:`CheckpointError` naming the unsupported path."""
+def encode(tree: Any, prefix: str = "", *, keep_tensors: bool = False) -> tuple[Any, dict[str, torch.Tensor]]:
+    """``(json_tree, tensors)``; raises :class:`CheckpointError` naming the unsupported path.
+
+    ``keep_tensors=True`` hands back the tensors themselves (no detach, copy or device move: the
+    ``torch.distributed.checkpoint`` layout, where DCP writes them and loads into them in place)."""
     tensors: dict[str, torch.Tensor] = {}
     seen: dict[tuple[int, int], str] = {}
 
     def walk(x: Any, path: str, depth: int) -> Any:
         if depth > MAX_DEPTH:
             raise CheckpointError(describe(path or "state", "nesting", f"at most {MAX_DEPTH} levels", "flatten the state"))
+        if isinstance(x, torch.Tensor) and keep_tensors:
+            tensors[path] = x
+            return {TENSOR: path}
         if isinstance(x, torch.Tensor):
             t = x.detach()
             if t.device.type != "cpu":

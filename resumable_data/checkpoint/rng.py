@@ -22,7 +22,7 @@ import xxhash
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.errors import describe
 
-__all__ = ["capture", "digests", "restore"]
+__all__ = ["capture", "digests", "from_json", "restore", "to_json"]
 
 K_PYTHON = "python"
 K_NUMPY = "numpy"
@@ -90,3 +90,22 @@ def digests(state: dict[str, Any]) -> dict[str, str]:
             h.update(s.cpu().numpy().tobytes())
         out[K_CUDA] = h.hexdigest()
     return out
+
+
+def to_json(state: dict[str, Any]) -> dict[str, Any]:
+    """:func:`capture`'s output as plain JSON (torch states as lists of byte values)."""
+    return {K_PYTHON: state[K_PYTHON], K_NUMPY: state[K_NUMPY], K_TORCH: state[K_TORCH].tolist(),
+            K_CUDA: None if state[K_CUDA] is None else [s.cpu().tolist() for s in state[K_CUDA]]}
+
+
+def from_json(d: Any) -> dict[str, Any]:
+    """Inverse of :func:`to_json` (validated again by :func:`restore`)."""
+    if not isinstance(d, dict) or set(d) != {K_PYTHON, K_NUMPY, K_TORCH, K_CUDA}:
+        raise CheckpointError(describe("rng", type(d).__name__, f"a dict with keys {[K_PYTHON, K_NUMPY, K_TORCH, K_CUDA]}",
+                                       "pass an unmodified checkpoint"))
+    try:
+        torch_cpu = torch.tensor(d[K_TORCH], dtype=torch.uint8)
+        cuda = None if d[K_CUDA] is None else [torch.tensor(s, dtype=torch.uint8) for s in d[K_CUDA]]
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise CheckpointError(describe("rng", f"malformed ({e})", "byte lists", "pass an unmodified checkpoint")) from None
+    return {K_PYTHON: d[K_PYTHON], K_NUMPY: d[K_NUMPY], K_TORCH: torch_cpu, K_CUDA: cuda}

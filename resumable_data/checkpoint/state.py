@@ -23,6 +23,38 @@ Accumulation windows (``accumulation=``):
   window's start (snapshotted by :meth:`TrainingState.commit`) and the loader repeats the window
   (``on_uncommitted="repeat"``). Exact, at the cost of recomputing up to ``k - 1`` microbatches.
 
+``torch.distributed.checkpoint`` (DCP): ``state_dict()`` returns the DCP layout, ``{"format",
+"schema_version", "layout": "dcp", "json": <one JSON string>, "tensors": {path: tensor}}``, because
+DCP loads into a pre-shaped target and only restores keys the target presents:
+
+* every non-tensor value (metadata, loader cursor, skipped ranges, scheduler, oracles...) travels
+  in the single ``json`` string, so variable-length parts come back whole;
+* the tensor paths are a function of the configuration, not of progress: the optimizer state is
+  dense (torch's ``get_optimizer_state_dict`` layout; parameters without state get zero
+  placeholders and are listed as ``stateless``), and with ``accumulation="save_gradients"`` and a
+  possible mid-window checkpoint (no loader, ``accumulation_steps > 1`` or ``commit="explicit"``)
+  every trainable parameter has a ``gradients.<name>`` slot (zeros at a window boundary, with the
+  names actually saved listed in the JSON). Cost: one parameter-sized tensor per checkpoint; use
+  ``accumulation="rewind"`` to store none;
+* per-rank state (every global RNG, the next-batch oracle) is gathered from all ranks
+  (``all_gather_object`` of a JSON string) into a table with one entry per rank, so DCP's
+  de-duplication of equal keys across ranks loses nothing and rank r restores rank r's
+  generators. ``state_dict()`` is therefore a collective when torch.distributed is initialized
+  with more than one rank (as torch's ``get_state_dict`` is): call it on every rank. Mid-window
+  gradients must be identical on every rank (DDP all-reduces them); a save where they differ
+  (accumulating under ``no_sync``) is refused: use ``accumulation="rewind"``.
+* world-size policy (``new_rank_rng=``): on fewer ranks than saved, rank r restores saved rank
+  r's generators (the other saved streams end); on more ranks, the ranks without a saved stream
+  make the load fail with :class:`CompatibilityError` on every rank (``"refuse"``, the default)
+  or keep the generators the process seeded itself (``"keep"``). The layout label
+  (``elastic_reshard``) is required for any world-size change anyway.
+* tensors are loaded by DCP in place into the live objects *before* ``load_state_dict`` checks
+  compatibility, so a refused DCP load leaves the weights loaded (resume into fresh objects and
+  treat a refusal as fatal); :func:`rd.load_checkpoint` refuses before changing anything.
+
+:func:`rd.save_checkpoint` writes the file layout (:meth:`TrainingState.file_state_dict`: the
+documented safetensors + JSON format, unchanged); ``load_state_dict`` accepts both layouts.
+
 Restore cost: one ``load_state_dict`` per object, plus (``save_gradients``, mid-window) fetching
 up to ``k - 1`` batches; oracles hash every restored tensor once.
 """
@@ -31,6 +63,7 @@ from __future__ import annotations
 
 import enum
 import json
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,8 +72,9 @@ import xxhash
 
 from resumable_data._schema import coerce_enum, expect_header, expect_mapping
 from resumable_data.checkpoint import rng as rng_mod
+from resumable_data.checkpoint.codec import TENSOR, decode, encode
 from resumable_data.checkpoint.compat import CompatibilityReport, check_compatible
-from resumable_data.checkpoint.errors import CheckpointError
+from resumable_data.checkpoint.errors import CheckpointError, CompatibilityError
 from resumable_data.checkpoint.inventory import Inventory, InventoryEntry
 from resumable_data.checkpoint.meta import (
     CheckpointMeta,
@@ -53,7 +87,14 @@ from resumable_data.checkpoint.meta import (
     software_versions,
 )
 from resumable_data.checkpoint.metrics import MetricLog
-from resumable_data.checkpoint.optim import group_settings, load_optimizer_state, optimizer_state, param_fqns
+from resumable_data.checkpoint.optim import (
+    dense_optimizer_state,
+    group_settings,
+    load_dense_optimizer_state,
+    load_optimizer_state,
+    optimizer_state,
+    param_fqns,
+)
 from resumable_data.errors import ConfigError, describe
 from resumable_data.labels import RecoveryLabel
 
@@ -78,6 +119,16 @@ K_MODES = "modes"
 K_ACCUMULATION = "accumulation"
 K_METRICS = "metrics"
 K_ORACLES = "oracles"
+#: The DCP layout (see the module docs).
+K_LAYOUT = "layout"
+K_JSON = "json"
+K_TENSORS = "tensors"
+K_RANKS = "ranks"
+LAYOUT_DCP = "dcp"
+_DCP_KEYS = frozenset({K_FORMAT, K_SCHEMA, K_LAYOUT, K_JSON, K_TENSORS})
+#: Oracles that differ between ranks; the DCP layout keeps them in each rank's entry.
+PER_RANK_ORACLES = frozenset({"next_batch", "rng.python", "rng.numpy", "rng.torch_cpu", "rng.cuda"})
+NEW_RANK_RNG = ("refuse", "keep")
 _KEYS = frozenset({K_FORMAT, K_SCHEMA, K_META, K_MODEL, K_OPTIMIZER, K_SCHEDULER, K_SCALER, K_LOADER, K_EMA,
                    K_CALLBACKS, K_RNG, K_GRADIENTS, K_MODES, K_ACCUMULATION, K_METRICS, K_ORACLES})
 
@@ -133,6 +184,26 @@ def _flatten(prefix: str, obj: Any, out: list) -> list:
     return out
 
 
+def _rank_world() -> tuple[int, int]:
+    d = torch.distributed
+    if d.is_available() and d.is_initialized():
+        return d.get_rank(), d.get_world_size()
+    return 0, 1
+
+
+def _tensor_refs(x: Any, out: set) -> set:
+    if isinstance(x, dict):
+        if TENSOR in x and len(x) == 1:
+            out.add(x[TENSOR])
+        else:
+            for v in x.values():
+                _tensor_refs(v, out)
+    elif isinstance(x, list):
+        for v in x:
+            _tensor_refs(v, out)
+    return out
+
+
 def _has_state(obj: Any) -> bool:
     return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
 
@@ -158,6 +229,7 @@ class TrainingState:
         accumulation: AccumulationPolicy | str = AccumulationPolicy.SAVE_GRADIENTS,
         run_id: str | None = None,
         capture_rng: bool = True,
+        new_rank_rng: str = "refuse",
     ) -> None:
         if model is not None and not isinstance(model, torch.nn.Module):
             raise ConfigError(describe("model", type(model).__name__, "a torch.nn.Module", "pass the model"))
@@ -171,6 +243,11 @@ class TrainingState:
             if obj is not None and not _has_state(obj):
                 raise ConfigError(describe(name, type(obj).__name__, "an object with state_dict()/load_state_dict()",
                                            f"pass a stateful {name} or None"))
+        if new_rank_rng not in NEW_RANK_RNG:
+            raise ConfigError(describe("new_rank_rng", new_rank_rng, f"one of {list(NEW_RANK_RNG)}",
+                                       "'refuse' (a DCP load on more ranks than saved fails) or 'keep' (those ranks "
+                                       "keep the generators they seeded)"))
+        self.new_rank_rng = new_rank_rng
         self.callbacks = dict(callbacks or {})
         for name, cb in self.callbacks.items():
             if not isinstance(name, str) or not _has_state(cb):
@@ -285,7 +362,43 @@ class TrainingState:
 
     # -- Stateful ---------------------------------------------------------------------------------
     def state_dict(self, *, checkpoint_id: str | None = None) -> dict[str, Any]:
-        """Nested tensors + JSON values (tensors are live references; the writer copies them)."""
+        """The ``torch.distributed.checkpoint`` layout (module docs): ``dcp.save({"train": state}, ...)``.
+
+        A collective when torch.distributed is initialized with more than one rank (the per-rank
+        generator states are gathered): call it on every rank."""
+        tree = self._tree(checkpoint_id, dcp=True)
+        rank, world = _rank_world()
+        rng = tree[K_RNG]
+        tree[K_RNG] = None
+        shared = tree[K_ORACLES]
+        mine = {k: shared.pop(k) for k in sorted(shared) if k in PER_RANK_ORACLES}
+        entry = {"rank": rank, "rng": rng_mod.to_json(rng) if rng is not None else None, "oracles": mine,
+                 "gradients": shared["gradients"]}
+        entries = [entry]
+        if world > 1:
+            gathered: list[Any] = [None] * world
+            torch.distributed.all_gather_object(gathered, json.dumps(entry))
+            entries = [json.loads(g) for g in gathered]
+            local = self.model is None or all(type(p.grad) in (torch.Tensor, torch.nn.Parameter)
+                                              for p in self.model.parameters() if p.grad is not None)
+            if tree[K_ACCUMULATION]["gradients"] and local and len({e["gradients"] for e in entries}) > 1:
+                raise CheckpointError(describe(
+                    "gradients", "different accumulated gradients on different ranks",
+                    "gradients that are identical on every rank (DDP all-reduces them on each backward) inside "
+                    "an accumulation window",
+                    "use accumulation='rewind' with commit='explicit' (the window is repeated; nothing is stored), "
+                    "or checkpoint at a window boundary"))
+        json_tree, tensors = encode(tree, keep_tensors=True)
+        json_tree[K_RANKS] = {"world_size": world, "entries": entries}
+        return {K_FORMAT: STATE_FORMAT, K_SCHEMA: STATE_SCHEMA_VERSION, K_LAYOUT: LAYOUT_DCP,
+                K_JSON: json.dumps(json_tree, sort_keys=True), K_TENSORS: tensors}
+
+    def file_state_dict(self, *, checkpoint_id: str | None = None) -> dict[str, Any]:
+        """The file layout :func:`rd.save_checkpoint` writes: nested tensors + JSON values, only the
+        state that exists (tensors are live references; the writer copies them). Local to this process."""
+        return self._tree(checkpoint_id, dcp=False)
+
+    def _tree(self, checkpoint_id: str | None, *, dcp: bool) -> dict[str, Any]:
         loader_state = self.loader.state_dict() if self.loader is not None else None
         mid = self._mid_window()
         rewind = mid and self.accumulation is AccumulationPolicy.REWIND and self.loader is not None
@@ -309,6 +422,14 @@ class TrainingState:
         grads = None
         if mid and not rewind and self.model is not None:
             grads = {n: p.grad for n, p in self.model.named_parameters() if p.grad is not None}
+        grad_names = sorted(grads or {})
+        if dcp:
+            if self._grad_slots():
+                have = grads or {}
+                grads = {n: have[n] if n in have else torch.zeros_like(p) for n, p in self.model.named_parameters()
+                         if p.requires_grad or n in have}
+            elif grads:  # pragma: no cover - _grad_slots() covers every configuration that can be mid-window
+                raise CheckpointError("internal: mid-window gradients without DCP gradient slots")
         modes = {}
         if self.model is not None:
             modes[K_MODEL] = module_modes(self.model)
@@ -318,11 +439,14 @@ class TrainingState:
         accumulation = {"policy": self.accumulation.value, "mid_window": bool(mid), "rewound": bool(rewind),
                         "microstep": int(self.loader.microstep) if self.loader is not None and mid else None,
                         "uncommitted": facts["uncommitted"] if facts else 0}
+        if dcp:
+            accumulation["gradients"] = grad_names
         state = {
             K_FORMAT: STATE_FORMAT,
             K_SCHEMA: STATE_SCHEMA_VERSION,
             K_MODEL: model_sd,
-            K_OPTIMIZER: optimizer_state(self.optimizer, self._names) if self.optimizer is not None else None,
+            K_OPTIMIZER: None if self.optimizer is None else (dense_optimizer_state(self.model, self.optimizer) if dcp
+                                                               else optimizer_state(self.optimizer, self._names)),
             K_SCHEDULER: self.scheduler.state_dict() if self.scheduler is not None else None,
             K_SCALER: self.scaler.state_dict() if self.scaler is not None else None,
             K_LOADER: loader_state,
@@ -339,6 +463,14 @@ class TrainingState:
         state[K_META] = self.meta(checkpoint_id=checkpoint_id, loader_state=loader_state,
                                   status=self._status(loader_state, accumulation, next_step)).to_dict()
         return state
+
+    def _grad_slots(self) -> bool:
+        """Whether the DCP layout presents gradient slots (a mid-window checkpoint is possible)."""
+        if self.model is None:
+            return False
+        if self.loader is None:
+            return True
+        return self.accumulation is AccumulationPolicy.SAVE_GRADIENTS and (self._k > 1 or self._explicit)
 
     def _next_step(self, loader_state: dict | None, *, rewound: bool) -> int | None:
         if loader_state is None:
@@ -380,7 +512,9 @@ class TrainingState:
             o["parameters"] = _digest_tensors(sorted((k, v) for k, v in state[K_MODEL].items() if k in params))
             o["buffers"] = _digest_tensors(sorted((k, v) for k, v in state[K_MODEL].items() if k not in params))
         if state[K_OPTIMIZER] is not None:
-            o["optimizer"] = _digest_tensors(_flatten("state", state[K_OPTIMIZER]["state"], []))
+            stateless = set(state[K_OPTIMIZER].get("stateless", ()))
+            real = {k: v for k, v in state[K_OPTIMIZER]["state"].items() if k not in stateless}
+            o["optimizer"] = _digest_tensors(_flatten("state", real, []))
             o["optimizer_groups"] = _digest_json(_flatten("groups", state[K_OPTIMIZER]["param_groups"], []))
         if state[K_SCHEDULER] is not None:
             o["scheduler"] = _digest_json(_flatten("s", state[K_SCHEDULER], []))
@@ -393,7 +527,10 @@ class TrainingState:
         if state[K_RNG] is not None:
             for k, v in rng_mod.digests(state[K_RNG]).items():
                 o[f"rng.{k}"] = v
-        o["gradients"] = _digest_tensors(sorted(state[K_GRADIENTS].items())) if state[K_GRADIENTS] else "none"
+        grads = state[K_GRADIENTS]
+        if grads and "gradients" in state[K_ACCUMULATION]:  # DCP layout: slots; the saved names are listed
+            grads = {n: grads[n] for n in state[K_ACCUMULATION]["gradients"]}
+        o["gradients"] = _digest_tensors(sorted(grads.items())) if grads else "none"
         if state[K_MODES]:
             o["modes"] = _digest_json(state[K_MODES])
         if self.loader is not None and next_step is not None:
@@ -406,18 +543,22 @@ class TrainingState:
 
     def oracles(self) -> dict[str, str]:
         """The oracles of the live state (what a checkpoint written now would record)."""
-        return self.state_dict()[K_ORACLES]
+        return self._tree(None, dcp=False)[K_ORACLES]
 
     # -- restore ----------------------------------------------------------------------------------
     def load_state_dict(self, state: Mapping[str, Any], *, label: RecoveryLabel | str = L.FAITHFUL_CONTINUATION,
                         verify: bool = True) -> CompatibilityReport:
         """Restore ``state`` under ``label``; refuses (``CompatibilityError``) before any change.
 
-        Returns the compatibility report (warnings included). See :data:`RESTORES` for what each
-        label restores; a label other than a continuation starts a new run id."""
+        Returns the compatibility report (warnings included; they are also issued as a
+        ``RuntimeWarning``). Accepts the file layout and the DCP layout (module docs). See
+        :data:`RESTORES` for what each label restores; a label other than a continuation starts a
+        new run id."""
         label = coerce_enum(label, RecoveryLabel, "label")
         if not isinstance(state, Mapping):
             raise CheckpointError(describe("state", type(state).__name__, "the dict state_dict() returned", "pass it"))
+        if state.get(K_LAYOUT) == LAYOUT_DCP:
+            return self._load_dcp(state, label, verify)
         if state.get(K_FORMAT) == STATE_FORMAT and isinstance(state.get(K_SCHEMA), int):
             expect_header(state, STATE_FORMAT, STATE_SCHEMA_VERSION, "state", error=CheckpointError)
         expect_mapping(state, "state", _KEYS, error=CheckpointError)
@@ -425,6 +566,77 @@ class TrainingState:
         saved_meta = CheckpointMeta.from_dict(state[K_META])
         report = self.check(saved_meta, label)
         report.raise_if_refused()
+        return self._restore(state, label, verify, saved_meta, report, dcp=None)
+
+    def _load_dcp(self, state: Mapping[str, Any], label: RecoveryLabel, verify: bool) -> CompatibilityReport:
+        """Unpack the DCP layout, apply the world-size policy, then restore like the file layout."""
+        expect_mapping(state, "state", _DCP_KEYS, error=CheckpointError)
+        expect_header(state, STATE_FORMAT, STATE_SCHEMA_VERSION, "state", error=CheckpointError)
+        if not isinstance(state[K_JSON], str) or not isinstance(state[K_TENSORS], Mapping):
+            raise CheckpointError(describe("state", f"json={type(state[K_JSON]).__name__}, "
+                                           f"tensors={type(state[K_TENSORS]).__name__}", "a JSON string and a dict of "
+                                           "tensors", "pass what TrainingState.state_dict() returned (through DCP)"))
+        try:
+            tree = json.loads(state[K_JSON])
+        except (ValueError, RecursionError) as e:
+            raise CheckpointError(describe("state.json", f"unreadable ({e})", "the JSON state_dict() wrote",
+                                           "load another checkpoint")) from None
+        if not isinstance(tree, dict):
+            raise CheckpointError(describe("state.json", type(tree).__name__, "a JSON object", "load another checkpoint"))
+        ranks = tree.pop(K_RANKS, None)
+        expect_mapping(tree, "state.json", _KEYS, error=CheckpointError)
+        expect_header(tree, STATE_FORMAT, STATE_SCHEMA_VERSION, "state.json", error=CheckpointError)
+        entries = ranks.get("entries") if isinstance(ranks, dict) else None
+        saved_world = ranks.get("world_size") if isinstance(ranks, dict) else None
+        if (not isinstance(saved_world, int) or isinstance(saved_world, bool) or saved_world < 1
+                or not isinstance(entries, list) or len(entries) != saved_world
+                or not all(isinstance(e, dict) and isinstance(e.get("oracles"), dict) and "rng" in e for e in entries)):
+            raise CheckpointError(describe("state.json.ranks", type(ranks).__name__,
+                                           "{'world_size': W, 'entries': [one per rank]}", "load another checkpoint"))
+        saved_meta = CheckpointMeta.from_dict(tree[K_META])
+        report = self.check(saved_meta, label)
+        report.raise_if_refused()
+        # the tensors DCP loaded must be exactly those the saved JSON refers to
+        refs = _tensor_refs(tree, set())
+        have = set(state[K_TENSORS])
+        if refs != have:
+            raise CheckpointError(describe(
+                "tensors", f"checkpoint refers to {sorted(refs - have)[:6]} not presented here; presented "
+                f"{sorted(have - refs)[:6]} it does not hold",
+                "a TrainingState built like the saved one (same model, optimizer, EMA, callbacks, accumulation policy)",
+                "build the objects as saved before dcp.load"))
+        tree = decode(tree, state[K_TENSORS])
+        rank, world = _rank_world()
+        restores = RESTORES[label]
+        has_rng = any(e["rng"] is not None for e in entries)
+        if world > saved_world and K_RNG in restores and has_rng and self.new_rank_rng == "refuse":
+            raise CompatibilityError(describe(
+                "world_size", world,
+                f"at most the saved {saved_world} rank(s): rank r restores the generators rank r saved, and ranks "
+                f"{saved_world}..{world - 1} have none",
+                f"resume on {saved_world} rank(s), or build rd.TrainingState(new_rank_rng='keep') so those ranks keep "
+                "the generators they seeded themselves (seed them by rank), or resume with label='warm_start'"))
+        entry = entries[rank] if rank < saved_world else None
+        tree[K_RNG] = rng_mod.from_json(entry["rng"]) if entry is not None and entry["rng"] is not None else None
+        if tree[K_GRADIENTS] is not None:
+            names = tree[K_ACCUMULATION].get("gradients")
+            if not isinstance(names, list) or not set(names) <= set(tree[K_GRADIENTS]):
+                raise CheckpointError(describe("accumulation.gradients", names, "the names of saved gradient slots",
+                                               "load another checkpoint"))
+            tree[K_GRADIENTS] = {n: tree[K_GRADIENTS][n] for n in names} or None
+        oracles = dict(tree[K_ORACLES])
+        if entry is not None:
+            oracles.update(entry["oracles"])
+        tree[K_ORACLES] = oracles
+        skip = {"next_batch"} if world != saved_world else set()
+        return self._restore(tree, label, verify, saved_meta, report, dcp={"skip": skip})
+
+    def _restore(self, state: Mapping[str, Any], label: RecoveryLabel, verify: bool, saved_meta: CheckpointMeta,
+                 report: CompatibilityReport, *, dcp: dict | None) -> CompatibilityReport:
+        if report.warnings:
+            warnings.warn(f"resuming with {len(report.warnings)} allowed difference(s) from the checkpoint "
+                          f"(label={label.value!r}):\n  - " + "\n  - ".join(str(d) for d in report.warnings),
+                          RuntimeWarning, stacklevel=4)
         restores = RESTORES[label]
         acc = state[K_ACCUMULATION]
 
@@ -435,7 +647,10 @@ class TrainingState:
         if want(K_MODEL, self.model):
             self.model.load_state_dict(state[K_MODEL], strict=True)
         if want(K_OPTIMIZER, self.optimizer):
-            load_optimizer_state(self.optimizer, self._names, state[K_OPTIMIZER])
+            if dcp is not None:
+                load_dense_optimizer_state(self.model, self.optimizer, state[K_OPTIMIZER])
+            else:
+                load_optimizer_state(self.optimizer, self._names, state[K_OPTIMIZER])
         if want(K_SCHEDULER, self.scheduler):
             self.scheduler.load_state_dict(state[K_SCHEDULER])
         if want(K_SCALER, self.scaler):
@@ -487,7 +702,8 @@ class TrainingState:
         self.mark_window_start() if not self._mid_window() else setattr(self, "_window", None)
         self.last_report = report
         if verify:
-            self._verify(state, restores, skip={"next_batch"} if repeated else set())
+            skip = ({"next_batch"} if repeated else set()) | (dcp["skip"] if dcp is not None else set())
+            self._verify(state, restores, skip=skip, dcp=dcp is not None)
         return report
 
     def _advance(self, n: int) -> None:
@@ -503,9 +719,9 @@ class TrainingState:
             if not got:  # pragma: no cover - the loader always has a next epoch
                 raise CheckpointError("internal: the loader produced no batch while continuing the window")
 
-    def _verify(self, state: Mapping[str, Any], restores: frozenset[str], skip: set[str]) -> None:
+    def _verify(self, state: Mapping[str, Any], restores: frozenset[str], skip: set[str], dcp: bool = False) -> None:
         saved = state[K_ORACLES]
-        now = self.oracles()
+        now = self._tree(None, dcp=dcp)[K_ORACLES]
         checks = {"parameters": K_MODEL, "buffers": K_MODEL, "optimizer": K_OPTIMIZER, "scheduler": K_SCHEDULER,
                   "scaler": K_SCALER, "ema": K_EMA, "callbacks": K_CALLBACKS, "gradients": K_GRADIENTS,
                   "modes": K_MODES, "next_batch": K_LOADER, "rng.python": K_RNG, "rng.numpy": K_RNG,
@@ -519,7 +735,7 @@ class TrainingState:
     # -- inventory --------------------------------------------------------------------------------
     def inventory(self) -> Inventory:
         """One entry per state category with owner, serialization, restore action and oracle value."""
-        state = self.state_dict()
+        state = self.file_state_dict()
         return build_inventory(self, state)
 
 

@@ -199,9 +199,22 @@ def save_checkpoint(directory: str | os.PathLike, state: Any, *, step: int | Non
     """Write ``state`` (a :class:`TrainingState` or any object whose ``state_dict()`` holds tensors
     and JSON values) as ``directory/step-N`` atomically; returns that path.
 
-    ``step`` defaults to the loader's delivered-step cursor; ``keep_last=None`` keeps every checkpoint."""
+    ``step`` defaults to the loader's delivered-step cursor; ``keep_last=None`` keeps every checkpoint.
+
+    Single process only: with torch.distributed initialized and more than one rank this raises
+    :class:`ConfigError` before writing anything. Several ranks writing one directory would race on
+    ``latest`` and the retention, and one rank's file cannot hold the other ranks' generators and
+    cursors; save through ``torch.distributed.checkpoint`` with :class:`TrainingState` instead
+    (``dcp.save({"train": state}, checkpoint_id=path)`` on every rank), which keeps each rank's state."""
     from resumable_data.checkpoint.state import TrainingState, build_inventory
 
+    dist = __import__("torch").distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        raise ConfigError(describe(
+            "torch.distributed world_size", dist.get_world_size(),
+            "a single process (rd.save_checkpoint writes one process's state into a directory with one writer)",
+            "on every rank call torch.distributed.checkpoint.save({'train': rd.TrainingState(...)}, checkpoint_id=path) "
+            "and dcp.load(...) to resume: it keeps every rank's RNG and data cursor"))
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     if step is None:
@@ -215,7 +228,7 @@ def save_checkpoint(directory: str | os.PathLike, state: Any, *, step: int | Non
     cleanup_incomplete(root)
     checkpoint_id = new_id()
     if isinstance(state, TrainingState):
-        tree = state.state_dict(checkpoint_id=checkpoint_id)
+        tree = state.file_state_dict(checkpoint_id=checkpoint_id)
         inventory = build_inventory(state, tree).to_dict()
     else:
         if not callable(getattr(state, "state_dict", None)):

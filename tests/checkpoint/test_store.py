@@ -165,3 +165,21 @@ def test_sigkill_of_a_spawned_writer_process(tmp_path):
     raw = read_checkpoint(tmp_path)
     assert raw.path.name == (tmp_path / "latest").read_text().strip()
     assert float(raw.tree["model"]["weight"][0, 0]) == raw.step
+
+
+def test_a_patch_version_difference_warns_at_load():
+    s = _state(1.0)
+    tree = s.file_state_dict()
+    ver = tree["meta"]["software"]["torch"].split("+")[0].split(".")
+    tree["meta"]["software"]["torch"] = f"{ver[0]}.{ver[1]}.{int(ver[2]) + 1}"
+    with pytest.warns(RuntimeWarning, match=r"software\.torch"):
+        report = _state(0.0).load_state_dict(tree)
+    assert [d.path for d in report.warnings] == ["software.torch"]
+
+
+def test_save_checkpoint_state_dict_is_the_file_layout(tmp_path):
+    s = _state(1.0)
+    rd.save_checkpoint(tmp_path, s, step=1)
+    raw = read_checkpoint(tmp_path)
+    assert "layout" not in raw.tree and set(raw.tree["optimizer"]) == {"state", "param_groups"}
+    assert s.state_dict()["layout"] == "dcp"
