@@ -26,6 +26,17 @@ def canon(batch):
     return batch
 
 
+def json_paths(obj, prefix=()):
+    """Every path (tuple of keys and indices) into a JSON value, the root ``()`` first."""
+    yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from json_paths(v, prefix + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from json_paths(v, prefix + (i,))
+
+
 def take(loader, n, *, explicit=False):
     """``n`` batches from ``loader``, across epochs (a new iter() per epoch), committing like a
     training loop when ``explicit``."""

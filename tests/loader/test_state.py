@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import resumable_data as rd
-from tests.loader.conftest import N_RECORDS
+from tests.loader.conftest import N_RECORDS, json_paths
 
 
 def loader(source, **kw):
@@ -155,21 +155,11 @@ JSON = st.recursive(
 )
 
 
-def _paths(obj, prefix=()):
-    yield prefix
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _paths(v, prefix + (k,))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            yield from _paths(v, prefix + (i,))
-
-
 @settings(derandomize=True, max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzzed_states_only_ever_raise_rd_errors(shards, saved, data):
     bad = copy.deepcopy(saved)
-    paths = [p for p in _paths(bad) if p]
+    paths = [p for p in json_paths(bad) if p]
     path = data.draw(st.sampled_from(paths))
     target = bad
     for k in path[:-1]:

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import resumable_data as rd
+from tests.loader.conftest import json_paths
 from tests.reliability._counts import count
 from tests.reliability.conftest import write_corpus
 
@@ -141,23 +142,13 @@ JSON = st.recursive(
 )
 
 
-def _paths(obj, prefix=()):
-    yield prefix
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _paths(v, prefix + (k,))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            yield from _paths(v, prefix + (i,))
-
-
 @settings(derandomize=True, max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_fuzzed_states(corpus, saved, tmp_path_factory, data):
     """Random JSON (and bytes) at a random place, several places at once, or keys removed."""
     bad = copy.deepcopy(saved)
     for _ in range(data.draw(st.integers(1, 3))):
-        paths = [p for p in _paths(bad) if p]
+        paths = [p for p in json_paths(bad) if p]
         path = data.draw(st.sampled_from(paths))
         target = bad
         for k in path[:-1]:
