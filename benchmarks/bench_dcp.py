@@ -176,13 +176,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=None, help="runs per figure (>= 3)")
     args = parser.parse_known_args(argv)[0]
     repeats = max(3, args.repeats or (3 if args.quick else 5))
-    t0 = time.perf_counter()
+    t0, load_before = time.perf_counter(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="rd-dcp-data-") as tmp:
         data = _data(Path(tmp))
         res = {w: measure(w, data, repeats) for w in WORLDS}
     md = markdown(res, repeats)
     write_results("dcp", {"global_batch": G, "records": N, "repeats": repeats, "unit": "ms",
-                          "seconds": time.perf_counter() - t0, "by_world": res}, md)
+                          "seconds": time.perf_counter() - t0,
+                          "load_avg_1min": [load_before, os.getloadavg()[0]], "by_world": res}, md)
     print(md)
     return res
 
