@@ -299,11 +299,16 @@ class ArrowShards:
 
     @classmethod
     def from_hf(cls, dataset: Any, *, hash: str = "content",
-                verify: VerifyLevel | str = VerifyLevel.SIZE) -> ArrowShards:
+                verify: VerifyLevel | str = VerifyLevel.SIZE,
+                cache_dir: str | os.PathLike | None = None) -> ArrowShards:
         """A source over a Hugging Face ``datasets.Dataset``'s own Arrow cache files (zero copy),
-        versioned by their content; the manifest stays in memory (see :mod:`.hf`)."""
+        versioned by their content; the manifest stays in memory (see :mod:`.hf`).
+
+        An in-memory dataset (``Dataset.from_dict``, ...) is written once as pinned Arrow shards
+        into ``cache_dir`` (default ``$RD_CACHE_DIR/hf-in-memory/<version hash>``), re-used when it
+        already holds the same version, refused when it holds another."""
         from resumable_data.sources.hf import hf_shards
-        root, rel, version = hf_shards(dataset, hash=hash)
+        root, rel, version = hf_shards(dataset, hash=hash, cache_dir=cache_dir)
         version.verify(coerce_enum(VerifyLevel, "verify", verify))
         self = cls.__new__(cls)
         self._init(root, rel, version)

@@ -231,3 +231,11 @@ def test_resume_through_the_loader_is_bit_exact(built):
     resumed.load_state_dict(state)
     assert head + batches(resumed, 7) == ref
     assert state["plan"]["dataset_version"] == src.version.hash
+
+
+def test_from_hf_takes_cache_dir(tmp_path):
+    mem = datasets.Dataset.from_dict(mem_dict())
+    src = rd.ArrowShards.from_hf(mem, cache_dir=tmp_path / "mine")
+    assert src.root == tmp_path / "mine" and src.take(list(range(len(mem)))).to_pylist() == as_rows(mem)
+    with pytest.raises(rd.ConfigError, match=r"cache_dir=.*holds version"):
+        rd.ArrowShards.from_hf(datasets.Dataset.from_dict(mem_dict(salt="!")), cache_dir=tmp_path / "mine")
