@@ -1,15 +1,22 @@
-"""Shared benchmark helpers: repeated timing (median, min, max) and result files."""
+"""Shared benchmark helpers: repeated timing (median, min, max) and result files.
+
+Results go to ``benchmarks/results/``; a ``--quick`` run (``make bench-quick``, or any benchmark
+module run with ``--quick``) writes to ``benchmarks/results/quick/`` instead, so it never
+overwrites the committed full results that the README's performance section is generated from.
+"""
 
 from __future__ import annotations
 
 import json
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+QUICK = "--quick" in sys.argv[1:]
+RESULTS = Path(__file__).resolve().parent / "results" / ("quick" if QUICK else "")
 
 
 def timed(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> dict[str, float]:
