@@ -30,6 +30,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml constraints.txt
 
 bench: $(BENCH_STAMP)
 	$(PY) -m benchmarks.run
+	$(PY) -m benchmarks.readme
 
 bench-quick: $(BENCH_STAMP)
 	$(PY) -m benchmarks.run --quick
