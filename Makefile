@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-long bench bench-quick clean
+.PHONY: demo test test-quick test-long bench bench-quick clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -16,11 +16,15 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(PY) -m resumable_data.demo
 
+# the whole suite, long variants included (about 4 minutes on 2 cores)
 test: $(STAMP)
+	$(PY) -m pytest -q -n 2
+
+# while developing: without the long variants (about 2 minutes)
+test-quick: $(STAMP)
 	$(PY) -m pytest -q -n 2 -m "not slow"
 
-test-long: $(STAMP)
-	$(PY) -m pytest -q -n 2
+test-long: test
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
