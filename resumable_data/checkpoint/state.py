@@ -68,14 +68,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-import xxhash
 
 from resumable_data._schema import coerce_enum, expect_header, expect_mapping
 from resumable_data.checkpoint import rng as rng_mod
 from resumable_data.checkpoint.codec import TENSOR, decode, encode
 from resumable_data.checkpoint.compat import CompatibilityReport, check_compatible
+from resumable_data.checkpoint.digest import digest_json, digest_tensors, flatten
 from resumable_data.checkpoint.errors import CheckpointError, CompatibilityError
-from resumable_data.checkpoint.inventory import Inventory, InventoryEntry
+from resumable_data.checkpoint.inventory import Inventory
 from resumable_data.checkpoint.meta import (
     CheckpointMeta,
     SchedulerConvention,
@@ -153,35 +153,6 @@ class AccumulationPolicy(str, enum.Enum):
     SAVE_GRADIENTS = "save_gradients"
     #: Store the window start's RNG and buffers; the loader repeats the window.
     REWIND = "rewind"
-
-
-def _digest_tensors(items: Any) -> str:
-    h = xxhash.xxh3_64()
-    for name, t in items:
-        h.update(name.encode())
-        if isinstance(t, torch.Tensor):
-            t = t.detach().cpu().contiguous()
-            h.update(str(t.dtype).encode() + repr(tuple(t.shape)).encode())
-            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-        else:
-            h.update(repr(t).encode())
-    return h.hexdigest()
-
-
-def _digest_json(obj: Any) -> str:
-    return xxhash.xxh3_64_hexdigest(json.dumps(obj, sort_keys=True, default=repr).encode())
-
-
-def _flatten(prefix: str, obj: Any, out: list) -> list:
-    if isinstance(obj, Mapping):
-        for k in sorted(obj, key=str):
-            _flatten(f"{prefix}.{k}", obj[k], out)
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            _flatten(f"{prefix}.{i}", v, out)
-    else:
-        out.append((prefix, obj))
-    return out
 
 
 def _rank_world() -> tuple[int, int]:
@@ -509,32 +480,32 @@ class TrainingState:
         o: dict[str, str] = {}
         if state[K_MODEL] is not None:
             params = {n for n, _ in self.model.named_parameters(remove_duplicate=False)}
-            o["parameters"] = _digest_tensors(sorted((k, v) for k, v in state[K_MODEL].items() if k in params))
-            o["buffers"] = _digest_tensors(sorted((k, v) for k, v in state[K_MODEL].items() if k not in params))
+            o["parameters"] = digest_tensors(sorted((k, v) for k, v in state[K_MODEL].items() if k in params))
+            o["buffers"] = digest_tensors(sorted((k, v) for k, v in state[K_MODEL].items() if k not in params))
         if state[K_OPTIMIZER] is not None:
             stateless = set(state[K_OPTIMIZER].get("stateless", ()))
             real = {k: v for k, v in state[K_OPTIMIZER]["state"].items() if k not in stateless}
-            o["optimizer"] = _digest_tensors(_flatten("state", real, []))
-            o["optimizer_groups"] = _digest_json(_flatten("groups", state[K_OPTIMIZER]["param_groups"], []))
+            o["optimizer"] = digest_tensors(flatten("state", real, []))
+            o["optimizer_groups"] = digest_json(flatten("groups", state[K_OPTIMIZER]["param_groups"], []))
         if state[K_SCHEDULER] is not None:
-            o["scheduler"] = _digest_json(_flatten("s", state[K_SCHEDULER], []))
+            o["scheduler"] = digest_json(flatten("s", state[K_SCHEDULER], []))
         if state[K_SCALER] is not None:
-            o["scaler"] = _digest_json(state[K_SCALER])
+            o["scaler"] = digest_json(state[K_SCALER])
         if state[K_EMA] is not None:
-            o["ema"] = _digest_tensors(_flatten("ema", state[K_EMA], []))
+            o["ema"] = digest_tensors(flatten("ema", state[K_EMA], []))
         if state[K_CALLBACKS]:
-            o["callbacks"] = _digest_tensors(_flatten("cb", state[K_CALLBACKS], []))
+            o["callbacks"] = digest_tensors(flatten("cb", state[K_CALLBACKS], []))
         if state[K_RNG] is not None:
             for k, v in rng_mod.digests(state[K_RNG]).items():
                 o[f"rng.{k}"] = v
         grads = state[K_GRADIENTS]
         if grads and "gradients" in state[K_ACCUMULATION]:  # DCP layout: slots; the saved names are listed
             grads = {n: grads[n] for n in state[K_ACCUMULATION]["gradients"]}
-        o["gradients"] = _digest_tensors(sorted(grads.items())) if grads else "none"
+        o["gradients"] = digest_tensors(sorted(grads.items())) if grads else "none"
         if state[K_MODES]:
-            o["modes"] = _digest_json(state[K_MODES])
+            o["modes"] = digest_json(state[K_MODES])
         if self.loader is not None and next_step is not None:
-            o["next_batch"] = _digest_json(self._next_records(next_step).tolist())
+            o["next_batch"] = digest_json(self._next_records(next_step).tolist())
         return o
 
     def _next_records(self, step: int, limit: int | None = None):
@@ -735,78 +706,6 @@ class TrainingState:
     # -- inventory --------------------------------------------------------------------------------
     def inventory(self) -> Inventory:
         """One entry per state category with owner, serialization, restore action and oracle value."""
-        state = self.file_state_dict()
-        return build_inventory(self, state)
+        from resumable_data.checkpoint.census import build_inventory
 
-
-def _typename(obj: Any) -> str:
-    return type(obj).__name__ if obj is not None else "absent"
-
-
-def build_inventory(ts: TrainingState, state: Mapping[str, Any]) -> Inventory:
-    o = state[K_ORACLES]
-    st = state[K_META]["status"]
-    acc = state[K_ACCUMULATION]
-    E = InventoryEntry
-    absent = "absent (not part of this run)"
-
-    def val(k: str) -> str:
-        return o.get(k, absent)
-
-    master = "parameters are the master weights (fp32)"
-    if ts.model is not None and any(p.dtype in (torch.float16, torch.bfloat16) for p in ts.model.parameters()):
-        master = "low-precision parameters: master copies, if any, live in the optimizer state"
-    rows = [
-        E("parameters + persistent buffers", f"model ({_typename(ts.model)})", "safetensors model.*",
-          "model.load_state_dict(strict=True)", "xxh3 of parameters / buffers",
-          f"{val('parameters')} / {val('buffers')}"),
-        E("optimizer moments + step counters", f"optimizer ({_typename(ts.optimizer)})",
-          "safetensors optimizer.state.<fqn>.*, JSON groups keyed by FQN", "matched by parameter FQN, "
-          "optimizer.load_state_dict in current order", "xxh3 of moments / group settings",
-          f"{val('optimizer')} / {val('optimizer_groups')}"),
-        E("master weights", f"optimizer ({_typename(ts.optimizer)})", "inside optimizer state if kept",
-          "with the optimizer", "optimizer digest", master),
-        E("LR scheduler", f"scheduler ({_typename(ts.scheduler)}), convention {ts.scheduler_convention.value}",
-          "JSON state_dict; schedule code fingerprinted in meta", "scheduler.load_state_dict", "next LR per group",
-          f"next_lr={st.get('next_lr', absent)} last_epoch={st.get('scheduler_last_epoch', '-')}"),
-        E("AMP grad scaler", f"scaler ({_typename(ts.scaler)})", "JSON (scale, growth tracker, factors)",
-          "scaler.load_state_dict", "scale", f"scale={st.get('scale', absent)} ({val('scaler')})"),
-        E("accumulated gradients + microstep", "model .grad / rd.DataLoader", f"policy {acc['policy']}: "
-          + ("safetensors gradients.<fqn>" if state[K_GRADIENTS] else "none stored"),
-          "set .grad, loader continues the window" if state[K_GRADIENTS] else
-          ("loader repeats the window (on_uncommitted='repeat')" if acc["rewound"] else "grads cleared (window boundary)"),
-          "xxh3 of gradients, microstep", f"{val('gradients')} microstep={acc['microstep']} "
-          f"uncommitted={acc['uncommitted']}"),
-        E("RNG: python random", "process", "JSON (625 ints)", "random.setstate", "xxh3", val("rng.python")),
-        E("RNG: numpy global", "process", "JSON (MT19937 keys, pos)", "np.random.set_state", "xxh3", val("rng.numpy")),
-        E("RNG: torch CPU", "process", "safetensors uint8", "torch.set_rng_state", "xxh3", val("rng.torch_cpu")),
-        E("RNG: CUDA", "process", "safetensors uint8 per device", "torch.cuda.set_rng_state_all", "xxh3",
-          o.get("rng.cuda", "absent (CUDA not initialized)")),
-        E("data cursor, sampler, shuffle, augmentation keys", f"loader ({_typename(ts.loader)})",
-          "JSON: plan fingerprint, cursor, counters, skipped ranges; sampler/shuffle/augmentation are "
-          "pure functions of the position", "loader.load_state_dict(on_uncommitted=...)",
-          "next batch's record ids", _next_batch_text(ts, st) if ts.loader is not None else absent),
-        E("counters (global step definitions)", "rd.DataLoader", "JSON", "with the loader",
-          "attempted == applied + skipped", json.dumps(st.get("counters", {}), sort_keys=True) if ts.loader is not None else absent),
-        E("train/eval modes", "model / ema", "JSON {module: training}", "module.training = saved", "xxh3",
-          f"{val('modes')} ({st.get('modes', {}).get('training', '-')} of {st.get('modes', {}).get('modules', '-')} training)"),
-        E("EMA weights", f"ema ({_typename(ts.ema)})", "safetensors ema.*", "ema.load_state_dict", "xxh3", val("ema")),
-        E("callbacks", f"{len(ts.callbacks)} callback(s): {', '.join(sorted(ts.callbacks)) or '-'}",
-          "JSON + safetensors callbacks.<name>.*", "callback.load_state_dict", "xxh3", val("callbacks")),
-        E("metric stream (external side effect)", f"metrics ({_typename(ts.metrics)})",
-          "JSONL outside the checkpoint; boundary (run id, byte offset) in JSON",
-          "truncate records past the boundary (continuations); dedupe (run_id, step, name)", "records / offset",
-          json.dumps(state[K_METRICS]) if state[K_METRICS] else absent),
-        E("lineage + recovery label", "TrainingState", "meta.json", "run id kept (continuation) or new (reset)",
-          "label", f"run={ts.run_id} parent={ts.parent_checkpoint_id} label={ts.recovery_label.value}"),
-    ]
-    return Inventory(tuple(rows))
-
-
-def _next_batch_text(ts: TrainingState, st: Mapping[str, Any]) -> str:
-    step = st.get("next_step")
-    if step is None:
-        return "-"
-    info = ts.loader.step_info(step)
-    what = "documents" if info.unit == "packed sequence" else "records"
-    return f"step {step} (epoch {info.epoch}) {what} {info.records[:6].tolist()}..."
+        return build_inventory(self, self.file_state_dict())

@@ -206,7 +206,8 @@ def save_checkpoint(directory: str | os.PathLike, state: Any, *, step: int | Non
     ``latest`` and the retention, and one rank's file cannot hold the other ranks' generators and
     cursors; save through ``torch.distributed.checkpoint`` with :class:`TrainingState` instead
     (``dcp.save({"train": state}, checkpoint_id=path)`` on every rank), which keeps each rank's state."""
-    from resumable_data.checkpoint.state import TrainingState, build_inventory
+    from resumable_data.checkpoint.census import build_inventory
+    from resumable_data.checkpoint.state import TrainingState
 
     dist = __import__("torch").distributed
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:

@@ -118,7 +118,7 @@ class Permutation:
 
     def __post_init__(self) -> None:
         if isinstance(self.n, bool) or not isinstance(self.n, (int, np.integer)) or not 0 <= self.n <= MAX_DOMAIN:
-            raise ConfigError(describe("n", self.n, f"an integer in [0, 2**62]", "pass the domain size"))
+            raise ConfigError(describe("n", self.n, "an integer in [0, 2**62]", "pass the domain size"))
         if isinstance(self.key, bool) or not isinstance(self.key, (int, np.integer)) or not 0 <= self.key <= _U64:
             raise ConfigError(describe("key", self.key, "an unsigned 64-bit integer", "use permutation_key()"))
         object.__setattr__(self, "n", int(self.n))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-import resumable_data as rd
 import resumable_data.distributed  # noqa: F401
 
 import _workers as W

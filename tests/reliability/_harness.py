@@ -7,7 +7,6 @@ import json
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 import resumable_data as rd
 from tests.loader.conftest import canon  # noqa: F401  (re-exported for the reliability tests)

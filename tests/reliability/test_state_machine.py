@@ -19,7 +19,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 import resumable_data as rd
 from tests.reliability._counts import SCALE, count
 from tests.reliability._harness import Config, CursorModel, Ranks, plan_oracle
-from tests.reliability.conftest import N_RECORDS, write_corpus
 
 CONFIGS = [
     Config("global", "none", "explicit", "repeat", 2, (1, 2), (0, 1), "wrap"),

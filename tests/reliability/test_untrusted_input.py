@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import pickle
 import shutil
 import tracemalloc
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
 import pytest
 import torch
 import xxhash
