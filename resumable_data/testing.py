@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, describe
 from resumable_data.plan import Sharding, ShardingPolicy
 
@@ -306,11 +307,7 @@ def _spec(make_loader, make_model, make_state, train_step, on_uncommitted, allow
     choice = "repeat" if on_uncommitted is None else on_uncommitted
     if choice not in ("repeat", "skip"):
         raise ConfigError(describe("on_uncommitted", on_uncommitted, "'repeat' or 'skip'", "pick one"))
-    try:
-        policy = ShardingPolicy(getattr(policy, "value", policy))
-    except ValueError:
-        raise ConfigError(describe("sharding_policy", policy, f"one of {[p.value for p in ShardingPolicy]}",
-                                   "pass 'contiguous' or 'strided'")) from None
+    policy = coerce_enum(policy, ShardingPolicy, "sharding_policy")
     if make_model is not None:
         def build() -> dict[str, Any]:
             return {"model": make_model()}
@@ -384,6 +381,12 @@ def check_resume(
     if not num_workers or not world_sizes or isinstance(chained, bool) or not isinstance(chained, int) or chained < 1:
         raise ConfigError(describe("num_workers/world_sizes/chained", (num_workers, world_sizes, chained),
                                    "non-empty sequences and chained >= 1", "pass e.g. num_workers=(0, 2)"))
+    if isinstance(interrupts, bool) or not (
+            (isinstance(interrupts, int) and interrupts >= 1)
+            or (isinstance(interrupts, Sequence) and not isinstance(interrupts, str)
+                and all(isinstance(p, int) and not isinstance(p, bool) for p in interrupts))):
+        raise ConfigError(describe("interrupts", interrupts, "a count >= 1 or a sequence of step numbers",
+                                   "pass e.g. interrupts=4 or interrupts=[10, 25]"))
     worlds = list(dict.fromkeys(world_sizes))
     probe = make_loader(num_workers=0, sharding=Sharding(worlds[0], 0, spec.policy))
     epoch = len(probe)

@@ -182,6 +182,9 @@ def _in_memory_shards(dataset: Any, hash: str, cache_dir: str | os.PathLike | No
     try:
         parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".rd-hf-", dir=parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # mkdtemp makes it owner-only; the placed cache is shared like any directory
     except OSError as exc:
         raise ConfigError(describe("cache_dir", shown, f"a writable directory ({exc.strerror})",
                                    "pass cache_dir= on writable storage, or set RD_CACHE_DIR")) from None

@@ -228,3 +228,12 @@ def test_digests_cover_dtype_shape_and_bytes():
 def test_bad_arguments(shards, kwargs, param):
     with pytest.raises(rd.ConfigError, match=re.escape(param)):
         check_resume(make_arrow(shards), num_workers=(0,), **kwargs)
+
+
+@pytest.mark.parametrize("interrupts", [True, 0, "5", [3, "x"], 2.5])
+def test_bad_interrupts_are_refused_before_any_batch(interrupts):
+    def make_loader(**kw):
+        raise AssertionError("the loader must not be built for a bad interrupts= argument")
+
+    with pytest.raises(rd.ConfigError, match="interrupts="):
+        check_resume(make_loader, steps=10, interrupts=interrupts)

@@ -30,6 +30,9 @@ CONFIGS = [
 WORKER_LOADS_PER_CLASS = 6  # worker start-up costs ~0.4 s: a few per run
 
 
+#: The world sizes the machine moves between (same global batch): 1 <-> 2.
+OTHER_WORLD = {1: 2, 2: 1}
+
 class LoaderMachine(RuleBasedStateMachine):
     source: rd.ArrowShards = None  # set by the test
     worker_loads = 0
@@ -125,7 +128,7 @@ class LoaderMachine(RuleBasedStateMachine):
     def crash(self, choice, other_world):
         """Drop the loaders without saving: the job restarts from the last saved state (or from the
         start if nothing was saved) on the world size it ran on, or on the other one (1 <-> 2)."""
-        world = 3 - self.ranks.world if other_world else self.ranks.world
+        world = OTHER_WORLD[self.ranks.world] if other_world else self.ranks.world
         if self.saved is None:
             self.ranks.close()
             self.ranks = Ranks(self.config, self.source, world, self.ranks.workers)
@@ -136,7 +139,7 @@ class LoaderMachine(RuleBasedStateMachine):
     @rule(choice=st.sampled_from(["repeat", "skip"]))
     def reshard(self, choice):
         self._save()
-        self._restore(3 - self.ranks.world, self.ranks.workers, choice)
+        self._restore(OTHER_WORLD[self.ranks.world], self.ranks.workers, choice)
 
     @precondition(lambda self: type(self).worker_loads < WORKER_LOADS_PER_CLASS)
     @rule(choice=st.sampled_from(["repeat", "skip"]))

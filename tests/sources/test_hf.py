@@ -239,3 +239,14 @@ def test_from_hf_takes_cache_dir(tmp_path):
     assert src.root == tmp_path / "mine" and src.take(list(range(len(mem)))).to_pylist() == as_rows(mem)
     with pytest.raises(rd.ConfigError, match=r"cache_dir=.*holds version"):
         rd.ArrowShards.from_hf(datasets.Dataset.from_dict(mem_dict(salt="!")), cache_dir=tmp_path / "mine")
+
+
+def test_in_memory_cache_directory_follows_the_umask(tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        src = rd.ArrowShards.from_hf(datasets.Dataset.from_dict(mem_dict()), cache_dir=tmp_path / "shared")
+    finally:
+        os.umask(old)
+    assert (src.root.stat().st_mode & 0o777) == 0o755  # readable by other users of a shared cache
