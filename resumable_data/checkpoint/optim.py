@@ -10,14 +10,27 @@ then hands torch a state dict numbered in the *current* order.
 Two layouts. The checkpoint files (:func:`optimizer_state` / :func:`load_optimizer_state`) hold
 only the state that exists, named by ``model.named_parameters()``. The ``torch.distributed.checkpoint``
 layout (:func:`dense_optimizer_state` / :func:`load_dense_optimizer_state`) is torch's own
-(``get_optimizer_state_dict`` / ``set_optimizer_state_dict``, so DDP/FSDP names and sharded
-moments are handled by torch) made *dense*: DCP loads into a pre-shaped target, so every parameter
-presents its state tensors even before its first update. A parameter without state gets zero
-placeholders shaped by a zero-LR ``step()`` on zero gradients of exactly those parameters (the
-optimizer, the parameters, their gradients and the LR are left as they were; optimizer step hooks
-do see that call), and its name is listed under ``"stateless"`` so the restore drops the
-placeholders again (a first ``step()`` from no state is not always a step from zero state, e.g.
-SGD momentum with dampening).
+(``get_optimizer_state_dict`` / ``set_optimizer_state_dict``: torch's FQNs, so a DDP wrapper's
+``module.`` prefix is dropped) made *dense*: DCP loads into a pre-shaped target, so every parameter
+presents its state tensors even before its first update. Tested: one process and DDP (gloo). Not
+handled here: FSDP / DTensor parameters (the oracles hash local tensors); with FSDP2, checkpoint
+``get_state_dict`` / ``set_state_dict`` beside the loader in the same DCP call (README, "FSDP2").
+
+Placeholders. A parameter without state gets zero placeholders shaped by one ``step()`` on zero
+gradients of exactly those parameters, with every group's ``lr`` set to zero (a ``None`` LR is left
+``None``); its name is listed under ``"stateless"`` so the restore drops the placeholders again (a
+first ``step()`` from no state is not always a step from zero state, e.g. SGD momentum with
+dampening). Around that step the optimizer is left exactly as it was: the parameters' values (copied
+back, for optimizers whose update ignores the LR; cost: a transient copy of those parameters), every
+``.grad``, every group's keys and values, the ``_opt_called`` flag an LR scheduler sets, and the
+optimizer's own step hooks (``register_step_pre_hook`` / ``register_step_post_hook`` are detached
+for that call). Global hooks (``torch.optim.optimizer.register_optimizer_step_*_hook``) are not
+detached and do see it. The step runs once per ``dense_optimizer_state`` call that finds parameters
+without state (the save, and the target ``dcp.load`` builds); restoring and verifying never step:
+torch's own ``_init_optim_state`` step is pre-empted by presenting state for every parameter.
+Refused: an optimizer whose ``step()`` cannot run that way, e.g. ``LBFGS`` (it needs a closure and
+keeps its state, whose length grows with the iterations, on the first parameter only): the DCP
+layout cannot pre-shape it; ``rd.save_checkpoint`` (single process) stores it.
 
 Guarantee: moments, step counters and group settings land on the parameter with the same name,
 whatever the construction order. Refused (``CompatibilityError``): a parameter the model does
@@ -71,7 +84,7 @@ def optimizer_state(optimizer: torch.optim.Optimizer, names: dict[int, str]) -> 
     state = {}
     for g, fq in zip(optimizer.param_groups, groups):
         for p, name in zip(g[K_PARAMS], fq):
-            if p in optimizer.state and optimizer.state[p]:
+            if optimizer.state.get(p):
                 state[name] = dict(optimizer.state[p])
     pgs = []
     for g, fq in zip(optimizer.param_groups, groups):
@@ -152,66 +165,104 @@ def _match_groups(current: list[list[str]], saved: dict[str, Any]) -> list[dict[
     return ordered
 
 
+_ABSENT = object()
+_STEP_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
+
+
 def _placeholders(optimizer: torch.optim.Optimizer, missing: list[torch.Tensor]) -> dict[torch.Tensor, dict[str, Any]]:
-    """Zero tensors shaped like the state ``step()`` creates for ``missing``; the optimizer is left as it was."""
+    """Zero tensors shaped like the state ``step()`` creates for ``missing``; the optimizer, the
+    parameters and their gradients are left exactly as they were (module docs)."""
     params = [p for g in optimizer.param_groups for p in g[K_PARAMS]]
     want = {id(p) for p in missing}
     grads = [p.grad for p in params]
-    lrs = [g.get("lr") for g in optimizer.param_groups]
-    flags = {k: optimizer.__dict__[k] for k in ("_opt_called",) if k in optimizer.__dict__}
+    values = [p.data.clone() for p in missing]
+    groups = [dict(g) for g in optimizer.param_groups]
+    called = optimizer.__dict__.get("_opt_called", _ABSENT)
+    hooks = {k: optimizer.__dict__[k] for k in _STEP_HOOKS if k in optimizer.__dict__}
     out: dict[torch.Tensor, dict[str, Any]] = {}
     try:
+        for k, v in hooks.items():
+            setattr(optimizer, k, type(v)())
         for p in params:
             p.grad = torch.zeros_like(p) if id(p) in want else None
         for g in optimizer.param_groups:
-            if "lr" in g:
+            if g.get("lr") is not None:
                 g["lr"] = torch.zeros_like(g["lr"]) if isinstance(g["lr"], torch.Tensor) else 0.0
-        optimizer.step()
+        try:
+            optimizer.step()
+        except Exception as e:  # an optimizer whose step() needs a closure, for instance
+            name = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
+            raise CheckpointError(describe(
+                "optimizer", name,
+                "an optimizer whose per-parameter state can be initialized by step() without a closure "
+                f"(the torch.distributed.checkpoint layout pre-shapes every parameter's state; {name}.step() "
+                f"raised {type(e).__name__}: {e})",
+                "in a single process, save with rd.save_checkpoint / rd.load_checkpoint (stores only the state "
+                "that exists); with several ranks, use an optimizer whose step() runs without a closure")) from e
         for p in missing:
             st = optimizer.state.get(p)
             if st:
                 out[p] = {k: torch.zeros_like(v) if isinstance(v, torch.Tensor) else v for k, v in st.items()}
-    except Exception as e:  # noqa: BLE001 - an optimizer whose step() needs a closure, for instance
-        raise CheckpointError(describe("optimizer", type(optimizer).__name__,
-                                       "an optimizer whose step() runs without a closure (its state is shaped by one "
-                                       "zero-LR step for torch.distributed.checkpoint)",
-                                       f"take one real step before saving, or save with rd.save_checkpoint ({e})")) from None
     finally:
         for p in missing:
             optimizer.state.pop(p, None)
+        with torch.no_grad():
+            for p, v in zip(missing, values):
+                p.data.copy_(v)
         for p, g in zip(params, grads):
             p.grad = g
-        for g, lr in zip(optimizer.param_groups, lrs):
-            if lr is not None:
-                g["lr"] = lr
-        optimizer.__dict__.update(flags)
+        for g, before in zip(optimizer.param_groups, groups):
+            for k in [k for k in g if k not in before]:
+                del g[k]
+            g.update(before)
+        if called is _ABSENT:
+            optimizer.__dict__.pop("_opt_called", None)
+        else:
+            optimizer._opt_called = called
+        for k, v in hooks.items():
+            setattr(optimizer, k, v)
     return out
 
 
-def dense_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """torch's FQN layout (``get_optimizer_state_dict``) with every parameter's state present (see the
-    module docs): ``{"state", "param_groups", "stateless": [fqn, ...]}``. Tensors are the optimizer's own
-    (DCP saves them, and loads into them in place); placeholders are new zero tensors."""
+def _torch_layout(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                  fill: dict[torch.Tensor, dict[str, Any]]) -> dict[str, Any]:
+    """``get_optimizer_state_dict`` with ``fill`` installed for the parameters lacking state. Every
+    parameter then presents state, so torch's ``_init_optim_state`` never steps; ``{}`` entries only
+    name the parameter and are dropped from the result."""
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-    params = [p for g in optimizer.param_groups for p in g[K_PARAMS]]
-    missing = [p for p in params if not optimizer.state.get(p)]
-    ph = _placeholders(optimizer, missing) if missing else {}
-    for p, st in ph.items():
-        optimizer.state[p] = st
+    added = []
+    for p, st in fill.items():
+        if not optimizer.state.get(p):
+            optimizer.state[p] = st
+            added.append(p)
     try:
         osd = get_optimizer_state_dict(model, optimizer)
     finally:
-        for p in ph:
+        for p in added:
             optimizer.state.pop(p, None)
+    return {K_STATE: {k: dict(v) for k, v in osd[K_STATE].items() if v}, K_GROUPS: [dict(g) for g in osd[K_GROUPS]]}
+
+
+def dense_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
+                          placeholders: bool = True) -> dict[str, Any]:
+    """torch's FQN layout (``get_optimizer_state_dict``) with every parameter's state present (see the
+    module docs): ``{"state", "param_groups", "stateless": [fqn, ...]}``. Tensors are the optimizer's own
+    (DCP saves them, and loads into them in place); placeholders are new zero tensors.
+
+    ``placeholders=False``: the same names and groups without stepping; ``state`` holds only the state
+    that exists (what the oracles digest: verification, group names)."""
+    params = [p for g in optimizer.param_groups for p in g[K_PARAMS]]
+    missing = [p for p in params if not optimizer.state.get(p)]
+    ph = _placeholders(optimizer, missing) if missing and placeholders else {}
+    osd = _torch_layout(model, optimizer, {p: ph.get(p, {}) for p in missing})
     names = [n for g in osd[K_GROUPS] for n in g[K_PARAMS]]
     if len(names) != len(params):  # pragma: no cover - torch names every parameter of every group
         raise CheckpointError(describe("optimizer", f"{len(params)} parameters", "one torch FQN per parameter",
                                        "build the optimizer from model.parameters()"))
     missing_ids = {id(p) for p in missing}
     stateless = sorted(n for n, p in zip(names, params) if id(p) in missing_ids)
-    return {K_STATE: {k: dict(v) for k, v in osd[K_STATE].items()},
-            K_GROUPS: [dict(g) for g in osd[K_GROUPS]], K_STATELESS: stateless}
+    return {K_STATE: osd[K_STATE], K_GROUPS: osd[K_GROUPS], K_STATELESS: stateless}
 
 
 def load_dense_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, saved: Any) -> None:
@@ -224,7 +275,7 @@ def load_dense_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Op
                                        "{'state': ..., 'param_groups': ..., 'stateless': [...]}",
                                        "pass an unmodified checkpoint"))
     params = [p for g in optimizer.param_groups for p in g[K_PARAMS]]
-    current = dense_optimizer_state(model, optimizer)[K_GROUPS]
+    current = dense_optimizer_state(model, optimizer, placeholders=False)[K_GROUPS]
     names = [n for g in current for n in g[K_PARAMS]]
     groups = [list(g[K_PARAMS]) for g in current]
     ordered = _match_groups(groups, saved)
@@ -234,8 +285,17 @@ def load_dense_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Op
                                        "an entry for every parameter (the DCP layout is dense)",
                                        "pass an unmodified checkpoint"))
     if saved[K_STATE]:
-        set_optimizer_state_dict(model, optimizer,
-                                 optim_state_dict={K_STATE: saved[K_STATE], K_GROUPS: saved[K_GROUPS]})
+        # every parameter presents state (a no-op entry where it has none), so torch's _init_optim_state
+        # does not step; load_state_dict replaces the whole state
+        probes = {p: {} for p in params if not optimizer.state.get(p)}
+        optimizer.state.update(probes)
+        try:
+            set_optimizer_state_dict(model, optimizer,
+                                     optim_state_dict={K_STATE: saved[K_STATE], K_GROUPS: saved[K_GROUPS]})
+        finally:
+            for p, probe in probes.items():
+                if optimizer.state.get(p) is probe:
+                    optimizer.state.pop(p, None)
     else:  # a stateless optimizer (plain SGD): group settings only, matched by name
         torch_groups, index = [], 0
         for g, fq in zip(ordered, groups):

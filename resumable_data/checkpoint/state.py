@@ -43,11 +43,19 @@ DCP loads into a pre-shaped target and only restores keys the target presents:
   with more than one rank (as torch's ``get_state_dict`` is): call it on every rank. Mid-window
   gradients must be identical on every rank (DDP all-reduces them); a save where they differ
   (accumulating under ``no_sync``) is refused: use ``accumulation="rewind"``.
-* world-size policy (``new_rank_rng=``): on fewer ranks than saved, rank r restores saved rank
-  r's generators (the other saved streams end); on more ranks, the ranks without a saved stream
-  make the load fail with :class:`CompatibilityError` on every rank (``"refuse"``, the default)
-  or keep the generators the process seeded itself (``"keep"``). The layout label
-  (``elastic_reshard``) is required for any world-size change anyway.
+* world-size policy (``new_rank_rng=``, a :class:`NewRankRNG` or its string value): on fewer ranks
+  than saved, rank r restores saved rank r's generators (the other saved streams end); on more
+  ranks, the ranks without a saved stream make the load fail with :class:`CompatibilityError` on
+  every rank (``"refuse"``, the default) or keep the generators the process seeded itself
+  (``"keep"``). The layout label (``elastic_reshard``) is required for any world-size change anyway.
+* tested in one process and with DDP (gloo). FSDP / DTensor state is not handled by
+  ``TrainingState`` (its oracles hash local tensors); checkpoint an FSDP2 model with torch's
+  ``get_state_dict`` / ``set_state_dict`` beside the loader in the same DCP call (README, "FSDP2").
+* the optimizer's zero placeholders come from one zero-LR ``step()`` on the parameters without
+  state, run by ``state_dict()`` only (the save, and the target ``dcp.load`` builds); it leaves the
+  optimizer, parameters and gradients as they were and does not fire the optimizer's own step hooks
+  (see :mod:`resumable_data.checkpoint.optim`). Restoring and verifying run no step. Optimizers whose
+  ``step()`` needs a closure (``LBFGS``) are refused: save them with :func:`rd.save_checkpoint`.
 * tensors are loaded by DCP in place into the live objects *before* ``load_state_dict`` checks
   compatibility, so a refused DCP load leaves the weights loaded (resume into fresh objects and
   treat a refusal as fatal); :func:`rd.load_checkpoint` refuses before changing anything.
@@ -98,7 +106,7 @@ from resumable_data.checkpoint.optim import (
 from resumable_data.errors import ConfigError, describe
 from resumable_data.labels import RecoveryLabel
 
-__all__ = ["STATE_FORMAT", "STATE_SCHEMA_VERSION", "AccumulationPolicy", "TrainingState"]
+__all__ = ["STATE_FORMAT", "STATE_SCHEMA_VERSION", "AccumulationPolicy", "NewRankRNG", "TrainingState"]
 
 STATE_FORMAT = "resumable_data.training_state"
 STATE_SCHEMA_VERSION = 1
@@ -128,7 +136,6 @@ LAYOUT_DCP = "dcp"
 _DCP_KEYS = frozenset({K_FORMAT, K_SCHEMA, K_LAYOUT, K_JSON, K_TENSORS})
 #: Oracles that differ between ranks; the DCP layout keeps them in each rank's entry.
 PER_RANK_ORACLES = frozenset({"next_batch", "rng.python", "rng.numpy", "rng.torch_cpu", "rng.cuda"})
-NEW_RANK_RNG = ("refuse", "keep")
 _KEYS = frozenset({K_FORMAT, K_SCHEMA, K_META, K_MODEL, K_OPTIMIZER, K_SCHEDULER, K_SCALER, K_LOADER, K_EMA,
                    K_CALLBACKS, K_RNG, K_GRADIENTS, K_MODES, K_ACCUMULATION, K_METRICS, K_ORACLES})
 
@@ -153,6 +160,15 @@ class AccumulationPolicy(str, enum.Enum):
     SAVE_GRADIENTS = "save_gradients"
     #: Store the window start's RNG and buffers; the loader repeats the window.
     REWIND = "rewind"
+
+
+class NewRankRNG(str, enum.Enum):
+    """What a DCP load on more ranks than saved does for the ranks without saved generators."""
+
+    #: The load raises :class:`CompatibilityError` on every rank.
+    REFUSE = "refuse"
+    #: Those ranks keep the generators the process seeded itself (seed them by rank).
+    KEEP = "keep"
 
 
 def _rank_world() -> tuple[int, int]:
@@ -200,7 +216,7 @@ class TrainingState:
         accumulation: AccumulationPolicy | str = AccumulationPolicy.SAVE_GRADIENTS,
         run_id: str | None = None,
         capture_rng: bool = True,
-        new_rank_rng: str = "refuse",
+        new_rank_rng: NewRankRNG | str = NewRankRNG.REFUSE,
     ) -> None:
         if model is not None and not isinstance(model, torch.nn.Module):
             raise ConfigError(describe("model", type(model).__name__, "a torch.nn.Module", "pass the model"))
@@ -214,11 +230,7 @@ class TrainingState:
             if obj is not None and not _has_state(obj):
                 raise ConfigError(describe(name, type(obj).__name__, "an object with state_dict()/load_state_dict()",
                                            f"pass a stateful {name} or None"))
-        if new_rank_rng not in NEW_RANK_RNG:
-            raise ConfigError(describe("new_rank_rng", new_rank_rng, f"one of {list(NEW_RANK_RNG)}",
-                                       "'refuse' (a DCP load on more ranks than saved fails) or 'keep' (those ranks "
-                                       "keep the generators they seeded)"))
-        self.new_rank_rng = new_rank_rng
+        self.new_rank_rng = coerce_enum(new_rank_rng, NewRankRNG, "new_rank_rng")
         self.callbacks = dict(callbacks or {})
         for name, cb in self.callbacks.items():
             if not isinstance(name, str) or not _has_state(cb):
@@ -369,7 +381,9 @@ class TrainingState:
         state that exists (tensors are live references; the writer copies them). Local to this process."""
         return self._tree(checkpoint_id, dcp=False)
 
-    def _tree(self, checkpoint_id: str | None, *, dcp: bool) -> dict[str, Any]:
+    def _tree(self, checkpoint_id: str | None, *, dcp: bool, placeholders: bool = True) -> dict[str, Any]:
+        """The state tree; ``placeholders=False`` (verification) names stateless optimizer parameters
+        without the placeholder step (the oracles do not digest placeholders)."""
         loader_state = self.loader.state_dict() if self.loader is not None else None
         mid = self._mid_window()
         rewind = mid and self.accumulation is AccumulationPolicy.REWIND and self.loader is not None
@@ -416,8 +430,9 @@ class TrainingState:
             K_FORMAT: STATE_FORMAT,
             K_SCHEMA: STATE_SCHEMA_VERSION,
             K_MODEL: model_sd,
-            K_OPTIMIZER: None if self.optimizer is None else (dense_optimizer_state(self.model, self.optimizer) if dcp
-                                                               else optimizer_state(self.optimizer, self._names)),
+            K_OPTIMIZER: None if self.optimizer is None else (
+                dense_optimizer_state(self.model, self.optimizer, placeholders=placeholders) if dcp
+                else optimizer_state(self.optimizer, self._names)),
             K_SCHEDULER: self.scheduler.state_dict() if self.scheduler is not None else None,
             K_SCALER: self.scaler.state_dict() if self.scaler is not None else None,
             K_LOADER: loader_state,
@@ -464,8 +479,7 @@ class TrainingState:
             st["counters"] = dict(vars(self.loader.counters)) if hasattr(self.loader.counters, "__dict__") else {}
             st["next_step"] = next_step
         if self.optimizer is not None:
-            st["next_lr"] = [float(g["lr"]) if not isinstance(g["lr"], torch.Tensor) else float(g["lr"].item())
-                             for g in self.optimizer.param_groups]
+            st["next_lr"] = [None if g.get("lr") is None else float(g["lr"]) for g in self.optimizer.param_groups]
         if self.scheduler is not None:
             st["scheduler_last_epoch"] = int(getattr(self.scheduler, "last_epoch", -1))
         if self.scaler is not None:
@@ -580,7 +594,7 @@ class TrainingState:
         rank, world = _rank_world()
         restores = RESTORES[label]
         has_rng = any(e["rng"] is not None for e in entries)
-        if world > saved_world and K_RNG in restores and has_rng and self.new_rank_rng == "refuse":
+        if world > saved_world and K_RNG in restores and has_rng and self.new_rank_rng is NewRankRNG.REFUSE:
             raise CompatibilityError(describe(
                 "world_size", world,
                 f"at most the saved {saved_world} rank(s): rank r restores the generators rank r saved, and ranks "
@@ -692,7 +706,7 @@ class TrainingState:
 
     def _verify(self, state: Mapping[str, Any], restores: frozenset[str], skip: set[str], dcp: bool = False) -> None:
         saved = state[K_ORACLES]
-        now = self._tree(None, dcp=dcp)[K_ORACLES]
+        now = self._tree(None, dcp=dcp, placeholders=False)[K_ORACLES]  # the live objects; no optimizer step
         checks = {"parameters": K_MODEL, "buffers": K_MODEL, "optimizer": K_OPTIMIZER, "scheduler": K_SCHEDULER,
                   "scaler": K_SCALER, "ema": K_EMA, "callbacks": K_CALLBACKS, "gradients": K_GRADIENTS,
                   "modes": K_MODES, "next_batch": K_LOADER, "rng.python": K_RNG, "rng.numpy": K_RNG,

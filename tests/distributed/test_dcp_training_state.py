@@ -134,3 +134,38 @@ def test_fresh_optimizer_without_state_round_trips(tmp_path):
     opt2 = torch.optim.SGD(net2.parameters(), lr=0.1, momentum=0.9, dampening=0.5)
     dcp.load({"train": rd.TrainingState(model=net2, optimizer=opt2)}, checkpoint_id=str(tmp_path))
     assert not opt2.state and all(torch.equal(a, p) for a, p in zip(before, net2.parameters()))
+
+
+def test_placeholder_steps_leave_hooks_flags_and_parameters_alone(tmp_path):
+    """Through real ``dcp.save`` / ``dcp.load``: the optimizer's own step hooks never fire, the LR
+    scheduler's ``_opt_called`` flag and every parameter are as they were; the placeholders are dropped again."""
+
+    def make(seed):
+        torch.manual_seed(seed)
+        net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+        opt = torch.optim.AdamW(net.parameters(), lr=0.1, weight_decay=0.5)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
+        calls = []
+        opt.register_step_pre_hook(lambda o, a, k: calls.append("pre"))
+        opt.register_step_post_hook(lambda o, a, k: calls.append("post"))
+        return net, opt, sched, calls
+
+    net, opt, sched, calls = make(0)
+    net(torch.randn(5, 3)).sum().backward()
+    for p in net[1].parameters():  # net[1] keeps no optimizer state
+        p.grad = None
+    opt.step()
+    sched.step()
+    opt.zero_grad()
+    del opt._opt_called
+    calls.clear()
+    before = [p.detach().clone() for p in net.parameters()]
+    dcp.save({"train": rd.TrainingState(model=net, optimizer=opt, scheduler=sched)}, checkpoint_id=str(tmp_path))
+    assert calls == [] and "_opt_called" not in opt.__dict__
+    assert all(torch.equal(a, p) for a, p in zip(before, net.parameters()))
+    net2, opt2, sched2, calls2 = make(1)
+    dcp.load({"train": rd.TrainingState(model=net2, optimizer=opt2, scheduler=sched2)}, checkpoint_id=str(tmp_path))
+    assert calls2 == [] and "_opt_called" not in opt2.__dict__
+    assert all(torch.equal(a, p) for a, p in zip(before, net2.parameters()))
+    assert set(opt2.state) == set(net2[0].parameters())
+    assert opt2.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
