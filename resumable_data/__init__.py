@@ -57,6 +57,7 @@ from resumable_data.loader import (
 from resumable_data import instrument
 from resumable_data.checkpoint import (
     AccumulationPolicy,
+    NewRankRNG,
     CheckpointError,
     CheckpointMeta,
     CompatibilityError,
@@ -94,6 +95,7 @@ __all__ = [
     "HashMode",
     "Inventory",
     "MetricLog",
+    "NewRankRNG",
     "OnUncommitted",
     "Order",
     "OrderSpec",

@@ -16,7 +16,7 @@ from resumable_data.checkpoint.errors import CheckpointError, CompatibilityError
 from resumable_data.checkpoint.inventory import Inventory, InventoryEntry
 from resumable_data.checkpoint.meta import CheckpointMeta, SchedulerConvention, fingerprint
 from resumable_data.checkpoint.metrics import MetricLog
-from resumable_data.checkpoint.state import AccumulationPolicy, TrainingState
+from resumable_data.checkpoint.state import AccumulationPolicy, NewRankRNG, TrainingState
 from resumable_data.checkpoint.store import (
     LoadedCheckpoint,
     cleanup_incomplete,
@@ -27,9 +27,8 @@ from resumable_data.checkpoint.store import (
 )
 
 __all__ = [
-    "CONTRACT_VERSION",
-    "RULES",
     "AccumulationPolicy",
+    "CONTRACT_VERSION",
     "Category",
     "CheckpointError",
     "CheckpointMeta",
@@ -40,6 +39,8 @@ __all__ = [
     "InventoryEntry",
     "LoadedCheckpoint",
     "MetricLog",
+    "NewRankRNG",
+    "RULES",
     "SchedulerConvention",
     "Severity",
     "TrainingState",
