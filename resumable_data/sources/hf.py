@@ -37,8 +37,8 @@ built in two cache directories gets the same version, changed data gets another.
 
 Cost: one streamed read of every byte to hash (``hash="size"``: metadata only, weaker). An
 in-memory dataset: one copy of each shard's rows (``_ROWS_PER_SHARD``) in memory while writing, one
-write and one hash of the bytes the first time; later calls write to a temporary directory again to
-compare versions (the dataset is in memory: there is no cheaper identity), then re-use the cache.
+write and one hash of the bytes the first time; later calls serialize the shards into a hashing
+sink (no disk) to predict the version, then re-use the cache directory that holds it.
 """
 
 from __future__ import annotations
@@ -50,12 +50,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import xxhash
 
 from resumable_data.errors import ConfigError, describe
 from resumable_data.sources.files import MANIFEST_NAME
 from resumable_data.sources.files import canonical_schema
 from resumable_data.sources.pin import pin, resolve_files
-from resumable_data.sources.version import DatasetVersion, HashMode, coerce_enum
+from resumable_data.sources.version import DatasetVersion, HashMode, Selection, ShardInfo, coerce_enum
 
 __all__ = ["hf_shards"]
 
@@ -150,18 +151,65 @@ def default_cache_root() -> Path:
     return cache_dir() / "hf-in-memory"
 
 
-def _write_shards(table: pa.Table, directory: Path) -> None:
-    """``table`` as IPC file shards with fixed record batches (same rows => same bytes)."""
+class _HashSink:
+    """A write-only file that hashes (xxh3-128) and counts what an IPC writer sends it."""
+
+    def __init__(self) -> None:
+        self.h = xxhash.xxh3_128()
+        self.size = 0
+        self.closed = False
+
+    def write(self, b) -> int:
+        self.h.update(b)
+        self.size += len(b)
+        return len(b)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def writable(self) -> bool:
+        return True
+
+
+def _shard_parts(table: pa.Table):
+    """``(file name, rows as one chunk, schema)`` of each shard (same rows => same bytes)."""
     n = table.num_rows
     bounds = list(range(0, n, _ROWS_PER_SHARD)) + [n] if n else [0, 0]
     schema = table.schema.remove_metadata()
     for i in range(len(bounds) - 1):
         part = table.slice(bounds[i], bounds[i + 1] - bounds[i]).combine_chunks()
-        part = part.replace_schema_metadata(None)
-        with pa.OSFile(str(directory / f"shard-{i:05d}.arrow"), "wb") as sink, \
-                pa.ipc.new_file(sink, schema) as writer:
-            for b in part.to_batches(max_chunksize=_ROWS_PER_BATCH):
-                writer.write_batch(b)
+        yield f"shard-{i:05d}.arrow", part.replace_schema_metadata(None), schema
+
+
+def _write_ipc(part: pa.Table, schema: pa.Schema, sink: Any) -> None:
+    with pa.ipc.new_file(sink, schema) as writer:
+        for b in part.to_batches(max_chunksize=_ROWS_PER_BATCH):
+            writer.write_batch(b)
+
+
+def _write_shards(table: pa.Table, directory: Path) -> None:
+    """``table`` as IPC file shards with fixed record batches (same rows => same bytes)."""
+    for name, part, schema in _shard_parts(table):
+        with pa.OSFile(str(directory / name), "wb") as sink:
+            _write_ipc(part, schema, sink)
+
+
+def _predicted_version(table: pa.Table) -> DatasetVersion:
+    """The version :func:`pin` would give the shards :func:`_write_shards` writes, computed by
+    serializing them into a hashing sink: no disk, one pass over the bytes."""
+    shards, schema = [], None
+    for name, part, part_schema in _shard_parts(table):
+        sink = _HashSink()
+        _write_ipc(part, part_schema, pa.PythonFile(sink, mode="w"))
+        shards.append(ShardInfo(path=name, size=sink.size, num_rows=part.num_rows, content_hash=sink.h.hexdigest()))
+        schema = schema or canonical_schema(part_schema)
+    return DatasetVersion.build(shards, schema, HashMode.CONTENT, Selection.DIRECTORY, None)
 
 
 def _in_memory_shards(dataset: Any, hash: str, cache_dir: str | os.PathLike | None,
@@ -179,6 +227,12 @@ def _in_memory_shards(dataset: Any, hash: str, cache_dir: str | os.PathLike | No
     shown = str(cache_dir) if explicit else f"None (default: {parent}/<version hash>)"
     # every row as Arrow, in the dataset's order (indices mapping and in-memory edits applied)
     table = dataset.with_format("arrow")[0:dataset.num_rows]
+    predicted = _predicted_version(table)
+    cached = target if target is not None else parent / predicted.hash
+    if (cached / MANIFEST_NAME).is_file():  # written before: compare, no write
+        held = DatasetVersion.load(cached)
+        if held.hash == predicted.hash:
+            return cached, [sh.path for sh in held.shards], held
     try:
         parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".rd-hf-", dir=parent))
@@ -191,6 +245,9 @@ def _in_memory_shards(dataset: Any, hash: str, cache_dir: str | os.PathLike | No
     try:
         _write_shards(table, tmp)
         fresh = pin(tmp, hash="content", save=True)
+        if fresh.hash != predicted.hash:  # pragma: no cover - the hashing sink saw other bytes
+            raise ConfigError(describe("dataset", f"{dataset.num_rows} rows", "the same version written and predicted",
+                                       "report this bug; pass cache_dir= to a fresh directory meanwhile"))
         if target is None:
             target = parent / fresh.hash
         _place(tmp, target, fresh, shown)

@@ -250,3 +250,21 @@ def test_in_memory_cache_directory_follows_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert (src.root.stat().st_mode & 0o777) == 0o755  # readable by other users of a shared cache
+
+
+def test_a_cached_in_memory_dataset_is_not_written_again(rd_cache, monkeypatch):
+    from resumable_data.sources import hf
+
+    mem = datasets.Dataset.from_dict(mem_dict())
+    first = rd.ArrowShards.from_hf(mem)
+    predicted = hf._predicted_version(mem.with_format("arrow")[0:mem.num_rows])
+    assert predicted.hash == first.version.hash  # the hashing sink sees the bytes pin() hashed
+
+    def no_write(*a, **k):
+        raise AssertionError("the cache already holds this version: nothing should be written")
+
+    monkeypatch.setattr(hf, "_write_shards", no_write)
+    again = rd.ArrowShards.from_hf(datasets.Dataset.from_list(rows()))
+    assert again.root == first.root and again.version.hash == first.version.hash
+    with pytest.raises(AssertionError, match="nothing should be written"):  # another version is written
+        rd.ArrowShards.from_hf(datasets.Dataset.from_dict(mem_dict(salt="?")))
