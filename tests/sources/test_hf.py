@@ -268,3 +268,25 @@ def test_a_cached_in_memory_dataset_is_not_written_again(rd_cache, monkeypatch):
     assert again.root == first.root and again.version.hash == first.version.hash
     with pytest.raises(AssertionError, match="nothing should be written"):  # another version is written
         rd.ArrowShards.from_hf(datasets.Dataset.from_dict(mem_dict(salt="?")))
+
+
+def _from_hf_in_child(barrier, out, i):
+    barrier.wait()  # every process writes at the same moment
+    src = rd.ArrowShards.from_hf(datasets.Dataset.from_dict(mem_dict()))
+    out.put((i, str(src.root), src.version.hash, src.take(list(range(N))).to_pylist() == rows()))
+
+
+def test_concurrent_ranks_write_one_cache(rd_cache):
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    barrier, out = ctx.Barrier(3), ctx.Queue()
+    procs = [ctx.Process(target=_from_hf_in_child, args=(barrier, out, i)) for i in range(3)]
+    for p in procs:
+        p.start()
+    got = sorted(out.get(timeout=60) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert len({(root, h) for _, root, h, _ in got}) == 1 and all(ok for *_, ok in got)
+    assert [p.name for p in rd_cache.iterdir()] == [got[0][2]]  # one directory, no temporaries left
