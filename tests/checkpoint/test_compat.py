@@ -268,3 +268,11 @@ def test_transition_rule_recovery_spec_change(ckpt, data_dir, tmp_path):
     with pytest.raises(rd.CompatibilityError, match=r"recovery_spec\.eta: saved 0\.5 vs current 0\.25"):
         r.raise_if_refused()
     assert rd.check_compatible(saved, cur, "optimizer_reset").ok
+
+
+def test_parameter_dtype_change_is_a_weights_refusal(ckpt, data_dir, tmp_path):
+    o = _fresh(data_dir, tmp_path)
+    o.model.double()  # same names and shapes, another dtype: the saved moments and weights would be cast
+    for label in rd.RecoveryLabel:
+        msg = _refused(o, ckpt, label)
+        assert "[error] model.parameters.fc1.weight.dtype: saved 'float32' vs current 'float64' (weights)" in msg, msg
