@@ -7,7 +7,8 @@
   counts to ``tests/reliability/.last_run.json`` (keyed by the run's id, under a file lock), so
   the file holds the whole run's totals once the last worker ends. ``-rA`` also shows each
   test's own printed count.
-* ``RD_RELIABILITY_SCALE`` (default 10) multiplies the size of the ``slow`` (nightly) variants.
+* ``RD_RELIABILITY_SCALE`` (default 10) multiplies the size of the ``slow`` (long) variants, which
+  ``make test`` runs and ``make test-quick`` leaves out.
 """
 
 from __future__ import annotations
