@@ -261,8 +261,12 @@ def _in_memory_shards(dataset: Any, hash: str, cache_dir: str | os.PathLike | No
 
 
 def _place(tmp: Path, target: Path, fresh: DatasetVersion, shown: str) -> None:
-    """Move the pinned ``tmp`` to ``target``, or check that ``target`` already holds ``fresh``."""
-    for _ in range(2):  # a second look when a concurrent caller created target meanwhile
+    """Move the pinned ``tmp`` to ``target``, or check that ``target`` already holds ``fresh``.
+
+    Safe against concurrent callers: ``os.rename`` of a directory onto a missing or empty one is
+    atomic and fails on a non-empty one, and a directory renamed into place already holds its
+    manifest, so a target that turns out non-empty is looked at again before any verdict."""
+    for _ in range(3):
         if (target / MANIFEST_NAME).is_file():
             held = DatasetVersion.load(target)
             if held.hash != fresh.hash:
@@ -274,17 +278,16 @@ def _place(tmp: Path, target: Path, fresh: DatasetVersion, shown: str) -> None:
                     "pass another cache_dir for this dataset, or delete that directory if its "
                     "version is no longer needed"))
             return
-        if target.is_dir() and any(target.iterdir()):
-            raise ConfigError(describe(
-                "cache_dir", shown, f"a new or empty directory (or one written by from_hf); {target} "
-                f"holds other files and no {MANIFEST_NAME}",
-                "pass a new directory: nothing in it is overwritten"))
         try:
-            if target.is_dir():
-                target.rmdir()  # empty
-            os.rename(tmp, target)
+            os.rename(tmp, target)  # onto a missing or empty directory: atomic
             return
         except OSError:
-            continue  # another process placed it first: compare on the next pass
+            if (target / MANIFEST_NAME).is_file():
+                continue  # another process placed it first: compare on the next pass
+            if target.is_dir() and any(target.iterdir()):
+                raise ConfigError(describe(
+                    "cache_dir", shown, f"a new or empty directory (or one written by from_hf); {target} "
+                    f"holds other files and no {MANIFEST_NAME}",
+                    "pass a new directory: nothing in it is overwritten")) from None
     raise ConfigError(describe("cache_dir", shown, f"a directory this process can create ({target})",
                                "check permissions, or pass another cache_dir"))
