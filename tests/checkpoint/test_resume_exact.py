@@ -69,25 +69,16 @@ def _check(reference, results, logs, stops, *, rewind):
         assert log == reference["metrics"], stop
 
 
-def test_save_gradients_policy_is_bit_exact(reference, restored):
-    results, logs = restored["save"]
-    _check(reference, results, logs, SAVE_STOPS, rewind=False)
-
-
-def test_rewind_policy_is_bit_exact(reference, restored):
-    results, logs = restored["rewind"]
-    _check(reference, results, logs, REWIND_STOPS, rewind=True)
-
-
-def test_packed_save_gradients_policy_is_bit_exact(packed_reference, restored):
-    results, logs = restored["packed-save"]
-    _check(packed_reference, results, logs, PACKED_SAVE_STOPS, rewind=False)
-
-
-def test_packed_rewind_policy_is_bit_exact(packed_reference, restored):
-    # the stop at 31 rewinds across the epoch boundary at 30, to the window start at 28
-    results, logs = restored["packed-rewind"]
-    _check(packed_reference, results, logs, PACKED_REWIND_STOPS, rewind=True)
+@pytest.mark.parametrize("run, ref, stops, rewind", [
+    ("save", "reference", SAVE_STOPS, False),
+    ("rewind", "reference", REWIND_STOPS, True),
+    ("packed-save", "packed_reference", PACKED_SAVE_STOPS, False),
+    # the packed stop at 31 rewinds across the epoch boundary at 30, to the window start at 28
+    ("packed-rewind", "packed_reference", PACKED_REWIND_STOPS, True),
+])
+def test_accumulation_policy_is_bit_exact(request, restored, run, ref, stops, rewind):
+    results, logs = restored[run]
+    _check(request.getfixturevalue(ref), results, logs, stops, rewind=rewind)
 
 
 def test_packed_run_differs_from_the_unpacked_one(reference, packed_reference):

@@ -7,7 +7,6 @@ launcher of ``_workers`` is reused); tensors come back as NumPy arrays.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -133,10 +132,8 @@ def task_fsdp(rank, world, data_dir, stop, load=None, save=None):
     if load is not None:
         msd, osd = get_state_dict(model, opt)  # sharded templates for this world size
         sd = {"model": msd, "optim": osd, "loader": loader}
-        t0 = time.perf_counter()
         dcp.load(sd, checkpoint_id=load)
         set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
-        out["t_load"] = time.perf_counter() - t0
         out["label"] = loader.recovery_label.value
         out["start"] = loader.cursor.committed
         out["loaded"] = full_state(model, opt)
@@ -146,9 +143,7 @@ def task_fsdp(rank, world, data_dir, stop, load=None, save=None):
     out["state"] = loader.state_dict()
     if save is not None:
         msd, osd = get_state_dict(model, opt)
-        t0 = time.perf_counter()
         dcp.save({"model": msd, "optim": osd, "loader": loader}, checkpoint_id=save)
-        out["t_save"] = time.perf_counter() - t0
     return out
 
 

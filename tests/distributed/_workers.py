@@ -265,23 +265,6 @@ def task_dcp(rank, world, slice_dir, ckpt_dir):
     assert s.cursor.committed == 5 and s.counters.skipped_steps == 2
     assert [x[:2] for x in s.state_dict()["skipped"]] == [[9, 10], [3, 5]]
 
-    # timings: the loader state alone vs a small model alone (median of 3)
-    def timed(fn):
-        ts = []
-        for k in range(3):
-            if dist_on:
-                torch.distributed.barrier()
-            t0 = time.perf_counter()
-            fn(k)
-            ts.append(time.perf_counter() - t0)
-        return sorted(ts)[1]
-
-    out["t_save_loader"] = timed(lambda k: dcp.save({"loader": a}, checkpoint_id=f"{ckpt_dir}/t-loader{k}"))
-    out["t_load_loader"] = timed(lambda k: dcp.load({"loader": loader()}, checkpoint_id=f"{ckpt_dir}/t-loader{k}"))
-    msd = {"model": model.state_dict()}
-    out["t_save_model"] = timed(lambda k: dcp.save(msd, checkpoint_id=f"{ckpt_dir}/t-model{k}"))
-    out["t_load_model"] = timed(lambda k: dcp.load({"model": model2.state_dict()}, checkpoint_id=f"{ckpt_dir}/t-model{k}"))
-    out["model_params"] = sum(p.numel() for p in model.parameters())
     return out
 
 
