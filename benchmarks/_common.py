@@ -19,6 +19,11 @@ QUICK = "--quick" in sys.argv[1:]
 RESULTS = Path(__file__).resolve().parent / "results" / ("quick" if QUICK else "")
 
 
+def summarize(xs: list[float]) -> dict[str, float]:
+    """Median, min, max and count of repeated measurements."""
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "runs": len(xs)}
+
+
 def timed(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> dict[str, float]:
     """Seconds per call of ``fn``: median, min and max over ``repeats`` runs after ``warmup``."""
     for _ in range(warmup):
@@ -28,7 +33,7 @@ def timed(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> dict[s
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return {"median": statistics.median(times), "min": min(times), "max": max(times), "runs": repeats}
+    return summarize(times)
 
 
 def machine() -> dict[str, str]:

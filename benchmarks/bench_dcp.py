@@ -16,15 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import socket
-import statistics
 import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
 
-from benchmarks._common import machine, write_results
+from benchmarks._common import machine, summarize, write_results
 
 WORLDS = (1, 2, 4)
 G = 12  # global batch
@@ -134,9 +132,8 @@ def _rank(rank: int, world: int, port: int, data: str, workdir: str, repeats: in
                     times[op].append(max(slowest))
         assert torch.equal(model2.weight, model.weight)
         if rank == 0:
-            with open(Path(workdir) / "times.pkl", "wb") as f:
-                pickle.dump({"times": times, "state_bytes": state_bytes,
-                             "model_params": sum(p.numel() for p in model.parameters())}, f)
+            (Path(workdir) / "times.json").write_text(json.dumps({
+                "times": times, "state_bytes": state_bytes, "model_params": sum(p.numel() for p in model.parameters())}))
     finally:
         dist.destroy_process_group()
 
@@ -149,10 +146,8 @@ def measure(world: int, data: Path, repeats: int) -> dict:
         mp.start_processes(_rank, args=(world, _free_port(), str(data), workdir, repeats), nprocs=world,
                            join=True, start_method="spawn")
         wall = time.perf_counter() - t0
-        with open(Path(workdir) / "times.pkl", "rb") as f:
-            out = pickle.load(f)
-    ms = {op: {"median": statistics.median(ts) * 1e3, "min": min(ts) * 1e3, "max": max(ts) * 1e3, "runs": len(ts)}
-          for op, ts in out["times"].items()}
+        out = json.loads((Path(workdir) / "times.json").read_text())
+    ms = {op: summarize([t * 1e3 for t in ts]) for op, ts in out["times"].items()}
     return {"ms": ms, "state_bytes": out["state_bytes"], "model_params": out["model_params"], "wall_s": wall}
 
 

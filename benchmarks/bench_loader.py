@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import RESULTS, write_results
+from benchmarks._common import RESULTS, summarize, write_results
 from benchmarks.data import ensure, records_for
 
 BATCH = 256
@@ -374,8 +374,7 @@ def same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def stats(xs: list[float]) -> dict:
-    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "runs": len(xs)}
+stats = summarize
 
 
 def run_ceiling(n: int, paths: dict, batches: int, reps: int, warm: int) -> dict:

@@ -18,10 +18,9 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import statistics
 import time
 
-from benchmarks._common import write_results
+from benchmarks._common import summarize, write_results
 from benchmarks.data import shards_dir
 
 G = 256
@@ -54,10 +53,6 @@ def measure(path: str, world: int, steps: int) -> tuple[float, list[float]]:
     return steps * G / max(times.values()), [steps * (G // world) / times[r] for r in range(world)]
 
 
-def _stats(xs: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
-
-
 def _k(x: float) -> str:
     return f"{x / 1e3:,.0f}k"
 
@@ -78,8 +73,8 @@ def main(argv: list[str] | None = None) -> dict:
     res = {}
     for world, runs in by_world.items():
         agg = [a for a, _ in runs]
-        res[world] = {**_stats(agg), "per_rank": _stats([a / world for a in agg]),
-                      "rank_own": [_stats([own[r] for _, own in runs]) for r in range(world)]}
+        res[world] = {**summarize(agg), "per_rank": summarize([a / world for a in agg]),
+                      "rank_own": [summarize([own[r] for _, own in runs]) for r in range(world)]}
     base = res[1]["median"]
     md = "\n".join([
         "| ranks (processes) | aggregate samples/s | vs 1 rank | ideal on 2 cores "

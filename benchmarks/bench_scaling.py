@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 import resumable_data as rd
-from benchmarks._common import RESULTS, timed, write_results
+from benchmarks._common import RESULTS, summarize, timed, write_results
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -80,7 +79,7 @@ def interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str,
             fn()
             if r:
                 times[k].append(time.perf_counter() - t0)
-    return {k: {"median": statistics.median(v), "min": min(v), "max": max(v), "runs": len(v)} for k, v in times.items()}
+    return {k: summarize(v) for k, v in times.items()}
 
 
 def _ms(t: dict) -> str:
@@ -113,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
         t = interleaved({"fresh": lambda src=src: first_batch(src, None),
                          "resumed": lambda src=src, state=state: first_batch(src, state)}, repeats)
         rows.append({"records": n, "bytes": sum(p.stat().st_size for p in root.glob("*.arrow")),
-                     "pin_s": {"median": statistics.median(pins), "min": min(pins), "max": max(pins), "runs": 3},
+                     "pin_s": summarize(pins),
                      "open_s": opened, "anon_mb_after_first_batch": mem[0], "file_mb_after_first_batch": mem[1], "state_bytes": len(json.dumps(state)),
                      "fresh_ttfb_s": t["fresh"], "resume_ttfb_s": t["resumed"]})
     src = rd.ArrowShards(build(sizes[-1]))
