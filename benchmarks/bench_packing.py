@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> dict:
         for seq in (10, target):
             step = seq // 8
             state = probe.state_dict()
-            epoch, first = probe._stream.locate(step, probe._ledger)  # setup, not timed
+            epoch, first = probe._ledger.locate(step)  # setup, not timed
             state["cursor"] = {"committed": step, "delivered": step, "fetched": step}
             state["epoch_base"] = [epoch, first]
             states[seq] = state

@@ -83,14 +83,16 @@ def _kv(out: list[str], key: str, value: Any) -> None:
 def _run_inspect(args: argparse.Namespace) -> int:
     from resumable_data.checkpoint.inventory import Inventory
     from resumable_data.checkpoint.store import read_checkpoint
+    from resumable_data.checkpoint.status import CheckpointStatus
+    from resumable_data.loader.state import LoaderState
     from resumable_data.loader.stream import describe_step, stream_from_state
-    from resumable_data.plan import Plan, Sharding
+    from resumable_data.plan import Sharding
 
     raw = read_checkpoint(args.checkpoint, args.step)
     meta = raw.meta
     out: list[str] = []
     _kv(out, "checkpoint", f"{raw.path} (step {raw.step}, id {raw.checkpoint_id})")
-    status: dict[str, Any] = {}
+    status = CheckpointStatus()
     status_ok = 0
     if meta is not None:
         status = meta.status
@@ -99,36 +101,34 @@ def _run_inspect(args: argparse.Namespace) -> int:
         _kv(out, "software", ", ".join(f"{k} {v}" for k, v in sorted(meta.software.items())))
         if meta.scheduler:
             _kv(out, "scheduler", f"{meta.scheduler['type']} (one step = one {meta.scheduler['convention']})")
-    if "counters" in status:
-        c = status["counters"]
-        _kv(out, "counters", ", ".join(f"{k}={v}" for k, v in c.items()))
-    if "cursor" in status:
-        cur = status["cursor"]
-        _kv(out, "cursor", f"committed={cur['committed']} delivered={cur['delivered']} fetched={cur['fetched']}")
-    acc = status.get("accumulation")
-    if acc:
-        where = "inside an accumulation window" if acc.get("mid_window") else "at an update boundary"
+    if status.counters is not None:
+        _kv(out, "counters", ", ".join(f"{k}={v}" for k, v in status.counters.items()))
+    if status.cursor is not None:
+        cur = status.cursor
+        _kv(out, "cursor", f"committed={cur.committed} delivered={cur.delivered} fetched={cur.fetched}")
+    acc = status.accumulation
+    if acc is not None:
+        where = "inside an accumulation window" if acc.mid_window else "at an update boundary"
         how = ""
-        if acc.get("mid_window"):
-            how = "; gradients saved, the window continues" if not acc.get("rewound") else \
-                f"; the loader repeats the window's {acc.get('uncommitted')} microbatch(es)"
-        micro = acc.get("microstep")
-        micro = "none pending" if micro is None else micro
-        _kv(out, "microstep", f"{micro} ({where}, policy {acc.get('policy')}{how})")
+        if acc.mid_window:
+            how = "; gradients saved, the window continues" if not acc.rewound else \
+                f"; the loader repeats the window's {acc.uncommitted} microbatch(es)"
+        micro = "none pending" if acc.microstep is None else acc.microstep
+        _kv(out, "microstep", f"{micro} ({where}, policy {acc.policy}{how})")
     data = meta.data if meta is not None else None
-    if data is not None and status.get("next_step") is not None:
-        plan = Plan.from_dict(data["plan"], "meta.data.plan")
-        step = int(status["next_step"])
-        world = data["layout"].get("world_size")
+    if data is not None and status.next_step is not None:
+        saved = LoaderState.from_fingerprint(data, status.epoch_base or (0, 0))
+        plan = saved.plan
+        step = status.next_step
+        world = saved.layout.world_size
         source = None
-        if data.get("packing") is not None and args.data is not None:
+        if saved.packing is not None and args.data is not None:
             from resumable_data.sources import ArrowShards
 
             source = ArrowShards(args.data)
-        state = {**data, "epoch_base": status.get("epoch_base", [0, 0])}
-        stream, ledger = stream_from_state(state, source)
+        stream, ledger = stream_from_state(saved, source)
         if stream is None:
-            _kv(out, "next step", f"{step} (packed sequences, epoch >= {state['epoch_base'][0]}; pass --data DIR "
+            _kv(out, "next step", f"{step} (packed sequences, epoch >= {saved.epoch_base[0]}; pass --data DIR "
                                   "to resolve its sequences and documents)")
         else:
             info = describe_step(stream, ledger, Sharding(), step)
@@ -143,14 +143,14 @@ def _run_inspect(args: argparse.Namespace) -> int:
             status_ok = _check_data(out, args.data, plan.version_hash, args.verify)
         else:
             _kv(out, "dataset", f"pinned version {plan.version_hash} (pass --data DIR to check the files)")
-    if "next_lr" in status and meta is not None and meta.optimizer:
+    if status.next_lr is not None and meta is not None and meta.optimizer:
         groups = meta.optimizer.get("param_groups", [])
         _kv(out, "optimizer", meta.optimizer.get("type"))
-        for i, lr in enumerate(status["next_lr"]):
+        for i, lr in enumerate(status.next_lr):
             size = len(groups[i]["params"]) if i < len(groups) else "?"
             _kv(out, f"  next lr, group {i}", f"{lr!r} ({size} parameters)")
-    if "scale" in status:
-        _kv(out, "grad scaler scale", status["scale"])
+    if status.scale is not None:
+        _kv(out, "grad scaler scale", status.scale)
     if args.against is not None:
         if meta is None:
             raise ConfigError(describe("checkpoint", str(raw.path), "a checkpoint with metadata (meta.json)",

@@ -12,6 +12,7 @@ __all__ = [
     "DatasetIntegrityError",
     "ResumableDataError",
     "ResumeError",
+    "UsageError",
     "WorkerError",
     "describe",
 ]
@@ -31,6 +32,11 @@ class DatasetIntegrityError(ResumableDataError):
 
 class ResumeError(ResumableDataError):
     """A saved state cannot be restored faithfully (or is malformed); nothing was changed."""
+
+
+class UsageError(ResumableDataError, RuntimeError):
+    """An rd object was used out of order (``commit()`` with nothing delivered, a superseded
+    iterator); the object's state is unchanged."""
 
 
 class WorkerError(ResumableDataError, RuntimeError):

@@ -18,6 +18,7 @@ from resumable_data._schema import coerce_enum, expect_header, expect_int, expec
 from resumable_data.checkpoint.compat import CompatibilityReport, check_compatible
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.checkpoint.meta import CheckpointMeta, new_id
+from resumable_data.checkpoint.status import CheckpointStatus
 from resumable_data.errors import ConfigError, describe
 from resumable_data.labels import RecoveryLabel
 
@@ -65,7 +66,7 @@ class QuadraticDescent:
             optimizer={"type": "resumable_data.instrument.QuadraticDescent",
                        "param_groups": [{"params": ["x"], "base_lr": self.eta}]},
             recovery_spec={"objective": "x^2/2", "update": "x - eta * x", "eta": self.eta},
-            status={"k": self.k, "x": self.x},
+            status=CheckpointStatus(extra={"k": self.k, "x": self.x}),
         )
 
     def state_dict(self) -> dict[str, Any]:

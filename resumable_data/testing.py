@@ -59,6 +59,7 @@ import xxhash
 from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, describe
 from resumable_data.plan import Sharding, ShardingPolicy
+from resumable_data.loader.state import CommitMode, LoaderState
 
 __all__ = ["Divergence", "ResumeReport", "assert_resumes", "batch_digests", "check_resume"]
 
@@ -194,8 +195,7 @@ class _Run:
 
     @property
     def explicit(self) -> bool:
-        mode = getattr(self.loaders[0], "_commit_mode", None)
-        return mode is not None and mode.value == "explicit"
+        return self.loaders[0].snapshot().commit is CommitMode.EXPLICIT
 
     def step(self) -> list[dict[str, str]]:
         out = []
@@ -249,8 +249,8 @@ class _Run:
             lead = self.loaders[0].cursor
             for r, loader in enumerate(self.loaders[1:], 1):  # the other ranks follow rank 0's choice
                 s = states[r % len(states)]
-                c = s["cursor"]
-                loader.load_state_dict(s, on_uncommitted="repeat" if c["delivered"] > c["committed"] else None,
+                uncommitted = LoaderState.from_dict(s).uncommitted
+                loader.load_state_dict(s, on_uncommitted="repeat" if uncommitted else None,
                                        allow_unpinned=spec.allow_unpinned)
                 for _ in range(lead.delivered - loader.cursor.delivered):
                     _next_batch(self.iters, r, loader)
@@ -263,8 +263,8 @@ class _Run:
 
             self.fstate = read_checkpoint(saved["checkpoint"]).tree["state"]
             self.committed = copy.deepcopy(self.fstate)
-        cursor = states[0]["cursor"]
-        return cursor["committed"] if spec.on_uncommitted == "repeat" else cursor["delivered"]
+        cursor = LoaderState.from_dict(states[0]).cursor
+        return cursor.committed if spec.on_uncommitted == "repeat" else cursor.delivered
 
     def close(self) -> None:
         for it in self.iters:

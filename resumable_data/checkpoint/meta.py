@@ -32,6 +32,7 @@ import xxhash
 
 from resumable_data._schema import expect_enum, expect_header, expect_mapping, expect_str
 from resumable_data.checkpoint.errors import CheckpointError
+from resumable_data.checkpoint.status import CheckpointStatus
 from resumable_data.errors import ConfigError, describe
 from resumable_data.labels import RecoveryLabel
 
@@ -232,11 +233,14 @@ class CheckpointMeta:
     layout: dict = field(default_factory=lambda: {"world_size": 1})
     software: dict = field(default_factory=software_versions)
     recovery_spec: dict | None = None
-    status: dict = field(default_factory=dict)
+    status: CheckpointStatus = field(default_factory=CheckpointStatus)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "recovery_label", expect_enum(self.recovery_label, RecoveryLabel, "recovery_label",
                                                                error=ConfigError))
+        if not isinstance(self.status, CheckpointStatus):
+            raise ConfigError(describe("status", type(self.status).__name__, "an rd CheckpointStatus",
+                                       "pass CheckpointStatus(...) (extra= for progress rd does not know)"))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -257,7 +261,7 @@ class CheckpointMeta:
             K_LAYOUT: self.layout,
             K_SOFTWARE: self.software,
             K_SPEC: self.recovery_spec,
-            K_STATUS: self.status,
+            K_STATUS: self.status.to_dict(),
         }
 
     @classmethod
@@ -293,7 +297,7 @@ class CheckpointMeta:
             model=opt_dict(K_MODEL), feature_schema=opt_dict(K_FEATURES), optimizer=opt_dict(K_OPTIMIZER),
             scheduler=opt_dict(K_SCHEDULER), scaler=opt_dict(K_SCALER), ema=opt_dict(K_EMA), callbacks=list(callbacks),
             data=opt_dict(K_DATA), layout=d[K_LAYOUT], software=d[K_SOFTWARE], recovery_spec=opt_dict(K_SPEC),
-            status=d[K_STATUS],
+            status=CheckpointStatus.from_dict(d[K_STATUS], "meta.status"),
         )
 
 

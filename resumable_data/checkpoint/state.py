@@ -86,6 +86,7 @@ from resumable_data.checkpoint.meta import (
     software_versions,
 )
 from resumable_data.checkpoint.metrics import MetricLog
+from resumable_data.checkpoint.status import AccumulationStatus, CheckpointStatus
 from resumable_data.checkpoint.optim import (
     dense_optimizer_state,
     group_settings,
@@ -96,6 +97,8 @@ from resumable_data.checkpoint.optim import (
 )
 from resumable_data.errors import ConfigError, describe
 from resumable_data.labels import RecoveryLabel
+from resumable_data.loader.protocol import ResumableLoader
+from resumable_data.loader.state import CommitMode, LoaderState
 
 __all__ = ["STATE_FORMAT", "STATE_SCHEMA_VERSION", "AccumulationPolicy", "NewRankRNG", "TrainingState"]
 
@@ -165,6 +168,9 @@ class TrainingState:
                                        "pass model= (optimizer state is keyed by parameter name)"))
         if scheduler is not None and optimizer is None:
             raise ConfigError(describe("optimizer", None, "the optimizer the scheduler drives", "pass optimizer="))
+        if loader is not None and not isinstance(loader, ResumableLoader):
+            raise ConfigError(describe("loader", type(loader).__name__, "an rd.DataLoader (the rd.ResumableLoader "
+                                       "protocol: cursor, snapshot(), state_dict(), ...)", "pass the rd.DataLoader"))
         for name, obj in (("scheduler", scheduler), ("scaler", scaler), ("loader", loader), ("ema", ema),
                           ("metrics", metrics)):
             if obj is not None and not _has_state(obj):
@@ -191,9 +197,9 @@ class TrainingState:
         self.recovery_label = RecoveryLabel.FAITHFUL_CONTINUATION
         self.last_report: CompatibilityReport | None = None
         self._names = param_fqns(("", model)) if model is not None else {}
-        ls = loader.state_dict() if loader is not None else None  # (commit="auto": commits what was delivered)
-        self._k = int(ls["accumulation_steps"]) if ls else 1
-        self._explicit = bool(ls and ls["commit"] == "explicit")
+        snap = loader.snapshot() if loader is not None else None  # changes nothing, in any commit mode
+        self._k = snap.accumulation_steps if snap is not None else 1
+        self._explicit = snap is not None and snap.commit is CommitMode.EXPLICIT
         self._window: dict[str, Any] | None = None
         if loader is None or not self._mid_window():
             self.mark_window_start()
@@ -220,12 +226,6 @@ class TrainingState:
     def _committed(self) -> int | None:
         return None if self.loader is None else int(self.loader.cursor.committed)
 
-    def _loader_facts(self) -> dict[str, Any] | None:
-        if self.loader is None:
-            return None
-        c = self.loader.cursor
-        return {"committed": c.committed, "delivered": c.delivered, "uncommitted": c.delivered - c.committed}
-
     def _mid_window(self) -> bool:
         """Inside an accumulation window: delivered microbatches whose update has not happened."""
         if self.loader is None:
@@ -236,8 +236,8 @@ class TrainingState:
         return c.delivered > 0 and (int(self.loader.microstep) + 1) % self._k != 0
 
     # -- metadata ---------------------------------------------------------------------------------
-    def meta(self, *, checkpoint_id: str | None = None, loader_state: dict | None = None,
-             status: dict | None = None) -> CheckpointMeta:
+    def meta(self, *, checkpoint_id: str | None = None, loader_state: LoaderState | None = None,
+             status: CheckpointStatus | None = None) -> CheckpointMeta:
         """This run's :class:`CheckpointMeta` (what a checkpoint of it would record)."""
         model = module_meta(self.model, self.config) if self.model is not None else None
         opt = None
@@ -261,10 +261,8 @@ class TrainingState:
         data = None
         world = 1
         if self.loader is not None:
-            ls = loader_state if loader_state is not None else self.loader.state_dict()
-            data = {"plan": ls["plan"], "layout": ls["layout"], "elastic": ls["elastic"], "commit": ls["commit"],
-                    "accumulation_steps": ls["accumulation_steps"], "packing": ls["packing"], "pinned": ls["pinned"],
-                    "sampler": ls["sampler"]}
+            snap = loader_state if loader_state is not None else self.loader.snapshot()
+            data = snap.fingerprint_dict()
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             world = torch.distributed.get_world_size()
         return CheckpointMeta(
@@ -275,7 +273,7 @@ class TrainingState:
             optimizer=opt, scheduler=sched, scaler=scaler, ema=ema, callbacks=sorted(self.callbacks), data=data,
             layout={"world_size": world}, software=software_versions(),
             recovery_spec=json.loads(json.dumps(self.recovery_spec)) if self.recovery_spec is not None else None,
-            status=status or {},
+            status=status or CheckpointStatus(),
         )
 
     def check(self, saved_meta: CheckpointMeta | dict, label: RecoveryLabel | str = L.FAITHFUL_CONTINUATION
@@ -299,14 +297,14 @@ class TrainingState:
     def _tree(self, checkpoint_id: str | None, *, dcp: bool, placeholders: bool = True) -> dict[str, Any]:
         """The state tree; ``placeholders=False`` (verification) names stateless optimizer parameters
         without the placeholder step (the oracles do not digest placeholders)."""
-        loader_state = self.loader.state_dict() if self.loader is not None else None
+        snap = self.loader.snapshot() if self.loader is not None else None
         mid = self._mid_window()
-        rewind = mid and self.accumulation is AccumulationPolicy.REWIND and self.loader is not None
+        rewind = mid and self.accumulation is AccumulationPolicy.REWIND and snap is not None
         if rewind:
-            if loader_state["commit"] != "explicit":
+            if snap.commit is not CommitMode.EXPLICIT:
                 raise CheckpointError(describe("accumulation", "rewind", "a loader built with commit='explicit'",
                                                "pass commit='explicit' to rd.DataLoader, or accumulation='save_gradients'"))
-            if self._window is None or self._window["committed"] != loader_state["cursor"]["committed"]:
+            if self._window is None or self._window["committed"] != snap.cursor.committed:
                 raise CheckpointError(describe("accumulation", "rewind",
                                                "a window-start snapshot for the current window",
                                                "commit with state.commit(applied) instead of loader.commit(), or call "
@@ -335,12 +333,11 @@ class TrainingState:
             modes[K_MODEL] = module_modes(self.model)
         if isinstance(self.ema, torch.nn.Module):
             modes[K_EMA] = module_modes(self.ema)
-        facts = self._loader_facts()
-        accumulation = {"policy": self.accumulation.value, "mid_window": bool(mid), "rewound": bool(rewind),
-                        "microstep": int(self.loader.microstep) if self.loader is not None and mid else None,
-                        "uncommitted": facts["uncommitted"] if facts else 0}
-        if dcp:
-            accumulation["gradients"] = grad_names
+        acc = AccumulationStatus(self.accumulation.value, bool(mid), bool(rewind),
+                                 int(self.loader.microstep) if self.loader is not None and mid else None,
+                                 snap.uncommitted if snap is not None else 0,
+                                 tuple(grad_names) if dcp else None)
+        accumulation = acc.to_dict()
         state = {
             K_FORMAT: STATE_FORMAT,
             K_SCHEMA: STATE_SCHEMA_VERSION,
@@ -350,7 +347,7 @@ class TrainingState:
                 else optimizer_state(self.optimizer, self._names)),
             K_SCHEDULER: self.scheduler.state_dict() if self.scheduler is not None else None,
             K_SCALER: self.scaler.state_dict() if self.scaler is not None else None,
-            K_LOADER: loader_state,
+            K_LOADER: snap.to_dict() if snap is not None else None,
             K_EMA: self.ema.state_dict() if self.ema is not None else None,
             K_CALLBACKS: {k: cb.state_dict() for k, cb in self.callbacks.items()},
             K_RNG: rng,
@@ -359,10 +356,10 @@ class TrainingState:
             K_ACCUMULATION: accumulation,
             K_METRICS: self.metrics.state_dict() if self.metrics is not None else None,
         }
-        next_step = self._next_step(loader_state, rewound=rewind)
+        next_step = snap.next_step(rewound=rewind) if snap is not None else None
         state[K_ORACLES] = self._oracles(state, next_step)
-        state[K_META] = self.meta(checkpoint_id=checkpoint_id, loader_state=loader_state,
-                                  status=self._status(loader_state, accumulation, next_step)).to_dict()
+        state[K_META] = self.meta(checkpoint_id=checkpoint_id, loader_state=snap,
+                                  status=self._status(snap, acc, next_step)).to_dict()
         return state
 
     def _grad_slots(self) -> bool:
@@ -373,36 +370,24 @@ class TrainingState:
             return True
         return self.accumulation is AccumulationPolicy.SAVE_GRADIENTS and (self._k > 1 or self._explicit)
 
-    def _next_step(self, loader_state: dict | None, *, rewound: bool) -> int | None:
-        if loader_state is None:
-            return None
-        c = loader_state["cursor"]
-        step = c["committed"] if rewound else c["delivered"]
-        moved = True
-        while moved:
-            moved = False
-            for start, stop, _ in loader_state["skipped"]:
-                if start <= step < stop:
-                    step, moved = stop, True
-        return step
-
-    def _status(self, loader_state: dict | None, accumulation: dict, next_step: int | None) -> dict[str, Any]:
-        st: dict[str, Any] = {"accumulation": accumulation}
-        if self.loader is not None:
-            st["cursor"] = loader_state["cursor"]
-            st["epoch_base"] = loader_state["epoch_base"]
-            st["counters"] = dict(vars(self.loader.counters)) if hasattr(self.loader.counters, "__dict__") else {}
-            st["next_step"] = next_step
+    def _status(self, snap: LoaderState | None, accumulation: AccumulationStatus,
+                next_step: int | None) -> CheckpointStatus:
+        lr = sched = scale = modes = None
         if self.optimizer is not None:
-            st["next_lr"] = [None if g.get("lr") is None else float(g["lr"]) for g in self.optimizer.param_groups]
+            lr = tuple(None if g.get("lr") is None else float(g["lr"]) for g in self.optimizer.param_groups)
         if self.scheduler is not None:
-            st["scheduler_last_epoch"] = int(getattr(self.scheduler, "last_epoch", -1))
+            sched = int(getattr(self.scheduler, "last_epoch", -1))
         if self.scaler is not None:
-            sd = self.scaler.state_dict()
-            st["scale"] = sd.get("scale")
+            scale = self.scaler.state_dict().get("scale")
         if self.model is not None:
-            st["modes"] = {"training": sum(module_modes(self.model).values()), "modules": len(module_modes(self.model))}
-        return st
+            m = module_modes(self.model)
+            modes = {"training": sum(m.values()), "modules": len(m)}
+        return CheckpointStatus(
+            accumulation=accumulation, cursor=snap.cursor if snap is not None else None,
+            epoch_base=snap.epoch_base if snap is not None else None,
+            counters=snap.counter_view().to_dict() if snap is not None else None,
+            next_step=next_step, next_lr=lr, scheduler_last_epoch=sched, scale=scale, modes=modes,
+        )
 
     # -- oracles ----------------------------------------------------------------------------------
     def _oracles(self, state: dict[str, Any], next_step: int | None) -> dict[str, str]:

@@ -1,20 +1,42 @@
-"""The torch layer: the drop-in DataLoader, the commit protocol, per-sample randomness."""
+"""The torch layer: the drop-in DataLoader, the commit protocol, per-sample randomness.
 
-from resumable_data.loader.context import BatchContext, SampleContext, batch_context, sample_context
-from resumable_data.loader.dataloader import CounterView, DataLoader
-from resumable_data.loader.state import CommitMode, Cursor, LoaderState, OnUncommitted
-from resumable_data.loader.translate import PositionalSampler
+Names load lazily, so the torch-free modules of this layer (``config``, ``ledger``, ``state``,
+``protocol``) can be imported and tested without importing torch."""
 
-__all__ = [
-    "BatchContext",
-    "CommitMode",
-    "CounterView",
-    "Cursor",
-    "DataLoader",
-    "LoaderState",
-    "OnUncommitted",
-    "PositionalSampler",
-    "SampleContext",
-    "batch_context",
-    "sample_context",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_NAMES = {
+    "BatchContext": "context",
+    "SampleContext": "context",
+    "batch_context": "context",
+    "sample_context": "context",
+    "DataLoader": "dataloader",
+    "CounterView": "state",
+    "CommitMode": "state",
+    "Cursor": "state",
+    "LoaderState": "state",
+    "OnUncommitted": "state",
+    "LoaderConfig": "config",
+    "resolve_config": "config",
+    "ProgressLedger": "ledger",
+    "ResumableLoader": "protocol",
+    "PositionalSampler": "translate",
+}
+
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'resumable_data.loader' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"resumable_data.loader.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_NAMES))

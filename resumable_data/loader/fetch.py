@@ -8,16 +8,14 @@ timeouts and prefetch stay torch's own. Nothing here depends on the worker id or
 
 from __future__ import annotations
 
-import enum
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset, Sampler, get_worker_info
-from torch.utils.data._utils.collate import default_collate, default_convert
 
 from resumable_data.loader.collate import arrow_to_numpy, to_torch
+from resumable_data.loader.config import FetchMode, LoaderConfig
 from resumable_data.loader.context import (
     BatchContext,
     GlobalRNGGuard,
@@ -28,19 +26,12 @@ from resumable_data.loader.context import (
     reset_sample,
     seed_globals,
 )
+from resumable_data.loader.torch_compat import default_collate, default_convert
 from resumable_data.loader.packed import pack_sequences, packed_tokens
-from resumable_data.plan import Plan, Sharding, sample_keys
+from resumable_data.plan import sample_keys
+from resumable_data.plan.packing import PackMode, best_fit_bins
 
-__all__ = ["FetchMode", "NumpyBatch", "StepFetcher", "StepSampler"]
-
-
-class FetchMode(str, enum.Enum):
-    """How a batch of records is read from the dataset."""
-
-    ARROW = "arrow"  #: ``dataset.take(records)`` -> ``pyarrow.Table`` (rd.ArrowShards)
-    PACKED = "packed"  #: packed sequences from an rd.ArrowShards token column
-    GETITEMS = "getitems"  #: ``dataset.__getitems__(records)``, torch's batched protocol
-    GETITEM = "getitem"  #: ``dataset[record]`` per sample
+__all__ = ["FetchMode", "NumpyBatch", "StepFetcher", "StepSampler"]  # FetchMode: re-exported from .config
 
 
 class StepFetcher(Dataset):
@@ -48,35 +39,28 @@ class StepFetcher(Dataset):
     ``epoch``, which starts at step ``first``), as ``(step, batch, tokens, samples)``: tokens and
     samples count the whole global batch (all ranks), so every rank's counters agree."""
 
-    def __init__(
-        self,
-        dataset: Any,
-        plan: Plan,
-        sharding: Sharding,
-        *,
-        mode: FetchMode,
-        collate_fn: Callable | None,
-        arrow_collate: Callable | None,
-        seed_per_sample: bool,
-        token_column: str | None,
-        unbatched: bool,
-        records_fn: Callable[[np.ndarray], np.ndarray] | None = None,
-        stream: Any = None,
-        pin_memory: bool = False,
-    ) -> None:
+    def __init__(self, dataset: Any, config: LoaderConfig, stream: Any, *, pin_memory: bool = False) -> None:
         self.dataset = dataset
-        self.plan = plan
-        self.sharding = sharding
-        self.mode = mode
-        self.collate_fn = collate_fn
-        self.arrow_collate = arrow_collate
-        self.seed_per_sample = seed_per_sample
-        self.token_column = token_column
-        self.unbatched = unbatched
-        self.records_fn = records_fn
-        self.stream = stream
+        self.plan = config.plan
+        self.sharding = config.sharding
+        self.mode = config.mode
+        self.collate_fn = config.collate_fn
+        self.arrow_collate = config.arrow_collate
+        self.seed_per_sample = config.seed_per_sample
+        self.token_column = config.token_column
+        self.unbatched = config.unbatched
+        self.positional = config.positional
+        self.stream = stream if config.mode is FetchMode.PACKED else None
         self.pin_memory = pin_memory
         self._lengths: np.ndarray | None = None
+
+    def warm_up(self) -> None:
+        """Run the compiled kernels and the source's first gather once in this process, so that
+        forked workers inherit them instead of each paying the start-up (JIT cache, imports)."""
+        if self.mode in (FetchMode.ARROW, FetchMode.PACKED):
+            self.dataset.take(self.plan.records(np.zeros(1, dtype=np.int64)))
+        if self.stream is not None and self.stream.spec.mode is PackMode.BEST_FIT:
+            best_fit_bins(np.array([1, 1], dtype=np.int64), self.stream.spec)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_lengths": None}  # workers rebuild the length index themselves
@@ -85,7 +69,15 @@ class StepFetcher(Dataset):
         return self.plan.steps_per_epoch
 
     def records(self, positions: np.ndarray) -> np.ndarray:
-        return self.records_fn(positions) if self.records_fn is not None else self.plan.records(positions)
+        """Record ids at stream ``positions``: the plan's order, or the user's positional sampler."""
+        if self.positional is None:
+            return self.plan.records(positions)
+        epochs, offsets = np.divmod(positions, self.plan.epoch_len)
+        out = np.empty_like(positions)
+        for e in np.unique(epochs):
+            sel = epochs == e
+            out[sel] = np.asarray(self.positional.indices(int(e), offsets[sel]), dtype=np.int64)
+        return out
 
     def __getitem__(self, request: tuple[int, int, int]) -> tuple[int, Any, int, int]:
         step, epoch, first = request
@@ -197,29 +189,25 @@ class NumpyBatch(dict):
 
 
 class StepSampler(Sampler[int]):
-    """Yields the steps from the loader's cursor to the end of its epoch, minus skipped ranges.
+    """Yields the steps from the ledger's cursor to the end of its epoch, minus skipped ranges.
 
-    Runs in the main process; it reports each step it hands out so the loader can count what was
-    fetched (prefetch included).
+    Runs in the main process; it reports each step it hands out to the ledger, which counts
+    what was fetched (prefetch included). It holds the ledger, never the loader (no cycle: a
+    dropped loader shuts its workers down at once).
     """
 
-    def __init__(self, loader: Any) -> None:
-        self._loader = weakref.ref(loader)  # no cycle: a dropped loader shuts its workers down at once
+    def __init__(self, ledger: Any, steps_per_epoch: int) -> None:
+        self._ledger = ledger
+        self._steps_per_epoch = steps_per_epoch
 
     def __len__(self) -> int:
-        return self._loader()._plan.steps_per_epoch
+        return self._steps_per_epoch
 
-    def __iter__(self) -> Iterator[int]:
-        # Only a weak reference lives across yields: torch keeps a persistent pass's sampler
-        # iterator, and a strong reference there would tie the loader into a reference cycle.
-        ref = self._loader
-        epoch, first, start, stop = ref()._epoch_window()
+    def __iter__(self) -> Iterator[tuple[int, int, int]]:
+        ledger = self._ledger
+        epoch, first, start, stop = ledger.start_pass()
         for step in range(start, stop):
-            loader = ref()
-            if loader is None:
-                return
-            if loader._is_skipped(step):
+            if ledger.is_skipped(step):
                 continue
-            loader._on_fetch(step)
-            del loader
+            ledger.on_fetch(step)
             yield step, epoch, first

@@ -33,6 +33,7 @@ __all__ = [
     "FORMAT",
     "SCHEMA_VERSION",
     "CommitMode",
+    "CounterView",
     "Counters",
     "Cursor",
     "Layout",
@@ -40,6 +41,8 @@ __all__ = [
     "OnUncommitted",
     "SkippedRange",
     "compare",
+    "first_unskipped",
+    "skipped_before",
 ]
 
 FORMAT = "resumable_data.loader"
@@ -61,6 +64,8 @@ K_SKIPPED = "skipped"
 K_LABEL = "recovery_label"
 K_SAMPLER = "sampler"
 K_EPOCH_BASE = "epoch_base"
+#: The keys that identify the stream (no progress): what a checkpoint's ``data`` section holds.
+FINGERPRINT_KEYS = (K_PLAN, K_LAYOUT, K_ELASTIC, K_COMMIT, K_ACCUMULATION, K_PACKING, K_PINNED, K_SAMPLER)
 _KEYS = frozenset(
     {K_FORMAT, K_SCHEMA, K_PLAN, K_LAYOUT, K_ELASTIC, K_COMMIT, K_ACCUMULATION, K_PACKING, K_PINNED,
      K_SAMPLER, K_EPOCH_BASE, K_CURSOR, K_COUNTERS, K_SKIPPED, K_LABEL}
@@ -141,6 +146,31 @@ class Counters:
 
 
 @dataclass(frozen=True)
+class CounterView:
+    """Training progress, each counter defined (they diverge on AMP overflow and on skips).
+
+    * ``attempted_updates``: ``commit()`` calls, i.e. optimizer steps tried;
+    * ``applied_updates``: those with ``applied=True``; ``skipped_updates``: those with ``applied=False``
+      (AMP found inf/nan gradients); ``attempted == applied + skipped``;
+    * ``microbatches``: committed steps (batches whose gradients were used), skipped steps excluded;
+    * ``samples``: global samples in those steps (all ranks, ``drop``/``wrap`` tails included);
+    * ``tokens``: non-padding tokens in those steps, all ranks (of ``token_column``; 0 when unset);
+    * ``skipped_steps``: steps below the committed cursor that were skipped on purpose.
+    """
+
+    attempted_updates: int
+    applied_updates: int
+    skipped_updates: int
+    microbatches: int
+    samples: int
+    tokens: int
+    skipped_steps: int
+
+    def to_dict(self) -> dict[str, int]:
+        return dict(vars(self))
+
+
+@dataclass(frozen=True)
 class SkippedRange:
     """Steps ``[start, stop)`` that are never delivered, and why."""
 
@@ -158,6 +188,28 @@ class SkippedRange:
         start = expect_int(v[0], f"{where}[0]")
         stop = expect_int(v[1], f"{where}[1]", start + 1)
         return cls(start, stop, expect_str(v[2], f"{where}[2]", max_len=1000))
+
+
+def first_unskipped(skipped: tuple[SkippedRange, ...] | list[SkippedRange], step: int) -> int:
+    """The first step at or after ``step`` that no skipped range covers (ranges may overlap or chain)."""
+    moved = True
+    while moved:
+        moved = False
+        for r in skipped:
+            if r.start <= step < r.stop:
+                step, moved = r.stop, True
+    return step
+
+
+def skipped_before(skipped: tuple[SkippedRange, ...] | list[SkippedRange], step: int) -> int:
+    """How many distinct steps below ``step`` the skipped ranges cover (overlaps count once)."""
+    total, reach = 0, 0
+    for start, stop in sorted((r.start, min(r.stop, step)) for r in skipped):
+        start = max(start, reach)
+        if stop > start:
+            total += stop - start
+            reach = stop
+    return total
 
 
 @dataclass(frozen=True)
@@ -200,7 +252,7 @@ class LoaderState:
         return {
             K_FORMAT: FORMAT,
             K_SCHEMA: SCHEMA_VERSION,
-            K_PLAN: self.plan.to_dict(),
+            K_PLAN: None if self.plan is None else self.plan.to_dict(),
             K_LAYOUT: self.layout.to_dict(),
             K_ELASTIC: self.elastic,
             K_COMMIT: self.commit.value,
@@ -214,6 +266,38 @@ class LoaderState:
             K_SKIPPED: [r.to_list() for r in self.skipped],
             K_LABEL: self.recovery_label.value,
         }
+
+    def next_step(self, *, rewound: bool = False) -> int:
+        """The step a resume from this state delivers first: ``cursor.delivered`` (``committed``
+        when the uncommitted window is rewound), past any skipped range."""
+        return first_unskipped(self.skipped, self.cursor.committed if rewound else self.cursor.delivered)
+
+    def counter_view(self) -> CounterView:
+        """Every counter at this state's committed cursor, the derived ones included."""
+        c, k = self.cursor.committed, self.counters
+        return CounterView(k.attempted_updates, k.applied_updates, k.skipped_updates,
+                           c - skipped_before(self.skipped, c), k.samples, k.tokens, skipped_before(self.skipped, c))
+
+    @property
+    def uncommitted(self) -> int:
+        """Steps delivered but not committed."""
+        return self.cursor.delivered - self.cursor.committed
+
+    def fingerprint_dict(self) -> dict[str, Any]:
+        """The keys that identify the stream (what a checkpoint's metadata compares), no progress."""
+        d = self.to_dict()
+        return {k: d[k] for k in FINGERPRINT_KEYS}
+
+    @classmethod
+    def from_fingerprint(cls, data: Any, epoch_base: tuple[int, int] = (0, 0)) -> LoaderState:
+        """The state a checkpoint's ``data`` section (:meth:`fingerprint_dict`) describes, at
+        ``epoch_base`` with no progress; validated like :meth:`from_dict`."""
+        if not isinstance(data, dict):
+            raise ResumeError(describe("data", type(data).__name__, "the loader fingerprint of a checkpoint", "pass meta.data"))
+        blank = cls(plan=None, layout=Layout(), elastic=True, commit=CommitMode.AUTO, accumulation_steps=1,  # type: ignore[arg-type]
+                    packing=None, pinned=False).to_dict()
+        return cls.from_dict({**blank, **{k: data.get(k) for k in FINGERPRINT_KEYS},
+                              K_EPOCH_BASE: list(epoch_base)})
 
     @classmethod
     def from_dict(cls, d: Any) -> LoaderState:

@@ -25,6 +25,7 @@ import numpy as np
 import xxhash
 
 from resumable_data.errors import ConfigError, describe
+from resumable_data.loader.state import LoaderState
 from resumable_data.plan import Plan, Sharding, Tail, epoch_records
 from resumable_data.plan.packing import Packing, window_counts
 
@@ -236,15 +237,14 @@ def describe_step(stream: RecordStream | PackedStream, ledger: dict[int, int], s
                     packed_documents(stream, epoch, local))
 
 
-def stream_from_state(state: dict, source: Any = None) -> tuple[RecordStream | PackedStream | None, dict[int, int]]:
+def stream_from_state(state: LoaderState, source: Any = None) -> tuple[RecordStream | PackedStream | None, dict[int, int]]:
     """Rebuild the stream of a saved loader state (packed streams need the ``source``'s lengths);
     returns ``(None, ledger)`` for a packed state without a source."""
-    plan = Plan.from_dict(state["plan"], "state.plan")
-    epoch, first = state.get("epoch_base", [0, 0])
-    ledger = {0: 0, int(epoch): int(first)}
-    if state.get("packing") is None:
-        return RecordStream(plan), ledger
+    epoch, first = state.epoch_base
+    ledger = {0: 0, epoch: first}
+    if state.packing is None:
+        return RecordStream(state.plan), ledger
     if source is None:
         return None, ledger
-    spec = Packing.from_dict(state["packing"])
-    return PackedStream(plan, spec, source.column_lengths(spec.tokens), pinned=bool(state.get("pinned"))), ledger
+    spec = Packing.from_dict(state.packing)
+    return PackedStream(state.plan, spec, source.column_lengths(spec.tokens), pinned=state.pinned), ledger

@@ -160,7 +160,8 @@ class CursorModel:
         self.pending = []
 
     def skipped_before(self, step: int) -> int:
-        return sum(max(0, min(b, step) - a) for a, b in self.skipped)
+        """Distinct skipped steps below ``step`` (ranges may overlap: each step counts once)."""
+        return len({s for a, b in self.skipped for s in range(a, min(b, step))})
 
     def check(self, loader: rd.DataLoader) -> None:
         c = loader.cursor

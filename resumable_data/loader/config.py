@@ -1,0 +1,271 @@
+"""The loader's configuration: torch-style arguments resolved into one frozen, typed config.
+
+Algorithm. :func:`resolve_config` applies torch's argument rules (``batch_sampler`` alone,
+``shuffle`` or a sampler, ``batch_size=None`` unbatched, ``drop_last``), translates torch
+samplers into plan settings (:mod:`.translate`), picks the seed, order, tail, fetch mode and
+dataset version, and validates packing against the source. Every check of the loader's
+arguments lives here, so a bad argument raises :class:`rd.ConfigError` at construction, before
+any worker exists or any batch is read.
+
+Guarantee. The function is pure in the sense that matters for testing: it creates no torch
+object, starts nothing and writes nothing; it reads only the dataset's length, schema and (when
+packing) its token lengths. The same arguments give an equal config.
+
+Cost. O(1) except packing, which reads the offsets of the token column once (no token data).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from resumable_data._schema import check_int, coerce_enum
+from resumable_data.errors import ConfigError, describe
+from resumable_data.loader.state import CommitMode, Layout, LoaderState
+from resumable_data.plan import Order, OrderSpec, Plan, Sharding, Tail
+from resumable_data.plan.packing import Overlong, Packing, PackMode
+
+__all__ = ["UNPINNED", "FetchMode", "LoaderConfig", "resolve_config"]
+
+#: The version hash of a loader whose dataset is not pinned.
+UNPINNED = "unpinned"
+
+
+class FetchMode(str, enum.Enum):
+    """How a batch of records is read from the dataset."""
+
+    ARROW = "arrow"  #: ``dataset.take(records)`` -> ``pyarrow.Table`` (rd.ArrowShards)
+    PACKED = "packed"  #: packed sequences from an rd.ArrowShards token column
+    GETITEMS = "getitems"  #: ``dataset.__getitems__(records)``, torch's batched protocol
+    GETITEM = "getitem"  #: ``dataset[record]`` per sample
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """Everything a loader's behaviour depends on, resolved and validated (see the module docs)."""
+
+    plan: Plan
+    sharding: Sharding
+    mode: FetchMode
+    per_rank: int
+    unbatched: bool
+    elastic: bool
+    commit: CommitMode
+    accumulation_steps: int
+    pinned: bool
+    seed_per_sample: bool
+    token_column: str | None = None
+    packing: Packing | None = None
+    #: Token lengths of every document (packing only), from the offsets of the token column.
+    lengths: np.ndarray | None = field(default=None, compare=False, repr=False)
+    #: A user's :class:`rd.PositionalSampler`, when one orders the records.
+    positional: Any = field(default=None, compare=False)
+    collate_fn: Callable | None = field(default=None, compare=False)
+    arrow_collate: Callable | None = field(default=None, compare=False)
+
+    def fingerprint(self) -> LoaderState:
+        """The state of a fresh loader with this config (progress all zero)."""
+        return LoaderState(
+            plan=self.plan, layout=Layout(self.sharding.world_size, self.sharding.policy), elastic=self.elastic,
+            commit=self.commit, accumulation_steps=self.accumulation_steps,
+            packing=None if self.packing is None else self.packing.to_dict(), pinned=self.pinned,
+            sampler=self.positional.fingerprint() if self.positional is not None else None,
+        )
+
+
+def _translate(sampler: Any, batch_sampler: Any, n: int) -> Any:
+    if sampler is None and batch_sampler is None:
+        return None
+    from resumable_data.loader.translate import translate_sampler  # torch's sampler classes
+
+    return translate_sampler(sampler, batch_sampler, n)
+
+
+def _default_sharding() -> Sharding:
+    from resumable_data.loader.environment import sharding_from_environment
+
+    return sharding_from_environment()
+
+
+def resolve_config(
+    dataset: Any,
+    *,
+    batch_size: int | None = 1,
+    shuffle: bool | None = None,
+    sampler: Any = None,
+    batch_sampler: Any = None,
+    drop_last: bool = False,
+    collate_fn: Callable | None = None,
+    generator: Any = None,
+    in_order: bool = True,
+    seed: int | None = None,
+    shuffle_window: int | None = None,
+    sharding: Sharding | None = None,
+    elastic: bool = True,
+    tail: Tail | str | None = None,
+    commit: CommitMode | str = CommitMode.AUTO,
+    accumulation_steps: int = 1,
+    dataset_version: Any = None,
+    packing: Any = None,
+    seed_per_sample: bool = True,
+    arrow_collate: Callable | None = None,
+    token_column: str | None = None,
+) -> LoaderConfig:
+    """The :class:`LoaderConfig` of ``rd.DataLoader(dataset, ...)`` (same arguments, same rules)."""
+    if not in_order:
+        raise ConfigError(describe("in_order", in_order, "True", "drop in_order=False: a resumable stream is delivered in order"))
+    if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+        raise ConfigError(
+            describe("dataset", type(dataset).__name__, "a map-style dataset (__len__ and __getitem__)",
+                     "wrap an iterable dataset in a map-style one or write Arrow shards and use rd.ArrowShards")
+        )
+    n = len(dataset)
+    if n < 1:
+        raise ConfigError(describe("dataset", f"len {n}", "at least one record", "pass a non-empty dataset"))
+    tr = _translate(sampler, batch_sampler, n)
+    tr_shuffle = tr.shuffle if tr is not None else None
+    tr_seed = tr.seed if tr is not None else None
+    tr_sharding = tr.sharding if tr is not None else None
+    tr_tail = tr.tail if tr is not None else None
+    positional = tr.positional if tr is not None else None
+    if batch_sampler is not None:
+        if batch_size not in (1, None) or shuffle or drop_last or sampler is not None:
+            raise ConfigError(
+                describe("batch_sampler", type(batch_sampler).__name__, "no batch_size, shuffle, sampler or drop_last beside it",
+                         "pass batch_sampler alone (torch's rule)")
+            )
+        batch_size = tr.batch_size
+    if tr_shuffle is not None and shuffle:
+        raise ConfigError(describe("shuffle", shuffle, "unset when a sampler is given", "drop shuffle= (torch's rule)"))
+    do_shuffle = bool(shuffle) if tr_shuffle is None else tr_shuffle
+    if sharding is not None and tr_sharding is not None:
+        raise ConfigError(describe("sharding", sharding, "unset when a DistributedSampler is given", "pass one of the two"))
+    sharding = sharding or tr_sharding or _default_sharding()
+    if not isinstance(sharding, Sharding):
+        raise ConfigError(describe("sharding", sharding, "an rd.Sharding", "pass rd.Sharding(world_size, rank)"))
+    unbatched = batch_size is None
+    per_rank = 1 if unbatched else check_int(batch_size, "batch_size", 1, 1 << 30)
+    if unbatched and drop_last:
+        raise ConfigError(describe("drop_last", drop_last, "False with batch_size=None", "drop drop_last (torch's rule)"))
+    world = sharding.world_size
+
+    seed = _seed(seed, tr_seed, generator, do_shuffle or bool(shuffle_window))
+    order = _order(shuffle_window, do_shuffle, shuffle, positional)
+    if tail is None:
+        tail = tr_tail or (Tail.DROP if drop_last else (Tail.PARTIAL if world == 1 else Tail.WRAP))
+    tail = coerce_enum(tail, Tail, "tail")
+    if tail is Tail.PARTIAL and world > 1:
+        raise ConfigError(
+            describe("tail", "partial", "drop or wrap when world_size > 1 (a short batch would leave ranks idle)",
+                     "pass drop_last=True or tail='wrap'")
+        )
+
+    from resumable_data.sources import ArrowShards  # sources import pyarrow only
+
+    version_hash, pinned = _version(dataset, dataset_version, ArrowShards)
+    lengths = None
+    if packing is not None:
+        mode = FetchMode.PACKED
+        lengths = _check_packing(packing, dataset, ArrowShards, collate_fn, arrow_collate, token_column, positional)
+        token_column = None
+    elif isinstance(dataset, ArrowShards):
+        mode = FetchMode.ARROW
+    elif arrow_collate is not None:
+        raise ConfigError(describe("arrow_collate", arrow_collate, "an rd.ArrowShards dataset", "use collate_fn instead"))
+    elif hasattr(dataset, "__getitems__"):
+        mode = FetchMode.GETITEMS
+    else:
+        mode = FetchMode.GETITEM
+    if token_column is not None and mode is not FetchMode.ARROW:
+        raise ConfigError(describe("token_column", token_column, "an rd.ArrowShards dataset", "drop token_column"))
+    if token_column is not None and token_column not in dataset.schema.names:
+        raise ConfigError(describe("token_column", token_column, f"one of the columns {dataset.schema.names}", "name a list column"))
+
+    epoch_records = len(positional) if positional is not None else n
+    plan = Plan(epoch_records, per_rank * world, version_hash, seed, order, tail)
+    sharding.check_global_batch(plan.global_batch)
+    return LoaderConfig(
+        plan=plan, sharding=sharding, mode=mode, per_rank=per_rank, unbatched=unbatched, elastic=bool(elastic),
+        commit=coerce_enum(commit, CommitMode, "commit"),
+        accumulation_steps=check_int(accumulation_steps, "accumulation_steps", 1, 1 << 20), pinned=pinned,
+        seed_per_sample=bool(seed_per_sample), token_column=token_column, packing=packing, lengths=lengths,
+        positional=positional, collate_fn=collate_fn, arrow_collate=arrow_collate,
+    )
+
+
+def _seed(seed: int | None, sampler_seed: int | None, generator: Any, shuffling: bool) -> int:
+    if seed is None and sampler_seed is not None:
+        seed = sampler_seed
+    if seed is None and generator is not None:
+        seed = int(generator.initial_seed())
+    if seed is None and shuffling:
+        raise ConfigError(
+            describe("seed", None, "an integer seed when shuffling (or generator= with a known seed)",
+                     "pass seed=1234: a loader whose seed is unknown cannot resume")
+        )
+    return check_int(0 if seed is None else seed, "seed", 0, (1 << 64) - 1)
+
+
+def _order(shuffle_window: int | None, do_shuffle: bool, shuffle: bool | None, positional: Any) -> OrderSpec:
+    if shuffle_window is not None:
+        if not do_shuffle and shuffle is not None:
+            raise ConfigError(describe("shuffle_window", shuffle_window, "shuffle=True or unset", "drop shuffle=False"))
+        order = OrderSpec(Order.WINDOW, shuffle_window)
+    else:
+        order = OrderSpec(Order.GLOBAL if do_shuffle else Order.SEQUENTIAL)
+    if positional is not None and (do_shuffle or shuffle_window):
+        raise ConfigError(describe("shuffle", True, "unset with a positional sampler (it orders the records)", "drop shuffle"))
+    return order
+
+
+def _version(dataset: Any, dataset_version: Any, arrow_type: type) -> tuple[str, bool]:
+    given = getattr(dataset_version, "hash", dataset_version)
+    if given is not None and (not isinstance(given, str) or not given):
+        raise ConfigError(describe("dataset_version", dataset_version, "an rd.DatasetVersion or its hash string", "pass rd.pin(path)"))
+    if isinstance(dataset, arrow_type):
+        own = dataset.version.hash if dataset.pinned else None
+        if given is not None and own is not None and given != own:
+            raise ConfigError(
+                describe("dataset_version", given, f"the source's own pinned version {own}", "drop dataset_version= or open the pinned data")
+            )
+        given = given or own
+    return (given, True) if given else (UNPINNED, False)
+
+
+def _check_packing(packing: Any, dataset: Any, arrow_type: type, collate_fn: Any, arrow_collate: Any,
+                   token_column: Any, positional: Any) -> np.ndarray:
+    """Validate a packing spec against the source before any batch; returns the token lengths."""
+    import pyarrow as pa
+
+    if not isinstance(packing, Packing):
+        raise ConfigError(describe("packing", packing, "an rd.Packing", "pass rd.Packing(seq_len=...)"))
+    if not isinstance(dataset, arrow_type):
+        raise ConfigError(describe("dataset", type(dataset).__name__, "an rd.ArrowShards when packing",
+                                   "write the documents as Arrow shards and open them with rd.ArrowShards"))
+    for name, value in (("collate_fn", collate_fn), ("arrow_collate", arrow_collate), ("sampler", positional)):
+        if value is not None:
+            raise ConfigError(describe(name, value, "None when packing (the packer builds the batch)", f"drop {name}="))
+    if token_column not in (None, packing.tokens):
+        raise ConfigError(describe("token_column", token_column, f"None or {packing.tokens!r} when packing", "drop it"))
+    names = dataset.schema.names
+    if packing.tokens not in names:
+        raise ConfigError(describe("Packing.tokens", packing.tokens, f"one of the columns {names}", "name the token column"))
+    t = dataset.schema.field(packing.tokens).type
+    if not ((pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type)):
+        raise ConfigError(describe("Packing.tokens", packing.tokens, f"a list<integer> column (it is {t})",
+                                   "tokenize into a list of integer ids"))
+    lengths = dataset.column_lengths(packing.tokens)
+    empty = np.flatnonzero(lengths == 0)
+    if empty.size:
+        raise ConfigError(describe("documents", f"{empty.size} empty, first record ids {empty[:5].tolist()}",
+                                   "documents with at least one token", "filter empty documents out before pinning"))
+    if packing.mode is PackMode.BEST_FIT and packing.overlong is Overlong.ERROR:
+        long = np.flatnonzero(packing.doc_lengths(lengths) > packing.seq_len)
+        if long.size:
+            raise ConfigError(describe("overlong", "error", f"no document longer than seq_len={packing.seq_len} "
+                                       f"({long.size} are, first record ids {long[:5].tolist()})",
+                                       "use overlong='split', a larger seq_len, or filter them"))
+    return lengths

@@ -1,0 +1,102 @@
+"""One pass of a loader: from the cursor to the end of its epoch, reporting to the ledger.
+
+Algorithm. A pass asks torch's ``DataLoader`` (or, with no workers and no pinning, the fetcher
+directly) for the steps the step sampler hands out, and tells the loader's
+:class:`~resumable_data.loader.ledger.ProgressLedger` of each delivered step. A step that
+``skip_steps`` covered after a worker fetched it is dropped here. In ``commit="auto"`` mode the
+previous batch is committed when the next one is asked for.
+
+Worker faults. A worker that dies or hangs surfaces as :class:`rd.WorkerError` (torch's error as
+its ``__cause__``), with the cursor counting only what reached the loop, so the state saved after
+it resumes exactly; the broken pool (persistent workers too) is shut down so a fresh
+``iter(loader)`` starts a new one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from resumable_data.errors import UsageError, WorkerError
+from resumable_data.loader import torch_compat
+from resumable_data.loader.collate import to_torch
+from resumable_data.loader.fetch import NumpyBatch
+from resumable_data.loader.state import CommitMode
+
+__all__ = ["LoaderIterator"]
+
+
+class LoaderIterator:
+    """One pass from the cursor to the end of its epoch; updates the ledger as batches arrive."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+        self._generation = loader._generation
+        torch_loader = loader._torch
+        if torch_loader.num_workers == 0 and not torch_loader.pin_memory:
+            # No workers, no pinning: torch's single-process iterator would only call
+            # fetcher[request] for each request of the sampler; doing it directly saves ~0.1 ms/batch.
+            fetcher = loader._fetcher
+            self._it = (fetcher[request] for request in torch_loader.sampler)
+        else:
+            self._it = iter(torch_loader)
+        self._closed = False
+
+    def __iter__(self) -> LoaderIterator:
+        return self
+
+    def __next__(self) -> Any:
+        loader = self._loader
+        if self._closed or self._generation != loader._generation:
+            raise UsageError(
+                "this iterator was superseded (a new iter(loader), reset() or load_state_dict() happened); "
+                "fix: iterate a fresh iter(loader)"
+            )
+        ledger = loader._ledger
+        if loader.config.commit is CommitMode.AUTO:
+            ledger.commit_delivered()
+        while True:
+            try:
+                step, batch, tokens, samples = next(self._it)
+            except StopIteration:
+                self.close()
+                raise
+            except (ConnectionError, EOFError, RuntimeError) as e:
+                what = torch_compat.worker_fault(e) if torch_compat.is_multiprocess_iter(self._it) else None
+                if what is None:
+                    raise
+                self._abandon()
+                c = ledger.cursor
+                raise WorkerError(
+                    f"a loader worker {what} ({type(e).__name__}: {e}); nothing was lost: "
+                    f"state_dict() counts the {c.delivered} batches delivered to the loop "
+                    f"(cursor.committed={c.committed}); fix: save loader.state_dict() with your "
+                    "checkpoint and restart (or iterate a fresh iter(loader)); the job resumes at the "
+                    "first batch it did not see"
+                ) from e
+            if not ledger.is_skipped(step):  # skip_steps() may cover a step a worker already fetched
+                break
+        ledger.deliver(step, tokens, samples)
+        if isinstance(batch, NumpyBatch):
+            batch = to_torch(batch)
+        return batch
+
+    def _abandon(self) -> None:
+        """Close this pass and drop its broken worker pool (persistent workers too), so the next
+        ``iter(loader)`` starts a fresh one."""
+        self.close()
+        torch_compat.shutdown_workers(self._it)
+        torch_compat.drop_persistent_iterator(self._loader._torch)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: torch's modules may already be gone
+            pass
+
+    def close(self) -> None:
+        """Stop this pass; its worker processes (unless persistent) shut down now."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        if not self._loader._torch.persistent_workers:
+            torch_compat.shutdown_workers(self._it)

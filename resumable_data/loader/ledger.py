@@ -1,0 +1,220 @@
+"""The progress ledger: the only mutable part of a loader, and torch-free.
+
+What it holds. The cursor (``committed <= delivered <= fetched``, in steps), the counted
+progress (attempted / applied / skipped updates, samples, tokens; the pending tallies of batches
+delivered but not yet committed), the skipped step ranges, the epoch ledger (first step of each
+known epoch: epochs of packed streams differ in length) and the recovery label.
+
+Interface. ``start_pass`` (the window a new ``iter()`` fetches), ``on_fetch``, ``deliver``,
+``commit_delivered``, ``commit``, ``skip``, ``restore`` (from a typed, already validated
+:class:`~resumable_data.loader.state.LoaderState`), ``snapshot`` (the typed state, without
+changing anything). The step sampler, the fetcher and the iterator talk to the loader's ledger
+through these methods and nothing else.
+
+Guarantee. Every counter that can be derived (microbatches, skipped steps) is derived from the
+cursor and the skipped ranges, never counted twice. ``snapshot(auto=True)`` is what ``state_dict()``
+returns in ``commit="auto"`` mode (delivered batches counted as committed) without committing.
+
+Cost. Every call is O(number of skipped ranges) (a handful) except ``locate`` on a packed stream,
+which may build one epoch's packing index (cached); a restore sets a few integers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Protocol
+
+from resumable_data.errors import ConfigError, UsageError, describe
+from resumable_data._schema import check_int
+from resumable_data.labels import RecoveryLabel
+from resumable_data.loader.state import (
+    CommitMode,
+    CounterView,
+    Counters,
+    Cursor,
+    LoaderState,
+    OnUncommitted,
+    SkippedRange,
+    first_unskipped,
+    skipped_before,
+)
+
+__all__ = ["CounterView", "EpochStream", "ProgressLedger"]
+
+
+class EpochStream(Protocol):
+    """What the ledger needs of a stream: epoch lengths and where a step sits."""
+
+    def steps_in_epoch(self, epoch: int) -> int: ...
+
+    def locate(self, step: int, ledger: dict[int, int]) -> tuple[int, int]: ...
+
+
+class ProgressLedger:
+    """Cursor, counters, skips, epoch ledger and label of one loader (see the module docs)."""
+
+    def __init__(self, stream: EpochStream, commit: CommitMode, accumulation_steps: int) -> None:
+        self._stream = stream
+        self._mode = commit
+        self._k = accumulation_steps
+        self.restart()
+
+    # -- reading ----------------------------------------------------------------------------------
+    @property
+    def cursor(self) -> Cursor:
+        return Cursor(self._committed, self._delivered, max(self._fetched, self._delivered))
+
+    @property
+    def delivered(self) -> int:
+        return self._delivered
+
+    @property
+    def label(self) -> RecoveryLabel:
+        return self._label
+
+    @property
+    def skipped(self) -> tuple[SkippedRange, ...]:
+        return tuple(self._skipped)
+
+    def is_skipped(self, step: int) -> bool:
+        return any(r.start <= step < r.stop for r in self._skipped)
+
+    def locate(self, step: int) -> tuple[int, int]:
+        """(epoch, first step of that epoch) of ``step``; extends the epoch ledger as it walks."""
+        return self._stream.locate(step, self._ledger)
+
+    def epoch_ledger(self) -> dict[int, int]:
+        return dict(self._ledger)
+
+    def steps_in_current_epoch(self) -> int:
+        return self._stream.steps_in_epoch(self.locate(self._delivered)[0])
+
+    def _microbatches_before(self, step: int) -> int:
+        return step - skipped_before(self._skipped, step)
+
+    @property
+    def microstep(self) -> int:
+        """Index, inside the accumulation window, of the last delivered microbatch (0-based)."""
+        if self._mode is CommitMode.EXPLICIT:
+            return (self._pending_mb - 1) % self._k
+        return (self._microbatches_before(self._delivered) - 1) % self._k
+
+    @property
+    def microstep_is_last(self) -> bool:
+        """Whether the last delivered microbatch closes its accumulation window."""
+        if self._mode is CommitMode.EXPLICIT:
+            return self._pending_mb >= self._k
+        mb = self._microbatches_before(self._delivered)
+        return mb > 0 and mb % self._k == 0
+
+    def counters(self) -> CounterView:
+        c = self._committed
+        return CounterView(
+            attempted_updates=self._attempted, applied_updates=self._applied, skipped_updates=self._skipped_updates,
+            microbatches=self._microbatches_before(c), samples=self._samples, tokens=self._tokens,
+            skipped_steps=skipped_before(self._skipped, c),
+        )
+
+    def snapshot(self, template: LoaderState, *, auto: bool | None = None) -> LoaderState:
+        """The typed state: ``template`` (the loader's fingerprint) with this ledger's progress.
+
+        ``auto`` (default: the commit mode is ``auto``) presents delivered batches as committed,
+        as ``state_dict()`` would after its auto-commit; nothing here changes."""
+        if auto is None:
+            auto = self._mode is CommitMode.AUTO
+        committed, samples, tokens = self._committed, self._samples, self._tokens
+        if auto:
+            committed = self._delivered
+            samples += self._pending_samples
+            tokens += self._pending_tokens
+        return replace(
+            template,
+            epoch_base=self._stream.locate(committed, dict(self._ledger)),
+            cursor=Cursor(committed, self._delivered, max(self._fetched, self._delivered)),
+            counters=Counters(self._attempted, self._applied, self._skipped_updates, samples, tokens),
+            skipped=tuple(self._skipped),
+            recovery_label=self._label,
+        )
+
+    # -- changing ---------------------------------------------------------------------------------
+    def restart(self) -> None:
+        """A fresh start: everything zero, nothing skipped, a faithful continuation."""
+        self._committed = self._delivered = self._fetched = 0
+        self._attempted = self._applied = self._skipped_updates = self._tokens = self._samples = 0
+        self._pending_tokens = self._pending_samples = self._pending_mb = 0
+        self._ledger: dict[int, int] = {0: 0}
+        self._skipped: list[SkippedRange] = []
+        self._label = RecoveryLabel.FAITHFUL_CONTINUATION
+
+    def restore(self, saved: LoaderState, ledger: dict[int, int], label: RecoveryLabel,
+                choice: OnUncommitted | None) -> None:
+        """Continue from a validated ``saved`` state; uncommitted steps are repeated or skipped."""
+        c = saved.cursor
+        skipped = list(saved.skipped)
+        committed = c.committed
+        if c.delivered > c.committed and choice is OnUncommitted.SKIP:
+            skipped.append(SkippedRange(c.committed, c.delivered, "uncommitted at resume (on_uncommitted='skip')"))
+            committed = c.delivered
+        self._committed = self._delivered = self._fetched = committed
+        k = saved.counters
+        self._attempted, self._applied, self._skipped_updates = k.attempted_updates, k.applied_updates, k.skipped_updates
+        self._samples, self._tokens = k.samples, k.tokens
+        self._pending_tokens = self._pending_samples = self._pending_mb = 0
+        self._ledger = dict(ledger)
+        self._skipped = skipped
+        self._label = label
+
+    def start_pass(self) -> tuple[int, int, int, int]:
+        """(epoch, its first step, first step to fetch, end of the epoch) for a new pass."""
+        start = first_unskipped(self._skipped, self._delivered)
+        epoch, first = self.locate(start)
+        self._fetched = start
+        return epoch, first, start, first + self._stream.steps_in_epoch(epoch)
+
+    def on_fetch(self, step: int) -> None:
+        self._fetched = step + 1
+
+    def deliver(self, step: int, tokens: int, samples: int) -> None:
+        if step < self._delivered:
+            raise UsageError(
+                f"step={step}: expected a step after the last delivered one ({self._delivered - 1}); this is an "
+                "internal ordering error; fix: report it with the loader's state_dict(), and resume from that state")
+        self._delivered = step + 1
+        self._pending_tokens += tokens
+        self._pending_samples += samples
+        self._pending_mb += 1
+
+    def commit_delivered(self) -> None:
+        self._committed = self._delivered
+        self._tokens += self._pending_tokens
+        self._samples += self._pending_samples
+        self._pending_tokens = self._pending_samples = self._pending_mb = 0
+
+    def commit(self, applied: bool) -> None:
+        """One attempted update over every delivered batch (``applied=False``: AMP skipped it)."""
+        if not isinstance(applied, bool):
+            raise ConfigError(describe("applied", applied, "True or False", "pass whether the optimizer step was applied"))
+        if self._delivered == self._committed:
+            raise UsageError(
+                f"commit(): cursor.delivered={self._delivered} == cursor.committed: expected at least one batch "
+                "delivered since the last commit; fix: call commit() once per optimizer step, after its batches"
+            )
+        self.commit_delivered()
+        self._attempted += 1
+        if applied:
+            self._applied += 1
+        else:
+            self._skipped_updates += 1
+
+    def skip(self, start: int, stop: int, reason: str) -> None:
+        """Never deliver steps ``[start, stop)``; recorded in the state."""
+        start = check_int(start, "start", 0)
+        stop = check_int(stop, "stop", start + 1)
+        if start < self._delivered:
+            raise ConfigError(
+                describe("start", start, f"a future step (>= cursor.delivered={self._delivered})",
+                         "skip only steps not yet delivered; use load_state_dict(on_uncommitted='skip') for delivered ones")
+            )
+        if not isinstance(reason, str) or not reason.strip():
+            raise ConfigError(describe("reason", reason, "a non-empty explanation", "say why the steps are skipped"))
+        self._skipped.append(SkippedRange(start, stop, reason))
