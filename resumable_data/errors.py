@@ -12,6 +12,7 @@ __all__ = [
     "DatasetIntegrityError",
     "ResumableDataError",
     "ResumeError",
+    "UsageError",
     "WorkerError",
     "describe",
 ]
@@ -31,6 +32,12 @@ class DatasetIntegrityError(ResumableDataError):
 
 class ResumeError(ResumableDataError):
     """A saved state cannot be restored faithfully (or is malformed); nothing was changed."""
+
+
+class UsageError(ResumableDataError, RuntimeError):
+    """An rd object was used out of order: e.g. ``commit()`` with nothing delivered, a superseded
+    iterator, ``rd.sample_context()`` called outside a fetch. The object is unchanged; the message
+    says which call, in which state, and the order that works."""
 
 
 class WorkerError(ResumableDataError, RuntimeError):
