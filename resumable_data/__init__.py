@@ -3,133 +3,104 @@
 What the loader delivers at logical position ``p`` is a pure function of (dataset version hash,
 seed, p, sharding policy), so the loader's state is a cursor of a few integers and resume is a
 seek. See the README for the tour.
+
+This module is a lazy facade (PEP 562): ``rd.X`` imports the one module that defines ``X`` on
+first access and caches it here. So ``import resumable_data.plan`` costs numpy and xxhash only
+(no torch, no pyarrow), ``import resumable_data.sources`` adds pyarrow but never torch, and
+``import resumable_data`` alone loads nothing but this file. The layers, imports pointing
+downward only (``tests/test_layers.py`` enforces it): ``plan`` -> ``sources`` -> ``loader`` (torch)
+-> ``checkpoint`` -> the faces (``cli``, ``testing``, ``distributed``, ``instrument``, demos).
 """
 
-from resumable_data.errors import (
-    ConfigError,
-    DatasetIntegrityError,
-    ResumableDataError,
-    ResumeError,
-    WorkerError,
-)
+from __future__ import annotations
 
-# -- plan (pure index maths) --
-from resumable_data.plan import (
-    Order,
-    OrderSpec,
-    Overlong,
-    Packing,
-    PackMode,
-    Permutation,
-    Plan,
-    Sharding,
-    ShardingPolicy,
-    Tail,
-    sample_key,
-)
-# -- sources (pinned Arrow shards) --
-from resumable_data.sources import (
-    ArrowShards,
-    DatasetVersion,
-    HashMode,
-    RecordIdError,
-    ShardInfo,
-    UnpinnedPolicy,
-    VerifyLevel,
-    pin,
-    write_arrow_shards,
-)
-# -- loader (torch) --
-from resumable_data.labels import RecoveryLabel
-from resumable_data.loader import (
-    BatchContext,
-    CommitMode,
-    CounterView,
-    Cursor,
-    DataLoader,
-    OnUncommitted,
-    PositionalSampler,
-    SampleContext,
-    batch_context,
-    sample_context,
-)
-# -- checkpoint (training state) --
-from resumable_data import instrument
-from resumable_data.checkpoint import (
-    AccumulationPolicy,
-    NewRankRNG,
-    CheckpointError,
-    CheckpointMeta,
-    CompatibilityError,
-    CompatibilityReport,
-    Inventory,
-    MetricLog,
-    SchedulerConvention,
-    Severity,
-    TrainingState,
-    check_compatible,
-    load_checkpoint,
-    save_checkpoint,
-    scaler_step,
-)
-# -- faces --
-from resumable_data import distributed, testing
+import importlib
+from typing import Any
 
-__version__ = "0.1.0"
+from resumable_data._version import __version__
 
-__all__ = [
-    "AccumulationPolicy",
-    "ArrowShards",
-    "BatchContext",
-    "CheckpointError",
-    "CheckpointMeta",
-    "CommitMode",
-    "CompatibilityError",
-    "CompatibilityReport",
-    "ConfigError",
-    "CounterView",
-    "Cursor",
-    "DataLoader",
-    "DatasetIntegrityError",
-    "DatasetVersion",
-    "HashMode",
-    "Inventory",
-    "MetricLog",
-    "NewRankRNG",
-    "OnUncommitted",
-    "Order",
-    "OrderSpec",
-    "Overlong",
-    "PackMode",
-    "Packing",
-    "Permutation",
-    "Plan",
-    "PositionalSampler",
-    "RecordIdError",
-    "RecoveryLabel",
-    "ResumableDataError",
-    "ResumeError",
-    "SampleContext",
-    "SchedulerConvention",
-    "Severity",
-    "ShardInfo",
-    "Sharding",
-    "ShardingPolicy",
-    "Tail",
-    "TrainingState",
-    "UnpinnedPolicy",
-    "VerifyLevel",
-    "WorkerError",
-    "batch_context",
-    "check_compatible",
-    "distributed",
-    "instrument",
-    "load_checkpoint",
-    "pin",
-    "sample_context",
-    "sample_key",
-    "save_checkpoint",
-    "scaler_step",
-    "testing",
-    "write_arrow_shards",
-]
+# public name -> the module that defines it (grouped by layer, bottom first)
+_EXPORTS: dict[str, str] = {
+    # -- errors (shared) --
+    "ConfigError": "resumable_data.errors",
+    "DatasetIntegrityError": "resumable_data.errors",
+    "ResumableDataError": "resumable_data.errors",
+    "ResumeError": "resumable_data.errors",
+    "UsageError": "resumable_data.errors",
+    "WorkerError": "resumable_data.errors",
+    "RecoveryLabel": "resumable_data.labels",
+    # -- plan (pure index maths) --
+    "Order": "resumable_data.plan",
+    "OrderSpec": "resumable_data.plan",
+    "Overlong": "resumable_data.plan",
+    "Packing": "resumable_data.plan",
+    "PackMode": "resumable_data.plan",
+    "Permutation": "resumable_data.plan",
+    "Plan": "resumable_data.plan",
+    "Sharding": "resumable_data.plan",
+    "ShardingPolicy": "resumable_data.plan",
+    "Tail": "resumable_data.plan",
+    "sample_key": "resumable_data.plan",
+    # -- sources (pinned Arrow shards; pyarrow, no torch) --
+    "ArrowShards": "resumable_data.sources",
+    "DatasetVersion": "resumable_data.sources",
+    "HashMode": "resumable_data.sources",
+    "RecordIdError": "resumable_data.sources",
+    "ShardInfo": "resumable_data.sources",
+    "UnpinnedPolicy": "resumable_data.sources",
+    "VerifyLevel": "resumable_data.sources",
+    "pin": "resumable_data.sources",
+    "write_arrow_shards": "resumable_data.sources",
+    # -- loader (torch) --
+    "BatchContext": "resumable_data.loader",
+    "CommitMode": "resumable_data.loader",
+    "CounterView": "resumable_data.loader",
+    "Cursor": "resumable_data.loader",
+    "DataLoader": "resumable_data.loader",
+    "LoaderState": "resumable_data.loader",
+    "ResumableLoader": "resumable_data.loader",
+    "OnUncommitted": "resumable_data.loader",
+    "PositionalSampler": "resumable_data.loader",
+    "SampleContext": "resumable_data.loader",
+    "batch_context": "resumable_data.loader",
+    "sample_context": "resumable_data.loader",
+    "sharding_from_environment": "resumable_data.loader",
+    # -- checkpoint (training state) --
+    "AccumulationPolicy": "resumable_data.checkpoint",
+    "CheckpointError": "resumable_data.checkpoint",
+    "CheckpointMeta": "resumable_data.checkpoint",
+    "CompatibilityError": "resumable_data.checkpoint",
+    "CompatibilityReport": "resumable_data.checkpoint",
+    "Inventory": "resumable_data.checkpoint",
+    "MetricLog": "resumable_data.checkpoint",
+    "NewRankRNG": "resumable_data.checkpoint",
+    "SchedulerConvention": "resumable_data.checkpoint",
+    "Severity": "resumable_data.checkpoint",
+    "TrainingState": "resumable_data.checkpoint",
+    "check_compatible": "resumable_data.checkpoint",
+    "load_checkpoint": "resumable_data.checkpoint",
+    "save_checkpoint": "resumable_data.checkpoint",
+    "scaler_step": "resumable_data.checkpoint",
+}
+
+# submodules reachable as attributes (``rd.testing.assert_resumes``, ``rd.sources.MANIFEST_NAME``),
+# imported on first access; the first three are public names (``__all__``)
+_SUBMODULES = frozenset({"distributed", "instrument", "testing"})
+_MODULES = _SUBMODULES | {"checkpoint", "errors", "labels", "loader", "plan", "sources"}
+
+__all__ = sorted([*_EXPORTS, *_SUBMODULES])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        value: Any = importlib.import_module(f"{__name__}.{name}")
+    elif name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__, *_MODULES})

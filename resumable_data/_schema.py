@@ -90,7 +90,9 @@ def expect_header(
 
 
 def coerce_enum(value: Any, enum_type: type[E], param: str) -> E:
-    """Construction-time enum coercion (string values accepted) with a ConfigError on bad input."""
+    """Construction-time enum coercion, the package's one helper for it: a member or its value
+    (``"strided"``) becomes the member; anything else is a ConfigError naming ``param``, the value
+    and the allowed values."""
     return expect_enum(value, enum_type, param, error=ConfigError)
 
 

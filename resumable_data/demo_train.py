@@ -32,6 +32,7 @@ import torch.nn.functional as F
 import xxhash
 
 import resumable_data as rd
+from resumable_data.plan.packing import IGNORE_INDEX
 from resumable_data.testing import batch_digests
 
 __all__ = ["DemoConfig", "TinyLM", "build", "main", "tensor_digest", "train"]
@@ -229,7 +230,7 @@ def train(job: Job, ckpt_dir: Path) -> None:
             step = loader.cursor.delivered - 1
             logits = job.model(batch)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1),
-                                   ignore_index=-100) / cfg.accumulation
+                                   ignore_index=IGNORE_INDEX) / cfg.accumulation
             job.scaler.scale(loss).backward()
             job.window.add(loss)
             docs = batch["document_ids"].reshape(-1)

@@ -35,8 +35,9 @@ class ResumeError(ResumableDataError):
 
 
 class UsageError(ResumableDataError, RuntimeError):
-    """An rd object was used out of order (``commit()`` with nothing delivered, a superseded
-    iterator); the object's state is unchanged."""
+    """An rd object was used out of order: e.g. ``commit()`` with nothing delivered, a superseded
+    iterator, ``rd.sample_context()`` called outside a fetch. The object is unchanged; the message
+    says which call, in which state, and the order that works."""
 
 
 class WorkerError(ResumableDataError, RuntimeError):

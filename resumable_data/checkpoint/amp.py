@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from resumable_data.checkpoint.torch_compat import found_inf
 from resumable_data.errors import ConfigError, describe
 
 __all__ = ["scaler_step", "step_was_applied"]
@@ -22,16 +23,6 @@ __all__ = ["scaler_step", "step_was_applied"]
 def step_was_applied(scale_before: float, scale_after: float) -> bool:
     """The scale-comparison rule: an update was applied unless ``update()`` backed the scale off."""
     return float(scale_after) >= float(scale_before)
-
-
-def _found_inf(scaler: Any, optimizer: torch.optim.Optimizer) -> bool | None:
-    states = getattr(scaler, "_per_optimizer_states", None)
-    if not isinstance(states, dict):
-        return None
-    st = states.get(id(optimizer))
-    if not st or "found_inf_per_device" not in st or not st["found_inf_per_device"]:
-        return None
-    return bool(sum(float(v.item()) for v in st["found_inf_per_device"].values()) > 0)
 
 
 def scaler_step(scaler: Any, optimizer: torch.optim.Optimizer) -> bool:
@@ -43,7 +34,7 @@ def scaler_step(scaler: Any, optimizer: torch.optim.Optimizer) -> bool:
         return True
     before = float(scaler.get_scale())
     scaler.step(optimizer)
-    found = _found_inf(scaler, optimizer)
+    found = found_inf(scaler, optimizer)
     scaler.update()
     if found is not None:
         return not found

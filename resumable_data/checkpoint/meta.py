@@ -31,8 +31,10 @@ import torch
 import xxhash
 
 from resumable_data._schema import expect_enum, expect_header, expect_mapping, expect_str
+from resumable_data._version import __version__
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.checkpoint.status import CheckpointStatus
+from resumable_data.checkpoint.torch_compat import SCHEDULER_PROGRESS_KEYS
 from resumable_data.errors import ConfigError, describe
 from resumable_data.labels import RecoveryLabel
 
@@ -171,8 +173,7 @@ def scheduler_meta(scheduler: Any, convention: SchedulerConvention) -> dict[str,
     if fns is None and hasattr(scheduler, "lr_lambda"):
         fns = [scheduler.lr_lambda]
     settings = {k: _jsonable(v, k) for k, v in scheduler.state_dict().items()
-                if k not in ("last_epoch", "_step_count", "_last_lr", "_get_lr_called_within_step", "lr_lambdas",
-                             "_is_initial", "base_lrs")}
+                if k not in SCHEDULER_PROGRESS_KEYS}
     return {
         "type": f"{type(scheduler).__module__}.{type(scheduler).__qualname__}",
         "convention": convention.value,
@@ -201,10 +202,8 @@ def _json_default(v: Any) -> Any:
 
 
 def software_versions() -> dict[str, str]:
-    import resumable_data
-
     out = {"python": platform.python_version(), "torch": torch.__version__.split("+")[0], "numpy": np.__version__,
-           "resumable_data": resumable_data.__version__}
+           "resumable_data": __version__}
     try:
         import safetensors
 

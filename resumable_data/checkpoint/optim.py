@@ -45,6 +45,7 @@ from typing import Any
 import torch
 
 from resumable_data.checkpoint.errors import CheckpointError, CompatibilityError
+from resumable_data.checkpoint.torch_compat import unobserved_step
 from resumable_data.errors import describe
 
 __all__ = ["dense_optimizer_state", "group_settings", "load_dense_optimizer_state", "load_optimizer_state",
@@ -165,10 +166,6 @@ def _match_groups(current: list[list[str]], saved: dict[str, Any]) -> list[dict[
     return ordered
 
 
-_ABSENT = object()
-_STEP_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
-
-
 def _placeholders(optimizer: torch.optim.Optimizer, missing: list[torch.Tensor]) -> dict[torch.Tensor, dict[str, Any]]:
     """Zero tensors shaped like the state ``step()`` creates for ``missing``; the optimizer, the
     parameters and their gradients are left exactly as they were (module docs)."""
@@ -177,51 +174,49 @@ def _placeholders(optimizer: torch.optim.Optimizer, missing: list[torch.Tensor])
     grads = [p.grad for p in params]
     values = [p.data.clone() for p in missing]
     groups = [dict(g) for g in optimizer.param_groups]
-    called = optimizer.__dict__.get("_opt_called", _ABSENT)
-    hooks = {k: optimizer.__dict__[k] for k in _STEP_HOOKS if k in optimizer.__dict__}
     out: dict[torch.Tensor, dict[str, Any]] = {}
-    try:
-        for k, v in hooks.items():
-            setattr(optimizer, k, type(v)())
-        for p in params:
-            p.grad = torch.zeros_like(p) if id(p) in want else None
-        for g in optimizer.param_groups:
-            if g.get("lr") is not None:
-                g["lr"] = torch.zeros_like(g["lr"]) if isinstance(g["lr"], torch.Tensor) else 0.0
+    with unobserved_step(optimizer):  # no hooks, no scheduler flag
         try:
-            optimizer.step()
-        except Exception as e:  # an optimizer whose step() needs a closure, for instance
-            name = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
-            raise CheckpointError(describe(
-                "optimizer", name,
-                "an optimizer whose per-parameter state can be initialized by step() without a closure "
-                f"(the torch.distributed.checkpoint layout pre-shapes every parameter's state; {name}.step() "
-                f"raised {type(e).__name__}: {e})",
-                "in a single process, save with rd.save_checkpoint / rd.load_checkpoint (stores only the state "
-                "that exists); with several ranks, use an optimizer whose step() runs without a closure")) from e
-        for p in missing:
-            st = optimizer.state.get(p)
-            if st:
-                out[p] = {k: torch.zeros_like(v) if isinstance(v, torch.Tensor) else v for k, v in st.items()}
-    finally:
-        for p in missing:
-            optimizer.state.pop(p, None)
-        with torch.no_grad():
-            for p, v in zip(missing, values):
-                p.data.copy_(v)
-        for p, g in zip(params, grads):
-            p.grad = g
-        for g, before in zip(optimizer.param_groups, groups):
-            for k in [k for k in g if k not in before]:
-                del g[k]
-            g.update(before)
-        if called is _ABSENT:
-            optimizer.__dict__.pop("_opt_called", None)
-        else:
-            optimizer._opt_called = called
-        for k, v in hooks.items():
-            setattr(optimizer, k, v)
+            _step_on_zero_grads(optimizer, params, want, missing, out)
+        finally:
+            for p in missing:
+                optimizer.state.pop(p, None)
+            with torch.no_grad():
+                for p, v in zip(missing, values):
+                    p.data.copy_(v)
+            for p, g in zip(params, grads):
+                p.grad = g
+            for g, before in zip(optimizer.param_groups, groups):
+                for k in [k for k in g if k not in before]:
+                    del g[k]
+                g.update(before)
     return out
+
+
+def _step_on_zero_grads(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], want: set[int],
+                        missing: list[torch.Tensor], out: dict[torch.Tensor, dict[str, Any]]) -> None:
+    """One ``step()`` at LR 0 on zero gradients of ``missing`` only; zero copies of the state it
+    creates go to ``out`` (the caller restores everything else)."""
+    for p in params:
+        p.grad = torch.zeros_like(p) if id(p) in want else None
+    for g in optimizer.param_groups:
+        if g.get("lr") is not None:
+            g["lr"] = torch.zeros_like(g["lr"]) if isinstance(g["lr"], torch.Tensor) else 0.0
+    try:
+        optimizer.step()
+    except Exception as e:  # an optimizer whose step() needs a closure, for instance
+        name = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
+        raise CheckpointError(describe(
+            "optimizer", name,
+            "an optimizer whose per-parameter state can be initialized by step() without a closure "
+            f"(the torch.distributed.checkpoint layout pre-shapes every parameter's state; {name}.step() "
+            f"raised {type(e).__name__}: {e})",
+            "in a single process, save with rd.save_checkpoint / rd.load_checkpoint (stores only the state "
+            "that exists); with several ranks, use an optimizer whose step() runs without a closure")) from e
+    for p in missing:
+        st = optimizer.state.get(p)
+        if st:
+            out[p] = {k: torch.zeros_like(v) if isinstance(v, torch.Tensor) else v for k, v in st.items()}
 
 
 def _torch_layout(model: torch.nn.Module, optimizer: torch.optim.Optimizer,

@@ -87,6 +87,7 @@ from resumable_data.checkpoint.meta import (
 )
 from resumable_data.checkpoint.metrics import MetricLog
 from resumable_data.checkpoint.status import AccumulationStatus, CheckpointStatus
+from resumable_data.checkpoint.torch_compat import scaler_device
 from resumable_data.checkpoint.optim import (
     dense_optimizer_state,
     group_settings,
@@ -250,7 +251,7 @@ class TrainingState:
             sd = self.scaler.state_dict()
             enabled = bool(getattr(self.scaler, "is_enabled", lambda: bool(sd))())
             scaler = {"type": f"{type(self.scaler).__module__}.{type(self.scaler).__qualname__}", "enabled": enabled,
-                      "device": str(getattr(self.scaler, "_device", "")),
+                      "device": scaler_device(self.scaler),
                       "settings": {k: sd[k] for k in ("growth_factor", "backoff_factor", "growth_interval") if k in sd}}
         ema = None
         if self.ema is not None:

@@ -24,6 +24,7 @@ _NAMES = {
     "ProgressLedger": "ledger",
     "ResumableLoader": "protocol",
     "PositionalSampler": "translate",
+    "sharding_from_environment": "environment",
 }
 
 __all__ = sorted(_NAMES)

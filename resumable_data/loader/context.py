@@ -24,8 +24,8 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from resumable_data.errors import ResumableDataError
-from resumable_data.plan.keys import numpy_generator, python_random
+from resumable_data.errors import UsageError
+from resumable_data.plan.sample_keys import numpy_generator, python_random
 
 __all__ = ["BatchContext", "SampleContext", "batch_context", "sample_context"]
 
@@ -79,7 +79,7 @@ def sample_context() -> SampleContext:
     ctx = _SAMPLE.get()
     if ctx is None:
         where = "inside __getitems__: use rd.batch_context().sample(i)" if _BATCH.get() else "outside a fetch"
-        raise ResumableDataError(
+        raise UsageError(
             f"sample_context() called {where}: expected a call from dataset.__getitem__ while "
             "rd.DataLoader fetches a sample; fix: call it from __getitem__ of a dataset iterated by rd.DataLoader"
         )
@@ -90,7 +90,7 @@ def batch_context() -> BatchContext:
     """The context of the batch being fetched; call it inside ``dataset.__getitems__``."""
     ctx = _BATCH.get()
     if ctx is None:
-        raise ResumableDataError(
+        raise UsageError(
             "batch_context() called outside a batched fetch: expected a call from dataset.__getitems__ "
             "while rd.DataLoader fetches a batch; fix: call it from __getitems__"
         )

@@ -4,7 +4,7 @@ A batch of in-epoch sequence ids is located in the epoch's packing index (window
 window); each window touched is re-derived from its documents' lengths (the plan order gives
 the documents, the offsets-only length index their sizes), and only the documents the requested
 sequences overlap are read, in one vectorized ``take``. Output per batch, ``[B, seq_len]``:
-``input_ids``, ``labels`` (-100 on padding and across documents), ``position_ids`` (restarting
+``input_ids``, ``labels`` (``IGNORE_INDEX`` = -100 on padding and across documents), ``position_ids`` (restarting
 at each document), ``document_ids`` (record id, -1 on padding), ``loss_mask``; and for
 variable-length attention kernels ``cu_seqlens`` (int32, over the flattened batch; padding runs
 are their own segments) with ``max_seqlen``.
@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from resumable_data.loader.collate import list_lengths
-from resumable_data.plan.packing import assemble, sequence_segments
+from resumable_data.plan.packing import IGNORE_INDEX, assemble, sequence_segments
 
 __all__ = ["pack_sequences", "packed_documents", "packed_tokens"]
 
@@ -81,7 +82,7 @@ def pack_sequences(stream: Any, source: Any, epoch: int, sequences: np.ndarray) 
     )
     cu = np.append(starts, flat_doc.size).astype(np.int32)
     batch: dict[str, Any] = {k: np.ascontiguousarray(v) for k, v in parts.items()}
-    batch["loss_mask"] = batch["labels"] != -100
+    batch["loss_mask"] = batch["labels"] != IGNORE_INDEX
     batch["cu_seqlens"] = cu
     batch["max_seqlen"] = int(np.diff(cu).max()) if cu.size > 1 else 0
     return batch, int(real.sum())

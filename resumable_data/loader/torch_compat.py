@@ -1,19 +1,27 @@
-"""The one place that touches torch's private ``DataLoader`` internals.
+"""The one module that touches torch's private DataLoader internals.
 
-rd builds on torch's ``DataLoader`` (never a fork of it), but three things need its internals:
-telling a multi-process iterator apart, shutting its workers down at once when a pass is closed
-or a worker died, and dropping a persistent pool that a dead worker broke. Recognising a dead or
-hung worker means matching the texts torch raises. Everything of that kind lives here, and
-``tests/loader/test_torch_compat.py`` fails loudly, naming the attribute, on a torch whose
-internals moved.
+torch's ``DataLoader`` gives no public way to tell a multi-process pass from a single-process
+one, to shut a broken worker pool down, to make a persistent-workers loader start a fresh pool,
+or to recognise "a worker died" among the errors a pass raises. The loader needs all four to
+turn a dead worker into :class:`rd.WorkerError` without losing its cursor. Every private name
+it relies on is used here and nowhere else, and ``tests/loader/test_torch_compat.py`` asserts
+that each exists in the installed torch with the expected shape, so an upgrade that moves one
+fails loudly and names it.
+
+Private names used: ``torch.utils.data.dataloader._MultiProcessingDataLoaderIter`` and its
+``_shutdown_workers()``; ``DataLoader._iterator`` (the pass a persistent-workers loader reuses);
+torch's message texts for dead and hung workers ("exited unexpectedly", "killed by signal",
+"DataLoader timed out after") and for a dataset error re-raised from a worker ("Caught ...").
+``default_collate`` / ``default_convert`` are re-exported from their public ``torch.utils.data``
+names. Cost: an ``isinstance`` and a few string tests, only on the error path.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import torch.utils.data as tud
-from torch.utils.data._utils.collate import default_collate, default_convert
+from torch.utils.data import DataLoader, default_collate, default_convert
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 __all__ = [
     "default_collate",
@@ -24,23 +32,22 @@ __all__ = [
     "worker_fault",
 ]
 
-#: torch's multi-process iterator class (private).
-MULTIPROCESS_ITER = tud.dataloader._MultiProcessingDataLoaderIter
-
 
 def is_multiprocess_iter(it: Any) -> bool:
-    """Whether ``it`` is torch's multi-process ``DataLoader`` iterator."""
-    return isinstance(it, MULTIPROCESS_ITER)
+    """Whether ``it`` is a pass of torch's ``DataLoader`` run by worker processes."""
+    return isinstance(it, _MultiProcessingDataLoaderIter)
 
 
 def shutdown_workers(it: Any) -> None:
-    """Shut the worker processes of a multi-process iterator down now (no-op for anything else)."""
+    """Stop the worker processes of a multi-process pass now (persistent ones too); a no-op for
+    any other iterator. Idempotent: torch's shutdown ignores a pool already shut down."""
     if is_multiprocess_iter(it):
         it._shutdown_workers()
 
 
-def drop_persistent_iterator(torch_loader: tud.DataLoader) -> None:
-    """Forget a persistent pass, so the next ``iter()`` starts a fresh worker pool."""
+def drop_persistent_iterator(torch_loader: DataLoader) -> None:
+    """Forget the pass a ``persistent_workers=True`` loader keeps, so the next ``iter()`` starts a
+    fresh worker pool (after the old one broke). Harmless for a loader without one."""
     torch_loader._iterator = None
 
 
@@ -51,7 +58,8 @@ def worker_fault(error: BaseException) -> str | None:
     ("exited unexpectedly"), its SIGCHLD handler ("killed by signal"), or, when the dead worker
     was still passing a batch's tensors by file descriptor, a ConnectionError/EOFError from
     unpickling them. An exception raised by the dataset inside a worker is re-raised by torch as
-    ``Caught ... in DataLoader worker process``: that is the user's error and is not translated.
+    ``Caught ... in DataLoader worker process``: that is the user's error and is not translated
+    (None), nor is anything else.
     """
     text = str(error)
     if text.startswith("Caught "):

@@ -1,11 +1,16 @@
-"""Pure index maths (numpy + xxhash; no torch, no I/O): permutations, orders, sharding, keys."""
+"""Pure index maths (numpy + xxhash; no torch, no pyarrow, no I/O, no environment reads).
 
-from resumable_data.plan.keys import numpy_generator, python_random, sample_key, sample_keys, torch_seed
+Modules: :mod:`.permutation` (keyed bijections), :mod:`.order` (epoch orders), :mod:`.sharding`
+(rank slices of a global batch), :mod:`.steps` (:class:`Plan`: step -> positions -> records),
+:mod:`.sample_keys` (per-sample keys and generators), :mod:`.packing` (sequence packing).
+"""
+
+from resumable_data.plan.sample_keys import numpy_generator, python_random, sample_key, sample_keys
 from resumable_data.plan.packing import Overlong, Packing, PackMode
 from resumable_data.plan.order import Order, OrderSpec, epoch_records
 from resumable_data.plan.permutation import Permutation, permutation_key
 from resumable_data.plan.sharding import Sharding, ShardingPolicy
-from resumable_data.plan.stream import Plan, Tail
+from resumable_data.plan.steps import Plan, Tail
 
 __all__ = [
     "Order",
@@ -24,5 +29,4 @@ __all__ = [
     "python_random",
     "sample_key",
     "sample_keys",
-    "torch_seed",
 ]

@@ -8,14 +8,17 @@ global stream does not depend on the world size: with ``G`` held constant a stat
 world size that divides ``G`` (an elastic reshard). A rank-local cursor is meaningless without
 this policy, which is why it is part of every state.
 
+Launch environments. :meth:`Sharding.from_environment` turns a torchrun environment mapping and
+a process group's ``(world_size, rank)`` into a ``Sharding``, refusing partial or inconsistent
+launches; it is a pure function of its arguments. Reading ``os.environ`` and ``torch.distributed``
+is the torch layer's job (:func:`resumable_data.loader.environment.sharding_from_environment`).
+
 Cost. O(b) per batch; nothing to restore.
 """
 
 from __future__ import annotations
 
 import enum
-import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from resumable_data._schema import check_int, coerce_enum, expect_enum, expect_int, expect_mapping
-from resumable_data.errors import ConfigError, describe
+from resumable_data.errors import ConfigError, UsageError, describe
 
 __all__ = ["Sharding", "ShardingPolicy", "divisors", "world_sizes_text"]
 
@@ -60,24 +63,32 @@ class Sharding:
 
     @classmethod
     def from_environment(cls, policy: ShardingPolicy | str = ShardingPolicy.CONTIGUOUS,
-                         environ: Mapping[str, str] | None = None) -> Sharding:
-        """Rank and world size from an initialized ``torch.distributed`` process group, else from
-        ``RANK`` / ``WORLD_SIZE`` (as torchrun sets them, with ``LOCAL_RANK`` /
-        ``LOCAL_WORLD_SIZE`` checked against them), else a single process.
+                         environ: Mapping[str, str] | None = None,
+                         process_group: tuple[int, int] | None = None) -> Sharding:
+        """This process's sharding from a launcher's environment, as a pure function of its
+        arguments: ``environ`` (the environment variables) and ``process_group`` (an initialized
+        ``torch.distributed`` group's ``(world_size, rank)``, or None). Nothing is read here: to
+        read this process's ``os.environ`` and process group, call
+        :func:`rd.sharding_from_environment` (the torch layer's reader, which calls this).
 
-        A malformed or inconsistent value is an error, never a silent rank 0. A *partial* torchrun
-        environment is an error too: ``RANK`` without ``WORLD_SIZE`` (or the reverse), or
-        ``LOCAL_RANK`` / ``LOCAL_WORLD_SIZE`` without both, when no process group is initialized
-        (with one, the group is authoritative and the local variables are only range-checked).
-        (``torch`` is not imported here: a process group exists only if the caller already
-        imported it.)"""
-        env = os.environ if environ is None else environ
-        seen = {k: env[k] for k in _TORCHRUN_VARS if k in env}
+        The group wins, else ``RANK`` / ``WORLD_SIZE`` (as torchrun sets them, with ``LOCAL_RANK`` /
+        ``LOCAL_WORLD_SIZE`` checked against them), else a single process. A malformed or
+        inconsistent value is an error, never a silent rank 0. A *partial* torchrun environment
+        is an error too: ``RANK`` without ``WORLD_SIZE`` (or the reverse), or ``LOCAL_RANK`` /
+        ``LOCAL_WORLD_SIZE`` without both, when there is no process group (with one, the group is
+        authoritative: the environment must agree with it and the local variables are only
+        range-checked)."""
+        if environ is None:
+            raise UsageError(describe(
+                "environ", None, "the environment mapping to read (Sharding.from_environment reads nothing itself)",
+                "pass environ=os.environ (and process_group=), or call rd.sharding_from_environment() to read "
+                "this process's environment and torch.distributed process group"))
+        if not isinstance(environ, Mapping):
+            raise ConfigError(describe("environ", environ, "a mapping of environment variables (os.environ)",
+                                       "pass environ=os.environ, or call rd.sharding_from_environment(policy)"))
+        group = _check_group(process_group)
+        seen = {k: environ[k] for k in _TORCHRUN_VARS if k in environ}
         ints = {k: _env_int(k, v) for k, v in seen.items()}
-        dist = sys.modules.get("torch.distributed")
-        group = None
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            group = (dist.get_world_size(), dist.get_rank())
         if group is None and seen and not {"RANK", "WORLD_SIZE"} <= seen.keys():
             missing = [k for k in ("RANK", "WORLD_SIZE") if k not in seen]
             raise ConfigError(describe(
@@ -147,6 +158,18 @@ class Sharding:
 
 
 _TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+def _check_group(group: object) -> tuple[int, int] | None:
+    """``None`` or ``(world_size, rank)`` with ``0 <= rank < world_size``."""
+    if group is None:
+        return None
+    ok = (isinstance(group, tuple) and len(group) == 2
+          and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in group)
+          and 0 <= group[1] < group[0])
+    if not ok:
+        raise ConfigError(describe("process_group", group, "None or (world_size, rank) with 0 <= rank < world_size",
+                                   "pass (dist.get_world_size(), dist.get_rank()) of an initialized group, or None"))
+    return int(group[0]), int(group[1])
 
 
 def _env_int(name: str, raw: str) -> int:

@@ -153,7 +153,7 @@ def task_slices(rank, world, slice_dir, g=24, steps=14):
     for policy in ("contiguous", "strided"):
         ref = rd.DataLoader(src, batch_size=g, shuffle=True, seed=3, tail="wrap", sharding=rd.Sharding(1, 0),
                             arrow_collate=lambda t: t.column("id").to_numpy())
-        kw = {} if policy == "contiguous" else {"sharding": rd.Sharding.from_environment("strided")}
+        kw = {} if policy == "contiguous" else {"sharding": rd.sharding_from_environment("strided")}
         loader = rd.DataLoader(src, batch_size=g // world, shuffle=True, seed=3,
                                arrow_collate=lambda t: t.column("id").to_numpy(), **kw)
         assert (loader.sharding.world_size, loader.sharding.rank) == (world, rank)

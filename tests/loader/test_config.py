@@ -31,6 +31,20 @@ class Batched(Items):
         return list(ids)
 
 
+def test_resolver_and_ledger_import_without_torch():
+    code = ("import sys\n"
+            "from resumable_data.loader.config import resolve_config\n"
+            "from resumable_data.loader.ledger import ProgressLedger\n"
+            "from resumable_data.loader.stream import RecordStream\n"
+            "class D:\n  __len__ = lambda s: 10\n  __getitem__ = lambda s, i: i\n"
+            "cfg = resolve_config(D(), batch_size=3, shuffle=True, seed=1, sharding=None)\n"
+            "led = ProgressLedger(RecordStream(cfg.plan), cfg.commit, 1)\n"
+            "led.start_pass(); led.deliver(0, 0, 3); led.commit(True)\n"
+            "assert led.cursor.committed == 1\n"
+            "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))[:5]\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
 def test_same_arguments_give_an_equal_config():
     a = resolve_config(Items(50), batch_size=4, shuffle=True, seed=3, sharding=Sharding(2, 1))
     b = resolve_config(Items(50), batch_size=4, shuffle=True, seed=3, sharding=Sharding(2, 1))

@@ -115,6 +115,23 @@ def test_contexts_outside_their_fetch_raise_with_the_fix():
         next(iter(rd.DataLoader(Wrong(), batch_size=4, dataset_version="ctx-v1")))
 
 
+def test_contexts_outside_their_fetch_are_usage_errors():
+    """Calling a context out of order is misuse (rd.UsageError), not a configuration error."""
+    assert issubclass(rd.UsageError, rd.ResumableDataError) and issubclass(rd.UsageError, RuntimeError)
+    assert not issubclass(rd.UsageError, rd.ConfigError)
+    with pytest.raises(rd.UsageError, match="outside a fetch"):
+        rd.sample_context()
+    with pytest.raises(rd.UsageError, match="outside a batched fetch"):
+        rd.batch_context()
+
+    class Wrong(Batched):
+        def __getitems__(self, records):
+            return [{"x": rd.sample_context().record} for _ in records]
+
+    with pytest.raises(rd.UsageError, match=r"inside __getitems__"):
+        next(iter(rd.DataLoader(Wrong(), batch_size=4, dataset_version="ctx-v1")))
+
+
 def test_global_generators_are_restored_around_a_main_process_batch():
     random.seed(123)
     np.random.seed(123)

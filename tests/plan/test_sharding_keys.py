@@ -1,7 +1,6 @@
 """Sharding validation and golden vectors; sample keys and their generators."""
 
 import re
-import sys
 
 import numpy as np
 import pytest
@@ -96,17 +95,37 @@ def test_a_partial_torchrun_environment_is_an_error_not_rank_0(env, missing):
     assert f"unset {', '.join(k for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE') if k in env)}" in msg
 
 
-def test_the_default_reads_os_environ(monkeypatch):
+def test_the_torch_layer_reads_os_environ(monkeypatch):
+    """Reading the environment is the torch layer's job (rd.sharding_from_environment); the
+    DataLoader's default sharding reads it the same way."""
     for k in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("LOCAL_RANK", "1")
     with pytest.raises(rd.ConfigError, match="LOCAL_RANK.*RANK and WORLD_SIZE missing"):
-        Sharding.from_environment()
+        rd.sharding_from_environment()
     with pytest.raises(rd.ConfigError, match="partial torchrun environment"):
         rd.DataLoader(list(range(8)), batch_size=2)
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert Sharding.from_environment() == Sharding(2, 1)
+    assert rd.sharding_from_environment() == Sharding(2, 1)
+    assert rd.sharding_from_environment("strided") == Sharding(2, 1, "strided")
+    assert rd.DataLoader(list(range(8)), batch_size=2).sharding == Sharding(2, 1)
+
+
+def test_from_environment_reads_nothing_itself(monkeypatch):
+    """The plan-layer function is pure: os.environ is not consulted when environ= is given."""
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert Sharding.from_environment(environ={}) == Sharding(1, 0)
+    assert Sharding.from_environment("strided", environ={}, process_group=(4, 3)) == Sharding(4, 3, "strided")
+    with pytest.raises(rd.ConfigError, match="^environ='strided': expected a mapping"):
+        Sharding.from_environment(environ="strided")
+
+
+@pytest.mark.parametrize("group", [(0, 0), (2, 2), (2, -1), [2, 1], (2.0, 1), (True, 0), 4])
+def test_a_malformed_process_group_is_refused(group):
+    with pytest.raises(rd.ConfigError, match="^process_group="):
+        Sharding.from_environment(environ={}, process_group=group)
 
 
 @pytest.mark.parametrize("env, param, expected", [
@@ -123,26 +142,6 @@ def test_inconsistent_local_values_are_refused(env, param, expected):
         Sharding.from_environment(environ=env)
 
 
-class _FakeGroup:
-    """Stands in for an initialized ``torch.distributed`` (rank 2 of 4)."""
-
-    @staticmethod
-    def is_available():
-        return True
-
-    @staticmethod
-    def is_initialized():
-        return True
-
-    @staticmethod
-    def get_world_size():
-        return 4
-
-    @staticmethod
-    def get_rank():
-        return 2
-
-
 @pytest.mark.parametrize("env, expected", [
     ({}, Sharding(4, 2)),
     ({"LOCAL_RANK": "0"}, Sharding(4, 2)),  # the group is authoritative: no torchrun needed
@@ -151,13 +150,13 @@ class _FakeGroup:
     ({"WORLD_SIZE": "2"}, "WORLD_SIZE"),
     ({"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "4"}, "LOCAL_RANK"),
 ])
-def test_an_initialized_process_group_wins_and_the_environment_must_agree(monkeypatch, env, expected):
-    monkeypatch.setitem(sys.modules, "torch.distributed", _FakeGroup)
+def test_an_initialized_process_group_wins_and_the_environment_must_agree(env, expected):
+    group = (4, 2)  # an initialized torch.distributed group: rank 2 of 4
     if isinstance(expected, Sharding):
-        assert Sharding.from_environment(environ=env) == expected
+        assert Sharding.from_environment(environ=env, process_group=group) == expected
     else:
         with pytest.raises(rd.ConfigError, match=rf"^{expected}="):
-            Sharding.from_environment(environ=env)
+            Sharding.from_environment(environ=env, process_group=group)
 
 
 def test_world_size_lists_are_complete_or_say_how_many_are_left_out():

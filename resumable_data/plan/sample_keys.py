@@ -1,7 +1,8 @@
 """Sample keys: the seed of every per-sample random generator, a pure function of the position.
 
 Algorithm. ``key = xxh3_64(version hash, seed, position, tag)`` (length-prefixed fields). The key
-seeds a numpy ``Generator`` (PCG64), a ``torch.Generator`` and a ``random.Random``, so
+seeds a numpy ``Generator`` (PCG64), a ``random.Random`` and (in the torch layer, which passes
+the key to ``torch.Generator.manual_seed`` unchanged: any uint64 is accepted) a ``torch.Generator``, so
 augmentation depends on the sample's logical position only: not on the worker id, the worker
 count, the rank or where a resume happened. Different ``tag`` values give independent streams
 for different operations on the same sample.
@@ -17,7 +18,7 @@ import struct
 import numpy as np
 import xxhash
 
-__all__ = ["numpy_generator", "python_random", "sample_key", "sample_keys", "torch_seed"]
+__all__ = ["numpy_generator", "python_random", "sample_key", "sample_keys"]
 
 
 def _prefix(version_hash: str, seed: int) -> bytes:
@@ -46,11 +47,6 @@ def sample_keys(version_hash: str, seed: int, positions, tag: str = "sample") ->
 def numpy_generator(key: int) -> np.random.Generator:
     """A numpy ``Generator`` (PCG64) seeded by ``key``."""
     return np.random.Generator(np.random.PCG64(int(key)))
-
-
-def torch_seed(key: int) -> int:
-    """A seed for ``torch.Generator.manual_seed`` / ``torch.manual_seed`` (any uint64 is accepted)."""
-    return int(key)
 
 
 def python_random(key: int) -> random.Random:

@@ -1,0 +1,122 @@
+"""torch's private DataLoader internals that ``loader/torch_compat.py`` relies on, checked against
+the installed torch (an upgrade that moves one fails here, by name), and ``worker_fault`` against
+the messages torch really produces for a killed, a hung and a failing worker."""
+
+import inspect
+import os
+import signal
+import time
+
+import pytest
+import torch
+import torch.utils.data as tud
+import torch.utils.data.dataloader as tdl
+
+from resumable_data.loader import torch_compat
+
+
+class _Items(tud.Dataset):
+    def __init__(self, mode="ok"):
+        self.mode = mode
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if self.mode == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.mode == "hang":
+            time.sleep(2.0)
+        if self.mode == "raise":
+            raise ValueError("cannot decode record 3")
+        return i
+
+
+def test_the_private_names_exist_with_the_expected_shape():
+    cls = getattr(tdl, "_MultiProcessingDataLoaderIter", None)
+    assert isinstance(cls, type), "torch.utils.data.dataloader._MultiProcessingDataLoaderIter is gone"
+    shutdown = getattr(cls, "_shutdown_workers", None)
+    assert callable(shutdown), "_MultiProcessingDataLoaderIter._shutdown_workers is gone"
+    assert list(inspect.signature(shutdown).parameters) == ["self"], "_shutdown_workers() takes arguments now"
+    assert "_iterator" in vars(tud.DataLoader([1, 2])), "DataLoader._iterator (the persistent pass) is gone"
+    assert tud.DataLoader([1, 2])._iterator is None
+    assert torch_compat.default_collate([1, 2]).tolist() == [1, 2]
+    assert torch_compat.default_convert([1, 2]) == [1, 2]
+
+
+def test_iterators_are_told_apart_and_shut_down():
+    assert not torch_compat.is_multiprocess_iter(iter(tud.DataLoader(_Items(), num_workers=0)))
+    torch_compat.shutdown_workers(iter(tud.DataLoader(_Items(), num_workers=0)))  # a no-op
+    it = iter(tud.DataLoader(_Items(), num_workers=1))
+    assert torch_compat.is_multiprocess_iter(it)
+    assert next(it).tolist() == [0]
+    torch_compat.shutdown_workers(it)
+    assert not any(w.is_alive() for w in it._workers)
+    torch_compat.shutdown_workers(it)  # idempotent
+
+
+def test_a_persistent_pass_is_dropped_so_the_next_iter_starts_fresh():
+    loader = tud.DataLoader(_Items(), num_workers=1, persistent_workers=True)
+    first = iter(loader)
+    assert loader._iterator is first and next(first).tolist() == [0]
+    torch_compat.shutdown_workers(first)
+    torch_compat.drop_persistent_iterator(loader)
+    assert loader._iterator is None
+    second = iter(loader)
+    assert second is not first and [b.item() for b in second] == list(range(8))
+    torch_compat.shutdown_workers(second)
+
+
+def _first_error(mode, **kw):
+    it = iter(tud.DataLoader(_Items(mode), num_workers=1, **kw))
+    sigchld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # torch's handler would raise asynchronously
+    try:
+        with pytest.raises(Exception) as info:
+            next(it)
+        return it, info.value
+    finally:
+        torch_compat.shutdown_workers(it)
+        signal.signal(signal.SIGCHLD, sigchld)
+
+
+def test_a_killed_worker_is_a_fault():
+    it, error = _first_error("kill", timeout=1)  # torch's liveness check
+    assert "exited unexpectedly" in str(error), str(error)
+    assert torch_compat.worker_fault(error) == "died"
+    # torch's SIGCHLD handler text, raised synchronously by the check that handler calls
+    it = iter(tud.DataLoader(_Items("kill"), num_workers=1))
+    sigchld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        pid, deadline = it._workers[0].pid, time.monotonic() + 5
+        while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:  # dead, not reaped
+            assert time.monotonic() < deadline, "the worker did not die"
+            time.sleep(0.02)
+        with pytest.raises(RuntimeError) as info:
+            torch._C._error_if_any_worker_fails()
+        assert "killed by signal" in str(info.value), str(info.value)
+        assert torch_compat.worker_fault(info.value) == "died"
+    finally:
+        torch_compat.shutdown_workers(it)
+        signal.signal(signal.SIGCHLD, sigchld)
+
+
+def test_a_hung_worker_is_a_fault():
+    _, error = _first_error("hang", timeout=0.3)
+    assert str(error).startswith("DataLoader timed out after"), str(error)
+    assert torch_compat.worker_fault(error) == "hung (no batch within timeout=)"
+
+
+def test_a_dataset_error_in_a_worker_is_not_a_fault():
+    _, error = _first_error("raise")
+    assert isinstance(error, ValueError) and str(error).startswith("Caught ValueError"), str(error)
+    assert torch_compat.worker_fault(error) is None
+
+
+@pytest.mark.parametrize("error, expected", [
+    (ConnectionResetError("reset by peer"), "died while passing a batch to the main process"),
+    (EOFError(), "died while passing a batch to the main process"),
+    (RuntimeError("CUDA out of memory"), None),
+    (RuntimeError("Caught ConnectionResetError in DataLoader worker process 0."), None),
+])
+def test_worker_fault_on_other_errors(error, expected):
+    assert torch_compat.worker_fault(error) == expected
