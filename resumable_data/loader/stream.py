@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from resumable_data._cache import cache_dir
 from resumable_data.errors import ConfigError, describe
 from resumable_data.plan import Plan, Sharding, Tail, epoch_records
 from resumable_data.plan.packing import Packing, window_counts
@@ -31,11 +32,6 @@ from resumable_data.plan.packing import Packing, window_counts
 __all__ = ["PackedIndex", "PackedStream", "RecordStream", "StepInfo", "cache_dir", "describe_step", "stream_from_state"]
 
 _INDEX_CHUNK = 1 << 20  # documents per chunk when building an index (bounds transient memory)
-
-
-def cache_dir() -> Path:
-    """Where packing indexes are cached: ``$RD_CACHE_DIR``, else ``~/.cache/resumable_data``."""
-    return Path(os.environ.get("RD_CACHE_DIR") or Path.home() / ".cache" / "resumable_data")
 
 
 def _steps(count: int, g: int, tail: Tail) -> int:
