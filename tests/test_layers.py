@@ -41,11 +41,7 @@ FORBIDDEN = {
 
 # Known violations inside files another branch of issue 12 is rewriting (this branch may not
 # edit them). Each entry is (importing module, imported module, kind); remove it when fixed.
-ALLOWED = {
-    # TODO(issue 12, the sources rework): sources must not import the torch layer; cache_dir()
-    # moves to the shared resumable_data/_cache.py.
-    ("resumable_data.sources.hf", "resumable_data.loader.stream", "layer"),
-}
+ALLOWED: set[tuple[str, str, str]] = set()
 
 
 # torch's private internals live in the two torch_compat modules only

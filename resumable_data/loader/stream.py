@@ -18,12 +18,12 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import xxhash
 
+from resumable_data._cache import cache_dir
 from resumable_data.errors import ConfigError, describe
 from resumable_data.loader.state import LoaderState
 from resumable_data.plan import Plan, Sharding, Tail, epoch_records
@@ -32,11 +32,6 @@ from resumable_data.plan.packing import Packing, window_counts
 __all__ = ["PackedIndex", "PackedStream", "RecordStream", "StepInfo", "cache_dir", "describe_step", "stream_from_state"]
 
 _INDEX_CHUNK = 1 << 20  # documents per chunk when building an index (bounds transient memory)
-
-
-def cache_dir() -> Path:
-    """Where packing indexes are cached: ``$RD_CACHE_DIR``, else ``~/.cache/resumable_data``."""
-    return Path(os.environ.get("RD_CACHE_DIR") or Path.home() / ".cache" / "resumable_data")
 
 
 def _steps(count: int, g: int, tail: Tail) -> int:

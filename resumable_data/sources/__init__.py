@@ -1,14 +1,17 @@
 """Sources: pinned Arrow shards (IPC memory-mapped, Parquet by row group), manifests, ``take``.
 
-No torch here. Modules: :mod:`.files` (discovery, formats, streamed hashing), :mod:`.version`
+No torch here (nor any import of the loader or checkpoint layers). Modules: :mod:`.store` (the
+one storage interface, :class:`ShardStore`: local files or a ``pyarrow.fs`` filesystem),
+:mod:`.files` (discovery, formats, metadata, opening a shard), :mod:`.version`
 (:class:`DatasetVersion`, manifest, verify), :mod:`.pin` (:func:`pin`), :mod:`.gather` (the
-vectorized take engine), :mod:`.arrow_shards` (:class:`ArrowShards`), :mod:`.writer`
-(:func:`write_arrow_shards`).
+vectorized take engine), :mod:`.arrow_shards` (:class:`ArrowShards`), :mod:`.hf` (Hugging Face
+datasets), :mod:`.writer` (:func:`write_arrow_shards`); :mod:`.remote` keeps older import names.
 """
 
 from resumable_data.sources.arrow_shards import ArrowShards, RecordIdError, UnpinnedPolicy
 from resumable_data.sources.files import MANIFEST_NAME
 from resumable_data.sources.pin import pin
+from resumable_data.sources.store import ShardStore
 from resumable_data.sources.version import (
     DatasetVersion,
     HashMode,
@@ -26,6 +29,7 @@ __all__ = [
     "RecordIdError",
     "Selection",
     "ShardInfo",
+    "ShardStore",
     "ShardWriteFormat",
     "UnpinnedPolicy",
     "VerifyLevel",

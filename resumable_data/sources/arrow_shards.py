@@ -12,15 +12,20 @@ or also re-hashes the bytes (``verify="content"``). An unpinned directory is pin
 (``unpinned="pin"``, the default, says so on stderr); ``unpinned="allow"`` reads it without a
 version (``pinned`` is False, ``version`` is None): resume checks cannot verify such a source.
 
-Remote shards: with ``filesystem=`` (a ``pyarrow.fs.FileSystem``, e.g. S3) or an ``s3://``-style
-URI, shards are opened through the filesystem (:mod:`.remote`): IPC file record batches and Parquet
-row groups are read on demand into a small LRU cache; nothing is memory-mapped.
+Storage: every shard is read through a :class:`~resumable_data.sources.store.ShardStore`, the
+same code for local files and for a ``pyarrow.fs.FileSystem`` (``filesystem=``, e.g. S3, or an
+``s3://``-style URI, which picks its filesystem itself). Where the store memory-maps (local files)
+IPC batches are zero-copy views of the map; on a remote store IPC file record batches and Parquet
+row groups are read on demand into a small LRU cache and nothing is memory-mapped (see
+:mod:`.files`).
 
 Hugging Face ``datasets``: :meth:`ArrowShards.from_hf` reads a ``datasets.Dataset``'s own Arrow
 cache files (zero copy), versioned by their content (:mod:`.hf`).
 
-Cost: opening maps the files and reads metadata; pickling carries only paths and the manifest
-dict, and each process maps its own files when unpickled (fork and spawn workers alike).
+Cost: opening maps the files and reads metadata (remote: footers and batch headers, see
+:mod:`.files`); pickling carries only paths, the manifest dict and (remote) the filesystem's
+configuration, and each process opens its own files when unpickled (fork and spawn workers
+alike), re-checking only the shards' sizes.
 """
 
 from __future__ import annotations
@@ -31,29 +36,32 @@ import os
 import sys
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, describe
 from resumable_data.sources.files import (
     MANIFEST_NAME,
-    ShardFormat,
+    OpenShard,
     canonical_schema,
-    detect_format,
+    check_same_schema,
     discover_shards,
+    open_shard,
+    resolve_files,
 )
-from resumable_data.sources import remote as _remote
 from resumable_data.sources.gather import ColumnGather, Unit, group_segments, plan_column
-from resumable_data.sources.pin import pin, resolve_files
-from resumable_data.sources.version import DatasetVersion, VerifyLevel, coerce_enum
+from resumable_data.sources.pin import pin
+from resumable_data.sources.store import LOCAL, ShardStore, join, store_for
+from resumable_data.sources.version import DatasetVersion, VerifyLevel
 
 __all__ = ["ArrowShards", "RecordIdError", "UnpinnedPolicy"]
 
-_PARQUET_CACHE_ROW_GROUPS = 8
+_LOCAL_CACHE_UNITS = 8  # Parquet row groups decoded from local files
 _REMOTE_CACHE_UNITS = 32  # remote reads are slow: keep more record batches / row groups
 _STATE_FORMAT = "resumable_data.arrow_shards"
 _STATE_SCHEMA_VERSION = 1
@@ -90,12 +98,12 @@ class ArrowShards:
     def __init__(self, path_or_files: str | os.PathLike | Sequence[str | os.PathLike] | DatasetVersion,
                  *, verify: VerifyLevel | str = VerifyLevel.SIZE,
                  unpinned: UnpinnedPolicy | str = UnpinnedPolicy.PIN, filesystem: Any = None) -> None:
-        level = coerce_enum(VerifyLevel, "verify", verify)
-        policy = coerce_enum(UnpinnedPolicy, "unpinned", unpinned)
-        fs = _remote.normalize_filesystem(filesystem)
-        if isinstance(path_or_files, DatasetVersion) and fs is None:
-            fs = path_or_files.filesystem
-        elif fs is None and isinstance(path_or_files, str) and "://" in path_or_files:
+        level = coerce_enum(verify, VerifyLevel, "verify")
+        policy = coerce_enum(unpinned, UnpinnedPolicy, "unpinned")
+        store = store_for(filesystem)
+        if isinstance(path_or_files, DatasetVersion) and store.filesystem is None:
+            store = path_or_files.store
+        elif store.filesystem is None and isinstance(path_or_files, str) and "://" in path_or_files:
             import pyarrow.fs as pafs
             try:
                 raw_fs, path_or_files = pafs.FileSystem.from_uri(path_or_files)
@@ -103,97 +111,57 @@ class ArrowShards:
                 raise ConfigError(describe("path_or_files", path_or_files, f"a filesystem URI ({exc})",
                                            "fix the URI, or pass filesystem=pyarrow.fs.S3FileSystem(...) "
                                            "and a bucket/prefix path")) from None
-            fs = _remote.normalize_filesystem(raw_fs)
-        if fs is not None:
-            version, root_s, rel_s = self._open_remote(fs, path_or_files, policy)
-            if version is not None:
-                version.verify(level)
-            self._init(Path(root_s), rel_s, version, fs)
-            return
-        version: DatasetVersion | None = None
-        if isinstance(path_or_files, DatasetVersion):
-            version = path_or_files
-            if version.root is None:
-                raise ConfigError(describe("path_or_files", version.hash, "a DatasetVersion with a root",
-                                           "use DatasetVersion.load(directory) or rd.pin(directory)"))
-            root, rel = version.root, [s.path for s in version.shards]
-        elif isinstance(path_or_files, (str, os.PathLike)) and Path(path_or_files).is_dir():
-            root = Path(path_or_files).resolve()
-            rel = None
-            if (root / MANIFEST_NAME).is_file():
-                version = DatasetVersion.load(root)
-            else:
-                rel = discover_shards(root)
-                if not rel:
-                    raise ConfigError(describe("path_or_files", str(path_or_files),
-                                               "a directory with shard files or a manifest",
-                                               "check the path"))
-                version = self._unpinned(root, policy, str(path_or_files))
-            rel = [s.path for s in version.shards] if version is not None else rel
-        else:
-            if isinstance(path_or_files, (str, os.PathLike)):
-                if not Path(path_or_files).exists():
-                    raise ConfigError(describe("path_or_files", str(path_or_files),
-                                               "an existing directory or shard file", "check the path"))
-                path_or_files = [path_or_files]
-            root, rel = resolve_files(list(path_or_files))
-            if (root / MANIFEST_NAME).is_file():
-                found = DatasetVersion.load(root)
-                if [s.path for s in found.shards] == rel:
-                    version = found
-                elif policy is not UnpinnedPolicy.ALLOW:
-                    raise ConfigError(describe(
-                        "path_or_files", rel,
-                        f"the shard list pinned in {root / MANIFEST_NAME} "
-                        f"({[s.path for s in found.shards]})",
-                        "pass the directory itself, move these files into their own directory, "
-                        "or pass unpinned='allow'"))
-            else:
-                version = self._unpinned(root, policy, rel, files=[root / r for r in rel])
+            store = store_for(raw_fs)
+        version, root, rel = self._resolve(store, path_or_files, policy)
         if version is not None:
             version.verify(level)
-        self._init(root, rel, version)
+        self._init(root, rel, version, store)
 
     @classmethod
-    def _open_remote(cls, fs: Any, path: Any, policy: UnpinnedPolicy
-                     ) -> tuple[DatasetVersion | None, str, list[str]]:
-        """(version, root, relative paths) of shards on a remote filesystem."""
-        if isinstance(path, DatasetVersion):
-            if path.root is None:
-                raise ConfigError(describe("path_or_files", path.hash, "a DatasetVersion with a root",
-                                           "use DatasetVersion.load(prefix, filesystem=...)"))
-            v = path if path.filesystem is fs else DatasetVersion.from_dict(path.to_dict(), root=path.root)
-            from dataclasses import replace
-            v = replace(v, filesystem=fs)
-            return v, _remote._p(v.root), [s.path for s in v.shards]
-        if isinstance(path, (str, os.PathLike)) and _remote.is_dir(fs, path):
-            root = _remote._p(path).rstrip("/")
-            if _remote.file_size(fs, f"{root}/{MANIFEST_NAME}") is not None:
-                version = DatasetVersion.load(root, filesystem=fs)
+    def _resolve(cls, store: ShardStore, src: Any, policy: UnpinnedPolicy
+                 ) -> tuple[DatasetVersion | None, str, list[str]]:
+        """(version or None, root, relative shard paths) of ``src`` on ``store``."""
+        if isinstance(src, DatasetVersion):
+            if src.root is None:
+                raise ConfigError(describe("path_or_files", src.hash, "a DatasetVersion with a root",
+                                           "use DatasetVersion.load(directory) or rd.pin(directory) "
+                                           "(remote: DatasetVersion.load(prefix, filesystem=...))"))
+            version = src if src.filesystem is store.filesystem else replace(src, filesystem=store.filesystem)
+            return version, version.root.as_posix(), [s.path for s in version.shards]
+        if isinstance(src, (str, os.PathLike)) and store.is_dir(src):
+            root = store.resolve(src)
+            if store.stat(join(root, MANIFEST_NAME)) is not None:
+                version = DatasetVersion.load(root, filesystem=store.filesystem)
                 return version, root, [s.path for s in version.shards]
-            rel = _remote.discover_shards(fs, root)
+            rel = discover_shards(root, store)
             if not rel:
-                raise ConfigError(describe("path_or_files", root, "a prefix with shard files or a manifest",
-                                           "check the path"))
-            version = cls._unpinned(Path(root), policy, root, fs=fs)
+                raise ConfigError(describe("path_or_files", str(src), "a directory (or prefix) with shard "
+                                           "files or a manifest", "check the path"))
+            version = cls._unpinned(store, root, policy, str(src))
             return version, root, ([s.path for s in version.shards] if version is not None else rel)
-        files = [path] if isinstance(path, (str, os.PathLike)) else list(path)
-        root, rel = _remote.resolve_files(fs, files)
-        if _remote.file_size(fs, f"{root}/{MANIFEST_NAME}") is not None:
-            found = DatasetVersion.load(root, filesystem=fs)
-            if [s.path for s in found.shards] == rel:
-                return found, root, rel
-            if policy is not UnpinnedPolicy.ALLOW:
-                raise ConfigError(describe(
-                    "path_or_files", rel, f"the shard list pinned in {root}/{MANIFEST_NAME}",
-                    "pass the prefix itself, or pass unpinned='allow'"))
-            return None, root, rel
-        version = cls._unpinned(Path(root), policy, rel, files=[f"{root}/{r}" for r in rel], fs=fs)
-        return version, root, rel
+        if isinstance(src, (str, os.PathLike)):
+            if store.stat(src) is None:
+                raise ConfigError(describe("path_or_files", str(src), "an existing directory or shard file",
+                                           "check the path"))
+            src = [src]
+        root, rel = resolve_files(list(src), store)
+        manifest = join(root, MANIFEST_NAME)
+        if store.stat(manifest) is None:
+            return cls._unpinned(store, root, policy, rel, files=[join(root, r) for r in rel]), root, rel
+        found = DatasetVersion.load(root, filesystem=store.filesystem)
+        if [s.path for s in found.shards] == rel:
+            return found, root, rel
+        if policy is not UnpinnedPolicy.ALLOW:
+            raise ConfigError(describe(
+                "path_or_files", rel,
+                f"the shard list pinned in {manifest} ({[s.path for s in found.shards]})",
+                "pass the directory itself, move these files into their own directory, "
+                "or pass unpinned='allow'"))
+        return None, root, rel
 
     @staticmethod
-    def _unpinned(root: Path, policy: UnpinnedPolicy, shown: Any,
-                  files: list[Path] | None = None, fs: Any = None) -> DatasetVersion | None:
+    def _unpinned(store: ShardStore, root: str, policy: UnpinnedPolicy, shown: Any,
+                  files: list[str] | None = None) -> DatasetVersion | None:
         if policy is UnpinnedPolicy.ERROR:
             raise ConfigError(describe("path_or_files", shown, f"pinned shards ({MANIFEST_NAME})",
                                        "run rd.pin(path) first, or pass unpinned='pin'/'allow'"))
@@ -201,81 +169,45 @@ class ArrowShards:
             return None
         print(f"resumable_data: {root} has no {MANIFEST_NAME}; pinning it now (content hash). "
               f"Pass unpinned='allow' to read it unpinned.", file=sys.stderr)
-        return pin(files if files is not None else root, filesystem=fs)
+        return pin(files if files is not None else root, filesystem=store.filesystem)
 
     # -- opening ---------------------------------------------------------------------------
-    def _init(self, root: Path, rel: list[str], version: DatasetVersion | None,
-              filesystem: Any = None) -> None:
-        self._fs = filesystem
-        self._remote: dict[int, _remote.RemoteShard] = {}
-        self._cache_units = _PARQUET_CACHE_ROW_GROUPS if filesystem is None else _REMOTE_CACHE_UNITS
+    def _init(self, root: str, rel: list[str], version: DatasetVersion | None,
+              store: ShardStore = LOCAL) -> None:
+        self._store = store
+        self._cache_units = _LOCAL_CACHE_UNITS if store.local else _REMOTE_CACHE_UNITS
         self._root = Path(root)
         self._rel = list(rel)
         self._version = version
+        self._shards: list[OpenShard] = []
         self._units: list[Unit] = []
-        self._wholes: list[pa.Buffer | None] = []
-        self._parquet: dict[int, pq.ParquetFile] = {}
         self._rg_cache: OrderedDict[tuple[int, int], pa.RecordBatch] = OrderedDict()
         self._fast: list[ColumnGather | None] | None = None
-        schema: pa.Schema | None = None
         start = 0
         for k, r in enumerate(self._rel):
-            path = self._root / r
-            if filesystem is not None:
-                shard = _remote.RemoteShard.open(filesystem, path)
-                self._remote[k] = shard
-                self._wholes.append(None)
-                s = shard.schema
-                for g, n in enumerate(shard.unit_rows):
-                    if n:
-                        self._units.append(Unit(k, start, n, None, g))
-                        start += n
-                fmt = None
-            else:
-                fmt = detect_format(path)
-            if fmt is None:
-                pass
-            elif fmt is ShardFormat.PARQUET:
-                pf = pq.ParquetFile(path)
-                self._parquet[k] = pf
-                self._wholes.append(None)
-                s = pf.schema_arrow
-                for g in range(pf.metadata.num_row_groups):
-                    n = pf.metadata.row_group(g).num_rows
-                    self._units.append(Unit(k, start, n, None, g))
+            shard = open_shard(join(root, r), store)
+            self._shards.append(shard)
+            if k:
+                check_same_schema(self._rel[0], canonical_schema(self._shards[0].schema), r,
+                                  canonical_schema(shard.schema))
+            for g, n in enumerate(shard.unit_rows):
+                if n:  # empty units hold no record id
+                    batch = shard.batches[g] if shard.batches is not None else None
+                    self._units.append(Unit(k, start, n, batch, None if batch is not None else g))
                     start += n
-            else:
-                whole = pa.memory_map(str(path), "r").read_buffer()
-                reader = (pa.ipc.open_file(pa.BufferReader(whole)) if fmt is ShardFormat.IPC_FILE
-                          else pa.ipc.open_stream(pa.BufferReader(whole)))
-                batches = ([reader.get_batch(i) for i in range(reader.num_record_batches)]
-                           if fmt is ShardFormat.IPC_FILE else list(reader))
-                self._wholes.append(whole)
-                s = reader.schema
-                for b in batches:
-                    if b.num_rows:
-                        self._units.append(Unit(k, start, b.num_rows, b, None))
-                        start += b.num_rows
-            if schema is None:
-                schema = s
-            elif canonical_schema(s) != canonical_schema(schema):
-                raise ConfigError(describe("shard", r, f"the schema of {self._rel[0]!r}",
-                                           "rewrite the shard with the common schema"))
-        assert schema is not None
-        self._schema = schema
+        self._schema = self._shards[0].schema
+        self._wholes = [s.whole for s in self._shards]
         self._num_records = start
         self._starts = np.fromiter((u.start for u in self._units), dtype=np.int64,
                                    count=len(self._units))
-        self._unit_shard = np.fromiter((u.shard for u in self._units), dtype=np.int64,
-                                       count=len(self._units))
 
     # -- pickling (no pickled Arrow data: each process maps its own files) -------------------
     def __getstate__(self) -> dict[str, Any]:
         state = {K_FORMAT: _STATE_FORMAT, K_SCHEMA_VERSION: _STATE_SCHEMA_VERSION,
                  K_ROOT: str(self._root), K_FILES: list(self._rel),
                  K_VERSION: self._version.to_dict() if self._version is not None else None}
-        if self._fs is not None:
-            state[K_FILESYSTEM] = self._fs  # pyarrow filesystems pickle their configuration
+        if self._store.filesystem is not None:
+            state[K_FILESYSTEM] = self._store.filesystem  # pyarrow filesystems pickle their configuration
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -283,18 +215,18 @@ class ArrowShards:
             raise ConfigError(describe("state", {k: state.get(k) for k in (K_FORMAT, K_SCHEMA_VERSION)},
                                        f"format {_STATE_FORMAT!r} schema_version {_STATE_SCHEMA_VERSION}",
                                        "pickle and unpickle with the same resumable_data version"))
+        store = store_for(state.get(K_FILESYSTEM))
         version = None
-        fs = state.get(K_FILESYSTEM)
         if state[K_VERSION] is not None:
             version = DatasetVersion.from_dict(state[K_VERSION], root=state[K_ROOT])
-            if fs is not None:
-                from dataclasses import replace
-                version = replace(version, filesystem=fs)
-        self._init(Path(state[K_ROOT]), state[K_FILES], version, fs)
+            if store.filesystem is not None:
+                version = replace(version, filesystem=store.filesystem)
+        root = Path(state[K_ROOT]).as_posix()
+        self._init(root, state[K_FILES], version, store)
         if version is not None:
-            for k, s in enumerate(version.shards):  # cheap: sizes only
-                size = _remote.file_size(fs, self._root / s.path)
-                if size != s.size:
+            for s in version.shards:  # cheap: sizes only
+                st = store.stat(join(root, s.path))
+                if st is None or st.size != s.size:
                     version.verify(VerifyLevel.SIZE)
 
     @classmethod
@@ -309,15 +241,15 @@ class ArrowShards:
         already holds the same version, refused when it holds another."""
         from resumable_data.sources.hf import hf_shards
         root, rel, version = hf_shards(dataset, hash=hash, cache_dir=cache_dir)
-        version.verify(coerce_enum(VerifyLevel, "verify", verify))
+        version.verify(coerce_enum(verify, VerifyLevel, "verify"))
         self = cls.__new__(cls)
-        self._init(root, rel, version)
+        self._init(Path(root).as_posix(), rel, version, LOCAL)
         return self
 
     @property
     def filesystem(self) -> Any:
         """The ``pyarrow.fs.FileSystem`` of remote shards, None for local (memory-mapped) ones."""
-        return self._fs
+        return self._store.filesystem
 
     # -- properties ------------------------------------------------------------------------
     @property
@@ -358,12 +290,7 @@ class ArrowShards:
         if hit is not None:
             self._rg_cache.move_to_end(key)
             return hit
-        if u.shard in self._remote:
-            batch = self._remote[u.shard].read_unit(u.row_group)
-        else:
-            table = self._parquet[u.shard].read_row_group(u.row_group).combine_chunks()
-            batch = table.to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=self._schema)
-        batch = batch.replace_schema_metadata(self._schema.metadata)
+        batch = self._shards[u.shard].read_unit(u.row_group).replace_schema_metadata(self._schema.metadata)
         self._rg_cache[key] = batch
         if len(self._rg_cache) > self._cache_units:
             self._rg_cache.popitem(last=False)

@@ -1,55 +1,74 @@
-"""Shard files on disk: discovery, format detection, metadata and streamed content hashing.
+"""Shard files on any store: discovery, format detection, metadata and opening for reads.
 
-Algorithm: a directory is walked recursively; every file whose suffix is one of
-:data:`SHARD_SUFFIXES` is a shard, ordered by its relative POSIX path (byte-wise string sort), so
-the order is the same on every OS and filesystem. Arrow IPC files are recognised by content (the
-``ARROW1`` magic means IPC *file* format, anything else is read as IPC *stream* format, which is
-what Hugging Face ``datasets`` writes); ``.parquet`` files are Parquet.
+Every function takes the :class:`~resumable_data.sources.store.ShardStore` the files live on
+(default: the local store), so local and remote shards share one code path.
 
-Guarantee: :func:`hash_file` is the xxh3-128 of the file's bytes, streamed in
-:data:`HASH_CHUNK_BYTES` chunks (never a whole-file read), so memory stays flat for any file size.
-:func:`canonical_schema` is the schema's text form without schema or field metadata
+Algorithm: a directory is listed recursively; every file whose suffix is one of
+:data:`SHARD_SUFFIXES` (and whose name does not start with ``.``) is a shard, ordered by its
+relative POSIX path (byte-wise string sort), so the order is the same on every OS and store.
+Arrow IPC files are recognised by content (the ``ARROW1`` magic means IPC *file* format, anything
+else is read as IPC *stream* format, which is what Hugging Face ``datasets`` writes); ``.parquet``
+files are Parquet. :func:`open_shard` splits a shard into units (an IPC record batch, a Parquet row
+group): where the store memory-maps (local files) every IPC batch is a zero-copy view of the map;
+elsewhere an IPC *file*'s batch row counts come from its footer and each batch's message header (a
+few hundred bytes per batch, parsed here: pyarrow's own ``count_rows``/``get_batch`` download the
+bodies) and a body is read when a record in it is first requested. Parquet is read by row group on
+demand everywhere. A remote IPC *stream* has no index, so it is one unit read whole on first use:
+prefer IPC file format or Parquet for remote data.
+
+Guarantee: :func:`canonical_schema` is the schema's text form without schema or field metadata
 (``Schema.to_string(show_field_metadata=False, show_schema_metadata=False)``): it names every
 field, type and nullability, is stable across pyarrow versions for the types Arrow has had since
 1.0, and ignores writer-specific metadata (e.g. the ``huggingface`` key), which does not change
 any record. Binary ``Schema.serialize()`` bytes were rejected as the canonical form because the
-flatbuffer layout is an implementation detail of the writer.
+flatbuffer layout is an implementation detail of the writer. Content hashes are
+:func:`resumable_data._io.hash_file` (xxh3-128 of the bytes, streamed): the store decides how the
+bytes are streamed, never what the digest is.
 
-Cost: discovery is one directory walk; :func:`read_shard_meta` touches only metadata (IPC file
-footer, IPC stream message headers via a memory map, Parquet footer); hashing reads every byte
-once.
+Cost: discovery is one listing; :func:`read_shard_meta` touches only metadata (IPC file footer,
+IPC stream message headers via a memory map, Parquet footer; a remote IPC file: 2 + (number of
+record batches) small range reads); hashing reads every byte once.
 """
 
 from __future__ import annotations
 
 import enum
 import os
+import posixpath
+import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import xxhash
 
+from resumable_data._io import HASH_CHUNK_BYTES, hash_file
 from resumable_data.errors import ConfigError, describe
+from resumable_data.sources.store import LOCAL, ShardStore
 
 __all__ = [
     "HASH_CHUNK_BYTES",
     "MANIFEST_NAME",
     "SHARD_SUFFIXES",
+    "OpenShard",
     "ShardFormat",
     "ShardMeta",
     "canonical_schema",
+    "check_same_schema",
     "detect_format",
     "discover_shards",
     "hash_file",
+    "ipc_file_batch_rows",
+    "open_shard",
     "read_shard_meta",
+    "resolve_files",
 ]
 
 MANIFEST_NAME = "rd-manifest.json"
 SHARD_SUFFIXES = (".arrow", ".ipc", ".feather", ".parquet")
-HASH_CHUNK_BYTES = 8 * 1024 * 1024
 _ARROW_FILE_MAGIC = b"ARROW1"
+_MESSAGE_HEADER_RECORD_BATCH = 3
 
 
 class ShardFormat(str, enum.Enum):
@@ -74,68 +93,190 @@ def canonical_schema(schema: pa.Schema) -> str:
     return schema.to_string(show_field_metadata=False, show_schema_metadata=False)
 
 
-def detect_format(path: Path) -> ShardFormat:
+def check_same_schema(first_rel: str, first: str, rel: str, other: str) -> None:
+    """The one schema-mismatch error (pinning and opening, on every store): names the shard and
+    shows both canonical schemas."""
+    if other != first:
+        raise ConfigError(
+            describe("shard", rel, f"the schema of the first shard {first_rel!r} ({first!r})",
+                     f"rewrite {rel!r} with the common schema or pin it separately; it has {other!r}"))
+
+
+# -- discovery ----------------------------------------------------------------------------------
+def discover_shards(root: Any, store: ShardStore = LOCAL) -> list[str]:
+    """Relative POSIX paths of every shard file under ``root``, sorted."""
+    if not store.is_dir(root):
+        raise ConfigError(
+            describe("path", str(root), "an existing directory (or prefix) of shard files",
+                     "pass the directory that holds the .arrow/.ipc/.feather/.parquet shards "
+                     "(and, for remote data, the right filesystem and bucket/prefix)"))
+    return [r for r in store.list_files(root)
+            if r.endswith(SHARD_SUFFIXES) and not posixpath.basename(r).startswith(".")]
+
+
+def resolve_files(files: Sequence[str | os.PathLike], store: ShardStore = LOCAL) -> tuple[str, list[str]]:
+    """(root, relative POSIX paths) for an explicit list of shard files, order kept; the root is
+    their deepest common directory."""
+    if len(files) == 0:
+        raise ConfigError(describe("path", list(files), "a non-empty list of shard files",
+                                   "pass at least one .arrow/.ipc/.feather/.parquet file"))
+    paths = []
+    for f in files:
+        p = store.resolve(f)
+        if not p.endswith(SHARD_SUFFIXES) or store.stat(p) is None:
+            raise ConfigError(describe("path", str(f), f"an existing shard file ({', '.join(SHARD_SUFFIXES)})",
+                                       "check the file list (and the filesystem)"))
+        paths.append(p)
+    root = posixpath.commonpath([posixpath.dirname(p) for p in paths])
+    rel = [posixpath.relpath(p, root) if root else p for p in paths]
+    if len(set(rel)) != len(rel):
+        raise ConfigError(describe("path", rel, "each shard file listed once", "remove the duplicates"))
+    return root, rel
+
+
+def detect_format(path: Any, store: ShardStore = LOCAL) -> ShardFormat:
     """The shard format of ``path``, by suffix and (for Arrow IPC) by the file magic."""
-    if path.suffix == ".parquet":
+    if str(path).endswith(".parquet"):
         return ShardFormat.PARQUET
-    with open(path, "rb") as f:
+    with store.open_input_stream(path) as f:
         head = f.read(len(_ARROW_FILE_MAGIC))
     return ShardFormat.IPC_FILE if head == _ARROW_FILE_MAGIC else ShardFormat.IPC_STREAM
 
 
-def discover_shards(root: Path) -> list[str]:
-    """Relative POSIX paths of every shard file under ``root``, sorted."""
-    if not root.is_dir():
-        raise ConfigError(
-            describe("path", str(root), "an existing directory of shard files",
-                     "pass the directory that holds the .arrow/.ipc/.feather/.parquet shards")
-        )
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in filenames:
-            if name.endswith(SHARD_SUFFIXES) and not name.startswith("."):
-                found.append((Path(dirpath) / name).relative_to(root).as_posix())
-    return sorted(found)
+# -- Arrow IPC file footer (flatbuffers), for row counts without reading bodies --------------------
+def _u32(b: bytes, pos: int) -> int:
+    return struct.unpack_from("<I", b, pos)[0]
 
 
-def hash_file(path: Path, progress=None) -> str:
-    """xxh3-128 hex digest of the file's bytes, streamed in :data:`HASH_CHUNK_BYTES` chunks.
-
-    ``progress``, when given, is called with the byte count of each chunk (thread-safe callers
-    only: tqdm's ``update`` is).
-    """
-    h = xxhash.xxh3_128()
-    buf = bytearray(HASH_CHUNK_BYTES)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while True:
-            n = f.readinto(buf)
-            if not n:
-                break
-            h.update(view[:n])
-            if progress is not None:
-                progress(n)
-    return h.hexdigest()
+def _field(b: bytes, table: int, field_id: int) -> int | None:
+    vtable = table - struct.unpack_from("<i", b, table)[0]
+    vt_size = struct.unpack_from("<H", b, vtable)[0]
+    slot = 4 + 2 * field_id
+    if slot >= vt_size:
+        return None
+    off = struct.unpack_from("<H", b, vtable + slot)[0]
+    return table + off if off else None
 
 
-def read_shard_meta(path: Path) -> ShardMeta:
+def _footer_blocks(footer: bytes) -> list[tuple[int, int]]:
+    """(offset, metaDataLength) of every record batch block of an IPC file footer."""
+    root = _u32(footer, 0)
+    pos = _field(footer, root, 3)  # Footer.recordBatches: [Block]
+    if pos is None:
+        return []
+    vec = pos + _u32(footer, pos)
+    out = []
+    for i in range(_u32(footer, vec)):
+        at = vec + 4 + 24 * i  # struct Block { long offset; int metaDataLength; (pad); long bodyLength; }
+        offset, meta_len = struct.unpack_from("<qi", footer, at)
+        out.append((offset, meta_len))
+    return out
+
+
+def _message_rows(meta: bytes) -> int:
+    """RecordBatch.length from an encapsulated message's metadata (continuation marker optional)."""
+    fb = meta[8 if meta[:4] == b"\xff\xff\xff\xff" else 4:]
+    root = _u32(fb, 0)
+    kind = _field(fb, root, 1)  # Message.header_type
+    if kind is None or fb[kind] != _MESSAGE_HEADER_RECORD_BATCH:
+        raise ValueError("block is not a record batch message")
+    hdr = _field(fb, root, 2)
+    if hdr is None:
+        raise ValueError("record batch message without a header")
+    rb = hdr + _u32(fb, hdr)
+    length = _field(fb, rb, 0)
+    return struct.unpack_from("<q", fb, length)[0] if length is not None else 0
+
+
+def ipc_file_batch_rows(f: pa.NativeFile) -> list[int]:
+    """Row count of every record batch of an Arrow IPC file, from its footer and message headers
+    only (the bodies are never read). ``f`` must be a random-access file."""
+    size = f.size()
+    tail = f.read_at(10, size - 10)
+    if tail[4:] != _ARROW_FILE_MAGIC:
+        raise ValueError("not an Arrow IPC file (no trailing magic)")
+    footer_len = struct.unpack_from("<i", tail, 0)[0]
+    footer = f.read_at(footer_len, size - 10 - footer_len)
+    return [_message_rows(f.read_at(meta_len, offset)) for offset, meta_len in _footer_blocks(footer)]
+
+
+# -- opening --------------------------------------------------------------------------------------
+class OpenShard:
+    """One opened shard: format, schema, rows per unit and, where memory-mapped, the units'
+    zero-copy record batches (``batches``) and the whole map (``whole``); :meth:`read_unit` loads
+    unit ``k`` otherwise."""
+
+    def __init__(self, fmt: ShardFormat, schema: pa.Schema, unit_rows: list[int], *,
+                 batches: list[pa.RecordBatch] | None = None, whole: pa.Buffer | None = None,
+                 file: Any = None, reader: Any = None, store: ShardStore = LOCAL, path: str = "") -> None:
+        self.format, self.schema, self.unit_rows = fmt, schema, unit_rows
+        self.batches, self.whole = batches, whole
+        self._file, self._reader, self._store, self._path = file, reader, store, path
+
+    def read_unit(self, k: int) -> pa.RecordBatch:
+        """Unit ``k`` as one record batch (read from the store unless memory-mapped)."""
+        if self.batches is not None:
+            return self.batches[k]
+        if self.format is ShardFormat.IPC_FILE:
+            return self._reader.get_batch(k)
+        if self.format is ShardFormat.PARQUET:
+            table = self._reader.read_row_group(k)
+        else:
+            with self._store.open_input_stream(self._path) as f:
+                table = pa.ipc.open_stream(f).read_all()
+        table = table.combine_chunks()
+        if table.num_rows:
+            return table.to_batches()[0]
+        return pa.RecordBatch.from_pylist([], schema=table.schema)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+def open_shard(path: Any, store: ShardStore = LOCAL, fmt: ShardFormat | None = None) -> OpenShard:
+    """Open one shard for reading (see the module docstring for what each format costs)."""
+    fmt = fmt or detect_format(path, store)
+    if fmt is ShardFormat.PARQUET:
+        f = store.open_input_file(path)
+        pf = pq.ParquetFile(f)
+        rows = [pf.metadata.row_group(g).num_rows for g in range(pf.metadata.num_row_groups)]
+        return OpenShard(fmt, pf.schema_arrow, rows, file=f, reader=pf, store=store, path=path)
+    whole = store.memory_map(path)
+    if whole is not None:  # every record batch is a zero-copy view of the map
+        if fmt is ShardFormat.IPC_FILE:
+            reader = pa.ipc.open_file(pa.BufferReader(whole))
+            batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        else:
+            reader = pa.ipc.open_stream(pa.BufferReader(whole))
+            batches = list(reader)
+        return OpenShard(fmt, reader.schema, [b.num_rows for b in batches], batches=batches,
+                         whole=whole, store=store, path=path)
+    if fmt is ShardFormat.IPC_FILE:
+        f = store.open_input_file(path)
+        reader = pa.ipc.open_file(f)
+        try:
+            rows = ipc_file_batch_rows(f)
+        except (ValueError, struct.error):  # unexpected layout: count by reading the batches
+            rows = []
+        if len(rows) != reader.num_record_batches:
+            rows = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
+        return OpenShard(fmt, reader.schema, rows, file=f, reader=reader, store=store, path=path)
+    with store.open_input_stream(path) as f:  # no index: one unit, read whole on first use
+        reader = pa.ipc.open_stream(f)
+        schema, rows = reader.schema, sum(b.num_rows for b in reader)
+    return OpenShard(fmt, schema, [rows], store=store, path=path)
+
+
+def read_shard_meta(path: Any, store: ShardStore = LOCAL) -> ShardMeta:
     """Format, row count and schema of one shard, from its metadata only."""
-    fmt = detect_format(path)
+    fmt = detect_format(path, store)
     try:
-        if fmt is ShardFormat.PARQUET:
-            pf = pq.ParquetFile(path)
-            return ShardMeta(fmt, pf.metadata.num_rows, pf.schema_arrow)
-        with pa.memory_map(str(path), "r") as source:
-            if fmt is ShardFormat.IPC_FILE:
-                reader = pa.ipc.open_file(source)
-                rows = sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
-            else:
-                reader = pa.ipc.open_stream(source)
-                rows = sum(batch.num_rows for batch in reader)
-            return ShardMeta(fmt, rows, reader.schema)
-    except (pa.ArrowInvalid, OSError) as exc:
+        shard = open_shard(path, store, fmt)
+    except (pa.ArrowInvalid, OSError, ValueError, struct.error) as exc:
         raise ConfigError(
             describe("shard", str(path), f"a readable {fmt.value} shard (read failed: {exc})",
                      "remove or rewrite the damaged file, then pin again")
         ) from exc
+    shard.close()
+    return ShardMeta(fmt, sum(shard.unit_rows), shard.schema)

@@ -52,11 +52,12 @@ from typing import Any
 import pyarrow as pa
 import xxhash
 
+from resumable_data._cache import cache_dir
+from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, describe
-from resumable_data.sources.files import MANIFEST_NAME
-from resumable_data.sources.files import canonical_schema
-from resumable_data.sources.pin import pin, resolve_files
-from resumable_data.sources.version import DatasetVersion, HashMode, Selection, ShardInfo, coerce_enum
+from resumable_data.sources.files import MANIFEST_NAME, canonical_schema, resolve_files
+from resumable_data.sources.pin import pin
+from resumable_data.sources.version import DatasetVersion, HashMode, Selection, ShardInfo
 
 __all__ = ["hf_shards"]
 
@@ -129,10 +130,11 @@ def hf_shards(dataset: Any, *, hash: str = "content",
                                    f"rows that are exactly its cache files' rows ({problem})",
                                    _FIX_FLATTEN))
     try:
-        root, rel = resolve_files(files)
+        root_s, rel = resolve_files(files)
     except ConfigError as exc:
         raise ConfigError(f"{exc}; (a dataset that lists one cache file twice, e.g. "
                           f"concatenate_datasets([d, d])): fix: {_FIX_FLATTEN}") from None
+    root = Path(root_s)
     version = pin([root / r for r in rel], hash=hash, save=False)
     if version.num_records != dataset.num_rows:
         raise ConfigError(describe("dataset", f"{dataset.num_rows} rows",
@@ -146,8 +148,6 @@ def hf_shards(dataset: Any, *, hash: str = "content",
 
 def default_cache_root() -> Path:
     """Where in-memory datasets are written by default: ``$RD_CACHE_DIR/hf-in-memory``."""
-    from resumable_data.loader.stream import cache_dir
-
     return cache_dir() / "hf-in-memory"
 
 
@@ -215,7 +215,7 @@ def _predicted_version(table: pa.Table) -> DatasetVersion:
 def _in_memory_shards(dataset: Any, hash: str, cache_dir: str | os.PathLike | None,
                       ) -> tuple[Path, list[str], DatasetVersion]:
     """Write an in-memory dataset's rows once as pinned shards (module docstring) and open them."""
-    if coerce_enum(HashMode, "hash", hash) is not HashMode.CONTENT:
+    if coerce_enum(hash, HashMode, "hash") is not HashMode.CONTENT:
         raise ConfigError(describe(
             "hash", hash, "'content' for an in-memory dataset (its rows are written to a cache "
             "directory; a size-only version would let two datasets of the same shape share it)",

@@ -6,7 +6,9 @@ count, xxh3-128 content hash or ``None`` in ``size`` mode), the canonical schema
 whether the shard list came from discovering a directory or from an explicit file list. Its
 ``hash`` is the xxh3-128 hex digest of the canonical JSON of those fields (``sort_keys=True``,
 separators ``(",", ":")``, the ``hash`` key itself excluded). The root directory it was loaded
-from is not part of the hash, so a moved dataset keeps its identity.
+from is not part of the hash, so a moved dataset keeps its identity. Loading, saving and
+verifying go through the :class:`~resumable_data.sources.store.ShardStore` of ``filesystem``
+(local files or a ``pyarrow.fs.FileSystem``): one code path for both.
 
 Guarantee: same bytes, same hash; a changed byte (``content`` mode), row count, size, shard,
 shard order or schema gives another hash. :meth:`DatasetVersion.load` recomputes the hash from
@@ -14,7 +16,9 @@ the fields and refuses a manifest whose stored hash does not match (a hand-edite
 :meth:`DatasetVersion.verify` compares the files on disk with the manifest and raises one
 :class:`~resumable_data.DatasetIntegrityError` that lists every difference.
 
-Cost: loading is one small JSON read. ``verify("size")`` stats every shard and reads its
+Cost: loading is one small JSON read (at most :data:`MANIFEST_MAX_BYTES`; a larger file is
+refused). Saving is one atomic write (local: tmp file, fsync, rename, directory fsync; remote: one
+whole-object upload). ``verify("size")`` stats every shard and reads its
 metadata (row count, schema); ``verify("content")`` also re-hashes every byte.
 """
 
@@ -29,12 +33,19 @@ from typing import Any
 
 import xxhash
 
+from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
-from resumable_data.sources.files import MANIFEST_NAME, canonical_schema
-from resumable_data.sources import remote as _remote
+from resumable_data.sources.files import (
+    MANIFEST_NAME,
+    canonical_schema,
+    discover_shards,
+    read_shard_meta,
+)
+from resumable_data.sources.store import ShardStore, join, store_for
 
 __all__ = [
     "MANIFEST_FORMAT",
+    "MANIFEST_MAX_BYTES",
     "MANIFEST_SCHEMA_VERSION",
     "DatasetVersion",
     "HashMode",
@@ -45,6 +56,8 @@ __all__ = [
 
 MANIFEST_FORMAT = "resumable_data.dataset_version"
 MANIFEST_SCHEMA_VERSION = 1
+#: The most bytes a manifest may hold (about 1.7 million shards); a larger file is refused unread.
+MANIFEST_MAX_BYTES = 256 << 20
 
 # Manifest keys (the on-disk contract; renaming one is a schema_version bump).
 K_FORMAT = "format"
@@ -88,17 +101,6 @@ class Selection(str, enum.Enum):
 
     DIRECTORY = "directory"
     FILES = "files"
-
-
-def coerce_enum(enum_cls: type[enum.Enum], param: str, value: Any) -> Any:
-    """``value`` as a member of ``enum_cls`` (members or their string values accepted)."""
-    try:
-        return enum_cls(value)
-    except ValueError:
-        allowed = " | ".join(repr(m.value) for m in enum_cls)
-        raise ConfigError(
-            describe(param, value, f"one of {allowed}", f"pass {param}= one of {allowed}")
-        ) from None
 
 
 def _manifest_error(root: Path | None, what: str, value: Any, expected: str) -> DatasetIntegrityError:
@@ -232,7 +234,7 @@ class DatasetVersion:
 
     @classmethod
     def build(cls, shards: list[ShardInfo], schema: str, hash_mode: HashMode,
-              selection: Selection, root: Path | None) -> DatasetVersion:
+              selection: Selection, root: Path | None, filesystem: Any = None) -> DatasetVersion:
         """A version from its fields, computing ``num_records`` and ``hash``."""
         shards_t = tuple(shards)
         num = sum(s.num_rows for s in shards_t)
@@ -240,64 +242,44 @@ class DatasetVersion:
                     selection=selection, root=root)
         return cls(shards=shards_t, schema=schema, num_records=num,
                    hash=compute_hash(proto.to_dict()), hash_mode=hash_mode, selection=selection,
-                   root=root)
+                   root=root, filesystem=filesystem)
 
     @classmethod
     def load(cls, directory: str | os.PathLike, filesystem: Any = None) -> DatasetVersion:
         """Read and validate ``directory/rd-manifest.json`` (on ``filesystem`` when given)."""
-        fs = _remote.normalize_filesystem(filesystem)
-        if fs is not None:
-            root = Path(_remote._p(directory).rstrip("/"))
-            text = _remote.read_text(fs, root / MANIFEST_NAME)
-            if text is None:
-                raise ConfigError(describe("directory", str(root), f"a prefix holding {MANIFEST_NAME}",
-                                           "pin it first with rd.pin(path, filesystem=...)"))
-            try:
-                d = json.loads(text)
-            except (json.JSONDecodeError, RecursionError) as exc:
-                raise _manifest_error(root, "manifest", str(exc) or "nested too deeply", "valid UTF-8 JSON") from None
-            return replace(cls.from_dict(d, root=root), filesystem=fs)
-        root = Path(directory)
-        path = root / MANIFEST_NAME
-        if not path.is_file():
+        store = store_for(filesystem)
+        root = Path(directory) if store.local else Path(store.resolve(directory))
+        data = store.read_small(join(root.as_posix(), MANIFEST_NAME), MANIFEST_MAX_BYTES)
+        if data is None:
             raise ConfigError(
-                describe("directory", str(root), f"a directory holding {MANIFEST_NAME}",
-                         "pin it first with rd.pin(directory)")
+                describe("directory", str(root), f"a directory (or prefix) holding {MANIFEST_NAME}",
+                         "pin it first with rd.pin(directory) (remote: rd.pin(path, filesystem=...))")
             )
         try:
-            d = json.loads(path.read_text(encoding="utf-8"))
+            d = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise _manifest_error(root, "manifest", str(exc) or "nested too deeply", "valid UTF-8 JSON") from None
-        return cls.from_dict(d, root=root.resolve())
+        if store.local:
+            return cls.from_dict(d, root=root.resolve())
+        return replace(cls.from_dict(d, root=root), filesystem=store.filesystem)
 
     def save(self, directory: str | os.PathLike | None = None, filesystem: Any = None) -> Path:
-        """Write the manifest atomically (tmp file, fsync, ``os.replace``; on a remote
-        ``filesystem``, one whole-object upload); returns its path."""
+        """Write the manifest atomically (local: tmp file, fsync, ``os.replace``, directory fsync;
+        on a remote ``filesystem``: one whole-object upload); returns its path."""
         root = Path(directory) if directory is not None else self.root
         if root is None:
             raise ConfigError(describe("directory", None, "a directory to write the manifest to",
                                        "pass save(directory)"))
         path = root / MANIFEST_NAME
-        fs = _remote.normalize_filesystem(filesystem if filesystem is not None else self.filesystem)
-        if fs is not None:
-            _remote.write_text(fs, path, json.dumps(self.to_dict(), sort_keys=True, indent=1) + "\n")
-            return path
-        tmp = root / f".{MANIFEST_NAME}.{os.getpid()}.tmp"
+        store = store_for(filesystem if filesystem is not None else self.filesystem)
         text = json.dumps(self.to_dict(), sort_keys=True, indent=1) + "\n"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        try:  # make the rename itself durable
-            dfd = os.open(root, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:
-            pass
+        store.write_atomic(join(root.as_posix(), MANIFEST_NAME), text.encode("utf-8"))
         return path
+
+    @property
+    def store(self) -> ShardStore:
+        """The :class:`~resumable_data.sources.store.ShardStore` ``root`` lives on."""
+        return store_for(self.filesystem)
 
     # -- verification ----------------------------------------------------------------------
     def verify(self, level: VerifyLevel | str = VerifyLevel.SIZE) -> None:
@@ -307,7 +289,7 @@ class DatasetVersion:
         (for a discovered directory) no unlisted shard file is present. ``content``: also the
         xxh3-128 of every shard's bytes (requires ``hash_mode="content"``).
         """
-        level = coerce_enum(VerifyLevel, "level", level)
+        level = coerce_enum(level, VerifyLevel, "level")
         if self.root is None:
             raise ConfigError(describe("root", None, "the directory this version was loaded from",
                                        "use DatasetVersion.load(directory) or rd.pin(directory)"))
@@ -317,18 +299,19 @@ class DatasetVersion:
                          "verify(level='size'), or re-pin with rd.pin(directory, hash='content')")
             )
         problems: list[str] = []
-        fs = self.filesystem
+        store = self.store
+        root = self.root.as_posix()
         for s in self.shards:
-            p = self.root / s.path
-            size = _remote.file_size(fs, p)
-            if size is None:
+            p = join(root, s.path)
+            st = store.stat(p)
+            if st is None:
                 problems.append(f"shard {s.path!r}: missing file")
                 continue
-            if size != s.size:
-                problems.append(f"shard {s.path!r}: size {size} bytes on disk, pinned {s.size}")
+            if st.size != s.size:
+                problems.append(f"shard {s.path!r}: size {st.size} bytes on disk, pinned {s.size}")
                 continue
             try:
-                meta = _remote.read_shard_meta(fs, p)
+                meta = read_shard_meta(p, store)
             except ConfigError as exc:
                 problems.append(f"shard {s.path!r}: unreadable ({exc})")
                 continue
@@ -339,13 +322,13 @@ class DatasetVersion:
                 problems.append(f"shard {s.path!r}: schema differs from the pinned schema "
                                 f"(on disk: {got_schema!r}; pinned: {self.schema!r})")
             if level is VerifyLevel.CONTENT:
-                h = _remote.hash_file(fs, p)
+                h = store.hash_file(p)
                 if h != s.content_hash:
                     problems.append(f"shard {s.path!r}: content hash {h} on disk, "
                                     f"pinned {s.content_hash}")
-        if self.selection is Selection.DIRECTORY and _remote.is_dir(fs, self.root):
+        if self.selection is Selection.DIRECTORY and store.is_dir(root):
             listed = {s.path for s in self.shards}
-            for extra in _remote.discover_shards(fs, self.root):
+            for extra in discover_shards(root, store):
                 if extra not in listed:
                     problems.append(f"shard {extra!r}: extra shard file not listed in the manifest")
         if problems:

@@ -21,8 +21,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, describe
-from resumable_data.sources.version import coerce_enum
 
 __all__ = ["ShardWriteFormat", "write_arrow_shards"]
 
@@ -44,7 +44,7 @@ def write_arrow_shards(table: pa.Table, directory: str | os.PathLike, *, num_sha
                        rows_per_shard: int | None = None, rows_per_batch: int | None = None,
                        format: ShardWriteFormat | str = ShardWriteFormat.ARROW) -> list[Path]:
     """Write ``table`` as shards under ``directory``; returns the file paths in order."""
-    fmt = coerce_enum(ShardWriteFormat, "format", format)
+    fmt = coerce_enum(format, ShardWriteFormat, "format")
     if not isinstance(table, pa.Table):
         raise ConfigError(describe("table", type(table).__name__, "a pyarrow.Table",
                                    "convert with pa.table(...) first"))

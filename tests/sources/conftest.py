@@ -1,9 +1,14 @@
-"""Shared test data for the sources layer (built in tmp_path; no downloads)."""
+"""Shared test data for the sources layer (built in tmp_path; no downloads), and a local
+S3-compatible endpoint (moto's server mode on a free port) for the remote-store tests."""
 
 from __future__ import annotations
 
+import logging
+import socket
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pytest
 
 
@@ -30,3 +35,27 @@ def table() -> pa.Table:
 @pytest.fixture(name="make_table")
 def make_table_fixture():
     return make_table
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    """``host:port`` of a moto S3 server for this test module (skipped without moto)."""
+    moto_server = pytest.importorskip("moto.server")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    port = free_port()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_fs(endpoint) -> pafs.S3FileSystem:
+    return pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key="testing",
+                             secret_key="testing", region="us-east-1", allow_bucket_creation=True)

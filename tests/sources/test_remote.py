@@ -1,14 +1,12 @@
 """Remote shards through a pyarrow.fs.FileSystem, against a local S3-compatible endpoint (moto's
-server mode on a free port, started here): pinning streams through the filesystem, reading is on
-demand, resume through rd.DataLoader is bit-exact."""
+server mode on a free port: the ``endpoint`` fixture of conftest.py): pinning streams through the
+filesystem, reading is on demand, resume through rd.DataLoader is bit-exact."""
 
 from __future__ import annotations
 
 import io
 import json
-import logging
 import pickle
-import socket
 
 import numpy as np
 import pyarrow as pa
@@ -23,22 +21,6 @@ moto_server = pytest.importorskip("moto.server")
 
 N = 300
 FORMATS = ["arrow", "arrow_stream", "parquet"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def endpoint():
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    port = free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"127.0.0.1:{port}"
-    server.stop()
 
 
 def s3(endpoint) -> pafs.S3FileSystem:

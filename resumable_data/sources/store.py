@@ -1,0 +1,248 @@
+"""Where shard bytes live: one :class:`ShardStore` interface, a local and a ``pyarrow.fs`` store.
+
+Algorithm: a store names files by POSIX path strings (:meth:`ShardStore.resolve`: the resolved
+absolute path of a local file; ``bucket/prefix/name`` without a trailing slash on a
+``pyarrow.fs.FileSystem``) and offers only what the sources need: ``stat`` (size, mtime where the
+store keeps one), ``is_dir``, a recursive listing, random-access and sequential opening, a memory
+map where the bytes are local, a bounded read of a small file (the manifest), an atomic whole-file
+write (the manifest) and the streamed content hash. Every source feature (discovery, metadata,
+pinning, verifying, opening, reading) is written once over this interface
+(:mod:`.files`, :mod:`.pin`, :mod:`.version`, :mod:`.arrow_shards`).
+
+* :class:`LocalStore`: the OS. IPC shards are memory-mapped (:meth:`~LocalStore.memory_map`), the
+  write is :func:`resumable_data._io.atomic_write` with ``durable=True`` (tmp file, fsync,
+  ``os.replace``, directory fsync), the hash is :func:`resumable_data._io.hash_file`.
+* :class:`FileSystemStore`: a ``pyarrow.fs.FileSystem`` (S3, GCS, HDFS, Azure, ...). Nothing is
+  memory-mapped (reads are on demand, see :mod:`.files`); the write is one
+  ``open_output_stream`` upload (an object appears whole when its upload completes: the atomic
+  write of object stores); the hash is :func:`resumable_data._io.hash_stream` over
+  ``open_input_stream``.
+
+:func:`store_for` turns a ``filesystem=`` argument into a store: ``None`` or a
+``pyarrow.fs.LocalFileSystem`` is the local store (memory maps), any other filesystem its
+:class:`FileSystemStore`.
+
+Guarantee: both stores give the same digest for the same bytes (xxh3-128 of the bytes), the same
+relative paths for the same tree (sorted), and ``read_small`` never reads more than its bound plus
+one byte; ``tests/sources/test_shard_store.py`` runs one contract suite against both.
+
+Cost: ``stat``/``is_dir``/opening are one metadata call each (one request on an object store), a
+listing is one recursive walk (one paginated listing), hashing reads every byte once in
+:data:`~resumable_data._io.HASH_CHUNK_BYTES` chunks. No torch here.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from stat import S_ISREG
+from typing import Any, Protocol, runtime_checkable
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from resumable_data import _io
+from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
+
+__all__ = ["LOCAL", "FileStat", "FileSystemStore", "LocalStore", "ShardStore", "join", "store_for"]
+
+Progress = Callable[[int], object]
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """A file's byte size and modification time (seconds since the epoch; None if not kept)."""
+
+    size: int
+    mtime: float | None
+
+
+@runtime_checkable
+class ShardStore(Protocol):
+    """Everything a source needs from storage. Paths are POSIX strings (see :meth:`resolve`)."""
+
+    #: The ``pyarrow.fs.FileSystem`` behind the store; None for local files (what pickles and
+    #: what :attr:`DatasetVersion.filesystem <resumable_data.DatasetVersion.filesystem>` holds).
+    filesystem: pafs.FileSystem | None
+    #: True when the bytes are on this machine (memory maps, disk-bound hashing).
+    local: bool
+
+    def resolve(self, path: Any) -> str:
+        """The canonical path string of ``path`` on this store."""
+
+    def stat(self, path: Any) -> FileStat | None:
+        """Size and mtime of a regular file; None when missing or not a file."""
+
+    def is_dir(self, path: Any) -> bool:
+        """Whether ``path`` is a directory (a prefix holding objects)."""
+
+    def list_files(self, root: Any) -> list[str]:
+        """Relative POSIX paths of every file under the directory ``root`` (recursive), sorted."""
+
+    def open_input_file(self, path: Any) -> pa.NativeFile:
+        """A random-access file (``read_at``, ``size``); the caller closes it."""
+
+    def open_input_stream(self, path: Any) -> pa.NativeFile:
+        """A sequential stream of the file's bytes; the caller closes it."""
+
+    def memory_map(self, path: Any) -> pa.Buffer | None:
+        """The whole file as a zero-copy memory-mapped buffer; None where bytes are not local."""
+
+    def read_small(self, path: Any, max_bytes: int) -> bytes | None:
+        """The bytes of a small file, or None when it does not exist; a file longer than
+        ``max_bytes`` raises :class:`~resumable_data.DatasetIntegrityError` (at most
+        ``max_bytes + 1`` bytes are read)."""
+
+    def write_atomic(self, path: Any, data: bytes) -> None:
+        """Replace the file with ``data`` whole: a reader sees the old bytes or the new."""
+
+    def hash_file(self, path: Any, progress: Progress | None = None) -> str:
+        """xxh3-128 hex digest of the file's bytes, streamed; ``progress(n)`` per chunk."""
+
+
+def _posix(path: Any) -> str:
+    return path.as_posix() if hasattr(path, "as_posix") else os.fspath(path)
+
+
+def join(root: str, rel: str) -> str:
+    """``root/rel`` on any store (an empty root, as for files in several buckets, is no prefix)."""
+    return rel if root in ("", ".") else f"{root.rstrip('/')}/{rel}"
+
+
+def _too_large(path: str, max_bytes: int) -> DatasetIntegrityError:
+    return DatasetIntegrityError(describe(
+        "path", path, f"a small file of at most {max_bytes} bytes (a manifest is about 150 bytes "
+        "per shard)", "check that the path names the dataset's manifest; re-pin with rd.pin(path)"))
+
+
+class LocalStore:
+    """Files on this machine's filesystems: memory-mapped reads, durable atomic writes."""
+
+    filesystem = None
+    local = True
+
+    def resolve(self, path: Any) -> str:
+        return Path(path).resolve().as_posix()
+
+    def stat(self, path: Any) -> FileStat | None:
+        try:
+            st = os.stat(path)
+        except OSError:  # missing, or a path through a non-directory
+            return None
+        return FileStat(st.st_size, st.st_mtime) if S_ISREG(st.st_mode) else None
+
+    def is_dir(self, path: Any) -> bool:
+        return Path(path).is_dir()
+
+    def list_files(self, root: Any) -> list[str]:
+        base = Path(root)
+        found = []
+        for dirpath, _dirnames, filenames in os.walk(base):
+            for name in filenames:
+                found.append((Path(dirpath) / name).relative_to(base).as_posix())
+        return sorted(found)
+
+    def open_input_file(self, path: Any) -> pa.NativeFile:
+        return pa.memory_map(os.fspath(path), "r")
+
+    def open_input_stream(self, path: Any) -> pa.NativeFile:
+        return pa.OSFile(os.fspath(path), "rb")
+
+    def memory_map(self, path: Any) -> pa.Buffer:
+        return pa.memory_map(os.fspath(path), "r").read_buffer()  # the buffer keeps the map alive
+
+    def read_small(self, path: Any, max_bytes: int) -> bytes | None:
+        try:
+            with open(path, "rb") as f:
+                data = f.read(max_bytes + 1)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+        if len(data) > max_bytes:
+            raise _too_large(_posix(path), max_bytes)
+        return data
+
+    def write_atomic(self, path: Any, data: bytes) -> None:
+        _io.atomic_write(path, data, durable=True)
+
+    def hash_file(self, path: Any, progress: Progress | None = None) -> str:
+        return _io.hash_file(path, progress)
+
+    def __repr__(self) -> str:
+        return "LocalStore()"
+
+
+class FileSystemStore:
+    """Files behind a ``pyarrow.fs.FileSystem``: on-demand reads, whole-object writes."""
+
+    local = False
+
+    def __init__(self, filesystem: pafs.FileSystem) -> None:
+        self.filesystem = filesystem
+
+    def resolve(self, path: Any) -> str:
+        return _posix(path).rstrip("/")
+
+    def _info(self, path: Any) -> pafs.FileInfo:
+        return self.filesystem.get_file_info(self.resolve(path))
+
+    def stat(self, path: Any) -> FileStat | None:
+        info = self._info(path)
+        if info.type != pafs.FileType.File:
+            return None
+        mtime = info.mtime.timestamp() if info.mtime is not None else None
+        return FileStat(info.size, mtime)
+
+    def is_dir(self, path: Any) -> bool:
+        return self._info(path).type == pafs.FileType.Directory
+
+    def list_files(self, root: Any) -> list[str]:
+        base = self.resolve(root)
+        infos = self.filesystem.get_file_info(pafs.FileSelector(base, recursive=True))
+        return sorted(posixpath.relpath(i.path, base) for i in infos if i.type == pafs.FileType.File)
+
+    def open_input_file(self, path: Any) -> pa.NativeFile:
+        return self.filesystem.open_input_file(self.resolve(path))
+
+    def open_input_stream(self, path: Any) -> pa.NativeFile:
+        return self.filesystem.open_input_stream(self.resolve(path))
+
+    def memory_map(self, path: Any) -> None:
+        return None
+
+    def read_small(self, path: Any, max_bytes: int) -> bytes | None:
+        if self.stat(path) is None:
+            return None
+        with self.open_input_stream(path) as f:
+            data = f.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise _too_large(self.resolve(path), max_bytes)
+        return data
+
+    def write_atomic(self, path: Any, data: bytes) -> None:
+        with self.filesystem.open_output_stream(self.resolve(path)) as f:
+            f.write(data)
+
+    def hash_file(self, path: Any, progress: Progress | None = None) -> str:
+        with self.open_input_stream(path) as f:
+            return _io.hash_stream(f, progress)
+
+    def __repr__(self) -> str:
+        return f"FileSystemStore({self.filesystem.type_name})"
+
+
+#: The local store (stateless: one instance serves every caller).
+LOCAL = LocalStore()
+
+
+def store_for(filesystem: Any) -> ShardStore:
+    """The store of a ``filesystem=`` argument: None or ``LocalFileSystem`` -> :data:`LOCAL`."""
+    if filesystem is None or isinstance(filesystem, pafs.LocalFileSystem):
+        return LOCAL
+    if not isinstance(filesystem, pafs.FileSystem):
+        raise ConfigError(describe("filesystem", type(filesystem).__name__, "a pyarrow.fs.FileSystem",
+                                   "pass e.g. pyarrow.fs.S3FileSystem(...) (fsspec filesystems: wrap in "
+                                   "pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(fs)))"))
+    return FileSystemStore(filesystem)
