@@ -509,26 +509,19 @@ class DataLoader:
             raise ResumeError(describe("state", None, "a dict from state_dict()", "call reset() for a fresh start"))
         self.reset(state, on_uncommitted=on_uncommitted, allow_unpinned=allow_unpinned)
 
-    def reset(
-        self, state: dict[str, Any] | None = None, *, on_uncommitted: OnUncommitted | str | None = None,
-        allow_unpinned: bool = False,
-    ) -> None:
-        """The one entry point for a fresh start (``state=None``) and a restore.
+    def validate_state_dict(
+        self, state: Any, *, on_uncommitted: OnUncommitted | str | None = None, allow_unpinned: bool = False
+    ) -> LoaderState:
+        """Check ``state`` exactly as :meth:`reset` would, without changing anything; returns it parsed.
 
-        A restore validates everything before any batch is produced and raises one
-        :class:`rd.ResumeError` listing every difference (saved vs current, with the fix). A state
-        with delivered but uncommitted batches needs ``on_uncommitted="repeat"`` (deliver them again)
-        or ``"skip"`` (record them as skipped). Prefetched batches are always fetched again."""
-        self._close_active()
-        self._generation += 1
+        Raises the same :class:`rd.ResumeError` (or ``ConfigError`` for a bad ``on_uncommitted``)
+        :meth:`reset` raises: malformed or forged state, positions beyond 2**62, every difference from
+        this loader (plan, batch, accumulation, packing, sampler, pinning unless ``allow_unpinned``,
+        layout), uncommitted batches without ``on_uncommitted``, an ``epoch_base`` the stream does
+        not hold. No field is assigned, no iterator closed: a caller can validate every object of a
+        training state before restoring any of them."""
         if state is None:
-            self._committed = self._delivered = self._fetched = 0
-            self._attempted = self._applied = self._skipped_updates = self._tokens = self._samples = 0
-            self._pending_tokens = self._pending_samples = self._pending_mb = 0
-            self._ledger = {0: 0}
-            self._skipped: list[SkippedRange] = []
-            self._label = RecoveryLabel.FAITHFUL_CONTINUATION
-            return
+            raise ResumeError(describe("state", None, "a dict from state_dict()", "call reset() for a fresh start"))
         try:
             json.dumps(state)
         except (TypeError, ValueError, RecursionError) as e:
@@ -539,7 +532,7 @@ class DataLoader:
             raise ResumeError(describe("state.cursor", saved.cursor.to_dict(),
                                        f"steps whose positions (step x global batch {saved.plan.global_batch}) stay "
                                        "below 2**62", "pass an unmodified state"))
-        diffs, label = compare(saved, self._state(), allow_unpinned=allow_unpinned)
+        diffs, _ = compare(saved, self._state(), allow_unpinned=allow_unpinned)
         choice = None
         if on_uncommitted is not None:
             choice = coerce_enum(on_uncommitted, OnUncommitted, "on_uncommitted")
@@ -551,9 +544,40 @@ class DataLoader:
                 "and record the skipped range)"
             )
         if not diffs:
-            ledger = self._check_epoch_base(saved)
+            self._check_epoch_base(saved)
         if diffs:
             raise ResumeError("cannot resume this loader from the given state:\n  - " + "\n  - ".join(diffs))
+        return saved
+
+    def reset(
+        self, state: dict[str, Any] | None = None, *, on_uncommitted: OnUncommitted | str | None = None,
+        allow_unpinned: bool = False,
+    ) -> None:
+        """The one entry point for a fresh start (``state=None``) and a restore.
+
+        A restore validates everything before any batch is produced and raises one
+        :class:`rd.ResumeError` listing every difference (saved vs current, with the fix). A state
+        with delivered but uncommitted batches needs ``on_uncommitted="repeat"`` (deliver them again)
+        or ``"skip"`` (record them as skipped). Prefetched batches are always fetched again."""
+        if state is None:
+            self._close_active()
+            self._generation += 1
+            self._committed = self._delivered = self._fetched = 0
+            self._attempted = self._applied = self._skipped_updates = self._tokens = self._samples = 0
+            self._pending_tokens = self._pending_samples = self._pending_mb = 0
+            self._ledger = {0: 0}
+            self._skipped: list[SkippedRange] = []
+            self._label = RecoveryLabel.FAITHFUL_CONTINUATION
+            return
+        saved = self.validate_state_dict(state, on_uncommitted=on_uncommitted, allow_unpinned=allow_unpinned)
+        # validated: derive what validate_state_dict computed (cheap, pure), then assign
+        choice = None if on_uncommitted is None else coerce_enum(on_uncommitted, OnUncommitted, "on_uncommitted")
+        ledger = self._check_epoch_base(saved)
+        label = (RecoveryLabel.ELASTIC_RESHARD if saved.layout != Layout(self._sharding.world_size, self._sharding.policy)
+                 else RecoveryLabel.FAITHFUL_CONTINUATION)
+        self._close_active()
+        self._generation += 1
+        c = saved.cursor
         skipped = list(saved.skipped)
         committed = c.committed
         if c.delivered > c.committed and choice is OnUncommitted.SKIP:
