@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from resumable_data._schema import expect_bool, expect_enum, expect_int, expect_mapping
 from resumable_data.checkpoint import rng as rng_mod
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.checkpoint.keys import (
@@ -130,6 +131,8 @@ def _check_rng(state: Any) -> None:
     if not isinstance(state, dict) or set(state) != {rng_mod.K_PYTHON, rng_mod.K_NUMPY, rng_mod.K_TORCH, rng_mod.K_CUDA}:
         raise _bad("rng", type(state).__name__, "the generator states capture() wrote")
     py, npy, tc = state[rng_mod.K_PYTHON], state[rng_mod.K_NUMPY], state[rng_mod.K_TORCH]
+    expect_mapping(py, "rng.python", {"version", "state", "gauss"}, error=CheckpointError)
+    expect_mapping(npy, "rng.numpy", {"kind", "keys", "pos", "has_gauss", "cached_gaussian"}, error=CheckpointError)
     try:
         random.Random().setstate((int(py["version"]), tuple(int(v) for v in py["state"]), py["gauss"]))
         np.random.RandomState().set_state((str(npy["kind"]), np.asarray(npy["keys"], dtype=np.uint32), int(npy["pos"]),
@@ -168,9 +171,25 @@ def _validate(ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, dc
     def want(key: str, obj: Any) -> bool:
         return key in restores and obj is not None and state[key] is not None
 
+    from resumable_data.checkpoint.state import AccumulationPolicy
+
     acc = state[K_ACCUMULATION]
-    if not isinstance(acc, dict) or not isinstance(acc.get("rewound"), bool):
-        raise _bad("accumulation", acc, "{'policy', 'mid_window', 'rewound': bool, 'microstep', 'uncommitted'}")
+    keys = {"policy", "mid_window", "rewound", "microstep", "uncommitted"} | ({"gradients"} if dcp else set())
+    expect_mapping(acc, "accumulation", keys, error=CheckpointError)
+    expect_enum(acc["policy"], AccumulationPolicy, "accumulation.policy", error=CheckpointError)
+    expect_bool(acc["mid_window"], "accumulation.mid_window", error=CheckpointError)
+    expect_bool(acc["rewound"], "accumulation.rewound", error=CheckpointError)
+    if acc["microstep"] is not None:
+        expect_int(acc["microstep"], "accumulation.microstep", error=CheckpointError)
+    expect_int(acc["uncommitted"], "accumulation.uncommitted", error=CheckpointError)
+    ls = state[K_LOADER]
+    if isinstance(ls, dict) and isinstance(ls.get("cursor"), dict):
+        c = ls["cursor"]
+        if isinstance(c.get("delivered"), int) and isinstance(c.get("committed"), int) and \
+                acc["uncommitted"] != c["delivered"] - c["committed"]:
+            raise _bad("accumulation.uncommitted", acc["uncommitted"], f"the loader cursor's {c['delivered'] - c['committed']}")
+    elif acc["uncommitted"]:
+        raise _bad("accumulation.uncommitted", acc["uncommitted"], "0 (no loader state)")
     if ts.model is not None:
         if want(K_MODEL, ts.model):
             _same_shape(state[K_MODEL], ts.model.state_dict(), "model")
@@ -220,8 +239,8 @@ def _validate(ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, dc
         tree_oracles = ts._oracles(dict(state), None) if acc_ok else {}
         bad = [k for k, part in CHECKS.items() if part in restores and k != "next_batch" and k in oracles
                and k in tree_oracles and oracles[k] != tree_oracles[k]]
-        missing = [k for k, part in CHECKS.items() if part in restores and k != "next_batch"
-                   and (k in oracles) != (k in tree_oracles)]
+        expected = set(tree_oracles) | ({"next_batch"} if state[K_LOADER] is not None else set())
+        missing = sorted(set(oracles) ^ expected)
         if bad or missing:
             raise _bad("state", f"oracles {sorted(bad + missing)}", "parts whose digests equal the oracles saved with them")
     return {"uncommitted": uncommitted}
@@ -247,8 +266,24 @@ def _snapshot(ts: Any) -> list:
         undo.append(back)
 
     def stateful(obj: Any) -> None:
+        """load_state_dict(a deep copy) where it works, then the attributes and their tensors' values
+        (exact even for an object whose load_state_dict refuses or is not exact)."""
         sd = copy.deepcopy(obj.state_dict())
-        undo.append(lambda: obj.load_state_dict(sd))
+        attrs = dict(vars(obj)) if hasattr(obj, "__dict__") else None
+        values = {k: v.detach().clone() for k, v in (attrs or {}).items() if isinstance(v, torch.Tensor)}
+
+        def back() -> None:
+            try:
+                obj.load_state_dict(sd)
+            except Exception:  # noqa: BLE001, S110 - the attributes below restore it
+                pass
+            if attrs is not None:
+                vars(obj).clear()
+                vars(obj).update(attrs)
+                with torch.no_grad():
+                    for k, v in values.items():
+                        attrs[k].copy_(v)
+        undo.append(back)
 
     if ts.model is not None:
         module(ts.model)
@@ -289,8 +324,15 @@ def _snapshot(ts: Any) -> list:
 
 
 def _rollback(undo: list) -> None:
+    failed = []
     for back in reversed(undo):
-        back()
+        try:
+            back()
+        except Exception as e:  # noqa: BLE001 - finish every other undo first
+            failed.append(f"{type(e).__name__}: {e}")
+    if failed:  # pragma: no cover - every undo above only assigns or copies
+        raise CheckpointError(describe("rollback", failed[:3], "every object restored to its state before the load",
+                                       "rebuild the training objects before retrying (some could not be rolled back)"))
 
 
 def restore(ts: Any, state: Mapping[str, Any], label: Any, verify: bool, saved_meta: Any, report: Any, *,

@@ -204,12 +204,21 @@ def _read_marker(path: Path) -> dict[str, Any]:
     return d
 
 
-def _complete(path: Path) -> bool:
+def _why_incomplete(path: Path) -> str | None:
+    """None for a complete checkpoint directory, else why it is not one."""
     try:
         d = _read_marker(path)
-        return all(is_regular(path / n) and os.lstat(path / n).st_size == f["size"] for n, f in d[K_FILES].items())
-    except (ResumableDataError, OSError):
-        return False
+        for n, f in d[K_FILES].items():
+            st = os.lstat(path / n)
+            if not is_regular(path / n) or st.st_size != f["size"]:
+                return f"{n}: not a regular file of the {f['size']} bytes its marker records"
+        return None
+    except (ResumableDataError, OSError) as e:
+        return str(e)
+
+
+def _complete(path: Path) -> bool:
+    return _why_incomplete(path) is None
 
 
 def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
@@ -248,8 +257,9 @@ def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path
     (falling back to the newest complete one if ``latest`` is missing, unreadable or incomplete)."""
     p = Path(path)
     if os.path.lexists(p / MARKER) or STEP_RE.match(p.name):
-        if not _complete(p):
-            raise CheckpointError(describe("checkpoint", str(p), "a complete checkpoint (valid COMMITTED marker)",
+        why = _why_incomplete(p)
+        if why is not None:
+            raise CheckpointError(describe("checkpoint", str(p), f"a complete checkpoint (valid COMMITTED marker; {why})",
                                            "load the parent directory to get the newest complete one"))
         return p
     if not p.is_dir():
@@ -273,15 +283,18 @@ def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path
     return newest
 
 
-def _write_tensors(path: Path, tensors: dict) -> None:
-    from safetensors.torch import save_file
-
-    save_file(tensors, str(path), metadata={"format": CHECKPOINT_FORMAT})
+def _fsync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _write_tensors(path: Path, tensors: dict) -> None:
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(path), metadata={"format": CHECKPOINT_FORMAT})
 
 
 def save_checkpoint(directory: str | os.PathLike, state: Any, *, step: int | None = None, keep_last: int | None = 3) -> Path:
@@ -344,15 +357,18 @@ def _write(root: Path, step: int, checkpoint_id: str, json_tree: Any, tensors: d
     tmp = root / f"{TMP_PREFIX}{step_dir_name(step)}-{os.getpid()}-{secrets.token_hex(4)}"
     os.mkdir(tmp)
     _write_tensors(tmp / TENSORS, tensors)
-    atomic_write(tmp / STATE_JSON, _json_bytes(json_tree), durable=True)
-    atomic_write(tmp / META_JSON, _json_bytes(meta), durable=True)
-    atomic_write(tmp / INVENTORY_JSON, _json_bytes(inventory), durable=True)
+    # inside the private temp dir nobody reads: plain writes, then one fsync per file and one of the dir
+    atomic_write(tmp / STATE_JSON, _json_bytes(json_tree), durable=False)
+    atomic_write(tmp / META_JSON, _json_bytes(meta), durable=False)
+    atomic_write(tmp / INVENTORY_JSON, _json_bytes(inventory), durable=False)
     files = {}
     for n in FILES:
+        _fsync_file(tmp / n)
         size = os.lstat(tmp / n).st_size
         files[n] = {"size": size, "xxh3_128": hash_regular(tmp / n, size)}
     atomic_write(tmp / MARKER, _json_bytes({"format": CHECKPOINT_FORMAT, "schema_version": CHECKPOINT_SCHEMA_VERSION,
-                                            K_STEP: step, K_CHECKPOINT_ID: checkpoint_id, K_FILES: files}), durable=True)
+                                            K_STEP: step, K_CHECKPOINT_ID: checkpoint_id, K_FILES: files}), durable=False)
+    _fsync_file(tmp / MARKER)
     fsync_dir(tmp)
     final = root / step_dir_name(step)
     aside = None
