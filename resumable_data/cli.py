@@ -218,9 +218,12 @@ def _load_current(path: str) -> Any:
         if current is None:
             raise ConfigError(describe("--against", path, "a checkpoint with metadata", "pass a JSON file instead"))
         return current
-    try:
-        d = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+    from resumable_data.checkpoint.errors import CheckpointError
+    from resumable_data.checkpoint.files import LIMITS, read_regular
+
+    try:  # a regular file of at most meta.json's limit: a FIFO or /dev/zero is refused unopened
+        d = json.loads(read_regular(p, LIMITS["meta.json"]).decode("utf-8"))
+    except (CheckpointError, ValueError) as e:
         raise ConfigError(describe("--against", path, f"a readable JSON file ({e})",
                                    "write it with json.dump(state.meta().to_dict(), f)")) from None
     return CheckpointMeta.from_dict(d)

@@ -245,7 +245,7 @@ class _Run:
         if self.ts is not None:
             from resumable_data.checkpoint import load_checkpoint
 
-            load_checkpoint(saved["checkpoint"], self.ts)  # rank 0: loader, model, optimizer, RNG, ...
+            load_checkpoint(saved["checkpoint"], self.ts, allow_unpinned=spec.allow_unpinned)  # rank 0: loader, model, optimizer, RNG, ...
             lead = self.loaders[0].cursor
             for r, loader in enumerate(self.loaders[1:], 1):  # the other ranks follow rank 0's choice
                 s = states[r % len(states)]
@@ -373,7 +373,8 @@ def check_resume(
     ``make_model`` with ``make_state``, or either without ``train_step``, is a ``ConfigError``.
     With explicit commits the harness commits every rank after each completed accumulation window
     (``loader.microstep_is_last``), as a training loop would. ``allow_unpinned`` is passed to
-    ``load_state_dict`` (for datasets without a pinned version).
+    ``load_state_dict`` and, with ``make_state=``, to ``rd.load_checkpoint`` (for datasets without a
+    pinned version).
     """
     spec = _spec(make_loader, make_model, make_state, train_step, on_uncommitted, allow_unpinned, sharding_policy)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 2:

@@ -132,9 +132,9 @@ class MetricLog:
         return {"format": METRIC_LOG_FORMAT, "schema_version": METRIC_LOG_SCHEMA_VERSION, K_RUN_ID: self.run_id,
                 K_OFFSET: self.path.stat().st_size, K_RECORDS: self._count}
 
-    def load_state_dict(self, state: Any, *, truncate: bool = True) -> int:
-        """Restore the boundary; with ``truncate`` move records past it to the discarded file.
-        Returns the number of bytes moved."""
+    def validate_state_dict(self, state: Any) -> tuple[int, str]:
+        """Check ``state`` against the log file as :meth:`load_state_dict` would, changing nothing;
+        returns ``(offset, run_id)``. Reads one byte of the file (the record boundary)."""
         expect_mapping(state, "metric_log", {"format", "schema_version", K_RUN_ID, K_OFFSET, K_RECORDS}, error=CheckpointError)
         expect_header(state, METRIC_LOG_FORMAT, METRIC_LOG_SCHEMA_VERSION, "metric_log", error=CheckpointError)
         offset = expect_int(state[K_OFFSET], "metric_log.offset", error=CheckpointError)
@@ -144,9 +144,20 @@ class MetricLog:
             raise CheckpointError(describe("metric log", f"{self.path} ({size} bytes)",
                                            f"at least the {offset} bytes it held at the checkpoint",
                                            "restore the metric log file the run wrote (records were lost)"))
-        if offset and self.path.read_bytes()[offset - 1:offset] != b"\n":
-            raise CheckpointError(describe("metric log", str(self.path), f"a record boundary at byte {offset}",
-                                           "restore the metric log file the run wrote (it was rewritten)"))
+        if offset:
+            with open(self.path, "rb") as f:
+                f.seek(offset - 1)
+                boundary = f.read(1)
+            if boundary != b"\n":
+                raise CheckpointError(describe("metric log", str(self.path), f"a record boundary at byte {offset}",
+                                               "restore the metric log file the run wrote (it was rewritten)"))
+        return offset, run_id
+
+    def load_state_dict(self, state: Any, *, truncate: bool = True) -> int:
+        """Restore the boundary; with ``truncate`` move records past it to the discarded file.
+        Returns the number of bytes moved."""
+        offset, run_id = self.validate_state_dict(state)
+        size = self.path.stat().st_size
         moved = 0
         if truncate and size > offset:
             moved = size - offset

@@ -7,11 +7,12 @@ lineage (run id, parent checkpoint id, recovery label) and its metadata (:class:
 
 ``state_dict()`` returns a nested dict of tensors and JSON values (``torch.distributed.checkpoint``
 accepts it; :func:`rd.save_checkpoint` writes it as safetensors + JSON). Optimizer state is keyed
-by parameter FQN. ``load_state_dict(state, label=...)`` first checks the compatibility contract
-(:func:`rd.check_compatible`) and refuses, before changing anything, every difference the label
-does not allow; it then restores what the label restores and verifies the restored oracles
-(digests of parameters, moments, generator states, the next batch's record ids) against the
-saved ones.
+by parameter FQN. ``load_state_dict(state, label=...)`` is all or nothing (:mod:`.restore`): it checks the
+compatibility contract (:func:`rd.check_compatible`), type-checks every part it restores against
+the live objects and validates the loader's state, all before changing anything; it then snapshots
+the objects, restores what the label restores, verifies the restored oracles (digests of
+parameters, moments, generator states, the next batch's record ids) and rolls every object back
+if any step fails.
 
 Accumulation windows (``accumulation=``):
 
@@ -31,14 +32,14 @@ table): see :mod:`resumable_data.checkpoint.dcp_layout`, which packs and unpacks
 documented safetensors + JSON format, unchanged); ``load_state_dict`` accepts both layouts.
 
 Restore cost: one ``load_state_dict`` per object, plus (``save_gradients``, mid-window) fetching
-up to ``k - 1`` batches; oracles hash every restored tensor once.
+up to ``k - 1`` batches; oracles hash every restored tensor twice (the saved tree before, the live
+objects after); the rollback snapshot holds one copy of the parameters and buffers.
 """
 
 from __future__ import annotations
 
 import enum
 import json
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,6 +47,7 @@ import torch
 
 from resumable_data._schema import coerce_enum, expect_header, expect_mapping
 from resumable_data.checkpoint import dcp_layout
+from resumable_data.checkpoint import restore as restore_mod
 from resumable_data.checkpoint import rng as rng_mod
 from resumable_data.checkpoint.compat import CompatibilityReport, check_compatible
 from resumable_data.checkpoint.digest import digest_json, digest_tensors, flatten
@@ -91,12 +93,10 @@ from resumable_data.checkpoint.torch_compat import scaler_device
 from resumable_data.checkpoint.optim import (
     dense_optimizer_state,
     group_settings,
-    load_dense_optimizer_state,
-    load_optimizer_state,
     optimizer_state,
     param_fqns,
 )
-from resumable_data.errors import ConfigError, describe
+from resumable_data.errors import ConfigError, ResumableDataError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.protocol import ResumableLoader
 from resumable_data.loader.state import CommitMode, LoaderState
@@ -433,137 +433,51 @@ class TrainingState:
 
     # -- restore ----------------------------------------------------------------------------------
     def load_state_dict(self, state: Mapping[str, Any], *, label: RecoveryLabel | str = L.FAITHFUL_CONTINUATION,
-                        verify: bool = True) -> CompatibilityReport:
-        """Restore ``state`` under ``label``; refuses (``CompatibilityError``) before any change.
+                        verify: bool = True, allow_unpinned: bool = False) -> CompatibilityReport:
+        """Restore ``state`` under ``label``, all or nothing (:mod:`~resumable_data.checkpoint.restore`).
+
+        Everything is parsed, type-checked and compared (the compatibility contract, every restored
+        part against the live objects, the loader's full state) before any object changes; an error
+        at any point (only :class:`~resumable_data.ResumableDataError` subclasses) leaves every
+        object as it was. ``allow_unpinned=True`` lets the loader resume over a dataset without a
+        pinned version (passed to ``loader.load_state_dict``).
 
         Returns the compatibility report (warnings included; they are also issued as a
         ``RuntimeWarning``). Accepts the file layout and the DCP layout (module docs). See
         :data:`RESTORES` for what each label restores; a label other than a continuation starts a
         new run id."""
         label = coerce_enum(label, RecoveryLabel, "label")
+        if not isinstance(allow_unpinned, bool):
+            raise ConfigError(describe("allow_unpinned", allow_unpinned, "True or False",
+                                       "pass allow_unpinned=True to resume over an unpinned dataset"))
         if not isinstance(state, Mapping):
             raise CheckpointError(describe("state", type(state).__name__, "the dict state_dict() returned", "pass it"))
-        if state.get(K_LAYOUT) == LAYOUT_DCP:
-            return self._load_dcp(state, label, verify)
-        if state.get(K_FORMAT) == STATE_FORMAT and isinstance(state.get(K_SCHEMA), int):
-            expect_header(state, STATE_FORMAT, STATE_SCHEMA_VERSION, "state", error=CheckpointError)
-        expect_mapping(state, "state", _KEYS, error=CheckpointError)
-        expect_header(state, STATE_FORMAT, STATE_SCHEMA_VERSION, "state", error=CheckpointError)
-        saved_meta = CheckpointMeta.from_dict(state[K_META])
-        report = self.check(saved_meta, label)
-        report.raise_if_refused()
-        return self._restore(state, label, verify, saved_meta, report, dcp=None)
-
-    def _load_dcp(self, state: Mapping[str, Any], label: RecoveryLabel, verify: bool) -> CompatibilityReport:
-        """Unpack the DCP layout, apply the world-size policy, then restore like the file layout."""
-        tree, entries, saved_world = dcp_layout.unpack(state)
-        saved_meta = CheckpointMeta.from_dict(tree[K_META])
-        report = self.check(saved_meta, label)
-        report.raise_if_refused()
-        tree, skip = dcp_layout.select_rank(tree, state[K_TENSORS], entries, saved_world, restores_rng=K_RNG in RESTORES[label],
-                                            keep_new_rank_rng=self.new_rank_rng is NewRankRNG.KEEP)
-        return self._restore(tree, label, verify, saved_meta, report, dcp={"skip": skip})
-
-    def _restore(self, state: Mapping[str, Any], label: RecoveryLabel, verify: bool, saved_meta: CheckpointMeta,
-                 report: CompatibilityReport, *, dcp: dict | None) -> CompatibilityReport:
-        if report.warnings:
-            warnings.warn(f"resuming with {len(report.warnings)} allowed difference(s) from the checkpoint "
-                          f"(label={label.value!r}):\n  - " + "\n  - ".join(str(d) for d in report.warnings),
-                          RuntimeWarning, stacklevel=4)
-        restores = RESTORES[label]
-        acc = state[K_ACCUMULATION]
-
-        def want(key: str, obj: Any) -> bool:
-            return key in restores and obj is not None and state[key] is not None
-
-        # 1. weights and optimizer side
-        if want(K_MODEL, self.model):
-            self.model.load_state_dict(state[K_MODEL], strict=True)
-        if want(K_OPTIMIZER, self.optimizer):
-            if dcp is not None:
-                load_dense_optimizer_state(self.model, self.optimizer, state[K_OPTIMIZER])
+        try:
+            if state.get(K_LAYOUT) == LAYOUT_DCP:
+                tree, entries, saved_world = dcp_layout.unpack(state)
+                saved_meta = CheckpointMeta.from_dict(tree[K_META])
+                report = self.check(saved_meta, label)
+                report.raise_if_refused()
+                tree, skip = dcp_layout.select_rank(tree, state[K_TENSORS], entries, saved_world,
+                                                    restores_rng=K_RNG in RESTORES[label],
+                                                    keep_new_rank_rng=self.new_rank_rng is NewRankRNG.KEEP)
+                dcp: dict | None = {"skip": skip}
             else:
-                load_optimizer_state(self.optimizer, self._names, state[K_OPTIMIZER])
-        if want(K_SCHEDULER, self.scheduler):
-            self.scheduler.load_state_dict(state[K_SCHEDULER])
-        if want(K_SCALER, self.scaler):
-            self.scaler.load_state_dict(state[K_SCALER])
-        if want(K_EMA, self.ema):
-            self.ema.load_state_dict(state[K_EMA])
-        if K_CALLBACKS in restores:
-            for name, cb in self.callbacks.items():
-                if name in state[K_CALLBACKS]:
-                    cb.load_state_dict(state[K_CALLBACKS][name])
-        if K_MODES in restores:
-            for key, obj in ((K_MODEL, self.model), (K_EMA, self.ema)):
-                if isinstance(obj, torch.nn.Module) and key in state[K_MODES]:
-                    for n, m in obj.named_modules():
-                        if n in state[K_MODES][key]:
-                            m.training = bool(state[K_MODES][key][n])
-        # 2. gradients (only a continuation keeps an unfinished window's gradients)
-        if self.model is not None:
-            saved_grads = state[K_GRADIENTS] if K_GRADIENTS in restores else None
-            for n, p in self.model.named_parameters():
-                g = (saved_grads or {}).get(n)
-                p.grad = None if g is None else g.detach().clone().to(device=p.device, dtype=p.dtype)
-        # 3. data cursor (a label that drops the gradients repeats an unfinished window)
-        repeated = False
-        if self.loader is not None:
-            if want(K_LOADER, self.loader):
-                ls = state[K_LOADER]
-                uncommitted = ls["cursor"]["delivered"] - ls["cursor"]["committed"]
-                self.loader.load_state_dict(ls, on_uncommitted="repeat" if uncommitted else None)
-                if uncommitted and not acc["rewound"] and K_GRADIENTS in restores:
-                    self._advance(uncommitted)
-                repeated = bool(uncommitted) and not acc["rewound"] and K_GRADIENTS not in restores
-            else:
-                self.loader.reset()
-        # 4. randomness last (nothing above may draw from it)
-        if want(K_RNG, True):
-            rng_mod.restore(state[K_RNG])
-        # 5. lineage and side effects
-        if label in CONTINUES_RUN:
-            self.run_id = saved_meta.run_id
-        elif self.run_id == saved_meta.run_id:
-            self.run_id = new_id()
-        self.parent_checkpoint_id = saved_meta.checkpoint_id
-        self.recovery_label = label
-        if self.metrics is not None:
-            if want(K_METRICS, self.metrics):
-                self.metrics.load_state_dict(state[K_METRICS], truncate=True)
-            self.metrics.set_run(self.run_id, label)
-        self.mark_window_start() if not self._mid_window() else setattr(self, "_window", None)
-        self.last_report = report
-        if verify:
-            skip = ({"next_batch"} if repeated else set()) | (dcp["skip"] if dcp is not None else set())
-            self._verify(state, restores, skip=skip, dcp=dcp is not None)
-        return report
-
-    def _advance(self, n: int) -> None:
-        """Deliver (and drop) the ``n`` microbatches whose gradients were restored."""
-        left = n
-        while left:
-            got = False
-            for _ in self.loader:
-                got = True
-                left -= 1
-                if not left:
-                    break
-            if not got:  # pragma: no cover - the loader always has a next epoch
-                raise CheckpointError("internal: the loader produced no batch while continuing the window")
-
-    def _verify(self, state: Mapping[str, Any], restores: frozenset[str], skip: set[str], dcp: bool = False) -> None:
-        saved = state[K_ORACLES]
-        now = self._tree(None, dcp=dcp, placeholders=False)[K_ORACLES]  # the live objects; no optimizer step
-        checks = {"parameters": K_MODEL, "buffers": K_MODEL, "optimizer": K_OPTIMIZER, "scheduler": K_SCHEDULER,
-                  "scaler": K_SCALER, "ema": K_EMA, "callbacks": K_CALLBACKS, "gradients": K_GRADIENTS,
-                  "modes": K_MODES, "next_batch": K_LOADER, "rng.python": K_RNG, "rng.numpy": K_RNG,
-                  "rng.torch_cpu": K_RNG, "rng.cuda": K_RNG}
-        bad = [f"{k}: saved {saved[k]} vs restored {now.get(k)}" for k, part in checks.items()
-               if part in restores and k not in skip and k in saved and k in now and saved[k] != now[k]]
-        if bad:
-            raise CheckpointError("restored state does not match the checkpoint's oracles (a bug or a stateful object "
-                                  "whose load_state_dict is not exact):\n  - " + "\n  - ".join(bad))
+                if state.get(K_FORMAT) == STATE_FORMAT and isinstance(state.get(K_SCHEMA), int):
+                    expect_header(state, STATE_FORMAT, STATE_SCHEMA_VERSION, "state", error=CheckpointError)
+                expect_mapping(state, "state", _KEYS, error=CheckpointError)
+                expect_header(state, STATE_FORMAT, STATE_SCHEMA_VERSION, "state", error=CheckpointError)
+                tree, dcp = state, None
+                saved_meta = CheckpointMeta.from_dict(state[K_META])
+                report = self.check(saved_meta, label)
+                report.raise_if_refused()
+        except ResumableDataError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a forged state that trips a check is still refused with an rd error
+            raise CheckpointError(describe("state", f"malformed ({type(e).__name__}: {e})",
+                                           "a state written by this package", "load another checkpoint")) from e
+        return restore_mod.restore(self, tree, label, verify, saved_meta, report, restores=RESTORES[label],
+                                   continues=label in CONTINUES_RUN, dcp=dcp, allow_unpinned=allow_unpinned)
 
     # -- inventory --------------------------------------------------------------------------------
     def inventory(self) -> Inventory:

@@ -10,20 +10,35 @@ Layout of ``directory``::
         inventory.json          # the inventory table with its oracle values
         COMMITTED               # written last: format, step, checkpoint id, size + xxh3-128 of each file
 
-Save algorithm: remove leftovers of interrupted saves (``.tmp-*``, ``.trash-*``); write every
-file into ``.tmp-step-N-<pid>-<rand>/`` and fsync it; write ``COMMITTED`` and fsync it; fsync the
-directory; rename it to ``step-N`` (an existing ``step-N`` is first renamed aside); fsync the
-parent; then replace ``latest`` atomically (write ``.latest.tmp``, fsync, ``os.replace``, fsync
-the parent); finally delete all but the ``keep_last`` newest complete checkpoints (never the one
-``latest`` names).
+Save algorithm (under the folder's single-writer lock, ``.lock``: a second concurrent writer
+gets a :class:`CheckpointError`): recover or remove leftovers of interrupted saves (below); write
+every file into ``.tmp-step-N-<pid>-<rand>/`` (each fsynced); write ``COMMITTED`` (fsynced); fsync
+the directory; rename an existing ``step-N`` aside to ``.aside-step-N-<rand>``; rename the new
+directory to ``step-N``; fsync the parent; replace ``latest`` atomically (``_io.atomic_write``,
+durable); delete the aside copy; finally delete all but the ``keep_last`` newest complete
+checkpoints (never the one just saved, which ``latest`` names), each renamed to ``.trash-*``
+before it is removed.
+
+Recovery (at the start of every save, and :func:`cleanup_incomplete`): for a step without a
+complete ``step-N``, a complete ``.tmp-step-N-*`` (the newer save) or else a complete
+``.aside-step-N-*`` (the older) is renamed back to ``step-N``; then ``.tmp-*``, ``.aside-*``,
+``.trash-*``, ``latest`` temp files and step directories without a valid marker are removed. So a
+re-save killed between its two renames loses neither copy, and the next save keeps one.
+
+Steps: ``0 <= step < 10**12`` (the directory names have 12 digits); a larger step is a
+:class:`ConfigError` before anything is written.
 
 Guarantee: a process killed at any instant leaves ``latest`` naming a complete checkpoint (or no
-``latest`` before the first save completes); a directory without a valid ``COMMITTED`` marker is
-never loaded; if ``latest`` is missing or names an incomplete directory, the newest complete step
-directory is loaded instead (with a warning). Loading checks every file's size and xxh3-128 and
-never unpickles: tensors come from safetensors, everything else from JSON. One writer per
-directory (ranks of a distributed job use ``torch.distributed.checkpoint`` with
-:class:`TrainingState` instead).
+``latest`` before the first save completes), or, in the window of a re-save between its two
+renames, a complete copy of that step beside it that the loader falls back to; a directory
+without a valid ``COMMITTED`` marker is never loaded; if ``latest`` is missing, unreadable (not a
+regular file, over 256 bytes, not UTF-8, garbage) or names an incomplete directory, the newest
+complete checkpoint (step directories, then the complete leftovers above) is loaded instead (with
+a warning). Loading refuses checkpoint files that are not regular files (FIFOs, devices, sockets,
+symlinks, directories) without opening them, refuses files larger than their format allows
+(``files.LIMITS``), checks every file's size and xxh3-128 and never unpickles: tensors come from
+safetensors, everything else from JSON. One writer per directory (ranks of a distributed job use
+``torch.distributed.checkpoint`` with :class:`TrainingState` instead).
 
 Cost: save writes the state once plus fsyncs; load reads and hashes it once.
 """
@@ -40,19 +55,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import xxhash
-
-from resumable_data._schema import check_int, expect_header, expect_int, expect_mapping, expect_str
+from resumable_data._io import atomic_write, fsync_dir
+from resumable_data._schema import expect_header, expect_int, expect_mapping, expect_str
 from resumable_data.checkpoint.codec import decode, encode
 from resumable_data.checkpoint.compat import CompatibilityReport
 from resumable_data.checkpoint.errors import CheckpointError
+from resumable_data.checkpoint.files import LIMITS, hash_regular, is_regular, read_regular, writer_lock
 from resumable_data.checkpoint.meta import CheckpointMeta, new_id
-from resumable_data.errors import ConfigError, describe
+from resumable_data.errors import ConfigError, ResumableDataError, describe
 from resumable_data.labels import RecoveryLabel
 
 __all__ = [
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_SCHEMA_VERSION",
+    "MAX_STEP",
     "LoadedCheckpoint",
     "cleanup_incomplete",
     "list_checkpoints",
@@ -73,36 +89,17 @@ LATEST = "latest"
 STEP_PREFIX = "step-"
 TMP_PREFIX = ".tmp-"
 TRASH_PREFIX = ".trash-"
+ASIDE_PREFIX = ".aside-"
 STEP_RE = re.compile(r"^step-(\d{12})$")
+#: Leftovers that may hold a complete copy of step N (a save killed after its marker, a re-save
+#: killed between its renames).
+ORPHAN_RE = re.compile(r"^\.(tmp|aside)-step-(\d{12})-")
+#: The largest step: directory names have 12 digits.
+MAX_STEP = 10**12 - 1
+FILES = (TENSORS, STATE_JSON, META_JSON, INVENTORY_JSON)
 K_FILES = "files"
 K_STEP = "step"
 K_CHECKPOINT_ID = "checkpoint_id"
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _hash_file(path: Path) -> str:
-    h = xxhash.xxh3_128()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _json_bytes(obj: Any) -> bytes:
@@ -113,45 +110,115 @@ def step_dir_name(step: int) -> str:
     return f"{STEP_PREFIX}{step:012d}"
 
 
+def check_step(step: Any, param: str = "step") -> int:
+    """``step`` as an int in ``[0, MAX_STEP]``; :class:`ConfigError` naming the limit otherwise."""
+    import numpy as np
+
+    if isinstance(step, np.integer):
+        step = int(step)
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+        raise ConfigError(describe(param, step, f"an integer in [0, {MAX_STEP}] (checkpoint directories are named "
+                                   "step-<12 digits>)", "pass a step below 10**12 (e.g. the applied-update count)"))
+    return step
+
+
+def _rmtree(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _orphans(root: Path, names: list[str]) -> dict[int, Path]:
+    """step -> the complete leftover to recover for steps without a complete ``step-N`` (module docs)."""
+    best: dict[int, tuple[int, str]] = {}
+    for name in names:
+        m = ORPHAN_RE.match(name)
+        if m and _complete(root / name):
+            rank = 0 if m.group(1) == "tmp" else 1  # the newer save first
+            step = int(m.group(2))
+            if step not in best or (rank, name) < best[step]:
+                best[step] = (rank, name)
+    return {step: root / name for step, (_, name) in best.items() if not _complete(root / step_dir_name(step))}
+
+
 def cleanup_incomplete(directory: str | os.PathLike) -> list[Path]:
-    """Remove leftovers of interrupted saves (``.tmp-*``, ``.trash-*``, stray ``latest`` temp
-    files and step directories without a valid marker); returns what was removed. Call it only
-    where no other process is saving into ``directory``."""
+    """Recover complete leftovers of interrupted saves, then remove the rest (``.tmp-*``,
+    ``.aside-*``, ``.trash-*``, stray ``latest`` temp files and step directories without a valid
+    marker); returns what was removed. Takes the folder's writer lock (a :class:`CheckpointError`
+    while another process saves into ``directory``)."""
     root = Path(directory)
-    removed = []
     if not root.is_dir():
-        return removed
-    for p in root.iterdir():
-        if p.name.startswith((TMP_PREFIX, TRASH_PREFIX, f".{LATEST}.tmp")) or (STEP_RE.match(p.name) and not _complete(p)):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        return []
+    with writer_lock(root):
+        return _cleanup(root)
+
+
+def _cleanup(root: Path) -> list[Path]:
+    names = sorted(os.listdir(root))
+    recovered = False
+    for step, src in sorted(_orphans(root, names).items()):
+        final = root / step_dir_name(step)
+        if os.path.lexists(final):  # an incomplete step-N: make room for the complete copy
+            trash = root / f"{TRASH_PREFIX}{final.name}-{secrets.token_hex(4)}"
+            os.rename(final, trash)
+        os.rename(src, final)
+        recovered = True
+    if recovered:
+        fsync_dir(root)
+        names = sorted(os.listdir(root))
+    removed = []
+    for name in names:
+        p = root / name
+        if name.startswith((TMP_PREFIX, TRASH_PREFIX, ASIDE_PREFIX, f".{LATEST}.")) or (STEP_RE.match(name) and not _complete(p)):
+            _rmtree(p)
             removed.append(p)
     if removed:
-        _fsync_dir(root)
+        fsync_dir(root)
     return removed
 
 
 def _read_marker(path: Path) -> dict[str, Any]:
+    where = f"{path.name}/{MARKER}"
+    raw = read_regular(path / MARKER)  # CheckpointError for a FIFO, device, link or oversized file
     try:
-        d = json.loads((path / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as e:
+        d = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as e:
         raise CheckpointError(describe("checkpoint", str(path), f"a readable {MARKER} marker ({e})",
                                        "the save was interrupted: load another checkpoint")) from None
-    expect_mapping(d, f"{path.name}/{MARKER}", {"format", "schema_version", K_STEP, K_CHECKPOINT_ID, K_FILES},
-                   error=CheckpointError)
-    expect_header(d, CHECKPOINT_FORMAT, CHECKPOINT_SCHEMA_VERSION, f"{path.name}/{MARKER}", error=CheckpointError)
-    expect_int(d[K_STEP], f"{MARKER}.step", error=CheckpointError)
-    if not isinstance(d[K_FILES], dict) or set(d[K_FILES]) != {TENSORS, STATE_JSON, META_JSON, INVENTORY_JSON}:
-        raise CheckpointError(describe(f"{MARKER}.files", d[K_FILES], f"entries for {[TENSORS, STATE_JSON, META_JSON, INVENTORY_JSON]}",
-                                       "load another checkpoint"))
+    expect_mapping(d, where, {"format", "schema_version", K_STEP, K_CHECKPOINT_ID, K_FILES}, error=CheckpointError)
+    expect_header(d, CHECKPOINT_FORMAT, CHECKPOINT_SCHEMA_VERSION, where, error=CheckpointError)
+    expect_int(d[K_STEP], f"{where}.step", 0, MAX_STEP, error=CheckpointError)
+    expect_str(d[K_CHECKPOINT_ID], f"{where}.checkpoint_id", max_len=256, error=CheckpointError)
+    m = STEP_RE.match(path.name) or ORPHAN_RE.match(path.name)
+    if m and int(m.groups()[-1]) != d[K_STEP]:
+        raise CheckpointError(describe(f"{where}.step", d[K_STEP], f"the step its directory names ({path.name})",
+                                       "load another checkpoint (this one was renamed or edited)"))
+    files = d[K_FILES]
+    if not isinstance(files, dict) or set(files) != set(FILES):
+        raise CheckpointError(describe(f"{where}.files", files, f"entries for {list(FILES)}", "load another checkpoint"))
+    for n, f in files.items():
+        expect_mapping(f, f"{where}.files.{n}", {"size", "xxh3_128"}, error=CheckpointError)
+        expect_int(f["size"], f"{where}.files.{n}.size", 0, LIMITS[n], error=CheckpointError)
+        expect_str(f["xxh3_128"], f"{where}.files.{n}.xxh3_128", max_len=32, error=CheckpointError)
     return d
 
 
-def _complete(path: Path) -> bool:
+def _why_incomplete(path: Path) -> str | None:
+    """None for a complete checkpoint directory, else why it is not one."""
     try:
         d = _read_marker(path)
-        return all((path / n).is_file() and (path / n).stat().st_size == f["size"] for n, f in d[K_FILES].items())
-    except (CheckpointError, OSError, TypeError, KeyError):
-        return False
+        for n, f in d[K_FILES].items():
+            st = os.lstat(path / n)
+            if not is_regular(path / n) or st.st_size != f["size"]:
+                return f"{n}: not a regular file of the {f['size']} bytes its marker records"
+        return None
+    except (ResumableDataError, OSError) as e:
+        return str(e)
+
+
+def _complete(path: Path) -> bool:
+    return _why_incomplete(path) is None
 
 
 def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
@@ -163,43 +230,80 @@ def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
                   key=lambda p: p.name)
 
 
+def _loadable(root: Path) -> dict[int, Path]:
+    """step -> complete checkpoint: step directories, plus complete leftovers of steps without one."""
+    out = {int(STEP_RE.match(p.name).group(1)): p for p in list_checkpoints(root)}
+    for step, p in _orphans(root, sorted(os.listdir(root))).items():
+        out.setdefault(step, p)
+    return out
+
+
+def _read_latest(root: Path) -> tuple[str | None, str]:
+    """(the step directory ``latest`` names, or None; why not)."""
+    latest = root / LATEST
+    if not os.path.lexists(latest):
+        return None, "missing"
+    try:
+        name = read_regular(latest).decode("utf-8").strip()
+    except (CheckpointError, UnicodeDecodeError) as e:
+        return None, f"unreadable ({e})"
+    if not STEP_RE.match(name):
+        return None, f"names {name[:40]!r}"
+    return name, f"names {name!r}"
+
+
 def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path:
     """The step directory to load: ``path`` itself if it is one, else ``step``, else ``latest``
-    (falling back to the newest complete one if ``latest`` is missing or incomplete)."""
+    (falling back to the newest complete one if ``latest`` is missing, unreadable or incomplete)."""
     p = Path(path)
-    if (p / MARKER).exists() or STEP_RE.match(p.name):
-        if not _complete(p):
-            raise CheckpointError(describe("checkpoint", str(p), "a complete checkpoint (valid COMMITTED marker)",
+    if os.path.lexists(p / MARKER) or STEP_RE.match(p.name):
+        why = _why_incomplete(p)
+        if why is not None:
+            raise CheckpointError(describe("checkpoint", str(p), f"a complete checkpoint (valid COMMITTED marker; {why})",
                                            "load the parent directory to get the newest complete one"))
         return p
     if not p.is_dir():
         raise CheckpointError(describe("directory", str(p), "an existing checkpoint directory", "check the path"))
     if step is not None:
-        q = p / step_dir_name(check_int(step, "step"))
-        if not _complete(q):
+        q = _loadable(p).get(check_step(step))
+        if q is None:
             raise CheckpointError(describe("step", step, f"a complete checkpoint in {p}",
                                            f"pick one of {[c.name for c in list_checkpoints(p)]}"))
         return q
-    latest = p / LATEST
-    name = None
-    if latest.is_file():
-        name = latest.read_text(encoding="utf-8").strip()
-        if STEP_RE.match(name) and _complete(p / name):
-            return p / name
-    done = list_checkpoints(p)
+    name, why = _read_latest(p)
+    if name is not None and _complete(p / name):
+        return p / name
+    done = _loadable(p)
     if not done:
         raise CheckpointError(describe("directory", str(p), "at least one complete checkpoint",
                                        "save one with rd.save_checkpoint first"))
-    warnings.warn(f"{latest}: {'names ' + repr(name) if name else 'missing'}, which is not a complete checkpoint; "
-                  f"loading the newest complete one, {done[-1].name}", RuntimeWarning, stacklevel=3)
-    return done[-1]
+    newest = done[max(done)]
+    warnings.warn(f"{p / LATEST}: {why}, which is not a complete checkpoint; "
+                  f"loading the newest complete one, {newest.name}", RuntimeWarning, stacklevel=3)
+    return newest
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_tensors(path: Path, tensors: dict) -> None:
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(path), metadata={"format": CHECKPOINT_FORMAT})
 
 
 def save_checkpoint(directory: str | os.PathLike, state: Any, *, step: int | None = None, keep_last: int | None = 3) -> Path:
     """Write ``state`` (a :class:`TrainingState` or any object whose ``state_dict()`` holds tensors
     and JSON values) as ``directory/step-N`` atomically; returns that path.
 
-    ``step`` defaults to the loader's delivered-step cursor; ``keep_last=None`` keeps every checkpoint.
+    ``step`` (``0 <= step < 10**12``) defaults to the loader's delivered-step cursor;
+    ``keep_last=None`` keeps every checkpoint. One writer per directory: a second process saving
+    into it concurrently gets a :class:`CheckpointError` (module docs).
 
     Single process only: with torch.distributed initialized and more than one rank this raises
     :class:`ConfigError` before writing anything. Several ranks writing one directory would race on
@@ -217,16 +321,15 @@ def save_checkpoint(directory: str | os.PathLike, state: Any, *, step: int | Non
             "on every rank call torch.distributed.checkpoint.save({'train': rd.TrainingState(...)}, checkpoint_id=path) "
             "and dcp.load(...) to resume: it keeps every rank's RNG and data cursor"))
     root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True)
     if step is None:
         loader = getattr(state, "loader", None)
         if loader is None:
             raise ConfigError(describe("step", None, "an integer step", "pass step= (e.g. the applied-update count)"))
         step = int(loader.cursor.delivered)
-    step = check_int(step, "step")
+    step = check_step(step)
     if keep_last is not None:
-        keep_last = check_int(keep_last, "keep_last", 1)
-    cleanup_incomplete(root)
+        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
+            raise ConfigError(describe("keep_last", keep_last, "an integer >= 1 or None", "pass keep_last=3, or None to keep all"))
     checkpoint_id = new_id()
     if isinstance(state, TrainingState):
         tree = state.file_state_dict(checkpoint_id=checkpoint_id)
@@ -239,40 +342,50 @@ def save_checkpoint(directory: str | os.PathLike, state: Any, *, step: int | Non
         inventory = {"format": "resumable_data.inventory", "schema_version": 1, "entries": []}
     meta = tree.get("meta") if isinstance(tree, dict) else None
     json_tree, tensors = encode(tree)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CheckpointError(describe("directory", str(root), f"a folder that can be created ({e})",
+                                       "pass a writable directory")) from None
+    with writer_lock(root):
+        return _write(root, step, checkpoint_id, json_tree, tensors, meta, inventory, keep_last)
 
+
+def _write(root: Path, step: int, checkpoint_id: str, json_tree: Any, tensors: dict, meta: Any, inventory: Any,
+           keep_last: int | None) -> Path:
+    _cleanup(root)
     tmp = root / f"{TMP_PREFIX}{step_dir_name(step)}-{os.getpid()}-{secrets.token_hex(4)}"
-    tmp.mkdir()
-    from safetensors.torch import save_file
-
-    save_file(tensors, str(tmp / TENSORS), metadata={"format": CHECKPOINT_FORMAT})
-    with open(tmp / TENSORS, "rb") as f:
-        os.fsync(f.fileno())
-    _write(tmp / STATE_JSON, _json_bytes(json_tree))
-    _write(tmp / META_JSON, _json_bytes(meta))
-    _write(tmp / INVENTORY_JSON, _json_bytes(inventory))
-    files = {n: {"size": (tmp / n).stat().st_size, "xxh3_128": _hash_file(tmp / n)}
-             for n in (TENSORS, STATE_JSON, META_JSON, INVENTORY_JSON)}
-    _write(tmp / MARKER, _json_bytes({"format": CHECKPOINT_FORMAT, "schema_version": CHECKPOINT_SCHEMA_VERSION,
-                                      K_STEP: step, K_CHECKPOINT_ID: checkpoint_id, K_FILES: files}))
-    _fsync_dir(tmp)
+    os.mkdir(tmp)
+    _write_tensors(tmp / TENSORS, tensors)
+    # inside the private temp dir nobody reads: plain writes, then one fsync per file and one of the dir
+    atomic_write(tmp / STATE_JSON, _json_bytes(json_tree), durable=False)
+    atomic_write(tmp / META_JSON, _json_bytes(meta), durable=False)
+    atomic_write(tmp / INVENTORY_JSON, _json_bytes(inventory), durable=False)
+    files = {}
+    for n in FILES:
+        _fsync_file(tmp / n)
+        size = os.lstat(tmp / n).st_size
+        files[n] = {"size": size, "xxh3_128": hash_regular(tmp / n, size)}
+    atomic_write(tmp / MARKER, _json_bytes({"format": CHECKPOINT_FORMAT, "schema_version": CHECKPOINT_SCHEMA_VERSION,
+                                            K_STEP: step, K_CHECKPOINT_ID: checkpoint_id, K_FILES: files}), durable=False)
+    _fsync_file(tmp / MARKER)
+    fsync_dir(tmp)
     final = root / step_dir_name(step)
-    trash = None
-    if final.exists():
-        trash = root / f"{TRASH_PREFIX}{final.name}-{secrets.token_hex(4)}"
-        os.rename(final, trash)
+    aside = None
+    if os.path.lexists(final):
+        aside = root / f"{ASIDE_PREFIX}{final.name}-{secrets.token_hex(4)}"
+        os.rename(final, aside)
     os.rename(tmp, final)
-    _fsync_dir(root)
-    latest_tmp = root / f".{LATEST}.tmp-{os.getpid()}"
-    _write(latest_tmp, (final.name + "\n").encode())
-    os.replace(latest_tmp, root / LATEST)
-    _fsync_dir(root)
-    if trash is not None:
-        shutil.rmtree(trash, ignore_errors=True)
+    fsync_dir(root)
+    atomic_write(root / LATEST, (final.name + "\n").encode(), durable=True)
+    if aside is not None:
+        _rmtree(aside)
     if keep_last is not None:
-        done = list_checkpoints(root)
-        for old in done[:-keep_last]:
+        for old in list_checkpoints(root)[:-keep_last]:
             if old.name != final.name:
-                shutil.rmtree(old, ignore_errors=True)
+                trash = root / f"{TRASH_PREFIX}{old.name}-{secrets.token_hex(4)}"
+                os.rename(old, trash)
+                _rmtree(trash)
     return final
 
 
@@ -286,6 +399,13 @@ class RawCheckpoint:
     inventory: dict
 
 
+def _json_file(p: Path) -> Any:
+    try:
+        return json.loads(read_regular(p).decode("utf-8"))
+    except (ValueError, RecursionError) as e:
+        raise CheckpointError(describe("checkpoint file", str(p), f"readable JSON ({e})", "load another checkpoint")) from None
+
+
 def read_checkpoint(path: str | os.PathLike, step: int | None = None) -> RawCheckpoint:
     """Read and verify one checkpoint (sizes, hashes, schema) without restoring anything."""
     from safetensors import SafetensorError
@@ -295,26 +415,29 @@ def read_checkpoint(path: str | os.PathLike, step: int | None = None) -> RawChec
     marker = _read_marker(p)
     problems = []
     for n, f in marker[K_FILES].items():
-        q = p / n
-        if not q.is_file() or q.stat().st_size != f.get("size"):
+        try:
+            h = hash_regular(p / n, f["size"])
+        except CheckpointError as e:
+            problems.append(f"{n}: {e}")
+            continue
+        if h is None:
             problems.append(f"{n}: missing or wrong size")
-        elif _hash_file(q) != f.get("xxh3_128"):
+        elif h != f["xxh3_128"]:
             problems.append(f"{n}: content hash differs from the marker's")
     if problems:
         raise CheckpointError(describe("checkpoint", str(p), "files matching their COMMITTED marker",
                                        "the checkpoint is damaged: load another one (" + "; ".join(problems) + ")"))
+    json_tree, meta_d, inventory = _json_file(p / STATE_JSON), _json_file(p / META_JSON), _json_file(p / INVENTORY_JSON)
     try:
-        json_tree = json.loads((p / STATE_JSON).read_text(encoding="utf-8"))
-        meta_d = json.loads((p / META_JSON).read_text(encoding="utf-8"))
-        inventory = json.loads((p / INVENTORY_JSON).read_text(encoding="utf-8"))
         tensors = load_file(str(p / TENSORS))
-    except (ValueError, OSError, RecursionError, SafetensorError) as e:
-        raise CheckpointError(describe("checkpoint", str(p), f"readable JSON and safetensors ({e})",
+    except (ValueError, OSError, SafetensorError) as e:
+        raise CheckpointError(describe("checkpoint file", str(p / TENSORS), f"a readable safetensors file ({e})",
                                        "load another checkpoint")) from None
     tree = decode(json_tree, tensors)
     meta = CheckpointMeta.from_dict(meta_d) if meta_d is not None else None
-    return RawCheckpoint(p, marker[K_STEP], expect_str(marker[K_CHECKPOINT_ID], "checkpoint_id", error=CheckpointError),
-                         tree, meta, inventory)
+    if not isinstance(inventory, dict):
+        raise CheckpointError(describe("checkpoint file", str(p / INVENTORY_JSON), "a JSON object", "load another checkpoint"))
+    return RawCheckpoint(p, marker[K_STEP], marker[K_CHECKPOINT_ID], tree, meta, inventory)
 
 
 @dataclass(frozen=True)
@@ -331,11 +454,15 @@ class LoadedCheckpoint:
 
 def load_checkpoint(directory: str | os.PathLike, state: Any, *,
                     label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION,
-                    step: int | None = None) -> LoadedCheckpoint:
+                    step: int | None = None, allow_unpinned: bool = False) -> LoadedCheckpoint:
     """Restore ``state`` from ``directory`` (its ``latest``, or ``step``, or a step directory).
 
-    The compatibility contract is checked before anything changes; a refused difference raises
-    :class:`CompatibilityError`, a damaged checkpoint :class:`CheckpointError`."""
+    All or nothing for a :class:`TrainingState`: the files are read and verified, the compatibility
+    contract and every restored part are checked before anything changes, and a failure while
+    applying rolls every object back (:mod:`~resumable_data.checkpoint.restore`). A refused
+    difference raises :class:`CompatibilityError`, a damaged checkpoint :class:`CheckpointError`,
+    a refused loader state :class:`ResumeError`; nothing else comes out. ``allow_unpinned=True``
+    lets the loader resume over a dataset without a pinned version."""
     from resumable_data._schema import coerce_enum
     from resumable_data.checkpoint.state import TrainingState
 
@@ -343,11 +470,17 @@ def load_checkpoint(directory: str | os.PathLike, state: Any, *,
     raw = read_checkpoint(directory, step)
     report = None
     if isinstance(state, TrainingState):
-        report = state.load_state_dict(raw.tree, label=label)
+        report = state.load_state_dict(raw.tree, label=label, allow_unpinned=allow_unpinned)
     else:
         try:
-            result = state.load_state_dict(raw.tree, label=label)
-        except TypeError:
-            result = state.load_state_dict(raw.tree)
+            try:
+                result = state.load_state_dict(raw.tree, label=label)
+            except TypeError:
+                result = state.load_state_dict(raw.tree)
+        except ResumableDataError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a plain object's own error, reported as an rd error
+            raise CheckpointError(describe("state", type(state).__name__, f"an object that accepts this checkpoint "
+                                           f"({type(e).__name__}: {e})", "restore into the objects that were saved")) from e
         report = result if isinstance(result, CompatibilityReport) else None
     return LoadedCheckpoint(raw.path, raw.step, raw.checkpoint_id, label, raw.meta, report)

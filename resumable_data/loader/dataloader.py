@@ -210,6 +210,18 @@ class DataLoader:
         return validate_restore(state, self._fingerprint, self._stream, on_uncommitted=on_uncommitted,
                                 allow_unpinned=allow_unpinned).saved
 
+    def undo_point(self) -> Callable[[], None]:
+        """A function that puts the loader's progress back exactly as it is now (all-or-nothing
+        restores call it when a later step fails); iterators made in between are superseded."""
+        memento = self._ledger.memento()
+
+        def undo() -> None:
+            self._close_active()
+            self._generation += 1
+            self._ledger.rewind(memento)
+
+        return undo
+
     def reset(
         self, state: dict[str, Any] | None = None, *, on_uncommitted: OnUncommitted | str | None = None,
         allow_unpinned: bool = False,

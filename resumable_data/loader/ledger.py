@@ -137,6 +137,16 @@ class ProgressLedger:
         )
 
     # -- changing ---------------------------------------------------------------------------------
+    def memento(self) -> dict:
+        """Everything that changes, copied: :meth:`rewind` to it puts this ledger back exactly."""
+        m = dict(self.__dict__)
+        m["_ledger"], m["_skipped"] = dict(self._ledger), list(self._skipped)
+        return m
+
+    def rewind(self, memento: dict) -> None:
+        self.__dict__.update(memento)
+        self._ledger, self._skipped = dict(memento["_ledger"]), list(memento["_skipped"])
+
     def restart(self) -> None:
         """A fresh start: everything zero, nothing skipped, a faithful continuation."""
         self._committed = self._delivered = self._fetched = 0

@@ -8,7 +8,7 @@ inventory, or inspecting a run never moves the cursor.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 from resumable_data.loader.state import CounterView, Cursor, LoaderState, OnUncommitted
@@ -47,6 +47,8 @@ class ResumableLoader(Protocol):
 
     def load_state_dict(self, state: dict[str, Any], *, on_uncommitted: OnUncommitted | str | None = None,
                         allow_unpinned: bool = False) -> None: ...
+
+    def undo_point(self) -> Callable[[], None]: ...
 
     def reset(self, state: dict[str, Any] | None = None, *, on_uncommitted: OnUncommitted | str | None = None,
               allow_unpinned: bool = False) -> None: ...
