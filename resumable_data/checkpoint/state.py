@@ -50,7 +50,6 @@ from resumable_data.checkpoint import dcp_layout
 from resumable_data.checkpoint import restore as restore_mod
 from resumable_data.checkpoint import rng as rng_mod
 from resumable_data.checkpoint.compat import CompatibilityReport, check_compatible
-from resumable_data.checkpoint.digest import digest_json, digest_tensors, flatten
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.checkpoint.inventory import Inventory
 from resumable_data.checkpoint.keys import (
@@ -88,6 +87,7 @@ from resumable_data.checkpoint.meta import (
     software_versions,
 )
 from resumable_data.checkpoint.metrics import MetricLog
+from resumable_data.checkpoint.oracles import oracles_of, status_of
 from resumable_data.checkpoint.status import AccumulationStatus, CheckpointStatus
 from resumable_data.checkpoint.torch_compat import scaler_device
 from resumable_data.checkpoint.optim import (
@@ -373,55 +373,11 @@ class TrainingState:
 
     def _status(self, snap: LoaderState | None, accumulation: AccumulationStatus,
                 next_step: int | None) -> CheckpointStatus:
-        lr = sched = scale = modes = None
-        if self.optimizer is not None:
-            lr = tuple(None if g.get("lr") is None else float(g["lr"]) for g in self.optimizer.param_groups)
-        if self.scheduler is not None:
-            sched = int(getattr(self.scheduler, "last_epoch", -1))
-        if self.scaler is not None:
-            scale = self.scaler.state_dict().get("scale")
-        if self.model is not None:
-            m = module_modes(self.model)
-            modes = {"training": sum(m.values()), "modules": len(m)}
-        return CheckpointStatus(
-            accumulation=accumulation, cursor=snap.cursor if snap is not None else None,
-            epoch_base=snap.epoch_base if snap is not None else None,
-            counters=snap.counter_view().to_dict() if snap is not None else None,
-            next_step=next_step, next_lr=lr, scheduler_last_epoch=sched, scale=scale, modes=modes,
-        )
+        return status_of(self, snap, accumulation, next_step)
 
     # -- oracles ----------------------------------------------------------------------------------
     def _oracles(self, state: dict[str, Any], next_step: int | None) -> dict[str, str]:
-        o: dict[str, str] = {}
-        if state[K_MODEL] is not None:
-            params = {n for n, _ in self.model.named_parameters(remove_duplicate=False)}
-            o["parameters"] = digest_tensors(sorted((k, v) for k, v in state[K_MODEL].items() if k in params))
-            o["buffers"] = digest_tensors(sorted((k, v) for k, v in state[K_MODEL].items() if k not in params))
-        if state[K_OPTIMIZER] is not None:
-            stateless = set(state[K_OPTIMIZER].get("stateless", ()))
-            real = {k: v for k, v in state[K_OPTIMIZER]["state"].items() if k not in stateless}
-            o["optimizer"] = digest_tensors(flatten("state", real, []))
-            o["optimizer_groups"] = digest_json(flatten("groups", state[K_OPTIMIZER]["param_groups"], []))
-        if state[K_SCHEDULER] is not None:
-            o["scheduler"] = digest_json(flatten("s", state[K_SCHEDULER], []))
-        if state[K_SCALER] is not None:
-            o["scaler"] = digest_json(state[K_SCALER])
-        if state[K_EMA] is not None:
-            o["ema"] = digest_tensors(flatten("ema", state[K_EMA], []))
-        if state[K_CALLBACKS]:
-            o["callbacks"] = digest_tensors(flatten("cb", state[K_CALLBACKS], []))
-        if state[K_RNG] is not None:
-            for k, v in rng_mod.digests(state[K_RNG]).items():
-                o[f"rng.{k}"] = v
-        grads = state[K_GRADIENTS]
-        if grads and "gradients" in state[K_ACCUMULATION]:  # DCP layout: slots; the saved names are listed
-            grads = {n: grads[n] for n in state[K_ACCUMULATION]["gradients"]}
-        o["gradients"] = digest_tensors(sorted(grads.items())) if grads else "none"
-        if state[K_MODES]:
-            o["modes"] = digest_json(state[K_MODES])
-        if self.loader is not None and next_step is not None:
-            o["next_batch"] = digest_json(self._next_records(next_step).tolist())
-        return o
+        return oracles_of(self, state, next_step)
 
     def _next_records(self, step: int, limit: int | None = None):
         ids = self.loader.step_info(step).records  # records, or a packed batch's documents

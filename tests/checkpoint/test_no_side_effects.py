@@ -70,3 +70,29 @@ def test_a_loader_without_the_protocol_is_refused(data_dir):
 
     with pytest.raises(rd.ConfigError, match="^loader=.*ResumableLoader"):
         rd.TrainingState(model=torch.nn.Linear(2, 1), loader=Half())
+
+
+@pytest.mark.parametrize("commit", ["auto", "explicit"])
+def test_undo_point_restores_the_loader_and_supersedes_iterators_made_since(data_dir, commit):
+    loader = _loader(data_dir, commit)
+    it = iter(loader)
+    next(it)
+    before = _observed(loader)
+    undo = loader.undo_point()
+    other = _loader(data_dir, commit)
+    other_it = iter(other)
+    for _ in range(3):
+        next(other_it)
+    if commit == "explicit":
+        other.commit()
+    loader.load_state_dict(other.state_dict(), on_uncommitted="repeat")
+    later = iter(loader)
+    next(later)
+    assert _observed(loader) != before
+    undo()
+    assert _observed(loader) == before
+    with pytest.raises(rd.UsageError):
+        next(later)
+    ref = iter(_loader(data_dir, commit))
+    next(ref)
+    assert torch.equal(next(iter(loader))["id"], next(ref)["id"])  # continues from where it was

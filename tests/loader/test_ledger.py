@@ -154,3 +154,17 @@ def test_snapshot_then_restore_is_the_identity(ops):
     fresh.restore(saved, {0: 0, saved.epoch_base[0]: saved.epoch_base[1]}, saved.recovery_label, None)
     assert fresh.snapshot(fingerprint()) == saved
     assert fresh.counters() == led.counters()
+
+
+def test_a_memento_puts_the_ledger_back_exactly():
+    led = ledger()
+    deliver(led, 3)
+    led.commit(True)
+    led.skip(8, 9, "bad")
+    saved, before = led.memento(), led.snapshot(fingerprint())
+    deliver(led, 4)
+    led.commit(False)
+    led.skip(20, 22, "later")
+    assert led.snapshot(fingerprint()) != before
+    led.rewind(saved)
+    assert led.snapshot(fingerprint()) == before and led.counters().attempted_updates == 1
