@@ -49,8 +49,11 @@ def numpy_generator(key: int) -> np.random.Generator:
 
 
 def torch_seed(key: int) -> int:
-    """A seed for ``torch.Generator.manual_seed`` / ``torch.manual_seed`` (any uint64 is accepted)."""
-    return int(key)
+    """A seed for ``torch.Generator.manual_seed`` / ``torch.manual_seed``: the key's low 63 bits.
+
+    torch accepts any uint64, but then ``torch.initial_seed()`` can be >= 2**63, which torch's own
+    code (and code that passes it back to torch as a signed 64-bit integer) cannot handle."""
+    return int(key) & ((1 << 63) - 1)
 
 
 def python_random(key: int) -> random.Random:

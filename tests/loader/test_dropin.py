@@ -148,10 +148,13 @@ def test_seed_per_sample_off_leaves_transforms_on_the_global_generators():
 def test_translated_samplers_and_rejected_ones():
     seq = [canon(b) for b in rd.DataLoader(Plain(), batch_sampler=BatchSampler(SequentialSampler(Plain()), 7, True))]
     assert seq == [canon(b) for b in rd.DataLoader(Plain(), batch_size=7, drop_last=True)]
-    with pytest.raises(TypeError, match="PositionalSampler"):
+    # Both are positional now (tests/loader/test_samplers.py); they need a seed like shuffle=True.
+    with pytest.raises(rd.ConfigError, match="seed"):
         rd.DataLoader(Plain(), sampler=WeightedRandomSampler([1.0] * N_RECORDS, 10))
-    with pytest.raises(TypeError, match="history"):
-        rd.DataLoader(Plain(), sampler=RandomSampler(Plain(), replacement=True))
+    assert len(rd.DataLoader(Plain(), sampler=WeightedRandomSampler([1.0] * N_RECORDS, 10), seed=1)) == 10
+    assert len(rd.DataLoader(Plain(), sampler=RandomSampler(Plain(), replacement=True), seed=1)) == N_RECORDS
+    with pytest.raises(rd.ConfigError, match="PositionalSampler"):  # an rd error, no longer a bare TypeError
+        rd.DataLoader(Plain(), sampler=iter(range(N_RECORDS)))
 
 
 class EveryOther:
