@@ -174,6 +174,8 @@ def resolve_config(
         # the loader's drop_last=True wins over a DistributedSampler(drop_last=False), as in torch
         tail = Tail.DROP if drop_last else tr_tail or (Tail.PARTIAL if world == 1 else Tail.WRAP)
     tail = coerce_enum(tail, Tail, "tail")
+    if tail is Tail.PAD and packing is not None:
+        tail = Tail.WRAP  # packed sequences are not records: pad by wrapping whole global batches
     if tail is Tail.PARTIAL and world > 1:
         raise ConfigError(
             describe("tail", "partial", "drop or wrap when world_size > 1 (a short batch would leave ranks idle)",
@@ -204,7 +206,7 @@ def resolve_config(
         raise ConfigError(describe("token_column", token_column, f"one of the columns {dataset.schema.names}", "name a list column"))
 
     epoch_records = len(positional) if positional is not None else n
-    plan = Plan(epoch_records, per_rank * world, version_hash, seed, order, tail)
+    plan = Plan(epoch_records, per_rank * world, version_hash, seed, order, tail, world if tail is Tail.PAD else 1)
     sharding.check_global_batch(plan.global_batch)
     return LoaderConfig(
         plan=plan, sharding=sharding, mode=mode, per_rank=per_rank, unbatched=unbatched, elastic=bool(elastic),

@@ -378,6 +378,7 @@ def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool) -
     differ("seed", sp.seed, cp.seed, "pass seed= as saved")
     differ("order", sp.order.to_dict(), cp.order.to_dict(), "pass the same shuffle / shuffle_window")
     differ("tail", sp.tail.value, cp.tail.value, "pass the same drop_last (and sampler settings)")
+    differ("pad_to", sp.pad_to, cp.pad_to, "resume a DistributedSampler(drop_last=False) run on the same world size")
     if sp.global_batch != cp.global_batch:
         w, g = current.layout.world_size, sp.global_batch
         here = (f"at world_size {w} pass batch_size={g // w}, or" if g % w == 0 else

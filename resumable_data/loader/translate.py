@@ -157,7 +157,7 @@ def translate_sampler(sampler: Any, batch_sampler: Any, dataset_len: int) -> Tra
             shuffle=bool(sampler.shuffle),
             seed=int(sampler.seed),
             sharding=Sharding(int(sampler.num_replicas), int(sampler.rank), ShardingPolicy.STRIDED),
-            tail=Tail.DROP if sampler.drop_last else Tail.WRAP,
+            tail=Tail.DROP if sampler.drop_last else Tail.PAD,
         )
     if isinstance(sampler, SequentialSampler):
         return Translated(shuffle=False)

@@ -134,3 +134,46 @@ def test_dataloader_is_generic_in_type_hints():
         return len(loader)
 
     assert train(rd.DataLoader(Ids(4), batch_size=2)) == 2
+
+
+@pytest.mark.parametrize("n, world, batch", [(9, 4, 2), (157, 3, 4), (10, 4, 3), (8, 4, 2)])
+def test_distributed_sampler_drop_last_false_tail_matches_torch_exactly(n, world, batch):
+    """4 ranks, 9 records, batch 2: torch delivers 9 records plus its sampler's 3 padding ones
+    (12 = 4 x ceil(9 / 4)), the last batch of each rank partial; rd delivers exactly those."""
+    def torch_loader(r):
+        s = DistributedSampler(Ids(n), num_replicas=world, rank=r, shuffle=False, drop_last=False)
+        return torch.utils.data.DataLoader(Ids(n), batch_size=batch, sampler=s)
+
+    def rd_loader(r):
+        s = DistributedSampler(Ids(n), num_replicas=world, rank=r, shuffle=False, drop_last=False)
+        return rd.DataLoader(Ids(n), batch_size=batch, sampler=s, dataset_version=f"ids{n}")
+
+    theirs, ours = per_rank(torch_loader, world), per_rank(rd_loader, world)
+    assert ours == theirs
+    assert sum(len(x) for rank in ours for x in rank) == world * -(-n // world)
+    if (n, world, batch) == (9, 4, 2):
+        assert ours == [[[0, 4], [8]], [[1, 5], [0]], [[2, 6], [1]], [[3, 7], [2]]]
+
+
+def test_distributed_sampler_padded_tail_resumes_every_remaining_batch_in_order():
+    def loader(r):
+        s = DistributedSampler(Ids(157), num_replicas=3, rank=r, shuffle=True, seed=4, drop_last=False)
+        return rd.DataLoader(Ids(157), batch_size=4, sampler=s, num_workers=0, dataset_version="ids157")
+
+    for r in range(3):
+        ref_dl = loader(r)
+        ref = [canon(b) for _ in range(2) for b in ref_dl]
+        per_epoch = len(ref) // 2
+        for cut in (per_epoch - 1, per_epoch):
+            dl = loader(r)
+            got = []
+            while len(got) < cut:
+                for b in dl:
+                    got.append(canon(b))
+                    if len(got) == cut:
+                        break
+            again = loader(r)
+            again.load_state_dict(dl.state_dict())
+            while len(got) < len(ref):
+                got.extend(canon(b) for b in again)
+            assert got == ref
