@@ -65,6 +65,10 @@ class LoaderConfig:
     positional: Any = field(default=None, compare=False)
     collate_fn: Callable | None = field(default=None, compare=False)
     arrow_collate: Callable | None = field(default=None, compare=False)
+    #: A per-sample function applied with ``rd.sample_context()`` active (``transform=``).
+    transform: Callable | None = field(default=None, compare=False)
+    #: ``len(dataset)`` at construction (a changed length is refused at ``iter()``).
+    dataset_len: int = 0
 
     def fingerprint(self) -> LoaderState:
         """The state of a fresh loader with this config (progress all zero)."""
@@ -113,10 +117,19 @@ def resolve_config(
     seed_per_sample: bool = True,
     arrow_collate: Callable | None = None,
     token_column: str | None = None,
+    transform: Callable | None = None,
 ) -> LoaderConfig:
     """The :class:`LoaderConfig` of ``rd.DataLoader(dataset, ...)`` (same arguments, same rules)."""
     if not in_order:
         raise ConfigError(describe("in_order", in_order, "True", "drop in_order=False: a resumable stream is delivered in order"))
+    if _is_iterable_dataset(dataset):
+        raise ConfigError(
+            describe("dataset", type(dataset).__name__, "a map-style dataset (__len__ and __getitem__), not a torch "
+                     "IterableDataset (a stream has no position to seek to, sized or not)",
+                     "index the records in a map-style dataset, or write Arrow shards and use rd.ArrowShards")
+        )
+    if transform is not None and not callable(transform):
+        raise ConfigError(describe("transform", transform, "a function of one sample", "pass a callable or None"))
     if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
         raise ConfigError(
             describe("dataset", type(dataset).__name__, "a map-style dataset (__len__ and __getitem__)",
@@ -152,11 +165,17 @@ def resolve_config(
         raise ConfigError(describe("drop_last", drop_last, "False with batch_size=None", "drop drop_last (torch's rule)"))
     world = sharding.world_size
 
-    seed = _seed(seed, tr_seed, generator, do_shuffle or bool(shuffle_window))
+    keyed = positional is not None and hasattr(positional, "with_seed")  # rd's positional random samplers
+    seed = _seed(seed, tr_seed, generator, do_shuffle or bool(shuffle_window) or keyed)
+    if keyed:
+        positional = positional.with_seed(seed)
     order = _order(shuffle_window, do_shuffle, shuffle, positional)
     if tail is None:
-        tail = tr_tail or (Tail.DROP if drop_last else (Tail.PARTIAL if world == 1 else Tail.WRAP))
+        # the loader's drop_last=True wins over a DistributedSampler(drop_last=False), as in torch
+        tail = Tail.DROP if drop_last else tr_tail or (Tail.PARTIAL if world == 1 else Tail.WRAP)
     tail = coerce_enum(tail, Tail, "tail")
+    if tail is Tail.PAD and packing is not None:
+        tail = Tail.WRAP  # packed sequences are not records: pad by wrapping whole global batches
     if tail is Tail.PARTIAL and world > 1:
         raise ConfigError(
             describe("tail", "partial", "drop or wrap when world_size > 1 (a short batch would leave ranks idle)",
@@ -169,6 +188,8 @@ def resolve_config(
     lengths = None
     if packing is not None:
         mode = FetchMode.PACKED
+        if transform is not None:
+            raise ConfigError(describe("transform", transform, "None when packing (the packer builds the batch)", "drop transform="))
         lengths = _check_packing(packing, dataset, ArrowShards, collate_fn, arrow_collate, token_column, positional)
         token_column = None
     elif isinstance(dataset, ArrowShards):
@@ -185,15 +206,20 @@ def resolve_config(
         raise ConfigError(describe("token_column", token_column, f"one of the columns {dataset.schema.names}", "name a list column"))
 
     epoch_records = len(positional) if positional is not None else n
-    plan = Plan(epoch_records, per_rank * world, version_hash, seed, order, tail)
+    plan = Plan(epoch_records, per_rank * world, version_hash, seed, order, tail, world if tail is Tail.PAD else 1)
     sharding.check_global_batch(plan.global_batch)
     return LoaderConfig(
         plan=plan, sharding=sharding, mode=mode, per_rank=per_rank, unbatched=unbatched, elastic=bool(elastic),
         commit=coerce_enum(commit, CommitMode, "commit"),
         accumulation_steps=check_int(accumulation_steps, "accumulation_steps", 1, 1 << 20), pinned=pinned,
         seed_per_sample=bool(seed_per_sample), token_column=token_column, packing=packing, lengths=lengths,
-        positional=positional, collate_fn=collate_fn, arrow_collate=arrow_collate,
+        positional=positional, collate_fn=collate_fn, arrow_collate=arrow_collate, transform=transform, dataset_len=n,
     )
+
+
+def _is_iterable_dataset(dataset: Any) -> bool:
+    return any(c.__name__ == "IterableDataset" and c.__module__.startswith("torch.utils.data")
+               for c in type(dataset).__mro__)
 
 
 def _seed(seed: int | None, sampler_seed: int | None, generator: Any, shuffling: bool) -> int:

@@ -2,7 +2,8 @@
 
 Algorithm. Before user code runs for the sample at position ``p``, the loader activates a
 :class:`SampleContext` whose generators are seeded from ``sample_key(version, seed, p)`` and, by
-default, seeds Python's ``random``, ``numpy.random`` and torch's CPU generator from the same key.
+default, seeds Python's ``random``, ``numpy.random`` and torch's CPU generator from the same key
+(torch's with the key's low 63 bits, so ``torch.initial_seed()`` is a valid signed int64).
 In the main process (``num_workers=0``) the global generator states are saved before a batch and
 restored after it, so the training loop's own randomness (dropout masks) never depends on the
 loader. Workers are separate processes whose global state nobody else reads, so nothing is
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 
 from resumable_data.errors import UsageError
-from resumable_data.plan.sample_keys import numpy_generator, python_random
+from resumable_data.plan.sample_keys import numpy_generator, python_random, torch_seed
 
 __all__ = ["BatchContext", "SampleContext", "batch_context", "sample_context"]
 
@@ -47,7 +48,7 @@ class SampleContext:
     @cached_property
     def torch_generator(self) -> torch.Generator:
         """A CPU ``torch.Generator`` seeded from the sample key."""
-        return torch.Generator().manual_seed(self.key)
+        return torch.Generator().manual_seed(torch_seed(self.key))
 
     @cached_property
     def random(self) -> random.Random:
@@ -87,12 +88,14 @@ def sample_context() -> SampleContext:
 
 
 def batch_context() -> BatchContext:
-    """The context of the batch being fetched; call it inside ``dataset.__getitems__``."""
+    """The context of the batch being fetched; call it inside ``dataset.__getitems__``,
+    ``collate_fn`` or ``arrow_collate``."""
     ctx = _BATCH.get()
     if ctx is None:
         raise UsageError(
-            "batch_context() called outside a batched fetch: expected a call from dataset.__getitems__ "
-            "while rd.DataLoader fetches a batch; fix: call it from __getitems__"
+            "batch_context() called outside a batched fetch: expected a call from dataset.__getitems__, "
+            "collate_fn or arrow_collate while rd.DataLoader builds a batch; fix: call it from __getitems__, "
+            "collate_fn or arrow_collate"
         )
     return ctx
 
@@ -101,7 +104,7 @@ def seed_globals(key: int) -> None:
     """Seed Python's ``random``, ``numpy.random`` and torch's CPU generator from ``key``."""
     random.seed(key)
     np.random.seed(np.array([key & 0xFFFFFFFF, key >> 32], dtype=np.uint32))
-    torch.random.default_generator.manual_seed(key)
+    torch.random.default_generator.manual_seed(torch_seed(key))  # < 2**63: torch.initial_seed() stays a signed int64
 
 
 class GlobalRNGGuard:

@@ -13,12 +13,23 @@ Commit protocol. ``cursor.committed <= cursor.delivered <= cursor.fetched`` (in 
 with uncommitted batches must be loaded with ``on_uncommitted="repeat"`` or ``"skip"``.
 :meth:`DataLoader.snapshot` is the typed state without any of that: it never changes the loader.
 
+End of an epoch. A pass that delivered its epoch's last batch but has not ended (no
+``StopIteration`` yet) is at its end: a state taken then records ``end_of_pass`` and resumes into
+an empty pass, then the next epoch, as torch's ``StatefulDataLoader``; a state taken after the
+loop resumes into the whole next epoch. :attr:`DataLoader.epoch` is the epoch to label the
+current (or next) pass with, so ``for epoch in range(loader.epoch, n)`` trains each epoch once.
+
+Torch's attributes (``dataset``, ``batch_size``, ``sampler``, ``batch_sampler``, ``collate_fn``,
+``num_workers``, ``pin_memory``, ...) are present and read-only: setting one after construction
+raises ``ValueError`` (:class:`rd.ConfigError`), as torch does for ``batch_size`` and the like.
+
 Cost of a restore. ``load_state_dict`` validates a few hundred bytes of JSON and sets a few
 integers; the first batch after it costs what a fresh start's first batch costs, at any step.
 """
 
 from __future__ import annotations
 
+import types
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,13 +38,14 @@ import torch
 import torch.utils.data as tud
 
 from resumable_data._schema import check_int
-from resumable_data.errors import ResumeError, describe
+from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.config import LoaderConfig, resolve_config
 from resumable_data.loader.fetch import StepFetcher, StepSampler
 from resumable_data.loader.iterator import LoaderIterator
 from resumable_data.loader.ledger import CounterView, ProgressLedger
 from resumable_data.loader.restore import validate_restore
+from resumable_data.loader.translate import torch_views
 from resumable_data.loader.state import CommitMode, Cursor, LoaderState, OnUncommitted
 from resumable_data.loader.stream import PackedStream, RecordStream, StepInfo, describe_step
 from resumable_data.plan import Plan, Sharding, Tail
@@ -43,6 +55,14 @@ __all__ = ["CounterView", "DataLoader"]
 
 def _passthrough(x: Any) -> Any:
     return x
+
+
+#: torch's public attributes; all are read-only after construction here.
+_TORCH_ATTRIBUTES = frozenset({
+    "dataset", "batch_size", "sampler", "batch_sampler", "drop_last", "num_workers", "collate_fn", "pin_memory",
+    "timeout", "worker_init_fn", "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers",
+    "pin_memory_device", "in_order",
+})
 
 
 class DataLoader:
@@ -72,8 +92,13 @@ class DataLoader:
       of batch size or world size come from ``rd.batch_context().sample(i)``); ``arrow_collate``: a function of the batch's
       ``pyarrow.Table``; ``token_column``: the list column counted in ``counters.tokens``;
     * ``packing``: an :class:`rd.Packing`: batches become ``batch_size`` packed sequences and the
-      position unit becomes the packed sequence (see :mod:`resumable_data.plan.packing`).
+      position unit becomes the packed sequence (see :mod:`resumable_data.plan.packing`);
+    * ``transform``: a function of one sample (a record's dict for ``rd.ArrowShards``), called with
+      ``rd.sample_context()`` active and the globals seeded from the sample key, before
+      ``collate_fn``: augmentation independent of batch size, workers and world size.
     """
+
+    __class_getitem__ = classmethod(types.GenericAlias)
 
     def __init__(
         self, dataset: Any, batch_size: int | None = 1, shuffle: bool | None = None, sampler: Any = None,
@@ -85,7 +110,7 @@ class DataLoader:
         sharding: Sharding | None = None, elastic: bool = True, tail: Tail | str | None = None,
         commit: CommitMode | str = CommitMode.AUTO, accumulation_steps: int = 1, dataset_version: Any = None,
         packing: Any = None, seed_per_sample: bool = True, arrow_collate: Callable | None = None,
-        token_column: str | None = None,
+        token_column: str | None = None, transform: Callable | None = None,
     ) -> None:
         cfg = resolve_config(
             dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler, batch_sampler=batch_sampler,
@@ -93,12 +118,20 @@ class DataLoader:
             shuffle_window=shuffle_window, sharding=sharding, elastic=elastic, tail=tail, commit=commit,
             accumulation_steps=accumulation_steps, dataset_version=dataset_version, packing=packing,
             seed_per_sample=seed_per_sample, arrow_collate=arrow_collate, token_column=token_column,
+            transform=transform,
         )
         self.config: LoaderConfig = cfg
-        self.dataset = dataset
-        self.batch_size = None if cfg.unbatched else cfg.per_rank
-        self.num_workers = num_workers
-        self.drop_last = drop_last
+        per_rank = None if cfg.unbatched else cfg.per_rank
+        view_sampler, view_batch_sampler, view_collate = torch_views(
+            dataset, sampler=sampler, batch_sampler=batch_sampler, shuffle=shuffle, batch_size=per_rank,
+            drop_last=drop_last, generator=generator, collate_fn=collate_fn)
+        self.__dict__.update(
+            dataset=dataset, batch_size=per_rank, sampler=view_sampler, batch_sampler=view_batch_sampler,
+            drop_last=drop_last, num_workers=num_workers, collate_fn=view_collate, pin_memory=pin_memory,
+            timeout=timeout, worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context,
+            generator=generator, prefetch_factor=(2 if num_workers > 0 else None) if prefetch_factor is None else prefetch_factor,
+            persistent_workers=persistent_workers, pin_memory_device=pin_memory_device, in_order=in_order,
+        )
         if cfg.packing is not None:
             self._stream: RecordStream | PackedStream = PackedStream(cfg.plan, cfg.packing, cfg.lengths, pinned=cfg.pinned)
         else:
@@ -117,8 +150,22 @@ class DataLoader:
         self._generation = 0
         self._fetcher.warm_up()  # forked workers inherit the compiled kernels and the first gather
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _TORCH_ATTRIBUTES:
+            raise ConfigError(
+                f"{name} attribute should not be set after DataLoader is initialized ({name}={value!r}: expected "
+                f"the value given at construction); fix: build a new rd.DataLoader with {name}="
+            )
+        object.__setattr__(self, name, value)
+
     # -- iteration --------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
+        n = len(self.dataset)
+        if n != self.config.dataset_len:
+            raise ConfigError(describe(
+                "dataset", f"len {n}", f"len {self.config.dataset_len}, its length when this loader was built "
+                "(positions map to records of that dataset)", "build a new rd.DataLoader (and dataset_version=) "
+                "for the changed dataset"))
         self._close_active()
         it = LoaderIterator(self)
         self._active = weakref.ref(it)
@@ -149,6 +196,14 @@ class DataLoader:
     def microstep_is_last(self) -> bool:
         """Whether the last delivered microbatch closes its accumulation window."""
         return self._ledger.microstep_is_last
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the current pass, else of the pass the next ``iter()`` starts: right after
+        an epoch's last batch (inside the loop, or restored from a state taken there) the epoch
+        that is ending; after the pass ended, the next one. Differs from ``step_info().epoch`` (the
+        epoch of the next batch) only at the end of a pass."""
+        return self._ledger.epoch
 
     @property
     def cursor(self) -> Cursor:

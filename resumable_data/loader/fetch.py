@@ -4,6 +4,15 @@ The main process only hands out step numbers (:class:`StepSampler`); a worker tu
 this rank's positions, record ids, rows and a collated batch (:class:`StepFetcher`), so reads and
 collation run in parallel and the main process is never the bottleneck. Workers, pinning,
 timeouts and prefetch stay torch's own. Nothing here depends on the worker id or count.
+
+Randomness. With ``seed_per_sample`` (the default) user code runs with the global ``random`` /
+numpy / torch generators seeded from a key of its position: ``__getitem__`` and ``transform=``
+from the sample's key (``rd.sample_context()`` active), ``__getitems__``, ``collate_fn`` and
+``arrow_collate`` from the batch key ``sample_key(version, seed, first position of this rank's
+batch, tag="collate")`` (``rd.batch_context()`` active; ``__getitems__`` keeps the batch's first
+sample key). In the main process (``num_workers=0``) the global states are saved before the
+batch and restored after it (:class:`GlobalRNGGuard`), so the training loop's draws never depend
+on the loader. Cost: one hash per sample and one per batch.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from resumable_data.loader.context import (
 )
 from resumable_data.loader.torch_compat import default_collate, default_convert
 from resumable_data.loader.packed import pack_sequences, packed_tokens
-from resumable_data.plan import sample_keys
+from resumable_data.plan import sample_key, sample_keys
 from resumable_data.plan.packing import PackMode, best_fit_bins
 
 __all__ = ["FetchMode", "NumpyBatch", "StepFetcher", "StepSampler"]  # FetchMode: re-exported from .config
@@ -46,6 +55,7 @@ class StepFetcher(Dataset):
         self.mode = config.mode
         self.collate_fn = config.collate_fn
         self.arrow_collate = config.arrow_collate
+        self.transform = config.transform
         self.seed_per_sample = config.seed_per_sample
         self.token_column = config.token_column
         self.unbatched = config.unbatched
@@ -86,25 +96,50 @@ class StepFetcher(Dataset):
         start, stop = self.plan.step_span(step)
         positions = self.sharding.local_positions(start, stop)
         records = self.records(positions)
-        if self.mode is FetchMode.ARROW:
-            return step, *self._arrow(step, records), stop - start
-        in_main = get_worker_info() is None
-        guard = GlobalRNGGuard() if in_main and self.seed_per_sample else None
+        user_code = self.mode is not FetchMode.ARROW or self.collate_fn or self.arrow_collate or self.transform
+        guard = GlobalRNGGuard() if self.seed_per_sample and user_code and get_worker_info() is None else None
         if guard is not None:
             guard.__enter__()
         try:
+            if self.mode is FetchMode.ARROW:
+                return step, *self._arrow(step, positions, records), stop - start
             if self.mode is FetchMode.GETITEMS:
                 samples = self._getitems(positions, records)
             else:
                 samples = self._getitem(positions, records)
+            return step, self._collate(positions, records, samples), 0, stop - start
         finally:
             if guard is not None:
                 guard.__exit__(None, None, None)
-        if self.unbatched:
-            batch = (self.collate_fn or default_convert)(samples[0])
-        else:
-            batch = (self.collate_fn or default_collate)(samples)
-        return step, batch, 0, stop - start
+
+    def _collate(self, positions: np.ndarray, records: np.ndarray, samples: list) -> Any:
+        """``collate_fn`` (default: torch's) over the samples, with the globals seeded from the batch
+        key and ``rd.batch_context()`` active."""
+        fn = self.collate_fn or (default_convert if self.unbatched else default_collate)
+        if self.collate_fn is None:  # torch's own collation draws nothing: no seeding to pay for
+            return fn(samples[0] if self.unbatched else samples)
+        if self.seed_per_sample and len(positions):
+            seed_globals(sample_key(self.plan.version_hash, self.plan.seed, int(positions[0]), "collate"))
+        token = activate_batch(BatchContext(positions, records, self._keys(positions), self.plan.epoch_len))
+        try:
+            return fn(samples[0] if self.unbatched else samples)
+        finally:
+            reset_batch(token)
+
+    def _transform(self, positions: np.ndarray, records: np.ndarray, samples: list) -> list:
+        """``transform`` per sample, each with its sample context and (by default) seeded globals."""
+        keys = self._keys(positions)
+        epoch_len = self.plan.epoch_len
+        out = []
+        for p, r, k, sample in zip(positions.tolist(), records.tolist(), keys.tolist(), samples):
+            if self.seed_per_sample:
+                seed_globals(k)
+            token = activate_sample(SampleContext(p, p // epoch_len, r, k))
+            try:
+                out.append(self.transform(sample))
+            finally:
+                reset_sample(token)
+        return out
 
     # -- the three fetch modes --------------------------------------------------------------------
     def global_tokens(self, step: int) -> int:
@@ -115,14 +150,22 @@ class StepFetcher(Dataset):
         start, stop = self.plan.step_span(step)
         return int(self._lengths[self.records(np.arange(start, stop, dtype=np.int64))].sum())
 
-    def _arrow(self, step: int, records: np.ndarray) -> tuple[Any, int]:
+    def _arrow(self, step: int, positions: np.ndarray, records: np.ndarray) -> tuple[Any, int]:
         table = self.dataset.take(records)
         tokens = 0 if self.token_column is None else self.global_tokens(step)
         if self.arrow_collate is not None:
-            return self.arrow_collate(table), tokens
-        if self.collate_fn is not None:
+            if self.seed_per_sample and len(positions):
+                seed_globals(sample_key(self.plan.version_hash, self.plan.seed, int(positions[0]), "collate"))
+            token = activate_batch(BatchContext(positions, records, self._keys(positions), self.plan.epoch_len))
+            try:
+                return self.arrow_collate(table), tokens
+            finally:
+                reset_batch(token)
+        if self.collate_fn is not None or self.transform is not None:
             rows = table.to_pylist()
-            return (self.collate_fn(rows[0]) if self.unbatched else self.collate_fn(rows)), tokens
+            if self.transform is not None:
+                rows = self._transform(positions, records, rows)
+            return self._collate(positions, records, rows), tokens
         batch = arrow_to_numpy(table)
         if self.unbatched:
             batch = {k: v[0] for k, v in batch.items()}
@@ -154,12 +197,13 @@ class StepFetcher(Dataset):
             seed_globals(int(keys[0]))  # one batched call: the batch's first key seeds the globals
         token = activate_batch(ctx)
         try:
-            return list(self.dataset.__getitems__(records.tolist()))
+            samples = list(self.dataset.__getitems__(records.tolist()))
         except Exception as e:
             _note(e, f"rd.DataLoader: while fetching positions {positions.tolist()[:8]}... records {records.tolist()[:8]}...")
             raise
         finally:
             reset_batch(token)
+        return samples if self.transform is None else self._transform(positions, records, samples)
 
     def _getitem(self, positions: np.ndarray, records: np.ndarray) -> list:
         keys = self._keys(positions)
@@ -170,7 +214,8 @@ class StepFetcher(Dataset):
                 seed_globals(k)
             token = activate_sample(SampleContext(p, p // epoch_len, r, k))
             try:
-                out.append(self.dataset[r])
+                sample = self.dataset[r]
+                out.append(sample if self.transform is None else self.transform(sample))
             except Exception as e:
                 _note(e, f"rd.DataLoader: while fetching position {p} (epoch {p // epoch_len}), record {r}")
                 raise

@@ -6,6 +6,13 @@ directly) for the steps the step sampler hands out, and tells the loader's
 ``skip_steps`` covered after a worker fetched it is dropped here. In ``commit="auto"`` mode the
 previous batch is committed when the next one is asked for.
 
+A failing batch. An exception from ``__getitem__``/``collate_fn`` reaches the loop (with workers:
+torch re-raises it for that batch); the pass goes on, and the next ``next()`` delivers the next
+step, at any worker count, as torch does. The failed step never reached the loop, so it is not
+delivered and nothing records it: a state taken before the next batch resumes by fetching it
+again (a transient error may succeed); once the next batch is delivered the cursor is past it
+(the derived microbatch count then includes it, like any step behind the cursor).
+
 Worker faults. A worker that dies or hangs surfaces as :class:`rd.WorkerError` (torch's error as
 its ``__cause__``), with the cursor counting only what reached the loop, so the state saved after
 it resumes exactly; the broken pool (persistent workers too) is shut down so a fresh
@@ -25,6 +32,25 @@ from resumable_data.loader.state import CommitMode
 __all__ = ["LoaderIterator"]
 
 
+class _Inline:
+    """``fetcher[request]`` for each request of the step sampler, in this process.
+
+    Not a generator: an exception from the dataset or ``collate_fn`` reaches the loop and the
+    next ``next()`` fetches the next step, as torch's single-process iterator does."""
+
+    __slots__ = ("_fetcher", "_requests")
+
+    def __init__(self, fetcher: Any, sampler: Any) -> None:
+        self._fetcher = fetcher
+        self._requests = iter(sampler)
+
+    def __iter__(self) -> _Inline:
+        return self
+
+    def __next__(self) -> Any:
+        return self._fetcher[next(self._requests)]
+
+
 class LoaderIterator:
     """One pass from the cursor to the end of its epoch; updates the ledger as batches arrive."""
 
@@ -35,8 +61,7 @@ class LoaderIterator:
         if torch_loader.num_workers == 0 and not torch_loader.pin_memory:
             # No workers, no pinning: torch's single-process iterator would only call
             # fetcher[request] for each request of the sampler; doing it directly saves ~0.1 ms/batch.
-            fetcher = loader._fetcher
-            self._it = (fetcher[request] for request in torch_loader.sampler)
+            self._it = _Inline(loader._fetcher, torch_loader.sampler)
         else:
             self._it = iter(torch_loader)
         self._closed = False
@@ -58,6 +83,7 @@ class LoaderIterator:
             try:
                 step, batch, tokens, samples = next(self._it)
             except StopIteration:
+                ledger.end_pass()
                 self.close()
                 raise
             except (ConnectionError, EOFError, RuntimeError) as e:

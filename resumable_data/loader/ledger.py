@@ -15,6 +15,13 @@ Guarantee. Every counter that can be derived (microbatches, skipped steps) is de
 cursor and the skipped ranges, never counted twice. ``snapshot(auto=True)`` is what ``state_dict()``
 returns in ``commit="auto"`` mode (delivered batches counted as committed) without committing.
 
+End of a pass. A pass (``start_pass`` .. ``end_pass``) covers the rest of one epoch. When the
+loop holds the epoch's last batch and the pass has not yet ended (no ``StopIteration`` yet), the
+ledger is *at the end of the pass*: a state taken then (``end_of_pass``), a restore of it, and a
+new ``iter()`` in the same process all give an empty pass first, and the pass after it starts the
+next epoch (torch's ``StatefulDataLoader`` semantics); once the pass ended, the next pass is the
+next epoch. :attr:`ProgressLedger.epoch` is the epoch of the current (or next) pass.
+
 Cost. Every call is O(number of skipped ranges) (a handful) except ``locate`` on a packed stream,
 which may build one epoch's packing index (cached); a restore sets a few integers.
 """
@@ -76,6 +83,21 @@ class ProgressLedger:
     def skipped(self) -> tuple[SkippedRange, ...]:
         return tuple(self._skipped)
 
+    @property
+    def end_of_pass(self) -> bool:
+        """Whether the current pass delivered its epoch's last batch but has not ended yet."""
+        if self._pass_epoch is None:
+            return False
+        return self.locate(first_unskipped(self._skipped, self._delivered))[0] > self._pass_epoch
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the current pass, else of the pass the next ``iter()`` starts: the epoch
+        that just ended while :attr:`end_of_pass`, else the epoch of the next batch."""
+        if self.end_of_pass:
+            return self._pass_epoch  # type: ignore[return-value]
+        return self.locate(first_unskipped(self._skipped, self._delivered))[0]
+
     def is_skipped(self, step: int) -> bool:
         return any(r.start <= step < r.stop for r in self._skipped)
 
@@ -134,6 +156,7 @@ class ProgressLedger:
             counters=Counters(self._attempted, self._applied, self._skipped_updates, samples, tokens),
             skipped=tuple(self._skipped),
             recovery_label=self._label,
+            end_of_pass=self.end_of_pass and committed == self._delivered,
         )
 
     # -- changing ---------------------------------------------------------------------------------
@@ -155,6 +178,7 @@ class ProgressLedger:
         self._ledger: dict[int, int] = {0: 0}
         self._skipped: list[SkippedRange] = []
         self._label = RecoveryLabel.FAITHFUL_CONTINUATION
+        self._pass_epoch: int | None = None
 
     def restore(self, saved: LoaderState, ledger: dict[int, int], label: RecoveryLabel,
                 choice: OnUncommitted | None) -> None:
@@ -173,13 +197,24 @@ class ProgressLedger:
         self._ledger = dict(ledger)
         self._skipped = skipped
         self._label = label
+        self._pass_epoch = None
+        if saved.end_of_pass and committed == c.delivered:  # a rewound window is inside the epoch again
+            self._pass_epoch = self.locate(first_unskipped(skipped, committed))[0] - 1
 
     def start_pass(self) -> tuple[int, int, int, int]:
-        """(epoch, its first step, first step to fetch, end of the epoch) for a new pass."""
+        """(epoch, its first step, first step to fetch, end of the epoch) for a new pass; an empty
+        window when the current pass is at its end (see the module docs)."""
         start = first_unskipped(self._skipped, self._delivered)
         epoch, first = self.locate(start)
         self._fetched = start
+        if self.end_of_pass:
+            return epoch, first, start, start
+        self._pass_epoch = epoch
         return epoch, first, start, first + self._stream.steps_in_epoch(epoch)
+
+    def end_pass(self) -> None:
+        """The pass ended (``StopIteration`` reached the loop): the next pass is the next epoch."""
+        self._pass_epoch = None
 
     def on_fetch(self, step: int) -> None:
         self._fetched = step + 1

@@ -8,6 +8,14 @@ unpickles. Typical size: 500-700 bytes, independent of dataset size, window and 
 ``cursor`` holds three step counters, ``committed <= delivered <= fetched``: batches whose
 gradients went into an update (or were deliberately skipped), batches yielded to the training
 loop, and batches handed to workers (prefetch, for audit only: they are always fetched again).
+
+``end_of_pass`` (schema 2) is true when the state was taken inside a pass right after that
+epoch's last batch, before the pass ended (``StopIteration``): torch's ``StatefulDataLoader``
+semantics, so a resume from it first runs an empty pass (the rest of that epoch) and the next
+``iter()`` starts the next epoch; a state taken after the loop has ``end_of_pass`` false and
+resumes into the whole next epoch. Schema 1 states (no ``end_of_pass``) are still accepted and
+read as ``end_of_pass = false`` (what they meant: the resume starts the next epoch); anything
+else than 1 or 2 is refused.
 """
 
 from __future__ import annotations
@@ -46,7 +54,9 @@ __all__ = [
 ]
 
 FORMAT = "resumable_data.loader"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Older schema versions this version reads (see the module docs).
+READABLE_SCHEMA_VERSIONS = (1, 2)
 MAX_SKIPPED_RANGES = 10_000
 
 K_FORMAT = "format"
@@ -64,12 +74,14 @@ K_SKIPPED = "skipped"
 K_LABEL = "recovery_label"
 K_SAMPLER = "sampler"
 K_EPOCH_BASE = "epoch_base"
+K_END_OF_PASS = "end_of_pass"
 #: The keys that identify the stream (no progress): what a checkpoint's ``data`` section holds.
 FINGERPRINT_KEYS = (K_PLAN, K_LAYOUT, K_ELASTIC, K_COMMIT, K_ACCUMULATION, K_PACKING, K_PINNED, K_SAMPLER)
 _KEYS = frozenset(
     {K_FORMAT, K_SCHEMA, K_PLAN, K_LAYOUT, K_ELASTIC, K_COMMIT, K_ACCUMULATION, K_PACKING, K_PINNED,
-     K_SAMPLER, K_EPOCH_BASE, K_CURSOR, K_COUNTERS, K_SKIPPED, K_LABEL}
+     K_SAMPLER, K_EPOCH_BASE, K_CURSOR, K_COUNTERS, K_SKIPPED, K_LABEL, K_END_OF_PASS}
 )
+_KEYS_V1 = _KEYS - {K_END_OF_PASS}
 
 
 class CommitMode(str, enum.Enum):
@@ -247,6 +259,8 @@ class LoaderState:
     counters: Counters = field(default_factory=Counters)
     skipped: tuple[SkippedRange, ...] = ()
     recovery_label: RecoveryLabel = RecoveryLabel.FAITHFUL_CONTINUATION
+    #: Taken after an epoch's last batch, inside the pass (see the module docs).
+    end_of_pass: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -265,6 +279,7 @@ class LoaderState:
             K_COUNTERS: self.counters.to_dict(),
             K_SKIPPED: [r.to_list() for r in self.skipped],
             K_LABEL: self.recovery_label.value,
+            K_END_OF_PASS: self.end_of_pass,
         }
 
     def next_step(self, *, rewound: bool = False) -> int:
@@ -304,10 +319,13 @@ class LoaderState:
         """Parse and validate a state; any problem raises :class:`ResumeError`."""
         if not isinstance(d, dict):
             raise ResumeError(describe("state", type(d).__name__, "a dict from DataLoader.state_dict()", "pass that dict"))
-        if d.get(K_FORMAT) == FORMAT and isinstance(d.get(K_SCHEMA), int) and d.get(K_SCHEMA) != SCHEMA_VERSION:
+        version = d.get(K_SCHEMA)
+        if type(version) is not int or version not in READABLE_SCHEMA_VERSIONS:
+            version = SCHEMA_VERSION
+        if d.get(K_FORMAT) == FORMAT and isinstance(d.get(K_SCHEMA), int) and d.get(K_SCHEMA) != version:
             expect_header(d, FORMAT, SCHEMA_VERSION, "state")  # a clear version message first
-        expect_mapping(d, "state", _KEYS)
-        expect_header(d, FORMAT, SCHEMA_VERSION, "state")
+        expect_mapping(d, "state", _KEYS if version == SCHEMA_VERSION else _KEYS_V1)
+        expect_header(d, FORMAT, version, "state")
         try:
             plan = Plan.from_dict(d[K_PLAN], "state.plan")
         except ConfigError as e:  # constructor checks on forged values are resume errors here
@@ -335,6 +353,7 @@ class LoaderState:
             counters=Counters.from_dict(d[K_COUNTERS], "state.counters"),
             skipped=skipped,
             recovery_label=expect_enum(d[K_LABEL], RecoveryLabel, "state.recovery_label"),
+            end_of_pass=expect_bool(d[K_END_OF_PASS], "state.end_of_pass") if version >= 2 else False,
         )
 
 
@@ -359,6 +378,7 @@ def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool) -
     differ("seed", sp.seed, cp.seed, "pass seed= as saved")
     differ("order", sp.order.to_dict(), cp.order.to_dict(), "pass the same shuffle / shuffle_window")
     differ("tail", sp.tail.value, cp.tail.value, "pass the same drop_last (and sampler settings)")
+    differ("pad_to", sp.pad_to, cp.pad_to, "resume a DistributedSampler(drop_last=False) run on the same world size")
     if sp.global_batch != cp.global_batch:
         w, g = current.layout.world_size, sp.global_batch
         here = (f"at world_size {w} pass batch_size={g // w}, or" if g % w == 0 else

@@ -1,8 +1,9 @@
 """Sample keys: the seed of every per-sample random generator, a pure function of the position.
 
 Algorithm. ``key = xxh3_64(version hash, seed, position, tag)`` (length-prefixed fields). The key
-seeds a numpy ``Generator`` (PCG64), a ``random.Random`` and (in the torch layer, which passes
-the key to ``torch.Generator.manual_seed`` unchanged: any uint64 is accepted) a ``torch.Generator``, so
+seeds a numpy ``Generator`` (PCG64), a ``random.Random`` and (in the torch layer) a
+``torch.Generator`` with the key's low 63 bits (:func:`torch_seed`: torch's own code cannot handle an
+``initial_seed()`` of 2**63 or more), so
 augmentation depends on the sample's logical position only: not on the worker id, the worker
 count, the rank or where a resume happened. Different ``tag`` values give independent streams
 for different operations on the same sample.
@@ -18,7 +19,7 @@ import struct
 import numpy as np
 import xxhash
 
-__all__ = ["numpy_generator", "python_random", "sample_key", "sample_keys"]
+__all__ = ["numpy_generator", "python_random", "sample_key", "sample_keys", "torch_seed"]
 
 
 def _prefix(version_hash: str, seed: int) -> bytes:
@@ -47,6 +48,14 @@ def sample_keys(version_hash: str, seed: int, positions, tag: str = "sample") ->
 def numpy_generator(key: int) -> np.random.Generator:
     """A numpy ``Generator`` (PCG64) seeded by ``key``."""
     return np.random.Generator(np.random.PCG64(int(key)))
+
+
+def torch_seed(key: int) -> int:
+    """A seed for ``torch.Generator.manual_seed`` / ``torch.manual_seed``: the key's low 63 bits.
+
+    torch accepts any uint64, but then ``torch.initial_seed()`` can be >= 2**63, which torch's own
+    code (and code that passes it back to torch as a signed 64-bit integer) cannot handle."""
+    return int(key) & ((1 << 63) - 1)
 
 
 def python_random(key: int) -> random.Random:

@@ -7,6 +7,10 @@ batches never straddle epochs. The record at an offset is the epoch's order (:mo
 that offset. The epoch's tail, when ``n`` is not a multiple of ``G``, follows an explicit
 :class:`Tail`: dropped, wrapped around to the epoch's first records (as torch's
 ``DistributedSampler`` pads), or delivered as a short last batch (torch's ``drop_last=False``).
+``Tail.PAD`` is ``DistributedSampler(drop_last=False)`` under a ``drop_last=False`` loader: the
+epoch is padded (wrapping to its first records) to a multiple of ``pad_to`` (the world size)
+and its last global batch is short, split evenly over the ranks, so every rank delivers what
+torch delivers (its ``ceil(n / world)`` samples, the last batch partial).
 
 Guarantee. Everything here is a function of (num_records, version hash, seed, order, G, tail) and
 the step, so a loader's state is a step counter and a restore is a seek. There is no
@@ -44,6 +48,7 @@ K_VERSION = "dataset_version"
 K_SEED = "seed"
 K_ORDER = "order"
 K_TAIL = "tail"
+K_PAD_TO = "pad_to"  # only with tail "pad"
 _KEYS = frozenset({K_NUM_RECORDS, K_GLOBAL_BATCH, K_VERSION, K_SEED, K_ORDER, K_TAIL})
 MAX_SEED = (1 << 64) - 1
 
@@ -54,6 +59,7 @@ class Tail(str, enum.Enum):
     DROP = "drop"
     WRAP = "wrap"
     PARTIAL = "partial"
+    PAD = "pad"
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,8 @@ class Plan:
     seed: int = 0
     order: OrderSpec = field(default_factory=OrderSpec)
     tail: Tail = Tail.PARTIAL
+    #: With ``Tail.PAD``: the epoch is padded to a multiple of this (the world size); else 1.
+    pad_to: int = 1
 
     def __post_init__(self) -> None:
         n = check_int(self.num_records, "num_records", 1, MAX_DOMAIN)
@@ -77,6 +85,9 @@ class Plan:
             raise ConfigError(describe("order", self.order, "an OrderSpec", "build one with OrderSpec(kind, window)"))
         tail = coerce_enum(self.tail, Tail, "tail")
         object.__setattr__(self, "tail", tail)
+        pad = check_int(self.pad_to, "pad_to", 1, 1 << 20)
+        if pad != 1 and tail is not Tail.PAD:
+            raise ConfigError(describe("pad_to", pad, "1 unless tail='pad'", "drop pad_to"))
         if tail is Tail.DROP and n < g:
             raise ConfigError(
                 describe(
@@ -91,11 +102,15 @@ class Plan:
     @property
     def steps_per_epoch(self) -> int:
         n, g = self.num_records, self.global_batch
+        if self.tail is Tail.PAD:
+            return -(-self.epoch_len // g)
         return n // g if self.tail is Tail.DROP else -(-n // g)
 
     @property
     def epoch_len(self) -> int:
         """Positions per epoch."""
+        if self.tail is Tail.PAD:
+            return -(-self.num_records // self.pad_to) * self.pad_to
         return self.num_records if self.tail is Tail.PARTIAL else self.steps_per_epoch * self.global_batch
 
     def step_span(self, step: int) -> tuple[int, int]:
@@ -121,7 +136,7 @@ class Plan:
         pos = np.asarray(positions, dtype=np.int64)
         flat = pos.reshape(-1)
         epochs, offsets = np.divmod(flat, self.epoch_len)
-        if self.tail is Tail.WRAP:
+        if self.tail is Tail.WRAP or self.tail is Tail.PAD:
             offsets = offsets % self.num_records
         out = np.empty_like(flat)
         first = int(epochs[0]) if flat.size else 0
@@ -137,7 +152,7 @@ class Plan:
 
     # -- state ------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             K_NUM_RECORDS: self.num_records,
             K_GLOBAL_BATCH: self.global_batch,
             K_VERSION: self.version_hash,
@@ -145,10 +160,14 @@ class Plan:
             K_ORDER: self.order.to_dict(),
             K_TAIL: self.tail.value,
         }
+        if self.tail is Tail.PAD:
+            d[K_PAD_TO] = self.pad_to
+        return d
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "plan") -> Plan:
-        expect_mapping(d, where, _KEYS)
+        padded = isinstance(d, dict) and d.get(K_TAIL) == Tail.PAD.value
+        expect_mapping(d, where, _KEYS | {K_PAD_TO} if padded else _KEYS)
         return cls(
             num_records=expect_int(d[K_NUM_RECORDS], f"{where}.num_records", 1, MAX_DOMAIN),
             global_batch=expect_int(d[K_GLOBAL_BATCH], f"{where}.global_batch", 1, 1 << 40),
@@ -156,4 +175,5 @@ class Plan:
             seed=expect_int(d[K_SEED], f"{where}.seed", 0, MAX_SEED),
             order=OrderSpec.from_dict(d[K_ORDER], f"{where}.order"),
             tail=expect_enum(d[K_TAIL], Tail, f"{where}.tail"),
+            pad_to=expect_int(d[K_PAD_TO], f"{where}.pad_to", 1, 1 << 20) if padded else 1,
         )

@@ -81,7 +81,9 @@ def test_round_trip_and_validation():
     with pytest.raises(rd.ConfigError, match="seed"):
         Plan(3, 8, "v", -1)
     with pytest.raises(rd.ConfigError, match="tail"):
-        Plan(3, 8, "v", 0, OrderSpec(), "pad")
+        Plan(3, 8, "v", 0, OrderSpec(), "bogus")  # "pad" is a tail now (DistributedSampler's padding)
+    with pytest.raises(rd.ConfigError, match="pad_to"):
+        Plan(3, 8, "v", 0, OrderSpec(), "wrap", 2)
     with pytest.raises(rd.ResumeError, match="plan.seed"):
         Plan.from_dict({**plan.to_dict(), "seed": "7"})
     with pytest.raises(rd.ResumeError, match="unexpected"):
