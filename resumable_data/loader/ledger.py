@@ -179,6 +179,7 @@ class ProgressLedger:
         self._skipped: list[SkippedRange] = []
         self._label = RecoveryLabel.FAITHFUL_CONTINUATION
         self._pass_epoch: int | None = None
+        self._resumed_at_end = False  # restored from a state taken at the end of a pass
 
     def restore(self, saved: LoaderState, ledger: dict[int, int], label: RecoveryLabel,
                 choice: OnUncommitted | None) -> None:
@@ -198,8 +199,10 @@ class ProgressLedger:
         self._skipped = skipped
         self._label = label
         self._pass_epoch = None
+        self._resumed_at_end = False
         if saved.end_of_pass and committed == c.delivered:  # a rewound window is inside the epoch again
             self._pass_epoch = self.locate(first_unskipped(skipped, committed))[0] - 1
+            self._resumed_at_end = True
 
     def start_pass(self) -> tuple[int, int, int, int]:
         """(epoch, its first step, first step to fetch, end of the epoch) for a new pass; an empty
@@ -207,8 +210,14 @@ class ProgressLedger:
         start = first_unskipped(self._skipped, self._delivered)
         epoch, first = self.locate(start)
         self._fetched = start
-        if self.end_of_pass:
+        if self.end_of_pass and self._resumed_at_end:
+            # restored from a state taken right after an epoch's last batch: the rest of that pass
+            # is empty (torch's StatefulDataLoader semantics), the pass after it the next epoch
+            self._resumed_at_end = False
             return epoch, first, start, start
+        # (a live pass abandoned after its last batch, by a break or a zip, ends here: like torch,
+        # a new iter() starts the next epoch)
+        self._resumed_at_end = False
         self._pass_epoch = epoch
         return epoch, first, start, first + self._stream.steps_in_epoch(epoch)
 

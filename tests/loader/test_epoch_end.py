@@ -110,15 +110,32 @@ def test_checkpointing_loop_trains_each_epoch_once(num_workers):
         assert train(dl, ck["epoch"], []) == full[cut + 1:]
 
 
-def test_break_after_the_last_batch_then_iter_gives_the_empty_rest_in_process_too():
-    ref = epochs(2, 0)
+def test_a_pass_abandoned_after_its_last_batch_then_iter_is_the_next_epoch_like_torch():
+    """In process, a new iter() after a break (or a zip that stopped first) right after the last
+    batch starts the next epoch, as torch's DataLoader does; only a *resumed* state taken at that
+    point gives the empty rest first (the uninterrupted loop would have reached StopIteration)."""
+    ref = epochs(3, 0)
     dl = make(0)
     for i, _ in enumerate(dl):
         if i + 1 == len(ref[0]):
             break
     assert dl.epoch == 0 and dl.snapshot().end_of_pass
-    assert [canon(b) for b in dl] == []
+    sd = dl.state_dict()
     assert [canon(b) for b in dl] == ref[1]
+    resumed = make(0)
+    resumed.load_state_dict(sd)
+    assert [canon(b) for b in resumed] == []
+    assert [canon(b) for b in resumed] == ref[1]
+
+
+def test_zip_of_two_loaders_stays_in_step_across_epochs():
+    ref, dl = make(0), make(0)
+    pairs = 0
+    for _ in range(3):
+        for a, b in zip(ref, dl):
+            assert canon(a) == canon(b)
+            pairs += 1
+    assert pairs == 3 * len(epochs(1, 0)[0])
 
 
 def test_explicit_commit_with_a_rewound_window_is_inside_the_epoch_again():
