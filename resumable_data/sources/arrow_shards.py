@@ -7,10 +7,16 @@ demand through a small LRU cache. ``take`` is the vectorized gather of
 :mod:`resumable_data.sources.gather`.
 
 Guarantee: ``take(ids)`` equals ``Table.take(ids)`` on the shards concatenated in manifest order.
-A pinned source checks every shard's byte size, rows and schema when it opens (``verify="size"``)
-or also re-hashes the bytes (``verify="content"``). An unpinned directory is pinned on first use
-(``unpinned="pin"``, the default, says so on stderr); ``unpinned="allow"`` reads it without a
-version (``pinned`` is False, ``version`` is None): resume checks cannot verify such a source.
+A pinned source checks every shard's byte size, rows and schema when it opens, and by default
+(``verify="cached"``) its content hash, verified once per file state and remembered
+(:mod:`.verified`: any write, copy or swap re-hashes it); ``verify="size"`` skips the hash,
+``verify="content"`` re-hashes every open. Every record batch is structurally validated once,
+before its first record is used (:mod:`.validate`), and every read error of a shard is a
+:class:`~resumable_data.DatasetIntegrityError` naming the shard and batch: damaged data never
+crashes, hangs or silently feeds training at the default settings. An unpinned directory (or file
+list) is pinned on first use (``unpinned="pin"``, the default, says so on stderr) into the cache,
+never into the folder (:mod:`.manifests`); ``unpinned="allow"`` reads it without a version
+(``pinned`` is False, ``version`` is None): resume checks cannot verify such a source.
 
 Storage: every shard is read through a :class:`~resumable_data.sources.store.ShardStore`, the
 same code for local files and for a ``pyarrow.fs.FileSystem`` (``filesystem=``, e.g. S3, or an

@@ -25,6 +25,10 @@ flatbuffer layout is an implementation detail of the writer. Content hashes are
 :func:`resumable_data._io.hash_file` (xxh3-128 of the bytes, streamed): the store decides how the
 bytes are streamed, never what the digest is.
 
+Every open or read error of a shard (pyarrow, thrift, decoders, the footer parsing here) is a
+:class:`~resumable_data.DatasetIntegrityError` naming the shard (:mod:`.validate`); opening reads
+metadata only, so no batch's data is touched before :mod:`.validate` checked it.
+
 Cost: discovery is one listing; :func:`read_shard_meta` touches only metadata (IPC file footer,
 IPC stream message headers via a memory map, Parquet footer; a remote IPC file: 2 + (number of
 record batches) small range reads); hashing reads every byte once.
