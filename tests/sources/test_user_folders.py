@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -111,3 +114,20 @@ def test_a_read_only_folder_works(read_only):
     assert rd.pin(d, save="cache") == src.version
     with pytest.raises(rd.ConfigError, match=r"save='cache'"):
         rd.pin(d)  # asked to write into the folder, which it cannot
+
+
+def test_a_read_only_folder_works_as_root_without_dac_override(tmp_path):
+    """As root (where 0o555 stays writable) the read-only test runs again in a subprocess whose
+    capabilities lack CAP_DAC_OVERRIDE (``setpriv``), so the check is never only skipped."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("not root (the read-only test runs itself) or no setpriv")
+    caps = "-dac_override,-dac_read_search"
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    r = subprocess.run(["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}", sys.executable, "-m",
+                        "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--basetemp",
+                        str(tmp_path / "bt"), f"{__file__}::test_a_read_only_folder_works"],
+                       capture_output=True, text=True, env=env, cwd=root, timeout=300)
+    if "Operation not permitted" in r.stderr:
+        pytest.skip(f"setpriv cannot drop capabilities here: {r.stderr.strip()[:200]}")
+    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
