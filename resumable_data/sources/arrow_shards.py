@@ -186,6 +186,7 @@ class ArrowShards:
         self._version = version
         self._shards: list[OpenShard] = []
         self._units: list[Unit] = []
+        self._unit_index: list[int] = []  # the unit's record batch / row group index in its shard
         self._rg_cache: OrderedDict[tuple[int, int], pa.RecordBatch] = OrderedDict()
         self._fast: list[ColumnGather | None] | None = None
         start = 0
@@ -199,6 +200,7 @@ class ArrowShards:
                 if n:  # empty units hold no record id
                     batch = shard.batches[g] if shard.batches is not None else None
                     self._units.append(Unit(k, start, n, batch, None if batch is not None else g))
+                    self._unit_index.append(g)
                     start += n
         self._schema = self._shards[0].schema
         self._wholes = [s.whole for s in self._shards]
@@ -216,16 +218,8 @@ class ArrowShards:
             self._validate_unit(int(k))
 
     def _validate_unit(self, k: int) -> None:
-        u = self._units[k]
-        validate_batch(u.batch, self._rel[u.shard], u.row_group if u.row_group is not None
-                       else self._batch_index(k))
+        validate_batch(self._units[k].batch, self._rel[self._units[k].shard], self._unit_index[k])
         self._valid[k] = True
-
-    def _batch_index(self, k: int) -> int:
-        """Index of unit ``k``'s record batch within its shard (empty batches counted)."""
-        u = self._units[k]
-        batches = self._shards[u.shard].batches
-        return next(i for i, b in enumerate(batches) if b is u.batch)
 
     # -- pickling (no pickled Arrow data: each process maps its own files) -------------------
     def __getstate__(self) -> dict[str, Any]:

@@ -390,5 +390,6 @@ class DatasetVersion:
                 f"({len(problems)} difference(s), verify level={level.value!r}):\n  - "
                 + "\n  - ".join(problems)
                 + "\nfix: restore the original files, or re-pin deliberately with "
-                "rd.pin(directory) (a new version: resumed states will refuse it)"
+                "rd.pin(directory) (save='cache' keeps the folder untouched; a new version: resumed "
+                "states will refuse it)"
             )
