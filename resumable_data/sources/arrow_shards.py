@@ -7,10 +7,16 @@ demand through a small LRU cache. ``take`` is the vectorized gather of
 :mod:`resumable_data.sources.gather`.
 
 Guarantee: ``take(ids)`` equals ``Table.take(ids)`` on the shards concatenated in manifest order.
-A pinned source checks every shard's byte size, rows and schema when it opens (``verify="size"``)
-or also re-hashes the bytes (``verify="content"``). An unpinned directory is pinned on first use
-(``unpinned="pin"``, the default, says so on stderr); ``unpinned="allow"`` reads it without a
-version (``pinned`` is False, ``version`` is None): resume checks cannot verify such a source.
+A pinned source checks every shard's byte size, rows and schema when it opens, and by default
+(``verify="cached"``) its content hash, verified once per file state and remembered
+(:mod:`.verified`: any write, copy or swap re-hashes it); ``verify="size"`` skips the hash,
+``verify="content"`` re-hashes every open. Every record batch is structurally validated once,
+before its first record is used (:mod:`.validate`), and every read error of a shard is a
+:class:`~resumable_data.DatasetIntegrityError` naming the shard and batch: damaged data never
+crashes, hangs or silently feeds training at the default settings. An unpinned directory (or file
+list) is pinned on first use (``unpinned="pin"``, the default, says so on stderr) into the cache,
+never into the folder (:mod:`.manifests`); ``unpinned="allow"`` reads it without a version
+(``pinned`` is False, ``version`` is None): resume checks cannot verify such a source.
 
 Storage: every shard is read through a :class:`~resumable_data.sources.store.ShardStore`, the
 same code for local files and for a ``pyarrow.fs.FileSystem`` (``filesystem=``, e.g. S3, or an
@@ -43,6 +49,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from resumable_data._cache import cache_dir
 from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, describe
 from resumable_data.sources.files import (
@@ -57,6 +64,7 @@ from resumable_data.sources.files import (
 from resumable_data.sources.gather import ColumnGather, Unit, group_segments, plan_column
 from resumable_data.sources.pin import pin
 from resumable_data.sources.store import LOCAL, ShardStore, join, store_for
+from resumable_data.sources.validate import validate_batch
 from resumable_data.sources.version import DatasetVersion, VerifyLevel
 
 __all__ = ["ArrowShards", "RecordIdError", "UnpinnedPolicy"]
@@ -89,14 +97,16 @@ class ArrowShards:
     """A random-access source of records over Arrow IPC (file/stream) or Parquet shards.
 
     ``path_or_files``: a directory (searched recursively), a list of shard files, or a
-    :class:`DatasetVersion`. ``verify``: ``"size"`` (default, cheap) or ``"content"``.
+    :class:`DatasetVersion`. ``verify``: ``"cached"`` (default: content hash verified once per
+    file state and remembered), ``"size"`` (cheap, blind to same-size edits) or ``"content"``
+    (re-hash every open).
     ``unpinned``: ``"pin"`` (default), ``"allow"`` or ``"error"``. ``filesystem``: a
     ``pyarrow.fs.FileSystem`` the paths live on (e.g. ``pyarrow.fs.S3FileSystem(...)``); a URI such
     as ``"s3://bucket/prefix"`` picks its filesystem itself.
     """
 
     def __init__(self, path_or_files: str | os.PathLike | Sequence[str | os.PathLike] | DatasetVersion,
-                 *, verify: VerifyLevel | str = VerifyLevel.SIZE,
+                 *, verify: VerifyLevel | str = VerifyLevel.CACHED,
                  unpinned: UnpinnedPolicy | str = UnpinnedPolicy.PIN, filesystem: Any = None) -> None:
         level = coerce_enum(verify, VerifyLevel, "verify")
         policy = coerce_enum(unpinned, UnpinnedPolicy, "unpinned")
@@ -130,8 +140,8 @@ class ArrowShards:
             return version, version.root.as_posix(), [s.path for s in version.shards]
         if isinstance(src, (str, os.PathLike)) and store.is_dir(src):
             root = store.resolve(src)
-            if store.stat(join(root, MANIFEST_NAME)) is not None:
-                version = DatasetVersion.load(root, filesystem=store.filesystem)
+            version = DatasetVersion.locate(root, filesystem=store.filesystem)
+            if version is not None:
                 return version, root, [s.path for s in version.shards]
             rel = discover_shards(root, store)
             if not rel:
@@ -145,19 +155,13 @@ class ArrowShards:
                                            "check the path"))
             src = [src]
         root, rel = resolve_files(list(src), store)
-        manifest = join(root, MANIFEST_NAME)
-        if store.stat(manifest) is None:
-            return cls._unpinned(store, root, policy, rel, files=[join(root, r) for r in rel]), root, rel
-        found = DatasetVersion.load(root, filesystem=store.filesystem)
-        if [s.path for s in found.shards] == rel:
+        found = DatasetVersion.locate(root, filesystem=store.filesystem)  # a pinned parent folder
+        if found is not None and [s.path for s in found.shards] == rel:
             return found, root, rel
-        if policy is not UnpinnedPolicy.ALLOW:
-            raise ConfigError(describe(
-                "path_or_files", rel,
-                f"the shard list pinned in {manifest} ({[s.path for s in found.shards]})",
-                "pass the directory itself, move these files into their own directory, "
-                "or pass unpinned='allow'"))
-        return None, root, rel
+        found = DatasetVersion.locate(root, filesystem=store.filesystem, files=rel)  # in the cache
+        if found is not None:
+            return found, root, rel
+        return cls._unpinned(store, root, policy, rel, files=[join(root, r) for r in rel]), root, rel
 
     @staticmethod
     def _unpinned(store: ShardStore, root: str, policy: UnpinnedPolicy, shown: Any,
@@ -167,9 +171,10 @@ class ArrowShards:
                                        "run rd.pin(path) first, or pass unpinned='pin'/'allow'"))
         if policy is UnpinnedPolicy.ALLOW:
             return None
-        print(f"resumable_data: {root} has no {MANIFEST_NAME}; pinning it now (content hash). "
+        print(f"resumable_data: {root} is not pinned; pinning it now (content hash) into the cache "
+              f"({cache_dir() / 'manifests'}; the folder is not written). "
               f"Pass unpinned='allow' to read it unpinned.", file=sys.stderr)
-        return pin(files if files is not None else root, filesystem=store.filesystem)
+        return pin(files if files is not None else root, filesystem=store.filesystem, save="cache")
 
     # -- opening ---------------------------------------------------------------------------
     def _init(self, root: str, rel: list[str], version: DatasetVersion | None,
@@ -181,6 +186,7 @@ class ArrowShards:
         self._version = version
         self._shards: list[OpenShard] = []
         self._units: list[Unit] = []
+        self._unit_index: list[int] = []  # the unit's record batch / row group index in its shard
         self._rg_cache: OrderedDict[tuple[int, int], pa.RecordBatch] = OrderedDict()
         self._fast: list[ColumnGather | None] | None = None
         start = 0
@@ -194,12 +200,26 @@ class ArrowShards:
                 if n:  # empty units hold no record id
                     batch = shard.batches[g] if shard.batches is not None else None
                     self._units.append(Unit(k, start, n, batch, None if batch is not None else g))
+                    self._unit_index.append(g)
                     start += n
         self._schema = self._shards[0].schema
         self._wholes = [s.whole for s in self._shards]
         self._num_records = start
         self._starts = np.fromiter((u.start for u in self._units), dtype=np.int64,
                                    count=len(self._units))
+        # memory-mapped batches are validated lazily, once (see .validate); read units on each read
+        self._valid = np.fromiter((u.batch is None for u in self._units), dtype=bool,
+                                  count=len(self._units))
+
+    def _validate_units(self, unit: np.ndarray) -> None:
+        """Validate every not-yet-validated unit in ``unit`` (before any of its values is used)."""
+        todo = unit[~self._valid[unit]]
+        for k in np.unique(todo):
+            self._validate_unit(int(k))
+
+    def _validate_unit(self, k: int) -> None:
+        validate_batch(self._units[k].batch, self._rel[self._units[k].shard], self._unit_index[k])
+        self._valid[k] = True
 
     # -- pickling (no pickled Arrow data: each process maps its own files) -------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -231,7 +251,7 @@ class ArrowShards:
 
     @classmethod
     def from_hf(cls, dataset: Any, *, hash: str = "content",
-                verify: VerifyLevel | str = VerifyLevel.SIZE,
+                verify: VerifyLevel | str = VerifyLevel.CACHED,
                 cache_dir: str | os.PathLike | None = None) -> ArrowShards:
         """A source over a Hugging Face ``datasets.Dataset``'s own Arrow cache files (zero copy),
         versioned by their content; the manifest stays in memory (see :mod:`.hf`).
@@ -284,6 +304,8 @@ class ArrowShards:
     def _unit_data(self, k: int) -> pa.RecordBatch:
         u = self._units[k]
         if u.batch is not None:
+            if not self._valid[k]:
+                self._validate_unit(k)
             return u.batch
         key = (u.shard, u.row_group)
         hit = self._rg_cache.get(key)
@@ -291,6 +313,7 @@ class ArrowShards:
             self._rg_cache.move_to_end(key)
             return hit
         batch = self._shards[u.shard].read_unit(u.row_group).replace_schema_metadata(self._schema.metadata)
+        validate_batch(batch, self._rel[u.shard], u.row_group)
         self._rg_cache[key] = batch
         if len(self._rg_cache) > self._cache_units:
             self._rg_cache.popitem(last=False)
@@ -349,6 +372,7 @@ class ArrowShards:
         if len(ids) == 0:
             return self._schema.empty_table()
         unit, local = self._locate(ids)
+        self._validate_units(unit)
         fast = self._plan()
         columns: list[pa.Array | None] = [None] * len(fast)
         for i, g in enumerate(fast):

@@ -25,6 +25,10 @@ flatbuffer layout is an implementation detail of the writer. Content hashes are
 :func:`resumable_data._io.hash_file` (xxh3-128 of the bytes, streamed): the store decides how the
 bytes are streamed, never what the digest is.
 
+Every open or read error of a shard (pyarrow, thrift, decoders, the footer parsing here) is a
+:class:`~resumable_data.DatasetIntegrityError` naming the shard (:mod:`.validate`); opening reads
+metadata only, so no batch's data is touched before :mod:`.validate` checked it.
+
 Cost: discovery is one listing; :func:`read_shard_meta` touches only metadata (IPC file footer,
 IPC stream message headers via a memory map, Parquet footer; a remote IPC file: 2 + (number of
 record batches) small range reads); hashing reads every byte once.
@@ -44,11 +48,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from resumable_data._io import HASH_CHUNK_BYTES, hash_file
-from resumable_data.errors import ConfigError, describe
+from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
 from resumable_data.sources.store import LOCAL, ShardStore
+from resumable_data.sources.validate import guard
 
 __all__ = [
     "HASH_CHUNK_BYTES",
+    "LEGACY_MANIFEST_NAME",
     "MANIFEST_NAME",
     "SHARD_SUFFIXES",
     "OpenShard",
@@ -65,7 +71,10 @@ __all__ = [
     "resolve_files",
 ]
 
-MANIFEST_NAME = "rd-manifest.json"
+#: The manifest ``rd.pin(folder)`` writes (hidden: other readers skip it, see :mod:`.manifests`).
+MANIFEST_NAME = ".rd-manifest.json"
+#: The name earlier versions wrote; still read, never written.
+LEGACY_MANIFEST_NAME = "rd-manifest.json"
 SHARD_SUFFIXES = (".arrow", ".ipc", ".feather", ".parquet")
 _ARROW_FILE_MAGIC = b"ARROW1"
 _MESSAGE_HEADER_RECORD_BATCH = 3
@@ -165,8 +174,11 @@ def _footer_blocks(footer: bytes) -> list[tuple[int, int]]:
     if pos is None:
         return []
     vec = pos + _u32(footer, pos)
+    count = _u32(footer, vec)
+    if vec + 4 + 24 * count > len(footer):
+        raise ValueError("record batch blocks run past the footer")
     out = []
-    for i in range(_u32(footer, vec)):
+    for i in range(count):
         at = vec + 4 + 24 * i  # struct Block { long offset; int metaDataLength; (pad); long bodyLength; }
         offset, meta_len = struct.unpack_from("<qi", footer, at)
         out.append((offset, meta_len))
@@ -214,9 +226,14 @@ class OpenShard:
         self._file, self._reader, self._store, self._path = file, reader, store, path
 
     def read_unit(self, k: int) -> pa.RecordBatch:
-        """Unit ``k`` as one record batch (read from the store unless memory-mapped)."""
+        """Unit ``k`` as one record batch (read from the store unless memory-mapped); a read or
+        decode failure is a DatasetIntegrityError naming the shard and unit (not yet validated:
+        see :mod:`.validate`)."""
         if self.batches is not None:
             return self.batches[k]
+        return guard(str(self._path), f"record batch {k}", lambda: self._read_unit(k))
+
+    def _read_unit(self, k: int) -> pa.RecordBatch:
         if self.format is ShardFormat.IPC_FILE:
             return self._reader.get_batch(k)
         if self.format is ShardFormat.PARQUET:
@@ -235,7 +252,14 @@ class OpenShard:
 
 
 def open_shard(path: Any, store: ShardStore = LOCAL, fmt: ShardFormat | None = None) -> OpenShard:
-    """Open one shard for reading (see the module docstring for what each format costs)."""
+    """Open one shard for reading (see the module docstring for what each format costs).
+
+    Reads only metadata (footer, schema, message headers; no batch body is touched); any failure
+    is a :class:`~resumable_data.DatasetIntegrityError` naming the shard (:mod:`.validate`)."""
+    return guard(str(path), "metadata (footer/schema/batch headers)", lambda: _open_shard(path, store, fmt))
+
+
+def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None) -> OpenShard:
     fmt = fmt or detect_format(path, store)
     if fmt is ShardFormat.PARQUET:
         f = store.open_input_file(path)
@@ -270,10 +294,10 @@ def open_shard(path: Any, store: ShardStore = LOCAL, fmt: ShardFormat | None = N
 
 def read_shard_meta(path: Any, store: ShardStore = LOCAL) -> ShardMeta:
     """Format, row count and schema of one shard, from its metadata only."""
-    fmt = detect_format(path, store)
+    fmt = guard(str(path), "format detection", lambda: detect_format(path, store))
     try:
         shard = open_shard(path, store, fmt)
-    except (pa.ArrowInvalid, OSError, ValueError, struct.error) as exc:
+    except DatasetIntegrityError as exc:
         raise ConfigError(
             describe("shard", str(path), f"a readable {fmt.value} shard (read failed: {exc})",
                      "remove or rewrite the damaged file, then pin again")

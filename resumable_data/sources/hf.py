@@ -6,7 +6,7 @@ natively. The adapter checks that the dataset's rows are exactly those files' ro
 untransformed, then pins the files (an explicit file list, content-hashed by default) with the
 manifest kept **in memory**: Hugging Face cache directories are shared between datasets and
 transforms (one directory holds the builder's files and every ``map``'s ``cache-*.arrow``) and may
-be read-only, so writing ``rd-manifest.json`` there could clash with another dataset's manifest.
+be read-only, so writing a manifest there could clash with another dataset's manifest.
 The version is recomputed from the bytes whenever a process opens the source (pickled sources,
 i.e. DataLoader workers, carry the manifest and only re-check sizes).
 
@@ -14,7 +14,7 @@ An in-memory dataset (``Dataset.from_dict``/``from_list``/``from_pandas``, any `
 ``shuffle`` / edit of one: ``dataset.cache_files`` is empty) has no files to map, so its rows are
 written **once** as Arrow IPC file shards (``shard-00000.arrow``, ...; chunks recombined to fixed
 record batches and the schema metadata dropped, so the bytes depend only on the rows and the Arrow
-types) into ``cache_dir`` and pinned there with ``rd-manifest.json`` (content hash, via
+types) into ``cache_dir`` and pinned there with ``.rd-manifest.json`` (content hash, via
 :func:`~resumable_data.sources.pin.pin`). ``cache_dir=None`` (default) uses the content-addressed
 ``$RD_CACHE_DIR/hf-in-memory/<version hash>`` (``$RD_CACHE_DIR`` defaults to
 ``~/.cache/resumable_data``). The shards are written to a temporary sibling directory and renamed

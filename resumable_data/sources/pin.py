@@ -4,9 +4,12 @@ Algorithm: discover the shards (sorted relative POSIX paths) or take the explici
 the given order, which is part of the version), read each shard's metadata (rows, schema; shards
 in a thread pool), check that all shards share one canonical schema, hash every shard's bytes with
 xxh3-128 (streamed in :data:`~resumable_data._io.HASH_CHUNK_BYTES` chunks, shards in a thread
-pool: xxhash releases the GIL on large buffers) unless ``hash="size"``, then write
-``rd-manifest.json`` atomically next to the shards (in the directory, or in the deepest common
-directory of an explicit list). One implementation for every store: local files and a
+pool: xxhash releases the GIL on large buffers) unless ``hash="size"``, then write the manifest
+atomically: for a directory, ``<directory>/.rd-manifest.json`` (hidden, so pyarrow, pandas and
+Hugging Face ``datasets`` keep reading the folder); for an explicit list of files, or with
+``save="cache"``, into ``cache_dir()/manifests/<key>`` (never into the files' common parent; see
+:mod:`.manifests`). Every shard whose digest was just computed is remembered as verified
+(:mod:`.verified`), so the first open does not hash it again. One implementation for every store: local files and a
 ``pyarrow.fs.FileSystem`` differ only in the :class:`~resumable_data.sources.store.ShardStore`
 the bytes are read and written through.
 
@@ -31,6 +34,7 @@ from tqdm import tqdm
 
 from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, describe
+from resumable_data.sources import verified
 from resumable_data.sources.files import (
     SHARD_SUFFIXES,
     canonical_schema,
@@ -49,16 +53,22 @@ _MAX_WORKERS = 8
 
 def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
         hash: HashMode | str = HashMode.CONTENT, max_workers: int | None = None,
-        filesystem: Any = None, save: bool = True) -> DatasetVersion:
+        filesystem: Any = None, save: bool | str = True) -> DatasetVersion:
     """Pin the shards at ``path`` (a directory, searched recursively, or a list of files).
 
-    Writes ``rd-manifest.json`` atomically next to them and returns the :class:`DatasetVersion`.
+    Writes the manifest and returns the :class:`DatasetVersion`. ``save``: True (default) writes
+    ``<directory>/.rd-manifest.json`` for a directory (a read-only one: ConfigError naming
+    ``save="cache"``) and the cache for a list of files; ``"folder"`` / ``"cache"`` choose; False
+    keeps the manifest in memory only.
     ``hash="content"`` (default) hashes every byte; ``hash="size"`` records sizes, rows and the
     schema only (cheaper, weaker: an in-place edit that keeps the size goes unnoticed).
     ``filesystem``: a ``pyarrow.fs.FileSystem`` the paths live on (e.g. S3; the bytes are streamed
-    through it). ``save=False`` keeps the manifest in memory only (read-only storage).
+    through it).
     """
     mode = coerce_enum(hash, HashMode, "hash")
+    if save not in (True, False, "folder", "cache"):
+        raise ConfigError(describe("save", save, "True, False, 'folder' or 'cache'",
+                                   "pass save='cache' to keep the manifest out of the data folder"))
     store = store_for(filesystem)
     if isinstance(path, (str, os.PathLike)):
         root = store.resolve(path)
@@ -71,6 +81,10 @@ def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
     else:
         root, rel = resolve_files(list(path), store)
         selection = Selection.FILES
+        if save == "folder":
+            raise ConfigError(describe("save", save, "'cache' (or True) for a list of files",
+                                       "a list of files is never pinned into its common parent; "
+                                       "pass save=True, or pin their directory"))
     full = [join(root, r) for r in rel]
     # local hashing is disk- and CPU-bound (one worker per core); remote reads wait on the network
     cores = (os.cpu_count() or 1) if store.local else _MAX_WORKERS
@@ -87,13 +101,16 @@ def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
     if mode is HashMode.CONTENT:
         with tqdm(total=sum(sizes), unit="B", unit_scale=True, unit_divisor=1024, delay=0.5,
                   desc="rd.pin", file=sys.stderr, leave=False) as bar:
+            keys = [verified.file_key(store, p) for p in full]  # before hashing (see .verified)
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 hashes = list(pool.map(lambda p: store.hash_file(p, bar.update), full))
+        for key, h in zip(keys, hashes):
+            verified.remember(key, h)
 
     shards = [ShardInfo(path=r, size=sz, num_rows=m.num_rows, content_hash=h)
               for r, sz, m, h in zip(rel, sizes, metas, hashes)]
     version = DatasetVersion.build(shards, schema, mode, selection, Path(root),
                                    filesystem=store.filesystem)
     if save:
-        version.save()
+        version.save(to_cache=save == "cache" or selection is Selection.FILES)
     return version

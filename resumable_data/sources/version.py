@@ -19,7 +19,9 @@ the fields and refuses a manifest whose stored hash does not match (a hand-edite
 Cost: loading is one small JSON read (at most :data:`MANIFEST_MAX_BYTES`; a larger file is
 refused). Saving is one atomic write (local: tmp file, fsync, rename, directory fsync; remote: one
 whole-object upload). ``verify("size")`` stats every shard and reads its
-metadata (row count, schema); ``verify("content")`` also re-hashes every byte.
+metadata (row count, schema); ``verify("content")`` also re-hashes every byte; ``verify("cached")``
+re-hashes only shards whose (path, size, mtime, ctime, inode) changed since they last verified
+(:mod:`.verified`).
 """
 
 from __future__ import annotations
@@ -35,13 +37,15 @@ import xxhash
 
 from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
+from resumable_data.sources import verified
 from resumable_data.sources.files import (
     MANIFEST_NAME,
     canonical_schema,
     discover_shards,
     read_shard_meta,
 )
-from resumable_data.sources.store import ShardStore, join, store_for
+from resumable_data.sources.manifests import cached_manifest, folder_manifest
+from resumable_data.sources.store import LOCAL, ShardStore, join, store_for
 
 __all__ = [
     "MANIFEST_FORMAT",
@@ -86,9 +90,12 @@ class HashMode(str, enum.Enum):
 
 
 class VerifyLevel(str, enum.Enum):
-    """How hard :meth:`DatasetVersion.verify` looks: ``size`` (stat + metadata) or ``content``."""
+    """How hard :meth:`DatasetVersion.verify` looks: ``size`` (stat + metadata), ``cached`` (also
+    the content hash, verified once per file state and remembered: :mod:`.verified`; the default
+    of :class:`~resumable_data.ArrowShards`) or ``content`` (re-hash every byte every time)."""
 
     SIZE = "size"
+    CACHED = "cached"
     CONTENT = "content"
 
 
@@ -245,35 +252,74 @@ class DatasetVersion:
                    root=root, filesystem=filesystem)
 
     @classmethod
-    def load(cls, directory: str | os.PathLike, filesystem: Any = None) -> DatasetVersion:
-        """Read and validate ``directory/rd-manifest.json`` (on ``filesystem`` when given)."""
-        store = store_for(filesystem)
-        root = Path(directory) if store.local else Path(store.resolve(directory))
-        data = store.read_small(join(root.as_posix(), MANIFEST_NAME), MANIFEST_MAX_BYTES)
-        if data is None:
+    def load(cls, directory: str | os.PathLike, filesystem: Any = None, *,
+             files: list[str] | None = None) -> DatasetVersion:
+        """Read and validate the manifest of ``directory`` (on ``filesystem`` when given):
+        ``.rd-manifest.json`` in it, else the legacy ``rd-manifest.json``, else the one the cache
+        keeps for it (auto-pinned folders, pinned file lists ``files``; see :mod:`.manifests`)."""
+        found = cls.locate(directory, filesystem, files=files)
+        if found is None:
             raise ConfigError(
-                describe("directory", str(root), f"a directory (or prefix) holding {MANIFEST_NAME}",
+                describe("directory", str(directory), f"a directory (or prefix) holding {MANIFEST_NAME} "
+                         "(or pinned into the cache)",
                          "pin it first with rd.pin(directory) (remote: rd.pin(path, filesystem=...))")
             )
+        return found
+
+    @classmethod
+    def locate(cls, directory: str | os.PathLike, filesystem: Any = None, *,
+               files: list[str] | None = None) -> DatasetVersion | None:
+        """Like :meth:`load`, but None when no manifest exists anywhere."""
+        store = store_for(filesystem)
+        root = Path(directory) if store.local else Path(store.resolve(directory))
+        where = folder_manifest(store, root.as_posix()) if files is None else None
+        reader = store
+        if where is None:
+            rel = files
+            if rel is None:
+                if not store.is_dir(root.as_posix()):
+                    return None
+                rel = discover_shards(root.as_posix(), store)
+            cached = cached_manifest(store, store.resolve(root.as_posix()), rel)
+            where, reader = cached.as_posix(), LOCAL
+        data = reader.read_small(where, MANIFEST_MAX_BYTES)
+        if data is None:
+            return None
         try:
             d = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-            raise _manifest_error(root, "manifest", str(exc) or "nested too deeply", "valid UTF-8 JSON") from None
+            raise _manifest_error(Path(where).parent, "manifest", str(exc) or "nested too deeply",
+                                  "valid UTF-8 JSON") from None
         if store.local:
             return cls.from_dict(d, root=root.resolve())
         return replace(cls.from_dict(d, root=root), filesystem=store.filesystem)
 
-    def save(self, directory: str | os.PathLike | None = None, filesystem: Any = None) -> Path:
+    def save(self, directory: str | os.PathLike | None = None, filesystem: Any = None, *,
+             to_cache: bool = False) -> Path:
         """Write the manifest atomically (local: tmp file, fsync, ``os.replace``, directory fsync;
-        on a remote ``filesystem``: one whole-object upload); returns its path."""
+        on a remote ``filesystem``: one whole-object upload); returns its path.
+
+        ``directory/.rd-manifest.json`` by default; ``to_cache=True`` writes it into the cache
+        instead (``cache_dir()/manifests/<key>``, see :mod:`.manifests`), never into the folder."""
         root = Path(directory) if directory is not None else self.root
         if root is None:
             raise ConfigError(describe("directory", None, "a directory to write the manifest to",
                                        "pass save(directory)"))
-        path = root / MANIFEST_NAME
         store = store_for(filesystem if filesystem is not None else self.filesystem)
-        text = json.dumps(self.to_dict(), sort_keys=True, indent=1) + "\n"
-        store.write_atomic(join(root.as_posix(), MANIFEST_NAME), text.encode("utf-8"))
+        text = (json.dumps(self.to_dict(), sort_keys=True, indent=1) + "\n").encode("utf-8")
+        if to_cache:
+            path = cached_manifest(store, store.resolve(root.as_posix()), [s.path for s in self.shards])
+            path.parent.mkdir(parents=True, exist_ok=True)
+            LOCAL.write_atomic(path, text)
+            return path
+        path = root / MANIFEST_NAME
+        try:
+            store.write_atomic(join(root.as_posix(), MANIFEST_NAME), text)
+        except PermissionError as exc:
+            raise ConfigError(describe("directory", str(root), "a folder rd may write its manifest into "
+                                       f"({exc.strerror})", "pin into the cache instead: "
+                                       "rd.pin(directory, save='cache') (rd.ArrowShards(directory) "
+                                       "does that by itself)")) from None
         return path
 
     @property
@@ -293,6 +339,8 @@ class DatasetVersion:
         if self.root is None:
             raise ConfigError(describe("root", None, "the directory this version was loaded from",
                                        "use DatasetVersion.load(directory) or rd.pin(directory)"))
+        if level is VerifyLevel.CACHED and self.hash_mode is HashMode.SIZE:
+            level = VerifyLevel.SIZE  # no digest to compare: sizes, rows and schema only
         if level is VerifyLevel.CONTENT and self.hash_mode is HashMode.SIZE:
             raise ConfigError(
                 describe("level", level.value, "'size' for a version pinned with hash='size'",
@@ -321,9 +369,14 @@ class DatasetVersion:
             if got_schema != self.schema:
                 problems.append(f"shard {s.path!r}: schema differs from the pinned schema "
                                 f"(on disk: {got_schema!r}; pinned: {self.schema!r})")
-            if level is VerifyLevel.CONTENT:
+            if level is not VerifyLevel.SIZE:
+                key = verified.file_key(store, p)  # taken before hashing (see .verified)
+                if level is VerifyLevel.CACHED and verified.is_verified(key, s.content_hash):
+                    continue
                 h = store.hash_file(p)
-                if h != s.content_hash:
+                if h == s.content_hash:
+                    verified.remember(key, h)
+                else:
                     problems.append(f"shard {s.path!r}: content hash {h} on disk, "
                                     f"pinned {s.content_hash}")
         if self.selection is Selection.DIRECTORY and store.is_dir(root):
@@ -337,5 +390,6 @@ class DatasetVersion:
                 f"({len(problems)} difference(s), verify level={level.value!r}):\n  - "
                 + "\n  - ".join(problems)
                 + "\nfix: restore the original files, or re-pin deliberately with "
-                "rd.pin(directory) (a new version: resumed states will refuse it)"
+                "rd.pin(directory) (save='cache' keeps the folder untouched; a new version: resumed "
+                "states will refuse it)"
             )

@@ -100,7 +100,7 @@ def test_unpinned_or_damaged_data_exits_2(tmp_path, pinned, capsys):
     rd.write_arrow_shards(pa.table({"id": list(range(10))}), tmp_path / "raw", num_shards=1)
     assert main(["check-resume", str(tmp_path / "raw")]) == 2
     assert "pinned" in capsys.readouterr().err
-    shard = sorted(p for p in pinned.rglob("*") if p.is_file() and p.name != "rd-manifest.json")[0]
+    shard = sorted(p for p in pinned.rglob("*") if p.is_file() and p.name != rd.sources.MANIFEST_NAME)[0]
     backup = shard.read_bytes()
     try:
         shard.write_bytes(backup[:-10])

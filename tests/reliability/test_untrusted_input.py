@@ -241,8 +241,11 @@ def test_checkpoint_loader_state_forged_inside(tmp_path, corpus):
 
 
 # -- datasets ---------------------------------------------------------------------------------------
+MANIFEST = rd.sources.MANIFEST_NAME  # ".rd-manifest.json" (hidden from other readers; issue 13)
+
+
 def _damage(d: Path, how: str) -> None:
-    shards = sorted(p for p in d.rglob("*") if p.is_file() and p.name != "rd-manifest.json")
+    shards = sorted(p for p in d.rglob("*") if p.is_file() and p.name != MANIFEST)
     if how == "corrupted byte":
         data = bytearray(shards[1].read_bytes())
         data[len(data) // 2] ^= 0x01
@@ -258,13 +261,13 @@ def _damage(d: Path, how: str) -> None:
     elif how == "missing shard":
         shards[2].unlink()
     elif how == "manifest edited":
-        m = json.loads((d / "rd-manifest.json").read_text())
+        m = json.loads((d / MANIFEST).read_text())
         m["num_records"] += 1
-        (d / "rd-manifest.json").write_text(json.dumps(m))
+        (d / MANIFEST).write_text(json.dumps(m))
     elif how == "manifest deep JSON":
-        (d / "rd-manifest.json").write_text("[" * 100_000 + "]" * 100_000)
+        (d / MANIFEST).write_text("[" * 100_000 + "]" * 100_000)
     elif how == "manifest replaced by a pickle":
-        (d / "rd-manifest.json").write_bytes(pickle.dumps(Canary(d / "canary")))
+        (d / MANIFEST).write_bytes(pickle.dumps(Canary(d / "canary")))
     elif how == "same-size rewrite":  # one id changed in place: same sizes, rows and schema
         data = bytearray(shards[0].read_bytes())
         i = data.find((5).to_bytes(8, "little"))
@@ -276,13 +279,15 @@ DAMAGE = ["corrupted byte", "truncated", "swapped", "extra shard", "missing shar
           "manifest deep JSON", "manifest replaced by a pickle", "same-size rewrite"]
 
 
+@pytest.mark.parametrize("verify", ["content", None])
 @pytest.mark.parametrize("how", DAMAGE)
-def test_damaged_datasets_are_refused_before_a_sample(tmp_path, how, saved):
+def test_damaged_datasets_are_refused_before_a_sample(tmp_path, how, verify, saved):
+    """verify=None: the default settings (issue 13: a same-size rewrite or swap used to pass)."""
     d = write_corpus(tmp_path / "data")
     _damage(d, how)
     yielded = []
     with pytest.raises(rd.ResumableDataError):
-        src = rd.ArrowShards(d, verify="content")
+        src = rd.ArrowShards(d, verify="content") if verify else rd.ArrowShards(d)
         ld = loader(src)
         ld.load_state_dict(saved, on_uncommitted="repeat")  # another version than the saved one
         yielded.extend(ld)
@@ -296,11 +301,11 @@ def test_a_consistently_re_pinned_dataset_is_refused_by_the_saved_state(tmp_path
     d = tmp_path / "data"
     shutil.copytree(corpus_dir, d)
     shard = sorted(p for p in d.rglob("*.arrow"))[0] if list(d.rglob("*.arrow")) else \
-        sorted(p for p in d.rglob("*") if p.is_file() and p.name != "rd-manifest.json")[0]
+        sorted(p for p in d.rglob("*") if p.is_file() and p.name != MANIFEST)[0]
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0x01
     shard.write_bytes(bytes(data))
-    (d / "rd-manifest.json").unlink()
+    (d / MANIFEST).unlink()
     rd.pin(d)
     src = rd.ArrowShards(d, verify="content")
     with pytest.raises(rd.ResumeError, match="dataset_version"):

@@ -101,8 +101,11 @@ def test_pickle_roundtrip_spawn(src):
 def test_unpinned_default_pins_and_says_so(tmp_path, table, capsys):
     rd.write_arrow_shards(table, tmp_path, num_shards=2)
     s = rd.ArrowShards(tmp_path)
-    assert s.pinned and (tmp_path / MANIFEST_NAME).is_file()
+    # auto-pinning keeps the manifest in the cache, never in the user's folder (issue 13)
+    assert s.pinned and not (tmp_path / MANIFEST_NAME).exists()
+    assert not (tmp_path / rd.sources.files.LEGACY_MANIFEST_NAME).exists()
     assert "pinning" in capsys.readouterr().err
+    assert rd.ArrowShards(tmp_path, unpinned="error").version == s.version  # found in the cache
 
 
 def test_unpinned_allow_and_error(tmp_path, table):
@@ -126,9 +129,11 @@ def test_open_checks_integrity(tmp_path, table):
     data = bytearray(p.read_bytes())
     data[len(data) // 2] ^= 0x01
     p.write_bytes(bytes(data))
-    rd.ArrowShards(tmp_path)  # size check passes
+    rd.ArrowShards(tmp_path, verify="size")  # the size check alone passes a same-size edit
     with pytest.raises(rd.DatasetIntegrityError, match="shard-00001.arrow"):
         rd.ArrowShards(tmp_path, verify="content")
+    with pytest.raises(rd.DatasetIntegrityError, match="shard-00001.arrow"):
+        rd.ArrowShards(tmp_path)  # the default (verify="cached") hashes the changed file again
     p.write_bytes(bytes(data[:-8]))
     with pytest.raises(rd.DatasetIntegrityError, match="size"):
         rd.ArrowShards(tmp_path)
@@ -139,8 +144,12 @@ def test_file_list_and_version_inputs(tmp_path, table):
     s = rd.ArrowShards(paths)
     assert len(s) == 1000 and s.version.selection is rd.sources.Selection.FILES
     assert rd.ArrowShards(s.version).take([1, 2]).equals(table.take([1, 2]))
-    with pytest.raises(rd.ConfigError, match="path_or_files="):
-        rd.ArrowShards(paths[:2])  # a different list than the one pinned there
+    # file lists pin into the cache, never into their common parent (issue 13): another list of
+    # the same files is another version, and the folder stays untouched
+    other = rd.ArrowShards(paths[:2])
+    assert other.version.hash != s.version.hash and len(other) < 1000
+    assert not (tmp_path / MANIFEST_NAME).exists()
+    assert rd.ArrowShards(paths, unpinned="error").version == s.version  # found in the cache
     with pytest.raises(rd.ConfigError, match="path_or_files="):
         rd.ArrowShards(tmp_path / "nope")
 

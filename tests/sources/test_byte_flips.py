@@ -1,0 +1,115 @@
+"""Every single-byte flip of a small IPC file, IPC stream and Parquet shard (issue 13).
+
+Each shard has a string, a list<int32> and an int64 column in 3 record batches (row groups). Every
+byte is flipped (XOR 0xFF and XOR 0x01) and the damaged shard is read in a subprocess (8 workers,
+each a slice of the cases, one JSON line per case), at the default settings and at
+``verify="size"`` (structural validation alone). Per case: no crash (a worker that dies is
+restarted after the case it died on, which is recorded as a crash), no hang (10 s per case), no
+non-rd exception, and at the default settings never a row that differs from the clean file's.
+At ``verify="size"`` a flip that keeps the file well-formed (a changed int value) may deliver
+different rows: that is the content check's job, and it is the default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import subprocess
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+WORKER = Path(__file__).with_name("_byte_flip_worker.py")
+WORKERS = 8
+CASE_TIMEOUT_S = 10.0
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _table() -> pa.Table:
+    return pa.table({
+        "text": pa.array(["a", "héllo", "", "xyz", "rd", "ünï", "q", "end!", "s", "t", "u", "v"]),
+        "tokens": pa.array([[1, 2], [], [3], [4, 5, 6], [7], [8, 9], [], [10], [11], [12, 13], [14],
+                            []], type=pa.list_(pa.int32())),
+        "id": pa.array(range(12), type=pa.int64()),
+    })
+
+
+def _write(path: Path, fmt: str) -> Path:
+    t = _table()
+    batches = t.to_batches(max_chunksize=4)
+    if fmt == "parquet":
+        pq.write_table(t, path, row_group_size=4)
+    else:
+        opener = pa.ipc.new_file if fmt == "ipc_file" else pa.ipc.new_stream
+        with pa.OSFile(str(path), "wb") as f, opener(f, t.schema) as w:
+            for b in batches:
+                w.write_batch(b)
+    return path
+
+
+def _run_slice(clean: Path, name: str, work: Path, cases: list) -> list:
+    """Results for ``cases``; a dead or hung worker is restarted after the case it stopped on."""
+    results, todo = [], list(cases)
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+               RD_CACHE_DIR=str(work / "cache"))
+    while todo:
+        run_dir = work / f"run{len(results)}"
+        run_dir.mkdir(parents=True)
+        job = json.dumps({"clean": str(clean), "name": name, "work": str(run_dir), "cases": todo})
+        proc = subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
+        proc.stdin.write(job)
+        proc.stdin.close()
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        done, hung = 0, False
+        deadline = time.monotonic() + 60.0  # start-up and pinning, then CASE_TIMEOUT_S per case
+        while done < len(todo):
+            if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                hung = True
+                break
+            line = proc.stdout.readline()
+            if not line:
+                break
+            results.append(tuple(json.loads(line)))
+            done += 1
+            deadline = time.monotonic() + CASE_TIMEOUT_S
+        if hung:
+            proc.kill()
+        rc = proc.wait()
+        if done < len(todo):
+            offset, xor = todo[done]
+            what = "hang" if hung else f"crash:rc={rc}"
+            results.append((offset, xor, what, what))
+            done += 1
+        todo = todo[done:]
+    return results
+
+
+@pytest.mark.parametrize("fmt", ["ipc_file", "ipc_stream", "parquet"])
+def test_every_byte_flip_is_refused_or_harmless(tmp_path, fmt):
+    name = "shard.parquet" if fmt == "parquet" else "shard.arrow"
+    clean = _write(tmp_path / f"clean-{name}", fmt)
+    size = clean.stat().st_size
+    assert 300 < size < 8192
+    cases = [(i, x) for x in (0xFF, 0x01) for i in range(size)]
+    slices = [cases[k::WORKERS] for k in range(WORKERS)]
+    with ThreadPoolExecutor(WORKERS) as pool:
+        got = [r for part in pool.map(lambda k: _run_slice(clean, name, tmp_path / f"w{k}", slices[k]),
+                                      range(WORKERS)) for r in part]
+    assert len(got) == len(cases)
+    default = Counter(r[2].split(":")[0] for r in got)
+    structural = Counter(r[3].split(":")[0] for r in got)
+    print(f"\n{fmt}: {size} bytes, {len(cases)} cases; default: {dict(default)}; "
+          f"verify='size': {dict(structural)}")
+    bad = [r for r in got if r[2] not in ("refused", "identical") or r[3] in ("hang",)
+           or r[3].startswith(("crash", "non-rd"))]
+    assert not bad, bad[:20]
+    assert default["wrong"] == 0
