@@ -133,3 +133,9 @@ __all__ = [
     "testing",
     "write_arrow_shards",
 ]
+
+# -- resume helpers (issue 16): kept as one block so it merges with the lazy facade --
+from resumable_data.checkpoint.resume import latest_checkpoint, resume_or_start  # noqa: E402
+from resumable_data.checkpoint.store import list_checkpoints  # noqa: E402
+
+__all__ += ["latest_checkpoint", "list_checkpoints", "resume_or_start"]
