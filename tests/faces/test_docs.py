@@ -94,3 +94,13 @@ def test_commit_protocol_example_runs_and_resumes(tmp_path):
     # the 9th microbatch was delivered but never committed: on_uncommitted="repeat" sees it again
     assert first[:8] + rest[:12] == whole[:20]
     assert len({i for b in whole for i in b}) == 21 * 32, "the example's shuffle repeated a record"
+
+
+def test_the_notebooks_extra_has_jupyterlab():
+    import pytest
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(r.startswith("jupyterlab") for r in extras["notebooks"]), "`jupyter lab notebooks/` needs jupyterlab"
+    assert any(r.startswith("mkdocs") for r in extras["test"]) and any(r.startswith("mkdocstrings") for r in extras["test"])
