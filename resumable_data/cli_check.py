@@ -102,30 +102,37 @@ def _maker(args: argparse.Namespace):
     return source, make, tail
 
 
+def _say(line: str) -> None:
+    """Print ``line`` fitted to the CLI's 100 columns (long values wrap under their key)."""
+    from resumable_data.cli_view import fit
+
+    print("\n".join(fit(line.split("\n"))))
+
+
 def run(args: argparse.Namespace) -> int:
     from resumable_data.testing import check_resume
 
     source, make, tail = _maker(args)
-    print(f"dataset:     {args.data} ({len(source)} records, pinned version {source.version.hash})")
+    _say(f"dataset:     {args.data} ({len(source)} records, pinned version {source.version.hash})")
     what = "packed " + args.packing_mode + f" seq_len {args.packing_seq_len}" if args.packing_seq_len else "records"
     if args.packing_seq_len and args.eos_id is not None:
         what += f" eos {args.eos_id}"
     order = f"window {args.window}" if args.window else ("global shuffle" if args.shuffle else "sequential")
-    print(f"pipeline:    {what}, global batch {args.batch_size}, {order}, seed {args.seed}, tail {tail}, "
+    _say(f"pipeline:    {what}, global batch {args.batch_size}, {order}, seed {args.seed}, tail {tail}, "
           f"commit {args.commit} x{args.accumulation_steps}, sharding {args.sharding_policy}"
           + (", not elastic" if args.no_elastic else ""))
-    print(f"checking:    {args.steps} steps, {args.interrupts} random interrupts (+ epoch boundaries), "
+    _say(f"checking:    {args.steps} steps, {args.interrupts} random interrupts (+ epoch boundaries), "
           f"chained {args.chained}, workers {list(args.workers)}, world sizes {list(args.world_sizes)}")
     t0 = time.perf_counter()
     report = check_resume(make, steps=args.steps, interrupts=args.interrupts, seed=args.check_seed,
                           num_workers=args.workers, world_sizes=args.world_sizes, chained=args.chained,
                           sharding_policy=args.sharding_policy, on_uncommitted="repeat")
     for r in report.runs:
-        print(f"  run {r}")
+        _say(f"  run {r}")
     head, *notes = str(report).split("\n")
-    print(f"result:      {head} ({time.perf_counter() - t0:.1f} s)")
+    _say(f"result:      {head} ({time.perf_counter() - t0:.1f} s)")
     for n in notes:
-        print(f"             {n}")
+        _say(f"             {n}")
     return 0 if report.ok else 1
 
 

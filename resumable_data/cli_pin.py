@@ -60,11 +60,12 @@ def _verify(args: argparse.Namespace) -> int:
     try:
         version.verify(level)
     except DatasetIntegrityError as e:
-        print(f"MISMATCH: {args.data} differs from its {MANIFEST_NAME} ({level} check): {e}")
+        _say([f"MISMATCH:  {args.data} differs from its {MANIFEST_NAME} ({level} check)", f"  - {e}"])
         return 1
     checked = "every shard's content hash matches" if level == "content" else \
         "sizes, rows and schema match (the manifest has no content hashes: pin with --hash content)"
-    print(f"verified: {args.data} is version {_summary(version)}; {checked} ({time.perf_counter() - t0:.1f} s)")
+    _say([f"verified:  in {time.perf_counter() - t0:.1f} s: {args.data}", f"version:   {_summary(version)}",
+          f"files:     {checked}"])
     return 0
 
 
@@ -98,11 +99,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         change = "unchanged" if before.hash == version.hash else f"the previous manifest pinned {before.hash}"
     if args.dry_run:
-        print(f"dry run:  would pin {args.data} as version {_summary(version)}; {change}; nothing written ({took})")
+        _say([f"dry run:   nothing written, in {took}: {args.data}", f"version:   {_summary(version)}",
+              f"manifest:  would be written ({change}): {manifest}"])
     else:
-        print(f"pinned:   {args.data} as version {_summary(version)}; {change} ({took})")
-        print(f"manifest: {manifest}")
+        _say([f"pinned:    in {took}: {args.data}", f"version:   {_summary(version)}", f"manifest:  ({change}) {manifest}"])
     return 0
+
+
+def _say(lines: list[str]) -> None:
+    from resumable_data.cli_view import fit
+
+    print("\n".join(fit(lines)))
 
 
 #: ``(name, help, configure, run)``: ``resumable_data.cli`` registers it with ``register(*COMMAND)``.

@@ -1,8 +1,8 @@
 """Text layout for ``resumable-data inspect``: the next step's description, a bare loader state
 (what ``loader.state_dict()`` returns, dumped as JSON), and fitting every line to 100 columns.
 
-Fitting (:func:`fit`): a ``key:   value`` line longer than the width is wrapped at word boundaries
-with its continuation lines indented under the value; a ``- item`` line is wrapped under its
+Fitting (:func:`fit`): a ``key:   value`` line longer than the width is wrapped at its ``", "``
+separators (inside a longer item, at spaces) with its continuation lines indented under the value; a ``- item`` line is wrapped under its
 item; any other line (a table row) is clipped with ``…``. ``--wide`` skips fitting. The inventory
 is printed as one block per category (:func:`inventory_blocks`) instead of a five-column table.
 Guarantee: with a width, no output line is longer than it. Cost: linear in the output.
@@ -46,11 +46,41 @@ def fit(lines: list[str], width: int | None = WIDTH) -> list[str]:
             out += textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False)
         elif key and len(key.group(0)) < width // 2:
             indent = " " * len(key.group(0))
-            wrapped = textwrap.wrap(line[len(key.group(0)):], width - len(indent), break_on_hyphens=False)
+            wrapped = _wrap_items(line[len(key.group(0)):], width - len(indent))
             out += [key.group(0) + wrapped[0]] + [indent + w for w in wrapped[1:]]
         else:
             out.append(line[: width - 1] + "…")
     return [ln[: width - 1] + "…" if len(ln) > width else ln for ln in out]  # an unbreakable word
+
+
+def _wrap_items(value: str, width: int) -> list[str]:
+    """Wrap ``value`` at its ``", "`` separators (so ``key=value`` items and phrases stay whole),
+    at spaces only inside an item longer than ``width``."""
+    items = value.split(", ")
+    lines: list[str] = []
+    cur = ""
+    for i, item in enumerate(items):
+        piece = item + ("," if i < len(items) - 1 else "")
+        if not cur:
+            cand = piece
+        else:
+            cand = cur + " " + piece
+        if len(cand) <= width:
+            cur = cand
+            continue
+        if cur:
+            lines.append(cur)
+        if len(piece) <= width:
+            cur = piece
+        else:
+            parts = textwrap.wrap(piece, width, break_on_hyphens=False) or [piece]
+            lines += parts[:-1]
+            cur = parts[-1]
+    if cur:
+        lines.append(cur)
+    if any(len(ln) < width // 2 for ln in lines[:-1]):  # few, long items: plain word wrap reads better
+        return textwrap.wrap(value, width, break_on_hyphens=False) or [value]
+    return lines or [value]
 
 
 def inventory_blocks(inv: Any) -> list[str]:

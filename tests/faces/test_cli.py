@@ -38,11 +38,11 @@ def test_pin_dry_run_writes_nothing_then_pin_and_verify(tmp_path, capsys):
     before = sorted(p.name for p in data.iterdir())
     rc, out, _ = _cli(capsys, "pin", data, "--dry-run")
     expected = rd.pin(data, save=False).hash
-    assert rc == 0 and f"would pin {data} as version {expected}" in out and "nothing written" in out
+    assert rc == 0 and f"version:   {expected}" in out and "nothing written" in out and "would be written" in out
     assert sorted(p.name for p in data.iterdir()) == before, "--dry-run wrote a file"
 
     rc, out, _ = _cli(capsys, "pin", data)
-    assert rc == 0 and f"version {expected} (200 records, 4 shard(s)" in out and "no manifest before" in out
+    assert rc == 0 and f"version:   {expected} (200 records, 4 shard(s)" in out and "(no manifest before)" in out
     assert rd.DatasetVersion.load(data).hash == expected
     rc, out, _ = _cli(capsys, "pin", data)
     assert rc == 0 and "unchanged" in out

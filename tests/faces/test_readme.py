@@ -154,3 +154,24 @@ def test_the_loader_picture_is_kept():
     page = (ROOT / "docs" / "how-it-works.md").read_text()
     assert "Inside the loader, one concept per module" in page
     assert "rd.ResumableLoader protocol (loader/protocol.py)" in page
+
+
+def test_command_line_examples_run(tmp_path, monkeypatch, capsys):
+    """The README's command-line block, line by line, over the quickstart's data and the training
+    loop's checkpoints (the demo line is left to tests/faces/test_demo.py)."""
+    import shlex
+
+    from resumable_data.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    run(block(QUICKSTART))
+    run(block(LOOP))
+    section = README.split("### The command line", 1)[1]
+    lines = re.search(r"```bash\n(.*?)```", section, re.S).group(1).splitlines()
+    commands = [shlex.split(ln.split("  #")[0]) for ln in lines if ln.strip()]
+    assert [c[1] for c in commands] == ["pin", "inspect", "check-resume", "demo"]
+    for argv in commands[:-1]:
+        assert argv[0] == "resumable-data"
+        assert main(argv[1:]) == 0, argv
+        out = capsys.readouterr().out
+        assert max(map(len, out.splitlines())) <= 100, argv
