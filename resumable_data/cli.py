@@ -1,8 +1,8 @@
 """``resumable-data``: the command line. Subcommands register themselves in :data:`COMMANDS`.
 
 ``resumable-data inspect CHECKPOINT [--data DIR [--verify size|content]] [--against CURRENT
-[--label LABEL]] [--markdown]`` reads a checkpoint (a step directory, or a checkpoint root whose
-``latest`` it follows), verifies its files, and prints its recovery label and lineage, counters,
+[--label LABEL]] [--markdown] [--wide]`` reads a checkpoint (a step directory, or a checkpoint root
+whose ``latest`` it follows), verifies its files, and prints its recovery label and lineage, counters,
 cursor and microstep, the next step's epoch, positions and first record ids, the next LR of each
 param group, whether the dataset at ``DIR`` matches the pinned version the run trained on (``size``,
 the default: every shard's size, row count and schema; ``content``: also every shard's hash, which
@@ -17,10 +17,16 @@ saved and the current value (the first difference, when there is one) and the ve
 label expects), ``warning`` (allowed, reported) or ``refused`` (``load_checkpoint`` would raise
 ``CompatibilityError``). Every refused or warned difference follows with its fix.
 
+``CHECKPOINT`` may also be a bare loader state: a JSON file of ``loader.state_dict()``; inspect
+then shows its cursor, counters, stream and next step (and checks ``--data``). Every line fits 100
+columns (long values wrap under their key, table cells are clipped, the inventory prints one block
+per category); ``--wide`` prints the full-width tables instead.
+
 Exit status: 0 fine, 1 the dataset does not match or the current run is refused, 2 unreadable input.
 
-To add a subcommand (``demo``, ``check-resume``...): ``register(name, help, configure, run)`` where
-``configure(parser)`` adds arguments and ``run(args) -> int`` does the work.
+To add a subcommand (``demo``, ``check-resume``...): ``register(name, help, configure, run, example)``
+where ``configure(parser)`` adds arguments, ``run(args) -> int`` does the work and ``example`` is
+the ``examples:`` text its ``--help`` ends with.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from resumable_data.cli_view import WIDTH, fit, inventory_blocks
+from resumable_data.cli_view import kv as _kv
 from resumable_data.errors import ConfigError, ResumableDataError, describe
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main", "register"]
@@ -42,20 +50,22 @@ class Command:
     help: str
     configure: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    example: str = ""
 
 
 COMMANDS: dict[str, Command] = {}
 
 
 def register(name: str, help: str, configure: Callable[[argparse.ArgumentParser], None],
-             run: Callable[[argparse.Namespace], int]) -> None:
-    """Add a subcommand (last registration of a name wins)."""
-    COMMANDS[name] = Command(name, help, configure, run)
+             run: Callable[[argparse.Namespace], int], example: str = "") -> None:
+    """Add a subcommand (last registration of a name wins); ``example`` ends its ``--help``."""
+    COMMANDS[name] = Command(name, help, configure, run, example)
 
 
 # -- inspect -------------------------------------------------------------------------------------
 def _configure_inspect(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", help="a step directory, or a checkpoint directory (its 'latest' is read)")
+    p.add_argument("checkpoint", help="a step directory, a checkpoint directory (its 'latest' is read), or a JSON "
+                                      "file of loader.state_dict()")
     p.add_argument("--step", type=int, default=None, help="inspect this step instead of 'latest'")
     p.add_argument("--data", default=None, help="dataset directory to check against the pinned version")
     p.add_argument("--verify", choices=("size", "content"), default="size",
@@ -68,6 +78,14 @@ def _configure_inspect(p: argparse.ArgumentParser) -> None:
                    help="the recovery label the current run would resume under (default faithful_continuation)")
     p.add_argument("--records", type=int, default=8, help="how many of the next step's record ids to show")
     p.add_argument("--markdown", action="store_true", help="print the inventory as a Markdown table")
+    p.add_argument("--wide", action="store_true", help=f"full-width tables (default: every line fits {WIDTH} columns)")
+
+
+INSPECT_EXAMPLES = """examples:
+  resumable-data inspect checkpoints/                       # the newest checkpoint ('latest')
+  resumable-data inspect checkpoints/ --step 40 --data data --verify content
+  resumable-data inspect loader_state.json --data data      # json.dump(loader.state_dict(), f)
+  resumable-data inspect checkpoints/ --against current.json --label optimizer_reset"""
 
 
 def _labels() -> list[Any]:
@@ -76,18 +94,20 @@ def _labels() -> list[Any]:
     return list(RecoveryLabel)
 
 
-def _kv(out: list[str], key: str, value: Any) -> None:
-    out.append(f"{key + ':':<22} {value}")
-
-
 def _run_inspect(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from resumable_data.checkpoint.inventory import Inventory
     from resumable_data.checkpoint.store import read_checkpoint
     from resumable_data.checkpoint.status import CheckpointStatus
+    from resumable_data.cli_view import loader_state_report, next_step_lines
     from resumable_data.loader.state import LoaderState
-    from resumable_data.loader.stream import describe_step, stream_from_state
-    from resumable_data.plan import Sharding
 
+    width = None if args.wide or args.markdown else WIDTH
+    if Path(args.checkpoint).is_file():
+        rc, out = loader_state_report(args.checkpoint, args.data, args.verify, args.records, _check_data)
+        print("\n".join(fit(out, width)))
+        return rc
     raw = read_checkpoint(args.checkpoint, args.step)
     meta = raw.meta
     out: list[str] = []
@@ -119,26 +139,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
     if data is not None and status.next_step is not None:
         saved = LoaderState.from_fingerprint(data, status.epoch_base or (0, 0))
         plan = saved.plan
-        step = status.next_step
-        world = saved.layout.world_size
-        source = None
-        if saved.packing is not None and args.data is not None:
-            from resumable_data.sources import ArrowShards
-
-            source = ArrowShards(args.data)
-        stream, ledger = stream_from_state(saved, source)
-        if stream is None:
-            _kv(out, "next step", f"{step} (packed sequences, epoch >= {saved.epoch_base[0]}; pass --data DIR "
-                                  "to resolve its sequences and documents)")
-        else:
-            info = describe_step(stream, ledger, Sharding(), step)
-            start, stop = info.span
-            ids = info.records[: max(0, args.records)].tolist()
-            more = " ..." if len(info.records) > len(ids) else ""
-            _kv(out, "next step", f"{step} (epoch {info.epoch}, step {info.step_in_epoch} of {info.steps_in_epoch})")
-            where = "positions" if info.unit == "record" else "packed sequences of the epoch"
-            _kv(out, f"next {where}", f"[{start}, {stop}) global, world_size {world}")
-            _kv(out, "next record ids" if info.unit == "record" else "next documents", f"{ids}{more}")
+        next_step_lines(out, saved, status.next_step, args.data, args.records)
         if args.data is not None:
             status_ok = _check_data(out, args.data, plan.version_hash, args.verify)
         else:
@@ -155,13 +156,17 @@ def _run_inspect(args: argparse.Namespace) -> int:
         if meta is None:
             raise ConfigError(describe("checkpoint", str(raw.path), "a checkpoint with metadata (meta.json)",
                                        "save it with rd.save_checkpoint(directory, rd.TrainingState(...))"))
-        status_ok = max(status_ok, _compat_table(out, meta, _load_current(args.against), args.against, args.label))
+        status_ok = max(status_ok, _compat_table(out, meta, _load_current(args.against), args.against, args.label,
+                                                 cell=_CELL if width is None else _NARROW_CELL))
     inv = Inventory.from_dict(raw.inventory)
     if len(inv):
         out.append("")
         out.append("inventory:")
-        out.append(inv.to_markdown() if args.markdown else str(inv))
-    print("\n".join(out))
+        if args.markdown or args.wide:
+            out += (inv.to_markdown() if args.markdown else str(inv)).splitlines()
+        else:
+            out += inventory_blocks(inv)
+    print("\n".join(fit(out, width)))
     return status_ok
 
 
@@ -200,6 +205,7 @@ _ROWS = (
     ("software", ("software", "software_patch")), ("transition_rule", ("transition_rule",)),
 )
 _CELL = 44
+_NARROW_CELL = 24  # saved / current cells when the table must fit WIDTH columns
 
 
 def _load_current(path: str) -> Any:
@@ -295,7 +301,7 @@ def _summary(d: dict, category: str) -> str:
     return "-"  # a category this table has no summary for
 
 
-def _compat_table(out: list[str], saved: Any, current: Any, against: str, label: str) -> int:
+def _compat_table(out: list[str], saved: Any, current: Any, against: str, label: str, cell: int = _CELL) -> int:
     """Append the per-category table of saved vs current; 1 when a difference is refused."""
     from resumable_data.checkpoint.compat import CONTRACT_VERSION, Category, Severity, check_compatible
 
@@ -320,11 +326,11 @@ def _compat_table(out: list[str], saved: Any, current: Any, against: str, label:
                               f"{len(report.errors)} refused, {len(report.warnings)} warning(s), "
                               f"{len(report.differences)} difference(s)")
     cols = ("category", "verdict", "saved", "current", "difference")
-    width = [max(len(c), *(len(_clip(r[i])) for r in rows)) for i, c in enumerate(cols)]
+    width = [max(len(c), *(len(_clip(r[i], cell)) for r in rows)) for i, c in enumerate(cols)]
     out.append("  " + "  ".join(c.ljust(w) for c, w in zip(cols, width)).rstrip())
     out.append("  " + "  ".join("-" * w for w in width[:-1]) + "  " + "-" * len(cols[-1]))
-    for r in rows:  # the difference column (a path) is never clipped
-        out.append("  " + "  ".join([_clip(v).ljust(w) for v, w in zip(r[:-1], width)] + [r[-1]]).rstrip())
+    for r in rows:  # the difference column (a path) is clipped only to fit the line
+        out.append("  " + "  ".join([_clip(v, cell).ljust(w) for v, w in zip(r[:-1], width)] + [r[-1]]).rstrip())
     shown = [x for x in report.differences if x.severity is not Severity.INFO]
     if shown:
         out.append("  refused and warned differences, each with its fix:")
@@ -334,11 +340,16 @@ def _compat_table(out: list[str], saved: Any, current: Any, against: str, label:
     return 1 if report.errors else 0
 
 
-register("inspect", "show what a checkpoint holds and what the next step will do", _configure_inspect, _run_inspect)
+register("inspect", "show what a checkpoint (or a saved loader state) holds and what the next step will do",
+         _configure_inspect, _run_inspect, INSPECT_EXAMPLES)
 
 from resumable_data.cli_check import COMMAND as _CHECK_RESUME  # noqa: E402
+from resumable_data.cli_check import EXAMPLES as _CHECK_RESUME_EXAMPLES  # noqa: E402
+from resumable_data.cli_pin import COMMAND as _PIN  # noqa: E402
+from resumable_data.cli_pin import EXAMPLES as _PIN_EXAMPLES  # noqa: E402
 
-register(*_CHECK_RESUME)
+register(*_PIN, _PIN_EXAMPLES)
+register(*_CHECK_RESUME, _CHECK_RESUME_EXAMPLES)
 
 
 # -- demo ----------------------------------------------------------------------------------------
@@ -354,15 +365,25 @@ def _run_demo(args: argparse.Namespace) -> int:
     return main_args(args)
 
 
+DEMO_EXAMPLES = """examples:
+  resumable-data demo                          # the stdlib corpus, a random kill step
+  resumable-data demo --seed 7 --quiet         # a reproducible kill step, no progress bars
+  resumable-data demo --data my_pinned_dir --tokens input_ids --eos-id 2   # your own pinned data"""
+
 register("demo", "train a tiny LM, SIGKILL it, resume it, and prove bit-identity with an uninterrupted run",
-         _configure_demo, _run_demo)
+         _configure_demo, _run_demo, DEMO_EXAMPLES)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="resumable-data", description="Deterministic, resumable data pipelines.")
+    first = "\n".join(next(ln.split("  #")[0].rstrip() for ln in c.example.splitlines()
+                           if ln.strip().startswith(f"resumable-data {c.name}")) for c in COMMANDS.values() if c.example)
+    parser = argparse.ArgumentParser(prog="resumable-data", description="Deterministic, resumable data pipelines.",
+                                     epilog=f"examples:\n{first}\n\n'resumable-data COMMAND --help' shows more.",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for cmd in COMMANDS.values():
-        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help, epilog=cmd.example or None,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         cmd.configure(p)
         p.set_defaults(_run=cmd.run)
     return parser

@@ -9,7 +9,7 @@ this process), through :func:`resumable_data.testing.check_resume`, and prints t
 size is checked on its own (the report notes it). ``--eos-id`` is the packing's separator token.
 
 Exit status: 0 bit-exact, 1 a divergence (the first one is printed), 2 bad input (unpinned or
-damaged dataset, impossible options).
+damaged dataset: ``resumable-data pin DIR`` pins one; impossible options).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 
 from resumable_data.errors import ConfigError, describe
 
-__all__ = ["COMMAND", "configure", "run"]
+__all__ = ["COMMAND", "EXAMPLES", "configure", "run"]
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -73,6 +73,15 @@ def _maker(args: argparse.Namespace):
     if args.eos_id is not None and args.packing_seq_len is None:
         raise ConfigError(describe("--eos-id", args.eos_id, "--packing-seq-len as well (it separates packed documents)",
                                    "add --packing-seq-len L, or drop --eos-id"))
+    from pathlib import Path
+
+    from resumable_data.sources.files import MANIFEST_NAME
+
+    if not Path(args.data).is_dir():
+        raise ConfigError(describe("data", args.data, "an existing dataset directory", "check the path"))
+    if not (Path(args.data) / MANIFEST_NAME).is_file():
+        raise ConfigError(describe("data", args.data, f"a pinned dataset directory (with {MANIFEST_NAME})",
+                                   f"pin it first: resumable-data pin {args.data}"))
     source = rd.ArrowShards(args.data, verify="size", unpinned="error")
     extra: dict = {"elastic": not args.no_elastic}
     if args.packing_seq_len is not None:
@@ -93,32 +102,45 @@ def _maker(args: argparse.Namespace):
     return source, make, tail
 
 
+def _say(line: str) -> None:
+    """Print ``line`` fitted to the CLI's 100 columns (long values wrap under their key)."""
+    from resumable_data.cli_view import fit
+
+    print("\n".join(fit(line.split("\n"))))
+
+
 def run(args: argparse.Namespace) -> int:
     from resumable_data.testing import check_resume
 
     source, make, tail = _maker(args)
-    print(f"dataset:     {args.data} ({len(source)} records, pinned version {source.version.hash})")
+    _say(f"dataset:     {args.data} ({len(source)} records, pinned version {source.version.hash})")
     what = "packed " + args.packing_mode + f" seq_len {args.packing_seq_len}" if args.packing_seq_len else "records"
     if args.packing_seq_len and args.eos_id is not None:
         what += f" eos {args.eos_id}"
     order = f"window {args.window}" if args.window else ("global shuffle" if args.shuffle else "sequential")
-    print(f"pipeline:    {what}, global batch {args.batch_size}, {order}, seed {args.seed}, tail {tail}, "
+    _say(f"pipeline:    {what}, global batch {args.batch_size}, {order}, seed {args.seed}, tail {tail}, "
           f"commit {args.commit} x{args.accumulation_steps}, sharding {args.sharding_policy}"
           + (", not elastic" if args.no_elastic else ""))
-    print(f"checking:    {args.steps} steps, {args.interrupts} random interrupts (+ epoch boundaries), "
+    _say(f"checking:    {args.steps} steps, {args.interrupts} random interrupts (+ epoch boundaries), "
           f"chained {args.chained}, workers {list(args.workers)}, world sizes {list(args.world_sizes)}")
     t0 = time.perf_counter()
     report = check_resume(make, steps=args.steps, interrupts=args.interrupts, seed=args.check_seed,
                           num_workers=args.workers, world_sizes=args.world_sizes, chained=args.chained,
                           sharding_policy=args.sharding_policy, on_uncommitted="repeat")
     for r in report.runs:
-        print(f"  run {r}")
+        _say(f"  run {r}")
     head, *notes = str(report).split("\n")
-    print(f"result:      {head} ({time.perf_counter() - t0:.1f} s)")
+    _say(f"result:      {head} ({time.perf_counter() - t0:.1f} s)")
     for n in notes:
-        print(f"             {n}")
+        _say(f"             {n}")
     return 0 if report.ok else 1
 
 
 #: ``(name, help, configure, run)``: ``resumable_data.cli`` registers it with ``register(*COMMAND)``.
 COMMAND = ("check-resume", "prove that a pipeline over a pinned dataset resumes bit-exactly", configure, run)
+
+EXAMPLES = """examples:
+  resumable-data pin data/                    # once: check-resume needs a pinned dataset
+  resumable-data check-resume data/ --batch-size 8 --shuffle --seed 0 --steps 40 --interrupts 3
+  resumable-data check-resume data/ --batch-size 8 --shuffle --window 64 --workers 0,2 --world-sizes 1,2
+  resumable-data check-resume data/ --batch-size 8 --packing-seq-len 2048 --tokens tokens --eos-id 2"""

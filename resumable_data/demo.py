@@ -42,8 +42,9 @@ from resumable_data.demo_train import SABOTAGES, DemoConfig
 __all__ = ["RunLog", "Verdict", "build_stdlib_corpus", "compare", "configure", "main", "run"]
 
 
-def build_stdlib_corpus(directory: Path, max_files: int = 600) -> rd.DatasetVersion:
-    """Tokenize the standard library's ``.py`` files as bytes into pinned Arrow shards."""
+def build_stdlib_corpus(directory: Path, max_files: int = 600, quiet: bool = False) -> rd.DatasetVersion:
+    """Tokenize the standard library's ``.py`` files as bytes into pinned Arrow shards
+    (``quiet``: no progress bars, neither the tokenizer's nor ``rd.pin``'s)."""
     directory.mkdir(parents=True, exist_ok=True)
     if (directory / rd.sources.MANIFEST_NAME).exists():
         return rd.DatasetVersion.load(directory)
@@ -52,14 +53,17 @@ def build_stdlib_corpus(directory: Path, max_files: int = 600) -> rd.DatasetVers
     from tqdm.auto import tqdm
 
     docs, names = [], []
-    for path in tqdm(files, desc="tokenizing the standard library", unit="file", delay=0.5):
+    for path in tqdm(files, desc="tokenizing the standard library", unit="file", delay=0.5, disable=quiet):
         data = np.frombuffer(path.read_bytes(), dtype=np.uint8).astype(np.int32) + 1
         docs.append(data)
         names.append(path.name)
     offsets = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int32)
     tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.concatenate(docs)))
     rd.write_arrow_shards(pa.table({"path": pa.array(names), "tokens": tokens}), directory, num_shards=4)
-    return rd.pin(directory)
+    if not quiet:
+        return rd.pin(directory)
+    with contextlib.redirect_stderr(io.StringIO()):  # rd.pin's tqdm bar writes to stderr; errors still raise
+        return rd.pin(directory)
 
 
 def token_stats(src: rd.ArrowShards, column: str, chunk: int = 65536) -> tuple[int, int]:
@@ -216,7 +220,7 @@ def _inspect(checkpoint: str, data: str) -> tuple[int, str]:
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        code = cli.main(["inspect", checkpoint, "--data", data, "--records", "6"])
+        code = cli.main(["inspect", checkpoint, "--data", data, "--records", "6", "--wide"])
     return code, buf.getvalue()
 
 
@@ -269,7 +273,7 @@ def main_args(args: argparse.Namespace) -> int:
         shutil.rmtree(work / stale, ignore_errors=True)
     if args.data is None:
         corpus = work / "corpus"
-        build_stdlib_corpus(corpus)
+        build_stdlib_corpus(corpus, quiet=args.quiet)
         what = "the standard library's .py files as bytes"
         eos = 0 if args.eos_id is None else args.eos_id
     else:
@@ -289,6 +293,8 @@ def main_args(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     env.setdefault("RD_CACHE_DIR", str(work / "cache"))
     env["PYTHONUNBUFFERED"] = "1"
+    if args.quiet:
+        env["TQDM_DISABLE"] = "1"  # no bar from the trainers either (index builds, pinning)
 
     say("resumable-data demo: train, SIGKILL at a random step, resume, and compare with an uninterrupted run")
     say(f"  dataset   {corpus}: {len(src):,} documents ({what}), {n_tokens:,} tokens, vocabulary {vocab}, "

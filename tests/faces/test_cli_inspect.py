@@ -49,7 +49,7 @@ def _current(run, name, meta=None, **build):
 
 
 def _inspect(capsys, *argv):
-    rc = main(["inspect", *map(str, argv)])
+    rc = main(["inspect", *map(str, argv), "--wide"])  # full cells; the 100-column layout: test_cli.py
     return rc, capsys.readouterr().out
 
 

@@ -1,0 +1,66 @@
+"""Resume-or-start: the two lines every training script needs, on top of the checkpoint store.
+
+:func:`latest_checkpoint` returns the newest *complete* step directory of a checkpoint root (one
+whose ``COMMITTED`` marker and file sizes check out, as listed by
+:func:`~resumable_data.checkpoint.store.list_checkpoints`), or ``None`` when there is none yet.
+:func:`resume_or_start` loads that checkpoint into a state when there is one and returns the step
+it was saved at, or returns 0 and changes nothing when the directory holds no complete checkpoint
+(a missing directory included), so one loop serves the first start and every restart::
+
+    start = rd.resume_or_start("ckpt", state)        # 0 on the first run
+    for step, batch in enumerate(loader, start=start): ...
+
+Guarantee: the same as :func:`~resumable_data.checkpoint.store.load_checkpoint` (the
+compatibility contract is checked before anything is restored; a damaged checkpoint raises
+:class:`~resumable_data.checkpoint.errors.CheckpointError`, it is never silently skipped: only an
+*absent* checkpoint means "start"). Interrupted saves are never candidates.
+
+Cost: one directory listing plus a marker read per step directory; loading costs what
+``load_checkpoint`` costs (the state is read and hashed once).
+
+Only the public functions of ``store.py`` are used here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from resumable_data.checkpoint.store import list_checkpoints, load_checkpoint
+from resumable_data.errors import ConfigError, describe
+from resumable_data.labels import RecoveryLabel
+
+__all__ = ["latest_checkpoint", "resume_or_start"]
+
+
+def _root(directory: str | os.PathLike) -> Path:
+    if not isinstance(directory, (str, os.PathLike)):
+        raise ConfigError(describe("directory", directory, "a path (str or os.PathLike) to a checkpoint directory",
+                                   "pass the directory rd.save_checkpoint writes into, e.g. 'ckpt'"))
+    root = Path(directory)
+    if root.exists() and not root.is_dir():
+        raise ConfigError(describe("directory", str(root), "a checkpoint directory, not a file",
+                                   "pass the directory rd.save_checkpoint writes into"))
+    return root
+
+
+def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
+    """The newest complete step directory under ``directory`` (``step-N`` with a valid
+    ``COMMITTED`` marker), or ``None`` when there is none (or the directory does not exist)."""
+    done = list_checkpoints(_root(directory))
+    return done[-1] if done else None
+
+
+def resume_or_start(directory: str | os.PathLike, state: Any, *,
+                    label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION) -> int:
+    """Load the newest complete checkpoint of ``directory`` into ``state`` and return the step it
+    was saved at; return 0 without touching ``state`` when there is no checkpoint yet.
+
+    ``state`` is an :class:`~resumable_data.TrainingState` (or any object with ``state_dict()`` /
+    ``load_state_dict()``); ``label`` is the recovery label of
+    :func:`~resumable_data.load_checkpoint` (``faithful_continuation`` by default)."""
+    newest = latest_checkpoint(directory)
+    if newest is None:
+        return 0
+    return int(load_checkpoint(newest, state, label=label).step)

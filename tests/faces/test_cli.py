@@ -1,0 +1,206 @@
+"""The command line a newcomer meets: ``pin`` (write, ``--dry-run``, ``--verify``), an example in
+every ``--help``, ``inspect`` of a bare loader state and its 100-column layout (``--wide`` for
+full tables), ``check-resume``'s advice on unpinned data, ``demo --quiet`` without progress bars,
+and the resume helpers ``rd.latest_checkpoint`` / ``rd.resume_or_start``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import torch
+
+import resumable_data as rd
+from resumable_data.cli import COMMANDS, build_parser, main
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "checkpoint"))
+import _train as T  # noqa: E402
+
+
+def _shards(directory: Path, n: int = 200) -> Path:
+    rd.write_arrow_shards(pa.table({"id": pa.array(range(n), pa.int64()), "x": pa.array(range(n), pa.int32())}),
+                          directory, num_shards=4)
+    return directory
+
+
+def _cli(capsys, *argv) -> tuple[int, str, str]:
+    rc = main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+# -- pin -----------------------------------------------------------------------------------------
+def test_pin_dry_run_writes_nothing_then_pin_and_verify(tmp_path, capsys):
+    data = _shards(tmp_path / "data")
+    before = sorted(p.name for p in data.iterdir())
+    rc, out, _ = _cli(capsys, "pin", data, "--dry-run")
+    expected = rd.pin(data, save=False).hash
+    assert rc == 0 and f"version:   {expected}" in out and "nothing written" in out and "would be written" in out
+    assert sorted(p.name for p in data.iterdir()) == before, "--dry-run wrote a file"
+
+    rc, out, _ = _cli(capsys, "pin", data)
+    assert rc == 0 and f"version:   {expected} (200 records, 4 shard(s)" in out and "(no manifest before)" in out
+    assert rd.DatasetVersion.load(data).hash == expected
+    rc, out, _ = _cli(capsys, "pin", data)
+    assert rc == 0 and "unchanged" in out
+
+    rc, out, _ = _cli(capsys, "pin", data, "--verify")
+    assert rc == 0 and "every shard's content hash matches" in out
+    shard = sorted(data.glob("*.arrow"))[1]
+    raw = bytearray(shard.read_bytes())
+    raw[-20] ^= 0xFF  # same size, other content
+    shard.write_bytes(bytes(raw))
+    manifest = (data / "rd-manifest.json").read_bytes()
+    rc, out, _ = _cli(capsys, "pin", data, "--verify")
+    assert rc == 1 and out.startswith("MISMATCH") and shard.name in out
+    assert (data / "rd-manifest.json").read_bytes() == manifest, "--verify changed the manifest"
+
+
+def test_pin_bad_input_exits_2_with_a_fix(tmp_path, capsys):
+    rc, _, err = _cli(capsys, "pin", tmp_path / "missing")
+    assert rc == 2 and "fix:" in err
+    data = _shards(tmp_path / "data")
+    rc, _, err = _cli(capsys, "pin", data, "--verify")  # no manifest yet
+    assert rc == 2 and "rd-manifest.json" in err
+    rc, _, err = _cli(capsys, "pin", data, "--workers", "0")
+    assert rc == 2 and "--workers=0" in err
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["pin", str(data), "--dry-run", "--verify"])  # one or the other
+
+
+def test_pin_hash_size(tmp_path, capsys):
+    data = _shards(tmp_path / "data")
+    rc, out, _ = _cli(capsys, "pin", data, "--hash", "size")
+    assert rc == 0 and "hash=size" in out
+    rc, out, _ = _cli(capsys, "pin", data, "--verify")
+    assert rc == 0 and "sizes, rows and schema match" in out
+
+
+# -- --help --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_help_shows_an_example(name, capsys):
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args([name, "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "examples:" in out and f"resumable-data {name} " in out.split("examples:", 1)[1]
+
+
+def test_top_level_help_lists_an_example_per_command(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    tail = capsys.readouterr().out.split("examples:", 1)[1]
+    assert all(f"resumable-data {name}" in tail for name in COMMANDS)
+
+
+# -- check-resume on unpinned data -----------------------------------------------------------------
+def test_check_resume_on_unpinned_data_says_how_to_pin(tmp_path, capsys):
+    data = _shards(tmp_path / "data")
+    rc, _, err = _cli(capsys, "check-resume", data, "--steps", "4", "--interrupts", "1")
+    assert rc == 2 and f"fix: pin it first: resumable-data pin {data}" in err and "unpinned=" not in err
+    assert not (data / "rd-manifest.json").exists()
+    assert _cli(capsys, "pin", data)[0] == 0
+    rc, out, _ = _cli(capsys, "check-resume", data, "--batch-size", "8", "--shuffle", "--steps", "6",
+                      "--interrupts", "2", "--workers", "0")
+    assert rc == 0 and "bit-exact" in out
+
+
+# -- inspect: a bare loader state, 100 columns ----------------------------------------------------
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    T.write_data(root / "data")
+    o = T.build(root / "data", root / "m.jsonl")
+    T.train(o, 14)
+    rd.save_checkpoint(root / "ckpt", o.state)
+    state = o.state.loader.state_dict()
+    (root / "loader.json").write_text(json.dumps(state))
+    current = T.build(root / "data", root / "m2.jsonl", run_id="current", seed=3, loader_seed=8)
+    (root / "current.json").write_text(json.dumps(current.state.meta().to_dict()))
+    return {"root": root, "data": root / "data", "state": state}
+
+
+def test_inspect_a_bare_loader_state(saved, capsys):
+    rc, out, _ = _cli(capsys, "inspect", saved["root"] / "loader.json", "--data", saved["data"], "--records", "100")
+    assert rc == 0
+    assert "loader state:" in out and "cursor:                committed=12 delivered=14 fetched=14" in out
+    assert "uncommitted:           2 step(s) delivered but not committed" in out
+    assert "'skip' (continues at step 14)" in out
+    assert "next step:             12 (epoch 0" in out and "matches the pinned version" in out
+    # the record ids it predicts are what a loader resumed from that state delivers first
+    fresh = T.build(saved["data"], saved["root"] / "m3.jsonl", run_id="fresh").state.loader
+    fresh.load_state_dict(saved["state"], on_uncommitted="repeat")
+    first = next(iter(fresh))
+    ids = json.loads(out.split("next record ids:", 1)[1].split("\n", 1)[0].strip())
+    assert ids == first["id"].tolist()
+    assert max(map(len, out.splitlines())) <= 100
+
+
+def test_inspect_refuses_a_json_that_is_not_a_loader_state(saved, tmp_path, capsys):
+    other = tmp_path / "meta.json"
+    other.write_text(json.dumps({"format": "something else"}))
+    rc, _, err = _cli(capsys, "inspect", other)
+    assert rc == 2 and "resumable_data.loader" in err and "fix:" in err
+    (tmp_path / "broken.json").write_text("{")
+    rc, _, err = _cli(capsys, "inspect", tmp_path / "broken.json")
+    assert rc == 2 and "readable JSON" in err
+
+
+def test_inspect_fits_100_columns_unless_wide(saved, capsys):
+    args = ["inspect", saved["root"] / "ckpt", "--data", saved["data"], "--against", saved["root"] / "current.json"]
+    rc, out, _ = _cli(capsys, *args)
+    assert rc == 1  # the current run has another loader seed: refused
+    assert max(map(len, out.splitlines())) <= 100
+    assert "data_stream" in out and "refused" in out and "RNG: torch CPU" in out
+    rc, wide, _ = _cli(capsys, *args, "--wide")
+    assert rc == 1 and max(map(len, wide.splitlines())) > 100
+
+
+# -- demo --quiet ----------------------------------------------------------------------------------
+def test_demo_quiet_corpus_build_shows_no_bar(tmp_path, monkeypatch, capsys):
+    import tqdm.auto
+
+    from resumable_data.demo import build_stdlib_corpus
+
+    seen = []
+    real = tqdm.auto.tqdm
+
+    def recording(*a, **kw):
+        seen.append(kw.get("disable"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", recording)
+    version = build_stdlib_corpus(tmp_path / "corpus", max_files=20, quiet=True)
+    assert version.num_records == 20 and seen == [True]
+    assert capsys.readouterr().err == ""
+
+
+# -- rd.latest_checkpoint / rd.resume_or_start ------------------------------------------------------
+def test_latest_checkpoint_and_resume_or_start(tmp_path):
+    def state():
+        torch.manual_seed(0)
+        model = torch.nn.Linear(2, 1)
+        return rd.TrainingState(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+
+    root = tmp_path / "ckpt"
+    assert rd.latest_checkpoint(root) is None and rd.list_checkpoints(root) == []
+    fresh = state()
+    assert rd.resume_or_start(root, fresh) == 0
+    s = state()
+    for step in (5, 10):
+        with torch.no_grad():
+            s.model.weight.add_(1.0)
+        rd.save_checkpoint(root, s, step=step)
+    (root / "step-000000000099").mkdir()  # an interrupted save: no COMMITTED marker
+    assert rd.latest_checkpoint(root).name == "step-000000000010"
+    assert [p.name for p in rd.list_checkpoints(root)] == ["step-000000000005", "step-000000000010"]
+    target = state()
+    assert rd.resume_or_start(root, target) == 10
+    assert torch.equal(target.model.weight, s.model.weight)
+    with pytest.raises(rd.ConfigError, match="directory"):
+        rd.latest_checkpoint(root / "step-000000000010" / "COMMITTED")
+    with pytest.raises(rd.ConfigError, match="directory"):
+        rd.latest_checkpoint(42)

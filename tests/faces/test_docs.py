@@ -1,0 +1,106 @@
+"""The documentation site cannot rot: it builds with ``mkdocs build --strict`` (a broken link, a
+missing page or a docstring mkdocstrings cannot render fails), and its API page lists every
+public name of ``resumable_data``."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import resumable_data as rd
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_api_page_covers_every_public_name():
+    page = (ROOT / "docs" / "api.md").read_text()
+    listed = set(re.findall(r"^::: resumable_data\.(\w+)$", page, re.M))
+    missing = sorted(set(rd.__all__) - listed)
+    assert not missing, f"docs/api.md lacks {missing}: add a '::: resumable_data.NAME' section for each"
+    assert not listed - set(rd.__all__), "docs/api.md documents a name that is not in resumable_data.__all__"
+
+
+def test_every_page_is_in_the_nav():
+    nav = (ROOT / "mkdocs.yml").read_text()
+    pages = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+    assert [p for p in pages if p not in nav] == []
+
+
+def test_site_builds_strict(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(ROOT / "mkdocs.yml"),
+                           "-d", str(tmp_path / "site")], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
+    elapsed = time.perf_counter() - t0
+    api = (tmp_path / "site" / "api" / "index.html").read_text()
+    for name in ("resume_or_start", "latest_checkpoint", "TrainingState", "DataLoader"):
+        assert name in api
+    assert (tmp_path / "site" / "bench").is_dir(), "the benchmark plots were not added to the site"
+    assert elapsed < 120, f"the docs build took {elapsed:.0f} s"
+
+
+def _commit_example() -> str:
+    page = (ROOT / "docs" / "how-it-works.md").read_text()
+    section = page.split("## The commit protocol", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def _run_commit_example(code: str, data: Path, saved, steps: int) -> tuple[list[list[int]], dict | None]:
+    """Run the commit-protocol example until the microbatch after ``steps`` optimizer steps, which
+    "crashes" in the forward pass; return the ids of every microbatch seen and the saved state."""
+    import torch
+
+    seen: list[list[int]] = []
+    weight = torch.zeros(1, requires_grad=True)
+
+    class Stop(Exception):
+        pass
+
+    def model(batch):
+        seen.append(batch["id"].tolist())
+        if len(seen) > steps * 4:  # accumulation_steps=4 in the example
+            raise Stop
+        return (batch["x"].float() * weight).sum()
+
+    env = {"rd": rd, "saved": saved, "model": model, "loss": lambda out: out, "optimizer_step": lambda: True}
+    code = code.replace('rd.ArrowShards("data/")', f"rd.ArrowShards({str(data)!r})")
+    assert str(data) in code, "the example no longer opens rd.ArrowShards(\"data/\")"
+    try:
+        exec(compile(code, "docs/how-it-works.md", "exec"), env)
+    except Stop:
+        pass
+    return seen, env["saved"]
+
+
+def test_commit_protocol_example_runs_and_resumes(tmp_path):
+    import pyarrow as pa
+
+    n = 32 * 4 * 6
+    rd.write_arrow_shards(pa.table({"id": pa.array(range(n), pa.int64()), "x": pa.array(range(n), pa.int32())}),
+                          tmp_path, num_shards=3)
+    rd.pin(tmp_path)
+    code = _commit_example()
+    whole, _ = _run_commit_example(code, tmp_path, None, steps=5)
+    first, saved = _run_commit_example(code, tmp_path, None, steps=2)
+    assert saved is not None and saved["cursor"]["committed"] == 8
+    rest, _ = _run_commit_example(code, tmp_path, saved, steps=3)
+    assert len(whole) == 5 * 4 + 1 and first == whole[:9]
+    # the 9th microbatch was delivered but never committed: on_uncommitted="repeat" sees it again
+    assert first[:8] + rest[:12] == whole[:20]
+    assert len({i for b in whole for i in b}) == 21 * 32, "the example's shuffle repeated a record"
+
+
+def test_the_notebooks_extra_has_jupyterlab():
+    import pytest
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(r.startswith("jupyterlab") for r in extras["notebooks"]), "`jupyter lab notebooks/` needs jupyterlab"
+    assert any(r.startswith("mkdocs") for r in extras["test"]) and any(r.startswith("mkdocstrings") for r in extras["test"])
