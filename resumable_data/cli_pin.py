@@ -2,7 +2,7 @@
 
 Algorithm: :func:`resumable_data.pin` (discover the shards, read their row counts and schemas,
 hash every byte with xxh3-128 in a thread pool, a tqdm progress bar on stderr when hashing takes
-more than half a second), then write ``DIR/rd-manifest.json`` atomically and print the version.
+more than half a second), then write ``DIR/.rd-manifest.json`` atomically and print the version.
 
 * ``--dry-run`` hashes the same way but writes nothing: it prints the version the manifest would
   record and whether it differs from the manifest already there.
@@ -27,7 +27,7 @@ from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
 __all__ = ["COMMAND", "EXAMPLES", "configure", "run"]
 
 EXAMPLES = """examples:
-  resumable-data pin data/                  # hash every shard, write data/rd-manifest.json
+  resumable-data pin data/                  # hash every shard, write data/.rd-manifest.json
   resumable-data pin data/ --dry-run        # the same, but write nothing: print the version it would pin
   resumable-data pin data/ --verify         # check data/ against its manifest (exit 1 on a difference)
   resumable-data pin data/ --hash size      # sizes, rows and schema only (fast, weaker)"""
@@ -40,7 +40,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="hash and report, write nothing")
     mode.add_argument("--verify", action="store_true",
-                      help="check the folder against its existing rd-manifest.json instead of pinning")
+                      help="check the folder against its existing .rd-manifest.json instead of pinning")
     p.add_argument("--workers", type=int, default=None, help="hashing threads (default: min(shards, CPUs, 8))")
 
 

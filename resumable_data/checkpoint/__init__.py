@@ -17,14 +17,8 @@ from resumable_data.checkpoint.inventory import Inventory, InventoryEntry
 from resumable_data.checkpoint.meta import CheckpointMeta, SchedulerConvention, fingerprint
 from resumable_data.checkpoint.metrics import MetricLog
 from resumable_data.checkpoint.state import AccumulationPolicy, NewRankRNG, TrainingState
-from resumable_data.checkpoint.store import (
-    LoadedCheckpoint,
-    cleanup_incomplete,
-    list_checkpoints,
-    load_checkpoint,
-    read_checkpoint,
-    save_checkpoint,
-)
+from resumable_data.checkpoint.load import LoadedCheckpoint, load_checkpoint
+from resumable_data.checkpoint.store import cleanup_incomplete, list_checkpoints, read_checkpoint, save_checkpoint
 
 __all__ = [
     "AccumulationPolicy",

@@ -10,7 +10,7 @@ it was saved at, or returns 0 and changes nothing when the directory holds no co
     start = rd.resume_or_start("ckpt", state)        # 0 on the first run
     for step, batch in enumerate(loader, start=start): ...
 
-Guarantee: the same as :func:`~resumable_data.checkpoint.store.load_checkpoint` (the
+Guarantee: the same as :func:`~resumable_data.checkpoint.load.load_checkpoint` (the
 compatibility contract is checked before anything is restored; a damaged checkpoint raises
 :class:`~resumable_data.checkpoint.errors.CheckpointError`, it is never silently skipped: only an
 *absent* checkpoint means "start"). Interrupted saves are never candidates.
@@ -27,7 +27,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from resumable_data.checkpoint.store import list_checkpoints, load_checkpoint
+from resumable_data.checkpoint.load import load_checkpoint
+from resumable_data.checkpoint.store import list_checkpoints
 from resumable_data.errors import ConfigError, describe
 from resumable_data.labels import RecoveryLabel
 

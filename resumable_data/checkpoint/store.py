@@ -58,21 +58,17 @@ from typing import Any
 from resumable_data._io import atomic_write, fsync_dir
 from resumable_data._schema import expect_header, expect_int, expect_mapping, expect_str
 from resumable_data.checkpoint.codec import decode, encode
-from resumable_data.checkpoint.compat import CompatibilityReport
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.checkpoint.files import LIMITS, hash_regular, is_regular, read_regular, writer_lock
 from resumable_data.checkpoint.meta import CheckpointMeta, new_id
 from resumable_data.errors import ConfigError, ResumableDataError, describe
-from resumable_data.labels import RecoveryLabel
 
 __all__ = [
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_SCHEMA_VERSION",
     "MAX_STEP",
-    "LoadedCheckpoint",
     "cleanup_incomplete",
     "list_checkpoints",
-    "load_checkpoint",
     "read_checkpoint",
     "resolve_checkpoint",
     "save_checkpoint",
@@ -438,49 +434,3 @@ def read_checkpoint(path: str | os.PathLike, step: int | None = None) -> RawChec
     if not isinstance(inventory, dict):
         raise CheckpointError(describe("checkpoint file", str(p / INVENTORY_JSON), "a JSON object", "load another checkpoint"))
     return RawCheckpoint(p, marker[K_STEP], marker[K_CHECKPOINT_ID], tree, meta, inventory)
-
-
-@dataclass(frozen=True)
-class LoadedCheckpoint:
-    """What :func:`load_checkpoint` restored."""
-
-    path: Path
-    step: int
-    checkpoint_id: str
-    label: RecoveryLabel
-    meta: CheckpointMeta | None
-    report: CompatibilityReport | None
-
-
-def load_checkpoint(directory: str | os.PathLike, state: Any, *,
-                    label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION,
-                    step: int | None = None, allow_unpinned: bool = False) -> LoadedCheckpoint:
-    """Restore ``state`` from ``directory`` (its ``latest``, or ``step``, or a step directory).
-
-    All or nothing for a :class:`TrainingState`: the files are read and verified, the compatibility
-    contract and every restored part are checked before anything changes, and a failure while
-    applying rolls every object back (:mod:`~resumable_data.checkpoint.restore`). A refused
-    difference raises :class:`CompatibilityError`, a damaged checkpoint :class:`CheckpointError`,
-    a refused loader state :class:`ResumeError`; nothing else comes out. ``allow_unpinned=True``
-    lets the loader resume over a dataset without a pinned version."""
-    from resumable_data._schema import coerce_enum
-    from resumable_data.checkpoint.state import TrainingState
-
-    label = coerce_enum(label, RecoveryLabel, "label")
-    raw = read_checkpoint(directory, step)
-    report = None
-    if isinstance(state, TrainingState):
-        report = state.load_state_dict(raw.tree, label=label, allow_unpinned=allow_unpinned)
-    else:
-        try:
-            try:
-                result = state.load_state_dict(raw.tree, label=label)
-            except TypeError:
-                result = state.load_state_dict(raw.tree)
-        except ResumableDataError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a plain object's own error, reported as an rd error
-            raise CheckpointError(describe("state", type(state).__name__, f"an object that accepts this checkpoint "
-                                           f"({type(e).__name__}: {e})", "restore into the objects that were saved")) from e
-        report = result if isinstance(result, CompatibilityReport) else None
-    return LoadedCheckpoint(raw.path, raw.step, raw.checkpoint_id, label, raw.meta, report)

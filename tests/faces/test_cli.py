@@ -53,10 +53,10 @@ def test_pin_dry_run_writes_nothing_then_pin_and_verify(tmp_path, capsys):
     raw = bytearray(shard.read_bytes())
     raw[-20] ^= 0xFF  # same size, other content
     shard.write_bytes(bytes(raw))
-    manifest = (data / "rd-manifest.json").read_bytes()
+    manifest = (data / ".rd-manifest.json").read_bytes()
     rc, out, _ = _cli(capsys, "pin", data, "--verify")
     assert rc == 1 and out.startswith("MISMATCH") and shard.name in out
-    assert (data / "rd-manifest.json").read_bytes() == manifest, "--verify changed the manifest"
+    assert (data / ".rd-manifest.json").read_bytes() == manifest, "--verify changed the manifest"
 
 
 def test_pin_bad_input_exits_2_with_a_fix(tmp_path, capsys):
@@ -101,7 +101,7 @@ def test_check_resume_on_unpinned_data_says_how_to_pin(tmp_path, capsys):
     data = _shards(tmp_path / "data")
     rc, _, err = _cli(capsys, "check-resume", data, "--steps", "4", "--interrupts", "1")
     assert rc == 2 and f"fix: pin it first: resumable-data pin {data}" in err and "unpinned=" not in err
-    assert not (data / "rd-manifest.json").exists()
+    assert not (data / ".rd-manifest.json").exists()
     assert _cli(capsys, "pin", data)[0] == 0
     rc, out, _ = _cli(capsys, "check-resume", data, "--batch-size", "8", "--shuffle", "--steps", "6",
                       "--interrupts", "2", "--workers", "0")

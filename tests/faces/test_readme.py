@@ -61,7 +61,7 @@ def test_readme_links_exist():
 def test_quickstart_runs_as_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     env = run(block(QUICKSTART))
-    assert (tmp_path / "data" / "rd-manifest.json").is_file()
+    assert (tmp_path / "data" / ".rd-manifest.json").is_file()
     assert env["saved"]["cursor"]["committed"] == 10
 
 
@@ -114,7 +114,7 @@ def test_your_data_runs_as_written(tmp_path, monkeypatch):
     monkeypatch.setenv("RD_CACHE_DIR", str(tmp_path / "cache"))
     env = run(block(YOUR_DATA))
     assert len(env["src"]) == 100
-    assert (tmp_path / "my_parquet" / "rd-manifest.json").is_file()
+    assert (tmp_path / "my_parquet" / ".rd-manifest.json").is_file()
 
 
 def test_performance_page_is_the_generated_summary():

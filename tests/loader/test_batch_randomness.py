@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import resumable_data as rd
-from tests.loader.conftest import N_RECORDS, canon
+from tests.loader.conftest import N_RECORDS, canon, take
 
 
 class Plain(torch.utils.data.Dataset):
@@ -54,12 +54,7 @@ def run(make, epochs=2):
 def resumed(make, cut, total):
     """``cut`` batches, a state, a fresh loader from it, then every remaining batch in order."""
     dl = make()
-    got = []
-    while len(got) < cut:
-        for b in dl:
-            got.append(canon(b))
-            if len(got) == cut:
-                break
+    got = take(dl, cut)
     sd = dl.state_dict()
     again = make()
     again.load_state_dict(sd)

@@ -8,7 +8,7 @@ from torch.utils.data import RandomSampler, SequentialSampler, WeightedRandomSam
 
 import resumable_data as rd
 from resumable_data.plan.sampling import keyed_uniform, weighted_order
-from tests.loader.conftest import canon
+from tests.loader.conftest import canon, take
 
 N = 50
 
@@ -125,12 +125,7 @@ def test_samplers_resume_every_remaining_batch_in_order(make_sampler, num_worker
     flat = ref[0] + ref[1]
     for cut in (1, len(ref[0]) - 1, len(ref[0]) + 2):
         dl = loader()
-        got = []
-        while len(got) < cut:
-            for b in dl:
-                got.append(canon(b))
-                if len(got) == cut:
-                    break
+        got = take(dl, cut)
         sd = dl.state_dict()
         resumed = loader()
         resumed.load_state_dict(sd)

@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import DistributedSampler
 
 import resumable_data as rd
-from tests.loader.conftest import canon
+from tests.loader.conftest import canon, take
 
 
 class Ids(torch.utils.data.Dataset):
@@ -166,12 +166,7 @@ def test_distributed_sampler_padded_tail_resumes_every_remaining_batch_in_order(
         per_epoch = len(ref) // 2
         for cut in (per_epoch - 1, per_epoch):
             dl = loader(r)
-            got = []
-            while len(got) < cut:
-                for b in dl:
-                    got.append(canon(b))
-                    if len(got) == cut:
-                        break
+            got = take(dl, cut)
             again = loader(r)
             again.load_state_dict(dl.state_dict())
             while len(got) < len(ref):

@@ -1,0 +1,71 @@
+"""``rd.load_checkpoint``: read a checkpoint folder and restore it into a training state.
+
+Algorithm. :func:`~resumable_data.checkpoint.store.read_checkpoint` resolves the step (``latest``,
+else the newest complete step), checks every file against its ``COMMITTED`` marker (sizes and
+xxh3-128 hashes, regular files only, bounded reads) and decodes the tree without unpickling; the
+state's own ``load_state_dict`` then restores it. Guarantee: for an :class:`rd.TrainingState`
+the restore is all or nothing (:mod:`~resumable_data.checkpoint.restore`); any other object's
+error comes out as an rd error. Cost: one read and hash of the checkpoint's files.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from resumable_data.checkpoint.compat import CompatibilityReport
+from resumable_data.checkpoint.errors import CheckpointError
+from resumable_data.checkpoint.meta import CheckpointMeta
+from resumable_data.checkpoint.store import read_checkpoint
+from resumable_data.errors import ResumableDataError, describe
+from resumable_data.labels import RecoveryLabel
+
+__all__ = ["LoadedCheckpoint", "load_checkpoint"]
+
+
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    """What :func:`load_checkpoint` restored."""
+
+    path: Path
+    step: int
+    checkpoint_id: str
+    label: RecoveryLabel
+    meta: CheckpointMeta | None
+    report: CompatibilityReport | None
+
+
+def load_checkpoint(directory: str | os.PathLike, state: Any, *,
+                    label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION,
+                    step: int | None = None, allow_unpinned: bool = False) -> LoadedCheckpoint:
+    """Restore ``state`` from ``directory`` (its ``latest``, or ``step``, or a step directory).
+
+    All or nothing for a :class:`TrainingState`: the files are read and verified, the compatibility
+    contract and every restored part are checked before anything changes, and a failure while
+    applying rolls every object back (:mod:`~resumable_data.checkpoint.restore`). A refused
+    difference raises :class:`CompatibilityError`, a damaged checkpoint :class:`CheckpointError`,
+    a refused loader state :class:`ResumeError`; nothing else comes out. ``allow_unpinned=True``
+    lets the loader resume over a dataset without a pinned version."""
+    from resumable_data._schema import coerce_enum
+    from resumable_data.checkpoint.state import TrainingState
+
+    label = coerce_enum(label, RecoveryLabel, "label")
+    raw = read_checkpoint(directory, step)
+    report = None
+    if isinstance(state, TrainingState):
+        report = state.load_state_dict(raw.tree, label=label, allow_unpinned=allow_unpinned)
+    else:
+        try:
+            try:
+                result = state.load_state_dict(raw.tree, label=label)
+            except TypeError:
+                result = state.load_state_dict(raw.tree)
+        except ResumableDataError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a plain object's own error, reported as an rd error
+            raise CheckpointError(describe("state", type(state).__name__, f"an object that accepts this checkpoint "
+                                           f"({type(e).__name__}: {e})", "restore into the objects that were saved")) from e
+        report = result if isinstance(result, CompatibilityReport) else None
+    return LoadedCheckpoint(raw.path, raw.step, raw.checkpoint_id, label, raw.meta, report)
