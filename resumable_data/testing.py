@@ -53,12 +53,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import xxhash
 
 from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, describe
 from resumable_data.plan import Sharding, ShardingPolicy
+from resumable_data.batch_digest import batch_digests, tree_digest as _tree_digest
 from resumable_data.loader.state import CommitMode, LoaderState
 
 __all__ = ["Divergence", "ResumeReport", "assert_resumes", "batch_digests", "check_resume"]
@@ -68,51 +67,6 @@ __all__ = ["Divergence", "ResumeReport", "assert_resumes", "batch_digests", "che
 #: sample in the main process with ``num_workers=0`` and in the workers otherwise).
 STATE_PARTS = ("parameters", "buffers", "gradients", "optimizer", "optimizer_groups", "scheduler", "scaler", "ema",
                "callbacks", "modes")
-
-
-def _digest_value(value: Any) -> str:
-    h = xxhash.xxh3_64()
-    if hasattr(value, "detach") and hasattr(value, "numpy"):
-        arr = value.detach().cpu().contiguous().numpy()
-        h.update(f"tensor:{arr.dtype}:{arr.shape}".encode())
-        h.update(arr.tobytes())
-    elif isinstance(value, np.ndarray):
-        h.update(f"ndarray:{value.dtype}:{value.shape}".encode())
-        h.update(np.ascontiguousarray(value).tobytes())
-    else:
-        h.update(repr(value).encode())
-    return h.hexdigest()
-
-
-def batch_digests(batch: Any) -> dict[str, str]:
-    """Per-key digests of a batch (a dict, a sequence or a single value)."""
-    if isinstance(batch, dict):
-        return {str(k): _digest_value(v) if not isinstance(v, (dict, list, tuple)) else
-                xxhash.xxh3_64_hexdigest(json.dumps(batch_digests(v), sort_keys=True).encode())
-                for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return {str(i): d for i, v in enumerate(batch) for d in [json.dumps(batch_digests(v), sort_keys=True)]}
-    return {"batch": _digest_value(batch)}
-
-
-def _tree_digest(tree: Any) -> str:
-    """One digest of a nested dict/list/tuple of tensors and plain values (dict keys in sorted order)."""
-    h = xxhash.xxh3_64()
-
-    def walk(x: Any, path: str) -> None:
-        if isinstance(x, Mapping):
-            h.update(f"{path}:dict:{len(x)}".encode())
-            for k in sorted(x, key=str):
-                walk(x[k], f"{path}.{k}")
-        elif isinstance(x, (list, tuple)):
-            h.update(f"{path}:{type(x).__name__}:{len(x)}".encode())
-            for i, v in enumerate(x):
-                walk(v, f"{path}.{i}")
-        else:
-            h.update(f"{path}=".encode() + _digest_value(x).encode())
-
-    walk(tree, "")
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
