@@ -377,7 +377,8 @@ def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool) -
     differ("num_records", sp.num_records, cp.num_records, "open the same dataset")
     differ("seed", sp.seed, cp.seed, "pass seed= as saved")
     differ("order", sp.order.to_dict(), cp.order.to_dict(), "pass the same shuffle / shuffle_window")
-    differ("tail", sp.tail.value, cp.tail.value, "pass the same drop_last (and sampler settings)")
+    differ("tail", sp.tail.value, cp.tail.value, f"pass tail={sp.tail.value!r} (or the drop_last and sampler "
+           "settings the run was started with)")
     differ("pad_to", sp.pad_to, cp.pad_to, "resume a DistributedSampler(drop_last=False) run on the same world size")
     if sp.global_batch != cp.global_batch:
         w, g = current.layout.world_size, sp.global_batch
@@ -394,7 +395,8 @@ def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool) -
     differ("packing", saved.packing, current.packing, "pass the same packing spec")
     if not (saved.pinned and current.pinned) and not allow_unpinned:
         diffs.append(
-            f"pinned: saved {saved.pinned} vs current {current.pinned}; the dataset version cannot be verified; "
+            f"pinned: the {'saved run' if not saved.pinned else 'current loader'}'s dataset is not pinned "
+            f"(saved pinned={saved.pinned}, current pinned={current.pinned}), so its version cannot be verified; "
             "fix: pin the data (rd.pin) and pass dataset_version=, or load with allow_unpinned=True"
         )
     layout_changed = saved.layout != current.layout

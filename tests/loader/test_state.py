@@ -185,3 +185,16 @@ def test_state_is_identical_on_every_rank(shards):
     it = iter(whole)
     expected = sum(int(next(it)["tokens_lengths"].sum()) for _ in range(3))
     assert states[0]["counters"]["tokens"] == expected > 0
+
+
+def test_refusal_texts_name_a_fix_that_exists(shards):
+    """The tail fix names tail= (drop_last alone cannot express 'wrap'); the unpinned refusal says
+    which side is unpinned instead of 'saved False vs current False'."""
+    a = rd.DataLoader(shards, batch_size=4, sharding=rd.Sharding(2, 0), tail="wrap")
+    b = rd.DataLoader(shards, batch_size=4, sharding=rd.Sharding(2, 0), drop_last=True)
+    with pytest.raises(rd.ResumeError, match=r"tail: saved 'wrap' vs current 'drop'; fix: pass tail='wrap'"):
+        b.load_state_dict(a.state_dict())
+    unpinned = rd.DataLoader(list(range(10)), batch_size=2)
+    with pytest.raises(rd.ResumeError, match=r"pinned: the saved run's dataset is not pinned"):
+        rd.DataLoader(list(range(10)), batch_size=2).load_state_dict(unpinned.state_dict())
+    rd.DataLoader(list(range(10)), batch_size=2).load_state_dict(unpinned.state_dict(), allow_unpinned=True)
