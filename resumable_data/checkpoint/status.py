@@ -49,6 +49,14 @@ def _opt_int(v: Any, where: str) -> int | None:
     return None if v is None else _int(v, where)
 
 
+def _int_map(v: Any, where: str) -> dict[str, int] | None:
+    if v is None:
+        return None
+    if not isinstance(v, Mapping):
+        raise _bad(where, v, "an object of integers")
+    return {str(k): _int(x, f"{where}.{k}") for k, x in v.items()}
+
+
 def _num(v: Any, where: str) -> float | None:
     if v is None:
         return None
@@ -146,21 +154,13 @@ class CheckpointStatus:
             if not isinstance(eb, list) or len(eb) != 2:
                 raise _bad(f"{where}.epoch_base", eb, "[epoch, first step]")
             eb = (_int(eb[0], f"{where}.epoch_base[0]"), _int(eb[1], f"{where}.epoch_base[1]"))
-        counters = d.get(K_COUNTERS)
-        if counters is not None:
-            if not isinstance(counters, Mapping):
-                raise _bad(f"{where}.counters", counters, "an object of integers")
-            counters = {str(k): _int(v, f"{where}.counters.{k}") for k, v in counters.items()}
+        counters = _int_map(d.get(K_COUNTERS), f"{where}.counters")
         lrs = d.get(K_NEXT_LR)
         if lrs is not None:
             if not isinstance(lrs, list):
                 raise _bad(f"{where}.next_lr", lrs, "a list of numbers or nulls")
             lrs = tuple(_num(v, f"{where}.next_lr[{i}]") for i, v in enumerate(lrs))
-        modes = d.get(K_MODES)
-        if modes is not None:
-            if not isinstance(modes, Mapping):
-                raise _bad(f"{where}.modes", modes, "an object of integers")
-            modes = {str(k): _int(v, f"{where}.modes.{k}") for k, v in modes.items()}
+        modes = _int_map(d.get(K_MODES), f"{where}.modes")
         acc = d.get(K_ACCUMULATION)
         return cls(
             accumulation=None if acc is None else AccumulationStatus.from_dict(acc, f"{where}.accumulation"),

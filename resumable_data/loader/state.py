@@ -266,7 +266,7 @@ class LoaderState:
         return {
             K_FORMAT: FORMAT,
             K_SCHEMA: SCHEMA_VERSION,
-            K_PLAN: None if self.plan is None else self.plan.to_dict(),
+            K_PLAN: self.plan.to_dict(),
             K_LAYOUT: self.layout.to_dict(),
             K_ELASTIC: self.elastic,
             K_COMMIT: self.commit.value,
@@ -309,10 +309,10 @@ class LoaderState:
         ``epoch_base`` with no progress; validated like :meth:`from_dict`."""
         if not isinstance(data, dict):
             raise ResumeError(describe("data", type(data).__name__, "the loader fingerprint of a checkpoint", "pass meta.data"))
-        blank = cls(plan=None, layout=Layout(), elastic=True, commit=CommitMode.AUTO, accumulation_steps=1,  # type: ignore[arg-type]
-                    packing=None, pinned=False).to_dict()
-        return cls.from_dict({**blank, **{k: data.get(k) for k in FINGERPRINT_KEYS},
-                              K_EPOCH_BASE: list(epoch_base)})
+        progress = {K_FORMAT: FORMAT, K_SCHEMA: SCHEMA_VERSION, K_EPOCH_BASE: list(epoch_base),
+                    K_CURSOR: Cursor().to_dict(), K_COUNTERS: Counters().to_dict(), K_SKIPPED: [],
+                    K_LABEL: RecoveryLabel.FAITHFUL_CONTINUATION.value, K_END_OF_PASS: False}
+        return cls.from_dict({**progress, **{k: data.get(k) for k in FINGERPRINT_KEYS}})
 
     @classmethod
     def from_dict(cls, d: Any) -> LoaderState:
