@@ -66,7 +66,7 @@ def arrow_to_numpy(table: pa.Table, pad_value: Any = PAD_VALUE) -> dict[str, Any
             out[name], out[name + LENGTHS_SUFFIX] = _pad(_single(col), pad_value)
         elif pa.types.is_fixed_size_list(t) and _is_numeric(t.value_type) and col.null_count == 0:
             flat = _single(col).flatten().to_numpy(zero_copy_only=False)
-            out[name] = np.ascontiguousarray(flat.reshape(len(col), t.list_size))
+            out[name] = np.array(flat.reshape(len(col), t.list_size), copy=True)  # writable, like torch's
         else:
             out[name] = col.to_pylist()
     return out

@@ -60,7 +60,9 @@ def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncomm
         diffs.append(
             f"uncommitted batches: steps [{c.committed}, {c.delivered}) were delivered but never committed; "
             "fix: pass on_uncommitted='repeat' (deliver them again) or on_uncommitted='skip' (treat them as consumed "
-            "and record the skipped range)"
+            "and record the skipped range) to loader.load_state_dict(state, ...); torch.distributed.checkpoint's "
+            "dcp.load passes no options, so there put rd.distributed.LoaderStateful(loader, on_uncommitted='repeat') "
+            "in the state dict in place of the loader"
         )
     if diffs:
         raise ResumeError("cannot resume this loader from the given state:\n  - " + "\n  - ".join(diffs))

@@ -58,6 +58,7 @@ from resumable_data.sources.files import (
     canonical_schema,
     check_same_schema,
     discover_shards,
+    refuse_hive_partitions,
     open_shard,
     resolve_files,
 )
@@ -142,8 +143,10 @@ class ArrowShards:
             root = store.resolve(src)
             version = DatasetVersion.locate(root, filesystem=store.filesystem)
             if version is not None:
+                refuse_hive_partitions(root, [s.path for s in version.shards])
                 return version, root, [s.path for s in version.shards]
             rel = discover_shards(root, store)
+            refuse_hive_partitions(root, rel)
             if not rel:
                 raise ConfigError(describe("path_or_files", str(src), "a directory (or prefix) with shard "
                                            "files or a manifest", "check the path"))

@@ -64,6 +64,7 @@ __all__ = [
     "check_same_schema",
     "detect_format",
     "discover_shards",
+    "refuse_hive_partitions",
     "hash_file",
     "ipc_file_batch_rows",
     "open_shard",
@@ -121,6 +122,25 @@ def discover_shards(root: Any, store: ShardStore = LOCAL) -> list[str]:
                      "(and, for remote data, the right filesystem and bucket/prefix)"))
     return [r for r in store.list_files(root)
             if r.endswith(SHARD_SUFFIXES) and not posixpath.basename(r).startswith(".")]
+
+
+def refuse_hive_partitions(root: Any, rel_paths: list[str]) -> None:
+    """Shards under ``key=value`` directories carry columns in their paths, which rd does not read.
+
+    pyarrow, pandas and Spark add those partition columns to every row; reading the files alone
+    would make them vanish without a word, so a directory laid out that way is refused."""
+    keys = sorted({part.split("=", 1)[0] for r in rel_paths for part in r.split("/")[:-1]
+                   if "=" in part and not part.startswith("=")})
+    if keys:
+        example = next(r for r in rel_paths if "=" in r.rsplit("/", 1)[0])
+        raise ConfigError(describe(
+            "path", str(root),
+            f"shard files whose paths hold no data, but {example!r} is in a hive-style partition "
+            f"directory: its partition column(s) {keys} live in the directory names, which rd does not "
+            "read, so they would vanish from every row",
+            f"write the columns into the files once: rd.write_arrow_shards(pyarrow.dataset.dataset("
+            f"{str(root)!r}, partitioning='hive').to_table(), NEW_DIR, rows_per_batch=1024) and pass NEW_DIR; "
+            "or, to read the files without those columns, pass the list of files instead of the directory"))
 
 
 def resolve_files(files: Sequence[str | os.PathLike], store: ShardStore = LOCAL) -> tuple[str, list[str]]:

@@ -105,6 +105,7 @@ def hf_shards(dataset: Any, *, hash: str = "content",
     if not isinstance(dataset, datasets.Dataset):
         raise ConfigError(describe("dataset", type(dataset).__name__, "a datasets.Dataset",
                                    "pass a Hugging Face datasets.Dataset (or use rd.ArrowShards(path))"))
+    _refuse_format(dataset)
     files = [f["filename"] for f in dataset.cache_files]
     if not files:
         return _in_memory_shards(dataset, hash, cache_dir)
@@ -144,6 +145,35 @@ def hf_shards(dataset: Any, *, hash: str = "content",
         raise ConfigError(describe("dataset", own, f"the schema of its cache files ({version.schema})",
                                    _FIX_FLATTEN))
     return root, rel, version
+
+
+def _refuse_format(dataset: Any) -> None:
+    """A ``set_format``/``with_format``/``with_transform`` would be dropped silently: refuse it.
+
+    rd reads the Arrow rows themselves (every column, no formatting), so a format set on the
+    dataset would not reach the samples."""
+    fmt = dataset.format
+    kind, columns = fmt.get("type"), fmt.get("columns")
+    if kind == "custom":
+        raise ConfigError(describe(
+            "dataset", f"a dataset with a transform ({fmt.get('format_kwargs', {}).get('transform')!r}, "
+            "from with_transform/set_transform)", "a dataset without a transform (rd reads its Arrow rows "
+            "and would skip the transform)",
+            "pass dataset.with_format(None) and apply the function per sample in the loader: "
+            "rd.DataLoader(src, transform=fn) calls fn(sample) on each row dict (datasets calls a transform on a batch), "
+            "seeded by rd.sample_context() "
+            "(or materialise it once with dataset.map(fn))"))
+    if kind is not None:
+        raise ConfigError(describe(
+            "dataset", f"a dataset formatted as {kind!r} (with_format/set_format)",
+            "an unformatted dataset (rd reads its Arrow rows and collates them to torch tensors itself)",
+            "pass dataset.with_format(None) (convert in collate_fn= or arrow_collate= if you need another form)"))
+    if columns is not None and list(columns) != list(dataset.column_names):
+        raise ConfigError(describe(
+            "dataset", f"a format restricted to columns {list(columns)}",
+            f"every column ({list(dataset.column_names)}): rd reads whole rows",
+            "pass dataset.with_format(None) and pick the columns in collate_fn= or arrow_collate=, or drop "
+            "the others for good with dataset.remove_columns([...]).flatten_indices()"))
 
 
 def default_cache_root() -> Path:

@@ -41,6 +41,7 @@ from resumable_data.sources.files import (
     check_same_schema,
     discover_shards,
     read_shard_meta,
+    refuse_hive_partitions,
     resolve_files,
 )
 from resumable_data.sources.store import join, store_for
@@ -73,6 +74,7 @@ def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
     if isinstance(path, (str, os.PathLike)):
         root = store.resolve(path)
         rel = discover_shards(root, store)
+        refuse_hive_partitions(root, rel)
         selection = Selection.DIRECTORY
         if not rel:
             raise ConfigError(describe("path", str(path), "a directory (or prefix) with at least one shard "

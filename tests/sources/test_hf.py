@@ -184,6 +184,31 @@ def test_indices_mapping_and_in_memory_edits_are_refused_with_the_fix(built):
     assert src.take(list(range(N))).to_pylist() == as_rows(shuffled)
 
 
+def _double_id(sample):
+    return {**sample, "id": sample["id"] * 2}
+
+
+def test_a_format_or_transform_is_refused_not_dropped_and_the_fix_works(built, rd_cache):
+    """rd reads Arrow rows: a with_format / with_transform would silently not apply; refuse it,
+    and the fix the message names (with_format(None) + the loader's transform=) gives the rows
+    the transform meant."""
+    _, _, dss = built
+    ds = dss["json"]
+    cases = [
+        (ds.with_format("torch"), r"formatted as 'torch'.*with_format\(None\)"),
+        (ds.with_format("numpy"), r"formatted as 'numpy'.*with_format\(None\)"),
+        (ds.with_transform(_double_id), r"with a transform.*with_format\(None\).*transform=fn"),
+        (ds.with_format(columns=["id"]), r"restricted to columns \['id'\].*with_format\(None\)"),
+    ]
+    for view, pattern in cases:
+        with pytest.raises(rd.ConfigError, match=pattern):
+            rd.ArrowShards.from_hf(view)
+    src = rd.ArrowShards.from_hf(ds.with_transform(_double_id).with_format(None))
+    loader = rd.DataLoader(src, batch_size=4, shuffle=False, seed=0, transform=_double_id, collate_fn=list)
+    ids = [r["id"] for batch in loader for r in batch]
+    assert ids == [2 * i for i in range(N)]
+
+
 def test_non_datasets_inputs_are_refused(built):
     _, files, dss = built
     dd = datasets.DatasetDict({"train": dss["json"]})

@@ -131,3 +131,30 @@ def test_a_read_only_folder_works_as_root_without_dac_override(tmp_path):
     if "Operation not permitted" in r.stderr:
         pytest.skip(f"setpriv cannot drop capabilities here: {r.stderr.strip()[:200]}")
     assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def test_a_hive_partitioned_folder_is_refused_and_the_fix_keeps_its_columns(tmp_path):
+    """Partition columns live in ``key=value`` directory names; reading the files alone would drop
+    them, so the folder is refused (opening and pinning), nothing is written, and the fix the
+    message names gives rows with the column."""
+    import glob
+
+    import pyarrow.dataset as pads
+
+    folder = tmp_path / "hive"
+    table = pa.table({"x": pa.array(range(40), type=pa.int64()), "year": [2020 + i % 2 for i in range(40)]})
+    pq.write_to_dataset(table, folder, partition_cols=["year"])
+    before = _listing(folder)
+    with pytest.raises(rd.ConfigError, match=r"hive-style partition.*\['year'\].*write_arrow_shards"):
+        rd.ArrowShards(folder)
+    with pytest.raises(rd.ConfigError, match=r"hive-style partition.*\['year'\]"):
+        rd.pin(folder)
+    assert _listing(folder) == before
+    out = tmp_path / "flat"
+    rd.write_arrow_shards(pads.dataset(str(folder), partitioning="hive").to_table(), out, rows_per_batch=1024)
+    src = rd.ArrowShards(out, unpinned="allow")
+    rows = src.take(list(range(len(src)))).to_pylist()
+    assert sorted((r["x"], r["year"]) for r in rows) == [(i, 2020 + i % 2) for i in range(40)]
+    files = sorted(glob.glob(str(folder / "*" / "*.parquet")))
+    listed = rd.ArrowShards(files, unpinned="allow")  # the opt-out: the files without the column
+    assert len(listed) == 40 and "year" not in listed.take([0]).column_names
