@@ -63,6 +63,7 @@ class LoaderIterator:
             # fetcher[request] for each request of the sampler; doing it directly saves ~0.1 ms/batch.
             self._it = _Inline(loader._fetcher, torch_loader.sampler)
         else:
+            torch_compat.install_sigchld_handler()  # a death is reported at next(), never mid-step
             self._it = iter(torch_loader)
         self._closed = False
 
@@ -93,8 +94,8 @@ class LoaderIterator:
                 self._abandon()
                 c = ledger.cursor
                 raise WorkerError(
-                    f"a loader worker {what} ({type(e).__name__}: {e}); nothing was lost: "
-                    f"state_dict() counts the {c.delivered} batches delivered to the loop "
+                    f"a loader worker {what} ({type(e).__name__}: {e}) {self._in_flight(c.delivered)}; "
+                    f"nothing was lost: state_dict() counts the {c.delivered} batches delivered to the loop "
                     f"(cursor.committed={c.committed}); fix: save loader.state_dict() with your "
                     "checkpoint and restart (or iterate a fresh iter(loader)); the job resumes at the "
                     "first batch it did not see"
@@ -105,6 +106,20 @@ class LoaderIterator:
         if isinstance(batch, NumpyBatch):
             batch = to_torch(batch)
         return batch
+
+    def _in_flight(self, delivered: int) -> str:
+        """Which step the loop was waiting for: its index, positions and this rank's records."""
+        ledger, step = self._loader._ledger, delivered
+        while ledger.is_skipped(step):
+            step += 1
+        try:
+            info = self._loader.step_info(step)
+        except Exception:  # describing must never hide the fault itself
+            return f"while the loop waited for step {step}"
+        recs = [] if info.records is None else [int(r) for r in info.records]
+        shown = ", ".join(map(str, recs[:8])) + (f", ... ({len(recs)} in all)" if len(recs) > 8 else "")
+        return (f"while the loop waited for step {step} (epoch {info.epoch}, {info.unit} positions "
+                f"[{info.span[0]}, {info.span[1]}), record ids [{shown}])")
 
     def _abandon(self) -> None:
         """Close this pass and drop its broken worker pool (persistent workers too), so the next

@@ -14,19 +14,32 @@ torch's message texts for dead and hung workers ("exited unexpectedly", "killed 
 "DataLoader timed out after") and for a dataset error re-raised from a worker ("Caught ...").
 ``default_collate`` / ``default_convert`` are re-exported from their public ``torch.utils.data``
 names. Cost: an ``isinstance`` and a few string tests, only on the error path.
+
+SIGCHLD. torch installs a process-wide SIGCHLD handler that *raises* "DataLoader worker ... killed
+by signal" from wherever the main thread happens to be when a worker dies: inside the user's
+training step, a ``torch.save``, a ``finally`` block. :func:`install_sigchld_handler` installs,
+before torch's, one that makes the same check without raising (and chains any non-torch handler
+that was there) and marks torch's as set (``torch.utils.data._utils.signal_handling.
+_SIGCHLD_handler_set``, ``_error_if_any_worker_fails``). The death then surfaces where it can be
+handled: at the next ``next(loader)``, through torch's liveness check, as :class:`rd.WorkerError`.
+Plain torch ``DataLoader`` passes in the same process get their deaths reported the same way.
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 from typing import Any
 
 from torch.utils.data import DataLoader, default_collate, default_convert
+from torch.utils.data._utils import signal_handling as _signal_handling
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 __all__ = [
     "default_collate",
     "default_convert",
     "drop_persistent_iterator",
+    "install_sigchld_handler",
     "is_multiprocess_iter",
     "shutdown_workers",
     "worker_fault",
@@ -71,3 +84,32 @@ def worker_fault(error: BaseException) -> str | None:
     if text.startswith("DataLoader timed out after"):
         return "hung (no batch within timeout=)"
     return None
+
+
+_installed = False
+
+
+def install_sigchld_handler() -> bool:
+    """Install the non-raising SIGCHLD handler (see the module docstring) once per process;
+    returns whether it is in place (False off the main thread or without SIGCHLD)."""
+    global _installed
+    if _installed:
+        return True
+    if not hasattr(signal, "SIGCHLD") or threading.current_thread() is not threading.main_thread():
+        return False
+    previous = signal.getsignal(signal.SIGCHLD)
+    torch_own = callable(previous) and getattr(previous, "__module__", None) == _signal_handling.__name__
+    chained = previous if callable(previous) and not torch_own else None
+
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            _signal_handling._error_if_any_worker_fails()
+        except RuntimeError:
+            pass  # reported by the liveness check at the next next(loader), as rd.WorkerError
+        if chained is not None:
+            chained(signum, frame)
+
+    signal.signal(signal.SIGCHLD, handler)
+    _signal_handling._SIGCHLD_handler_set = True
+    _installed = True
+    return True

@@ -40,6 +40,13 @@ def test_the_private_names_exist_with_the_expected_shape():
     assert list(inspect.signature(shutdown).parameters) == ["self"], "_shutdown_workers() takes arguments now"
     assert "_iterator" in vars(tud.DataLoader([1, 2])), "DataLoader._iterator (the persistent pass) is gone"
     assert tud.DataLoader([1, 2])._iterator is None
+    from torch.utils.data._utils import signal_handling
+
+    assert isinstance(getattr(signal_handling, "_SIGCHLD_handler_set", None), bool), \
+        "torch.utils.data._utils.signal_handling._SIGCHLD_handler_set is gone"
+    assert callable(getattr(signal_handling, "_error_if_any_worker_fails", None)), \
+        "torch.utils.data._utils.signal_handling._error_if_any_worker_fails is gone"
+    assert callable(getattr(signal_handling, "_set_SIGCHLD_handler", None))
     assert torch_compat.default_collate([1, 2]).tolist() == [1, 2]
     assert torch_compat.default_convert([1, 2]) == [1, 2]
 

@@ -84,13 +84,7 @@ def test_worker_fault_then_exact_resume(mode, timeout):
     loader = make(mode, 1, timeout=timeout)
     got = []
     t0 = time.monotonic()
-    it = iter(loader)  # starts the worker; torch installs its SIGCHLD handler here
-    sigchld = None
-    if mode == "kill":
-        # torch's SIGCHLD handler raises "worker killed" asynchronously, wherever the main process
-        # happens to be (even inside pytest after the test body): detect the death synchronously
-        # instead, through the loader's liveness check, and put torch's handler back afterwards.
-        sigchld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    it = iter(loader)  # starts the worker (rd's non-raising SIGCHLD handler stands in for torch's)
     with pytest.raises(Exception) as info:
         for batch in it:
             got.append(canon(batch))
@@ -106,6 +100,7 @@ def test_worker_fault_then_exact_resume(mode, timeout):
         # EOFError while the dead process was passing a batch's tensors), the loader says it once
         assert isinstance(info.value, rd.WorkerError), repr(info.value)
         assert "worker died" in text and "fix:" in text and "cursor.committed" in text, text
+        assert f"step {len(got)} " in text and "record ids [" in text, text
     else:
         assert isinstance(info.value, rd.WorkerError), repr(info.value)
         assert "hung" in text and "timed out" in text, text
@@ -117,8 +112,6 @@ def test_worker_fault_then_exact_resume(mode, timeout):
     del loader, it, batch, info  # the traceback's frames hold the iterator (and its workers)
     gc.collect()
     wait_no_children(before)
-    if sigchld is not None:
-        signal.signal(signal.SIGCHLD, sigchld)
     resumed = make(mode, 0)
     resumed.load_state_dict(state)
     assert [canon(b) for b in resumed] == reference[len(got):]
@@ -148,18 +141,63 @@ def test_persistent_worker_killed_then_fresh_iter_continues(tmp_path):
                            persistent_workers=True, dataset_version="faulty-v1", timeout=10)
     got = []
     it = iter(loader)
-    sigchld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # see test_worker_fault_then_exact_resume
-    try:
-        with pytest.raises(rd.WorkerError):
-            for batch in it:
-                got.append(canon(batch))
-        assert (tmp_path / "killed").exists()
-        assert 0 < len(got) < len(reference)
-        got += [canon(b) for b in loader]  # a fresh pool of workers
-    finally:
-        signal.signal(signal.SIGCHLD, sigchld)
+    with pytest.raises(rd.WorkerError):
+        for batch in it:
+            got.append(canon(batch))
+    assert (tmp_path / "killed").exists()
+    assert 0 < len(got) < len(reference)
+    got += [canon(b) for b in loader]  # a fresh pool of workers
     assert got == reference
     del loader, it
     gc.collect()
     wait_no_children(before)
+    count("fault_cases")
+
+
+class Plain(torch.utils.data.Dataset):
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        return {"id": i}
+
+
+def test_a_worker_killed_while_the_loop_trains_surfaces_at_next_as_worker_error():
+    """torch's own SIGCHLD handler raises its RuntimeError inside whatever the main process is
+    doing (the training step); rd's reports the death at the next ``next(loader)`` as
+    rd.WorkerError naming the step, its positions and records; the training step runs to its end,
+    and the state resumes exactly."""
+    reference = [canon(b) for b in rd.DataLoader(Plain(), batch_size=4, shuffle=True, seed=3,
+                                                 dataset_version="plain-v1")]
+    before = children()
+    loader = rd.DataLoader(Plain(), batch_size=4, shuffle=True, seed=3, num_workers=2, prefetch_factor=1,
+                           dataset_version="plain-v1", timeout=20)
+    it = iter(loader)
+    got = [canon(next(it))]
+    pids = [w.pid for w in it._it._workers]
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    steps_done = 0
+    for _ in range(40):  # "training": a SIGCHLD arrives in here; torch's handler would raise now
+        sum(range(20_000))
+        time.sleep(0.01)
+        steps_done += 1
+    assert steps_done == 40
+    with pytest.raises(rd.WorkerError) as info:
+        while True:
+            got.append(canon(next(it)))
+    text = str(info.value)
+    step = len(got)
+    assert f"worker died" in text and f"step {step} " in text and "record ids [" in text, text
+    span = loader.step_info(step)
+    assert f"positions [{span.span[0]}, {span.span[1]})" in text, text
+    assert ", ".join(str(int(r)) for r in span.records[:4]) in text, text
+    assert got == reference[:len(got)]
+    state = json.loads(json.dumps(loader.state_dict()))
+    del loader, it, info
+    gc.collect()
+    wait_no_children(before)
+    resumed = rd.DataLoader(Plain(), batch_size=4, shuffle=True, seed=3, dataset_version="plain-v1")
+    resumed.load_state_dict(state)
+    assert [canon(b) for b in resumed] == reference[len(got):]
     count("fault_cases")
