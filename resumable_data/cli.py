@@ -1,6 +1,6 @@
 """``resumable-data``: the command line. Subcommands register themselves in :data:`COMMANDS`.
 
-``resumable-data inspect CHECKPOINT [--data DIR [--verify size|content]] [--against CURRENT
+``resumable-data inspect CHECKPOINT [--data DIR [--verify size|cached|content]] [--against CURRENT
 [--label LABEL]] [--markdown] [--wide]`` reads a checkpoint (a step directory, or a checkpoint root
 whose ``latest`` it follows), verifies its files, and prints its recovery label and lineage, counters,
 cursor and microstep, the next step's epoch, positions and first record ids, the next LR of each
@@ -68,9 +68,10 @@ def _configure_inspect(p: argparse.ArgumentParser) -> None:
                                       "file of loader.state_dict()")
     p.add_argument("--step", type=int, default=None, help="inspect this step instead of 'latest'")
     p.add_argument("--data", default=None, help="dataset directory to check against the pinned version")
-    p.add_argument("--verify", choices=("size", "content"), default="size",
-                   help="how --data is checked: 'size' (default, cheap: sizes, rows, schema) "
-                        "or 'content' (hash every shard)")
+    p.add_argument("--verify", choices=("size", "cached", "content"), default="size",
+                   help="how --data is checked: 'size' (default, cheap: sizes, rows, schema), 'cached' "
+                        "(also the content hash, checked once per file state and remembered, as "
+                        "rd.ArrowShards does by default) or 'content' (hash every shard now)")
     p.add_argument("--against", default=None, metavar="CURRENT",
                    help="the current run's metadata (JSON of TrainingState.meta().to_dict(), or a checkpoint "
                         "directory): print the compatibility table")
@@ -189,8 +190,9 @@ def _check_data(out: list[str], directory: str, pinned_hash: str, level: str = "
     except ResumableDataError as e:
         _kv(out, "dataset", f"MISMATCH ({level} check): files differ from the pinned manifest: {e}")
         return 1
-    checked = ("content verified: every shard's hash matches" if level == "content" else
-               "sizes, rows and schema match; content not checked: --verify content")
+    checked = {"content": "content verified: every shard's hash matches",
+               "cached": "content verified: every shard's hash matches (or matched for this exact file state)"}.get(
+        level, "sizes, rows and schema match; content not checked: --verify cached or content")
     _kv(out, "dataset", f"matches the pinned version {pinned_hash} ({version.num_records} records; {checked})")
     return 0
 

@@ -1,5 +1,5 @@
 """``resumable-data inspect``: the compatibility table against the current run's metadata
-(``--against``, ``--label``) and the dataset check's depth (``--verify size|content``), driven through
+(``--against``, ``--label``) and the dataset check's depth (``--verify size|cached|content``), driven through
 the CLI's ``main`` (and once as a subprocess), asserting table rows and exit codes."""
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def test_as_a_subprocess_refused_exits_1(run):
     assert re.search(r"^  data_stream\s+refused\s+7\s+8\s+data\.plan\.seed$", r.stdout, re.M)
 
 
-def test_same_size_content_change_is_caught_only_by_verify_content(run, tmp_path, capsys):
+def test_same_size_content_change_is_caught_by_verify_cached_and_content(run, tmp_path, capsys, monkeypatch):
     # the same records with one token changed, written the same way: every shard keeps its size,
     # row count and schema; the pinned manifest (content hashes) is the original one
     edited = tmp_path / "data"
@@ -165,7 +165,13 @@ def test_same_size_content_change_is_caught_only_by_verify_content(run, tmp_path
     rc, out = _inspect(capsys, run["ckpt"], "--data", edited)
     assert rc == 0
     assert re.search(r"^dataset: +matches the pinned version \w+ \(158 records; sizes, rows and schema match; "
-                     r"content not checked: --verify content\)$", out, re.M)
+                     r"content not checked: --verify cached or content\)$", out, re.M)
+    monkeypatch.setenv("RD_CACHE_DIR", str(tmp_path / "rd-cache"))  # a cache that saw neither folder
+    rc, out = _inspect(capsys, run["ckpt"], "--data", run["data"], "--verify", "cached")
+    assert rc == 0 and "content verified" in out, out
+    rc, out = _inspect(capsys, run["ckpt"], "--data", edited, "--verify", "cached")
+    assert rc == 1, out
+    assert re.search(r"^dataset: +MISMATCH \(cached check\): files differ from the pinned manifest: ", out, re.M)
     rc, out = _inspect(capsys, run["ckpt"], "--data", edited, "--verify", "content")
     assert rc == 1
     assert re.search(r"^dataset: +MISMATCH \(content check\): files differ from the pinned manifest: ", out, re.M)
