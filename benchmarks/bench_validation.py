@@ -59,7 +59,7 @@ def one_round(d: Path, validated: bool, order: np.ndarray) -> float:
     return len(order) / (time.perf_counter() - t0)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         d = write(Path(tmp) / "ds")
         size = sum(p.stat().st_size for p in d.iterdir())

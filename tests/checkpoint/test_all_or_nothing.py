@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _train as T  # noqa: E402
 
 import resumable_data as rd  # noqa: E402
+from tests.reliability._counts import count
 
 STEP = "step-000000000006"
 #: Paths whose mutation the restore may accept: recorded but never compared (meta.status: progress
@@ -267,6 +268,8 @@ def test_every_forged_state_json_is_refused_without_touching_anything(saved, dat
         Path(os.environ["RD_AON_STATS"], f"{how}.json").write_text(json.dumps(stats))
     assert not problems, "\n".join(problems[:40])
     assert stats["cases"] > 20 and stats["touched"] == 0 and stats["non_rd"] == 0
+    for k in ("cases", "refused", "accepted_inert"):
+        count(f"forged_checkpoint_{k}", stats[k])
 
 
 def _refused(o, ckpt, **kw):

@@ -25,6 +25,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from tests.reliability._counts import count
 
 WORKER = Path(__file__).with_name("_byte_flip_worker.py")
 WORKERS = 8
@@ -113,3 +114,6 @@ def test_every_byte_flip_is_refused_or_harmless(tmp_path, fmt):
            or r[3].startswith(("crash", "non-rd"))]
     assert not bad, bad[:20]
     assert default["wrong"] == 0
+    count(f"byte_flips_{fmt}", len(cases))
+    count(f"byte_flips_{fmt}_refused", default["refused"])
+    count(f"byte_flips_{fmt}_wrong_at_size", structural["wrong"])
