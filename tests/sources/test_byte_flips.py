@@ -1,7 +1,8 @@
-"""Every single-byte flip of a small IPC file, IPC stream and Parquet shard (issue 13).
+"""Every single-byte flip of a small IPC file (plain and zstd-compressed), IPC stream and Parquet
+shard, and of IPC and Parquet read through a ``pyarrow.fs`` filesystem (the remote store's path) (issue 13).
 
 Each shard has a string, a list<int32> and an int64 column in 3 record batches (row groups). Every
-byte is flipped (XOR 0xFF and XOR 0x01) and the damaged shard is read in a subprocess (8 workers,
+byte is flipped (XOR 0xFF and XOR 0x01; the compressed and filesystem variants 0xFF only) and the damaged shard is read in a subprocess (8 workers,
 each a slice of the cases, one JSON line per case), at the default settings and at
 ``verify="size"`` (structural validation alone). Per case: no crash (a worker that dies is
 restarted after the case it died on, which is recorded as a crash), no hang (10 s per case), no
@@ -48,14 +49,15 @@ def _write(path: Path, fmt: str) -> Path:
     if fmt == "parquet":
         pq.write_table(t, path, row_group_size=4)
     else:
-        opener = pa.ipc.new_file if fmt == "ipc_file" else pa.ipc.new_stream
-        with pa.OSFile(str(path), "wb") as f, opener(f, t.schema) as w:
+        opener = pa.ipc.new_stream if fmt == "ipc_stream" else pa.ipc.new_file
+        options = pa.ipc.IpcWriteOptions(compression="zstd" if fmt == "ipc_file_zstd" else None)
+        with pa.OSFile(str(path), "wb") as f, opener(f, t.schema, options=options) as w:
             for b in batches:
                 w.write_batch(b)
     return path
 
 
-def _run_slice(clean: Path, name: str, work: Path, cases: list) -> list:
+def _run_slice(clean: Path, name: str, work: Path, cases: list, via_filesystem: bool = False) -> list:
     """Results for ``cases``; a dead or hung worker is restarted after the case it stopped on."""
     results, todo = [], list(cases)
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
@@ -63,7 +65,8 @@ def _run_slice(clean: Path, name: str, work: Path, cases: list) -> list:
     while todo:
         run_dir = work / f"run{len(results)}"
         run_dir.mkdir(parents=True)
-        job = json.dumps({"clean": str(clean), "name": name, "work": str(run_dir), "cases": todo})
+        job = json.dumps({"clean": str(clean), "name": name, "work": str(run_dir), "cases": todo,
+                          "via_filesystem": via_filesystem})
         proc = subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
         proc.stdin.write(job)
@@ -94,26 +97,39 @@ def _run_slice(clean: Path, name: str, work: Path, cases: list) -> list:
     return results
 
 
-@pytest.mark.parametrize("fmt", ["ipc_file", "ipc_stream", "parquet"])
-def test_every_byte_flip_is_refused_or_harmless(tmp_path, fmt):
+#: (shard format, read through a pyarrow.fs filesystem (the remote store's code path), XOR masks):
+#: the compressed and the filesystem variants flip each byte once (0xFF) to keep `make test` short
+SWEEPS = {
+    "ipc_file": ("ipc_file", False, (0xFF, 0x01)),
+    "ipc_stream": ("ipc_stream", False, (0xFF, 0x01)),
+    "parquet": ("parquet", False, (0xFF, 0x01)),
+    "ipc_file_zstd": ("ipc_file_zstd", False, (0xFF,)),
+    "ipc_file_via_filesystem": ("ipc_file", True, (0xFF,)),
+    "parquet_via_filesystem": ("parquet", True, (0xFF,)),
+}
+
+
+@pytest.mark.parametrize("sweep", list(SWEEPS))
+def test_every_byte_flip_is_refused_or_harmless(tmp_path, sweep):
+    fmt, via_filesystem, xors = SWEEPS[sweep]
     name = "shard.parquet" if fmt == "parquet" else "shard.arrow"
     clean = _write(tmp_path / f"clean-{name}", fmt)
     size = clean.stat().st_size
     assert 300 < size < 8192
-    cases = [(i, x) for x in (0xFF, 0x01) for i in range(size)]
+    cases = [(i, x) for x in xors for i in range(size)]
     slices = [cases[k::WORKERS] for k in range(WORKERS)]
     with ThreadPoolExecutor(WORKERS) as pool:
-        got = [r for part in pool.map(lambda k: _run_slice(clean, name, tmp_path / f"w{k}", slices[k]),
-                                      range(WORKERS)) for r in part]
+        got = [r for part in pool.map(lambda k: _run_slice(clean, name, tmp_path / f"w{k}", slices[k],
+                                                           via_filesystem), range(WORKERS)) for r in part]
     assert len(got) == len(cases)
     default = Counter(r[2].split(":")[0] for r in got)
     structural = Counter(r[3].split(":")[0] for r in got)
-    print(f"\n{fmt}: {size} bytes, {len(cases)} cases; default: {dict(default)}; "
+    print(f"\n{sweep}: {size} bytes, {len(cases)} cases; default: {dict(default)}; "
           f"verify='size': {dict(structural)}")
     bad = [r for r in got if r[2] not in ("refused", "identical") or r[3] in ("hang",)
            or r[3].startswith(("crash", "non-rd"))]
     assert not bad, bad[:20]
     assert default["wrong"] == 0
-    count(f"byte_flips_{fmt}", len(cases))
-    count(f"byte_flips_{fmt}_refused", default["refused"])
-    count(f"byte_flips_{fmt}_wrong_at_size", structural["wrong"])
+    count(f"byte_flips_{sweep}", len(cases))
+    count(f"byte_flips_{sweep}_refused", default["refused"])
+    count(f"byte_flips_{sweep}_wrong_at_size", structural["wrong"])
