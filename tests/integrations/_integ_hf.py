@@ -1,0 +1,24 @@
+"""The Hugging Face Trainer run of the integration tests (runs in a forked child)."""
+
+from __future__ import annotations
+
+import resumable_data as rd
+from _integ_common import StepLog, TinyModel, params_digest
+
+BATCH, ACCUMULATION, MAX_STEPS, SAVE_STEPS = 8, 2, 30, 4  # 13 updates per epoch: 2.3 epochs
+
+
+def train(data: str, out: str, log: str, kill_at: int | None = None, resume: bool = False, workers: int = 0,
+          max_steps: int = MAX_STEPS, save_steps: int = SAVE_STEPS) -> str:
+    from transformers import TrainingArguments
+
+    from resumable_data.integrations.transformers import ResumableTrainer
+
+    model = TinyModel(StepLog(log, kill_at))
+    args = TrainingArguments(
+        output_dir=out, per_device_train_batch_size=BATCH, gradient_accumulation_steps=ACCUMULATION,
+        max_steps=max_steps, save_strategy="steps", save_steps=save_steps, logging_strategy="no", report_to="none",
+        disable_tqdm=True, use_cpu=True, seed=1, data_seed=2, learning_rate=0.05, dataloader_num_workers=workers)
+    trainer = ResumableTrainer(model=model, args=args, train_dataset=rd.ArrowShards(data))
+    trainer.train(resume_from_checkpoint=True if resume else None)
+    return params_digest(model)
