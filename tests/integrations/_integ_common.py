@@ -51,6 +51,7 @@ class StepLog:
 
     def __init__(self, path: str | os.PathLike, kill_at: int | None = None) -> None:
         self.path, self.kill_at, self.seen = str(path), kill_at, 0
+        self.group_kill = False  # SIGKILL the whole process group (a launcher and its ranks)
 
     def record(self, ids: torch.Tensor, x: torch.Tensor, model: torch.nn.Module) -> None:
         self.seen += 1
@@ -59,6 +60,8 @@ class StepLog:
             f.write(json.dumps(line) + "\n")
             f.flush()
         if self.kill_at is not None and self.seen == self.kill_at:
+            if self.group_kill:
+                os.killpg(os.getpgid(0), signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -66,11 +69,11 @@ class TinyModel(torch.nn.Module):
     """x -> Linear(1, 8) -> ReLU -> Dropout -> Linear(8, 1), MSE against ``labels``; returns the
     ``{"loss": ...}`` dict the Hugging Face Trainer expects."""
 
-    def __init__(self, log: StepLog | None = None) -> None:
+    def __init__(self, log: StepLog | None = None, dropout: float = 0.25) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.inp = torch.nn.Linear(1, 8)
-        self.drop = torch.nn.Dropout(0.25)
+        self.drop = torch.nn.Dropout(dropout)
         self.out = torch.nn.Linear(8, 1)
         self.log = log
 
