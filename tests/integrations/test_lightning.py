@@ -1,7 +1,7 @@
 """``ResumableDataModule`` (Lightning): ``Trainer.fit`` killed with SIGKILL at a random batch and
 resumed in a fresh process with ``fit(..., ckpt_path="last")``: every later batch (record ids,
 inputs, the parameters it met) and the final parameters equal an uninterrupted run's, bit for
-bit, although Lightning's fetcher had already pulled the next batch when it saved. Accumulation
+bit (the model has no dropout: Lightning's checkpoints hold no global RNG state). Accumulation
 over 2 batches, a short last batch, mid-epoch and epoch-end checkpoints; 1 process and 2
 (``ddp_fork`` on gloo, the loader sharding itself; ``ddp_spawn`` passes the same test but costs
 about 3 minutes here, each spawned rank importing torch and Lightning again)."""
