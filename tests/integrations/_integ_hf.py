@@ -22,3 +22,22 @@ def train(data: str, out: str, log: str, kill_at: int | None = None, resume: boo
     trainer = ResumableTrainer(model=model, args=args, train_dataset=rd.ArrowShards(data))
     trainer.train(resume_from_checkpoint=True if resume else None)
     return params_digest(model)
+
+
+def train_hf_dataset(out: str, log: str) -> list[str]:
+    """A ``datasets.Dataset`` with a column the model does not take: the Trainer's own
+    ``remove_unused_columns`` drops it, then rd reads the Arrow data (``ArrowShards.from_hf``)."""
+    import datasets
+    from transformers import TrainingArguments
+
+    from resumable_data.integrations.transformers import ResumableTrainer
+
+    ds = datasets.Dataset.from_dict({"id": list(range(40)), "x": [i / 40 for i in range(40)],
+                                     "labels": [(i % 7) / 7 for i in range(40)], "text": ["unused"] * 40})
+    args = TrainingArguments(output_dir=out, per_device_train_batch_size=BATCH, max_steps=3, save_strategy="steps",
+                             save_steps=3, logging_strategy="no", report_to="none", disable_tqdm=True, use_cpu=True,
+                             seed=1)
+    trainer = ResumableTrainer(model=TinyModel(StepLog(log)), args=args, train_dataset=ds)
+    trainer.train()
+    assert isinstance(trainer.rd_loader.dataset, rd.ArrowShards) and trainer.rd_loader.dataset.pinned
+    return sorted(p.name for p in __import__("pathlib").Path(out, "checkpoint-3").iterdir())

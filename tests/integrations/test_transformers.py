@@ -103,3 +103,11 @@ def test_trainer_refuses_another_accumulation(tmp_path, data):
                              use_cpu=True)
     with pytest.raises(rd.ConfigError, match="train_sampling_strategy"):
         ResumableTrainer(model=C.TinyModel(), args=args, train_dataset=rd.ArrowShards(data))
+
+
+def test_trainer_over_a_datasets_dataset(tmp_path):
+    status, files = C.run_child(H.train_hf_dataset, out=str(tmp_path / "out"), log=str(tmp_path / "log.jsonl"))
+    assert status == "done", files
+    assert LOADER_STATE_FILE in files and "trainer_state.json" in files
+    log = C.read_log(tmp_path / "log.jsonl")
+    assert len(log) == 3 and sorted(sum((x["ids"] for x in log), [])) == sorted(set(sum((x["ids"] for x in log), [])))
