@@ -29,6 +29,7 @@ construction.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -133,12 +134,11 @@ class ResumableTrainer(transformers.Trainer):
         super()._save_checkpoint(model, trial)
 
     def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
-        loader = kwargs.get("train_dataloader")
-        resume = kwargs.get("resume_from_checkpoint")
-        if loader is None or loader is not self._rd_loader or resume is None or args \
-                or kwargs.get("epoch") != kwargs.get("epochs_trained"):
+        a = inspect.signature(super()._run_epoch).bind(*args, **kwargs).arguments
+        loader, resume = a.get("train_dataloader"), a.get("resume_from_checkpoint")
+        if loader is None or loader is not self._rd_loader or resume is None or a.get("epoch") != a.get("epochs_trained"):
             return super()._run_epoch(*args, **kwargs)
-        self._rd_restore(loader, resume, kwargs["epochs_trained"], kwargs["steps_trained_in_current_epoch"])
+        self._rd_restore(loader, resume, a["epochs_trained"], a["steps_trained_in_current_epoch"])
         with _pass_through(loader):
             return super()._run_epoch(*args, **kwargs)
 

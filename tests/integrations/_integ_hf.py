@@ -9,14 +9,14 @@ BATCH, ACCUMULATION, MAX_STEPS, SAVE_STEPS = 8, 2, 30, 4  # 13 updates per epoch
 
 
 def train(data: str, out: str, log: str, kill_at: int | None = None, resume: bool = False, workers: int = 0,
-          max_steps: int = MAX_STEPS, save_steps: int = SAVE_STEPS) -> str:
+          max_steps: int = MAX_STEPS, save_steps: int = SAVE_STEPS, accumulation: int = ACCUMULATION) -> str:
     from transformers import TrainingArguments
 
     from resumable_data.integrations.transformers import ResumableTrainer
 
     model = TinyModel(StepLog(log, kill_at))
     args = TrainingArguments(
-        output_dir=out, per_device_train_batch_size=BATCH, gradient_accumulation_steps=ACCUMULATION,
+        output_dir=out, per_device_train_batch_size=BATCH, gradient_accumulation_steps=accumulation,
         max_steps=max_steps, save_strategy="steps", save_steps=save_steps, logging_strategy="no", report_to="none",
         disable_tqdm=True, use_cpu=True, seed=1, data_seed=2, learning_rate=0.05, dataloader_num_workers=workers)
     trainer = ResumableTrainer(model=model, args=args, train_dataset=rd.ArrowShards(data))

@@ -93,7 +93,17 @@ def test_trainer_refuses_a_checkpoint_without_loader_state(tmp_path, data, refer
     assert status == "error" and "ResumeError" in text and LOADER_STATE_FILE in text, text
 
 
-def test_trainer_refuses_another_accumulation(tmp_path, data):
+def test_trainer_refuses_a_resume_with_another_accumulation(tmp_path, data):
+    out = tmp_path / "out"
+    status, _ = C.run_child(H.train, data=str(data), out=str(out), log=str(tmp_path / "a.jsonl"), kill_at=20)
+    assert status == "killed"
+    status, text = C.run_child(H.train, data=str(data), out=str(out), log=str(tmp_path / "b.jsonl"), resume=True,
+                               accumulation=4)
+    assert status == "error" and "ResumeError" in text and "accumulation_steps: saved 2 vs current 4" in text, text
+    assert not (tmp_path / "b.jsonl").exists(), "no batch may be trained before the refusal"
+
+
+def test_trainer_refuses_skipping_and_samplers_of_its_own(tmp_path, data):
     from transformers import TrainingArguments
 
     args = TrainingArguments(output_dir=str(tmp_path), ignore_data_skip=True, report_to="none", use_cpu=True)
