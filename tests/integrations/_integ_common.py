@@ -128,3 +128,44 @@ def check_resumed(reference: list[dict], before: list[dict], after: list[dict], 
         f"resumed from microbatch {resumed_from}: first difference at "
         f"{next((i for i, (a, b) in enumerate(zip(after, reference[resumed_from:])) if a != b), min(len(after), len(reference) - resumed_from))}"
         f" (resumed log {len(after)} lines, reference tail {len(reference) - resumed_from})")
+
+
+def _rank_entry(conn, fn: Callable, rank: int, world: int, port: int, kwargs: dict) -> None:
+    try:
+        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        torch.set_num_threads(1)
+        conn.send(("done", fn(**kwargs)))  # a Pipe sends synchronously (a Queue's feeder thread dies with _exit)
+    except BaseException as e:
+        import traceback
+
+        conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+    finally:
+        os._exit(0)
+
+
+def launch(world: int, fn: Callable, **kwargs: Any) -> list[Any]:
+    """Run ``fn(**kwargs)`` on ``world`` forked ranks (torchrun's environment variables, a free
+    port); this process becomes a process-group leader first, so a rank's group kill takes the
+    launcher and every rank, never the test process. Returns each rank's result."""
+    import socket
+
+    os.setpgrp()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("fork")
+    pipes = [ctx.Pipe() for _ in range(world)]
+    procs = [ctx.Process(target=_rank_entry, args=(pipes[r][1], fn, r, world, port, kwargs)) for r in range(world)]
+    for p in procs:
+        p.start()
+    results = []
+    for parent, _ in pipes:
+        if not parent.poll(240):
+            raise TimeoutError("a rank did not answer within 240 s")
+        results.append(parent.recv())
+    for p in procs:
+        p.join()
+    errors = [r for s, r in results if s != "done"]
+    assert not errors, errors
+    return [r for _, r in results]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import resumable_data as rd
 from _integ_common import StepLog, TinyModel, params_digest
 
@@ -10,11 +12,16 @@ BATCH, ACCUMULATION, MAX_STEPS, SAVE_STEPS = 8, 2, 30, 4  # 13 updates per epoch
 
 def train(data: str, out: str, log: str, kill_at: int | None = None, resume: bool = False, workers: int = 0,
           max_steps: int = MAX_STEPS, save_steps: int = SAVE_STEPS, accumulation: int = ACCUMULATION) -> str:
+    from accelerate.state import AcceleratorState
     from transformers import TrainingArguments
 
     from resumable_data.integrations.transformers import ResumableTrainer
 
-    model = TinyModel(StepLog(log, kill_at))
+    AcceleratorState._reset_state(reset_partial_state=True)  # forked from a process that may hold one
+    rank = int(os.environ.get("RANK", 0))
+    steplog = StepLog(f"{log}.rank{rank}" if "RANK" in os.environ else log, kill_at)
+    steplog.group_kill = int(os.environ.get("WORLD_SIZE", 1)) > 1
+    model = TinyModel(steplog)
     args = TrainingArguments(
         output_dir=out, per_device_train_batch_size=BATCH, gradient_accumulation_steps=accumulation,
         max_steps=max_steps, save_strategy="steps", save_steps=save_steps, logging_strategy="no", report_to="none",
@@ -22,6 +29,13 @@ def train(data: str, out: str, log: str, kill_at: int | None = None, resume: boo
     trainer = ResumableTrainer(model=model, args=args, train_dataset=rd.ArrowShards(data))
     trainer.train(resume_from_checkpoint=True if resume else None)
     return params_digest(model)
+
+
+def train_ranks(world: int, **kwargs) -> list[str]:
+    """``train`` on ``world`` forked ranks (gloo): every rank's final parameter digest."""
+    from _integ_common import launch
+
+    return launch(world, train, **kwargs)
 
 
 def train_hf_dataset(out: str, log: str) -> list[str]:

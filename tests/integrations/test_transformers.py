@@ -121,3 +121,30 @@ def test_trainer_over_a_datasets_dataset(tmp_path):
     assert LOADER_STATE_FILE in files and "trainer_state.json" in files
     log = C.read_log(tmp_path / "log.jsonl")
     assert len(log) == 3 and sorted(sum((x["ids"] for x in log), [])) == sorted(set(sum((x["ids"] for x in log), [])))
+
+
+@pytest.mark.slow
+def test_trainer_two_processes(tmp_path, data):
+    """2 ranks (gloo, forked with torchrun's variables): disjoint records per rank, a kill of every
+    process at a random microbatch, a resume: each rank's batches and the parameters bit-exact."""
+    ref, a, b = tmp_path / "ref", tmp_path / "a", tmp_path / "b"
+    for d in (ref, a, b):
+        d.mkdir()
+    status, params = C.run_child(H.train_ranks, world=2, data=str(data), out=str(ref / "out"), log=str(ref / "log"))
+    assert status == "done", params
+    assert params[0] == params[1]
+    logs = [C.read_log(ref / f"log.rank{r}") for r in range(2)]
+    assert len(logs[0]) == len(logs[1]) == 56  # 13 microbatches (7 updates) per epoch on each rank
+    first = [set(sum((x["ids"] for x in log[:12]), [])) for log in logs]
+    assert not first[0] & first[1], "ranks must read disjoint records within an epoch"
+    kill_at = random.Random("hf-2").randint(17, 55)
+    status, _ = C.run_child(H.train_ranks, world=2, data=str(data), out=str(a / "out"), log=str(a / "log"),
+                            kill_at=kill_at)
+    assert status == "killed", _
+    resumed_from = _checkpoint_microbatch(a / "out")
+    status, resumed = C.run_child(H.train_ranks, world=2, data=str(data), out=str(a / "out"), log=str(b / "log"),
+                                  resume=True)
+    assert status == "done", resumed
+    for r in range(2):
+        C.check_resumed(logs[r], C.read_log(a / f"log.rank{r}"), C.read_log(b / f"log.rank{r}"), resumed_from)
+    assert resumed == params
