@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -c constraints.txt -e ".[test]"
+	$(PIP) install -q -c constraints.txt -e ".[test,integrations]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -29,7 +29,7 @@ test-long: test
 BENCH_STAMP := $(VENV)/.installed-bench
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml constraints.txt
-	$(PIP) install -q -c constraints.txt -e ".[test,bench]"
+	$(PIP) install -q -c constraints.txt -e ".[test,integrations,bench]"
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)

@@ -28,7 +28,11 @@ SHARED = {"resumable_data.errors", "resumable_data._schema", "resumable_data._io
           "resumable_data._cache", "resumable_data._version"}
 FACES = {"resumable_data.cli", "resumable_data.cli_check", "resumable_data.testing", "resumable_data.demo",
          "resumable_data.demo_train", "resumable_data.distributed", "resumable_data.instrument",
-         "resumable_data.cli_pin", "resumable_data.cli_view", "resumable_data.batch_digest"}
+         "resumable_data.cli_pin", "resumable_data.cli_view", "resumable_data.batch_digest",
+         # optional framework integrations (the `integrations` extra), imported by nothing in the core
+         "resumable_data.integrations", "resumable_data.integrations._files", "resumable_data.integrations.transformers",
+         "resumable_data.integrations.lightning", "resumable_data.integrations.accelerate",
+         "resumable_data.integrations.torchtitan"}
 LEVEL = {"shared": 0, "plan": 1, "sources": 2, "loader": 3, "checkpoint": 4, "faces": 5}
 
 # third-party / stdlib top-level modules a layer must not import at all

@@ -1,0 +1,54 @@
+"""The Lightning run of the integration tests (a forked child; ``devices=2`` spawns two ranks)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+
+import resumable_data as rd
+from _integ_common import StepLog, TinyModel, params_digest
+from resumable_data.integrations.lightning import ResumableDataModule
+
+BATCH, ACCUMULATION, MAX_STEPS, EVERY = 8, 2, 30, 4  # 13 optimizer steps per epoch on one process
+
+
+class Module(pl.LightningModule):
+    def __init__(self, log: str, kill_at: int | None, out: str) -> None:
+        super().__init__()
+        self.net = TinyModel(dropout=0.0)  # Lightning's checkpoints hold no global RNG state (dropout masks)
+        self.log_path, self.kill_at, self.out = log, kill_at, out
+        self.steplog: StepLog | None = None
+
+    def on_fit_start(self) -> None:
+        self.steplog = StepLog(f"{self.log_path}.rank{self.global_rank}", self.kill_at)
+        if self.kill_at is not None and self.trainer.world_size > 1:
+            self.steplog.group_kill = True
+
+    def training_step(self, batch, batch_idx):
+        self.steplog.record(batch["id"], batch["x"], self.net)
+        return self.net(batch["x"], batch["labels"])["loss"]
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=0.05)
+
+    def on_train_end(self) -> None:
+        Path(f"{self.out}/params.rank{self.global_rank}").write_text(params_digest(self.net))
+
+
+def train(data: str, out: str, log: str, kill_at: int | None = None, resume: bool = False, devices: int = 1,
+          every: int = EVERY, max_steps: int = MAX_STEPS) -> str:
+    if devices > 1:
+        os.setpgrp()  # a kill takes the launcher and both ranks, never the test process
+    pl.seed_everything(3, verbose=False)
+    dm = ResumableDataModule(rd.ArrowShards(data), batch_size=BATCH, shuffle=True, seed=2)
+    ckpt = pl.callbacks.ModelCheckpoint(dirpath=f"{out}/ckpt", every_n_train_steps=every, save_top_k=-1,
+                                        save_last=True, filename="{step}")
+    trainer = pl.Trainer(
+        max_steps=max_steps, accumulate_grad_batches=ACCUMULATION, accelerator="cpu", devices=devices,
+        strategy="ddp_fork" if devices > 1 else "auto", callbacks=[ckpt], logger=False,
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=out, num_sanity_val_steps=0)
+    trainer.fit(Module(log, kill_at, out), datamodule=dm, ckpt_path="last" if resume else None)
+    return Path(f"{out}/params.rank0").read_text()
