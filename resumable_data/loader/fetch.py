@@ -28,7 +28,8 @@ from resumable_data.loader.config import FetchMode, LoaderConfig
 from resumable_data.loader.context import (
     BatchContext,
     GlobalRNGGuard,
-    SampleContext,
+    GlobalSeeder,
+    SampleSlot,
     activate_batch,
     activate_sample,
     reset_batch,
@@ -128,17 +129,29 @@ class StepFetcher(Dataset):
 
     def _transform(self, positions: np.ndarray, records: np.ndarray, samples: list) -> list:
         """``transform`` per sample, each with its sample context and (by default) seeded globals."""
+        return self._per_sample(positions, records, lambda r, i: self.transform(samples[i]))
+
+    def _per_sample(self, positions: np.ndarray, records: np.ndarray, fn: Any) -> list:
+        """``fn(record, i)`` for each sample ``i``, with its sample context active and (by default)
+        the globals seeded from its key; one seeding kernel and one context slot per batch."""
         keys = self._keys(positions)
-        epoch_len = self.plan.epoch_len
+        seeder = GlobalSeeder(keys) if self.seed_per_sample else None
+        slot = SampleSlot(self.plan.epoch_len)
+        token = activate_sample(slot)
         out = []
-        for p, r, k, sample in zip(positions.tolist(), records.tolist(), keys.tolist(), samples):
-            if self.seed_per_sample:
-                seed_globals(k)
-            token = activate_sample(SampleContext(p, p // epoch_len, r, k))
-            try:
-                out.append(self.transform(sample))
-            finally:
-                reset_sample(token)
+        try:
+            for i, (p, r, k) in enumerate(zip(positions.tolist(), records.tolist(), keys.tolist())):
+                if seeder is not None:
+                    seeder.seed(i)
+                slot.set(p, r, k)
+                try:
+                    out.append(fn(r, i))
+                except Exception as e:
+                    _note(e, f"rd.DataLoader: while fetching position {p} (epoch {p // self.plan.epoch_len}), record {r}")
+                    raise
+        finally:
+            slot.clear()
+            reset_sample(token)
         return out
 
     # -- the three fetch modes --------------------------------------------------------------------
@@ -206,22 +219,10 @@ class StepFetcher(Dataset):
         return samples if self.transform is None else self._transform(positions, records, samples)
 
     def _getitem(self, positions: np.ndarray, records: np.ndarray) -> list:
-        keys = self._keys(positions)
-        epoch_len = self.plan.epoch_len
-        out = []
-        for p, r, k in zip(positions.tolist(), records.tolist(), keys.tolist()):
-            if self.seed_per_sample:
-                seed_globals(k)
-            token = activate_sample(SampleContext(p, p // epoch_len, r, k))
-            try:
-                sample = self.dataset[r]
-                out.append(sample if self.transform is None else self.transform(sample))
-            except Exception as e:
-                _note(e, f"rd.DataLoader: while fetching position {p} (epoch {p // epoch_len}), record {r}")
-                raise
-            finally:
-                reset_sample(token)
-        return out
+        dataset, transform = self.dataset, self.transform
+        if transform is None:
+            return self._per_sample(positions, records, lambda r, i: dataset[r])
+        return self._per_sample(positions, records, lambda r, i: transform(dataset[r]))
 
 
 def _note(e: BaseException, text: str) -> None:
