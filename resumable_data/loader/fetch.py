@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset, Sampler, get_worker_info
 
-from resumable_data.loader.collate import arrow_to_numpy, to_torch
+from resumable_data.loader.collate import PAD_VALUE, arrow_to_numpy, gathered_to_numpy, to_torch
 from resumable_data.loader.config import FetchMode, LoaderConfig
 from resumable_data.loader.context import (
     BatchContext,
@@ -69,7 +69,10 @@ class StepFetcher(Dataset):
         """Run the compiled kernels and the source's first gather once in this process, so that
         forked workers inherit them instead of each paying the start-up (JIT cache, imports)."""
         if self.mode in (FetchMode.ARROW, FetchMode.PACKED):
-            self.dataset.take(self.plan.records(np.zeros(1, dtype=np.int64)))
+            first = self.plan.records(np.zeros(1, dtype=np.int64))
+            self.dataset.take(first)
+            if hasattr(self.dataset, "take_numpy"):
+                self.dataset.take_numpy(first, PAD_VALUE)
         if self.stream is not None and self.stream.spec.mode is PackMode.BEST_FIT:
             best_fit_bins(np.array([1, 1], dtype=np.int64), self.stream.spec)
 
@@ -164,8 +167,15 @@ class StepFetcher(Dataset):
         return int(self._lengths[self.records(np.arange(start, stop, dtype=np.int64))].sum())
 
     def _arrow(self, step: int, positions: np.ndarray, records: np.ndarray) -> tuple[Any, int]:
-        table = self.dataset.take(records)
         tokens = 0 if self.token_column is None else self.global_tokens(step)
+        if self.arrow_collate is None and self.collate_fn is None and self.transform is None:
+            columns = self.dataset.take_numpy(records, PAD_VALUE) if hasattr(self.dataset, "take_numpy") else None
+            if columns is not None:  # the default collate's arrays, straight from the source's maps
+                batch = gathered_to_numpy(self.dataset.schema.names, columns)
+                if self.unbatched:
+                    batch = {k: v[0] for k, v in batch.items()}
+                return self._transport(batch), tokens
+        table = self.dataset.take(records)
         if self.arrow_collate is not None:
             if self.seed_per_sample and len(positions):
                 seed_globals(sample_key(self.plan.version_hash, self.plan.seed, int(positions[0]), "collate"))
