@@ -64,6 +64,7 @@ class LoaderIterator:
             self._it = _Inline(loader._fetcher, torch_loader.sampler)
         else:
             self._it = iter(torch_loader)
+            torch_compat.widen_result_pipe(self._it)  # batches cross the pipe in one write
         self._closed = False
 
     def __iter__(self) -> LoaderIterator:
