@@ -17,8 +17,10 @@ the per-round ratios (with min and max): load drifting on a shared machine moves
   ``bench_loader.paired_ceiling``: rd reads a span, the ceiling the next, rd skips it, so every
   pass pays its own first touches) and vs torchdata's ``StatefulDataLoader`` over the ceiling's
   dataset (``Table.take`` in ``__getitems__``, same collate).
-* ``arrow/workers``: rd over the same shards with 2 workers vs 0 workers (the default layout of
+* ``arrow/workers``: rd over the same records with 2 workers vs 0 workers (the default layout of
   ``benchmarks/data.py``, 16,384-row batches, batch 256).
+
+The Arrow cases read 200,000 records in both modes (``benchmarks/data.py``'s ``--quick`` size).
 
 Run: ``python -m benchmarks.bench_dropin [--quick]``; writes ``benchmarks/results/dropin.json``
 and ``dropin.md`` (``--quick``: under ``results/quick/``).
@@ -187,16 +189,16 @@ def markdown(p: dict) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer rounds and batches, 200k Arrow records")
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and batches")
     args = ap.parse_args(argv)
     import os
 
-    from benchmarks.data import records_for
+    from benchmarks.data import QUICK_RECORDS
 
     rounds = 5 if args.quick else 9
     work = calibrate()
     payload: dict[str, Any] = {"quick": args.quick, "rounds": rounds, "map_records": 1_000_000, "work_loops": work,
-                               "arrow_records": records_for(args.quick), "cpus": os.cpu_count(), "map": {}}
+                               "arrow_records": QUICK_RECORDS, "cpus": os.cpu_count(), "map": {}}
     for kind, loops, batches in (("trivial", 0, 100 if args.quick else 300), ("100us", work, 10 if args.quick else 30)):
         for w in (0, 2):
             t0 = time.perf_counter()
@@ -208,7 +210,7 @@ def main(argv: list[str] | None = None) -> dict:
     r.pop("_seconds")
     payload["seeding"] = r
     print(f"[dropin] seeding: {payload['seeding']['seeding_us_per_sample']['median']:.1f} us/sample", flush=True)
-    n = records_for(args.quick)
+    n = QUICK_RECORDS  # 200k records (the ratios, not the sizes, are the point; the data is built once)
     payload["arrow"] = arrow_case(n, 20 if args.quick else 40, rounds)
     print(f"[dropin] arrow rb1024: vs ceiling {_r(payload['arrow']['ceiling']['ratio'])}, "
           f"vs torchdata {_r(payload['arrow']['torchdata']['ratio'])}", flush=True)

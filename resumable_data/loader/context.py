@@ -109,16 +109,18 @@ class SampleSlot:
     """The sample context of the sample being fetched, built only if user code asks for it.
 
     One slot is activated per batch; :meth:`set` moves it to the next sample (no context object
-    and no context-variable switch per sample)."""
+    and no context-variable switch per sample). ``key=None``: the key is derived on demand by
+    ``key_of(position)`` (when nothing is seeded, nobody may ever need it)."""
 
-    __slots__ = ("_epoch_len", "_args", "_ctx")
+    __slots__ = ("_epoch_len", "_key_of", "_args", "_ctx")
 
-    def __init__(self, epoch_len: int) -> None:
+    def __init__(self, epoch_len: int, key_of=None) -> None:
         self._epoch_len = epoch_len
-        self._args: tuple[int, int, int] | None = None
+        self._key_of = key_of
+        self._args: tuple[int, int, int | None] | None = None
         self._ctx: SampleContext | None = None
 
-    def set(self, position: int, record: int, key: int) -> None:
+    def set(self, position: int, record: int, key: int | None) -> None:
         self._args = (position, record, key)
         self._ctx = None
 
@@ -128,6 +130,8 @@ class SampleSlot:
     def context(self) -> SampleContext | None:
         if self._ctx is None and self._args is not None:
             p, r, k = self._args
+            if k is None:
+                k = int(self._key_of(p))
             self._ctx = SampleContext(p, p // self._epoch_len, r, k)
         return self._ctx
 

@@ -137,13 +137,19 @@ class StepFetcher(Dataset):
     def _per_sample(self, positions: np.ndarray, records: np.ndarray, fn: Any) -> list:
         """``fn(record, i)`` for each sample ``i``, with its sample context active and (by default)
         the globals seeded from its key; one seeding kernel and one context slot per batch."""
-        keys = self._keys(positions)
-        seeder = GlobalSeeder(keys) if self.seed_per_sample else None
-        slot = SampleSlot(self.plan.epoch_len)
+        plan = self.plan
+        if self.seed_per_sample:
+            keys = self._keys(positions)
+            seeder = GlobalSeeder(keys)
+            key_list = keys.tolist()
+        else:  # nothing seeded: a key only if user code asks for its sample context
+            seeder = None
+            key_list = [None] * len(positions)
+        slot = SampleSlot(plan.epoch_len, lambda p: sample_key(plan.version_hash, plan.seed, p))
         token = activate_sample(slot)
         out = []
         try:
-            for i, (p, r, k) in enumerate(zip(positions.tolist(), records.tolist(), keys.tolist())):
+            for i, (p, r, k) in enumerate(zip(positions.tolist(), records.tolist(), key_list)):
                 if seeder is not None:
                     seeder.seed(i)
                 slot.set(p, r, k)
