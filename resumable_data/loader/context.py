@@ -108,31 +108,34 @@ def batch_context() -> BatchContext:
 class SampleSlot:
     """The sample context of the sample being fetched, built only if user code asks for it.
 
-    One slot is activated per batch; :meth:`set` moves it to the next sample (no context object
+    One slot is activated per batch; assigning :attr:`args` moves it to the next sample (no context object
     and no context-variable switch per sample). ``key=None``: the key is derived on demand by
     ``key_of(position)`` (when nothing is seeded, nobody may ever need it)."""
 
-    __slots__ = ("_epoch_len", "_key_of", "_args", "_ctx")
+    __slots__ = ("_epoch_len", "_key_of", "args", "_ctx", "_ctx_args")
 
     def __init__(self, epoch_len: int, key_of=None) -> None:
         self._epoch_len = epoch_len
         self._key_of = key_of
-        self._args: tuple[int, int, int | None] | None = None
+        #: ``(position, record, key or None)`` of the sample being fetched; the loader assigns it
+        #: per sample (one attribute store), None between samples
+        self.args: tuple[int, int, int | None] | None = None
         self._ctx: SampleContext | None = None
-
-    def set(self, position: int, record: int, key: int | None) -> None:
-        self._args = (position, record, key)
-        self._ctx = None
+        self._ctx_args: tuple | None = None
 
     def clear(self) -> None:
-        self._args = self._ctx = None
+        self.args = self._ctx = self._ctx_args = None
 
     def context(self) -> SampleContext | None:
-        if self._ctx is None and self._args is not None:
-            p, r, k = self._args
+        args = self.args
+        if args is None:
+            return None
+        if self._ctx_args is not args:  # first call for this sample: build (and keep) its context
+            p, r, k = args
             if k is None:
                 k = int(self._key_of(p))
             self._ctx = SampleContext(p, p // self._epoch_len, r, k)
+            self._ctx_args = args
         return self._ctx
 
 

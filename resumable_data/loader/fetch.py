@@ -149,13 +149,14 @@ class StepFetcher(Dataset):
         token = activate_sample(slot)
         out = []
         try:
-            for i, (p, r, k) in enumerate(zip(positions.tolist(), records.tolist(), key_list)):
+            for i, args in enumerate(zip(positions.tolist(), records.tolist(), key_list)):
                 if seeder is not None:
                     seeder.seed(i)
-                slot.set(p, r, k)
+                slot.args = args  # (position, record, key): the sample context, built if asked for
                 try:
-                    out.append(fn(r, i))
+                    out.append(fn(args[1], i))
                 except Exception as e:
+                    p, r = args[0], args[1]
                     _note(e, f"rd.DataLoader: while fetching position {p} (epoch {p // self.plan.epoch_len}), record {r}")
                     raise
         finally:
