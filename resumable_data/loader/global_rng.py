@@ -22,8 +22,10 @@ free-threaded build, a numpy whose layout changed) the slow, always-correct rout
 (``random.seed``, ``np.random.seed``, ``getstate``/``setstate``) is used instead, silently
 identical in results. ``tests/loader/test_global_rng.py`` checks both routes against each other.
 
-Cost (2 shared CPUs): about 2-3 us a sample (0.3 us a copy, 1.5 us ``manual_seed``, the kernel's
-share) instead of ~35 us; saving and restoring around a batch about 10 us instead of ~200 us.
+Cost (2 shared CPUs, measured side by side with the reference route, ``timeit``): seeding a
+batch of 16 about 3x cheaper per sample (kernel share + two copies + ``manual_seed``, 10-22 us
+under heavy load vs 31-69 us), the guard about 5x (21-48 us a batch vs ~200 us). The end-to-end
+figure is the "per-sample seeding costs" line of ``benchmarks/bench_dropin.py``.
 """
 
 from __future__ import annotations

@@ -131,3 +131,33 @@ def test_reference_route_when_the_probe_fails(monkeypatch):
         seeder.seed(0)
         draws()
     assert states() == before
+
+
+class _Keys:
+    """Records what ``rd.sample_context()`` reports per sample (twice: the context is kept)."""
+
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        import resumable_data as rd
+
+        a, b = rd.sample_context(), rd.sample_context()
+        assert a is b
+        return {"record": i, "position": a.position, "key": a.key, "draw": float(a.rng.random())}
+
+
+def test_sample_context_is_the_same_with_or_without_global_seeding():
+    """Without seeding the key is derived on demand: the context must not change."""
+    import resumable_data as rd
+
+    def contexts(**kw):
+        loader = rd.DataLoader(_Keys(), batch_size=8, shuffle=True, seed=3, dataset_version="keys-v1",
+                               collate_fn=lambda rows: rows, **kw)
+        return [row for batch in loader for row in batch]
+
+    seeded, unseeded = contexts(), contexts(seed_per_sample=False)
+    assert [r["key"] for r in seeded] == [int(k) for k in rd.plan.sample_keys(
+        rd.DataLoader(_Keys(), batch_size=8, shuffle=True, seed=3, dataset_version="keys-v1").plan.version_hash,
+        3, [r["position"] for r in seeded])]
+    assert seeded == unseeded
