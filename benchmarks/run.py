@@ -1,7 +1,7 @@
 """Run every benchmark; write ``benchmarks/results/*.json``, ``summary.md`` and PNG plots.
 
 ``python -m benchmarks.run [--quick]`` (``make bench`` / ``make bench-quick``). ``--quick`` uses
-200k records, fewer batches and no worker study, and finishes in under 2 minutes. Every figure
+200k records, fewer batches and no worker study, and finishes in about 3 minutes. Every figure
 is a ratio measured side by side in the same run (median of >= 3 runs, with min and max): the
 machine is shared, so absolute numbers only describe that run.
 """
