@@ -2,7 +2,7 @@
 
 ``tokens: list<int32>`` with lengths uniform in 16..256 (values in [0, 50000)), ``id: int64``;
 1,000,000 records (``--quick``: 200,000) written as 8 pinned Arrow IPC shards of 16,384-row
-record batches, plus an Arrow *stream* copy of the same table for Hugging Face
+record batches (and, for the drop-in benchmark, a copy in 1,024-row record batches), plus an Arrow *stream* copy of the same table for Hugging Face
 ``datasets.Dataset.from_file`` and a one-record-batch IPC copy (fast single-chunk ``take``). The content is a pure function of (records, seed).
 
 Run: ``python -m benchmarks.data [--quick]`` (prints the paths).
@@ -48,6 +48,21 @@ def shards_dir(n: int, table: pa.Table | None = None) -> Path:
         shutil.rmtree(d, ignore_errors=True)
         rd.write_arrow_shards(table if table is not None else build_table(n), d, num_shards=NUM_SHARDS,
                               rows_per_batch=ROWS_PER_BATCH)
+    if not (d / MANIFEST_NAME).is_file():
+        rd.pin(d)
+    return d
+
+
+def small_batches_dir(n: int, rows_per_batch: int = 1024) -> Path:
+    """The same records as 8 pinned Arrow IPC shards of ``rows_per_batch``-row record batches (the
+    layout Hugging Face ``datasets`` writes: 1,024 rows), built and pinned on first use."""
+    import resumable_data as rd
+    from resumable_data.sources.files import MANIFEST_NAME
+
+    d = DATA / f"sources-{n}x{NUM_SHARDS}-rb{rows_per_batch}"
+    if not (d / f"shard-{NUM_SHARDS - 1:05d}.arrow").is_file():
+        shutil.rmtree(d, ignore_errors=True)
+        rd.write_arrow_shards(open_mmap_table(n), d, num_shards=NUM_SHARDS, rows_per_batch=rows_per_batch)
     if not (d / MANIFEST_NAME).is_file():
         rd.pin(d)
     return d

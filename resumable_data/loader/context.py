@@ -6,12 +6,14 @@ default, seeds Python's ``random``, ``numpy.random`` and torch's CPU generator f
 (torch's with the key's low 63 bits, so ``torch.initial_seed()`` is a valid signed int64).
 In the main process (``num_workers=0``) the global generator states are saved before a batch and
 restored after it, so the training loop's own randomness (dropout masks) never depends on the
-loader. Workers are separate processes whose global state nobody else reads, so nothing is
+loader. Seeding, saving and restoring are :mod:`.global_rng`'s (bit-identical to ``random.seed``,
+``np.random.seed`` and ``torch.manual_seed``, about 3x cheaper). The sample context object is built
+only when user code calls :func:`sample_context` (one :class:`SampleSlot` per batch). Workers are separate processes whose global state nobody else reads, so nothing is
 restored there.
 
 Guarantee. A transform that draws from ``rd.sample_context().rng`` or from the global generators
 gets the same numbers for the same position, whatever the worker id, worker count, rank or resume
-point. Cost: one hash and three seedings per sample, and nothing at all when no user code runs per
+point. Cost: one hash and three seedings per sample (a few us: see :mod:`.global_rng`), and nothing at all when no user code runs per
 sample (``rd.ArrowShards`` with the default collate).
 """
 
@@ -26,9 +28,11 @@ import numpy as np
 import torch
 
 from resumable_data.errors import UsageError
+from resumable_data.loader.global_rng import GlobalRNGGuard, GlobalSeeder, seed_globals
 from resumable_data.plan.sample_keys import numpy_generator, python_random, torch_seed
 
-__all__ = ["BatchContext", "SampleContext", "batch_context", "sample_context"]
+__all__ = ["BatchContext", "GlobalRNGGuard", "GlobalSeeder", "SampleContext", "SampleSlot", "batch_context",
+           "sample_context", "seed_globals"]
 
 
 @dataclass(frozen=True)
@@ -71,13 +75,14 @@ class BatchContext:
         return SampleContext(p, p // self.epoch_len, int(self.records[i]), int(self.keys[i]))
 
 
-_SAMPLE: ContextVar[SampleContext | None] = ContextVar("rd_sample", default=None)
+_SAMPLE: ContextVar[SampleSlot | None] = ContextVar("rd_sample", default=None)
 _BATCH: ContextVar[BatchContext | None] = ContextVar("rd_batch", default=None)
 
 
 def sample_context() -> SampleContext:
     """The context of the sample being fetched; call it inside ``dataset.__getitem__``."""
-    ctx = _SAMPLE.get()
+    slot = _SAMPLE.get()
+    ctx = None if slot is None else slot.context()
     if ctx is None:
         where = "inside __getitems__: use rd.batch_context().sample(i)" if _BATCH.get() else "outside a fetch"
         raise UsageError(
@@ -100,32 +105,42 @@ def batch_context() -> BatchContext:
     return ctx
 
 
-def seed_globals(key: int) -> None:
-    """Seed Python's ``random``, ``numpy.random`` and torch's CPU generator from ``key``."""
-    random.seed(key)
-    np.random.seed(np.array([key & 0xFFFFFFFF, key >> 32], dtype=np.uint32))
-    torch.random.default_generator.manual_seed(torch_seed(key))  # < 2**63: torch.initial_seed() stays a signed int64
+class SampleSlot:
+    """The sample context of the sample being fetched, built only if user code asks for it.
+
+    One slot is activated per batch; assigning :attr:`args` moves it to the next sample (no context object
+    and no context-variable switch per sample). ``key=None``: the key is derived on demand by
+    ``key_of(position)`` (when nothing is seeded, nobody may ever need it)."""
+
+    __slots__ = ("_epoch_len", "_key_of", "args", "_ctx", "_ctx_args")
+
+    def __init__(self, epoch_len: int, key_of=None) -> None:
+        self._epoch_len = epoch_len
+        self._key_of = key_of
+        #: ``(position, record, key or None)`` of the sample being fetched; the loader assigns it
+        #: per sample (one attribute store), None between samples
+        self.args: tuple[int, int, int | None] | None = None
+        self._ctx: SampleContext | None = None
+        self._ctx_args: tuple | None = None
+
+    def clear(self) -> None:
+        self.args = self._ctx = self._ctx_args = None
+
+    def context(self) -> SampleContext | None:
+        args = self.args
+        if args is None:
+            return None
+        if self._ctx_args is not args:  # first call for this sample: build (and keep) its context
+            p, r, k = args
+            if k is None:
+                k = int(self._key_of(p))
+            self._ctx = SampleContext(p, p // self._epoch_len, r, k)
+            self._ctx_args = args
+        return self._ctx
 
 
-class GlobalRNGGuard:
-    """Saves the global generator states on enter and restores them on exit."""
-
-    __slots__ = ("_py", "_np", "_torch")
-
-    def __enter__(self) -> GlobalRNGGuard:
-        self._py = random.getstate()
-        self._np = np.random.get_state()
-        self._torch = torch.random.default_generator.get_state()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        random.setstate(self._py)
-        np.random.set_state(self._np)
-        torch.random.default_generator.set_state(self._torch)
-
-
-def activate_sample(ctx: SampleContext | None):
-    return _SAMPLE.set(ctx)
+def activate_sample(slot: SampleSlot | None):
+    return _SAMPLE.set(slot)
 
 
 def activate_batch(ctx: BatchContext | None):

@@ -23,12 +23,13 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset, Sampler, get_worker_info
 
-from resumable_data.loader.collate import arrow_to_numpy, to_torch
+from resumable_data.loader.collate import PAD_VALUE, arrow_to_numpy, gathered_to_numpy, to_torch
 from resumable_data.loader.config import FetchMode, LoaderConfig
 from resumable_data.loader.context import (
     BatchContext,
     GlobalRNGGuard,
-    SampleContext,
+    GlobalSeeder,
+    SampleSlot,
     activate_batch,
     activate_sample,
     reset_batch,
@@ -68,7 +69,10 @@ class StepFetcher(Dataset):
         """Run the compiled kernels and the source's first gather once in this process, so that
         forked workers inherit them instead of each paying the start-up (JIT cache, imports)."""
         if self.mode in (FetchMode.ARROW, FetchMode.PACKED):
-            self.dataset.take(self.plan.records(np.zeros(1, dtype=np.int64)))
+            first = self.plan.records(np.zeros(1, dtype=np.int64))
+            self.dataset.take(first)
+            if hasattr(self.dataset, "take_numpy"):
+                self.dataset.take_numpy(first, PAD_VALUE)
         if self.stream is not None and self.stream.spec.mode is PackMode.BEST_FIT:
             best_fit_bins(np.array([1, 1], dtype=np.int64), self.stream.spec)
 
@@ -128,17 +132,36 @@ class StepFetcher(Dataset):
 
     def _transform(self, positions: np.ndarray, records: np.ndarray, samples: list) -> list:
         """``transform`` per sample, each with its sample context and (by default) seeded globals."""
-        keys = self._keys(positions)
-        epoch_len = self.plan.epoch_len
+        return self._per_sample(positions, records, lambda r, i: self.transform(samples[i]))
+
+    def _per_sample(self, positions: np.ndarray, records: np.ndarray, fn: Any) -> list:
+        """``fn(record, i)`` for each sample ``i``, with its sample context active and (by default)
+        the globals seeded from its key; one seeding kernel and one context slot per batch."""
+        plan = self.plan
+        if self.seed_per_sample:
+            keys = self._keys(positions)
+            seeder = GlobalSeeder(keys)
+            key_list = keys.tolist()
+        else:  # nothing seeded: a key only if user code asks for its sample context
+            seeder = None
+            key_list = [None] * len(positions)
+        slot = SampleSlot(plan.epoch_len, lambda p: sample_key(plan.version_hash, plan.seed, p))
+        token = activate_sample(slot)
         out = []
-        for p, r, k, sample in zip(positions.tolist(), records.tolist(), keys.tolist(), samples):
-            if self.seed_per_sample:
-                seed_globals(k)
-            token = activate_sample(SampleContext(p, p // epoch_len, r, k))
-            try:
-                out.append(self.transform(sample))
-            finally:
-                reset_sample(token)
+        try:
+            for i, args in enumerate(zip(positions.tolist(), records.tolist(), key_list)):
+                if seeder is not None:
+                    seeder.seed(i)
+                slot.args = args  # (position, record, key): the sample context, built if asked for
+                try:
+                    out.append(fn(args[1], i))
+                except Exception as e:
+                    p, r = args[0], args[1]
+                    _note(e, f"rd.DataLoader: while fetching position {p} (epoch {p // self.plan.epoch_len}), record {r}")
+                    raise
+        finally:
+            slot.clear()
+            reset_sample(token)
         return out
 
     # -- the three fetch modes --------------------------------------------------------------------
@@ -151,8 +174,15 @@ class StepFetcher(Dataset):
         return int(self._lengths[self.records(np.arange(start, stop, dtype=np.int64))].sum())
 
     def _arrow(self, step: int, positions: np.ndarray, records: np.ndarray) -> tuple[Any, int]:
-        table = self.dataset.take(records)
         tokens = 0 if self.token_column is None else self.global_tokens(step)
+        if self.arrow_collate is None and self.collate_fn is None and self.transform is None:
+            columns = self.dataset.take_numpy(records, PAD_VALUE) if hasattr(self.dataset, "take_numpy") else None
+            if columns is not None:  # the default collate's arrays, straight from the source's maps
+                batch = gathered_to_numpy(self.dataset.schema.names, columns)
+                if self.unbatched:
+                    batch = {k: v[0] for k, v in batch.items()}
+                return self._transport(batch), tokens
+        table = self.dataset.take(records)
         if self.arrow_collate is not None:
             if self.seed_per_sample and len(positions):
                 seed_globals(sample_key(self.plan.version_hash, self.plan.seed, int(positions[0]), "collate"))
@@ -206,22 +236,10 @@ class StepFetcher(Dataset):
         return samples if self.transform is None else self._transform(positions, records, samples)
 
     def _getitem(self, positions: np.ndarray, records: np.ndarray) -> list:
-        keys = self._keys(positions)
-        epoch_len = self.plan.epoch_len
-        out = []
-        for p, r, k in zip(positions.tolist(), records.tolist(), keys.tolist()):
-            if self.seed_per_sample:
-                seed_globals(k)
-            token = activate_sample(SampleContext(p, p // epoch_len, r, k))
-            try:
-                sample = self.dataset[r]
-                out.append(sample if self.transform is None else self.transform(sample))
-            except Exception as e:
-                _note(e, f"rd.DataLoader: while fetching position {p} (epoch {p // epoch_len}), record {r}")
-                raise
-            finally:
-                reset_sample(token)
-        return out
+        dataset, transform = self.dataset, self.transform
+        if transform is None:
+            return self._per_sample(positions, records, lambda r, i: dataset[r])
+        return self._per_sample(positions, records, lambda r, i: transform(dataset[r]))
 
 
 def _note(e: BaseException, text: str) -> None:

@@ -65,6 +65,7 @@ class LoaderIterator:
         else:
             torch_compat.install_sigchld_handler()  # a death is reported at next(), never mid-step
             self._it = iter(torch_loader)
+            torch_compat.widen_result_pipe(self._it)  # batches cross the pipe in one write
         self._closed = False
 
     def __iter__(self) -> LoaderIterator:

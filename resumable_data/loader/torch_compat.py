@@ -8,8 +8,14 @@ it relies on is used here and nowhere else, and ``tests/loader/test_torch_compat
 that each exists in the installed torch with the expected shape, so an upgrade that moves one
 fails loudly and names it.
 
+It also widens the pipe of a multi-process pass's result queue (:func:`widen_result_pipe`): a
+batch of a few hundred KB then crosses in one write instead of one 64 KiB pipe buffer at a time,
+each a context switch between a worker and the main process (on a loaded 2-CPU machine that
+doubled the 2-worker rate).
+
 Private names used: ``torch.utils.data.dataloader._MultiProcessingDataLoaderIter`` and its
-``_shutdown_workers()``; ``DataLoader._iterator`` (the pass a persistent-workers loader reuses);
+``_shutdown_workers()`` and ``_worker_result_queue`` (a ``multiprocessing`` queue: its
+``_reader`` connection); ``DataLoader._iterator`` (the pass a persistent-workers loader reuses);
 torch's message texts for dead and hung workers ("exited unexpectedly", "killed by signal",
 "DataLoader timed out after") and for a dataset error re-raised from a worker ("Caught ...").
 ``default_collate`` / ``default_convert`` are re-exported from their public ``torch.utils.data``
@@ -42,8 +48,13 @@ __all__ = [
     "install_sigchld_handler",
     "is_multiprocess_iter",
     "shutdown_workers",
+    "widen_result_pipe",
     "worker_fault",
 ]
+
+_F_SETPIPE_SZ = 1031  # Linux fcntl commands (fcntl.F_SETPIPE_SZ from Python 3.10 on Linux)
+_F_GETPIPE_SZ = 1032
+RESULT_PIPE_BYTES = 1 << 20  # Linux's default /proc/sys/fs/pipe-max-size for unprivileged processes
 
 
 def is_multiprocess_iter(it: Any) -> bool:
@@ -56,6 +67,23 @@ def shutdown_workers(it: Any) -> None:
     any other iterator. Idempotent: torch's shutdown ignores a pool already shut down."""
     if is_multiprocess_iter(it):
         it._shutdown_workers()
+
+
+def widen_result_pipe(it: Any, size: int = RESULT_PIPE_BYTES) -> int | None:
+    """Grow the pipe that carries a multi-process pass's batches to ``size`` bytes; returns the
+    new size, or None where that is not possible (another iterator, not Linux, a lower limit):
+    then the pipe keeps its size, which only costs speed."""
+    if not is_multiprocess_iter(it):
+        return None
+    try:
+        import fcntl
+
+        fd = it._worker_result_queue._reader.fileno()
+        if fcntl.fcntl(fd, _F_GETPIPE_SZ) < size:
+            fcntl.fcntl(fd, _F_SETPIPE_SZ, size)
+        return fcntl.fcntl(fd, _F_GETPIPE_SZ)
+    except (ImportError, OSError, AttributeError):
+        return None
 
 
 def drop_persistent_iterator(torch_loader: DataLoader) -> None:

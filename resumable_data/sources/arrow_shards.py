@@ -388,6 +388,18 @@ class ArrowShards:
                 columns[i] = got[j]
         return pa.Table.from_arrays(columns, schema=self._schema)
 
+    def take_numpy(self, record_ids: Sequence[int] | np.ndarray, pad_value: Any = 0) -> list[Any] | None:
+        """Per column, the default collate's numpy layout of ``take(record_ids)`` (a 1-D array, or
+        ``(padded, lengths)`` for a list column), straight from the maps; None unless every column
+        is an integer/float (or list of them) column on the fast path (then use :meth:`take`)."""
+        ids = self._check_ids(record_ids)
+        fast = self._plan()
+        if len(ids) == 0 or any(g is None or g.numpy_dtype is None for g in fast):
+            return None
+        unit, local = self._locate(ids)
+        self._validate_units(unit)
+        return [g.to_numpy(ids, unit, local, pad_value) for g in fast]
+
     def _fallback(self, unit: np.ndarray, local: np.ndarray, cols: list[int]) -> list[pa.Array]:
         """Per-unit Arrow takes for columns ``cols``, then one reorder take on the small result."""
         order, bounds = group_segments(unit, len(self._units))

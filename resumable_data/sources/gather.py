@@ -15,6 +15,10 @@ unit row counts (a unit is an IPC record batch or a Parquet row group). Then, co
   span's element space; a ``large_list_view`` over the span with the requested starts and lengths
   is flattened by Arrow in C++ (one contiguous copy per record, in the requested order) and the
   result is rebuilt as the schema's list type with offsets from ``cumsum(lengths)``.
+- padded numpy batch (``to_numpy``, the default collate's layout, for integer and floating
+  columns): a fixed-width column is the same indexed read, reinterpreted; a list column is
+  written straight into the ``[B, max length]`` padded array by one compiled loop (one copy of
+  the values instead of an Arrow flatten followed by a padding copy).
 - fallback (anything else: strings, structs, nulls, booleans, Parquet, compressed IPC, buffers
   not inside the map or misaligned): ids are grouped by unit, each unit does an Arrow ``take``,
   the pieces are concatenated and reordered with one ``take`` on the small result. Never a
@@ -35,9 +39,25 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from numba import njit
+
 from resumable_data.errors import DatasetIntegrityError
 
 __all__ = ["ColumnGather", "Unit", "group_segments", "plan_column"]
+
+
+@njit(cache=True, nogil=True)
+def _pad_rows(values, starts, lengths, pad, out):  # pragma: no cover - compiled
+    """``out[b, :lengths[b]] = values[starts[b]:starts[b] + lengths[b]]``, the rest ``pad``."""
+    width = out.shape[1]
+    for b in range(starts.shape[0]):
+        s = starts[b]
+        n = lengths[b]
+        row = out[b]
+        for t in range(n):
+            row[t] = values[s + t]
+        for t in range(n, width):
+            row[t] = pad
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -108,11 +128,33 @@ class ColumnGather:
         self.unit_base = unit_base
         self.starts = starts
         self.lengths = lengths
+        self.span = span
+        self.width = width
         if kind == "fixed":
             self.view = np.frombuffer(span, dtype=_UINT[width], count=span.size // width)
         else:
             self.values = pa.Array.from_buffers(dtype.value_type, span.size // width, [None, span])
             self.offset_np = np.int64 if pa.types.is_large_list(dtype) else np.int32
+        item = dtype if kind == "fixed" else dtype.value_type
+        # integers and floats only: what the default collate turns into tensors
+        self.numpy_dtype = (np.dtype(item.to_pandas_dtype())
+                            if pa.types.is_integer(item) or pa.types.is_floating(item) else None)
+        self._values_np: np.ndarray | None = None
+
+    def to_numpy(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray, pad_value: object
+                 ) -> np.ndarray | tuple[np.ndarray, np.ndarray] | None:
+        """The default collate's numpy layout of this column for ``ids``: a 1-D array (fixed
+        width), ``(padded [B, max length], lengths int64)`` (lists), or None (not numeric)."""
+        if self.numpy_dtype is None:
+            return None
+        if self.kind == "fixed":
+            return self.view[self.unit_base[unit] + local].view(self.numpy_dtype)
+        if self._values_np is None:
+            self._values_np = np.frombuffer(self.span, dtype=self.numpy_dtype, count=self.span.size // self.width)
+        ln = self.lengths[ids]
+        out = np.empty((len(ids), int(ln.max()) if len(ids) else 0), dtype=self.numpy_dtype)
+        _pad_rows(self._values_np, self.starts[ids], ln, out.dtype.type(pad_value), out)
+        return out, ln
 
     def gather(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray) -> pa.Array:
         """Values of this column for ``ids``, in the requested order."""

@@ -127,3 +127,17 @@ def test_a_dataset_error_in_a_worker_is_not_a_fault():
 ])
 def test_worker_fault_on_other_errors(error, expected):
     assert torch_compat.worker_fault(error) == expected
+
+
+def test_the_result_pipe_is_widened_and_batches_still_arrive_in_order():
+    import sys
+
+    it = iter(tud.DataLoader(_Items(), num_workers=2, batch_size=2))
+    assert hasattr(it, "_worker_result_queue") and hasattr(it._worker_result_queue, "_reader"), \
+        "_MultiProcessingDataLoaderIter._worker_result_queue._reader is gone"
+    size = torch_compat.widen_result_pipe(it)
+    limit = "/proc/sys/fs/pipe-max-size"
+    if sys.platform.startswith("linux") and os.path.exists(limit) and int(open(limit).read()) >= torch_compat.RESULT_PIPE_BYTES:
+        assert size is not None and size >= torch_compat.RESULT_PIPE_BYTES
+    assert [b.tolist() for b in it] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert torch_compat.widen_result_pipe(iter(tud.DataLoader(_Items(), num_workers=0))) is None

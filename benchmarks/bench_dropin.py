@@ -1,0 +1,227 @@
+"""Drop-in benchmark: rd.DataLoader against torch's DataLoader and torchdata on the paths issue 17 names.
+
+Every case runs its loaders side by side in one process, in interleaved rounds (loader A, B, A,
+B, ... over persistent iterators, each round ``batches`` batches), and reports the median of
+the per-round ratios (with min and max): load drifting on a shared machine moves both sides.
+
+* ``map/trivial``: a map-style ``Dataset`` whose ``__getitem__`` returns its index, batch 16,
+  shuffled, default settings (rd: per-sample seeding on, the globals saved and restored around
+  each batch at 0 workers); torch's ``DataLoader`` with the same arguments. 0 and 2 workers.
+* ``map/100us``: the same with ~100 us of Python work per ``__getitem__`` (calibrated here).
+* ``seeding``: what per-sample seeding costs rd, per sample: the trivial case with
+  ``seed_per_sample=True`` vs ``False`` (0 workers), as a difference of per-sample times.
+* ``arrow/rb1024``: 8 pinned Arrow IPC shards written with 1,024-row record batches (the layout
+  Hugging Face ``datasets`` writes), batch 256, shuffled, 0 workers: ``rd.ArrowShards`` in
+  ``rd.DataLoader`` vs the ceiling (a one-chunk memory-mapped ``Table.take`` of the same record
+  ids plus the same ``arrow_to_tensors`` collate, in a bare loop; measured as in
+  ``bench_loader.paired_ceiling``: rd reads a span, the ceiling the next, rd skips it, so every
+  pass pays its own first touches) and vs torchdata's ``StatefulDataLoader`` over the ceiling's
+  dataset (``Table.take`` in ``__getitems__``, same collate).
+* ``arrow/workers``: rd over the same records with 2 workers vs 0 workers (the default layout of
+  ``benchmarks/data.py``, 16,384-row batches, batch 256).
+
+The Arrow cases read 200,000 records in both modes (``benchmarks/data.py``'s ``--quick`` size).
+
+Run: ``python -m benchmarks.bench_dropin [--quick]``; writes ``benchmarks/results/dropin.json``
+and ``dropin.md`` (``--quick``: under ``results/quick/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+from benchmarks._common import summarize, write_results
+
+SEED = 0
+
+
+class Trivial:
+    """``__getitem__`` returns the index: the loader's own per-sample cost is all there is."""
+
+    def __init__(self, n: int, work: int = 0) -> None:
+        self.n, self.work = n, work
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if self.work:
+            s = 0
+            for k in range(self.work):
+                s += k
+        return i
+
+
+def calibrate(target_s: float = 100e-6) -> int:
+    """Loop count of ``Trivial.__getitem__`` that takes about ``target_s`` here."""
+    probe = Trivial(1, 10_000)
+    t0 = time.perf_counter()
+    for _ in range(20):
+        probe[0]
+    per = (time.perf_counter() - t0) / 20 / 10_000
+    return max(1, int(target_s / per))
+
+
+def interleaved(makers: dict[str, Any], batches: int, rounds: int, batch_size: int) -> dict[str, Any]:
+    """samples/s per loader over ``rounds`` interleaved rounds, and the per-round ratio of each
+    loader to the first one (the reference)."""
+    its = {k: iter(make()) for k, make in makers.items()}
+    for it in its.values():  # warm-up: workers started, first batches out of the way
+        for _ in range(5):
+            next(it)
+    names = list(its)
+    secs: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            it = its[name]
+            t0 = time.perf_counter()
+            for _ in range(batches):
+                next(it)
+            secs[name].append(time.perf_counter() - t0)
+    ref = names[0]
+    out: dict[str, Any] = {k: {"samples_per_s": summarize([batches * batch_size / s for s in v])} for k, v in secs.items()}
+    for k in names[1:]:
+        out[k]["vs_" + ref] = summarize([a / b for a, b in zip(secs[ref], secs[k])])
+    out["_seconds"] = secs
+    for it in its.values():
+        del it
+    return out
+
+
+def map_case(n: int, work: int, workers: int, batches: int, rounds: int) -> dict[str, Any]:
+    import torch
+    import resumable_data as rd
+
+    ds = Trivial(n, work)
+    makers = {
+        "torch": lambda: torch.utils.data.DataLoader(ds, batch_size=16, shuffle=True, num_workers=workers,
+                                                     generator=torch.Generator().manual_seed(SEED),
+                                                     persistent_workers=workers > 0),
+        "rd": lambda: rd.DataLoader(ds, batch_size=16, shuffle=True, seed=SEED, num_workers=workers),
+    }
+    return interleaved(makers, batches, rounds, 16)
+
+
+def seeding_case(n: int, batches: int, rounds: int) -> dict[str, Any]:
+    import resumable_data as rd
+
+    ds = Trivial(n)
+    makers = {
+        "rd_seeded": lambda: rd.DataLoader(ds, batch_size=16, shuffle=True, seed=SEED),
+        "rd_unseeded": lambda: rd.DataLoader(ds, batch_size=16, shuffle=True, seed=SEED, seed_per_sample=False),
+    }
+    r = interleaved(makers, batches, rounds, 16)
+    per = [(a - b) / (batches * 16) * 1e6 for a, b in zip(r["_seconds"]["rd_seeded"], r["_seconds"]["rd_unseeded"])]
+    r["seeding_us_per_sample"] = summarize(per)
+    return r
+
+
+def arrow_case(n: int, batches: int, rounds: int) -> dict[str, Any]:
+    import resumable_data as rd
+    from benchmarks.bench_loader import RdAdapter, paired_ceiling, paired_torchdata
+    from benchmarks.data import ensure, small_batches_dir
+
+    paths = ensure(n)
+    ad = RdAdapter(n, paths, 0, {})
+    ad.src = rd.ArrowShards(small_batches_dir(n))
+    units = len(ad.src._units) if hasattr(ad.src, "_units") else None
+    ceil = paired_ceiling(ad, n, batches, rounds)
+    td = paired_torchdata(ad, n, paths, batches, rounds)
+    return {"record_batches": units, "ceiling": ceil, "torchdata": td}
+
+
+def workers_case(n: int, batches: int, rounds: int) -> dict[str, Any]:
+    import resumable_data as rd
+    from benchmarks.data import ensure
+
+    src = rd.ArrowShards(ensure(n)["shards"])
+    makers = {
+        "rd_w0": lambda: rd.DataLoader(src, batch_size=256, shuffle=True, seed=SEED),
+        "rd_w2": lambda: rd.DataLoader(src, batch_size=256, shuffle=True, seed=SEED, num_workers=2,
+                                       persistent_workers=True),
+    }
+    return interleaved(makers, batches, rounds, 256)
+
+
+def _r(x: dict) -> str:
+    return f"{x['median']:.2f}x ({x['min']:.2f}..{x['max']:.2f})"
+
+
+def _rate(x: dict) -> str:
+    return f"{x['samples_per_s']['median']:,.0f}"
+
+
+def markdown(p: dict) -> str:
+    q = " (--quick)" if p["quick"] else ""
+    lines = [f"# drop-in benchmark{q}", "",
+             f"Side by side in one process, {p['rounds']} interleaved rounds per case (median of the per-round "
+             f"ratios, min..max); map-style cases: {p['map_records']:,} records, batch 16, shuffled, default settings; "
+             f"Arrow cases: {p['arrow_records']:,} records, batch 256, shuffled. The 100 us `__getitem__` is "
+             f"{p['work_loops']:,} loop iterations (calibrated in this run). Machine: {p['cpus']} shared CPUs.", "",
+             "| case | workers | torch samples/s | rd samples/s | rd vs torch | goal | met |", "|---|---|---|---|---|---|---|"]
+    goals = {("trivial", 0): 0.5, ("trivial", 2): 0.8, ("100us", 0): 0.9, ("100us", 2): 0.9}
+    for (kind, w), g in goals.items():
+        r = p["map"][f"{kind}/w{w}"]
+        v = r["rd"]["vs_torch"]
+        lines.append(f"| `__getitem__` {'returns its index' if kind == 'trivial' else '~100 us of work'} | {w} | "
+                     f"{_rate(r['torch'])} | {_rate(r['rd'])} | {_r(v)} | >= {g}x | {'yes' if v['median'] >= g else 'no'} |")
+    s = p["seeding"]["seeding_us_per_sample"]
+    lines += ["", f"Per-sample seeding (the three global generators, from the sample's key) costs "
+              f"**{s['median']:.1f} us a sample** ({s['min']:.1f}..{s['max']:.1f}; trivial dataset, 0 workers, "
+              "`seed_per_sample=True` minus `False`, including saving and restoring the globals around each batch).", ""]
+    a = p["arrow"]
+    lines += ["| Arrow case | measured | goal | met |", "|---|---|---|---|"]
+    c, t = a["ceiling"]["ratio"], a["torchdata"]["ratio"]
+    lines.append(f"| 1,024-row record batches ({a['record_batches']} of them), 0 workers: rd vs ceiling (one-chunk "
+                 f"`Table.take` + same collate) | {_r(c)} | >= 0.9x | {'yes' if c['median'] >= 0.9 else 'no'} |")
+    lines.append(f"| 1,024-row record batches, 0 workers: rd vs torchdata StatefulDataLoader (ceiling's dataset) | "
+                 f"{_r(t)} | >= 1.2x | {'yes' if t['median'] >= 1.2 else 'no'} |")
+    w = p["workers"]["rd_w2"]["vs_rd_w0"]
+    lines.append(f"| ArrowShards, 2 workers vs rd's own 0 workers ({_rate(p['workers']['rd_w2'])} vs "
+                 f"{_rate(p['workers']['rd_w0'])} samples/s) | {_r(w)} | >= 0.7x | {'yes' if w['median'] >= 0.7 else 'no'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and batches")
+    args = ap.parse_args(argv)
+    import os
+
+    from benchmarks.data import QUICK_RECORDS
+
+    rounds = 5 if args.quick else 9
+    work = calibrate()
+    payload: dict[str, Any] = {"quick": args.quick, "rounds": rounds, "map_records": 1_000_000, "work_loops": work,
+                               "arrow_records": QUICK_RECORDS, "cpus": os.cpu_count(), "map": {}}
+    for kind, loops, batches in (("trivial", 0, 100 if args.quick else 300), ("100us", work, 10 if args.quick else 30)):
+        for w in (0, 2):
+            t0 = time.perf_counter()
+            r = map_case(1_000_000, loops, w, batches, rounds)
+            r.pop("_seconds")
+            payload["map"][f"{kind}/w{w}"] = r
+            print(f"[dropin] map {kind} w{w}: rd vs torch {_r(r['rd']['vs_torch'])} ({time.perf_counter() - t0:.0f}s)", flush=True)
+    r = seeding_case(1_000_000, 100 if args.quick else 300, rounds)
+    r.pop("_seconds")
+    payload["seeding"] = r
+    print(f"[dropin] seeding: {payload['seeding']['seeding_us_per_sample']['median']:.1f} us/sample", flush=True)
+    n = QUICK_RECORDS  # 200k records (the ratios, not the sizes, are the point; the data is built once)
+    payload["arrow"] = arrow_case(n, 20 if args.quick else 40, rounds)
+    print(f"[dropin] arrow rb1024: vs ceiling {_r(payload['arrow']['ceiling']['ratio'])}, "
+          f"vs torchdata {_r(payload['arrow']['torchdata']['ratio'])}", flush=True)
+    r = workers_case(n, 20 if args.quick else 40, rounds)
+    r.pop("_seconds")
+    payload["workers"] = r
+    print(f"[dropin] arrow workers: 2 vs 0 {_r(r['rd_w2']['vs_rd_w0'])}", flush=True)
+    path = write_results("dropin", payload, markdown(payload))
+    print(f"[dropin] wrote {path}")
+    return payload
+
+
+if __name__ == "__main__":
+    main()

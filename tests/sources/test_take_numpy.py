@@ -1,0 +1,82 @@
+"""``ArrowShards.take_numpy``: the default collate's arrays straight from the maps.
+
+Over shards of 1,024-row record batches (the layout Hugging Face ``datasets`` writes) and others,
+on id sets drawn by Hypothesis (fixed seed): every array equals ``arrow_to_numpy(take(ids))``
+(value, dtype and shape), which equals ``arrow_to_numpy`` of ``Table.take`` on the one-table copy;
+a column the fast path cannot serve makes ``take_numpy`` return None (the loader then takes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import resumable_data as rd
+from resumable_data.loader.collate import arrow_to_numpy, gathered_to_numpy
+
+N = 5000
+
+
+def _table(rng):
+    lens = rng.integers(0, 40, N)
+    off = np.zeros(N + 1, dtype=np.int64)
+    np.cumsum(lens, out=off[1:])
+    vals = rng.integers(-1000, 1000, off[-1])
+    return pa.table({
+        "tokens": pa.ListArray.from_arrays(pa.array(off.astype(np.int32)), pa.array(vals.astype(np.int32))),
+        "wide": pa.LargeListArray.from_arrays(pa.array(off), pa.array(vals.astype(np.float32))),
+        "id": pa.array(np.arange(N, dtype=np.int64)),
+        "u8": pa.array(rng.integers(0, 255, N).astype(np.uint8)),
+        "f64": pa.array(rng.random(N)),
+    })
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    table = _table(np.random.default_rng(3))
+    out = []
+    for shards, batch in [(8, 1024), (3, 1024), (2, 97), (1, None)]:
+        d = tmp_path_factory.mktemp(f"tn{shards}_{batch}")
+        rd.write_arrow_shards(table, d, num_shards=shards, rows_per_batch=batch)
+        out.append(rd.ArrowShards(d))
+    return table, out
+
+
+def _same(a: dict, b: dict) -> None:
+    assert list(a) == list(b)
+    for k in a:
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
+        assert np.array_equal(a[k], b[k]), k
+
+
+@settings(derandomize=True, max_examples=80, deadline=None)
+@given(ids=st.lists(st.integers(0, N - 1), min_size=1, max_size=600), which=st.integers(0, 3),
+       pad=st.sampled_from([0, -1, 7]))
+def test_take_numpy_equals_the_collate_of_take(sources, ids, which, pad):
+    table, srcs = sources
+    src = srcs[which]
+    got = gathered_to_numpy(src.schema.names, src.take_numpy(ids, pad))
+    _same(got, arrow_to_numpy(src.take(ids), pad))
+    _same(got, arrow_to_numpy(table.take(pa.array(ids, type=pa.int64())), pad))
+
+
+def test_the_1024_row_layout_has_many_units_and_uses_the_fast_path(sources):
+    _, srcs = sources
+    assert len(srcs[0]._units) >= N // 1024
+    assert all(g is not None and g.numpy_dtype is not None for g in srcs[0]._plan())
+
+
+def test_empty_and_unservable_columns_give_none(sources, tmp_path):
+    _, srcs = sources
+    assert srcs[0].take_numpy([]) is None
+    t = pa.table({"id": pa.array(np.arange(10)), "s": pa.array([str(i) for i in range(10)])})
+    rd.write_arrow_shards(t, tmp_path / "s", num_shards=1)
+    assert rd.ArrowShards(tmp_path / "s").take_numpy([1, 2]) is None
+
+
+def test_bad_ids_are_refused_like_take(sources):
+    _, srcs = sources
+    with pytest.raises(rd.ResumableDataError):
+        srcs[0].take_numpy([N])
