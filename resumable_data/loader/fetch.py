@@ -68,7 +68,7 @@ class StepFetcher(Dataset):
         """Run the compiled kernels and the source's first gather once in this process, so that
         forked workers inherit them instead of each paying the start-up (JIT cache, imports)."""
         if self.mode in (FetchMode.ARROW, FetchMode.PACKED):
-            self.dataset.take(self.plan.records(np.zeros(1, dtype=np.int64)))
+            self.dataset.take(self.records(np.zeros(1, dtype=np.int64)))
         if self.stream is not None and self.stream.spec.mode is PackMode.BEST_FIT:
             best_fit_bins(np.array([1, 1], dtype=np.int64), self.stream.spec)
 
