@@ -222,9 +222,9 @@ class MixturePlan:
                                        "pass a mapping of weights, or use the mixture through rd.DataLoader"))
         self._pos = position_of_step or (lambda s: 0)
         self.rebase = rebase
+        self._blocks: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._runs = self._build_runs()
         self._starts = np.array([r.start for r in self._runs], dtype=np.int64)
-        self._blocks: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
 
     # -- runs -------------------------------------------------------------------------------------
     def _new_run(self, start: int, weights: tuple[Fraction, ...], base: tuple[int, ...]) -> _Run:
@@ -277,7 +277,7 @@ class MixturePlan:
         slots laid out source by source, visited through the block's permutation, and a source's
         positions numbered in stream order (so what a prefix of the block consumed is a prefix of
         each source's stream)."""
-        key = (k, j)
+        key = (run.start, j)
         hit = self._blocks.get(key)
         if hit is None:
             counts = run.block_counts(j)
