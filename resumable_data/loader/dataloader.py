@@ -314,11 +314,12 @@ class DataLoader:
             return
         r = validate_restore(state, self._fingerprint, self._stream, on_uncommitted=on_uncommitted,
                              allow_unpinned=allow_unpinned, label=label)
-        if mixture is not None and r.mixture_rebase != mixture.plan.rebase and self.persistent_workers \
-                and self.num_workers > 0:
-            raise ResumeError(describe("persistent_workers", True, "False for a resume that rebases an rd.Mixture "
-                                       "(running workers hold the old stream)",
-                                       "build the loader with persistent_workers=False"))
+        if mixture is not None and r.mixture_rebase != mixture.plan.rebase and \
+                getattr(self._torch, "_iterator", None) is not None:  # persistent workers already started
+            raise ResumeError(describe("persistent_workers", True, "workers not yet started for a resume that "
+                                       "rebases an rd.Mixture (running workers hold the old stream)",
+                                       "load the state before the first iter(), or build the loader with "
+                                       "persistent_workers=False"))
         self._close_active()
         self._generation += 1
         if mixture is not None:
