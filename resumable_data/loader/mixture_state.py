@@ -101,14 +101,15 @@ class MixtureProgress:
         }
 
 
-def mixture_progress(state: LoaderState, plan: MixturePlan | None = None) -> MixtureProgress:
-    """Each source's progress at ``state``'s committed cursor (unpacked mixture loaders)."""
+def mixture_progress(state: LoaderState, plan: MixturePlan | None = None, step: int | None = None) -> MixtureProgress:
+    """Each source's progress before ``step`` (default: ``state``'s committed cursor; unpacked
+    mixture loaders)."""
     if state.packing is not None:
         raise ResumeError("mixture progress of a packed state: positions are packed sequences, whose documents "
                           "follow from the packing index, not the cursor alone; fix: call loader.step_info() on "
                           "the loader for the documents of a step")
     plan = plan or saved_plan(state)
-    step = state.cursor.committed
+    step = state.cursor.committed if step is None else step
     g = state.plan.global_batch
     p = step * g
     here = plan.counts_before(p)

@@ -158,3 +158,30 @@ def test_packed_mixture_resumes_at_1000_points(dirs):
     batches, states = run(loader_for(dirs, WEIGHTS, packing=spec), 400)
     make = lambda: loader_for(dirs, WEIGHTS, packing=spec, num_workers=2, persistent_workers=True)  # noqa: E731
     assert resume_points(states, batches, make, 1000, np.random.default_rng(3)) == 1000
+
+
+def test_inspect_shows_per_source_progress(dirs, tmp_path, capsys):
+    from resumable_data.cli import main
+
+    loader = loader_for(dirs, WEIGHTS)
+    batches, states = run(loader, 25)
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(states[25]))
+    assert main(["inspect", str(path)]) == 0
+    text = capsys.readouterr().out
+    prog = loader.mixture_progress()
+    counts = np.bincount(source_of(ids_of(batches)), minlength=3)
+    assert [p.consumed for p in prog.sources] == counts.tolist()
+    for p in prog.sources:
+        assert f"consumed {p.consumed} records, epoch {p.epoch}, position {p.position} of {p.size}" in text
+    assert "web=0.5, code=0.3, math=0.2" in text and "next step" in text
+
+
+def test_check_resume_accepts_a_mixture_loader(dirs):
+    from resumable_data.testing import check_resume
+
+    def make_loader(**kw):
+        return loader_for(dirs, WEIGHTS, packing=rd.Packing(16), **kw)
+
+    report = check_resume(make_loader, steps=30, interrupts=3, num_workers=(0, 2))
+    assert report.ok, report
