@@ -149,6 +149,7 @@ class DataLoader:
         )
         self._active: weakref.ref[LoaderIterator] | None = None
         self._generation = 0
+        self._iterated = False  # an iter() ran (persistent workers then hold the stream)
         self._fetcher.warm_up()  # forked workers inherit the compiled kernels and the first gather
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -168,6 +169,7 @@ class DataLoader:
                 "(positions map to records of that dataset)", "build a new rd.DataLoader (and dataset_version=) "
                 "for the changed dataset"))
         self._close_active()
+        self._iterated = True
         it = LoaderIterator(self)
         self._active = weakref.ref(it)
         return it
@@ -315,7 +317,7 @@ class DataLoader:
         r = validate_restore(state, self._fingerprint, self._stream, on_uncommitted=on_uncommitted,
                              allow_unpinned=allow_unpinned, label=label)
         if mixture is not None and r.mixture_rebase != mixture.plan.rebase and \
-                getattr(self._torch, "_iterator", None) is not None:  # persistent workers already started
+                self._iterated and self.persistent_workers and self.num_workers > 0:  # workers kept running
             raise ResumeError(describe("persistent_workers", True, "workers not yet started for a resume that "
                                        "rebases an rd.Mixture (running workers hold the old stream)",
                                        "load the state before the first iter(), or build the loader with "
