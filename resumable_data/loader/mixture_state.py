@@ -53,8 +53,10 @@ def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel
         side = "saved run" if saved.mixture is None else "current loader"
         return [f"mixture: the {side} is not an rd.Mixture loader; fix: resume a mixture's state into a loader over "
                 "the same rd.Mixture"], None
-    plan = saved_plan(saved)  # validates the saved section
     s, c = saved.mixture, current.mixture
+    if s == c:  # the current loader's own section: valid, nothing to rebuild
+        return [], None if c["rebase"] is None else Rebase(c["rebase"][0], tuple(c["rebase"][1]))
+    plan = saved_plan(saved)  # validates the saved section
     diffs = [f"mixture {k}: saved {s[k]!r} vs current {c[k]!r}; fix: build the rd.Mixture with the saved {k}"
              for k in _FIXED if s[k] != c[k]]
     if diffs:

@@ -223,6 +223,7 @@ class MixturePlan:
         self._pos = position_of_step or (lambda s: 0)
         self.rebase = rebase
         self._blocks: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._sizes = np.array(self.sizes, dtype=np.int64)
         self._runs = self._build_runs()
         self._starts = np.array([r.start for r in self._runs], dtype=np.int64)
 
@@ -318,16 +319,14 @@ class MixturePlan:
         if pos.size and pos.min() < self._runs[0].start:
             raise ConfigError(describe("positions", int(pos.min()), f"at least {self._runs[0].start}",
                                        "ask about positions after the data change"))
-        runs = self._run_of(pos)
-        for k in np.unique(runs):
-            sel_k = runs == k
-            run = self._runs[int(k)]
+        runs = self._run_of(pos) if len(self._runs) > 1 else np.zeros(pos.shape, dtype=np.int64)
+        for k, sel_k in _groups(runs):
+            run = self._runs[k]
             blocks, inner = np.divmod(pos[sel_k] - run.start, self.block)
             out_s = np.empty_like(blocks)
             out_q = np.empty_like(blocks)
-            for j in np.unique(blocks):
-                sel = blocks == j
-                at_src, at_q = self._composition(run, int(k), int(j))
+            for j, sel in _groups(blocks):
+                at_src, at_q = self._composition(run, k, j)
                 out_s[sel] = at_src[inner[sel]]
                 out_q[sel] = at_q[inner[sel]]
             src[sel_k] = out_s
@@ -337,16 +336,21 @@ class MixturePlan:
     def records(self, positions) -> tuple[np.ndarray, np.ndarray]:
         """(source index, record id inside that source) at each of ``positions``."""
         src, q = self.locate(positions)
+        epochs, offsets = np.divmod(q, self._sizes[src])
+        if not self.shuffle:
+            return src, offsets
         rec = np.empty_like(q)
-        for s in np.unique(src):
-            sel = src == s
-            n = self.sizes[int(s)]
-            epochs, offsets = np.divmod(q[sel], n)
-            out = np.empty_like(offsets)
-            for e in np.unique(epochs):
-                es = epochs == e
-                out[es] = self.source_order(int(s), int(e)).forward(offsets[es]) if self.shuffle else offsets[es]
-            rec[sel] = out
+        order = np.argsort(src, kind="stable")  # a source's positions stay in stream order: epochs ascend
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=len(self.sizes)))]).tolist()
+        for s_, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+            if a == b:
+                continue
+            sel = order[a:b]
+            e = epochs[sel]
+            cuts = [0, len(sel)] if e[0] == e[-1] else [0, *(np.flatnonzero(np.diff(e)) + 1).tolist(), len(sel)]
+            for c0, c1 in zip(cuts[:-1], cuts[1:]):
+                part = sel[c0:c1]
+                rec[part] = self.source_order(s_, int(e[c0])).forward(offsets[part])
         return src, rec
 
     def source_order(self, s: int, epoch: int) -> Permutation:
@@ -411,6 +415,15 @@ class MixturePlan:
                        shuffle=shuffle, position_of_step=position_of_step, rebase=rebase)
         except ConfigError as e:
             raise ResumeError(f"state.mixture is inconsistent: {e}") from None
+
+
+def _groups(values: np.ndarray):
+    """(value, selector) per distinct value; one group without a scan of uniques when all agree."""
+    if values.size and values[0] == values[-1] and (values == values[0]).all():
+        yield int(values[0]), slice(None)
+        return
+    for v in np.unique(values):
+        yield int(v), values == v
 
 
 class _Identity:

@@ -99,6 +99,7 @@ class Mixture:
         self.epoch_len = total if epoch_len is None else epoch_len
         versions = [s.version.hash if s.pinned else "unpinned" for s in self.sources]
         self._versions = tuple(versions)
+        self._gather = ArrowShards.concatenated(self.sources)  # one vectorized take for all sources
         self._version = MixtureVersion(mixture_version(self.names, versions, self.block_size))
 
     # -- the ArrowShards surface the loader uses ----------------------------------------------------
@@ -134,6 +135,8 @@ class Mixture:
         src, local = self.split(record_ids)
         if src.size == 0:
             return self.schema.empty_table()
+        if self._gather is not None:
+            return self._gather.take(np.asarray(record_ids, dtype=np.int64))
         used = np.unique(src)
         if used.size == 1:
             return self.sources[int(used[0])].take(local)
@@ -149,6 +152,14 @@ class Mixture:
 
     def __getitems__(self, record_ids) -> list[dict[str, Any]]:
         return self.take(np.asarray(record_ids)).to_pylist()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_gather": None, "_sources_local": self._gather is not None}
+
+    def __setstate__(self, d: dict[str, Any]) -> None:
+        local = d.pop("_sources_local")
+        self.__dict__.update(d)
+        self._gather = ArrowShards.concatenated(self.sources) if local else None
 
     def column_lengths(self, column: str) -> np.ndarray:
         return np.concatenate([s.column_lengths(column) for s in self.sources])
