@@ -95,6 +95,7 @@ def summary(quick: bool, parts: dict[str, str], pngs: list[Path], seconds: float
     ]
     body = []
     titles = {"plan": "plan (permutation) benchmark", "packing": "packing benchmark (`bench_packing.py`)",
+              "mixture": "mixture benchmark (`bench_mixture.py`)",
               "scaling": "scaling with dataset size and step (`bench_scaling.py`)",
               "ranks": "ranks as processes (`bench_ranks.py`)",
               "dcp": "DCP save and load beside a small model (`bench_dcp.py`)"}
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     parts: dict[str, str] = {}
     import importlib
 
-    for name in ("plan", "sources", "packing", "scaling", "ranks", "dcp", "loader"):
+    for name in ("plan", "sources", "packing", "mixture", "scaling", "ranks", "dcp", "loader"):
         t = time.perf_counter()
         print(f"[run] {name} ...", flush=True)
         try:
