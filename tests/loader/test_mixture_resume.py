@@ -185,3 +185,30 @@ def test_check_resume_accepts_a_mixture_loader(dirs):
 
     report = check_resume(make_loader, steps=30, interrupts=3, num_workers=(0, 2))
     assert report.ok, report
+
+
+def test_forged_mixture_sections_are_refused(dirs):
+    _, states = run(loader_for(dirs, WEIGHTS), 3)
+    loader = loader_for(dirs, W2)
+    for bad in ({**states[3]["mixture"], "rebase": [12, [1, 2]]}, {**states[3]["mixture"], "sizes": [1, 2, -3]},
+                {**states[3]["mixture"], "extra": 1}, "nope"):
+        with pytest.raises(rd.ResumeError):
+            loader.load_state_dict({**states[3], "mixture": bad}, label="data_change")
+    other = {**states[3]["mixture"], "sizes": [120, 60, 12]}
+    with pytest.raises(rd.ResumeError, match="mixture sizes: saved"):
+        loader.load_state_dict({**states[3], "mixture": other})
+    plain = {k: v for k, v in states[3].items() if k != "mixture"}
+    with pytest.raises(rd.ResumeError, match="not an rd.Mixture loader"):
+        loader.load_state_dict(plain)
+    assert loader.cursor.committed == 0
+
+
+def test_a_rebase_under_running_persistent_workers_is_refused(dirs):
+    _, states = run(loader_for(dirs, WEIGHTS), 5)
+    loader = loader_for(dirs, W2, num_workers=2, persistent_workers=True)
+    next(iter(loader))
+    with pytest.raises(rd.ResumeError, match="persistent_workers"):
+        loader.load_state_dict(states[5], label="data_change")
+    fresh = loader_for(dirs, W2, num_workers=2, persistent_workers=True)
+    fresh.load_state_dict(states[5], label="data_change")  # before the first iter(): accepted
+    assert fresh.recovery_label is rd.RecoveryLabel.DATA_CHANGE

@@ -71,3 +71,29 @@ def test_loader_proportions_and_len(dirs):
     for j in range(10):  # every aligned block of 20 positions: 10 / 6 / 4
         c = np.bincount(ids[20 * j:20 * (j + 1)] // 1000 - 1, minlength=3)
         assert c.tolist() == [10, 6, 4]
+
+
+def test_state_stays_small_for_64_sources(tmp_path):
+    srcs = {}
+    for i in range(64):
+        d = tmp_path / f"s{i}"
+        rd.write_arrow_shards(pa.table({"id": pa.array(np.arange(20) + 1000 * i, pa.int64())}), d)
+        srcs[f"source_{i:02d}"] = rd.ArrowShards(d, unpinned="allow")
+    mix = rd.Mixture(srcs, weights={k: 1 + i % 7 for i, k in enumerate(srcs)}, block_size=256)
+    loader = rd.DataLoader(mix, batch_size=32, seed=0)
+    ids = np.concatenate([b["id"].numpy() for _, b in zip(range(8), loader)])
+    assert np.bincount(ids // 1000, minlength=64).min() >= 1
+    import json
+
+    assert len(json.dumps(loader.state_dict())) < 4096
+
+
+def test_a_hugging_face_source_mixes(dirs, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    srcs = open_sources(dirs)
+    hf = datasets.Dataset.from_dict({"id": list(range(5000, 5030)), "tokens": [[1, 2]] * 30})
+    hf = hf.cast(datasets.Features({"id": datasets.Value("int64"), "tokens": datasets.Sequence(datasets.Value("int64"))}))
+    srcs["hf"] = rd.ArrowShards.from_hf(hf, cache_dir=tmp_path / "hf")
+    mix = rd.Mixture(srcs, weights={**WEIGHTS, "hf": 0.25}, block_size=20)
+    ids = np.concatenate([b["id"].numpy() for _, b in zip(range(10), rd.DataLoader(mix, batch_size=10, seed=1))])
+    assert ((ids >= 5000) & (ids < 5030)).sum() == 20  # 0.25 / 1.25 of 100 positions
