@@ -82,6 +82,8 @@ class StepFetcher(Dataset):
         """Record ids at stream ``positions``: the plan's order, or the user's positional sampler."""
         if self.positional is None:
             return self.plan.records(positions)
+        if hasattr(self.positional, "at_positions"):  # rd.Mixture: its positions are the stream's
+            return self.positional.at_positions(positions)
         epochs, offsets = np.divmod(positions, self.plan.epoch_len)
         out = np.empty_like(positions)
         for e in np.unique(epochs):

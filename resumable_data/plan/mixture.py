@@ -25,8 +25,9 @@ within its epoch across a weight change; an upsampled source is seen once per so
 epoch in a new order.
 
 Cost. ``counts_before(p)`` is O(S log) (a floor sum, no walk) plus O(B) for the partial block;
-``locate(positions)`` is O(len) plus one O(S log + B) block composition per block touched
-(cached). No index of the stream exists; a restore costs one block composition.
+``locate(positions)`` / ``records(positions)`` are O(len) plus, per block touched, one
+O(S log + B) composition and one permutation pass over its ``B`` positions, cached (a block
+serves ``B / batch`` batches). No index of the stream exists; a restore costs one block composition.
 """
 
 from __future__ import annotations
@@ -222,7 +223,7 @@ class MixturePlan:
                                        "pass a mapping of weights, or use the mixture through rd.DataLoader"))
         self._pos = position_of_step or (lambda s: 0)
         self.rebase = rebase
-        self._blocks: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._blocks: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._sizes = np.array(self.sizes, dtype=np.int64)
         self._runs = self._build_runs()
         self._starts = np.array([r.start for r in self._runs], dtype=np.int64)
@@ -291,7 +292,7 @@ class MixturePlan:
             rank[order] = np.arange(self.block, dtype=np.int64) - cum[src[order]]
             hit = (src, before[src] + rank)
             self._blocks[key] = hit
-            while len(self._blocks) > 16:
+            while len(self._blocks) > 32:
                 self._blocks.popitem(last=False)
         return hit
 
@@ -313,9 +314,17 @@ class MixturePlan:
 
     def locate(self, positions) -> tuple[np.ndarray, np.ndarray]:
         """(source index, position in that source's own stream) at each of ``positions``."""
+        return self._lookup(positions, self._composition)
+
+    def records(self, positions) -> tuple[np.ndarray, np.ndarray]:
+        """(source index, record id inside that source) at each of ``positions``."""
+        return self._lookup(positions, self._block_records)
+
+    def _lookup(self, positions, table) -> tuple[np.ndarray, np.ndarray]:
+        """Per position, the entries of its block's cached ``table`` (two arrays of ``B``)."""
         pos = np.asarray(positions, dtype=np.int64).reshape(-1)
-        src = np.empty_like(pos)
-        q = np.empty_like(pos)
+        first = np.empty_like(pos)
+        second = np.empty_like(pos)
         if pos.size and pos.min() < self._runs[0].start:
             raise ConfigError(describe("positions", int(pos.min()), f"at least {self._runs[0].start}",
                                        "ask about positions after the data change"))
@@ -323,22 +332,33 @@ class MixturePlan:
         for k, sel_k in _groups(runs):
             run = self._runs[k]
             blocks, inner = np.divmod(pos[sel_k] - run.start, self.block)
-            out_s = np.empty_like(blocks)
-            out_q = np.empty_like(blocks)
+            out_a = np.empty_like(blocks)
+            out_b = np.empty_like(blocks)
             for j, sel in _groups(blocks):
-                at_src, at_q = self._composition(run, k, j)
-                out_s[sel] = at_src[inner[sel]]
-                out_q[sel] = at_q[inner[sel]]
-            src[sel_k] = out_s
-            q[sel_k] = out_q
-        return src, q
+                a, b = table(run, k, j)
+                out_a[sel] = a[inner[sel]]
+                out_b[sel] = b[inner[sel]]
+            first[sel_k] = out_a
+            second[sel_k] = out_b
+        return first, second
 
-    def records(self, positions) -> tuple[np.ndarray, np.ndarray]:
-        """(source index, record id inside that source) at each of ``positions``."""
-        src, q = self.locate(positions)
+    def _block_records(self, run: _Run, k: int, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """(source, record id in the source) of each in-block position of block ``j`` (cached:
+        a block serves ``B / batch`` consecutive batches)."""
+        key = ("records", run.start, j)
+        hit = self._blocks.get(key)
+        if hit is None:
+            src, q = self._composition(run, k, j)
+            hit = (src, self._records_of(src, q))
+            self._blocks[key] = hit
+            while len(self._blocks) > 32:
+                self._blocks.popitem(last=False)
+        return hit
+
+    def _records_of(self, src: np.ndarray, q: np.ndarray) -> np.ndarray:
         epochs, offsets = np.divmod(q, self._sizes[src])
         if not self.shuffle:
-            return src, offsets
+            return offsets
         rec = np.empty_like(q)
         order = np.argsort(src, kind="stable")  # a source's positions stay in stream order: epochs ascend
         bounds = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=len(self.sizes)))]).tolist()
@@ -351,7 +371,7 @@ class MixturePlan:
             for c0, c1 in zip(cuts[:-1], cuts[1:]):
                 part = sel[c0:c1]
                 rec[part] = self.source_order(s_, int(e[c0])).forward(offsets[part])
-        return src, rec
+        return rec
 
     def source_order(self, s: int, epoch: int) -> Permutation:
         """The keyed permutation of source ``s``'s records in its own epoch ``epoch``."""

@@ -207,7 +207,12 @@ class MixtureSampler:
         return epoch * self._len + np.asarray(offsets, dtype=np.int64)
 
     def indices(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
-        src, rec = self.plan.records(self.positions(epoch, offsets))
+        return self.at_positions(self.positions(epoch, offsets))
+
+    def at_positions(self, positions: np.ndarray) -> np.ndarray:
+        """Concatenated record ids at mixed-stream ``positions`` (the loader's epochs are
+        ``len(self)`` positions long, so its positions are the mixture's)."""
+        src, rec = self.plan.records(positions)
         return self.mixture.offsets[src] + rec
 
     def fingerprint(self) -> str:
