@@ -68,7 +68,8 @@ class StepFetcher(Dataset):
         """Run the compiled kernels and the source's first gather once in this process, so that
         forked workers inherit them instead of each paying the start-up (JIT cache, imports)."""
         if self.mode in (FetchMode.ARROW, FetchMode.PACKED):
-            self.dataset.take(self.records(np.zeros(1, dtype=np.int64)))
+            first = np.zeros(1, dtype=np.int64)  # a mixture's blocks are computed where they are used
+            self.dataset.take(first if hasattr(self.positional, "at_positions") else self.records(first))
         if self.stream is not None and self.stream.spec.mode is PackMode.BEST_FIT:
             best_fit_bins(np.array([1, 1], dtype=np.int64), self.stream.spec)
 
