@@ -224,7 +224,8 @@ class MixturePlan:
         self._pos = position_of_step or (lambda s: 0)
         self.rebase = rebase
         self._blocks: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._sizes = np.array(self.sizes, dtype=np.int64)
+        self._source_ids = np.arange(len(self.sizes), dtype=np.int64)
+        self._block_range = np.arange(self.block, dtype=np.int64)
         self._runs = self._build_runs()
         self._starts = np.array([r.start for r in self._runs], dtype=np.int64)
 
@@ -279,18 +280,28 @@ class MixturePlan:
         slots laid out source by source, visited through the block's permutation, and a source's
         positions numbered in stream order (so what a prefix of the block consumed is a prefix of
         each source's stream)."""
+        return self._layout(run, j)[:2]
+
+    def _layout(self, run: _Run, j: int) -> tuple:
+        """The block's (source, source position) per in-block position, its positions grouped by
+        source in stream order, each source's first slot, count and position before the block."""
         key = (run.start, j)
         hit = self._blocks.get(key)
         if hit is None:
             counts = run.block_counts(j)
-            before = np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) + run.extras_before(j)
-            owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-            src = owner[self._perm(run, j).forward(np.arange(self.block, dtype=np.int64))]
+            prev = self._blocks.get((run.start, j - 1))
+            if prev is not None:  # consecutive blocks: no floor sum
+                before = prev[5] + prev[4]
+            else:
+                before = np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) \
+                    + run.extras_before(j)
+            owner = np.repeat(self._source_ids, counts)
+            src = owner[self._perm(run, j).forward(self._block_range)]
             order = np.argsort(src, kind="stable")
             cum = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
             rank = np.empty(self.block, dtype=np.int64)
-            rank[order] = np.arange(self.block, dtype=np.int64) - cum[src[order]]
-            hit = (src, before[src] + rank)
+            rank[order] = self._block_range - cum[src[order]]
+            hit = (src, before[src] + rank, order, cum, counts, before)
             self._blocks[key] = hit
             while len(self._blocks) > 32:
                 self._blocks.popitem(last=False)
@@ -344,34 +355,29 @@ class MixturePlan:
 
     def _block_records(self, run: _Run, k: int, j: int) -> tuple[np.ndarray, np.ndarray]:
         """(source, record id in the source) of each in-block position of block ``j`` (cached:
-        a block serves ``B / batch`` consecutive batches)."""
+        a block serves ``B / batch`` consecutive batches). Source ``s``'s positions in a block
+        are the contiguous range ``[before_s, before_s + count_s)`` of its own stream."""
         key = ("records", run.start, j)
         hit = self._blocks.get(key)
         if hit is None:
-            src, q = self._composition(run, k, j)
-            hit = (src, self._records_of(src, q))
+            src, _, order, cum, counts, before = self._layout(run, j)
+            rec = np.empty(self.block, dtype=np.int64)
+            for s_ in np.flatnonzero(counts).tolist():
+                n = self.sizes[s_]
+                q0, c = int(before[s_]), int(counts[s_])
+                out = order[cum[s_]:cum[s_] + c]
+                done = 0
+                while done < c:  # one piece per source epoch the range touches
+                    e, o = divmod(q0 + done, n)
+                    take = min(c - done, n - o)
+                    offsets = np.arange(o, o + take, dtype=np.int64)
+                    rec[out[done:done + take]] = self.source_order(s_, e).forward(offsets) if self.shuffle else offsets
+                    done += take
+            hit = (src, rec)
             self._blocks[key] = hit
             while len(self._blocks) > 32:
                 self._blocks.popitem(last=False)
         return hit
-
-    def _records_of(self, src: np.ndarray, q: np.ndarray) -> np.ndarray:
-        epochs, offsets = np.divmod(q, self._sizes[src])
-        if not self.shuffle:
-            return offsets
-        rec = np.empty_like(q)
-        order = np.argsort(src, kind="stable")  # a source's positions stay in stream order: epochs ascend
-        bounds = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=len(self.sizes)))]).tolist()
-        for s_, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
-            if a == b:
-                continue
-            sel = order[a:b]
-            e = epochs[sel]
-            cuts = [0, len(sel)] if e[0] == e[-1] else [0, *(np.flatnonzero(np.diff(e)) + 1).tolist(), len(sel)]
-            for c0, c1 in zip(cuts[:-1], cuts[1:]):
-                part = sel[c0:c1]
-                rec[part] = self.source_order(s_, int(e[c0])).forward(offsets[part])
-        return rec
 
     def source_order(self, s: int, epoch: int) -> Permutation:
         """The keyed permutation of source ``s``'s records in its own epoch ``epoch``."""
