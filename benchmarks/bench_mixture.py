@@ -18,6 +18,7 @@ Run: ``python -m benchmarks.bench_mixture [--quick]`` (quick: under 3 minutes).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import tempfile
@@ -71,14 +72,18 @@ def resume_ratio(make, step: int, repeats: int) -> dict:
     fresh, resumed = [], []
     state = forged_state(make(), step)
     for _ in range(repeats * 5):  # a restarted job builds its loader either way: both include it
+        gc.collect()  # sub-millisecond timings: keep collector pauses out of both sides
         t0 = time.perf_counter()
         next(iter(make()))
         fresh.append(time.perf_counter() - t0)
+        gc.collect()
         t0 = time.perf_counter()
         loader = make()
         loader.load_state_dict(state)
         next(iter(loader))
         resumed.append(time.perf_counter() - t0)
+        del loader
+        gc.collect()
     f, r = summarize(fresh), summarize(resumed)
     return {"fresh_s": f, "resumed_s": r, "ratio": r["median"] / f["median"]}
 
@@ -187,7 +192,7 @@ class _cycle:
 
 def props(ids: np.ndarray) -> dict:
     c = np.bincount(np.asarray(ids) // 10_000_000, minlength=3)[:3]
-    return {k: round(float(v) / max(1, c.sum()), 4) for k, v in zip(WEIGHTS, c)}
+    return {k: round(float(v) / max(1, int(c.sum())), 4) for k, v in zip(WEIGHTS, c)}
 
 
 def main(argv: list[str] | None = None) -> None:
