@@ -40,11 +40,13 @@ _EXPORTS: dict[str, str] = {
     "Sharding": "resumable_data.plan",
     "ShardingPolicy": "resumable_data.plan",
     "Tail": "resumable_data.plan",
+    "WeightSchedule": "resumable_data.plan.mixture",
     "sample_key": "resumable_data.plan",
     # -- sources (pinned Arrow shards; pyarrow, no torch) --
     "ArrowShards": "resumable_data.sources",
     "DatasetVersion": "resumable_data.sources",
     "HashMode": "resumable_data.sources",
+    "Mixture": "resumable_data.sources.mixture",
     "RecordIdError": "resumable_data.sources",
     "ShardInfo": "resumable_data.sources",
     "UnpinnedPolicy": "resumable_data.sources",

@@ -101,7 +101,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
     from resumable_data.checkpoint.inventory import Inventory
     from resumable_data.checkpoint.store import read_checkpoint
     from resumable_data.checkpoint.status import CheckpointStatus
-    from resumable_data.cli_view import loader_state_report, next_step_lines
+    from resumable_data.cli_view import loader_state_report, mixture_lines, next_step_lines
     from resumable_data.loader.state import LoaderState
 
     width = None if args.wide or args.markdown else WIDTH
@@ -140,8 +140,13 @@ def _run_inspect(args: argparse.Namespace) -> int:
     if data is not None and status.next_step is not None:
         saved = LoaderState.from_fingerprint(data, status.epoch_base or (0, 0))
         plan = saved.plan
-        next_step_lines(out, saved, status.next_step, args.data, args.records)
-        if args.data is not None:
+        if saved.mixture is not None:
+            mixture_lines(out, saved, status.next_step)
+        else:
+            next_step_lines(out, saved, status.next_step, args.data, args.records)
+        if saved.mixture is not None:
+            pass  # the sources carry their own versions (the mixture's hash combines them)
+        elif args.data is not None:
             status_ok = _check_data(out, args.data, plan.version_hash, args.verify)
         else:
             _kv(out, "dataset", f"pinned version {plan.version_hash} (pass --data DIR to check the files)")

@@ -18,7 +18,7 @@ from typing import Any
 
 from resumable_data.errors import ConfigError, describe
 
-__all__ = ["WIDTH", "fit", "inventory_blocks", "kv", "loader_state_report", "next_step_lines"]
+__all__ = ["WIDTH", "fit", "inventory_blocks", "kv", "loader_state_report", "mixture_lines", "next_step_lines"]
 
 #: the default output width of ``inspect`` (``--wide``: unlimited)
 WIDTH = 100
@@ -119,6 +119,27 @@ def next_step_lines(out: list[str], state: Any, step: int, data: str | None, rec
     kv(out, "next record ids" if info.unit == "record" else "next documents", f"{ids}{more}")
 
 
+def mixture_lines(out: list[str], state: Any, step: int | None = None) -> None:
+    """Per-source progress of an ``rd.Mixture`` loader state, from the state alone."""
+    from resumable_data.loader.mixture_state import mixture_progress
+
+    m = state.mixture
+    names = m["sources"]
+    kv(out, "mixture", f"{len(names)} sources, block {m['block']}, version {state.plan.version_hash}"
+                       + ("" if m["rebase"] is None else f", rebased at position {m['rebase'][0]} (data_change)"))
+    kv(out, "weights", "; ".join(f"from step {step}: " + ", ".join(f"{n}={w:g}" for n, w in zip(names, ws))
+                                 for step, ws in m["schedule"]))
+    if state.packing is not None:
+        kv(out, "per-source progress", "packed: documents per step follow from the packing index; call "
+                                       "loader.step_info() on the loader")
+        return
+    prog = mixture_progress(state, step=state.next_step(rewound=bool(state.uncommitted)) if step is None else step)
+    kv(out, "next step", f"{prog.step} (mixed positions [{prog.position}, {prog.position + state.plan.global_batch}))")
+    for p in prog.sources:
+        kv(out, f"  {p.name}", f"consumed {p.consumed} records, epoch {p.epoch}, position {p.position} of {p.size}, "
+                               f"next step {prog.next_step[p.name]}")
+
+
 def read_loader_state(path: Path) -> Any:
     """Parse a JSON file of ``loader.state_dict()`` into a validated ``LoaderState``."""
     from resumable_data.loader.state import LoaderState
@@ -158,6 +179,9 @@ def loader_state_report(path: str, data: str | None, verify: str, records: int, 
                       + (f", packed {state.packing.get('seq_len')}" if state.packing else ", unpacked"))
     kv(out, "layout", f"world size {state.layout.world_size}, {getattr(state.layout.policy, 'value', state.layout.policy)}"
                       f"{'' if state.elastic else ', not elastic'}")
+    if state.mixture is not None:
+        mixture_lines(out, state)
+        return 0, out
     next_step_lines(out, state, state.next_step(rewound=bool(state.uncommitted)), data, records)
     rc = 0
     if not state.pinned:

@@ -77,6 +77,7 @@ class LoaderConfig:
             commit=self.commit, accumulation_steps=self.accumulation_steps,
             packing=None if self.packing is None else self.packing.to_dict(), pinned=self.pinned,
             sampler=self.positional.fingerprint() if self.positional is not None else None,
+            mixture=self.positional.state_section() if hasattr(self.positional, "state_section") else None,
         )
 
 
@@ -135,6 +136,11 @@ def resolve_config(
             describe("dataset", type(dataset).__name__, "a map-style dataset (__len__ and __getitem__)",
                      "wrap an iterable dataset in a map-style one or write Arrow shards and use rd.ArrowShards")
         )
+    from resumable_data.sources.mixture import Mixture  # sources import pyarrow only
+
+    mixture = dataset if isinstance(dataset, Mixture) else None
+    if mixture is not None:
+        _check_mixture(shuffle, shuffle_window, sampler, batch_sampler, dataset_version)
     n = len(dataset)
     if n < 1:
         raise ConfigError(describe("dataset", f"len {n}", "at least one record", "pass a non-empty dataset"))
@@ -166,7 +172,8 @@ def resolve_config(
     world = sharding.world_size
 
     keyed = positional is not None and hasattr(positional, "with_seed")  # rd's positional random samplers
-    seed = _seed(seed, tr_seed, generator, do_shuffle or bool(shuffle_window) or keyed)
+    seed = _seed(seed, tr_seed, generator, do_shuffle or bool(shuffle_window) or keyed or
+                 (mixture is not None and mixture.shuffle))
     if keyed:
         positional = positional.with_seed(seed)
     order = _order(shuffle_window, do_shuffle, shuffle, positional)
@@ -185,14 +192,17 @@ def resolve_config(
     from resumable_data.sources import ArrowShards  # sources import pyarrow only
 
     version_hash, pinned = _version(dataset, dataset_version, ArrowShards)
+    if mixture is not None:  # the mixture orders the records (see rd.Mixture)
+        positional = mixture.sampler(seed, per_rank * world, packed=packing is not None)
     lengths = None
     if packing is not None:
         mode = FetchMode.PACKED
         if transform is not None:
             raise ConfigError(describe("transform", transform, "None when packing (the packer builds the batch)", "drop transform="))
-        lengths = _check_packing(packing, dataset, ArrowShards, collate_fn, arrow_collate, token_column, positional)
+        lengths = _check_packing(packing, dataset, (ArrowShards, Mixture), collate_fn, arrow_collate, token_column,
+                                 None if mixture is not None else positional)
         token_column = None
-    elif isinstance(dataset, ArrowShards):
+    elif isinstance(dataset, (ArrowShards, Mixture)):
         mode = FetchMode.ARROW
     elif arrow_collate is not None:
         raise ConfigError(describe("arrow_collate", arrow_collate, "an rd.ArrowShards dataset", "use collate_fn instead"))
@@ -251,7 +261,7 @@ def _version(dataset: Any, dataset_version: Any, arrow_type: type) -> tuple[str,
     given = getattr(dataset_version, "hash", dataset_version)
     if given is not None and (not isinstance(given, str) or not given):
         raise ConfigError(describe("dataset_version", dataset_version, "an rd.DatasetVersion or its hash string", "pass rd.pin(path)"))
-    if isinstance(dataset, arrow_type):
+    if isinstance(dataset, arrow_type) or hasattr(dataset, "split"):  # rd.ArrowShards or rd.Mixture
         own = dataset.version.hash if dataset.pinned else None
         if given is not None and own is not None and given != own:
             raise ConfigError(
@@ -259,6 +269,16 @@ def _version(dataset: Any, dataset_version: Any, arrow_type: type) -> tuple[str,
             )
         given = given or own
     return (given, True) if given else (UNPINNED, False)
+
+
+def _check_mixture(shuffle: Any, shuffle_window: Any, sampler: Any, batch_sampler: Any, dataset_version: Any) -> None:
+    """A mixture defines its own order: the loader's order options must stay unset."""
+    for name, value in (("shuffle", shuffle), ("shuffle_window", shuffle_window), ("sampler", sampler),
+                        ("batch_sampler", batch_sampler), ("dataset_version", dataset_version)):
+        if value is not None:
+            raise ConfigError(describe(name, value, "unset for an rd.Mixture (the mixture orders the records and "
+                                       "its sources carry their versions)",
+                                       f"drop {name}= (rd.Mixture(shuffle=...) sets the order)"))
 
 
 def _check_packing(packing: Any, dataset: Any, arrow_type: type, collate_fn: Any, arrow_collate: Any,

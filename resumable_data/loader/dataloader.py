@@ -133,7 +133,8 @@ class DataLoader:
             persistent_workers=persistent_workers, pin_memory_device=pin_memory_device, in_order=in_order,
         )
         if cfg.packing is not None:
-            self._stream: RecordStream | PackedStream = PackedStream(cfg.plan, cfg.packing, cfg.lengths, pinned=cfg.pinned)
+            self._stream: RecordStream | PackedStream = PackedStream(cfg.plan, cfg.packing, cfg.lengths, pinned=cfg.pinned,
+                                                                order=cfg.positional)
         else:
             self._stream = RecordStream(cfg.plan)
         self._fingerprint = cfg.fingerprint()
@@ -148,6 +149,7 @@ class DataLoader:
         )
         self._active: weakref.ref[LoaderIterator] | None = None
         self._generation = 0
+        self._iterated = False  # an iter() ran (persistent workers then hold the stream)
         self._fetcher.warm_up()  # forked workers inherit the compiled kernels and the first gather
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -167,6 +169,7 @@ class DataLoader:
                 "(positions map to records of that dataset)", "build a new rd.DataLoader (and dataset_version=) "
                 "for the changed dataset"))
         self._close_active()
+        self._iterated = True
         it = LoaderIterator(self)
         self._active = weakref.ref(it)
         return it
@@ -250,20 +253,33 @@ class DataLoader:
         return self.snapshot().to_dict()
 
     def load_state_dict(
-        self, state: dict[str, Any], *, on_uncommitted: OnUncommitted | str | None = None, allow_unpinned: bool = False
+        self, state: dict[str, Any], *, on_uncommitted: OnUncommitted | str | None = None, allow_unpinned: bool = False,
+        label: RecoveryLabel | str | None = None,
     ) -> None:
         """Restore ``state`` (see :meth:`reset`)."""
         if state is None:
             raise ResumeError(describe("state", None, "a dict from state_dict()", "call reset() for a fresh start"))
-        self.reset(state, on_uncommitted=on_uncommitted, allow_unpinned=allow_unpinned)
+        self.reset(state, on_uncommitted=on_uncommitted, allow_unpinned=allow_unpinned, label=label)
 
     def validate_state_dict(
-        self, state: Any, *, on_uncommitted: OnUncommitted | str | None = None, allow_unpinned: bool = False
+        self, state: Any, *, on_uncommitted: OnUncommitted | str | None = None, allow_unpinned: bool = False,
+        label: RecoveryLabel | str | None = None,
     ) -> LoaderState:
         """Everything ``load_state_dict`` checks, without changing anything: the parsed state, or one
         :class:`rd.ResumeError` listing every difference (saved vs current, with the fix)."""
         return validate_restore(state, self._fingerprint, self._stream, on_uncommitted=on_uncommitted,
-                                allow_unpinned=allow_unpinned).saved
+                                allow_unpinned=allow_unpinned, label=label).saved
+
+    def mixture_progress(self) -> Any:
+        """Per-source progress of an ``rd.Mixture`` loader at its committed cursor: records
+        consumed per source, each source's epoch and position, the next step's per-source counts
+        (an :class:`~resumable_data.loader.mixture_state.MixtureProgress`)."""
+        if not hasattr(self.config.positional, "state_section"):
+            raise ConfigError(describe("dataset", type(self.dataset).__name__, "an rd.Mixture",
+                                       "build the loader over rd.Mixture({...}, weights=...)"))
+        from resumable_data.loader.mixture_state import mixture_progress
+
+        return mixture_progress(self.snapshot(), self.config.positional.plan)
 
     def undo_point(self) -> Callable[[], None]:
         """A function that puts the loader's progress back exactly as it is now (all-or-nothing
@@ -279,7 +295,7 @@ class DataLoader:
 
     def reset(
         self, state: dict[str, Any] | None = None, *, on_uncommitted: OnUncommitted | str | None = None,
-        allow_unpinned: bool = False,
+        allow_unpinned: bool = False, label: RecoveryLabel | str | None = None,
     ) -> None:
         """The one entry point for a fresh start (``state=None``) and a restore.
 
@@ -287,14 +303,32 @@ class DataLoader:
         :class:`rd.ResumeError` listing every difference (saved vs current, with the fix); a refused
         state changes nothing. A state with delivered but uncommitted batches needs
         ``on_uncommitted="repeat"`` (deliver them again) or ``"skip"`` (record them as skipped).
-        Prefetched batches are always fetched again."""
+        Prefetched batches are always fetched again. ``label="data_change"`` declares a deliberate
+        change an ``rd.Mixture`` resume may then accept (other weights: each source continues from
+        its consumed position); the state then records that label."""
+        mixture = self.config.positional if hasattr(self.config.positional, "rebase") else None
         if state is None:
             self._close_active()
             self._generation += 1
             self._ledger.restart()
+            if mixture is not None:
+                self._set_rebase(mixture, None)
             return
         r = validate_restore(state, self._fingerprint, self._stream, on_uncommitted=on_uncommitted,
-                             allow_unpinned=allow_unpinned)
+                             allow_unpinned=allow_unpinned, label=label)
+        if mixture is not None and r.mixture_rebase != mixture.plan.rebase and \
+                self._iterated and self.persistent_workers and self.num_workers > 0:  # workers kept running
+            raise ResumeError(describe("persistent_workers", True, "workers not yet started for a resume that "
+                                       "rebases an rd.Mixture (running workers hold the old stream)",
+                                       "load the state before the first iter(), or build the loader with "
+                                       "persistent_workers=False"))
         self._close_active()
         self._generation += 1
+        if mixture is not None:
+            self._set_rebase(mixture, r.mixture_rebase)
         self._ledger.restore(r.saved, r.epoch_ledger, r.label, r.choice)
+
+    def _set_rebase(self, mixture: Any, rebase: Any) -> None:
+        if rebase != mixture.plan.rebase:
+            mixture.rebase(rebase)
+            self._fingerprint = self.config.fingerprint()

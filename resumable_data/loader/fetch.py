@@ -69,10 +69,11 @@ class StepFetcher(Dataset):
         """Run the compiled kernels and the source's first gather once in this process, so that
         forked workers inherit them instead of each paying the start-up (JIT cache, imports)."""
         if self.mode in (FetchMode.ARROW, FetchMode.PACKED):
-            first = self.plan.records(np.zeros(1, dtype=np.int64))
-            self.dataset.take(first)
+            first = np.zeros(1, dtype=np.int64)  # a mixture's blocks are computed where they are used
+            ids = first if hasattr(self.positional, "at_positions") else self.records(first)
+            self.dataset.take(ids)
             if hasattr(self.dataset, "take_numpy"):
-                self.dataset.take_numpy(first, PAD_VALUE)
+                self.dataset.take_numpy(ids, PAD_VALUE)
         if self.stream is not None and self.stream.spec.mode is PackMode.BEST_FIT:
             best_fit_bins(np.array([1, 1], dtype=np.int64), self.stream.spec)
 
@@ -86,6 +87,8 @@ class StepFetcher(Dataset):
         """Record ids at stream ``positions``: the plan's order, or the user's positional sampler."""
         if self.positional is None:
             return self.plan.records(positions)
+        if hasattr(self.positional, "at_positions"):  # rd.Mixture: its positions are the stream's
+            return self.positional.at_positions(positions)
         epochs, offsets = np.divmod(positions, self.plan.epoch_len)
         out = np.empty_like(positions)
         for e in np.unique(epochs):

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from resumable_data._schema import coerce_enum
-from resumable_data.errors import ResumeError, describe
+from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
+from resumable_data.loader.mixture_state import check_mixture
 from resumable_data.loader.state import LoaderState, OnUncommitted, compare
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 
@@ -37,10 +38,12 @@ class Restore:
     epoch_ledger: dict[int, int]
     label: RecoveryLabel
     choice: OnUncommitted | None
+    #: An ``rd.Mixture`` loader continues from this rebase (the saved one, or a data_change's).
+    mixture_rebase: Any = None
 
 
 def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncommitted: Any = None,
-                     allow_unpinned: bool = False) -> Restore:
+                     allow_unpinned: bool = False, label: Any = None) -> Restore:
     """Check ``state`` against the ``current`` fingerprint and ``stream`` (see the module docs)."""
     try:
         json.dumps(state)
@@ -53,8 +56,16 @@ def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncomm
         raise ResumeError(describe("state.cursor", saved.cursor.to_dict(),
                                    f"steps whose positions (step x global batch {saved.plan.global_batch}) stay "
                                    "below 2**62", "pass an unmodified state"))
+    declared = None if label is None else coerce_enum(label, RecoveryLabel, "label")
+    if declared not in (None, RecoveryLabel.FAITHFUL_CONTINUATION, RecoveryLabel.DATA_CHANGE):
+        raise ConfigError(describe("label", declared.value, "'faithful_continuation' or 'data_change' for a loader",
+                                   "declare other labels on rd.TrainingState.load_state_dict"))
     diffs, label = compare(saved, current, allow_unpinned=allow_unpinned)
     choice = None if on_uncommitted is None else coerce_enum(on_uncommitted, OnUncommitted, "on_uncommitted")
+    mixture_diffs, rebase = check_mixture(saved, current, declared or RecoveryLabel.FAITHFUL_CONTINUATION, choice)
+    diffs += mixture_diffs
+    if declared is RecoveryLabel.DATA_CHANGE:
+        label = RecoveryLabel.DATA_CHANGE
     c = saved.cursor
     if c.delivered > c.committed and choice is None:
         diffs.append(
@@ -66,7 +77,7 @@ def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncomm
         )
     if diffs:
         raise ResumeError("cannot resume this loader from the given state:\n  - " + "\n  - ".join(diffs))
-    return Restore(saved, _epoch_ledger(saved, stream), label, choice)
+    return Restore(saved, _epoch_ledger(saved, stream), label, choice, rebase)
 
 
 def _epoch_ledger(saved: LoaderState, stream: Any) -> dict[int, int]:

@@ -1,7 +1,8 @@
 """The loader's versioned state: a plan fingerprint, a cursor, counters and skipped ranges.
 
 Schema (``format = "resumable_data.loader"``, integer ``schema_version``): a JSON object with
-exactly the keys below; every value is checked for type and range on load, so a forged or
+exactly the keys below (plus ``mixture``, with its own ``schema_version``, in the state of an
+``rd.Mixture`` loader only, so other states are unchanged); every value is checked for type and range on load, so a forged or
 malformed state raises :class:`~resumable_data.ResumeError` and nothing else. Loading never
 unpickles. Typical size: 500-700 bytes, independent of dataset size, window and worker count.
 
@@ -75,6 +76,8 @@ K_LABEL = "recovery_label"
 K_SAMPLER = "sampler"
 K_EPOCH_BASE = "epoch_base"
 K_END_OF_PASS = "end_of_pass"
+#: Only in states of an ``rd.Mixture`` loader (validated by :mod:`resumable_data.loader.mixture_state`).
+K_MIXTURE = "mixture"
 #: The keys that identify the stream (no progress): what a checkpoint's ``data`` section holds.
 FINGERPRINT_KEYS = (K_PLAN, K_LAYOUT, K_ELASTIC, K_COMMIT, K_ACCUMULATION, K_PACKING, K_PINNED, K_SAMPLER)
 _KEYS = frozenset(
@@ -261,6 +264,8 @@ class LoaderState:
     recovery_label: RecoveryLabel = RecoveryLabel.FAITHFUL_CONTINUATION
     #: Taken after an epoch's last batch, inside the pass (see the module docs).
     end_of_pass: bool = False
+    #: An ``rd.Mixture``'s section (names, sizes, schedule, block, rebase); None otherwise.
+    mixture: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -280,6 +285,7 @@ class LoaderState:
             K_SKIPPED: [r.to_list() for r in self.skipped],
             K_LABEL: self.recovery_label.value,
             K_END_OF_PASS: self.end_of_pass,
+            **({} if self.mixture is None else {K_MIXTURE: self.mixture}),
         }
 
     def next_step(self, *, rewound: bool = False) -> int:
@@ -301,7 +307,7 @@ class LoaderState:
     def fingerprint_dict(self) -> dict[str, Any]:
         """The keys that identify the stream (what a checkpoint's metadata compares), no progress."""
         d = self.to_dict()
-        return {k: d[k] for k in FINGERPRINT_KEYS}
+        return {k: d[k] for k in FINGERPRINT_KEYS + (K_MIXTURE,) if k in d}
 
     @classmethod
     def from_fingerprint(cls, data: Any, epoch_base: tuple[int, int] = (0, 0)) -> LoaderState:
@@ -312,7 +318,8 @@ class LoaderState:
         progress = {K_FORMAT: FORMAT, K_SCHEMA: SCHEMA_VERSION, K_EPOCH_BASE: list(epoch_base),
                     K_CURSOR: Cursor().to_dict(), K_COUNTERS: Counters().to_dict(), K_SKIPPED: [],
                     K_LABEL: RecoveryLabel.FAITHFUL_CONTINUATION.value, K_END_OF_PASS: False}
-        return cls.from_dict({**progress, **{k: data.get(k) for k in FINGERPRINT_KEYS}})
+        mixture = {K_MIXTURE: data[K_MIXTURE]} if K_MIXTURE in data else {}
+        return cls.from_dict({**progress, **{k: data.get(k) for k in FINGERPRINT_KEYS}, **mixture})
 
     @classmethod
     def from_dict(cls, d: Any) -> LoaderState:
@@ -324,7 +331,11 @@ class LoaderState:
             version = SCHEMA_VERSION
         if d.get(K_FORMAT) == FORMAT and isinstance(d.get(K_SCHEMA), int) and d.get(K_SCHEMA) != version:
             expect_header(d, FORMAT, SCHEMA_VERSION, "state")  # a clear version message first
-        expect_mapping(d, "state", _KEYS if version == SCHEMA_VERSION else _KEYS_V1)
+        keys = _KEYS if version == SCHEMA_VERSION else _KEYS_V1
+        mixture = d.get(K_MIXTURE)
+        expect_mapping(d, "state", keys | {K_MIXTURE} if K_MIXTURE in d and version == SCHEMA_VERSION else keys)
+        if K_MIXTURE in d and not isinstance(mixture, dict):
+            raise ResumeError(describe("state.mixture", mixture, "a mixture section object", "pass an unmodified state"))
         expect_header(d, FORMAT, version, "state")
         try:
             plan = Plan.from_dict(d[K_PLAN], "state.plan")
@@ -354,6 +365,7 @@ class LoaderState:
             skipped=skipped,
             recovery_label=expect_enum(d[K_LABEL], RecoveryLabel, "state.recovery_label"),
             end_of_pass=expect_bool(d[K_END_OF_PASS], "state.end_of_pass") if version >= 2 else False,
+            mixture=mixture,
         )
 
 

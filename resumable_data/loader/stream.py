@@ -71,8 +71,11 @@ class PackedIndex:
 class PackedStream:
     """Packed: positions are sequences; epochs differ in length; indexes cached per epoch."""
 
-    def __init__(self, plan: Plan, spec: Packing, lengths: np.ndarray, *, pinned: bool, progress: bool = True) -> None:
+    def __init__(self, plan: Plan, spec: Packing, lengths: np.ndarray, *, pinned: bool, progress: bool = True,
+                 order: Any = None) -> None:
         self.plan = plan
+        #: A positional sampler (an rd.Mixture's) that orders the documents instead of the plan.
+        self.order = order
         self.spec = spec
         self.lengths = lengths
         self.pinned = pinned
@@ -96,6 +99,8 @@ class PackedStream:
     def _key(self, epoch: int) -> str:
         parts = [self.plan.version_hash, str(self.plan.seed), repr(sorted(self.plan.order.to_dict().items())),
                  repr(sorted(self.spec.to_dict().items())), str(self.plan.num_records), str(epoch), "packidx/1"]
+        if self.order is not None:
+            parts += [self.order.fingerprint(), repr(getattr(self.order, "state_section", dict)())]
         return xxhash.xxh3_128_hexdigest("|".join(parts).encode())
 
     def window_docs(self, epoch: int, window: int) -> np.ndarray:
@@ -107,12 +112,17 @@ class PackedStream:
             w = self.spec.window
             stop = min((window + 1) * w, self.plan.num_records)
             offsets = np.arange(window * w, stop, dtype=np.int64)
-            hit = epoch_records(self.plan.num_records, self.plan.order, offsets, version_hash=self.plan.version_hash,
-                                seed=self.plan.seed, epoch=epoch)
+            hit = self._records(epoch, offsets)
             self._windows[key] = hit
             while len(self._windows) > 8:
                 self._windows.popitem(last=False)
         return hit
+
+    def _records(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
+        if self.order is not None:
+            return np.asarray(self.order.indices(epoch, offsets), dtype=np.int64)
+        return epoch_records(self.plan.num_records, self.plan.order, offsets, version_hash=self.plan.version_hash,
+                             seed=self.plan.seed, epoch=epoch)
 
     def _build(self, epoch: int) -> np.ndarray:
         n, w = self.plan.num_records, self.spec.window
@@ -125,8 +135,7 @@ class PackedStream:
             bar = tqdm(total=n, unit="doc", desc=f"packing index, epoch {epoch}", delay=1.0, leave=False)
         for start in range(0, n, chunk):
             offsets = np.arange(start, min(start + chunk, n), dtype=np.int64)
-            records = epoch_records(n, self.plan.order, offsets, version_hash=self.plan.version_hash,
-                                    seed=self.plan.seed, epoch=epoch)
+            records = self._records(epoch, offsets)
             counts.append(window_counts(self.spec.doc_lengths(self.lengths[records]), self.spec))
             if bar is not None:
                 bar.update(len(offsets))

@@ -269,6 +269,19 @@ class ArrowShards:
         self._init(Path(root).as_posix(), rel, version, LOCAL)
         return self
 
+    @classmethod
+    def concatenated(cls, sources: Sequence[ArrowShards]) -> ArrowShards | None:
+        """One gather engine over several local sources' shards, in order (record ids follow on),
+        for ``rd.Mixture``: each source was verified when it was opened, so the view carries no
+        version of its own. None when a source is remote (each then gathers on its own)."""
+        if any(not s._store.local for s in sources):
+            return None
+        paths = [join(s._root.as_posix(), r) for s in sources for r in s._rel]
+        root = os.path.commonpath([os.path.dirname(p) for p in paths])
+        view = cls.__new__(cls)
+        view._init(root, [os.path.relpath(p, root) for p in paths], None, sources[0]._store)
+        return view
+
     @property
     def filesystem(self) -> Any:
         """The ``pyarrow.fs.FileSystem`` of remote shards, None for local (memory-mapped) ones."""

@@ -1,0 +1,265 @@
+"""Mixtures: overhead, state size, resume cost and realised proportions, beside peers.
+
+Side by side in one process, interleaved rounds, on the same three pinned sources (weights
+0.5 / 0.3 / 0.2, the smallest source upsampled):
+* throughput at batch 256 (0 workers): ``rd.DataLoader(rd.Mixture(...))`` against
+  ``rd.DataLoader`` over one source holding the same records (shuffled): the mixture's overhead;
+* loader state size (JSON bytes) for 3 and 64 sources;
+* time to the first batch of a restarted job (build the loader, ``load_state_dict``, first batch)
+  at step 10**2, 10**4, 10**6, over a fresh start's (build, first batch), as ``bench_loader``;
+* realised proportions over the batches read, and the worst aligned block (positions per block);
+* peers where installed, on the same records (the id column as numpy arrays): Grain
+  ``MapDataset.mix``, Hugging Face ``interleave_datasets(probabilities=)`` and torchdata
+  ``MultiNodeWeightedSampler``: samples/s, resume time at a step, bit-exactness after resume,
+  realised proportions.
+Run: ``python -m benchmarks.bench_mixture [--quick]`` (quick: under 3 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+
+import resumable_data as rd
+from benchmarks._common import summarize, write_results
+
+WEIGHTS = {"web": 0.5, "code": 0.3, "math": 0.2}
+BATCH = 256
+
+
+def write(root: str, name: str, ids: np.ndarray) -> rd.ArrowShards:
+    d = os.path.join(root, name)
+    rd.write_arrow_shards(pa.table({"id": pa.array(ids, pa.int64()), "x": pa.array(ids % 7919, pa.int32())}), d,
+                         num_shards=4)
+    rd.pin(d)
+    return rd.ArrowShards(d)
+
+
+def first_batches(loader, n: int) -> list[np.ndarray]:
+    out = []
+    while len(out) < n:
+        for b in loader:
+            out.append(b["id"].numpy())
+            if len(out) == n:
+                break
+    return out
+
+
+def rate(make, batches: int) -> float:
+    loader = make()
+    t0 = time.perf_counter()
+    first_batches(loader, batches)
+    return batches * BATCH / (time.perf_counter() - t0)
+
+
+def forged_state(loader, step: int) -> dict:
+    """The loader's state at ``step`` (cursor only: what a saved state at that step holds)."""
+    st = loader.state_dict()
+    spe = loader.plan.steps_per_epoch
+    st["cursor"] = {"committed": step, "delivered": step, "fetched": step}
+    st["epoch_base"] = [step // spe, (step // spe) * spe]
+    return st
+
+
+def resume_ratio(make, step: int, repeats: int) -> dict:
+    fresh, resumed = [], []
+    state = forged_state(make(), step)
+    for _ in range(repeats * 5):  # a restarted job builds its loader either way: both include it
+        gc.collect()  # sub-millisecond timings: keep collector pauses out of both sides
+        t0 = time.perf_counter()
+        next(iter(make()))
+        fresh.append(time.perf_counter() - t0)
+        gc.collect()
+        t0 = time.perf_counter()
+        loader = make()
+        loader.load_state_dict(state)
+        next(iter(loader))
+        resumed.append(time.perf_counter() - t0)
+        del loader
+        gc.collect()
+    f, r = summarize(fresh), summarize(resumed)
+    return {"fresh_s": f, "resumed_s": r, "ratio": r["median"] / f["median"]}
+
+
+def state_size(root: str, sources: int) -> int:
+    srcs = {f"s{i:02d}": write(root, f"small{sources}_{i}", np.arange(50) + 1000 * i) for i in range(sources)}
+    mix = rd.Mixture(srcs, weights={k: 1 + (i % 5) for i, k in enumerate(srcs)})
+    loader = rd.DataLoader(mix, batch_size=64, seed=0)
+    first_batches(loader, 3)
+    return len(json.dumps(loader.state_dict()))
+
+
+# -- peers ----------------------------------------------------------------------------------------
+def peer_grain(arrays: dict, batches: int, step: int) -> dict:
+    import grain
+
+    ds = [grain.MapDataset.source(arrays[k]) for k in WEIGHTS]
+    mixed = grain.MapDataset.mix(ds, [WEIGHTS[k] for k in WEIGHTS])
+    n = batches * BATCH
+    t0 = time.perf_counter()
+    got = np.array([mixed[i] for i in range(n)])
+    sps = n / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    again = np.array([mixed[i] for i in range(step * BATCH, step * BATCH + BATCH)])  # a resume is an index
+    resume = time.perf_counter() - t0
+    exact = bool((again == np.array([mixed[i] for i in range(step * BATCH, step * BATCH + BATCH)])).all())
+    return {"samples_per_s": sps, "resume_s": resume, "bit_exact": exact, "proportions": props(got),
+            "length": len(mixed), "note": "MapDataset.mix: length and proportions follow the smallest source"}
+
+
+def peer_hf(arrays: dict, batches: int, step: int) -> dict:
+    import datasets
+
+    datasets.disable_progress_bars()
+    ds = [datasets.Dataset.from_dict({"id": arrays[k]}) for k in WEIGHTS]
+    t0 = time.perf_counter()
+    mixed = datasets.interleave_datasets(ds, probabilities=[WEIGHTS[k] for k in WEIGHTS], seed=0,
+                                         stopping_strategy="all_exhausted")
+    build = time.perf_counter() - t0
+    n = min(batches * BATCH, len(mixed))
+    t0 = time.perf_counter()
+    got = np.concatenate([np.asarray(mixed[i:i + BATCH]["id"]) for i in range(0, n, BATCH)])
+    sps = n / (time.perf_counter() - t0)
+    it = [datasets.Dataset.from_dict({"id": arrays[k]}).to_iterable_dataset(num_shards=1) for k in WEIGHTS]
+    stream = datasets.interleave_datasets(it, probabilities=[WEIGHTS[k] for k in WEIGHTS], seed=0)
+    ref = []
+    state = None
+    for i, row in enumerate(stream):
+        if i == step * BATCH:
+            state = stream.state_dict()
+        if i >= step * BATCH:
+            ref.append(row["id"])
+        if len(ref) == BATCH:
+            break
+    stream2 = datasets.interleave_datasets(
+        [datasets.Dataset.from_dict({"id": arrays[k]}).to_iterable_dataset(num_shards=1) for k in WEIGHTS],
+        probabilities=[WEIGHTS[k] for k in WEIGHTS], seed=0)
+    t0 = time.perf_counter()
+    stream2.load_state_dict(state)
+    resumed = []
+    for row in stream2:
+        resumed.append(row["id"])
+        if len(resumed) == BATCH:
+            break
+    resume = time.perf_counter() - t0
+    return {"samples_per_s": sps, "build_s": build, "resume_s": resume, "bit_exact": resumed == ref,
+            "proportions": props(got), "note": "map-style: an index of the whole stream built up front; "
+            "resume measured on the iterable interleave (state_dict)"}
+
+
+def peer_torchdata(arrays: dict, batches: int, step: int) -> dict:
+    from torchdata.nodes import IterableWrapper, MultiNodeWeightedSampler
+
+    def make():
+        return MultiNodeWeightedSampler({k: IterableWrapper(_cycle(arrays[k])) for k in WEIGHTS}, dict(WEIGHTS), seed=0)
+
+    node = make()
+    n = batches * BATCH
+    t0 = time.perf_counter()
+    got = np.array([next(node) for _ in range(n)])
+    sps = n / (time.perf_counter() - t0)
+    node = make()
+    for _ in range(step * BATCH):
+        next(node)
+    state = node.state_dict()
+    ref = [next(node) for _ in range(BATCH)]
+    node2 = make()
+    t0 = time.perf_counter()
+    node2.reset(state)
+    resumed = [next(node2) for _ in range(BATCH)]
+    resume = time.perf_counter() - t0
+    return {"samples_per_s": sps, "resume_s": resume, "bit_exact": resumed == ref, "proportions": props(got),
+            "note": "random choice per sample; sources resumed by replaying their iterators"}
+
+
+class _cycle:
+    """An endless iterable over an array (each pass the same order)."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.a = a
+
+    def __iter__(self):
+        while True:
+            yield from self.a.tolist()
+
+
+def props(ids: np.ndarray) -> dict:
+    c = np.bincount(np.asarray(ids) // 10_000_000, minlength=3)[:3]
+    return {k: round(float(v) / max(1, int(c.sum())), 4) for k, v in zip(WEIGHTS, c)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    sizes = {"web": 60_000, "code": 30_000, "math": 3_000} if args.quick else {"web": 400_000, "code": 200_000, "math": 20_000}
+    batches = 40 if args.quick else 150
+    rounds = 5 if args.quick else 9
+    root = tempfile.mkdtemp(prefix="rd-bench-mix-")
+    arrays = {k: np.arange(n, dtype=np.int64) + 10_000_000 * i for i, (k, n) in enumerate(sizes.items())}
+    srcs = {k: write(root, k, a) for k, a in arrays.items()}
+    single = write(root, "single", np.concatenate(list(arrays.values())))
+    mix = rd.Mixture(srcs, weights=WEIGHTS)
+
+    def make_mix():
+        return rd.DataLoader(mix, batch_size=BATCH, seed=0)
+
+    def make_single():
+        return rd.DataLoader(single, batch_size=BATCH, shuffle=True, seed=0)
+
+    rates = {"mixture": [], "single": []}
+    for _ in range(rounds):  # interleaved rounds: the machine is shared
+        rates["single"].append(rate(make_single, batches))
+        rates["mixture"].append(rate(make_mix, batches))
+    thr = {k: summarize(v) for k, v in rates.items()}
+    paired = summarize([m / s for m, s in zip(rates["mixture"], rates["single"])])  # per round: same load
+    overhead = 1 - paired["median"]
+    ids = np.concatenate(first_batches(make_mix(), batches))
+    block = mix.block_size
+    worst = 0.0
+    for j in range(len(ids) // block):
+        c = np.bincount(ids[j * block:(j + 1) * block] // 10_000_000, minlength=3)
+        worst = max(worst, max(abs(c[i] - w * block) for i, w in enumerate(WEIGHTS.values())))
+    resume = {str(s): resume_ratio(make_mix, s, rounds) for s in (10**2, 10**4, 10**6)}
+    sizes_b = {"3": len(json.dumps(make_mix().state_dict())), "64": state_size(root, 64)}
+    peers = {}
+    for name, fn in (("grain MapDataset.mix", peer_grain), ("HF interleave_datasets", peer_hf),
+                     ("torchdata MultiNodeWeightedSampler", peer_torchdata)):
+        try:
+            peers[name] = fn(arrays, batches, 10**2 if args.quick else 10**3)
+        except Exception as e:  # a peer not installed or failing: reported, not fatal
+            peers[name] = {"error": f"{type(e).__name__}: {e}"[:200]}
+    payload = {"sizes": sizes, "batch": BATCH, "batches": batches, "throughput": thr, "paired_ratio": paired,
+               "overhead": overhead,
+               "state_bytes": sizes_b, "resume": resume, "proportions": props(ids), "worst_block_error": worst,
+               "block": block, "peers": peers}
+    md = [f"Mixture of {sizes} (weights {WEIGHTS}), batch {BATCH}, {batches} batches x {rounds} interleaved rounds.",
+          "", "| measure | value | goal |", "|---|---|---|",
+          f"| mixture overhead vs one source (samples/s, median of per-round ratios, min..max) | {overhead:.1%} "
+          f"({1 - paired['max']:.0%}..{1 - paired['min']:.0%}; {thr['mixture']['median']:,.0f} vs "
+          f"{thr['single']['median']:,.0f}) | <= 10% |",
+          f"| state size, 3 / 64 sources | {sizes_b['3']} / {sizes_b['64']} bytes | < 1 KB / < 4 KB |"]
+    for s, r in resume.items():
+        md.append(f"| resume / fresh first batch at step {int(s):,} | {r['ratio']:.2f} | <= 1.2 |")
+    md.append(f"| realised proportions | {props(ids)} | {WEIGHTS} |")
+    md.append(f"| worst aligned block ({block}) error | {worst:.2f} positions | < 1 |")
+    md += ["", "| peer | samples/s | resume s | bit-exact after resume | proportions | note |", "|---|---|---|---|---|---|"]
+    for name, r in peers.items():
+        if "error" in r:
+            md.append(f"| {name} | - | - | - | - | {r['error']} |")
+        else:
+            md.append(f"| {name} | {r['samples_per_s']:,.0f} | {r['resume_s']:.4f} | {r['bit_exact']} | "
+                      f"{r['proportions']} | {r['note']} |")
+    path = write_results("mixture", payload, "\n".join(md))
+    print(path.read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,465 @@
+"""Weighted mixtures of sources as a pure function of the position.
+
+Algorithm. The mixed stream is cut into *runs*: a run starts at a position with normalised
+weights ``w_s`` (exact rationals, :class:`fractions.Fraction` of the given numbers, so results do
+not depend on floating point) and the count of every source consumed before it. A weight schedule
+declared in steps becomes runs through a step -> position function the loader supplies; a
+``data_change`` resume adds a run (a *rebase*) at the resume position. Inside a run, positions
+form aligned blocks of ``B`` positions. Block ``j`` gives source ``s`` ``floor(w_s B)`` slots plus
+one extra slot when a point of the grid ``u_j + k`` (``k`` integer, ``u_j = frac(j a / 2**64)``,
+``a`` the golden-ratio constant) falls in the interval ``[G_s, G_s + f_s)``, where ``f_s`` is the
+fractional part of ``w_s B`` and ``G_s`` the sum of the ``f_t`` before ``s``. The grid has exactly
+``r = B - sum floor(w_s B)`` points in ``[0, r)`` and an interval shorter than one holds at most
+one, so every block has exactly ``B`` slots. Slots are laid out source by source and the block's
+positions visit them through a keyed permutation of ``[0, B)`` (:mod:`.permutation`). Source
+``s``'s ``q``-th record is record ``perm_e(q mod n_s)`` of its own epoch ``e = q // n_s``, a keyed
+permutation per (source name, source version, seed, epoch).
+
+Guarantee. In every aligned block of a run, source ``s`` gets ``floor(w_s B)`` or
+``ceil(w_s B)`` positions (exactly ``w_s B`` when that is an integer). The cumulative count after
+``J`` blocks is ``J floor(w_s B) + E_s(J)`` with ``E_s(J)`` the grid hits of a golden-ratio
+rotation, so ``|count - J w_s B|`` grows at most logarithmically in ``J`` (measured: at most 4
+samples over 10**9 blocks for random weights, see ``tests/plan/test_mixture.py``). A new run
+continues every source from its consumed count: no record of a source is repeated or skipped
+within its epoch across a weight change; an upsampled source is seen once per source epoch, each
+epoch in a new order.
+
+Cost. ``counts_before(p)`` is O(S log) (a floor sum, no walk) plus O(B) for the partial block;
+``locate(positions)`` / ``records(positions)`` are O(len) plus, per block touched, one
+O(S log + B) composition and one permutation pass over its ``B`` positions, cached (a block
+serves ``B / batch`` batches). No index of the stream exists; a restore costs one block composition.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from resumable_data._schema import check_int, expect_int, expect_mapping, expect_str
+from resumable_data.errors import ConfigError, ResumeError, describe
+from resumable_data.plan.permutation import Permutation, permutation_key
+
+__all__ = ["MixturePlan", "Rebase", "SourceProgress", "StepPositions", "WeightSchedule", "floor_sum", "mixture_version"]
+
+MIXTURE_SCHEMA_VERSION = 1
+K_SCHEMA = "schema_version"
+K_NAMES = "sources"
+K_SIZES = "sizes"
+K_SCHEDULE = "schedule"
+K_BLOCK = "block"
+K_SHUFFLE = "shuffle"
+K_REBASE = "rebase"
+_KEYS = frozenset({K_SCHEMA, K_NAMES, K_SIZES, K_SCHEDULE, K_BLOCK, K_SHUFFLE, K_REBASE})
+MAX_SOURCES = 4096
+_ALPHA = 0x9E3779B97F4A7C15  # golden ratio * 2**64 (odd): the rotation of the extra-slot grid
+_M = 1 << 64
+
+
+def floor_sum(n: int, m: int, a: int, b: int) -> int:
+    """``sum(floor((a*i + b) / m) for i in range(n))`` in O(log m) (any integer ``a``, ``b``; ``m > 0``)."""
+    ans = 0
+    while n > 0:
+        q, a = divmod(a, m)
+        ans += q * (n * (n - 1) // 2)
+        q, b = divmod(b, m)
+        ans += q * n
+        y = a * n + b
+        if y < m:
+            break
+        n, b, m, a = y // m, y % m, a, m
+    return ans
+
+
+def _weight(v: Any, where: str) -> Fraction:
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v) or v < 0:
+        raise ConfigError(describe(where, v, "a finite number >= 0", "pass weights such as {'web': 0.7, 'code': 0.3}"))
+    return Fraction(int(v)) if isinstance(v, (int, np.integer)) else Fraction(float(v))
+
+
+class WeightSchedule:
+    """Weights as a piecewise-constant function of the step: ``[(0, {...}), (10_000, {...})]``.
+
+    Each entry's weights hold from its step until the next entry's; the first entry must be at
+    step 0. Weights are normalised per entry; a weight of 0 leaves a source out of that segment.
+    Steps become positions through the loader (``step * global batch`` today), so a schedule is
+    part of the plan and the stream stays a pure function of the position.
+    """
+
+    def __init__(self, segments: Sequence[tuple[int, Mapping[str, float]]]) -> None:
+        if not isinstance(segments, (list, tuple)) or not segments:
+            raise ConfigError(describe("WeightSchedule", segments, "a non-empty list of (step, {source: weight})",
+                                       "pass [(0, {'web': 0.7, 'code': 0.3}), (10_000, {...})]"))
+        steps, maps = [], []
+        for i, seg in enumerate(segments):
+            if not isinstance(seg, (list, tuple)) or len(seg) != 2 or not isinstance(seg[1], Mapping):
+                raise ConfigError(describe(f"WeightSchedule[{i}]", seg, "a pair (step, {source: weight})",
+                                           "pass (step, mapping) pairs"))
+            steps.append(check_int(seg[0], f"WeightSchedule[{i}] step", 0))
+            maps.append(dict(seg[1]))
+        if steps[0] != 0 or any(b <= a for a, b in zip(steps, steps[1:])):
+            raise ConfigError(describe("WeightSchedule steps", steps, "strictly increasing steps starting at 0",
+                                       "start the schedule at step 0 and sort it"))
+        self.steps = tuple(steps)
+        self.maps = tuple(maps)
+
+    @classmethod
+    def constant(cls, weights: Mapping[str, float]) -> WeightSchedule:
+        return cls([(0, weights)])
+
+    def resolve(self, names: Sequence[str]) -> tuple[tuple[int, tuple[Fraction, ...], tuple[float, ...]], ...]:
+        """Per segment: (step, normalised exact weights in ``names`` order, the given numbers)."""
+        out = []
+        for step, m in zip(self.steps, self.maps):
+            if set(m) != set(names):
+                raise ConfigError(describe("weights", sorted(m), f"one weight for each source {sorted(names)}",
+                                           "name every source of the Mixture once (0 leaves one out)"))
+            raw = tuple(m[k] for k in names)
+            ws = [_weight(v, f"weights[{k!r}]") for k, v in zip(names, raw)]
+            total = sum(ws)
+            if total == 0:
+                raise ConfigError(describe("weights", m, "at least one weight > 0", "give some source a positive weight"))
+            out.append((step, tuple(w / total for w in ws), tuple(float(v) for v in raw)))
+        return tuple(out)
+
+    def __repr__(self) -> str:
+        return f"rd.WeightSchedule({list(zip(self.steps, self.maps))!r})"
+
+
+@dataclass(frozen=True)
+class StepPositions:
+    """Step -> first position of that step, for a fixed global batch (``step * global_batch``);
+    a batch schedule supplies another such callable."""
+
+    global_batch: int
+
+    def __call__(self, step: int) -> int:
+        return step * self.global_batch
+
+
+@dataclass(frozen=True)
+class Rebase:
+    """A run that starts at ``position`` with ``counts[s]`` records of each source consumed
+    (written by a ``data_change`` resume: the stream continues each source where it stood)."""
+
+    position: int
+    counts: tuple[int, ...]
+
+    def to_list(self) -> list:
+        return [self.position, list(self.counts)]
+
+
+@dataclass(frozen=True)
+class SourceProgress:
+    """One source's progress at a position: records consumed, its epoch and in-epoch position."""
+
+    name: str
+    consumed: int
+    epoch: int
+    position: int
+    size: int
+
+
+@dataclass(frozen=True)
+class _Run:
+    start: int
+    weights: tuple[Fraction, ...]
+    base: tuple[int, ...]  # per-source counts before ``start``
+    floors: tuple[int, ...]  # floor(w_s B)
+    grid: tuple[int, ...]  # G_0..G_S scaled by ``denom``
+    denom: int
+
+    def extras_before(self, j: int) -> np.ndarray:
+        """E_s(j): extra slots of each source in the run's blocks ``[0, j)``."""
+        md = _M * self.denom
+        f = [floor_sum(j, md, _ALPHA * self.denom, -g * _M) for g in self.grid]
+        return np.array([f[s] - f[s + 1] for s in range(len(self.floors))], dtype=np.int64)
+
+    def block_counts(self, j: int) -> np.ndarray:
+        md = _M * self.denom
+        f = [(j * _ALPHA * self.denom - g * _M) // md for g in self.grid]
+        return np.array([self.floors[s] + f[s] - f[s + 1] for s in range(len(self.floors))], dtype=np.int64)
+
+
+def mixture_version(names: Sequence[str], versions: Sequence[str], block: int) -> str:
+    """The version hash of a mixture's data: its sources' names and versions and the block size."""
+    h = xxhash.xxh3_128()
+    h.update(b"rd.mixture/1" + struct.pack("<QQ", len(names), block))
+    for n, v in zip(names, versions):
+        for part in (n.encode(), v.encode()):
+            h.update(struct.pack("<I", len(part)) + part)
+    return "mix-" + h.hexdigest()
+
+
+class MixturePlan:
+    """Which source, source position and record each position of a mixed stream holds.
+
+    ``position_of_step`` turns a schedule's steps into positions (the loader supplies it); the
+    plan is immutable and the same arguments give the same stream.
+    """
+
+    def __init__(self, names: Sequence[str], sizes: Sequence[int], versions: Sequence[str], schedule: WeightSchedule,
+                 *, block: int, seed: int, version_hash: str, shuffle: bool = True,
+                 position_of_step: Callable[[int], int] | None = None, rebase: Rebase | None = None) -> None:
+        self.names = tuple(names)
+        self.sizes = tuple(int(n) for n in sizes)
+        self.versions = tuple(versions)
+        self.block = check_int(block, "block_size", 1, 1 << 24)
+        self.seed = seed
+        self.version_hash = version_hash
+        self.shuffle = bool(shuffle)
+        self.schedule = schedule
+        self.segments = schedule.resolve(self.names)
+        if len(self.segments) > 1 and position_of_step is None:
+            raise ConfigError(describe("weights", schedule, "a constant mapping here (no step -> position map)",
+                                       "pass a mapping of weights, or use the mixture through rd.DataLoader"))
+        self._pos = position_of_step or (lambda s: 0)
+        self.rebase = rebase
+        self._blocks: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._source_ids = np.arange(len(self.sizes), dtype=np.int64)
+        self._block_range = np.arange(self.block, dtype=np.int64)
+        self._runs = self._build_runs()
+        self._starts = np.array([r.start for r in self._runs], dtype=np.int64)
+
+    # -- runs -------------------------------------------------------------------------------------
+    def _new_run(self, start: int, weights: tuple[Fraction, ...], base: tuple[int, ...]) -> _Run:
+        b = self.block
+        floors = tuple((w.numerator * b) // w.denominator for w in weights)
+        fracs = [w * b - f for w, f in zip(weights, floors)]
+        denom = math.lcm(*[f.denominator for f in fracs])
+        grid = [0]
+        for f in fracs:
+            grid.append(grid[-1] + int(f * denom))
+        return _Run(start, weights, base, floors, tuple(grid), denom)
+
+    def _build_runs(self) -> list[_Run]:
+        starts = [(self._pos(step), w) for step, w, _ in self.segments]
+        if self.rebase is None:
+            runs = [self._new_run(0, starts[0][1], tuple(0 for _ in self.names))]
+            for start, w in starts[1:]:
+                runs.append(self._new_run(start, w, self._counts_in_runs(runs, start)))
+        else:
+            rb = self.rebase
+            if len(rb.counts) != len(self.names):
+                raise ResumeError(describe("mixture.rebase", rb.to_list(), f"{len(self.names)} counts", "pass an unmodified state"))
+            w = [seg for (start, seg) in starts if start <= rb.position][-1]
+            runs = [self._new_run(rb.position, w, rb.counts)]
+            for start, w2 in starts:
+                if start > rb.position:
+                    runs.append(self._new_run(start, w2, self._counts_in_runs(runs, start)))
+        return runs
+
+    def _counts_in_runs(self, runs: list[_Run], p: int) -> tuple[int, ...]:
+        k = max(i for i, r in enumerate(runs) if r.start <= p)
+        return tuple(int(c) for c in self._run_counts(runs, k, p))
+
+    def _run_counts(self, runs: list[_Run], k: int, p: int) -> np.ndarray:
+        run = runs[k]
+        j, t = divmod(p - run.start, self.block)
+        out = np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) + run.extras_before(j)
+        if t:
+            out += np.bincount(self._composition(run, k, j)[0][:t], minlength=len(self.names))
+        return out
+
+    def _perm(self, run: _Run, j: int) -> Any:
+        if not self.shuffle:
+            return _Identity(self.block)
+        return Permutation.keyed(self.block, version_hash=self.version_hash, seed=self.seed, epoch=j,
+                                 tag=f"mixture.block@{run.start}")
+
+    def _composition(self, run: _Run, k: int, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """(source, position in the source's stream) of each in-block position of block ``j``:
+        slots laid out source by source, visited through the block's permutation, and a source's
+        positions numbered in stream order (so what a prefix of the block consumed is a prefix of
+        each source's stream)."""
+        return self._layout(run, j)[:2]
+
+    def _layout(self, run: _Run, j: int) -> tuple:
+        """The block's (source, source position) per in-block position, its positions grouped by
+        source in stream order, each source's first slot, count and position before the block."""
+        key = (run.start, j)
+        hit = self._blocks.get(key)
+        if hit is None:
+            counts = run.block_counts(j)
+            prev = self._blocks.get((run.start, j - 1))
+            if prev is not None:  # consecutive blocks: no floor sum
+                before = prev[5] + prev[4]
+            else:
+                before = np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) \
+                    + run.extras_before(j)
+            owner = np.repeat(self._source_ids, counts)
+            src = owner[self._perm(run, j).forward(self._block_range)]
+            order = np.argsort(src, kind="stable")
+            cum = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+            rank = np.empty(self.block, dtype=np.int64)
+            rank[order] = self._block_range - cum[src[order]]
+            hit = (src, before[src] + rank, order, cum, counts, before)
+            self._blocks[key] = hit
+            while len(self._blocks) > 32:
+                self._blocks.popitem(last=False)
+        return hit
+
+    def _run_of(self, p: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self._starts, p, side="right") - 1
+
+    # -- queries ----------------------------------------------------------------------------------
+    def counts_before(self, position: int) -> np.ndarray:
+        """Records of each source in positions ``[0, position)`` (from the first run on)."""
+        p = check_int(position, "position", 0)
+        if p < self._runs[0].start:
+            raise ConfigError(describe("position", p, f"at least {self._runs[0].start} (the rebase position)",
+                                       "ask about positions after the data change"))
+        return self._run_counts(self._runs, int(self._run_of(np.array([p]))[0]), p)
+
+    def block_counts(self, run: int, j: int) -> np.ndarray:
+        """Positions of each source in block ``j`` of run ``run``."""
+        return self._runs[run].block_counts(j)
+
+    def locate(self, positions) -> tuple[np.ndarray, np.ndarray]:
+        """(source index, position in that source's own stream) at each of ``positions``."""
+        return self._lookup(positions, self._composition)
+
+    def records(self, positions) -> tuple[np.ndarray, np.ndarray]:
+        """(source index, record id inside that source) at each of ``positions``."""
+        return self._lookup(positions, self._block_records)
+
+    def _lookup(self, positions, table) -> tuple[np.ndarray, np.ndarray]:
+        """Per position, the entries of its block's cached ``table`` (two arrays of ``B``)."""
+        pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+        first = np.empty_like(pos)
+        second = np.empty_like(pos)
+        if pos.size and pos.min() < self._runs[0].start:
+            raise ConfigError(describe("positions", int(pos.min()), f"at least {self._runs[0].start}",
+                                       "ask about positions after the data change"))
+        runs = self._run_of(pos) if len(self._runs) > 1 else np.zeros(pos.shape, dtype=np.int64)
+        for k, sel_k in _groups(runs):
+            run = self._runs[k]
+            blocks, inner = np.divmod(pos[sel_k] - run.start, self.block)
+            out_a = np.empty_like(blocks)
+            out_b = np.empty_like(blocks)
+            for j, sel in _groups(blocks):
+                a, b = table(run, k, j)
+                out_a[sel] = a[inner[sel]]
+                out_b[sel] = b[inner[sel]]
+            first[sel_k] = out_a
+            second[sel_k] = out_b
+        return first, second
+
+    def _block_records(self, run: _Run, k: int, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """(source, record id in the source) of each in-block position of block ``j`` (cached:
+        a block serves ``B / batch`` consecutive batches). Source ``s``'s positions in a block
+        are the contiguous range ``[before_s, before_s + count_s)`` of its own stream."""
+        key = ("records", run.start, j)
+        hit = self._blocks.get(key)
+        if hit is None:
+            src, _, order, cum, counts, before = self._layout(run, j)
+            rec = np.empty(self.block, dtype=np.int64)
+            for s_ in np.flatnonzero(counts).tolist():
+                n = self.sizes[s_]
+                q0, c = int(before[s_]), int(counts[s_])
+                out = order[cum[s_]:cum[s_] + c]
+                done = 0
+                while done < c:  # one piece per source epoch the range touches
+                    e, o = divmod(q0 + done, n)
+                    take = min(c - done, n - o)
+                    offsets = np.arange(o, o + take, dtype=np.int64)
+                    rec[out[done:done + take]] = self.source_order(s_, e).forward(offsets) if self.shuffle else offsets
+                    done += take
+            hit = (src, rec)
+            self._blocks[key] = hit
+            while len(self._blocks) > 32:
+                self._blocks.popitem(last=False)
+        return hit
+
+    def source_order(self, s: int, epoch: int) -> Permutation:
+        """The keyed permutation of source ``s``'s records in its own epoch ``epoch``."""
+        return _source_perm(self.sizes[s], self.versions[s], self.seed, epoch, self.names[s])
+
+    def progress(self, position: int) -> list[SourceProgress]:
+        """Each source's consumed count, epoch and in-epoch position before ``position``."""
+        counts = self.counts_before(position)
+        return [SourceProgress(n, int(c), int(c) // size, int(c) % size, size)
+                for n, c, size in zip(self.names, counts, self.sizes)]
+
+    # -- state ------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The mixture's part of a loader state (names, sizes, declared schedule, block, rebase)."""
+        return {
+            K_SCHEMA: MIXTURE_SCHEMA_VERSION, K_NAMES: list(self.names), K_SIZES: list(self.sizes),
+            K_SCHEDULE: [[step, list(raw)] for step, _, raw in self.segments], K_BLOCK: self.block,
+            K_SHUFFLE: self.shuffle, K_REBASE: None if self.rebase is None else self.rebase.to_list(),
+        }
+
+    def with_rebase(self, rebase: Rebase | None) -> MixturePlan:
+        return MixturePlan(self.names, self.sizes, self.versions, self.schedule, block=self.block, seed=self.seed,
+                           version_hash=self.version_hash, shuffle=self.shuffle, position_of_step=self._pos,
+                           rebase=rebase)
+
+    @classmethod
+    def from_dict(cls, d: Any, *, seed: int, version_hash: str, position_of_step: Callable[[int], int] | None,
+                  where: str = "state.mixture") -> MixturePlan:
+        """The counting plan a saved mixture section describes (source versions are not saved:
+        it answers counts and progress, not record ids)."""
+        expect_mapping(d, where, _KEYS)
+        if expect_int(d[K_SCHEMA], f"{where}.schema_version") != MIXTURE_SCHEMA_VERSION:
+            raise ResumeError(describe(f"{where}.schema_version", d[K_SCHEMA], str(MIXTURE_SCHEMA_VERSION),
+                                       "load it with the resumable_data version that wrote it"))
+        names, sizes, sched = d[K_NAMES], d[K_SIZES], d[K_SCHEDULE]
+        for key, v in ((K_NAMES, names), (K_SIZES, sizes), (K_SCHEDULE, sched)):
+            if not isinstance(v, list) or not 0 < len(v) <= MAX_SOURCES:
+                raise ResumeError(describe(f"{where}.{key}", v, f"a list of 1 to {MAX_SOURCES} entries", "pass an unmodified state"))
+        names = [expect_str(n, f"{where}.sources[{i}]", max_len=256) for i, n in enumerate(names)]
+        sizes = [expect_int(n, f"{where}.sizes[{i}]", 1) for i, n in enumerate(sizes)]
+        if len(sizes) != len(names) or len(set(names)) != len(names):
+            raise ResumeError(describe(f"{where}.sizes", sizes, "one size per distinct source name", "pass an unmodified state"))
+        segs = []
+        for i, seg in enumerate(sched):
+            if not (isinstance(seg, list) and len(seg) == 2 and isinstance(seg[1], list) and len(seg[1]) == len(names)):
+                raise ResumeError(describe(f"{where}.schedule[{i}]", seg, "[step, [one weight per source]]", "pass an unmodified state"))
+            segs.append((expect_int(seg[0], f"{where}.schedule[{i}][0]"), dict(zip(names, seg[1]))))
+        rb = d[K_REBASE]
+        rebase = None
+        if rb is not None:
+            if not (isinstance(rb, list) and len(rb) == 2 and isinstance(rb[1], list) and len(rb[1]) == len(names)):
+                raise ResumeError(describe(f"{where}.rebase", rb, "null or [position, [one count per source]]", "pass an unmodified state"))
+            rebase = Rebase(expect_int(rb[0], f"{where}.rebase[0]"),
+                            tuple(expect_int(c, f"{where}.rebase[1][{i}]") for i, c in enumerate(rb[1])))
+        shuffle = d[K_SHUFFLE]
+        if not isinstance(shuffle, bool):
+            raise ResumeError(describe(f"{where}.shuffle", shuffle, "true or false", "pass an unmodified state"))
+        try:
+            return cls(names, sizes, ["?"] * len(names), WeightSchedule(segs),
+                       block=expect_int(d[K_BLOCK], f"{where}.block", 1, 1 << 24), seed=seed, version_hash=version_hash,
+                       shuffle=shuffle, position_of_step=position_of_step, rebase=rebase)
+        except ConfigError as e:
+            raise ResumeError(f"state.mixture is inconsistent: {e}") from None
+
+
+def _groups(values: np.ndarray):
+    """(value, selector) per distinct value; one group without a scan of uniques when all agree."""
+    if values.size and values[0] == values[-1] and (values == values[0]).all():
+        yield int(values[0]), slice(None)
+        return
+    for v in np.unique(values):
+        yield int(v), values == v
+
+
+class _Identity:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def forward(self, idx) -> np.ndarray:
+        return np.asarray(idx, dtype=np.int64)
+
+
+@lru_cache(maxsize=1024)
+def _source_perm(n: int, version: str, seed: int, epoch: int, name: str) -> Permutation:
+    return Permutation(n, permutation_key(version, seed, epoch, f"mixture.source.{name}"))

@@ -1,0 +1,214 @@
+"""A 3-source mixture (0.5/0.3/0.2, the smallest upsampled) resumes bit-exactly through
+rd.DataLoader with 2 workers: packed, at >= 200 random points, and unpacked across chained
+weight changes declared as data_change, with per-source multiset checks."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import resumable_data as rd
+from tests.loader.conftest import canon
+from tests.mixture_data import BASE, SIZES, WEIGHTS, open_sources, source_of, write_sources
+
+W2 = {"web": 0.2, "code": 0.2, "math": 0.6}
+W3 = {"web": 0.6, "code": 0.4, "math": 0.0}
+H = 4  # batches compared after each resume
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    return write_sources(tmp_path_factory.mktemp("mixres"))
+
+
+def loader_for(dirs, weights, *, packing=None, **kw):
+    mix = rd.Mixture(open_sources(dirs), weights=weights, block_size=16)
+    extra = {"packing": packing} if packing is not None else {"token_column": "tokens"}
+    return rd.DataLoader(mix, batch_size=4, seed=11, **extra, **kw)
+
+
+def run(loader, steps):
+    """``steps`` batches across epochs, and the state after each (``states[k]``: k batches in)."""
+    batches, states = [], [loader.state_dict()]
+    while len(batches) < steps:
+        for b in loader:
+            batches.append(canon(b))
+            states.append(loader.state_dict())
+            if len(batches) == steps:
+                break
+    return batches, states
+
+
+def continue_from(loader, state, n, **kw):
+    loader.load_state_dict(state, **kw)
+    return run(loader, n)
+
+
+def check_source_epochs(ids_in_order):
+    """Per source: consecutive chunks of n_s records are permutations of its records (the last,
+    partial chunk has no duplicate): no record lost or duplicated within a source epoch."""
+    ids = np.asarray(ids_in_order)
+    src = source_of(ids)
+    for s, name in enumerate(SIZES):
+        mine = ids[src == s] - BASE[name]
+        n = SIZES[name]
+        for e in range(0, len(mine), n):
+            chunk = mine[e:e + n]
+            assert len(set(chunk.tolist())) == len(chunk), (name, e // n)
+            if len(chunk) == n:
+                assert sorted(chunk.tolist()) == list(range(n)), (name, e // n)
+
+
+def resume_points(states, batches, make, points, rng):
+    loader = make()
+    ks = rng.choice(len(batches) - H + 1, size=points, replace=points > len(batches) - H + 1)
+    for k in ks.tolist():
+        got, got_states = continue_from(loader, states[k], H)
+        assert got == batches[k:k + H], f"resume at step {k}"
+        assert without_fetched(got_states[-1]) == without_fetched(states[k + H])
+    return len(ks)
+
+
+def without_fetched(state):
+    """A state without the prefetch count (audit only: it depends on the worker count) and the
+    label (it names the latest resume: a faithful one here)."""
+    return {**state, "cursor": {k: v for k, v in state["cursor"].items() if k != "fetched"}, "recovery_label": None}
+
+
+def test_packed_mixture_resumes_bit_exact_at_200_points(dirs):
+    spec = rd.Packing(16)
+    batches, states = run(loader_for(dirs, WEIGHTS, packing=spec), 120)
+    mix = rd.Mixture(open_sources(dirs), weights=WEIGHTS, block_size=16)
+    # the delivered documents are the mixture's positions in order: whole source epochs
+    docs = np.concatenate([np.frombuffer(b["document_ids"][3], dtype=np.int64) for b in batches])
+    docs = docs[docs >= 0]
+    stream = docs[np.concatenate([[True], docs[1:] != docs[:-1]])]
+    sampler = mix.sampler(11, 4, packed=True)
+    expected = np.concatenate([sampler.indices(e, np.arange(len(sampler))) for e in range(20)])
+    expected = expected[np.concatenate([[True], expected[1:] != expected[:-1]])]
+    assert stream.tolist() == expected[:len(stream)].tolist()
+    assert len(stream) > 5 * len(sampler)  # several loader epochs: the small source seen many times
+    check_source_epochs(mix.take(expected[:len(stream)]).column("id").to_numpy())
+    rng = np.random.default_rng(0)
+    make = lambda: loader_for(dirs, WEIGHTS, packing=spec, num_workers=2, persistent_workers=True)  # noqa: E731
+    assert resume_points(states, batches, make, 200, rng) == 200
+
+
+def ids_of(batches):
+    return np.concatenate([np.frombuffer(b["id"][3], dtype=np.int64) for b in batches])
+
+
+def test_weight_change_is_refused_unless_declared(dirs):
+    _, states = run(loader_for(dirs, WEIGHTS), 7)
+    other = loader_for(dirs, W2)
+    with pytest.raises(rd.ResumeError, match=r"mixture weights: saved from step 0: web=0.5, code=0.3, math=0.2 vs "
+                                             r"current from step 0: web=0.2.*label='data_change'"):
+        other.load_state_dict(states[7])
+    assert other.cursor.committed == 0  # a refused state changes nothing
+    other.load_state_dict(states[7], label="data_change")
+    assert other.recovery_label is rd.RecoveryLabel.DATA_CHANGE
+    with pytest.raises(rd.ConfigError, match="label"):
+        other.load_state_dict(states[7], label="warm_start")
+
+
+def test_chained_weight_changes_resume_exactly_and_keep_source_epochs(dirs):
+    a_batches, a_states = run(loader_for(dirs, WEIGHTS), 30)
+    b_batches, b_states = continue_from(loader_for(dirs, W2), a_states[30], 30, label="data_change")
+    c_batches, c_states = continue_from(loader_for(dirs, W3), b_states[-1], 30, label="data_change")
+    stream = np.concatenate([ids_of(a_batches), ids_of(b_batches), ids_of(c_batches)])
+    check_source_epochs(stream)
+    src = source_of(ids_of(b_batches))
+    assert abs((src == 2).mean() - 0.6) < 0.05 and (source_of(ids_of(c_batches)) != 2).all()
+    # each state's per-source progress is what was delivered
+    final = loader_for(dirs, W3)
+    final.load_state_dict(c_states[-1])
+    prog = final.mixture_progress()
+    counts = np.bincount(source_of(stream), minlength=3)
+    assert [p.consumed for p in prog.sources] == counts.tolist()
+    assert [p.epoch for p in prog.sources] == [c // n for c, n in zip(counts.tolist(), SIZES.values())]
+    assert sum(prog.next_step.values()) == 4 and prog.next_step["math"] == 0
+    assert len(json.dumps(c_states[-1])) < 1024
+    # bit-exact resumes inside each phase, into fresh loaders with the phase's weights
+    rng = np.random.default_rng(1)
+    points = 0
+    for weights, batches, states in ((WEIGHTS, a_batches, a_states), (W2, b_batches, b_states), (W3, c_batches, c_states)):
+        make = lambda w=weights: loader_for(dirs, w, num_workers=2, persistent_workers=True)  # noqa: E731
+        points += resume_points(states, batches, make, 20, rng)
+    assert points == 60
+
+
+def test_schedule_through_the_loader(dirs):
+    sched = rd.WeightSchedule([(0, WEIGHTS), (9, W2), (17, W3)])
+    batches, states = run(loader_for(dirs, sched), 30)
+    ids = ids_of(batches)
+    check_source_epochs(ids)
+    assert (source_of(ids[17 * 4:]) != 2).all()
+    assert abs((source_of(ids[9 * 4:17 * 4]) == 2).mean() - 0.6) <= 0.13
+    make = lambda: loader_for(dirs, sched, num_workers=2, persistent_workers=True)  # noqa: E731
+    resume_points(states, batches, make, 15, np.random.default_rng(2))
+    with pytest.raises(rd.ResumeError, match="mixture weights"):
+        loader_for(dirs, WEIGHTS).load_state_dict(states[12])
+
+
+@pytest.mark.slow
+def test_packed_mixture_resumes_at_1000_points(dirs):
+    spec = rd.Packing(16, mode="best_fit")
+    batches, states = run(loader_for(dirs, WEIGHTS, packing=spec), 400)
+    make = lambda: loader_for(dirs, WEIGHTS, packing=spec, num_workers=2, persistent_workers=True)  # noqa: E731
+    assert resume_points(states, batches, make, 1000, np.random.default_rng(3)) == 1000
+
+
+def test_inspect_shows_per_source_progress(dirs, tmp_path, capsys):
+    from resumable_data.cli import main
+
+    loader = loader_for(dirs, WEIGHTS)
+    batches, states = run(loader, 25)
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(states[25]))
+    assert main(["inspect", str(path)]) == 0
+    text = capsys.readouterr().out
+    prog = loader.mixture_progress()
+    counts = np.bincount(source_of(ids_of(batches)), minlength=3)
+    assert [p.consumed for p in prog.sources] == counts.tolist()
+    for p in prog.sources:
+        assert f"consumed {p.consumed} records, epoch {p.epoch}, position {p.position} of {p.size}" in text
+    assert "web=0.5, code=0.3, math=0.2" in text and "next step" in text
+
+
+def test_check_resume_accepts_a_mixture_loader(dirs):
+    from resumable_data.testing import check_resume
+
+    def make_loader(**kw):
+        return loader_for(dirs, WEIGHTS, packing=rd.Packing(16), **kw)
+
+    report = check_resume(make_loader, steps=30, interrupts=3, num_workers=(0, 2))
+    assert report.ok, report
+
+
+def test_forged_mixture_sections_are_refused(dirs):
+    _, states = run(loader_for(dirs, WEIGHTS), 3)
+    loader = loader_for(dirs, W2)
+    for bad in ({**states[3]["mixture"], "rebase": [12, [1, 2]]}, {**states[3]["mixture"], "sizes": [1, 2, -3]},
+                {**states[3]["mixture"], "extra": 1}, "nope"):
+        with pytest.raises(rd.ResumeError):
+            loader.load_state_dict({**states[3], "mixture": bad}, label="data_change")
+    other = {**states[3]["mixture"], "sizes": [120, 60, 12]}
+    with pytest.raises(rd.ResumeError, match="mixture sizes: saved"):
+        loader.load_state_dict({**states[3], "mixture": other})
+    plain = {k: v for k, v in states[3].items() if k != "mixture"}
+    with pytest.raises(rd.ResumeError, match="not an rd.Mixture loader"):
+        loader.load_state_dict(plain)
+    assert loader.cursor.committed == 0
+
+
+def test_a_rebase_under_running_persistent_workers_is_refused(dirs):
+    _, states = run(loader_for(dirs, WEIGHTS), 5)
+    loader = loader_for(dirs, W2, num_workers=2, persistent_workers=True)
+    next(iter(loader))
+    with pytest.raises(rd.ResumeError, match="persistent_workers"):
+        loader.load_state_dict(states[5], label="data_change")
+    fresh = loader_for(dirs, W2, num_workers=2, persistent_workers=True)
+    fresh.load_state_dict(states[5], label="data_change")  # before the first iter(): accepted
+    assert fresh.recovery_label is rd.RecoveryLabel.DATA_CHANGE

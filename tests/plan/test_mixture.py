@@ -1,0 +1,142 @@
+"""The pure mixture plan: block-exact proportions, counts without a walk, per-source epochs, runs."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from resumable_data.errors import ConfigError
+from resumable_data.plan.mixture import MixturePlan, Rebase, StepPositions, WeightSchedule, floor_sum
+
+NAMES = ("web", "code", "math")
+
+
+def make(weights, sizes=(100, 50, 7), block=64, seed=1, schedule=None, pos=None, rebase=None, shuffle=True):
+    names = tuple(f"s{i}" for i in range(len(weights))) if len(weights) != 3 else NAMES
+    sched = schedule or WeightSchedule.constant(dict(zip(names, weights)))
+    return MixturePlan(names, sizes, [f"v{i}" for i in range(len(names))], sched, block=block, seed=seed,
+                       version_hash="mix-test", position_of_step=pos, rebase=rebase, shuffle=shuffle)
+
+
+@settings(derandomize=True, max_examples=200, deadline=None)
+@given(n=st.integers(0, 60), m=st.integers(1, 50), a=st.integers(-100, 100), b=st.integers(-100, 100))
+def test_floor_sum_matches_the_sum(n, m, a, b):
+    assert floor_sum(n, m, a, b) == sum((a * i + b) // m for i in range(n))
+
+
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(weights=st.lists(st.one_of(st.integers(0, 9), st.floats(0, 5, allow_nan=False)), min_size=1, max_size=6)
+       .filter(lambda w: sum(w) > 0),
+       block=st.integers(1, 97), seed=st.integers(0, 2**32))
+def test_every_aligned_block_is_within_one_and_counts_match_a_walk(weights, block, seed):
+    plan = make(weights, sizes=tuple(3 + i for i in range(len(weights))), block=block, seed=seed)
+    blocks = 12
+    src, q = plan.locate(np.arange(blocks * block))
+    total = sum(Fraction(w) for w in weights)
+    for j in range(blocks):
+        c = np.bincount(src[j * block:(j + 1) * block], minlength=len(weights))
+        for s, w in enumerate(weights):
+            target = Fraction(w) / total * block
+            assert math.floor(target) <= c[s] <= math.ceil(target), (j, s, c, target)
+    for p in range(0, blocks * block + 1, max(1, block // 3)):  # aligned and unaligned prefixes
+        assert plan.counts_before(p).tolist() == np.bincount(src[:p], minlength=len(weights)).tolist()
+    for s in range(len(weights)):  # each source's stream positions are visited in order
+        assert q[src == s].tolist() == list(range(int((src == s).sum())))
+
+
+@pytest.mark.parametrize("weights,block", [((0.5, 0.3, 0.2), 64), ((0.7, 0.2, 0.1), 1000), ((1 / 3, 1 / 7, 0.4), 17)])
+def test_cumulative_drift_stays_small_over_a_billion_blocks(weights, block):
+    plan = make(weights, block=block)
+    w = plan._runs[0].weights
+    for blocks in (1, 10, 977, 10**4, 123_457, 10**6, 10**9):
+        c = plan.counts_before(blocks * block)
+        drift = [abs(Fraction(int(c[s])) - w[s] * blocks * block) for s in range(3)]
+        assert max(drift) <= 4, (blocks, drift)
+    assert sum(plan.counts_before(10**9 * block)) == 10**9 * block
+
+
+def test_golden_vector():
+    plan = make((0.5, 0.3, 0.2), block=10, seed=7)
+    src, rec = plan.records(np.arange(20))
+    assert src.tolist() == GOLDEN_SRC
+    assert rec.tolist() == GOLDEN_REC
+
+
+GOLDEN_SRC = [1, 1, 0, 0, 2, 0, 0, 0, 2, 1, 0, 0, 1, 0, 0, 1, 1, 0, 2, 2]
+GOLDEN_REC = [20, 39, 72, 76, 6, 74, 21, 48, 2, 38, 82, 77, 41, 26, 61, 0, 16, 0, 3, 0]
+
+
+def test_source_epochs_visit_every_record_once_each_in_a_new_order():
+    plan = make((0.5, 0.3, 0.2), sizes=(100, 50, 7), block=32)
+    src, rec = plan.records(np.arange(32 * 40))
+    small = rec[src == 2]
+    epochs = len(small) // 7
+    assert epochs >= 30  # upsampled: far more epochs of the small source than of the large one
+    orders = [tuple(small[e * 7:(e + 1) * 7]) for e in range(epochs)]
+    assert all(sorted(o) == list(range(7)) for o in orders)
+    assert len(set(orders)) > epochs // 2  # epochs differ in order
+    big = rec[src == 0]
+    assert len(big) >= 100 and sorted(big[:100]) == list(range(100))  # no repeat before its epoch ends
+    assert len(set(big[:100])) == 100
+
+
+def test_shuffle_false_keeps_id_order():
+    plan = make((0.5, 0.5, 0), block=4, shuffle=False)
+    src, rec = plan.records(np.arange(8))
+    assert src.tolist() == [0, 0, 1, 1, 0, 0, 1, 1]
+    assert rec.tolist() == [0, 1, 0, 1, 2, 3, 2, 3]
+
+
+def test_schedule_continues_every_source_without_repeat_or_skip():
+    sched = WeightSchedule([(0, dict(zip(NAMES, (0.5, 0.3, 0.2)))), (7, dict(zip(NAMES, (0.1, 0.1, 0.8)))),
+                            (13, dict(zip(NAMES, (1, 0, 0))))])
+    plan = make((0, 0, 0), schedule=sched, pos=StepPositions(10), block=16, sizes=(1000, 1000, 1000))
+    src, q = plan.locate(np.arange(300))
+    for s in range(3):
+        assert q[src == s].tolist() == list(range(int((src == s).sum())))
+    assert (src[130:] == 0).all()  # from step 13 (position 130) only the first source
+    for j in range(3):  # the second segment's blocks are aligned to its start (position 70)
+        c = np.bincount(src[70 + 16 * j:86 + 16 * j], minlength=3)
+        assert c[0] in (1, 2) and c[1] in (1, 2) and c[2] in (12, 13), c
+    assert plan.counts_before(300).tolist() == np.bincount(src, minlength=3).tolist()
+
+
+def test_rebase_continues_from_the_given_counts():
+    old = make((0.5, 0.3, 0.2), block=16)
+    counts = tuple(int(x) for x in old.counts_before(100))
+    new = make((0.2, 0.3, 0.5), block=16, rebase=Rebase(100, counts))
+    src_old, q_old = old.locate(np.arange(100))
+    src_new, q_new = new.locate(np.arange(100, 400))
+    for s in range(3):
+        both = np.concatenate([q_old[src_old == s], q_new[src_new == s]])
+        assert both.tolist() == list(range(len(both)))
+    with pytest.raises(ConfigError, match="position"):
+        new.counts_before(99)
+
+
+def test_state_section_round_trips():
+    plan = make((0.5, 0.3, 0.2), block=16, rebase=Rebase(32, (16, 10, 6)))
+    back = MixturePlan.from_dict(plan.to_dict(), seed=1, version_hash="mix-test", position_of_step=None)
+    assert back.to_dict() == plan.to_dict()
+    assert back.counts_before(500).tolist() == plan.counts_before(500).tolist()
+
+
+@pytest.mark.parametrize("weights,match", [({"web": -1, "code": 1, "math": 1}, "finite number"),
+                                           ({"web": 0, "code": 0, "math": 0}, "at least one weight"),
+                                           ({"web": 1, "code": 1}, "one weight for each source"),
+                                           ({"web": float("nan"), "code": 1, "math": 1}, "finite number")])
+def test_bad_weights_are_refused(weights, match):
+    with pytest.raises(ConfigError, match=match):
+        WeightSchedule.constant(weights).resolve(NAMES)
+
+
+def test_bad_schedules_are_refused():
+    with pytest.raises(ConfigError, match="starting at 0"):
+        WeightSchedule([(5, {"a": 1})])
+    with pytest.raises(ConfigError, match="strictly increasing"):
+        WeightSchedule([(0, {"a": 1}), (0, {"a": 2})])

@@ -1,0 +1,99 @@
+"""rd.Mixture as a source: concatenated ids, take order, versions, refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import resumable_data as rd
+from tests.mixture_data import SIZES, WEIGHTS, open_sources, write_sources
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    return write_sources(tmp_path_factory.mktemp("mix"))
+
+
+def test_take_returns_records_in_the_requested_order(dirs):
+    mix = rd.Mixture(open_sources(dirs), weights=WEIGHTS)
+    assert len(mix) == sum(SIZES.values())
+    ids = np.array([0, 185, 120, 5, 180, 121, 0])
+    got = mix.take(ids).column("id").to_pylist()
+    assert got == [1000, 3005, 2000, 1005, 3000, 2001, 1000]
+    assert mix[181]["id"] == 3001
+    lengths = mix.column_lengths("tokens")
+    assert lengths.shape == (len(mix),)
+    assert lengths[ids].tolist() == [len(t) for t in mix.take(ids).column("tokens").to_pylist()]
+
+
+def test_version_covers_sources_and_block_not_weights(dirs):
+    a = rd.Mixture(open_sources(dirs), weights=WEIGHTS, block_size=64)
+    b = rd.Mixture(open_sources(dirs), weights={"web": 1, "code": 1, "math": 1}, block_size=64)
+    c = rd.Mixture(open_sources(dirs), weights=WEIGHTS, block_size=65)
+    srcs = open_sources(dirs)
+    d = rd.Mixture({"web": srcs["web"], "code": srcs["math"], "math": srcs["code"]}, weights=WEIGHTS, block_size=64)
+    assert a.version.hash == b.version.hash
+    assert len({a.version.hash, c.version.hash, d.version.hash}) == 3
+    assert a.pinned
+
+
+def test_refusals_name_the_fix(dirs, tmp_path):
+    srcs = open_sources(dirs)
+    with pytest.raises(rd.ConfigError, match="rd.ArrowShards.from_hf"):
+        rd.Mixture({"web": srcs["web"], "list": [1, 2, 3]}, weights={"web": 1, "list": 1})
+    other = tmp_path / "other"
+    rd.write_arrow_shards(pa.table({"x": pa.array([1, 2], pa.int32())}), other)
+    with pytest.raises(rd.ConfigError, match="same columns"):
+        rd.Mixture({"web": srcs["web"], "x": rd.ArrowShards(other, unpinned="allow")}, weights={"web": 1, "x": 1})
+    with pytest.raises(rd.ConfigError, match="one weight for each source"):
+        rd.Mixture(srcs, weights={"web": 1})
+    with pytest.raises(rd.ConfigError, match="block_size"):
+        rd.Mixture(srcs, weights=WEIGHTS, block_size=0)
+    mix = rd.Mixture(srcs, weights=WEIGHTS)
+    with pytest.raises(rd.ConfigError, match="drop shuffle="):
+        rd.DataLoader(mix, batch_size=4, shuffle=True, seed=0)
+    with pytest.raises(rd.ConfigError, match="drop sampler="):
+        rd.DataLoader(mix, batch_size=4, sampler=range(10), seed=0)
+    with pytest.raises(rd.ConfigError, match="seed"):
+        rd.DataLoader(mix, batch_size=4)
+    sched = rd.WeightSchedule([(0, WEIGHTS), (5, {"web": 1, "code": 0, "math": 0})])
+    with pytest.raises(rd.ConfigError, match="constant weights when packing"):
+        rd.DataLoader(rd.Mixture(srcs, weights=sched), batch_size=2, seed=0, packing=rd.Packing(16))
+
+
+def test_loader_proportions_and_len(dirs):
+    mix = rd.Mixture(open_sources(dirs), weights=WEIGHTS, block_size=20)
+    loader = rd.DataLoader(mix, batch_size=10, seed=3)
+    assert len(loader) == 20  # 191 positions rounded up to whole global batches of 10
+    ids = np.concatenate([b["id"].numpy() for b in loader])
+    assert ids.size == 200
+    for j in range(10):  # every aligned block of 20 positions: 10 / 6 / 4
+        c = np.bincount(ids[20 * j:20 * (j + 1)] // 1000 - 1, minlength=3)
+        assert c.tolist() == [10, 6, 4]
+
+
+def test_state_stays_small_for_64_sources(tmp_path):
+    srcs = {}
+    for i in range(64):
+        d = tmp_path / f"s{i}"
+        rd.write_arrow_shards(pa.table({"id": pa.array(np.arange(20) + 1000 * i, pa.int64())}), d)
+        srcs[f"source_{i:02d}"] = rd.ArrowShards(d, unpinned="allow")
+    mix = rd.Mixture(srcs, weights={k: 1 + i % 7 for i, k in enumerate(srcs)}, block_size=256)
+    loader = rd.DataLoader(mix, batch_size=32, seed=0)
+    ids = np.concatenate([b["id"].numpy() for _, b in zip(range(8), loader)])
+    assert np.bincount(ids // 1000, minlength=64).min() >= 1
+    import json
+
+    assert len(json.dumps(loader.state_dict())) < 4096
+
+
+def test_a_hugging_face_source_mixes(dirs, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    srcs = open_sources(dirs)
+    hf = datasets.Dataset.from_dict({"id": list(range(5000, 5030)), "tokens": [[1, 2]] * 30})
+    hf = hf.cast(datasets.Features({"id": datasets.Value("int64"), "tokens": datasets.Sequence(datasets.Value("int64"))}))
+    srcs["hf"] = rd.ArrowShards.from_hf(hf, cache_dir=tmp_path / "hf")
+    mix = rd.Mixture(srcs, weights={**WEIGHTS, "hf": 0.25}, block_size=20)
+    ids = np.concatenate([b["id"].numpy() for _, b in zip(range(10), rd.DataLoader(mix, batch_size=10, seed=1))])
+    assert ((ids >= 5000) & (ids < 5030)).sum() == 20  # 0.25 / 1.25 of 100 positions
