@@ -46,7 +46,7 @@ from resumable_data.loader.iterator import LoaderIterator
 from resumable_data.loader.ledger import CounterView, ProgressLedger
 from resumable_data.loader.restore import validate_restore
 from resumable_data.loader.translate import torch_views
-from resumable_data.loader.state import CommitMode, Cursor, LoaderState, OnUncommitted
+from resumable_data.loader.state import CommitMode, Cursor, LoaderState, OnBatchChange, OnUncommitted
 from resumable_data.loader.stream import PackedStream, RecordStream, StepInfo, describe_step
 from resumable_data.plan import Plan, Sharding, Tail
 
@@ -126,7 +126,7 @@ class DataLoader:
             dataset, sampler=sampler, batch_sampler=batch_sampler, shuffle=shuffle, batch_size=per_rank,
             drop_last=drop_last, generator=generator, collate_fn=collate_fn)
         self.__dict__.update(
-            dataset=dataset, batch_size=per_rank, sampler=view_sampler, batch_sampler=view_batch_sampler,
+            dataset=dataset, batch_size=cfg.batch_schedule or per_rank, sampler=view_sampler, batch_sampler=view_batch_sampler,
             drop_last=drop_last, num_workers=num_workers, collate_fn=view_collate, pin_memory=pin_memory,
             timeout=timeout, worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context,
             generator=generator, prefetch_factor=(2 if num_workers > 0 else None) if prefetch_factor is None else prefetch_factor,
@@ -141,7 +141,7 @@ class DataLoader:
         self._fetcher = StepFetcher(dataset, cfg, self._stream, pin_memory=pin_memory)
         private = torch.Generator().manual_seed(cfg.plan.seed)  # torch draws a base seed per iter(): never the global one
         self._torch = tud.DataLoader(
-            self._fetcher, batch_size=None, sampler=StepSampler(self._ledger, cfg.plan.steps_per_epoch),
+            self._fetcher, batch_size=None, sampler=StepSampler(self._ledger),
             num_workers=num_workers, collate_fn=_passthrough, pin_memory=pin_memory, timeout=timeout,
             worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context, generator=private,
             prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
@@ -178,7 +178,9 @@ class DataLoader:
         self._active = None
 
     def __len__(self) -> int:
-        """Steps in the current epoch (every epoch has the same count unless packing)."""
+        """Steps in the current epoch: the same count every epoch for a fixed batch; under a batch
+        schedule or ``tail="continuous"``, the steps whose first sample lies in this epoch (they
+        vary by epoch and sum to the steps taken); packed epochs differ too."""
         return self._ledger.steps_in_current_epoch()
 
     # -- commit protocol and progress ---------------------------------------------------------------
@@ -219,7 +221,8 @@ class DataLoader:
 
     @property
     def plan(self) -> Plan:
-        return self.config.plan
+        """The plan the cursor walks: the constructed one, at the batch origin a restore set."""
+        return self._ledger.stream.plan
 
     @property
     def sharding(self) -> Sharding:
@@ -229,7 +232,7 @@ class DataLoader:
         """Where ``step`` (default: the next to deliver) sits and this rank's record ids for it,
         computed from the plan without fetching a batch."""
         step = self._ledger.delivered if step is None else check_int(step, "step", 0)
-        return describe_step(self._stream, self._ledger.epoch_ledger(), self.config.sharding, step)
+        return describe_step(self._ledger.stream, self._ledger.epoch_ledger(), self.config.sharding, step)
 
     def skip_steps(self, start: int, stop: int, reason: str) -> None:
         """Never deliver steps ``[start, stop)`` (a known bad data region); recorded in the state."""
@@ -250,20 +253,22 @@ class DataLoader:
         return self.snapshot().to_dict()
 
     def load_state_dict(
-        self, state: dict[str, Any], *, on_uncommitted: OnUncommitted | str | None = None, allow_unpinned: bool = False
+        self, state: dict[str, Any], *, on_uncommitted: OnUncommitted | str | None = None, allow_unpinned: bool = False,
+        on_batch_change: OnBatchChange | str | None = None,
     ) -> None:
         """Restore ``state`` (see :meth:`reset`)."""
         if state is None:
             raise ResumeError(describe("state", None, "a dict from state_dict()", "call reset() for a fresh start"))
-        self.reset(state, on_uncommitted=on_uncommitted, allow_unpinned=allow_unpinned)
+        self.reset(state, on_uncommitted=on_uncommitted, allow_unpinned=allow_unpinned, on_batch_change=on_batch_change)
 
     def validate_state_dict(
-        self, state: Any, *, on_uncommitted: OnUncommitted | str | None = None, allow_unpinned: bool = False
+        self, state: Any, *, on_uncommitted: OnUncommitted | str | None = None, allow_unpinned: bool = False,
+        on_batch_change: OnBatchChange | str | None = None,
     ) -> LoaderState:
         """Everything ``load_state_dict`` checks, without changing anything: the parsed state, or one
         :class:`rd.ResumeError` listing every difference (saved vs current, with the fix)."""
         return validate_restore(state, self._fingerprint, self._stream, on_uncommitted=on_uncommitted,
-                                allow_unpinned=allow_unpinned).saved
+                                allow_unpinned=allow_unpinned, on_batch_change=on_batch_change).saved
 
     def undo_point(self) -> Callable[[], None]:
         """A function that puts the loader's progress back exactly as it is now (all-or-nothing
@@ -279,7 +284,7 @@ class DataLoader:
 
     def reset(
         self, state: dict[str, Any] | None = None, *, on_uncommitted: OnUncommitted | str | None = None,
-        allow_unpinned: bool = False,
+        allow_unpinned: bool = False, on_batch_change: OnBatchChange | str | None = None,
     ) -> None:
         """The one entry point for a fresh start (``state=None``) and a restore.
 
@@ -287,14 +292,19 @@ class DataLoader:
         :class:`rd.ResumeError` listing every difference (saved vs current, with the fix); a refused
         state changes nothing. A state with delivered but uncommitted batches needs
         ``on_uncommitted="repeat"`` (deliver them again) or ``"skip"`` (record them as skipped).
-        Prefetched batches are always fetched again."""
+        Prefetched batches are always fetched again.
+
+        A state saved with another global batch (or batch schedule) is refused unless
+        ``on_batch_change="continue"``: the loader then continues at the saved committed sample
+        with its own batch, as a new segment of the stream (no sample lost, none repeated),
+        under the ``elastic_reshard`` label (see ``docs/schedules.md``)."""
         if state is None:
             self._close_active()
             self._generation += 1
             self._ledger.restart()
             return
         r = validate_restore(state, self._fingerprint, self._stream, on_uncommitted=on_uncommitted,
-                             allow_unpinned=allow_unpinned)
+                             allow_unpinned=allow_unpinned, on_batch_change=on_batch_change)
         self._close_active()
         self._generation += 1
-        self._ledger.restore(r.saved, r.epoch_ledger, r.label, r.choice)
+        self._ledger.restore(r.saved, r.epoch_ledger, r.label, r.choice, r.plan)

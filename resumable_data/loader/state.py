@@ -14,14 +14,21 @@ epoch's last batch, before the pass ended (``StopIteration``): torch's ``Statefu
 semantics, so a resume from it first runs an empty pass (the rest of that epoch) and the next
 ``iter()`` starts the next epoch; a state taken after the loop has ``end_of_pass`` false and
 resumes into the whole next epoch. Schema 1 states (no ``end_of_pass``) are still accepted and
-read as ``end_of_pass = false`` (what they meant: the resume starts the next epoch); anything
-else than 1 or 2 is refused.
+read as ``end_of_pass = false`` (what they meant: the resume starts the next epoch).
+
+``batch_origin`` (schema 3) is where a declared global-batch change on resume started the
+current segment, ``{"step", "position", "epoch_first_step"}`` (or null); the plan that maps steps
+to positions is ``plan`` with that origin (:class:`~resumable_data.plan.BatchOrigin`). It is
+progress, not identity: it is not among the fingerprint keys a checkpoint compares. A state is
+written at the lowest schema that can express it: schema 2 (byte for byte what earlier versions
+wrote) unless it holds a batch schedule, the ``continuous`` tail or a batch origin, then schema 3.
+Schemas 1, 2 and 3 are read; anything else is refused.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from resumable_data._schema import (
@@ -34,7 +41,7 @@ from resumable_data._schema import (
 )
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
-from resumable_data.plan import Plan, ShardingPolicy
+from resumable_data.plan import BatchOrigin, Plan, ShardingPolicy, Tail
 from resumable_data.plan.sharding import world_sizes_text
 
 __all__ = [
@@ -46,6 +53,7 @@ __all__ = [
     "Cursor",
     "Layout",
     "LoaderState",
+    "OnBatchChange",
     "OnUncommitted",
     "SkippedRange",
     "compare",
@@ -54,9 +62,9 @@ __all__ = [
 ]
 
 FORMAT = "resumable_data.loader"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Older schema versions this version reads (see the module docs).
-READABLE_SCHEMA_VERSIONS = (1, 2)
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 MAX_SKIPPED_RANGES = 10_000
 
 K_FORMAT = "format"
@@ -75,6 +83,7 @@ K_LABEL = "recovery_label"
 K_SAMPLER = "sampler"
 K_EPOCH_BASE = "epoch_base"
 K_END_OF_PASS = "end_of_pass"
+K_BATCH_ORIGIN = "batch_origin"
 #: The keys that identify the stream (no progress): what a checkpoint's ``data`` section holds.
 FINGERPRINT_KEYS = (K_PLAN, K_LAYOUT, K_ELASTIC, K_COMMIT, K_ACCUMULATION, K_PACKING, K_PINNED, K_SAMPLER)
 _KEYS = frozenset(
@@ -82,6 +91,7 @@ _KEYS = frozenset(
      K_SAMPLER, K_EPOCH_BASE, K_CURSOR, K_COUNTERS, K_SKIPPED, K_LABEL, K_END_OF_PASS}
 )
 _KEYS_V1 = _KEYS - {K_END_OF_PASS}
+_KEYS_V3 = _KEYS | {K_BATCH_ORIGIN}
 
 
 class CommitMode(str, enum.Enum):
@@ -91,6 +101,16 @@ class CommitMode(str, enum.Enum):
     AUTO = "auto"
     #: Only when the loop calls ``loader.commit()``.
     EXPLICIT = "explicit"
+
+
+class OnBatchChange(str, enum.Enum):
+    """What a resume does when the current global batch (or schedule) differs from the saved one."""
+
+    #: Refuse the state, naming saved vs current batch (the default).
+    REFUSE = "refuse"
+    #: Continue at the committed sample position with the current batch, as a new segment: no
+    #: sample lost, none repeated; labelled ``elastic_reshard``.
+    CONTINUE = "continue"
 
 
 class OnUncommitted(str, enum.Enum):
@@ -262,11 +282,18 @@ class LoaderState:
     #: Taken after an epoch's last batch, inside the pass (see the module docs).
     end_of_pass: bool = False
 
+    @property
+    def schema_version(self) -> int:
+        """The schema this state is written at: the lowest that expresses it (see the module docs)."""
+        p = self.plan
+        return 3 if p.schedule is not None or p.origin is not None or p.tail is Tail.CONTINUOUS else 2
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        version = self.schema_version
+        d = {
             K_FORMAT: FORMAT,
-            K_SCHEMA: SCHEMA_VERSION,
-            K_PLAN: self.plan.to_dict(),
+            K_SCHEMA: version,
+            K_PLAN: replace(self.plan, origin=None).to_dict(),
             K_LAYOUT: self.layout.to_dict(),
             K_ELASTIC: self.elastic,
             K_COMMIT: self.commit.value,
@@ -281,6 +308,9 @@ class LoaderState:
             K_LABEL: self.recovery_label.value,
             K_END_OF_PASS: self.end_of_pass,
         }
+        if version >= 3:
+            d[K_BATCH_ORIGIN] = None if self.plan.origin is None else self.plan.origin.to_dict()
+        return d
 
     def next_step(self, *, rewound: bool = False) -> int:
         """The step a resume from this state delivers first: ``cursor.delivered`` (``committed``
@@ -311,7 +341,7 @@ class LoaderState:
             raise ResumeError(describe("data", type(data).__name__, "the loader fingerprint of a checkpoint", "pass meta.data"))
         progress = {K_FORMAT: FORMAT, K_SCHEMA: SCHEMA_VERSION, K_EPOCH_BASE: list(epoch_base),
                     K_CURSOR: Cursor().to_dict(), K_COUNTERS: Counters().to_dict(), K_SKIPPED: [],
-                    K_LABEL: RecoveryLabel.FAITHFUL_CONTINUATION.value, K_END_OF_PASS: False}
+                    K_LABEL: RecoveryLabel.FAITHFUL_CONTINUATION.value, K_END_OF_PASS: False, K_BATCH_ORIGIN: None}
         return cls.from_dict({**progress, **{k: data.get(k) for k in FINGERPRINT_KEYS}})
 
     @classmethod
@@ -324,12 +354,21 @@ class LoaderState:
             version = SCHEMA_VERSION
         if d.get(K_FORMAT) == FORMAT and isinstance(d.get(K_SCHEMA), int) and d.get(K_SCHEMA) != version:
             expect_header(d, FORMAT, SCHEMA_VERSION, "state")  # a clear version message first
-        expect_mapping(d, "state", _KEYS if version == SCHEMA_VERSION else _KEYS_V1)
+        expect_mapping(d, "state", _KEYS_V3 if version >= 3 else _KEYS if version == 2 else _KEYS_V1)
         expect_header(d, FORMAT, version, "state")
         try:
             plan = Plan.from_dict(d[K_PLAN], "state.plan")
+            if plan.origin is not None:
+                raise ResumeError(describe("state.plan.origin", plan.origin.to_dict(), "absent (a batch origin is "
+                                           "state.batch_origin)", "pass an unmodified state"))
+            raw_origin = d.get(K_BATCH_ORIGIN)
+            if raw_origin is not None:
+                plan = replace(plan, origin=BatchOrigin.from_dict(raw_origin, "state.batch_origin"))
         except ConfigError as e:  # constructor checks on forged values are resume errors here
             raise ResumeError(f"state is inconsistent: {e}") from None
+        if version < 3 and (plan.schedule is not None or plan.tail is Tail.CONTINUOUS):
+            raise ResumeError(describe("state.schema_version", version, "3 for a state with a batch schedule or the "
+                                       "continuous tail", "pass an unmodified state"))
         packing = d[K_PACKING]
         if packing is not None and not isinstance(packing, dict):
             raise ResumeError(describe("state.packing", packing, "null or a packing spec object", "pass an unmodified state"))
@@ -363,8 +402,14 @@ def _epoch_base(v: Any) -> tuple[int, int]:
     return expect_int(v[0], "state.epoch_base[0]"), expect_int(v[1], "state.epoch_base[1]")
 
 
-def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool) -> tuple[list[str], RecoveryLabel]:
-    """Every difference that forbids a faithful resume (saved vs current, with the fix), and the label."""
+def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool,
+            on_batch_change: OnBatchChange = OnBatchChange.REFUSE) -> tuple[list[str], RecoveryLabel]:
+    """Every difference that forbids the resume (saved vs current, with the fix), and the label.
+
+    A different global batch (or schedule) is refused unless ``on_batch_change`` is
+    ``continue``; then it is allowed where the stream can continue at the committed sample (a
+    tail whose epoch length does not depend on the batch, no packing) and labelled
+    ``elastic_reshard``, like a change of layout."""
     diffs: list[str] = []
     sp, cp = saved.plan, current.plan
 
@@ -380,7 +425,17 @@ def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool) -
     differ("tail", sp.tail.value, cp.tail.value, f"pass tail={sp.tail.value!r} (or the drop_last and sampler "
            "settings the run was started with)")
     differ("pad_to", sp.pad_to, cp.pad_to, "resume a DistributedSampler(drop_last=False) run on the same world size")
-    if sp.global_batch != cp.global_batch:
+    batch_changed = sp.batch_dict() != cp.batch_dict()
+    declared = on_batch_change is OnBatchChange.CONTINUE
+    alternative = ("; or, to continue at the committed sample with the current batch (no sample lost or repeated), "
+                   "load with on_batch_change='continue'")
+    if batch_changed and declared:
+        diffs.extend(_batch_change_problems(saved, current))
+    elif batch_changed and (sp.schedule is not None or cp.schedule is not None):
+        diffs.append(f"batch schedule: saved {_batch_text(sp)} vs current {_batch_text(cp)} (global, batch_size x "
+                     f"world_size {current.layout.world_size}); fix: pass the saved schedule as batch_size= (per rank)"
+                     + alternative)
+    elif batch_changed:
         w, g = current.layout.world_size, sp.global_batch
         here = (f"at world_size {w} pass batch_size={g // w}, or" if g % w == 0 else
                 f"no integer batch_size does at world_size {w} ({g} / {w} = {g / w:.4g}):")
@@ -388,7 +443,7 @@ def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool) -
             f"global batch size: saved {g} vs current {cp.global_batch} "
             f"(batch_size {cp.global_batch // w} x world_size {w}); fix: keep batch_size * world_size == "
             f"{g}: {here} run on one of the world sizes that divide {g}: {world_sizes_text(g)}, "
-            f"with batch_size = {g} / world_size"
+            f"with batch_size = {g} / world_size" + alternative
         )
     differ("accumulation_steps", saved.accumulation_steps, current.accumulation_steps, "pass the same accumulation_steps")
     differ("sampler", saved.sampler, current.sampler, "pass the same positional sampler")
@@ -405,5 +460,25 @@ def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool) -
             f"layout: saved {saved.layout.to_dict()} vs current {current.layout.to_dict()} under a "
             "non-elastic policy; fix: resume on the saved layout, or construct both loaders with elastic=True"
         )
-    label = RecoveryLabel.ELASTIC_RESHARD if layout_changed else RecoveryLabel.FAITHFUL_CONTINUATION
+    label = RecoveryLabel.ELASTIC_RESHARD if layout_changed or batch_changed else RecoveryLabel.FAITHFUL_CONTINUATION
     return diffs, label
+
+
+def _batch_text(plan: Plan) -> str:
+    return f"{plan.global_batch}" if plan.schedule is None else f"{plan.schedule.to_dict()}"
+
+
+def _batch_change_problems(saved: LoaderState, current: LoaderState) -> list[str]:
+    """Why a declared batch change cannot continue this stream (empty when it can)."""
+    problems = []
+    tail = saved.plan.tail
+    if tail in (Tail.DROP, Tail.WRAP):
+        problems.append(
+            f"global batch change (on_batch_change='continue'): saved {_batch_text(saved.plan)} vs current "
+            f"{_batch_text(current.plan)} under tail={tail.value!r}, whose epochs are shaped by the batch (a changed "
+            "batch would drop or repeat other records); fix: resume with the saved batch, or start runs whose batch "
+            "will change with tail='continuous' (or 'partial' on one process)")
+    if saved.packing is not None:
+        problems.append("global batch change (on_batch_change='continue') of a packed stream: packed epochs are cut "
+                        "into batches by their packing index; fix: resume with the saved batch")
+    return problems
