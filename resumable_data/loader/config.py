@@ -172,7 +172,7 @@ def resolve_config(
     if not isinstance(sharding, Sharding):
         raise ConfigError(describe("sharding", sharding, "an rd.Sharding", "pass rd.Sharding(world_size, rank)"))
     unbatched = batch_size is None
-    schedule = as_schedule(batch_size) if isinstance(batch_size, (BatchSchedule, list, tuple)) else None
+    schedule = None if batch_size is None or isinstance(batch_size, (int, np.integer)) else as_schedule(batch_size)
     if schedule is not None:
         check_int(schedule.max_batch, "batch_size (the schedule's largest batch)", 1, 1 << 30)
         per_rank = schedule.first_batch
