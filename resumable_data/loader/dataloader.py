@@ -69,7 +69,9 @@ class DataLoader:
     """Drop-in ``torch.utils.data.DataLoader`` with O(1) resume and a commit protocol.
 
     Accepts torch's arguments with their meaning (``in_order=False`` is refused: order is the
-    promise). Keyword-only extras:
+    promise); ``batch_size`` may also be a per-rank batch schedule (an :class:`rd.BatchRamp`, an
+    :class:`rd.BatchSteps` or a list of ``(step, batch)`` pairs, on the ``continuous`` tail; see
+    ``docs/schedules.md``). Keyword-only extras:
 
     * ``seed``: the stream's seed (else ``generator.initial_seed()``; shuffling without either is
       an error, since a loader without a known seed cannot resume);
@@ -79,8 +81,9 @@ class DataLoader:
       ``RANK``/``WORLD_SIZE``, else a single process);
     * ``elastic``: allow resuming on another world size with the same global batch (default True);
     * ``tail``: override what happens to an epoch's incomplete last global batch (``drop``/``wrap``/
-      ``partial``); by default ``drop_last=True`` drops, else one process gets a short batch
-      (torch's behaviour) and several ranks wrap (``DistributedSampler``'s);
+      ``partial``, or ``continuous``: batches straddle epochs); by default ``drop_last=True``
+      drops, else one process gets a short batch (torch's behaviour) and several ranks wrap
+      (``DistributedSampler``'s);
     * ``commit``: ``"auto"`` (default) or ``"explicit"``; ``accumulation_steps``: microbatches
       per optimizer update;
     * ``dataset_version``: the pinned :class:`rd.DatasetVersion` (or its hash) of a dataset that

@@ -42,7 +42,6 @@ from resumable_data._schema import (
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.plan import BatchOrigin, Plan, ShardingPolicy, Tail
-from resumable_data.plan.sharding import world_sizes_text
 
 __all__ = [
     "FORMAT",
@@ -56,7 +55,6 @@ __all__ = [
     "OnBatchChange",
     "OnUncommitted",
     "SkippedRange",
-    "compare",
     "first_unskipped",
     "skipped_before",
 ]
@@ -400,85 +398,3 @@ def _epoch_base(v: Any) -> tuple[int, int]:
     if not isinstance(v, list) or len(v) != 2:
         raise ResumeError(describe("state.epoch_base", v, "[epoch, first step of that epoch]", "pass an unmodified state"))
     return expect_int(v[0], "state.epoch_base[0]"), expect_int(v[1], "state.epoch_base[1]")
-
-
-def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool,
-            on_batch_change: OnBatchChange = OnBatchChange.REFUSE) -> tuple[list[str], RecoveryLabel]:
-    """Every difference that forbids the resume (saved vs current, with the fix), and the label.
-
-    A different global batch (or schedule) is refused unless ``on_batch_change`` is
-    ``continue``; then it is allowed where the stream can continue at the committed sample (a
-    tail whose epoch length does not depend on the batch, no packing) and labelled
-    ``elastic_reshard``, like a change of layout."""
-    diffs: list[str] = []
-    sp, cp = saved.plan, current.plan
-
-    def differ(name: str, a: Any, b: Any, fix: str) -> None:
-        if a != b:
-            diffs.append(f"{name}: saved {a!r} vs current {b!r}; fix: {fix}")
-
-    differ("dataset_version", sp.version_hash, cp.version_hash,
-           "open the dataset version the run was trained on (rd.ArrowShards on the pinned directory)")
-    differ("num_records", sp.num_records, cp.num_records, "open the same dataset")
-    differ("seed", sp.seed, cp.seed, "pass seed= as saved")
-    differ("order", sp.order.to_dict(), cp.order.to_dict(), "pass the same shuffle / shuffle_window")
-    differ("tail", sp.tail.value, cp.tail.value, f"pass tail={sp.tail.value!r} (or the drop_last and sampler "
-           "settings the run was started with)")
-    differ("pad_to", sp.pad_to, cp.pad_to, "resume a DistributedSampler(drop_last=False) run on the same world size")
-    batch_changed = sp.batch_dict() != cp.batch_dict()
-    declared = on_batch_change is OnBatchChange.CONTINUE
-    alternative = ("; or, to continue at the committed sample with the current batch (no sample lost or repeated), "
-                   "load with on_batch_change='continue'")
-    if batch_changed and declared:
-        diffs.extend(_batch_change_problems(saved, current))
-    elif batch_changed and (sp.schedule is not None or cp.schedule is not None):
-        diffs.append(f"batch schedule: saved {_batch_text(sp)} vs current {_batch_text(cp)} (global, batch_size x "
-                     f"world_size {current.layout.world_size}); fix: pass the saved schedule as batch_size= (per rank)"
-                     + alternative)
-    elif batch_changed:
-        w, g = current.layout.world_size, sp.global_batch
-        here = (f"at world_size {w} pass batch_size={g // w}, or" if g % w == 0 else
-                f"no integer batch_size does at world_size {w} ({g} / {w} = {g / w:.4g}):")
-        diffs.append(
-            f"global batch size: saved {g} vs current {cp.global_batch} "
-            f"(batch_size {cp.global_batch // w} x world_size {w}); fix: keep batch_size * world_size == "
-            f"{g}: {here} run on one of the world sizes that divide {g}: {world_sizes_text(g)}, "
-            f"with batch_size = {g} / world_size" + alternative
-        )
-    differ("accumulation_steps", saved.accumulation_steps, current.accumulation_steps, "pass the same accumulation_steps")
-    differ("sampler", saved.sampler, current.sampler, "pass the same positional sampler")
-    differ("packing", saved.packing, current.packing, "pass the same packing spec")
-    if not (saved.pinned and current.pinned) and not allow_unpinned:
-        diffs.append(
-            f"pinned: the {'saved run' if not saved.pinned else 'current loader'}'s dataset is not pinned "
-            f"(saved pinned={saved.pinned}, current pinned={current.pinned}), so its version cannot be verified; "
-            "fix: pin the data (rd.pin) and pass dataset_version=, or load with allow_unpinned=True"
-        )
-    layout_changed = saved.layout != current.layout
-    if layout_changed and not (saved.elastic and current.elastic):
-        diffs.append(
-            f"layout: saved {saved.layout.to_dict()} vs current {current.layout.to_dict()} under a "
-            "non-elastic policy; fix: resume on the saved layout, or construct both loaders with elastic=True"
-        )
-    label = RecoveryLabel.ELASTIC_RESHARD if layout_changed or batch_changed else RecoveryLabel.FAITHFUL_CONTINUATION
-    return diffs, label
-
-
-def _batch_text(plan: Plan) -> str:
-    return f"{plan.global_batch}" if plan.schedule is None else f"{plan.schedule.to_dict()}"
-
-
-def _batch_change_problems(saved: LoaderState, current: LoaderState) -> list[str]:
-    """Why a declared batch change cannot continue this stream (empty when it can)."""
-    problems = []
-    tail = saved.plan.tail
-    if tail in (Tail.DROP, Tail.WRAP):
-        problems.append(
-            f"global batch change (on_batch_change='continue'): saved {_batch_text(saved.plan)} vs current "
-            f"{_batch_text(current.plan)} under tail={tail.value!r}, whose epochs are shaped by the batch (a changed "
-            "batch would drop or repeat other records); fix: resume with the saved batch, or start runs whose batch "
-            "will change with tail='continuous' (or 'partial' on one process)")
-    if saved.packing is not None:
-        problems.append("global batch change (on_batch_change='continue') of a packed stream: packed epochs are cut "
-                        "into batches by their packing index; fix: resume with the saved batch")
-    return problems
