@@ -91,7 +91,8 @@ def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncomm
     if diffs:
         raise ResumeError("cannot resume this loader from the given state:\n  - " + "\n  - ".join(diffs))
     ledger = _epoch_ledger(saved, stream)
-    plan = replace(current.plan, origin=saved.plan.origin_at(resume) if changed else origin)
+    new_origin = saved.plan.origin_at(resume) if changed else origin
+    plan = current.plan if new_origin is None else replace(current.plan, origin=new_origin)
     return Restore(saved, ledger, label, choice, plan)
 
 
