@@ -200,6 +200,10 @@ def resolve_config(
         # the loader's drop_last=True wins over a DistributedSampler(drop_last=False), as in torch
         tail = Tail.DROP if drop_last else tr_tail or (Tail.PARTIAL if world == 1 else Tail.WRAP)
     tail = coerce_enum(tail, Tail, "tail")
+    if tail is Tail.CONTINUOUS and packing is not None:
+        raise ConfigError(describe("tail", "continuous", "drop, wrap or partial when packing (packed epochs are cut "
+                                   "into batches by their packing index, not one continuous stream)",
+                                   "drop tail= (or pass tail='drop' / 'wrap')"))
     if tail is Tail.PAD and packing is not None:
         tail = Tail.WRAP  # packed sequences are not records: pad by wrapping whole global batches
     if tail is Tail.PARTIAL and world > 1:

@@ -160,7 +160,8 @@ class Plan:
 
     @property
     def steps_per_epoch(self) -> int:
-        """Steps per epoch of a :attr:`uniform` plan (else see :meth:`steps_in_epoch`)."""
+        """Steps per epoch of a grid tail (``drop``/``wrap``/``partial``/``pad``; after a batch
+        origin, of the whole epochs that follow it); see :meth:`steps_in_epoch` for any epoch."""
         if self.tail is Tail.CONTINUOUS:
             raise UsageError(describe("steps_per_epoch", "continuous tail", "a plan whose epochs have one step count",
                                       "use plan.steps_in_epoch(epoch): under tail='continuous' epochs differ"))

@@ -230,3 +230,21 @@ def test_forged_batch_origins_are_refused(shards):
     v2 = {k: v for k, v in state.items() if k != "batch_origin"}
     with pytest.raises(rd.ResumeError, match=r"schema_version|batch_origin"):
         rd.DataLoader(shards, batch_size=6, tail="continuous").load_state_dict({**v2, "schema_version": 2})
+
+
+def test_the_continuous_tail_is_refused_when_packing(shards):
+    with pytest.raises(rd.ConfigError, match=r"tail='continuous': expected drop, wrap or partial when packing"):
+        rd.DataLoader(shards, batch_size=2, tail="continuous", packing=rd.Packing(seq_len=16, tokens="tokens"))
+
+
+def test_persistent_workers_follow_a_batch_origin_set_after_they_started(shards):
+    a = rd.DataLoader(shards, batch_size=8, shuffle=True, seed=5)
+    take(a, 6)
+    state = a.state_dict()
+    reference = rd.DataLoader(shards, batch_size=6, shuffle=True, seed=5)
+    reference.load_state_dict(state, on_batch_change="continue")
+    expected = take(reference, 30)
+    pooled = rd.DataLoader(shards, batch_size=6, shuffle=True, seed=5, num_workers=2, persistent_workers=True)
+    take(pooled, 3)  # the workers exist and hold the fetcher before the origin is set
+    pooled.load_state_dict(state, on_batch_change="continue")
+    assert take(pooled, 30) == expected
