@@ -244,6 +244,8 @@ def test_persistent_workers_follow_a_batch_origin_set_after_they_started(shards)
     reference = rd.DataLoader(shards, batch_size=6, shuffle=True, seed=5)
     reference.load_state_dict(state, on_batch_change="continue")
     expected = take(reference, 30)
+    flat = [i for x in expected for i in ids(x)]  # the saved stream from its 49th sample on, across epoch 0 -> 1
+    assert flat == a.plan.records(np.arange(48, 48 + len(flat))).tolist() and len(flat) > N_RECORDS - 48
     pooled = rd.DataLoader(shards, batch_size=6, shuffle=True, seed=5, num_workers=2, persistent_workers=True)
     take(pooled, 3)  # the workers exist and hold the fetcher before the origin is set
     pooled.load_state_dict(state, on_batch_change="continue")
