@@ -162,7 +162,7 @@ def loader_state_report(path: str, data: str | None, verify: str, records: int, 
     state = read_loader_state(Path(path))
     out: list[str] = []
     plan = state.plan
-    kv(out, "loader state", f"{path} (a DataLoader.state_dict(), schema version 1)")
+    kv(out, "loader state", f"{path} (a DataLoader.state_dict(), schema version {state.schema_version})")
     kv(out, "recovery label", state.recovery_label.value)
     kv(out, "counters", ", ".join(f"{k}={v}" for k, v in state.counter_view().to_dict().items()))
     cur = state.cursor
@@ -174,7 +174,7 @@ def loader_state_report(path: str, data: str | None, verify: str, records: int, 
     if state.skipped:
         kv(out, "skipped ranges", "; ".join(f"[{r.start}, {r.stop}) {r.reason}" for r in state.skipped))
     kv(out, "stream", f"seed {plan.seed}, {plan.order.kind.value if hasattr(plan.order.kind, 'value') else plan.order.kind}, "
-                      f"global batch {plan.global_batch}, tail {getattr(plan.tail, 'value', plan.tail)}, "
+                      f"global batch {_batch_text(plan)}, tail {getattr(plan.tail, 'value', plan.tail)}, "
                       f"commit {state.commit.value} x{state.accumulation_steps}"
                       + (f", packed {state.packing.get('seq_len')}" if state.packing else ", unpacked"))
     kv(out, "layout", f"world size {state.layout.world_size}, {getattr(state.layout.policy, 'value', state.layout.policy)}"
@@ -191,3 +191,13 @@ def loader_state_report(path: str, data: str | None, verify: str, records: int, 
     else:
         kv(out, "dataset", f"pinned version {plan.version_hash} (pass --data DIR to check the files)")
     return rc, out
+
+
+def _batch_text(plan) -> str:
+    """The global batch, or the schedule (and the origin of a declared batch change)."""
+    sched = getattr(plan, "schedule", None)
+    text = f"{plan.global_batch}" if sched is None else f"schedule {sched.to_dict()}"
+    origin = getattr(plan, "origin", None)
+    if origin is not None:
+        text += f" from step {origin.step} (position {origin.position}, a declared batch change)"
+    return text

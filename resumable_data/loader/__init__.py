@@ -18,6 +18,7 @@ _NAMES = {
     "CommitMode": "state",
     "Cursor": "state",
     "LoaderState": "state",
+    "OnBatchChange": "state",
     "OnUncommitted": "state",
     "LoaderConfig": "config",
     "resolve_config": "config",

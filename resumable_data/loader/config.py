@@ -3,7 +3,15 @@
 Algorithm. :func:`resolve_config` applies torch's argument rules (``batch_sampler`` alone,
 ``shuffle`` or a sampler, ``batch_size=None`` unbatched, ``drop_last``), translates torch
 samplers into plan settings (:mod:`.translate`), picks the seed, order, tail, fetch mode and
-dataset version, and validates packing against the source. Every check of the loader's
+dataset version, and validates packing against the source.
+
+Batch size. ``batch_size`` is the per-rank batch (torch's meaning) and the global batch is
+``batch_size * world_size``. A schedule in its place (an :class:`rd.BatchRamp`, an
+:class:`rd.BatchSteps` or a list of ``(step, batch)`` pairs) is per rank too, every count
+(batches, and a ramp's samples) scaled by the world size to the plan's global schedule, so each
+rank's share of every step is exactly the schedule's batch. A schedule whose batch changes runs
+on the ``continuous`` tail (its default; ``drop_last=True``, a DistributedSampler's tail or
+packing beside it are refused). Every check of the loader's
 arguments lives here, so a bad argument raises :class:`rd.ConfigError` at construction, before
 any worker exists or any batch is read.
 
@@ -25,7 +33,8 @@ import numpy as np
 from resumable_data._schema import check_int, coerce_enum
 from resumable_data.errors import ConfigError, describe
 from resumable_data.loader.state import CommitMode, Layout, LoaderState
-from resumable_data.plan import Order, OrderSpec, Plan, Sharding, Tail
+from resumable_data.plan import BatchSchedule, Order, OrderSpec, Plan, Sharding, Tail
+from resumable_data.plan.batch_schedule import as_schedule
 from resumable_data.plan.packing import Overlong, Packing, PackMode
 
 __all__ = ["UNPINNED", "FetchMode", "LoaderConfig", "resolve_config"]
@@ -50,6 +59,7 @@ class LoaderConfig:
     plan: Plan
     sharding: Sharding
     mode: FetchMode
+    #: The per-rank batch (the first step's, under a schedule).
     per_rank: int
     unbatched: bool
     elastic: bool
@@ -69,6 +79,8 @@ class LoaderConfig:
     transform: Callable | None = field(default=None, compare=False)
     #: ``len(dataset)`` at construction (a changed length is refused at ``iter()``).
     dataset_len: int = 0
+    #: The per-rank batch schedule as given (``batch_size=``), or None for a fixed batch.
+    batch_schedule: BatchSchedule | None = None
 
     def fingerprint(self) -> LoaderState:
         """The state of a fresh loader with this config (progress all zero)."""
@@ -98,7 +110,7 @@ def _default_sharding() -> Sharding:
 def resolve_config(
     dataset: Any,
     *,
-    batch_size: int | None = 1,
+    batch_size: int | BatchSchedule | list | None = 1,
     shuffle: bool | None = None,
     sampler: Any = None,
     batch_sampler: Any = None,
@@ -166,7 +178,12 @@ def resolve_config(
     if not isinstance(sharding, Sharding):
         raise ConfigError(describe("sharding", sharding, "an rd.Sharding", "pass rd.Sharding(world_size, rank)"))
     unbatched = batch_size is None
-    per_rank = 1 if unbatched else check_int(batch_size, "batch_size", 1, 1 << 30)
+    schedule = None if batch_size is None or isinstance(batch_size, (int, np.integer)) else as_schedule(batch_size)
+    if schedule is not None:
+        check_int(schedule.max_batch, "batch_size (the schedule's largest batch)", 1, 1 << 30)
+        per_rank = schedule.first_batch
+    else:
+        per_rank = 1 if unbatched else check_int(batch_size, "batch_size", 1, 1 << 30)
     if unbatched and drop_last:
         raise ConfigError(describe("drop_last", drop_last, "False with batch_size=None", "drop drop_last (torch's rule)"))
     world = sharding.world_size
@@ -177,10 +194,23 @@ def resolve_config(
     if keyed:
         positional = positional.with_seed(seed)
     order = _order(shuffle_window, do_shuffle, shuffle, positional)
+    scheduled = schedule is not None and not schedule.is_constant
+    if scheduled:
+        for name, value, why in (("drop_last", drop_last or None, "False"), ("packing", packing, "None"),
+                                 ("sampler", tr_tail, "a sampler without its own tail (not a DistributedSampler)")):
+            if value is not None:
+                raise ConfigError(describe(name, value, f"{why} with a batch schedule (it runs on tail='continuous': "
+                                           "an epoch is not a whole number of changing batches)",
+                                           f"drop {name}= (pass sharding=rd.Sharding(world, rank) for ranks)"))
+        tail = Tail.CONTINUOUS if tail is None else tail
     if tail is None:
         # the loader's drop_last=True wins over a DistributedSampler(drop_last=False), as in torch
         tail = Tail.DROP if drop_last else tr_tail or (Tail.PARTIAL if world == 1 else Tail.WRAP)
     tail = coerce_enum(tail, Tail, "tail")
+    if tail is Tail.CONTINUOUS and packing is not None:
+        raise ConfigError(describe("tail", "continuous", "drop, wrap or partial when packing (packed epochs are cut "
+                                   "into batches by their packing index, not one continuous stream)",
+                                   "drop tail= (or pass tail='drop' / 'wrap')"))
     if tail is Tail.PAD and packing is not None:
         tail = Tail.WRAP  # packed sequences are not records: pad by wrapping whole global batches
     if tail is Tail.PARTIAL and world > 1:
@@ -216,7 +246,9 @@ def resolve_config(
         raise ConfigError(describe("token_column", token_column, f"one of the columns {dataset.schema.names}", "name a list column"))
 
     epoch_records = len(positional) if positional is not None else n
-    plan = Plan(epoch_records, per_rank * world, version_hash, seed, order, tail, world if tail is Tail.PAD else 1)
+    global_schedule = None if schedule is None else schedule.scaled(world)
+    plan = Plan(epoch_records, per_rank * world if schedule is None else global_schedule.max_batch, version_hash, seed,
+                order, tail, world if tail is Tail.PAD else 1, schedule=global_schedule)
     sharding.check_global_batch(plan.global_batch)
     return LoaderConfig(
         plan=plan, sharding=sharding, mode=mode, per_rank=per_rank, unbatched=unbatched, elastic=bool(elastic),
@@ -224,6 +256,7 @@ def resolve_config(
         accumulation_steps=check_int(accumulation_steps, "accumulation_steps", 1, 1 << 20), pinned=pinned,
         seed_per_sample=bool(seed_per_sample), token_column=token_column, packing=packing, lengths=lengths,
         positional=positional, collate_fn=collate_fn, arrow_collate=arrow_collate, transform=transform, dataset_len=n,
+        batch_schedule=schedule,
     )
 
 

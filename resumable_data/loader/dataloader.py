@@ -46,7 +46,7 @@ from resumable_data.loader.iterator import LoaderIterator
 from resumable_data.loader.ledger import CounterView, ProgressLedger
 from resumable_data.loader.restore import validate_restore
 from resumable_data.loader.translate import torch_views
-from resumable_data.loader.state import CommitMode, Cursor, LoaderState, OnUncommitted
+from resumable_data.loader.state import CommitMode, Cursor, LoaderState, OnBatchChange, OnUncommitted
 from resumable_data.loader.stream import PackedStream, RecordStream, StepInfo, describe_step
 from resumable_data.plan import Plan, Sharding, Tail
 
@@ -69,7 +69,9 @@ class DataLoader:
     """Drop-in ``torch.utils.data.DataLoader`` with O(1) resume and a commit protocol.
 
     Accepts torch's arguments with their meaning (``in_order=False`` is refused: order is the
-    promise). Keyword-only extras:
+    promise); ``batch_size`` may also be a per-rank batch schedule (an :class:`rd.BatchRamp`, an
+    :class:`rd.BatchSteps` or a list of ``(step, batch)`` pairs, on the ``continuous`` tail; see
+    ``docs/schedules.md``). Keyword-only extras:
 
     * ``seed``: the stream's seed (else ``generator.initial_seed()``; shuffling without either is
       an error, since a loader without a known seed cannot resume);
@@ -79,8 +81,9 @@ class DataLoader:
       ``RANK``/``WORLD_SIZE``, else a single process);
     * ``elastic``: allow resuming on another world size with the same global batch (default True);
     * ``tail``: override what happens to an epoch's incomplete last global batch (``drop``/``wrap``/
-      ``partial``); by default ``drop_last=True`` drops, else one process gets a short batch
-      (torch's behaviour) and several ranks wrap (``DistributedSampler``'s);
+      ``partial``, or ``continuous``: batches straddle epochs); by default ``drop_last=True``
+      drops, else one process gets a short batch (torch's behaviour) and several ranks wrap
+      (``DistributedSampler``'s);
     * ``commit``: ``"auto"`` (default) or ``"explicit"``; ``accumulation_steps``: microbatches
       per optimizer update;
     * ``dataset_version``: the pinned :class:`rd.DatasetVersion` (or its hash) of a dataset that
@@ -126,7 +129,7 @@ class DataLoader:
             dataset, sampler=sampler, batch_sampler=batch_sampler, shuffle=shuffle, batch_size=per_rank,
             drop_last=drop_last, generator=generator, collate_fn=collate_fn)
         self.__dict__.update(
-            dataset=dataset, batch_size=per_rank, sampler=view_sampler, batch_sampler=view_batch_sampler,
+            dataset=dataset, batch_size=cfg.batch_schedule or per_rank, sampler=view_sampler, batch_sampler=view_batch_sampler,
             drop_last=drop_last, num_workers=num_workers, collate_fn=view_collate, pin_memory=pin_memory,
             timeout=timeout, worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context,
             generator=generator, prefetch_factor=(2 if num_workers > 0 else None) if prefetch_factor is None else prefetch_factor,
@@ -142,7 +145,7 @@ class DataLoader:
         self._fetcher = StepFetcher(dataset, cfg, self._stream, pin_memory=pin_memory)
         private = torch.Generator().manual_seed(cfg.plan.seed)  # torch draws a base seed per iter(): never the global one
         self._torch = tud.DataLoader(
-            self._fetcher, batch_size=None, sampler=StepSampler(self._ledger, cfg.plan.steps_per_epoch),
+            self._fetcher, batch_size=None, sampler=StepSampler(self._ledger),
             num_workers=num_workers, collate_fn=_passthrough, pin_memory=pin_memory, timeout=timeout,
             worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context, generator=private,
             prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
@@ -181,7 +184,9 @@ class DataLoader:
         self._active = None
 
     def __len__(self) -> int:
-        """Steps in the current epoch (every epoch has the same count unless packing)."""
+        """Steps in the current epoch: the same count every epoch for a fixed batch; under a batch
+        schedule or ``tail="continuous"``, the steps whose first sample lies in this epoch (they
+        vary by epoch and sum to the steps taken); packed epochs differ too."""
         return self._ledger.steps_in_current_epoch()
 
     # -- commit protocol and progress ---------------------------------------------------------------
@@ -222,7 +227,8 @@ class DataLoader:
 
     @property
     def plan(self) -> Plan:
-        return self.config.plan
+        """The plan the cursor walks: the constructed one, at the batch origin a restore set."""
+        return self._ledger.stream.plan
 
     @property
     def sharding(self) -> Sharding:
@@ -232,7 +238,7 @@ class DataLoader:
         """Where ``step`` (default: the next to deliver) sits and this rank's record ids for it,
         computed from the plan without fetching a batch."""
         step = self._ledger.delivered if step is None else check_int(step, "step", 0)
-        return describe_step(self._stream, self._ledger.epoch_ledger(), self.config.sharding, step)
+        return describe_step(self._ledger.stream, self._ledger.epoch_ledger(), self.config.sharding, step)
 
     def skip_steps(self, start: int, stop: int, reason: str) -> None:
         """Never deliver steps ``[start, stop)`` (a known bad data region); recorded in the state."""
@@ -254,21 +260,23 @@ class DataLoader:
 
     def load_state_dict(
         self, state: dict[str, Any], *, on_uncommitted: OnUncommitted | str | None = None, allow_unpinned: bool = False,
-        label: RecoveryLabel | str | None = None,
+        label: RecoveryLabel | str | None = None, on_batch_change: OnBatchChange | str | None = None,
     ) -> None:
         """Restore ``state`` (see :meth:`reset`)."""
         if state is None:
             raise ResumeError(describe("state", None, "a dict from state_dict()", "call reset() for a fresh start"))
-        self.reset(state, on_uncommitted=on_uncommitted, allow_unpinned=allow_unpinned, label=label)
+        self.reset(state, on_uncommitted=on_uncommitted, allow_unpinned=allow_unpinned, label=label,
+                   on_batch_change=on_batch_change)
 
     def validate_state_dict(
         self, state: Any, *, on_uncommitted: OnUncommitted | str | None = None, allow_unpinned: bool = False,
-        label: RecoveryLabel | str | None = None,
+        label: RecoveryLabel | str | None = None, on_batch_change: OnBatchChange | str | None = None,
     ) -> LoaderState:
         """Everything ``load_state_dict`` checks, without changing anything: the parsed state, or one
         :class:`rd.ResumeError` listing every difference (saved vs current, with the fix)."""
         return validate_restore(state, self._fingerprint, self._stream, on_uncommitted=on_uncommitted,
-                                allow_unpinned=allow_unpinned, label=label).saved
+                                allow_unpinned=allow_unpinned, label=label,
+                                on_batch_change=on_batch_change).saved
 
     def mixture_progress(self) -> Any:
         """Per-source progress of an ``rd.Mixture`` loader at its committed cursor: records
@@ -296,6 +304,7 @@ class DataLoader:
     def reset(
         self, state: dict[str, Any] | None = None, *, on_uncommitted: OnUncommitted | str | None = None,
         allow_unpinned: bool = False, label: RecoveryLabel | str | None = None,
+        on_batch_change: OnBatchChange | str | None = None,
     ) -> None:
         """The one entry point for a fresh start (``state=None``) and a restore.
 
@@ -305,7 +314,12 @@ class DataLoader:
         ``on_uncommitted="repeat"`` (deliver them again) or ``"skip"`` (record them as skipped).
         Prefetched batches are always fetched again. ``label="data_change"`` declares a deliberate
         change an ``rd.Mixture`` resume may then accept (other weights: each source continues from
-        its consumed position); the state then records that label."""
+        its consumed position); the state then records that label.
+
+        A state saved with another global batch (or batch schedule) is refused unless
+        ``on_batch_change="continue"``: the loader then continues at the saved committed sample
+        with its own batch, as a new segment of the stream (no sample lost, none repeated),
+        under the ``elastic_reshard`` label (see ``docs/schedules.md``)."""
         mixture = self.config.positional if hasattr(self.config.positional, "rebase") else None
         if state is None:
             self._close_active()
@@ -315,7 +329,8 @@ class DataLoader:
                 self._set_rebase(mixture, None)
             return
         r = validate_restore(state, self._fingerprint, self._stream, on_uncommitted=on_uncommitted,
-                             allow_unpinned=allow_unpinned, label=label)
+                             allow_unpinned=allow_unpinned, label=label,
+                             on_batch_change=on_batch_change)
         if mixture is not None and r.mixture_rebase != mixture.plan.rebase and \
                 self._iterated and self.persistent_workers and self.num_workers > 0:  # workers kept running
             raise ResumeError(describe("persistent_workers", True, "workers not yet started for a resume that "
@@ -326,7 +341,7 @@ class DataLoader:
         self._generation += 1
         if mixture is not None:
             self._set_rebase(mixture, r.mixture_rebase)
-        self._ledger.restore(r.saved, r.epoch_ledger, r.label, r.choice)
+        self._ledger.restore(r.saved, r.epoch_ledger, r.label, r.choice, r.plan)
 
     def _set_rebase(self, mixture: Any, rebase: Any) -> None:
         if rebase != mixture.plan.rebase:

@@ -45,9 +45,12 @@ __all__ = ["FetchMode", "NumpyBatch", "StepFetcher", "StepSampler"]  # FetchMode
 
 
 class StepFetcher(Dataset):
-    """``fetcher[(step, epoch, first)]`` is this rank's batch of global step ``step`` (in epoch
-    ``epoch``, which starts at step ``first``), as ``(step, batch, tokens, samples)``: tokens and
-    samples count the whole global batch (all ranks), so every rank's counters agree."""
+    """``fetcher[(step, epoch, first, span)]`` is this rank's batch of global step ``step`` (in
+    epoch ``epoch``, which starts at step ``first``; ``span`` its global positions ``[start,
+    stop)``, from the ledger's plan, ``None`` when packed), as ``(step, batch, tokens, samples)``:
+    tokens and samples count the whole global batch (all ranks), so every rank's counters agree.
+    The span travels with the request, so workers (persistent ones too) never hold a batch origin
+    that a restore may change."""
 
     def __init__(self, dataset: Any, config: LoaderConfig, stream: Any, *, pin_memory: bool = False) -> None:
         self.dataset = dataset
@@ -81,7 +84,7 @@ class StepFetcher(Dataset):
         return {**self.__dict__, "_lengths": None}  # workers rebuild the length index themselves
 
     def __len__(self) -> int:
-        return self.plan.steps_per_epoch
+        return self.plan.steps_in_epoch(0)
 
     def records(self, positions: np.ndarray) -> np.ndarray:
         """Record ids at stream ``positions``: the plan's order, or the user's positional sampler."""
@@ -96,11 +99,11 @@ class StepFetcher(Dataset):
             out[sel] = np.asarray(self.positional.indices(int(e), offsets[sel]), dtype=np.int64)
         return out
 
-    def __getitem__(self, request: tuple[int, int, int]) -> tuple[int, Any, int, int]:
-        step, epoch, first = request
+    def __getitem__(self, request: tuple[int, int, int, Any]) -> tuple[int, Any, int, int]:
+        step, epoch, first, span = request
         if self.mode is FetchMode.PACKED:
             return step, *self._packed(epoch, step - first)
-        start, stop = self.plan.step_span(step)
+        start, stop = span
         positions = self.sharding.local_positions(start, stop)
         records = self.records(positions)
         user_code = self.mode is not FetchMode.ARROW or self.collate_fn or self.arrow_collate or self.transform
@@ -109,7 +112,7 @@ class StepFetcher(Dataset):
             guard.__enter__()
         try:
             if self.mode is FetchMode.ARROW:
-                return step, *self._arrow(step, positions, records), stop - start
+                return step, *self._arrow(span, positions, records), stop - start
             if self.mode is FetchMode.GETITEMS:
                 samples = self._getitems(positions, records)
             else:
@@ -168,16 +171,16 @@ class StepFetcher(Dataset):
         return out
 
     # -- the three fetch modes --------------------------------------------------------------------
-    def global_tokens(self, step: int) -> int:
-        """Non-padding tokens of ``token_column`` in the whole global batch of ``step`` (all
-        ranks), from the offsets-only length index: rank-invariant, so every rank counts the same."""
+    def global_tokens(self, span: tuple[int, int]) -> int:
+        """Non-padding tokens of ``token_column`` in the whole global batch of positions ``span``
+        (all ranks), from the offsets-only length index: rank-invariant, so every rank counts the same."""
         if self._lengths is None:
             self._lengths = self.dataset.column_lengths(self.token_column)
-        start, stop = self.plan.step_span(step)
+        start, stop = span
         return int(self._lengths[self.records(np.arange(start, stop, dtype=np.int64))].sum())
 
-    def _arrow(self, step: int, positions: np.ndarray, records: np.ndarray) -> tuple[Any, int]:
-        tokens = 0 if self.token_column is None else self.global_tokens(step)
+    def _arrow(self, span: tuple[int, int], positions: np.ndarray, records: np.ndarray) -> tuple[Any, int]:
+        tokens = 0 if self.token_column is None else self.global_tokens(span)
         if self.arrow_collate is None and self.collate_fn is None and self.transform is None:
             columns = self.dataset.take_numpy(records, PAD_VALUE) if hasattr(self.dataset, "take_numpy") else None
             if columns is not None:  # the default collate's arrays, straight from the source's maps
@@ -255,25 +258,25 @@ class NumpyBatch(dict):
 
 
 class StepSampler(Sampler[int]):
-    """Yields the steps from the ledger's cursor to the end of its epoch, minus skipped ranges.
+    """Yields the requests (step, epoch, its first step, the step's span) from the ledger's cursor
+    to the end of its epoch, minus skipped ranges; ``len()`` is the current epoch's step count.
 
     Runs in the main process; it reports each step it hands out to the ledger, which counts
     what was fetched (prefetch included). It holds the ledger, never the loader (no cycle: a
     dropped loader shuts its workers down at once).
     """
 
-    def __init__(self, ledger: Any, steps_per_epoch: int) -> None:
+    def __init__(self, ledger: Any) -> None:
         self._ledger = ledger
-        self._steps_per_epoch = steps_per_epoch
 
     def __len__(self) -> int:
-        return self._steps_per_epoch
+        return self._ledger.steps_in_current_epoch()
 
-    def __iter__(self) -> Iterator[tuple[int, int, int]]:
+    def __iter__(self) -> Iterator[tuple[int, int, int, Any]]:
         ledger = self._ledger
         epoch, first, start, stop = ledger.start_pass()
         for step in range(start, stop):
             if ledger.is_skipped(step):
                 continue
             ledger.on_fetch(step)
-            yield step, epoch, first
+            yield step, epoch, first, ledger.span(step)

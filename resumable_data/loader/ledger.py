@@ -3,7 +3,10 @@
 What it holds. The cursor (``committed <= delivered <= fetched``, in steps), the counted
 progress (attempted / applied / skipped updates, samples, tokens; the pending tallies of batches
 delivered but not yet committed), the skipped step ranges, the epoch ledger (first step of each
-known epoch: epochs of packed streams differ in length) and the recovery label.
+known epoch: epochs of packed streams differ in length), the recovery label and the stream
+itself: a restore may continue at a batch origin (a declared global-batch change, or a segment
+an earlier one began), so the stream the ledger walks is the constructed one with the restored
+plan (:meth:`ProgressLedger.stream`); a fresh start puts the constructed one back.
 
 Interface. ``start_pass`` (the window a new ``iter()`` fetches), ``on_fetch``, ``deliver``,
 ``commit_delivered``, ``commit``, ``skip``, ``restore`` (from a typed, already validated
@@ -34,6 +37,7 @@ from typing import Protocol
 from resumable_data.errors import ConfigError, UsageError, describe
 from resumable_data._schema import check_int
 from resumable_data.labels import RecoveryLabel
+from resumable_data.plan import Plan
 from resumable_data.loader.state import (
     CommitMode,
     CounterView,
@@ -50,23 +54,39 @@ __all__ = ["CounterView", "EpochStream", "ProgressLedger"]
 
 
 class EpochStream(Protocol):
-    """What the ledger needs of a stream: epoch lengths and where a step sits."""
+    """What the ledger needs of a stream: epoch lengths, where a step sits, and its plan."""
+
+    plan: Plan
 
     def steps_in_epoch(self, epoch: int) -> int: ...
 
     def locate(self, step: int, ledger: dict[int, int]) -> tuple[int, int]: ...
+
+    def span(self, step: int) -> tuple[int, int] | None: ...
+
+    def with_plan(self, plan: Plan) -> EpochStream: ...
 
 
 class ProgressLedger:
     """Cursor, counters, skips, epoch ledger and label of one loader (see the module docs)."""
 
     def __init__(self, stream: EpochStream, commit: CommitMode, accumulation_steps: int) -> None:
+        self._base = stream
         self._stream = stream
         self._mode = commit
         self._k = accumulation_steps
         self.restart()
 
     # -- reading ----------------------------------------------------------------------------------
+    @property
+    def stream(self) -> EpochStream:
+        """The stream the cursor walks (its plan carries the restored batch origin, if any)."""
+        return self._stream
+
+    def span(self, step: int) -> tuple[int, int] | None:
+        """Global positions of ``step`` (record streams; ``None`` for packed ones)."""
+        return self._stream.span(step)
+
     @property
     def cursor(self) -> Cursor:
         return Cursor(self._committed, self._delivered, max(self._fetched, self._delivered))
@@ -151,6 +171,7 @@ class ProgressLedger:
             tokens += self._pending_tokens
         return replace(
             template,
+            plan=self._stream.plan,
             epoch_base=self._stream.locate(committed, dict(self._ledger)),
             cursor=Cursor(committed, self._delivered, max(self._fetched, self._delivered)),
             counters=Counters(self._attempted, self._applied, self._skipped_updates, samples, tokens),
@@ -172,6 +193,7 @@ class ProgressLedger:
 
     def restart(self) -> None:
         """A fresh start: everything zero, nothing skipped, a faithful continuation."""
+        self._stream = self._base
         self._committed = self._delivered = self._fetched = 0
         self._attempted = self._applied = self._skipped_updates = self._tokens = self._samples = 0
         self._pending_tokens = self._pending_samples = self._pending_mb = 0
@@ -182,8 +204,11 @@ class ProgressLedger:
         self._resumed_at_end = False  # restored from a state taken at the end of a pass
 
     def restore(self, saved: LoaderState, ledger: dict[int, int], label: RecoveryLabel,
-                choice: OnUncommitted | None) -> None:
-        """Continue from a validated ``saved`` state; uncommitted steps are repeated or skipped."""
+                choice: OnUncommitted | None, plan: Plan | None = None) -> None:
+        """Continue from a validated ``saved`` state (with ``plan``: the validated plan to continue
+        with, see :class:`~resumable_data.loader.restore.Restore`); uncommitted steps are repeated
+        or skipped."""
+        self._stream = self._base if plan is None else self._base.with_plan(plan)
         c = saved.cursor
         skipped = list(saved.skipped)
         committed = c.committed

@@ -6,7 +6,16 @@ permutation domain, compare the saved fingerprint with the current one (dataset 
 order, tail, global batch, accumulation, sampler, packing, pinning, layout under the elastic
 policy), require an explicit choice for uncommitted batches, and check that the saved epoch base
 holds the committed cursor. All differences are reported together in one
-:class:`rd.ResumeError`.
+:class:`rd.ResumeError`. :func:`compare` is the contract: every difference that forbids the resume
+(saved vs current, with the fix) and the recovery label.
+
+A global-batch change. A different batch (or schedule) is refused unless the caller declares
+``on_batch_change="continue"``; then the stream continues at the first step the resume delivers
+(``cursor.committed``, or ``cursor.delivered`` under ``on_uncommitted="skip"``), at that step's
+first sample under the saved plan: the current plan gets the :class:`~resumable_data.plan.BatchOrigin`
+``saved.plan.origin_at(step)``, so no sample before it is delivered again and none after it is
+skipped. Skipped ranges after that step name steps of the saved batch, so they are refused.
+Without a change the current plan takes the saved origin (a segment a previous change began).
 
 Guarantee. Pure: nothing is changed here, so a refused state leaves the loader exactly as it was;
 an accepted one yields everything the ledger needs to continue.
@@ -17,17 +26,19 @@ Cost. O(size of the state) plus, for a packed stream, the saved epoch's packing 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.mixture_state import check_mixture
-from resumable_data.loader.state import LoaderState, OnUncommitted, compare
+from resumable_data.loader.state import LoaderState, OnBatchChange, OnUncommitted
+from resumable_data.plan import Plan, Tail
+from resumable_data.plan.sharding import world_sizes_text
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 
-__all__ = ["Restore", "validate_restore"]
+__all__ = ["Restore", "compare", "validate_restore"]
 
 
 @dataclass(frozen=True)
@@ -38,12 +49,14 @@ class Restore:
     epoch_ledger: dict[int, int]
     label: RecoveryLabel
     choice: OnUncommitted | None
+    #: The plan the loader continues with: the current plan at the saved (or a new) batch origin.
+    plan: Plan
     #: An ``rd.Mixture`` loader continues from this rebase (the saved one, or a data_change's).
     mixture_rebase: Any = None
 
 
 def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncommitted: Any = None,
-                     allow_unpinned: bool = False, label: Any = None) -> Restore:
+                     allow_unpinned: bool = False, label: Any = None, on_batch_change: Any = None) -> Restore:
     """Check ``state`` against the ``current`` fingerprint and ``stream`` (see the module docs)."""
     try:
         json.dumps(state)
@@ -52,7 +65,8 @@ def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncomm
                                    "pass state_dict()'s output")) from None
     saved = LoaderState.from_dict(state)
     last = max([saved.cursor.fetched, saved.epoch_base[1]] + [r.stop for r in saved.skipped])
-    if (last + 1) * saved.plan.global_batch > MAX_POSITION:
+    origin = saved.plan.origin
+    if (last + 1) * saved.plan.global_batch + (0 if origin is None else origin.position) > MAX_POSITION:
         raise ResumeError(describe("state.cursor", saved.cursor.to_dict(),
                                    f"steps whose positions (step x global batch {saved.plan.global_batch}) stay "
                                    "below 2**62", "pass an unmodified state"))
@@ -60,7 +74,12 @@ def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncomm
     if declared not in (None, RecoveryLabel.FAITHFUL_CONTINUATION, RecoveryLabel.DATA_CHANGE):
         raise ConfigError(describe("label", declared.value, "'faithful_continuation' or 'data_change' for a loader",
                                    "declare other labels on rd.TrainingState.load_state_dict"))
-    diffs, label = compare(saved, current, allow_unpinned=allow_unpinned)
+    if origin is not None and saved.cursor.committed < origin.step:
+        raise ResumeError(describe("state.batch_origin", origin.to_dict(), f"a step <= cursor.committed="
+                                   f"{saved.cursor.committed}", "pass an unmodified state"))
+    change = OnBatchChange.REFUSE if on_batch_change is None else coerce_enum(on_batch_change, OnBatchChange,
+                                                                               "on_batch_change")
+    diffs, label = compare(saved, current, allow_unpinned=allow_unpinned, on_batch_change=change)
     choice = None if on_uncommitted is None else coerce_enum(on_uncommitted, OnUncommitted, "on_uncommitted")
     mixture_diffs, rebase = check_mixture(saved, current, declared or RecoveryLabel.FAITHFUL_CONTINUATION, choice)
     diffs += mixture_diffs
@@ -75,9 +94,19 @@ def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncomm
             "dcp.load passes no options, so there put rd.distributed.LoaderStateful(loader, on_uncommitted='repeat') "
             "in the state dict in place of the loader"
         )
+    changed = saved.plan.batch_dict() != current.plan.batch_dict() and change is OnBatchChange.CONTINUE
+    resume = c.delivered if choice is OnUncommitted.SKIP else c.committed
+    later = [r for r in saved.skipped if r.stop > resume]
+    if changed and later:
+        diffs.append(
+            f"skipped steps {[[r.start, r.stop] for r in later][:5]} lie after the resume step {resume} and name steps "
+            "of the saved batch, which a global batch change renumbers; fix: resume with the saved batch")
     if diffs:
         raise ResumeError("cannot resume this loader from the given state:\n  - " + "\n  - ".join(diffs))
-    return Restore(saved, _epoch_ledger(saved, stream), label, choice, rebase)
+    ledger = _epoch_ledger(saved, stream)
+    new_origin = saved.plan.origin_at(resume) if changed else origin
+    plan = current.plan if new_origin is None else replace(current.plan, origin=new_origin)
+    return Restore(saved, ledger, label, choice, plan, rebase)
 
 
 def _epoch_ledger(saved: LoaderState, stream: Any) -> dict[int, int]:
@@ -85,7 +114,8 @@ def _epoch_ledger(saved: LoaderState, stream: Any) -> dict[int, int]:
     epoch, first = saved.epoch_base
     committed = saved.cursor.committed
     if saved.packing is None:
-        ok = (epoch, first) == stream.locate(committed, {0: 0})
+        plan = saved.plan
+        ok = (epoch, first) == (plan.epoch_of_step(committed), plan.epoch_first_step(plan.epoch_of_step(committed)))
     else:
         ok = first <= committed < first + stream.steps_in_epoch(epoch) and (epoch > 0 or first == 0)
     if not ok:
@@ -93,3 +123,85 @@ def _epoch_ledger(saved: LoaderState, stream: Any) -> dict[int, int]:
                                    f"the epoch and first step that hold cursor.committed={committed}",
                                    "pass an unmodified state"))
     return {0: 0, epoch: first}
+
+
+def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool,
+            on_batch_change: OnBatchChange = OnBatchChange.REFUSE) -> tuple[list[str], RecoveryLabel]:
+    """Every difference that forbids the resume (saved vs current, with the fix), and the label.
+
+    A different global batch (or schedule) is refused unless ``on_batch_change`` is
+    ``continue``; then it is allowed where the stream can continue at the committed sample (a
+    tail whose epoch length does not depend on the batch, no packing) and labelled
+    ``elastic_reshard``, like a change of layout."""
+    diffs: list[str] = []
+    sp, cp = saved.plan, current.plan
+
+    def differ(name: str, a: Any, b: Any, fix: str) -> None:
+        if a != b:
+            diffs.append(f"{name}: saved {a!r} vs current {b!r}; fix: {fix}")
+
+    differ("dataset_version", sp.version_hash, cp.version_hash,
+           "open the dataset version the run was trained on (rd.ArrowShards on the pinned directory)")
+    differ("num_records", sp.num_records, cp.num_records, "open the same dataset")
+    differ("seed", sp.seed, cp.seed, "pass seed= as saved")
+    differ("order", sp.order.to_dict(), cp.order.to_dict(), "pass the same shuffle / shuffle_window")
+    differ("tail", sp.tail.value, cp.tail.value, f"pass tail={sp.tail.value!r} (or the drop_last and sampler "
+           "settings the run was started with)")
+    differ("pad_to", sp.pad_to, cp.pad_to, "resume a DistributedSampler(drop_last=False) run on the same world size")
+    batch_changed = sp.batch_dict() != cp.batch_dict()
+    declared = on_batch_change is OnBatchChange.CONTINUE
+    alternative = ("; or, to continue at the committed sample with the current batch (no sample lost or repeated), "
+                   "load with on_batch_change='continue'")
+    if batch_changed and declared:
+        diffs.extend(_batch_change_problems(saved, current))
+    elif batch_changed and (sp.schedule is not None or cp.schedule is not None):
+        diffs.append(f"batch schedule: saved {_batch_text(sp)} vs current {_batch_text(cp)} (global, batch_size x "
+                     f"world_size {current.layout.world_size}); fix: pass the saved schedule as batch_size= (per rank)"
+                     + alternative)
+    elif batch_changed:
+        w, g = current.layout.world_size, sp.global_batch
+        here = (f"at world_size {w} pass batch_size={g // w}, or" if g % w == 0 else
+                f"no integer batch_size does at world_size {w} ({g} / {w} = {g / w:.4g}):")
+        diffs.append(
+            f"global batch size: saved {g} vs current {cp.global_batch} "
+            f"(batch_size {cp.global_batch // w} x world_size {w}); fix: keep batch_size * world_size == "
+            f"{g}: {here} run on one of the world sizes that divide {g}: {world_sizes_text(g)}, "
+            f"with batch_size = {g} / world_size" + alternative
+        )
+    differ("accumulation_steps", saved.accumulation_steps, current.accumulation_steps, "pass the same accumulation_steps")
+    differ("sampler", saved.sampler, current.sampler, "pass the same positional sampler")
+    differ("packing", saved.packing, current.packing, "pass the same packing spec")
+    if not (saved.pinned and current.pinned) and not allow_unpinned:
+        diffs.append(
+            f"pinned: the {'saved run' if not saved.pinned else 'current loader'}'s dataset is not pinned "
+            f"(saved pinned={saved.pinned}, current pinned={current.pinned}), so its version cannot be verified; "
+            "fix: pin the data (rd.pin) and pass dataset_version=, or load with allow_unpinned=True"
+        )
+    layout_changed = saved.layout != current.layout
+    if layout_changed and not (saved.elastic and current.elastic):
+        diffs.append(
+            f"layout: saved {saved.layout.to_dict()} vs current {current.layout.to_dict()} under a "
+            "non-elastic policy; fix: resume on the saved layout, or construct both loaders with elastic=True"
+        )
+    label = RecoveryLabel.ELASTIC_RESHARD if layout_changed or batch_changed else RecoveryLabel.FAITHFUL_CONTINUATION
+    return diffs, label
+
+
+def _batch_text(plan: Plan) -> str:
+    return f"{plan.global_batch}" if plan.schedule is None else f"{plan.schedule.to_dict()}"
+
+
+def _batch_change_problems(saved: LoaderState, current: LoaderState) -> list[str]:
+    """Why a declared batch change cannot continue this stream (empty when it can)."""
+    problems = []
+    tail = saved.plan.tail
+    if tail in (Tail.DROP, Tail.WRAP):
+        problems.append(
+            f"global batch change (on_batch_change='continue'): saved {_batch_text(saved.plan)} vs current "
+            f"{_batch_text(current.plan)} under tail={tail.value!r}, whose epochs are shaped by the batch (a changed "
+            "batch would drop or repeat other records); fix: resume with the saved batch, or start runs whose batch "
+            "will change with tail='continuous' (or 'partial' on one process)")
+    if saved.packing is not None:
+        problems.append("global batch change (on_batch_change='continue') of a packed stream: packed epochs are cut "
+                        "into batches by their packing index; fix: resume with the saved batch")
+    return problems

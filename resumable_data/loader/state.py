@@ -15,14 +15,21 @@ epoch's last batch, before the pass ended (``StopIteration``): torch's ``Statefu
 semantics, so a resume from it first runs an empty pass (the rest of that epoch) and the next
 ``iter()`` starts the next epoch; a state taken after the loop has ``end_of_pass`` false and
 resumes into the whole next epoch. Schema 1 states (no ``end_of_pass``) are still accepted and
-read as ``end_of_pass = false`` (what they meant: the resume starts the next epoch); anything
-else than 1 or 2 is refused.
+read as ``end_of_pass = false`` (what they meant: the resume starts the next epoch).
+
+``batch_origin`` (schema 3) is where a declared global-batch change on resume started the
+current segment, ``{"step", "position", "epoch_first_step"}`` (or null); the plan that maps steps
+to positions is ``plan`` with that origin (:class:`~resumable_data.plan.BatchOrigin`). It is
+progress, not identity: it is not among the fingerprint keys a checkpoint compares. A state is
+written at the lowest schema that can express it: schema 2 (byte for byte what earlier versions
+wrote) unless it holds a batch schedule, the ``continuous`` tail or a batch origin, then schema 3.
+Schemas 1, 2 and 3 are read; anything else is refused.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from resumable_data._schema import (
@@ -35,8 +42,7 @@ from resumable_data._schema import (
 )
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
-from resumable_data.plan import Plan, ShardingPolicy
-from resumable_data.plan.sharding import world_sizes_text
+from resumable_data.plan import BatchOrigin, Plan, ShardingPolicy, Tail
 
 __all__ = [
     "FORMAT",
@@ -47,17 +53,17 @@ __all__ = [
     "Cursor",
     "Layout",
     "LoaderState",
+    "OnBatchChange",
     "OnUncommitted",
     "SkippedRange",
-    "compare",
     "first_unskipped",
     "skipped_before",
 ]
 
 FORMAT = "resumable_data.loader"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Older schema versions this version reads (see the module docs).
-READABLE_SCHEMA_VERSIONS = (1, 2)
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 MAX_SKIPPED_RANGES = 10_000
 
 K_FORMAT = "format"
@@ -78,6 +84,7 @@ K_EPOCH_BASE = "epoch_base"
 K_END_OF_PASS = "end_of_pass"
 #: Only in states of an ``rd.Mixture`` loader (validated by :mod:`resumable_data.loader.mixture_state`).
 K_MIXTURE = "mixture"
+K_BATCH_ORIGIN = "batch_origin"
 #: The keys that identify the stream (no progress): what a checkpoint's ``data`` section holds.
 FINGERPRINT_KEYS = (K_PLAN, K_LAYOUT, K_ELASTIC, K_COMMIT, K_ACCUMULATION, K_PACKING, K_PINNED, K_SAMPLER)
 _KEYS = frozenset(
@@ -85,6 +92,7 @@ _KEYS = frozenset(
      K_SAMPLER, K_EPOCH_BASE, K_CURSOR, K_COUNTERS, K_SKIPPED, K_LABEL, K_END_OF_PASS}
 )
 _KEYS_V1 = _KEYS - {K_END_OF_PASS}
+_KEYS_V3 = _KEYS | {K_BATCH_ORIGIN}
 
 
 class CommitMode(str, enum.Enum):
@@ -94,6 +102,16 @@ class CommitMode(str, enum.Enum):
     AUTO = "auto"
     #: Only when the loop calls ``loader.commit()``.
     EXPLICIT = "explicit"
+
+
+class OnBatchChange(str, enum.Enum):
+    """What a resume does when the current global batch (or schedule) differs from the saved one."""
+
+    #: Refuse the state, naming saved vs current batch (the default).
+    REFUSE = "refuse"
+    #: Continue at the committed sample position with the current batch, as a new segment: no
+    #: sample lost, none repeated; labelled ``elastic_reshard``.
+    CONTINUE = "continue"
 
 
 class OnUncommitted(str, enum.Enum):
@@ -267,11 +285,18 @@ class LoaderState:
     #: An ``rd.Mixture``'s section (names, sizes, schedule, block, rebase); None otherwise.
     mixture: dict | None = None
 
+    @property
+    def schema_version(self) -> int:
+        """The schema this state is written at: the lowest that expresses it (see the module docs)."""
+        p = self.plan
+        return 3 if p.schedule is not None or p.origin is not None or p.tail is Tail.CONTINUOUS else 2
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        version = self.schema_version
+        d = {
             K_FORMAT: FORMAT,
-            K_SCHEMA: SCHEMA_VERSION,
-            K_PLAN: self.plan.to_dict(),
+            K_SCHEMA: version,
+            K_PLAN: replace(self.plan, origin=None).to_dict(),
             K_LAYOUT: self.layout.to_dict(),
             K_ELASTIC: self.elastic,
             K_COMMIT: self.commit.value,
@@ -287,6 +312,9 @@ class LoaderState:
             K_END_OF_PASS: self.end_of_pass,
             **({} if self.mixture is None else {K_MIXTURE: self.mixture}),
         }
+        if version >= 3:
+            d[K_BATCH_ORIGIN] = None if self.plan.origin is None else self.plan.origin.to_dict()
+        return d
 
     def next_step(self, *, rewound: bool = False) -> int:
         """The step a resume from this state delivers first: ``cursor.delivered`` (``committed``
@@ -317,7 +345,7 @@ class LoaderState:
             raise ResumeError(describe("data", type(data).__name__, "the loader fingerprint of a checkpoint", "pass meta.data"))
         progress = {K_FORMAT: FORMAT, K_SCHEMA: SCHEMA_VERSION, K_EPOCH_BASE: list(epoch_base),
                     K_CURSOR: Cursor().to_dict(), K_COUNTERS: Counters().to_dict(), K_SKIPPED: [],
-                    K_LABEL: RecoveryLabel.FAITHFUL_CONTINUATION.value, K_END_OF_PASS: False}
+                    K_LABEL: RecoveryLabel.FAITHFUL_CONTINUATION.value, K_END_OF_PASS: False, K_BATCH_ORIGIN: None}
         mixture = {K_MIXTURE: data[K_MIXTURE]} if K_MIXTURE in data else {}
         return cls.from_dict({**progress, **{k: data.get(k) for k in FINGERPRINT_KEYS}, **mixture})
 
@@ -331,16 +359,25 @@ class LoaderState:
             version = SCHEMA_VERSION
         if d.get(K_FORMAT) == FORMAT and isinstance(d.get(K_SCHEMA), int) and d.get(K_SCHEMA) != version:
             expect_header(d, FORMAT, SCHEMA_VERSION, "state")  # a clear version message first
-        keys = _KEYS if version == SCHEMA_VERSION else _KEYS_V1
+        keys = _KEYS_V3 if version >= 3 else _KEYS if version == 2 else _KEYS_V1
         mixture = d.get(K_MIXTURE)
-        expect_mapping(d, "state", keys | {K_MIXTURE} if K_MIXTURE in d and version == SCHEMA_VERSION else keys)
+        expect_mapping(d, "state", keys | {K_MIXTURE} if K_MIXTURE in d and version >= 2 else keys)
         if K_MIXTURE in d and not isinstance(mixture, dict):
             raise ResumeError(describe("state.mixture", mixture, "a mixture section object", "pass an unmodified state"))
         expect_header(d, FORMAT, version, "state")
         try:
             plan = Plan.from_dict(d[K_PLAN], "state.plan")
+            if plan.origin is not None:
+                raise ResumeError(describe("state.plan.origin", plan.origin.to_dict(), "absent (a batch origin is "
+                                           "state.batch_origin)", "pass an unmodified state"))
+            raw_origin = d.get(K_BATCH_ORIGIN)
+            if raw_origin is not None:
+                plan = replace(plan, origin=BatchOrigin.from_dict(raw_origin, "state.batch_origin"))
         except ConfigError as e:  # constructor checks on forged values are resume errors here
             raise ResumeError(f"state is inconsistent: {e}") from None
+        if version < 3 and (plan.schedule is not None or plan.tail is Tail.CONTINUOUS):
+            raise ResumeError(describe("state.schema_version", version, "3 for a state with a batch schedule or the "
+                                       "continuous tail", "pass an unmodified state"))
         packing = d[K_PACKING]
         if packing is not None and not isinstance(packing, dict):
             raise ResumeError(describe("state.packing", packing, "null or a packing spec object", "pass an unmodified state"))
@@ -373,49 +410,3 @@ def _epoch_base(v: Any) -> tuple[int, int]:
     if not isinstance(v, list) or len(v) != 2:
         raise ResumeError(describe("state.epoch_base", v, "[epoch, first step of that epoch]", "pass an unmodified state"))
     return expect_int(v[0], "state.epoch_base[0]"), expect_int(v[1], "state.epoch_base[1]")
-
-
-def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool) -> tuple[list[str], RecoveryLabel]:
-    """Every difference that forbids a faithful resume (saved vs current, with the fix), and the label."""
-    diffs: list[str] = []
-    sp, cp = saved.plan, current.plan
-
-    def differ(name: str, a: Any, b: Any, fix: str) -> None:
-        if a != b:
-            diffs.append(f"{name}: saved {a!r} vs current {b!r}; fix: {fix}")
-
-    differ("dataset_version", sp.version_hash, cp.version_hash,
-           "open the dataset version the run was trained on (rd.ArrowShards on the pinned directory)")
-    differ("num_records", sp.num_records, cp.num_records, "open the same dataset")
-    differ("seed", sp.seed, cp.seed, "pass seed= as saved")
-    differ("order", sp.order.to_dict(), cp.order.to_dict(), "pass the same shuffle / shuffle_window")
-    differ("tail", sp.tail.value, cp.tail.value, f"pass tail={sp.tail.value!r} (or the drop_last and sampler "
-           "settings the run was started with)")
-    differ("pad_to", sp.pad_to, cp.pad_to, "resume a DistributedSampler(drop_last=False) run on the same world size")
-    if sp.global_batch != cp.global_batch:
-        w, g = current.layout.world_size, sp.global_batch
-        here = (f"at world_size {w} pass batch_size={g // w}, or" if g % w == 0 else
-                f"no integer batch_size does at world_size {w} ({g} / {w} = {g / w:.4g}):")
-        diffs.append(
-            f"global batch size: saved {g} vs current {cp.global_batch} "
-            f"(batch_size {cp.global_batch // w} x world_size {w}); fix: keep batch_size * world_size == "
-            f"{g}: {here} run on one of the world sizes that divide {g}: {world_sizes_text(g)}, "
-            f"with batch_size = {g} / world_size"
-        )
-    differ("accumulation_steps", saved.accumulation_steps, current.accumulation_steps, "pass the same accumulation_steps")
-    differ("sampler", saved.sampler, current.sampler, "pass the same positional sampler")
-    differ("packing", saved.packing, current.packing, "pass the same packing spec")
-    if not (saved.pinned and current.pinned) and not allow_unpinned:
-        diffs.append(
-            f"pinned: the {'saved run' if not saved.pinned else 'current loader'}'s dataset is not pinned "
-            f"(saved pinned={saved.pinned}, current pinned={current.pinned}), so its version cannot be verified; "
-            "fix: pin the data (rd.pin) and pass dataset_version=, or load with allow_unpinned=True"
-        )
-    layout_changed = saved.layout != current.layout
-    if layout_changed and not (saved.elastic and current.elastic):
-        diffs.append(
-            f"layout: saved {saved.layout.to_dict()} vs current {current.layout.to_dict()} under a "
-            "non-elastic policy; fix: resume on the saved layout, or construct both loaders with elastic=True"
-        )
-    label = RecoveryLabel.ELASTIC_RESHARD if layout_changed else RecoveryLabel.FAITHFUL_CONTINUATION
-    return diffs, label

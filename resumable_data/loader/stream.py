@@ -1,7 +1,9 @@
 """Streams: how global steps map to epochs and which positions a step covers.
 
-* :class:`RecordStream`: a position is a record; every epoch has the same number of steps, so
-  ``epoch = step // steps_per_epoch`` in closed form.
+* :class:`RecordStream`: a position is a record; epochs in closed form from the plan
+  (``epoch = step // steps_per_epoch`` for a fixed batch; under a batch schedule, the
+  ``continuous`` tail or a batch origin, the epoch of the step's first position, see
+  :class:`~resumable_data.plan.Plan`).
 * :class:`PackedStream`: a position is a packed sequence; an epoch's sequence count comes from
   its packing index (:mod:`resumable_data.plan.packing`), which differs between epochs when
   the order shuffles documents across windows. The loader keeps a ledger of epoch start steps
@@ -45,11 +47,17 @@ class RecordStream:
         self.plan = plan
 
     def steps_in_epoch(self, epoch: int) -> int:
-        return self.plan.steps_per_epoch
+        return self.plan.steps_in_epoch(epoch)
 
     def locate(self, step: int, ledger: dict[int, int]) -> tuple[int, int]:
-        s = self.plan.steps_per_epoch
-        return step // s, (step // s) * s
+        epoch = self.plan.epoch_of_step(step)
+        return epoch, self.plan.epoch_first_step(epoch)
+
+    def span(self, step: int) -> tuple[int, int]:
+        return self.plan.step_span(step)
+
+    def with_plan(self, plan: Plan) -> RecordStream:
+        return self if plan == self.plan else RecordStream(plan)
 
 
 class PackedIndex:
@@ -176,6 +184,15 @@ class PackedStream:
         return idx
 
     # -- steps --------------------------------------------------------------------------------------
+    def span(self, step: int) -> None:
+        return None  # packed steps are located in their epoch's index (epoch_positions)
+
+    def with_plan(self, plan: Plan) -> PackedStream:
+        if plan != self.plan:
+            raise ConfigError(describe("plan", plan.to_dict(), f"the packed stream's own plan {self.plan.to_dict()} "
+                                       "(a packed stream takes no batch origin)", "resume with the saved batch"))
+        return self
+
     def steps_in_epoch(self, epoch: int) -> int:
         count = self.index(epoch).num_sequences
         steps = _steps(count, self.plan.global_batch, self.plan.tail)

@@ -2,9 +2,11 @@
 
 Modules: :mod:`.permutation` (keyed bijections), :mod:`.order` (epoch orders), :mod:`.sharding`
 (rank slices of a global batch), :mod:`.steps` (:class:`Plan`: step -> positions -> records),
-:mod:`.sample_keys` (per-sample keys and generators), :mod:`.packing` (sequence packing).
+:mod:`.batch_schedule` (global-batch schedules), :mod:`.sample_keys` (per-sample keys and
+generators), :mod:`.packing` (sequence packing).
 """
 
+from resumable_data.plan.batch_schedule import BatchOrigin, BatchRamp, BatchSchedule, BatchSteps
 from resumable_data.plan.sample_keys import numpy_generator, python_random, sample_key, sample_keys
 from resumable_data.plan.packing import Overlong, Packing, PackMode
 from resumable_data.plan.order import Order, OrderSpec, epoch_records
@@ -13,6 +15,10 @@ from resumable_data.plan.sharding import Sharding, ShardingPolicy
 from resumable_data.plan.steps import Plan, Tail
 
 __all__ = [
+    "BatchOrigin",
+    "BatchRamp",
+    "BatchSchedule",
+    "BatchSteps",
     "Order",
     "OrderSpec",
     "Overlong",

@@ -12,11 +12,29 @@ epoch is padded (wrapping to its first records) to a multiple of ``pad_to`` (the
 and its last global batch is short, split evenly over the ranks, so every rank delivers what
 torch delivers (its ``ceil(n / world)`` samples, the last batch partial).
 
-Guarantee. Everything here is a function of (num_records, version hash, seed, order, G, tail) and
-the step, so a loader's state is a step counter and a restore is a seek. There is no
-``set_epoch``: the epoch is derived from the position.
+``Tail.CONTINUOUS``: positions are one continuous stream (``epoch_len = n``, every record once
+per epoch, none dropped or repeated) and step ``s`` covers ``[start(s), start(s) + G_s)``
+where the batch ``G_s`` and ``start`` come from a :class:`~.batch_schedule.BatchSchedule`
+(constant ``G`` without one): a batch may straddle an epoch boundary. A step belongs to the
+epoch of its first position; an epoch's steps are those whose first position lies in it, so
+:meth:`Plan.steps_in_epoch` varies by epoch and sums to the steps taken. A schedule whose batch
+changes requires this tail (an epoch is then not a whole number of batches).
 
-Cost. O(G) per step, independent of the step number and of ``n``.
+A declared global-batch change on resume starts a new segment at a :class:`BatchOrigin`
+``(step, position, first step of that epoch)``: steps from ``origin.step`` on follow this plan's
+batch from ``origin.position``. Under ``continuous`` the shift is ``origin.position -
+schedule_start(origin.step)``; under ``partial`` / ``pad`` (whose epoch length does not depend
+on the batch) the rest of the origin's epoch is cut into batches of ``G`` from the origin (the
+last one short), and later epochs follow the usual grid. ``drop`` / ``wrap`` epochs are shaped by
+the batch, so they take no origin. Steps before the origin are not addressable by this plan.
+
+Guarantee. Everything here is a function of (num_records, version hash, seed, order, G or the
+schedule, tail, origin) and the step, so a loader's state is a step counter and a restore is a
+seek. There is no ``set_epoch``: the epoch is derived from the position. Without a schedule and
+an origin, every formula and every serialized byte is the fixed-batch plan's.
+
+Cost. O(G) per step, independent of the step number and of ``n``; O(log segments) more for a
+schedule.
 """
 
 from __future__ import annotations
@@ -35,12 +53,14 @@ from resumable_data._schema import (
     expect_mapping,
     expect_str,
 )
-from resumable_data.errors import ConfigError, describe
+from resumable_data.errors import ConfigError, UsageError, describe
+from resumable_data.plan.batch_schedule import BatchOrigin, BatchSchedule
 from resumable_data.plan.order import OrderSpec, epoch_records
 from resumable_data.plan.permutation import MAX_DOMAIN
 from resumable_data.plan.sharding import Sharding
 
 __all__ = ["Plan", "Tail"]
+
 
 K_NUM_RECORDS = "num_records"
 K_GLOBAL_BATCH = "global_batch"
@@ -49,6 +69,8 @@ K_SEED = "seed"
 K_ORDER = "order"
 K_TAIL = "tail"
 K_PAD_TO = "pad_to"  # only with tail "pad"
+K_SCHEDULE = "batch_schedule"  # only with a schedule whose batch changes
+K_ORIGIN = "origin"  # only after a declared global-batch change
 _KEYS = frozenset({K_NUM_RECORDS, K_GLOBAL_BATCH, K_VERSION, K_SEED, K_ORDER, K_TAIL})
 MAX_SEED = (1 << 64) - 1
 
@@ -60,6 +82,12 @@ class Tail(str, enum.Enum):
     WRAP = "wrap"
     PARTIAL = "partial"
     PAD = "pad"
+    #: One continuous stream: batches may straddle epochs, no record dropped or repeated.
+    CONTINUOUS = "continuous"
+
+
+#: Tails whose epoch length does not depend on the batch: a declared batch change can continue them.
+_REBASABLE = (Tail.CONTINUOUS, Tail.PARTIAL, Tail.PAD)
 
 
 @dataclass(frozen=True)
@@ -74,6 +102,11 @@ class Plan:
     tail: Tail = Tail.PARTIAL
     #: With ``Tail.PAD``: the epoch is padded to a multiple of this (the world size); else 1.
     pad_to: int = 1
+    #: A global-batch schedule (``Tail.CONTINUOUS`` only); ``global_batch`` is then its largest
+    #: batch. A constant schedule is stored as ``None`` (the fixed-batch plan, byte for byte).
+    schedule: BatchSchedule | None = None
+    #: The segment start of a declared global-batch change on resume (see the module docs).
+    origin: BatchOrigin | None = None
 
     def __post_init__(self) -> None:
         n = check_int(self.num_records, "num_records", 1, MAX_DOMAIN)
@@ -88,6 +121,27 @@ class Plan:
         pad = check_int(self.pad_to, "pad_to", 1, 1 << 20)
         if pad != 1 and tail is not Tail.PAD:
             raise ConfigError(describe("pad_to", pad, "1 unless tail='pad'", "drop pad_to"))
+        sched = self.schedule
+        if sched is not None:
+            if not isinstance(sched, BatchSchedule):
+                raise ConfigError(describe("schedule", sched, "an rd.BatchSchedule (rd.BatchRamp, rd.BatchSteps) or None",
+                                           "pass one, or a fixed global_batch"))
+            if sched.max_batch != g:
+                raise ConfigError(describe("global_batch", g, f"the schedule's largest batch {sched.max_batch}",
+                                           "pass global_batch=schedule.max_batch"))
+            if sched.is_constant:
+                object.__setattr__(self, "schedule", None)
+            elif tail is not Tail.CONTINUOUS:
+                raise ConfigError(describe("tail", tail.value, "'continuous' with a batch schedule (under a changing "
+                                           "batch an epoch is not a whole number of batches)",
+                                           "drop drop_last=/tail= (a schedule defaults to tail='continuous')"))
+        if self.origin is not None:
+            if not isinstance(self.origin, BatchOrigin):
+                raise ConfigError(describe("origin", self.origin, "an rd.BatchOrigin or None", "pass Plan.origin_at(step)"))
+            if tail not in _REBASABLE:
+                raise ConfigError(describe("tail", tail.value, f"one of {[t.value for t in _REBASABLE]} with a batch "
+                                           "origin (drop and wrap shape each epoch by the batch)",
+                                           "start the run with tail='continuous' to change the global batch on resume"))
         if tail is Tail.DROP and n < g:
             raise ConfigError(
                 describe(
@@ -100,7 +154,21 @@ class Plan:
 
     # -- shape of an epoch ------------------------------------------------------------------------
     @property
+    def uniform(self) -> bool:
+        """Whether every epoch has :attr:`steps_per_epoch` steps (a grid tail, no origin)."""
+        return self.tail is not Tail.CONTINUOUS and self.origin is None
+
+    @property
     def steps_per_epoch(self) -> int:
+        """Steps per epoch of a grid tail (``drop``/``wrap``/``partial``/``pad``; after a batch
+        origin, of the whole epochs that follow it); see :meth:`steps_in_epoch` for any epoch."""
+        if self.tail is Tail.CONTINUOUS:
+            raise UsageError(describe("steps_per_epoch", "continuous tail", "a plan whose epochs have one step count",
+                                      "use plan.steps_in_epoch(epoch): under tail='continuous' epochs differ"))
+        return self._grid_steps
+
+    @property
+    def _grid_steps(self) -> int:
         n, g = self.num_records, self.global_batch
         if self.tail is Tail.PAD:
             return -(-self.epoch_len // g)
@@ -111,19 +179,123 @@ class Plan:
         """Positions per epoch."""
         if self.tail is Tail.PAD:
             return -(-self.num_records // self.pad_to) * self.pad_to
-        return self.num_records if self.tail is Tail.PARTIAL else self.steps_per_epoch * self.global_batch
+        if self.tail is Tail.PARTIAL or self.tail is Tail.CONTINUOUS:
+            return self.num_records
+        return self._grid_steps * self.global_batch
+
+    def batch_of(self, step: int) -> int:
+        """The global batch declared for ``step`` (an epoch's short last batch may hold fewer)."""
+        return self.global_batch if self.schedule is None else self.schedule.batch_of(step)
+
+    def _check_step(self, step: int) -> None:
+        o = self.origin
+        if o is not None and step < o.step:
+            raise UsageError(describe("step", step, f"a step >= {o.step}, where the batch segment of this plan starts "
+                                      "(a declared global-batch change)", "ask for a step at or after it"))
+
+    def _continuous_start(self, step: int) -> int:
+        return step * self.global_batch if self.schedule is None else self.schedule.step_start(step)
+
+    def _shift(self) -> int:
+        o = self.origin
+        return 0 if o is None else o.position - self._continuous_start(o.step)
+
+    def _grid_base(self) -> tuple[int, int]:
+        """(first whole epoch, its first step) of a grid plan: (0, 0) without an origin."""
+        o = self.origin
+        if o is None:
+            return 0, 0
+        epoch, offset = divmod(o.position, self.epoch_len)
+        if offset == 0:
+            return epoch, o.step
+        return epoch + 1, o.step + -(-(self.epoch_len - offset) // self.global_batch)
+
+    def step_start(self, step: int) -> int:
+        """The global position of the first sample of step ``step`` (what a weight schedule
+        declared in steps converts through)."""
+        return self.step_span(step)[0]
 
     def step_span(self, step: int) -> tuple[int, int]:
         """Global positions ``[start, stop)`` of step ``step``."""
-        epoch, k = divmod(step, self.steps_per_epoch)
-        start = epoch * self.epoch_len + k * self.global_batch
-        stop = min(start + self.global_batch, (epoch + 1) * self.epoch_len)
+        if self.tail is Tail.CONTINUOUS:
+            self._check_step(step)
+            start = self._continuous_start(step) + self._shift()
+            return start, start + self.batch_of(step)
+        L, g = self.epoch_len, self.global_batch
+        if self.origin is not None:
+            self._check_step(step)
+            first_epoch, base = self._grid_base()
+            if step < base:  # the rest of the origin's epoch, from the origin
+                start = self.origin.position + (step - self.origin.step) * g
+                return start, min(start + g, first_epoch * L)
+            epoch, k = divmod(step - base, self._grid_steps)
+            epoch += first_epoch
+        else:
+            epoch, k = divmod(step, self._grid_steps)
+        start = epoch * L + k * g
+        stop = min(start + g, (epoch + 1) * L)
         return start, stop
 
     def step_of_position(self, position: int) -> int:
         """The step whose global batch holds ``position``."""
-        epoch, offset = divmod(position, self.epoch_len)
-        return epoch * self.steps_per_epoch + offset // self.global_batch
+        o = self.origin
+        if o is not None and position < o.position:
+            raise UsageError(describe("position", position, f"a position >= {o.position}, where the batch segment of "
+                                      "this plan starts", "ask for a position at or after it"))
+        if self.tail is Tail.CONTINUOUS:
+            p = position - self._shift()
+            return p // self.global_batch if self.schedule is None else self.schedule.step_of_position(p)
+        L, g = self.epoch_len, self.global_batch
+        if o is None:
+            epoch, offset = divmod(position, L)
+            return epoch * self._grid_steps + offset // g
+        first_epoch, base = self._grid_base()
+        if position < first_epoch * L and base > o.step:
+            return o.step + (position - o.position) // g
+        epoch, offset = divmod(position, L)
+        return base + (epoch - first_epoch) * self._grid_steps + offset // g
+
+    def epoch_of_step(self, step: int) -> int:
+        """The epoch of ``step``: the epoch of its first position."""
+        if self.uniform:
+            return step // self._grid_steps
+        return self.step_span(step)[0] // self.epoch_len
+
+    def epoch_first_step(self, epoch: int) -> int:
+        """The first step of ``epoch`` (the first whose first position lies in it)."""
+        if self.uniform:
+            return epoch * self._grid_steps
+        o = self.origin
+        if o is not None:
+            origin_epoch = o.position // self.epoch_len
+            if epoch == origin_epoch:
+                return o.epoch_first_step
+            if epoch < origin_epoch:
+                raise UsageError(describe("epoch", epoch, f"an epoch >= {origin_epoch}, where the batch segment of this "
+                                          "plan starts", "ask for an epoch at or after it"))
+        if self.tail is not Tail.CONTINUOUS:
+            first_epoch, base = self._grid_base()
+            return base + (epoch - first_epoch) * self._grid_steps
+        at = epoch * self.epoch_len
+        q = self.step_of_position(at)
+        return q if self.step_span(q)[0] == at else q + 1
+
+    def steps_in_epoch(self, epoch: int) -> int:
+        """Steps of ``epoch`` (what ``len(loader)`` reports for it)."""
+        if self.uniform:
+            return self._grid_steps
+        return self.epoch_first_step(epoch + 1) - self.epoch_first_step(epoch)
+
+    def origin_at(self, step: int) -> BatchOrigin:
+        """The :class:`BatchOrigin` of a stream that continues this plan's stream at ``step``
+        with another batch: no sample before ``step_start(step)`` is delivered again, none after
+        it skipped."""
+        return BatchOrigin(step, self.step_start(step), self.epoch_first_step(self.epoch_of_step(step)))
+
+    def batch_dict(self) -> dict[str, Any]:
+        """The batch layout (fixed global batch or schedule): what a batch change changes."""
+        return {K_GLOBAL_BATCH: self.global_batch,
+                K_SCHEDULE: None if self.schedule is None else self.schedule.to_dict()}
 
     def local_positions(self, step: int, sharding: Sharding) -> np.ndarray:
         """The positions of step ``step`` that rank ``sharding.rank`` delivers."""
@@ -162,12 +334,17 @@ class Plan:
         }
         if self.tail is Tail.PAD:
             d[K_PAD_TO] = self.pad_to
+        if self.schedule is not None:
+            d[K_SCHEDULE] = self.schedule.to_dict()
+        if self.origin is not None:
+            d[K_ORIGIN] = self.origin.to_dict()
         return d
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "plan") -> Plan:
         padded = isinstance(d, dict) and d.get(K_TAIL) == Tail.PAD.value
-        expect_mapping(d, where, _KEYS | {K_PAD_TO} if padded else _KEYS)
+        optional = {k for k in (K_SCHEDULE, K_ORIGIN) if isinstance(d, dict) and k in d}
+        expect_mapping(d, where, (_KEYS | {K_PAD_TO} if padded else _KEYS) | optional)
         return cls(
             num_records=expect_int(d[K_NUM_RECORDS], f"{where}.num_records", 1, MAX_DOMAIN),
             global_batch=expect_int(d[K_GLOBAL_BATCH], f"{where}.global_batch", 1, 1 << 40),
@@ -176,4 +353,6 @@ class Plan:
             order=OrderSpec.from_dict(d[K_ORDER], f"{where}.order"),
             tail=expect_enum(d[K_TAIL], Tail, f"{where}.tail"),
             pad_to=expect_int(d[K_PAD_TO], f"{where}.pad_to", 1, 1 << 20) if padded else 1,
+            schedule=BatchSchedule.from_dict(d[K_SCHEDULE], f"{where}.batch_schedule") if K_SCHEDULE in d else None,
+            origin=BatchOrigin.from_dict(d[K_ORIGIN], f"{where}.origin") if K_ORIGIN in d else None,
         )

@@ -121,7 +121,7 @@ def test_elastic_reshard_continues_the_global_stream(shards):
 
 
 @pytest.mark.parametrize("mutate, expected", [
-    (lambda s: s.update(schema_version=3), r"schema_version.*saved 3 vs current 2"),
+    (lambda s: s.update(schema_version=4), r"schema_version.*saved 4 vs current 3"),
     (lambda s: s.update(format="torchdata"), r"format"),
     (lambda s: s.pop("cursor"), r"missing \['cursor'\]"),
     (lambda s: s.update(extra=1), r"unexpected \['extra'\]"),
