@@ -219,11 +219,15 @@ def resolve_config(
                      "pass drop_last=True or tail='wrap'")
         )
 
+    from resumable_data.plan.mixture import StepPositions
     from resumable_data.sources import ArrowShards  # sources import pyarrow only
 
     version_hash, pinned = _version(dataset, dataset_version, ArrowShards)
     if mixture is not None:  # the mixture orders the records (see rd.Mixture)
-        positional = mixture.sampler(seed, per_rank * world, packed=packing is not None)
+        steps_map = None  # a fixed batch on an epoch tail: step * global batch, epochs of whole batches
+        if tail is Tail.CONTINUOUS:  # one continuous stream: the nominal epoch, steps mapped by the schedule
+            steps_map = schedule.scaled(world).step_start if scheduled else StepPositions(per_rank * world)
+        positional = mixture.sampler(seed, per_rank * world, packed=packing is not None, position_of_step=steps_map)
     lengths = None
     if packing is not None:
         mode = FetchMode.PACKED

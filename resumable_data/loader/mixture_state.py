@@ -39,9 +39,17 @@ def saved_plan(state: LoaderState) -> MixturePlan:
     if state.mixture is None:
         raise ResumeError("state.mixture is missing: the state is not of an rd.Mixture loader; fix: pass a mixture "
                           "loader's state")
-    pos = None if state.packing is not None else StepPositions(state.plan.global_batch)
+    pos = None if state.packing is not None else _positions_of_steps(state.plan)
     return MixturePlan.from_dict(state.mixture, seed=state.plan.seed, version_hash=state.plan.version_hash,
                                  position_of_step=pos)
+
+
+def _positions_of_steps(plan: Any) -> Any:
+    """Step -> mixed position: ``step * global_batch`` for a fixed batch (the common, picklable
+    case), else the plan's own map (a batch schedule or a batch change's origin)."""
+    if plan.schedule is None and plan.origin is None:
+        return StepPositions(plan.global_batch)
+    return plan.step_start
 
 
 def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel,
@@ -54,6 +62,10 @@ def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel
         return [f"mixture: the {side} is not an rd.Mixture loader; fix: resume a mixture's state into a loader over "
                 "the same rd.Mixture"], None
     s, c = saved.mixture, current.mixture
+    if saved.plan.batch_dict() != current.plan.batch_dict() and (len(s["schedule"]) > 1 or len(c["schedule"]) > 1):
+        return ["mixture weight schedule with a global batch change: its steps would map to other positions; fix: "
+                "resume with the saved batch, or declare the weights as a mapping and change them by a data_change "
+                "resume"], None
     if s == c:  # the current loader's own section: valid, nothing to rebuild
         return [], None if c["rebase"] is None else Rebase(c["rebase"][0], tuple(c["rebase"][1]))
     plan = saved_plan(saved)  # validates the saved section
@@ -71,7 +83,7 @@ def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel
         return ["mixture weights with packing: a data_change needs a step boundary at a known document position, "
                 "which a packed stream does not have in closed form; fix: resume with the saved weights"], None
     step = saved.cursor.delivered if choice is OnUncommitted.SKIP else saved.cursor.committed
-    position = step * saved.plan.global_batch
+    position = saved.plan.step_start(step)
     return [], Rebase(position, tuple(int(x) for x in plan.counts_before(position)))
 
 
@@ -112,9 +124,8 @@ def mixture_progress(state: LoaderState, plan: MixturePlan | None = None, step: 
                           "the loader for the documents of a step")
     plan = plan or saved_plan(state)
     step = state.cursor.committed if step is None else step
-    g = state.plan.global_batch
-    p = step * g
+    p, stop = state.plan.step_span(step)
     here = plan.counts_before(p)
-    after = plan.counts_before(p + g)
+    after = plan.counts_before(stop)
     return MixtureProgress(step, p, tuple(plan.progress(p)),
                            {n: int(x) for n, x in zip(plan.names, np.asarray(after - here))})

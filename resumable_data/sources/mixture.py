@@ -172,8 +172,13 @@ class Mixture:
                            version_hash=self._version.hash, shuffle=self.shuffle, position_of_step=position_of_step,
                            rebase=rebase)
 
-    def sampler(self, seed: int, global_batch: int, *, packed: bool = False) -> MixtureSampler:
-        """The positional sampler ``rd.DataLoader`` orders this mixture with."""
+    def sampler(self, seed: int, global_batch: int, *, packed: bool = False,
+                position_of_step: Callable[[int], int] | None = None) -> MixtureSampler:
+        """The positional sampler ``rd.DataLoader`` orders this mixture with. ``position_of_step``:
+        the loader's step -> position map under a batch schedule (the epoch is then the nominal
+        ``epoch_len``, not rounded to whole batches: schedules run on the continuous tail)."""
+        if position_of_step is not None:
+            return MixtureSampler(self, seed, self.epoch_len, position_of_step)
         if packed:
             if len(self.schedule.steps) > 1:
                 raise ConfigError(describe("weights", self.schedule, "constant weights when packing (a packed "

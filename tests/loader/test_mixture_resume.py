@@ -26,7 +26,7 @@ def dirs(tmp_path_factory):
 def loader_for(dirs, weights, *, packing=None, **kw):
     mix = rd.Mixture(open_sources(dirs), weights=weights, block_size=16)
     extra = {"packing": packing} if packing is not None else {"token_column": "tokens"}
-    return rd.DataLoader(mix, batch_size=4, seed=11, **extra, **kw)
+    return rd.DataLoader(mix, **{"batch_size": 4, **kw}, seed=11, **extra)
 
 
 def run(loader, steps):
@@ -212,3 +212,40 @@ def test_a_rebase_under_running_persistent_workers_is_refused(dirs):
     fresh = loader_for(dirs, W2, num_workers=2, persistent_workers=True)
     fresh.load_state_dict(states[5], label="data_change")  # before the first iter(): accepted
     assert fresh.recovery_label is rd.RecoveryLabel.DATA_CHANGE
+
+
+RAMP = rd.BatchRamp(2, 2, 24, 6)  # per rank: 2 -> 4 -> 6 samples a step over the first 48 samples
+
+
+def test_mixture_under_a_batch_ramp_then_weight_and_batch_changes_keeps_every_source_epoch(dirs):
+    """The issue's chain: a mixture over a ramping batch (2 workers resume bit-exact at random
+    points), then a declared weight change (data_change), then a declared global-batch change
+    (on_batch_change='continue'): per source, no record lost or duplicated within its epochs
+    across the whole chain, and the ramp's steps follow the schedule."""
+    a_batches, a_states = run(loader_for(dirs, WEIGHTS, batch_size=RAMP), 24)
+    assert [len(np.frombuffer(b["id"][3], dtype=np.int64)) for b in a_batches[:8]] == [2] * 6 + [4, 4]
+    make = lambda: loader_for(dirs, WEIGHTS, batch_size=RAMP, num_workers=2, persistent_workers=True)  # noqa: E731
+    assert resume_points(a_states, a_batches, make, 12, np.random.default_rng(3)) == 12
+    # a weight change at step 24, declared; the ramp continues
+    b_batches, b_states = continue_from(loader_for(dirs, W2, batch_size=RAMP), a_states[24], 20, label="data_change")
+    # then a fixed batch of 5 on the ramp's continuous stream, declared; the weights stay W2
+    c_batches, _ = continue_from(loader_for(dirs, W2, batch_size=5, tail="continuous"), b_states[-1], 20,
+                                 label="data_change", on_batch_change="continue")
+    assert all(len(np.frombuffer(b["id"][3], dtype=np.int64)) == 5 for b in c_batches)
+    stream = np.concatenate([ids_of(a_batches), ids_of(b_batches), ids_of(c_batches)])
+    check_source_epochs(stream)
+    assert abs((source_of(ids_of(c_batches)) == 2).mean() - 0.6) < 0.1
+    # a resume inside the last phase is bit-exact
+    again, _ = continue_from(loader_for(dirs, W2, batch_size=5, tail="continuous"), b_states[-1], 20,
+                             label="data_change", on_batch_change="continue")
+    assert again == c_batches
+
+
+def test_a_weight_schedule_with_a_batch_change_is_refused_naming_the_fix(dirs):
+    sched = rd.WeightSchedule([(0, WEIGHTS), (9, W2)])
+    _, states = run(loader_for(dirs, sched), 5)
+    other = loader_for(dirs, sched, batch_size=6)
+    before = other.state_dict()
+    with pytest.raises(rd.ResumeError, match="weight schedule with a global batch change.*fix: resume with the saved"):
+        other.load_state_dict(states[5], on_batch_change="continue")
+    assert other.state_dict() == before
