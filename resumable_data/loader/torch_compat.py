@@ -9,10 +9,12 @@ that each exists in the installed torch with the expected shape, so an upgrade t
 fails loudly and names it.
 
 Private names used: ``torch.utils.data.dataloader._MultiProcessingDataLoaderIter`` and its
-``_shutdown_workers()``; ``DataLoader._iterator`` (the pass a persistent-workers loader reuses);
+``_shutdown_workers()`` and ``_workers`` (the worker processes); ``DataLoader._iterator`` (the pass a persistent-workers loader reuses);
 torch's message texts for dead and hung workers ("exited unexpectedly", "killed by signal",
 "DataLoader timed out after") and for a dataset error re-raised from a worker ("Caught ...").
-``default_collate`` / ``default_convert`` are re-exported from their public ``torch.utils.data``
+``torch.utils.data._utils.worker.WorkerInfo`` (made read-only by its ``__setattr__``): in a
+worker, :class:`WorkerInit` points ``get_worker_info().dataset`` at the user's dataset instead of
+rd's fetcher, as torch's DataLoader would. ``default_collate`` / ``default_convert`` are re-exported from their public ``torch.utils.data``
 names. Cost: an ``isinstance`` and a few string tests, only on the error path.
 """
 
@@ -20,10 +22,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch.utils.data import DataLoader, default_collate, default_convert
+from torch.utils.data import DataLoader, default_collate, default_convert, get_worker_info
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 __all__ = [
+    "WorkerInit",
     "default_collate",
     "default_convert",
     "drop_persistent_iterator",
@@ -31,6 +34,28 @@ __all__ = [
     "shutdown_workers",
     "worker_fault",
 ]
+
+
+class WorkerInit:
+    """The ``worker_init_fn`` rd gives torch: makes ``get_worker_info().dataset`` the user's dataset
+    (the worker's copy; torch's would be rd's fetcher), then calls the user's ``worker_init_fn``.
+    Picklable for spawn when the user's function is."""
+
+    def __init__(self, user_fn: Any) -> None:
+        self.user_fn = user_fn
+
+    def __call__(self, worker_id: int) -> None:
+        info = get_worker_info()
+        fetcher = info.dataset
+        object.__setattr__(info, "dataset", getattr(fetcher, "dataset", fetcher))
+        if self.user_fn is not None:
+            self.user_fn(worker_id)
+
+
+def worker_processes(it: Any) -> list:
+    """The worker processes (``multiprocessing.Process``) of a pass of torch's ``DataLoader``;
+    empty for a single-process pass."""
+    return list(it._workers) if is_multiprocess_iter(it) else []
 
 
 def is_multiprocess_iter(it: Any) -> bool:
