@@ -293,8 +293,10 @@ def _seed(seed: int | None, sampler_seed: int | None, generator: Any, shuffling:
         seed = int(generator.initial_seed())
     if seed is None and shuffling:
         raise ConfigError(
-            describe("seed", None, "an integer seed when shuffling (or generator= with a known seed)",
-                     "pass seed=1234: a loader whose seed is unknown cannot resume")
+            describe("seed", None, "an integer seed when shuffling or sampling at random (shuffle=True, a RandomSampler "
+                     "or WeightedRandomSampler), or a generator= (the loader's or the sampler's) with a known seed",
+                     "pass seed=1234: a loader whose seed is unknown cannot resume (torch would draw one from the "
+                     "global generator at every iter())")
         )
     return check_int(0 if seed is None else seed, "seed", 0, (1 << 64) - 1)
 
