@@ -39,7 +39,7 @@ def test_torch_suite_subset_passes_with_rd(tmp_path):
     subprocess.run([sys.executable, str(RUNNER), "--modes", "rd", "--results", str(tmp_path), "--timeout", "120",
                     "--retry-timeout", "0", *ks], cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
     got = {r["id"]: r for r in map(json.loads, (tmp_path / "torch_suite_raw" / "rd.jsonl").read_text().splitlines())}
-    assert sorted(got) == sorted([*PASSING, *DELIBERATE])
+    assert set(PASSING) | set(DELIBERATE) <= set(got)  # -k matches substrings: a few more tests may run
     failed = {t: got[t]["detail"][:300] for t in PASSING if got[t]["outcome"] != "pass"}
     assert failed == {}
     for t, text in DELIBERATE.items():  # refused at construction with the rd error that says why
