@@ -40,6 +40,11 @@ def test_the_private_names_exist_with_the_expected_shape():
     assert list(inspect.signature(shutdown).parameters) == ["self"], "_shutdown_workers() takes arguments now"
     assert "_iterator" in vars(tud.DataLoader([1, 2])), "DataLoader._iterator (the persistent pass) is gone"
     assert tud.DataLoader([1, 2])._iterator is None
+    from torch.utils.data._utils.worker import WorkerInfo  # WorkerInit rebinds its read-only .dataset
+
+    info = WorkerInfo(id=0, num_workers=1, seed=0, dataset="fetcher")
+    object.__setattr__(info, "dataset", "user")
+    assert info.dataset == "user"
     assert torch_compat.default_collate([1, 2]).tolist() == [1, 2]
     assert torch_compat.default_convert([1, 2]) == [1, 2]
 
