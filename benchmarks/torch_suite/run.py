@@ -338,9 +338,11 @@ def report(results: dict[str, dict[str, dict]], ids: list[str]) -> tuple[str, di
                   f"({100 * len(base & passing[m]) / max(1, len(base)):.1f}%); {deliberate} fail by a deliberate difference, "
                   f"{len(lost) - deliberate} otherwise.", "", "| cause | deliberate | tests |", "|---|---|---|"]
         for g in summary["modes"][m]["groups"]:
-            lines.append(f"| {g['cause']} | {'yes' if g['deliberate'] else 'no'} | {len(g['tests'])}: "
-                         + ", ".join(t.split('.')[-1] if t.count('.') else t for t in g["tests"][:12])
-                         + (" ..." if len(g["tests"]) > 12 else "") + " |")
+            names: dict[str, int] = {}
+            for t in g["tests"]:  # TestDataLoader and TestDataLoaderPersistentWorkers share most names
+                names[t.split(".")[-1]] = names.get(t.split(".")[-1], 0) + 1
+            shown = ", ".join(f"`{n}`" + (f" x{k}" if k > 1 else "") for n, k in names.items())
+            lines.append(f"| {g['cause']} | {'yes' if g['deliberate'] else 'no'} | {len(g['tests'])}: {shown} |")
     return "\n".join(lines) + "\n", summary
 
 
