@@ -23,6 +23,7 @@ from resumable_data._version import __version__
 _EXPORTS: dict[str, str] = {
     # -- errors (shared) --
     "ConfigError": "resumable_data.errors",
+    "ConfigTypeError": "resumable_data.errors",
     "DatasetIntegrityError": "resumable_data.errors",
     "ResumableDataError": "resumable_data.errors",
     "ResumeError": "resumable_data.errors",

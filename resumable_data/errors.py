@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "ConfigTypeError",
     "DatasetIntegrityError",
     "ResumableDataError",
     "ResumeError",
@@ -24,6 +25,11 @@ class ResumableDataError(Exception):
 
 class ConfigError(ResumableDataError, ValueError):
     """An argument or option is invalid; raised at construction, before any batch."""
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """An argument of the wrong kind (not merely a bad value), where torch raises ``TypeError``:
+    e.g. a ``multiprocessing_context`` that is neither a start method's name nor a context."""
 
 
 class DatasetIntegrityError(ResumableDataError):

@@ -31,13 +31,13 @@ from typing import Any, Callable
 import numpy as np
 
 from resumable_data._schema import check_int, coerce_enum
-from resumable_data.errors import ConfigError, describe
+from resumable_data.errors import ConfigError, ConfigTypeError, describe
 from resumable_data.loader.state import CommitMode, Layout, LoaderState
 from resumable_data.plan import BatchSchedule, Order, OrderSpec, Plan, Sharding, Tail
 from resumable_data.plan.batch_schedule import as_schedule
 from resumable_data.plan.packing import Overlong, Packing, PackMode
 
-__all__ = ["UNPINNED", "FetchMode", "LoaderConfig", "resolve_config"]
+__all__ = ["UNPINNED", "FetchMode", "LoaderConfig", "check_worker_options", "resolve_config"]
 
 #: The version hash of a loader whose dataset is not pinned.
 UNPINNED = "unpinned"
@@ -133,6 +133,7 @@ def resolve_config(
     transform: Callable | None = None,
 ) -> LoaderConfig:
     """The :class:`LoaderConfig` of ``rd.DataLoader(dataset, ...)`` (same arguments, same rules)."""
+    _torch_rules(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last)
     if not in_order:
         raise ConfigError(describe("in_order", in_order, "True", "drop in_order=False: a resumable stream is delivered in order"))
     if _is_iterable_dataset(dataset):
@@ -163,14 +164,7 @@ def resolve_config(
     tr_tail = tr.tail if tr is not None else None
     positional = tr.positional if tr is not None else None
     if batch_sampler is not None:
-        if batch_size not in (1, None) or shuffle or drop_last or sampler is not None:
-            raise ConfigError(
-                describe("batch_sampler", type(batch_sampler).__name__, "no batch_size, shuffle, sampler or drop_last beside it",
-                         "pass batch_sampler alone (torch's rule)")
-            )
         batch_size = tr.batch_size
-    if tr_shuffle is not None and shuffle:
-        raise ConfigError(describe("shuffle", shuffle, "unset when a sampler is given", "drop shuffle= (torch's rule)"))
     do_shuffle = bool(shuffle) if tr_shuffle is None else tr_shuffle
     if sharding is not None and tr_sharding is not None:
         raise ConfigError(describe("sharding", sharding, "unset when a DistributedSampler is given", "pass one of the two"))
@@ -184,8 +178,6 @@ def resolve_config(
         per_rank = schedule.first_batch
     else:
         per_rank = 1 if unbatched else check_int(batch_size, "batch_size", 1, 1 << 30)
-    if unbatched and drop_last:
-        raise ConfigError(describe("drop_last", drop_last, "False with batch_size=None", "drop drop_last (torch's rule)"))
     world = sharding.world_size
 
     keyed = positional is not None and hasattr(positional, "with_seed")  # rd's positional random samplers
@@ -264,6 +256,78 @@ def resolve_config(
     )
 
 
+def _torch_rule(rule: str, param: str, value: Any, expected: str, fix: str, kind: type = ConfigError) -> ConfigError:
+    """A refusal of one of torch's own argument rules: rd's ``param=value: expected ...; fix: ...``
+    with torch's sentence inside, so code that matches torch's messages keeps working."""
+    return kind(describe(param, value, f"{expected} (torch's rule: {rule})", fix))
+
+
+def _torch_rules(dataset: Any, batch_size: Any, shuffle: Any, sampler: Any, batch_sampler: Any, drop_last: Any) -> None:
+    """torch's ``DataLoader`` rules on the sampling arguments, in torch's order, with its texts."""
+    if _is_iterable_dataset(dataset):
+        pipe = any(c.__name__ == "IterDataPipe" for c in type(dataset).__mro__)  # torch lets a datapipe shuffle
+        for name, value, ok in (("shuffle", shuffle, pipe or shuffle in (False, None)), ("sampler", sampler, sampler is None),
+                                ("batch_sampler", batch_sampler, batch_sampler is None)):
+            if not ok:
+                raise _torch_rule(f"DataLoader with IterableDataset: expected unspecified {name} option, but got "
+                                  f"{name}={value}", name, value, "unset with an IterableDataset",
+                                  f"drop {name}= (and see below: rd needs a map-style dataset)")
+        return
+    if sampler is not None and shuffle not in (False, None):
+        raise _torch_rule("sampler option is mutually exclusive with shuffle", "shuffle", shuffle,
+                          "unset when sampler= is given (the sampler decides the order)", "drop shuffle=")
+    if batch_sampler is not None and (batch_size != 1 or shuffle or sampler is not None or drop_last):
+        raise _torch_rule("batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last",
+                          "batch_sampler", type(batch_sampler).__name__,
+                          "alone: no batch_size, shuffle, sampler or drop_last beside it (the batch sampler decides them)",
+                          "pass batch_sampler= alone")
+    if batch_size is None and drop_last:
+        raise _torch_rule("batch_size=None option disables auto-batching and is mutually exclusive with drop_last",
+                          "drop_last", drop_last, "False with batch_size=None (there are no batches to drop)", "drop drop_last=")
+
+
+def check_worker_options(num_workers: Any, timeout: Any, multiprocessing_context: Any, prefetch_factor: Any,
+                         persistent_workers: Any) -> None:
+    """torch's rules on the worker arguments, with its texts, checked before anything is built
+    (torch's start method names: ``torch.multiprocessing.get_all_start_methods()``)."""
+    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 0:
+        raise _torch_rule("num_workers option should be non-negative", "num_workers", num_workers, "an integer >= 0",
+                          "use num_workers=0 to load in the main process")
+    if timeout < 0:
+        raise _torch_rule("timeout option should be non-negative", "timeout", timeout, "seconds >= 0 (0: wait forever)",
+                          "pass timeout=0 or a positive number of seconds")
+    if num_workers == 0 and prefetch_factor is not None:
+        raise _torch_rule("prefetch_factor option could only be specified in multiprocessing", "prefetch_factor",
+                          prefetch_factor, "None with num_workers=0", "drop prefetch_factor= or pass num_workers > 0")
+    if prefetch_factor is not None and prefetch_factor < 0:
+        raise _torch_rule("prefetch_factor option should be non-negative", "prefetch_factor", prefetch_factor,
+                          "an integer >= 0 (batches loaded in advance per worker)", "pass prefetch_factor=2")
+    if persistent_workers and num_workers == 0:
+        raise _torch_rule("persistent_workers option needs num_workers > 0", "persistent_workers", persistent_workers,
+                          "False with num_workers=0", "drop persistent_workers= or pass num_workers > 0")
+    if multiprocessing_context is None:
+        return
+    if num_workers == 0:
+        raise _torch_rule("multiprocessing_context can only be used with multi-process loading (num_workers > 0), but "
+                          "got num_workers=0", "multiprocessing_context", multiprocessing_context,
+                          "None with num_workers=0", "drop multiprocessing_context= or pass num_workers > 0")
+    import multiprocessing.context
+
+    import torch.multiprocessing
+
+    valid = torch.multiprocessing.get_all_start_methods()
+    if isinstance(multiprocessing_context, str):
+        if multiprocessing_context not in valid:
+            raise _torch_rule(f"multiprocessing_context option should specify a valid start method in {valid!r}, but got "
+                              f"multiprocessing_context={multiprocessing_context!r}", "multiprocessing_context",
+                              multiprocessing_context, f"one of {valid}", f"pass multiprocessing_context={valid[0]!r}")
+    elif not isinstance(multiprocessing_context, multiprocessing.context.BaseContext):
+        raise _torch_rule("multiprocessing_context option should be a valid context object or a string specifying the "
+                          "start method", "multiprocessing_context", type(multiprocessing_context).__name__,
+                          f"a start method's name (one of {valid}) or a multiprocessing context",
+                          "pass multiprocessing_context='spawn' or multiprocessing.get_context('spawn')", ConfigTypeError)
+
+
 def _is_iterable_dataset(dataset: Any) -> bool:
     return any(c.__name__ == "IterableDataset" and c.__module__.startswith("torch.utils.data")
                for c in type(dataset).__mro__)
@@ -276,8 +340,10 @@ def _seed(seed: int | None, sampler_seed: int | None, generator: Any, shuffling:
         seed = int(generator.initial_seed())
     if seed is None and shuffling:
         raise ConfigError(
-            describe("seed", None, "an integer seed when shuffling (or generator= with a known seed)",
-                     "pass seed=1234: a loader whose seed is unknown cannot resume")
+            describe("seed", None, "an integer seed when shuffling or sampling at random (shuffle=True, a RandomSampler "
+                     "or WeightedRandomSampler), or a generator= (the loader's or the sampler's) with a known seed",
+                     "pass seed=1234: a loader whose seed is unknown cannot resume (torch would draw one from the "
+                     "global generator at every iter())")
         )
     return check_int(0 if seed is None else seed, "seed", 0, (1 << 64) - 1)
 

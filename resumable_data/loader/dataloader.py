@@ -40,7 +40,8 @@ import torch.utils.data as tud
 from resumable_data._schema import check_int
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
-from resumable_data.loader.config import LoaderConfig, resolve_config
+from resumable_data.loader import torch_compat
+from resumable_data.loader.config import LoaderConfig, check_worker_options, resolve_config
 from resumable_data.loader.fetch import StepFetcher, StepSampler
 from resumable_data.loader.iterator import LoaderIterator
 from resumable_data.loader.ledger import CounterView, ProgressLedger
@@ -115,6 +116,7 @@ class DataLoader:
         packing: Any = None, seed_per_sample: bool = True, arrow_collate: Callable | None = None,
         token_column: str | None = None, transform: Callable | None = None,
     ) -> None:
+        check_worker_options(num_workers, timeout, multiprocessing_context, prefetch_factor, persistent_workers)
         cfg = resolve_config(
             dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler, batch_sampler=batch_sampler,
             drop_last=drop_last, collate_fn=collate_fn, generator=generator, in_order=in_order, seed=seed,
@@ -147,7 +149,8 @@ class DataLoader:
         self._torch = tud.DataLoader(
             self._fetcher, batch_size=None, sampler=StepSampler(self._ledger),
             num_workers=num_workers, collate_fn=_passthrough, pin_memory=pin_memory, timeout=timeout,
-            worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context, generator=private,
+            worker_init_fn=torch_compat.WorkerInit(worker_init_fn), multiprocessing_context=multiprocessing_context,
+            generator=private,
             prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
         )
         self._active: weakref.ref[LoaderIterator] | None = None

@@ -71,6 +71,11 @@ class LoaderIterator:
     def __iter__(self) -> LoaderIterator:
         return self
 
+    @property
+    def _workers(self) -> list:
+        """This pass's worker processes (torch's iterator attribute; empty without workers)."""
+        return torch_compat.worker_processes(self._it)
+
     def __next__(self) -> Any:
         loader = self._loader
         if self._closed or self._generation != loader._generation:

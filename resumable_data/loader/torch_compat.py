@@ -14,11 +14,14 @@ each a context switch between a worker and the main process (on a loaded 2-CPU m
 doubled the 2-worker rate).
 
 Private names used: ``torch.utils.data.dataloader._MultiProcessingDataLoaderIter`` and its
-``_shutdown_workers()`` and ``_worker_result_queue`` (a ``multiprocessing`` queue: its
-``_reader`` connection); ``DataLoader._iterator`` (the pass a persistent-workers loader reuses);
+``_shutdown_workers()``, ``_workers`` (the worker processes) and ``_worker_result_queue`` (a
+``multiprocessing`` queue: its ``_reader`` connection); ``DataLoader._iterator`` (the pass a
+persistent-workers loader reuses);
 torch's message texts for dead and hung workers ("exited unexpectedly", "killed by signal",
 "DataLoader timed out after") and for a dataset error re-raised from a worker ("Caught ...").
-``default_collate`` / ``default_convert`` are re-exported from their public ``torch.utils.data``
+``torch.utils.data._utils.worker.WorkerInfo`` (made read-only by its ``__setattr__``): in a
+worker, :class:`WorkerInit` points ``get_worker_info().dataset`` at the user's dataset instead of
+rd's fetcher, as torch's DataLoader would. ``default_collate`` / ``default_convert`` are re-exported from their public ``torch.utils.data``
 names. Cost: an ``isinstance`` and a few string tests, only on the error path.
 
 SIGCHLD. torch installs a process-wide SIGCHLD handler that *raises* "DataLoader worker ... killed
@@ -37,11 +40,12 @@ import signal
 import threading
 from typing import Any
 
-from torch.utils.data import DataLoader, default_collate, default_convert
+from torch.utils.data import DataLoader, default_collate, default_convert, get_worker_info
 from torch.utils.data._utils import signal_handling as _signal_handling
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 __all__ = [
+    "WorkerInit",
     "default_collate",
     "default_convert",
     "drop_persistent_iterator",
@@ -55,6 +59,28 @@ __all__ = [
 _F_SETPIPE_SZ = 1031  # Linux fcntl commands (fcntl.F_SETPIPE_SZ from Python 3.10 on Linux)
 _F_GETPIPE_SZ = 1032
 RESULT_PIPE_BYTES = 1 << 20  # Linux's default /proc/sys/fs/pipe-max-size for unprivileged processes
+
+
+class WorkerInit:
+    """The ``worker_init_fn`` rd gives torch: makes ``get_worker_info().dataset`` the user's dataset
+    (the worker's copy; torch's would be rd's fetcher), then calls the user's ``worker_init_fn``.
+    Picklable for spawn when the user's function is."""
+
+    def __init__(self, user_fn: Any) -> None:
+        self.user_fn = user_fn
+
+    def __call__(self, worker_id: int) -> None:
+        info = get_worker_info()
+        fetcher = info.dataset
+        object.__setattr__(info, "dataset", getattr(fetcher, "dataset", fetcher))
+        if self.user_fn is not None:
+            self.user_fn(worker_id)
+
+
+def worker_processes(it: Any) -> list:
+    """The worker processes (``multiprocessing.Process``) of a pass of torch's ``DataLoader``;
+    empty for a single-process pass."""
+    return list(it._workers) if is_multiprocess_iter(it) else []
 
 
 def is_multiprocess_iter(it: Any) -> bool:

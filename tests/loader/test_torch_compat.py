@@ -47,6 +47,11 @@ def test_the_private_names_exist_with_the_expected_shape():
     assert callable(getattr(signal_handling, "_error_if_any_worker_fails", None)), \
         "torch.utils.data._utils.signal_handling._error_if_any_worker_fails is gone"
     assert callable(getattr(signal_handling, "_set_SIGCHLD_handler", None))
+    from torch.utils.data._utils.worker import WorkerInfo  # WorkerInit rebinds its read-only .dataset
+
+    info = WorkerInfo(id=0, num_workers=1, seed=0, dataset="fetcher")
+    object.__setattr__(info, "dataset", "user")
+    assert info.dataset == "user"
     assert torch_compat.default_collate([1, 2]).tolist() == [1, 2]
     assert torch_compat.default_convert([1, 2]) == [1, 2]
 

@@ -172,3 +172,121 @@ def test_distributed_sampler_padded_tail_resumes_every_remaining_batch_in_order(
             while len(got) < len(ref):
                 got.extend(canon(b) for b in again)
             assert got == ref
+
+
+# -- torch's argument rules, with torch's texts (found by torch's test/test_dataloader.py) ---------
+_CTX = torch.multiprocessing.get_all_start_methods()[-1]
+
+
+@pytest.mark.parametrize("kwargs, error, text, param", [
+    (dict(num_workers=-1), ValueError, "num_workers option should be non-negative", "num_workers=-1"),
+    (dict(timeout=-1), ValueError, "timeout option should be non-negative", "timeout=-1"),
+    (dict(batch_size=None, drop_last=True), ValueError,
+     "batch_size=None option disables auto-batching and is mutually exclusive with drop_last", "drop_last=True"),
+    (dict(num_workers=0, multiprocessing_context=_CTX), ValueError,
+     r"multi-process loading \(num_workers > 0\), but got", "multiprocessing_context="),
+    (dict(num_workers=1, multiprocessing_context="bad"), ValueError, "should specify a valid start method in",
+     "multiprocessing_context='bad'"),
+    (dict(num_workers=1, multiprocessing_context=object()), TypeError,
+     "multiprocessing_context option should be a valid context ", "multiprocessing_context='object'"),
+    (dict(prefetch_factor=2), ValueError, "prefetch_factor option could only be specified in multiprocessing",
+     "prefetch_factor=2"),
+    (dict(persistent_workers=True), ValueError, "persistent_workers option needs num_workers > 0", "persistent_workers=True"),
+    (dict(batch_size=11, sampler=range(10), shuffle=True), ValueError, "sampler option is mutually exclusive with shuffle",
+     "shuffle=True"),
+    (dict(sampler=range(10), shuffle=3), ValueError, "sampler option is mutually exclusive with shuffle", "shuffle=3"),
+    (dict(batch_size=11, batch_sampler=[[0, 1]]), ValueError, "batch_sampler option is mutually exclusive with",
+     "batch_sampler='list'"),
+    (dict(batch_size=None, batch_sampler=[[0, 1]]), ValueError, "batch_sampler option is mutually exclusive with",
+     "batch_sampler='list'"),
+    (dict(drop_last=3, batch_sampler=[[0, 1]]), ValueError, "batch_sampler option is mutually exclusive with",
+     "batch_sampler='list'"),
+])
+def test_torch_argument_rules_raise_rd_errors_with_torchs_text(kwargs, error, text, param):
+    with pytest.raises(rd.ConfigError) as e:
+        rd.DataLoader(Ids(10), **kwargs)
+    assert isinstance(e.value, error)  # what torch raises, so `except ValueError` keeps working
+    assert e.match(text)  # torch's sentence ...
+    assert str(e.value).startswith(param) and "fix: " in str(e.value)  # inside rd's param=value: expected ...; fix: ...
+    # and torch itself agrees that these arguments are wrong, with the same kind of error
+    with pytest.raises(error, match=text):
+        torch.utils.data.DataLoader(Ids(10), **kwargs)
+
+
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(4))
+
+
+@pytest.mark.parametrize("name, value", [("shuffle", True), ("shuffle", 3), ("sampler", 3), ("batch_sampler", 3)])
+def test_iterable_dataset_with_a_sampling_argument_gets_torchs_rule_first(name, value):
+    with pytest.raises(rd.ConfigError, match=f"DataLoader with IterableDataset: expected unspecified {name}"):
+        rd.DataLoader(Stream(), **{name: value})
+    with pytest.raises(rd.ConfigError, match="map-style"):  # without one: rd's own refusal
+        rd.DataLoader(Stream())
+
+
+def test_valid_worker_options_are_accepted():
+    for ctx in [None, _CTX, torch.multiprocessing.get_context(_CTX)]:
+        loader = rd.DataLoader(Ids(6), batch_size=2, num_workers=1, multiprocessing_context=ctx, prefetch_factor=3,
+                               timeout=30, persistent_workers=True)
+        assert loader.prefetch_factor == 3 and loader.multiprocessing_context is ctx
+        assert [b.tolist() for b in loader] == [[0, 1], [2, 3], [4, 5]]
+
+
+# -- what user code sees in a worker ---------------------------------------------------------------
+class WhoAmI(torch.utils.data.Dataset):
+    """Each sample says which worker's dataset copy produced it and which process that is."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return torch.tensor(self.stamp)
+
+
+def _stamp_the_workers_dataset(worker_id):
+    import os
+
+    info = torch.utils.data.get_worker_info()
+    assert isinstance(info.dataset, WhoAmI), type(info.dataset)  # the user's dataset, not rd's fetcher
+    info.dataset.stamp = [worker_id, os.getpid()]
+
+
+def test_worker_info_dataset_is_the_users_dataset_and_iterator_workers_are_the_processes():
+    dataset = WhoAmI(8)
+    it = iter(rd.DataLoader(dataset, batch_size=2, num_workers=2, worker_init_fn=_stamp_the_workers_dataset))
+    got = [b.tolist() for b in it]
+    pids = [w.pid for w in it._workers]
+    assert len(pids) == 2 and len(got) == 4
+    for batch in got:
+        for worker_id, pid in batch:
+            assert pid == pids[worker_id]
+    assert sorted({b[0][0] for b in got}) == [0, 1]  # both workers delivered
+    assert not hasattr(dataset, "stamp")  # the main process's dataset was never touched
+
+
+def test_iterator_workers_is_empty_in_process_and_workers_exit_when_the_iterator_goes():
+    assert iter(rd.DataLoader(Ids(4)))._workers == []
+    it = iter(rd.DataLoader(Ids(40), batch_size=2, num_workers=2))
+    workers = it._workers
+    assert len(workers) == 2 and all(w.is_alive() for w in workers)
+    for i, _ in enumerate(it):
+        if i == 3:
+            break
+    del it
+    for w in workers:
+        w.join(30)
+        assert not w.is_alive()
+
+
+def test_a_datapipe_may_shuffle_in_torch_so_rd_refuses_it_only_for_being_iterable():
+    from torch.utils.data.datapipes.iter import IterableWrapper
+
+    torch.utils.data.DataLoader(IterableWrapper(range(4)), shuffle=True)  # torch accepts this
+    with pytest.raises(rd.ConfigError, match="map-style") as e:
+        rd.DataLoader(IterableWrapper(range(4)), shuffle=True)
+    assert "expected unspecified shuffle" not in str(e.value)
