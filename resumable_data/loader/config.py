@@ -25,6 +25,7 @@ Cost. O(1) except packing, which reads the offsets of the token column once (no 
 from __future__ import annotations
 
 import enum
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -293,6 +294,9 @@ def check_worker_options(num_workers: Any, timeout: Any, multiprocessing_context
     if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 0:
         raise _torch_rule("num_workers option should be non-negative", "num_workers", num_workers, "an integer >= 0",
                           "use num_workers=0 to load in the main process")
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise ConfigError(describe("timeout", timeout, "a number of seconds >= 0 (0: wait forever)",
+                                   "pass timeout=0 or a positive number of seconds"))
     if timeout < 0:
         raise _torch_rule("timeout option should be non-negative", "timeout", timeout, "seconds >= 0 (0: wait forever)",
                           "pass timeout=0 or a positive number of seconds")

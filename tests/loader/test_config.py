@@ -93,3 +93,10 @@ def test_a_dataset_without_len_or_records_is_refused():
 def test_a_global_batch_the_world_cannot_split_evenly_is_fine_but_the_rank_count_must_divide_it():
     cfg = resolve_config(Items(100), batch_size=5, sharding=Sharding(4, 3))
     assert cfg.plan.global_batch == 20 and cfg.sharding.rank == 3
+
+
+def test_a_timeout_that_is_not_a_number_is_a_config_error_not_a_type_error():
+    import resumable_data as rd
+
+    with pytest.raises(rd.ConfigError, match=r"timeout='x': expected a number of seconds >= 0.*fix: pass timeout=0"):
+        rd.DataLoader(list(range(4)), timeout="x")
