@@ -104,7 +104,9 @@ def kill_and_resume(tmp_path, data_dir, kills: int, seed: int, max_delay: float)
             metrics.unlink()
             progress.clear()
             restarts += 1
-            assert restarts < 20, "the runs keep finishing before the kill"
+            # a resumed run near the end may finish inside the random delay (more often when the
+            # reference was timed under heavier load than now): bounded, so the loop ends
+            assert restarts < max(20, kills), "the runs keep finishing before the kill"
             continue
         done += 1
         inside_write += any(q.name.startswith((".tmp-", ".trash-", ".latest.tmp")) for q in ckpt.iterdir()) \
