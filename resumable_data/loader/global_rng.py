@@ -125,8 +125,16 @@ class _Layout:
     def __init__(self) -> None:
         self.py: np.ndarray | None = None  # [index, state[624]] of random._inst
         self.np: np.ndarray | None = None  # [key[624], pos] of numpy's global MT19937
+        # the objects the views point into, held so that they stay alive, and compared with the
+        # current ones on every use (np.random.set_bit_generator swaps numpy's; see _layout)
+        self.py_owner = random._inst
+        self.np_owner = np.random.mtrand._rand._bit_generator
         self._probe_python()
         self._probe_numpy()
+
+    def current(self) -> bool:
+        """Whether the probed generators are still the global ones."""
+        return random._inst is self.py_owner and np.random.mtrand._rand._bit_generator is self.np_owner
 
     def _probe_python(self) -> None:
         inst = random._inst
@@ -171,7 +179,7 @@ _LAYOUT: _Layout | None = None
 
 def _layout() -> _Layout:
     global _LAYOUT
-    if _LAYOUT is None:
+    if _LAYOUT is None or not _LAYOUT.current():  # probed once, again after a generator was swapped
         _LAYOUT = _Layout()
     return _LAYOUT
 

@@ -161,3 +161,30 @@ def test_sample_context_is_the_same_with_or_without_global_seeding():
         rd.DataLoader(_Keys(), batch_size=8, shuffle=True, seed=3, dataset_version="keys-v1").plan.version_hash,
         3, [r["position"] for r in seeded])]
     assert seeded == unseeded
+
+
+def test_a_swapped_numpy_bit_generator_is_seeded_too_not_the_old_one():
+    """np.random.set_bit_generator replaces the generator the probed view points into: the next
+    seeding must reach the new one (equal to the reference route), never write the old memory."""
+    old = np.random.mtrand._rand._bit_generator
+    G.seed_globals(12345)  # probes (or reuses) the layout of the current generator
+    try:
+        np.random.set_bit_generator(np.random.MT19937(5))
+        for key in (12345, (1 << 40) + 7):
+            G.seed_globals(key)
+            fast = (np.random.random(3).tolist(), random.random())
+            G.seed_globals_reference(key)
+            assert fast == (np.random.random(3).tolist(), random.random())
+        guard = G.GlobalRNGGuard()
+        with guard:
+            np.random.random()
+        G.seed_globals(99)
+        a = np.random.random()
+        G.seed_globals_reference(99)
+        assert a == np.random.random()
+    finally:
+        np.random.set_bit_generator(old)
+    G.seed_globals(7)
+    b = np.random.random()
+    G.seed_globals_reference(7)
+    assert b == np.random.random()
