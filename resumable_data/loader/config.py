@@ -368,7 +368,9 @@ def _version(dataset: Any, dataset_version: Any, arrow_type: type) -> tuple[str,
     given = getattr(dataset_version, "hash", dataset_version)
     if given is not None and (not isinstance(given, str) or not given):
         raise ConfigError(describe("dataset_version", dataset_version, "an rd.DatasetVersion or its hash string", "pass rd.pin(path)"))
-    if isinstance(dataset, arrow_type) or hasattr(dataset, "split"):  # rd.ArrowShards or rd.Mixture
+    from resumable_data.sources.mixture import Mixture  # sources import pyarrow only
+
+    if isinstance(dataset, (arrow_type, Mixture)):
         own = dataset.version.hash if dataset.pinned else None
         if given is not None and own is not None and given != own:
             raise ConfigError(

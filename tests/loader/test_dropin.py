@@ -200,3 +200,22 @@ def test_bad_arguments_fail_at_construction(kwargs, param):
         return
     with pytest.raises(rd.ConfigError, match=param):
         rd.DataLoader(Plain(), **kwargs)
+
+
+def test_a_dataset_with_a_split_attribute_and_a_datasets_dataset_are_plain_map_style_datasets():
+    """A ``split`` attribute (Hugging Face ``datasets.Dataset`` has one, so do many user datasets)
+    says nothing about being an rd source: such a dataset goes the map-style way."""
+    import datasets
+
+    class WithSplit(torch.utils.data.Dataset):
+        split = "train"
+
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            return i
+
+    assert [b.tolist() for b in rd.DataLoader(WithSplit(), batch_size=4)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    hf = datasets.Dataset.from_dict({"x": list(range(6))})
+    assert [b["x"].tolist() for b in rd.DataLoader(hf, batch_size=4)] == [[0, 1, 2, 3], [4, 5]]
