@@ -294,7 +294,7 @@ def check_worker_options(num_workers: Any, timeout: Any, multiprocessing_context
     if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 0:
         raise _torch_rule("num_workers option should be non-negative", "num_workers", num_workers, "an integer >= 0",
                           "use num_workers=0 to load in the main process")
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or timeout != timeout:  # NaN too
         raise ConfigError(describe("timeout", timeout, "a number of seconds >= 0 (0: wait forever)",
                                    "pass timeout=0 or a positive number of seconds"))
     if timeout < 0:
@@ -303,6 +303,9 @@ def check_worker_options(num_workers: Any, timeout: Any, multiprocessing_context
     if num_workers == 0 and prefetch_factor is not None:
         raise _torch_rule("prefetch_factor option could only be specified in multiprocessing", "prefetch_factor",
                           prefetch_factor, "None with num_workers=0", "drop prefetch_factor= or pass num_workers > 0")
+    if prefetch_factor is not None and (isinstance(prefetch_factor, bool) or not isinstance(prefetch_factor, numbers.Integral)):
+        raise ConfigTypeError(describe("prefetch_factor", prefetch_factor, "an integer >= 0 (batches loaded in advance "
+                                       "per worker) or None", "pass prefetch_factor=2"))
     if prefetch_factor is not None and prefetch_factor < 0:
         raise _torch_rule("prefetch_factor option should be non-negative", "prefetch_factor", prefetch_factor,
                           "an integer >= 0 (batches loaded in advance per worker)", "pass prefetch_factor=2")

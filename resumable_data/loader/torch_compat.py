@@ -143,6 +143,15 @@ def worker_fault(error: BaseException) -> str | None:
 _installed = False
 
 
+def _closure_value(fn: Any, name: str) -> Any:
+    """The value of ``fn``'s free variable ``name`` (None when it has none)."""
+    try:
+        cell = fn.__closure__[fn.__code__.co_freevars.index(name)]
+        return cell.cell_contents
+    except (AttributeError, ValueError, TypeError, IndexError):
+        return None
+
+
 def install_sigchld_handler() -> bool:
     """Install the non-raising SIGCHLD handler (see the module docstring) once per process;
     returns whether it is in place (False off the main thread or without SIGCHLD)."""
@@ -154,6 +163,8 @@ def install_sigchld_handler() -> bool:
     previous = signal.getsignal(signal.SIGCHLD)
     torch_own = callable(previous) and getattr(previous, "__module__", None) == _signal_handling.__name__
     chained = previous if callable(previous) and not torch_own else None
+    if torch_own:  # torch's handler is in place already: keep chaining the handler it chained
+        chained = _closure_value(previous, "previous_handler")
 
     def handler(signum: int, frame: Any) -> None:
         try:

@@ -100,3 +100,14 @@ def test_a_timeout_that_is_not_a_number_is_a_config_error_not_a_type_error():
 
     with pytest.raises(rd.ConfigError, match=r"timeout='x': expected a number of seconds >= 0.*fix: pass timeout=0"):
         rd.DataLoader(list(range(4)), timeout="x")
+
+
+@pytest.mark.parametrize("kw, param", [({"timeout": float("nan"), "num_workers": 1}, "timeout"),
+                                       ({"prefetch_factor": "2", "num_workers": 1}, "prefetch_factor"),
+                                       ({"prefetch_factor": 1.5, "num_workers": 1}, "prefetch_factor"),
+                                       ({"prefetch_factor": True, "num_workers": 1}, "prefetch_factor")])
+def test_worker_options_of_the_wrong_type_are_config_errors(kw, param):
+    import resumable_data as rd
+
+    with pytest.raises(rd.ConfigError, match=rf"^{param}=.*expected .*fix: "):
+        rd.DataLoader(list(range(4)), batch_size=2, **kw)

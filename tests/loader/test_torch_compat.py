@@ -146,3 +146,24 @@ def test_the_result_pipe_is_widened_and_batches_still_arrive_in_order():
         assert size is not None and size >= torch_compat.RESULT_PIPE_BYTES
     assert [b.tolist() for b in it] == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert torch_compat.widen_result_pipe(iter(tud.DataLoader(_Items(), num_workers=0))) is None
+
+
+def test_the_sigchld_handler_keeps_the_handler_torch_was_chaining(monkeypatch):
+    """Installed after torch's (a plain torch loader ran first), rd's handler still calls the
+    user's SIGCHLD handler that torch's was chaining, and never raises."""
+    from torch.utils.data._utils import signal_handling
+
+    calls = []
+    saved = signal.getsignal(signal.SIGCHLD)
+    monkeypatch.setattr(torch_compat, "_installed", False)
+    monkeypatch.setattr(signal_handling, "_SIGCHLD_handler_set", False)
+    try:
+        signal.signal(signal.SIGCHLD, lambda signum, frame: calls.append(signum))
+        signal_handling._set_SIGCHLD_handler()  # torch's, chaining the user's
+        assert torch_compat.install_sigchld_handler()
+        handler = signal.getsignal(signal.SIGCHLD)
+        assert getattr(handler, "__module__", None) == torch_compat.__name__
+        handler(signal.SIGCHLD, None)
+        assert calls == [signal.SIGCHLD]
+    finally:
+        signal.signal(signal.SIGCHLD, saved)
