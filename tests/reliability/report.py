@@ -17,12 +17,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PAGE = HERE.parent.parent / "docs" / "reliability.md"
 BEGIN, END = "<!-- reliability:begin -->", "<!-- reliability:end -->"
-FORMATS = (("ipc_file", "Arrow IPC file"), ("ipc_stream", "Arrow IPC stream"), ("parquet", "Parquet"),
-           ("ipc_file_zstd", "zstd-compressed Arrow IPC file (0xFF only)"),
-           ("ipc_file_via_filesystem", "Arrow IPC file read through `filesystem=` (the remote store; 0xFF only)"),
-           ("parquet_via_filesystem", "Parquet file read through `filesystem=` (the remote store; 0xFF only)"))
+FORMATS = (("ipc_file", "Arrow IPC file", "0xFF and 0x01"), ("ipc_stream", "Arrow IPC stream", "0xFF and 0x01"),
+           ("parquet", "Parquet", "0xFF and 0x01"), ("ipc_file_zstd", "zstd-compressed Arrow IPC file", "0xFF"),
+           ("ipc_file_via_filesystem", "Arrow IPC file read through `filesystem=` (the remote store's path)", "0xFF"),
+           ("parquet_via_filesystem", "Parquet file read through `filesystem=` (the remote store's path)", "0xFF"))
 REQUIRED = ("interrupt_points", "state_machine_resumes", "exactly_once_epochs", "sigkill_runs", "fuzz_cases",
-            "fault_cases", "forged_checkpoint_cases", *(f"byte_flips_{f}" for f, _ in FORMATS))
+            "fault_cases", "forged_checkpoint_cases", *(f"byte_flips_{f}" for f, _, _ in FORMATS))
 
 
 def _n(c: dict, *keys: str) -> str:
@@ -50,9 +50,9 @@ def table(data: dict) -> str:
          f"{_n(c, 'forged_checkpoint_cases')} cases: {_n(c, 'forged_checkpoint_refused')} refused, "
          f"{_n(c, 'forged_checkpoint_accepted_inert')} inert"),
     ]
-    for fmt, label in FORMATS:
-        rows.append((f"every byte of a small {label} shard flipped (XOR 0xFF and 0x01 unless noted) at the default settings: "
-                     "refused or harmless, 0 crashes, hangs, non-rd errors or wrong samples",
+    for fmt, label, masks in FORMATS:
+        rows.append((f"every byte of a small {label} shard flipped (XOR {masks}), read at the default settings: "
+                     "refused or harmless; 0 crashes, hangs, non-rd errors or wrong samples",
                      f"{_n(c, f'byte_flips_{fmt}')} flips, {_n(c, f'byte_flips_{fmt}_refused')} refused "
                      f"({_n(c, f'byte_flips_{fmt}_wrong_at_size')} would deliver changed values at verify='size')"))
     rows.append(("worker faults and damaged datasets: a worker that raises, is killed (also mid-training and a "
