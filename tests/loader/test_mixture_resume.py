@@ -203,15 +203,41 @@ def test_forged_mixture_sections_are_refused(dirs):
     assert loader.cursor.committed == 0
 
 
-def test_a_rebase_under_running_persistent_workers_is_refused(dirs):
+def test_a_rebase_under_running_persistent_workers_starts_a_new_pool(dirs):
     _, states = run(loader_for(dirs, WEIGHTS), 5)
+    expected, _ = continue_from(loader_for(dirs, W2), states[5], H, label="data_change")
     loader = loader_for(dirs, W2, num_workers=2, persistent_workers=True)
-    next(iter(loader))
-    with pytest.raises(rd.ResumeError, match="persistent_workers"):
-        loader.load_state_dict(states[5], label="data_change")
-    fresh = loader_for(dirs, W2, num_workers=2, persistent_workers=True)
-    fresh.load_state_dict(states[5], label="data_change")  # before the first iter(): accepted
-    assert fresh.recovery_label is rd.RecoveryLabel.DATA_CHANGE
+    next(iter(loader))  # the pool now holds the unrebased stream
+    got, _ = continue_from(loader, states[5], H, label="data_change")
+    assert loader.recovery_label is rd.RecoveryLabel.DATA_CHANGE
+    assert got == expected
+
+
+def test_reset_after_a_rebase_under_persistent_workers_is_a_fresh_start(dirs):
+    _, states = run(loader_for(dirs, WEIGHTS), 5)
+    fresh, _ = run(loader_for(dirs, W2), H)
+    loader = loader_for(dirs, W2, num_workers=1, persistent_workers=True)
+    loader.load_state_dict(states[5], label="data_change")
+    run(loader, 2)  # the pool runs on the rebased plan
+    loader.reset()
+    assert loader.config.positional.plan.rebase is None
+    assert run(loader, H)[0] == fresh
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_undo_point_rolls_back_a_mixture_rebase(dirs, workers):
+    _, a_states = run(loader_for(dirs, WEIGHTS), 5)
+    loader = loader_for(dirs, W2, num_workers=workers, persistent_workers=workers > 0)
+    _, b_states = run(loader, 3)
+    before = loader.state_dict()
+    undo = loader.undo_point()
+    loader.load_state_dict(a_states[5], label="data_change")
+    assert loader.state_dict()["mixture"]["rebase"] is not None
+    undo()
+    assert loader.config.positional.plan.rebase is None
+    assert loader.state_dict() == before
+    expected, _ = continue_from(loader_for(dirs, W2), b_states[3], H)
+    assert run(loader, H)[0] == expected
 
 
 RAMP = rd.BatchRamp(2, 2, 24, 6)  # per rank: 2 -> 4 -> 6 samples a step over the first 48 samples
