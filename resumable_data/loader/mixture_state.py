@@ -12,7 +12,10 @@ weights are refused under the default (a faithful continuation) with both schedu
 ``label="data_change"`` they are accepted and the new loader continues every source from its
 consumed count at the resume position (a new rebase), so no record of any source is repeated or
 skipped within its epoch. A faithful resume adopts the saved rebase (the state says where the
-stream was rebased), which is what makes chained changes resume exactly.
+stream was rebased), which is what makes chained changes resume exactly. A saved rebase must be
+consistent (counts in ``[0, 2**62]`` summing to its position, at or before the cursor's
+position); a weight schedule across a global-batch change (a batch origin) is refused, since its
+steps would map to other positions (constant weights need no step map: segment 0 starts at 0).
 
 Cost. O(S) integers in the state; a check or a progress query is one counting call.
 """
