@@ -155,7 +155,6 @@ class DataLoader:
         )
         self._active: weakref.ref[LoaderIterator] | None = None
         self._generation = 0
-        self._iterated = False  # an iter() ran (persistent workers then hold the stream)
         self._fetcher.warm_up()  # forked workers inherit the compiled kernels and the first gather
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -175,7 +174,6 @@ class DataLoader:
                 "(positions map to records of that dataset)", "build a new rd.DataLoader (and dataset_version=) "
                 "for the changed dataset"))
         self._close_active()
-        self._iterated = True
         it = LoaderIterator(self)
         self._active = weakref.ref(it)
         return it
@@ -323,7 +321,9 @@ class DataLoader:
         ``on_uncommitted="repeat"`` (deliver them again) or ``"skip"`` (record them as skipped).
         Prefetched batches are always fetched again. ``label="data_change"`` declares a deliberate
         change an ``rd.Mixture`` resume may then accept (other weights: each source continues from
-        its consumed position); the state then records that label.
+        its consumed position); the state then records that label. A restore, fresh start or
+        :meth:`undo_point` rollback that changes an ``rd.Mixture``'s rebase shuts a persistent
+        worker pool down (its workers hold the old stream): the next ``iter()`` starts a new one.
 
         A state saved with another global batch (or batch schedule) is refused unless
         ``on_batch_change="continue"``: the loader then continues at the saved committed sample

@@ -27,7 +27,8 @@ epoch in a new order.
 Cost. ``counts_before(p)`` is O(S log) (a floor sum, no walk) plus O(B) for the partial block;
 ``locate(positions)`` / ``records(positions)`` are O(len) plus, per block touched, one
 O(S log + B) composition and one permutation pass over its ``B`` positions, cached (a block
-serves ``B / batch`` batches). No index of the stream exists; a restore costs one block composition.
+serves ``B / batch`` batches; the cache holds about 32 MiB whatever ``B``, and is not pickled to
+workers). No index of the stream exists; a restore costs one block composition.
 """
 
 from __future__ import annotations
