@@ -30,14 +30,19 @@ from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 
 __all__ = ["StepPositions", "WeightSchedule"]
 
+MAX_INT_WEIGHT = 1 << 4096  # integer weights below it (Python's int <-> str limit is 4300 digits)
+
 
 def _weight(v: Any, where: str) -> Fraction:
-    """A weight as an exact rational: an integer exactly (any size), a float exactly when finite."""
-    if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0:
+    """A weight as an exact rational: an integer exactly (below 2**4096, so the state's JSON can
+    hold it), a float exactly when finite."""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 <= v < MAX_INT_WEIGHT:
         return Fraction(int(v))
     if isinstance(v, (float, np.floating)) and math.isfinite(v) and v >= 0:
         return Fraction(float(v))
-    raise ConfigError(describe(where, v, "a finite number >= 0", "pass weights such as {'web': 0.7, 'code': 0.3}"))
+    shown = v if not isinstance(v, int) or v.bit_length() <= 64 else f"an integer of {v.bit_length()} bits"
+    raise ConfigError(describe(where, shown, "a finite number >= 0 (an integer below 2**4096)",
+                               "pass weights such as {'web': 0.7, 'code': 0.3}"))
 
 
 def _given(v: Any) -> int | float:

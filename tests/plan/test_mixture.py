@@ -145,7 +145,9 @@ def test_bad_schedules_are_refused():
 @pytest.mark.parametrize("weights,match", [({1: 0.5, "web": 0.5}, "source name=1: expected a string"),
                                            ({"web": "1", "code": 1, "math": 1},
                                             "finite number"),
-                                           ({"web": float("inf"), "code": 1, "math": 1}, "finite number")])
+                                           ({"web": float("inf"), "code": 1, "math": 1}, "finite number"),
+                                           ({"web": 2**5000, "code": 1, "math": 1},
+                                            "'an integer of 5001 bits': expected a finite number >= 0 \\(an integer below")])
 def test_bad_weight_inputs_are_config_errors(weights, match):
     with pytest.raises(ConfigError, match=match):
         WeightSchedule.constant(weights).resolve(NAMES)
