@@ -155,7 +155,6 @@ class DataLoader:
         )
         self._active: weakref.ref[LoaderIterator] | None = None
         self._generation = 0
-        self._iterated = False  # an iter() ran (persistent workers then hold the stream)
         self._fetcher.warm_up()  # forked workers inherit the compiled kernels and the first gather
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -175,7 +174,6 @@ class DataLoader:
                 "(positions map to records of that dataset)", "build a new rd.DataLoader (and dataset_version=) "
                 "for the changed dataset"))
         self._close_active()
-        self._iterated = True
         it = LoaderIterator(self)
         self._active = weakref.ref(it)
         return it
@@ -296,10 +294,16 @@ class DataLoader:
         """A function that puts the loader's progress back exactly as it is now (all-or-nothing
         restores call it when a later step fails); iterators made in between are superseded."""
         memento = self._ledger.memento()
+        mixture = self._mixture()
+        rebase = None if mixture is None else mixture.plan.rebase
+        fingerprint = self._fingerprint
 
         def undo() -> None:
             self._close_active()
             self._generation += 1
+            if mixture is not None:
+                self._set_rebase(mixture, rebase)
+            self._fingerprint = fingerprint
             self._ledger.rewind(memento)
 
         return undo
@@ -317,13 +321,15 @@ class DataLoader:
         ``on_uncommitted="repeat"`` (deliver them again) or ``"skip"`` (record them as skipped).
         Prefetched batches are always fetched again. ``label="data_change"`` declares a deliberate
         change an ``rd.Mixture`` resume may then accept (other weights: each source continues from
-        its consumed position); the state then records that label.
+        its consumed position); the state then records that label. A restore, fresh start or
+        :meth:`undo_point` rollback that changes an ``rd.Mixture``'s rebase shuts a persistent
+        worker pool down (its workers hold the old stream): the next ``iter()`` starts a new one.
 
         A state saved with another global batch (or batch schedule) is refused unless
         ``on_batch_change="continue"``: the loader then continues at the saved committed sample
         with its own batch, as a new segment of the stream (no sample lost, none repeated),
         under the ``elastic_reshard`` label (see ``docs/schedules.md``)."""
-        mixture = self.config.positional if hasattr(self.config.positional, "rebase") else None
+        mixture = self._mixture()
         if state is None:
             self._close_active()
             self._generation += 1
@@ -334,19 +340,21 @@ class DataLoader:
         r = validate_restore(state, self._fingerprint, self._stream, on_uncommitted=on_uncommitted,
                              allow_unpinned=allow_unpinned, label=label,
                              on_batch_change=on_batch_change)
-        if mixture is not None and r.mixture_rebase != mixture.plan.rebase and \
-                self._iterated and self.persistent_workers and self.num_workers > 0:  # workers kept running
-            raise ResumeError(describe("persistent_workers", True, "workers not yet started for a resume that "
-                                       "rebases an rd.Mixture (running workers hold the old stream)",
-                                       "load the state before the first iter(), or build the loader with "
-                                       "persistent_workers=False"))
         self._close_active()
         self._generation += 1
         if mixture is not None:
             self._set_rebase(mixture, r.mixture_rebase)
         self._ledger.restore(r.saved, r.epoch_ledger, r.label, r.choice, r.plan)
 
+    def _mixture(self) -> Any:
+        """The ``rd.Mixture`` sampler this loader orders with, else None."""
+        return self.config.positional if hasattr(self.config.positional, "rebase") else None
+
     def _set_rebase(self, mixture: Any, rebase: Any) -> None:
+        """Continue the mixture from ``rebase``; persistent workers hold a copy of the old stream,
+        so their pool is dropped (the next ``iter()`` starts one on the new plan)."""
         if rebase != mixture.plan.rebase:
+            self._close_active()
+            torch_compat.drop_persistent_iterator(self._torch)
             mixture.rebase(rebase)
             self._fingerprint = self.config.fingerprint()

@@ -12,7 +12,10 @@ weights are refused under the default (a faithful continuation) with both schedu
 ``label="data_change"`` they are accepted and the new loader continues every source from its
 consumed count at the resume position (a new rebase), so no record of any source is repeated or
 skipped within its epoch. A faithful resume adopts the saved rebase (the state says where the
-stream was rebased), which is what makes chained changes resume exactly.
+stream was rebased), which is what makes chained changes resume exactly. A saved rebase must be
+consistent (counts in ``[0, 2**62]`` summing to its position, at or before the cursor's
+position); a weight schedule across a global-batch change (a batch origin) is refused, since its
+steps would map to other positions (constant weights need no step map: segment 0 starts at 0).
 
 Cost. O(S) integers in the state; a check or a progress query is one counting call.
 """
@@ -24,32 +27,53 @@ from typing import Any
 
 import numpy as np
 
-from resumable_data.errors import ResumeError
+from resumable_data.errors import ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.state import LoaderState, OnUncommitted
-from resumable_data.plan.mixture import MixturePlan, Rebase, SourceProgress, StepPositions
+from resumable_data.plan.mixture import K_BLOCK, K_NAMES, K_SCHEDULE, K_SHUFFLE, K_SIZES, MixturePlan, Rebase, \
+    SourceProgress, StepPositions
 
 __all__ = ["MixtureProgress", "check_mixture", "mixture_progress", "saved_plan"]
 
-_FIXED = ("sources", "sizes", "block", "shuffle")
+_FIXED = (K_NAMES, K_SIZES, K_BLOCK, K_SHUFFLE)
 
 
 def saved_plan(state: LoaderState) -> MixturePlan:
-    """The counting plan of a saved mixture state (raises ``ResumeError`` on a malformed section)."""
+    """The counting plan of a saved mixture state (raises ``ResumeError`` on a malformed section,
+    a rebase past the state's cursor, or a weight schedule after a global-batch change)."""
     if state.mixture is None:
         raise ResumeError("state.mixture is missing: the state is not of an rd.Mixture loader; fix: pass a mixture "
                           "loader's state")
     pos = None if state.packing is not None else _positions_of_steps(state.plan)
-    return MixturePlan.from_dict(state.mixture, seed=state.plan.seed, version_hash=state.plan.version_hash,
+    plan = MixturePlan.from_dict(state.mixture, seed=state.plan.seed, version_hash=state.plan.version_hash,
                                  position_of_step=pos)
+    if plan.rebase is not None and state.packing is None:
+        resume = state.plan.step_start(state.cursor.committed)
+        if plan.rebase.position > resume:
+            raise ResumeError(describe("state.mixture.rebase", plan.rebase.to_list(), f"a position <= {resume}, the "
+                                       f"position of cursor.committed={state.cursor.committed}",
+                                       "pass an unmodified state"))
+    return plan
 
 
 def _positions_of_steps(plan: Any) -> Any:
     """Step -> mixed position: ``step * global_batch`` for a fixed batch (the common, picklable
-    case), else the plan's own map (a batch schedule or a batch change's origin)."""
-    if plan.schedule is None and plan.origin is None:
+    case), else the plan's own map (a batch schedule). After a global-batch change (an origin) a
+    weight schedule is refused: its earlier steps have no position in the current plan."""
+    if plan.origin is not None:
+        return _no_steps_after_a_batch_change
+    if plan.schedule is None:
         return StepPositions(plan.global_batch)
     return plan.step_start
+
+
+def _no_steps_after_a_batch_change(step: int) -> int:
+    raise ResumeError(_SCHEDULE_AND_BATCH_CHANGE)
+
+
+_SCHEDULE_AND_BATCH_CHANGE = (
+    "mixture weight schedule with a global batch change: its steps would map to other positions; fix: resume with "
+    "the saved batch, or declare the weights as a mapping and change them by a data_change resume")
 
 
 def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel,
@@ -62,18 +86,17 @@ def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel
         return [f"mixture: the {side} is not an rd.Mixture loader; fix: resume a mixture's state into a loader over "
                 "the same rd.Mixture"], None
     s, c = saved.mixture, current.mixture
-    if saved.plan.batch_dict() != current.plan.batch_dict() and (len(s["schedule"]) > 1 or len(c["schedule"]) > 1):
-        return ["mixture weight schedule with a global batch change: its steps would map to other positions; fix: "
-                "resume with the saved batch, or declare the weights as a mapping and change them by a data_change "
-                "resume"], None
-    if s == c:  # the current loader's own section: valid, nothing to rebuild
-        return [], None if c["rebase"] is None else Rebase(c["rebase"][0], tuple(c["rebase"][1]))
-    plan = saved_plan(saved)  # validates the saved section
+    batch_changed = saved.plan.batch_dict() != current.plan.batch_dict()
+    if (batch_changed or saved.plan.origin is not None) and len(c[K_SCHEDULE]) > 1:
+        return [_SCHEDULE_AND_BATCH_CHANGE], None
+    plan = saved_plan(saved)  # validates the saved section before any of its keys is read
+    if batch_changed and len(s[K_SCHEDULE]) > 1:
+        return [_SCHEDULE_AND_BATCH_CHANGE], None
     diffs = [f"mixture {k}: saved {s[k]!r} vs current {c[k]!r}; fix: build the rd.Mixture with the saved {k}"
              for k in _FIXED if s[k] != c[k]]
     if diffs:
         return diffs, None
-    if s["schedule"] == c["schedule"]:
+    if s[K_SCHEDULE] == c[K_SCHEDULE]:
         return [], plan.rebase
     if label is not RecoveryLabel.DATA_CHANGE:
         return [f"mixture weights: saved {_shown(s)} vs current {_shown(c)}; fix: build the rd.Mixture with the saved "
@@ -88,9 +111,13 @@ def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel
 
 
 def _shown(section: dict) -> str:
-    names = section["sources"]
-    return "; ".join(f"from step {step}: " + ", ".join(f"{n}={w:g}" for n, w in zip(names, ws))
-                     for step, ws in section["schedule"])
+    names = section[K_NAMES]
+    return "; ".join(f"from step {step}: " + ", ".join(f"{n}={_number(w)}" for n, w in zip(names, ws))
+                     for step, ws in section[K_SCHEDULE])
+
+
+def _number(w: Any) -> str:
+    return f"{w:g}" if isinstance(w, float) else str(w)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ epoch in a new order.
 Cost. ``counts_before(p)`` is O(S log) (a floor sum, no walk) plus O(B) for the partial block;
 ``locate(positions)`` / ``records(positions)`` are O(len) plus, per block touched, one
 O(S log + B) composition and one permutation pass over its ``B`` positions, cached (a block
-serves ``B / batch`` batches). No index of the stream exists; a restore costs one block composition.
+serves ``B / batch`` batches; the cache holds about 32 MiB whatever ``B``, and is not pickled to
+workers). No index of the stream exists; a restore costs one block composition.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from __future__ import annotations
 import math
 import struct
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -46,7 +47,9 @@ import xxhash
 
 from resumable_data._schema import check_int, expect_int, expect_mapping, expect_str
 from resumable_data.errors import ConfigError, ResumeError, describe
+from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 from resumable_data.plan.permutation import Permutation, permutation_key
+from resumable_data.plan.weights import StepPositions, WeightSchedule
 
 __all__ = ["MixturePlan", "Rebase", "SourceProgress", "StepPositions", "WeightSchedule", "floor_sum", "mixture_version"]
 
@@ -62,6 +65,7 @@ _KEYS = frozenset({K_SCHEMA, K_NAMES, K_SIZES, K_SCHEDULE, K_BLOCK, K_SHUFFLE, K
 MAX_SOURCES = 4096
 _ALPHA = 0x9E3779B97F4A7C15  # golden ratio * 2**64 (odd): the rotation of the extra-slot grid
 _M = 1 << 64
+_CACHE_BYTES = 1 << 25  # the block cache's bound (its entry count follows from the block size)
 
 
 def floor_sum(n: int, m: int, a: int, b: int) -> int:
@@ -77,72 +81,6 @@ def floor_sum(n: int, m: int, a: int, b: int) -> int:
             break
         n, b, m, a = y // m, y % m, a, m
     return ans
-
-
-def _weight(v: Any, where: str) -> Fraction:
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v) or v < 0:
-        raise ConfigError(describe(where, v, "a finite number >= 0", "pass weights such as {'web': 0.7, 'code': 0.3}"))
-    return Fraction(int(v)) if isinstance(v, (int, np.integer)) else Fraction(float(v))
-
-
-class WeightSchedule:
-    """Weights as a piecewise-constant function of the step: ``[(0, {...}), (10_000, {...})]``.
-
-    Each entry's weights hold from its step until the next entry's; the first entry must be at
-    step 0. Weights are normalised per entry; a weight of 0 leaves a source out of that segment.
-    Steps become positions through the loader (``step * global batch`` today), so a schedule is
-    part of the plan and the stream stays a pure function of the position.
-    """
-
-    def __init__(self, segments: Sequence[tuple[int, Mapping[str, float]]]) -> None:
-        if not isinstance(segments, (list, tuple)) or not segments:
-            raise ConfigError(describe("WeightSchedule", segments, "a non-empty list of (step, {source: weight})",
-                                       "pass [(0, {'web': 0.7, 'code': 0.3}), (10_000, {...})]"))
-        steps, maps = [], []
-        for i, seg in enumerate(segments):
-            if not isinstance(seg, (list, tuple)) or len(seg) != 2 or not isinstance(seg[1], Mapping):
-                raise ConfigError(describe(f"WeightSchedule[{i}]", seg, "a pair (step, {source: weight})",
-                                           "pass (step, mapping) pairs"))
-            steps.append(check_int(seg[0], f"WeightSchedule[{i}] step", 0))
-            maps.append(dict(seg[1]))
-        if steps[0] != 0 or any(b <= a for a, b in zip(steps, steps[1:])):
-            raise ConfigError(describe("WeightSchedule steps", steps, "strictly increasing steps starting at 0",
-                                       "start the schedule at step 0 and sort it"))
-        self.steps = tuple(steps)
-        self.maps = tuple(maps)
-
-    @classmethod
-    def constant(cls, weights: Mapping[str, float]) -> WeightSchedule:
-        return cls([(0, weights)])
-
-    def resolve(self, names: Sequence[str]) -> tuple[tuple[int, tuple[Fraction, ...], tuple[float, ...]], ...]:
-        """Per segment: (step, normalised exact weights in ``names`` order, the given numbers)."""
-        out = []
-        for step, m in zip(self.steps, self.maps):
-            if set(m) != set(names):
-                raise ConfigError(describe("weights", sorted(m), f"one weight for each source {sorted(names)}",
-                                           "name every source of the Mixture once (0 leaves one out)"))
-            raw = tuple(m[k] for k in names)
-            ws = [_weight(v, f"weights[{k!r}]") for k, v in zip(names, raw)]
-            total = sum(ws)
-            if total == 0:
-                raise ConfigError(describe("weights", m, "at least one weight > 0", "give some source a positive weight"))
-            out.append((step, tuple(w / total for w in ws), tuple(float(v) for v in raw)))
-        return tuple(out)
-
-    def __repr__(self) -> str:
-        return f"rd.WeightSchedule({list(zip(self.steps, self.maps))!r})"
-
-
-@dataclass(frozen=True)
-class StepPositions:
-    """Step -> first position of that step, for a fixed global batch (``step * global_batch``);
-    a batch schedule supplies another such callable."""
-
-    global_batch: int
-
-    def __call__(self, step: int) -> int:
-        return step * self.global_batch
 
 
 @dataclass(frozen=True)
@@ -221,9 +159,10 @@ class MixturePlan:
         if len(self.segments) > 1 and position_of_step is None:
             raise ConfigError(describe("weights", schedule, "a constant mapping here (no step -> position map)",
                                        "pass a mapping of weights, or use the mixture through rd.DataLoader"))
-        self._pos = position_of_step or (lambda s: 0)
+        self._pos = position_of_step
         self.rebase = rebase
         self._blocks: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._cache_entries = max(2, min(32, _CACHE_BYTES // (32 * self.block)))  # ~4 arrays of B int64 per block
         self._source_ids = np.arange(len(self.sizes), dtype=np.int64)
         self._block_range = np.arange(self.block, dtype=np.int64)
         self._runs = self._build_runs()
@@ -241,7 +180,14 @@ class MixturePlan:
         return _Run(start, weights, base, floors, tuple(grid), denom)
 
     def _build_runs(self) -> list[_Run]:
-        starts = [(self._pos(step), w) for step, w, _ in self.segments]
+        starts = [(0, self.segments[0][1])]  # segment 0 starts the stream (no step -> position call)
+        for step, w, _ in self.segments[1:]:
+            start = self._pos(step)
+            if not 0 <= start <= MAX_POSITION:
+                raise ConfigError(describe("weights", f"a segment from step {step} (position {start})",
+                                           f"segments starting below position 2**62={MAX_POSITION}",
+                                           "drop the schedule entries that start that late"))
+            starts.append((start, w))
         if self.rebase is None:
             runs = [self._new_run(0, starts[0][1], tuple(0 for _ in self.names))]
             for start, w in starts[1:]:
@@ -303,7 +249,7 @@ class MixturePlan:
             rank[order] = self._block_range - cum[src[order]]
             hit = (src, before[src] + rank, order, cum, counts, before)
             self._blocks[key] = hit
-            while len(self._blocks) > 32:
+            while len(self._blocks) > self._cache_entries:
                 self._blocks.popitem(last=False)
         return hit
 
@@ -375,7 +321,7 @@ class MixturePlan:
                     done += take
             hit = (src, rec)
             self._blocks[key] = hit
-            while len(self._blocks) > 32:
+            while len(self._blocks) > self._cache_entries:
                 self._blocks.popitem(last=False)
         return hit
 
@@ -388,6 +334,15 @@ class MixturePlan:
         counts = self.counts_before(position)
         return [SourceProgress(n, int(c), int(c) // size, int(c) % size, size)
                 for n, c, size in zip(self.names, counts, self.sizes)]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (to workers) without the block cache: a worker refills its own."""
+        return {**self.__dict__, "_blocks": None, "_block_range": None}
+
+    def __setstate__(self, d: dict[str, Any]) -> None:
+        self.__dict__.update(d)
+        self._blocks = OrderedDict()
+        self._block_range = np.arange(self.block, dtype=np.int64)
 
     # -- state ------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -424,14 +379,17 @@ class MixturePlan:
         for i, seg in enumerate(sched):
             if not (isinstance(seg, list) and len(seg) == 2 and isinstance(seg[1], list) and len(seg[1]) == len(names)):
                 raise ResumeError(describe(f"{where}.schedule[{i}]", seg, "[step, [one weight per source]]", "pass an unmodified state"))
-            segs.append((expect_int(seg[0], f"{where}.schedule[{i}][0]"), dict(zip(names, seg[1]))))
+            segs.append((expect_int(seg[0], f"{where}.schedule[{i}][0]", 0, MAX_POSITION), dict(zip(names, seg[1]))))
         rb = d[K_REBASE]
         rebase = None
         if rb is not None:
             if not (isinstance(rb, list) and len(rb) == 2 and isinstance(rb[1], list) and len(rb[1]) == len(names)):
                 raise ResumeError(describe(f"{where}.rebase", rb, "null or [position, [one count per source]]", "pass an unmodified state"))
-            rebase = Rebase(expect_int(rb[0], f"{where}.rebase[0]"),
-                            tuple(expect_int(c, f"{where}.rebase[1][{i}]") for i, c in enumerate(rb[1])))
+            rebase = Rebase(expect_int(rb[0], f"{where}.rebase[0]", 0, MAX_POSITION),
+                            tuple(expect_int(c, f"{where}.rebase[1][{i}]", 0, MAX_POSITION) for i, c in enumerate(rb[1])))
+            if sum(rebase.counts) != rebase.position:
+                raise ResumeError(describe(f"{where}.rebase", rb, "[position, counts] with the counts summing to the "
+                                           "position (each position holds one record)", "pass an unmodified state"))
         shuffle = d[K_SHUFFLE]
         if not isinstance(shuffle, bool):
             raise ResumeError(describe(f"{where}.shuffle", shuffle, "true or false", "pass an unmodified state"))

@@ -25,7 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 from resumable_data.errors import ConfigError, describe
-from resumable_data.plan.mixture import MixturePlan, Rebase, StepPositions, WeightSchedule, mixture_version
+from resumable_data.plan.mixture import MixturePlan, Rebase, mixture_version
+from resumable_data.plan.weights import StepPositions, WeightSchedule
 from resumable_data.sources.arrow_shards import ArrowShards
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "Mixture", "MixtureSampler", "MixtureVersion"]

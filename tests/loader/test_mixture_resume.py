@@ -203,15 +203,41 @@ def test_forged_mixture_sections_are_refused(dirs):
     assert loader.cursor.committed == 0
 
 
-def test_a_rebase_under_running_persistent_workers_is_refused(dirs):
+def test_a_rebase_under_running_persistent_workers_starts_a_new_pool(dirs):
     _, states = run(loader_for(dirs, WEIGHTS), 5)
+    expected, _ = continue_from(loader_for(dirs, W2), states[5], H, label="data_change")
     loader = loader_for(dirs, W2, num_workers=2, persistent_workers=True)
-    next(iter(loader))
-    with pytest.raises(rd.ResumeError, match="persistent_workers"):
-        loader.load_state_dict(states[5], label="data_change")
-    fresh = loader_for(dirs, W2, num_workers=2, persistent_workers=True)
-    fresh.load_state_dict(states[5], label="data_change")  # before the first iter(): accepted
-    assert fresh.recovery_label is rd.RecoveryLabel.DATA_CHANGE
+    next(iter(loader))  # the pool now holds the unrebased stream
+    got, _ = continue_from(loader, states[5], H, label="data_change")
+    assert loader.recovery_label is rd.RecoveryLabel.DATA_CHANGE
+    assert got == expected
+
+
+def test_reset_after_a_rebase_under_persistent_workers_is_a_fresh_start(dirs):
+    _, states = run(loader_for(dirs, WEIGHTS), 5)
+    fresh, _ = run(loader_for(dirs, W2), H)
+    loader = loader_for(dirs, W2, num_workers=1, persistent_workers=True)
+    loader.load_state_dict(states[5], label="data_change")
+    run(loader, 2)  # the pool runs on the rebased plan
+    loader.reset()
+    assert loader.config.positional.plan.rebase is None
+    assert run(loader, H)[0] == fresh
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_undo_point_rolls_back_a_mixture_rebase(dirs, workers):
+    _, a_states = run(loader_for(dirs, WEIGHTS), 5)
+    loader = loader_for(dirs, W2, num_workers=workers, persistent_workers=workers > 0)
+    _, b_states = run(loader, 3)
+    before = loader.state_dict()
+    undo = loader.undo_point()
+    loader.load_state_dict(a_states[5], label="data_change")
+    assert loader.state_dict()["mixture"]["rebase"] is not None
+    undo()
+    assert loader.config.positional.plan.rebase is None
+    assert loader.state_dict() == before
+    expected, _ = continue_from(loader_for(dirs, W2), b_states[3], H)
+    assert run(loader, H)[0] == expected
 
 
 RAMP = rd.BatchRamp(2, 2, 24, 6)  # per rank: 2 -> 4 -> 6 samples a step over the first 48 samples
@@ -249,3 +275,63 @@ def test_a_weight_schedule_with_a_batch_change_is_refused_naming_the_fix(dirs):
     with pytest.raises(rd.ResumeError, match="weight schedule with a global batch change.*fix: resume with the saved"):
         other.load_state_dict(states[5], on_batch_change="continue")
     assert other.state_dict() == before
+
+
+def test_forged_rebases_and_unvalidated_sections_are_resume_errors(dirs):
+    _, states = run(loader_for(dirs, WEIGHTS, tail="continuous"), 5)  # cursor 5: position 20
+    st = states[5]
+    loader = loader_for(dirs, WEIGHTS, tail="continuous")
+    for rebase, match in (([10**6, [10**6, 0, 0]], r"state.mixture.rebase=.*a position <= 20"),
+                          ([24, [24, 0, 0]], r"state.mixture.rebase=.*a position <= 20"),
+                          ([0, [2**62 + 1, 2**62, 2**62]], r"state.mixture.rebase\[1\]\[0\]"),
+                          ([0, [-1, 1, 0]], r"state.mixture.rebase\[1\]\[0\]"),
+                          ([12, [1, 2, 3]], r"state.mixture.rebase=.*summing to the position")):
+        with pytest.raises(rd.ResumeError, match=match):
+            loader.load_state_dict({**st, "mixture": {**st["mixture"], "rebase": rebase}})
+    ok = {**st, "mixture": {**st["mixture"], "rebase": [20, [10, 6, 4]]}}  # at the cursor: a valid rebase
+    loader.load_state_dict(ok)
+    assert loader.state_dict()["mixture"]["rebase"] == [20, [10, 6, 4]]
+    wider = loader_for(dirs, WEIGHTS, batch_size=8, tail="continuous")
+    for bad in ({}, {**st["mixture"], "schedule": 5}):
+        with pytest.raises(rd.ResumeError, match="state.mixture"):
+            wider.load_state_dict({**st, "mixture": bad}, on_batch_change="continue")
+    c = loader_for(dirs, W2, tail="continuous")
+    for sched in ([[0, [1, 1, 1]], [2**62, [1, 2, 1]]], [[0, [True, 1, 1]]]):
+        with pytest.raises(rd.ResumeError, match="state.mixture"):
+            c.load_state_dict({**st, "mixture": {**st["mixture"], "schedule": sched}}, label="data_change")
+    assert c.cursor.committed == 0 and wider.cursor.committed == 0
+
+
+def test_a_data_change_after_a_batch_change(dirs):
+    """A batch change writes an origin (step 3): the saved plan still counts from position 0, so
+    progress and a data_change work; a weight schedule there is refused, naming the fix."""
+    from resumable_data.loader.mixture_state import mixture_progress
+    from resumable_data.loader.state import LoaderState
+
+    _, a_states = run(loader_for(dirs, WEIGHTS, tail="continuous"), 3)
+    wide = lambda w: loader_for(dirs, w, batch_size=8, tail="continuous")  # noqa: E731
+    b_batches, b_states = continue_from(wide(WEIGHTS), a_states[3], 2, on_batch_change="continue")
+    assert b_states[-1]["batch_origin"]["step"] == 3
+    prog = mixture_progress(LoaderState.from_dict(b_states[-1]))
+    assert prog.position == 12 + 2 * 8
+    ids = np.concatenate([ids_of(run(loader_for(dirs, WEIGHTS, tail="continuous"), 3)[0]), ids_of(b_batches)])
+    assert [p.consumed for p in prog.sources] == np.bincount(source_of(ids), minlength=3).tolist()
+    c_batches, _ = continue_from(wide(W2), b_states[-1], H, label="data_change")
+    again, _ = continue_from(wide(W2), b_states[-1], H, label="data_change")
+    assert c_batches == again
+    check_source_epochs(np.concatenate([ids, ids_of(c_batches)]))
+    sched = rd.WeightSchedule([(0, WEIGHTS), (9, W2)])
+    with pytest.raises(rd.ResumeError, match="weight schedule with a global batch change.*fix: resume with the saved"):
+        wide(sched).load_state_dict(b_states[-1], label="data_change")
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_mixture_sampler_pickles(dirs, packed):
+    import pickle
+
+    mix = rd.Mixture(open_sources(dirs), weights=WEIGHTS, block_size=16)
+    sampler = mix.sampler(1, 4, packed=packed)
+    expected = sampler.at_positions(np.arange(64))
+    back = pickle.loads(pickle.dumps(sampler))
+    assert back.at_positions(np.arange(64)).tolist() == expected.tolist()
+    assert back.state_section() == sampler.state_section()

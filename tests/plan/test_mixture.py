@@ -140,3 +140,71 @@ def test_bad_schedules_are_refused():
         WeightSchedule([(5, {"a": 1})])
     with pytest.raises(ConfigError, match="strictly increasing"):
         WeightSchedule([(0, {"a": 1}), (0, {"a": 2})])
+
+
+@pytest.mark.parametrize("weights,match", [({1: 0.5, "web": 0.5}, "source name=1: expected a string"),
+                                           ({"web": "1", "code": 1, "math": 1},
+                                            "finite number"),
+                                           ({"web": float("inf"), "code": 1, "math": 1}, "finite number"),
+                                           ({"web": 2**5000, "code": 1, "math": 1},
+                                            "'an integer of 5001 bits': expected a finite number >= 0 \\(an integer below")])
+def test_bad_weight_inputs_are_config_errors(weights, match):
+    with pytest.raises(ConfigError, match=match):
+        WeightSchedule.constant(weights).resolve(NAMES)
+
+
+def test_integer_weights_are_exact_at_any_size_and_round_trip():
+    big = 2**53 + 1  # float(big) == 2**53: a float would lose it
+    plan = make((big, 2**53, 1), block=16)
+    assert plan.segments[0][1] == (Fraction(big, 2**54 + 2), Fraction(2**53, 2**54 + 2), Fraction(1, 2**54 + 2))
+    assert plan.to_dict()["schedule"] == [[0, [big, 2**53, 1]]]
+    back = MixturePlan.from_dict(plan.to_dict(), seed=1, version_hash="mix-test", position_of_step=None)
+    assert back.segments == plan.segments
+    huge = make((10**400, 1, 0), block=16)  # no OverflowError: exact rationals
+    assert huge.segments[0][1][0] == Fraction(10**400, 10**400 + 1)
+    assert huge.locate(np.arange(16))[0].tolist() == [0] * 16
+
+
+def test_schedule_steps_past_the_position_range_are_config_errors():
+    with pytest.raises(ConfigError, match="WeightSchedule\\[1\\] step"):
+        WeightSchedule([(0, {"a": 1}), (10**30, {"a": 2})])
+    sched = WeightSchedule([(0, dict(zip(NAMES, (1, 1, 1)))), (2**62, dict(zip(NAMES, (1, 2, 1))))])
+    with pytest.raises(ConfigError, match="segments starting below position 2\\*\\*62"):
+        make((1, 1, 1), schedule=sched, pos=StepPositions(4))
+
+
+def test_segment_zero_never_asks_for_a_position():
+    def pos(step):  # a batch segment's map, which cannot place steps before its origin
+        assert step > 0, "step 0 asked"
+        return step * 4
+    sched = WeightSchedule([(0, dict(zip(NAMES, (1, 1, 1)))), (3, dict(zip(NAMES, (1, 2, 1))))])
+    plan = make((1, 1, 1), schedule=sched, pos=pos, block=16)
+    assert [r.start for r in plan._runs] == [0, 12]
+
+
+def test_a_weight_schedule_is_immutable():
+    given = {"web": 1, "code": 2, "math": 3}
+    sched = WeightSchedule([(0, given)])
+    given["web"] = 100  # the caller's dict is copied
+    assert sched.maps[0]["web"] == 1
+    with pytest.raises(TypeError):
+        sched.maps[0]["web"] = 5
+    with pytest.raises(AttributeError):
+        sched.steps = (0, 1)
+    import pickle
+    assert repr(pickle.loads(pickle.dumps(sched))) == repr(sched) == "rd.WeightSchedule([(0, {'web': 1, 'code': 2, 'math': 3})])"
+
+
+def test_the_block_cache_is_bounded_by_bytes_and_not_pickled():
+    import pickle
+    plan = make((0.5, 0.3, 0.2), block=1 << 18)
+    positions = np.arange(0, 6 << 18, 1 << 18)
+    first = plan.records(positions)
+    assert len(plan._blocks) == 4  # 2**25 bytes / (4 arrays of 2**18 int64 per block)
+    copy = pickle.loads(pickle.dumps(plan))
+    assert len(pickle.dumps(plan)) < 1 << 16
+    again = copy.records(positions)
+    assert first[0].tolist() == again[0].tolist() and first[1].tolist() == again[1].tolist()
+    small = make((0.5, 0.3, 0.2), block=16)
+    small.records(np.arange(16 * 40))
+    assert len(small._blocks) == 32
