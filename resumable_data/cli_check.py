@@ -9,7 +9,7 @@ this process), through :func:`resumable_data.testing.check_resume`, and prints t
 size is checked on its own (the report notes it). ``--eos-id`` is the packing's separator token.
 
 Exit status: 0 bit-exact, 1 a divergence (the first one is printed), 2 bad input (unpinned or
-damaged dataset: ``resumable-data pin DIR`` pins one; impossible options).
+damaged dataset: ``--pin``, or ``resumable-data pin DIR``, pins one in place; impossible options).
 """
 
 from __future__ import annotations
@@ -33,7 +33,10 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("data", help="a pinned dataset directory (rd.pin wrote its rd-manifest.json)")
+    p.add_argument("data", help="a pinned dataset directory (rd.pin wrote its .rd-manifest.json), or any with --pin")
+    p.add_argument("--pin", action="store_true",
+                   help="pin DIR in place first if it has no manifest (writes DIR/.rd-manifest.json, a hidden file "
+                        "pyarrow, pandas and datasets ignore), as `resumable-data pin DIR` does")
     p.add_argument("--batch-size", type=int, default=8, help="global batch size (all ranks together)")
     p.add_argument("--shuffle", action="store_true", help="global shuffle (keyed permutation per epoch)")
     p.add_argument("--seed", type=int, default=0, help="the stream's seed")
@@ -80,8 +83,11 @@ def _maker(args: argparse.Namespace):
     if not Path(args.data).is_dir():
         raise ConfigError(describe("data", args.data, "an existing dataset directory", "check the path"))
     if not (Path(args.data) / MANIFEST_NAME).is_file():
-        raise ConfigError(describe("data", args.data, f"a pinned dataset directory (with {MANIFEST_NAME})",
-                                   f"pin it first: resumable-data pin {args.data}"))
+        if not args.pin:
+            raise ConfigError(describe("data", args.data, f"a pinned dataset directory (with {MANIFEST_NAME})",
+                                       f"pass --pin (pins it in place first), or run resumable-data pin {args.data}"))
+        version = rd.pin(args.data)
+        _say(f"pinned:      {args.data} as version {version.hash} ({Path(args.data) / MANIFEST_NAME})")
     source = rd.ArrowShards(args.data, verify="size", unpinned="error")
     extra: dict = {"elastic": not args.no_elastic}
     if args.packing_seq_len is not None:
@@ -140,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
 COMMAND = ("check-resume", "prove that a pipeline over a pinned dataset resumes bit-exactly", configure, run)
 
 EXAMPLES = """examples:
-  resumable-data pin data/                    # once: check-resume needs a pinned dataset
+  resumable-data pin data/                    # once: check-resume needs a pinned dataset (or pass --pin)
   resumable-data check-resume data/ --batch-size 8 --shuffle --seed 0 --steps 40 --interrupts 3
   resumable-data check-resume data/ --batch-size 8 --shuffle --window 64 --workers 0,2 --world-sizes 1,2
   resumable-data check-resume data/ --batch-size 8 --packing-seq-len 2048 --tokens tokens --eos-id 2"""

@@ -123,3 +123,19 @@ def test_the_console_script(pinned):
     policy = subprocess.run([sys.executable, "-m", "resumable_data.cli", "check-resume", str(pinned),
                              "--sharding-policy", "diagonal"], capture_output=True, text=True, timeout=120)
     assert policy.returncode == 2 and "invalid choice: 'diagonal'" in policy.stderr
+
+
+def test_pin_flag_pins_an_unpinned_folder_in_place_then_checks(tmp_path, capsys):
+    """The refusal's fix works as printed: --pin pins the folder (its hidden manifest only; the
+    readers still read it) and the check runs; without it, exit 2 naming --pin."""
+    import pyarrow.parquet as pq
+
+    raw = tmp_path / "raw"
+    rd.write_arrow_shards(pa.table({"id": list(range(40))}), raw, num_shards=2, format="parquet")
+    assert main(["check-resume", str(raw), "--steps", "6", "--interrupts", "1", "--workers", "0"]) == 2
+    assert "pass --pin" in capsys.readouterr().err
+    assert main(["check-resume", str(raw), "--pin", "--steps", "6", "--interrupts", "1", "--workers", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "pinned:" in out and "bit-exact" in out, out
+    assert (raw / rd.sources.MANIFEST_NAME).is_file()
+    assert pq.read_table(raw).column("id").to_pylist() == list(range(40))
