@@ -12,8 +12,8 @@ group existed would read every record on every rank) and registers two accelerat
 ``save_state(dir)`` the main process writes ``dir/rd_loader_state.json``; before
 ``load_state(dir)`` every process reads it and seeks. The state is JSON read with ``json``; it is
 never unpickled (``register_for_checkpointing(loader)`` works too, since the loader has
-``state_dict``/``load_state_dict``, but accelerate loads those files with ``weights_only=False``,
-i.e. with pickle).
+``state_dict``/``load_state_dict``, but accelerate reads those files back through ``torch.load`` with
+unpickling allowed).
 
 Guarantee. ``save_state``/``load_state`` at an optimizer step resume the stream exactly: the
 same batches on every rank as a run that never stopped (accelerate restores the RNG states).
