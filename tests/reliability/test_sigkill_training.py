@@ -37,7 +37,11 @@ def _train_child(data, ckpt, metrics, out, conn) -> None:  # runs in a forked ch
         o = T.build(data, metrics)
         if list_checkpoints(ckpt):
             with warnings.catch_warnings():
-                warnings.simplefilter("error")  # latest must be complete: no fallback warning
+                # a `latest` that exists must name a complete checkpoint: no fallback warning. A kill
+                # between the very first step's rename and its first `latest` leaves none: the
+                # documented fallback to the newest complete step is then the right load.
+                if (Path(ckpt) / "latest").exists():
+                    warnings.simplefilter("error")
                 rd.load_checkpoint(ckpt, o.state)
         conn.send(o.loader.cursor.delivered)
         T.train(o, TOTAL, on_step=lambda o: rd.save_checkpoint(ckpt, o.state, keep_last=2) and False)
