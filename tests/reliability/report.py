@@ -17,8 +17,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PAGE = HERE.parent.parent / "docs" / "reliability.md"
 BEGIN, END = "<!-- reliability:begin -->", "<!-- reliability:end -->"
-FORMATS = (("ipc_file", "Arrow IPC file", "0xFF and 0x01"), ("ipc_stream", "Arrow IPC stream", "0xFF and 0x01"),
-           ("parquet", "Parquet", "0xFF and 0x01"), ("ipc_file_zstd", "zstd-compressed Arrow IPC file", "0xFF"),
+FORMATS = (("ipc_file", "Arrow IPC file", "0xFF and 0x01"), ("ipc_stream", "Arrow IPC stream", "0xFF"),
+           ("parquet", "Parquet", "0xFF"), ("ipc_file_zstd", "zstd-compressed Arrow IPC file", "0xFF"),
            ("ipc_file_via_filesystem", "Arrow IPC file read through `filesystem=` (the remote store's path)", "0xFF"),
            ("parquet_via_filesystem", "Parquet file read through `filesystem=` (the remote store's path)", "0xFF"))
 REQUIRED = ("interrupt_points", "state_machine_resumes", "exactly_once_epochs", "sigkill_runs", "fuzz_cases",

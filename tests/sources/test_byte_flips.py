@@ -2,7 +2,7 @@
 shard, and of IPC and Parquet read through a ``pyarrow.fs`` filesystem (the remote store's path) (issue 13).
 
 Each shard has a string, a list<int32> and an int64 column in 3 record batches (row groups). Every
-byte is flipped (XOR 0xFF and XOR 0x01; the compressed and filesystem variants 0xFF only) and the damaged shard is read in a subprocess (8 workers,
+byte is flipped (XOR 0xFF; the plain IPC file also XOR 0x01) and the damaged shard is read in a subprocess (8 workers,
 each a slice of the cases, one JSON line per case), at the default settings and at
 ``verify="size"`` (structural validation alone). Per case: no crash (a worker that dies is
 restarted after the case it died on, which is recorded as a crash), no hang (10 s per case), no
@@ -98,11 +98,11 @@ def _run_slice(clean: Path, name: str, work: Path, cases: list, via_filesystem: 
 
 
 #: (shard format, read through a pyarrow.fs filesystem (the remote store's code path), XOR masks):
-#: the compressed and the filesystem variants flip each byte once (0xFF) to keep `make test` short
+#: every variant but the plain IPC file flips each byte once (0xFF) to keep `make test` short
 SWEEPS = {
     "ipc_file": ("ipc_file", False, (0xFF, 0x01)),
-    "ipc_stream": ("ipc_stream", False, (0xFF, 0x01)),
-    "parquet": ("parquet", False, (0xFF, 0x01)),
+    "ipc_stream": ("ipc_stream", False, (0xFF,)),
+    "parquet": ("parquet", False, (0xFF,)),
     "ipc_file_zstd": ("ipc_file_zstd", False, (0xFF,)),
     "ipc_file_via_filesystem": ("ipc_file", True, (0xFF,)),
     "parquet_via_filesystem": ("parquet", True, (0xFF,)),
