@@ -45,11 +45,13 @@ from resumable_data.loader.config import LoaderConfig, check_worker_options, res
 from resumable_data.loader.fetch import StepFetcher, StepSampler
 from resumable_data.loader.iterator import LoaderIterator
 from resumable_data.loader.ledger import CounterView, ProgressLedger
+from resumable_data.loader.mixture_state import mixture_progress, with_source_tokens
 from resumable_data.loader.restore import validate_restore
 from resumable_data.loader.translate import torch_views
 from resumable_data.loader.state import CommitMode, Cursor, LoaderState, OnBatchChange, OnUncommitted
 from resumable_data.loader.stream import PackedStream, RecordStream, StepInfo, describe_step
 from resumable_data.plan import Plan, Sharding, Tail
+from resumable_data.plan.mixture_tokens import SourceTokens
 
 __all__ = ["CounterView", "DataLoader"]
 
@@ -155,6 +157,7 @@ class DataLoader:
         )
         self._active: weakref.ref[LoaderIterator] | None = None
         self._generation = 0
+        self._tokens_per_source: SourceTokens | None = None  # built on the first snapshot that needs it
         self._fetcher.warm_up()  # forked workers inherit the compiled kernels and the first gather
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -248,8 +251,23 @@ class DataLoader:
     # -- state ------------------------------------------------------------------------------------
     def snapshot(self) -> LoaderState:
         """The typed state, changing nothing: in ``commit="auto"`` mode it is what ``state_dict()``
-        would return (delivered batches counted as committed), without committing them."""
-        return self._ledger.snapshot(self._fingerprint)
+        would return (delivered batches counted as committed), without committing them. An
+        ``rd.Mixture`` loader with ``token_column=`` adds each source's tokens consumed."""
+        state = self._ledger.snapshot(self._fingerprint)
+        counter = self._source_tokens()
+        return state if counter is None else with_source_tokens(state, self.config.positional.plan, counter)
+
+    def _source_tokens(self) -> SourceTokens | None:
+        """Per-source token counting of an unpacked ``rd.Mixture`` loader with ``token_column=``."""
+        mixture = self._mixture()
+        if mixture is None or self.config.token_column is None:
+            return None
+        if self._tokens_per_source is None:
+            lengths = self.dataset.column_lengths(self.config.token_column)
+            offsets = self.dataset.offsets
+            self._tokens_per_source = SourceTokens(mixture.plan, [lengths[offsets[s]:offsets[s + 1]]
+                                                                  for s in range(len(offsets) - 1)])
+        return self._tokens_per_source
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's state: JSON-serializable, a few hundred bytes, whatever the dataset size.
@@ -282,13 +300,13 @@ class DataLoader:
     def mixture_progress(self) -> Any:
         """Per-source progress of an ``rd.Mixture`` loader at its committed cursor: records
         consumed per source, each source's epoch and position, the next step's per-source counts
-        (an :class:`~resumable_data.loader.mixture_state.MixtureProgress`)."""
+        and, with ``token_column=``, each source's tokens consumed (an
+        :class:`~resumable_data.loader.mixture_state.MixtureProgress`)."""
         if not hasattr(self.config.positional, "state_section"):
             raise ConfigError(describe("dataset", type(self.dataset).__name__, "an rd.Mixture",
                                        "build the loader over rd.Mixture({...}, weights=...)"))
-        from resumable_data.loader.mixture_state import mixture_progress
-
-        return mixture_progress(self.snapshot(), self.config.positional.plan)
+        return mixture_progress(self._ledger.snapshot(self._fingerprint), self.config.positional.plan,
+                                tokens=self._source_tokens())
 
     def undo_point(self) -> Callable[[], None]:
         """A function that puts the loader's progress back exactly as it is now (all-or-nothing

@@ -17,12 +17,20 @@ consistent (counts in ``[0, 2**62]`` summing to its position, at or before the c
 position); a weight schedule across a global-batch change (a batch origin) is refused, since its
 steps would map to other positions (constant weights need no step map: segment 0 starts at 0).
 
-Cost. O(S) integers in the state; a check or a progress query is one counting call.
+Tokens per source. A loader that counts tokens (``token_column=``) writes, at mixture schema 2,
+``tokens``: each source's non-padding tokens in the records it consumed before the committed
+cursor (:func:`with_source_tokens`), a pure function of the position through the per-source
+consumed counts (:mod:`resumable_data.plan.mixture_tokens`): progress, never compared on a
+resume and never read to continue (a resume recomputes it), so ``inspect`` can show it from the
+state alone.
+
+Cost. O(S) integers in the state; a check or a progress query is one counting call (tokens: the
+records between the last query and this one, per source).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -30,10 +38,11 @@ import numpy as np
 from resumable_data.errors import ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.state import LoaderState, OnUncommitted
-from resumable_data.plan.mixture import K_BLOCK, K_NAMES, K_SCHEDULE, K_SHUFFLE, K_SIZES, MixturePlan, Rebase, \
-    SourceProgress, StepPositions
+from resumable_data.plan.mixture import K_BLOCK, K_NAMES, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, K_TOKENS, \
+    TOKENS_SCHEMA_VERSION, MixturePlan, Rebase, SourceProgress, StepPositions
+from resumable_data.plan.mixture_tokens import SourceTokens
 
-__all__ = ["MixtureProgress", "check_mixture", "mixture_progress", "saved_plan"]
+__all__ = ["MixtureProgress", "check_mixture", "mixture_progress", "saved_plan", "saved_tokens", "with_source_tokens"]
 
 _FIXED = (K_NAMES, K_SIZES, K_BLOCK, K_SHUFFLE)
 
@@ -133,18 +142,40 @@ class MixtureProgress:
     position: int
     sources: tuple[SourceProgress, ...]
     next_step: dict[str, int]
+    #: Non-padding tokens of ``token_column`` in each source's consumed records (None: not counted).
+    tokens: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        tokens = self.tokens or {}
         return {
             "step": self.step, "position": self.position, "next_step": dict(self.next_step),
-            "sources": {p.name: {"consumed": p.consumed, "epoch": p.epoch, "position": p.position, "size": p.size}
+            "sources": {p.name: {"consumed": p.consumed, "epoch": p.epoch, "position": p.position, "size": p.size,
+                                 **({"tokens": tokens[p.name]} if p.name in tokens else {})}
                         for p in self.sources},
         }
 
 
-def mixture_progress(state: LoaderState, plan: MixturePlan | None = None, step: int | None = None) -> MixtureProgress:
+def with_source_tokens(state: LoaderState, plan: MixturePlan, tokens: SourceTokens) -> LoaderState:
+    """``state`` with its mixture section at schema 2, holding each source's tokens consumed
+    before the committed cursor (unpacked mixture loaders that count tokens)."""
+    counts = plan.counts_before(state.plan.step_start(state.cursor.committed))
+    section = {**state.mixture, K_SCHEMA: TOKENS_SCHEMA_VERSION, K_TOKENS: tokens.before(counts).tolist()}
+    return replace(state, mixture=section)
+
+
+def saved_tokens(state: LoaderState) -> dict[str, int] | None:
+    """The per-source tokens a state holds (at its committed cursor), else None."""
+    m = state.mixture
+    if m is None or K_TOKENS not in m:
+        return None
+    return dict(zip(m[K_NAMES], m[K_TOKENS]))
+
+
+def mixture_progress(state: LoaderState, plan: MixturePlan | None = None, step: int | None = None,
+                     tokens: SourceTokens | None = None) -> MixtureProgress:
     """Each source's progress before ``step`` (default: ``state``'s committed cursor; unpacked
-    mixture loaders)."""
+    mixture loaders). Tokens per source come from ``tokens`` (the loader's length index), else
+    from the state when ``step`` is its committed cursor, else are None."""
     if state.packing is not None:
         raise ResumeError("mixture progress of a packed state: positions are packed sequences, whose documents "
                           "follow from the packing index, not the cursor alone; fix: call loader.step_info() on "
@@ -154,5 +185,9 @@ def mixture_progress(state: LoaderState, plan: MixturePlan | None = None, step: 
     p, stop = state.plan.step_span(step)
     here = plan.counts_before(p)
     after = plan.counts_before(stop)
+    if tokens is not None:
+        per_source = dict(zip(plan.names, tokens.before(here).tolist()))
+    else:
+        per_source = saved_tokens(state) if step == state.cursor.committed else None
     return MixtureProgress(step, p, tuple(plan.progress(p)),
-                           {n: int(x) for n, x in zip(plan.names, np.asarray(after - here))})
+                           {n: int(x) for n, x in zip(plan.names, np.asarray(after - here))}, per_source)

@@ -61,6 +61,10 @@ K_SCHEDULE = "schedule"
 K_BLOCK = "block"
 K_SHUFFLE = "shuffle"
 K_REBASE = "rebase"
+#: Tokens consumed per source at the state's committed cursor (mixture schema 2 only: a loader
+#: that counts tokens); progress, not identity (:mod:`resumable_data.plan.mixture_tokens`).
+K_TOKENS = "tokens"
+TOKENS_SCHEMA_VERSION = 2
 _KEYS = frozenset({K_SCHEMA, K_NAMES, K_SIZES, K_SCHEDULE, K_BLOCK, K_SHUFFLE, K_REBASE})
 MAX_SOURCES = 4096
 _ALPHA = 0x9E3779B97F4A7C15  # golden ratio * 2**64 (odd): the rotation of the extra-slot grid
@@ -363,9 +367,11 @@ class MixturePlan:
                   where: str = "state.mixture") -> MixturePlan:
         """The counting plan a saved mixture section describes (source versions are not saved:
         it answers counts and progress, not record ids)."""
-        expect_mapping(d, where, _KEYS)
-        if expect_int(d[K_SCHEMA], f"{where}.schema_version") != MIXTURE_SCHEMA_VERSION:
-            raise ResumeError(describe(f"{where}.schema_version", d[K_SCHEMA], str(MIXTURE_SCHEMA_VERSION),
+        version = d.get(K_SCHEMA) if isinstance(d, dict) else None
+        expect_mapping(d, where, _KEYS | {K_TOKENS} if version == TOKENS_SCHEMA_VERSION else _KEYS)
+        if expect_int(d[K_SCHEMA], f"{where}.schema_version") not in (MIXTURE_SCHEMA_VERSION, TOKENS_SCHEMA_VERSION):
+            raise ResumeError(describe(f"{where}.schema_version", d[K_SCHEMA],
+                                       f"{MIXTURE_SCHEMA_VERSION} or {TOKENS_SCHEMA_VERSION} (with per-source tokens)",
                                        "load it with the resumable_data version that wrote it"))
         names, sizes, sched = d[K_NAMES], d[K_SIZES], d[K_SCHEDULE]
         for key, v in ((K_NAMES, names), (K_SIZES, sizes), (K_SCHEDULE, sched)):
@@ -390,6 +396,11 @@ class MixturePlan:
             if sum(rebase.counts) != rebase.position:
                 raise ResumeError(describe(f"{where}.rebase", rb, "[position, counts] with the counts summing to the "
                                            "position (each position holds one record)", "pass an unmodified state"))
+        tokens = d.get(K_TOKENS, [])
+        if not isinstance(tokens, list) or len(tokens) != (len(names) if K_TOKENS in d else 0):
+            raise ResumeError(describe(f"{where}.tokens", tokens, "one token count per source", "pass an unmodified state"))
+        for i, t in enumerate(tokens):
+            expect_int(t, f"{where}.tokens[{i}]", 0, MAX_POSITION)
         shuffle = d[K_SHUFFLE]
         if not isinstance(shuffle, bool):
             raise ResumeError(describe(f"{where}.shuffle", shuffle, "true or false", "pass an unmodified state"))
