@@ -375,4 +375,6 @@ class DataLoader:
             self._close_active()
             torch_compat.drop_persistent_iterator(self._torch)
             mixture.rebase(rebase)
+            if isinstance(self._stream, PackedStream):  # its epoch indexes were built on the old order
+                self._stream.forget()
             self._fingerprint = self.config.fingerprint()

@@ -11,10 +11,14 @@ Resume rules (:func:`check_mixture`). Sources, sizes, block and shuffle must mat
 weights are refused under the default (a faithful continuation) with both schedules named; with
 ``label="data_change"`` they are accepted and the new loader continues every source from its
 consumed count at the resume position (a new rebase), so no record of any source is repeated or
-skipped within its epoch. A faithful resume adopts the saved rebase (the state says where the
+skipped within its epoch. A packed mixture accepts the change only from a state at the start of a
+loader epoch (``cursor.committed`` is ``epoch_base``'s first step): a packed step's documents are
+known only from its epoch's packing index, so the rebase is that epoch's first document,
+``epoch * num_records``, and every later epoch is indexed on the new weights; inside an epoch the
+change is refused, naming the fix. A faithful resume adopts the saved rebase (the state says where the
 stream was rebased), which is what makes chained changes resume exactly. A saved rebase must be
 consistent (counts in ``[0, 2**62]`` summing to its position, at or before the cursor's
-position); a weight schedule across a global-batch change (a batch origin) is refused, since its
+position, or for a packed state the first document of its ``epoch_base``); a weight schedule across a global-batch change (a batch origin) is refused, since its
 steps would map to other positions (constant weights need no step map: segment 0 starts at 0).
 
 Tokens per source. A loader that counts tokens (``token_column=``) writes, at mixture schema 2,
@@ -56,11 +60,13 @@ def saved_plan(state: LoaderState) -> MixturePlan:
     pos = None if state.packing is not None else _positions_of_steps(state.plan)
     plan = MixturePlan.from_dict(state.mixture, seed=state.plan.seed, version_hash=state.plan.version_hash,
                                  position_of_step=pos)
-    if plan.rebase is not None and state.packing is None:
-        resume = state.plan.step_start(state.cursor.committed)
+    if plan.rebase is not None:
+        packed = state.packing is not None  # a packed epoch e holds the documents at positions [e*n, (e+1)*n)
+        resume = state.epoch_base[0] * state.plan.num_records if packed else state.plan.step_start(state.cursor.committed)
         if plan.rebase.position > resume:
-            raise ResumeError(describe("state.mixture.rebase", plan.rebase.to_list(), f"a position <= {resume}, the "
-                                       f"position of cursor.committed={state.cursor.committed}",
+            where = f"the first document of epoch_base={list(state.epoch_base)}" if packed else \
+                f"the position of cursor.committed={state.cursor.committed}"
+            raise ResumeError(describe("state.mixture.rebase", plan.rebase.to_list(), f"a position <= {resume}, {where}",
                                        "pass an unmodified state"))
     return plan
 
@@ -111,11 +117,18 @@ def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel
         return [f"mixture weights: saved {_shown(s)} vs current {_shown(c)}; fix: build the rd.Mixture with the saved "
                 "weights, or declare the change: load_state_dict(state, label='data_change') (each source continues "
                 "from its consumed position)"], None
-    if saved.packing is not None:
-        return ["mixture weights with packing: a data_change needs a step boundary at a known document position, "
-                "which a packed stream does not have in closed form; fix: resume with the saved weights"], None
     step = saved.cursor.delivered if choice is OnUncommitted.SKIP else saved.cursor.committed
-    position = saved.plan.step_start(step)
+    if saved.packing is not None:
+        epoch, first = saved.epoch_base
+        if step != first or step != saved.cursor.committed:
+            return [f"mixture weights with packing: a data_change at step {step}, inside packed epoch {epoch} (it "
+                    f"began at step {first}): a packed step's documents are known only from the epoch's packing "
+                    "index, so a change of weights can start exactly only where a loader epoch starts; fix: resume "
+                    "with the saved weights and declare the change from a state written at the start of a loader "
+                    "epoch (loader.state_dict() after a pass ended, or after its last batch)"], None
+        position = epoch * saved.plan.num_records  # a packed epoch's documents: mixed positions [e*n, (e+1)*n)
+    else:
+        position = saved.plan.step_start(step)
     return [], Rebase(position, tuple(int(x) for x in plan.counts_before(position)))
 
 

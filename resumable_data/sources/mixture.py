@@ -18,6 +18,7 @@ what :mod:`resumable_data.plan.mixture` says (one block composition).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -185,7 +186,8 @@ class Mixture:
                 raise ConfigError(describe("weights", self.schedule, "constant weights when packing (a packed "
                                            "step holds a varying number of documents, so steps do not map to "
                                            "positions in closed form)",
-                                           "pass a mapping of weights, or change weights by a data_change resume"))
+                                           "pass a mapping of weights, and change them by a data_change resume from a "
+                                           "state written at the start of a loader epoch"))
             return MixtureSampler(self, seed, self.epoch_len, None)
         length = -(-self.epoch_len // global_batch) * global_batch
         return MixtureSampler(self, seed, length, StepPositions(global_batch))
@@ -208,6 +210,14 @@ class MixtureSampler:
     def rebase(self, rebase: Rebase | None) -> None:
         """Continue the stream from ``rebase`` (a ``data_change`` resume, or the saved one)."""
         self.plan = self.plan.with_rebase(rebase)
+
+    def rebased(self, rebase: Rebase | None) -> MixtureSampler:
+        """A copy that continues from ``rebase`` (this sampler unchanged: for checks before a restore)."""
+        if rebase == self.plan.rebase:
+            return self
+        other = copy.copy(self)
+        other.plan = self.plan.with_rebase(rebase)
+        return other
 
     def positions(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
         return epoch * self._len + np.asarray(offsets, dtype=np.int64)
