@@ -13,7 +13,9 @@ fractional part of ``w_s B`` and ``G_s`` the sum of the ``f_t`` before ``s``. Th
 one, so every block has exactly ``B`` slots. Slots are laid out source by source and the block's
 positions visit them through a keyed permutation of ``[0, B)`` (:mod:`.permutation`). Source
 ``s``'s ``q``-th record is record ``perm_e(q mod n_s)`` of its own epoch ``e = q // n_s``, a keyed
-permutation per (source name, source version, seed, epoch).
+permutation per (source name, source version, seed, epoch), or, for a source given a shuffle
+window, that epoch's window shuffle (:mod:`.order`: a shuffle buffer as a pure function) keyed by
+the same values.
 
 Guarantee. In every aligned block of a run, source ``s`` gets ``floor(w_s B)`` or
 ``ceil(w_s B)`` positions (exactly ``w_s B`` when that is an integer). The cumulative count after
@@ -47,6 +49,7 @@ import xxhash
 
 from resumable_data._schema import check_int, expect_int, expect_mapping, expect_str
 from resumable_data.errors import ConfigError, ResumeError, describe
+from resumable_data.plan.order import EpochOrder, Order, OrderSpec
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 from resumable_data.plan.permutation import Permutation, permutation_key
 from resumable_data.plan.weights import StepPositions, WeightSchedule
@@ -150,7 +153,8 @@ class MixturePlan:
 
     def __init__(self, names: Sequence[str], sizes: Sequence[int], versions: Sequence[str], schedule: WeightSchedule,
                  *, block: int, seed: int, version_hash: str, shuffle: bool = True,
-                 position_of_step: Callable[[int], int] | None = None, rebase: Rebase | None = None) -> None:
+                 position_of_step: Callable[[int], int] | None = None, rebase: Rebase | None = None,
+                 windows: Sequence[int | None] | None = None) -> None:
         self.names = tuple(names)
         self.sizes = tuple(int(n) for n in sizes)
         self.versions = tuple(versions)
@@ -165,6 +169,12 @@ class MixturePlan:
                                        "pass a mapping of weights, or use the mixture through rd.DataLoader"))
         self._pos = position_of_step
         self.rebase = rebase
+        #: Per source, a shuffle window (its epochs in window-shuffle order) or None (a global shuffle).
+        self.windows = tuple(windows) if windows is not None else (None,) * len(self.names)
+        if len(self.windows) != len(self.names):
+            raise ConfigError(describe("windows", self.windows, f"one entry per source ({len(self.names)})",
+                                       "pass a window or None per source"))
+        self._orders = tuple(None if w is None else OrderSpec(Order.WINDOW, w) for w in self.windows)
         self._blocks: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._cache_entries = max(2, min(32, _CACHE_BYTES // (32 * self.block)))  # ~4 arrays of B int64 per block
         self._source_ids = np.arange(len(self.sizes), dtype=np.int64)
@@ -329,8 +339,12 @@ class MixturePlan:
                 self._blocks.popitem(last=False)
         return hit
 
-    def source_order(self, s: int, epoch: int) -> Permutation:
-        """The keyed permutation of source ``s``'s records in its own epoch ``epoch``."""
+    def source_order(self, s: int, epoch: int) -> Permutation | EpochOrder:
+        """The order of source ``s``'s records in its own epoch ``epoch``: a keyed permutation, or
+        the window shuffle (:mod:`.order`) when the source has a window."""
+        spec = self._orders[s]
+        if spec is not None:
+            return EpochOrder(self.sizes[s], spec, f"{self.versions[s]}|mixture.source.{self.names[s]}", self.seed, epoch)
         return _source_perm(self.sizes[s], self.versions[s], self.seed, epoch, self.names[s])
 
     def progress(self, position: int) -> list[SourceProgress]:
@@ -360,7 +374,7 @@ class MixturePlan:
     def with_rebase(self, rebase: Rebase | None) -> MixturePlan:
         return MixturePlan(self.names, self.sizes, self.versions, self.schedule, block=self.block, seed=self.seed,
                            version_hash=self.version_hash, shuffle=self.shuffle, position_of_step=self._pos,
-                           rebase=rebase)
+                           rebase=rebase, windows=self.windows)
 
     @classmethod
     def from_dict(cls, d: Any, *, seed: int, version_hash: str, position_of_step: Callable[[int], int] | None,
