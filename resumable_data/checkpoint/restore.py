@@ -10,8 +10,8 @@ Algorithm, in three phases:
    generator state (set on scratch generators: ``random.Random``, ``numpy.random.RandomState``,
    ``torch.Generator``), the loader's full state (:meth:`rd.DataLoader.validate_state_dict`, with
    ``allow_unpinned`` and ``on_batch_change``), the metric log boundary
-   (:meth:`MetricLog.validate_state_dict`), and the checkpoint's own oracles recomputed from the saved tree (a tree edited after the save is
-   refused here, before any object changes).
+   (:meth:`MetricLog.validate_state_dict`), and the checkpoint's own oracles recomputed from the
+   saved tree (a tree edited after the save is refused here, before any object changes).
 2. **Snapshot** what the restore can change: parameters and buffers (copies), gradients and
    module modes (references), optimizer state and groups (the original dict objects), scheduler,
    scaler and callback ``state_dict()`` (deep copies), every global generator, the loader's

@@ -45,7 +45,7 @@ from resumable_data.loader.config import LoaderConfig, check_worker_options, res
 from resumable_data.loader.fetch import StepFetcher, StepSampler
 from resumable_data.loader.iterator import LoaderIterator
 from resumable_data.loader.ledger import CounterView, ProgressLedger
-from resumable_data.loader.mixture_state import mixture_progress, with_source_tokens
+from resumable_data.loader.mixture_state import mixture_progress, saved_tokens, with_source_tokens
 from resumable_data.loader.restore import validate_restore
 from resumable_data.loader.translate import torch_views
 from resumable_data.loader.state import CommitMode, Cursor, LoaderState, OnBatchChange, OnUncommitted
@@ -358,11 +358,29 @@ class DataLoader:
         r = validate_restore(state, self._fingerprint, self._stream, on_uncommitted=on_uncommitted,
                              allow_unpinned=allow_unpinned, label=label,
                              on_batch_change=on_batch_change)
+        tokens = self._saved_tokens(r)  # checked before anything changes
         self._close_active()
         self._generation += 1
         if mixture is not None:
             self._set_rebase(mixture, r.mixture_rebase)
         self._ledger.restore(r.saved, r.epoch_ledger, r.label, r.choice, r.plan)
+        if tokens is not None:
+            self._source_tokens().seed(*tokens)
+
+    def _saved_tokens(self, r: Any) -> tuple[list[int], list[int]] | None:
+        """(per-source counts, tokens) at the saved committed cursor, bounds-checked, for seeding
+        the token counter (so the first state after a resume costs no cold prefix), or None."""
+        counter, saved = self._source_tokens(), r.saved
+        if counter is None or saved_tokens(saved) is None:
+            return None
+        plan = self._mixture().rebased(r.mixture_rebase).plan
+        counts = plan.counts_before(saved.plan.step_start(saved.cursor.committed)).tolist()
+        tokens = list(saved_tokens(saved).values())
+        try:
+            counter.check(counts, tokens)
+        except ConfigError as e:
+            raise ResumeError(f"state.mixture.tokens is inconsistent with the sources: {e}") from None
+        return counts, tokens
 
     def _mixture(self) -> Any:
         """The ``rd.Mixture`` sampler this loader orders with, else None."""

@@ -18,15 +18,16 @@ known only from its epoch's packing index, so the rebase is that epoch's first d
 change is refused, naming the fix. A faithful resume adopts the saved rebase (the state says where the
 stream was rebased), which is what makes chained changes resume exactly. A saved rebase must be
 consistent (counts in ``[0, 2**62]`` summing to its position, at or before the cursor's
-position, or for a packed state the first document of its ``epoch_base``); a weight schedule across a global-batch change (a batch origin) is refused, since its
-steps would map to other positions (constant weights need no step map: segment 0 starts at 0).
+position, or for a packed state the first document of its ``epoch_base``); a weight schedule
+across a global-batch change (a batch origin) is refused, since its steps would map to other
+positions (constant weights need no step map: segment 0 starts at 0).
 
 Tokens per source. A loader that counts tokens (``token_column=``) writes, at mixture schema 2,
 ``tokens``: each source's non-padding tokens in the records it consumed before the committed
 cursor (:func:`with_source_tokens`), a pure function of the position through the per-source
 consumed counts (:mod:`resumable_data.plan.mixture_tokens`): progress, never compared on a
-resume and never read to continue (a resume recomputes it), so ``inspect`` can show it from the
-state alone.
+resume; a restore takes it (bounds-checked against the sources) as the counter's starting point
+instead of a cold prefix sum, and ``inspect`` shows it from the state alone.
 
 Cost. O(S) integers in the state; a check or a progress query is one counting call (tokens: the
 records between the last query and this one, per source).

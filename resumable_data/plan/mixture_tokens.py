@@ -15,7 +15,8 @@ is passed, as ``consumed`` does.
 
 Cost. O(S) per query plus O(min(delta, n_s - o, o)) permutation evaluations per source, where
 ``delta`` is the distance from the memoized count: a loader's consecutive states pay for the
-records delivered in between; a cold query pays at most half an epoch of each source.
+records delivered in between; a cold query pays at most half an epoch of each source, which a
+restore avoids by seeding the memo with the saved counts (:meth:`SourceTokens.seed`).
 """
 
 from __future__ import annotations
@@ -64,6 +65,26 @@ class SourceTokens:
             e, o = divmod(c, self._plan.sizes[s])
             out[s] = e * self.totals[s] + self._prefix(s, e, o)
         return out
+
+    def seed(self, counts: Sequence[int], tokens: Sequence[int]) -> None:
+        """Take ``tokens`` (a saved state's, at ``counts``) as known, so the next query costs the
+        records in between, not a cold prefix; bounds-checked first (:meth:`check`)."""
+        self.check(counts, tokens)
+        for s, (c, t) in enumerate(zip(counts, tokens)):
+            e, o = divmod(int(c), self._plan.sizes[s])
+            self._memo[s] = (e, o, int(t) - e * self.totals[s])
+
+    def check(self, counts: Sequence[int], tokens: Sequence[int]) -> None:
+        """``ConfigError`` unless each source's ``tokens`` lies within the epoch its ``counts`` is in."""
+        if len(counts) != len(self._lengths) or len(tokens) != len(self._lengths):
+            raise ConfigError(describe("tokens", list(tokens), f"{len(self._lengths)} counts", "pass one per source"))
+        for s, (c, t) in enumerate(zip(counts, tokens)):
+            e, o = divmod(int(c), self._plan.sizes[s])
+            prefix = int(t) - e * self.totals[s]
+            if not 0 <= prefix <= self.totals[s]:
+                raise ConfigError(describe(f"tokens[{s}]", int(t), f"between {e * self.totals[s]} and "
+                                           f"{(e + 1) * self.totals[s]} ({c} records consumed, {self.totals[s]} tokens "
+                                           "an epoch)", "pass an unmodified state"))
 
     def _prefix(self, s: int, e: int, o: int) -> int:
         """Tokens of in-epoch offsets ``[0, o)`` of source ``s``'s epoch ``e``."""

@@ -99,3 +99,11 @@ def test_every_state_of_a_rebased_packed_run_resumes_and_a_reused_loader_drops_i
     reused = loader_for(dirs, W2, packing=SPEC)
     assert continue_from(reused, w2_states[k2], 3)[0] == w2_batches[k2:k2 + 3]  # epoch 2 indexed, unrebased
     assert continue_from(reused, a_states[k], 8, label="data_change")[0] == b_batches[:8]
+
+
+def test_a_weight_schedule_with_packing_is_refused_naming_the_exact_path(dirs):
+    sched = rd.WeightSchedule([(0, WEIGHTS), (5, W2)])
+    with pytest.raises(rd.ConfigError, match=r"weights=.*constant weights when packing.*fix: pass a mapping of "
+                                             r"weights, and change them by a data_change resume from a state "
+                                             r"written at the start of a loader epoch"):
+        loader_for(dirs, sched, packing=SPEC)

@@ -85,6 +85,10 @@ def test_token_counts_are_progress_not_identity(dirs):
         with pytest.raises(rd.ResumeError, match=match):
             loader.load_state_dict({**st, "mixture": bad})
     assert loader.cursor.committed == 0
+    # counts outside what the consumed records can hold (checked against the sources' totals)
+    with pytest.raises(rd.ResumeError, match=r"state.mixture.tokens is inconsistent with the sources: tokens\[0\]"):
+        loader.load_state_dict({**st, "mixture": {**m, "tokens": [10**9, 0, 0]}})
+    assert loader.cursor.committed == 0 and loader.state_dict()["mixture"]["tokens"] == [0, 0, 0]
     # a state written without token counting (mixture schema 1) still loads into a counting loader
     plain = rd.DataLoader(rd.Mixture(open_sources(dirs), weights=WEIGHTS, block_size=16), batch_size=4, seed=11)
     _, p_states = run(plain, 5)
