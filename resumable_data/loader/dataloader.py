@@ -45,7 +45,8 @@ from resumable_data.loader.config import LoaderConfig, check_worker_options, res
 from resumable_data.loader.fetch import StepFetcher, StepSampler
 from resumable_data.loader.iterator import LoaderIterator
 from resumable_data.loader.ledger import CounterView, ProgressLedger
-from resumable_data.loader.mixture_state import mixture_progress, saved_tokens, with_source_tokens
+from resumable_data.loader.mixture_state import mixture_progress, saved_tokens, with_packed_source_tokens, \
+    with_source_tokens
 from resumable_data.loader.restore import validate_restore
 from resumable_data.loader.translate import torch_views
 from resumable_data.loader.state import CommitMode, Cursor, LoaderState, OnBatchChange, OnUncommitted
@@ -255,15 +256,22 @@ class DataLoader:
         ``rd.Mixture`` loader with ``token_column=`` adds each source's tokens consumed."""
         state = self._ledger.snapshot(self._fingerprint)
         counter = self._source_tokens()
-        return state if counter is None else with_source_tokens(state, self.config.positional.plan, counter)
+        if counter is None:
+            return state
+        plan = self.config.positional.plan
+        if isinstance(self._stream, PackedStream):
+            return with_packed_source_tokens(state, self._stream, plan, counter, self.dataset.offsets)
+        return with_source_tokens(state, plan, counter)
 
     def _source_tokens(self) -> SourceTokens | None:
-        """Per-source token counting of an unpacked ``rd.Mixture`` loader with ``token_column=``."""
+        """Per-source token counting of an ``rd.Mixture`` loader with ``token_column=``, or packed
+        on the ``partial`` tail (each packed sequence delivered once)."""
         mixture = self._mixture()
-        if mixture is None or self.config.token_column is None:
+        packed = self.config.packing is not None and self.config.plan.tail is Tail.PARTIAL
+        if mixture is None or (self.config.token_column is None and not packed):
             return None
         if self._tokens_per_source is None:
-            lengths = self.dataset.column_lengths(self.config.token_column)
+            lengths = self.config.lengths if packed else self.dataset.column_lengths(self.config.token_column)
             offsets = self.dataset.offsets
             self._tokens_per_source = SourceTokens(mixture.plan, [lengths[offsets[s]:offsets[s + 1]]
                                                                   for s in range(len(offsets) - 1)])
@@ -371,8 +379,8 @@ class DataLoader:
         """(per-source counts, tokens) at the saved committed cursor, bounds-checked, for seeding
         the token counter (so the first state after a resume costs no cold prefix), or None."""
         counter, saved = self._source_tokens(), r.saved
-        if counter is None or saved_tokens(saved) is None:
-            return None
+        if counter is None or saved_tokens(saved) is None or isinstance(self._stream, PackedStream):
+            return None  # packed counts include partial windows and EOS tokens: not a prefix to seed
         plan = self._mixture().rebased(r.mixture_rebase).plan
         counts = plan.counts_before(saved.plan.step_start(saved.cursor.committed)).tolist()
         tokens = list(saved_tokens(saved).values())
