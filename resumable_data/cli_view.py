@@ -132,12 +132,19 @@ def mixture_lines(out: list[str], state: Any, step: int | None = None) -> None:
     if state.packing is not None:
         kv(out, "per-source progress", "packed: documents per step follow from the packing index; call "
                                        "loader.step_info() on the loader")
+        if "tokens" in m:
+            kv(out, "tokens per source", f"at the committed step {state.cursor.committed}: "
+                                         + ", ".join(f"{n}={t}" for n, t in zip(names, m["tokens"])))
         return
     prog = mixture_progress(state, step=state.next_step(rewound=bool(state.uncommitted)) if step is None else step)
     kv(out, "next step", f"{prog.step} (mixed positions [{prog.position}, {prog.position + state.plan.global_batch}))")
+    tokens = prog.tokens or {}
     for p in prog.sources:
-        kv(out, f"  {p.name}", f"consumed {p.consumed} records, epoch {p.epoch}, position {p.position} of {p.size}, "
-                               f"next step {prog.next_step[p.name]}")
+        kv(out, f"  {p.name}", f"consumed {p.consumed} records" + (f" ({tokens[p.name]} tokens)" if tokens else "")
+                               + f", epoch {p.epoch}, position {p.position} of {p.size}, next step {prog.next_step[p.name]}")
+    if not tokens and "tokens" in m:
+        kv(out, "tokens per source", f"at the committed step {state.cursor.committed}: "
+                                     + ", ".join(f"{n}={t}" for n, t in zip(names, m["tokens"])))
 
 
 def read_loader_state(path: Path) -> Any:

@@ -9,7 +9,11 @@ field by field, and classifies every difference by category and label into a sev
   ``optimizer_reset``).
 
 The contract is versioned (:data:`CONTRACT_VERSION`); the table :data:`RULES` is the whole of it
-and is rendered in the README. Metadata of an unknown ``schema_version`` is refused. Cost: a
+and is rendered in the README, with two rules beside it: progress the loader keeps inside its
+fingerprint (an ``rd.Mixture``'s rebase: where a ``data_change`` rebased the stream) is never a
+difference, and a global-batch difference (``data.plan.global_batch`` / ``data.plan.schedule``)
+the caller declared with ``on_batch_change="continue"`` is ``info`` (the loader then continues at
+the committed sample, under its own rules, and the restore is labelled ``elastic_reshard``). Metadata of an unknown ``schema_version`` is refused. Cost: a
 walk over two JSON trees (parameter names included), no tensor is read.
 """
 
@@ -23,6 +27,9 @@ from resumable_data._schema import coerce_enum
 from resumable_data.checkpoint.errors import CompatibilityError
 from resumable_data.checkpoint.meta import COMPARED, CheckpointMeta
 from resumable_data.labels import RecoveryLabel
+from resumable_data.loader.state import K_MIXTURE, K_PLAN, OnBatchChange
+from resumable_data.plan.mixture import K_REBASE
+from resumable_data.plan.steps import K_GLOBAL_BATCH, K_SCHEDULE
 
 __all__ = ["CONTRACT_VERSION", "RULES", "Category", "CompatibilityReport", "Difference", "Severity", "check_compatible"]
 
@@ -118,6 +125,8 @@ class CompatibilityReport:
     label: RecoveryLabel
     differences: tuple[Difference, ...]
     contract_version: int = CONTRACT_VERSION
+    #: The global batch differs and the change was declared (``on_batch_change="continue"``).
+    batch_changed: bool = False
 
     @property
     def errors(self) -> tuple[Difference, ...]:
@@ -190,12 +199,16 @@ def _version_category(saved: Any, current: Any) -> Category:
 
 
 def check_compatible(saved_meta: CheckpointMeta | dict, current_meta: CheckpointMeta | dict,
-                     label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION) -> CompatibilityReport:
+                     label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION, *,
+                     on_batch_change: OnBatchChange | str | None = None) -> CompatibilityReport:
     """Every difference between ``saved_meta`` and ``current_meta`` with its severity under ``label``.
 
     Both metas are validated first (an unknown ``schema_version`` raises). Call
-    ``report.raise_if_refused()`` to turn refused differences into one :class:`CompatibilityError`."""
+    ``report.raise_if_refused()`` to turn refused differences into one :class:`CompatibilityError`.
+    ``on_batch_change="continue"`` declares a global-batch change (module docs)."""
     label = coerce_enum(label, RecoveryLabel, "label")
+    declared = on_batch_change is not None and \
+        coerce_enum(on_batch_change, OnBatchChange, "on_batch_change") is OnBatchChange.CONTINUE
     saved = CheckpointMeta.from_dict(saved_meta.to_dict() if isinstance(saved_meta, CheckpointMeta) else saved_meta)
     current = CheckpointMeta.from_dict(current_meta.to_dict() if isinstance(current_meta, CheckpointMeta) else current_meta)
     sd, cd = saved.to_dict(), current.to_dict()
@@ -203,9 +216,27 @@ def check_compatible(saved_meta: CheckpointMeta | dict, current_meta: Checkpoint
     for key in COMPARED:
         _walk(sd[key], cd[key], [key], raw)
     diffs = []
+    batch_changed = False
     for path, a, b in raw:
+        if tuple(path[:3]) in _PROGRESS:
+            continue
         cat = _version_category(a, b) if path[0] == "software" else _category(path)
-        diffs.append(Difference(".".join(path), a, b, cat, severity(cat, label), RULES[cat][1]))
+        if declared and tuple(path[:3]) in _BATCH:
+            batch_changed = True
+            diffs.append(Difference(".".join(path), a, b, cat, Severity.INFO, _BATCH_FIX))
+            continue
+        fix = RULES[cat][1] + (_BATCH_HINT if tuple(path[:3]) in _BATCH else "")
+        diffs.append(Difference(".".join(path), a, b, cat, severity(cat, label), fix))
     order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
     diffs.sort(key=lambda d: order[d.severity])
-    return CompatibilityReport(label, tuple(diffs))
+    return CompatibilityReport(label, tuple(diffs), batch_changed=batch_changed)
+
+
+#: Progress inside the loader fingerprint: never a difference (a rebased mixture resumes faithfully).
+_PROGRESS = frozenset({("data", K_MIXTURE, K_REBASE)})
+#: The global batch, which ``on_batch_change="continue"`` may change.
+_BATCH = frozenset({("data", K_PLAN, K_GLOBAL_BATCH), ("data", K_PLAN, K_SCHEDULE)})
+_BATCH_HINT = ("; or, to continue at the committed sample with the current batch (no sample lost or repeated), "
+               "pass on_batch_change='continue' to rd.load_checkpoint / TrainingState.load_state_dict")
+_BATCH_FIX = ("declared: on_batch_change='continue' (the loader continues at the committed sample with the current "
+              "batch; labelled elastic_reshard)")

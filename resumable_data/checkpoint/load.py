@@ -19,7 +19,7 @@ from resumable_data.checkpoint.compat import CompatibilityReport
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.checkpoint.meta import CheckpointMeta
 from resumable_data.checkpoint.store import read_checkpoint
-from resumable_data.errors import ResumableDataError, describe
+from resumable_data.errors import ConfigError, ResumableDataError, describe
 from resumable_data.labels import RecoveryLabel
 
 __all__ = ["LoadedCheckpoint", "load_checkpoint"]
@@ -39,7 +39,8 @@ class LoadedCheckpoint:
 
 def load_checkpoint(directory: str | os.PathLike, state: Any, *,
                     label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION,
-                    step: int | None = None, allow_unpinned: bool = False) -> LoadedCheckpoint:
+                    step: int | None = None, allow_unpinned: bool = False,
+                    on_batch_change: Any = None) -> LoadedCheckpoint:
     """Restore ``state`` from ``directory`` (its ``latest``, or ``step``, or a step directory).
 
     All or nothing for a :class:`TrainingState`: the files are read and verified, the compatibility
@@ -47,15 +48,22 @@ def load_checkpoint(directory: str | os.PathLike, state: Any, *,
     applying rolls every object back (:mod:`~resumable_data.checkpoint.restore`). A refused
     difference raises :class:`CompatibilityError`, a damaged checkpoint :class:`CheckpointError`,
     a refused loader state :class:`ResumeError`; nothing else comes out. ``allow_unpinned=True``
-    lets the loader resume over a dataset without a pinned version."""
+    lets the loader resume over a dataset without a pinned version; ``on_batch_change="continue"``
+    lets a loader built with another global batch continue at the committed sample (as
+    ``loader.load_state_dict`` does; a :class:`TrainingState` only), labelled ``elastic_reshard``."""
     from resumable_data._schema import coerce_enum
     from resumable_data.checkpoint.state import TrainingState
 
     label = coerce_enum(label, RecoveryLabel, "label")
+    if on_batch_change is not None and not isinstance(state, TrainingState):
+        raise ConfigError(describe("on_batch_change", on_batch_change, "None unless state is an rd.TrainingState "
+                                   "(it restores the loader)", "restore into an rd.TrainingState(loader=...)"))
     raw = read_checkpoint(directory, step)
     report = None
     if isinstance(state, TrainingState):
-        report = state.load_state_dict(raw.tree, label=label, allow_unpinned=allow_unpinned)
+        report = state.load_state_dict(raw.tree, label=label, allow_unpinned=allow_unpinned,
+                                       on_batch_change=on_batch_change)
+        label = state.recovery_label
     else:
         try:
             try:

@@ -9,9 +9,9 @@ Algorithm, in three phases:
    scheduler and scaler keys and value kinds, module modes, the accumulation record, every
    generator state (set on scratch generators: ``random.Random``, ``numpy.random.RandomState``,
    ``torch.Generator``), the loader's full state (:meth:`rd.DataLoader.validate_state_dict`, with
-   ``allow_unpinned``), the metric log boundary (:meth:`MetricLog.validate_state_dict`), and the
-   checkpoint's own oracles recomputed from the saved tree (a tree edited after the save is
-   refused here, before any object changes).
+   ``allow_unpinned`` and ``on_batch_change``), the metric log boundary
+   (:meth:`MetricLog.validate_state_dict`), and the checkpoint's own oracles recomputed from the
+   saved tree (a tree edited after the save is refused here, before any object changes).
 2. **Snapshot** what the restore can change: parameters and buffers (copies), gradients and
    module modes (references), optimizer state and groups (the original dict objects), scheduler,
    scaler and callback ``state_dict()`` (deep copies), every global generator, the loader's
@@ -156,11 +156,12 @@ def _check_rng(state: Any) -> None:
 
 
 def validate(ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, dcp: bool,
-             allow_unpinned: bool) -> dict[str, Any]:
+             loader_options: Mapping[str, Any]) -> dict[str, Any]:
     """Phase 1 (module docs): raises an rd error for anything the apply phase would refuse or trip
-    on; returns what the apply phase needs (``uncommitted``)."""
+    on; returns what the apply phase needs (``uncommitted``). ``loader_options``: the loader's
+    ``load_state_dict`` options (``allow_unpinned``, ``on_batch_change``)."""
     try:
-        return _validate(ts, state, restores, dcp=dcp, allow_unpinned=allow_unpinned)
+        return _validate(ts, state, restores, dcp=dcp, loader_options=loader_options)
     except ResumableDataError:
         raise
     except Exception as e:  # noqa: BLE001 - a forged tree that trips a check: still an rd error
@@ -168,7 +169,7 @@ def validate(ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, dcp
 
 
 def _validate(ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, dcp: bool,
-              allow_unpinned: bool) -> dict[str, Any]:
+              loader_options: Mapping[str, Any]) -> dict[str, Any]:
     def want(key: str, obj: Any) -> bool:
         return key in restores and obj is not None and state[key] is not None
 
@@ -221,7 +222,7 @@ def _validate(ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, dc
     uncommitted = 0
     if want(K_LOADER, ts.loader):
         ls = state[K_LOADER]
-        uncommitted = ts.loader.validate_state_dict(ls, on_uncommitted="repeat", allow_unpinned=allow_unpinned).uncommitted
+        uncommitted = ts.loader.validate_state_dict(ls, on_uncommitted="repeat", **loader_options).uncommitted
     if want(K_METRICS, ts.metrics) and callable(getattr(ts.metrics, "validate_state_dict", None)):
         ts.metrics.validate_state_dict(state[K_METRICS])
     oracles = state[K_ORACLES]
@@ -328,9 +329,9 @@ def _rollback(undo: list) -> None:
 
 
 def restore(ts: Any, state: Mapping[str, Any], label: Any, verify: bool, saved_meta: Any, report: Any, *,
-            restores: frozenset[str], continues: bool, dcp: dict | None, allow_unpinned: bool) -> Any:
+            restores: frozenset[str], continues: bool, dcp: dict | None, loader_options: Mapping[str, Any]) -> Any:
     """Validate, snapshot, apply (module docs); returns ``report``."""
-    facts = validate(ts, state, restores, dcp=dcp is not None, allow_unpinned=allow_unpinned)
+    facts = validate(ts, state, restores, dcp=dcp is not None, loader_options=loader_options)
     if report.warnings:
         warnings.warn(f"resuming with {len(report.warnings)} allowed difference(s) from the checkpoint "
                       f"(label={label.value!r}):\n  - " + "\n  - ".join(str(d) for d in report.warnings),
@@ -338,7 +339,7 @@ def restore(ts: Any, state: Mapping[str, Any], label: Any, verify: bool, saved_m
     undo = _snapshot(ts)
     try:
         _apply(ts, state, label, verify, saved_meta, report, restores=restores, continues=continues, dcp=dcp,
-               uncommitted=facts["uncommitted"], allow_unpinned=allow_unpinned)
+               uncommitted=facts["uncommitted"], loader_options=loader_options)
     except BaseException as e:
         _rollback(undo)
         if isinstance(e, ResumableDataError) or not isinstance(e, Exception):
@@ -350,7 +351,8 @@ def restore(ts: Any, state: Mapping[str, Any], label: Any, verify: bool, saved_m
 
 
 def _apply(ts: Any, state: Mapping[str, Any], label: Any, verify: bool, saved_meta: Any, report: Any, *,
-           restores: frozenset[str], continues: bool, dcp: dict | None, uncommitted: int, allow_unpinned: bool) -> None:
+           restores: frozenset[str], continues: bool, dcp: dict | None, uncommitted: int,
+           loader_options: Mapping[str, Any]) -> None:
     acc = state[K_ACCUMULATION]
 
     def want(key: str, obj: Any) -> bool:
@@ -390,8 +392,7 @@ def _apply(ts: Any, state: Mapping[str, Any], label: Any, verify: bool, saved_me
     repeated = False
     if ts.loader is not None:
         if want(K_LOADER, ts.loader):
-            kw = {"allow_unpinned": True} if allow_unpinned else {}
-            ts.loader.load_state_dict(state[K_LOADER], on_uncommitted="repeat" if uncommitted else None, **kw)
+            ts.loader.load_state_dict(state[K_LOADER], on_uncommitted="repeat" if uncommitted else None, **loader_options)
             if uncommitted and not acc["rewound"] and K_GRADIENTS in restores:
                 _advance(ts, uncommitted)
             repeated = bool(uncommitted) and not acc["rewound"] and K_GRADIENTS not in restores
@@ -410,7 +411,10 @@ def _apply(ts: Any, state: Mapping[str, Any], label: Any, verify: bool, saved_me
     ts.mark_window_start() if not ts._mid_window() else setattr(ts, "_window", None)
     ts.last_report = report
     if verify:
-        skip = ({"next_batch"} if repeated else set()) | (dcp["skip"] if dcp is not None else set())
+        # a declared batch change regroups the stream: the next batch holds other samples (the loader
+        # checked that it starts at the committed sample), so its oracle cannot match
+        regrouped = repeated or getattr(report, "batch_changed", False)
+        skip = ({"next_batch"} if regrouped else set()) | (dcp["skip"] if dcp is not None else set())
         _verify(ts, state, restores, skip=skip, dcp=dcp is not None)
     if ts.metrics is not None:
         if want(K_METRICS, ts.metrics):

@@ -99,7 +99,7 @@ from resumable_data.checkpoint.optim import (
 from resumable_data.errors import ConfigError, ResumableDataError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.protocol import ResumableLoader
-from resumable_data.loader.state import CommitMode, LoaderState
+from resumable_data.loader.state import CommitMode, LoaderState, OnBatchChange
 
 __all__ = ["STATE_FORMAT", "STATE_SCHEMA_VERSION", "AccumulationPolicy", "NewRankRNG", "TrainingState"]
 
@@ -277,10 +277,11 @@ class TrainingState:
             status=status or CheckpointStatus(),
         )
 
-    def check(self, saved_meta: CheckpointMeta | dict, label: RecoveryLabel | str = L.FAITHFUL_CONTINUATION
-              ) -> CompatibilityReport:
-        """The compatibility report of resuming ``saved_meta`` into this run under ``label``."""
-        return check_compatible(saved_meta, self.meta(), label)
+    def check(self, saved_meta: CheckpointMeta | dict, label: RecoveryLabel | str = L.FAITHFUL_CONTINUATION, *,
+              on_batch_change: OnBatchChange | str | None = None) -> CompatibilityReport:
+        """The compatibility report of resuming ``saved_meta`` into this run under ``label`` (and
+        the loader's declared ``on_batch_change``)."""
+        return check_compatible(saved_meta, self.meta(), label, on_batch_change=on_batch_change)
 
     # -- Stateful ---------------------------------------------------------------------------------
     def state_dict(self, *, checkpoint_id: str | None = None) -> dict[str, Any]:
@@ -389,20 +390,23 @@ class TrainingState:
 
     # -- restore ----------------------------------------------------------------------------------
     def load_state_dict(self, state: Mapping[str, Any], *, label: RecoveryLabel | str = L.FAITHFUL_CONTINUATION,
-                        verify: bool = True, allow_unpinned: bool = False) -> CompatibilityReport:
+                        verify: bool = True, allow_unpinned: bool = False,
+                        on_batch_change: OnBatchChange | str | None = None) -> CompatibilityReport:
         """Restore ``state`` under ``label``, all or nothing (:mod:`~resumable_data.checkpoint.restore`).
 
         Everything is parsed, type-checked and compared (the compatibility contract, every restored
         part against the live objects, the loader's full state) before any object changes; an error
         at any point (only :class:`~resumable_data.ResumableDataError` subclasses) leaves every
         object as it was. ``allow_unpinned=True`` lets the loader resume over a dataset without a
-        pinned version (passed to ``loader.load_state_dict``).
+        pinned version and ``on_batch_change="continue"`` another global batch (both passed to
+        ``loader.load_state_dict``; a batch change relabels the restore ``elastic_reshard``).
 
         Returns the compatibility report (warnings included; they are also issued as a
         ``RuntimeWarning``). Accepts the file layout and the DCP layout (module docs). See
         :data:`RESTORES` for what each label restores; a label other than a continuation starts a
         new run id."""
         label = coerce_enum(label, RecoveryLabel, "label")
+        change = None if on_batch_change is None else coerce_enum(on_batch_change, OnBatchChange, "on_batch_change")
         if not isinstance(allow_unpinned, bool):
             raise ConfigError(describe("allow_unpinned", allow_unpinned, "True or False",
                                        "pass allow_unpinned=True to resume over an unpinned dataset"))
@@ -412,7 +416,7 @@ class TrainingState:
             if state.get(K_LAYOUT) == LAYOUT_DCP:
                 tree, entries, saved_world = dcp_layout.unpack(state)
                 saved_meta = CheckpointMeta.from_dict(tree[K_META])
-                report = self.check(saved_meta, label)
+                report = self.check(saved_meta, label, on_batch_change=change)
                 report.raise_if_refused()
                 tree, skip = dcp_layout.select_rank(tree, state[K_TENSORS], entries, saved_world,
                                                     restores_rng=K_RNG in RESTORES[label],
@@ -425,15 +429,18 @@ class TrainingState:
                 expect_header(state, STATE_FORMAT, STATE_SCHEMA_VERSION, "state", error=CheckpointError)
                 tree, dcp = state, None
                 saved_meta = CheckpointMeta.from_dict(state[K_META])
-                report = self.check(saved_meta, label)
+                report = self.check(saved_meta, label, on_batch_change=change)
                 report.raise_if_refused()
         except ResumableDataError:
             raise
         except Exception as e:  # noqa: BLE001 - a forged state that trips a check is still refused with an rd error
             raise CheckpointError(describe("state", f"malformed ({type(e).__name__}: {e})",
                                            "a state written by this package", "load another checkpoint")) from e
+        if report.batch_changed and label is L.FAITHFUL_CONTINUATION:
+            label = L.ELASTIC_RESHARD  # a new grouping of the same stream, as the loader labels it
+        options = {"allow_unpinned": allow_unpinned, **({} if change is None else {"on_batch_change": change})}
         return restore_mod.restore(self, tree, label, verify, saved_meta, report, restores=RESTORES[label],
-                                   continues=label in CONTINUES_RUN, dcp=dcp, allow_unpinned=allow_unpinned)
+                                   continues=label in CONTINUES_RUN, dcp=dcp, loader_options=options)
 
     # -- inventory --------------------------------------------------------------------------------
     def inventory(self) -> Inventory:

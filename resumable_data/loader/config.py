@@ -390,7 +390,8 @@ def _check_mixture(shuffle: Any, shuffle_window: Any, sampler: Any, batch_sample
         if value is not None:
             raise ConfigError(describe(name, value, "unset for an rd.Mixture (the mixture orders the records and "
                                        "its sources carry their versions)",
-                                       f"drop {name}= (rd.Mixture(shuffle=...) sets the order)"))
+                                       f"drop {name}= (rd.Mixture(shuffle=..., shuffle_window=...) sets the order, "
+                                       "a window per source)"))
 
 
 def _check_packing(packing: Any, dataset: Any, arrow_type: type, collate_fn: Any, arrow_collate: Any,

@@ -45,11 +45,14 @@ from resumable_data.loader.config import LoaderConfig, check_worker_options, res
 from resumable_data.loader.fetch import StepFetcher, StepSampler
 from resumable_data.loader.iterator import LoaderIterator
 from resumable_data.loader.ledger import CounterView, ProgressLedger
+from resumable_data.loader.mixture_state import mixture_progress, saved_tokens, with_packed_source_tokens, \
+    with_source_tokens
 from resumable_data.loader.restore import validate_restore
 from resumable_data.loader.translate import torch_views
 from resumable_data.loader.state import CommitMode, Cursor, LoaderState, OnBatchChange, OnUncommitted
 from resumable_data.loader.stream import PackedStream, RecordStream, StepInfo, describe_step
 from resumable_data.plan import Plan, Sharding, Tail
+from resumable_data.plan.mixture_tokens import SourceTokens
 
 __all__ = ["CounterView", "DataLoader"]
 
@@ -155,6 +158,7 @@ class DataLoader:
         )
         self._active: weakref.ref[LoaderIterator] | None = None
         self._generation = 0
+        self._tokens_per_source: SourceTokens | None = None  # built on the first snapshot that needs it
         self._fetcher.warm_up()  # forked workers inherit the compiled kernels and the first gather
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -248,8 +252,30 @@ class DataLoader:
     # -- state ------------------------------------------------------------------------------------
     def snapshot(self) -> LoaderState:
         """The typed state, changing nothing: in ``commit="auto"`` mode it is what ``state_dict()``
-        would return (delivered batches counted as committed), without committing them."""
-        return self._ledger.snapshot(self._fingerprint)
+        would return (delivered batches counted as committed), without committing them. An
+        ``rd.Mixture`` loader with ``token_column=`` adds each source's tokens consumed."""
+        state = self._ledger.snapshot(self._fingerprint)
+        counter = self._source_tokens()
+        if counter is None:
+            return state
+        plan = self.config.positional.plan
+        if isinstance(self._stream, PackedStream):
+            return with_packed_source_tokens(state, self._stream, plan, counter, self.dataset.offsets)
+        return with_source_tokens(state, plan, counter)
+
+    def _source_tokens(self) -> SourceTokens | None:
+        """Per-source token counting of an ``rd.Mixture`` loader with ``token_column=``, or packed
+        on the ``partial`` tail (each packed sequence delivered once)."""
+        mixture = self._mixture()
+        packed = self.config.packing is not None and self.config.plan.tail is Tail.PARTIAL
+        if mixture is None or (self.config.token_column is None and not packed):
+            return None
+        if self._tokens_per_source is None:
+            lengths = self.config.lengths if packed else self.dataset.column_lengths(self.config.token_column)
+            offsets = self.dataset.offsets
+            self._tokens_per_source = SourceTokens(mixture.plan, [lengths[offsets[s]:offsets[s + 1]]
+                                                                  for s in range(len(offsets) - 1)])
+        return self._tokens_per_source
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's state: JSON-serializable, a few hundred bytes, whatever the dataset size.
@@ -282,13 +308,13 @@ class DataLoader:
     def mixture_progress(self) -> Any:
         """Per-source progress of an ``rd.Mixture`` loader at its committed cursor: records
         consumed per source, each source's epoch and position, the next step's per-source counts
-        (an :class:`~resumable_data.loader.mixture_state.MixtureProgress`)."""
+        and, with ``token_column=``, each source's tokens consumed (an
+        :class:`~resumable_data.loader.mixture_state.MixtureProgress`)."""
         if not hasattr(self.config.positional, "state_section"):
             raise ConfigError(describe("dataset", type(self.dataset).__name__, "an rd.Mixture",
                                        "build the loader over rd.Mixture({...}, weights=...)"))
-        from resumable_data.loader.mixture_state import mixture_progress
-
-        return mixture_progress(self.snapshot(), self.config.positional.plan)
+        return mixture_progress(self._ledger.snapshot(self._fingerprint), self.config.positional.plan,
+                                tokens=self._source_tokens())
 
     def undo_point(self) -> Callable[[], None]:
         """A function that puts the loader's progress back exactly as it is now (all-or-nothing
@@ -340,11 +366,29 @@ class DataLoader:
         r = validate_restore(state, self._fingerprint, self._stream, on_uncommitted=on_uncommitted,
                              allow_unpinned=allow_unpinned, label=label,
                              on_batch_change=on_batch_change)
+        tokens = self._saved_tokens(r)  # checked before anything changes
         self._close_active()
         self._generation += 1
         if mixture is not None:
             self._set_rebase(mixture, r.mixture_rebase)
         self._ledger.restore(r.saved, r.epoch_ledger, r.label, r.choice, r.plan)
+        if tokens is not None:
+            self._source_tokens().seed(*tokens)
+
+    def _saved_tokens(self, r: Any) -> tuple[list[int], list[int]] | None:
+        """(per-source counts, tokens) at the saved committed cursor, bounds-checked, for seeding
+        the token counter (so the first state after a resume costs no cold prefix), or None."""
+        counter, saved = self._source_tokens(), r.saved
+        if counter is None or saved_tokens(saved) is None or isinstance(self._stream, PackedStream):
+            return None  # packed counts include partial windows and EOS tokens: not a prefix to seed
+        plan = self._mixture().rebased(r.mixture_rebase).plan
+        counts = plan.counts_before(saved.plan.step_start(saved.cursor.committed)).tolist()
+        tokens = list(saved_tokens(saved).values())
+        try:
+            counter.check(counts, tokens)
+        except ConfigError as e:
+            raise ResumeError(f"state.mixture.tokens is inconsistent with the sources: {e}") from None
+        return counts, tokens
 
     def _mixture(self) -> Any:
         """The ``rd.Mixture`` sampler this loader orders with, else None."""
@@ -357,4 +401,6 @@ class DataLoader:
             self._close_active()
             torch_compat.drop_persistent_iterator(self._torch)
             mixture.rebase(rebase)
+            if isinstance(self._stream, PackedStream):  # its epoch indexes were built on the old order
+                self._stream.forget()
             self._fingerprint = self.config.fingerprint()

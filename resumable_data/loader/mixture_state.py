@@ -11,18 +11,31 @@ Resume rules (:func:`check_mixture`). Sources, sizes, block and shuffle must mat
 weights are refused under the default (a faithful continuation) with both schedules named; with
 ``label="data_change"`` they are accepted and the new loader continues every source from its
 consumed count at the resume position (a new rebase), so no record of any source is repeated or
-skipped within its epoch. A faithful resume adopts the saved rebase (the state says where the
+skipped within its epoch. A packed mixture accepts the change only from a state at the start of a
+loader epoch (``cursor.committed`` is ``epoch_base``'s first step): a packed step's documents are
+known only from its epoch's packing index, so the rebase is that epoch's first document,
+``epoch * num_records``, and every later epoch is indexed on the new weights; inside an epoch the
+change is refused, naming the fix. A faithful resume adopts the saved rebase (the state says where the
 stream was rebased), which is what makes chained changes resume exactly. A saved rebase must be
 consistent (counts in ``[0, 2**62]`` summing to its position, at or before the cursor's
-position); a weight schedule across a global-batch change (a batch origin) is refused, since its
-steps would map to other positions (constant weights need no step map: segment 0 starts at 0).
+position, or for a packed state the first document of its ``epoch_base``); a weight schedule
+across a global-batch change (a batch origin) is refused, since its steps would map to other
+positions (constant weights need no step map: segment 0 starts at 0).
 
-Cost. O(S) integers in the state; a check or a progress query is one counting call.
+Tokens per source. A loader that counts tokens (``token_column=``) writes, at mixture schema 2,
+``tokens``: each source's non-padding tokens in the records it consumed before the committed
+cursor (:func:`with_source_tokens`), a pure function of the position through the per-source
+consumed counts (:mod:`resumable_data.plan.mixture_tokens`): progress, never compared on a
+resume; a restore takes it (bounds-checked against the sources) as the counter's starting point
+instead of a cold prefix sum, and ``inspect`` shows it from the state alone.
+
+Cost. O(S) integers in the state; a check or a progress query is one counting call (tokens: the
+records between the last query and this one, per source).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -30,10 +43,13 @@ import numpy as np
 from resumable_data.errors import ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.state import LoaderState, OnUncommitted
-from resumable_data.plan.mixture import K_BLOCK, K_NAMES, K_SCHEDULE, K_SHUFFLE, K_SIZES, MixturePlan, Rebase, \
-    SourceProgress, StepPositions
+from resumable_data.plan.mixture import K_BLOCK, K_NAMES, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, K_TOKENS, \
+    TOKENS_SCHEMA_VERSION, MixturePlan, Rebase, SourceProgress, StepPositions
+from resumable_data.plan.mixture_tokens import SourceTokens
+from resumable_data.plan.packing import PackMode, best_fit_bins
 
-__all__ = ["MixtureProgress", "check_mixture", "mixture_progress", "saved_plan"]
+__all__ = ["MixtureProgress", "check_mixture", "mixture_progress", "saved_plan", "saved_tokens",
+           "with_packed_source_tokens", "with_source_tokens"]
 
 _FIXED = (K_NAMES, K_SIZES, K_BLOCK, K_SHUFFLE)
 
@@ -47,11 +63,13 @@ def saved_plan(state: LoaderState) -> MixturePlan:
     pos = None if state.packing is not None else _positions_of_steps(state.plan)
     plan = MixturePlan.from_dict(state.mixture, seed=state.plan.seed, version_hash=state.plan.version_hash,
                                  position_of_step=pos)
-    if plan.rebase is not None and state.packing is None:
-        resume = state.plan.step_start(state.cursor.committed)
+    if plan.rebase is not None:
+        packed = state.packing is not None  # a packed epoch e holds the documents at positions [e*n, (e+1)*n)
+        resume = state.epoch_base[0] * state.plan.num_records if packed else state.plan.step_start(state.cursor.committed)
         if plan.rebase.position > resume:
-            raise ResumeError(describe("state.mixture.rebase", plan.rebase.to_list(), f"a position <= {resume}, the "
-                                       f"position of cursor.committed={state.cursor.committed}",
+            where = f"the first document of epoch_base={list(state.epoch_base)}" if packed else \
+                f"the position of cursor.committed={state.cursor.committed}"
+            raise ResumeError(describe("state.mixture.rebase", plan.rebase.to_list(), f"a position <= {resume}, {where}",
                                        "pass an unmodified state"))
     return plan
 
@@ -102,11 +120,18 @@ def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel
         return [f"mixture weights: saved {_shown(s)} vs current {_shown(c)}; fix: build the rd.Mixture with the saved "
                 "weights, or declare the change: load_state_dict(state, label='data_change') (each source continues "
                 "from its consumed position)"], None
-    if saved.packing is not None:
-        return ["mixture weights with packing: a data_change needs a step boundary at a known document position, "
-                "which a packed stream does not have in closed form; fix: resume with the saved weights"], None
     step = saved.cursor.delivered if choice is OnUncommitted.SKIP else saved.cursor.committed
-    position = saved.plan.step_start(step)
+    if saved.packing is not None:
+        epoch, first = saved.epoch_base
+        if step != first or step != saved.cursor.committed:
+            return [f"mixture weights with packing: a data_change at step {step}, inside packed epoch {epoch} (it "
+                    f"began at step {first}): a packed step's documents are known only from the epoch's packing "
+                    "index, so a change of weights can start exactly only where a loader epoch starts; fix: resume "
+                    "with the saved weights and declare the change from a state written at the start of a loader "
+                    "epoch (loader.state_dict() after a pass ended, or after its last batch)"], None
+        position = epoch * saved.plan.num_records  # a packed epoch's documents: mixed positions [e*n, (e+1)*n)
+    else:
+        position = saved.plan.step_start(step)
     return [], Rebase(position, tuple(int(x) for x in plan.counts_before(position)))
 
 
@@ -133,18 +158,71 @@ class MixtureProgress:
     position: int
     sources: tuple[SourceProgress, ...]
     next_step: dict[str, int]
+    #: Non-padding tokens of ``token_column`` in each source's consumed records (None: not counted).
+    tokens: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        tokens = self.tokens or {}
         return {
             "step": self.step, "position": self.position, "next_step": dict(self.next_step),
-            "sources": {p.name: {"consumed": p.consumed, "epoch": p.epoch, "position": p.position, "size": p.size}
+            "sources": {p.name: {"consumed": p.consumed, "epoch": p.epoch, "position": p.position, "size": p.size,
+                                 **({"tokens": tokens[p.name]} if p.name in tokens else {})}
                         for p in self.sources},
         }
 
 
-def mixture_progress(state: LoaderState, plan: MixturePlan | None = None, step: int | None = None) -> MixtureProgress:
+def with_source_tokens(state: LoaderState, plan: MixturePlan, tokens: SourceTokens) -> LoaderState:
+    """``state`` with its mixture section at schema 2, holding each source's tokens consumed
+    before the committed cursor (unpacked mixture loaders that count tokens)."""
+    counts = plan.counts_before(state.plan.step_start(state.cursor.committed))
+    section = {**state.mixture, K_SCHEMA: TOKENS_SCHEMA_VERSION, K_TOKENS: tokens.before(counts).tolist()}
+    return replace(state, mixture=section)
+
+
+def with_packed_source_tokens(state: LoaderState, stream: Any, plan: MixturePlan, tokens: SourceTokens,
+                              offsets: np.ndarray) -> LoaderState:
+    """``state`` with each source's input tokens in the packed sequences before the committed
+    cursor (the ``partial`` tail: every sequence of an epoch delivered once). The epoch's windows
+    before the cursor's window hold whole documents (their tokens, plus an EOS each when the spec
+    has one: a pure function of the per-source counts); the cursor's window adds the part of its
+    documents that its first sequences hold (concat: a prefix of the window's token stream;
+    best_fit: the pieces in those bins)."""
+    epoch, first = state.epoch_base
+    spec, n = stream.spec, stream.plan.num_records
+    cumulative = stream.index(epoch).cumulative
+    j = min((state.cursor.committed - first) * stream.plan.global_batch, int(cumulative[-1]))
+    w = int(np.searchsorted(cumulative, j, side="right")) - 1
+    counts = plan.counts_before(epoch * n + min(w * spec.window, n))
+    out = tokens.before(counts) + (0 if spec.eos_id is None else counts)
+    m = j - int(cumulative[w])
+    if m:
+        docs = stream.window_docs(epoch, w)
+        lengths = spec.doc_lengths(stream.lengths[docs])
+        if spec.mode is PackMode.CONCAT:  # sequences [0, m) read the window's stream tokens [0, m * seq_len)
+            starts = np.cumsum(lengths) - lengths
+            held = np.clip(m * spec.seq_len - starts, 0, lengths)
+        else:
+            doc, _, length, bins = best_fit_bins(lengths, spec)
+            held = np.bincount(doc[bins < m], weights=length[bins < m], minlength=len(docs)).astype(np.int64)
+        source = np.searchsorted(offsets, docs, side="right") - 1
+        out = out + np.bincount(source, weights=held, minlength=len(out)).astype(np.int64)
+    section = {**state.mixture, K_SCHEMA: TOKENS_SCHEMA_VERSION, K_TOKENS: [int(x) for x in out]}
+    return replace(state, mixture=section)
+
+
+def saved_tokens(state: LoaderState) -> dict[str, int] | None:
+    """The per-source tokens a state holds (at its committed cursor), else None."""
+    m = state.mixture
+    if m is None or K_TOKENS not in m:
+        return None
+    return dict(zip(m[K_NAMES], m[K_TOKENS]))
+
+
+def mixture_progress(state: LoaderState, plan: MixturePlan | None = None, step: int | None = None,
+                     tokens: SourceTokens | None = None) -> MixtureProgress:
     """Each source's progress before ``step`` (default: ``state``'s committed cursor; unpacked
-    mixture loaders)."""
+    mixture loaders). Tokens per source come from ``tokens`` (the loader's length index), else
+    from the state when ``step`` is its committed cursor, else are None."""
     if state.packing is not None:
         raise ResumeError("mixture progress of a packed state: positions are packed sequences, whose documents "
                           "follow from the packing index, not the cursor alone; fix: call loader.step_info() on "
@@ -154,5 +232,9 @@ def mixture_progress(state: LoaderState, plan: MixturePlan | None = None, step: 
     p, stop = state.plan.step_span(step)
     here = plan.counts_before(p)
     after = plan.counts_before(stop)
+    if tokens is not None:
+        per_source = dict(zip(plan.names, tokens.before(here).tolist()))
+    else:
+        per_source = saved_tokens(state) if step == state.cursor.committed else None
     return MixtureProgress(step, p, tuple(plan.progress(p)),
-                           {n: int(x) for n, x in zip(plan.names, np.asarray(after - here))})
+                           {n: int(x) for n, x in zip(plan.names, np.asarray(after - here))}, per_source)

@@ -103,6 +103,9 @@ def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncomm
             "of the saved batch, which a global batch change renumbers; fix: resume with the saved batch")
     if diffs:
         raise ResumeError("cannot resume this loader from the given state:\n  - " + "\n  - ".join(diffs))
+    order = getattr(stream, "order", None)
+    if hasattr(order, "rebased"):  # a packed mixture: its epochs' indexes follow the rebase it continues from
+        stream = stream.with_order(order.rebased(rebase))
     ledger = _epoch_ledger(saved, stream)
     new_origin = saved.plan.origin_at(resume) if changed else origin
     plan = current.plan if new_origin is None else replace(current.plan, origin=new_origin)

@@ -43,6 +43,7 @@ from resumable_data._schema import (
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.plan import BatchOrigin, Plan, ShardingPolicy, Tail
+from resumable_data.plan import mixture as mixture_plan
 
 __all__ = [
     "FORMAT",
@@ -335,7 +336,11 @@ class LoaderState:
     def fingerprint_dict(self) -> dict[str, Any]:
         """The keys that identify the stream (what a checkpoint's metadata compares), no progress."""
         d = self.to_dict()
-        return {k: d[k] for k in FINGERPRINT_KEYS + (K_MIXTURE,) if k in d}
+        out = {k: d[k] for k in FINGERPRINT_KEYS + (K_MIXTURE,) if k in d}
+        if K_MIXTURE in out and mixture_plan.K_TOKENS in out[K_MIXTURE]:  # progress, not identity: the plain section
+            out[K_MIXTURE] = {**{k: v for k, v in out[K_MIXTURE].items() if k != mixture_plan.K_TOKENS},
+                              mixture_plan.K_SCHEMA: mixture_plan.MIXTURE_SCHEMA_VERSION}
+        return out
 
     @classmethod
     def from_fingerprint(cls, data: Any, epoch_base: tuple[int, int] = (0, 0)) -> LoaderState:

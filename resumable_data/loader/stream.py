@@ -187,6 +187,19 @@ class PackedStream:
     def span(self, step: int) -> None:
         return None  # packed steps are located in their epoch's index (epoch_positions)
 
+    def with_order(self, order: Any) -> PackedStream:
+        """This stream ordered by ``order`` (an ``rd.Mixture`` sampler after a rebase): same
+        documents and spec, its own (empty) index memo."""
+        if order is self.order:
+            return self
+        return PackedStream(self.plan, self.spec, self.lengths, pinned=self.pinned, progress=self.progress, order=order)
+
+    def forget(self) -> None:
+        """Drop the memoized indexes and windows (the order changed under this stream)."""
+        with self._lock:
+            self._memo.clear()
+            self._windows.clear()
+
     def with_plan(self, plan: Plan) -> PackedStream:
         if plan != self.plan:
             raise ConfigError(describe("plan", plan.to_dict(), f"the packed stream's own plan {self.plan.to_dict()} "

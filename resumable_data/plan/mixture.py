@@ -13,7 +13,9 @@ fractional part of ``w_s B`` and ``G_s`` the sum of the ``f_t`` before ``s``. Th
 one, so every block has exactly ``B`` slots. Slots are laid out source by source and the block's
 positions visit them through a keyed permutation of ``[0, B)`` (:mod:`.permutation`). Source
 ``s``'s ``q``-th record is record ``perm_e(q mod n_s)`` of its own epoch ``e = q // n_s``, a keyed
-permutation per (source name, source version, seed, epoch).
+permutation per (source name, source version, seed, epoch), or, for a source given a shuffle
+window, that epoch's window shuffle (:mod:`.order`: a shuffle buffer as a pure function) keyed by
+the same values.
 
 Guarantee. In every aligned block of a run, source ``s`` gets ``floor(w_s B)`` or
 ``ceil(w_s B)`` positions (exactly ``w_s B`` when that is an integer). The cumulative count after
@@ -47,6 +49,7 @@ import xxhash
 
 from resumable_data._schema import check_int, expect_int, expect_mapping, expect_str
 from resumable_data.errors import ConfigError, ResumeError, describe
+from resumable_data.plan.order import EpochOrder, Order, OrderSpec
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 from resumable_data.plan.permutation import Permutation, permutation_key
 from resumable_data.plan.weights import StepPositions, WeightSchedule
@@ -61,6 +64,10 @@ K_SCHEDULE = "schedule"
 K_BLOCK = "block"
 K_SHUFFLE = "shuffle"
 K_REBASE = "rebase"
+#: Tokens consumed per source at the state's committed cursor (mixture schema 2 only: a loader
+#: that counts tokens); progress, not identity (:mod:`resumable_data.plan.mixture_tokens`).
+K_TOKENS = "tokens"
+TOKENS_SCHEMA_VERSION = 2
 _KEYS = frozenset({K_SCHEMA, K_NAMES, K_SIZES, K_SCHEDULE, K_BLOCK, K_SHUFFLE, K_REBASE})
 MAX_SOURCES = 4096
 _ALPHA = 0x9E3779B97F4A7C15  # golden ratio * 2**64 (odd): the rotation of the extra-slot grid
@@ -146,7 +153,8 @@ class MixturePlan:
 
     def __init__(self, names: Sequence[str], sizes: Sequence[int], versions: Sequence[str], schedule: WeightSchedule,
                  *, block: int, seed: int, version_hash: str, shuffle: bool = True,
-                 position_of_step: Callable[[int], int] | None = None, rebase: Rebase | None = None) -> None:
+                 position_of_step: Callable[[int], int] | None = None, rebase: Rebase | None = None,
+                 windows: Sequence[int | None] | None = None) -> None:
         self.names = tuple(names)
         self.sizes = tuple(int(n) for n in sizes)
         self.versions = tuple(versions)
@@ -161,6 +169,12 @@ class MixturePlan:
                                        "pass a mapping of weights, or use the mixture through rd.DataLoader"))
         self._pos = position_of_step
         self.rebase = rebase
+        #: Per source, a shuffle window (its epochs in window-shuffle order) or None (a global shuffle).
+        self.windows = tuple(windows) if windows is not None else (None,) * len(self.names)
+        if len(self.windows) != len(self.names):
+            raise ConfigError(describe("windows", self.windows, f"one entry per source ({len(self.names)})",
+                                       "pass a window or None per source"))
+        self._orders = tuple(None if w is None else OrderSpec(Order.WINDOW, w) for w in self.windows)
         self._blocks: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._cache_entries = max(2, min(32, _CACHE_BYTES // (32 * self.block)))  # ~4 arrays of B int64 per block
         self._source_ids = np.arange(len(self.sizes), dtype=np.int64)
@@ -325,8 +339,12 @@ class MixturePlan:
                 self._blocks.popitem(last=False)
         return hit
 
-    def source_order(self, s: int, epoch: int) -> Permutation:
-        """The keyed permutation of source ``s``'s records in its own epoch ``epoch``."""
+    def source_order(self, s: int, epoch: int) -> Permutation | EpochOrder:
+        """The order of source ``s``'s records in its own epoch ``epoch``: a keyed permutation, or
+        the window shuffle (:mod:`.order`) when the source has a window."""
+        spec = self._orders[s]
+        if spec is not None:
+            return EpochOrder(self.sizes[s], spec, f"{self.versions[s]}|mixture.source.{self.names[s]}", self.seed, epoch)
         return _source_perm(self.sizes[s], self.versions[s], self.seed, epoch, self.names[s])
 
     def progress(self, position: int) -> list[SourceProgress]:
@@ -356,16 +374,18 @@ class MixturePlan:
     def with_rebase(self, rebase: Rebase | None) -> MixturePlan:
         return MixturePlan(self.names, self.sizes, self.versions, self.schedule, block=self.block, seed=self.seed,
                            version_hash=self.version_hash, shuffle=self.shuffle, position_of_step=self._pos,
-                           rebase=rebase)
+                           rebase=rebase, windows=self.windows)
 
     @classmethod
     def from_dict(cls, d: Any, *, seed: int, version_hash: str, position_of_step: Callable[[int], int] | None,
                   where: str = "state.mixture") -> MixturePlan:
         """The counting plan a saved mixture section describes (source versions are not saved:
         it answers counts and progress, not record ids)."""
-        expect_mapping(d, where, _KEYS)
-        if expect_int(d[K_SCHEMA], f"{where}.schema_version") != MIXTURE_SCHEMA_VERSION:
-            raise ResumeError(describe(f"{where}.schema_version", d[K_SCHEMA], str(MIXTURE_SCHEMA_VERSION),
+        version = d.get(K_SCHEMA) if isinstance(d, dict) else None
+        expect_mapping(d, where, _KEYS | {K_TOKENS} if version == TOKENS_SCHEMA_VERSION else _KEYS)
+        if expect_int(d[K_SCHEMA], f"{where}.schema_version") not in (MIXTURE_SCHEMA_VERSION, TOKENS_SCHEMA_VERSION):
+            raise ResumeError(describe(f"{where}.schema_version", d[K_SCHEMA],
+                                       f"{MIXTURE_SCHEMA_VERSION} or {TOKENS_SCHEMA_VERSION} (with per-source tokens)",
                                        "load it with the resumable_data version that wrote it"))
         names, sizes, sched = d[K_NAMES], d[K_SIZES], d[K_SCHEDULE]
         for key, v in ((K_NAMES, names), (K_SIZES, sizes), (K_SCHEDULE, sched)):
@@ -390,6 +410,11 @@ class MixturePlan:
             if sum(rebase.counts) != rebase.position:
                 raise ResumeError(describe(f"{where}.rebase", rb, "[position, counts] with the counts summing to the "
                                            "position (each position holds one record)", "pass an unmodified state"))
+        tokens = d.get(K_TOKENS, [])
+        if not isinstance(tokens, list) or len(tokens) != (len(names) if K_TOKENS in d else 0):
+            raise ResumeError(describe(f"{where}.tokens", tokens, "one token count per source", "pass an unmodified state"))
+        for i, t in enumerate(tokens):
+            expect_int(t, f"{where}.tokens[{i}]", 0, MAX_POSITION)
         shuffle = d[K_SHUFFLE]
         if not isinstance(shuffle, bool):
             raise ResumeError(describe(f"{where}.shuffle", shuffle, "true or false", "pass an unmodified state"))

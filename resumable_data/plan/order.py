@@ -29,7 +29,7 @@ from resumable_data._schema import check_int, coerce_enum, expect_enum, expect_i
 from resumable_data.errors import ConfigError, describe
 from resumable_data.plan.permutation import Permutation
 
-__all__ = ["Order", "OrderSpec", "epoch_records"]
+__all__ = ["EpochOrder", "Order", "OrderSpec", "epoch_records"]
 
 _TAG_GLOBAL = "global"
 _TAG_BLOCKS = "window.blocks"
@@ -109,6 +109,21 @@ def epoch_records(
     if spec.kind is Order.GLOBAL:
         return _keyed(n, version_hash, seed, epoch, _TAG_GLOBAL).forward(offsets)
     return _window_records(n, spec, offsets, version_hash=version_hash, seed=seed, epoch=epoch)
+
+
+@dataclass(frozen=True)
+class EpochOrder:
+    """One epoch's order as an object: ``forward(offsets)`` is :func:`epoch_records` (what a
+    keyed :class:`Permutation` offers, for callers that take either, e.g. a mixture's sources)."""
+
+    n: int
+    spec: OrderSpec
+    version_hash: str
+    seed: int
+    epoch: int
+
+    def forward(self, offsets: np.ndarray) -> np.ndarray:
+        return epoch_records(self.n, self.spec, offsets, version_hash=self.version_hash, seed=self.seed, epoch=self.epoch)
 
 
 @lru_cache(maxsize=256)

@@ -18,6 +18,7 @@ what :mod:`resumable_data.plan.mixture` says (one block composition).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -55,11 +56,15 @@ class Mixture:
     source's records in id order and a block's records grouped by source. ``epoch_len``:
     positions of the loader's nominal epoch (default: the sources' total records; rounded up to
     a multiple of the global batch), which only sets ``len(loader)``: the mixed stream runs on
-    across epochs, each source through its own epochs.
+    across epochs, each source through its own epochs. ``shuffle_window``: order each source's
+    epochs by the window shuffle (``rd.DataLoader(shuffle_window=)``'s, per source) instead of a
+    global permutation: one window for every source, or a mapping name -> window (a source left
+    out, or mapped to None, keeps the global shuffle).
     """
 
     def __init__(self, sources: Mapping[str, Any], weights: Mapping[str, float] | WeightSchedule, *,
-                 block_size: int = DEFAULT_BLOCK_SIZE, shuffle: bool = True, epoch_len: int | None = None) -> None:
+                 block_size: int = DEFAULT_BLOCK_SIZE, shuffle: bool = True, epoch_len: int | None = None,
+                 shuffle_window: int | Mapping[str, int | None] | None = None) -> None:
         if not isinstance(sources, Mapping) or not sources:
             raise ConfigError(describe("sources", sources, "a non-empty mapping name -> rd.ArrowShards",
                                        "pass {'web': rd.ArrowShards(...), 'code': rd.ArrowShards(...)}"))
@@ -92,6 +97,7 @@ class Mixture:
         if not isinstance(shuffle, bool):
             raise ConfigError(describe("shuffle", shuffle, "True or False", "pass a bool"))
         self.shuffle = shuffle
+        self.windows = _windows(shuffle_window, self.names, shuffle)
         self.sizes = tuple(len(s) for s in self.sources)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         total = int(self.offsets[-1])
@@ -171,7 +177,7 @@ class Mixture:
         """The pure plan of this mixture's stream under ``seed``."""
         return MixturePlan(self.names, self.sizes, self._versions, self.schedule, block=self.block_size, seed=seed,
                            version_hash=self._version.hash, shuffle=self.shuffle, position_of_step=position_of_step,
-                           rebase=rebase)
+                           rebase=rebase, windows=self.windows)
 
     def sampler(self, seed: int, global_batch: int, *, packed: bool = False,
                 position_of_step: Callable[[int], int] | None = None) -> MixtureSampler:
@@ -185,7 +191,8 @@ class Mixture:
                 raise ConfigError(describe("weights", self.schedule, "constant weights when packing (a packed "
                                            "step holds a varying number of documents, so steps do not map to "
                                            "positions in closed form)",
-                                           "pass a mapping of weights, or change weights by a data_change resume"))
+                                           "pass a mapping of weights, and change them by a data_change resume from a "
+                                           "state written at the start of a loader epoch"))
             return MixtureSampler(self, seed, self.epoch_len, None)
         length = -(-self.epoch_len // global_batch) * global_batch
         return MixtureSampler(self, seed, length, StepPositions(global_batch))
@@ -209,6 +216,14 @@ class MixtureSampler:
         """Continue the stream from ``rebase`` (a ``data_change`` resume, or the saved one)."""
         self.plan = self.plan.with_rebase(rebase)
 
+    def rebased(self, rebase: Rebase | None) -> MixtureSampler:
+        """A copy that continues from ``rebase`` (this sampler unchanged: for checks before a restore)."""
+        if rebase == self.plan.rebase:
+            return self
+        other = copy.copy(self)
+        other.plan = self.plan.with_rebase(rebase)
+        return other
+
     def positions(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
         return epoch * self._len + np.asarray(offsets, dtype=np.int64)
 
@@ -223,8 +238,32 @@ class MixtureSampler:
 
     def fingerprint(self) -> str:
         m = self.mixture
+        windows = "" if not any(w is not None for w in m.windows) else \
+            ", windows=" + ",".join("-" if w is None else str(w) for w in m.windows)  # absent: as before, byte for byte
         return (f"rd.Mixture(sources={len(m.names)}, epoch_len={self._len}, block={m.block_size}, "
-                f"shuffle={m.shuffle})")
+                f"shuffle={m.shuffle}{windows})")
 
     def state_section(self) -> dict[str, Any]:
         return self.plan.to_dict()
+
+
+def _windows(shuffle_window: Any, names: tuple[str, ...], shuffle: bool) -> tuple[int | None, ...]:
+    """One shuffle window (or None: the global shuffle) per source, validated."""
+    if shuffle_window is None:
+        return (None,) * len(names)
+    if not shuffle:
+        raise ConfigError(describe("shuffle_window", shuffle_window, "None with shuffle=False (a window shuffles)",
+                                   "drop shuffle_window= or drop shuffle=False"))
+    given = dict(shuffle_window) if isinstance(shuffle_window, Mapping) else {n: shuffle_window for n in names}
+    unknown = sorted(set(given) - set(names), key=str)
+    if unknown:
+        raise ConfigError(describe("shuffle_window", unknown[0], f"a source name (one of {list(names)})",
+                                   "key the windows by the Mixture's source names"))
+    out = []
+    for n in names:
+        w = given.get(n)
+        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 1 << 40):
+            raise ConfigError(describe(f"shuffle_window[{n!r}]", w, "a window of at least 1 record, or None",
+                                       "pass e.g. shuffle_window=4096"))
+        out.append(w)
+    return tuple(out)

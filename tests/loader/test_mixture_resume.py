@@ -174,7 +174,8 @@ def test_inspect_shows_per_source_progress(dirs, tmp_path, capsys):
     counts = np.bincount(source_of(ids_of(batches)), minlength=3)
     assert [p.consumed for p in prog.sources] == counts.tolist()
     for p in prog.sources:
-        assert f"consumed {p.consumed} records, epoch {p.epoch}, position {p.position} of {p.size}" in text
+        assert f"consumed {p.consumed} records ({prog.tokens[p.name]} tokens), epoch {p.epoch}, position " \
+               f"{p.position} of {p.size}" in text
     assert "web=0.5, code=0.3, math=0.2" in text and "next step" in text
 
 

@@ -1,0 +1,113 @@
+"""Tokens each source of a mixture has consumed, as a pure function of its consumed count.
+
+Algorithm. Source ``s``'s ``q``-th record is record ``perm_e(q mod n_s)`` of its own epoch
+``e = q // n_s`` (:mod:`.mixture`), whatever the weights, rebases or batch schedule, so the
+tokens of its first ``c`` records are ``e * T_s + sum(len_s[perm_e(i)] for i < o)`` with
+``e, o = divmod(c, n_s)`` and ``T_s`` the source's total: a prefix sum over the source's length
+index (a list column's offsets, no token read) in its epoch's order. The prefix is evaluated in
+chunks of the permutation; the last answer per source is memoized, so a later count in the same
+epoch costs only the records in between (forward or backward, whichever is shorter, or from the
+epoch's end), never a replay of the stream.
+
+What counts: the non-padding tokens of the loader's ``token_column`` in those records (the list
+lengths, as ``counters.tokens`` counts them); a record of a skipped step counts once its position
+is passed, as ``consumed`` does.
+
+Cost. O(S) per query plus O(min(delta, n_s - o, o)) permutation evaluations per source, where
+``delta`` is the distance from the memoized count: a loader's consecutive states pay for the
+records delivered in between; a cold query pays at most half an epoch of each source, which a
+restore avoids by seeding the memo with the saved counts (:meth:`SourceTokens.seed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from resumable_data.errors import ConfigError, describe
+
+__all__ = ["SourceTokens"]
+
+_CHUNK = 1 << 20  # permutation evaluations per vectorized chunk (bounds transient memory)
+
+
+class SourceTokens:
+    """Tokens consumed per source from the records consumed per source (see the module docs).
+
+    ``plan``: the :class:`~resumable_data.plan.mixture.MixturePlan` whose source orders apply
+    (only :meth:`~.MixturePlan.source_order`, ``sizes`` and ``shuffle`` are used, so a rebased
+    plan gives the same answers); ``lengths``: each source's token count per record id."""
+
+    def __init__(self, plan, lengths: Sequence[np.ndarray]) -> None:
+        if len(lengths) != len(plan.sizes):
+            raise ConfigError(describe("lengths", len(lengths), f"one length array per source ({len(plan.sizes)})",
+                                       "pass the token lengths of every source"))
+        self._plan = plan
+        self._lengths = []
+        for s, (n, ln) in enumerate(zip(plan.sizes, lengths)):
+            ln = np.asarray(ln, dtype=np.int64)
+            if ln.shape != (n,) or (n and int(ln.min()) < 0):
+                raise ConfigError(describe(f"lengths[{s}]", f"shape {ln.shape}", f"{n} non-negative token counts",
+                                           "pass source.column_lengths(token_column)"))
+            self._lengths.append(ln)
+        self.totals = tuple(int(ln.sum()) for ln in self._lengths)
+        self._memo: dict[int, tuple[int, int, int]] = {}  # source -> (epoch, offset, tokens before offset)
+
+    def before(self, counts: Sequence[int]) -> np.ndarray:
+        """Tokens of each source's first ``counts[s]`` records (int64, one per source)."""
+        if len(counts) != len(self._lengths):
+            raise ConfigError(describe("counts", list(counts), f"{len(self._lengths)} counts", "pass one per source"))
+        out = np.empty(len(self._lengths), dtype=np.int64)
+        for s, c in enumerate(int(x) for x in counts):
+            if c < 0:
+                raise ConfigError(describe(f"counts[{s}]", c, "a count >= 0", "pass records consumed"))
+            e, o = divmod(c, self._plan.sizes[s])
+            out[s] = e * self.totals[s] + self._prefix(s, e, o)
+        return out
+
+    def seed(self, counts: Sequence[int], tokens: Sequence[int]) -> None:
+        """Take ``tokens`` (a saved state's, at ``counts``) as known, so the next query costs the
+        records in between, not a cold prefix; bounds-checked first (:meth:`check`)."""
+        self.check(counts, tokens)
+        for s, (c, t) in enumerate(zip(counts, tokens)):
+            e, o = divmod(int(c), self._plan.sizes[s])
+            self._memo[s] = (e, o, int(t) - e * self.totals[s])
+
+    def check(self, counts: Sequence[int], tokens: Sequence[int]) -> None:
+        """``ConfigError`` unless each source's ``tokens`` lies within the epoch its ``counts`` is in."""
+        if len(counts) != len(self._lengths) or len(tokens) != len(self._lengths):
+            raise ConfigError(describe("tokens", list(tokens), f"{len(self._lengths)} counts", "pass one per source"))
+        for s, (c, t) in enumerate(zip(counts, tokens)):
+            e, o = divmod(int(c), self._plan.sizes[s])
+            prefix = int(t) - e * self.totals[s]
+            if not 0 <= prefix <= self.totals[s]:
+                raise ConfigError(describe(f"tokens[{s}]", int(t), f"between {e * self.totals[s]} and "
+                                           f"{(e + 1) * self.totals[s]} ({c} records consumed, {self.totals[s]} tokens "
+                                           "an epoch)", "pass an unmodified state"))
+
+    def _prefix(self, s: int, e: int, o: int) -> int:
+        """Tokens of in-epoch offsets ``[0, o)`` of source ``s``'s epoch ``e``."""
+        n = self._plan.sizes[s]
+        memo = self._memo.get(s)
+        if memo is not None and memo[0] == e:
+            _, o0, v0 = memo
+            if abs(o - o0) <= min(o, n - o):
+                v = v0 + self._sum(s, e, o0, o) if o >= o0 else v0 - self._sum(s, e, o, o0)
+                self._memo[s] = (e, o, v)
+                return v
+        v = self._sum(s, e, 0, o) if o <= n - o else self.totals[s] - self._sum(s, e, o, n)
+        self._memo[s] = (e, o, v)
+        return v
+
+    def _sum(self, s: int, e: int, a: int, b: int) -> int:
+        """Tokens of in-epoch offsets ``[a, b)`` of source ``s``'s epoch ``e``."""
+        ln = self._lengths[s]
+        if not self._plan.shuffle:
+            return int(ln[a:b].sum())
+        perm = self._plan.source_order(s, e)
+        total = 0
+        for start in range(a, b, _CHUNK):
+            offsets = np.arange(start, min(start + _CHUNK, b), dtype=np.int64)
+            total += int(ln[perm.forward(offsets)].sum())
+        return total

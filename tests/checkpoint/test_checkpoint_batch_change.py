@@ -1,0 +1,118 @@
+"""rd.load_checkpoint across a declared global-batch change (on_batch_change="continue"): refused
+by default naming the choice, all or nothing, labelled elastic_reshard, and the stream continues at
+the committed sample (every later batch as a loader-level continue gives, no sample lost or
+repeated); a rebased rd.Mixture's checkpoint resumes faithfully (the rebase is progress)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+import resumable_data as rd
+from tests.loader.conftest import canon
+
+N = 60
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bchg") / "data"
+    rd.write_arrow_shards(pa.table({"id": pa.array(np.arange(N), pa.int64())}), d, num_shards=2)
+    rd.pin(d)
+    return str(d)
+
+
+def make(data, batch, value=0.0, tail="continuous"):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(1, 1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(value)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = rd.DataLoader(rd.ArrowShards(data), batch_size=batch, shuffle=True, seed=4, tail=tail)
+    return rd.TrainingState(model=model, optimizer=opt, loader=loader)
+
+
+def train(state, steps):
+    ids = []
+    for _, batch in zip(range(steps), state.loader):
+        loss = state.model(batch["id"].float()[:, None]).mean()
+        loss.backward()
+        state.optimizer.step()
+        state.optimizer.zero_grad()
+        state.loader.commit()
+        ids.append(batch["id"].numpy().copy())
+    return ids
+
+
+def digest(state):
+    return [p.detach().clone() for p in state.model.parameters()], state.loader.cursor, \
+        state.loader.state_dict()
+
+
+def test_a_declared_batch_change_continues_at_the_committed_sample(data, tmp_path):
+    saved = make(data, 4, value=1.0)
+    first = train(saved, 7)
+    rd.save_checkpoint(tmp_path / "ck", saved)
+    loader_state = saved.loader.state_dict()
+    reference = rd.DataLoader(rd.ArrowShards(data), batch_size=6, shuffle=True, seed=4, tail="continuous")
+    reference.load_state_dict(loader_state, on_batch_change="continue")
+    expected = [canon(b) for _, b in zip(range(12), reference)]
+
+    fresh = make(data, 6)
+    before = digest(fresh)
+    with pytest.raises(rd.CompatibilityError, match=r"data.plan.global_batch: saved 4 vs current 6.*"
+                                                    r"on_batch_change='continue'"):
+        rd.load_checkpoint(tmp_path / "ck", fresh)
+    after = digest(fresh)
+    assert all(torch.equal(a, b) for a, b in zip(before[0], after[0])) and before[1:] == after[1:]
+    got = rd.load_checkpoint(tmp_path / "ck", fresh, on_batch_change="continue")
+    assert got.label is rd.RecoveryLabel.ELASTIC_RESHARD and fresh.recovery_label is rd.RecoveryLabel.ELASTIC_RESHARD
+    assert fresh.loader.recovery_label is rd.RecoveryLabel.ELASTIC_RESHARD
+    assert [d.severity.value for d in got.report.differences] == ["info"] and got.report.batch_changed
+    assert all(torch.equal(a, b) for a, b in zip(fresh.model.parameters(), saved.model.parameters()))
+    batches = [canon(b) for _, b in zip(range(12), fresh.loader)]
+    assert batches == expected  # every later batch, in order
+    ids = np.concatenate(first + [np.frombuffer(b["id"][3], dtype=np.int64) for b in batches])
+    assert ids[:N].tolist() != list(range(N)) and sorted(ids[:N].tolist()) == list(range(N))  # epoch 0: each once
+    assert len(set(ids[N:].tolist())) == len(ids[N:])  # epoch 1 so far: no repeat
+
+
+def test_a_declared_batch_change_the_loader_refuses_changes_nothing(data, tmp_path):
+    saved = make(data, 4, value=1.0, tail="drop")
+    train(saved, 5)
+    rd.save_checkpoint(tmp_path / "ck", saved)
+    fresh = make(data, 6, tail="drop")
+    before = digest(fresh)
+    with pytest.raises(rd.ResumeError, match="tail='drop'.*fix: resume with the saved batch"):
+        rd.load_checkpoint(tmp_path / "ck", fresh, on_batch_change="continue")
+    after = digest(fresh)
+    assert all(torch.equal(a, b) for a, b in zip(before[0], after[0])) and before[1:] == after[1:]
+    with pytest.raises(rd.ConfigError, match="on_batch_change"):
+        rd.load_checkpoint(tmp_path / "ck", {"not": "a training state"}, on_batch_change="continue")
+    with pytest.raises(rd.ConfigError, match="on_batch_change"):
+        rd.load_checkpoint(tmp_path / "ck", fresh, on_batch_change="sometimes")
+
+
+def test_a_rebased_mixture_checkpoint_resumes_faithfully(tmp_path):
+    from tests.loader.test_mixture_resume import W2, loader_for, run
+    from tests.mixture_data import WEIGHTS, write_sources
+
+    dirs = write_sources(tmp_path)
+    _, states = run(loader_for(dirs, WEIGHTS), 5)
+    loader = loader_for(dirs, W2)
+    loader.load_state_dict(states[5], label="data_change")
+    model = torch.nn.Linear(1, 1)
+    state = rd.TrainingState(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), loader=loader)
+    rd.save_checkpoint(tmp_path / "ck", state)
+    reference = loader_for(dirs, W2)
+    reference.load_state_dict(loader.state_dict())
+    want = run(reference, 6)[0]
+    fresh_model = torch.nn.Linear(1, 1)
+    fresh = rd.TrainingState(model=fresh_model, optimizer=torch.optim.SGD(fresh_model.parameters(), lr=0.1),
+                             loader=loader_for(dirs, W2))
+    assert rd.load_checkpoint(tmp_path / "ck", fresh).label is rd.RecoveryLabel.FAITHFUL_CONTINUATION
+    assert fresh.loader.state_dict()["mixture"]["rebase"] == loader.state_dict()["mixture"]["rebase"] is not None
+    assert run(fresh.loader, 6)[0] == want

@@ -1,0 +1,109 @@
+"""A declared weight change (data_change) on a packed mixture: exact at a loader-epoch start (each
+source continues from its consumed count; resumed bit-exact at random points with 2 workers;
+per-source multiset checks over the documents), refused inside an epoch with the fix named."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import resumable_data as rd
+from resumable_data.plan.mixture import Rebase
+from tests.loader.test_mixture_resume import W2, check_source_epochs, continue_from, loader_for, resume_points, run
+from tests.mixture_data import WEIGHTS, open_sources, source_of, write_sources
+
+SPEC = rd.Packing(16)
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    return write_sources(tmp_path_factory.mktemp("mixpack"))
+
+
+def documents(batches):
+    """The delivered documents in order (a document split across sequences once)."""
+    docs = np.concatenate([np.frombuffer(b["document_ids"][3], dtype=np.int64) for b in batches])
+    docs = docs[docs >= 0]
+    return docs[np.concatenate([[True], docs[1:] != docs[:-1]])]
+
+
+def dedup(ids):
+    return ids[np.concatenate([[True], ids[1:] != ids[:-1]])]
+
+
+def test_a_weight_change_at_a_packed_epoch_start_continues_every_source(dirs):
+    a_batches, a_states = run(loader_for(dirs, WEIGHTS, packing=SPEC), 50)
+    starts = [k for k, st in enumerate(a_states) if st["epoch_base"] == [2, k]]
+    assert starts, [st["epoch_base"] for st in a_states]
+    k = starts[0]  # the first step of loader epoch 2
+    mid = next(j for j in range(k + 1, len(a_states)) if a_states[j]["epoch_base"][1] != j)
+    other = loader_for(dirs, W2, packing=SPEC)
+    with pytest.raises(rd.ResumeError, match=rf"data_change at step {mid}, inside packed epoch 2 \(it began at step "
+                                             rf"{k}\).*fix: resume with the saved weights"):
+        other.load_state_dict(a_states[mid], label="data_change")
+    assert other.cursor.committed == 0
+    b_batches, b_states = continue_from(other, a_states[k], 60, label="data_change")
+    assert other.recovery_label is rd.RecoveryLabel.DATA_CHANGE
+    mix_a = rd.Mixture(open_sources(dirs), weights=WEIGHTS, block_size=16)
+    mix_b = rd.Mixture(open_sources(dirs), weights=W2, block_size=16)
+    sampler_a = mix_a.sampler(11, 4, packed=True)
+    n = len(sampler_a)
+    before = np.concatenate([sampler_a.indices(e, np.arange(n)) for e in range(2)])
+    rebase = b_states[0]["mixture"]["rebase"]
+    counts = np.bincount(source_of(mix_a.take(before).column("id").to_numpy()), minlength=3).tolist()
+    assert rebase == [2 * n, counts]  # the epoch's first document; each source's consumed count
+    sampler_b = mix_b.sampler(11, 4, packed=True)
+    sampler_b.rebase(Rebase(rebase[0], tuple(rebase[1])))
+    after = np.concatenate([sampler_b.indices(e, np.arange(n)) for e in range(2, 9)])
+    got = np.concatenate([documents(a_batches[:k]), documents(b_batches)])
+    expected = dedup(np.concatenate([before, after]))
+    assert got.tolist() == expected[:len(got)].tolist()
+    assert len(documents(b_batches)) > 3 * n  # several loader epochs under the new weights
+    ids_b = mix_b.take(after).column("id").to_numpy()
+    assert abs((source_of(ids_b) == 2).mean() - 0.6) < 0.05
+    check_source_epochs(mix_a.take(np.concatenate([before, after])).column("id").to_numpy())
+    # the rebased stream resumes bit-exact anywhere (the saved rebase adopted), with 2 workers
+    make = lambda: loader_for(dirs, W2, packing=SPEC, num_workers=2, persistent_workers=True)  # noqa: E731
+    assert resume_points(b_states, b_batches, make, 40, np.random.default_rng(7)) == 40
+    # a second change, at a later epoch start of the rebased run, chains
+    later = [j for j, st in enumerate(b_states) if st["epoch_base"][1] == b_states[0]["cursor"]["committed"] + j
+             and st["epoch_base"][0] > 3]
+    c_batches, c_states = continue_from(loader_for(dirs, WEIGHTS, packing=SPEC), b_states[later[0]], 10,
+                                        label="data_change")
+    again, _ = continue_from(loader_for(dirs, WEIGHTS, packing=SPEC, num_workers=2), b_states[later[0]], 10,
+                             label="data_change")
+    assert again == c_batches and c_states[0]["mixture"]["rebase"][0] == b_states[later[0]]["epoch_base"][0] * n
+
+
+def test_a_packed_rebase_past_its_epoch_start_is_refused(dirs):
+    _, states = run(loader_for(dirs, WEIGHTS, packing=SPEC), 30)
+    k = next(j for j, st in enumerate(states) if st["epoch_base"] == [1, j])
+    n = states[k]["plan"]["num_records"]
+    st = states[k + 1]
+    forged = {**st, "mixture": {**st["mixture"], "rebase": [n + 4, [2, 1, n + 1]]}}
+    with pytest.raises(rd.ResumeError, match=r"state.mixture.rebase=.*the first document of epoch_base"):
+        loader_for(dirs, WEIGHTS, packing=SPEC).load_state_dict(forged)
+
+
+def test_every_state_of_a_rebased_packed_run_resumes_and_a_reused_loader_drops_its_old_indexes(dirs):
+    """Each state's epoch is checked on the rebased order (the unrebased one has other epoch
+    lengths); a loader whose indexes were built on the old order rebuilds them after the rebase."""
+    a_batches, a_states = run(loader_for(dirs, WEIGHTS, packing=SPEC), 40)
+    k = next(j for j, st in enumerate(a_states) if st["epoch_base"] == [2, j])
+    b_batches, b_states = continue_from(loader_for(dirs, W2, packing=SPEC), a_states[k], 84, label="data_change")
+    for j in range(len(b_batches) - 3):
+        got, _ = continue_from(loader_for(dirs, W2, packing=SPEC), b_states[j], 4)
+        assert got == b_batches[j:j + 4], j
+    w2_batches, w2_states = run(loader_for(dirs, W2, packing=SPEC), 40)
+    k2 = next(j for j, st in enumerate(w2_states) if st["epoch_base"] == [2, j])
+    reused = loader_for(dirs, W2, packing=SPEC)
+    assert continue_from(reused, w2_states[k2], 3)[0] == w2_batches[k2:k2 + 3]  # epoch 2 indexed, unrebased
+    assert continue_from(reused, a_states[k], 8, label="data_change")[0] == b_batches[:8]
+
+
+def test_a_weight_schedule_with_packing_is_refused_naming_the_exact_path(dirs):
+    sched = rd.WeightSchedule([(0, WEIGHTS), (5, W2)])
+    with pytest.raises(rd.ConfigError, match=r"weights=.*constant weights when packing.*fix: pass a mapping of "
+                                             r"weights, and change them by a data_change resume from a state "
+                                             r"written at the start of a loader epoch"):
+        loader_for(dirs, sched, packing=SPEC)

@@ -1,0 +1,152 @@
+"""Per-source token counts of an rd.Mixture loader: in the state (mixture schema 2), in
+loader.mixture_progress() and in `inspect`, equal at every step to the tokens of the records each
+source delivered, summing to counters.tokens, across resumes (2 workers) and data_change rebases."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import resumable_data as rd
+from resumable_data.loader.state import LoaderState
+from tests.loader.test_mixture_resume import W2, continue_from, ids_of, loader_for, resume_points, run
+from tests.mixture_data import BASE, SIZES, WEIGHTS, open_sources, source_of, write_sources
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    return write_sources(tmp_path_factory.mktemp("mixtok"))
+
+
+def delivered_tokens(dirs, ids):
+    """Per source, the token lengths of the delivered records (read from the sources' columns)."""
+    lengths = {name: rd.ArrowShards(dirs[name]).column_lengths("tokens") for name in SIZES}
+    src = source_of(ids)
+    return [int(lengths[name][ids[src == s] - BASE[name]].sum()) for s, name in enumerate(SIZES)]
+
+
+def test_tokens_per_source_match_the_delivered_records_at_every_step(dirs):
+    batches, states = run(loader_for(dirs, WEIGHTS), 40)  # 160 positions: the 11-record source 6 times over
+    ids = ids_of(batches)
+    for k in range(len(batches) + 1):
+        want = delivered_tokens(dirs, ids[:4 * k])
+        section = states[k]["mixture"]
+        assert section["schema_version"] == 2 and section["tokens"] == want, k
+        assert sum(want) == states[k]["counters"]["tokens"], k
+    loader = loader_for(dirs, WEIGHTS, num_workers=2)
+    loader.load_state_dict(states[23])
+    prog = loader.mixture_progress()
+    assert prog.tokens == dict(zip(SIZES, delivered_tokens(dirs, ids[:4 * 23])))
+    assert prog.to_dict()["sources"]["math"]["tokens"] == prog.tokens["math"]
+    # resumed anywhere with 2 workers: every later batch and state (tokens included) as the run's
+    make = lambda: loader_for(dirs, WEIGHTS, num_workers=2, persistent_workers=True)  # noqa: E731
+    assert resume_points(states, batches, make, 12, np.random.default_rng(5)) == 12
+
+
+def test_tokens_continue_across_a_data_change(dirs):
+    a_batches, a_states = run(loader_for(dirs, WEIGHTS), 9)
+    b_batches, b_states = continue_from(loader_for(dirs, W2), a_states[9], 12, label="data_change")
+    ids = np.concatenate([ids_of(a_batches), ids_of(b_batches)])
+    assert b_states[-1]["mixture"]["tokens"] == delivered_tokens(dirs, ids)
+    assert b_states[-1]["mixture"]["rebase"][0] == 36
+    again = loader_for(dirs, W2)
+    again.load_state_dict(b_states[-1])  # the saved rebase is adopted: same tokens from the position
+    assert again.mixture_progress().tokens == dict(zip(SIZES, delivered_tokens(dirs, ids)))
+
+
+def test_inspect_shows_tokens_per_source_from_the_state_alone(dirs, tmp_path, capsys):
+    from resumable_data.cli import main
+
+    batches, states = run(loader_for(dirs, WEIGHTS), 17)
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(states[17]))
+    assert main(["inspect", str(path)]) == 0
+    text = capsys.readouterr().out
+    for name, tokens in zip(SIZES, delivered_tokens(dirs, ids_of(batches))):
+        assert f"({tokens} tokens)" in text.split(f"  {name}:")[1].splitlines()[0], name
+
+
+def test_token_counts_are_progress_not_identity(dirs):
+    """A checkpoint's fingerprint holds the plain section; malformed counts are resume errors."""
+    _, states = run(loader_for(dirs, WEIGHTS), 5)
+    st = states[5]
+    fp = LoaderState.from_dict(st).fingerprint_dict()["mixture"]
+    assert "tokens" not in fp and fp["schema_version"] == 1
+    assert fp == loader_for(dirs, WEIGHTS).snapshot().fingerprint_dict()["mixture"]
+    loader = loader_for(dirs, WEIGHTS)
+    m = st["mixture"]
+    for bad, match in (({**m, "tokens": [1, 2]}, r"state.mixture.tokens="), ({**m, "tokens": [1, -2, 3]}, r"tokens\[1\]"),
+                       ({**m, "tokens": [1, 2, "3"]}, r"tokens\[2\]"),
+                       ({k: v for k, v in m.items() if k != "tokens"}, "keys missing"),
+                       ({**m, "schema_version": 1}, "unexpected"), ({**m, "schema_version": 3}, "schema_version")):
+        with pytest.raises(rd.ResumeError, match=match):
+            loader.load_state_dict({**st, "mixture": bad})
+    assert loader.cursor.committed == 0
+    # counts outside what the consumed records can hold (checked against the sources' totals)
+    with pytest.raises(rd.ResumeError, match=r"state.mixture.tokens is inconsistent with the sources: tokens\[0\]"):
+        loader.load_state_dict({**st, "mixture": {**m, "tokens": [10**9, 0, 0]}})
+    assert loader.cursor.committed == 0 and loader.state_dict()["mixture"]["tokens"] == [0, 0, 0]
+    # a state written without token counting (mixture schema 1) still loads into a counting loader
+    plain = rd.DataLoader(rd.Mixture(open_sources(dirs), weights=WEIGHTS, block_size=16), batch_size=4, seed=11)
+    _, p_states = run(plain, 5)
+    assert "tokens" not in p_states[5]["mixture"] and p_states[5]["mixture"]["schema_version"] == 1
+    loader.load_state_dict(p_states[5])
+    assert loader.state_dict()["mixture"]["tokens"] == st["mixture"]["tokens"]
+
+
+@pytest.mark.parametrize("sources, limit", [(3, 1024), (64, 4096)])
+def test_state_size_with_token_counts(tmp_path, sources, limit):
+    srcs = {}
+    for i in range(sources):
+        d = tmp_path / f"s{i}"
+        toks = [[1] * (1 + (j % 7)) for j in range(20 + i)]
+        rd.write_arrow_shards(pa.table({"tokens": pa.array(toks, pa.list_(pa.int64()))}), d, num_shards=1)
+        rd.pin(d)
+        srcs[f"source_{i:02d}"] = rd.ArrowShards(d)
+    mix = rd.Mixture(srcs, weights={n: 1 + i % 5 for i, n in enumerate(srcs)})
+    loader = rd.DataLoader(mix, batch_size=256, seed=0, token_column="tokens")
+    for k, _ in enumerate(loader):
+        if k == 3:
+            break
+    state = loader.state_dict()
+    assert len(state["mixture"]["tokens"]) == sources and sum(state["mixture"]["tokens"]) == state["counters"]["tokens"]
+    assert len(json.dumps(state)) < limit
+
+
+@pytest.mark.parametrize("spec", [rd.Packing(16), rd.Packing(16, mode="best_fit"), rd.Packing(16, eos_id=0, window=16),
+                                  rd.Packing(8, mode="best_fit", window=8, eos_id=1)],
+                         ids=["concat", "best_fit", "concat-eos-window16", "best_fit-eos-window8"])
+def test_packed_tokens_per_source_match_the_delivered_sequences(dirs, spec, tmp_path, capsys):
+    """Packed (partial tail): each source's input tokens in the delivered sequences, counted from
+    the batches' document_ids, equal the state's at every step, summing to counters.tokens."""
+    batches, states = run(loader_for(dirs, WEIGHTS, packing=spec), 60)
+    offsets = rd.Mixture(open_sources(dirs), weights=WEIGHTS).offsets
+    seen = np.zeros(3, dtype=np.int64)
+    for k in range(len(batches) + 1):
+        assert states[k]["mixture"]["tokens"] == seen.tolist(), k
+        assert sum(seen) == states[k]["counters"]["tokens"], k
+        if k < len(batches):
+            b = batches[k]["document_ids"]
+            doc = np.frombuffer(b[3], dtype=np.int64)
+            doc = doc[doc >= 0]  # the non-padding input tokens
+            seen += np.bincount(np.searchsorted(offsets, doc, side="right") - 1, minlength=3)
+    assert seen.min() > 0 and len(states[60]["mixture"]["tokens"]) == 3
+    if spec.mode is rd.PackMode.CONCAT and spec.eos_id is None:  # inspect shows them from the state alone
+        from resumable_data.cli import main
+
+        path = tmp_path / "packed-state.json"
+        path.write_text(json.dumps(states[60]))
+        assert main(["inspect", str(path)]) == 0
+        assert "web={}, code={}, math={}".format(*seen.tolist()) in capsys.readouterr().out
+    make = lambda: loader_for(dirs, WEIGHTS, packing=spec, num_workers=2, persistent_workers=True)  # noqa: E731
+    assert resume_points(states, batches, make, 10, np.random.default_rng(11)) == 10
+
+
+def test_packed_tokens_per_source_are_not_written_on_a_wrapping_tail(dirs):
+    """wrap (and drop) re-deliver (or drop) an epoch's last sequences: the per-source counts would
+    not be those of the documents' positions, so they are not written (counters.tokens is)."""
+    _, states = run(loader_for(dirs, WEIGHTS, packing=rd.Packing(16), tail="wrap"), 5)
+    assert "tokens" not in states[5]["mixture"] and states[5]["counters"]["tokens"] > 0
