@@ -21,10 +21,11 @@ it resumes exactly; the broken pool (persistent workers too) is shut down so a f
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from resumable_data.errors import UsageError, WorkerError
-from resumable_data.loader import torch_compat
+from resumable_data.loader import torch_compat, transport
 from resumable_data.loader.collate import to_torch
 from resumable_data.loader.fetch import NumpyBatch
 from resumable_data.loader.state import CommitMode
@@ -64,8 +65,13 @@ class LoaderIterator:
             self._it = _Inline(loader._fetcher, torch_loader.sampler)
         else:
             torch_compat.install_sigchld_handler()  # a death is reported at next(), never mid-step
+            if torch_loader.num_workers:
+                transport.prepare_main()  # workers register their batch slots with this process's tracker
+                torch_loader.collate_fn.main_pid = os.getpid()  # the slots' names carry the reader's pid
             self._it = iter(torch_loader)
-            torch_compat.widen_result_pipe(self._it)  # batches cross the pipe in one write
+            torch_compat.widen_result_pipe(self._it)  # small batches cross the pipe in one write
+            torch_compat.synchronous_index_queues(self._it)  # no feeder threads fighting for the GIL
+            torch_compat.on_pool_exit(self._it, transport.forget)  # unmap/unlink the pool's slots
         self._closed = False
 
     def __iter__(self) -> LoaderIterator:
@@ -131,7 +137,9 @@ class LoaderIterator:
         """Close this pass and drop its broken worker pool (persistent workers too), so the next
         ``iter(loader)`` starts a fresh one."""
         self.close()
+        pids = [w.pid for w in self._workers]
         torch_compat.shutdown_workers(self._it)
+        transport.forget(pids)
         torch_compat.drop_persistent_iterator(self._loader._torch)
 
     def __del__(self) -> None:
@@ -146,4 +154,6 @@ class LoaderIterator:
             return
         self._closed = True
         if not self._loader._torch.persistent_workers:
+            pids = [w.pid for w in self._workers]
             torch_compat.shutdown_workers(self._it)
+            transport.forget(pids)

@@ -36,9 +36,14 @@ Plain torch ``DataLoader`` passes in the same process get their deaths reported 
 
 from __future__ import annotations
 
+import queue
 import signal
+import sys
 import threading
+import weakref
 from typing import Any
+
+from multiprocessing.reduction import ForkingPickler
 
 from torch.utils.data import DataLoader, default_collate, default_convert, get_worker_info
 from torch.utils.data._utils import signal_handling as _signal_handling
@@ -51,7 +56,9 @@ __all__ = [
     "drop_persistent_iterator",
     "install_sigchld_handler",
     "is_multiprocess_iter",
+    "on_pool_exit",
     "shutdown_workers",
+    "synchronous_index_queues",
     "widen_result_pipe",
     "worker_fault",
 ]
@@ -73,6 +80,11 @@ class WorkerInit:
         info = get_worker_info()
         fetcher = info.dataset
         object.__setattr__(info, "dataset", getattr(fetcher, "dataset", fetcher))
+        caller = sys._getframe(1)  # torch's _worker_loop, which holds the result queue
+        if caller.f_code.co_name == "_worker_loop" and "data_queue" in caller.f_locals:
+            q = caller.f_locals["data_queue"]
+            if hasattr(q, "_writer") and hasattr(q, "_sem"):
+                q.put = _sync_put(q)  # results leave without a feeder-thread hand-off
         if self.user_fn is not None:
             self.user_fn(worker_id)
 
@@ -110,6 +122,60 @@ def widen_result_pipe(it: Any, size: int = RESULT_PIPE_BYTES) -> int | None:
         return fcntl.fcntl(fd, _F_GETPIPE_SZ)
     except (ImportError, OSError, AttributeError):
         return None
+
+
+def synchronous_index_queues(it: Any) -> int:
+    """Make the main process send a multi-process pass's requests itself instead of through each
+    index queue's feeder thread; returns how many queues were changed (0 for another iterator).
+
+    ``multiprocessing.Queue.put`` hands the object to a feeder thread that pickles and writes it:
+    per batch a cross-thread hand-off whose GIL ping-pong with the main thread costs far more
+    than the write on a loaded machine. A request is a few dozen bytes and at most
+    ``prefetch_factor`` of them wait per worker, so the write never blocks; the queue's
+    semaphore and write lock are used exactly as its feeder thread would use them, and the
+    worker's ``get`` is unchanged. torch's first requests of a pass (put before this can run)
+    still go through the feeder thread; a later request may reach its worker before one of those
+    is written, which is harmless: each request carries its index and torch reorders results."""
+    if not is_multiprocess_iter(it):
+        return 0
+    changed = 0
+    for q in it._index_queues:
+        if getattr(q, "_rd_sync", False):
+            continue
+        q.put = _sync_put(q)
+        q._rd_sync = True
+        changed += 1
+    return changed
+
+
+def _sync_put(q: Any) -> Any:
+    dumps, send, lock, sem = ForkingPickler.dumps, q._writer.send_bytes, q._wlock, q._sem
+
+    def put(obj: Any, block: bool = True, timeout: float | None = None) -> None:
+        if q._closed:
+            raise ValueError(f"Queue {q!r} is closed")
+        if not sem.acquire(block, timeout):
+            raise queue.Full
+        data = dumps(obj)
+        if lock is None:
+            send(data)
+        else:
+            with lock:
+                send(data)
+
+    return put
+
+
+_watched: weakref.WeakSet = weakref.WeakSet()
+
+
+def on_pool_exit(it: Any, fn: Any) -> None:
+    """Call ``fn(worker pids)`` once when the multi-process pass ``it`` is garbage collected
+    (after torch's own ``__del__`` stopped its workers); a no-op for any other iterator."""
+    if not is_multiprocess_iter(it) or it in _watched:
+        return
+    _watched.add(it)
+    weakref.finalize(it, fn, [w.pid for w in it._workers])
 
 
 def drop_persistent_iterator(torch_loader: DataLoader) -> None:
