@@ -54,6 +54,8 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from resumable_data.loader.fetch import NumpyBatch
+
 __all__ = ["MAX_SLOTS", "SLOT_MIN_BYTES", "Wire", "WorkerCollate", "forget", "pack", "prepare_main", "slot_name"]
 
 SLOT_MIN_BYTES = 64 * 1024  #: payloads under this travel inline in the pickle
@@ -173,13 +175,48 @@ class Wire:
         return self.rebuild, self.args
 
 
-def pack(batch: Any, main_pid: int) -> Wire:
-    """``batch`` as a :class:`Wire`: its structure pickled, its payloads in a slot or inline."""
+def _flat(batch: Any) -> tuple[Any, list[Any]] | None:
+    """``((type, [(key, dtype, shape, is_tensor)]), payloads)`` for a dict (or ``NumpyBatch``) of
+    numeric numpy arrays and plain tensors only, the shape of every Arrow batch: no pickler needed."""
+    if type(batch) is not dict and type(batch) is not NumpyBatch:
+        return None
+    spec, raws = [], []
+    for k, v in batch.items():
+        if type(v) is np.ndarray and v.dtype.kind in "biufc" and v.size and v.flags.c_contiguous:
+            spec.append((k, v.dtype, v.shape, False))
+            raws.append(v.reshape(-1).view(np.uint8))
+        elif isinstance(v, torch.Tensor) and _plain_tensor(v):
+            spec.append((k, v.dtype, tuple(v.shape), True))
+            raws.append(v.detach().reshape(-1).view(torch.uint8).numpy())
+        else:
+            return None
+    return (type(batch), spec), raws
+
+
+def _structure(batch: Any) -> tuple[Any, list[Any]]:
+    """The batch's structure (a flat spec, or protocol-5 pickle bytes) and its payloads."""
+    flat = _flat(batch)
+    if flat is not None:
+        return flat
     buffers: list[pickle.PickleBuffer] = []
     f = io.BytesIO()
     _BatchPickler(f, buffers).dump(batch)
-    header = f.getvalue()
-    raws = [b.raw() for b in buffers]
+    return f.getvalue(), [b.raw() for b in buffers]
+
+
+def _rebuild(header: Any, buffers: list[np.ndarray]) -> Any:
+    if isinstance(header, bytes):
+        return pickle.loads(header, buffers=buffers)
+    cls, spec = header
+    out = cls()
+    for (k, dtype, shape, tensor), b in zip(spec, buffers):
+        out[k] = torch.frombuffer(b, dtype=dtype).view(shape) if tensor else b.view(dtype).reshape(shape)
+    return out
+
+
+def pack(batch: Any, main_pid: int) -> Wire:
+    """``batch`` as a :class:`Wire`: its structure pickled, its payloads in a slot or inline."""
+    header, raws = _structure(batch)
     total = sum(_aligned(r.nbytes) for r in raws)
     got = None
     if total >= SLOT_MIN_BYTES:
@@ -233,8 +270,8 @@ class _Mapped(shared_memory.SharedMemory):
 _attached: dict[tuple[int, int], tuple[int, _Mapped]] = {}  # (worker pid, index)
 
 
-def _from_inline(header: bytes, payloads: list[bytes]) -> Any:
-    return pickle.loads(header, buffers=[bytearray(p) for p in payloads])
+def _from_inline(header: Any, payloads: list[bytes]) -> Any:
+    return _rebuild(header, [np.frombuffer(bytearray(p), dtype=np.uint8) for p in payloads])
 
 
 def _attach(name: str, worker_pid: int, index: int, gen: int) -> shared_memory.SharedMemory:
@@ -273,7 +310,7 @@ def _release(shm: shared_memory.SharedMemory) -> None:
         pass
 
 
-def _from_slot(header: bytes, name: str, worker_pid: int, index: int, gen: int, total: int,
+def _from_slot(header: Any, name: str, worker_pid: int, index: int, gen: int, total: int,
                offsets: list[tuple[int, int]]) -> Any:
     shm = _attach(name, worker_pid, index, gen)
     if shm.buf[0] != _BUSY or shm.size < _HEADER + total:
@@ -282,7 +319,7 @@ def _from_slot(header: bytes, name: str, worker_pid: int, index: int, gen: int, 
     weakref.finalize(view, _release, shm)
     raw = np.asarray(view)
     del view
-    return pickle.loads(header, buffers=[raw[a - _HEADER:a - _HEADER + n] for a, n in offsets])
+    return _rebuild(header, [raw[a - _HEADER:a - _HEADER + n] for a, n in offsets])
 
 
 def prepare_main() -> None:
