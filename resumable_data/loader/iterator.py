@@ -13,6 +13,10 @@ delivered and nothing records it: a state taken before the next batch resumes by
 again (a transient error may succeed); once the next batch is delivered the cursor is past it
 (the derived microbatch count then includes it, like any step behind the cursor).
 
+Transport. With workers, a batch reaches this process through :mod:`.transport` (reused
+shared-memory slots, or inline bytes when small); requests and results skip the queues' feeder
+threads (:mod:`.torch_compat`). Batches are the same objects at every worker count.
+
 Worker faults. A worker that dies or hangs surfaces as :class:`rd.WorkerError` (torch's error as
 its ``__cause__``), with the cursor counting only what reached the loop, so the state saved after
 it resumes exactly; the broken pool (persistent workers too) is shut down so a fresh

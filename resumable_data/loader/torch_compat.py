@@ -13,10 +13,19 @@ batch of a few hundred KB then crosses in one write instead of one 64 KiB pipe b
 each a context switch between a worker and the main process (on a loaded 2-CPU machine that
 doubled the 2-worker rate).
 
+Fewer hand-offs per batch (:func:`synchronous_index_queues`, :func:`next_batch` and
+:class:`WorkerInit`): the main process writes each request to its worker's index queue itself,
+and a worker writes each result itself, instead of handing them to the queues' feeder threads
+(each hand-off a GIL ping-pong between two threads, which on a loaded 2-CPU machine cost more
+than the write); and the main process skips the profiler scope torch opens around every batch.
+
 Private names used: ``torch.utils.data.dataloader._MultiProcessingDataLoaderIter`` and its
-``_shutdown_workers()``, ``_workers`` (the worker processes) and ``_worker_result_queue`` (a
-``multiprocessing`` queue: its ``_reader`` connection); ``DataLoader._iterator`` (the pass a
-persistent-workers loader reuses);
+``_shutdown_workers()``, ``_workers`` (the worker processes), ``_worker_result_queue`` (a
+``multiprocessing`` queue: its ``_reader`` connection), ``_index_queues`` (``multiprocessing``
+queues: ``_writer``, ``_wlock``, ``_sem``, ``_closed``), ``_sampler_iter``, ``_reset()``,
+``_next_data()`` and ``_num_yielded`` (what ``__next__`` does); torch's ``_worker_loop``, which
+calls ``init_fn(worker_id)`` with its result queue in the local ``data_queue``;
+``DataLoader._iterator`` (the pass a persistent-workers loader reuses);
 torch's message texts for dead and hung workers ("exited unexpectedly", "killed by signal",
 "DataLoader timed out after") and for a dataset error re-raised from a worker ("Caught ...").
 ``torch.utils.data._utils.worker.WorkerInfo`` (made read-only by its ``__setattr__``): in a

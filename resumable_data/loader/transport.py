@@ -1,41 +1,48 @@
 """How a worker's batch reaches the main process: reused shared-memory slots, or inline bytes.
 
-torch's workers pickle a batch with ``ForkingPickler``: every tensor's storage is moved into a
-fresh shared-memory segment and its file descriptor is passed over a socket (a connection per
-storage), and numpy arrays are copied into the pickle and through the result pipe. On a small
-machine both cost more than making the batch (measured: 0.18 ms per small tensor, 0.83 ms for a
-256 KiB one; 0.3 ms to pickle and 0.3 ms to read back a 263 KiB numpy batch, mostly page faults
-on fresh buffers).
+torch's workers pickle a batch with ``ForkingPickler``: every tensor storage not yet shared is
+copied into a fresh shared-memory segment whose descriptor is then passed over a socket (one
+connection per storage), and numpy arrays are copied into the pickle and through the result
+pipe. On a small machine both cost more than making the batch (measured here: 0.18 ms for a
+16-element tensor, 0.83 ms for a 256 KiB one; 0.33 ms to pickle and about as much to read back a
+263 KiB numpy batch, mostly page faults on fresh buffers and pipe copies).
 
-Algorithm. In a worker the fetcher wraps the batch in :class:`Wire`. Pickling a ``Wire`` pickles
-the batch with protocol 5 and hands the payload of every numpy array and of every plain CPU
-tensor (strided, dense, not shared already, not requiring grad, its storage exactly its data)
-out of band; anything else keeps torch's own reduction (tensors already in shared memory, as
-torch's ``default_collate`` makes them for tensor samples, keep torch's zero-copy path). Then:
+Algorithm. In a worker, rd's ``collate_fn`` for torch (:class:`WorkerCollate`) packs the batch
+(:func:`pack`, in the worker's own thread, so an unpicklable batch is that batch's error):
 
-* payloads under :data:`SLOT_MIN_BYTES` in all travel inline, as bytes in the pickle;
-* larger ones are copied into one of the worker's shared-memory *slots* (one segment each,
-  created once, reused for every batch: its pages are mapped once in both processes), and only
-  the slot's name, generation and the payloads' offsets travel through the pipe.
+* its structure: for a dict of numeric numpy arrays and plain tensors (every Arrow batch) a
+  small spec of keys, dtypes and shapes; otherwise the batch pickled with protocol 5, the data
+  of every numpy array and every plain CPU tensor (dense, contiguous, not shared already, not
+  requiring grad, its storage exactly its data) handed out of band. Anything else keeps torch's
+  own reduction: tensors already in shared memory (torch's ``default_collate`` makes tensor
+  samples' batches there) keep torch's zero-copy path;
+* its payloads: under :data:`SLOT_MIN_BYTES` in all they travel inline, as bytes in the
+  message; larger ones are copied into one of the worker's *slots*, a shared-memory segment
+  created once and reused (its pages are mapped once in both processes), and only the slot's
+  name, generation and offsets travel through the pipe.
 
-In the main process the batch is rebuilt with one copy out of the slot into fresh memory, after
-which the slot's busy byte is cleared and the worker reuses it; the batch owns its memory (it is
-not shared with the worker). A worker reuses the first free slot large enough, grows a free slot
-that is too small (a new generation under a new name), or adds one; at :data:`MAX_SLOTS` busy
-slots it sends the batch inline. torch bounds the batches in flight per worker by
-``prefetch_factor``, so a worker holds about ``prefetch_factor + 1`` slots.
+The main process maps a slot the first time it sees it, unlinks its name at once, and builds
+the batch's arrays and tensors as views of the slot, without a copy. The views' base chain ends
+in one object per delivered batch whose finalizer clears the slot's busy byte when the batch's
+last view dies; only then does the worker reuse the slot. A worker takes the first free slot
+large enough, regrows a free slot that is too small (a new generation under a new name), or
+adds one; with :data:`MAX_SLOTS` busy (a loop that keeps many batches alive) it sends inline.
+Slots reserve their pages when created (``posix_fallocate``), so a full ``/dev/shm`` makes that
+batch travel inline instead of killing the worker with ``SIGBUS``.
 
-Guarantee: the rebuilt batch equals the worker's bit for bit (same types, dtypes, shapes, values;
-tensors rebuilt as fresh contiguous tensors). Names are ``rd<main pid>_<worker pid>_<slot>_<gen>``;
-the main process unlinks a slot's name the first time it maps it, and :func:`forget` (called when
-a worker pool shuts down) closes the mappings of those workers and unlinks any slot a dead worker
-created that never reached the main process. Slots are registered with ``multiprocessing``'s
-resource tracker, which unlinks whatever a killed main process left behind. A slot that cannot be
-mapped (its worker died and the name was swept) raises ``ConnectionError``, which the loader
-reports as :class:`rd.WorkerError`.
+Guarantee: the delivered batch equals the worker's bit for bit (same types, dtypes, shapes and
+values; tensors arrive contiguous) and is never written by the worker while any part of it is
+alive. Names are ``rd<main pid>_<worker pid>_<slot>_<gen>``; :func:`forget` (run when a worker
+pool stops) closes those workers' mappings (a batch still alive keeps its own) and unlinks
+any slot a dead worker created that never reached the main process; slots are also registered
+with ``multiprocessing``'s resource tracker, which unlinks what a killed main process leaves.
+A slot that cannot be mapped (its worker died and the name was swept) raises
+``ConnectionError``, which the loader reports as :class:`rd.WorkerError`.
 
-Cost: worker: one pickle of the batch's structure and one ``memcpy`` per payload into a slot
-whose pages are already mapped; main: one ``memcpy`` of the batch; no syscall in the steady state.
+Cost: worker: one ``memcpy`` of the payloads into memory already mapped (plus the pickle of
+the structure for batches that are not flat dicts); main: a few small objects per batch, no
+copy and no system call in the steady state. Shared memory held: about ``prefetch_factor + 2``
+slots per worker, each the size of a batch rounded up to a power of two.
 """
 
 from __future__ import annotations
@@ -183,7 +190,7 @@ def _flat(batch: Any) -> tuple[Any, list[Any]] | None:
     spec, raws = [], []
     for k, v in batch.items():
         if type(v) is np.ndarray and v.dtype.kind in "biufc" and v.size and v.flags.c_contiguous:
-            spec.append((k, v.dtype, v.shape, False))
+            spec.append((k, v.dtype.str, v.shape, False))
             raws.append(v.reshape(-1).view(np.uint8))
         elif isinstance(v, torch.Tensor) and _plain_tensor(v):
             spec.append((k, v.dtype, tuple(v.shape), True))
@@ -258,6 +265,14 @@ class _Mapped(shared_memory.SharedMemory):
     """A slot as the main process maps it: closing it while a delivered batch still views it
     leaves the mapping to that batch (unmapped when the batch dies) instead of raising."""
 
+    @property
+    def address(self) -> int:
+        """The mapping's start address (computed once)."""
+        addr = self.__dict__.get("_address")
+        if addr is None:
+            addr = self.__dict__["_address"] = np.frombuffer(self.buf, dtype=np.uint8).__array_interface__["data"][0]
+        return addr
+
     def close(self) -> None:
         try:
             super().close()
@@ -297,10 +312,10 @@ class _SlotView:
 
     __slots__ = ("__array_interface__", "_mv", "__weakref__")
 
-    def __init__(self, shm: shared_memory.SharedMemory, total: int) -> None:
+    def __init__(self, shm: _Mapped, total: int) -> None:
         self._mv = shm.buf[_HEADER:_HEADER + total]  # keeps the mapping alive while views exist
-        addr = np.frombuffer(self._mv, dtype=np.uint8).ctypes.data
-        self.__array_interface__ = {"shape": (total,), "typestr": "|u1", "data": (addr, False), "version": 3}
+        self.__array_interface__ = {"shape": (total,), "typestr": "|u1", "data": (shm.address + _HEADER, False),
+                                    "version": 3}
 
 
 def _release(shm: shared_memory.SharedMemory) -> None:
