@@ -234,3 +234,42 @@ def test_arrow_batches_through_slots_keep_their_types(tmp_path):
     src = rd.ArrowShards(tmp_path)
     make = lambda w: rd.DataLoader(src, batch_size=512, num_workers=w)
     assert [exact(b) for b in make(2)] == [exact(b) for b in make(0)]
+
+
+def _die_after_packing(real):
+    def pack(batch, main_pid):
+        wire = real(batch, main_pid)
+        info = torch.utils.data.get_worker_info()
+        if wire.rebuild is transport._from_slot and info.id == 0:
+            import signal
+            import threading
+
+            # SIGKILL this worker just after its batch is in a slot and (likely) in the pipe
+            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        return wire
+    return pack
+
+
+class Long(Wide):
+    def __len__(self):
+        return 400
+
+
+def test_a_worker_killed_mid_transfer_is_a_worker_error_and_leaves_no_slot(monkeypatch):
+    monkeypatch.setattr(transport, "pack", _die_after_packing(transport.pack))
+    loader = rd.DataLoader(Long(), batch_size=8, num_workers=2, collate_fn=stack_numpy,
+                           dataset_version="long-v1")
+    ref = [exact(b) for b in rd.DataLoader(Long(), batch_size=8, collate_fn=stack_numpy, dataset_version="long-v1")]
+    got = []
+    with pytest.raises(rd.WorkerError):
+        for b in loader:
+            got.append(exact(b))
+    assert got == ref[:len(got)] and len(got) < len(ref)  # what was delivered is right, in order
+    state = loader.state_dict()
+    monkeypatch.undo()
+    resumed = rd.DataLoader(Long(), batch_size=8, collate_fn=stack_numpy, dataset_version="long-v1")
+    resumed.load_state_dict(state)
+    assert got + [exact(b) for b in resumed] == ref  # resumes at the first batch the loop did not see
+    del loader
+    gc.collect()
+    assert not _mine()
