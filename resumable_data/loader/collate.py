@@ -13,9 +13,8 @@ A source with ``take_numpy`` (``rd.ArrowShards``) can build the same arrays stra
 memory maps (:func:`gathered_to_numpy`): one copy of the values, no intermediate Arrow table.
 
 Cost: one pass over the gathered values; no per-row Python loop for numeric data. Workers build
-the batch as numpy arrays, which travel through the result pipe and become tensors in the main
-process without a copy: on small machines that is about twice as fast as torch's shared-memory
-tensors, whose segments cost a page fault per 4 KiB.
+the batch as numpy arrays, which reach the main process through a reused shared-memory slot
+(:mod:`.transport`) and become tensors there without a copy.
 """
 
 from __future__ import annotations

@@ -49,16 +49,13 @@ from resumable_data.loader.mixture_state import mixture_progress, saved_tokens, 
     with_source_tokens
 from resumable_data.loader.restore import validate_restore
 from resumable_data.loader.translate import torch_views
+from resumable_data.loader.transport import WorkerCollate
 from resumable_data.loader.state import CommitMode, Cursor, LoaderState, OnBatchChange, OnUncommitted
 from resumable_data.loader.stream import PackedStream, RecordStream, StepInfo, describe_step
 from resumable_data.plan import Plan, Sharding, Tail
 from resumable_data.plan.mixture_tokens import SourceTokens
 
 __all__ = ["CounterView", "DataLoader"]
-
-
-def _passthrough(x: Any) -> Any:
-    return x
 
 
 #: torch's public attributes; all are read-only after construction here.
@@ -151,7 +148,7 @@ class DataLoader:
         private = torch.Generator().manual_seed(cfg.plan.seed)  # torch draws a base seed per iter(): never the global one
         self._torch = tud.DataLoader(
             self._fetcher, batch_size=None, sampler=StepSampler(self._ledger),
-            num_workers=num_workers, collate_fn=_passthrough, pin_memory=pin_memory, timeout=timeout,
+            num_workers=num_workers, collate_fn=WorkerCollate(), pin_memory=pin_memory, timeout=timeout,
             worker_init_fn=torch_compat.WorkerInit(worker_init_fn), multiprocessing_context=multiprocessing_context,
             generator=private,
             prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,

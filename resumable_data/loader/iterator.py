@@ -13,6 +13,10 @@ delivered and nothing records it: a state taken before the next batch resumes by
 again (a transient error may succeed); once the next batch is delivered the cursor is past it
 (the derived microbatch count then includes it, like any step behind the cursor).
 
+Transport. With workers, a batch reaches this process through :mod:`.transport` (reused
+shared-memory slots, or inline bytes when small); requests and results skip the queues' feeder
+threads (:mod:`.torch_compat`). Batches are the same objects at every worker count.
+
 Worker faults. A worker that dies or hangs surfaces as :class:`rd.WorkerError` (torch's error as
 its ``__cause__``), with the cursor counting only what reached the loop, so the state saved after
 it resumes exactly; the broken pool (persistent workers too) is shut down so a fresh
@@ -21,10 +25,11 @@ it resumes exactly; the broken pool (persistent workers too) is shut down so a f
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from resumable_data.errors import UsageError, WorkerError
-from resumable_data.loader import torch_compat
+from resumable_data.loader import torch_compat, transport
 from resumable_data.loader.collate import to_torch
 from resumable_data.loader.fetch import NumpyBatch
 from resumable_data.loader.state import CommitMode
@@ -62,10 +67,17 @@ class LoaderIterator:
             # No workers, no pinning: torch's single-process iterator would only call
             # fetcher[request] for each request of the sampler; doing it directly saves ~0.1 ms/batch.
             self._it = _Inline(loader._fetcher, torch_loader.sampler)
+            self._next: Any = next
         else:
             torch_compat.install_sigchld_handler()  # a death is reported at next(), never mid-step
+            if torch_loader.num_workers:
+                transport.prepare_main()  # workers register their batch slots with this process's tracker
+                torch_loader.collate_fn.main_pid = os.getpid()  # the slots' names carry the reader's pid
             self._it = iter(torch_loader)
-            torch_compat.widen_result_pipe(self._it)  # batches cross the pipe in one write
+            torch_compat.widen_result_pipe(self._it)  # small batches cross the pipe in one write
+            torch_compat.synchronous_index_queues(self._it)  # no feeder threads fighting for the GIL
+            torch_compat.on_pool_exit(self._it, transport.forget)  # unmap/unlink the pool's slots
+            self._next = torch_compat.next_batch
         self._closed = False
 
     def __iter__(self) -> LoaderIterator:
@@ -88,7 +100,7 @@ class LoaderIterator:
             ledger.commit_delivered()
         while True:
             try:
-                step, batch, tokens, samples = next(self._it)
+                step, batch, tokens, samples = self._next(self._it)
             except StopIteration:
                 ledger.end_pass()
                 self.close()
@@ -131,7 +143,9 @@ class LoaderIterator:
         """Close this pass and drop its broken worker pool (persistent workers too), so the next
         ``iter(loader)`` starts a fresh one."""
         self.close()
+        pids = [w.pid for w in torch_compat.worker_processes(self._it)]
         torch_compat.shutdown_workers(self._it)
+        transport.forget(pids)
         torch_compat.drop_persistent_iterator(self._loader._torch)
 
     def __del__(self) -> None:
@@ -146,4 +160,6 @@ class LoaderIterator:
             return
         self._closed = True
         if not self._loader._torch.persistent_workers:
+            pids = [w.pid for w in torch_compat.worker_processes(self._it)]
             torch_compat.shutdown_workers(self._it)
+            transport.forget(pids)

@@ -13,10 +13,19 @@ batch of a few hundred KB then crosses in one write instead of one 64 KiB pipe b
 each a context switch between a worker and the main process (on a loaded 2-CPU machine that
 doubled the 2-worker rate).
 
+Fewer hand-offs per batch (:func:`synchronous_index_queues`, :func:`next_batch` and
+:class:`WorkerInit`): the main process writes each request to its worker's index queue itself,
+and a worker writes each result itself, instead of handing them to the queues' feeder threads
+(each hand-off a GIL ping-pong between two threads, which on a loaded 2-CPU machine cost more
+than the write); and the main process skips the profiler scope torch opens around every batch.
+
 Private names used: ``torch.utils.data.dataloader._MultiProcessingDataLoaderIter`` and its
-``_shutdown_workers()``, ``_workers`` (the worker processes) and ``_worker_result_queue`` (a
-``multiprocessing`` queue: its ``_reader`` connection); ``DataLoader._iterator`` (the pass a
-persistent-workers loader reuses);
+``_shutdown_workers()``, ``_workers`` (the worker processes), ``_worker_result_queue`` (a
+``multiprocessing`` queue: its ``_reader`` connection), ``_index_queues`` (``multiprocessing``
+queues: ``_writer``, ``_wlock``, ``_sem``, ``_closed``), ``_sampler_iter``, ``_reset()``,
+``_next_data()`` and ``_num_yielded`` (what ``__next__`` does); torch's ``_worker_loop``, which
+calls ``init_fn(worker_id)`` with its result queue in the local ``data_queue``;
+``DataLoader._iterator`` (the pass a persistent-workers loader reuses);
 torch's message texts for dead and hung workers ("exited unexpectedly", "killed by signal",
 "DataLoader timed out after") and for a dataset error re-raised from a worker ("Caught ...").
 ``torch.utils.data._utils.worker.WorkerInfo`` (made read-only by its ``__setattr__``): in a
@@ -36,9 +45,14 @@ Plain torch ``DataLoader`` passes in the same process get their deaths reported 
 
 from __future__ import annotations
 
+import queue
 import signal
+import sys
 import threading
+import weakref
 from typing import Any
+
+from multiprocessing.reduction import ForkingPickler
 
 from torch.utils.data import DataLoader, default_collate, default_convert, get_worker_info
 from torch.utils.data._utils import signal_handling as _signal_handling
@@ -51,7 +65,10 @@ __all__ = [
     "drop_persistent_iterator",
     "install_sigchld_handler",
     "is_multiprocess_iter",
+    "next_batch",
+    "on_pool_exit",
     "shutdown_workers",
+    "synchronous_index_queues",
     "widen_result_pipe",
     "worker_fault",
 ]
@@ -73,6 +90,11 @@ class WorkerInit:
         info = get_worker_info()
         fetcher = info.dataset
         object.__setattr__(info, "dataset", getattr(fetcher, "dataset", fetcher))
+        caller = sys._getframe(1)  # torch's _worker_loop, which holds the result queue
+        if caller.f_code.co_name == "_worker_loop" and "data_queue" in caller.f_locals:
+            q = caller.f_locals["data_queue"]
+            if hasattr(q, "_writer") and hasattr(q, "_sem"):
+                q.put = _sync_put(q)  # results leave without a feeder-thread hand-off
         if self.user_fn is not None:
             self.user_fn(worker_id)
 
@@ -110,6 +132,74 @@ def widen_result_pipe(it: Any, size: int = RESULT_PIPE_BYTES) -> int | None:
         return fcntl.fcntl(fd, _F_GETPIPE_SZ)
     except (ImportError, OSError, AttributeError):
         return None
+
+
+def next_batch(it: Any) -> Any:
+    """``next(it)`` for a multi-process pass without torch's per-batch profiler scope
+    (``record_function``: two dispatcher calls that release and retake the GIL; about a tenth of
+    the main process's time per batch); any other iterator: plain ``next``. The rest is what
+    torch's ``__next__`` does for a map-style dataset."""
+    if not is_multiprocess_iter(it):
+        return next(it)
+    if it._sampler_iter is None:
+        it._reset()
+    data = it._next_data()
+    it._num_yielded += 1
+    return data
+
+
+def synchronous_index_queues(it: Any) -> int:
+    """Make the main process send a multi-process pass's requests itself instead of through each
+    index queue's feeder thread; returns how many queues were changed (0 for another iterator).
+
+    ``multiprocessing.Queue.put`` hands the object to a feeder thread that pickles and writes it:
+    per batch a cross-thread hand-off whose GIL ping-pong with the main thread costs far more
+    than the write on a loaded machine. A request is a few dozen bytes and at most
+    ``prefetch_factor`` of them wait per worker, so the write never blocks; the queue's
+    semaphore and write lock are used exactly as its feeder thread would use them, and the
+    worker's ``get`` is unchanged. torch's first requests of a pass (put before this can run)
+    still go through the feeder thread; a later request may reach its worker before one of those
+    is written, which is harmless: each request carries its index and torch reorders results."""
+    if not is_multiprocess_iter(it):
+        return 0
+    changed = 0
+    for q in it._index_queues:
+        if getattr(q, "_rd_sync", False):
+            continue
+        q.put = _sync_put(q)
+        q._rd_sync = True
+        changed += 1
+    return changed
+
+
+def _sync_put(q: Any) -> Any:
+    dumps, send, lock, sem = ForkingPickler.dumps, q._writer.send_bytes, q._wlock, q._sem
+
+    def put(obj: Any, block: bool = True, timeout: float | None = None) -> None:
+        if q._closed:
+            raise ValueError(f"Queue {q!r} is closed")
+        if not sem.acquire(block, timeout):
+            raise queue.Full
+        data = dumps(obj)
+        if lock is None:
+            send(data)
+        else:
+            with lock:
+                send(data)
+
+    return put
+
+
+_watched: weakref.WeakSet = weakref.WeakSet()
+
+
+def on_pool_exit(it: Any, fn: Any) -> None:
+    """Call ``fn(worker pids)`` once when the multi-process pass ``it`` is garbage collected
+    (after torch's own ``__del__`` stopped its workers); a no-op for any other iterator."""
+    if not is_multiprocess_iter(it) or it in _watched:
+        return
+    _watched.add(it)
+    weakref.finalize(it, fn, [w.pid for w in it._workers])
 
 
 def drop_persistent_iterator(torch_loader: DataLoader) -> None:

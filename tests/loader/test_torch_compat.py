@@ -167,3 +167,47 @@ def test_the_sigchld_handler_keeps_the_handler_torch_was_chaining(monkeypatch):
         assert calls == [signal.SIGCHLD]
     finally:
         signal.signal(signal.SIGCHLD, saved)
+
+
+def test_the_worker_loop_and_the_iterator_have_what_the_fast_path_relies_on():
+    from torch.utils.data._utils import worker
+
+    params = inspect.signature(worker._worker_loop).parameters
+    assert "data_queue" in params and "init_fn" in params, "torch's _worker_loop lost data_queue/init_fn"
+    assert "init_fn(worker_id)" in inspect.getsource(worker._worker_loop), "_worker_loop no longer calls init_fn itself"
+    cls = tdl._MultiProcessingDataLoaderIter
+    for name in ("_next_data", "_reset"):
+        assert callable(getattr(cls, name, None)), f"_MultiProcessingDataLoaderIter.{name} is gone"
+    src = inspect.getsource(tdl._BaseDataLoaderIter.__next__)
+    assert "self._sampler_iter is None" in src and "self._next_data()" in src and "self._num_yielded += 1" in src, \
+        "torch's __next__ changed: update torch_compat.next_batch"
+
+
+def _worker_loop(init_fn, data_queue):  # the name and the locals of torch's own loop
+    init_fn(0)
+    return data_queue
+
+
+def test_worker_init_makes_the_result_queue_synchronous(monkeypatch):
+    import multiprocessing as mp
+    import types
+
+    info = types.SimpleNamespace(dataset=types.SimpleNamespace(dataset="user's"))
+    monkeypatch.setattr(torch_compat, "get_worker_info", lambda: info)
+    q = _worker_loop(torch_compat.WorkerInit(None), mp.get_context("fork").Queue())
+    assert info.dataset == "user's"
+    q.put(("batch", 1))
+    assert q._thread is None, "a feeder thread started: put() was not replaced"
+    assert q.get(timeout=5) == ("batch", 1)
+    q.close()
+
+
+def test_index_queues_are_made_synchronous_and_batches_still_arrive_in_order():
+    loader = tud.DataLoader(_Items(), batch_size=None, num_workers=2, prefetch_factor=2)
+    it = iter(loader)
+    assert torch_compat.synchronous_index_queues(it) == 2
+    assert torch_compat.synchronous_index_queues(it) == 0  # once per queue
+    assert [torch_compat.next_batch(it) for _ in range(8)] == list(range(8))
+    with pytest.raises(StopIteration):
+        torch_compat.next_batch(it)
+    torch_compat.shutdown_workers(it)
