@@ -17,6 +17,7 @@ on the loader. Cost: one hash per sample and one per batch.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,7 +73,7 @@ class StepFetcher(Dataset):
         self.stream = stream if config.mode is FetchMode.PACKED else None
         self.pin_memory = pin_memory
         self._lengths: np.ndarray | None = None
-        self._runs = RecordRuns(self.plan)
+        self._runs, self._key_runs = self._new_runs()
         #: lazy seeding of Python's and numpy's generators (see _per_sample); False in this
         #: process for good once user code was seen drawing from them
         self.lazy_globals = True
@@ -89,8 +90,13 @@ class StepFetcher(Dataset):
         if self.stream is not None and self.stream.spec.mode is PackMode.BEST_FIT:
             best_fit_bins(np.array([1, 1], dtype=np.int64), self.stream.spec)
 
-    def __getstate__(self) -> dict[str, Any]:  # workers rebuild the length index and the run themselves
-        return {**self.__dict__, "_lengths": None, "_runs": RecordRuns(self.plan)}
+    def __getstate__(self) -> dict[str, Any]:  # workers rebuild the length index and the runs themselves
+        runs, key_runs = self._new_runs()
+        return {**self.__dict__, "_lengths": None, "_runs": runs, "_key_runs": key_runs}
+
+    def _new_runs(self) -> tuple[RecordRuns, RecordRuns]:
+        """Record ids and sample keys of runs of upcoming positions (pure functions of the position)."""
+        return RecordRuns(self.plan.records), RecordRuns(functools.partial(sample_keys, self.plan.version_hash, self.plan.seed))
 
     def __len__(self) -> int:
         return self.plan.steps_in_epoch(0)
@@ -136,7 +142,7 @@ class StepFetcher(Dataset):
             if self.mode is FetchMode.GETITEMS:
                 samples = self._getitems(positions, records)
             else:
-                samples = self._getitem(positions, records)
+                samples = self._per_sample(positions, records, None, guard)
             return step, self._collate(positions, records, samples), 0, stop - start
         finally:
             if guard is not None:
@@ -160,7 +166,8 @@ class StepFetcher(Dataset):
         """``transform`` per sample, each with its sample context and (by default) seeded globals."""
         return self._per_sample(positions, records, samples)
 
-    def _per_sample(self, positions: np.ndarray, records: np.ndarray, samples: list | None) -> list:
+    def _per_sample(self, positions: np.ndarray, records: np.ndarray, samples: list | None,
+                    guard: GlobalRNGGuard | None = None) -> list:
         """Per sample ``i``, with its sample context active and (by default) the globals seeded
         from its key: ``samples is None``: ``dataset[record]`` (then ``transform``); else
         ``transform(samples[i])``. One seeding kernel and one context slot per batch.
@@ -170,16 +177,18 @@ class StepFetcher(Dataset):
         is seeded per sample as always; if user code drew from either (or an exception left a
         draw behind), the states are put back, this fetcher seeds eagerly from now on (in this
         process) and the batch is fetched again, seeded: what it delivers is the eager batch,
-        bit for bit, and a dataset that never draws is called once per sample."""
+        bit for bit, and a dataset that never draws is called once per sample. ``guard``: the
+        main process's guard entered just before (no user code since), whose saved states the
+        watch reuses."""
         pos, recs = positions.tolist(), records.tolist()
         if not self.seed_per_sample:
             return self._samples(pos, recs, None, samples, None)
         keys = self._keys(positions)
         key_list = keys.tolist()
         if samples is None and self.lazy_globals and lazy_seeding_available():
-            watch = UnseededWatch()
+            watch = UnseededWatch(None if guard is None else guard.saved)
             try:
-                out = self._samples(pos, recs, key_list, None, None, [k & _MASK63 for k in key_list])
+                out = self._samples(pos, recs, key_list, None, None, True)
             except Exception:
                 if not watch.finish():
                     raise
@@ -190,9 +199,9 @@ class StepFetcher(Dataset):
         return self._samples(pos, recs, key_list, samples, GlobalSeeder(keys).seed)
 
     def _samples(self, pos: list, recs: list, keys: list | None, samples: list | None, seed: Any,
-                 torch_seeds: list | None = None) -> list:
-        """The loop of :meth:`_per_sample`: ``seed(i)`` (all three generators) or torch's seed
-        ``torch_seeds[i]`` (if any), the slot moved to ``i``, the call."""
+                 torch_only: bool = False) -> list:
+        """The loop of :meth:`_per_sample`: ``seed(i)`` (all three generators) or, ``torch_only``,
+        torch's generator seeded from ``keys[i]``, the slot moved to ``i``, the call."""
         slot = SampleSlot(self.plan.epoch_len, pos, recs, keys, self._key_of)
         token = activate_sample(slot)
         out: list = []
@@ -205,16 +214,16 @@ class StepFetcher(Dataset):
                 for i, r in enumerate(recs):
                     if seed is not None:
                         seed(i)
-                    elif torch_seeds is not None:
-                        manual_seed(torch_seeds[i])
+                    elif torch_only:
+                        manual_seed(keys[i] & _MASK63)
                     slot.i = i
                     append(dataset[r])
             elif samples is None:
                 for i, r in enumerate(recs):
                     if seed is not None:
                         seed(i)
-                    elif torch_seeds is not None:
-                        manual_seed(torch_seeds[i])
+                    elif torch_only:
+                        manual_seed(keys[i] & _MASK63)
                     slot.i = i
                     append(transform(dataset[r]))
             else:
@@ -290,7 +299,13 @@ class StepFetcher(Dataset):
         return self._transport(batch), real, stop - start
 
     def _keys(self, positions: np.ndarray) -> np.ndarray:
-        return sample_keys(self.plan.version_hash, self.plan.seed, positions)
+        """Sample keys of one batch's ``positions`` (increasing, as ``local_positions`` gives),
+        served from a run of upcoming positions."""
+        if not len(positions):
+            return np.empty(0, dtype=np.uint64)
+        lo, hi = int(positions[0]), int(positions[-1]) + 1
+        keys = self._key_runs.span(lo, hi)
+        return keys if hi - lo == len(positions) else keys[positions - lo]
 
     def _getitems(self, positions: np.ndarray, records: np.ndarray) -> list:
         keys = self._keys(positions)
@@ -306,10 +321,6 @@ class StepFetcher(Dataset):
         finally:
             reset_batch(token)
         return samples if self.transform is None else self._transform(positions, records, samples)
-
-    def _getitem(self, positions: np.ndarray, records: np.ndarray) -> list:
-        return self._per_sample(positions, records, None)
-
 
 def _note(e: BaseException, text: str) -> None:
     if hasattr(e, "add_note"):

@@ -331,16 +331,18 @@ class _PyNp:
 class GlobalRNGGuard:
     """Saves the global generator states on enter and restores them on exit (exactly)."""
 
-    __slots__ = ("_pynp", "_torch")
+    __slots__ = ("saved", "_torch")
 
     def __enter__(self) -> GlobalRNGGuard:
-        self._pynp = _PyNp()
-        self._pynp.save()
+        #: Python's and numpy's saved states (an :class:`UnseededWatch` started before any other
+        #: code ran may reuse them)
+        self.saved = _PyNp()
+        self.saved.save()
         self._torch = torch.random.default_generator.get_state()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._pynp.restore()
+        self.saved.restore()
         torch.random.default_generator.set_state(self._torch)
 
 
@@ -354,12 +356,16 @@ class UnseededWatch(_PyNp):
     watched: on construction their states are saved and their cached Gaussians cleared (so that
     a draw of a cached value moves the state too); :meth:`finish` says whether anything drew from
     (or reseeded) either since, comparing the whole states and the caches, and puts states and
-    caches back as they were. Needs :func:`lazy_seeding_available`."""
+    caches back as they were. ``saved``: states saved just before (by a :class:`GlobalRNGGuard`,
+    nothing run since) to start from instead of saving again. Needs :func:`lazy_seeding_available`."""
 
     __slots__ = ()
 
-    def __init__(self) -> None:
-        self.save()
+    def __init__(self, saved: _PyNp | None = None) -> None:
+        if saved is None:
+            self.save()
+        else:
+            self._lay, self._py, self._pyg, self._np, self._npg = saved._lay, saved._py, saved._pyg, saved._np, saved._npg
         lay = self._lay
         lay.py_owner.gauss_next = None
         lay.gauss.has_gauss = 0

@@ -1,24 +1,27 @@
-"""Record ids of a run of upcoming positions, computed in one vectorised call and served from it.
+"""Record ids (or sample keys) of a run of upcoming positions, computed in one vectorised call.
 
-Algorithm. :meth:`RecordRuns.span` returns ``plan.records(arange(start, stop))``. It holds the
-record ids of one *run* of global positions ``[c, c + RUN)``, ``c`` the multiple of ``RUN`` at or
-below ``start`` (extended to ``stop`` when a span crosses its end), computed by a single
-:meth:`Plan.records` call; a span inside the run is a copy of a slice of it, a span outside it
-(the next run, or anywhere after a seek) replaces it. Spans longer than ``RUN // 4`` positions
-are computed directly (their per-call overhead is already small next to their size).
+Algorithm. ``RecordRuns(fn)`` serves ``fn`` (a pure, elementwise function of an int64 position
+array: :meth:`Plan.records`, or :func:`~.sample_keys.sample_keys` of a plan's version and seed);
+:meth:`RecordRuns.span` returns ``fn(arange(start, stop))``. It holds ``fn`` of one *run* of
+global positions ``[c, c + RUN)``, ``c`` the multiple of ``RUN`` at or below ``start`` (extended
+to ``stop`` when a span crosses its end), computed by a single call; a span inside the run is a
+copy of a slice of it, a span outside it (the next run, or anywhere after a seek) replaces it.
+Spans longer than ``RUN // 4`` positions are computed directly (their per-call overhead is
+already small next to their size).
 
-Guarantee. The output is :meth:`Plan.records` of the same positions, element for element: the
-run is a cache of a pure function of the position, so nothing can go stale (a seek drops the run
-by missing it; :meth:`RecordRuns.clear` drops it explicitly) and the result never depends on
-which spans were asked for before. Returned arrays are fresh copies: a caller may keep or change
-them.
+Guarantee. The output is ``fn`` of the same positions, element for element: the run is a cache of
+a pure function of the position, so nothing can go stale (a seek drops the run by missing it;
+:meth:`RecordRuns.clear` drops it explicitly) and the result never depends on which spans were
+asked for before. Returned arrays are fresh copies: a caller may keep or change them.
 
-Cost. One ``Plan.records`` call per ``RUN`` positions (``RUN * 8`` bytes held) instead of one per
-batch: for small batches the per-call overhead (validation, the epoch split, the compiled
-kernel's dispatch) is paid once per run. A restore costs nothing (the first span computes a run).
+Cost. One ``fn`` call per ``RUN`` positions (``RUN * 8`` bytes held) instead of one per batch: for
+small batches the per-call overhead (validation, the epoch split, the compiled kernel's
+dispatch) is paid once per run. A restore costs nothing (the first span computes a run).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -29,12 +32,12 @@ RUN = 4096
 
 
 class RecordRuns:
-    """``span(start, stop)``: the record ids at global positions ``[start, stop)`` of ``plan``."""
+    """``span(start, stop)``: ``fn`` of the global positions ``[start, stop)``, e.g. ``plan.records``."""
 
-    __slots__ = ("_plan", "_lo", "_hi", "_ids")
+    __slots__ = ("_fn", "_lo", "_hi", "_ids")
 
-    def __init__(self, plan) -> None:
-        self._plan = plan
+    def __init__(self, fn: Callable[[np.ndarray], np.ndarray]) -> None:
+        self._fn = fn
         self.clear()
 
     def clear(self) -> None:
@@ -43,13 +46,13 @@ class RecordRuns:
         self._ids: np.ndarray | None = None
 
     def span(self, start: int, stop: int) -> np.ndarray:
-        """Record ids at positions ``[start, stop)`` (a new int64 array)."""
+        """``fn`` of positions ``[start, stop)`` (a new array)."""
         if self._ids is not None and self._lo <= start and stop <= self._hi:
             return self._ids[start - self._lo:stop - self._lo].copy()
         if stop - start > RUN // 4:
-            return self._plan.records(np.arange(start, stop, dtype=np.int64))
+            return self._fn(np.arange(start, stop, dtype=np.int64))
         lo = start - start % RUN
         hi = max(lo + RUN, stop)
-        self._ids = self._plan.records(np.arange(lo, hi, dtype=np.int64))
+        self._ids = self._fn(np.arange(lo, hi, dtype=np.int64))
         self._lo, self._hi = lo, hi
         return self._ids[start - lo:stop - lo].copy()
