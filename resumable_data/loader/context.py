@@ -7,14 +7,17 @@ default, seeds Python's ``random``, ``numpy.random`` and torch's CPU generator f
 In the main process (``num_workers=0``) the global generator states are saved before a batch and
 restored after it, so the training loop's own randomness (dropout masks) never depends on the
 loader. Seeding, saving and restoring are :mod:`.global_rng`'s (bit-identical to ``random.seed``,
-``np.random.seed`` and ``torch.manual_seed``, about 3x cheaper). The sample context object is built
+``np.random.seed`` and ``torch.manual_seed``); for ``__getitem__`` datasets Python's and numpy's
+generators are seeded lazily (the batch is fetched again, seeded, the first time per process
+user code draws from them: see ``fetch.py``), torch's before every sample. The sample context object is built
 only when user code calls :func:`sample_context` (one :class:`SampleSlot` per batch). Workers are separate processes whose global state nobody else reads, so nothing is
 restored there.
 
 Guarantee. A transform that draws from ``rd.sample_context().rng`` or from the global generators
 gets the same numbers for the same position, whatever the worker id, worker count, rank or resume
-point. Cost: one hash and three seedings per sample (a few us: see :mod:`.global_rng`), and nothing at all when no user code runs per
-sample (``rd.ArrowShards`` with the default collate).
+point. Cost: one hash (batched) and one torch seeding per sample until user code draws from ``random`` /
+numpy, three seedings after (a few us: see :mod:`.global_rng`), and nothing at all when no user
+code runs per sample (``rd.ArrowShards`` with the default collate).
 """
 
 from __future__ import annotations

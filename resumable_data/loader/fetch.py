@@ -12,7 +12,16 @@ from the sample's key (``rd.sample_context()`` active), ``__getitems__``, ``coll
 batch, tag="collate")`` (``rd.batch_context()`` active; ``__getitems__`` keeps the batch's first
 sample key). In the main process (``num_workers=0``) the global states are saved before the
 batch and restored after it (:class:`GlobalRNGGuard`), so the training loop's draws never depend
-on the loader. Cost: one hash per sample and one per batch.
+on the loader. Cost: one hash per sample (served from a run of upcoming positions) and one per batch.
+
+Lazy seeding (``__getitem__`` datasets, :meth:`StepFetcher._per_sample`). torch's generator is
+seeded before every sample; Python's and numpy's are left unseeded and watched
+(:class:`UnseededWatch`). If user code drew from either (or an exception was raised after a
+draw), their states are put back, the fetcher seeds all three eagerly from then on in this
+process, and the batch is fetched again seeded: the delivered batch is the eager one, bit for
+bit. A dataset that never draws from them is called once per sample and pays for torch's
+seeding only; one that draws is called twice for one batch per process (the first drawing
+one). Code that reads those two states without drawing sees the unseeded ones until then.
 """
 
 from __future__ import annotations
@@ -74,6 +83,7 @@ class StepFetcher(Dataset):
         self.pin_memory = pin_memory
         self._lengths: np.ndarray | None = None
         self._runs, self._key_runs = self._new_runs()
+        self._epoch_len = self.plan.epoch_len  # the plan is fixed: read per batch
         #: lazy seeding of Python's and numpy's generators (see _per_sample); False in this
         #: process for good once user code was seen drawing from them
         self.lazy_globals = True
@@ -185,7 +195,7 @@ class StepFetcher(Dataset):
             return self._samples(pos, recs, None, samples, None)
         keys = self._keys(positions)
         key_list = keys.tolist()
-        if samples is None and self.lazy_globals and lazy_seeding_available():
+        if samples is None and self.lazy_globals and (guard.saved.fast if guard is not None else lazy_seeding_available()):
             watch = UnseededWatch(None if guard is None else guard.saved)
             try:
                 out = self._samples(pos, recs, key_list, None, None, True)
@@ -202,7 +212,7 @@ class StepFetcher(Dataset):
                  torch_only: bool = False) -> list:
         """The loop of :meth:`_per_sample`: ``seed(i)`` (all three generators) or, ``torch_only``,
         torch's generator seeded from ``keys[i]``, the slot moved to ``i``, the call."""
-        slot = SampleSlot(self.plan.epoch_len, pos, recs, keys, self._key_of)
+        slot = SampleSlot(self._epoch_len, pos, recs, keys, self._key_of)
         token = activate_sample(slot)
         out: list = []
         append = out.append

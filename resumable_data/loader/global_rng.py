@@ -11,21 +11,29 @@ once (one call per batch), and each sample's state is then *copied* into the two
 through numpy views of their state memory (the ``mt19937_state`` struct numpy exposes through
 ``bit_generator.ctypes``, and the ``RandomObject`` of CPython's ``random``). What the seeding
 functions also reset is reset here: Python's ``gauss_next``; numpy's cached Gaussian
-(``has_gauss``), which is reset with a cheap ``np.random.seed(0)`` only when a draw since the
-last seeding could have set it (the state is not byte-identical to the one written). torch's
-generator is seeded with ``manual_seed`` (already cheap). :class:`GlobalRNGGuard` saves and
-restores the three states the same way (numpy's cached Gaussian is read by one probing draw).
+(``has_gauss``, ``gauss`` of the global ``RandomState``), written directly through its probed
+offset in the object. torch's generator is seeded with ``manual_seed`` (its own cost is the
+624-word initialization, which no other route avoids). :class:`GlobalRNGGuard` saves the three
+states (and both caches) by copying them and writes back only what changed.
+
+Lazy seeding. :class:`UnseededWatch` leaves Python's and numpy's generators unseeded while user
+code runs and tells afterwards whether anything drew from them: it saves both states, clears both
+cached Gaussians (so that even a draw of a cached value moves a state) and compares the whole
+states and the caches afterwards; whatever the answer, it puts states and caches back. The
+fetcher (``fetch.py``) uses it to fetch a batch unseeded first and to fetch it again seeded, once
+per process, when a draw is seen.
 
 Safety. The memory layouts are probed once per process, against the real ``random.seed`` /
-``np.random.seed`` / ``get_state``, on several keys; if anything differs (another interpreter, a
-free-threaded build, a numpy whose layout changed) the slow, always-correct route
-(``random.seed``, ``np.random.seed``, ``getstate``/``setstate``) is used instead, silently
-identical in results. ``tests/loader/test_global_rng.py`` checks both routes against each other.
+``np.random.seed`` / ``get_state`` / ``set_state``, on several keys and values; if anything
+differs (another interpreter, a free-threaded build, a numpy whose layout changed) the slow,
+always-correct route (``random.seed``, ``np.random.seed``, ``getstate``/``setstate``) is used
+instead, identical in results, and seeding is eager. ``tests/loader/test_global_rng.py`` checks
+both routes against each other.
 
-Cost (2 shared CPUs, measured side by side with the reference route, ``timeit``): seeding a
-batch of 16 about 3x cheaper per sample (kernel share + two copies + ``manual_seed``, 10-22 us
-under heavy load vs 31-69 us), the guard about 5x (21-48 us a batch vs ~200 us). The end-to-end
-figure is the "per-sample seeding costs" line of ``benchmarks/bench_dropin.py``.
+Cost (2 shared CPUs, ``timeit``, loaded machine): seeding all three generators for one sample
+about 6 us after a kernel share of ~3.5 us (16 keys: 55 us a batch), of which ``manual_seed``
+1.4-3 us; the guard 10 us a batch, the watch 3 us more. The end-to-end figure is the
+"per-sample seeding costs" line of ``benchmarks/bench_dropin.py``.
 """
 
 from __future__ import annotations
@@ -311,6 +319,11 @@ class _PyNp:
             self._npg = (g.has_gauss, g.gauss)
         else:
             self._np = np.random.get_state()
+
+    @property
+    def fast(self) -> bool:
+        """Whether the states were saved through the probed memory (lazy seeding can start from them)."""
+        return self._lay.fast
 
     def restore(self) -> None:
         lay = self._lay
