@@ -153,7 +153,11 @@ class StepFetcher(Dataset):
                 samples = self._getitems(positions, records)
             else:
                 samples = self._per_sample(positions, records, None, guard)
-            return step, self._collate(positions, records, samples), 0, stop - start
+            batch = self._collate(positions, records, samples)
+            if guard is not None and guard.python_numpy_clean and self.collate_fn is None:
+                guard.restore_torch_only()  # no user code ran since the watch found both states untouched
+                guard = None
+            return step, batch, 0, stop - start
         finally:
             if guard is not None:
                 guard.__exit__(None, None, None)
@@ -204,6 +208,8 @@ class StepFetcher(Dataset):
                     raise
             else:
                 if not watch.finish():
+                    if guard is not None:  # Python's and numpy's states are the saved ones again
+                        guard.python_numpy_clean = True
                     return out
             self.lazy_globals = False  # user code draws from the globals: eager from now on, here
         return self._samples(pos, recs, key_list, samples, GlobalSeeder(keys).seed)

@@ -344,7 +344,7 @@ class _PyNp:
 class GlobalRNGGuard:
     """Saves the global generator states on enter and restores them on exit (exactly)."""
 
-    __slots__ = ("saved", "_torch")
+    __slots__ = ("saved", "_torch", "python_numpy_clean")
 
     def __enter__(self) -> GlobalRNGGuard:
         #: Python's and numpy's saved states (an :class:`UnseededWatch` started before any other
@@ -352,10 +352,17 @@ class GlobalRNGGuard:
         self.saved = _PyNp()
         self.saved.save()
         self._torch = torch.random.default_generator.get_state()
+        #: set by a caller that knows Python's and numpy's states are the saved ones (a finished
+        #: watch found them untouched and no user code ran since): see :meth:`restore_torch_only`
+        self.python_numpy_clean = False
         return self
 
     def __exit__(self, *exc) -> None:
         self.saved.restore()
+        torch.random.default_generator.set_state(self._torch)
+
+    def restore_torch_only(self) -> None:
+        """Exit when Python's and numpy's states are known to be the saved ones: torch's only."""
         torch.random.default_generator.set_state(self._torch)
 
 

@@ -214,3 +214,15 @@ def _batches_before(loader, record):
 def test_lazy_seeding_is_on_here_and_numpys_cached_gaussian_was_found():
     assert G.lazy_seeding_available()
     assert G._layout().gauss is not None
+
+
+@pytest.mark.parametrize("at", [None, 37])
+def test_the_training_loops_generators_are_exactly_as_before_around_lazy_batches(at):
+    """With the default collate, a batch that drew nothing writes back torch's state only: every
+    state and cached Gaussian of the loop's three generators must still be what it was."""
+    _with_cached_gaussians()
+    expect = (random.getstate(), repr(np.random.get_state()), torch.get_rng_state().tolist())
+    loader = rd.DataLoader(Sparse(at=at), batch_size=BATCH, shuffle=True, seed=11, dataset_version="lazy-v1")
+    for _ in loader:
+        assert (random.getstate(), repr(np.random.get_state()), torch.get_rng_state().tolist()) == expect
+    assert loader._fetcher.lazy_globals is (at is None)
