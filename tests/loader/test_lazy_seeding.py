@@ -165,17 +165,8 @@ def test_an_exception_without_a_draw_is_raised_as_before_and_the_pass_goes_on():
             assert "bad record 5" in str(e)
             assert any("record 5" in note for note in getattr(e, "__notes__", []))
     assert errors == 1 and 5 not in seen and len(seen) == N - BATCH
-    assert _CALLS.value == N - BATCH + (_failing_batch_index(loader) + 1)  # no refetch of the failing batch
+    assert _CALLS.value == N - BATCH + (_index_in_its_batch(loader, 5) + 1)  # no refetch of the failing batch
     assert loader._fetcher.lazy_globals
-
-
-def _failing_batch_index(loader):
-    """How many samples of the failing batch were fetched before record 5 raised, minus one."""
-    for step in range(loader.plan.steps_per_epoch):
-        recs = loader.step_info(step).records.tolist()
-        if 5 in recs:
-            return recs.index(5)
-    raise AssertionError("record 5 not in the epoch")
 
 
 def test_an_exception_after_a_draw_refetches_seeded_and_raises_the_eager_error():
@@ -192,23 +183,21 @@ def test_an_exception_after_a_draw_refetches_seeded_and_raises_the_eager_error()
             next(it)
     assert (random.getstate(), repr(np.random.get_state()), torch.get_rng_state().tolist()) == expect
     assert not loader._fetcher.lazy_globals
-    idx = _failing_batch_index_of(loader, 37)
-    assert _CALLS.value == 2 * (idx + 1) + _batches_before(loader, 37) * BATCH
+    # the batches before it once, its samples up to record 37 twice (unseeded, then seeded)
+    assert _CALLS.value == _step_of(loader, 37) * BATCH + 2 * (_index_in_its_batch(loader, 37) + 1)
 
 
-def _failing_batch_index_of(loader, record):
-    for step in range(loader.plan.steps_per_epoch):
-        recs = loader.step_info(step).records.tolist()
-        if record in recs:
-            return recs.index(record)
-    raise AssertionError
-
-
-def _batches_before(loader, record):
+def _step_of(loader, record):
+    """The step of the epoch whose batch holds ``record``."""
     for step in range(loader.plan.steps_per_epoch):
         if record in loader.step_info(step).records.tolist():
             return step
-    raise AssertionError
+    raise AssertionError(f"record {record} not in the epoch")
+
+
+def _index_in_its_batch(loader, record):
+    """Where ``record`` sits in its batch (how many samples are fetched before it, in that batch)."""
+    return loader.step_info(_step_of(loader, record)).records.tolist().index(record)
 
 
 def test_lazy_seeding_is_on_here_and_numpys_cached_gaussian_was_found():
