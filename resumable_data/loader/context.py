@@ -7,14 +7,17 @@ default, seeds Python's ``random``, ``numpy.random`` and torch's CPU generator f
 In the main process (``num_workers=0``) the global generator states are saved before a batch and
 restored after it, so the training loop's own randomness (dropout masks) never depends on the
 loader. Seeding, saving and restoring are :mod:`.global_rng`'s (bit-identical to ``random.seed``,
-``np.random.seed`` and ``torch.manual_seed``, about 3x cheaper). The sample context object is built
+``np.random.seed`` and ``torch.manual_seed``); for ``__getitem__`` datasets Python's and numpy's
+generators are seeded lazily (the batch is fetched again, seeded, the first time per process
+user code draws from them: see ``fetch.py``), torch's before every sample. The sample context object is built
 only when user code calls :func:`sample_context` (one :class:`SampleSlot` per batch). Workers are separate processes whose global state nobody else reads, so nothing is
 restored there.
 
 Guarantee. A transform that draws from ``rd.sample_context().rng`` or from the global generators
 gets the same numbers for the same position, whatever the worker id, worker count, rank or resume
-point. Cost: one hash and three seedings per sample (a few us: see :mod:`.global_rng`), and nothing at all when no user code runs per
-sample (``rd.ArrowShards`` with the default collate).
+point. Cost: one hash (batched) and one torch seeding per sample until user code draws from ``random`` /
+numpy, three seedings after (a few us: see :mod:`.global_rng`), and nothing at all when no user
+code runs per sample (``rd.ArrowShards`` with the default collate).
 """
 
 from __future__ import annotations
@@ -108,34 +111,36 @@ def batch_context() -> BatchContext:
 class SampleSlot:
     """The sample context of the sample being fetched, built only if user code asks for it.
 
-    One slot is activated per batch; assigning :attr:`args` moves it to the next sample (no context object
-    and no context-variable switch per sample). ``key=None``: the key is derived on demand by
-    ``key_of(position)`` (when nothing is seeded, nobody may ever need it)."""
+    One slot is activated per batch, holding the batch's positions, records and keys (lists);
+    assigning :attr:`i` moves it to the next sample (one attribute store: no context object, no
+    tuple and no context-variable switch per sample). ``keys=None``: the key is derived on demand
+    by ``key_of(position)`` (when nothing is seeded, nobody may ever need it)."""
 
-    __slots__ = ("_epoch_len", "_key_of", "args", "_ctx", "_ctx_args")
+    __slots__ = ("_epoch_len", "_key_of", "_positions", "_records", "_keys", "i", "_ctx", "_ctx_i")
 
-    def __init__(self, epoch_len: int, key_of=None) -> None:
+    def __init__(self, epoch_len: int, positions: list[int], records: list[int], keys: list[int] | None,
+                 key_of=None) -> None:
         self._epoch_len = epoch_len
         self._key_of = key_of
-        #: ``(position, record, key or None)`` of the sample being fetched; the loader assigns it
-        #: per sample (one attribute store), None between samples
-        self.args: tuple[int, int, int | None] | None = None
+        self._positions, self._records, self._keys = positions, records, keys
+        #: index of the sample being fetched in the batch; the loader assigns it per sample, -1 outside
+        self.i = -1
         self._ctx: SampleContext | None = None
-        self._ctx_args: tuple | None = None
+        self._ctx_i = -1
 
     def clear(self) -> None:
-        self.args = self._ctx = self._ctx_args = None
+        self.i = self._ctx_i = -1
+        self._ctx = None
 
     def context(self) -> SampleContext | None:
-        args = self.args
-        if args is None:
+        i = self.i
+        if i < 0:
             return None
-        if self._ctx_args is not args:  # first call for this sample: build (and keep) its context
-            p, r, k = args
-            if k is None:
-                k = int(self._key_of(p))
-            self._ctx = SampleContext(p, p // self._epoch_len, r, k)
-            self._ctx_args = args
+        if self._ctx_i != i:  # first call for this sample: build (and keep) its context
+            p = self._positions[i]
+            k = int(self._key_of(p)) if self._keys is None else self._keys[i]
+            self._ctx = SampleContext(p, p // self._epoch_len, self._records[i], k)
+            self._ctx_i = i
         return self._ctx
 
 

@@ -90,7 +90,15 @@ class DataLoader:
     * ``dataset_version``: the pinned :class:`rd.DatasetVersion` (or its hash) of a dataset that
       is not an ``rd.ArrowShards``; without it the state is marked unpinned;
     * ``seed_per_sample``: seed the global ``random``/numpy/torch generators per sample (default
-      True) so existing transforms are deterministic; a dataset with ``__getitems__`` is fetched
+      True) so existing transforms are deterministic. torch's is seeded before every sample;
+      Python's and numpy's lazily: a ``__getitem__`` batch is first fetched with those two
+      unseeded and watched, and if user code drew from either (or reseeded it), the states are
+      put back and that batch is fetched again with all three seeded, after which the loader
+      seeds eagerly in that process (the main one, or each worker) for good. The delivered
+      batches are the eagerly seeded ones, bit for bit; the one extra fetch of one batch per
+      process is the price (``__getitem__`` runs twice for it: keep it free of side effects
+      that must happen once). Code that reads those states without drawing (``random.getstate()``)
+      sees the unseeded ones until the first draw. A dataset with ``__getitems__`` is fetched
       in one call per batch, so its globals are seeded once per batch from the batch's first key
       (reproducible, but a function of the rank's batch: per-sample draws that survive a change
       of batch size or world size come from ``rd.batch_context().sample(i)``); ``arrow_collate``: a function of the batch's

@@ -12,15 +12,26 @@ from the sample's key (``rd.sample_context()`` active), ``__getitems__``, ``coll
 batch, tag="collate")`` (``rd.batch_context()`` active; ``__getitems__`` keeps the batch's first
 sample key). In the main process (``num_workers=0``) the global states are saved before the
 batch and restored after it (:class:`GlobalRNGGuard`), so the training loop's draws never depend
-on the loader. Cost: one hash per sample and one per batch.
+on the loader. Cost: one hash per sample (served from a run of upcoming positions) and one per batch.
+
+Lazy seeding (``__getitem__`` datasets, :meth:`StepFetcher._per_sample`). torch's generator is
+seeded before every sample; Python's and numpy's are left unseeded and watched
+(:class:`UnseededWatch`). If user code drew from either (or an exception was raised after a
+draw), their states are put back, the fetcher seeds all three eagerly from then on in this
+process, and the batch is fetched again seeded: the delivered batch is the eager one, bit for
+bit. A dataset that never draws from them is called once per sample and pays for torch's
+seeding only; one that draws is called twice for one batch per process (the first drawing
+one). Code that reads those two states without drawing sees the unseeded ones until then.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import torch
 from torch.utils.data import Dataset, Sampler, get_worker_info
 
 from resumable_data.loader.collate import PAD_VALUE, arrow_to_numpy, gathered_to_numpy, to_torch
@@ -36,12 +47,16 @@ from resumable_data.loader.context import (
     reset_sample,
     seed_globals,
 )
+from resumable_data.loader.global_rng import UnseededWatch, lazy_seeding_available
 from resumable_data.loader.torch_compat import default_collate, default_convert
 from resumable_data.loader.packed import pack_sequences, packed_tokens
 from resumable_data.plan import sample_key, sample_keys
+from resumable_data.plan.record_runs import RecordRuns
 from resumable_data.plan.packing import PackMode, best_fit_bins
 
 __all__ = ["FetchMode", "NumpyBatch", "StepFetcher", "StepSampler"]  # FetchMode: re-exported from .config
+
+_MASK63 = (1 << 63) - 1  # torch seeds < 2**63: torch.initial_seed() stays a signed int64 (as GlobalSeeder)
 
 
 class StepFetcher(Dataset):
@@ -67,6 +82,11 @@ class StepFetcher(Dataset):
         self.stream = stream if config.mode is FetchMode.PACKED else None
         self.pin_memory = pin_memory
         self._lengths: np.ndarray | None = None
+        self._runs, self._key_runs = self._new_runs()
+        self._epoch_len = self.plan.epoch_len  # the plan is fixed: read per batch
+        #: lazy seeding of Python's and numpy's generators (see _per_sample); False in this
+        #: process for good once user code was seen drawing from them
+        self.lazy_globals = True
 
     def warm_up(self) -> None:
         """Run the compiled kernels and the source's first gather once in this process, so that
@@ -80,8 +100,13 @@ class StepFetcher(Dataset):
         if self.stream is not None and self.stream.spec.mode is PackMode.BEST_FIT:
             best_fit_bins(np.array([1, 1], dtype=np.int64), self.stream.spec)
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_lengths": None}  # workers rebuild the length index themselves
+    def __getstate__(self) -> dict[str, Any]:  # workers rebuild the length index and the runs themselves
+        runs, key_runs = self._new_runs()
+        return {**self.__dict__, "_lengths": None, "_runs": runs, "_key_runs": key_runs}
+
+    def _new_runs(self) -> tuple[RecordRuns, RecordRuns]:
+        """Record ids and sample keys of runs of upcoming positions (pure functions of the position)."""
+        return RecordRuns(self.plan.records), RecordRuns(functools.partial(sample_keys, self.plan.version_hash, self.plan.seed))
 
     def __len__(self) -> int:
         return self.plan.steps_in_epoch(0)
@@ -90,6 +115,17 @@ class StepFetcher(Dataset):
         """Record ids at stream ``positions``: the plan's order, or the user's positional sampler."""
         if self.positional is None:
             return self.plan.records(positions)
+        return self._positional_records(positions)
+
+    def span_records(self, start: int, stop: int, positions: np.ndarray) -> np.ndarray:
+        """Record ids of this rank's ``positions`` of the global batch ``[start, stop)``; the plan's
+        are served from a run of upcoming steps computed in one call (:class:`RecordRuns`)."""
+        if self.positional is not None:
+            return self._positional_records(positions)
+        ids = self._runs.span(start, stop)
+        return ids if self.sharding.world_size == 1 else ids[positions - start]
+
+    def _positional_records(self, positions: np.ndarray) -> np.ndarray:
         if hasattr(self.positional, "at_positions"):  # rd.Mixture: its positions are the stream's
             return self.positional.at_positions(positions)
         epochs, offsets = np.divmod(positions, self.plan.epoch_len)
@@ -105,7 +141,7 @@ class StepFetcher(Dataset):
             return step, *self._packed(epoch, step - first)
         start, stop = span
         positions = self.sharding.local_positions(start, stop)
-        records = self.records(positions)
+        records = self.span_records(start, stop, positions)
         user_code = self.mode is not FetchMode.ARROW or self.collate_fn or self.arrow_collate or self.transform
         guard = GlobalRNGGuard() if self.seed_per_sample and user_code and get_worker_info() is None else None
         if guard is not None:
@@ -116,8 +152,12 @@ class StepFetcher(Dataset):
             if self.mode is FetchMode.GETITEMS:
                 samples = self._getitems(positions, records)
             else:
-                samples = self._getitem(positions, records)
-            return step, self._collate(positions, records, samples), 0, stop - start
+                samples = self._per_sample(positions, records, None, guard)
+            batch = self._collate(positions, records, samples)
+            if guard is not None and guard.python_numpy_clean and self.collate_fn is None:
+                guard.restore_torch_only()  # no user code ran since the watch found both states untouched
+                guard = None
+            return step, batch, 0, stop - start
         finally:
             if guard is not None:
                 guard.__exit__(None, None, None)
@@ -138,37 +178,87 @@ class StepFetcher(Dataset):
 
     def _transform(self, positions: np.ndarray, records: np.ndarray, samples: list) -> list:
         """``transform`` per sample, each with its sample context and (by default) seeded globals."""
-        return self._per_sample(positions, records, lambda r, i: self.transform(samples[i]))
+        return self._per_sample(positions, records, samples)
 
-    def _per_sample(self, positions: np.ndarray, records: np.ndarray, fn: Any) -> list:
-        """``fn(record, i)`` for each sample ``i``, with its sample context active and (by default)
-        the globals seeded from its key; one seeding kernel and one context slot per batch."""
-        plan = self.plan
-        if self.seed_per_sample:
-            keys = self._keys(positions)
-            seeder = GlobalSeeder(keys)
-            key_list = keys.tolist()
-        else:  # nothing seeded: a key only if user code asks for its sample context
-            seeder = None
-            key_list = [None] * len(positions)
-        slot = SampleSlot(plan.epoch_len, lambda p: sample_key(plan.version_hash, plan.seed, p))
-        token = activate_sample(slot)
-        out = []
-        try:
-            for i, args in enumerate(zip(positions.tolist(), records.tolist(), key_list)):
-                if seeder is not None:
-                    seeder.seed(i)
-                slot.args = args  # (position, record, key): the sample context, built if asked for
-                try:
-                    out.append(fn(args[1], i))
-                except Exception as e:
-                    p, r = args[0], args[1]
-                    _note(e, f"rd.DataLoader: while fetching position {p} (epoch {p // self.plan.epoch_len}), record {r}")
+    def _per_sample(self, positions: np.ndarray, records: np.ndarray, samples: list | None,
+                    guard: GlobalRNGGuard | None = None) -> list:
+        """Per sample ``i``, with its sample context active and (by default) the globals seeded
+        from its key: ``samples is None``: ``dataset[record]`` (then ``transform``); else
+        ``transform(samples[i])``. One seeding kernel and one context slot per batch.
+
+        Lazy seeding (``samples is None``, the default settings): Python's ``random`` and
+        numpy's global generator are left unseeded and watched (:class:`UnseededWatch`), torch's
+        is seeded per sample as always; if user code drew from either (or an exception left a
+        draw behind), the states are put back, this fetcher seeds eagerly from now on (in this
+        process) and the batch is fetched again, seeded: what it delivers is the eager batch,
+        bit for bit, and a dataset that never draws is called once per sample. ``guard``: the
+        main process's guard entered just before (no user code since), whose saved states the
+        watch reuses."""
+        pos, recs = positions.tolist(), records.tolist()
+        if not self.seed_per_sample:
+            return self._samples(pos, recs, None, samples, None)
+        keys = self._keys(positions)
+        key_list = keys.tolist()
+        if samples is None and self.lazy_globals and (guard.saved.fast if guard is not None else lazy_seeding_available()):
+            watch = UnseededWatch(None if guard is None else guard.saved)
+            try:
+                out = self._samples(pos, recs, key_list, None, None, True)
+            except Exception:
+                if not watch.finish():
                     raise
+            else:
+                if not watch.finish():
+                    if guard is not None:  # Python's and numpy's states are the saved ones again
+                        guard.python_numpy_clean = True
+                    return out
+            self.lazy_globals = False  # user code draws from the globals: eager from now on, here
+        return self._samples(pos, recs, key_list, samples, GlobalSeeder(keys).seed)
+
+    def _samples(self, pos: list, recs: list, keys: list | None, samples: list | None, seed: Any,
+                 torch_only: bool = False) -> list:
+        """The loop of :meth:`_per_sample`: ``seed(i)`` (all three generators) or, ``torch_only``,
+        torch's generator seeded from ``keys[i]``, the slot moved to ``i``, the call."""
+        slot = SampleSlot(self._epoch_len, pos, recs, keys, self._key_of)
+        token = activate_sample(slot)
+        out: list = []
+        append = out.append
+        dataset, transform = self.dataset, self.transform
+        manual_seed = torch.random.default_generator.manual_seed
+        i = -1
+        try:
+            if samples is None and transform is None:
+                for i, r in enumerate(recs):
+                    if seed is not None:
+                        seed(i)
+                    elif torch_only:
+                        manual_seed(keys[i] & _MASK63)
+                    slot.i = i
+                    append(dataset[r])
+            elif samples is None:
+                for i, r in enumerate(recs):
+                    if seed is not None:
+                        seed(i)
+                    elif torch_only:
+                        manual_seed(keys[i] & _MASK63)
+                    slot.i = i
+                    append(transform(dataset[r]))
+            else:
+                for i, sample in enumerate(samples):
+                    if seed is not None:
+                        seed(i)
+                    slot.i = i
+                    append(transform(sample))
+        except Exception as e:
+            p = pos[i]
+            _note(e, f"rd.DataLoader: while fetching position {p} (epoch {p // self.plan.epoch_len}), record {recs[i]}")
+            raise
         finally:
             slot.clear()
             reset_sample(token)
         return out
+
+    def _key_of(self, position: int) -> int:
+        return sample_key(self.plan.version_hash, self.plan.seed, position)
 
     # -- the three fetch modes --------------------------------------------------------------------
     def global_tokens(self, span: tuple[int, int]) -> int:
@@ -177,7 +267,8 @@ class StepFetcher(Dataset):
         if self._lengths is None:
             self._lengths = self.dataset.column_lengths(self.token_column)
         start, stop = span
-        return int(self._lengths[self.records(np.arange(start, stop, dtype=np.int64))].sum())
+        ids = self._runs.span(start, stop) if self.positional is None else self.records(np.arange(start, stop, dtype=np.int64))
+        return int(self._lengths[ids].sum())
 
     def _arrow(self, span: tuple[int, int], positions: np.ndarray, records: np.ndarray) -> tuple[Any, int]:
         tokens = 0 if self.token_column is None else self.global_tokens(span)
@@ -224,7 +315,13 @@ class StepFetcher(Dataset):
         return self._transport(batch), real, stop - start
 
     def _keys(self, positions: np.ndarray) -> np.ndarray:
-        return sample_keys(self.plan.version_hash, self.plan.seed, positions)
+        """Sample keys of one batch's ``positions`` (increasing, as ``local_positions`` gives),
+        served from a run of upcoming positions."""
+        if not len(positions):
+            return np.empty(0, dtype=np.uint64)
+        lo, hi = int(positions[0]), int(positions[-1]) + 1
+        keys = self._key_runs.span(lo, hi)
+        return keys if hi - lo == len(positions) else keys[positions - lo]
 
     def _getitems(self, positions: np.ndarray, records: np.ndarray) -> list:
         keys = self._keys(positions)
@@ -240,13 +337,6 @@ class StepFetcher(Dataset):
         finally:
             reset_batch(token)
         return samples if self.transform is None else self._transform(positions, records, samples)
-
-    def _getitem(self, positions: np.ndarray, records: np.ndarray) -> list:
-        dataset, transform = self.dataset, self.transform
-        if transform is None:
-            return self._per_sample(positions, records, lambda r, i: dataset[r])
-        return self._per_sample(positions, records, lambda r, i: transform(dataset[r]))
-
 
 def _note(e: BaseException, text: str) -> None:
     if hasattr(e, "add_note"):

@@ -11,34 +11,44 @@ once (one call per batch), and each sample's state is then *copied* into the two
 through numpy views of their state memory (the ``mt19937_state`` struct numpy exposes through
 ``bit_generator.ctypes``, and the ``RandomObject`` of CPython's ``random``). What the seeding
 functions also reset is reset here: Python's ``gauss_next``; numpy's cached Gaussian
-(``has_gauss``), which is reset with a cheap ``np.random.seed(0)`` only when a draw since the
-last seeding could have set it (the state is not byte-identical to the one written). torch's
-generator is seeded with ``manual_seed`` (already cheap). :class:`GlobalRNGGuard` saves and
-restores the three states the same way (numpy's cached Gaussian is read by one probing draw).
+(``has_gauss``, ``gauss`` of the global ``RandomState``), written directly through its probed
+offset in the object. torch's generator is seeded with ``manual_seed`` (its own cost is the
+624-word initialization, which no other route avoids). :class:`GlobalRNGGuard` saves the three
+states (and both caches) by copying them and writes back only what changed.
+
+Lazy seeding. :class:`UnseededWatch` leaves Python's and numpy's generators unseeded while user
+code runs and tells afterwards whether anything drew from them: it saves both states, clears both
+cached Gaussians (so that even a draw of a cached value moves a state) and compares the whole
+states and the caches afterwards; whatever the answer, it puts states and caches back. The
+fetcher (``fetch.py``) uses it to fetch a batch unseeded first and to fetch it again seeded, once
+per process, when a draw is seen.
 
 Safety. The memory layouts are probed once per process, against the real ``random.seed`` /
-``np.random.seed`` / ``get_state``, on several keys; if anything differs (another interpreter, a
-free-threaded build, a numpy whose layout changed) the slow, always-correct route
-(``random.seed``, ``np.random.seed``, ``getstate``/``setstate``) is used instead, silently
-identical in results. ``tests/loader/test_global_rng.py`` checks both routes against each other.
+``np.random.seed`` / ``get_state`` / ``set_state``, on several keys and values; if anything
+differs (another interpreter, a free-threaded build, a numpy whose layout changed) the slow,
+always-correct route (``random.seed``, ``np.random.seed``, ``getstate``/``setstate``) is used
+instead, identical in results, and seeding is eager. ``tests/loader/test_global_rng.py`` checks
+both routes against each other.
 
-Cost (2 shared CPUs, measured side by side with the reference route, ``timeit``): seeding a
-batch of 16 about 3x cheaper per sample (kernel share + two copies + ``manual_seed``, 10-22 us
-under heavy load vs 31-69 us), the guard about 5x (21-48 us a batch vs ~200 us). The end-to-end
-figure is the "per-sample seeding costs" line of ``benchmarks/bench_dropin.py``.
+Cost (2 shared CPUs, ``timeit``, loaded machine): seeding all three generators for one sample
+about 6 us after a kernel share of ~3.5 us (16 keys: 55 us a batch), of which ``manual_seed``
+1.4-3 us; the guard 10 us a batch, the watch 3 us more. The end-to-end figure is the
+"per-sample seeding costs" line of ``benchmarks/bench_dropin.py``.
 """
 
 from __future__ import annotations
 
 import ctypes
 import random
+import struct
 import sys
 
 import numpy as np
 import torch
 from numba import njit
 
-__all__ = ["GlobalRNGGuard", "GlobalSeeder", "mt_states", "seed_globals", "seed_globals_reference"]
+__all__ = ["GlobalRNGGuard", "GlobalSeeder", "UnseededWatch", "lazy_seeding_available", "mt_states", "seed_globals",
+           "seed_globals_reference"]
 
 _N = 624
 _MASK63 = (1 << 63) - 1
@@ -125,16 +135,31 @@ class _Layout:
     def __init__(self) -> None:
         self.py: np.ndarray | None = None  # [index, state[624]] of random._inst
         self.np: np.ndarray | None = None  # [key[624], pos] of numpy's global MT19937
+        #: numpy's cached Gaussian (``has_gauss``, ``gauss`` of the global ``RandomState``); None
+        #: where the probe failed (``np`` is then None too: the numpy route needs both)
+        self.gauss: _Gauss | None = None
         # the objects the views point into, held so that they stay alive, and compared with the
         # current ones on every use (np.random.set_bit_generator swaps numpy's; see _layout)
         self.py_owner = random._inst
-        self.np_owner = np.random.mtrand._rand._bit_generator
+        self.rs_owner = np.random.mtrand._rand
+        self.np_owner = self.rs_owner._bit_generator
         self._probe_python()
         self._probe_numpy()
+        self._probe_gauss()
+        if self.gauss is None:
+            self.np = None
+        self.py_addr = 0 if self.py is None else self.py.ctypes.data
+        self.np_addr = 0 if self.np is None else self.np.ctypes.data
+
+    @property
+    def fast(self) -> bool:
+        """Whether both generators are reached through their memory (what lazy seeding needs)."""
+        return self.py is not None and self.np is not None
 
     def current(self) -> bool:
         """Whether the probed generators are still the global ones."""
-        return random._inst is self.py_owner and np.random.mtrand._rand._bit_generator is self.np_owner
+        rs = np.random.mtrand._rand
+        return random._inst is self.py_owner and rs is self.rs_owner and rs._bit_generator is self.np_owner
 
     def _probe_python(self) -> None:
         inst = random._inst
@@ -173,6 +198,43 @@ class _Layout:
         finally:
             rs.set_state(saved)
 
+    def _probe_gauss(self) -> None:
+        """Find ``has_gauss`` (an int) and ``gauss`` (the double 8 bytes on) inside the global
+        ``RandomState`` object: the one offset where several set states show up, checked by
+        writing through it and by a draw of the cached value."""
+        rs = self.rs_owner
+        if self.np is None:
+            return
+        saved = rs.get_state()
+        try:
+            size = type(rs).__basicsize__
+            key = saved[1]
+            offsets = None
+            for value in (1.2345678e-3, -7.5e10, 3.25):
+                rs.set_state(("MT19937", key, _N, 1, value))
+                raw = ctypes.string_at(id(rs), size)
+                hits = {off for off in range(16, size - 15, 8)
+                        if struct.unpack_from("=i", raw, off)[0] == 1 and struct.unpack_from("=d", raw, off + 8)[0] == value}
+                offsets = hits if offsets is None else offsets & hits
+            if not offsets or len(offsets) != 1:
+                return
+            view = _Gauss.from_address(id(rs) + offsets.pop())
+            view.has_gauss, view.gauss = 1, 0.625
+            if rs.get_state()[3:] != (1, 0.625) or rs.standard_normal() != 0.625 or view.has_gauss != 0:
+                return
+            view.has_gauss, view.gauss = 0, 0.0
+            if rs.get_state()[3:] != (0, 0.0):
+                return
+            self.gauss = view
+        finally:
+            rs.set_state(saved)
+
+
+class _Gauss(ctypes.Structure):
+    """numpy's legacy cached Gaussian: ``has_gauss`` and ``gauss`` (natural alignment: 8 bytes on)."""
+
+    _fields_ = [("has_gauss", ctypes.c_int), ("gauss", ctypes.c_double)]
+
 
 _LAYOUT: _Layout | None = None
 
@@ -204,19 +266,19 @@ _memmove = ctypes.memmove
 class GlobalSeeder:
     """Seeds the globals for each key of a batch: ``GlobalSeeder(keys).seed(i)`` for the i-th."""
 
-    __slots__ = ("_keys", "_rows", "_base", "_py", "_np", "_npv", "_written", "_manual_seed", "_inst")
+    __slots__ = ("_keys", "_torch", "_rows", "_base", "_py", "_np", "_gauss", "_manual_seed", "_inst")
 
     def __init__(self, keys: np.ndarray) -> None:
-        lay = _layout()
         keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
         self._keys = keys.tolist()
-        self._py = 0 if lay.py is None else lay.py.ctypes.data  # addresses; 0: the reference route
-        self._np = 0 if lay.np is None else lay.np.ctypes.data
-        self._npv = lay.np
+        self._torch = (keys & np.uint64(_MASK63)).tolist()  # < 2**63: torch.initial_seed() stays a signed int64
+        self._manual_seed = torch.random.default_generator.manual_seed
+        lay = _layout()
+        self._py = lay.py_addr  # addresses; 0: the reference route
+        self._np = lay.np_addr
+        self._gauss = lay.gauss
         self._rows = _rows(keys) if (self._py or self._np) and keys.size else None
         self._base = 0 if self._rows is None else self._rows.ctypes.data
-        self._written: bytes | None = None  # the numpy state last written, while no draw could have changed it
-        self._manual_seed = torch.random.default_generator.manual_seed
         self._inst = random._inst
 
     def seed(self, i: int) -> None:
@@ -228,51 +290,115 @@ class GlobalSeeder:
         else:  # a key below 2**32 is one word for Python: its own route (one key in 2**32)
             random.seed(key)
         if self._np:
-            npv = self._npv
-            if self._written is None or npv.tobytes() != self._written:
-                np.random.seed(0)  # resets the cached Gaussian a draw may have left
             _memmove(self._np, src + 4, _STATE_BYTES)  # [key, pos]
-            self._written = npv.tobytes()
+            g = self._gauss  # what np.random.seed resets besides the state: the cached Gaussian
+            g.has_gauss = 0
+            g.gauss = 0.0
         else:
             np.random.seed(np.array([key & 0xFFFFFFFF, key >> 32], dtype=np.uint32))
-        self._manual_seed(key & _MASK63)
+        self._manual_seed(self._torch[i])
+
+
+class _PyNp:
+    """The states of Python's and numpy's global generators with their cached Gaussians: saved
+    (:meth:`save`) and written back (:meth:`restore`) through the probed memory, or through
+    ``getstate``/``get_state`` where the probe failed."""
+
+    __slots__ = ("_lay", "_py", "_pyg", "_np", "_npg")
+
+    def save(self) -> None:
+        lay = self._lay = _layout()
+        if lay.py is not None:
+            self._py = lay.py.tobytes()
+            self._pyg = random._inst.gauss_next
+        else:
+            self._py = random.getstate()
+        if lay.np is not None:
+            self._np = lay.np.tobytes()
+            g = lay.gauss
+            self._npg = (g.has_gauss, g.gauss)
+        else:
+            self._np = np.random.get_state()
+
+    @property
+    def fast(self) -> bool:
+        """Whether the states were saved through the probed memory (lazy seeding can start from them)."""
+        return self._lay.fast
+
+    def restore(self) -> None:
+        lay = self._lay
+        if lay.py is not None:
+            if lay.py.tobytes() != self._py:  # comparing is cheaper than writing
+                _memmove(lay.py_addr, self._py, _STATE_BYTES)
+            lay.py_owner.gauss_next = self._pyg
+        else:
+            random.setstate(self._py)
+        if lay.np is not None:
+            if lay.np.tobytes() != self._np:
+                _memmove(lay.np_addr, self._np, _STATE_BYTES)
+            lay.gauss.has_gauss, lay.gauss.gauss = self._npg
+        else:
+            np.random.set_state(self._np)
 
 
 class GlobalRNGGuard:
     """Saves the global generator states on enter and restores them on exit (exactly)."""
 
-    __slots__ = ("_py", "_np", "_gauss", "_torch", "_lay")
+    __slots__ = ("saved", "_torch", "python_numpy_clean")
 
     def __enter__(self) -> GlobalRNGGuard:
-        lay = self._lay = _layout()
-        if lay.py is not None:
-            self._py = (lay.py.copy(), random._inst.gauss_next)
-        else:
-            self._py = random.getstate()
-        if lay.np is not None:
-            before = lay.np.tobytes()
-            g = np.random.standard_normal()  # a cached Gaussian is returned without touching the MT state
-            self._gauss = g if lay.np.tobytes() == before else None
-            self._np = np.frombuffer(before, dtype=np.uint32)
-        else:
-            self._np = np.random.get_state()
+        #: Python's and numpy's saved states (an :class:`UnseededWatch` started before any other
+        #: code ran may reuse them)
+        self.saved = _PyNp()
+        self.saved.save()
         self._torch = torch.random.default_generator.get_state()
+        #: set by a caller that knows Python's and numpy's states are the saved ones (a finished
+        #: watch found them untouched and no user code ran since): see :meth:`restore_torch_only`
+        self.python_numpy_clean = False
         return self
 
     def __exit__(self, *exc) -> None:
-        lay = self._lay
-        if lay.py is not None:
-            state, gauss = self._py
-            lay.py[:] = state
-            random._inst.gauss_next = gauss
-        else:
-            random.setstate(self._py)
-        if lay.np is not None:
-            if self._gauss is None:
-                np.random.seed(0)  # no cached Gaussian, as before the batch
-                lay.np[:] = self._np
-            else:
-                np.random.set_state(("MT19937", self._np[:_N], int(self._np[_N]), 1, float(self._gauss)))
-        else:
-            np.random.set_state(self._np)
+        self.saved.restore()
         torch.random.default_generator.set_state(self._torch)
+
+    def restore_torch_only(self) -> None:
+        """Exit when Python's and numpy's states are known to be the saved ones: torch's only."""
+        torch.random.default_generator.set_state(self._torch)
+
+
+def lazy_seeding_available() -> bool:
+    """Whether :class:`UnseededWatch` can watch both generators here (their memory was found)."""
+    return _layout().fast
+
+
+class UnseededWatch(_PyNp):
+    """Python's ``random`` and numpy's global generator left unseeded while user code runs, and
+    watched: on construction their states are saved and their cached Gaussians cleared (so that
+    a draw of a cached value moves the state too); :meth:`finish` says whether anything drew from
+    (or reseeded) either since, comparing the whole states and the caches, and puts states and
+    caches back as they were. ``saved``: states saved just before (by a :class:`GlobalRNGGuard`,
+    nothing run since) to start from instead of saving again. Needs :func:`lazy_seeding_available`."""
+
+    __slots__ = ()
+
+    def __init__(self, saved: _PyNp | None = None) -> None:
+        if saved is None:
+            self.save()
+        else:
+            self._lay, self._py, self._pyg, self._np, self._npg = saved._lay, saved._py, saved._pyg, saved._np, saved._npg
+        lay = self._lay
+        lay.py_owner.gauss_next = None
+        lay.gauss.has_gauss = 0
+
+    def finish(self) -> bool:
+        """Whether user code drew since construction; either way the saved states are back."""
+        lay = self._lay
+        drew = (not lay.current()  # a generator was swapped meanwhile: assume the worst
+                or lay.py_owner.gauss_next is not None or lay.gauss.has_gauss != 0
+                or lay.py.tobytes() != self._py or lay.np.tobytes() != self._np)
+        if drew:
+            self.restore()
+        else:  # the states are untouched: only the cleared caches go back
+            lay.py_owner.gauss_next = self._pyg
+            lay.gauss.has_gauss, lay.gauss.gauss = self._npg
+        return drew

@@ -1,7 +1,8 @@
 """Pure index maths (numpy + xxhash; no torch, no pyarrow, no I/O, no environment reads).
 
 Modules: :mod:`.permutation` (keyed bijections), :mod:`.order` (epoch orders), :mod:`.sharding`
-(rank slices of a global batch), :mod:`.steps` (:class:`Plan`: step -> positions -> records),
+(rank slices of a global batch), :mod:`.steps` (:class:`Plan`: step -> positions -> records), :mod:`.record_runs` (a run of
+upcoming record ids served from one call),
 :mod:`.batch_schedule` (global-batch schedules), :mod:`.sample_keys` (per-sample keys and
 generators), :mod:`.packing` (sequence packing).
 """

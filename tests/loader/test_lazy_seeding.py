@@ -1,0 +1,217 @@
+"""Lazy seeding of Python's ``random`` and numpy's global generator (the default settings).
+
+A ``__getitem__`` batch is first fetched with those two left unseeded and watched; only when
+user code drew from them is the batch fetched again, seeded, and the fetcher (in that process)
+seeds eagerly from then on. What is delivered must be the eager batch, bit for bit, at any
+worker count and after a resume; a dataset that never draws is called once per sample; one that
+draws is called once more for its first drawing batch per process only."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import resumable_data as rd
+from resumable_data.loader import global_rng as G
+from tests.loader.conftest import canon
+
+N = 96
+BATCH = 8
+KW = dict(batch_size=BATCH, shuffle=True, seed=11, dataset_version="lazy-v1", collate_fn=list)
+_CALLS = mp.Value("i", 0)  # shared with forked workers: every __getitem__ call of every process
+
+
+class Sparse(torch.utils.data.Dataset):
+    """Draws from the global generators only for record ``at`` (``what``: which draws)."""
+
+    def __init__(self, at: int | None = 37, what: str = "all", fail_at: int | None = None):
+        self.at, self.what, self.fail_at = at, what, fail_at
+
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        with _CALLS.get_lock():
+            _CALLS.value += 1
+        ctx = rd.sample_context()
+        row = {"record": i, "position": ctx.position, "torch": torch.rand(1).item(), "seed": torch.initial_seed()}
+        if i == self.at:
+            if self.what in ("all", "python"):
+                row["py"] = (random.random(), random.gauss(0, 1))
+            if self.what in ("all", "numpy"):
+                row["np"] = float(np.random.rand())
+            if self.what in ("all", "numpy", "numpy_gauss"):
+                row["np_gauss"] = float(np.random.standard_normal())
+            if self.what == "python_gauss":
+                row["py_gauss"] = random.gauss(0, 1)
+        if i == self.fail_at:
+            raise ValueError(f"bad record {i}")
+        return row
+
+
+def _reset_calls():
+    _CALLS.value = 0
+
+
+def _loader(ds, eager=False, **kw):
+    loader = rd.DataLoader(ds, **{**KW, **kw})
+    if eager:  # the reference: the fetcher seeds all three generators per sample from the start
+        loader._fetcher.lazy_globals = False
+    return loader
+
+
+def ds_plan_hash():
+    return _loader(Sparse()).plan.version_hash
+
+
+def _with_cached_gaussians():
+    """The training loop's generators, each with a cached Gaussian (a cached-value draw must be seen)."""
+    random.seed(1)
+    np.random.seed(2)
+    torch.manual_seed(3)
+    random.gauss(0, 1)
+    np.random.standard_normal()
+
+
+@pytest.mark.parametrize("what", ["all", "python", "numpy", "numpy_gauss", "python_gauss"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_dataset_drawing_on_one_record_gives_the_eager_batches(what, workers):
+    _with_cached_gaussians()
+    lazy = [canon(b) for b in _loader(Sparse(what=what), num_workers=workers)]
+    _with_cached_gaussians()
+    eager = [canon(b) for b in _loader(Sparse(what=what), eager=True, num_workers=workers)]
+    assert lazy == eager
+    rows = [r for b in lazy for r in b]
+    assert sorted(r["record"] for r in rows) == list(range(N))
+    # record 37's draws are the ones its sample key gives (the seeding functions themselves)
+    row = next(r for r in rows if r["record"] == 37)
+    key = rd.plan.sample_key(ds_plan_hash(), 11, row["position"])
+    G.seed_globals_reference(key)
+    ref = {"torch": torch.rand(1).item()}
+    if what in ("all", "python"):
+        ref["py"] = [random.random(), random.gauss(0, 1)]  # canon() makes tuples lists
+    if what in ("all", "numpy"):
+        ref["np"] = float(np.random.rand())
+    if what in ("all", "numpy", "numpy_gauss"):
+        ref["np_gauss"] = float(np.random.standard_normal())
+    if what == "python_gauss":
+        ref["py_gauss"] = random.gauss(0, 1)
+    assert {k: row[k] for k in ref} == ref
+    assert row["seed"] == key & (2**63 - 1)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_resume_after_the_drawing_batch_continues_with_the_eager_batches(workers):
+    full = [canon(b) for b in _loader(Sparse(), eager=True, num_workers=workers)]
+    for cut in (2, 7):  # before and after the batch holding record 37 (wherever it lands)
+        first = _loader(Sparse(), num_workers=workers)
+        it = iter(first)
+        head = [canon(next(it)) for _ in range(cut)]
+        state = first.state_dict()
+        del it
+        resumed = _loader(Sparse(), num_workers=workers)
+        resumed.load_state_dict(state)
+        assert head + [canon(b) for b in resumed] == full
+
+
+def test_a_dataset_that_never_draws_is_called_once_per_sample_and_stays_lazy():
+    _reset_calls()
+    loader = _loader(Sparse(at=None))
+    rows = [r for b in loader for r in b]
+    assert len(rows) == N and _CALLS.value == N
+    assert loader._fetcher.lazy_globals
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_drawing_dataset_is_fetched_again_only_for_its_first_drawing_batch(workers):
+    """Record 37 and record 5 draw (one process, or two workers, may see them): every process
+    that sees a draw fetches that batch twice, then seeds eagerly; no other batch is refetched."""
+    class Two(Sparse):
+        def __getitem__(self, i):
+            row = super().__getitem__(i)
+            if i == 5:
+                row["py5"] = random.random()
+            return row
+
+    _reset_calls()
+    loader = _loader(Two(), num_workers=workers)
+    order = [[r["record"] for r in b] for b in loader]
+    drawing = [k for k, b in enumerate(order) if 37 in b or 5 in b]
+    if workers == 0:
+        first = drawing[0]
+        assert _CALLS.value == N + len(order[first])
+        assert not loader._fetcher.lazy_globals
+    else:  # batch k is fetched by worker k % 2: each worker refetches its own first drawing batch
+        firsts = {min(k for k in drawing if k % workers == w) for w in {k % workers for k in drawing}}
+        assert _CALLS.value == N + sum(len(order[k]) for k in firsts)
+
+
+def test_an_exception_without_a_draw_is_raised_as_before_and_the_pass_goes_on():
+    _reset_calls()
+    loader = _loader(Sparse(at=None, fail_at=5))
+    it = iter(loader)
+    seen, errors = [], 0
+    while True:
+        try:
+            seen += [r["record"] for r in next(it)]
+        except StopIteration:
+            break
+        except ValueError as e:
+            errors += 1
+            assert "bad record 5" in str(e)
+            assert any("record 5" in note for note in getattr(e, "__notes__", []))
+    assert errors == 1 and 5 not in seen and len(seen) == N - BATCH
+    assert _CALLS.value == N - BATCH + (_index_in_its_batch(loader, 5) + 1)  # no refetch of the failing batch
+    assert loader._fetcher.lazy_globals
+
+
+def test_an_exception_after_a_draw_refetches_seeded_and_raises_the_eager_error():
+    """Record 37 draws and record 37 raises: the unseeded pass drew, so the batch is fetched
+    again seeded (the error then comes from the seeded pass) and the fetcher is eager from then on;
+    the training loop's generators are untouched."""
+    _with_cached_gaussians()
+    expect = (random.getstate(), repr(np.random.get_state()), torch.get_rng_state().tolist())
+    _reset_calls()
+    loader = _loader(Sparse(at=37, fail_at=37))
+    it = iter(loader)
+    with pytest.raises(ValueError, match="bad record 37"):
+        while True:
+            next(it)
+    assert (random.getstate(), repr(np.random.get_state()), torch.get_rng_state().tolist()) == expect
+    assert not loader._fetcher.lazy_globals
+    # the batches before it once, its samples up to record 37 twice (unseeded, then seeded)
+    assert _CALLS.value == _step_of(loader, 37) * BATCH + 2 * (_index_in_its_batch(loader, 37) + 1)
+
+
+def _step_of(loader, record):
+    """The step of the epoch whose batch holds ``record``."""
+    for step in range(loader.plan.steps_per_epoch):
+        if record in loader.step_info(step).records.tolist():
+            return step
+    raise AssertionError(f"record {record} not in the epoch")
+
+
+def _index_in_its_batch(loader, record):
+    """Where ``record`` sits in its batch (how many samples are fetched before it, in that batch)."""
+    return loader.step_info(_step_of(loader, record)).records.tolist().index(record)
+
+
+def test_lazy_seeding_is_on_here_and_numpys_cached_gaussian_was_found():
+    assert G.lazy_seeding_available()
+    assert G._layout().gauss is not None
+
+
+@pytest.mark.parametrize("at", [None, 37])
+def test_the_training_loops_generators_are_exactly_as_before_around_lazy_batches(at):
+    """With the default collate, a batch that drew nothing writes back torch's state only: every
+    state and cached Gaussian of the loop's three generators must still be what it was."""
+    _with_cached_gaussians()
+    expect = (random.getstate(), repr(np.random.get_state()), torch.get_rng_state().tolist())
+    loader = rd.DataLoader(Sparse(at=at), batch_size=BATCH, shuffle=True, seed=11, dataset_version="lazy-v1")
+    for _ in loader:
+        assert (random.getstate(), repr(np.random.get_state()), torch.get_rng_state().tolist()) == expect
+    assert loader._fetcher.lazy_globals is (at is None)
