@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import struct
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ import xxhash
 
 from resumable_data._schema import check_int, expect_int, expect_mapping, expect_str
 from resumable_data.errors import ConfigError, ResumeError, describe
+from resumable_data.plan.mixture_block import block_layout, block_records
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 from resumable_data.plan.permutation import Permutation, permutation_key
 from resumable_data.plan.weights import StepPositions, WeightSchedule
@@ -161,12 +163,11 @@ class MixturePlan:
                                        "pass a mapping of weights, or use the mixture through rd.DataLoader"))
         self._pos = position_of_step
         self.rebase = rebase
-        self._blocks: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._cache_entries = max(2, min(32, _CACHE_BYTES // (32 * self.block)))  # ~4 arrays of B int64 per block
-        self._source_ids = np.arange(len(self.sizes), dtype=np.int64)
-        self._block_range = np.arange(self.block, dtype=np.int64)
+        self._blocks: OrderedDict[tuple[int, int], list] = OrderedDict()
+        self._cache_entries = max(2, min(32, _CACHE_BYTES // (32 * self.block)))  # 3 arrays of B int64 per block
         self._runs = self._build_runs()
         self._starts = np.array([r.start for r in self._runs], dtype=np.int64)
+        self._run_starts = [r.start for r in self._runs]
 
     # -- runs -------------------------------------------------------------------------------------
     def _new_run(self, start: int, weights: tuple[Fraction, ...], base: tuple[int, ...]) -> _Run:
@@ -215,39 +216,34 @@ class MixturePlan:
             out += np.bincount(self._composition(run, k, j)[0][:t], minlength=len(self.names))
         return out
 
-    def _perm(self, run: _Run, j: int) -> Any:
+    def _perm(self, run: _Run, j: int) -> Permutation | None:
         if not self.shuffle:
-            return _Identity(self.block)
+            return None
         return Permutation.keyed(self.block, version_hash=self.version_hash, seed=self.seed, epoch=j,
                                  tag=f"mixture.block@{run.start}")
 
     def _composition(self, run: _Run, k: int, j: int) -> tuple[np.ndarray, np.ndarray]:
-        """(source, position in the source's stream) of each in-block position of block ``j``:
-        slots laid out source by source, visited through the block's permutation, and a source's
-        positions numbered in stream order (so what a prefix of the block consumed is a prefix of
-        each source's stream)."""
-        return self._layout(run, j)[:2]
+        """(source, position in the source's stream) of each in-block position of block ``j``
+        (see :mod:`.mixture_block`; what a prefix of the block consumed is a prefix of each
+        source's stream)."""
+        hit = self._layout(run, j)
+        return hit[0], hit[1]
 
-    def _layout(self, run: _Run, j: int) -> tuple:
-        """The block's (source, source position) per in-block position, its positions grouped by
-        source in stream order, each source's first slot, count and position before the block."""
+    def _layout(self, run: _Run, j: int) -> list:
+        """Block ``j``'s cached ``[source, source position, record id or None, counts, before]``
+        (counts: the block's positions per source; before: each source's count before it)."""
         key = (run.start, j)
         hit = self._blocks.get(key)
         if hit is None:
             counts = run.block_counts(j)
             prev = self._blocks.get((run.start, j - 1))
             if prev is not None:  # consecutive blocks: no floor sum
-                before = prev[5] + prev[4]
+                before = prev[4] + prev[3]
             else:
                 before = np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) \
                     + run.extras_before(j)
-            owner = np.repeat(self._source_ids, counts)
-            src = owner[self._perm(run, j).forward(self._block_range)]
-            order = np.argsort(src, kind="stable")
-            cum = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-            rank = np.empty(self.block, dtype=np.int64)
-            rank[order] = self._block_range - cum[src[order]]
-            hit = (src, before[src] + rank, order, cum, counts, before)
+            src, pos = block_layout(counts, before, self._perm(run, j))
+            hit = [src, pos, None, counts, before]
             self._blocks[key] = hit
             while len(self._blocks) > self._cache_entries:
                 self._blocks.popitem(last=False)
@@ -278,13 +274,25 @@ class MixturePlan:
         return self._lookup(positions, self._block_records)
 
     def _lookup(self, positions, table) -> tuple[np.ndarray, np.ndarray]:
-        """Per position, the entries of its block's cached ``table`` (two arrays of ``B``)."""
+        """Per position, the entries of its block's cached ``table`` (two arrays of ``B``); a
+        batch inside one block (the common case) is one gather from its block's arrays."""
         pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+        if not pos.size:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        lo, hi = int(pos.min()), int(pos.max())
+        if lo < self._runs[0].start:
+            raise ConfigError(describe("positions", lo, f"at least {self._runs[0].start}",
+                                       "ask about positions after the data change"))
+        k = bisect_right(self._run_starts, lo) - 1
+        run = self._runs[k]
+        j = (lo - run.start) // self.block
+        origin = run.start + j * self.block
+        if hi < origin + self.block and (k + 1 == len(self._runs) or hi < self._runs[k + 1].start):
+            a, b = table(run, k, j)
+            inner = pos - origin
+            return a[inner], b[inner]
         first = np.empty_like(pos)
         second = np.empty_like(pos)
-        if pos.size and pos.min() < self._runs[0].start:
-            raise ConfigError(describe("positions", int(pos.min()), f"at least {self._runs[0].start}",
-                                       "ask about positions after the data change"))
         runs = self._run_of(pos) if len(self._runs) > 1 else np.zeros(pos.shape, dtype=np.int64)
         for k, sel_k in _groups(runs):
             run = self._runs[k]
@@ -300,30 +308,13 @@ class MixturePlan:
         return first, second
 
     def _block_records(self, run: _Run, k: int, j: int) -> tuple[np.ndarray, np.ndarray]:
-        """(source, record id in the source) of each in-block position of block ``j`` (cached:
-        a block serves ``B / batch`` consecutive batches). Source ``s``'s positions in a block
-        are the contiguous range ``[before_s, before_s + count_s)`` of its own stream."""
-        key = ("records", run.start, j)
-        hit = self._blocks.get(key)
-        if hit is None:
-            src, _, order, cum, counts, before = self._layout(run, j)
-            rec = np.empty(self.block, dtype=np.int64)
-            for s_ in np.flatnonzero(counts).tolist():
-                n = self.sizes[s_]
-                q0, c = int(before[s_]), int(counts[s_])
-                out = order[cum[s_]:cum[s_] + c]
-                done = 0
-                while done < c:  # one piece per source epoch the range touches
-                    e, o = divmod(q0 + done, n)
-                    take = min(c - done, n - o)
-                    offsets = np.arange(o, o + take, dtype=np.int64)
-                    rec[out[done:done + take]] = self.source_order(s_, e).forward(offsets) if self.shuffle else offsets
-                    done += take
-            hit = (src, rec)
-            self._blocks[key] = hit
-            while len(self._blocks) > self._cache_entries:
-                self._blocks.popitem(last=False)
-        return hit
+        """(source, record id in the source) of each in-block position of block ``j`` (cached
+        with the block's layout: a block serves ``B / batch`` consecutive batches)."""
+        hit = self._layout(run, j)
+        if hit[2] is None:
+            hit[2] = block_records(hit[0], hit[1], hit[3], hit[4], np.array(self.sizes, dtype=np.int64),
+                                   self.source_order if self.shuffle else None)
+        return hit[0], hit[2]
 
     def source_order(self, s: int, epoch: int) -> Permutation:
         """The keyed permutation of source ``s``'s records in its own epoch ``epoch``."""
@@ -337,12 +328,11 @@ class MixturePlan:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (to workers) without the block cache: a worker refills its own."""
-        return {**self.__dict__, "_blocks": None, "_block_range": None}
+        return {**self.__dict__, "_blocks": None}
 
     def __setstate__(self, d: dict[str, Any]) -> None:
         self.__dict__.update(d)
         self._blocks = OrderedDict()
-        self._block_range = np.arange(self.block, dtype=np.int64)
 
     # -- state ------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -408,14 +398,6 @@ def _groups(values: np.ndarray):
         return
     for v in np.unique(values):
         yield int(v), values == v
-
-
-class _Identity:
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def forward(self, idx) -> np.ndarray:
-        return np.asarray(idx, dtype=np.int64)
 
 
 @lru_cache(maxsize=1024)

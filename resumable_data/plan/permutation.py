@@ -32,6 +32,7 @@ __all__ = [
     "MAX_DOMAIN",
     "ROUNDS",
     "Permutation",
+    "feistel_forward",
     "forward_reference",
     "permutation_key",
 ]
@@ -72,20 +73,25 @@ def _f(r, k, mask):  # pragma: no cover - compiled
     return z & mask
 
 
+@njit(cache=True, nogil=True, inline="always")
+def feistel_forward(x, n, half, mask, keys):  # pragma: no cover - compiled
+    """One index through the permutation (uint64 in and out; ``x < n``, ``n >= 2``): the
+    compiled kernels' shared core, callable from other compiled code (the mixture's blocks)."""
+    while True:
+        left = x >> half
+        right = x & mask
+        for i in range(keys.shape[0]):
+            left, right = right, left ^ _f(right, keys[i], mask)
+        x = (left << half) | right
+        if x < n:
+            return x
+
+
 @njit(cache=True, nogil=True)
 def _forward_kernel(xs, out, n, half, keys):  # pragma: no cover - compiled
     mask = (np.uint64(1) << half) - np.uint64(1)
     for j in range(xs.shape[0]):
-        x = np.uint64(xs[j])
-        while True:
-            left = x >> half
-            right = x & mask
-            for i in range(keys.shape[0]):
-                left, right = right, left ^ _f(right, keys[i], mask)
-            x = (left << half) | right
-            if x < n:
-                break
-        out[j] = np.int64(x)
+        out[j] = np.int64(feistel_forward(np.uint64(xs[j]), n, half, mask, keys))
 
 
 @njit(cache=True, nogil=True)
@@ -130,6 +136,16 @@ class Permutation:
     def keyed(cls, n: int, *, version_hash: str, seed: int, epoch: int, tag: str = "global") -> Permutation:
         """The permutation of one epoch, keyed by (version hash, seed, epoch, tag)."""
         return cls(n, permutation_key(version_hash, seed, epoch, tag))
+
+    @property
+    def round_keys(self) -> np.ndarray:
+        """The ``ROUNDS`` round keys (uint64; do not modify), for compiled callers of :func:`feistel_forward`."""
+        return self._keys
+
+    @property
+    def half(self) -> np.uint64:
+        """Bits per Feistel half (``b / 2``), for compiled callers of :func:`feistel_forward`."""
+        return self._half
 
     def _run(self, idx, kernel) -> np.ndarray:
         xs = np.asarray(idx)

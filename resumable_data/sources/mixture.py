@@ -148,6 +148,14 @@ class Mixture:
         inverse[order] = np.arange(len(order), dtype=np.int64)
         return table.take(pa.array(inverse))
 
+    def take_numpy(self, record_ids, pad_value: Any = 0) -> list[Any] | None:
+        """Per column, the default collate's numpy arrays of ``take(record_ids)`` in one gather
+        over every source (``ArrowShards.take_numpy``); None where that has no fast path, or the
+        sources gather apart (remote): the loader then uses :meth:`take`."""
+        if self._gather is None:
+            return None
+        return self._gather.take_numpy(record_ids, pad_value)  # ids outside [0, len): rd.RecordIdError
+
     def __getitem__(self, index: int) -> dict[str, Any]:
         return self.take(np.array([index])).to_pylist()[0]
 
