@@ -129,6 +129,19 @@ class _Run:
         return np.array([self.floors[s] + f[s] - f[s + 1] for s in range(len(self.floors))], dtype=np.int64)
 
 
+class _Block:
+    """One block's cached arrays (``B`` each): source, source position, record id in the source
+    and concatenated id per in-block position (the last two filled in when first asked for),
+    plus its positions per source and each source's count before it."""
+
+    __slots__ = ("before", "counts", "ids", "pos", "rec", "src")
+
+    def __init__(self, counts: np.ndarray, before: np.ndarray, src: np.ndarray, pos: np.ndarray) -> None:
+        self.counts, self.before, self.src, self.pos = counts, before, src, pos
+        self.rec: np.ndarray | None = None
+        self.ids: np.ndarray | None = None
+
+
 def mixture_version(names: Sequence[str], versions: Sequence[str], block: int) -> str:
     """The version hash of a mixture's data: its sources' names and versions and the block size."""
     h = xxhash.xxh3_128()
@@ -163,8 +176,8 @@ class MixturePlan:
                                        "pass a mapping of weights, or use the mixture through rd.DataLoader"))
         self._pos = position_of_step
         self.rebase = rebase
-        self._blocks: OrderedDict[tuple[int, int], list] = OrderedDict()
-        self._cache_entries = max(2, min(32, _CACHE_BYTES // (32 * self.block)))  # 3 arrays of B int64 per block
+        self._blocks: OrderedDict[tuple[int, int], _Block] = OrderedDict()
+        self._cache_entries = max(2, min(32, _CACHE_BYTES // (32 * self.block)))  # 4 arrays of B int64 per block
         self._runs = self._build_runs()
         self._starts = np.array([r.start for r in self._runs], dtype=np.int64)
         self._run_starts = [r.start for r in self._runs]
@@ -213,7 +226,7 @@ class MixturePlan:
         j, t = divmod(p - run.start, self.block)
         out = np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) + run.extras_before(j)
         if t:
-            out += np.bincount(self._composition(run, k, j)[0][:t], minlength=len(self.names))
+            out += np.bincount(self._layout(run, j).src[:t], minlength=len(self.names))
         return out
 
     def _perm(self, run: _Run, j: int) -> Permutation | None:
@@ -222,32 +235,33 @@ class MixturePlan:
         return Permutation.keyed(self.block, version_hash=self.version_hash, seed=self.seed, epoch=j,
                                  tag=f"mixture.block@{run.start}")
 
-    def _composition(self, run: _Run, k: int, j: int) -> tuple[np.ndarray, np.ndarray]:
-        """(source, position in the source's stream) of each in-block position of block ``j``
-        (see :mod:`.mixture_block`; what a prefix of the block consumed is a prefix of each
-        source's stream)."""
-        hit = self._layout(run, j)
-        return hit[0], hit[1]
-
-    def _layout(self, run: _Run, j: int) -> list:
-        """Block ``j``'s cached ``[source, source position, record id or None, counts, before]``
-        (counts: the block's positions per source; before: each source's count before it)."""
+    def _layout(self, run: _Run, j: int) -> _Block:
+        """Block ``j`` of ``run``, cached (:mod:`.mixture_block`: what a prefix of the block consumed
+        is a prefix of each source's stream); its record ids are filled in when first asked for."""
         key = (run.start, j)
         hit = self._blocks.get(key)
         if hit is None:
             counts = run.block_counts(j)
             prev = self._blocks.get((run.start, j - 1))
             if prev is not None:  # consecutive blocks: no floor sum
-                before = prev[4] + prev[3]
+                before = prev.before + prev.counts
             else:
                 before = np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) \
                     + run.extras_before(j)
-            src, pos = block_layout(counts, before, self._perm(run, j))
-            hit = [src, pos, None, counts, before]
+            hit = _Block(counts, before, *block_layout(counts, before, self._perm(run, j)))
             self._blocks[key] = hit
             while len(self._blocks) > self._cache_entries:
                 self._blocks.popitem(last=False)
         return hit
+
+    def _block_records(self, run: _Run, j: int) -> _Block:
+        """Block ``j`` with its record ids (per source, and in the sources' concatenated id space)."""
+        b = self._layout(run, j)
+        if b.rec is None:
+            sizes = np.array(self.sizes, dtype=np.int64)
+            b.rec = block_records(b.src, b.pos, b.counts, b.before, sizes, self.source_order if self.shuffle else None)
+            b.ids = (np.cumsum(sizes) - sizes)[b.src] + b.rec
+        return b
 
     def _run_of(self, p: np.ndarray) -> np.ndarray:
         return np.searchsorted(self._starts, p, side="right") - 1
@@ -267,18 +281,23 @@ class MixturePlan:
 
     def locate(self, positions) -> tuple[np.ndarray, np.ndarray]:
         """(source index, position in that source's own stream) at each of ``positions``."""
-        return self._lookup(positions, self._composition)
+        return self._lookup(positions, self._layout, ("src", "pos"))
 
     def records(self, positions) -> tuple[np.ndarray, np.ndarray]:
         """(source index, record id inside that source) at each of ``positions``."""
-        return self._lookup(positions, self._block_records)
+        return self._lookup(positions, self._block_records, ("src", "rec"))
 
-    def _lookup(self, positions, table) -> tuple[np.ndarray, np.ndarray]:
-        """Per position, the entries of its block's cached ``table`` (two arrays of ``B``); a
-        batch inside one block (the common case) is one gather from its block's arrays."""
+    def concatenated_ids(self, positions) -> np.ndarray:
+        """Record ids at ``positions`` in the sources' concatenated id space (source ``s``'s
+        records follow those of the sources before it, as in ``rd.Mixture``)."""
+        return self._lookup(positions, self._block_records, ("ids",))[0]
+
+    def _lookup(self, positions, block: Callable[[_Run, int], _Block], fields: tuple[str, ...]) -> tuple:
+        """Per position, ``fields`` of its block's cached arrays; a batch inside one block (the
+        common case) is one gather per field from its block's arrays."""
         pos = np.asarray(positions, dtype=np.int64).reshape(-1)
         if not pos.size:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+            return tuple(np.empty(0, dtype=np.int64) for _ in fields)
         lo, hi = int(pos.min()), int(pos.max())
         if lo < self._runs[0].start:
             raise ConfigError(describe("positions", lo, f"at least {self._runs[0].start}",
@@ -288,33 +307,20 @@ class MixturePlan:
         j = (lo - run.start) // self.block
         origin = run.start + j * self.block
         if hi < origin + self.block and (k + 1 == len(self._runs) or hi < self._runs[k + 1].start):
-            a, b = table(run, k, j)
+            b = block(run, j)
             inner = pos - origin
-            return a[inner], b[inner]
-        first = np.empty_like(pos)
-        second = np.empty_like(pos)
+            return tuple(getattr(b, f)[inner] for f in fields)
+        out = tuple(np.empty_like(pos) for _ in fields)
         runs = self._run_of(pos) if len(self._runs) > 1 else np.zeros(pos.shape, dtype=np.int64)
         for k, sel_k in _groups(runs):
             run = self._runs[k]
-            blocks, inner = np.divmod(pos[sel_k] - run.start, self.block)
-            out_a = np.empty_like(blocks)
-            out_b = np.empty_like(blocks)
+            at = np.flatnonzero(sel_k) if isinstance(sel_k, np.ndarray) else np.arange(pos.size)
+            blocks, inner = np.divmod(pos[at] - run.start, self.block)
             for j, sel in _groups(blocks):
-                a, b = table(run, k, j)
-                out_a[sel] = a[inner[sel]]
-                out_b[sel] = b[inner[sel]]
-            first[sel_k] = out_a
-            second[sel_k] = out_b
-        return first, second
-
-    def _block_records(self, run: _Run, k: int, j: int) -> tuple[np.ndarray, np.ndarray]:
-        """(source, record id in the source) of each in-block position of block ``j`` (cached
-        with the block's layout: a block serves ``B / batch`` consecutive batches)."""
-        hit = self._layout(run, j)
-        if hit[2] is None:
-            hit[2] = block_records(hit[0], hit[1], hit[3], hit[4], np.array(self.sizes, dtype=np.int64),
-                                   self.source_order if self.shuffle else None)
-        return hit[0], hit[2]
+                b = block(run, j)
+                for o, f in zip(out, fields):
+                    o[at[sel]] = getattr(b, f)[inner[sel]]
+        return out
 
     def source_order(self, s: int, epoch: int) -> Permutation:
         """The keyed permutation of source ``s``'s records in its own epoch ``epoch``."""

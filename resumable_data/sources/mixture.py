@@ -226,8 +226,7 @@ class MixtureSampler:
     def at_positions(self, positions: np.ndarray) -> np.ndarray:
         """Concatenated record ids at mixed-stream ``positions`` (the loader's epochs are
         ``len(self)`` positions long, so its positions are the mixture's)."""
-        src, rec = self.plan.records(positions)
-        return self.mixture.offsets[src] + rec
+        return self.plan.concatenated_ids(positions)
 
     def fingerprint(self) -> str:
         m = self.mixture
