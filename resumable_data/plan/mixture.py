@@ -48,7 +48,7 @@ import xxhash
 
 from resumable_data._schema import check_int, expect_int, expect_mapping, expect_str
 from resumable_data.errors import ConfigError, ResumeError, describe
-from resumable_data.plan.mixture_block import block_layout, block_records
+from resumable_data.plan.mixture_block import SourceKeys, block_arrays
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 from resumable_data.plan.permutation import Permutation, permutation_key
 from resumable_data.plan.weights import StepPositions, WeightSchedule
@@ -131,15 +131,14 @@ class _Run:
 
 class _Block:
     """One block's cached arrays (``B`` each): source, source position, record id in the source
-    and concatenated id per in-block position (the last two filled in when first asked for),
-    plus its positions per source and each source's count before it."""
+    and concatenated id per in-block position (the last two None until asked for), plus its
+    positions per source and each source's count before it."""
 
     __slots__ = ("before", "counts", "ids", "pos", "rec", "src")
 
-    def __init__(self, counts: np.ndarray, before: np.ndarray, src: np.ndarray, pos: np.ndarray) -> None:
-        self.counts, self.before, self.src, self.pos = counts, before, src, pos
-        self.rec: np.ndarray | None = None
-        self.ids: np.ndarray | None = None
+    def __init__(self, counts: np.ndarray, before: np.ndarray, src: np.ndarray, pos: np.ndarray,
+                 rec: np.ndarray | None = None, ids: np.ndarray | None = None) -> None:
+        self.counts, self.before, self.src, self.pos, self.rec, self.ids = counts, before, src, pos, rec, ids
 
 
 def mixture_version(names: Sequence[str], versions: Sequence[str], block: int) -> str:
@@ -178,6 +177,10 @@ class MixturePlan:
         self.rebase = rebase
         self._blocks: OrderedDict[tuple[int, int], _Block] = OrderedDict()
         self._cache_entries = max(2, min(32, _CACHE_BYTES // (32 * self.block)))  # 4 arrays of B int64 per block
+        self._block_half = Permutation(self.block, 0).half
+        self._sizes: np.ndarray | None = None  # int64 sizes and concatenated offsets, once records are asked for
+        self._offsets: np.ndarray | None = None
+        self._keys: SourceKeys | None = None  # the source epochs' round keys of the last block computed
         self._runs = self._build_runs()
         self._starts = np.array([r.start for r in self._runs], dtype=np.int64)
         self._run_starts = [r.start for r in self._runs]
@@ -229,18 +232,16 @@ class MixturePlan:
             out += np.bincount(self._layout(run, j).src[:t], minlength=len(self.names))
         return out
 
-    def _perm(self, run: _Run, j: int) -> Permutation | None:
-        if not self.shuffle:
-            return None
-        return Permutation.keyed(self.block, version_hash=self.version_hash, seed=self.seed, epoch=j,
-                                 tag=f"mixture.block@{run.start}")
-
-    def _layout(self, run: _Run, j: int) -> _Block:
+    def _layout(self, run: _Run, j: int, records: bool = False) -> _Block:
         """Block ``j`` of ``run``, cached (:mod:`.mixture_block`: what a prefix of the block consumed
-        is a prefix of each source's stream); its record ids are filled in when first asked for."""
+        is a prefix of each source's stream); with ``records``, its record ids too."""
         key = (run.start, j)
         hit = self._blocks.get(key)
-        if hit is None:
+        if hit is not None and (hit.rec is not None or not records):
+            return hit
+        if hit is not None:
+            counts, before = hit.counts, hit.before
+        else:
             counts = run.block_counts(j)
             prev = self._blocks.get((run.start, j - 1))
             if prev is not None:  # consecutive blocks: no floor sum
@@ -248,20 +249,26 @@ class MixturePlan:
             else:
                 before = np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) \
                     + run.extras_before(j)
-            hit = _Block(counts, before, *block_layout(counts, before, self._perm(run, j)))
-            self._blocks[key] = hit
-            while len(self._blocks) > self._cache_entries:
-                self._blocks.popitem(last=False)
-        return hit
+        block_key = permutation_key(self.version_hash, self.seed, j, f"mixture.block@{run.start}") if self.shuffle else None
+        if records:
+            if self._sizes is None:
+                self._sizes = np.array(self.sizes, dtype=np.int64)
+                self._offsets = np.cumsum(self._sizes) - self._sizes
+            keys = self._keys
+            if keys is None or not keys.serves(counts, before, self._sizes):  # a source entered a new epoch
+                keys = self._keys = SourceKeys(counts, before, self._sizes, self.source_order if self.shuffle else None)
+            arrays = block_arrays(counts, before, block_key, self._block_half, self._sizes, self._offsets, keys)
+        else:
+            arrays = block_arrays(counts, before, block_key, self._block_half)
+        block = _Block(counts, before, *arrays)
+        self._blocks[key] = block
+        while len(self._blocks) > self._cache_entries:
+            self._blocks.popitem(last=False)
+        return block
 
     def _block_records(self, run: _Run, j: int) -> _Block:
         """Block ``j`` with its record ids (per source, and in the sources' concatenated id space)."""
-        b = self._layout(run, j)
-        if b.rec is None:
-            sizes = np.array(self.sizes, dtype=np.int64)
-            b.rec = block_records(b.src, b.pos, b.counts, b.before, sizes, self.source_order if self.shuffle else None)
-            b.ids = (np.cumsum(sizes) - sizes)[b.src] + b.rec
-        return b
+        return self._layout(run, j, records=True)
 
     def _run_of(self, p: np.ndarray) -> np.ndarray:
         return np.searchsorted(self._starts, p, side="right") - 1
@@ -334,7 +341,7 @@ class MixturePlan:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (to workers) without the block cache: a worker refills its own."""
-        return {**self.__dict__, "_blocks": None}
+        return {**self.__dict__, "_blocks": None, "_keys": None}
 
     def __setstate__(self, d: dict[str, Any]) -> None:
         self.__dict__.update(d)

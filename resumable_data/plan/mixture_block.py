@@ -5,19 +5,20 @@ out source by source (slot ``k`` belongs to the source whose range of ``[0, B)``
 position ``i`` visits slot ``perm(i)`` of the block's keyed permutation (the identity without
 shuffling) and so belongs to that slot's source ``s``; it is the ``r``-th position of ``s`` in
 the block (counted in position order), which makes it position ``q = before[s] + r`` of ``s``'s own
-stream. Its record is ``perm_{s,e}(q mod n_s)`` of the source's epoch ``e = q // n_s``. Both
-passes are one compiled loop over the block (:func:`block_layout`, :func:`block_records`): one
-Feistel evaluation per position and per pass, a running count per source, no sort; the Feistel
-core is :func:`resumable_data.plan.permutation.feistel_forward`, the very function
-``Permutation.forward`` runs.
+stream. Its record is ``perm_{s,e}(q mod n_s)`` of the source's epoch ``e = q // n_s``, and its
+concatenated id ``offset_s`` plus that. :func:`block_arrays` is one compiled pass: one Feistel
+evaluation per position for the layout (a running count per source, no sort), then per source
+one pass per source epoch its range of the block touches. The Feistel core and the round keys are
+:func:`resumable_data.plan.permutation.feistel_forward` and ``round_keys_into``, the functions
+``Permutation.forward`` runs, so the records are those of ``Permutation(n, key).forward``.
 
-Guarantee. The arrays are a pure function of (counts, before, sizes, the keys): the same as
-evaluating the definition above position by position (``tests/plan/test_mixture_fast.py`` checks
-that against a per-position reference built from ``forward_reference``). A source's positions in
-a block are the contiguous range ``[before[s], before[s] + counts[s])`` of its stream, in order.
+Guarantee. The arrays are a pure function of (counts, before, the block key, sizes, the source
+keys): the definition above, position by position (``tests/plan/test_mixture_fast.py`` checks it
+against a per-position reference built from ``forward_reference``). A source's positions in a
+block are the contiguous range ``[before[s], before[s] + counts[s])`` of its stream, in order.
 
-Cost. O(B) per pass plus, per source present, one keyed permutation per source epoch its range
-touches (``lru``-cached by the caller); a block serves ``B / batch`` batches.
+Cost. O(B) per block; a block serves ``B / batch`` batches. The source keys of a block
+(:class:`SourceKeys`) change only when a source's epoch does, so a caller keeps the last table.
 """
 
 from __future__ import annotations
@@ -27,78 +28,119 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
-from resumable_data.plan.permutation import ROUNDS, Permutation, feistel_forward
+from resumable_data.plan.permutation import ROUNDS, Permutation, feistel_forward, round_keys_into
 
-__all__ = ["block_layout", "block_records"]
+__all__ = ["SourceKeys", "block_arrays"]
 
 _NO_KEYS = np.zeros((1, ROUNDS), dtype=np.uint64)
 
 
 @njit(cache=True, nogil=True)
-def _layout_kernel(owner, shuffle, half, keys, before, src, pos):  # pragma: no cover - compiled
-    b = owner.shape[0]
-    seen = np.zeros(before.shape[0], dtype=np.int64)
+def _block_kernel(counts, before, shuffle, block_key, block_half, with_records, sizes, offsets,
+                  halves, row0, epoch0, keys, src, pos, rec, ids):  # pragma: no cover - compiled
+    ns = counts.shape[0]
+    b = src.shape[0]
+    start = np.zeros(ns + 1, dtype=np.int64)
+    for s in range(ns):
+        start[s + 1] = start[s] + counts[s]
+    owner = np.empty(b, dtype=np.int64)  # slots laid out source by source
+    for s in range(ns):
+        owner[start[s]:start[s + 1]] = s
+    fill = start[:ns].copy()
+    order = np.empty(b, dtype=np.int64)  # in-block positions grouped by source, in position order
+    bkeys = np.empty(ROUNDS, dtype=np.uint64)
+    round_keys_into(block_key, bkeys)
     nb = np.uint64(b)
-    mask = (np.uint64(1) << half) - np.uint64(1)
+    bmask = (np.uint64(1) << block_half) - np.uint64(1)
     for i in range(b):
-        k = np.int64(feistel_forward(np.uint64(i), nb, half, mask, keys)) if shuffle else np.int64(i)
+        k = np.int64(feistel_forward(np.uint64(i), nb, block_half, bmask, bkeys)) if shuffle else np.int64(i)
         s = owner[k]
         src[i] = s
-        pos[i] = before[s] + seen[s]
-        seen[s] += 1
-
-
-@njit(cache=True, nogil=True)
-def _records_kernel(src, pos, sizes, halves, row0, epoch0, keys, shuffle, rec):  # pragma: no cover - compiled
-    for i in range(src.shape[0]):
-        s = src[i]
+        pos[i] = before[s] + fill[s] - start[s]
+        order[fill[s]] = i
+        fill[s] += 1
+    if not with_records:
+        return
+    for s in range(ns):
         n = sizes[s]
-        q = pos[i]
-        e = q // n
-        o = q - e * n
-        if shuffle and n > 1:
-            h = halves[s]
-            mask = (np.uint64(1) << h) - np.uint64(1)
-            rec[i] = np.int64(feistel_forward(np.uint64(o), np.uint64(n), h, mask, keys[row0[s] + e - epoch0[s]]))
-        else:
-            rec[i] = o
+        t = start[s]
+        while t < start[s + 1]:  # one piece per source epoch the block's range touches
+            q = before[s] + t - start[s]
+            e = q // n
+            o = q - e * n
+            take = min(start[s + 1] - t, n - o)
+            if halves[s] > 0:  # shuffled (n > 1)
+                h = halves[s]
+                mask = (np.uint64(1) << h) - np.uint64(1)
+                kk = keys[row0[s] + e - epoch0[s]]
+                nn = np.uint64(n)
+                for u in range(take):
+                    r = np.int64(feistel_forward(np.uint64(o + u), nn, h, mask, kk))
+                    rec[order[t + u]] = r
+                    ids[order[t + u]] = offsets[s] + r
+            else:
+                for u in range(take):
+                    rec[order[t + u]] = o + u
+                    ids[order[t + u]] = offsets[s] + o + u
+            t += take
 
 
-def block_layout(counts: np.ndarray, before: np.ndarray, perm: Permutation | None) -> tuple[np.ndarray, np.ndarray]:
-    """(source, position in that source's stream) of each in-block position; ``perm``: the
-    block's keyed permutation of ``[0, sum(counts))``, None for the identity (no shuffle)."""
-    counts = np.asarray(counts, dtype=np.int64)
-    owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    b = len(owner)
+class SourceKeys:
+    """The round keys of the source epochs a block touches: source ``s``'s epoch ``e`` is row
+    ``row0[s] + e - epoch0[s]`` of ``keys``; ``halves[s] == 0`` means id order (no shuffle, or a
+    one-record source). ``span`` (each source's first and last epoch) says which blocks it serves."""
+
+    __slots__ = ("epoch0", "halves", "keys", "row0", "span")
+
+    def __init__(self, counts: np.ndarray, before: np.ndarray, sizes: np.ndarray,
+                 order: Callable[[int, int], Permutation] | None) -> None:
+        self.span = self.span_of(counts, before, sizes)
+        ns = len(sizes)
+        self.row0 = np.zeros(ns, dtype=np.int64)
+        self.epoch0 = np.zeros(ns, dtype=np.int64)
+        self.halves = np.zeros(ns, dtype=np.uint64)
+        rows: list[np.ndarray] = []
+        if order is not None:
+            first, last = self.span
+            for s in np.flatnonzero((counts > 0) & (sizes > 1)).tolist():
+                self.row0[s], self.epoch0[s] = len(rows), first[s]
+                for e in range(int(first[s]), int(last[s]) + 1):
+                    p = order(s, e)
+                    self.halves[s] = p.half
+                    rows.append(p.round_keys)
+        self.keys = np.stack(rows) if rows else _NO_KEYS
+
+    @staticmethod
+    def span_of(counts: np.ndarray, before: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each source's first and last epoch in a block (``last < first`` for a source absent from it)."""
+        first = before // sizes
+        return first, np.where(counts > 0, (before + counts - 1) // sizes, first - 1)
+
+    def serves(self, counts: np.ndarray, before: np.ndarray, sizes: np.ndarray) -> bool:
+        """Whether this table holds every source epoch of the block (``counts``, ``before``)."""
+        first, last = self.span_of(counts, before, sizes)
+        f0, l0 = self.span
+        return bool(((counts == 0) | ((first >= f0) & (last <= l0))).all())
+
+
+def block_arrays(counts: np.ndarray, before: np.ndarray, block_key: int | None, block_half: int,
+                 sizes: np.ndarray | None = None, offsets: np.ndarray | None = None,
+                 keys: SourceKeys | None = None) -> tuple[np.ndarray, ...]:
+    """(source, source position) of each in-block position, plus (record in the source,
+    concatenated id) when ``sizes``, ``offsets`` and ``keys`` are given. ``block_key``: the key of
+    the block's permutation (``block_half`` bits per Feistel half), None for the identity."""
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    b = int(counts.sum())
     src = np.empty(b, dtype=np.int64)
     pos = np.empty(b, dtype=np.int64)
-    shuffle = perm is not None and b > 1
-    keys = perm.round_keys if shuffle else _NO_KEYS[0]
-    half = perm.half if shuffle else np.uint64(1)
-    _layout_kernel(owner, shuffle, half, keys, np.ascontiguousarray(before, dtype=np.int64), src, pos)
-    return src, pos
-
-
-def block_records(src: np.ndarray, pos: np.ndarray, counts: np.ndarray, before: np.ndarray,
-                  sizes: np.ndarray, order: Callable[[int, int], Permutation] | None) -> np.ndarray:
-    """Record id inside its source of each in-block position, from :func:`block_layout`'s arrays;
-    ``order(s, e)``: source ``s``'s keyed permutation in its epoch ``e`` (None: id order)."""
-    sizes = np.asarray(sizes, dtype=np.int64)
-    rec = np.empty(len(src), dtype=np.int64)
-    ns = len(sizes)
-    row0 = np.zeros(ns, dtype=np.int64)
-    epoch0 = np.zeros(ns, dtype=np.int64)
-    halves = np.ones(ns, dtype=np.uint64)
-    rows: list[np.ndarray] = []
-    if order is not None:
-        for s in np.flatnonzero((np.asarray(counts) > 0) & (sizes > 1)).tolist():
-            n, q0 = int(sizes[s]), int(before[s])
-            first, last = q0 // n, (q0 + int(counts[s]) - 1) // n  # the source epochs this block touches
-            row0[s], epoch0[s] = len(rows), first
-            for e in range(first, last + 1):
-                p = order(s, e)
-                halves[s] = p.half
-                rows.append(p.round_keys)
-    keys = np.stack(rows) if rows else _NO_KEYS
-    _records_kernel(src, pos, sizes, halves, row0, epoch0, keys, order is not None, rec)
-    return rec
+    shuffle = block_key is not None and b > 1
+    records = keys is not None
+    if not records:
+        sizes = offsets = np.zeros(len(counts), dtype=np.int64)
+        keys = SourceKeys(counts, sizes + 1, sizes + 1, None)
+    rec = np.empty(b if records else 0, dtype=np.int64)
+    ids = np.empty(b if records else 0, dtype=np.int64)
+    _block_kernel(counts, np.ascontiguousarray(before, dtype=np.int64), shuffle, np.uint64(block_key if shuffle else 0),
+                  np.uint64(block_half if shuffle else 1), records, sizes, offsets, keys.halves, keys.row0, keys.epoch0,
+                  keys.keys, src, pos, rec, ids)
+    return (src, pos, rec, ids) if records else (src, pos)

@@ -35,6 +35,7 @@ __all__ = [
     "feistel_forward",
     "forward_reference",
     "permutation_key",
+    "round_keys_into",
 ]
 
 ROUNDS = 6
@@ -71,6 +72,14 @@ def _f(r, k, mask):  # pragma: no cover - compiled
     z = (z ^ (z >> np.uint64(27))) * np.uint64(_M2)
     z = z ^ (z >> np.uint64(31))
     return z & mask
+
+
+@njit(cache=True, nogil=True, inline="always")
+def round_keys_into(key, out):  # pragma: no cover - compiled
+    """The round keys of ``key`` (uint64) into ``out`` (``ROUNDS`` uint64): the compiled form of
+    the round-key sequence ``Permutation`` uses, for compiled callers of :func:`feistel_forward`."""
+    for i in range(out.shape[0]):
+        out[i] = _f(key + np.uint64(i + 1) * np.uint64(_GOLDEN), np.uint64(0), ~np.uint64(0))
 
 
 @njit(cache=True, nogil=True, inline="always")
