@@ -6,11 +6,11 @@ position ``i`` visits slot ``perm(i)`` of the block's keyed permutation (the ide
 shuffling) and so belongs to that slot's source ``s``; it is the ``r``-th position of ``s`` in
 the block (counted in position order), which makes it position ``q = before[s] + r`` of ``s``'s own
 stream. Its record is ``perm_{s,e}(q mod n_s)`` of the source's epoch ``e = q // n_s``, and its
-concatenated id ``offset_s`` plus that. :func:`block_arrays` is one compiled pass: one Feistel
-evaluation per position for the layout (a running count per source, no sort), then per source
-one pass per source epoch its range of the block touches. The Feistel core and the round keys are
-:func:`resumable_data.plan.permutation.feistel_forward` and ``round_keys_into``, the functions
-``Permutation.forward`` runs, so the records are those of ``Permutation(n, key).forward``.
+concatenated id ``offset_s`` plus that. :func:`block_arrays` is one compiled call: the block's
+permutation over ``[0, B)`` for the layout (then a running count per source, no sort), then per
+source one permutation pass per source epoch its range of the block touches, through
+:func:`resumable_data.plan.permutation.forward_into` and ``round_keys_into`` (the same Feistel
+network and round keys as ``Permutation``, so the records are ``Permutation(n, key).forward``'s).
 
 Guarantee. The arrays are a pure function of (counts, before, the block key, sizes, the source
 keys): the definition above, position by position (``tests/plan/test_mixture_fast.py`` checks it
@@ -28,7 +28,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
-from resumable_data.plan.permutation import ROUNDS, Permutation, feistel_forward, round_keys_into
+from resumable_data.plan.permutation import ROUNDS, Permutation, forward_into, round_keys_into
 
 __all__ = ["SourceKeys", "block_arrays"]
 
@@ -48,13 +48,13 @@ def _block_kernel(counts, before, shuffle, block_key, block_half, with_records, 
         owner[start[s]:start[s + 1]] = s
     fill = start[:ns].copy()
     order = np.empty(b, dtype=np.int64)  # in-block positions grouped by source, in position order
-    bkeys = np.empty(ROUNDS, dtype=np.uint64)
-    round_keys_into(block_key, bkeys)
-    nb = np.uint64(b)
-    bmask = (np.uint64(1) << block_half) - np.uint64(1)
+    slots = np.arange(b)
+    if shuffle:
+        bkeys = np.empty(ROUNDS, dtype=np.uint64)
+        round_keys_into(block_key, bkeys)
+        forward_into(np.arange(b), slots, np.uint64(b), block_half, bkeys)
     for i in range(b):
-        k = np.int64(feistel_forward(np.uint64(i), nb, block_half, bmask, bkeys)) if shuffle else np.int64(i)
-        s = owner[k]
+        s = owner[slots[i]]
         src[i] = s
         pos[i] = before[s] + fill[s] - start[s]
         order[fill[s]] = i
@@ -70,14 +70,11 @@ def _block_kernel(counts, before, shuffle, block_key, block_half, with_records, 
             o = q - e * n
             take = min(start[s + 1] - t, n - o)
             if halves[s] > 0:  # shuffled (n > 1)
-                h = halves[s]
-                mask = (np.uint64(1) << h) - np.uint64(1)
-                kk = keys[row0[s] + e - epoch0[s]]
-                nn = np.uint64(n)
+                got = np.empty(take, dtype=np.int64)
+                forward_into(np.arange(o, o + take), got, np.uint64(n), halves[s], keys[row0[s] + e - epoch0[s]])
                 for u in range(take):
-                    r = np.int64(feistel_forward(np.uint64(o + u), nn, h, mask, kk))
-                    rec[order[t + u]] = r
-                    ids[order[t + u]] = offsets[s] + r
+                    rec[order[t + u]] = got[u]
+                    ids[order[t + u]] = offsets[s] + got[u]
             else:
                 for u in range(take):
                     rec[order[t + u]] = o + u
