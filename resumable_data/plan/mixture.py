@@ -255,7 +255,7 @@ class MixturePlan:
                 self._sizes = np.array(self.sizes, dtype=np.int64)
                 self._offsets = np.cumsum(self._sizes) - self._sizes
             keys = self._keys
-            if keys is None or not keys.serves(counts, before, self._sizes):  # a source entered a new epoch
+            if keys is None or not keys.serves(counts, before):  # a source entered a new epoch
                 keys = self._keys = SourceKeys(counts, before, self._sizes, self.source_order if self.shuffle else None)
             arrays = block_arrays(counts, before, block_key, self._block_half, self._sizes, self._offsets, keys)
         else:

@@ -85,39 +85,36 @@ def _block_kernel(counts, before, shuffle, block_key, block_half, with_records, 
 class SourceKeys:
     """The round keys of the source epochs a block touches: source ``s``'s epoch ``e`` is row
     ``row0[s] + e - epoch0[s]`` of ``keys``; ``halves[s] == 0`` means id order (no shuffle, or a
-    one-record source). ``span`` (each source's first and last epoch) says which blocks it serves."""
+    one-record source). It serves every later block whose range of each source's stream lies in
+    ``[lo[s], hi[s])`` (the source epochs it holds), so consecutive blocks share one table."""
 
-    __slots__ = ("epoch0", "halves", "keys", "row0", "span")
+    __slots__ = ("epoch0", "halves", "hi", "keys", "lo", "row0")
 
     def __init__(self, counts: np.ndarray, before: np.ndarray, sizes: np.ndarray,
                  order: Callable[[int, int], Permutation] | None) -> None:
-        self.span = self.span_of(counts, before, sizes)
         ns = len(sizes)
         self.row0 = np.zeros(ns, dtype=np.int64)
         self.epoch0 = np.zeros(ns, dtype=np.int64)
         self.halves = np.zeros(ns, dtype=np.uint64)
+        self.lo = np.zeros(ns, dtype=np.int64)
+        self.hi = np.full(ns, 1 << 62, dtype=np.int64)  # id order needs no key
         rows: list[np.ndarray] = []
         if order is not None:
-            first, last = self.span
+            self.hi[sizes > 1] = 0  # a source with keys to hold serves no block until it has them
             for s in np.flatnonzero((counts > 0) & (sizes > 1)).tolist():
-                self.row0[s], self.epoch0[s] = len(rows), first[s]
-                for e in range(int(first[s]), int(last[s]) + 1):
+                n, q0 = int(sizes[s]), int(before[s])
+                first, last = q0 // n, (q0 + int(counts[s]) - 1) // n  # the source epochs this block touches
+                self.row0[s], self.epoch0[s] = len(rows), first
+                self.lo[s], self.hi[s] = first * n, (last + 1) * n
+                for e in range(first, last + 1):
                     p = order(s, e)
                     self.halves[s] = p.half
                     rows.append(p.round_keys)
         self.keys = np.stack(rows) if rows else _NO_KEYS
 
-    @staticmethod
-    def span_of(counts: np.ndarray, before: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each source's first and last epoch in a block (``last < first`` for a source absent from it)."""
-        first = before // sizes
-        return first, np.where(counts > 0, (before + counts - 1) // sizes, first - 1)
-
-    def serves(self, counts: np.ndarray, before: np.ndarray, sizes: np.ndarray) -> bool:
+    def serves(self, counts: np.ndarray, before: np.ndarray) -> bool:
         """Whether this table holds every source epoch of the block (``counts``, ``before``)."""
-        first, last = self.span_of(counts, before, sizes)
-        f0, l0 = self.span
-        return bool(((counts == 0) | ((first >= f0) & (last <= l0))).all())
+        return bool((before >= self.lo).all() and (before + counts <= self.hi).all())
 
 
 def block_arrays(counts: np.ndarray, before: np.ndarray, block_key: int | None, block_half: int,
@@ -134,7 +131,7 @@ def block_arrays(counts: np.ndarray, before: np.ndarray, block_key: int | None, 
     records = keys is not None
     if not records:
         sizes = offsets = np.zeros(len(counts), dtype=np.int64)
-        keys = SourceKeys(counts, sizes + 1, sizes + 1, None)
+        keys = SourceKeys(counts, sizes, sizes + 1, None)
     rec = np.empty(b if records else 0, dtype=np.int64)
     ids = np.empty(b if records else 0, dtype=np.int64)
     _block_kernel(counts, np.ascontiguousarray(before, dtype=np.int64), shuffle, np.uint64(block_key if shuffle else 0),
