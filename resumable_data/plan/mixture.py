@@ -25,10 +25,13 @@ within its epoch across a weight change; an upsampled source is seen once per so
 epoch in a new order.
 
 Cost. ``counts_before(p)`` is O(S log) (a floor sum, no walk) plus O(B) for the partial block;
-``locate(positions)`` / ``records(positions)`` are O(len) plus, per block touched, one
-O(S log + B) composition and one permutation pass over its ``B`` positions, cached (a block
-serves ``B / batch`` batches; the cache holds about 32 MiB whatever ``B``, and is not pickled to
-workers). No index of the stream exists; a restore costs one block composition.
+``locate`` / ``records`` / ``concatenated_ids`` are O(len) plus, per block touched, one compiled
+O(S + B) pass (:mod:`.mixture_block`: the block's permutation, a running count per source, each
+source's permutation over its range of the block), cached (a block serves ``B / batch``
+batches, and a batch inside one block is one gather from its arrays; the cache holds about
+32 MiB whatever ``B``, is keyed by (run, block) so a seek never reads a stale entry, belongs to
+one plan so a rebase starts empty, and is not pickled to workers). No index of the stream
+exists; a restore costs one block.
 """
 
 from __future__ import annotations
