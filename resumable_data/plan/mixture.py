@@ -180,7 +180,7 @@ class MixturePlan:
         self.rebase = rebase
         self._blocks: OrderedDict[tuple[int, int], _Block] = OrderedDict()
         self._cache_entries = max(2, min(32, _CACHE_BYTES // (32 * self.block)))  # 4 arrays of B int64 per block
-        self._block_half = Permutation(self.block, 0).half
+        self._block_half: np.uint64 | None = None  # Feistel half of the block permutation, at the first block
         self._sizes: np.ndarray | None = None  # int64 sizes and concatenated offsets, once records are asked for
         self._offsets: np.ndarray | None = None
         self._keys: SourceKeys | None = None  # the source epochs' round keys of the last block computed
@@ -253,6 +253,8 @@ class MixturePlan:
                 before = np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) \
                     + run.extras_before(j)
         block_key = permutation_key(self.version_hash, self.seed, j, f"mixture.block@{run.start}") if self.shuffle else None
+        if self._block_half is None:
+            self._block_half = Permutation(self.block, 0).half
         if records:
             if self._sizes is None:
                 self._sizes = np.array(self.sizes, dtype=np.int64)
