@@ -252,7 +252,9 @@ class MixturePlan:
             else:
                 before = np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) \
                     + run.extras_before(j)
-        block_key = permutation_key(self.version_hash, self.seed, j, f"mixture.block@{run.start}") if self.shuffle else None
+        block_key = None
+        if self.shuffle:
+            block_key = permutation_key(self.version_hash, self.seed, j, f"mixture.block@{run.start}")
         if self._block_half is None:
             self._block_half = Permutation(self.block, 0).half
         if records:

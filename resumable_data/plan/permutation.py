@@ -40,6 +40,7 @@ __all__ = [
 ]
 
 ROUNDS = 6
+_CHUNK = 256  # indices per pass of forward_into (its walk list stays in cache)
 MAX_DOMAIN = 1 << 62
 _U64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -95,29 +96,28 @@ def _pass(x, half, mask, keys):  # pragma: no cover - compiled
 @njit(cache=True, nogil=True)
 def forward_into(xs, out, n, half, keys):  # pragma: no cover - compiled
     """``out[j] = forward(xs[j])`` (int64 arrays; ``n`` and ``half`` uint64, ``keys`` the round
-    keys), callable from other compiled code. Cycle walking by passes: one pass of the network
-    over every index (no data-dependent branch, so the CPU overlaps the indices' rounds), then
-    passes over the indices still outside ``[0, n)`` until none is left."""
+    keys), callable from other compiled code. Cycle walking by passes, per chunk of ``_CHUNK``
+    indices: one pass of the network over the chunk (no data-dependent branch, so the CPU
+    overlaps the indices' rounds), then passes over its indices still outside ``[0, n)``."""
     mask = (np.uint64(1) << half) - np.uint64(1)
     m = xs.shape[0]
-    for j in range(m):
-        out[j] = np.int64(_pass(np.uint64(xs[j]), half, mask, keys))
-    todo = np.empty(m, dtype=np.int64)
-    c = 0
-    for j in range(m):
-        if np.uint64(out[j]) >= n:
-            todo[c] = j
-            c += 1
-    while c > 0:
-        kept = 0
-        for t in range(c):
-            j = todo[t]
-            x = _pass(np.uint64(out[j]), half, mask, keys)
+    todo = np.empty(min(m, _CHUNK), dtype=np.int64)
+    for c0 in range(0, m, _CHUNK):
+        c = 0
+        for j in range(c0, min(m, c0 + _CHUNK)):
+            x = _pass(np.uint64(xs[j]), half, mask, keys)
             out[j] = np.int64(x)
-            if x >= n:
+            todo[c] = j
+            c += np.int64(x >= n)  # kept only when outside (branch-free)
+        while c > 0:
+            kept = 0
+            for t in range(c):
+                j = todo[t]
+                x = _pass(np.uint64(out[j]), half, mask, keys)
+                out[j] = np.int64(x)
                 todo[kept] = j
-                kept += 1
-        c = kept
+                kept += np.int64(x >= n)
+            c = kept
 
 
 @njit(cache=True, nogil=True)

@@ -53,8 +53,8 @@ def reference(plan: MixturePlan, p: int) -> tuple[int, int, int, int]:
     n = plan.sizes[s]
     e, o = divmod(q, n)
     if plan.shuffle and n > 1:
-        rec = int(forward_reference(n, permutation_key(plan.versions[s], plan.seed, e, f"mixture.source.{plan.names[s]}"),
-                                    np.array([o]))[0])
+        key = permutation_key(plan.versions[s], plan.seed, e, f"mixture.source.{plan.names[s]}")
+        rec = int(forward_reference(n, key, np.array([o]))[0])
     else:
         rec = o
     return s, q, rec, sum(plan.sizes[:s]) + rec
@@ -141,8 +141,8 @@ def _digest(a: np.ndarray) -> str:
 
 def _golden_plans() -> dict[str, tuple[MixturePlan, int]]:
     def plan(sizes, w, block, seed, **kw):
-        return MixturePlan(N3, sizes, [f"v-{n}" for n in N3], kw.pop("sched", None) or WeightSchedule.constant(dict(zip(N3, w))),
-                           block=block, seed=seed, version_hash="mix-golden", **kw)
+        sched = kw.pop("sched", None) or WeightSchedule.constant(dict(zip(N3, w)))
+        return MixturePlan(N3, sizes, [f"v-{n}" for n in N3], sched, block=block, seed=seed, version_hash="mix-golden", **kw)
 
     sched = WeightSchedule([(0, dict(zip(N3, (0.5, 0.3, 0.2)))), (9, dict(zip(N3, (1, 1, 6))))])
     base = plan((1000, 300, 17), (0.5, 0.3, 0.2), 100, 5)
