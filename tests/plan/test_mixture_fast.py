@@ -175,3 +175,15 @@ def test_golden_streams_are_unchanged(name):
     batched = np.concatenate([plan.records(np.arange(p, p + 256))[1] for p in range(start, start + 20480, 256)])
     assert _digest(batched) == GOLDEN[name][1]  # the same by batches (the per-block cache) as in one call
     check(plan, [start, start + 1023, start + 1024, start + 20479])
+
+
+@pytest.mark.parametrize("n", [2, 3, 257, 4097, 400_000, (1 << 40) + 1])
+def test_forward_by_chunked_passes_equals_the_reference(n):
+    """``Permutation.forward`` (and the block kernel) walk cycles by passes per chunk of 256:
+    over several chunks, in any order and with repeats, it is the plain numpy definition."""
+    from resumable_data.plan.permutation import Permutation
+
+    idx = np.random.default_rng(n % 1000).integers(0, n, 1500)
+    idx[:10] = n - 1
+    key = permutation_key("v", 3, 1, "chunks")
+    assert Permutation(n, key).forward(idx).tolist() == forward_reference(n, key, idx).tolist()
