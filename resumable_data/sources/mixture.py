@@ -12,7 +12,9 @@ and pinned versions, weights or schedule, block size, seed, ``p``). The version 
 weights live in the loader state's ``mixture`` section, so a weight change is a difference a
 resume names (and accepts under ``data_change``), not an unknown dataset.
 
-Cost. A ``take`` is one vectorized gather per source touched plus one reorder; a restore costs
+Cost. A ``take`` is one vectorized gather over every source's shards (per source plus one
+reorder when a source is remote); ``take_numpy``, the loader's default batch, is that gather
+straight into numpy arrays. A restore costs
 what :mod:`resumable_data.plan.mixture` says (one block composition).
 """
 
