@@ -27,16 +27,20 @@ within its epoch across a weight change; an upsampled source is seen once per so
 epoch in a new order.
 
 Cost. ``counts_before(p)`` is O(S log) (a floor sum, no walk) plus O(B) for the partial block;
-``locate(positions)`` / ``records(positions)`` are O(len) plus, per block touched, one
-O(S log + B) composition and one permutation pass over its ``B`` positions, cached (a block
-serves ``B / batch`` batches; the cache holds about 32 MiB whatever ``B``, and is not pickled to
-workers). No index of the stream exists; a restore costs one block composition.
+``locate`` / ``records`` / ``concatenated_ids`` are O(len) plus, per block touched, one compiled
+O(S + B) pass (:mod:`.mixture_block`: the block's permutation, a running count per source, each
+source's permutation over its range of the block), cached (a block serves ``B / batch``
+batches, and a batch inside one block is one gather from its arrays; the cache holds about
+32 MiB whatever ``B``, is keyed by (run, block) so a seek never reads a stale entry, belongs to
+one plan so a rebase starts empty, and is not pickled to workers). No index of the stream
+exists; a restore costs one block.
 """
 
 from __future__ import annotations
 
 import math
 import struct
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,6 +53,7 @@ import xxhash
 
 from resumable_data._schema import check_int, expect_int, expect_mapping, expect_str
 from resumable_data.errors import ConfigError, ResumeError, describe
+from resumable_data.plan.mixture_block import SourceKeys, block_arrays
 from resumable_data.plan.order import EpochOrder, Order, OrderSpec
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 from resumable_data.plan.permutation import Permutation, permutation_key
@@ -134,6 +139,18 @@ class _Run:
         return np.array([self.floors[s] + f[s] - f[s + 1] for s in range(len(self.floors))], dtype=np.int64)
 
 
+class _Block:
+    """One block's cached arrays (``B`` each): source, source position, record id in the source
+    and concatenated id per in-block position (the last two None until asked for), plus its
+    positions per source and each source's count before it."""
+
+    __slots__ = ("before", "counts", "ids", "pos", "rec", "src")
+
+    def __init__(self, counts: np.ndarray, before: np.ndarray, src: np.ndarray, pos: np.ndarray,
+                 rec: np.ndarray | None = None, ids: np.ndarray | None = None) -> None:
+        self.counts, self.before, self.src, self.pos, self.rec, self.ids = counts, before, src, pos, rec, ids
+
+
 def mixture_version(names: Sequence[str], versions: Sequence[str], block: int) -> str:
     """The version hash of a mixture's data: its sources' names and versions and the block size."""
     h = xxhash.xxh3_128()
@@ -175,12 +192,15 @@ class MixturePlan:
             raise ConfigError(describe("windows", self.windows, f"one entry per source ({len(self.names)})",
                                        "pass a window or None per source"))
         self._orders = tuple(None if w is None else OrderSpec(Order.WINDOW, w) for w in self.windows)
-        self._blocks: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._cache_entries = max(2, min(32, _CACHE_BYTES // (32 * self.block)))  # ~4 arrays of B int64 per block
-        self._source_ids = np.arange(len(self.sizes), dtype=np.int64)
-        self._block_range = np.arange(self.block, dtype=np.int64)
+        self._blocks: OrderedDict[tuple[int, int], _Block] = OrderedDict()
+        self._cache_entries = max(2, min(32, _CACHE_BYTES // (32 * self.block)))  # 4 arrays of B int64 per block
+        self._block_half: np.uint64 | None = None  # Feistel half of the block permutation, at the first block
+        self._sizes: np.ndarray | None = None  # int64 sizes and concatenated offsets, once records are asked for
+        self._offsets: np.ndarray | None = None
+        self._keys: SourceKeys | None = None  # the source epochs' round keys of the last block computed
         self._runs = self._build_runs()
         self._starts = np.array([r.start for r in self._runs], dtype=np.int64)
+        self._run_starts = [r.start for r in self._runs]
 
     # -- runs -------------------------------------------------------------------------------------
     def _new_run(self, start: int, weights: tuple[Fraction, ...], base: tuple[int, ...]) -> _Run:
@@ -226,46 +246,73 @@ class MixturePlan:
         j, t = divmod(p - run.start, self.block)
         out = np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) + run.extras_before(j)
         if t:
-            out += np.bincount(self._composition(run, k, j)[0][:t], minlength=len(self.names))
+            out += np.bincount(self._layout(run, j).src[:t], minlength=len(self.names))
         return out
 
-    def _perm(self, run: _Run, j: int) -> Any:
-        if not self.shuffle:
-            return _Identity(self.block)
-        return Permutation.keyed(self.block, version_hash=self.version_hash, seed=self.seed, epoch=j,
-                                 tag=f"mixture.block@{run.start}")
-
-    def _composition(self, run: _Run, k: int, j: int) -> tuple[np.ndarray, np.ndarray]:
-        """(source, position in the source's stream) of each in-block position of block ``j``:
-        slots laid out source by source, visited through the block's permutation, and a source's
-        positions numbered in stream order (so what a prefix of the block consumed is a prefix of
-        each source's stream)."""
-        return self._layout(run, j)[:2]
-
-    def _layout(self, run: _Run, j: int) -> tuple:
-        """The block's (source, source position) per in-block position, its positions grouped by
-        source in stream order, each source's first slot, count and position before the block."""
+    def _layout(self, run: _Run, j: int, records: bool = False) -> _Block:
+        """Block ``j`` of ``run``, cached (:mod:`.mixture_block`: what a prefix of the block consumed
+        is a prefix of each source's stream); with ``records``, its record ids too."""
         key = (run.start, j)
         hit = self._blocks.get(key)
-        if hit is None:
+        if hit is not None and (hit.rec is not None or not records):
+            return hit
+        if hit is not None:
+            counts, before = hit.counts, hit.before
+        else:
             counts = run.block_counts(j)
             prev = self._blocks.get((run.start, j - 1))
             if prev is not None:  # consecutive blocks: no floor sum
-                before = prev[5] + prev[4]
+                before = prev.before + prev.counts
             else:
                 before = np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) \
                     + run.extras_before(j)
-            owner = np.repeat(self._source_ids, counts)
-            src = owner[self._perm(run, j).forward(self._block_range)]
-            order = np.argsort(src, kind="stable")
-            cum = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-            rank = np.empty(self.block, dtype=np.int64)
-            rank[order] = self._block_range - cum[src[order]]
-            hit = (src, before[src] + rank, order, cum, counts, before)
-            self._blocks[key] = hit
-            while len(self._blocks) > self._cache_entries:
-                self._blocks.popitem(last=False)
-        return hit
+        block_key = None
+        if self.shuffle:
+            block_key = permutation_key(self.version_hash, self.seed, j, f"mixture.block@{run.start}")
+        if self._block_half is None:
+            self._block_half = Permutation(self.block, 0).half
+        if records:
+            if self._sizes is None:
+                self._sizes = np.array(self.sizes, dtype=np.int64)
+                self._offsets = np.cumsum(self._sizes) - self._sizes
+            keys = self._keys
+            if keys is None or not keys.serves(counts, before):  # a source entered a new epoch
+                keys = self._keys = SourceKeys(counts, before, self._sizes, self._kernel_order if self.shuffle else None)
+            arrays = block_arrays(counts, before, block_key, self._block_half, self._sizes, self._offsets, keys)
+            if self.shuffle and any(w is not None for w in self.windows):
+                self._window_records(*arrays)
+        else:
+            arrays = block_arrays(counts, before, block_key, self._block_half)
+        block = _Block(counts, before, *arrays)
+        self._blocks[key] = block
+        while len(self._blocks) > self._cache_entries:
+            self._blocks.popitem(last=False)
+        return block
+
+    def _kernel_order(self, s: int, epoch: int) -> Permutation | None:
+        """The keyed permutation the block kernel applies to source ``s``; None for a windowed
+        source (the kernel leaves its records in id order and :meth:`_window_records` orders them)."""
+        return None if self._orders[s] is not None else self.source_order(s, epoch)
+
+    def _window_records(self, src: np.ndarray, pos: np.ndarray, rec: np.ndarray, ids: np.ndarray) -> None:
+        """Put each windowed source's in-epoch offsets (left by the kernel in id order) through
+        that source epoch's window shuffle, in place: one ``forward`` per source epoch in the block."""
+        for s in range(len(self.names)):
+            if self._orders[s] is None:
+                continue
+            at = np.flatnonzero(src == s)
+            if not at.size:
+                continue
+            n = self.sizes[s]
+            epochs = pos[at] // n
+            for e in np.unique(epochs).tolist():
+                sel = at[epochs == e]
+                rec[sel] = self.source_order(s, e).forward(rec[sel])
+            ids[at] = self._offsets[s] + rec[at]
+
+    def _block_records(self, run: _Run, j: int) -> _Block:
+        """Block ``j`` with its record ids (per source, and in the sources' concatenated id space)."""
+        return self._layout(run, j, records=True)
 
     def _run_of(self, p: np.ndarray) -> np.ndarray:
         return np.searchsorted(self._starts, p, side="right") - 1
@@ -285,59 +332,46 @@ class MixturePlan:
 
     def locate(self, positions) -> tuple[np.ndarray, np.ndarray]:
         """(source index, position in that source's own stream) at each of ``positions``."""
-        return self._lookup(positions, self._composition)
+        return self._lookup(positions, self._layout, ("src", "pos"))
 
     def records(self, positions) -> tuple[np.ndarray, np.ndarray]:
         """(source index, record id inside that source) at each of ``positions``."""
-        return self._lookup(positions, self._block_records)
+        return self._lookup(positions, self._block_records, ("src", "rec"))
 
-    def _lookup(self, positions, table) -> tuple[np.ndarray, np.ndarray]:
-        """Per position, the entries of its block's cached ``table`` (two arrays of ``B``)."""
+    def concatenated_ids(self, positions) -> np.ndarray:
+        """Record ids at ``positions`` in the sources' concatenated id space (source ``s``'s
+        records follow those of the sources before it, as in ``rd.Mixture``)."""
+        return self._lookup(positions, self._block_records, ("ids",))[0]
+
+    def _lookup(self, positions, block: Callable[[_Run, int], _Block], fields: tuple[str, ...]) -> tuple:
+        """Per position, ``fields`` of its block's cached arrays; a batch inside one block (the
+        common case) is one gather per field from its block's arrays."""
         pos = np.asarray(positions, dtype=np.int64).reshape(-1)
-        first = np.empty_like(pos)
-        second = np.empty_like(pos)
-        if pos.size and pos.min() < self._runs[0].start:
-            raise ConfigError(describe("positions", int(pos.min()), f"at least {self._runs[0].start}",
+        if not pos.size:
+            return tuple(np.empty(0, dtype=np.int64) for _ in fields)
+        lo, hi = int(pos.min()), int(pos.max())
+        if lo < self._runs[0].start:
+            raise ConfigError(describe("positions", lo, f"at least {self._runs[0].start}",
                                        "ask about positions after the data change"))
+        k = bisect_right(self._run_starts, lo) - 1
+        run = self._runs[k]
+        j = (lo - run.start) // self.block
+        origin = run.start + j * self.block
+        if hi < origin + self.block and (k + 1 == len(self._runs) or hi < self._runs[k + 1].start):
+            b = block(run, j)
+            inner = pos - origin
+            return tuple(getattr(b, f)[inner] for f in fields)
+        out = tuple(np.empty_like(pos) for _ in fields)
         runs = self._run_of(pos) if len(self._runs) > 1 else np.zeros(pos.shape, dtype=np.int64)
         for k, sel_k in _groups(runs):
             run = self._runs[k]
-            blocks, inner = np.divmod(pos[sel_k] - run.start, self.block)
-            out_a = np.empty_like(blocks)
-            out_b = np.empty_like(blocks)
+            at = np.flatnonzero(sel_k) if isinstance(sel_k, np.ndarray) else np.arange(pos.size)
+            blocks, inner = np.divmod(pos[at] - run.start, self.block)
             for j, sel in _groups(blocks):
-                a, b = table(run, k, j)
-                out_a[sel] = a[inner[sel]]
-                out_b[sel] = b[inner[sel]]
-            first[sel_k] = out_a
-            second[sel_k] = out_b
-        return first, second
-
-    def _block_records(self, run: _Run, k: int, j: int) -> tuple[np.ndarray, np.ndarray]:
-        """(source, record id in the source) of each in-block position of block ``j`` (cached:
-        a block serves ``B / batch`` consecutive batches). Source ``s``'s positions in a block
-        are the contiguous range ``[before_s, before_s + count_s)`` of its own stream."""
-        key = ("records", run.start, j)
-        hit = self._blocks.get(key)
-        if hit is None:
-            src, _, order, cum, counts, before = self._layout(run, j)
-            rec = np.empty(self.block, dtype=np.int64)
-            for s_ in np.flatnonzero(counts).tolist():
-                n = self.sizes[s_]
-                q0, c = int(before[s_]), int(counts[s_])
-                out = order[cum[s_]:cum[s_] + c]
-                done = 0
-                while done < c:  # one piece per source epoch the range touches
-                    e, o = divmod(q0 + done, n)
-                    take = min(c - done, n - o)
-                    offsets = np.arange(o, o + take, dtype=np.int64)
-                    rec[out[done:done + take]] = self.source_order(s_, e).forward(offsets) if self.shuffle else offsets
-                    done += take
-            hit = (src, rec)
-            self._blocks[key] = hit
-            while len(self._blocks) > self._cache_entries:
-                self._blocks.popitem(last=False)
-        return hit
+                b = block(run, j)
+                for o, f in zip(out, fields):
+                    o[at[sel]] = getattr(b, f)[inner[sel]]
+        return out
 
     def source_order(self, s: int, epoch: int) -> Permutation | EpochOrder:
         """The order of source ``s``'s records in its own epoch ``epoch``: a keyed permutation, or
@@ -355,12 +389,11 @@ class MixturePlan:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (to workers) without the block cache: a worker refills its own."""
-        return {**self.__dict__, "_blocks": None, "_block_range": None}
+        return {**self.__dict__, "_blocks": None, "_keys": None}
 
     def __setstate__(self, d: dict[str, Any]) -> None:
         self.__dict__.update(d)
         self._blocks = OrderedDict()
-        self._block_range = np.arange(self.block, dtype=np.int64)
 
     # -- state ------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -433,14 +466,6 @@ def _groups(values: np.ndarray):
         return
     for v in np.unique(values):
         yield int(v), values == v
-
-
-class _Identity:
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def forward(self, idx) -> np.ndarray:
-        return np.asarray(idx, dtype=np.int64)
 
 
 @lru_cache(maxsize=1024)

@@ -13,8 +13,9 @@ function of ``(n, key)``; round keys come from the 64-bit key by a splitmix64 se
 key from ``xxh3_64`` of (dataset version hash, seed, epoch, tag) in :func:`permutation_key`.
 
 Cost. O(1) memory and O(1) time per index, whatever ``n``; a compiled (numba) loop does the bulk
-work and :func:`forward_reference` is the same function in plain numpy, the executable
-specification the tests compare against. A restore needs nothing: any index is computed directly.
+work (:func:`forward_into` walks the cycles by passes over the whole array, which lets the CPU
+overlap the indices' rounds) and :func:`forward_reference` is the same function in plain numpy,
+the executable specification the tests compare against. A restore needs nothing: any index is computed directly.
 """
 
 from __future__ import annotations
@@ -32,11 +33,14 @@ __all__ = [
     "MAX_DOMAIN",
     "ROUNDS",
     "Permutation",
+    "forward_into",
     "forward_reference",
     "permutation_key",
+    "round_keys_into",
 ]
 
 ROUNDS = 6
+_CHUNK = 256  # indices per pass of forward_into (its walk list stays in cache)
 MAX_DOMAIN = 1 << 62
 _U64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -72,20 +76,48 @@ def _f(r, k, mask):  # pragma: no cover - compiled
     return z & mask
 
 
+@njit(cache=True, nogil=True, inline="always")
+def round_keys_into(key, out):  # pragma: no cover - compiled
+    """The round keys of ``key`` (uint64) into ``out`` (``ROUNDS`` uint64): the compiled form of
+    the round-key sequence ``Permutation`` uses, for compiled callers of :func:`forward_into`."""
+    for i in range(out.shape[0]):
+        out[i] = _f(key + np.uint64(i + 1) * np.uint64(_GOLDEN), np.uint64(0), ~np.uint64(0))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _pass(x, half, mask, keys):  # pragma: no cover - compiled
+    left = x >> half
+    right = x & mask
+    for i in range(ROUNDS):
+        left, right = right, left ^ _f(right, keys[i], mask)
+    return (left << half) | right
+
+
 @njit(cache=True, nogil=True)
-def _forward_kernel(xs, out, n, half, keys):  # pragma: no cover - compiled
+def forward_into(xs, out, n, half, keys):  # pragma: no cover - compiled
+    """``out[j] = forward(xs[j])`` (int64 arrays; ``n`` and ``half`` uint64, ``keys`` the round
+    keys), callable from other compiled code. Cycle walking by passes, per chunk of ``_CHUNK``
+    indices: one pass of the network over the chunk (no data-dependent branch, so the CPU
+    overlaps the indices' rounds), then passes over its indices still outside ``[0, n)``."""
     mask = (np.uint64(1) << half) - np.uint64(1)
-    for j in range(xs.shape[0]):
-        x = np.uint64(xs[j])
-        while True:
-            left = x >> half
-            right = x & mask
-            for i in range(keys.shape[0]):
-                left, right = right, left ^ _f(right, keys[i], mask)
-            x = (left << half) | right
-            if x < n:
-                break
-        out[j] = np.int64(x)
+    m = xs.shape[0]
+    todo = np.empty(min(m, _CHUNK), dtype=np.int64)
+    for c0 in range(0, m, _CHUNK):
+        c = 0
+        for j in range(c0, min(m, c0 + _CHUNK)):
+            x = _pass(np.uint64(xs[j]), half, mask, keys)
+            out[j] = np.int64(x)
+            todo[c] = j
+            c += np.int64(x >= n)  # kept only when outside (branch-free)
+        while c > 0:
+            kept = 0
+            for t in range(c):
+                j = todo[t]
+                x = _pass(np.uint64(out[j]), half, mask, keys)
+                out[j] = np.int64(x)
+                todo[kept] = j
+                kept += np.int64(x >= n)
+            c = kept
 
 
 @njit(cache=True, nogil=True)
@@ -131,6 +163,16 @@ class Permutation:
         """The permutation of one epoch, keyed by (version hash, seed, epoch, tag)."""
         return cls(n, permutation_key(version_hash, seed, epoch, tag))
 
+    @property
+    def round_keys(self) -> np.ndarray:
+        """The ``ROUNDS`` round keys (uint64; do not modify), for compiled callers of :func:`forward_into`."""
+        return self._keys
+
+    @property
+    def half(self) -> np.uint64:
+        """Bits per Feistel half (``b / 2``), for compiled callers of :func:`forward_into`."""
+        return self._half
+
     def _run(self, idx, kernel) -> np.ndarray:
         xs = np.asarray(idx)
         if xs.dtype.kind not in "iu":
@@ -148,7 +190,7 @@ class Permutation:
 
     def forward(self, idx) -> np.ndarray:
         """Permuted values of ``idx`` (any integer array shape; vectorized)."""
-        return self._run(idx, _forward_kernel)
+        return self._run(idx, forward_into)
 
     def inverse(self, idx) -> np.ndarray:
         """The indices whose permuted values are ``idx``: ``inverse(forward(i)) == i``."""

@@ -12,7 +12,9 @@ and pinned versions, weights or schedule, block size, seed, ``p``). The version 
 weights live in the loader state's ``mixture`` section, so a weight change is a difference a
 resume names (and accepts under ``data_change``), not an unknown dataset.
 
-Cost. A ``take`` is one vectorized gather per source touched plus one reorder; a restore costs
+Cost. A ``take`` is one vectorized gather over every source's shards (per source plus one
+reorder when a source is remote); ``take_numpy``, the loader's default batch, is that gather
+straight into numpy arrays. A restore costs
 what :mod:`resumable_data.plan.mixture` says (one block composition).
 """
 
@@ -154,6 +156,14 @@ class Mixture:
         inverse[order] = np.arange(len(order), dtype=np.int64)
         return table.take(pa.array(inverse))
 
+    def take_numpy(self, record_ids, pad_value: Any = 0) -> list[Any] | None:
+        """Per column, the default collate's numpy arrays of ``take(record_ids)`` in one gather
+        over every source (``ArrowShards.take_numpy``); None where that has no fast path, or the
+        sources gather apart (remote): the loader then uses :meth:`take`."""
+        if self._gather is None:
+            return None
+        return self._gather.take_numpy(record_ids, pad_value)  # ids outside [0, len): rd.RecordIdError
+
     def __getitem__(self, index: int) -> dict[str, Any]:
         return self.take(np.array([index])).to_pylist()[0]
 
@@ -233,8 +243,7 @@ class MixtureSampler:
     def at_positions(self, positions: np.ndarray) -> np.ndarray:
         """Concatenated record ids at mixed-stream ``positions`` (the loader's epochs are
         ``len(self)`` positions long, so its positions are the mixture's)."""
-        src, rec = self.plan.records(positions)
-        return self.mixture.offsets[src] + rec
+        return self.plan.concatenated_ids(positions)
 
     def fingerprint(self) -> str:
         m = self.mixture

@@ -97,3 +97,28 @@ def test_a_hugging_face_source_mixes(dirs, tmp_path):
     mix = rd.Mixture(srcs, weights={**WEIGHTS, "hf": 0.25}, block_size=20)
     ids = np.concatenate([b["id"].numpy() for _, b in zip(range(10), rd.DataLoader(mix, batch_size=10, seed=1))])
     assert ((ids >= 5000) & (ids < 5030)).sum() == 20  # 0.25 / 1.25 of 100 positions
+
+
+def test_loader_batches_equal_the_definition_and_the_arrow_path(dirs):
+    """Every batch (7 positions, straddling blocks of 16, across loader epochs) holds the records
+    the per-position definition names, with the arrays the Arrow path (``take``) would build."""
+    from resumable_data.loader.collate import arrow_to_numpy
+    from tests.plan.test_mixture_fast import reference
+
+    mix = rd.Mixture(open_sources(dirs), weights=WEIGHTS, block_size=16)
+    loader = rd.DataLoader(mix, batch_size=7, seed=5)
+    plan = mix.sampler(5, 7).plan
+    step = 0
+    for _ in range(2):
+        for batch in loader:
+            ids = np.array([reference(plan, p)[3] for p in range(7 * step, 7 * step + 7)])
+            want = arrow_to_numpy(mix.take(ids))
+            assert sorted(batch) == sorted(want)
+            for k, v in want.items():
+                assert batch[k].numpy().dtype == v.dtype and batch[k].numpy().tolist() == v.tolist(), (step, k)
+            step += 1
+    assert step == 2 * len(loader) == 2 * 28  # 191 positions rounded up to 196
+    cols = mix.take_numpy(np.array([190, 0, 5, 190]))
+    assert cols[0].tolist() == [3010, 1000, 1005, 3010]
+    with pytest.raises(rd.ConfigError, match="record ids in"):
+        mix.take_numpy(np.array([191]))

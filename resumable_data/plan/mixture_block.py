@@ -1,0 +1,143 @@
+"""One block of a mixed stream: which source, source position and record each of its positions holds.
+
+Algorithm. A block of ``B`` positions gives source ``s`` ``counts[s]`` slots (``sum == B``), laid
+out source by source (slot ``k`` belongs to the source whose range of ``[0, B)`` holds it). In-block
+position ``i`` visits slot ``perm(i)`` of the block's keyed permutation (the identity without
+shuffling) and so belongs to that slot's source ``s``; it is the ``r``-th position of ``s`` in
+the block (counted in position order), which makes it position ``q = before[s] + r`` of ``s``'s own
+stream. Its record is ``perm_{s,e}(q mod n_s)`` of the source's epoch ``e = q // n_s``, and its
+concatenated id ``offset_s`` plus that. :func:`block_arrays` is one compiled call: the block's
+permutation over ``[0, B)`` for the layout (then a running count per source, no sort), then per
+source one permutation pass per source epoch its range of the block touches, through
+:func:`resumable_data.plan.permutation.forward_into` and ``round_keys_into`` (the same Feistel
+network and round keys as ``Permutation``, so the records are ``Permutation(n, key).forward``'s).
+
+Guarantee. The arrays are a pure function of (counts, before, the block key, sizes, the source
+keys): the definition above, position by position (``tests/plan/test_mixture_fast.py`` checks it
+against a per-position reference built from ``forward_reference``). A source's positions in a
+block are the contiguous range ``[before[s], before[s] + counts[s])`` of its stream, in order.
+
+Cost. O(B) per block; a block serves ``B / batch`` batches. The source keys of a block
+(:class:`SourceKeys`) change only when a source's epoch does, so a caller keeps the last table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from numba import njit
+
+from resumable_data.plan.permutation import ROUNDS, Permutation, forward_into, round_keys_into
+
+__all__ = ["SourceKeys", "block_arrays"]
+
+_NO_KEYS = np.zeros((1, ROUNDS), dtype=np.uint64)
+
+
+@njit(cache=True, nogil=True)
+def _block_kernel(counts, before, shuffle, block_key, block_half, with_records, sizes, offsets,
+                  halves, row0, epoch0, keys, src, pos, rec, ids):  # pragma: no cover - compiled
+    ns = counts.shape[0]
+    b = src.shape[0]
+    start = np.zeros(ns + 1, dtype=np.int64)
+    for s in range(ns):
+        start[s + 1] = start[s] + counts[s]
+    owner = np.empty(b, dtype=np.int64)  # slots laid out source by source
+    for s in range(ns):
+        owner[start[s]:start[s + 1]] = s
+    fill = start[:ns].copy()
+    order = np.empty(b, dtype=np.int64)  # in-block positions grouped by source, in position order
+    slots = np.arange(b)
+    if shuffle:
+        bkeys = np.empty(ROUNDS, dtype=np.uint64)
+        round_keys_into(block_key, bkeys)
+        forward_into(np.arange(b), slots, np.uint64(b), block_half, bkeys)
+    for i in range(b):
+        s = owner[slots[i]]
+        src[i] = s
+        pos[i] = before[s] + fill[s] - start[s]
+        order[fill[s]] = i
+        fill[s] += 1
+    if not with_records:
+        return
+    for s in range(ns):
+        n = sizes[s]
+        t = start[s]
+        while t < start[s + 1]:  # one piece per source epoch the block's range touches
+            q = before[s] + t - start[s]
+            e = q // n
+            o = q - e * n
+            take = min(start[s + 1] - t, n - o)
+            if halves[s] > 0:  # shuffled (n > 1)
+                got = np.empty(take, dtype=np.int64)
+                forward_into(np.arange(o, o + take), got, np.uint64(n), halves[s], keys[row0[s] + e - epoch0[s]])
+                for u in range(take):
+                    rec[order[t + u]] = got[u]
+                    ids[order[t + u]] = offsets[s] + got[u]
+            else:
+                for u in range(take):
+                    rec[order[t + u]] = o + u
+                    ids[order[t + u]] = offsets[s] + o + u
+            t += take
+
+
+class SourceKeys:
+    """The round keys of the source epochs a block touches: source ``s``'s epoch ``e`` is row
+    ``row0[s] + e - epoch0[s]`` of ``keys``; ``halves[s] == 0`` means id order (no shuffle, or a
+    one-record source). It serves every later block whose range of each source's stream lies in
+    ``[lo[s], hi[s])`` (the source epochs it holds), so consecutive blocks share one table."""
+
+    __slots__ = ("epoch0", "halves", "hi", "keys", "lo", "row0")
+
+    def __init__(self, counts: np.ndarray, before: np.ndarray, sizes: np.ndarray,
+                 order: Callable[[int, int], Permutation | None] | None) -> None:
+        ns = len(sizes)
+        self.row0 = np.zeros(ns, dtype=np.int64)
+        self.epoch0 = np.zeros(ns, dtype=np.int64)
+        self.halves = np.zeros(ns, dtype=np.uint64)
+        self.lo = np.zeros(ns, dtype=np.int64)
+        self.hi = np.full(ns, 1 << 62, dtype=np.int64)  # id order needs no key
+        rows: list[np.ndarray] = []
+        if order is not None:
+            self.hi[sizes > 1] = 0  # a source with keys to hold serves no block until it has them
+            for s in np.flatnonzero((counts > 0) & (sizes > 1)).tolist():
+                n, q0 = int(sizes[s]), int(before[s])
+                first, last = q0 // n, (q0 + int(counts[s]) - 1) // n  # the source epochs this block touches
+                self.row0[s], self.epoch0[s] = len(rows), first
+                self.lo[s], self.hi[s] = first * n, (last + 1) * n
+                if order(s, first) is None:  # the caller orders this source itself: id order here
+                    self.lo[s], self.hi[s] = 0, 1 << 62
+                    continue
+                for e in range(first, last + 1):
+                    p = order(s, e)
+                    self.halves[s] = p.half
+                    rows.append(p.round_keys)
+        self.keys = np.stack(rows) if rows else _NO_KEYS
+
+    def serves(self, counts: np.ndarray, before: np.ndarray) -> bool:
+        """Whether this table holds every source epoch of the block (``counts``, ``before``)."""
+        return bool((before >= self.lo).all() and (before + counts <= self.hi).all())
+
+
+def block_arrays(counts: np.ndarray, before: np.ndarray, block_key: int | None, block_half: int,
+                 sizes: np.ndarray | None = None, offsets: np.ndarray | None = None,
+                 keys: SourceKeys | None = None) -> tuple[np.ndarray, ...]:
+    """(source, source position) of each in-block position, plus (record in the source,
+    concatenated id) when ``sizes``, ``offsets`` and ``keys`` are given. ``block_key``: the key of
+    the block's permutation (``block_half`` bits per Feistel half), None for the identity."""
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    b = int(counts.sum())
+    src = np.empty(b, dtype=np.int64)
+    pos = np.empty(b, dtype=np.int64)
+    shuffle = block_key is not None and b > 1
+    records = keys is not None
+    if not records:
+        sizes = offsets = np.zeros(len(counts), dtype=np.int64)
+        keys = SourceKeys(counts, sizes, sizes + 1, None)
+    rec = np.empty(b if records else 0, dtype=np.int64)
+    ids = np.empty(b if records else 0, dtype=np.int64)
+    _block_kernel(counts, np.ascontiguousarray(before, dtype=np.int64), shuffle, np.uint64(block_key if shuffle else 0),
+                  np.uint64(block_half if shuffle else 1), records, sizes, offsets, keys.halves, keys.row0, keys.epoch0,
+                  keys.keys, src, pos, rec, ids)
+    return (src, pos, rec, ids) if records else (src, pos)
