@@ -43,7 +43,7 @@ import numpy as np
 from resumable_data.errors import ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.state import LoaderState, OnUncommitted
-from resumable_data.plan.mixture import K_BLOCK, K_NAMES, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, K_TOKENS, \
+from resumable_data.plan.mixture import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, K_TOKENS, \
     TOKENS_SCHEMA_VERSION, MixturePlan, Rebase, SourceProgress, StepPositions
 from resumable_data.plan.mixture_tokens import SourceTokens
 from resumable_data.plan.packing import PackMode, best_fit_bins
@@ -107,6 +107,8 @@ def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel
     batch_changed = saved.plan.batch_dict() != current.plan.batch_dict()
     if (batch_changed or saved.plan.origin is not None) and len(c[K_SCHEDULE]) > 1:
         return [_SCHEDULE_AND_BATCH_CHANGE], None
+    if s == c and s[K_REBASE] is None:  # the current loader's own section, byte for byte: nothing to check
+        return [], None
     plan = saved_plan(saved)  # validates the saved section before any of its keys is read
     if batch_changed and len(s[K_SCHEDULE]) > 1:
         return [_SCHEDULE_AND_BATCH_CHANGE], None
