@@ -9,7 +9,8 @@ the per-round ratios (with min and max): load drifting on a shared machine moves
   each batch at 0 workers); torch's ``DataLoader`` with the same arguments. 0 and 2 workers.
 * ``map/100us``: the same with ~100 us of Python work per ``__getitem__`` (calibrated here).
 * ``seeding``: what per-sample seeding costs rd, per sample: the trivial case with
-  ``seed_per_sample=True`` vs ``False`` (0 workers), as a difference of per-sample times.
+  ``seed_per_sample=True`` (eager, the default) and ``"lazy"`` vs ``False`` (0 workers), as
+  differences of per-sample times. The map-style cases also run ``seed_per_sample="lazy"``.
 * ``arrow/rb1024``: 8 pinned Arrow IPC shards written with 1,024-row record batches (the layout
   Hugging Face ``datasets`` writes), batch 256, shuffled, 0 workers: ``rd.ArrowShards`` in
   ``rd.DataLoader`` vs the ceiling (a one-chunk memory-mapped ``Table.take`` of the same record
@@ -103,6 +104,8 @@ def map_case(n: int, work: int, workers: int, batches: int, rounds: int) -> dict
                                                      generator=torch.Generator().manual_seed(SEED),
                                                      persistent_workers=workers > 0),
         "rd": lambda: rd.DataLoader(ds, batch_size=16, shuffle=True, seed=SEED, num_workers=workers),
+        "rd_lazy": lambda: rd.DataLoader(ds, batch_size=16, shuffle=True, seed=SEED, num_workers=workers,
+                                         seed_per_sample=rd.SampleSeeding.LAZY),
     }
     return interleaved(makers, batches, rounds, 16)
 
@@ -114,10 +117,12 @@ def seeding_case(n: int, batches: int, rounds: int) -> dict[str, Any]:
     makers = {
         "rd_seeded": lambda: rd.DataLoader(ds, batch_size=16, shuffle=True, seed=SEED),
         "rd_unseeded": lambda: rd.DataLoader(ds, batch_size=16, shuffle=True, seed=SEED, seed_per_sample=False),
+        "rd_lazy": lambda: rd.DataLoader(ds, batch_size=16, shuffle=True, seed=SEED, seed_per_sample="lazy"),
     }
     r = interleaved(makers, batches, rounds, 16)
-    per = [(a - b) / (batches * 16) * 1e6 for a, b in zip(r["_seconds"]["rd_seeded"], r["_seconds"]["rd_unseeded"])]
-    r["seeding_us_per_sample"] = summarize(per)
+    sec = r["_seconds"]
+    r["seeding_us_per_sample"] = summarize([(a - b) / (batches * 16) * 1e6 for a, b in zip(sec["rd_seeded"], sec["rd_unseeded"])])
+    r["lazy_seeding_us_per_sample"] = summarize([(a - b) / (batches * 16) * 1e6 for a, b in zip(sec["rd_lazy"], sec["rd_unseeded"])])
     return r
 
 
@@ -163,17 +168,22 @@ def markdown(p: dict) -> str:
              f"ratios, min..max); map-style cases: {p['map_records']:,} records, batch 16, shuffled, default settings; "
              f"Arrow cases: {p['arrow_records']:,} records, batch 256, shuffled. The 100 us `__getitem__` is "
              f"{p['work_loops']:,} loop iterations (calibrated in this run). Machine: {p['cpus']} shared CPUs.", "",
-             "| case | workers | torch samples/s | rd samples/s | rd vs torch | goal | met |", "|---|---|---|---|---|---|---|"]
+             "| case | workers | torch samples/s | rd samples/s | rd vs torch | goal | met | `seed_per_sample=\"lazy\"` vs torch |",
+             "|---|---|---|---|---|---|---|---|"]
     goals = {("trivial", 0): 0.5, ("trivial", 2): 0.8, ("100us", 0): 0.9, ("100us", 2): 0.9}
     for (kind, w), g in goals.items():
         r = p["map"][f"{kind}/w{w}"]
         v = r["rd"]["vs_torch"]
         lines.append(f"| `__getitem__` {'returns its index' if kind == 'trivial' else '~100 us of work'} | {w} | "
-                     f"{_rate(r['torch'])} | {_rate(r['rd'])} | {_r(v)} | >= {g}x | {'yes' if v['median'] >= g else 'no'} |")
+                     f"{_rate(r['torch'])} | {_rate(r['rd'])} | {_r(v)} | >= {g}x | {'yes' if v['median'] >= g else 'no'} | "
+                     f"{_r(r['rd_lazy']['vs_torch']) if 'rd_lazy' in r else 'n/a'} |")
     s = p["seeding"]["seeding_us_per_sample"]
     lines += ["", f"Per-sample seeding (the three global generators, from the sample's key) costs "
               f"**{s['median']:.1f} us a sample** ({s['min']:.1f}..{s['max']:.1f}; trivial dataset, 0 workers, "
-              "`seed_per_sample=True` minus `False`, including saving and restoring the globals around each batch).", ""]
+              "`seed_per_sample=True` minus `False`, including saving and restoring the globals around each batch)"
+              + (f"; with `seed_per_sample=\"lazy\"` (torch's generator only, for a dataset that never draws from "
+                 f"`random`/numpy) **{p['seeding']['lazy_seeding_us_per_sample']['median']:.1f} us**"
+                 if "lazy_seeding_us_per_sample" in p["seeding"] else "") + ".", ""]
     a = p["arrow"]
     lines += ["| Arrow case | measured | goal | met |", "|---|---|---|---|"]
     c, t = a["ceiling"]["ratio"], a["torchdata"]["ratio"]

@@ -70,6 +70,7 @@ _EXPORTS: dict[str, str] = {
     "OnUncommitted": "resumable_data.loader",
     "PositionalSampler": "resumable_data.loader",
     "SampleContext": "resumable_data.loader",
+    "SampleSeeding": "resumable_data.loader",
     "batch_context": "resumable_data.loader",
     "sample_context": "resumable_data.loader",
     "sharding_from_environment": "resumable_data.loader",

@@ -22,6 +22,7 @@ _NAMES = {
     "OnUncommitted": "state",
     "LoaderConfig": "config",
     "resolve_config": "config",
+    "SampleSeeding": "config",
     "ProgressLedger": "ledger",
     "ResumableLoader": "protocol",
     "PositionalSampler": "translate",

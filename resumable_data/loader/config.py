@@ -38,7 +38,7 @@ from resumable_data.plan import BatchSchedule, Order, OrderSpec, Plan, Sharding,
 from resumable_data.plan.batch_schedule import as_schedule
 from resumable_data.plan.packing import Overlong, Packing, PackMode
 
-__all__ = ["UNPINNED", "FetchMode", "LoaderConfig", "check_worker_options", "resolve_config"]
+__all__ = ["UNPINNED", "FetchMode", "LoaderConfig", "SampleSeeding", "check_worker_options", "resolve_config"]
 
 #: The version hash of a loader whose dataset is not pinned.
 UNPINNED = "unpinned"
@@ -51,6 +51,29 @@ class FetchMode(str, enum.Enum):
     PACKED = "packed"  #: packed sequences from an rd.ArrowShards token column
     GETITEMS = "getitems"  #: ``dataset.__getitems__(records)``, torch's batched protocol
     GETITEM = "getitem"  #: ``dataset[record]`` per sample
+
+
+class SampleSeeding(str, enum.Enum):
+    """How ``rd.DataLoader(seed_per_sample=...)`` seeds the global ``random`` / numpy / torch
+    generators around user code that runs per sample (``True`` is ``EAGER``, ``False`` ``OFF``)."""
+
+    #: All three seeded from the sample's key before every sample (the default): exact for any code.
+    EAGER = "eager"
+    #: torch's seeded before every sample; Python's and numpy's left unseeded and watched, and
+    #: seeded eagerly (in that process, for good) once user code is seen drawing from them, that
+    #: batch fetched again seeded. Cheaper for datasets that never draw from them; exact only for
+    #: a ``__getitem__`` that keeps no state between calls (docs/dropin.md).
+    LAZY = "lazy"
+    #: Nothing seeded (torch's behaviour).
+    OFF = "off"
+
+
+def _sample_seeding(value: Any) -> SampleSeeding:
+    if value is True:
+        return SampleSeeding.EAGER
+    if value is False:
+        return SampleSeeding.OFF
+    return coerce_enum(value, SampleSeeding, "seed_per_sample")
 
 
 @dataclass(frozen=True)
@@ -68,6 +91,8 @@ class LoaderConfig:
     accumulation_steps: int
     pinned: bool
     seed_per_sample: bool
+    #: SampleSeeding.LAZY: Python's and numpy's generators seeded only once user code draws
+    lazy_seeding: bool = False
     token_column: str | None = None
     packing: Packing | None = None
     #: Token lengths of every document (packing only), from the offsets of the token column.
@@ -128,7 +153,7 @@ def resolve_config(
     accumulation_steps: int = 1,
     dataset_version: Any = None,
     packing: Any = None,
-    seed_per_sample: bool = True,
+    seed_per_sample: bool | SampleSeeding | str = True,
     arrow_collate: Callable | None = None,
     token_column: str | None = None,
     transform: Callable | None = None,
@@ -242,6 +267,7 @@ def resolve_config(
     if token_column is not None and token_column not in dataset.schema.names:
         raise ConfigError(describe("token_column", token_column, f"one of the columns {dataset.schema.names}", "name a list column"))
 
+    seeding = _sample_seeding(seed_per_sample)
     epoch_records = len(positional) if positional is not None else n
     global_schedule = None if schedule is None else schedule.scaled(world)
     plan = Plan(epoch_records, per_rank * world if schedule is None else global_schedule.max_batch, version_hash, seed,
@@ -251,7 +277,7 @@ def resolve_config(
         plan=plan, sharding=sharding, mode=mode, per_rank=per_rank, unbatched=unbatched, elastic=bool(elastic),
         commit=coerce_enum(commit, CommitMode, "commit"),
         accumulation_steps=check_int(accumulation_steps, "accumulation_steps", 1, 1 << 20), pinned=pinned,
-        seed_per_sample=bool(seed_per_sample), token_column=token_column, packing=packing, lengths=lengths,
+        seed_per_sample=seeding is not SampleSeeding.OFF, lazy_seeding=seeding is SampleSeeding.LAZY, token_column=token_column, packing=packing, lengths=lengths,
         positional=positional, collate_fn=collate_fn, arrow_collate=arrow_collate, transform=transform, dataset_len=n,
         batch_schedule=schedule,
     )

@@ -89,15 +89,16 @@ class DataLoader:
       per optimizer update;
     * ``dataset_version``: the pinned :class:`rd.DatasetVersion` (or its hash) of a dataset that
       is not an ``rd.ArrowShards``; without it the state is marked unpinned;
-    * ``seed_per_sample``: seed the global ``random``/numpy/torch generators per sample (default
-      True) so existing transforms are deterministic. torch's is seeded before every sample;
-      Python's and numpy's lazily: a ``__getitem__`` batch is first fetched with those two
-      unseeded and watched, and if user code drew from either (or reseeded it), the states are
-      put back and that batch is fetched again with all three seeded, after which the loader
-      seeds eagerly in that process (the main one, or each worker) for good. The delivered
-      batches are the eagerly seeded ones, bit for bit; the one extra fetch of one batch per
-      process is the price (``__getitem__`` runs twice for it: keep it free of side effects
-      that must happen once). Code that reads those states without drawing (``random.getstate()``)
+    * ``seed_per_sample``: seed the global ``random``/numpy/torch generators per sample so that
+      existing transforms are deterministic: ``True`` (default; ``rd.SampleSeeding.EAGER``) seeds
+      all three from the sample's key before every sample, exact for any code; ``False``
+      (``OFF``) seeds nothing (torch's behaviour); ``rd.SampleSeeding.LAZY`` (or ``"lazy"``)
+      seeds torch's before every sample and Python's and numpy's only once user code is seen
+      drawing from them (that batch is fetched again, seeded, and the loader seeds eagerly in
+      that process from then on): cheaper for datasets that never draw from them, exact only for
+      a ``__getitem__`` that keeps no state between calls and does not save and restore those
+      states around a draw (docs/dropin.md). Under ``LAZY``, code that reads those states
+      without drawing (``random.getstate()``)
       sees the unseeded ones until the first draw. A dataset with ``__getitems__`` is fetched
       in one call per batch, so its globals are seeded once per batch from the batch's first key
       (reproducible, but a function of the rank's batch: per-sample draws that survive a change
@@ -121,7 +122,7 @@ class DataLoader:
         in_order: bool = True, seed: int | None = None, shuffle_window: int | None = None,
         sharding: Sharding | None = None, elastic: bool = True, tail: Tail | str | None = None,
         commit: CommitMode | str = CommitMode.AUTO, accumulation_steps: int = 1, dataset_version: Any = None,
-        packing: Any = None, seed_per_sample: bool = True, arrow_collate: Callable | None = None,
+        packing: Any = None, seed_per_sample: Any = True, arrow_collate: Callable | None = None,
         token_column: str | None = None, transform: Callable | None = None,
     ) -> None:
         check_worker_options(num_workers, timeout, multiprocessing_context, prefetch_factor, persistent_workers)

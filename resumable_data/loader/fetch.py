@@ -14,14 +14,17 @@ sample key). In the main process (``num_workers=0``) the global states are saved
 batch and restored after it (:class:`GlobalRNGGuard`), so the training loop's draws never depend
 on the loader. Cost: one hash per sample (served from a run of upcoming positions) and one per batch.
 
-Lazy seeding (``__getitem__`` datasets, :meth:`StepFetcher._per_sample`). torch's generator is
+Lazy seeding (``seed_per_sample=rd.SampleSeeding.LAZY``, an opt-in: ``__getitem__`` datasets,
+:meth:`StepFetcher._per_sample`). torch's generator is
 seeded before every sample; Python's and numpy's are left unseeded and watched
 (:class:`UnseededWatch`). If user code drew from either (or an exception was raised after a
 draw), their states are put back, the fetcher seeds all three eagerly from then on in this
 process, and the batch is fetched again seeded: the delivered batch is the eager one, bit for
 bit. A dataset that never draws from them is called once per sample and pays for torch's
 seeding only; one that draws is called twice for one batch per process (the first drawing
-one). Code that reads those two states without drawing sees the unseeded ones until then.
+one). Code that reads those two states without drawing sees the unseeded ones until then, and
+state a ``__getitem__`` keeps between calls (a generator made on first use, a cache of augmented
+records) survives the discarded pass: that is why it is not the default.
 """
 
 from __future__ import annotations
@@ -84,9 +87,9 @@ class StepFetcher(Dataset):
         self._lengths: np.ndarray | None = None
         self._runs, self._key_runs = self._new_runs()
         self._epoch_len = self.plan.epoch_len  # the plan is fixed: read per batch
-        #: lazy seeding of Python's and numpy's generators (see _per_sample); False in this
-        #: process for good once user code was seen drawing from them
-        self.lazy_globals = True
+        #: lazy seeding of Python's and numpy's generators (SampleSeeding.LAZY, see _per_sample);
+        #: False in this process for good once user code was seen drawing from them
+        self.lazy_globals = config.lazy_seeding
 
     def warm_up(self) -> None:
         """Run the compiled kernels and the source's first gather once in this process, so that
@@ -186,7 +189,7 @@ class StepFetcher(Dataset):
         from its key: ``samples is None``: ``dataset[record]`` (then ``transform``); else
         ``transform(samples[i])``. One seeding kernel and one context slot per batch.
 
-        Lazy seeding (``samples is None``, the default settings): Python's ``random`` and
+        Lazy seeding (``samples is None``, ``SampleSeeding.LAZY``): Python's ``random`` and
         numpy's global generator are left unseeded and watched (:class:`UnseededWatch`), torch's
         is seeded per sample as always; if user code drew from either (or an exception left a
         draw behind), the states are put back, this fetcher seeds eagerly from now on (in this
