@@ -54,7 +54,7 @@ from resumable_data.loader.global_rng import UnseededWatch, lazy_seeding_availab
 from resumable_data.loader.torch_compat import default_collate, default_convert
 from resumable_data.loader.packed import pack_sequences, packed_tokens
 from resumable_data.plan import sample_key, sample_keys
-from resumable_data.plan.record_runs import RecordRuns
+from resumable_data.plan.record_runs import RUN, RecordRuns
 from resumable_data.plan.packing import PackMode, best_fit_bins
 
 __all__ = ["FetchMode", "NumpyBatch", "StepFetcher", "StepSampler"]  # FetchMode: re-exported from .config
@@ -86,6 +86,7 @@ class StepFetcher(Dataset):
         self.pin_memory = pin_memory
         self._lengths: np.ndarray | None = None
         self._runs, self._key_runs = self._new_runs()
+        self._mix_runs: tuple[Any, RecordRuns] | None = None  # (mixture plan, its runs), made at first use
         self._epoch_len = self.plan.epoch_len  # the plan is fixed: read per batch
         #: lazy seeding of Python's and numpy's generators (SampleSeeding.LAZY, see _per_sample);
         #: False in this process for good once user code was seen drawing from them
@@ -105,7 +106,7 @@ class StepFetcher(Dataset):
 
     def __getstate__(self) -> dict[str, Any]:  # workers rebuild the length index and the runs themselves
         runs, key_runs = self._new_runs()
-        return {**self.__dict__, "_lengths": None, "_runs": runs, "_key_runs": key_runs}
+        return {**self.__dict__, "_lengths": None, "_runs": runs, "_key_runs": key_runs, "_mix_runs": None}
 
     def _new_runs(self) -> tuple[RecordRuns, RecordRuns]:
         """Record ids and sample keys of runs of upcoming positions (pure functions of the position)."""
@@ -123,10 +124,21 @@ class StepFetcher(Dataset):
     def span_records(self, start: int, stop: int, positions: np.ndarray) -> np.ndarray:
         """Record ids of this rank's ``positions`` of the global batch ``[start, stop)``; the plan's
         are served from a run of upcoming steps computed in one call (:class:`RecordRuns`)."""
-        if self.positional is not None:
+        if self.positional is None:
+            runs = self._runs
+        elif hasattr(self.positional, "at_positions") and start - start % RUN >= self.positional.plan.first_position:
+            runs = self._mixture_runs()  # rd.Mixture: runs of its current plan (a rebase swaps it), none before it starts
+        else:
             return self._positional_records(positions)
-        ids = self._runs.span(start, stop)
+        ids = runs.span(start, stop)
         return ids if self.sharding.world_size == 1 else ids[positions - start]
+
+    def _mixture_runs(self) -> RecordRuns:
+        plan = self.positional.plan
+        held = self._mix_runs
+        if held is None or held[0] is not plan:
+            held = self._mix_runs = (plan, RecordRuns(plan.concatenated_ids))
+        return held[1]
 
     def _positional_records(self, positions: np.ndarray) -> np.ndarray:
         if hasattr(self.positional, "at_positions"):  # rd.Mixture: its positions are the stream's

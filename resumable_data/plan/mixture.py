@@ -330,6 +330,11 @@ class MixturePlan:
         """Positions of each source in block ``j`` of run ``run``."""
         return self._runs[run].block_counts(j)
 
+    @property
+    def first_position(self) -> int:
+        """The first position this plan answers for (the rebase position after a data change, else 0)."""
+        return self._runs[0].start
+
     def locate(self, positions) -> tuple[np.ndarray, np.ndarray]:
         """(source index, position in that source's own stream) at each of ``positions``."""
         return self._lookup(positions, self._layout, ("src", "pos"))
@@ -362,6 +367,17 @@ class MixturePlan:
             inner = pos - origin
             return tuple(getattr(b, f)[inner] for f in fields)
         out = tuple(np.empty_like(pos) for _ in fields)
+        if (k + 1 == len(self._runs) or hi < self._runs[k + 1].start) and pos.size == hi - lo + 1 \
+                and pos[0] == lo and (pos.size == 1 or bool((np.diff(pos) == 1).all())):
+            # a contiguous span inside one run (a run of upcoming positions): one slice per block
+            at = lo
+            while at <= hi:
+                b = block(run, j)
+                end = min(hi + 1, origin + self.block)
+                for o, f in zip(out, fields):
+                    o[at - lo:end - lo] = getattr(b, f)[at - origin:end - origin]
+                at, j, origin = end, j + 1, origin + self.block
+            return out
         runs = self._run_of(pos) if len(self._runs) > 1 else np.zeros(pos.shape, dtype=np.int64)
         for k, sel_k in _groups(runs):
             run = self._runs[k]
