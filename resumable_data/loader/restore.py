@@ -26,6 +26,7 @@ Cost. O(size of the state) plus, for a packed stream, the saved epoch's packing 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -70,6 +71,11 @@ def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncomm
         raise ResumeError(describe("state.cursor", saved.cursor.to_dict(),
                                    f"steps whose positions (step x global batch {saved.plan.global_batch}) stay "
                                    "below 2**62", "pass an unmodified state"))
+    epoch, first = saved.epoch_base
+    if saved.packing is not None and (epoch > first or (epoch + 1) * saved.plan.num_records > MAX_POSITION):
+        raise ResumeError(describe("state.epoch_base[0]", epoch, f"a packed epoch <= its first step {first} (each "
+                                   f"epoch holds a step) whose documents (epoch x {saved.plan.num_records} records) "
+                                   "stay below 2**62", "pass an unmodified state"))
     declared = None if label is None else coerce_enum(label, RecoveryLabel, "label")
     if declared not in (None, RecoveryLabel.FAITHFUL_CONTINUATION, RecoveryLabel.DATA_CHANGE):
         raise ConfigError(describe("label", declared.value, "'faithful_continuation' or 'data_change' for a loader",
@@ -155,6 +161,9 @@ def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool,
     declared = on_batch_change is OnBatchChange.CONTINUE
     alternative = ("; or, to continue at the committed sample with the current batch (no sample lost or repeated), "
                    "load with on_batch_change='continue'")
+    if batch_changed and sp.num_records != cp.num_records and _same_mixture_sizes(saved, current):
+        alternative = ""  # the epoch length follows the batch: on_batch_change='continue' cannot continue it
+        diffs.append(_rounded_epoch_text(sp, cp))
     if batch_changed and declared:
         diffs.extend(_batch_change_problems(saved, current))
     elif batch_changed and (sp.schedule is not None or cp.schedule is not None):
@@ -188,6 +197,23 @@ def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool,
         )
     label = RecoveryLabel.ELASTIC_RESHARD if layout_changed or batch_changed else RecoveryLabel.FAITHFUL_CONTINUATION
     return diffs, label
+
+
+def _same_mixture_sizes(saved: LoaderState, current: LoaderState) -> bool:
+    """Both are ``rd.Mixture`` loaders over sources of the same sizes."""
+    return saved.mixture is not None and current.mixture is not None and \
+        saved.mixture.get("sizes") == current.mixture.get("sizes")
+
+
+def _rounded_epoch_text(sp: Plan, cp: Plan) -> str:
+    """An ``rd.Mixture`` whose epoch length was rounded to the global batch, across a batch change."""
+    step = math.lcm(sp.global_batch, cp.global_batch)
+    example = max(step, -(-sp.num_records // step) * step)
+    return (f"mixture epoch length: saved {sp.num_records} vs current {cp.num_records} records an epoch, the rd.Mixture's "
+            f"epoch rounded to the global batch ({sp.global_batch} vs {cp.global_batch}), so the new batch plays another "
+            "stream and on_batch_change='continue' cannot continue it; fix: resume with the saved batch; a run whose "
+            "batch will change must start with an explicit rd.Mixture(..., epoch_len=L), L a multiple of every global "
+            f"batch it will use (for {sp.global_batch} and {cp.global_batch}: a multiple of {step}, e.g. {example})")
 
 
 def _batch_text(plan: Plan) -> str:

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from resumable_data.errors import ConfigError, describe
+from resumable_data.plan.permutation import MAX_DOMAIN as MAX_TOKENS
 
 __all__ = ["SourceTokens"]
 
@@ -55,16 +56,28 @@ class SourceTokens:
         self._memo: dict[int, tuple[int, int, int]] = {}  # source -> (epoch, offset, tokens before offset)
 
     def before(self, counts: Sequence[int]) -> np.ndarray:
-        """Tokens of each source's first ``counts[s]`` records (int64, one per source)."""
-        if len(counts) != len(self._lengths):
-            raise ConfigError(describe("counts", list(counts), f"{len(self._lengths)} counts", "pass one per source"))
+        """Tokens of each source's first ``counts[s]`` records (int64, one per source); a
+        ``ConfigError`` when one would exceed ``2**62`` (:meth:`check_range` first)."""
+        self.check_range(counts)
         out = np.empty(len(self._lengths), dtype=np.int64)
         for s, c in enumerate(int(x) for x in counts):
-            if c < 0:
-                raise ConfigError(describe(f"counts[{s}]", c, "a count >= 0", "pass records consumed"))
             e, o = divmod(c, self._plan.sizes[s])
             out[s] = e * self.totals[s] + self._prefix(s, e, o)
         return out
+
+    def check_range(self, counts: Sequence[int]) -> None:
+        """``ConfigError`` unless every source's tokens through the end of the epoch its count
+        is in stay within ``2**62`` (so :meth:`before` fits int64 there); O(S), no prefix."""
+        if len(counts) != len(self._lengths):
+            raise ConfigError(describe("counts", list(counts), f"{len(self._lengths)} counts", "pass one per source"))
+        for s, c in enumerate(int(x) for x in counts):
+            if c < 0:
+                raise ConfigError(describe(f"counts[{s}]", c, "a count >= 0", "pass records consumed"))
+            most = (c // self._plan.sizes[s] + 1) * self.totals[s]
+            if most > MAX_TOKENS:
+                raise ConfigError(describe(f"counts[{s}]", c, f"records whose tokens stay within 2**62 (up to {most} "
+                                           f"at {self.totals[s]} tokens an epoch of {self._plan.sizes[s]} records)",
+                                           "pass a position whose source epochs hold fewer than 2**62 tokens"))
 
     def seed(self, counts: Sequence[int], tokens: Sequence[int]) -> None:
         """Take ``tokens`` (a saved state's, at ``counts``) as known, so the next query costs the
