@@ -39,7 +39,7 @@ from resumable_data.plan import Plan, Tail
 from resumable_data.plan.sharding import world_sizes_text
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 
-__all__ = ["Restore", "compare", "validate_restore"]
+__all__ = ["Restore", "compare", "rounded_epoch_fix", "validate_restore"]
 
 
 @dataclass(frozen=True)
@@ -151,19 +151,20 @@ def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool,
 
     differ("dataset_version", sp.version_hash, cp.version_hash,
            "open the dataset version the run was trained on (rd.ArrowShards on the pinned directory)")
-    differ("num_records", sp.num_records, cp.num_records, "open the same dataset")
+    batch_changed = sp.batch_dict() != cp.batch_dict()
+    rounded = batch_changed and sp.num_records != cp.num_records and _same_mixture_sizes(saved, current)
+    if rounded:  # the epoch length follows the batch: on_batch_change='continue' cannot continue it
+        diffs.append(_rounded_epoch_text(sp, cp))
+    else:
+        differ("num_records", sp.num_records, cp.num_records, "open the same dataset")
     differ("seed", sp.seed, cp.seed, "pass seed= as saved")
     differ("order", sp.order.to_dict(), cp.order.to_dict(), "pass the same shuffle / shuffle_window")
     differ("tail", sp.tail.value, cp.tail.value, f"pass tail={sp.tail.value!r} (or the drop_last and sampler "
            "settings the run was started with)")
     differ("pad_to", sp.pad_to, cp.pad_to, "resume a DistributedSampler(drop_last=False) run on the same world size")
-    batch_changed = sp.batch_dict() != cp.batch_dict()
     declared = on_batch_change is OnBatchChange.CONTINUE
-    alternative = ("; or, to continue at the committed sample with the current batch (no sample lost or repeated), "
-                   "load with on_batch_change='continue'")
-    if batch_changed and sp.num_records != cp.num_records and _same_mixture_sizes(saved, current):
-        alternative = ""  # the epoch length follows the batch: on_batch_change='continue' cannot continue it
-        diffs.append(_rounded_epoch_text(sp, cp))
+    alternative = "" if rounded else ("; or, to continue at the committed sample with the current batch (no sample "
+                                      "lost or repeated), load with on_batch_change='continue'")
     if batch_changed and declared:
         diffs.extend(_batch_change_problems(saved, current))
     elif batch_changed and (sp.schedule is not None or cp.schedule is not None):
@@ -207,13 +208,20 @@ def _same_mixture_sizes(saved: LoaderState, current: LoaderState) -> bool:
 
 def _rounded_epoch_text(sp: Plan, cp: Plan) -> str:
     """An ``rd.Mixture`` whose epoch length was rounded to the global batch, across a batch change."""
-    step = math.lcm(sp.global_batch, cp.global_batch)
-    example = max(step, -(-sp.num_records // step) * step)
-    return (f"mixture epoch length: saved {sp.num_records} vs current {cp.num_records} records an epoch, the rd.Mixture's "
-            f"epoch rounded to the global batch ({sp.global_batch} vs {cp.global_batch}), so the new batch plays another "
-            "stream and on_batch_change='continue' cannot continue it; fix: resume with the saved batch; a run whose "
-            "batch will change must start with an explicit rd.Mixture(..., epoch_len=L), L a multiple of every global "
-            f"batch it will use (for {sp.global_batch} and {cp.global_batch}: a multiple of {step}, e.g. {example})")
+    return (f"mixture epoch length: saved {sp.num_records} vs current {cp.num_records} records an epoch; fix: "
+            + rounded_epoch_fix(sp.num_records, sp.global_batch, cp.global_batch))
+
+
+def rounded_epoch_fix(saved_records: int, saved_batch: int, current_batch: int) -> str:
+    """The fix for an ``rd.Mixture`` epoch rounded to the global batch across a batch change (the
+    loader's and the checkpoint's refusal name it alike)."""
+    step = math.lcm(saved_batch, current_batch)
+    example = max(step, -(-saved_records // step) * step)
+    return (f"the rd.Mixture rounds its epoch to the global batch ({saved_batch} vs {current_batch}), so the new batch "
+            "plays another stream and on_batch_change='continue' cannot continue it: resume with the saved batch; a "
+            "run whose batch will change must start with an explicit rd.Mixture(..., epoch_len=L), L a multiple of "
+            f"every global batch it will use (for {saved_batch} and {current_batch}: a multiple of {step}, e.g. "
+            f"{example})")
 
 
 def _batch_text(plan: Plan) -> str:
