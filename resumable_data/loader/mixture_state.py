@@ -25,9 +25,13 @@ positions (constant weights need no step map: segment 0 starts at 0).
 Tokens per source. A loader that counts tokens (``token_column=``) writes, at mixture schema 2,
 ``tokens``: each source's non-padding tokens in the records it consumed before the committed
 cursor (:func:`with_source_tokens`), a pure function of the position through the per-source
-consumed counts (:mod:`resumable_data.plan.mixture_tokens`): progress, never compared on a
-resume; a restore takes it (bounds-checked against the sources) as the counter's starting point
-instead of a cold prefix sum, and ``inspect`` shows it from the state alone.
+consumed counts (:mod:`resumable_data.plan.mixture_tokens`), with ``token_column`` (the column
+counted) and, when not 0, ``tokens_base`` (tokens ``counters.tokens`` does not hold: a schema-1
+state resumed by a counting loader). Progress, not identity (not in a checkpoint's fingerprint),
+but checked on a resume by :func:`check_saved_tokens` before anything changes: the same column,
+counts within their source epochs and within int64, and without skipped steps a sum equal to
+``counters.tokens + tokens_base``; a restore then takes them as the counter's starting point
+instead of a cold prefix sum, and ``inspect`` shows them from the state alone.
 
 Cost. O(S) integers in the state; a check or a progress query is one counting call (tokens: the
 records between the last query and this one, per source).

@@ -5,7 +5,8 @@ Algorithm. Parse the JSON into a typed :class:`~resumable_data.loader.state.Load
 permutation domain, compare the saved fingerprint with the current one (dataset version, seed,
 order, tail, global batch, accumulation, sampler, packing, pinning, layout under the elastic
 policy), require an explicit choice for uncommitted batches, and check that the saved epoch base
-holds the committed cursor. All differences are reported together in one
+holds the committed cursor (a packed epoch base's epoch is bounded first: at most its first
+step, its documents below 2**62). All differences are reported together in one
 :class:`rd.ResumeError`. :func:`compare` is the contract: every difference that forbids the resume
 (saved vs current, with the fix) and the recovery label.
 
