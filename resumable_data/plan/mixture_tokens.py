@@ -13,7 +13,12 @@ What counts: the non-padding tokens of the loader's ``token_column`` in those re
 lengths, as ``counters.tokens`` counts them); a record of a skipped step counts once its position
 is passed, as ``consumed`` does.
 
-Cost. O(S) per query plus O(min(delta, n_s - o, o)) permutation evaluations per source, where
+A windowed source (:mod:`.order`'s window shuffle) sums the windows wholly inside a span from
+its per-block token totals (a window holds the same records in any inner order), so only the two
+partial windows at the span's ends are evaluated record by record.
+
+Cost. O(S) per query plus O(min(delta, n_s - o, o)) permutation evaluations per source (windowed:
+O(that / block + 2 windows)), where
 ``delta`` is the distance from the memoized count: a loader's consecutive states pay for the
 records delivered in between; a cold query pays at most half an epoch of each source, which a
 restore avoids by seeding the memo with the saved counts (:meth:`SourceTokens.seed`).
@@ -26,6 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from resumable_data.errors import ConfigError, describe
+from resumable_data.plan.order import Order, window_sum
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_TOKENS
 
 __all__ = ["SourceTokens"]
@@ -54,6 +60,7 @@ class SourceTokens:
             self._lengths.append(ln)
         self.totals = tuple(int(ln.sum()) for ln in self._lengths)
         self._memo: dict[int, tuple[int, int, int]] = {}  # source -> (epoch, offset, tokens before offset)
+        self._block_sums: dict[int, np.ndarray] = {}  # windowed source -> its tokens per block
 
     def before(self, counts: Sequence[int]) -> np.ndarray:
         """Tokens of each source's first ``counts[s]`` records (int64, one per source); a
@@ -119,6 +126,13 @@ class SourceTokens:
         if not self._plan.shuffle:
             return int(ln[a:b].sum())
         perm = self._plan.source_order(s, e)
+        spec = getattr(perm, "spec", None)
+        if spec is not None and spec.kind is Order.WINDOW and b - a > 2 * spec.window:  # whole windows: block sums
+            sums = self._block_sums.get(s)
+            if sums is None:
+                sums = self._block_sums[s] = np.add.reduceat(ln, np.arange(0, len(ln), spec.block)) if len(ln) else ln
+            return window_sum(perm.n, spec, ln, sums, a, b, version_hash=perm.version_hash, seed=perm.seed,
+                              epoch=perm.epoch)
         total = 0
         for start in range(a, b, _CHUNK):
             offsets = np.arange(start, min(start + _CHUNK, b), dtype=np.int64)
