@@ -27,6 +27,7 @@ from resumable_data._schema import coerce_enum
 from resumable_data.checkpoint.errors import CompatibilityError
 from resumable_data.checkpoint.meta import COMPARED, CheckpointMeta
 from resumable_data.labels import RecoveryLabel
+from resumable_data.loader.restore import rounded_epoch_fix
 from resumable_data.loader.state import K_MIXTURE, K_PLAN, OnBatchChange
 from resumable_data.plan.mixture import K_REBASE
 from resumable_data.plan.steps import K_GLOBAL_BATCH, K_SCHEDULE
@@ -217,6 +218,7 @@ def check_compatible(saved_meta: CheckpointMeta | dict, current_meta: Checkpoint
         _walk(sd[key], cd[key], [key], raw)
     diffs = []
     batch_changed = False
+    rounded = _rounded_mixture_epoch(sd, cd, raw)
     for path, a, b in raw:
         if tuple(path[:3]) in _PROGRESS:
             continue
@@ -225,11 +227,30 @@ def check_compatible(saved_meta: CheckpointMeta | dict, current_meta: Checkpoint
             batch_changed = True
             diffs.append(Difference(".".join(path), a, b, cat, Severity.INFO, _BATCH_FIX))
             continue
-        fix = RULES[cat][1] + (_BATCH_HINT if tuple(path[:3]) in _BATCH else "")
+        fix = RULES[cat][1] + (_BATCH_HINT if tuple(path[:3]) in _BATCH and rounded is None else "")
+        if rounded is not None and tuple(path) == _NUM_RECORDS:
+            fix = rounded
         diffs.append(Difference(".".join(path), a, b, cat, severity(cat, label), fix))
     order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
     diffs.sort(key=lambda d: order[d.severity])
     return CompatibilityReport(label, tuple(diffs), batch_changed=batch_changed)
+
+
+_NUM_RECORDS = ("data", K_PLAN, "num_records")
+
+
+def _rounded_mixture_epoch(sd: dict, cd: dict, raw: list[tuple[list[str], Any, Any]]) -> str | None:
+    """The fix when an ``rd.Mixture``'s epoch length changed with the global batch (its epoch is
+    rounded to the batch: no batch change can continue it), else None."""
+    paths = {tuple(p[:3]) for p, _, _ in raw}
+    if _NUM_RECORDS not in paths or not paths & _BATCH:
+        return None
+    sm, cm = (d["data"].get(K_MIXTURE) if isinstance(d.get("data"), dict) else None for d in (sd, cd))
+    if not isinstance(sm, dict) or not isinstance(cm, dict) or sm.get("sizes") != cm.get("sizes"):
+        return None
+    sp, cp = sd["data"][K_PLAN], cd["data"][K_PLAN]
+    batches = (sp.get("num_records"), sp.get(K_GLOBAL_BATCH), cp.get(K_GLOBAL_BATCH))
+    return rounded_epoch_fix(*batches) if all(isinstance(x, int) and x > 0 for x in batches) else None
 
 
 #: Progress inside the loader fingerprint: never a difference (a rebased mixture resumes faithfully).

@@ -45,8 +45,8 @@ from resumable_data.loader.config import LoaderConfig, check_worker_options, res
 from resumable_data.loader.fetch import StepFetcher, StepSampler
 from resumable_data.loader.iterator import LoaderIterator
 from resumable_data.loader.ledger import CounterView, ProgressLedger
-from resumable_data.loader.mixture_state import mixture_progress, saved_tokens, with_packed_source_tokens, \
-    with_source_tokens
+from resumable_data.loader.mixture_state import TokenStart, check_saved_tokens, mixture_progress, saved_plan, \
+    with_packed_source_tokens, with_source_tokens
 from resumable_data.loader.restore import validate_restore
 from resumable_data.loader.translate import torch_views
 from resumable_data.loader.transport import WorkerCollate
@@ -165,6 +165,7 @@ class DataLoader:
         self._active: weakref.ref[LoaderIterator] | None = None
         self._generation = 0
         self._tokens_per_source: SourceTokens | None = None  # built on the first snapshot that needs it
+        self._tokens_base = 0  # per-source tokens counters.tokens does not hold (a schema-1 resume)
         self._fetcher.warm_up()  # forked workers inherit the compiled kernels and the first gather
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -267,7 +268,7 @@ class DataLoader:
         plan = self.config.positional.plan
         if isinstance(self._stream, PackedStream):
             return with_packed_source_tokens(state, self._stream, plan, counter, self.dataset.offsets)
-        return with_source_tokens(state, plan, counter)
+        return with_source_tokens(state, plan, counter, self.config.token_column, self._tokens_base)
 
     def _source_tokens(self) -> SourceTokens | None:
         """Per-source token counting of an ``rd.Mixture`` loader with ``token_column=``, or packed
@@ -307,9 +308,10 @@ class DataLoader:
     ) -> LoaderState:
         """Everything ``load_state_dict`` checks, without changing anything: the parsed state, or one
         :class:`rd.ResumeError` listing every difference (saved vs current, with the fix)."""
-        return validate_restore(state, self._fingerprint, self._stream, on_uncommitted=on_uncommitted,
-                                allow_unpinned=allow_unpinned, label=label,
-                                on_batch_change=on_batch_change).saved
+        r = validate_restore(state, self._fingerprint, self._stream, on_uncommitted=on_uncommitted,
+                             allow_unpinned=allow_unpinned, label=label, on_batch_change=on_batch_change)
+        self._saved_tokens(r)
+        return r.saved
 
     def mixture_progress(self) -> Any:
         """Per-source progress of an ``rd.Mixture`` loader at its committed cursor: records
@@ -328,14 +330,14 @@ class DataLoader:
         memento = self._ledger.memento()
         mixture = self._mixture()
         rebase = None if mixture is None else mixture.plan.rebase
-        fingerprint = self._fingerprint
+        fingerprint, tokens_base = self._fingerprint, self._tokens_base
 
         def undo() -> None:
             self._close_active()
             self._generation += 1
             if mixture is not None:
                 self._set_rebase(mixture, rebase)
-            self._fingerprint = fingerprint
+            self._fingerprint, self._tokens_base = fingerprint, tokens_base
             self._ledger.rewind(memento)
 
         return undo
@@ -366,6 +368,7 @@ class DataLoader:
             self._close_active()
             self._generation += 1
             self._ledger.restart()
+            self._tokens_base = 0
             if mixture is not None:
                 self._set_rebase(mixture, None)
             return
@@ -379,22 +382,24 @@ class DataLoader:
             self._set_rebase(mixture, r.mixture_rebase)
         self._ledger.restore(r.saved, r.epoch_ledger, r.label, r.choice, r.plan)
         if tokens is not None:
-            self._source_tokens().seed(*tokens)
+            self._tokens_base = tokens.base
+            if tokens.counts is not None:
+                self._source_tokens().seed(tokens.counts, tokens.tokens)
 
-    def _saved_tokens(self, r: Any) -> tuple[list[int], list[int]] | None:
-        """(per-source counts, tokens) at the saved committed cursor, bounds-checked, for seeding
-        the token counter (so the first state after a resume costs no cold prefix), or None."""
+    def _saved_tokens(self, r: Any) -> TokenStart | None:
+        """The token counter's start at the saved committed cursor, checked against the sources
+        (:func:`~.mixture_state.check_saved_tokens`), or None for a loader that does not count.
+        Unpacked, the counts come from the saved plan (a ``data_change`` rebase may lie after the
+        committed cursor; a source's tokens do not depend on the weights); packed counts include
+        partial windows and EOS tokens, so they are checked, not seeded."""
         counter, saved = self._source_tokens(), r.saved
-        if counter is None or saved_tokens(saved) is None or isinstance(self._stream, PackedStream):
-            return None  # packed counts include partial windows and EOS tokens: not a prefix to seed
-        plan = self._mixture().rebased(r.mixture_rebase).plan
-        counts = plan.counts_before(saved.plan.step_start(saved.cursor.committed)).tolist()
-        tokens = list(saved_tokens(saved).values())
-        try:
-            counter.check(counts, tokens)
-        except ConfigError as e:
-            raise ResumeError(f"state.mixture.tokens is inconsistent with the sources: {e}") from None
-        return counts, tokens
+        if counter is None:
+            return None
+        if isinstance(self._stream, PackedStream):
+            plan = self._mixture().rebased(r.mixture_rebase).plan
+            end = (saved.epoch_base[0] + 1) * saved.plan.num_records
+            return check_saved_tokens(saved, counter, plan, column=None, packed_epoch_end=end)
+        return check_saved_tokens(saved, counter, saved_plan(saved), column=self.config.token_column)
 
     def _mixture(self) -> Any:
         """The ``rd.Mixture`` sampler this loader orders with, else None."""

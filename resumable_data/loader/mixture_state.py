@@ -25,9 +25,13 @@ positions (constant weights need no step map: segment 0 starts at 0).
 Tokens per source. A loader that counts tokens (``token_column=``) writes, at mixture schema 2,
 ``tokens``: each source's non-padding tokens in the records it consumed before the committed
 cursor (:func:`with_source_tokens`), a pure function of the position through the per-source
-consumed counts (:mod:`resumable_data.plan.mixture_tokens`): progress, never compared on a
-resume; a restore takes it (bounds-checked against the sources) as the counter's starting point
-instead of a cold prefix sum, and ``inspect`` shows it from the state alone.
+consumed counts (:mod:`resumable_data.plan.mixture_tokens`), with ``token_column`` (the column
+counted) and, when not 0, ``tokens_base`` (tokens ``counters.tokens`` does not hold: a schema-1
+state resumed by a counting loader). Progress, not identity (not in a checkpoint's fingerprint),
+but checked on a resume by :func:`check_saved_tokens` before anything changes: the same column,
+counts within their source epochs and within int64, and without skipped steps a sum equal to
+``counters.tokens + tokens_base``; a restore then takes them as the counter's starting point
+instead of a cold prefix sum, and ``inspect`` shows them from the state alone.
 
 Cost. O(S) integers in the state; a check or a progress query is one counting call (tokens: the
 records between the last query and this one, per source).
@@ -40,16 +44,16 @@ from typing import Any
 
 import numpy as np
 
-from resumable_data.errors import ResumeError, describe
+from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.state import LoaderState, OnUncommitted
-from resumable_data.plan.mixture import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, K_TOKENS, \
-    TOKENS_SCHEMA_VERSION, MixturePlan, Rebase, SourceProgress, StepPositions
+from resumable_data.plan.mixture import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
+    K_TOKEN_COLUMN, K_TOKENS, K_TOKENS_BASE, TOKENS_SCHEMA_VERSION, MixturePlan, Rebase, SourceProgress, StepPositions
 from resumable_data.plan.mixture_tokens import SourceTokens
 from resumable_data.plan.packing import PackMode, best_fit_bins
 
-__all__ = ["MixtureProgress", "check_mixture", "mixture_progress", "saved_plan", "saved_tokens",
-           "with_packed_source_tokens", "with_source_tokens"]
+__all__ = ["MixtureProgress", "TokenStart", "check_mixture", "check_saved_tokens", "mixture_progress", "saved_plan",
+           "saved_tokens", "with_packed_source_tokens", "with_source_tokens"]
 
 _FIXED = (K_NAMES, K_SIZES, K_BLOCK, K_SHUFFLE)
 
@@ -173,12 +177,76 @@ class MixtureProgress:
         }
 
 
-def with_source_tokens(state: LoaderState, plan: MixturePlan, tokens: SourceTokens) -> LoaderState:
+def with_source_tokens(state: LoaderState, plan: MixturePlan, tokens: SourceTokens, column: str,
+                       base: int = 0) -> LoaderState:
     """``state`` with its mixture section at schema 2, holding each source's tokens consumed
-    before the committed cursor (unpacked mixture loaders that count tokens)."""
+    before the committed cursor (unpacked mixture loaders that count tokens), the column counted
+    and, when not 0, the tokens among them that ``counters.tokens`` does not hold."""
     counts = plan.counts_before(state.plan.step_start(state.cursor.committed))
-    section = {**state.mixture, K_SCHEMA: TOKENS_SCHEMA_VERSION, K_TOKENS: tokens.before(counts).tolist()}
+    section = {**state.mixture, K_SCHEMA: TOKENS_SCHEMA_VERSION, K_TOKENS: tokens.before(counts).tolist(),
+               K_TOKEN_COLUMN: column, **({K_TOKENS_BASE: base} if base else {})}
     return replace(state, mixture=section)
+
+
+@dataclass(frozen=True)
+class TokenStart:
+    """Where a restored loader's per-source token counter starts: each source's records consumed
+    and tokens at the saved committed cursor (None: packed, nothing to seed) and the tokens among
+    them that ``counters.tokens`` does not hold."""
+
+    counts: list[int] | None
+    tokens: list[int] | None
+    base: int
+
+
+def check_saved_tokens(saved: LoaderState, counter: SourceTokens, plan: MixturePlan, *, column: str | None,
+                       packed_epoch_end: int | None = None) -> TokenStart:
+    """Check a saved state's per-source tokens against the current loader before anything changes
+    (``ResumeError`` naming the field): the counted column must be the current ``token_column``; every
+    source's tokens must fit 2**62 through its current epoch; each count must lie within the source
+    epoch its consumed count is in; and without skipped steps they sum to ``counters.tokens`` (plus
+    the saved ``tokens_base``). A state without the counts (schema 1) gets them computed (a cold
+    prefix) and the difference to its ``counters.tokens`` becomes the base. ``plan``: the saved plan
+    (unpacked: counts at the committed cursor) or the rebased current plan (packed, with
+    ``packed_epoch_end``, the mixed position the epoch ends at: only the range and the sum apply)."""
+    section, names = saved.mixture, saved.mixture[K_NAMES]
+    at = saved.plan.step_start(saved.cursor.committed) if packed_epoch_end is None else packed_epoch_end
+    counts = [int(x) for x in plan.counts_before(at)]
+    try:
+        counter.check_range(counts)
+    except ConfigError as e:
+        raise ResumeError(describe("state.cursor", saved.cursor.to_dict(), "a position whose per-source token counts "
+                                   f"fit int64 ({e})", "pass an unmodified state")) from None
+    saved_column = section.get(K_TOKEN_COLUMN)
+    if K_TOKENS in section and saved_column is not None and saved_column != column:
+        raise ResumeError(describe("state.mixture.token_column", saved_column, f"the current loader's token_column="
+                                   f"{column!r} (its counts and counters.tokens are of that column)",
+                                   f"build the loader with token_column={saved_column!r}, as saved"))
+    base = section.get(K_TOKENS_BASE, 0)
+    if K_TOKENS in section:
+        tokens = [int(t) for t in section[K_TOKENS]]
+        if packed_epoch_end is None:
+            try:
+                counter.check(counts, tokens)
+            except ConfigError as e:
+                raise ResumeError(f"state.mixture.tokens is inconsistent with the sources: {e}") from None
+    elif packed_epoch_end is None:
+        tokens = [int(t) for t in counter.before(counts)]
+        base = sum(tokens) - saved.counters.tokens
+        if base < 0:
+            raise ResumeError(describe("state.counters.tokens", saved.counters.tokens, f"at most {sum(tokens)}, the "
+                                       f"tokens of column {column!r} in the records consumed", "build the loader with "
+                                       "the token_column the run counted (or without token_column=)"))
+        return TokenStart(counts, tokens, base)
+    else:
+        return TokenStart(None, None, 0)
+    if not saved.skipped and sum(tokens) != saved.counters.tokens + base:
+        raise ResumeError(describe("state.mixture.tokens", dict(zip(names, tokens)),
+                                   f"per-source counts summing to counters.tokens={saved.counters.tokens}"
+                                   + (f" + tokens_base={base}" if base else "") + f" (they sum to {sum(tokens)}; "
+                                   "the state has no skipped steps)", "pass an unmodified state"))
+    return TokenStart(None if packed_epoch_end is not None else counts, None if packed_epoch_end is not None
+                      else tokens, base)
 
 
 def with_packed_source_tokens(state: LoaderState, stream: Any, plan: MixturePlan, tokens: SourceTokens,

@@ -5,7 +5,8 @@ Algorithm. Parse the JSON into a typed :class:`~resumable_data.loader.state.Load
 permutation domain, compare the saved fingerprint with the current one (dataset version, seed,
 order, tail, global batch, accumulation, sampler, packing, pinning, layout under the elastic
 policy), require an explicit choice for uncommitted batches, and check that the saved epoch base
-holds the committed cursor. All differences are reported together in one
+holds the committed cursor (a packed epoch base's epoch is bounded first: at most its first
+step, its documents below 2**62). All differences are reported together in one
 :class:`rd.ResumeError`. :func:`compare` is the contract: every difference that forbids the resume
 (saved vs current, with the fix) and the recovery label.
 
@@ -26,6 +27,7 @@ Cost. O(size of the state) plus, for a packed stream, the saved epoch's packing 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -38,7 +40,7 @@ from resumable_data.plan import Plan, Tail
 from resumable_data.plan.sharding import world_sizes_text
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 
-__all__ = ["Restore", "compare", "validate_restore"]
+__all__ = ["Restore", "compare", "rounded_epoch_fix", "validate_restore"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,11 @@ def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncomm
         raise ResumeError(describe("state.cursor", saved.cursor.to_dict(),
                                    f"steps whose positions (step x global batch {saved.plan.global_batch}) stay "
                                    "below 2**62", "pass an unmodified state"))
+    epoch, first = saved.epoch_base
+    if saved.packing is not None and (epoch > first or (epoch + 1) * saved.plan.num_records > MAX_POSITION):
+        raise ResumeError(describe("state.epoch_base[0]", epoch, f"a packed epoch <= its first step {first} (each "
+                                   f"epoch holds a step) whose documents (epoch x {saved.plan.num_records} records) "
+                                   "stay below 2**62", "pass an unmodified state"))
     declared = None if label is None else coerce_enum(label, RecoveryLabel, "label")
     if declared not in (None, RecoveryLabel.FAITHFUL_CONTINUATION, RecoveryLabel.DATA_CHANGE):
         raise ConfigError(describe("label", declared.value, "'faithful_continuation' or 'data_change' for a loader",
@@ -145,16 +152,20 @@ def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool,
 
     differ("dataset_version", sp.version_hash, cp.version_hash,
            "open the dataset version the run was trained on (rd.ArrowShards on the pinned directory)")
-    differ("num_records", sp.num_records, cp.num_records, "open the same dataset")
+    batch_changed = sp.batch_dict() != cp.batch_dict()
+    rounded = batch_changed and sp.num_records != cp.num_records and _same_mixture_sizes(saved, current)
+    if rounded:  # the epoch length follows the batch: on_batch_change='continue' cannot continue it
+        diffs.append(_rounded_epoch_text(sp, cp))
+    else:
+        differ("num_records", sp.num_records, cp.num_records, "open the same dataset")
     differ("seed", sp.seed, cp.seed, "pass seed= as saved")
     differ("order", sp.order.to_dict(), cp.order.to_dict(), "pass the same shuffle / shuffle_window")
     differ("tail", sp.tail.value, cp.tail.value, f"pass tail={sp.tail.value!r} (or the drop_last and sampler "
            "settings the run was started with)")
     differ("pad_to", sp.pad_to, cp.pad_to, "resume a DistributedSampler(drop_last=False) run on the same world size")
-    batch_changed = sp.batch_dict() != cp.batch_dict()
     declared = on_batch_change is OnBatchChange.CONTINUE
-    alternative = ("; or, to continue at the committed sample with the current batch (no sample lost or repeated), "
-                   "load with on_batch_change='continue'")
+    alternative = "" if rounded else ("; or, to continue at the committed sample with the current batch (no sample "
+                                      "lost or repeated), load with on_batch_change='continue'")
     if batch_changed and declared:
         diffs.extend(_batch_change_problems(saved, current))
     elif batch_changed and (sp.schedule is not None or cp.schedule is not None):
@@ -188,6 +199,30 @@ def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool,
         )
     label = RecoveryLabel.ELASTIC_RESHARD if layout_changed or batch_changed else RecoveryLabel.FAITHFUL_CONTINUATION
     return diffs, label
+
+
+def _same_mixture_sizes(saved: LoaderState, current: LoaderState) -> bool:
+    """Both are ``rd.Mixture`` loaders over sources of the same sizes."""
+    return saved.mixture is not None and current.mixture is not None and \
+        saved.mixture.get("sizes") == current.mixture.get("sizes")
+
+
+def _rounded_epoch_text(sp: Plan, cp: Plan) -> str:
+    """An ``rd.Mixture`` whose epoch length was rounded to the global batch, across a batch change."""
+    return (f"mixture epoch length: saved {sp.num_records} vs current {cp.num_records} records an epoch; fix: "
+            + rounded_epoch_fix(sp.num_records, sp.global_batch, cp.global_batch))
+
+
+def rounded_epoch_fix(saved_records: int, saved_batch: int, current_batch: int) -> str:
+    """The fix for an ``rd.Mixture`` epoch rounded to the global batch across a batch change (the
+    loader's and the checkpoint's refusal name it alike)."""
+    step = math.lcm(saved_batch, current_batch)
+    example = max(step, -(-saved_records // step) * step)
+    return (f"the rd.Mixture rounds its epoch to the global batch ({saved_batch} vs {current_batch}), so the new batch "
+            "plays another stream and on_batch_change='continue' cannot continue it: resume with the saved batch; a "
+            "run whose batch will change must start with an explicit rd.Mixture(..., epoch_len=L), L a multiple of "
+            f"every global batch it will use (for {saved_batch} and {current_batch}: a multiple of {step}, e.g. "
+            f"{example})")
 
 
 def _batch_text(plan: Plan) -> str:

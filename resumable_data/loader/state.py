@@ -338,7 +338,7 @@ class LoaderState:
         d = self.to_dict()
         out = {k: d[k] for k in FINGERPRINT_KEYS + (K_MIXTURE,) if k in d}
         if K_MIXTURE in out and mixture_plan.K_TOKENS in out[K_MIXTURE]:  # progress, not identity: the plain section
-            out[K_MIXTURE] = {**{k: v for k, v in out[K_MIXTURE].items() if k != mixture_plan.K_TOKENS},
+            out[K_MIXTURE] = {**{k: v for k, v in out[K_MIXTURE].items() if k not in mixture_plan.TOKENS_KEYS},
                               mixture_plan.K_SCHEMA: mixture_plan.MIXTURE_SCHEMA_VERSION}
         return out
 

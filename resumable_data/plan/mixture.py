@@ -72,6 +72,12 @@ K_REBASE = "rebase"
 #: Tokens consumed per source at the state's committed cursor (mixture schema 2 only: a loader
 #: that counts tokens); progress, not identity (:mod:`resumable_data.plan.mixture_tokens`).
 K_TOKENS = "tokens"
+#: With ``tokens``: the list column they count (an unpacked loader's ``token_column``), and the
+#: tokens among them that ``counters.tokens`` does not hold (records consumed before counting
+#: began: a schema-1 resume), written when not 0.
+K_TOKEN_COLUMN = "token_column"
+K_TOKENS_BASE = "tokens_base"
+TOKENS_KEYS = (K_TOKENS, K_TOKEN_COLUMN, K_TOKENS_BASE)
 TOKENS_SCHEMA_VERSION = 2
 _KEYS = frozenset({K_SCHEMA, K_NAMES, K_SIZES, K_SCHEDULE, K_BLOCK, K_SHUFFLE, K_REBASE})
 MAX_SOURCES = 4096
@@ -431,7 +437,8 @@ class MixturePlan:
         """The counting plan a saved mixture section describes (source versions are not saved:
         it answers counts and progress, not record ids)."""
         version = d.get(K_SCHEMA) if isinstance(d, dict) else None
-        expect_mapping(d, where, _KEYS | {K_TOKENS} if version == TOKENS_SCHEMA_VERSION else _KEYS)
+        optional = {k for k in (K_TOKEN_COLUMN, K_TOKENS_BASE) if k in d} if version == TOKENS_SCHEMA_VERSION else set()
+        expect_mapping(d, where, _KEYS | {K_TOKENS} | optional if version == TOKENS_SCHEMA_VERSION else _KEYS)
         if expect_int(d[K_SCHEMA], f"{where}.schema_version") not in (MIXTURE_SCHEMA_VERSION, TOKENS_SCHEMA_VERSION):
             raise ResumeError(describe(f"{where}.schema_version", d[K_SCHEMA],
                                        f"{MIXTURE_SCHEMA_VERSION} or {TOKENS_SCHEMA_VERSION} (with per-source tokens)",
@@ -464,6 +471,10 @@ class MixturePlan:
             raise ResumeError(describe(f"{where}.tokens", tokens, "one token count per source", "pass an unmodified state"))
         for i, t in enumerate(tokens):
             expect_int(t, f"{where}.tokens[{i}]", 0, MAX_POSITION)
+        if K_TOKEN_COLUMN in d:
+            expect_str(d[K_TOKEN_COLUMN], f"{where}.token_column", max_len=256)
+        if K_TOKENS_BASE in d:
+            expect_int(d[K_TOKENS_BASE], f"{where}.tokens_base", 0, MAX_POSITION)
         shuffle = d[K_SHUFFLE]
         if not isinstance(shuffle, bool):
             raise ResumeError(describe(f"{where}.shuffle", shuffle, "true or false", "pass an unmodified state"))

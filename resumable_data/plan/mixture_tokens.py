@@ -13,7 +13,12 @@ What counts: the non-padding tokens of the loader's ``token_column`` in those re
 lengths, as ``counters.tokens`` counts them); a record of a skipped step counts once its position
 is passed, as ``consumed`` does.
 
-Cost. O(S) per query plus O(min(delta, n_s - o, o)) permutation evaluations per source, where
+A windowed source (:mod:`.order`'s window shuffle) sums the windows wholly inside a span from
+its per-block token totals (a window holds the same records in any inner order), so only the two
+partial windows at the span's ends are evaluated record by record.
+
+Cost. O(S) per query plus O(min(delta, n_s - o, o)) permutation evaluations per source (windowed:
+O(that / block + 2 windows)), where
 ``delta`` is the distance from the memoized count: a loader's consecutive states pay for the
 records delivered in between; a cold query pays at most half an epoch of each source, which a
 restore avoids by seeding the memo with the saved counts (:meth:`SourceTokens.seed`).
@@ -26,6 +31,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from resumable_data.errors import ConfigError, describe
+from resumable_data.plan.order import Order, window_sum
+from resumable_data.plan.permutation import MAX_DOMAIN as MAX_TOKENS
 
 __all__ = ["SourceTokens"]
 
@@ -53,18 +60,31 @@ class SourceTokens:
             self._lengths.append(ln)
         self.totals = tuple(int(ln.sum()) for ln in self._lengths)
         self._memo: dict[int, tuple[int, int, int]] = {}  # source -> (epoch, offset, tokens before offset)
+        self._block_sums: dict[int, np.ndarray] = {}  # windowed source -> its tokens per block
 
     def before(self, counts: Sequence[int]) -> np.ndarray:
-        """Tokens of each source's first ``counts[s]`` records (int64, one per source)."""
-        if len(counts) != len(self._lengths):
-            raise ConfigError(describe("counts", list(counts), f"{len(self._lengths)} counts", "pass one per source"))
+        """Tokens of each source's first ``counts[s]`` records (int64, one per source); a
+        ``ConfigError`` when one would exceed ``2**62`` (:meth:`check_range` first)."""
+        self.check_range(counts)
         out = np.empty(len(self._lengths), dtype=np.int64)
         for s, c in enumerate(int(x) for x in counts):
-            if c < 0:
-                raise ConfigError(describe(f"counts[{s}]", c, "a count >= 0", "pass records consumed"))
             e, o = divmod(c, self._plan.sizes[s])
             out[s] = e * self.totals[s] + self._prefix(s, e, o)
         return out
+
+    def check_range(self, counts: Sequence[int]) -> None:
+        """``ConfigError`` unless every source's tokens through the end of the epoch its count
+        is in stay within ``2**62`` (so :meth:`before` fits int64 there); O(S), no prefix."""
+        if len(counts) != len(self._lengths):
+            raise ConfigError(describe("counts", list(counts), f"{len(self._lengths)} counts", "pass one per source"))
+        for s, c in enumerate(int(x) for x in counts):
+            if c < 0:
+                raise ConfigError(describe(f"counts[{s}]", c, "a count >= 0", "pass records consumed"))
+            most = (c // self._plan.sizes[s] + 1) * self.totals[s]
+            if most > MAX_TOKENS:
+                raise ConfigError(describe(f"counts[{s}]", c, f"records whose tokens stay within 2**62 (up to {most} "
+                                           f"at {self.totals[s]} tokens an epoch of {self._plan.sizes[s]} records)",
+                                           "pass a position whose source epochs hold fewer than 2**62 tokens"))
 
     def seed(self, counts: Sequence[int], tokens: Sequence[int]) -> None:
         """Take ``tokens`` (a saved state's, at ``counts``) as known, so the next query costs the
@@ -106,6 +126,13 @@ class SourceTokens:
         if not self._plan.shuffle:
             return int(ln[a:b].sum())
         perm = self._plan.source_order(s, e)
+        spec = getattr(perm, "spec", None)
+        if spec is not None and spec.kind is Order.WINDOW and b - a > 2 * spec.window:  # whole windows: block sums
+            sums = self._block_sums.get(s)
+            if sums is None:
+                sums = self._block_sums[s] = np.add.reduceat(ln, np.arange(0, len(ln), spec.block)) if len(ln) else ln
+            return window_sum(perm.n, spec, ln, sums, a, b, version_hash=perm.version_hash, seed=perm.seed,
+                              epoch=perm.epoch)
         total = 0
         for start in range(a, b, _CHUNK):
             offsets = np.arange(start, min(start + _CHUNK, b), dtype=np.int64)

@@ -116,3 +116,52 @@ def test_a_rebased_mixture_checkpoint_resumes_faithfully(tmp_path):
     assert rd.load_checkpoint(tmp_path / "ck", fresh).label is rd.RecoveryLabel.FAITHFUL_CONTINUATION
     assert fresh.loader.state_dict()["mixture"]["rebase"] == loader.state_dict()["mixture"]["rebase"] is not None
     assert run(fresh.loader, 6)[0] == want
+
+
+def test_a_mixture_epoch_rounded_to_the_batch_names_the_epoch_len_fix(tmp_path):
+    """An rd.Mixture without epoch_len= rounds its epoch to the global batch (4: 192, 5: 195), so no
+    batch change continues it: both refusals name the fix that works (an explicit epoch_len= that
+    is a multiple of both batches), not on_batch_change='continue'; and that fix does continue."""
+    from tests.loader.test_mixture_resume import ids_of
+    from tests.mixture_data import WEIGHTS, open_sources, write_sources
+
+    dirs = write_sources(tmp_path)
+
+    def training_state(batch, value=0.0, **mix):
+        loader = rd.DataLoader(rd.Mixture(open_sources(dirs), weights=WEIGHTS, block_size=16, **mix), batch_size=batch,
+                               seed=11)
+        model = torch.nn.Linear(1, 1)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.fill_(value)
+        return rd.TrainingState(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), loader=loader)
+
+    saved = training_state(4, 1.0)
+    first = train(saved, 7)
+    rd.save_checkpoint(tmp_path / "ck", saved)
+    fix = (r"the rd.Mixture rounds its epoch to the global batch \(4 vs 5\).*on_batch_change='continue' cannot continue it: "
+           r"resume with the saved batch; .*rd.Mixture\(..., epoch_len=L\).*a multiple of 20, e.g. 200\)")
+    for options in ({}, {"on_batch_change": "continue"}):
+        loader = training_state(5).loader
+        with pytest.raises(rd.ResumeError, match=r"mixture epoch length: saved 192 vs current 195 records an epoch; "
+                                                 r"fix: " + fix) as err:
+            loader.load_state_dict(saved.loader.state_dict(), **options)
+        assert "load with on_batch_change='continue'" not in str(err.value) and "open the same dataset" not in str(err.value)
+        assert loader.cursor.committed == 0
+        fresh = training_state(5)
+        with pytest.raises(rd.CompatibilityError, match=r"data.plan.num_records: saved 192 vs current 195 \(dataset\); "
+                                                        r"fix: " + fix) as err:
+            rd.load_checkpoint(tmp_path / "ck", fresh, **options)
+        assert "pass on_batch_change='continue'" not in str(err.value) and fresh.loader.cursor.committed == 0
+    # the named fix: epoch_len=200 from the start, then the batch change continues at sample 28
+    saved = training_state(4, 1.0, epoch_len=200)
+    first = train(saved, 7)
+    rd.save_checkpoint(tmp_path / "ck200", saved)
+    fresh = training_state(5, epoch_len=200)
+    assert rd.load_checkpoint(tmp_path / "ck200", fresh, on_batch_change="continue").label is \
+        rd.RecoveryLabel.ELASTIC_RESHARD
+    later = [canon(b) for _, b in zip(range(12), fresh.loader)]
+    one = rd.DataLoader(rd.Mixture(open_sources(dirs), weights=WEIGHTS, block_size=16, epoch_len=200), batch_size=1,
+                        seed=11)
+    stream = ids_of([canon(b) for _, b in zip(range(28 + 60), one)])
+    assert np.concatenate(first).tolist() + ids_of(later).tolist() == stream.tolist()  # every sample, in order

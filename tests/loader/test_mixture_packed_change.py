@@ -107,3 +107,56 @@ def test_a_weight_schedule_with_packing_is_refused_naming_the_exact_path(dirs):
                                              r"weights, and change them by a data_change resume from a state "
                                              r"written at the start of a loader epoch"):
         loader_for(dirs, sched, packing=SPEC)
+
+
+@pytest.mark.parametrize("epoch", [2**40, 2**62])
+@pytest.mark.parametrize("label", [None, "data_change"])
+def test_a_forged_packed_epoch_base_epoch_is_refused_naming_the_field(dirs, epoch, label):
+    """A packed state's epoch_base epoch must not exceed its first step (each epoch holds a step)
+    and its documents (epoch x num_records) must stay below 2**62: else a ResumeError, not an
+    OverflowError or a state that counts 2**40 epochs of tokens."""
+    _, states = run(loader_for(dirs, WEIGHTS, packing=SPEC), 30)
+    k = next(j for j, st in enumerate(states) if st["epoch_base"] == [1, j])
+    forged = {**states[k], "epoch_base": [epoch, k]}
+    loader = loader_for(dirs, W2 if label else WEIGHTS, packing=SPEC)
+    for call in (loader.validate_state_dict, loader.load_state_dict):
+        with pytest.raises(rd.ResumeError, match=rf"state.epoch_base\[0\]={epoch}: expected a packed epoch <= its "
+                                                 rf"first step {k}.*fix: pass an unmodified state"):
+            call(forged, **({"label": label} if label else {}))
+    assert loader.cursor.committed == 0
+    loader.load_state_dict(states[k], **({"label": label} if label else {}))
+    assert loader.state_dict()["epoch_base"] == [1, k] and loader.cursor.committed == k
+
+
+@pytest.mark.parametrize("window", [{"web": 32, "code": 8}, {"math": 4}], ids=["web32-code8", "math4"])
+def test_packing_and_a_data_change_over_windowed_sources(dirs, window):
+    """Windowed sources (shuffle windows per source) under packing, with a data_change at loader
+    epoch 2's start: the delivered documents are the plans' (before: the saved weights' first two
+    epochs; after: the rebased plan's), and every source's records come in per-source epochs."""
+    def mix(weights):
+        return rd.Mixture(open_sources(dirs), weights=weights, block_size=16, shuffle_window=window)
+
+    def make(weights):
+        return rd.DataLoader(mix(weights), batch_size=4, seed=11, packing=SPEC)
+
+    a_batches, a_states = run(make(WEIGHTS), 60)
+    k = next(j for j, st in enumerate(a_states) if st["epoch_base"] == [2, j])
+    b_batches, b_states = continue_from(make(W2), a_states[k], 60, label="data_change")
+    sampler_a = mix(WEIGHTS).sampler(11, 4, packed=True)
+    n = len(sampler_a)
+    before = np.concatenate([sampler_a.indices(e, np.arange(n)) for e in range(2)])
+    rebase = b_states[0]["mixture"]["rebase"]
+    assert rebase[0] == 2 * n
+    sampler_b = mix(W2).sampler(11, 4, packed=True)
+    sampler_b.rebase(Rebase(rebase[0], tuple(rebase[1])))
+    after = np.concatenate([sampler_b.indices(e, np.arange(n)) for e in range(2, 9)])
+    planned = np.concatenate([before, after])
+    got = np.concatenate([documents(a_batches[:k]), documents(b_batches)])
+    assert len(got) > 2 * n and got.tolist() == dedup(planned)[:len(got)].tolist()
+    check_source_epochs(mix(WEIGHTS).take(planned).column("id").to_numpy())
+    unchanged = np.concatenate([sampler_a.indices(e, np.arange(n)) for e in range(9)])
+    check_source_epochs(mix(WEIGHTS).take(unchanged).column("id").to_numpy())
+    assert not np.array_equal(np.sort(sampler_a.indices(0, np.arange(n))), sampler_a.indices(0, np.arange(n)))
+    # a state after the change resumes exactly with 2 workers
+    make2 = lambda: rd.DataLoader(mix(W2), batch_size=4, seed=11, packing=SPEC, num_workers=2)  # noqa: E731
+    assert resume_points(b_states, b_batches, make2, 4, np.random.default_rng(3)) == 4

@@ -12,6 +12,7 @@ import pytest
 
 import resumable_data as rd
 from resumable_data.loader.state import LoaderState
+from tests.loader.conftest import canon
 from tests.loader.test_mixture_resume import W2, continue_from, ids_of, loader_for, resume_points, run
 from tests.mixture_data import BASE, SIZES, WEIGHTS, open_sources, source_of, write_sources
 
@@ -150,3 +151,170 @@ def test_packed_tokens_per_source_are_not_written_on_a_wrapping_tail(dirs):
     not be those of the documents' positions, so they are not written (counters.tokens is)."""
     _, states = run(loader_for(dirs, WEIGHTS, packing=rd.Packing(16), tail="wrap"), 5)
     assert "tokens" not in states[5]["mixture"] and states[5]["counters"]["tokens"] > 0
+
+
+def test_a_skipping_data_change_seeds_the_token_counter_from_the_saved_plan(dirs):
+    """on_uncommitted='skip' rebases at the first undelivered step, after the committed cursor;
+    the saved counts are still the start (a source's tokens do not depend on the weights): the
+    skipped records count once passed, every later batch is the non-counting loader's."""
+    a = loader_for(dirs, WEIGHTS, commit="explicit")
+    it, a_batches = iter(a), []
+    for k in range(6):
+        a_batches.append(canon(next(it)))
+        if k < 3:
+            a.commit()
+    st = a.state_dict()
+    assert st["cursor"]["committed"] == 3 and st["cursor"]["delivered"] == 6
+    counting = loader_for(dirs, W2, commit="explicit")
+    counting.validate_state_dict(st, label="data_change", on_uncommitted="skip")
+    counting.load_state_dict(st, label="data_change", on_uncommitted="skip")
+    assert counting.state_dict()["mixture"]["rebase"][0] == 24
+    plain = rd.DataLoader(rd.Mixture(open_sources(dirs), weights=W2, block_size=16), batch_size=4, seed=11,
+                          commit="explicit")
+    plain.load_state_dict(st, label="data_change", on_uncommitted="skip")
+    got, want = run_committing(counting, 9), run_committing(plain, 9)
+    assert len(got[0]) == 9 and got[0] == want[0]  # every later batch, in order
+    ids = np.concatenate([ids_of(a_batches), ids_of(got[0])])
+    assert got[1][-1]["mixture"]["tokens"] == delivered_tokens(dirs, ids)
+    again = loader_for(dirs, W2, commit="explicit")
+    again.load_state_dict(got[1][-1])  # skipped steps: the sum check is off, the bounds check passes
+    assert again.state_dict()["mixture"]["tokens"] == delivered_tokens(dirs, ids)
+
+
+def run_committing(loader, steps):
+    batches, states = [], []
+    for b, _ in zip(loader, range(steps)):
+        loader.commit()
+        batches.append(canon(b))
+        states.append(loader.state_dict())
+    return batches, states
+
+
+def test_validate_state_dict_refuses_what_load_refuses_before_a_training_state_changes(dirs):
+    """The token checks run in validate_state_dict, so rd.TrainingState's validate phase refuses a
+    bad count before the model (or anything) is loaded."""
+    import torch
+
+    _, states = run(loader_for(dirs, WEIGHTS), 6)
+    bad = {**states[6], "mixture": {**states[6]["mixture"], "tokens": [10**9, 0, 0]}}
+    loader = loader_for(dirs, WEIGHTS)
+    with pytest.raises(rd.ResumeError, match=r"state.mixture.tokens is inconsistent with the sources: tokens\[0\]"):
+        loader.validate_state_dict(bad)
+
+    def training_state(value):
+        model = torch.nn.Linear(1, 1)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.fill_(value)
+        return rd.TrainingState(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                                loader=loader_for(dirs, WEIGHTS))
+
+    src = training_state(1.0)
+    for _, batch in zip(range(6), src.loader):
+        src.loader.commit()
+    tree = src.state_dict()
+    saved = json.loads(tree["json"])
+    saved["loader"]["mixture"]["tokens"] = [10**9, 0, 0]
+    dst = training_state(0.0)
+    calls = []
+    original = dst.model.load_state_dict
+    dst.model.load_state_dict = lambda *a, **k: (calls.append(1), original(*a, **k))[1]
+    with pytest.raises(rd.ResumeError, match=r"state.mixture.tokens"):
+        dst.load_state_dict({**tree, "json": json.dumps(saved)})
+    assert calls == [] and dst.loader.cursor.committed == 0
+    assert all(float(p.detach().abs().sum()) == 0 for p in dst.model.parameters())
+
+
+def test_forged_counts_within_the_bounds_are_refused_by_their_sum(dirs):
+    _, states = run(loader_for(dirs, WEIGHTS), 10)
+    st = states[10]
+    tokens = list(st["mixture"]["tokens"])
+    tokens[0] += 7  # still within source 0's epoch bounds
+    loader = loader_for(dirs, WEIGHTS)
+    with pytest.raises(rd.ResumeError, match=r"state.mixture.tokens=\{'web': %d.*counters.tokens=%d \(they sum to %d"
+                       % (tokens[0], st["counters"]["tokens"], sum(tokens))):
+        loader.load_state_dict({**st, "mixture": {**st["mixture"], "tokens": tokens}})
+    assert loader.cursor.committed == 0
+    loader.load_state_dict(st)
+    assert loader.state_dict()["mixture"]["tokens"] == st["mixture"]["tokens"]
+
+
+def test_a_cursor_whose_token_counts_overflow_int64_is_refused_at_restore(dirs):
+    plain = rd.DataLoader(rd.Mixture(open_sources(dirs), weights=WEIGHTS, block_size=16), batch_size=4, seed=11)
+    _, states = run(plain, 3)
+    st = json.loads(json.dumps(states[3]))  # schema 1: no counts to bound-check
+    plan = LoaderState.from_dict(st).plan
+    c = (2**62) // 4 - 8  # positions within 2**62, tokens beyond it
+    st["cursor"] = {"committed": c, "delivered": c, "fetched": c}
+    st["epoch_base"] = [plan.epoch_of_step(c), plan.epoch_first_step(plan.epoch_of_step(c))]
+    plain.load_state_dict(st)  # not counting: accepted
+    loader = loader_for(dirs, WEIGHTS)
+    for call in (loader.validate_state_dict, loader.load_state_dict):
+        with pytest.raises(rd.ResumeError, match=r"state.cursor=.*per-source token counts fit int64.*counts\[0\]"):
+            call(st)
+    assert loader.cursor.committed == 0 and loader.state_dict()["mixture"]["tokens"] == [0, 0, 0]
+
+
+def test_packed_per_source_tokens_are_checked_by_their_sum(dirs):
+    spec = rd.Packing(16)
+    _, states = run(loader_for(dirs, WEIGHTS, packing=spec), 10)
+    st = states[10]
+    loader = loader_for(dirs, WEIGHTS, packing=spec)
+    for forged in ([2**62, 0, 12345], [t + d for t, d in zip(st["mixture"]["tokens"], (1, 0, 0))]):
+        with pytest.raises(rd.ResumeError, match=r"state.mixture.tokens=.*summing to counters.tokens=%d"
+                           % st["counters"]["tokens"]):
+            loader.load_state_dict({**st, "mixture": {**st["mixture"], "tokens": forged}})
+    assert loader.cursor.committed == 0
+    loader.load_state_dict(st)
+    assert loader.state_dict() == st
+
+
+@pytest.fixture(scope="module")
+def two_columns(tmp_path_factory):
+    root, srcs = tmp_path_factory.mktemp("twocol"), {}
+    for i, (name, n) in enumerate((("x", 50), ("y", 30))):
+        rng = np.random.default_rng(i)
+        a = [[1] * int(k) for k in rng.integers(1, 9, n)]
+        b = [[1] * int(k) for k in rng.integers(20, 40, n)]
+        d = root / name
+        rd.write_arrow_shards(pa.table({"id": pa.array(np.arange(n) + 1000 * (i + 1)), "a": pa.array(a, pa.list_(pa.int64())),
+                                        "b": pa.array(b, pa.list_(pa.int64()))}), d, num_shards=1)
+        rd.pin(d)
+        srcs[name] = str(d)
+    return srcs
+
+
+def test_the_counted_column_is_part_of_the_token_state(two_columns):
+    def make(column):
+        mix = rd.Mixture({k: rd.ArrowShards(v) for k, v in two_columns.items()}, weights={"x": 0.6, "y": 0.4},
+                         block_size=8)
+        return rd.DataLoader(mix, batch_size=4, seed=3, **({"token_column": column} if column else {}))
+
+    _, on_a = run(make("a"), 6)
+    assert on_a[6]["mixture"]["token_column"] == "a" and "tokens_base" not in on_a[6]["mixture"]
+    assert "token_column" not in LoaderState.from_dict(on_a[6]).fingerprint_dict()["mixture"]
+    counting_b = make("b")
+    with pytest.raises(rd.ResumeError, match=r"state.mixture.token_column='a': expected the current loader's "
+                                             r"token_column='b'.*fix: build the loader with token_column='a'"):
+        counting_b.load_state_dict(on_a[6])
+    assert counting_b.cursor.committed == 0
+    # a state written without counting (schema 1): the counts are computed, the difference to
+    # counters.tokens (0: nothing was counted) is recorded, and its later states load again
+    _, plain = run(make(None), 6)
+    assert plain[6]["mixture"]["schema_version"] == 1 and plain[6]["counters"]["tokens"] == 0
+    late = make("a")
+    late.load_state_dict(plain[6])
+    first = late.state_dict()
+    assert first["mixture"]["tokens"] == on_a[6]["mixture"]["tokens"]
+    assert first["mixture"]["tokens_base"] == sum(on_a[6]["mixture"]["tokens"]) and first["counters"]["tokens"] == 0
+    late_batches, late_states = run(late, 4)
+    _, reference = run(make("a"), 10)
+    last = late_states[-1]
+    assert last["mixture"]["tokens"] == reference[10]["mixture"]["tokens"]
+    assert sum(last["mixture"]["tokens"]) == last["counters"]["tokens"] + last["mixture"]["tokens_base"]
+    again = make("a")
+    again.load_state_dict(last)
+    assert again.state_dict() == last
+    forged = {**last, "mixture": {**last["mixture"], "tokens_base": last["mixture"]["tokens_base"] + 1}}
+    with pytest.raises(rd.ResumeError, match=r"state.mixture.tokens=.*\+ tokens_base="):
+        make("a").load_state_dict(forged)
