@@ -29,7 +29,7 @@ from resumable_data.checkpoint.meta import COMPARED, CheckpointMeta
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.restore import rounded_epoch_fix
 from resumable_data.loader.state import K_MIXTURE, K_PLAN, OnBatchChange
-from resumable_data.plan.mixture import K_REBASE
+from resumable_data.plan.mixture_section import K_REBASE
 from resumable_data.plan.steps import K_GLOBAL_BATCH, K_SCHEDULE
 
 __all__ = ["CONTRACT_VERSION", "RULES", "Category", "CompatibilityReport", "Difference", "Severity", "check_compatible"]

@@ -47,8 +47,9 @@ import numpy as np
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.state import LoaderState, OnUncommitted
-from resumable_data.plan.mixture import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
-    K_TOKEN_COLUMN, K_TOKENS, K_TOKENS_BASE, TOKENS_SCHEMA_VERSION, MixturePlan, Rebase, SourceProgress, StepPositions
+from resumable_data.plan.mixture import MixturePlan, SourceProgress, StepPositions
+from resumable_data.plan.mixture_section import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
+    K_TOKEN_COLUMN, K_TOKENS, K_TOKENS_BASE, TOKENS_SCHEMA_VERSION, Rebase
 from resumable_data.plan.mixture_tokens import SourceTokens
 from resumable_data.plan.packing import PackMode, best_fit_bins
 

@@ -43,7 +43,7 @@ from resumable_data._schema import (
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.plan import BatchOrigin, Plan, ShardingPolicy, Tail
-from resumable_data.plan import mixture as mixture_plan
+from resumable_data.plan import mixture_section as mixture_plan
 
 __all__ = [
     "FORMAT",

@@ -1,0 +1,115 @@
+"""A saved mixture section: its keys, its schema versions and its validation (no plan built).
+
+What it holds. The ``mixture`` part of a loader state: the source names and sizes, the declared
+weight schedule (``[[step, [weight per source]], ...]``), the block size, whether blocks are
+shuffled, and a data-change ``rebase`` (``[position, [records consumed per source]]``); at schema
+2 also per-source token counts (progress, not identity: :mod:`.mixture_tokens`).
+
+Guarantee. :func:`parse_section` reads nothing it has not checked: every key, type, length and
+range is validated (a ``ResumeError`` naming the field, the value, what was expected and the fix)
+before a :class:`Section` is returned; it never builds a plan and costs O(sources + segments).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from resumable_data._schema import expect_int, expect_mapping, expect_str
+from resumable_data.errors import ResumeError, describe
+from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
+
+__all__ = ["Rebase", "Section", "parse_section"]
+
+MIXTURE_SCHEMA_VERSION = 1
+K_SCHEMA = "schema_version"
+K_NAMES = "sources"
+K_SIZES = "sizes"
+K_SCHEDULE = "schedule"
+K_BLOCK = "block"
+K_SHUFFLE = "shuffle"
+K_REBASE = "rebase"
+#: Tokens consumed per source at the state's committed cursor (mixture schema 2 only: a loader
+#: that counts tokens); progress, not identity (:mod:`resumable_data.plan.mixture_tokens`).
+K_TOKENS = "tokens"
+#: With ``tokens``: the list column they count (an unpacked loader's ``token_column``), and the
+#: tokens among them that ``counters.tokens`` does not hold (records consumed before counting
+#: began: a schema-1 resume), written when not 0.
+K_TOKEN_COLUMN = "token_column"
+K_TOKENS_BASE = "tokens_base"
+TOKENS_KEYS = (K_TOKENS, K_TOKEN_COLUMN, K_TOKENS_BASE)
+TOKENS_SCHEMA_VERSION = 2
+_KEYS = frozenset({K_SCHEMA, K_NAMES, K_SIZES, K_SCHEDULE, K_BLOCK, K_SHUFFLE, K_REBASE})
+MAX_SOURCES = 4096
+
+
+@dataclass(frozen=True)
+class Rebase:
+    """A run that starts at ``position`` with ``counts[s]`` records of each source consumed
+    (written by a ``data_change`` resume: the stream continues each source where it stood)."""
+
+    position: int
+    counts: tuple[int, ...]
+
+    def to_list(self) -> list:
+        return [self.position, list(self.counts)]
+
+
+
+@dataclass(frozen=True)
+class Section:
+    """A validated mixture section (the weights as saved: numbers, not yet exact fractions)."""
+
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
+    segments: tuple[tuple[int, dict], ...]
+    block: int
+    shuffle: bool
+    rebase: Rebase | None
+
+
+def parse_section(d: Any, where: str = "state.mixture") -> Section:
+    """The validated contents of a saved mixture section ``d`` (a ``ResumeError`` on anything else)."""
+    version = d.get(K_SCHEMA) if isinstance(d, dict) else None
+    optional = {k for k in (K_TOKEN_COLUMN, K_TOKENS_BASE) if k in d} if version == TOKENS_SCHEMA_VERSION else set()
+    expect_mapping(d, where, _KEYS | {K_TOKENS} | optional if version == TOKENS_SCHEMA_VERSION else _KEYS)
+    if expect_int(d[K_SCHEMA], f"{where}.schema_version") not in (MIXTURE_SCHEMA_VERSION, TOKENS_SCHEMA_VERSION):
+        raise ResumeError(describe(f"{where}.schema_version", d[K_SCHEMA],
+                                   f"{MIXTURE_SCHEMA_VERSION} or {TOKENS_SCHEMA_VERSION} (with per-source tokens)",
+                                   "load it with the resumable_data version that wrote it"))
+    names, sizes, sched = d[K_NAMES], d[K_SIZES], d[K_SCHEDULE]
+    for key, v in ((K_NAMES, names), (K_SIZES, sizes), (K_SCHEDULE, sched)):
+        if not isinstance(v, list) or not 0 < len(v) <= MAX_SOURCES:
+            raise ResumeError(describe(f"{where}.{key}", v, f"a list of 1 to {MAX_SOURCES} entries", "pass an unmodified state"))
+    names = [expect_str(n, f"{where}.sources[{i}]", max_len=256) for i, n in enumerate(names)]
+    sizes = [expect_int(n, f"{where}.sizes[{i}]", 1) for i, n in enumerate(sizes)]
+    if len(sizes) != len(names) or len(set(names)) != len(names):
+        raise ResumeError(describe(f"{where}.sizes", sizes, "one size per distinct source name", "pass an unmodified state"))
+    segs = []
+    for i, seg in enumerate(sched):
+        if not (isinstance(seg, list) and len(seg) == 2 and isinstance(seg[1], list) and len(seg[1]) == len(names)):
+            raise ResumeError(describe(f"{where}.schedule[{i}]", seg, "[step, [one weight per source]]", "pass an unmodified state"))
+        segs.append((expect_int(seg[0], f"{where}.schedule[{i}][0]", 0, MAX_POSITION), dict(zip(names, seg[1]))))
+    rb = d[K_REBASE]
+    rebase = None
+    if rb is not None:
+        if not (isinstance(rb, list) and len(rb) == 2 and isinstance(rb[1], list) and len(rb[1]) == len(names)):
+            raise ResumeError(describe(f"{where}.rebase", rb, "null or [position, [one count per source]]", "pass an unmodified state"))
+        rebase = Rebase(expect_int(rb[0], f"{where}.rebase[0]", 0, MAX_POSITION),
+                        tuple(expect_int(c, f"{where}.rebase[1][{i}]", 0, MAX_POSITION) for i, c in enumerate(rb[1])))
+        if sum(rebase.counts) != rebase.position:
+            raise ResumeError(describe(f"{where}.rebase", rb, "[position, counts] with the counts summing to the "
+                                       "position (each position holds one record)", "pass an unmodified state"))
+    tokens = d.get(K_TOKENS, [])
+    if not isinstance(tokens, list) or len(tokens) != (len(names) if K_TOKENS in d else 0):
+        raise ResumeError(describe(f"{where}.tokens", tokens, "one token count per source", "pass an unmodified state"))
+    for i, t in enumerate(tokens):
+        expect_int(t, f"{where}.tokens[{i}]", 0, MAX_POSITION)
+    if K_TOKEN_COLUMN in d:
+        expect_str(d[K_TOKEN_COLUMN], f"{where}.token_column", max_len=256)
+    if K_TOKENS_BASE in d:
+        expect_int(d[K_TOKENS_BASE], f"{where}.tokens_base", 0, MAX_POSITION)
+    shuffle = d[K_SHUFFLE]
+    if not isinstance(shuffle, bool):
+        raise ResumeError(describe(f"{where}.shuffle", shuffle, "true or false", "pass an unmodified state"))
+    return Section(tuple(names), tuple(sizes), tuple(segs), expect_int(d[K_BLOCK], f"{where}.block", 1, 1 << 24), shuffle, rebase)
