@@ -172,20 +172,60 @@ def synchronous_index_queues(it: Any) -> int:
     return changed
 
 
+class _Pickled:
+    """A message pickled already: it unpickles as the object it was pickled from, so a message the
+    synchronous put hands to the feeder thread is not pickled twice (torch's tensor reductions
+    register a file descriptor each time they run)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data  # ForkingPickler's bytes of the message
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return ForkingPickler.loads, (self.data,)
+
+
+def _pipe_room(fd: int, cap: list[int]) -> int:
+    """Bytes that can be written to the pipe ``fd`` now without blocking, keeping half its capacity
+    in reserve for page rounding (the kernel packs writes into pages; a page a write leaves
+    partly used is not filled by the next header); 0 where that cannot be known."""
+    try:
+        import fcntl
+        import termios
+
+        if cap[0] < RESULT_PIPE_BYTES:  # the main process may widen the pipe after this worker started
+            cap[0] = fcntl.fcntl(fd, _F_GETPIPE_SZ)
+        unread = int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder, signed=True)
+    except (ImportError, OSError, AttributeError):
+        return 0
+    return cap[0] // 2 - unread
+
+
 def _sync_put(q: Any) -> Any:
+    """``q.put`` that writes the message itself when the write cannot block: the queue's write lock
+    is free and the message fits the pipe's free room. Otherwise (a message larger than the pipe,
+    a reader that stopped reading, the feeder thread writing) it goes through the queue's own
+    ``put`` and feeder thread, so a worker never blocks in a write the main process will not read:
+    torch's shutdown would wait 5 s per worker for it, then terminate it."""
     dumps, send, lock, sem = ForkingPickler.dumps, q._writer.send_bytes, q._wlock, q._sem
+    feeder_put, fd, cap = q.put, q._writer.fileno(), [0]
 
     def put(obj: Any, block: bool = True, timeout: float | None = None) -> None:
         if q._closed:
             raise ValueError(f"Queue {q!r} is closed")
-        if not sem.acquire(block, timeout):
-            raise queue.Full
         data = dumps(obj)
-        if lock is None:
-            send(data)
-        else:
-            with lock:
-                send(data)
+        if lock is None or lock.acquire(False):
+            try:
+                if len(data) + 4 <= _pipe_room(fd, cap):  # 4: send_bytes' length header
+                    if not sem.acquire(block, timeout):
+                        raise queue.Full
+                    send(data)  # the lock is held: no other writer, the room only grows
+                    return
+            finally:
+                if lock is not None:
+                    lock.release()
+        feeder_put(_Pickled(bytes(data)), block, timeout)  # dumps gives a memoryview
 
     return put
 
