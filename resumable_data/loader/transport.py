@@ -183,20 +183,27 @@ class Wire:
 
 
 def _flat(batch: Any) -> tuple[Any, list[Any]] | None:
-    """``((type, [(key, dtype, shape, is_tensor)]), payloads)`` for a dict (or ``NumpyBatch``) of
-    numeric numpy arrays and plain tensors only, the shape of every Arrow batch: no pickler needed."""
+    """``((type, [(key, dtype, shape, is_tensor, same)]), payloads)`` for a dict (or ``NumpyBatch``)
+    of numeric numpy arrays and plain tensors only, the shape of every Arrow batch: no pickler
+    needed. ``same`` is the position of an earlier entry holding the very same object (-1 for
+    none): that object travels once and arrives as one object under both keys, as through pickle."""
     if type(batch) is not dict and type(batch) is not NumpyBatch:
         return None
-    spec, raws = [], []
+    spec, raws, seen = [], [], {}
     for k, v in batch.items():
+        same = seen.get(id(v))
+        if same is not None:
+            spec.append((k, None, None, False, same))
+            continue
         if type(v) is np.ndarray and v.dtype.kind in "biufc" and v.size and v.flags.c_contiguous:
-            spec.append((k, v.dtype.str, v.shape, False))
+            spec.append((k, v.dtype.str, v.shape, False, -1))
             raws.append(v.reshape(-1).view(np.uint8))
         elif isinstance(v, torch.Tensor) and _plain_tensor(v):
-            spec.append((k, v.dtype, tuple(v.shape), True))
+            spec.append((k, v.dtype, tuple(v.shape), True, -1))
             raws.append(v.detach().reshape(-1).view(torch.uint8).numpy())
         else:
             return None
+        seen[id(v)] = len(spec) - 1
     return (type(batch), spec), raws
 
 
@@ -215,9 +222,15 @@ def _rebuild(header: Any, buffers: list[np.ndarray]) -> Any:
     if isinstance(header, bytes):
         return pickle.loads(header, buffers=buffers)
     cls, spec = header
-    out = cls()
-    for (k, dtype, shape, tensor), b in zip(spec, buffers):
-        out[k] = torch.frombuffer(b, dtype=dtype).view(shape) if tensor else b.view(dtype).reshape(shape)
+    out, values, payloads = cls(), [], iter(buffers)
+    for k, dtype, shape, tensor, same in spec:
+        if same >= 0:
+            v = values[same]
+        else:
+            b = next(payloads)
+            v = torch.frombuffer(b, dtype=dtype).view(shape) if tensor else b.view(dtype).reshape(shape)
+        values.append(v)
+        out[k] = v
     return out
 
 

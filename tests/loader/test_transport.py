@@ -273,3 +273,33 @@ def test_a_worker_killed_mid_transfer_is_a_worker_error_and_leaves_no_slot(monke
     del loader
     gc.collect()
     assert not _mine()
+
+
+@pytest.mark.parametrize("scale", [16, 40_000], ids=["inline", "slot"])
+def test_one_object_under_two_keys_arrives_as_one_object(scale):
+    x, t = np.arange(scale, dtype=np.float32), torch.arange(scale, dtype=torch.int64)
+    got = _roundtrip({"input_ids": x, "labels": x, "t": t, "other": x.copy(), "t2": t})
+    assert list(got) == ["input_ids", "labels", "t", "other", "t2"]
+    assert got["labels"] is got["input_ids"] and got["t2"] is got["t"]  # as at 0 workers and in torch's pickle
+    assert got["other"] is not got["input_ids"] and not np.shares_memory(got["other"], got["input_ids"])
+    assert exact(got) == exact({"input_ids": x, "labels": x, "t": t, "other": x, "t2": t})
+    wire = transport.pack({"input_ids": x, "labels": x}, os.getpid())
+    if scale > 16:  # the payload travels once
+        assert wire.args[5] == transport._aligned(x.nbytes)
+
+
+def test_aliases_arrive_as_one_object_through_two_workers():
+    class Ds(torch.utils.data.Dataset):
+        def __len__(self):
+            return 16
+
+        def __getitem__(self, i):
+            return i
+
+    def collate(items):
+        x = np.zeros((len(items), 32768), np.float32)
+        return {"input_ids": x, "labels": x}
+
+    dl = rd.DataLoader(Ds(), batch_size=4, seed=1, dataset_version="v", collate_fn=collate, num_workers=2)
+    for b in dl:
+        assert b["labels"] is b["input_ids"]
