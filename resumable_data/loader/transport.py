@@ -32,7 +32,10 @@ batch travel inline instead of killing the worker with ``SIGBUS``.
 
 Guarantee: the delivered batch equals the worker's bit for bit (same types, dtypes, shapes and
 values; tensors arrive contiguous) and is never written by the worker while any part of it is
-alive. Names are ``rd<main pid>_<worker pid>_<slot>_<gen>``; :func:`forget` (run when a worker
+alive. An object under two keys of a flat batch arrives as one object, as through pickle.
+Names are ``rd<main pid>_<worker pid>_<slot>_<gen>``; the main process keys its mappings by worker
+pid and slot and checks the pool number (a counter of this process) and generation, so a new
+worker that reuses a dead one's pid never reads the old mapping. :func:`forget` (run when a worker
 pool stops) closes those workers' mappings (a batch still alive keeps its own) and unlinks
 any slot a dead worker created that never reached the main process; slots are also registered
 with ``multiprocessing``'s resource tracker, which unlinks what a killed main process leaves.
