@@ -190,20 +190,29 @@ class _Pickled:
         return ForkingPickler.loads, (self.data,)
 
 
-def _pipe_room(fd: int, cap: list[int]) -> int:
-    """Bytes that can be written to the pipe ``fd`` now without blocking, keeping half its capacity
-    in reserve for page rounding (the kernel packs writes into pages; a page a write leaves
-    partly used is not filled by the next header); 0 where that cannot be known."""
-    try:
-        import fcntl
-        import termios
+try:
+    import fcntl as _fcntl
+    import termios as _termios
+except ImportError:  # not POSIX: a synchronous put never writes itself (see _pipe_room)
+    _fcntl = _termios = None
 
-        if cap[0] < RESULT_PIPE_BYTES:  # the main process may widen the pipe after this worker started
-            cap[0] = fcntl.fcntl(fd, _F_GETPIPE_SZ)
-        unread = int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder, signed=True)
-    except (ImportError, OSError, AttributeError):
-        return 0
-    return cap[0] // 2 - unread
+
+def _pipe_room(fd: int, cap: list[int], need: int) -> bool:
+    """Whether ``need`` bytes can be written to the pipe ``fd`` now without blocking, keeping half
+    its capacity in reserve for page rounding (the kernel packs writes into pages; a page a write
+    leaves partly used is not filled by the next header); False where that cannot be known.
+    ``cap`` caches the capacity, a lower bound re-read only when ``need`` does not fit (the main
+    process may widen the pipe after this worker started)."""
+    if _fcntl is None:
+        return False
+    try:
+        unread = int.from_bytes(_fcntl.ioctl(fd, _termios.FIONREAD, b"\0\0\0\0"), sys.byteorder, signed=True)
+        if need + unread <= cap[0] // 2:
+            return True
+        cap[0] = _fcntl.fcntl(fd, _F_GETPIPE_SZ)
+    except (OSError, AttributeError):
+        return False
+    return need + unread <= cap[0] // 2
 
 
 def _sync_put(q: Any) -> Any:
@@ -221,7 +230,7 @@ def _sync_put(q: Any) -> Any:
         data = dumps(obj)
         if lock is None or lock.acquire(False):
             try:
-                if len(data) + 4 <= _pipe_room(fd, cap):  # 4: send_bytes' length header
+                if _pipe_room(fd, cap, len(data) + 4):  # 4: send_bytes' length header
                     if not sem.acquire(block, timeout):
                         raise queue.Full
                     send(data)  # the lock is held: no other writer, the room only grows
