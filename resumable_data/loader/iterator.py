@@ -25,7 +25,6 @@ it resumes exactly; the broken pool (persistent workers too) is shut down so a f
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from resumable_data.errors import UsageError, WorkerError
@@ -72,7 +71,7 @@ class LoaderIterator:
             torch_compat.install_sigchld_handler()  # a death is reported at next(), never mid-step
             if torch_loader.num_workers:
                 transport.prepare_main()  # workers register their batch slots with this process's tracker
-                torch_loader.collate_fn.main_pid = os.getpid()  # the slots' names carry the reader's pid
+                torch_loader.collate_fn.new_pool()  # slot names carry the reader's pid; mappings the pool
             self._it = iter(torch_loader)
             torch_compat.widen_result_pipe(self._it)  # small batches cross the pipe in one write
             torch_compat.synchronous_index_queues(self._it)  # no feeder threads fighting for the GIL

@@ -32,7 +32,10 @@ batch travel inline instead of killing the worker with ``SIGBUS``.
 
 Guarantee: the delivered batch equals the worker's bit for bit (same types, dtypes, shapes and
 values; tensors arrive contiguous) and is never written by the worker while any part of it is
-alive. Names are ``rd<main pid>_<worker pid>_<slot>_<gen>``; :func:`forget` (run when a worker
+alive. An object under two keys of a flat batch arrives as one object, as through pickle.
+Names are ``rd<main pid>_<worker pid>_<slot>_<gen>``; the main process keys its mappings by worker
+pid and slot and checks the pool number (a counter of this process) and generation, so a new
+worker that reuses a dead one's pid never reads the old mapping. :func:`forget` (run when a worker
 pool stops) closes those workers' mappings (a batch still alive keeps its own) and unlinks
 any slot a dead worker created that never reached the main process; slots are also registered
 with ``multiprocessing``'s resource tracker, which unlinks what a killed main process leaves.
@@ -183,20 +186,27 @@ class Wire:
 
 
 def _flat(batch: Any) -> tuple[Any, list[Any]] | None:
-    """``((type, [(key, dtype, shape, is_tensor)]), payloads)`` for a dict (or ``NumpyBatch``) of
-    numeric numpy arrays and plain tensors only, the shape of every Arrow batch: no pickler needed."""
+    """``((type, [(key, dtype, shape, is_tensor, same)]), payloads)`` for a dict (or ``NumpyBatch``)
+    of numeric numpy arrays and plain tensors only, the shape of every Arrow batch: no pickler
+    needed. ``same`` is the position of an earlier entry holding the very same object (-1 for
+    none): that object travels once and arrives as one object under both keys, as through pickle."""
     if type(batch) is not dict and type(batch) is not NumpyBatch:
         return None
-    spec, raws = [], []
+    spec, raws, seen = [], [], {}
     for k, v in batch.items():
+        same = seen.get(id(v))
+        if same is not None:
+            spec.append((k, None, None, False, same))
+            continue
         if type(v) is np.ndarray and v.dtype.kind in "biufc" and v.size and v.flags.c_contiguous:
-            spec.append((k, v.dtype.str, v.shape, False))
+            spec.append((k, v.dtype.str, v.shape, False, -1))
             raws.append(v.reshape(-1).view(np.uint8))
         elif isinstance(v, torch.Tensor) and _plain_tensor(v):
-            spec.append((k, v.dtype, tuple(v.shape), True))
+            spec.append((k, v.dtype, tuple(v.shape), True, -1))
             raws.append(v.detach().reshape(-1).view(torch.uint8).numpy())
         else:
             return None
+        seen[id(v)] = len(spec) - 1
     return (type(batch), spec), raws
 
 
@@ -215,14 +225,21 @@ def _rebuild(header: Any, buffers: list[np.ndarray]) -> Any:
     if isinstance(header, bytes):
         return pickle.loads(header, buffers=buffers)
     cls, spec = header
-    out = cls()
-    for (k, dtype, shape, tensor), b in zip(spec, buffers):
-        out[k] = torch.frombuffer(b, dtype=dtype).view(shape) if tensor else b.view(dtype).reshape(shape)
+    out, values, payloads = cls(), [], iter(buffers)
+    for k, dtype, shape, tensor, same in spec:
+        if same >= 0:
+            v = values[same]
+        else:
+            b = next(payloads)
+            v = torch.frombuffer(b, dtype=dtype).view(shape) if tensor else b.view(dtype).reshape(shape)
+        values.append(v)
+        out[k] = v
     return out
 
 
-def pack(batch: Any, main_pid: int) -> Wire:
-    """``batch`` as a :class:`Wire`: its structure pickled, its payloads in a slot or inline."""
+def pack(batch: Any, main_pid: int, pool: int = 0) -> Wire:
+    """``batch`` as a :class:`Wire`: its structure pickled, its payloads in a slot or inline;
+    ``pool`` is the main process's number for the worker pool this worker belongs to."""
     header, raws = _structure(batch)
     total = sum(_aligned(r.nbytes) for r in raws)
     got = None
@@ -242,22 +259,31 @@ def pack(batch: Any, main_pid: int) -> Wire:
         offsets.append((at, n))
         at += _aligned(n)
     del dst
-    return Wire(_from_slot, (header, shm.name, os.getpid(), index, gen, total, offsets))
+    return Wire(_from_slot, (header, shm.name, os.getpid(), pool, index, gen, total, offsets))
 
 
 class WorkerCollate:
     """The ``collate_fn`` rd gives torch's ``DataLoader``: the fetcher's ``(step, batch, tokens,
     samples)`` unchanged in the main process; in a worker, the batch packed (:func:`pack`).
-    ``main_pid`` is the process that reads the batches (set when a pass starts its workers)."""
+    ``main_pid`` is the process that reads the batches and ``pool`` its number for the worker
+    pool (both set by :meth:`new_pool` when a pass starts its workers)."""
 
     def __init__(self) -> None:
         self.main_pid = os.getpid()
+        self.pool = 0
+
+    def new_pool(self) -> None:
+        """Before a pass starts a worker pool: this process reads its batches, under a new number
+        (a new worker that reuses an old one's pid then never gets the old one's mappings)."""
+        global _pools
+        _pools += 1
+        self.main_pid, self.pool = os.getpid(), _pools
 
     def __call__(self, item: tuple[int, Any, int, int]) -> tuple[int, Any, int, int]:
         if get_worker_info() is None:
             return item
         step, batch, tokens, samples = item
-        return step, pack(batch, self.main_pid), tokens, samples
+        return step, pack(batch, self.main_pid, self.pool), tokens, samples
 
 
 # -- the main side -------------------------------------------------------------------------------
@@ -282,26 +308,27 @@ class _Mapped(shared_memory.SharedMemory):
                 self._fd = -1
 
 
-_attached: dict[tuple[int, int], tuple[int, _Mapped]] = {}  # (worker pid, index)
+_attached: dict[tuple[int, int], tuple[int, int, _Mapped]] = {}  # (worker pid, index) -> (pool, gen, mapping)
+_pools = 0  # worker pools started by this process (WorkerCollate.new_pool)
 
 
 def _from_inline(header: Any, payloads: list[bytes]) -> Any:
     return _rebuild(header, [np.frombuffer(bytearray(p), dtype=np.uint8) for p in payloads])
 
 
-def _attach(name: str, worker_pid: int, index: int, gen: int) -> shared_memory.SharedMemory:
+def _attach(name: str, worker_pid: int, pool: int, index: int, gen: int) -> shared_memory.SharedMemory:
     key = (worker_pid, index)
     known = _attached.get(key)
-    if known is not None and known[0] == gen:
-        return known[1]
-    if known is not None:
-        known[1].close()
+    if known is not None and known[0] == pool and known[1] == gen:
+        return known[2]
+    if known is not None:  # a new generation, or a new worker that reuses an old one's pid
+        known[2].close()
     try:
         shm = _Mapped(name)
     except OSError as e:
         raise ConnectionError(f"the shared-memory slot {name!r} of worker pid {worker_pid} is gone ({e})") from e
     shm.unlink()  # the mapping stays valid in both processes; the name is no longer needed
-    _attached[key] = (gen, shm)
+    _attached[key] = (pool, gen, shm)
     return shm
 
 
@@ -325,9 +352,9 @@ def _release(shm: shared_memory.SharedMemory) -> None:
         pass
 
 
-def _from_slot(header: Any, name: str, worker_pid: int, index: int, gen: int, total: int,
+def _from_slot(header: Any, name: str, worker_pid: int, pool: int, index: int, gen: int, total: int,
                offsets: list[tuple[int, int]]) -> Any:
-    shm = _attach(name, worker_pid, index, gen)
+    shm = _attach(name, worker_pid, pool, index, gen)
     if shm.buf[0] != _BUSY or shm.size < _HEADER + total:
         raise ConnectionError(f"the shared-memory slot {name!r} of worker pid {worker_pid} holds no batch")
     view = _SlotView(shm, total)
@@ -351,7 +378,7 @@ def forget(worker_pids: list[int]) -> None:
     unlink any slot one of them created that never reached this process."""
     pids = set(worker_pids)
     for key in [k for k in _attached if k[0] in pids]:
-        _attached.pop(key)[1].close()
+        _attached.pop(key)[2].close()
     if not sys.platform.startswith("linux"):
         return  # elsewhere the resource tracker unlinks leftovers when this process exits
     me = os.getpid()

@@ -211,3 +211,52 @@ def test_index_queues_are_made_synchronous_and_batches_still_arrive_in_order():
     with pytest.raises(StopIteration):
         torch_compat.next_batch(it)
     torch_compat.shutdown_workers(it)
+
+
+def test_a_synchronous_put_that_does_not_fit_the_pipe_goes_through_the_feeder_thread():
+    import multiprocessing as mp
+    import threading
+
+    q = mp.get_context("fork").Queue()
+    q.put = torch_compat._sync_put(q)
+    small, big = ("small", 1), ("big", "x" * (4 * fcntl_pipe_size(q)))
+    done = threading.Thread(target=lambda: (q.put(small), q.put(big), q.put(small)), daemon=True)
+    done.start()
+    done.join(10)
+    assert not done.is_alive(), "put() blocked in send_bytes on a message larger than the pipe's free space"
+    got = [q.get(timeout=10) for _ in range(3)]
+    assert sorted(got, key=str) == sorted([small, big, small], key=str)  # the feeder may reorder
+    assert got.count(big) == 1
+    q.close()
+
+
+def fcntl_pipe_size(q):
+    import fcntl
+
+    return fcntl.fcntl(q._writer.fileno(), 1032)  # F_GETPIPE_SZ
+
+
+def _long_strings(items):  # no out-of-band buffers: the whole ~4 MB batch travels inline
+    return ["x" * 1000 + str(i) for i in items for _ in range(1000)]
+
+
+class _Ints(tud.Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return i
+
+
+def test_closing_a_pass_whose_inline_batches_exceed_the_pipe_does_not_wait_for_the_join_timeout():
+    import resumable_data as rd
+
+    dl = rd.DataLoader(_Ints(), batch_size=4, seed=1, dataset_version="v", collate_fn=_long_strings,
+                       num_workers=2)
+    it = iter(dl)
+    first = next(it)
+    assert len(first) == 4000 and all(isinstance(s, str) and len(s) > 1000 for s in first)
+    time.sleep(1.0)  # the workers fill their prefetch and block if their writes can block
+    start = time.monotonic()
+    it.close()
+    assert time.monotonic() - start < 3.0, "a worker blocked writing a batch: torch waited its 5 s join timeout"

@@ -189,7 +189,7 @@ def test_slots_are_unlinked_and_unmapped_once_the_loader_is_gone(persistent):
     assert batches[0]["img"].shape == (8, 3, 32, 32)
     pids = {w.pid for w in it._workers}
     assert {k[0] for k in transport._attached} & pids, "the batches did not travel through slots"
-    mapped = {transport.slot_name(os.getpid(), pid, i, gen) for (pid, i), (gen, _) in transport._attached.items()}
+    mapped = {transport.slot_name(os.getpid(), pid, i, gen) for (pid, i), (_, gen, _) in transport._attached.items()}
     assert not {os.path.basename(p) for p in _mine()} & mapped  # a name is unlinked once it is mapped
     rest = list(it)
     if not persistent:  # the pass ended: its pool is gone, and so are its mappings
@@ -202,8 +202,8 @@ def test_slots_are_unlinked_and_unmapped_once_the_loader_is_gone(persistent):
 
 
 def _lose_the_slot(real):
-    def pack(batch, main_pid):
-        wire = real(batch, main_pid)
+    def pack(batch, main_pid, pool=0):
+        wire = real(batch, main_pid, pool)
         if wire.rebuild is transport._from_slot and torch.utils.data.get_worker_info().id == 0:
             from multiprocessing import shared_memory
 
@@ -237,8 +237,8 @@ def test_arrow_batches_through_slots_keep_their_types(tmp_path):
 
 
 def _die_after_packing(real):
-    def pack(batch, main_pid):
-        wire = real(batch, main_pid)
+    def pack(batch, main_pid, pool=0):
+        wire = real(batch, main_pid, pool)
         info = torch.utils.data.get_worker_info()
         if wire.rebuild is transport._from_slot and info.id == 0:
             import signal
@@ -273,3 +273,54 @@ def test_a_worker_killed_mid_transfer_is_a_worker_error_and_leaves_no_slot(monke
     del loader
     gc.collect()
     assert not _mine()
+
+
+@pytest.mark.parametrize("scale", [16, 40_000], ids=["inline", "slot"])
+def test_one_object_under_two_keys_arrives_as_one_object(scale):
+    x, t = np.arange(scale, dtype=np.float32), torch.arange(scale, dtype=torch.int64)
+    got = _roundtrip({"input_ids": x, "labels": x, "t": t, "other": x.copy(), "t2": t})
+    assert list(got) == ["input_ids", "labels", "t", "other", "t2"]
+    assert got["labels"] is got["input_ids"] and got["t2"] is got["t"]  # as at 0 workers and in torch's pickle
+    assert got["other"] is not got["input_ids"] and not np.shares_memory(got["other"], got["input_ids"])
+    assert exact(got) == exact({"input_ids": x, "labels": x, "t": t, "other": x, "t2": t})
+    wire = transport.pack({"input_ids": x, "labels": x}, os.getpid())
+    if scale > 16:  # the payload travels once
+        assert wire.args[6] == transport._aligned(x.nbytes)
+
+
+def test_aliases_arrive_as_one_object_through_two_workers():
+    class Ds(torch.utils.data.Dataset):
+        def __len__(self):
+            return 16
+
+        def __getitem__(self, i):
+            return i
+
+    def collate(items):
+        x = np.zeros((len(items), 32768), np.float32)
+        return {"input_ids": x, "labels": x}
+
+    dl = rd.DataLoader(Ds(), batch_size=4, seed=1, dataset_version="v", collate_fn=collate, num_workers=2)
+    for b in dl:
+        assert b["labels"] is b["input_ids"]
+
+
+def test_a_new_worker_that_reuses_an_old_workers_pid_never_gets_its_mapping():
+    make = lambda v: {"x": np.full(50_000, v, dtype=np.int32)}  # 200 KB: slot 0, generation 0
+    first = transport.pack(make(1), os.getpid(), pool=1)
+    got = pickle.loads(pickle.dumps(first))
+    assert (got["x"] == 1).all()
+    transport._ring = None  # a new worker of a new pool, same pid, before forget() ran
+    second = transport.pack(make(2), os.getpid(), pool=2)
+    assert second.args[1] == first.args[1]  # the very same slot name (the old one was unlinked)
+    again = pickle.loads(pickle.dumps(second))
+    assert (again["x"] == 2).all() and (got["x"] == 1).all()
+    assert not np.shares_memory(again["x"], got["x"])
+
+
+def test_each_pass_with_workers_gets_a_new_pool_number():
+    collate = transport.WorkerCollate()
+    collate.new_pool()
+    first = collate.pool
+    collate.new_pool()
+    assert collate.pool == first + 1 and collate.main_pid == os.getpid()
