@@ -215,20 +215,26 @@ def _pipe_room(fd: int, cap: list[int], need: int) -> bool:
     return need + unread <= cap[0] // 2
 
 
+#: How long a direct put waits for another writer (another worker) to finish its write.
+_LOCK_WAIT_S = 0.05
+
+
 def _sync_put(q: Any) -> Any:
     """``q.put`` that writes the message itself when the write cannot block: the queue's write lock
     is free and the message fits the pipe's free room. Otherwise (a message larger than the pipe,
     a reader that stopped reading, the feeder thread writing) it goes through the queue's own
     ``put`` and feeder thread, so a worker never blocks in a write the main process will not read:
-    torch's shutdown would wait 5 s per worker for it, then terminate it."""
+    torch's shutdown would wait 5 s per worker for it, then terminate it. Messages stay in the
+    order they were put: after the first one handed to the feeder, all are."""
     dumps, send, lock, sem = ForkingPickler.dumps, q._writer.send_bytes, q._wlock, q._sem
     feeder_put, fd, cap = q.put, q._writer.fileno(), [0]
+    fed = [False]  # once a message went to the feeder thread, every later one follows it
 
     def put(obj: Any, block: bool = True, timeout: float | None = None) -> None:
         if q._closed:
             raise ValueError(f"Queue {q!r} is closed")
         data = dumps(obj)
-        if lock is None or lock.acquire(False):
+        if not fed[0] and (lock is None or lock.acquire(True, _LOCK_WAIT_S)):
             try:
                 if _pipe_room(fd, cap, len(data) + 4):  # 4: send_bytes' length header
                     if not sem.acquire(block, timeout):
@@ -238,6 +244,10 @@ def _sync_put(q: Any) -> Any:
             finally:
                 if lock is not None:
                     lock.release()
+        # A direct write after this would overtake what the feeder still holds: torch's reset of
+        # persistent workers would then take a stale result for the new pass's. So this
+        # process's messages keep the feeder's order from now on.
+        fed[0] = True
         feeder_put(_Pickled(bytes(data)), block, timeout)  # dumps gives a memoryview
 
     return put
