@@ -22,7 +22,7 @@ _NAMES = {
     "OnUncommitted": "state",
     "LoaderConfig": "config",
     "resolve_config": "config",
-    "SampleSeeding": "config",
+    "SampleSeeding": "sample_seeding",
     "ProgressLedger": "ledger",
     "ResumableLoader": "protocol",
     "PositionalSampler": "translate",

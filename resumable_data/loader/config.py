@@ -33,6 +33,7 @@ import numpy as np
 
 from resumable_data._schema import check_int, coerce_enum
 from resumable_data.errors import ConfigError, ConfigTypeError, describe
+from resumable_data.loader.sample_seeding import SampleSeeding, sample_seeding
 from resumable_data.loader.state import CommitMode, Layout, LoaderState
 from resumable_data.plan import BatchSchedule, Order, OrderSpec, Plan, Sharding, Tail
 from resumable_data.plan.batch_schedule import as_schedule
@@ -51,29 +52,6 @@ class FetchMode(str, enum.Enum):
     PACKED = "packed"  #: packed sequences from an rd.ArrowShards token column
     GETITEMS = "getitems"  #: ``dataset.__getitems__(records)``, torch's batched protocol
     GETITEM = "getitem"  #: ``dataset[record]`` per sample
-
-
-class SampleSeeding(str, enum.Enum):
-    """How ``rd.DataLoader(seed_per_sample=...)`` seeds the global ``random`` / numpy / torch
-    generators around user code that runs per sample (``True`` is ``EAGER``, ``False`` ``OFF``)."""
-
-    #: All three seeded from the sample's key before every sample (the default): exact for any code.
-    EAGER = "eager"
-    #: torch's seeded before every sample; Python's and numpy's left unseeded and watched, and
-    #: seeded eagerly (in that process, for good) once user code is seen drawing from them, that
-    #: batch fetched again seeded. Cheaper for datasets that never draw from them; exact only for
-    #: a ``__getitem__`` that keeps no state between calls (docs/dropin.md).
-    LAZY = "lazy"
-    #: Nothing seeded (torch's behaviour).
-    OFF = "off"
-
-
-def _sample_seeding(value: Any) -> SampleSeeding:
-    if value is True:
-        return SampleSeeding.EAGER
-    if value is False:
-        return SampleSeeding.OFF
-    return coerce_enum(value, SampleSeeding, "seed_per_sample")
 
 
 @dataclass(frozen=True)
@@ -267,7 +245,7 @@ def resolve_config(
     if token_column is not None and token_column not in dataset.schema.names:
         raise ConfigError(describe("token_column", token_column, f"one of the columns {dataset.schema.names}", "name a list column"))
 
-    seeding = _sample_seeding(seed_per_sample)
+    seeding = sample_seeding(seed_per_sample)
     epoch_records = len(positional) if positional is not None else n
     global_schedule = None if schedule is None else schedule.scaled(world)
     plan = Plan(epoch_records, per_rank * world if schedule is None else global_schedule.max_batch, version_hash, seed,

@@ -222,8 +222,8 @@ def _structure(batch: Any) -> tuple[Any, list[Any]]:
 
 
 def _rebuild(header: Any, buffers: list[np.ndarray]) -> Any:
-    if isinstance(header, bytes):
-        return pickle.loads(header, buffers=buffers)
+    if isinstance(header, bytes):  # a batch this loader's own forked worker pickled (torch's result
+        return pickle.loads(header, buffers=buffers)  # queue unpickles the same); never a state or a file
     cls, spec = header
     out, values, payloads = cls(), [], iter(buffers)
     for k, dtype, shape, tensor, same in spec:
