@@ -7,9 +7,9 @@ default, seeds Python's ``random``, ``numpy.random`` and torch's CPU generator f
 In the main process (``num_workers=0``) the global generator states are saved before a batch and
 restored after it, so the training loop's own randomness (dropout masks) never depends on the
 loader. Seeding, saving and restoring are :mod:`.global_rng`'s (bit-identical to ``random.seed``,
-``np.random.seed`` and ``torch.manual_seed``); for ``__getitem__`` datasets Python's and numpy's
-generators are seeded lazily (the batch is fetched again, seeded, the first time per process
-user code draws from them: see ``fetch.py``), torch's before every sample. The sample context object is built
+``np.random.seed`` and ``torch.manual_seed``), all three before every sample by default; under
+``seed_per_sample=rd.SampleSeeding.LAZY`` Python's and numpy's only once user code draws from
+them (see ``fetch.py``). The sample context object is built
 only when user code calls :func:`sample_context` (one :class:`SampleSlot` per batch). Workers are separate processes whose global state nobody else reads, so nothing is
 restored there.
 
