@@ -45,84 +45,14 @@ import sys
 
 import numpy as np
 import torch
-from numba import njit
+
+from resumable_data.loader import torch_rng_memory
+from resumable_data.loader.mt19937 import N as _N, PYNP_WORDS, mt_states, seed_rows
 
 __all__ = ["GlobalRNGGuard", "GlobalSeeder", "UnseededWatch", "lazy_seeding_available", "mt_states", "seed_globals",
            "seed_globals_reference"]
 
-_N = 624
 _MASK63 = (1 << 63) - 1
-
-
-def _init_genrand(s: int) -> np.ndarray:
-    mt = np.empty(_N, dtype=np.uint32)
-    mt[0] = s
-    for i in range(1, _N):
-        prev = int(mt[i - 1])
-        mt[i] = (1812433253 * (prev ^ (prev >> 30)) + i) & 0xFFFFFFFF
-    return mt
-
-
-_BASE = _init_genrand(19650218)  # init_by_array's starting state (a constant)
-
-
-@njit(cache=True, nogil=True)
-def _init_by_array2(base, lo, hi, out):  # pragma: no cover - compiled
-    """init_by_array over the two-word keys ``[lo[b], hi[b]]`` into ``out[:, 1:625]``; the keys
-    advance in lockstep (same indices), so the inner loop runs over keys, contiguous in memory
-    and free of dependency chains."""
-    n = 624
-    nb = lo.shape[0]
-    m = np.uint64(0xFFFFFFFF)
-    mt = np.empty((n, nb), dtype=np.uint32)
-    for t in range(n):
-        for b in range(nb):
-            mt[t, b] = base[t]
-    i = 1
-    j = 0
-    for _ in range(n):
-        for b in range(nb):
-            prev = np.uint64(mt[i - 1, b])
-            w = np.uint64(lo[b]) if j == 0 else np.uint64(hi[b])
-            mt[i, b] = np.uint32(((np.uint64(mt[i, b]) ^ (((prev ^ (prev >> np.uint64(30))) * np.uint64(1664525)) & m)) + w + np.uint64(j)) & m)
-        i += 1
-        j = 1 - j
-        if i >= n:
-            for b in range(nb):
-                mt[0, b] = mt[n - 1, b]
-            i = 1
-    for _ in range(n - 1):
-        for b in range(nb):
-            prev = np.uint64(mt[i - 1, b])
-            mt[i, b] = np.uint32(((np.uint64(mt[i, b]) ^ (((prev ^ (prev >> np.uint64(30))) * np.uint64(1566083941)) & m)) - np.uint64(i)) & m)
-        i += 1
-        if i >= n:
-            for b in range(nb):
-                mt[0, b] = mt[n - 1, b]
-            i = 1
-    for b in range(nb):
-        mt[0, b] = np.uint32(0x80000000)
-        out[b, 0] = np.uint32(n)  # Python's index field, before the state
-        out[b, n + 1] = np.uint32(n)  # numpy's pos field, after the state
-        for t in range(n):
-            out[b, t + 1] = mt[t, b]
-
-
-def _rows(keys: np.ndarray) -> np.ndarray:
-    """``[len(keys), 626]`` uint32: ``[624, state[624], 624]`` per key: ``row[:625]`` is
-    CPython's ``RandomObject`` (index, state) and ``row[1:]`` numpy's ``mt19937_state`` (key, pos)."""
-    keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
-    out = np.empty((keys.size, _N + 2), dtype=np.uint32)
-    lo = (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    hi = (keys >> np.uint64(32)).astype(np.uint32)
-    _init_by_array2(_BASE, lo, hi, out)
-    return out
-
-
-def mt_states(keys: np.ndarray) -> np.ndarray:
-    """MT19937 states (``[len(keys), 624]`` uint32) after ``init_by_array`` of each 64-bit key
-    as two words (numpy's ``seed([lo, hi])``; Python's ``random.seed(key)`` for ``key >= 2**32``)."""
-    return _rows(keys)[:, 1:_N + 1]
 
 
 def _view(address: int, count: int) -> np.ndarray:
@@ -148,8 +78,16 @@ class _Layout:
         self._probe_gauss()
         if self.gauss is None:
             self.np = None
-        self.py_addr = 0 if self.py is None else self.py.ctypes.data
-        self.np_addr = 0 if self.np is None else self.np.ctypes.data
+        #: torch's default generator's region (``torch_rng_memory``), or None: ``manual_seed`` /
+        #: ``get_state`` / ``set_state``
+        self.torch = torch_rng_memory.probe()
+        # byte views written by one slice assignment each (what a seeding costs)
+        self.py_mv = None if self.py is None else memoryview(self.py.view(np.uint8))
+        self.np_mv = None if self.np is None else memoryview(self.np.view(np.uint8))
+        self.torch_mv = None if self.torch is None else memoryview(self.torch.view)
+        #: numpy's cached Gaussian as two 64-bit words (flag word, value): read before clearing
+        self.gauss_words = None if self.gauss is None else memoryview(
+            np.ctypeslib.as_array((ctypes.c_uint8 * 16).from_address(ctypes.addressof(self.gauss)))).cast("Q")
 
     @property
     def fast(self) -> bool:
@@ -159,7 +97,8 @@ class _Layout:
     def current(self) -> bool:
         """Whether the probed generators are still the global ones."""
         rs = np.random.mtrand._rand
-        return random._inst is self.py_owner and rs is self.rs_owner and rs._bit_generator is self.np_owner
+        return (random._inst is self.py_owner and rs is self.rs_owner and rs._bit_generator is self.np_owner
+                and (self.torch is None or self.torch.current()))
 
     def _probe_python(self) -> None:
         inst = random._inst
@@ -168,12 +107,12 @@ class _Layout:
         saved = inst.getstate()
         try:
             view = _view(id(inst) + object.__basicsize__, _N + 1)
-            for key in (0x9E3779B97F4A7C15, 1 << 32, 0xFFFFFFFFFFFFFFFF, 123456789012345):  # all >= 2**32
+            keys = (0x9E3779B97F4A7C15, 1 << 32, 0xFFFFFFFFFFFFFFFF, 123456789012345)  # all >= 2**32
+            rows = seed_rows(np.array(keys, np.uint64))
+            for key, row in zip(keys, rows):
                 random.seed(key)
                 st = inst.getstate()[1]
-                if view[0] != st[_N] or view[1:].tolist() != list(st[:_N]):
-                    return
-                if not np.array_equal(view[1:], mt_states(np.array([key], np.uint64))[0]):
+                if view[0] != st[_N] or view[1:].tolist() != list(st[:_N]) or not np.array_equal(view, row[:_N + 1]):
                     return
             self.py = view
         finally:
@@ -258,45 +197,79 @@ def seed_globals_reference(key: int) -> None:
     torch.random.default_generator.manual_seed(key & _MASK63)  # < 2**63: torch.initial_seed() stays a signed int64
 
 
-_ROW_BYTES = (_N + 2) * 4
-_STATE_BYTES = (_N + 1) * 4
-_memmove = ctypes.memmove
+_PY_BYTES = (_N + 1) * 4  # [index, state] / [state, pos]: one generator's part of a row
+_PYNP_BYTES = PYNP_WORDS * 4
 
 
 class GlobalSeeder:
-    """Seeds the globals for each key of a batch: ``GlobalSeeder(keys).seed(i)`` for the i-th."""
+    """Seeds the globals for each key of a batch: ``GlobalSeeder(keys).seed(i)`` for the i-th.
 
-    __slots__ = ("_keys", "_torch", "_rows", "_base", "_py", "_np", "_gauss", "_manual_seed", "_inst")
+    One kernel call computes every key's bytes (``mt19937.seed_rows``); ``seed(i)`` copies them
+    into the generators: one slice assignment per generator, Python's ``gauss_next`` reset, and
+    numpy's cached Gaussian cleared when set. ``torch_only``: torch's generator only (lazy seeding
+    leaves the other two unseeded)."""
 
-    def __init__(self, keys: np.ndarray) -> None:
+    __slots__ = ("seed", "_rows")
+
+    def __init__(self, keys: np.ndarray, torch_only: bool = False) -> None:
         keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
-        self._keys = keys.tolist()
-        self._torch = (keys & np.uint64(_MASK63)).tolist()  # < 2**63: torch.initial_seed() stays a signed int64
-        self._manual_seed = torch.random.default_generator.manual_seed
         lay = _layout()
-        self._py = lay.py_addr  # addresses; 0: the reference route
-        self._np = lay.np_addr
-        self._gauss = lay.gauss
-        self._rows = _rows(keys) if (self._py or self._np) and keys.size else None
-        self._base = 0 if self._rows is None else self._rows.ctypes.data
-        self._inst = random._inst
-
-    def seed(self, i: int) -> None:
-        key = self._keys[i]
-        src = self._base + i * _ROW_BYTES
-        if self._py and key >> 32:
-            _memmove(self._py, src, _STATE_BYTES)  # [index, state]
-            self._inst.gauss_next = None
-        else:  # a key below 2**32 is one word for Python: its own route (one key in 2**32)
-            random.seed(key)
-        if self._np:
-            _memmove(self._np, src + 4, _STATE_BYTES)  # [key, pos]
-            g = self._gauss  # what np.random.seed resets besides the state: the cached Gaussian
-            g.has_gauss = 0
-            g.gauss = 0.0
+        py_mv, np_mv = (None, None) if torch_only else (lay.py_mv, lay.np_mv)
+        tlay = lay.torch
+        if keys.size and (py_mv is not None or np_mv is not None or tlay is not None):
+            self._rows = seed_rows(keys, py_mv is not None or np_mv is not None, None if tlay is None else tlay.rows_spec)
         else:
-            np.random.seed(np.array([key & 0xFFFFFFFF, key >> 32], dtype=np.uint32))
-        self._manual_seed(self._torch[i])
+            self._rows = np.zeros((keys.size, 0), np.uint32)
+        key_list = keys.tolist()
+        row = self._rows.shape[1] * 4
+        src = memoryview(self._rows.reshape(-1).view(np.uint8))
+        t_mv = lay.torch_mv
+        t_end = _PYNP_BYTES + (0 if tlay is None else tlay.size)
+        manual_seed = torch.random.default_generator.manual_seed
+        inst = random._inst
+        gw = lay.gauss_words
+        gauss = lay.gauss
+
+        def seed_torch(i: int) -> None:
+            if t_mv is not None:
+                o = i * row
+                t_mv[:] = src[o + _PYNP_BYTES:o + t_end]
+            else:
+                manual_seed(key_list[i] & _MASK63)  # < 2**63: torch.initial_seed() stays a signed int64
+
+        if torch_only:
+            self.seed = seed_torch
+            return
+        fast = py_mv is not None and np_mv is not None and t_mv is not None and all(k >> 32 for k in key_list)
+
+        def seed_all(i: int) -> None:  # the usual case: every generator through its memory
+            o = i * row
+            py_mv[:] = src[o:o + _PY_BYTES]  # [index, state]
+            inst.gauss_next = None
+            np_mv[:] = src[o + 4:o + _PYNP_BYTES]  # [state, pos]
+            if gw[0] or gw[1]:  # what np.random.seed resets besides the state: the cached Gaussian
+                gauss.has_gauss = 0
+                gauss.gauss = 0.0
+            t_mv[:] = src[o + _PYNP_BYTES:o + t_end]
+
+        def seed_each(i: int) -> None:  # a generator whose memory was not found, or a key < 2**32
+            key = key_list[i]
+            o = i * row
+            if py_mv is not None and key >> 32:
+                py_mv[:] = src[o:o + _PY_BYTES]
+                inst.gauss_next = None
+            else:  # a key below 2**32 is one word for Python: its own route (one key in 2**32)
+                random.seed(key)
+            if np_mv is not None:
+                np_mv[:] = src[o + 4:o + _PYNP_BYTES]
+                if gw[0] or gw[1]:
+                    gauss.has_gauss = 0
+                    gauss.gauss = 0.0
+            else:
+                np.random.seed(np.array([key & 0xFFFFFFFF, key >> 32], dtype=np.uint32))
+            seed_torch(i)
+
+        self.seed = seed_all if fast else seed_each
 
 
 class _PyNp:
@@ -329,29 +302,32 @@ class _PyNp:
         lay = self._lay
         if lay.py is not None:
             if lay.py.tobytes() != self._py:  # comparing is cheaper than writing
-                _memmove(lay.py_addr, self._py, _STATE_BYTES)
+                lay.py_mv[:] = self._py
             lay.py_owner.gauss_next = self._pyg
         else:
             random.setstate(self._py)
         if lay.np is not None:
             if lay.np.tobytes() != self._np:
-                _memmove(lay.np_addr, self._np, _STATE_BYTES)
+                lay.np_mv[:] = self._np
             lay.gauss.has_gauss, lay.gauss.gauss = self._npg
         else:
             np.random.set_state(self._np)
 
 
 class GlobalRNGGuard:
-    """Saves the global generator states on enter and restores them on exit (exactly)."""
+    """Saves the global generator states on enter and restores them on exit (exactly): Python's
+    and numpy's as :class:`_PyNp`, torch's as the bytes of its region (``torch_rng_memory``),
+    written back only if they changed, or through ``get_state``/``set_state``."""
 
-    __slots__ = ("saved", "_torch", "python_numpy_clean")
+    __slots__ = ("saved", "_torch", "_tlay", "python_numpy_clean")
 
     def __enter__(self) -> GlobalRNGGuard:
         #: Python's and numpy's saved states (an :class:`UnseededWatch` started before any other
         #: code ran may reuse them)
         self.saved = _PyNp()
         self.saved.save()
-        self._torch = torch.random.default_generator.get_state()
+        tlay = self._tlay = self.saved._lay.torch
+        self._torch = torch.random.default_generator.get_state() if tlay is None else tlay.view.tobytes()
         #: set by a caller that knows Python's and numpy's states are the saved ones (a finished
         #: watch found them untouched and no user code ran since): see :meth:`restore_torch_only`
         self.python_numpy_clean = False
@@ -359,11 +335,15 @@ class GlobalRNGGuard:
 
     def __exit__(self, *exc) -> None:
         self.saved.restore()
-        torch.random.default_generator.set_state(self._torch)
+        self.restore_torch_only()
 
     def restore_torch_only(self) -> None:
         """Exit when Python's and numpy's states are known to be the saved ones: torch's only."""
-        torch.random.default_generator.set_state(self._torch)
+        tlay = self._tlay
+        if tlay is None:
+            torch.random.default_generator.set_state(self._torch)
+        elif tlay.view.tobytes() != self._torch:
+            self.saved._lay.torch_mv[:] = self._torch
 
 
 def lazy_seeding_available() -> bool:
