@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from resumable_data.loader import torch_rng_memory
-from resumable_data.loader.mt19937 import N as _N, PYNP_WORDS, mt_states, seed_rows
+from resumable_data.loader.mt19937 import N as _N, PYNP_WORDS, mt_states, seed_rows, seed_rows_counted
 
 __all__ = ["GlobalRNGGuard", "GlobalSeeder", "UnseededWatch", "lazy_seeding_available", "mt_states", "seed_globals",
            "seed_globals_reference"]
@@ -216,14 +216,15 @@ class GlobalSeeder:
         lay = _layout()
         py_mv, np_mv = (None, None) if torch_only else (lay.py_mv, lay.np_mv)
         tlay = lay.torch
-        if keys.size and (py_mv is not None or np_mv is not None or tlay is not None):
-            self._rows = seed_rows(keys, py_mv is not None or np_mv is not None, None if tlay is None else tlay.rows_spec)
+        t_mv = lay.torch_mv
+        pynp = py_mv is not None or np_mv is not None
+        if keys.shape[0] and (pynp or tlay is not None):
+            self._rows, small = seed_rows_counted(keys, pynp, None if tlay is None else tlay.rows_spec)
         else:
-            self._rows = np.zeros((keys.size, 0), np.uint32)
+            self._rows, small = np.zeros((keys.shape[0], 0), np.uint32), 0
         key_list = keys.tolist()
         row = self._rows.shape[1] * 4
-        src = memoryview(self._rows.reshape(-1).view(np.uint8))
-        t_mv = lay.torch_mv
+        src = memoryview(self._rows).cast("B")
         t_end = _PYNP_BYTES + (0 if tlay is None else tlay.size)
         manual_seed = torch.random.default_generator.manual_seed
         inst = random._inst
@@ -240,7 +241,7 @@ class GlobalSeeder:
         if torch_only:
             self.seed = seed_torch
             return
-        fast = py_mv is not None and np_mv is not None and t_mv is not None and all(k >> 32 for k in key_list)
+        fast = py_mv is not None and np_mv is not None and t_mv is not None and not small
 
         def seed_all(i: int) -> None:  # the usual case: every generator through its memory
             o = i * row

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["N", "PYNP_WORDS", "init_genrand", "mt_states", "seed_rows"]
+__all__ = ["N", "PYNP_WORDS", "init_genrand", "mt_states", "seed_rows", "seed_rows_counted"]
 
 N = 624
 PYNP_WORDS = N + 2  # [624, state[624], 624]: CPython's (index, state) then numpy's (state, pos)
@@ -49,90 +49,92 @@ _NO_TEMPLATE = np.zeros(0, dtype=np.uint32)
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def _kernel(base, keys, out, pynp, tmpl, tcol, tseed, tstate):  # pragma: no cover - compiled
+def _kernel(keys, out, pynp, tmpl, tcol, tseed, tstate):  # pragma: no cover - compiled
     """Rows of ``keys`` into ``out``: ``pynp``: columns ``[0, 626)``; ``tmpl.size``: torch's
-    region from column ``tcol`` (the template, its seed at word ``tseed`` and init_genrand's state
-    at word ``tstate`` of the region). Word-major scratch, lockstep over keys (see the module)."""
+    region from column ``tcol`` (the template, the seed at word ``tseed`` and init_genrand's state
+    at word ``tstate`` of the region). Lockstep over keys (see the module): 32-bit arithmetic,
+    the latest word of every key in ``prev`` (its own array: the vectoriser needs no alias check)."""
     nb = keys.shape[0]
     m32 = np.uint64(0xFFFFFFFF)
-    lo = np.empty(nb, np.uint64)
-    hi = np.empty(nb, np.uint64)
+    lo = np.empty(nb, np.uint32)
+    hi1 = np.empty(nb, np.uint32)  # the high word + its index j = 1
+    small = 0  # keys below 2**32 (one word for Python's random.seed: not these rows)
     for b in range(nb):
         lo[b] = keys[b] & m32
-        hi[b] = keys[b] >> np.uint64(32)
-    torch = tmpl.shape[0] > 0
-    tt = np.empty((N, nb if torch else 0), np.uint32)
-    if torch:
-        for b in range(nb):
-            tt[0, b] = lo[b]
-    mt = np.empty((N, nb if pynp else 0), np.uint32)
-    if pynp:
-        for t in range(N):
-            for b in range(nb):
-                mt[t, b] = base[t]
-    c1 = np.uint64(1664525)
-    c2 = np.uint64(1566083941)
-    ct = np.uint64(1812433253)
-    s30 = np.uint64(30)
-    one = np.uint64(1)
-    # init_by_array, first loop: i = 1..623 with key word j = (i - 1) % 2 (+ j), then mt[0] = mt[623]
-    # and one more step at i = 1 (j = 1); torch's init_genrand steps 1..623 alongside
-    for i in range(1, N - 1, 2):
-        if pynp:
-            for b in range(nb):
-                p = np.uint64(mt[i - 1, b])
-                mt[i, b] = (np.uint64(mt[i, b]) ^ ((p ^ (p >> s30)) * c1)) + lo[b]
-            for b in range(nb):
-                p = np.uint64(mt[i, b])
-                mt[i + 1, b] = (np.uint64(mt[i + 1, b]) ^ ((p ^ (p >> s30)) * c1)) + hi[b] + one
-        if torch:
-            ii = np.uint64(i)
-            for b in range(nb):
-                p = np.uint64(tt[i - 1, b])
-                tt[i, b] = ct * (p ^ (p >> s30)) + ii
-            for b in range(nb):
-                p = np.uint64(tt[i, b])
-                tt[i + 1, b] = ct * (p ^ (p >> s30)) + ii + one
-    if torch:
-        for b in range(nb):
-            p = np.uint64(tt[N - 2, b])
-            tt[N - 1, b] = ct * (p ^ (p >> s30)) + np.uint64(N - 1)
+        hi1[b] = (keys[b] >> np.uint64(32)) + np.uint64(1)
+        small += hi1[b] == 1
+    prev = np.empty(nb, np.uint32)
+    if tmpl.shape[0] > 0:
+        ct = np.uint32(1812433253)
         w = tmpl.shape[0]
-        for b in range(nb):  # the template's words around the state (the state is written below)
+        region = out[:, tcol:]  # views: their indices are provably >= 0 (no wraparound code)
+        state = out[:, tcol + tstate:]
+        for b in range(nb):  # the template's words around the state, the seed (key & (2**63 - 1))
             for t in range(tstate):
-                out[b, tcol + t] = tmpl[t]
+                region[b, t] = tmpl[t]
             for t in range(tstate + N, w):
-                out[b, tcol + t] = tmpl[t]
-            out[b, tcol + tseed] = lo[b]
-            out[b, tcol + tseed + 1] = hi[b] & np.uint64(0x7FFFFFFF)  # torch's seed: key & (2**63 - 1)
-        for t in range(N):  # the transposition: contiguous loads, one store stream per key
+                region[b, t] = tmpl[t]
+            region[b, tseed] = lo[b]
+            region[b, tseed + 1] = (hi1[b] - np.uint32(1)) & np.uint32(0x7FFFFFFF)
+            prev[b] = lo[b]
+            state[b, 0] = lo[b]
+        for j in range(1, N):  # init_genrand(lo), written straight into the rows
+            jj = np.uint32(j)
             for b in range(nb):
-                out[b, tcol + tstate + t] = tt[t, b]
+                p = prev[b]
+                v = np.uint32(ct * np.uint32(p ^ (p >> 30)) + jj)
+                prev[b] = v
+                state[b, j] = v
     if not pynp:
-        return
+        return small
+    mt = np.empty((N, nb), np.uint32)  # word-major: the second loop reads the first's words
+    c1 = np.uint32(1664525)
+    c2 = np.uint32(1566083941)
+    v0 = _BASE[0]
     for b in range(nb):
-        p = np.uint64(mt[N - 2, b])
-        mt[N - 1, b] = (np.uint64(mt[N - 1, b]) ^ ((p ^ (p >> s30)) * c1)) + lo[b]
-        mt[0, b] = mt[N - 1, b]
-        p = np.uint64(mt[0, b])
-        mt[1, b] = (np.uint64(mt[1, b]) ^ ((p ^ (p >> s30)) * c1)) + hi[b] + one
-    # second loop: i = 2..623, then mt[0] = mt[623] and the step at i = 1
+        prev[b] = v0
+    # init_by_array, first loop: i = 1..623 with the key word j = (i - 1) % 2 added (+ j), then
+    # mt[0] = mt[623] and one more step at i = 1 (j = 1); before its first update mt[i] is _BASE[i]
+    for i in range(1, N - 1, 2):
+        row = mt[i]
+        bi = _BASE[i]
+        for b in range(nb):
+            p = prev[b]
+            v = np.uint32((bi ^ np.uint32(np.uint32(p ^ (p >> 30)) * c1)) + lo[b])
+            prev[b] = v
+            row[b] = v
+        row = mt[i + 1]
+        bi = _BASE[i + 1]
+        for b in range(nb):
+            p = prev[b]
+            v = np.uint32((bi ^ np.uint32(np.uint32(p ^ (p >> 30)) * c1)) + hi1[b])
+            prev[b] = v
+            row[b] = v
+    bi = _BASE[N - 1]
+    for b in range(nb):
+        p = prev[b]
+        v = np.uint32((bi ^ np.uint32(np.uint32(p ^ (p >> 30)) * c1)) + lo[b])
+        mt[N - 1, b] = v  # and mt[0] = v: the step at i = 1 reads it
+        v = np.uint32((mt[1, b] ^ np.uint32(np.uint32(v ^ (v >> 30)) * c1)) + hi1[b])
+        mt[1, b] = v
+        prev[b] = v
+    # second loop: i = 2..623 (each word final here: written straight into the rows), then
+    # mt[0] = mt[623] and the step at i = 1; mt[0] is then 0x80000000
     for i in range(2, N):
-        ii = np.uint64(i)
+        row = mt[i]
+        ii = np.uint32(i)
         for b in range(nb):
-            p = np.uint64(mt[i - 1, b])
-            mt[i, b] = (np.uint64(mt[i, b]) ^ ((p ^ (p >> s30)) * c2)) - ii
+            p = prev[b]
+            v = np.uint32((row[b] ^ np.uint32(np.uint32(p ^ (p >> 30)) * c2)) - ii)
+            prev[b] = v
+            out[b, 1 + i] = v
     for b in range(nb):
-        mt[0, b] = mt[N - 1, b]
-        p = np.uint64(mt[0, b])
-        mt[1, b] = (np.uint64(mt[1, b]) ^ ((p ^ (p >> s30)) * c2)) - one
-        mt[0, b] = np.uint32(0x80000000)
-    for b in range(nb):
+        p = prev[b]
         out[b, 0] = np.uint32(N)  # Python's index field, before the state
+        out[b, 1] = np.uint32(0x80000000)
+        out[b, 2] = np.uint32((mt[1, b] ^ np.uint32(np.uint32(p ^ (p >> 30)) * c2)) - np.uint32(1))
         out[b, N + 1] = np.uint32(N)  # numpy's pos field, after the state
-    for t in range(N):
-        for b in range(nb):
-            out[b, 1 + t] = mt[t, b]
+    return small
 
 
 def seed_rows(keys: np.ndarray, pynp: bool = True, torch: tuple | None = None) -> np.ndarray:
@@ -141,11 +143,14 @@ def seed_rows(keys: np.ndarray, pynp: bool = True, torch: tuple | None = None) -
     ``mt19937_state`` ``row[1:]``); with ``torch = (template, seed_word, state_word)`` torch's
     region follows from column 626 (``template``: uint32 words, the region after a
     ``manual_seed``; the seed and init_genrand's state go at the two word offsets)."""
-    keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
+    return seed_rows_counted(np.asarray(keys, dtype=np.uint64).reshape(-1), pynp, torch)[0]
+
+
+def seed_rows_counted(keys: np.ndarray, pynp: bool, torch: tuple | None) -> tuple[np.ndarray, int]:
+    """:func:`seed_rows` of a 1-D uint64 ``keys`` and how many keys are below 2**32."""
     tmpl, tseed, tstate = (_NO_TEMPLATE, 0, 0) if torch is None else torch
-    out = np.empty((keys.size, PYNP_WORDS + tmpl.size), dtype=np.uint32)
-    _kernel(_BASE, keys, out, pynp, tmpl, PYNP_WORDS, tseed, tstate)
-    return out
+    out = np.empty((keys.shape[0], PYNP_WORDS + tmpl.shape[0]), dtype=np.uint32)
+    return out, _kernel(keys, out, pynp, tmpl, PYNP_WORDS, tseed, tstate)
 
 
 def mt_states(keys: np.ndarray) -> np.ndarray:
