@@ -214,7 +214,7 @@ class StepFetcher(Dataset):
         if samples is None and self.lazy_globals and (guard.saved.fast if guard is not None else lazy_seeding_available()):
             watch = UnseededWatch(None if guard is None else guard.saved)
             try:
-                out = self._samples(pos, recs, key_list, None, GlobalSeeder(keys, torch_only=True).seed)
+                out = self._samples(pos, recs, key_list, None, GlobalSeeder(keys, torch_only=True))
             except Exception:
                 if not watch.finish():
                     raise
@@ -224,16 +224,18 @@ class StepFetcher(Dataset):
                         guard.python_numpy_clean = True
                     return out
             self.lazy_globals = False  # user code draws from the globals: eager from now on, here
-        return self._samples(pos, recs, key_list, samples, GlobalSeeder(keys).seed)
+        return self._samples(pos, recs, key_list, samples, GlobalSeeder(keys))
 
-    def _samples(self, pos: list, recs: list, keys: list | None, samples: list | None, seed: Any) -> list:
-        """The loop of :meth:`_per_sample`: ``seed(i)`` (a :class:`GlobalSeeder`'s: all three
-        generators, or torch's only), the slot moved to ``i``, the call."""
+    def _samples(self, pos: list, recs: list, keys: list | None, samples: list | None,
+                 seeder: GlobalSeeder | None) -> list:
+        """The loop of :meth:`_per_sample`: ``seeder.seed(i)`` (all three generators, or torch's
+        only), the slot moved to ``i``, the call; the seeder's buffer is given back after."""
         slot = SampleSlot(self._epoch_len, pos, recs, keys, self._key_of)
         token = activate_sample(slot)
         out: list = []
         append = out.append
         dataset, transform = self.dataset, self.transform
+        seed = None if seeder is None else seeder.seed
         i = -1
         try:
             if samples is None and transform is None:
@@ -265,6 +267,8 @@ class StepFetcher(Dataset):
         finally:
             slot.clear()
             reset_sample(token)
+            if seeder is not None:
+                seeder.release()
         return out
 
     def _key_of(self, position: int) -> int:

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from resumable_data.loader import torch_rng_memory
-from resumable_data.loader.mt19937 import N as _N, PYNP_WORDS, mt_states, seed_rows, seed_rows_counted
+from resumable_data.loader.mt19937 import N as _N, PYNP_WORDS, fill_rows, mt_states, seed_rows
 
 __all__ = ["GlobalRNGGuard", "GlobalSeeder", "UnseededWatch", "lazy_seeding_available", "mt_states", "seed_globals",
            "seed_globals_reference"]
@@ -85,6 +85,8 @@ class _Layout:
         self.py_mv = None if self.py is None else memoryview(self.py.view(np.uint8))
         self.np_mv = None if self.np is None else memoryview(self.np.view(np.uint8))
         self.torch_mv = None if self.torch is None else memoryview(self.torch.view)
+        #: reusable row buffers by (keys, words per row): see :class:`_Rows`
+        self.pool: dict[tuple[int, int], list[_Rows]] = {}
         #: numpy's cached Gaussian as two 64-bit words (flag word, value): read before clearing
         self.gauss_words = None if self.gauss is None else memoryview(
             np.ctypeslib.as_array((ctypes.c_uint8 * 16).from_address(ctypes.addressof(self.gauss)))).cast("Q")
@@ -187,7 +189,9 @@ def _layout() -> _Layout:
 
 def seed_globals(key: int) -> None:
     """Seed Python's ``random``, ``numpy.random`` and torch's CPU generator from ``key``."""
-    GlobalSeeder(np.array([key], dtype=np.uint64)).seed(0)
+    seeder = GlobalSeeder(np.array([key], dtype=np.uint64))
+    seeder.seed(0)
+    seeder.release()
 
 
 def seed_globals_reference(key: int) -> None:
@@ -201,15 +205,35 @@ _PY_BYTES = (_N + 1) * 4  # [index, state] / [state, pos]: one generator's part 
 _PYNP_BYTES = PYNP_WORDS * 4
 
 
+class _Rows:
+    """A reusable buffer of seeding rows and each row's byte slices, one per generator (made once:
+    making a memoryview slice costs about as much as the copy it serves). Pooled per size on the
+    layout; one seeder holds it at a time (taken on construction, given back by ``release``)."""
+
+    __slots__ = ("rows", "py", "np", "torch")
+
+    def __init__(self, n: int, width: int, torch_bytes: int) -> None:
+        self.rows = np.empty((n, width), np.uint32)
+        src = memoryview(self.rows).cast("B")
+        starts = range(0, n * width * 4, width * 4)
+        self.py = [src[o:o + _PY_BYTES] for o in starts]  # [index, state]
+        self.np = [src[o + 4:o + _PYNP_BYTES] for o in starts]  # [state, pos]
+        self.torch = [src[o + _PYNP_BYTES:o + _PYNP_BYTES + torch_bytes] for o in starts] if torch_bytes else []
+
+
+_POOL_MAX = 4  # buffers kept per size (more are live only while seeders nest or run in threads)
+
+
 class GlobalSeeder:
     """Seeds the globals for each key of a batch: ``GlobalSeeder(keys).seed(i)`` for the i-th.
 
-    One kernel call computes every key's bytes (``mt19937.seed_rows``); ``seed(i)`` copies them
-    into the generators: one slice assignment per generator, Python's ``gauss_next`` reset, and
-    numpy's cached Gaussian cleared when set. ``torch_only``: torch's generator only (lazy seeding
-    leaves the other two unseeded)."""
+    One kernel call computes every key's bytes (``mt19937.seed_rows``) into a pooled buffer;
+    ``seed(i)`` copies them into the generators: one slice assignment per generator, Python's
+    ``gauss_next`` reset, and numpy's cached Gaussian cleared when set. ``torch_only``: torch's
+    generator only (lazy seeding leaves the other two unseeded). :meth:`release` gives the buffer
+    back once no more ``seed`` calls follow (optional: an unreleased buffer is simply freed)."""
 
-    __slots__ = ("seed", "_rows")
+    __slots__ = ("seed", "_buf", "_pool")
 
     def __init__(self, keys: np.ndarray, torch_only: bool = False) -> None:
         keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
@@ -218,14 +242,17 @@ class GlobalSeeder:
         tlay = lay.torch
         t_mv = lay.torch_mv
         pynp = py_mv is not None or np_mv is not None
-        if keys.shape[0] and (pynp or tlay is not None):
-            self._rows, small = seed_rows_counted(keys, pynp, None if tlay is None else tlay.rows_spec)
-        else:
-            self._rows, small = np.zeros((keys.shape[0], 0), np.uint32), 0
+        n = keys.shape[0]
+        small = 0
+        self._buf = self._pool = None
+        if n and (pynp or tlay is not None):
+            spec = None if tlay is None else tlay.rows_spec
+            self._pool = pool = lay.pool.setdefault((n, PYNP_WORDS + (0 if tlay is None else tlay.template.size)), [])
+            buf = self._buf = pool.pop() if pool else _Rows(n, PYNP_WORDS + (0 if spec is None else spec[0].size),
+                                                              0 if tlay is None else tlay.size)
+            small = fill_rows(keys, buf.rows, pynp, spec)
+            pys, nps, ts = buf.py, buf.np, buf.torch
         key_list = keys.tolist()
-        row = self._rows.shape[1] * 4
-        src = memoryview(self._rows).cast("B")
-        t_end = _PYNP_BYTES + (0 if tlay is None else tlay.size)
         manual_seed = torch.random.default_generator.manual_seed
         inst = random._inst
         gw = lay.gauss_words
@@ -233,8 +260,7 @@ class GlobalSeeder:
 
         def seed_torch(i: int) -> None:
             if t_mv is not None:
-                o = i * row
-                t_mv[:] = src[o + _PYNP_BYTES:o + t_end]
+                t_mv[:] = ts[i]
             else:
                 manual_seed(key_list[i] & _MASK63)  # < 2**63: torch.initial_seed() stays a signed int64
 
@@ -244,25 +270,23 @@ class GlobalSeeder:
         fast = py_mv is not None and np_mv is not None and t_mv is not None and not small
 
         def seed_all(i: int) -> None:  # the usual case: every generator through its memory
-            o = i * row
-            py_mv[:] = src[o:o + _PY_BYTES]  # [index, state]
+            py_mv[:] = pys[i]
             inst.gauss_next = None
-            np_mv[:] = src[o + 4:o + _PYNP_BYTES]  # [state, pos]
+            np_mv[:] = nps[i]
             if gw[0] or gw[1]:  # what np.random.seed resets besides the state: the cached Gaussian
                 gauss.has_gauss = 0
                 gauss.gauss = 0.0
-            t_mv[:] = src[o + _PYNP_BYTES:o + t_end]
+            t_mv[:] = ts[i]
 
         def seed_each(i: int) -> None:  # a generator whose memory was not found, or a key < 2**32
             key = key_list[i]
-            o = i * row
             if py_mv is not None and key >> 32:
-                py_mv[:] = src[o:o + _PY_BYTES]
+                py_mv[:] = pys[i]
                 inst.gauss_next = None
             else:  # a key below 2**32 is one word for Python: its own route (one key in 2**32)
                 random.seed(key)
             if np_mv is not None:
-                np_mv[:] = src[o + 4:o + _PYNP_BYTES]
+                np_mv[:] = nps[i]
                 if gw[0] or gw[1]:
                     gauss.has_gauss = 0
                     gauss.gauss = 0.0
@@ -271,6 +295,12 @@ class GlobalSeeder:
             seed_torch(i)
 
         self.seed = seed_all if fast else seed_each
+
+    def release(self) -> None:
+        """Give the rows buffer back to the pool: ``seed`` must not be called afterwards."""
+        buf, self._buf = self._buf, None
+        if buf is not None and len(self._pool) < _POOL_MAX:
+            self._pool.append(buf)
 
 
 class _PyNp:

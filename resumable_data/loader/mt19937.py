@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["N", "PYNP_WORDS", "init_genrand", "mt_states", "seed_rows", "seed_rows_counted"]
+__all__ = ["N", "PYNP_WORDS", "fill_rows", "init_genrand", "mt_states", "seed_rows"]
 
 N = 624
 PYNP_WORDS = N + 2  # [624, state[624], 624]: CPython's (index, state) then numpy's (state, pos)
@@ -143,14 +143,17 @@ def seed_rows(keys: np.ndarray, pynp: bool = True, torch: tuple | None = None) -
     ``mt19937_state`` ``row[1:]``); with ``torch = (template, seed_word, state_word)`` torch's
     region follows from column 626 (``template``: uint32 words, the region after a
     ``manual_seed``; the seed and init_genrand's state go at the two word offsets)."""
-    return seed_rows_counted(np.asarray(keys, dtype=np.uint64).reshape(-1), pynp, torch)[0]
+    keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
+    out = np.empty((keys.shape[0], PYNP_WORDS + (0 if torch is None else torch[0].shape[0])), dtype=np.uint32)
+    fill_rows(keys, out, pynp, torch)
+    return out
 
 
-def seed_rows_counted(keys: np.ndarray, pynp: bool, torch: tuple | None) -> tuple[np.ndarray, int]:
-    """:func:`seed_rows` of a 1-D uint64 ``keys`` and how many keys are below 2**32."""
+def fill_rows(keys: np.ndarray, out: np.ndarray, pynp: bool, torch: tuple | None) -> int:
+    """:func:`seed_rows` of a 1-D uint64 ``keys`` into ``out`` (``[len(keys), 626 + template
+    words]`` uint32, C-contiguous); returns how many keys are below 2**32."""
     tmpl, tseed, tstate = (_NO_TEMPLATE, 0, 0) if torch is None else torch
-    out = np.empty((keys.shape[0], PYNP_WORDS + tmpl.shape[0]), dtype=np.uint32)
-    return out, _kernel(keys, out, pynp, tmpl, PYNP_WORDS, tseed, tstate)
+    return _kernel(keys, out, pynp, tmpl, PYNP_WORDS, tseed, tstate)
 
 
 def mt_states(keys: np.ndarray) -> np.ndarray:

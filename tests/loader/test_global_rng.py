@@ -188,3 +188,28 @@ def test_a_swapped_numpy_bit_generator_is_seeded_too_not_the_old_one():
     b = np.random.random()
     G.seed_globals_reference(7)
     assert b == np.random.random()
+
+
+def test_live_seeders_never_share_a_rows_buffer_and_a_released_one_is_reused():
+    """Two seeders of one size alive at once (a loader iterated inside ``__getitem__``) each keep
+    their own rows; after ``release`` the next seeder of that size reuses the buffer, rewritten."""
+    ka, kb, kc = ([2**40 + 100 * j + i for i in range(4)] for j in range(3))
+    ref = {}
+    for k in ka + kb + kc:
+        G.seed_globals_reference(k)
+        ref[k] = draws()
+    a = G.GlobalSeeder(np.array(ka, dtype=np.uint64))
+    b = G.GlobalSeeder(np.array(kb, dtype=np.uint64))
+    assert a._buf is not b._buf
+    for i in range(4):
+        a.seed(i)
+        assert draws() == ref[ka[i]]
+        b.seed(i)
+        assert draws() == ref[kb[i]]
+    buf = a._buf
+    a.release()
+    c = G.GlobalSeeder(np.array(kc, dtype=np.uint64))
+    assert c._buf is buf
+    for i in range(4):
+        c.seed(i)
+        assert draws() == ref[kc[i]]
