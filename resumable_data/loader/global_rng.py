@@ -2,38 +2,45 @@
 
 What users get. Seeding the globals from a 64-bit ``key`` means exactly what
 ``random.seed(key)``, ``np.random.seed(np.array([key & 0xFFFFFFFF, key >> 32], np.uint32))`` and
-``torch.manual_seed(key & (2**63 - 1))`` give: every draw afterwards is the same number.
+``torch.manual_seed(key & (2**63 - 1))`` give: every draw afterwards is the same number, and
+``random.getstate()``, ``np.random.get_state()``, ``torch.get_rng_state()`` and
+``torch.initial_seed()`` are the same too.
 
-Algorithm. Python's ``random.seed(int)`` and numpy's legacy ``seed(array)`` both run MT19937's
-``init_by_array`` over the key's 32-bit words (Python: as many words as the key needs; numpy: the
-two words given), so one compiled kernel computes the 624-word state of every key of a batch at
-once (one call per batch), and each sample's state is then *copied* into the two generators
-through numpy views of their state memory (the ``mt19937_state`` struct numpy exposes through
-``bit_generator.ctypes``, and the ``RandomObject`` of CPython's ``random``). What the seeding
-functions also reset is reset here: Python's ``gauss_next``; numpy's cached Gaussian
-(``has_gauss``, ``gauss`` of the global ``RandomState``), written directly through its probed
-offset in the object. torch's generator is seeded with ``manual_seed`` (its own cost is the
-624-word initialization, which no other route avoids). :class:`GlobalRNGGuard` saves the three
-states (and both caches) by copying them and writes back only what changed.
+Algorithm. Seeding is a pure function of the key, so one compiled kernel (``mt19937.py``)
+computes, for every key of a batch at once (one call per batch), the bytes each generator holds
+after seeding: MT19937's ``init_by_array`` state shared by Python's ``RandomObject`` and numpy's
+``mt19937_state``, and torch's ``CPUGeneratorImpl`` region (seed, engine, disengaged cached
+normals; ``torch_rng_memory.py``). :class:`GlobalSeeder` then *copies* each sample's bytes into
+the generators through byte views of their memory: one memoryview slice assignment per
+generator (the slices are made once per pooled buffer), Python's ``gauss_next`` reset, and
+numpy's cached Gaussian (``has_gauss``, ``gauss`` of the global ``RandomState``, found at its
+probed offset) cleared only when set (reading is cheaper than writing). :class:`GlobalRNGGuard`
+saves the three states (and the caches) as bytes and writes back only what changed.
 
 Lazy seeding. :class:`UnseededWatch` leaves Python's and numpy's generators unseeded while user
 code runs and tells afterwards whether anything drew from them: it saves both states, clears both
 cached Gaussians (so that even a draw of a cached value moves a state) and compares the whole
 states and the caches afterwards; whatever the answer, it puts states and caches back. The
 fetcher (``fetch.py``) uses it to fetch a batch unseeded first and to fetch it again seeded, once
-per process, when a draw is seen.
+per process, when a draw is seen; torch's generator is seeded per sample meanwhile
+(``GlobalSeeder(keys, torch_only=True)``: the kernel's torch part and one copy).
 
 Safety. The memory layouts are probed once per process, against the real ``random.seed`` /
-``np.random.seed`` / ``get_state`` / ``set_state``, on several keys and values; if anything
-differs (another interpreter, a free-threaded build, a numpy whose layout changed) the slow,
-always-correct route (``random.seed``, ``np.random.seed``, ``getstate``/``setstate``) is used
-instead, identical in results, and seeding is eager. ``tests/loader/test_global_rng.py`` checks
-both routes against each other.
+``np.random.seed`` / ``manual_seed`` / ``get_state`` / ``set_state``, on several keys and values,
+and re-probed when a global generator is swapped; if anything differs (another interpreter, a
+free-threaded build, a numpy or torch whose layout changed) that generator takes the slow,
+always-correct route (``random.seed``, ``np.random.seed``, ``manual_seed``,
+``getstate``/``get_state`` and their setters), identical in results, and seeding is eager.
+``tests/loader/test_global_rng.py`` and ``test_torch_rng_memory.py`` check the routes against
+each other. A restore costs one comparison and, if the state changed, one copy per generator.
 
-Cost (2 shared CPUs, ``timeit``, loaded machine): seeding all three generators for one sample
-about 6 us after a kernel share of ~3.5 us (16 keys: 55 us a batch), of which ``manual_seed``
-1.4-3 us; the guard 10 us a batch, the watch 3 us more. The end-to-end figure is the
-"per-sample seeding costs" line of ``benchmarks/bench_dropin.py``.
+Cost (batch 16, 2 CPUs shared with other jobs, CPU time by ``time.process_time``, medians of 7
+interleaved rounds; ``/tmp``-style micro-benchmarks, not the end-to-end figure): the kernel
+24 us a batch (Python's and numpy's 1,247 lockstep steps ~11 us, torch's 623 ~14 us: the
+stores of the rows dominate), the 16 seedings 10.5 us (0.66 us a sample for all three
+generators, where ``manual_seed`` alone is 1.46 us), the guard 2.8 us a batch; before this
+rewrite 39 us + 16 x 4 us + 10 us. The end-to-end figure is the "per-sample seeding costs" line
+of ``benchmarks/bench_dropin.py``.
 """
 
 from __future__ import annotations
