@@ -20,9 +20,10 @@ writing the region must give ``get_state()`` bytes, ``initial_seed()`` and draws
 ``randn`` in float32 and float64, the cached path included, ``randint``) equal to
 ``manual_seed``'s. Any difference, a non-CPython or free-threaded interpreter, a ``get_state``
 of another size, a non-little-endian machine: no layout (the callers use ``manual_seed`` /
-``get_state`` / ``set_state``, identical in results). Reads stay inside the object: at most
-:data:`_WINDOW` bytes from its start (the state plus a few hundred bytes). The generator's
-state is saved before and set back after the probe.
+``get_state`` / ``set_state``, identical in results). Reads stay inside the object: the first
+:data:`_HEAD_MAX` bytes to find the state's start, then up to the state's end, then at most
+:data:`_TAIL_MAX` bytes after it for the caches. The generator's state is saved before and set
+back after the probe.
 
 Cost. The probe: a few ms, once. Afterwards a seeding is one slice assignment of ~2.5 KB into
 :attr:`TorchLayout.view` (a fraction of a us; ``manual_seed`` is ~1.5 us, ``get_state`` ~2 us).
@@ -45,9 +46,9 @@ from resumable_data.loader.mt19937 import N, init_genrand
 __all__ = ["TorchLayout", "probe"]
 
 _STATE_BYTES = 4 * N
-_HEAD_MAX = 512  # where the state may start in the object, at most
-_TAIL_MAX = 64  # where the cached normals may end after the state, at most
-_WINDOW = _HEAD_MAX + _STATE_BYTES + _TAIL_MAX
+_HEAD_MAX = 256  # where the state may start in the object, at most
+_TAIL_MAX = 32  # where the cached normals may end after the state, at most (the object's last fields)
+_WINDOW = _HEAD_MAX + _STATE_BYTES + _TAIL_MAX  # no read from the impl goes further
 _PADDING_MAX = 16  # bytes of the region (seed and state aside) that may differ between seedings
 _MASK63 = (1 << 63) - 1
 # torch's serialized CPU state (get_state / set_state): the legacy THGeneratorState, then the
@@ -128,17 +129,18 @@ def _probe(gen) -> TorchLayout | None:
     if not impl:
         return None
     state_at = seed_at = None
-    after: list[bytes] = []
     for key in _PROBE_KEYS:
         gen.manual_seed(key)
-        raw = ctypes.string_at(impl, _WINDOW)
-        pos = raw.find(init_genrand(key & 0xFFFFFFFF).tobytes(), 0, _HEAD_MAX + _STATE_BYTES)
+        want = init_genrand(key & 0xFFFFFFFF).tobytes()
+        pos = ctypes.string_at(impl, _HEAD_MAX).find(want[:16])  # the state's start: where it begins...
         if pos < 0 or pos % 4 or (state_at is not None and pos != state_at):
+            return None
+        raw = ctypes.string_at(impl, pos + _STATE_BYTES)  # ...and all of it (no read past the object)
+        if raw[pos:] != want:
             return None
         state_at = pos
         hits = {o for o in range(0, pos - 7, 4) if struct.unpack_from("<Q", raw, o)[0] == key}
         seed_at = hits if seed_at is None else seed_at & hits
-        after.append(raw)
     if not seed_at or len(seed_at) != 1:
         return None
     seed_off = seed_at.pop()
@@ -152,14 +154,17 @@ def _probe(gen) -> TorchLayout | None:
     # the template: the region after manual_seed; apart from seed and state, the keys' regions
     # may differ in padding only (manual_seed copies a temporary engine, padding bytes included):
     # a few bytes, which the verification below shows to be inert
-    masks = [(seed_off, seed_off + 8), (state_at, end_state)]
-    regions = [bytearray(r[seed_off:end]) for r in after]
+    after = []
+    for key in _PROBE_KEYS:
+        gen.manual_seed(key)
+        after.append(ctypes.string_at(impl + seed_off, size))
+    regions = [bytearray(r) for r in after]
     for r in regions:
-        for a, b in masks:
+        for a, b in ((seed_off, seed_off + 8), (state_at, end_state)):
             r[a - seed_off:b - seed_off] = bytes(b - a)
     if sum(any(r[i] != regions[0][i] for r in regions) for i in range(size)) > _PADDING_MAX:
         return None
-    padded = bytes(after[0][seed_off:end]) + bytes(-size % 4)
+    padded = after[0] + bytes(-size % 4)
     template = np.frombuffer(padded, dtype=np.uint32).copy()
     view = np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(impl + seed_off))
     lay = TorchLayout(gen, impl, seed_off, size, template, 0, (state_at - seed_off) // 4, view)
