@@ -35,9 +35,9 @@ always-correct route (``random.seed``, ``np.random.seed``, ``manual_seed``,
 each other. A restore costs one comparison and, if the state changed, one copy per generator.
 
 Cost (batch 16, 2 CPUs shared with other jobs, CPU time by ``time.process_time``, medians of 7
-interleaved rounds; ``/tmp``-style micro-benchmarks, not the end-to-end figure): the kernel
-24 us a batch (Python's and numpy's 1,247 lockstep steps ~11 us, torch's 623 ~14 us: the
-stores of the rows dominate), the 16 seedings 10.5 us (0.66 us a sample for all three
+interleaved rounds; micro-benchmarks of the parts, not the end-to-end figure): the kernel
+24 us a batch (Python's and numpy's 1,247 lockstep steps ~11 us, torch's 623 ~14 us, about half
+of it the stores into the rows), the 16 seedings 10.5 us (0.66 us a sample for all three
 generators, where ``manual_seed`` alone is 1.46 us), the guard 2.8 us a batch; before this
 rewrite 39 us + 16 x 4 us + 10 us. The end-to-end figure is the "per-sample seeding costs" line
 of ``benchmarks/bench_dropin.py``.
@@ -253,11 +253,10 @@ class GlobalSeeder:
         small = 0
         self._buf = self._pool = None
         if n and (pynp or tlay is not None):
-            spec = None if tlay is None else tlay.rows_spec
-            self._pool = pool = lay.pool.setdefault((n, PYNP_WORDS + (0 if tlay is None else tlay.template.size)), [])
-            buf = self._buf = pool.pop() if pool else _Rows(n, PYNP_WORDS + (0 if spec is None else spec[0].size),
-                                                              0 if tlay is None else tlay.size)
-            small = fill_rows(keys, buf.rows, pynp, spec)
+            width = PYNP_WORDS + (0 if tlay is None else tlay.template.size)
+            self._pool = pool = lay.pool.setdefault((n, width), [])
+            buf = self._buf = pool.pop() if pool else _Rows(n, width, 0 if tlay is None else tlay.size)
+            small = fill_rows(keys, buf.rows, pynp, None if tlay is None else tlay.rows_spec)
             pys, nps, ts = buf.py, buf.np, buf.torch
         key_list = keys.tolist()
         manual_seed = torch.random.default_generator.manual_seed

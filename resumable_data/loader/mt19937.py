@@ -12,12 +12,12 @@ with the seed and the state filled in.
 
 Speed. The keys advance in lockstep (every key updates the same word index at each step), so the
 loops run over keys with the word index outside: the inner loop is contiguous and free of
-dependency chains, and LLVM vectorises it (8 keys per AVX2 instruction); ``init_by_array``'s
-alternation of the two key words is unrolled by two instead of branched on, and torch's
-``init_genrand`` steps ride along in the same loop (independent chains for the out-of-order core).
-The states are computed word-major (``[624, keys]``) and transposed into key-major rows at the
-end (each row is then copied with one slice assignment per generator). Cost (16 keys, loaded
-2-CPU machine): see :mod:`.global_rng`'s docstring.
+dependency chains, so LLVM vectorises it (8 keys per AVX2 instruction, 32-bit arithmetic); the
+latest word of every key lives in its own small array (no alias check between rows), and
+``init_by_array``'s alternation of the two key words is unrolled by two instead of branched on.
+Only ``init_by_array``'s first pass needs a word-major scratch (the second pass reads it); every
+final word is stored straight into its key's row (strided stores: about half the time of the
+torch part). Cost (16 keys, loaded 2-CPU machine): see :mod:`.global_rng`'s docstring.
 
 Guarantee: :func:`mt_states` equals numpy's ``RandomState.seed([lo, hi])`` state word for word
 and torch's rows equal its ``manual_seed`` (``tests/loader/test_global_rng.py``).

@@ -113,19 +113,24 @@ def test_guard_restores_every_state_exactly(cached_gaussian):
 def test_reference_route_when_the_probe_fails(monkeypatch):
     """With the layouts unknown, the seeder takes the seeding functions' own route: same draws."""
     lay = G._layout()
-    monkeypatch.setattr(lay, "py", None)
-    monkeypatch.setattr(lay, "np", None)
+    for name in ("py", "np", "py_mv", "np_mv"):
+        monkeypatch.setattr(lay, name, None)
     keys = [2**40 + 9, 77]
     ref = []
     for k in keys:
         G.seed_globals_reference(k)
         ref.append(draws())
+    calls = []
+    real_py, real_np = random.seed, np.random.seed
+    monkeypatch.setattr(random, "seed", lambda *a: calls.append("py") or real_py(*a))
+    monkeypatch.setattr(np.random, "seed", lambda *a: calls.append("np") or real_np(*a))
     seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64))
     got = []
     for i in range(len(keys)):
         seeder.seed(i)
         got.append(draws())
     assert got == ref
+    assert calls == ["py", "np"] * len(keys)  # the seeding functions' own route was taken
     before = states()
     with G.GlobalRNGGuard():
         seeder.seed(0)
