@@ -214,3 +214,22 @@ def test_a_corrupt_template_fails_the_verification():
         assert not T._verified(GEN, broken, tstate())
     finally:
         torch.set_rng_state(saved)
+
+
+def test_a_replaced_default_generator_is_probed_again_and_the_old_one_left_alone(monkeypatch, fresh_layout):
+    """``torch.random.default_generator`` rebound to another CPU generator: the layout is probed
+    again for it (``current()`` fails for the old one) and seeding reaches it, not the old one."""
+    G.seed_globals(2**40 + 1)
+    old_lay = G._layout().torch
+    torch.manual_seed(31)
+    real_before = GEN.get_state().numpy().tobytes()
+    other = torch.Generator()
+    monkeypatch.setattr(torch.random, "default_generator", other)
+    assert not old_lay.current()
+    for key in (2**40 + 2, 5, 2**64 - 1):
+        G.seed_globals(key)
+        got = other.get_state().numpy().tobytes()
+        ref = torch.Generator().manual_seed(key & (2**63 - 1)).get_state().numpy().tobytes()
+        assert got == ref
+    assert G._layout().torch.owner is other
+    assert GEN.get_state().numpy().tobytes() == real_before  # the real default generator: untouched
