@@ -258,7 +258,8 @@ class GlobalSeeder:
             buf = self._buf = pool.pop() if pool else _Rows(n, width, 0 if tlay is None else tlay.size)
             small = fill_rows(keys, buf.rows, pynp, None if tlay is None else tlay.rows_spec)
             pys, nps, ts = buf.py, buf.np, buf.torch
-        key_list = keys.tolist()
+        fast = py_mv is not None and np_mv is not None and t_mv is not None and not small
+        key_list = None if fast or (torch_only and t_mv is not None) else keys.tolist()  # for the functions' routes
         manual_seed = torch.random.default_generator.manual_seed
         inst = random._inst
         gw = lay.gauss_words
@@ -273,7 +274,6 @@ class GlobalSeeder:
         if torch_only:
             self.seed = seed_torch
             return
-        fast = py_mv is not None and np_mv is not None and t_mv is not None and not small
 
         def seed_all(i: int) -> None:  # the usual case: every generator through its memory
             py_mv[:] = pys[i]

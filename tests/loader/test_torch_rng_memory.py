@@ -187,6 +187,13 @@ def test_the_reference_route_when_the_probe_fails(monkeypatch, fresh_layout, how
     keys = [2**40 + 9, 77, 2**64 - 1]
     for cached in (False, True):
         _fast_vs_reference(keys, cached)
+    seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64), torch_only=True)
+    for i, k in enumerate(keys):
+        engage_caches()
+        seeder.seed(i)
+        got = (tstate(), tdraws())
+        GEN.manual_seed(k & (2**63 - 1))
+        assert got == (tstate(), tdraws())
     torch.manual_seed(8)
     engage_caches()
     before = tstate()
