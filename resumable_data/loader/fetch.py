@@ -34,7 +34,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import Dataset, Sampler, get_worker_info
 
 from resumable_data.loader.collate import PAD_VALUE, arrow_to_numpy, gathered_to_numpy, to_torch
@@ -58,8 +57,6 @@ from resumable_data.plan.record_runs import RUN, RecordRuns
 from resumable_data.plan.packing import PackMode, best_fit_bins
 
 __all__ = ["FetchMode", "NumpyBatch", "StepFetcher", "StepSampler"]  # FetchMode: re-exported from .config
-
-_MASK63 = (1 << 63) - 1  # torch seeds < 2**63: torch.initial_seed() stays a signed int64 (as GlobalSeeder)
 
 
 class StepFetcher(Dataset):
@@ -217,7 +214,7 @@ class StepFetcher(Dataset):
         if samples is None and self.lazy_globals and (guard.saved.fast if guard is not None else lazy_seeding_available()):
             watch = UnseededWatch(None if guard is None else guard.saved)
             try:
-                out = self._samples(pos, recs, key_list, None, None, True)
+                out = self._samples(pos, recs, key_list, None, GlobalSeeder(keys, torch_only=True))
             except Exception:
                 if not watch.finish():
                     raise
@@ -227,34 +224,34 @@ class StepFetcher(Dataset):
                         guard.python_numpy_clean = True
                     return out
             self.lazy_globals = False  # user code draws from the globals: eager from now on, here
-        return self._samples(pos, recs, key_list, samples, GlobalSeeder(keys).seed)
+        return self._samples(pos, recs, key_list, samples, GlobalSeeder(keys))
 
-    def _samples(self, pos: list, recs: list, keys: list | None, samples: list | None, seed: Any,
-                 torch_only: bool = False) -> list:
-        """The loop of :meth:`_per_sample`: ``seed(i)`` (all three generators) or, ``torch_only``,
-        torch's generator seeded from ``keys[i]``, the slot moved to ``i``, the call."""
+    def _samples(self, pos: list, recs: list, keys: list | None, samples: list | None,
+                 seeder: GlobalSeeder | None) -> list:
+        """The loop of :meth:`_per_sample`: ``seeder.seed(i)`` (all three generators, or torch's
+        only), the slot moved to ``i``, the call; the seeder's buffer is given back after."""
         slot = SampleSlot(self._epoch_len, pos, recs, keys, self._key_of)
         token = activate_sample(slot)
         out: list = []
         append = out.append
         dataset, transform = self.dataset, self.transform
-        manual_seed = torch.random.default_generator.manual_seed
+        seed = None if seeder is None else seeder.seed
         i = -1
         try:
             if samples is None and transform is None:
-                for i, r in enumerate(recs):
-                    if seed is not None:
+                if seed is None:
+                    for i, r in enumerate(recs):
+                        slot.i = i
+                        append(dataset[r])
+                else:
+                    for i, r in enumerate(recs):
                         seed(i)
-                    elif torch_only:
-                        manual_seed(keys[i] & _MASK63)
-                    slot.i = i
-                    append(dataset[r])
+                        slot.i = i
+                        append(dataset[r])
             elif samples is None:
                 for i, r in enumerate(recs):
                     if seed is not None:
                         seed(i)
-                    elif torch_only:
-                        manual_seed(keys[i] & _MASK63)
                     slot.i = i
                     append(transform(dataset[r]))
             else:
@@ -270,6 +267,8 @@ class StepFetcher(Dataset):
         finally:
             slot.clear()
             reset_sample(token)
+            if seeder is not None:
+                seeder.release()
         return out
 
     def _key_of(self, position: int) -> int:

@@ -2,38 +2,45 @@
 
 What users get. Seeding the globals from a 64-bit ``key`` means exactly what
 ``random.seed(key)``, ``np.random.seed(np.array([key & 0xFFFFFFFF, key >> 32], np.uint32))`` and
-``torch.manual_seed(key & (2**63 - 1))`` give: every draw afterwards is the same number.
+``torch.manual_seed(key & (2**63 - 1))`` give: every draw afterwards is the same number, and
+``random.getstate()``, ``np.random.get_state()``, ``torch.get_rng_state()`` and
+``torch.initial_seed()`` are the same too.
 
-Algorithm. Python's ``random.seed(int)`` and numpy's legacy ``seed(array)`` both run MT19937's
-``init_by_array`` over the key's 32-bit words (Python: as many words as the key needs; numpy: the
-two words given), so one compiled kernel computes the 624-word state of every key of a batch at
-once (one call per batch), and each sample's state is then *copied* into the two generators
-through numpy views of their state memory (the ``mt19937_state`` struct numpy exposes through
-``bit_generator.ctypes``, and the ``RandomObject`` of CPython's ``random``). What the seeding
-functions also reset is reset here: Python's ``gauss_next``; numpy's cached Gaussian
-(``has_gauss``, ``gauss`` of the global ``RandomState``), written directly through its probed
-offset in the object. torch's generator is seeded with ``manual_seed`` (its own cost is the
-624-word initialization, which no other route avoids). :class:`GlobalRNGGuard` saves the three
-states (and both caches) by copying them and writes back only what changed.
+Algorithm. Seeding is a pure function of the key, so one compiled kernel (``mt19937.py``)
+computes, for every key of a batch at once (one call per batch), the bytes each generator holds
+after seeding: MT19937's ``init_by_array`` state shared by Python's ``RandomObject`` and numpy's
+``mt19937_state``, and torch's ``CPUGeneratorImpl`` region (seed, engine, disengaged cached
+normals; ``torch_rng_memory.py``). :class:`GlobalSeeder` then *copies* each sample's bytes into
+the generators through byte views of their memory: one memoryview slice assignment per
+generator (the slices are made once per pooled buffer), Python's ``gauss_next`` reset, and
+numpy's cached Gaussian (``has_gauss``, ``gauss`` of the global ``RandomState``, found at its
+probed offset) cleared only when set (reading is cheaper than writing). :class:`GlobalRNGGuard`
+saves the three states (and the caches) as bytes and writes back only what changed.
 
 Lazy seeding. :class:`UnseededWatch` leaves Python's and numpy's generators unseeded while user
 code runs and tells afterwards whether anything drew from them: it saves both states, clears both
 cached Gaussians (so that even a draw of a cached value moves a state) and compares the whole
 states and the caches afterwards; whatever the answer, it puts states and caches back. The
 fetcher (``fetch.py``) uses it to fetch a batch unseeded first and to fetch it again seeded, once
-per process, when a draw is seen.
+per process, when a draw is seen; torch's generator is seeded per sample meanwhile
+(``GlobalSeeder(keys, torch_only=True)``: the kernel's torch part and one copy).
 
 Safety. The memory layouts are probed once per process, against the real ``random.seed`` /
-``np.random.seed`` / ``get_state`` / ``set_state``, on several keys and values; if anything
-differs (another interpreter, a free-threaded build, a numpy whose layout changed) the slow,
-always-correct route (``random.seed``, ``np.random.seed``, ``getstate``/``setstate``) is used
-instead, identical in results, and seeding is eager. ``tests/loader/test_global_rng.py`` checks
-both routes against each other.
+``np.random.seed`` / ``manual_seed`` / ``get_state`` / ``set_state``, on several keys and values,
+and re-probed when a global generator is swapped; if anything differs (another interpreter, a
+free-threaded build, a numpy or torch whose layout changed) that generator takes the slow,
+always-correct route (``random.seed``, ``np.random.seed``, ``manual_seed``,
+``getstate``/``get_state`` and their setters), identical in results, and seeding is eager.
+``tests/loader/test_global_rng.py`` and ``test_torch_rng_memory.py`` check the routes against
+each other. A restore costs one comparison and, if the state changed, one copy per generator.
 
-Cost (2 shared CPUs, ``timeit``, loaded machine): seeding all three generators for one sample
-about 6 us after a kernel share of ~3.5 us (16 keys: 55 us a batch), of which ``manual_seed``
-1.4-3 us; the guard 10 us a batch, the watch 3 us more. The end-to-end figure is the
-"per-sample seeding costs" line of ``benchmarks/bench_dropin.py``.
+Cost (batch 16, 2 CPUs shared with other jobs, CPU time by ``time.process_time``, medians of 7
+interleaved rounds; micro-benchmarks of the parts, not the end-to-end figure): the kernel
+24 us a batch (Python's and numpy's 1,247 lockstep steps ~11 us, torch's 623 ~14 us, about half
+of it the stores into the rows), the 16 seedings 10.5 us (0.66 us a sample for all three
+generators, where ``manual_seed`` alone is 1.46 us), the guard 2.8 us a batch; before this
+rewrite 39 us + 16 x 4 us + 10 us. The end-to-end figure is the "per-sample seeding costs" line
+of ``benchmarks/bench_dropin.py``.
 """
 
 from __future__ import annotations
@@ -45,84 +52,14 @@ import sys
 
 import numpy as np
 import torch
-from numba import njit
+
+from resumable_data.loader import torch_rng_memory
+from resumable_data.loader.mt19937 import N as _N, PYNP_WORDS, fill_rows, mt_states, seed_rows
 
 __all__ = ["GlobalRNGGuard", "GlobalSeeder", "UnseededWatch", "lazy_seeding_available", "mt_states", "seed_globals",
            "seed_globals_reference"]
 
-_N = 624
 _MASK63 = (1 << 63) - 1
-
-
-def _init_genrand(s: int) -> np.ndarray:
-    mt = np.empty(_N, dtype=np.uint32)
-    mt[0] = s
-    for i in range(1, _N):
-        prev = int(mt[i - 1])
-        mt[i] = (1812433253 * (prev ^ (prev >> 30)) + i) & 0xFFFFFFFF
-    return mt
-
-
-_BASE = _init_genrand(19650218)  # init_by_array's starting state (a constant)
-
-
-@njit(cache=True, nogil=True)
-def _init_by_array2(base, lo, hi, out):  # pragma: no cover - compiled
-    """init_by_array over the two-word keys ``[lo[b], hi[b]]`` into ``out[:, 1:625]``; the keys
-    advance in lockstep (same indices), so the inner loop runs over keys, contiguous in memory
-    and free of dependency chains."""
-    n = 624
-    nb = lo.shape[0]
-    m = np.uint64(0xFFFFFFFF)
-    mt = np.empty((n, nb), dtype=np.uint32)
-    for t in range(n):
-        for b in range(nb):
-            mt[t, b] = base[t]
-    i = 1
-    j = 0
-    for _ in range(n):
-        for b in range(nb):
-            prev = np.uint64(mt[i - 1, b])
-            w = np.uint64(lo[b]) if j == 0 else np.uint64(hi[b])
-            mt[i, b] = np.uint32(((np.uint64(mt[i, b]) ^ (((prev ^ (prev >> np.uint64(30))) * np.uint64(1664525)) & m)) + w + np.uint64(j)) & m)
-        i += 1
-        j = 1 - j
-        if i >= n:
-            for b in range(nb):
-                mt[0, b] = mt[n - 1, b]
-            i = 1
-    for _ in range(n - 1):
-        for b in range(nb):
-            prev = np.uint64(mt[i - 1, b])
-            mt[i, b] = np.uint32(((np.uint64(mt[i, b]) ^ (((prev ^ (prev >> np.uint64(30))) * np.uint64(1566083941)) & m)) - np.uint64(i)) & m)
-        i += 1
-        if i >= n:
-            for b in range(nb):
-                mt[0, b] = mt[n - 1, b]
-            i = 1
-    for b in range(nb):
-        mt[0, b] = np.uint32(0x80000000)
-        out[b, 0] = np.uint32(n)  # Python's index field, before the state
-        out[b, n + 1] = np.uint32(n)  # numpy's pos field, after the state
-        for t in range(n):
-            out[b, t + 1] = mt[t, b]
-
-
-def _rows(keys: np.ndarray) -> np.ndarray:
-    """``[len(keys), 626]`` uint32: ``[624, state[624], 624]`` per key: ``row[:625]`` is
-    CPython's ``RandomObject`` (index, state) and ``row[1:]`` numpy's ``mt19937_state`` (key, pos)."""
-    keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
-    out = np.empty((keys.size, _N + 2), dtype=np.uint32)
-    lo = (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    hi = (keys >> np.uint64(32)).astype(np.uint32)
-    _init_by_array2(_BASE, lo, hi, out)
-    return out
-
-
-def mt_states(keys: np.ndarray) -> np.ndarray:
-    """MT19937 states (``[len(keys), 624]`` uint32) after ``init_by_array`` of each 64-bit key
-    as two words (numpy's ``seed([lo, hi])``; Python's ``random.seed(key)`` for ``key >= 2**32``)."""
-    return _rows(keys)[:, 1:_N + 1]
 
 
 def _view(address: int, count: int) -> np.ndarray:
@@ -148,8 +85,18 @@ class _Layout:
         self._probe_gauss()
         if self.gauss is None:
             self.np = None
-        self.py_addr = 0 if self.py is None else self.py.ctypes.data
-        self.np_addr = 0 if self.np is None else self.np.ctypes.data
+        #: torch's default generator's region (``torch_rng_memory``), or None: ``manual_seed`` /
+        #: ``get_state`` / ``set_state``
+        self.torch = torch_rng_memory.probe()
+        # byte views written by one slice assignment each (what a seeding costs)
+        self.py_mv = None if self.py is None else memoryview(self.py.view(np.uint8))
+        self.np_mv = None if self.np is None else memoryview(self.np.view(np.uint8))
+        self.torch_mv = None if self.torch is None else memoryview(self.torch.view)
+        #: reusable row buffers by (keys, words per row): see :class:`_Rows`
+        self.pool: dict[tuple[int, int], list[_Rows]] = {}
+        #: numpy's cached Gaussian as two 64-bit words (flag word, value): read before clearing
+        self.gauss_words = None if self.gauss is None else memoryview(
+            np.ctypeslib.as_array((ctypes.c_uint8 * 16).from_address(ctypes.addressof(self.gauss)))).cast("Q")
 
     @property
     def fast(self) -> bool:
@@ -159,7 +106,8 @@ class _Layout:
     def current(self) -> bool:
         """Whether the probed generators are still the global ones."""
         rs = np.random.mtrand._rand
-        return random._inst is self.py_owner and rs is self.rs_owner and rs._bit_generator is self.np_owner
+        return (random._inst is self.py_owner and rs is self.rs_owner and rs._bit_generator is self.np_owner
+                and (self.torch is None or self.torch.current()))
 
     def _probe_python(self) -> None:
         inst = random._inst
@@ -168,12 +116,12 @@ class _Layout:
         saved = inst.getstate()
         try:
             view = _view(id(inst) + object.__basicsize__, _N + 1)
-            for key in (0x9E3779B97F4A7C15, 1 << 32, 0xFFFFFFFFFFFFFFFF, 123456789012345):  # all >= 2**32
+            keys = (0x9E3779B97F4A7C15, 1 << 32, 0xFFFFFFFFFFFFFFFF, 123456789012345)  # all >= 2**32
+            rows = seed_rows(np.array(keys, np.uint64))
+            for key, row in zip(keys, rows):
                 random.seed(key)
                 st = inst.getstate()[1]
-                if view[0] != st[_N] or view[1:].tolist() != list(st[:_N]):
-                    return
-                if not np.array_equal(view[1:], mt_states(np.array([key], np.uint64))[0]):
+                if view[0] != st[_N] or view[1:].tolist() != list(st[:_N]) or not np.array_equal(view, row[:_N + 1]):
                     return
             self.py = view
         finally:
@@ -248,7 +196,9 @@ def _layout() -> _Layout:
 
 def seed_globals(key: int) -> None:
     """Seed Python's ``random``, ``numpy.random`` and torch's CPU generator from ``key``."""
-    GlobalSeeder(np.array([key], dtype=np.uint64)).seed(0)
+    seeder = GlobalSeeder(np.array([key], dtype=np.uint64))
+    seeder.seed(0)
+    seeder.release()
 
 
 def seed_globals_reference(key: int) -> None:
@@ -258,45 +208,105 @@ def seed_globals_reference(key: int) -> None:
     torch.random.default_generator.manual_seed(key & _MASK63)  # < 2**63: torch.initial_seed() stays a signed int64
 
 
-_ROW_BYTES = (_N + 2) * 4
-_STATE_BYTES = (_N + 1) * 4
-_memmove = ctypes.memmove
+_PY_BYTES = (_N + 1) * 4  # [index, state] / [state, pos]: one generator's part of a row
+_PYNP_BYTES = PYNP_WORDS * 4
+
+
+class _Rows:
+    """A reusable buffer of seeding rows and each row's byte slices, one per generator (made once:
+    making a memoryview slice costs about as much as the copy it serves). Pooled per size on the
+    layout; one seeder holds it at a time (taken on construction, given back by ``release``)."""
+
+    __slots__ = ("rows", "py", "np", "torch")
+
+    def __init__(self, n: int, width: int, torch_bytes: int) -> None:
+        self.rows = np.empty((n, width), np.uint32)
+        src = memoryview(self.rows).cast("B")
+        starts = range(0, n * width * 4, width * 4)
+        self.py = [src[o:o + _PY_BYTES] for o in starts]  # [index, state]
+        self.np = [src[o + 4:o + _PYNP_BYTES] for o in starts]  # [state, pos]
+        self.torch = [src[o + _PYNP_BYTES:o + _PYNP_BYTES + torch_bytes] for o in starts] if torch_bytes else []
+
+
+_POOL_MAX = 4  # buffers kept per size (more are live only while seeders nest or run in threads)
 
 
 class GlobalSeeder:
-    """Seeds the globals for each key of a batch: ``GlobalSeeder(keys).seed(i)`` for the i-th."""
+    """Seeds the globals for each key of a batch: ``GlobalSeeder(keys).seed(i)`` for the i-th.
 
-    __slots__ = ("_keys", "_torch", "_rows", "_base", "_py", "_np", "_gauss", "_manual_seed", "_inst")
+    One kernel call computes every key's bytes (``mt19937.seed_rows``) into a pooled buffer;
+    ``seed(i)`` copies them into the generators: one slice assignment per generator, Python's
+    ``gauss_next`` reset, and numpy's cached Gaussian cleared when set. ``torch_only``: torch's
+    generator only (lazy seeding leaves the other two unseeded). :meth:`release` gives the buffer
+    back once no more ``seed`` calls follow (optional: an unreleased buffer is simply freed)."""
 
-    def __init__(self, keys: np.ndarray) -> None:
+    __slots__ = ("seed", "_buf", "_pool")
+
+    def __init__(self, keys: np.ndarray, torch_only: bool = False) -> None:
         keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
-        self._keys = keys.tolist()
-        self._torch = (keys & np.uint64(_MASK63)).tolist()  # < 2**63: torch.initial_seed() stays a signed int64
-        self._manual_seed = torch.random.default_generator.manual_seed
         lay = _layout()
-        self._py = lay.py_addr  # addresses; 0: the reference route
-        self._np = lay.np_addr
-        self._gauss = lay.gauss
-        self._rows = _rows(keys) if (self._py or self._np) and keys.size else None
-        self._base = 0 if self._rows is None else self._rows.ctypes.data
-        self._inst = random._inst
+        py_mv, np_mv = (None, None) if torch_only else (lay.py_mv, lay.np_mv)
+        tlay = lay.torch
+        t_mv = lay.torch_mv
+        pynp = py_mv is not None or np_mv is not None
+        n = keys.shape[0]
+        small = 0
+        self._buf = self._pool = None
+        if n and (pynp or tlay is not None):
+            width = PYNP_WORDS + (0 if tlay is None else tlay.template.size)
+            self._pool = pool = lay.pool.setdefault((n, width), [])
+            buf = self._buf = pool.pop() if pool else _Rows(n, width, 0 if tlay is None else tlay.size)
+            small = fill_rows(keys, buf.rows, pynp, None if tlay is None else tlay.rows_spec)
+            pys, nps, ts = buf.py, buf.np, buf.torch
+        fast = py_mv is not None and np_mv is not None and t_mv is not None and not small
+        key_list = None if fast or (torch_only and t_mv is not None) else keys.tolist()  # for the functions' routes
+        manual_seed = torch.random.default_generator.manual_seed
+        inst = random._inst
+        gw = lay.gauss_words
+        gauss = lay.gauss
 
-    def seed(self, i: int) -> None:
-        key = self._keys[i]
-        src = self._base + i * _ROW_BYTES
-        if self._py and key >> 32:
-            _memmove(self._py, src, _STATE_BYTES)  # [index, state]
-            self._inst.gauss_next = None
-        else:  # a key below 2**32 is one word for Python: its own route (one key in 2**32)
-            random.seed(key)
-        if self._np:
-            _memmove(self._np, src + 4, _STATE_BYTES)  # [key, pos]
-            g = self._gauss  # what np.random.seed resets besides the state: the cached Gaussian
-            g.has_gauss = 0
-            g.gauss = 0.0
-        else:
-            np.random.seed(np.array([key & 0xFFFFFFFF, key >> 32], dtype=np.uint32))
-        self._manual_seed(self._torch[i])
+        def seed_torch(i: int) -> None:
+            if t_mv is not None:
+                t_mv[:] = ts[i]
+            else:
+                manual_seed(key_list[i] & _MASK63)  # < 2**63: torch.initial_seed() stays a signed int64
+
+        if torch_only:
+            self.seed = seed_torch
+            return
+
+        def seed_all(i: int) -> None:  # the usual case: every generator through its memory
+            py_mv[:] = pys[i]
+            inst.gauss_next = None
+            np_mv[:] = nps[i]
+            if gw[0] or gw[1]:  # what np.random.seed resets besides the state: the cached Gaussian
+                gauss.has_gauss = 0
+                gauss.gauss = 0.0
+            t_mv[:] = ts[i]
+
+        def seed_each(i: int) -> None:  # a generator whose memory was not found, or a key < 2**32
+            key = key_list[i]
+            if py_mv is not None and key >> 32:
+                py_mv[:] = pys[i]
+                inst.gauss_next = None
+            else:  # a key below 2**32 is one word for Python: its own route (one key in 2**32)
+                random.seed(key)
+            if np_mv is not None:
+                np_mv[:] = nps[i]
+                if gw[0] or gw[1]:
+                    gauss.has_gauss = 0
+                    gauss.gauss = 0.0
+            else:
+                np.random.seed(np.array([key & 0xFFFFFFFF, key >> 32], dtype=np.uint32))
+            seed_torch(i)
+
+        self.seed = seed_all if fast else seed_each
+
+    def release(self) -> None:
+        """Give the rows buffer back to the pool: ``seed`` must not be called afterwards."""
+        buf, self._buf = self._buf, None
+        if buf is not None and len(self._pool) < _POOL_MAX:
+            self._pool.append(buf)
 
 
 class _PyNp:
@@ -329,29 +339,32 @@ class _PyNp:
         lay = self._lay
         if lay.py is not None:
             if lay.py.tobytes() != self._py:  # comparing is cheaper than writing
-                _memmove(lay.py_addr, self._py, _STATE_BYTES)
+                lay.py_mv[:] = self._py
             lay.py_owner.gauss_next = self._pyg
         else:
             random.setstate(self._py)
         if lay.np is not None:
             if lay.np.tobytes() != self._np:
-                _memmove(lay.np_addr, self._np, _STATE_BYTES)
+                lay.np_mv[:] = self._np
             lay.gauss.has_gauss, lay.gauss.gauss = self._npg
         else:
             np.random.set_state(self._np)
 
 
 class GlobalRNGGuard:
-    """Saves the global generator states on enter and restores them on exit (exactly)."""
+    """Saves the global generator states on enter and restores them on exit (exactly): Python's
+    and numpy's as :class:`_PyNp`, torch's as the bytes of its region (``torch_rng_memory``),
+    written back only if they changed, or through ``get_state``/``set_state``."""
 
-    __slots__ = ("saved", "_torch", "python_numpy_clean")
+    __slots__ = ("saved", "_torch", "_tlay", "python_numpy_clean")
 
     def __enter__(self) -> GlobalRNGGuard:
         #: Python's and numpy's saved states (an :class:`UnseededWatch` started before any other
         #: code ran may reuse them)
         self.saved = _PyNp()
         self.saved.save()
-        self._torch = torch.random.default_generator.get_state()
+        tlay = self._tlay = self.saved._lay.torch
+        self._torch = torch.random.default_generator.get_state() if tlay is None else tlay.view.tobytes()
         #: set by a caller that knows Python's and numpy's states are the saved ones (a finished
         #: watch found them untouched and no user code ran since): see :meth:`restore_torch_only`
         self.python_numpy_clean = False
@@ -359,11 +372,15 @@ class GlobalRNGGuard:
 
     def __exit__(self, *exc) -> None:
         self.saved.restore()
-        torch.random.default_generator.set_state(self._torch)
+        self.restore_torch_only()
 
     def restore_torch_only(self) -> None:
         """Exit when Python's and numpy's states are known to be the saved ones: torch's only."""
-        torch.random.default_generator.set_state(self._torch)
+        tlay = self._tlay
+        if tlay is None:
+            torch.random.default_generator.set_state(self._torch)
+        elif tlay.view.tobytes() != self._torch:
+            self.saved._lay.torch_mv[:] = self._torch
 
 
 def lazy_seeding_available() -> bool:

@@ -113,19 +113,24 @@ def test_guard_restores_every_state_exactly(cached_gaussian):
 def test_reference_route_when_the_probe_fails(monkeypatch):
     """With the layouts unknown, the seeder takes the seeding functions' own route: same draws."""
     lay = G._layout()
-    monkeypatch.setattr(lay, "py", None)
-    monkeypatch.setattr(lay, "np", None)
+    for name in ("py", "np", "py_mv", "np_mv"):
+        monkeypatch.setattr(lay, name, None)
     keys = [2**40 + 9, 77]
     ref = []
     for k in keys:
         G.seed_globals_reference(k)
         ref.append(draws())
+    calls = []
+    real_py, real_np = random.seed, np.random.seed
+    monkeypatch.setattr(random, "seed", lambda *a: calls.append("py") or real_py(*a))
+    monkeypatch.setattr(np.random, "seed", lambda *a: calls.append("np") or real_np(*a))
     seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64))
     got = []
     for i in range(len(keys)):
         seeder.seed(i)
         got.append(draws())
     assert got == ref
+    assert calls == ["py", "np"] * len(keys)  # the seeding functions' own route was taken
     before = states()
     with G.GlobalRNGGuard():
         seeder.seed(0)
@@ -188,3 +193,28 @@ def test_a_swapped_numpy_bit_generator_is_seeded_too_not_the_old_one():
     b = np.random.random()
     G.seed_globals_reference(7)
     assert b == np.random.random()
+
+
+def test_live_seeders_never_share_a_rows_buffer_and_a_released_one_is_reused():
+    """Two seeders of one size alive at once (a loader iterated inside ``__getitem__``) each keep
+    their own rows; after ``release`` the next seeder of that size reuses the buffer, rewritten."""
+    ka, kb, kc = ([2**40 + 100 * j + i for i in range(4)] for j in range(3))
+    ref = {}
+    for k in ka + kb + kc:
+        G.seed_globals_reference(k)
+        ref[k] = draws()
+    a = G.GlobalSeeder(np.array(ka, dtype=np.uint64))
+    b = G.GlobalSeeder(np.array(kb, dtype=np.uint64))
+    assert a._buf is not b._buf
+    for i in range(4):
+        a.seed(i)
+        assert draws() == ref[ka[i]]
+        b.seed(i)
+        assert draws() == ref[kb[i]]
+    buf = a._buf
+    a.release()
+    c = G.GlobalSeeder(np.array(kc, dtype=np.uint64))
+    assert c._buf is buf
+    for i in range(4):
+        c.seed(i)
+        assert draws() == ref[kc[i]]

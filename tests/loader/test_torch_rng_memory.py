@@ -1,0 +1,242 @@
+"""torch's CPU generator seeded, saved and restored through its probed memory (``torch_rng_memory``).
+
+Every check compares the memory route with ``torch.manual_seed`` / ``get_state`` / ``set_state``
+themselves: the whole serialized state (``get_state()`` bytes, which hold the seed, the engine and
+both cached normals) and draws that take every path (``rand``, ``randn`` in float32 and float64,
+whose scalar path reads and leaves the cached normal, ``randint``), over Hypothesis keys (fixed
+seed) and edge keys (below 2**32, 2**63 and up), with caches engaged before the seeding."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from resumable_data.loader import global_rng as G, torch_rng_memory as T
+
+GEN = torch.random.default_generator
+EDGE = [0, 1, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**63 + 5, 2**64 - 1, 0x9E3779B97F4A7C15]
+
+
+def tstate() -> bytes:
+    return torch.get_rng_state().numpy().tobytes()
+
+
+def tdraws() -> tuple:
+    return (torch.initial_seed(), torch.rand(3).tolist(), torch.randn(1, dtype=torch.float64).item(),
+            torch.randn(1).item(), torch.randn(5).tolist(), torch.randint(0, 2**62, (2,)).tolist())
+
+
+def engage_caches(f: float = 0.75, d: float = -3.5) -> None:
+    """Leave both cached normals engaged (valid, with these values) in the default generator."""
+    GEN.set_state(T._with_caches(tstate(), f, d))
+
+
+@pytest.fixture
+def fresh_layout(monkeypatch):
+    """A layout probed for this test only (monkeypatched probes take effect); restored after."""
+    monkeypatch.setattr(G, "_LAYOUT", None)
+    yield
+    monkeypatch.setattr(G, "_LAYOUT", None)
+
+
+def test_the_region_is_found_here_and_holds_the_engine():
+    lay = G._layout().torch
+    assert lay is not None, "the torch memory route is off on this interpreter"
+    assert lay.current() and lay.owner is torch.random.default_generator
+    assert lay.state_word * 4 + 4 * 624 < lay.size == lay.view.size <= T._WINDOW
+    GEN.manual_seed(2**40 + 17)
+    words = np.frombuffer(lay.view.tobytes() + bytes(-lay.size % 4), np.uint32)
+    assert np.array_equal(words[lay.state_word:lay.state_word + 624], T.init_genrand((2**40 + 17) & 0xFFFFFFFF))
+    assert int(words[lay.seed_word]) | int(words[lay.seed_word + 1]) << 32 == 2**40 + 17
+
+
+def test_the_probe_leaves_the_generator_as_it_was():
+    torch.manual_seed(5)
+    torch.randn(3)
+    engage_caches(0.125, 9.5)
+    before, saved = tstate(), torch.get_rng_state()
+    assert T.probe() is not None
+    assert tstate() == before
+    after_probe = tdraws()
+    torch.set_rng_state(saved)
+    assert tdraws() == after_probe
+    assert after_probe[2] == 9.5  # the double cache was still there
+
+
+def _fast_vs_reference(keys: list[int], cached: bool) -> None:
+    ref = []
+    for k in keys:
+        if cached:
+            engage_caches()
+        G.seed_globals_reference(k)
+        ref.append((tstate(), tdraws()))
+    seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64))
+    got = []
+    for i in range(len(keys)):
+        if cached:
+            engage_caches()
+        seeder.seed(i)
+        got.append((tstate(), tdraws()))
+    assert got == ref
+
+
+@settings(derandomize=True, max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=12), st.booleans())
+def test_seeding_through_memory_equals_manual_seed(keys, cached):
+    _fast_vs_reference(keys + EDGE[:3], cached)
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_edge_keys_and_initial_seed(cached):
+    _fast_vs_reference(EDGE, cached)
+    seeder = G.GlobalSeeder(np.array(EDGE, dtype=np.uint64))
+    for i, k in enumerate(EDGE):
+        seeder.seed(i)
+        assert torch.initial_seed() == k & (2**63 - 1)
+
+
+def test_the_torch_only_seeder_seeds_torch_alone():
+    """Lazy seeding's seeder: torch equals manual_seed, Python's and numpy's states are untouched."""
+    keys = [2**40 + 3, 7, 2**64 - 1]
+    random.seed(1)
+    np.random.seed(2)
+    py, npy = random.getstate(), repr(np.random.get_state())
+    seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64), torch_only=True)
+    for i, k in enumerate(keys):
+        engage_caches()
+        seeder.seed(i)
+        got = (tstate(), tdraws())
+        GEN.manual_seed(k & (2**63 - 1))
+        assert got == (tstate(), tdraws())
+    assert (random.getstate(), repr(np.random.get_state())) == (py, npy)
+
+
+def test_a_cached_normal_is_dropped_by_the_seeding():
+    """manual_seed disengages both cached normals: the next normal is the freshly seeded one."""
+    key = 2**50 + 11
+    GEN.manual_seed(key)
+    want = (torch.randn(1).item(), torch.randn(1, dtype=torch.float64).item())
+    for f, d in ((0.5, 0.25), (-8.0, 1e300)):
+        engage_caches(f, d)
+        G.seed_globals(key)
+        assert (torch.randn(1).item(), torch.randn(1, dtype=torch.float64).item()) == want
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_the_guard_restores_torch_exactly(cached):
+    torch.manual_seed(21)
+    torch.rand(7)
+    if cached:
+        engage_caches(1.25, -0.0625)
+    before = tstate()
+    with G.GlobalRNGGuard():
+        seeder = G.GlobalSeeder(np.array([2**45, 3, 2**63 + 1], dtype=np.uint64))
+        for i in range(3):
+            seeder.seed(i)
+            tdraws()
+    assert tstate() == before
+    if cached:
+        assert torch.randn(1, dtype=torch.float64).item() == -0.0625
+
+
+def test_restore_torch_only_undoes_a_write_into_the_region():
+    torch.manual_seed(4)
+    engage_caches()
+    before = tstate()
+    lay = G._layout().torch
+    guard = G.GlobalRNGGuard().__enter__()
+    lay.view[0] ^= 1  # the seed's low byte: a change get_state shows
+    assert tstate() != before
+    guard.restore_torch_only()
+    assert tstate() == before
+
+
+def test_torch_own_functions_work_after_memory_writes():
+    """manual_seed, set_rng_state and get_rng_state on a generator last written through memory."""
+    G.seed_globals(2**33 + 1)
+    torch.manual_seed(99)
+    a = tdraws()
+    G.seed_globals(2**34 + 1)
+    torch.manual_seed(99)
+    assert tdraws() == a
+    G.seed_globals(2**35 + 1)
+    saved = torch.get_rng_state()
+    b = tdraws()
+    G.seed_globals(2**36 + 1)
+    torch.set_rng_state(saved)
+    assert tdraws() == b
+
+
+def _probe_failure(monkeypatch, how: str) -> None:
+    if how == "probe":
+        monkeypatch.setattr(T, "probe", lambda: None)
+    elif how == "verification":
+        monkeypatch.setattr(T, "_verified", lambda *a: False)
+    else:  # a get_state of another size: another torch
+        monkeypatch.setattr(T, "_STATE_SIZE", T._STATE_SIZE + 8)
+
+
+@pytest.mark.parametrize("how", ["probe", "verification", "state size"])
+def test_the_reference_route_when_the_probe_fails(monkeypatch, fresh_layout, how):
+    _probe_failure(monkeypatch, how)
+    assert G._layout().torch is None
+    keys = [2**40 + 9, 77, 2**64 - 1]
+    for cached in (False, True):
+        _fast_vs_reference(keys, cached)
+    seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64), torch_only=True)
+    for i, k in enumerate(keys):
+        engage_caches()
+        seeder.seed(i)
+        got = (tstate(), tdraws())
+        GEN.manual_seed(k & (2**63 - 1))
+        assert got == (tstate(), tdraws())
+    torch.manual_seed(8)
+    engage_caches()
+    before = tstate()
+    with G.GlobalRNGGuard():
+        G.seed_globals(2**41)
+        tdraws()
+    assert tstate() == before
+
+
+def test_the_probe_refuses_a_layout_that_does_not_verify(monkeypatch):
+    real = T._verified
+    seen = []
+    monkeypatch.setattr(T, "_verified", lambda *a: seen.append(real(*a)) or False)
+    assert T.probe() is None and seen == [True]
+
+
+def test_a_corrupt_template_fails_the_verification():
+    """The verification compares real state bytes: a template with a wrong word is refused."""
+    lay = T.probe()
+    bad = lay.template.copy()
+    bad[2] ^= 0xFF  # left_ (or whatever the probe found after the seed): not what manual_seed writes
+    broken = T.TorchLayout(lay.owner, lay.impl, lay.offset, lay.size, bad, lay.seed_word, lay.state_word, lay.view)
+    saved = torch.get_rng_state()
+    try:
+        assert not T._verified(GEN, broken, tstate())
+    finally:
+        torch.set_rng_state(saved)
+
+
+def test_a_replaced_default_generator_is_probed_again_and_the_old_one_left_alone(monkeypatch, fresh_layout):
+    """``torch.random.default_generator`` rebound to another CPU generator: the layout is probed
+    again for it (``current()`` fails for the old one) and seeding reaches it, not the old one."""
+    G.seed_globals(2**40 + 1)
+    old_lay = G._layout().torch
+    torch.manual_seed(31)
+    real_before = GEN.get_state().numpy().tobytes()
+    other = torch.Generator()
+    monkeypatch.setattr(torch.random, "default_generator", other)
+    assert not old_lay.current()
+    for key in (2**40 + 2, 5, 2**64 - 1):
+        G.seed_globals(key)
+        got = other.get_state().numpy().tobytes()
+        ref = torch.Generator().manual_seed(key & (2**63 - 1)).get_state().numpy().tobytes()
+        assert got == ref
+    assert G._layout().torch.owner is other
+    assert GEN.get_state().numpy().tobytes() == real_before  # the real default generator: untouched
