@@ -51,10 +51,9 @@ from resumable_data.plan.mixture import MixturePlan, SourceProgress, StepPositio
 from resumable_data.plan.mixture_section import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
     K_TOKEN_COLUMN, K_TOKENS, K_TOKENS_BASE, TOKENS_SCHEMA_VERSION, Rebase
 from resumable_data.plan.mixture_tokens import SourceTokens
-from resumable_data.plan.packing import PackMode, best_fit_bins
 
 __all__ = ["MixtureProgress", "TokenStart", "check_mixture", "check_saved_tokens", "mixture_progress", "saved_plan",
-           "saved_tokens", "with_packed_source_tokens", "with_source_tokens"]
+           "saved_tokens", "with_source_tokens"]
 
 _FIXED = (K_NAMES, K_SIZES, K_BLOCK, K_SHUFFLE)
 
@@ -250,37 +249,6 @@ def check_saved_tokens(saved: LoaderState, counter: SourceTokens, plan: MixtureP
                       else tokens, base)
 
 
-def with_packed_source_tokens(state: LoaderState, stream: Any, plan: MixturePlan, tokens: SourceTokens,
-                              offsets: np.ndarray) -> LoaderState:
-    """``state`` with each source's input tokens in the packed sequences before the committed
-    cursor (the ``partial`` tail: every sequence of an epoch delivered once). The epoch's windows
-    before the cursor's window hold whole documents (their tokens, plus an EOS each when the spec
-    has one: a pure function of the per-source counts); the cursor's window adds the part of its
-    documents that its first sequences hold (concat: a prefix of the window's token stream;
-    best_fit: the pieces in those bins)."""
-    epoch, first = state.epoch_base
-    spec, n = stream.spec, stream.plan.num_records
-    cumulative = stream.index(epoch).cumulative
-    j = min((state.cursor.committed - first) * stream.plan.global_batch, int(cumulative[-1]))
-    w = int(np.searchsorted(cumulative, j, side="right")) - 1
-    counts = plan.counts_before(epoch * n + min(w * spec.window, n))
-    out = tokens.before(counts) + (0 if spec.eos_id is None else counts)
-    m = j - int(cumulative[w])
-    if m:
-        docs = stream.window_docs(epoch, w)
-        lengths = spec.doc_lengths(stream.lengths[docs])
-        if spec.mode is PackMode.CONCAT:  # sequences [0, m) read the window's stream tokens [0, m * seq_len)
-            starts = np.cumsum(lengths) - lengths
-            held = np.clip(m * spec.seq_len - starts, 0, lengths)
-        else:
-            doc, _, length, bins = best_fit_bins(lengths, spec)
-            held = np.bincount(doc[bins < m], weights=length[bins < m], minlength=len(docs)).astype(np.int64)
-        source = np.searchsorted(offsets, docs, side="right") - 1
-        out = out + np.bincount(source, weights=held, minlength=len(out)).astype(np.int64)
-    section = {**state.mixture, K_SCHEMA: TOKENS_SCHEMA_VERSION, K_TOKENS: [int(x) for x in out]}
-    return replace(state, mixture=section)
-
-
 def saved_tokens(state: LoaderState) -> dict[str, int] | None:
     """The per-source tokens a state holds (at its committed cursor), else None."""
     m = state.mixture
@@ -296,8 +264,9 @@ def mixture_progress(state: LoaderState, plan: MixturePlan | None = None, step: 
     from the state when ``step`` is its committed cursor, else are None."""
     if state.packing is not None:
         raise ResumeError("mixture progress of a packed state: positions are packed sequences, whose documents "
-                          "follow from the packing index, not the cursor alone; fix: call loader.step_info() on "
-                          "the loader for the documents of a step")
+                          "follow from the packing index (built from the documents' lengths), not the state alone; "
+                          "fix: load the state into a loader over the same rd.Mixture and packing and call "
+                          "loader.mixture_progress()")
     plan = plan or saved_plan(state)
     step = state.cursor.committed if step is None else step
     p, stop = state.plan.step_span(step)
