@@ -269,7 +269,7 @@ class DataLoader:
             return state
         plan = self.config.positional.plan
         if isinstance(self._stream, PackedStream):
-            return self._packed().with_tokens(state, self._stream, plan)
+            return self._packed().with_tokens(state, self._stream, self.config.positional)
         return with_source_tokens(state, plan, counter, self.config.token_column, self._tokens_base)
 
     def _source_tokens(self) -> SourceTokens | None:
@@ -330,7 +330,7 @@ class DataLoader:
             raise ConfigError(describe("dataset", type(self.dataset).__name__, "an rd.Mixture",
                                        "build the loader over rd.Mixture({...}, weights=...)"))
         if isinstance(self._stream, PackedStream):
-            return packed_progress(self.snapshot(), self._stream, self.config.positional.plan, self._packed(),
+            return packed_progress(self.snapshot(), self._stream, self.config.positional, self._packed(),
                                    self._ledger.epoch_ledger())
         return mixture_progress(self._ledger.snapshot(self._fingerprint), self.config.positional.plan,
                                 tokens=self._source_tokens())
@@ -427,7 +427,7 @@ class DataLoader:
         if mixture is None or not isinstance(self._stream, PackedStream):
             return None
         order = mixture.rebased(r.mixture_rebase)
-        return self._packed().seed_from(r.saved, self._stream.with_order(order), order.plan)
+        return self._packed().seed_from(r.saved, self._stream.with_order(order), order)
 
     def _mixture(self) -> Any:
         """The ``rd.Mixture`` sampler this loader orders with, else None."""

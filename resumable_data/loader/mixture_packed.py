@@ -49,10 +49,12 @@ from resumable_data.loader.mixture_state import MixtureProgress
 from resumable_data.loader.state import LoaderState
 from resumable_data.plan import Tail
 from resumable_data.plan.mixture import SourceProgress
-from resumable_data.plan.mixture_section import K_NAMES, K_SCHEMA, K_TOKENS, TOKENS_SCHEMA_VERSION
+from resumable_data.plan.mixture_section import EARLIER_SCHEMA_VERSION, K_EARLIER, K_NAMES, K_SCHEMA, K_TOKENS, \
+    TOKENS_SCHEMA_VERSION
 from resumable_data.plan.packing import PackMode, best_fit_bins
 
-__all__ = ["PackedPrefix", "PackedSourceCount", "packed_progress", "prefix", "step_documents"]
+__all__ = ["PackedPrefix", "PackedSourceCount", "change_position", "packed_change", "packed_progress", "prefix",
+           "step_documents"]
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,9 @@ def _window_part(stream: Any, epoch: int, w: int, m: int) -> tuple[np.ndarray, n
 
 
 def prefix(stream: Any, plan: Any, tokens: Any, offsets: np.ndarray, epoch: int, j: int) -> PackedPrefix:
-    """The :class:`PackedPrefix` of epoch ``epoch``'s sequences ``[0, j)`` (``0 <= j <= count``)."""
+    """The :class:`PackedPrefix` of epoch ``epoch``'s sequences ``[0, j)`` (``0 <= j <= count``);
+    ``plan``: the packed mixture's sampler (:class:`~resumable_data.sources.mixture_packed.PackedMixtureSampler`,
+    whose counts follow the run in force at each position)."""
     spec, n = stream.spec, stream.plan.num_records
     cumulative = stream.index(epoch).cumulative
     w = int(np.searchsorted(cumulative, j, side="right")) - 1
@@ -129,7 +133,7 @@ class PackedSourceCount:
 
     def _correction(self, stream: Any, plan: Any, epoch: int) -> np.ndarray:
         """Tokens per source that the delivered sequences of ``epoch`` differ from its documents by."""
-        key = (plan.rebase, epoch)
+        key = (plan.plan.rebase, epoch)
         hit = self._memo.get(key)
         if hit is None:
             tail, g = stream.plan.tail, stream.plan.global_batch
@@ -154,7 +158,7 @@ class PackedSourceCount:
         zero = np.zeros(len(self.offsets) - 1, dtype=np.int64)
         if stream.plan.tail is Tail.PARTIAL:
             return zero
-        if self.seed is not None and self.seed[0] == plan.rebase and self.seed[1] <= epoch:
+        if self.seed is not None and self.seed[0] == plan.plan.rebase and self.seed[1] <= epoch:
             start, total = self.seed[1], self.seed[2].copy()
         elif plan.first_position == 0:
             start, total = 0, zero
@@ -184,7 +188,8 @@ class PackedSourceCount:
         _, tokens = self.at(state, stream, plan)
         if tokens is None:
             return state
-        section = {**state.mixture, K_SCHEMA: TOKENS_SCHEMA_VERSION, K_TOKENS: [int(x) for x in tokens]}
+        schema = EARLIER_SCHEMA_VERSION if K_EARLIER in state.mixture else TOKENS_SCHEMA_VERSION
+        section = {**state.mixture, K_SCHEMA: schema, K_TOKENS: [int(x) for x in tokens]}
         return replace(state, mixture=section)
 
     def seed_from(self, saved: LoaderState, stream: Any, plan: Any) -> tuple[Any, int, np.ndarray] | None:
@@ -208,7 +213,7 @@ class PackedSourceCount:
                                        f"per source {expected} the tokens of the packed sequences before the committed "
                                        f"step on the {tail.value} tail ({[int(x) for x in here]})",
                                        "pass an unmodified state"))
-        return (plan.rebase, epoch, corr)
+        return (plan.plan.rebase, epoch, corr)
 
 
 def packed_progress(state: LoaderState, stream: Any, plan: Any, count: PackedSourceCount,
@@ -219,8 +224,44 @@ def packed_progress(state: LoaderState, stream: Any, plan: Any, count: PackedSou
     epoch, first = stream.locate(step, dict(ledger))
     start, stop, n_seq = stream.epoch_positions(epoch, step - first)
     nxt = step_documents(stream, count.offsets, epoch, np.arange(start, stop, dtype=np.int64) % n_seq)
-    sizes = plan.sizes
+    names, sizes = plan.plan.names, plan.plan.sizes
     sources = tuple(SourceProgress(name, int(c), int(c) // size, int(c) % size, size)
-                    for name, c, size in zip(plan.names, here.documents, sizes))
-    return MixtureProgress(step, here.position, sources, {n: int(x) for n, x in zip(plan.names, nxt)},
-                           None if tokens is None else {n: int(t) for n, t in zip(plan.names, tokens)})
+                    for name, c, size in zip(names, here.documents, sizes))
+    return MixtureProgress(step, here.position, sources, {n: int(x) for n, x in zip(names, nxt)},
+                           None if tokens is None else {n: int(t) for n, t in zip(names, tokens)})
+
+
+def change_position(saved: LoaderState, stream: Any, step: int) -> tuple[int, int]:
+    """(loader epoch, mixed position) where a weight change declared at ``step`` of ``saved``
+    takes effect: the first packing-window boundary at or after the step's first sequence, in the
+    saved stream (``stream``: ordered as the saved state's mixture section says)."""
+    epoch, first = stream.locate(step, {saved.epoch_base[0]: saved.epoch_base[1]})
+    cumulative = stream.index(epoch).cumulative
+    j = min((step - first) * stream.plan.global_batch, int(cumulative[-1]))
+    w = int(np.searchsorted(cumulative, j, side="right")) - 1
+    boundary = w if j == int(cumulative[w]) else w + 1
+    n = stream.plan.num_records
+    return epoch, epoch * n + min(boundary * stream.spec.window, n)
+
+
+def packed_change(saved: LoaderState, stream: Any, step: int, change: bool) -> Any:
+    """The rebase a packed mixture continues from after a restore of ``saved`` at ``step``: with
+    ``change`` (other weights, ``data_change``) a new one at :func:`change_position` (the sequences
+    of the window holding the cursor stay the old plan's; each source continues from its count
+    there; the runs holding the epoch's earlier documents are kept), else the saved one, which must
+    lie at or before the window boundary of the committed cursor (``ResumeError``)."""
+    from resumable_data.sources.mixture_packed import change_rebase
+
+    order = stream.order.saved(saved.mixture)
+    old = stream.with_order(order)
+    rebase = order.plan.rebase
+    if rebase is not None:
+        _, limit = change_position(saved, old, saved.cursor.committed)
+        if rebase.position > limit:
+            raise ResumeError(describe("state.mixture.rebase", rebase.to_list(), f"a position <= {limit}, the first "
+                                       "packing-window boundary at or after the committed cursor",
+                                       "pass an unmodified state"))
+    if not change:
+        return rebase
+    epoch, position = change_position(saved, old, step)
+    return change_rebase(order, epoch * stream.plan.num_records, position)

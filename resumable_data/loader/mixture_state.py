@@ -69,9 +69,13 @@ def saved_plan(state: LoaderState) -> MixturePlan:
                                  position_of_step=pos)
     if plan.rebase is not None:
         packed = state.packing is not None  # a packed epoch e holds the documents at positions [e*n, (e+1)*n)
-        resume = state.epoch_base[0] * state.plan.num_records if packed else state.plan.step_start(state.cursor.committed)
-        if plan.rebase.position > resume:
-            where = f"the first document of epoch_base={list(state.epoch_base)}" if packed else \
+        n = state.plan.num_records
+        resume = (state.epoch_base[0] + 1) * n if packed else state.plan.step_start(state.cursor.committed)
+        window = state.packing.get("window") if packed else None
+        aligned = not (packed and isinstance(window, int) and window > 0 and (plan.rebase.position % n) % window)
+        if plan.rebase.position > resume or not aligned:  # packed: checked exactly against the index on a restore
+            where = f"a packing-window start (a multiple of window={window} from an epoch's first document, a multiple " \
+                f"of {n}) within the epoch of epoch_base={list(state.epoch_base)}" if packed else \
                 f"the position of cursor.committed={state.cursor.committed}"
             raise ResumeError(describe("state.mixture.rebase", plan.rebase.to_list(), f"a position <= {resume}, {where}",
                                        "pass an unmodified state"))
@@ -99,8 +103,9 @@ _SCHEDULE_AND_BATCH_CHANGE = (
 
 
 def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel,
-                  choice: OnUncommitted | None) -> tuple[list[str], Rebase | None]:
-    """(differences that forbid the resume, the rebase the current loader continues from)."""
+                  choice: OnUncommitted | None, stream: Any = None) -> tuple[list[str], Rebase | None]:
+    """(differences that forbid the resume, the rebase the current loader continues from);
+    ``stream``: the current loader's (a packed one locates the change in the saved epoch's index)."""
     if saved.mixture is None and current.mixture is None:
         return [], None
     if saved.mixture is None or current.mixture is None:
@@ -120,24 +125,23 @@ def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel
              for k in _FIXED if s[k] != c[k]]
     if diffs:
         return diffs, None
+    packed = saved.packing is not None and hasattr(getattr(stream, "order", None), "saved")
     if s[K_SCHEDULE] == c[K_SCHEDULE]:
+        if packed and plan.rebase is not None:
+            from resumable_data.loader.mixture_packed import packed_change  # it imports this module
+
+            return [], packed_change(saved, stream, saved.cursor.committed, change=False)
         return [], plan.rebase
     if label is not RecoveryLabel.DATA_CHANGE:
         return [f"mixture weights: saved {_shown(s)} vs current {_shown(c)}; fix: build the rd.Mixture with the saved "
                 "weights, or declare the change: load_state_dict(state, label='data_change') (each source continues "
                 "from its consumed position)"], None
     step = saved.cursor.delivered if choice is OnUncommitted.SKIP else saved.cursor.committed
-    if saved.packing is not None:
-        epoch, first = saved.epoch_base
-        if step != first or step != saved.cursor.committed:
-            return [f"mixture weights with packing: a data_change at step {step}, inside packed epoch {epoch} (it "
-                    f"began at step {first}): a packed step's documents are known only from the epoch's packing "
-                    "index, so a change of weights can start exactly only where a loader epoch starts; fix: resume "
-                    "with the saved weights and declare the change from a state written at the start of a loader "
-                    "epoch (loader.state_dict() after a pass ended, or after its last batch)"], None
-        position = epoch * saved.plan.num_records  # a packed epoch's documents: mixed positions [e*n, (e+1)*n)
-    else:
-        position = saved.plan.step_start(step)
+    if packed:
+        from resumable_data.loader.mixture_packed import packed_change
+
+        return [], packed_change(saved, stream, step, change=True)
+    position = saved.plan.step_start(step)
     return [], Rebase(position, tuple(int(x) for x in plan.counts_before(position)))
 
 

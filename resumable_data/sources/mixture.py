@@ -203,7 +203,9 @@ class Mixture:
                                            "positions in closed form)",
                                            "pass a mapping of weights, and change them by a data_change resume from a "
                                            "state written at the start of a loader epoch"))
-            return MixtureSampler(self, seed, self.epoch_len, None)
+            from resumable_data.sources.mixture_packed import PackedMixtureSampler  # a subclass: imports this module
+
+            return PackedMixtureSampler(self, seed, self.epoch_len, None)
         length = -(-self.epoch_len // global_batch) * global_batch
         return MixtureSampler(self, seed, length, StepPositions(global_batch))
 

@@ -1,0 +1,128 @@
+"""The positional sampler of a packed ``rd.Mixture``: the mixed stream as runs of weights.
+
+Algorithm. A packed loader's weight change (``data_change``) takes effect at a packing-window
+boundary, possibly inside a loader epoch (:mod:`resumable_data.loader.mixture_packed`), so the
+documents of that epoch before the boundary keep the plan they were packed under. The sampler's
+plan is the current run (from its rebase position on); a :class:`~.mixture_section.PackedRebase`
+adds the *earlier* runs, each a :class:`~resumable_data.plan.mixture.MixturePlan` under its own
+weights starting at its own position with its own per-source counts, in force until the next
+run starts. Position ``p`` is answered by the last run that starts at or before ``p``.
+
+Guarantee. Every run continues each source from the records it had consumed where the run
+starts, so no record of a source is repeated or skipped within its epoch across the changes; a
+stream without earlier runs is the plain :class:`~.mixture.MixtureSampler`'s, byte for byte, and
+the state section gains ``earlier`` (at mixture schema 3) only when there are earlier runs.
+
+Cost. One plan per earlier run (built once per rebase); a query is one ``searchsorted`` over the
+runs' starts plus the runs' own lookups.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+from resumable_data.plan.mixture import MixturePlan
+from resumable_data.plan.mixture_section import (
+    EARLIER_SCHEMA_VERSION, K_EARLIER, K_SCHEMA, EarlierRun, PackedRebase, Rebase, parse_section,
+)
+from resumable_data.plan.weights import WeightSchedule
+from resumable_data.sources.mixture import MixtureSampler
+
+__all__ = ["PackedMixtureSampler"]
+
+
+class PackedMixtureSampler(MixtureSampler):
+    """A :class:`MixtureSampler` whose stream may hold earlier runs (see the module docs)."""
+
+    _runs_of: Any = None
+    _runs: tuple[tuple[int, MixturePlan], ...] = ()
+
+    def _plan_of(self, weights: Any, rebase: Rebase | None) -> MixturePlan:
+        m = self.mixture
+        schedule = weights if isinstance(weights, WeightSchedule) else WeightSchedule.constant(dict(zip(m.names, weights)))
+        return MixturePlan(m.names, m.sizes, m._versions, schedule, block=m.block_size, seed=self.seed,
+                           version_hash=m.version.hash, shuffle=m.shuffle, position_of_step=None, rebase=rebase,
+                           windows=m.windows)
+
+    def earlier_runs(self) -> tuple[tuple[int, MixturePlan], ...]:
+        """(start, plan) of each earlier run, oldest first (empty without a mid-epoch rebase)."""
+        rebase = self.plan.rebase
+        if self._runs_of is not rebase:
+            runs = ()
+            if isinstance(rebase, PackedRebase) and rebase.earlier:
+                runs = tuple((r.position, self._plan_of(r.weights, Rebase(r.position, r.counts) if r.position else None))
+                             for r in rebase.earlier)
+            self._runs, self._runs_of = runs, rebase
+        return self._runs
+
+    def _which(self, positions: np.ndarray) -> tuple[np.ndarray, list[MixturePlan]]:
+        runs = self.earlier_runs()
+        starts = np.array([s for s, _ in runs] + [self.plan.first_position], dtype=np.int64)
+        return np.searchsorted(starts, positions, side="right") - 1, [p for _, p in runs] + [self.plan]
+
+    def at_positions(self, positions: np.ndarray) -> np.ndarray:
+        if not self.earlier_runs():
+            return super().at_positions(positions)
+        pos = np.asarray(positions, dtype=np.int64)
+        which, plans = self._which(pos)
+        out = np.empty_like(pos)
+        for k in np.unique(which).tolist():
+            sel = which == k
+            out[sel] = plans[max(k, 0)].concatenated_ids(pos[sel])
+        return out
+
+    def counts_before(self, position: int) -> np.ndarray:
+        """Records of each source in the mixed positions ``[0, position)``, from the run in force."""
+        which, plans = self._which(np.array([position], dtype=np.int64))
+        return plans[max(int(which[0]), 0)].counts_before(position)
+
+    @property
+    def first_position(self) -> int:
+        """The first position this stream answers for (its oldest run's start)."""
+        runs = self.earlier_runs()
+        return runs[0][0] if runs else self.plan.first_position
+
+    def run_at(self, position: int) -> tuple[int, tuple[int, ...], tuple[Any, ...], MixturePlan]:
+        """(start, counts at the start, weights as given, plan) of the run in force at ``position``."""
+        which, plans = self._which(np.array([position], dtype=np.int64))
+        k = max(int(which[0]), 0)
+        rebase = self.plan.rebase
+        if k < len(self.earlier_runs()):
+            r = rebase.earlier[k]
+            return r.position, r.counts, r.weights, plans[k]
+        start = 0 if rebase is None else rebase.position
+        counts = (0,) * len(self.plan.names) if rebase is None else rebase.counts
+        return start, counts, tuple(self.plan.segments[0][2]), self.plan
+
+    def state_section(self) -> dict[str, Any]:
+        section = self.plan.to_dict()
+        rebase = self.plan.rebase
+        if isinstance(rebase, PackedRebase) and rebase.earlier:
+            section[K_SCHEMA] = EARLIER_SCHEMA_VERSION
+            section[K_EARLIER] = [r.to_list() for r in rebase.earlier]
+        return section
+
+    def saved(self, section: dict[str, Any]) -> PackedMixtureSampler:
+        """A copy ordering the stream a saved (validated) mixture section describes: its weights and
+        its rebase with the earlier runs (for the saved epoch's packing index)."""
+        sec = parse_section(section)
+        other = copy.copy(self)
+        other.plan = self._plan_of(WeightSchedule(sec.segments), sec.rebase)
+        other._runs_of = None
+        return other
+
+
+def change_rebase(order: PackedMixtureSampler, epoch_start: int, position: int) -> Rebase:
+    """The rebase of a weight change taking effect at ``position`` (a window boundary of the epoch
+    starting at ``epoch_start``): each source's count there under ``order``, and the runs of
+    ``order`` that hold the epoch's documents before it (none when ``position`` starts the epoch)."""
+    counts = tuple(int(x) for x in order.counts_before(position))
+    runs = [order.run_at(s) for s in [s for s, _ in order.earlier_runs()] + [order.plan.first_position]]
+    ends = [r[0] for r in runs[1:]] + [position]
+    earlier = tuple(EarlierRun(start, tuple(int(c) for c in counts_at), tuple(weights))
+                    for (start, counts_at, weights, _), end in zip(runs, ends)
+                    if end > epoch_start and end > start and start < position)
+    return PackedRebase(position, counts, earlier) if earlier else Rebase(position, counts)

@@ -1,0 +1,227 @@
+"""A weight change (data_change) INSIDE a packed mixture epoch: effective at the first packing-window
+boundary at or after the committed step. Every delivered batch, in order, equals a reference built
+from that definition alone (the documents are the old plan's before the boundary and the rebased
+plan's after it; each epoch's windows packed by a plain concat packer), across chained changes,
+faithful resumes (2 workers) and a second change in the same epoch, with per-source multiset checks."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import resumable_data as rd
+from resumable_data.plan.mixture import Rebase
+from tests.loader.conftest import canon
+from tests.loader.test_mixture_resume import W2, W3, check_source_epochs, without_fetched
+from tests.mixture_data import WEIGHTS, open_sources, write_sources
+
+SPEC = rd.Packing(16, window=16, eos_id=0)
+G = 4
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    return write_sources(tmp_path_factory.mktemp("mixpackchange"))
+
+
+def mixture(dirs, weights):
+    return rd.Mixture(open_sources(dirs), weights=weights, block_size=16)
+
+
+def make(dirs, weights, **kw):
+    return rd.DataLoader(mixture(dirs, weights), batch_size=G, seed=11, packing=SPEC, **kw)
+
+
+def run(loader, steps):
+    batches, states = [], [json.loads(json.dumps(loader.state_dict()))]
+    while len(batches) < steps:
+        for b in loader:
+            batches.append(canon(b))
+            states.append(json.loads(json.dumps(loader.state_dict())))
+            if len(batches) == steps:
+                break
+    return batches, states
+
+
+def continue_from(loader, state, steps, **kw):
+    loader.load_state_dict(state, **kw)
+    return run(loader, steps)
+
+
+def rows(batch):
+    return tuple(np.frombuffer(batch[k][3], dtype=np.int64).reshape(batch[k][2]).tolist()
+                 for k in ("document_ids", "position_ids"))
+
+
+class Reference:
+    """The stream by definition: runs (start position, sampler) of the mixed stream, each epoch's
+    documents packed window by window (concat, an EOS after each document), batches of G sequences."""
+
+    def __init__(self, dirs):
+        self.dirs = dirs
+        mix = mixture(dirs, WEIGHTS)
+        self.n = len(mix)
+        self.tokens = [len(t) for t in mix.take(np.arange(self.n)).column("tokens").to_pylist()]
+        self.runs = [(0, mix.sampler(11, G, packed=True))]
+
+    def ids(self, positions):
+        positions = np.asarray(positions, dtype=np.int64)
+        starts = np.array([s for s, _ in self.runs])
+        which = np.searchsorted(starts, positions, side="right") - 1
+        out = np.empty_like(positions)
+        for k in np.unique(which):
+            out[which == k] = self.runs[k][1].at_positions(positions[which == k])
+        return out
+
+    def counts_at(self, position):
+        start, sampler = [r for r in self.runs if r[0] <= position][-1]
+        return tuple(int(x) for x in sampler.plan.counts_before(position))
+
+    def windows(self, epoch):
+        """Per window of the epoch: its rows (document_ids, position_ids), concat-packed."""
+        out = []
+        docs = self.ids(epoch * self.n + np.arange(self.n))
+        for w in range(0, self.n, SPEC.window):
+            doc, pos = [], []
+            for d in docs[w:w + SPEC.window].tolist():
+                doc += [d] * (self.tokens[d] + 1)
+                pos += list(range(self.tokens[d] + 1))
+            k = -(-len(doc) // SPEC.seq_len)
+            doc += [-1] * (k * SPEC.seq_len - len(doc))
+            pos += [0] * (k * SPEC.seq_len - len(pos))
+            out.append([(doc[i * 16:(i + 1) * 16], pos[i * 16:(i + 1) * 16]) for i in range(k)])
+        return out
+
+    def change(self, weights, epoch, first, step):
+        """Declare new weights at ``step`` of ``epoch`` (which began at ``first``): effective at the
+        first window boundary at or after the step's first sequence; returns that position."""
+        counts = np.cumsum([0] + [len(w) for w in self.windows(epoch)])
+        j = (step - first) * G
+        w = int(np.searchsorted(counts, j, side="right")) - 1
+        boundary = w if j == counts[w] else w + 1
+        position = epoch * self.n + min(boundary * SPEC.window, self.n)
+        sampler = mixture(self.dirs, weights).sampler(11, G, packed=True)
+        sampler.rebase(Rebase(position, self.counts_at(position)))
+        self.runs = [r for r in self.runs if r[0] < position] + [(position, sampler)]
+        return position
+
+    def batches(self, epochs):
+        out, firsts = [], []
+        for e in range(epochs):
+            seqs = [s for w in self.windows(e) for s in w]
+            firsts.append(len(out))
+            out += [(tuple(s[0] for s in seqs[i:i + G]), tuple(s[1] for s in seqs[i:i + G]))
+                    for i in range(0, len(seqs), G)]
+        return out, firsts
+
+    def documents(self, epochs):
+        return self.ids(np.arange(epochs * self.n))
+
+
+def check_against(ref, got, epochs):
+    want, _ = ref.batches(epochs)
+    assert len(got) <= len(want)
+    for k, b in enumerate(got):
+        d, p = rows(b)
+        assert (tuple(map(tuple, d)), tuple(map(tuple, p))) == (tuple(map(tuple, want[k][0])), tuple(map(tuple, want[k][1]))), k
+
+
+def test_chained_changes_inside_packed_epochs_follow_the_definition(dirs):
+    ref = Reference(dirs)
+    _, firsts = ref.batches(3)
+    e1 = 1
+    s1 = firsts[e1] + 5  # inside epoch 1, not at a window boundary (checked below)
+    a_batches, a_states = run(make(dirs, WEIGHTS), s1)
+    assert a_states[s1]["epoch_base"] == [e1, firsts[e1]]
+    p1 = ref.change(W2, e1, firsts[e1], s1)
+    assert e1 * ref.n < p1 < (e1 + 1) * ref.n and (p1 - e1 * ref.n) % SPEC.window == 0
+    b_loader = make(dirs, W2)
+    b_batches, b_states = continue_from(b_loader, a_states[s1], 8, label="data_change")
+    assert b_loader.recovery_label is rd.RecoveryLabel.DATA_CHANGE
+    section = b_states[0]["mixture"]
+    assert section["rebase"] == [p1, list(ref.counts_at(p1))] and section["schema_version"] == 3
+    assert section["earlier"] == [[0, [0, 0, 0], [0.5, 0.3, 0.2]]]
+    # a second change in the same epoch, 8 steps later, through a faithful resume with 2 workers first
+    s2 = s1 + 8
+    mid, _ = continue_from(make(dirs, W2, num_workers=2, persistent_workers=True), b_states[3], 5)
+    assert mid == b_batches[3:8]
+    assert b_states[8]["epoch_base"] == [e1, firsts[e1]]
+    p2 = ref.change(W3, e1, firsts[e1], s2)
+    assert p1 < p2 < (e1 + 1) * ref.n
+    c_loader = make(dirs, W3)
+    c_batches, c_states = continue_from(c_loader, b_states[8], 70, label="data_change")
+    earlier = c_states[0]["mixture"]["earlier"]
+    assert earlier == [[0, [0, 0, 0], [0.5, 0.3, 0.2]], [p1, list(ref.counts_at(p1)), [0.2, 0.2, 0.6]]]
+    got = a_batches + b_batches + c_batches
+    check_against(ref, got, 6)
+    assert c_states[-1]["epoch_base"][0] >= 4  # several epochs after the changes
+    check_source_epochs(mixture(dirs, WEIGHTS).take(ref.documents(c_states[-1]["epoch_base"][0])).column("id").to_numpy())
+    # every later state resumes faithfully, bit-exact (2 workers at some), from the saved runs alone
+    for j in (0, 1, 3, 9, 30, 60):
+        kw = {"num_workers": 2} if j % 2 else {}
+        again, again_states = continue_from(make(dirs, W3, **kw), c_states[j], 4)
+        assert again == c_batches[j:j + 4], j
+        assert without_fetched(again_states[-1]) == without_fetched(c_states[j + 4]), j
+    # the packed progress and token counts follow the piecewise plan
+    loader = make(dirs, W3)
+    loader.load_state_dict(c_states[2])
+    prog = loader.mixture_progress()
+    assert sum(prog.tokens.values()) == c_states[2]["counters"]["tokens"]
+    docs = [np.array(rows(b)[0]).reshape(-1) for b in got[:s2 + 2]]
+    flat = np.concatenate(docs)
+    src = np.searchsorted(mixture(dirs, WEIGHTS).offsets, flat[flat >= 0], side="right") - 1
+    assert list(prog.tokens.values()) == np.bincount(src, minlength=3).tolist()
+
+
+def test_a_change_in_the_last_window_of_an_epoch(dirs):
+    ref = Reference(dirs)
+    wins = ref.windows(1)
+    _, firsts = ref.batches(3)
+    last_window_first_seq = sum(len(w) for w in wins[:-1])
+    s = firsts[1] + last_window_first_seq // G + 1  # a step whose sequences lie in the epoch's last window
+    assert (s - firsts[1]) * G > last_window_first_seq and s < firsts[2]
+    a_batches, a_states = run(make(dirs, WEIGHTS), s)
+    p = ref.change(W2, 1, firsts[1], s)
+    assert p == 2 * ref.n  # the next boundary is the next epoch's first document
+    b_batches, b_states = continue_from(make(dirs, W2), a_states[s], 40, label="data_change")
+    assert b_states[0]["mixture"]["rebase"][0] == p and b_states[0]["mixture"]["earlier"] == [[0, [0, 0, 0], [0.5, 0.3, 0.2]]]
+    check_against(ref, a_batches + b_batches, 5)
+    check_source_epochs(mixture(dirs, WEIGHTS).take(ref.documents(3)).column("id").to_numpy())
+    # once the cursor passed the change, a further change at an epoch start carries no earlier runs
+    k = next(j for j, st in enumerate(b_states) if st["epoch_base"] == [3, s + j])
+    c_batches, c_states = continue_from(make(dirs, WEIGHTS), b_states[k], 3, label="data_change")
+    assert "earlier" not in c_states[0]["mixture"] and c_states[0]["mixture"]["schema_version"] == 2
+    ref.change(WEIGHTS, 3, s + k, s + k)
+    check_against(ref, a_batches + b_batches[:k] + c_batches, 5)
+
+
+def test_a_forged_earlier_run_is_refused_naming_the_field(dirs):
+    ref = Reference(dirs)
+    _, firsts = ref.batches(2)
+    a_batches, a_states = run(make(dirs, WEIGHTS), firsts[1] + 5)
+    _, b_states = continue_from(make(dirs, W2), a_states[-1], 2, label="data_change")
+    st = b_states[-1]
+    m = st["mixture"]
+    for bad, match in (({**m, "earlier": []}, r"state.mixture.earlier=\[\]: expected 1 to 64 runs"),
+                       ({**m, "earlier": [[0, [0, 0, 1], [0.5, 0.3, 0.2]]]}, r"state.mixture.earlier\[0\]=.*counts "
+                                                                             "summing to the position"),
+                       ({**m, "earlier": [[0, [0, 0, 0], [0.5, "x", 0.2]]]}, r"state.mixture.earlier\[0\]\[2\]\[1\]"),
+                       ({**m, "schema_version": 2}, r"unexpected"),
+                       ({k: v for k, v in m.items() if k != "earlier"}, r"keys missing"),
+                       ({**m, "rebase": [m["rebase"][0] + 16 * 7, m["rebase"][1]]}, r"state.mixture.rebase=.*counts "
+                                                                                     "summing to the position"),
+                       ({**m, "rebase": [m["rebase"][0] + 3, [m["rebase"][1][0] + 3] + m["rebase"][1][1:]]},
+                        r"state.mixture.rebase=.*a packing-window start \(a multiple of window=16"),
+                       ({**m, "rebase": [m["rebase"][0] + 48, [m["rebase"][1][0] + 48] + m["rebase"][1][1:]]},
+                        r"state.mixture.rebase=.*expected a position <= \d+, the first packing-window boundary at or "
+                        r"after the committed cursor; fix: pass an unmodified state")):
+        loader = make(dirs, W2)
+        with pytest.raises(rd.ResumeError, match=match):
+            loader.load_state_dict({**st, "mixture": bad})
+        assert loader.cursor.committed == 0
+    loader = make(dirs, W2)
+    loader.load_state_dict(st)
+    assert {**loader.state_dict(), "recovery_label": None} == {**st, "recovery_label": None}
+    assert m["rebase"][0] + 48 < 2 * ref.n  # the forged rebase above stayed inside the epoch
