@@ -11,14 +11,14 @@ Resume rules (:func:`check_mixture`). Sources, sizes, block and shuffle must mat
 weights are refused under the default (a faithful continuation) with both schedules named; with
 ``label="data_change"`` they are accepted and the new loader continues every source from its
 consumed count at the resume position (a new rebase), so no record of any source is repeated or
-skipped within its epoch. A packed mixture accepts the change only from a state at the start of a
-loader epoch (``cursor.committed`` is ``epoch_base``'s first step): a packed step's documents are
-known only from its epoch's packing index, so the rebase is that epoch's first document,
-``epoch * num_records``, and every later epoch is indexed on the new weights; inside an epoch the
-change is refused, naming the fix. A faithful resume adopts the saved rebase (the state says where the
+skipped within its epoch. A packed mixture accepts the change at any step: it takes effect at the
+first packing-window boundary at or after the step (:func:`~.mixture_packed.packed_change`; the
+window holding the cursor is finished under the old weights), and the runs that hold the epoch's
+documents before the boundary are kept in the section (``earlier``, schema 3). A faithful resume adopts the saved rebase (the state says where the
 stream was rebased), which is what makes chained changes resume exactly. A saved rebase must be
 consistent (counts in ``[0, 2**62]`` summing to its position, at or before the cursor's
-position, or for a packed state the first document of its ``epoch_base``); a weight schedule
+position, or for a packed state a window start within its ``epoch_base``'s epoch, at or before the
+window boundary of the committed cursor); a weight schedule
 across a global-batch change (a batch origin) is refused, since its steps would map to other
 positions (constant weights need no step map: segment 0 starts at 0).
 

@@ -201,8 +201,8 @@ class Mixture:
                 raise ConfigError(describe("weights", self.schedule, "constant weights when packing (a packed "
                                            "step holds a varying number of documents, so steps do not map to "
                                            "positions in closed form)",
-                                           "pass a mapping of weights, and change them by a data_change resume from a "
-                                           "state written at the start of a loader epoch"))
+                                           "pass a mapping of weights, and change them by a data_change resume (it takes "
+                                           "effect at the next packing-window boundary)"))
             from resumable_data.sources.mixture_packed import PackedMixtureSampler  # a subclass: imports this module
 
             return PackedMixtureSampler(self, seed, self.epoch_len, None)

@@ -225,3 +225,29 @@ def test_a_forged_earlier_run_is_refused_naming_the_field(dirs):
     loader.load_state_dict(st)
     assert {**loader.state_dict(), "recovery_label": None} == {**st, "recovery_label": None}
     assert m["rebase"][0] + 48 < 2 * ref.n  # the forged rebase above stayed inside the epoch
+
+
+#: A state written after two changes inside packed epoch 1 (W1 -> W2 at step 26, W2 -> W3 at step 34),
+#: two steps into W3: mixture schema 3 with its earlier runs, and the next batch's document_ids.
+GOLDEN = {"mixture": {"schema_version": 3, "sources": ["web", "code", "math"], "sizes": [120, 60, 11],
+                      "schedule": [[0, [0.6, 0.4, 0.0]]], "block": 16, "shuffle": True, "rebase": [319, [136, 89, 94]],
+                      "earlier": [[0, [0, 0, 0], [0.5, 0.3, 0.2]], [239, [120, 73, 46], [0.2, 0.2, 0.6]]],
+                      "tokens": [994, 561, 556]},
+          "cursor": {"committed": 36, "delivered": 36, "fetched": 36}, "epoch_base": [1, 21],
+          "counters": {"attempted_updates": 0, "applied_updates": 0, "skipped_updates": 0, "samples": 143, "tokens": 2111}}
+GOLDEN_NEXT = [[44, 44, 44, 44, 44, 44, 152, 152, 3, 3, 3, 3, 3, 3, 3, 3],
+               [151, 151, 151, 151, 151, 151, 173, 173, 173, 173, 173, 5, 5, 5, 5, 5],
+               [5, 5, 148, 148, 148, 148, 148, 63, 63, 63, 63, 63, 165, 165, 165, 165],
+               [165, 165, 165, 165, 165, 165, 165, 11, 11, 11, 11, -1, -1, -1, -1, -1]]
+
+
+def test_golden_packed_state_with_earlier_runs(dirs):
+    """The schema-3 section loads (faithfully, into the W3 loader), gives the pinned next batch and
+    is written back unchanged; the same state at schema 2 (no 'earlier') is refused by name."""
+    loader = make(dirs, W3)
+    state = {**loader.state_dict(), **GOLDEN, "recovery_label": "data_change"}
+    loader.load_state_dict(state)
+    assert loader.state_dict() == {**state, "recovery_label": "faithful_continuation"}
+    assert rows(canon(next(iter(loader))))[0] == GOLDEN_NEXT
+    with pytest.raises(rd.ResumeError, match=r"state.mixture.*unexpected"):
+        make(dirs, W3).load_state_dict({**state, "mixture": {**GOLDEN["mixture"], "schema_version": 2}})

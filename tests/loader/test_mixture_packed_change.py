@@ -100,8 +100,8 @@ def test_every_state_of_a_rebased_packed_run_resumes_and_a_reused_loader_drops_i
 def test_a_weight_schedule_with_packing_is_refused_naming_the_exact_path(dirs):
     sched = rd.WeightSchedule([(0, WEIGHTS), (5, W2)])
     with pytest.raises(rd.ConfigError, match=r"weights=.*constant weights when packing.*fix: pass a mapping of "
-                                             r"weights, and change them by a data_change resume from a state "
-                                             r"written at the start of a loader epoch"):
+                                             r"weights, and change them by a data_change resume \(it takes effect "
+                                             r"at the next packing-window boundary\)"):
         loader_for(dirs, sched, packing=SPEC)
 
 
