@@ -251,3 +251,65 @@ def test_golden_packed_state_with_earlier_runs(dirs):
     assert rows(canon(next(iter(loader))))[0] == GOLDEN_NEXT
     with pytest.raises(rd.ResumeError, match=r"state.mixture.*unexpected"):
         make(dirs, W3).load_state_dict({**state, "mixture": {**GOLDEN["mixture"], "schema_version": 2}})
+
+
+def test_a_skipping_change_inside_an_epoch_takes_effect_after_the_skipped_steps(dirs):
+    """commit='explicit', two batches delivered but not committed, resumed with on_uncommitted='skip'
+    and new weights: the change is declared at the first undelivered step (its window boundary), the
+    skipped steps' sequences are never delivered, and every later batch is the reference's."""
+    ref = Reference(dirs)
+    _, firsts = ref.batches(2)
+    committed = firsts[1] + 3
+    a = make(dirs, WEIGHTS, commit="explicit")
+    a_batches = []
+    while len(a_batches) < committed + 2:  # across the epoch end (one iter() is one epoch)
+        for b in a:
+            a_batches.append(canon(b))
+            if len(a_batches) <= committed:
+                a.commit()
+            if len(a_batches) == committed + 2:
+                break
+    state = json.loads(json.dumps(a.state_dict()))
+    assert state["cursor"]["committed"] == committed and state["cursor"]["delivered"] == committed + 2
+    ref.change(W2, 1, firsts[1], committed + 2)
+    b_batches, b_states = continue_from(make(dirs, W2), state, 30, on_uncommitted="skip", label="data_change")
+    assert b_states[0]["skipped"][0][:2] == [committed, committed + 2], b_states[0]["skipped"]
+    want, _ = ref.batches(4)
+    for k, b in enumerate(a_batches):
+        assert rows(b) == tuple(list(map(list, x)) for x in want[k]), k
+    for k, b in enumerate(b_batches):
+        assert rows(b) == tuple(list(map(list, x)) for x in want[committed + 2 + k]), k
+
+
+def test_a_best_fit_change_inside_an_epoch_keeps_every_source_epoch_and_resumes_exactly(dirs):
+    """best_fit packs a window's documents into bins out of document order: per window the delivered
+    documents are the reference plan's (a multiset per window, the bins' order being best_fit's), every
+    source epoch holds each record once, and later states resume bit-exact with 2 workers."""
+    spec = rd.Packing(16, mode="best_fit", window=8)
+
+    def mk(weights, **kw):
+        return rd.DataLoader(mixture(dirs, weights), batch_size=G, seed=11, packing=spec, **kw)
+
+    a_batches, a_states = run(mk(WEIGHTS), 40)
+    k = next(j for j in range(len(a_states)) if a_states[j]["epoch_base"][0] == 1 and a_states[j]["epoch_base"][1] < j)
+    b_loader = mk(W2)
+    b_batches, b_states = continue_from(b_loader, a_states[k], 60, label="data_change")
+    rebase = b_states[0]["mixture"]["rebase"]
+    n = a_states[0]["plan"]["num_records"]
+    assert n < rebase[0] < 2 * n and (rebase[0] - n) % 8 == 0 and b_states[0]["mixture"]["earlier"]
+    old = mixture(dirs, WEIGHTS).sampler(11, G, packed=True)
+    new = mixture(dirs, W2).sampler(11, G, packed=True)
+    new.rebase(Rebase(rebase[0], tuple(rebase[1])))
+    end = b_states[-1]["epoch_base"][0] * n  # the documents of the whole epochs delivered
+    planned = np.concatenate([old.at_positions(np.arange(rebase[0])), new.at_positions(np.arange(rebase[0], end))])
+    docs = np.concatenate([np.array(rows(b)[0]).reshape(-1) for b in a_batches[:k] + b_batches])
+    pos = np.concatenate([np.array(rows(b)[1]).reshape(-1) for b in a_batches[:k] + b_batches])
+    begun = docs[(docs >= 0) & (pos == 0)][:end]  # each document once, at its first token
+    windows = [w for e in range(end // n) for w in range(e * n, (e + 1) * n, 8)]
+    for w in windows:  # per window (each epoch's from its first document): the planned documents
+        stop = min(w + 8, (w // n + 1) * n)
+        assert sorted(begun[w:stop].tolist()) == sorted(planned[w:stop].tolist()), w
+    check_source_epochs(mixture(dirs, WEIGHTS).take(planned).column("id").to_numpy())
+    for j in (2, 7, 21, 40):
+        again, _ = continue_from(mk(W2, num_workers=2), b_states[j], 4)
+        assert again == b_batches[j:j + 4], j

@@ -187,13 +187,16 @@ def test_a_drop_state_without_counts_gets_them_computed(dirs):
 
 
 @pytest.mark.parametrize("tail", ["drop", "wrap"])
-def test_tokens_on_a_dropping_tail_continue_across_a_data_change(dirs, tail):
-    """A data_change at a loader-epoch start on a drop/wrap tail: the new loader seeds the earlier
-    epochs' tail corrections from the saved counts (those epochs were packed under the old weights)
-    and its counts stay the delivered tokens; a state without counts there writes none."""
+@pytest.mark.parametrize("offset", [0, 3], ids=["epoch-start", "mid-epoch"])
+def test_tokens_on_a_dropping_tail_continue_across_a_data_change(dirs, tail, offset):
+    """A data_change at a loader-epoch start (or 3 steps into it: effective at the next window
+    boundary) on a drop/wrap tail: the new loader seeds the earlier epochs' tail corrections from
+    the saved counts (those epochs were packed under the old weights) and its counts stay the
+    delivered tokens; a state without counts there writes none."""
     spec = SPECS["concat-w16-eos"]
     a_batches, a_states = run(make(dirs, spec, tail=tail), 50)
-    k = next(j for j, st in enumerate(a_states) if st["epoch_base"] == [2, j])
+    k = next(j for j, st in enumerate(a_states) if st["epoch_base"] == [2, j]) + offset
+    assert a_states[k]["epoch_base"][0] == 2
     b_loader = make(dirs, spec, W2, tail=tail)
     b_batches, b_states = continue_from(b_loader, a_states[k], 40, label="data_change")
     offsets = mixture(dirs).offsets
@@ -205,9 +208,15 @@ def test_tokens_on_a_dropping_tail_continue_across_a_data_change(dirs, tail):
     got, got_states = continue_from(make(dirs, spec, W2, tail=tail), b_states[25], 10)  # faithful: seeded again
     assert got == b_batches[25:35]
     assert [without_fetched(x) for x in got_states] == [without_fetched(x) for x in b_states[25:36]]
-    stripped = {**b_states[25], "mixture": {**{x: v for x, v in b_states[25]["mixture"].items() if x != "tokens"},
-                                            "schema_version": 1}}
+    section = b_states[25]["mixture"]
+    assert ("earlier" in section) == bool(offset)  # a mid-epoch change keeps the epoch's earlier run
+    stripped = {**b_states[25], "mixture": {**{x: v for x, v in section.items() if x != "tokens"},
+                                            "schema_version": 3 if offset else 1}}
     blind = make(dirs, spec, W2, tail=tail)
     got, got_states = continue_from(blind, stripped, 3)
-    assert got == b_batches[25:28] and "tokens" not in got_states[-1]["mixture"]
-    assert blind.mixture_progress().tokens is None and blind.mixture_progress().sources[0].consumed > 0
+    assert got == b_batches[25:28]
+    if offset:  # the earlier run starts at 0: the piecewise stream answers every position, counted cold
+        assert got_states[-1]["mixture"]["tokens"] == b_states[28]["mixture"]["tokens"]
+    else:  # epochs before the rebase are not in the plan: no counts, as such states had none
+        assert "tokens" not in got_states[-1]["mixture"]
+        assert blind.mixture_progress().tokens is None and blind.mixture_progress().sources[0].consumed > 0
