@@ -253,6 +253,7 @@ def packed_change(saved: LoaderState, stream: Any, step: int, change: bool) -> A
     from resumable_data.sources.mixture_packed import change_rebase
 
     order = stream.order.saved(saved.mixture)
+    order.check_runs()
     old = stream.with_order(order)
     rebase = order.plan.rebase
     if rebase is not None:

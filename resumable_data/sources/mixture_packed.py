@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from resumable_data.errors import ResumeError, describe
 from resumable_data.plan.mixture import MixturePlan
 from resumable_data.plan.mixture_section import (
     EARLIER_SCHEMA_VERSION, K_EARLIER, K_SCHEMA, EarlierRun, PackedRebase, Rebase, parse_section,
@@ -96,6 +97,22 @@ class PackedMixtureSampler(MixtureSampler):
         start = 0 if rebase is None else rebase.position
         counts = (0,) * len(self.plan.names) if rebase is None else rebase.counts
         return start, counts, tuple(self.plan.segments[0][2]), self.plan
+
+    def check_runs(self) -> None:
+        """``ResumeError`` unless each run starts where the run before it left every source (its
+        counts are that run's counts at its start): a saved chain that does not continue each
+        source would repeat or skip records."""
+        runs = list(self.earlier_runs()) + [(self.plan.first_position, self.plan)]
+        rebase = self.plan.rebase
+        for k in range(1, len(runs)):
+            start, _ = runs[k]
+            want = tuple(int(x) for x in runs[k - 1][1].counts_before(start))
+            have = rebase.earlier[k].counts if k < len(runs) - 1 else rebase.counts
+            if tuple(have) != want:
+                field = f"state.mixture.earlier[{k}]" if k < len(runs) - 1 else "state.mixture.rebase"
+                raise ResumeError(describe(field, [start, list(have)], f"the counts the run before leaves at position "
+                                           f"{start}: {list(want)} (each run continues every source)",
+                                           "pass an unmodified state"))
 
     def state_section(self) -> dict[str, Any]:
         section = self.plan.to_dict()

@@ -204,17 +204,21 @@ def test_a_forged_earlier_run_is_refused_naming_the_field(dirs):
     _, b_states = continue_from(make(dirs, W2), a_states[-1], 2, label="data_change")
     st = b_states[-1]
     m = st["mixture"]
+    late = m["rebase"][0] + 48
     for bad, match in (({**m, "earlier": []}, r"state.mixture.earlier=\[\]: expected 1 to 64 runs"),
                        ({**m, "earlier": [[0, [0, 0, 1], [0.5, 0.3, 0.2]]]}, r"state.mixture.earlier\[0\]=.*counts "
                                                                              "summing to the position"),
                        ({**m, "earlier": [[0, [0, 0, 0], [0.5, "x", 0.2]]]}, r"state.mixture.earlier\[0\]\[2\]\[1\]"),
                        ({**m, "schema_version": 2}, r"unexpected"),
+                       ({**m, "rebase": [m["rebase"][0], [m["rebase"][1][0] + 1, m["rebase"][1][1] - 1,
+                                                          m["rebase"][1][2]]]},
+                        r"state.mixture.rebase=.*expected the counts the run before leaves at position"),
                        ({k: v for k, v in m.items() if k != "earlier"}, r"keys missing"),
                        ({**m, "rebase": [m["rebase"][0] + 16 * 7, m["rebase"][1]]}, r"state.mixture.rebase=.*counts "
                                                                                      "summing to the position"),
                        ({**m, "rebase": [m["rebase"][0] + 3, [m["rebase"][1][0] + 3] + m["rebase"][1][1:]]},
                         r"state.mixture.rebase=.*a packing-window start \(a multiple of window=16"),
-                       ({**m, "rebase": [m["rebase"][0] + 48, [m["rebase"][1][0] + 48] + m["rebase"][1][1:]]},
+                       ({**m, "rebase": [late, list(ref.counts_at(late))]},  # consistent, but past the cursor's window
                         r"state.mixture.rebase=.*expected a position <= \d+, the first packing-window boundary at or "
                         r"after the committed cursor; fix: pass an unmodified state")):
         loader = make(dirs, W2)
