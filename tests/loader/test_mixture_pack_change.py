@@ -14,7 +14,7 @@ import pytest
 import resumable_data as rd
 from resumable_data.plan.mixture import Rebase
 from tests.loader.conftest import canon
-from tests.loader.test_mixture_resume import W2, W3, check_source_epochs, without_fetched
+from tests.loader.test_mixture_resume import W2, W3, check_source_epochs, resume_points, without_fetched
 from tests.mixture_data import WEIGHTS, open_sources, write_sources
 
 SPEC = rd.Packing(16, window=16, eos_id=0)
@@ -164,6 +164,9 @@ def test_chained_changes_inside_packed_epochs_follow_the_definition(dirs):
         again, again_states = continue_from(make(dirs, W3, **kw), c_states[j], 4)
         assert again == c_batches[j:j + 4], j
         assert without_fetched(again_states[-1]) == without_fetched(c_states[j + 4]), j
+    # random points of the changed run, resumed faithfully with 2 persistent workers, bit-exact
+    mk = lambda: make(dirs, W3, num_workers=2, persistent_workers=True)  # noqa: E731
+    assert resume_points(c_states, c_batches, mk, 50, np.random.default_rng(14)) == 50
     # the packed progress and token counts follow the piecewise plan
     loader = make(dirs, W3)
     loader.load_state_dict(c_states[2])
