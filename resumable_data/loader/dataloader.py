@@ -45,7 +45,7 @@ from resumable_data.loader.config import LoaderConfig, check_worker_options, res
 from resumable_data.loader.fetch import StepFetcher, StepSampler
 from resumable_data.loader.iterator import LoaderIterator
 from resumable_data.loader.ledger import CounterView, ProgressLedger
-from resumable_data.loader.mixture_packed import PackedSourceCount, packed_progress
+from resumable_data.loader.mixture_packed import PackedSourceCount, packed_progress, resolve_schedule
 from resumable_data.loader.mixture_state import TokenStart, check_saved_tokens, mixture_progress, saved_plan, \
     with_source_tokens
 from resumable_data.loader.restore import validate_restore
@@ -150,6 +150,8 @@ class DataLoader:
         if cfg.packing is not None:
             self._stream: RecordStream | PackedStream = PackedStream(cfg.plan, cfg.packing, cfg.lengths, pinned=cfg.pinned,
                                                                 order=cfg.positional)
+            if getattr(cfg.positional, "pending", None):  # a weight schedule: its segments at window boundaries
+                resolve_schedule(cfg.positional, self._stream)
         else:
             self._stream = RecordStream(cfg.plan)
         self._fingerprint = cfg.fingerprint()
@@ -340,7 +342,7 @@ class DataLoader:
         restores call it when a later step fails); iterators made in between are superseded."""
         memento = self._ledger.memento()
         mixture = self._mixture()
-        rebase = None if mixture is None else mixture.plan.rebase
+        rebase = None if mixture is None else getattr(mixture, "declared_rebase", mixture.plan.rebase)
         fingerprint, tokens_base = self._fingerprint, self._tokens_base
         packed_seed = None if self._packed_count is None else self._packed_count.seed
 
@@ -415,7 +417,7 @@ class DataLoader:
         if counter is None:
             return None
         if isinstance(self._stream, PackedStream):
-            plan = self._mixture().rebased(r.mixture_rebase).plan
+            plan = self._mixture().rebased(r.mixture_rebase)  # the sampler: its counts follow the run in force
             end = (saved.epoch_base[0] + 1) * saved.plan.num_records
             return check_saved_tokens(saved, counter, plan, column=None, packed_epoch_end=end)
         return check_saved_tokens(saved, counter, saved_plan(saved), column=self.config.token_column)
@@ -436,7 +438,7 @@ class DataLoader:
     def _set_rebase(self, mixture: Any, rebase: Any) -> None:
         """Continue the mixture from ``rebase``; persistent workers hold a copy of the old stream,
         so their pool is dropped (the next ``iter()`` starts one on the new plan)."""
-        if rebase != mixture.plan.rebase:
+        if rebase != getattr(mixture, "declared_rebase", mixture.plan.rebase):
             self._close_active()
             torch_compat.drop_persistent_iterator(self._torch)
             mixture.rebase(rebase)

@@ -54,7 +54,7 @@ from resumable_data.plan.mixture_section import EARLIER_SCHEMA_VERSION, K_EARLIE
 from resumable_data.plan.packing import PackMode, best_fit_bins
 
 __all__ = ["PackedPrefix", "PackedSourceCount", "change_position", "packed_change", "packed_progress", "prefix",
-           "step_documents"]
+           "resolve_schedule", "step_documents", "window_boundary"]
 
 
 @dataclass(frozen=True)
@@ -235,7 +235,13 @@ def change_position(saved: LoaderState, stream: Any, step: int) -> tuple[int, in
     """(loader epoch, mixed position) where a weight change declared at ``step`` of ``saved``
     takes effect: the first packing-window boundary at or after the step's first sequence, in the
     saved stream (``stream``: ordered as the saved state's mixture section says)."""
-    epoch, first = stream.locate(step, {saved.epoch_base[0]: saved.epoch_base[1]})
+    return window_boundary(stream, step, {saved.epoch_base[0]: saved.epoch_base[1]})
+
+
+def window_boundary(stream: Any, step: int, ledger: dict[int, int]) -> tuple[int, int]:
+    """(loader epoch, mixed position) of the first packing-window boundary at or after the first
+    sequence of ``step`` (located from ``ledger``, epoch -> first step, in ``stream``'s indexes)."""
+    epoch, first = stream.locate(step, dict(ledger))
     cumulative = stream.index(epoch).cumulative
     j = min((step - first) * stream.plan.global_batch, int(cumulative[-1]))
     w = int(np.searchsorted(cumulative, j, side="right")) - 1
@@ -266,3 +272,17 @@ def packed_change(saved: LoaderState, stream: Any, step: int, change: bool) -> A
         return rebase
     epoch, position = change_position(saved, old, step)
     return change_rebase(order, epoch * stream.plan.num_records, position)
+
+
+def resolve_schedule(order: Any, stream: Any) -> None:
+    """Place a declared weight schedule's segments on a packed mixture stream, in order: segment
+    ``k`` (from step ``s_k``) starts at :func:`window_boundary` of ``s_k`` in the stream of the runs
+    before it, each source continuing from its count there. A pure function of the plan; costs one
+    packing index per epoch up to the last segment's (cached on disk)."""
+    import copy
+
+    while order.pending:
+        step, weights = order.pending[0]
+        probe = stream.with_order(copy.copy(order))  # a fresh index memo for the runs placed so far
+        _, position = window_boundary(probe, step, {0: 0})
+        order.add_run(position, weights)

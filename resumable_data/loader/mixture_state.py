@@ -118,6 +118,14 @@ def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel
         return [_SCHEDULE_AND_BATCH_CHANGE], None
     if s == c and s[K_REBASE] is None:  # the current loader's own section, byte for byte: nothing to check
         return [], None
+    if saved.packing is not None and (len(s[K_SCHEDULE]) > 1 or len(c[K_SCHEDULE]) > 1):
+        same = all(s.get(k) == c.get(k) for k in _FIXED + (K_SCHEDULE,)) and s.get(K_REBASE) is None
+        if same:  # a packed weight schedule: its runs follow from the plan, nothing saved to adopt
+            return [], None
+        return [f"mixture weights with packing and a weight schedule: saved {_shown(s)} vs current {_shown(c)}; a "
+                "packed schedule's segments are placed at packing-window boundaries from its first step, so it is "
+                "not changed by a data_change; fix: resume with the saved schedule (or, with constant weights, "
+                "declare the change by load_state_dict(state, label='data_change'))"], None
     plan = saved_plan(saved)  # validates the saved section before any of its keys is read
     if batch_changed and len(s[K_SCHEDULE]) > 1:
         return [_SCHEDULE_AND_BATCH_CHANGE], None

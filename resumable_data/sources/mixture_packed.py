@@ -6,7 +6,10 @@ documents of that epoch before the boundary keep the plan they were packed under
 plan is the current run (from its rebase position on); a :class:`~.mixture_section.PackedRebase`
 adds the *earlier* runs, each a :class:`~resumable_data.plan.mixture.MixturePlan` under its own
 weights starting at its own position with its own per-source counts, in force until the next
-run starts. Position ``p`` is answered by the last run that starts at or before ``p``.
+run starts. Position ``p`` is answered by the last run that starts at or before ``p``. A declared
+weight schedule is the same chain: the loader places each later segment at a window boundary
+(:meth:`PackedMixtureSampler.add_run`, from :func:`resumable_data.loader.mixture_packed.resolve_schedule`);
+its runs are then the plan's, so the state section holds the declared schedule only.
 
 Guarantee. Every run continues each source from the records it had consumed where the run
 starts, so no record of a source is repeated or skipped within its epoch across the changes; a
@@ -40,6 +43,58 @@ class PackedMixtureSampler(MixtureSampler):
 
     _runs_of: Any = None
     _runs: tuple[tuple[int, MixturePlan], ...] = ()
+
+    def __init__(self, mixture: Any, seed: int, length: int, position_of_step: Any) -> None:
+        segments = mixture.schedule.resolve(mixture.names)
+        #: A declared weight schedule's later segments (step, weights as given), which the loader
+        #: turns into runs at packing-window boundaries (:meth:`add_run`); empty for constant weights.
+        self.pending = tuple((step, tuple(raw)) for step, _, raw in segments[1:])
+        self.scheduled = bool(self.pending)
+        if not self.scheduled:
+            super().__init__(mixture, seed, length, position_of_step)
+            return
+        self.mixture, self.seed, self._len, self.position_of_step = mixture, seed, length, None
+        self._declared = [[step, list(raw)] for step, _, raw in segments]
+        self.plan = self._plan_of(tuple(segments[0][2]), None)
+
+    def add_run(self, position: int, weights: tuple[Any, ...]) -> None:
+        """Start a run of ``weights`` at ``position`` (a window boundary, at or after the current
+        run's start), each source continuing from its count there (a declared schedule's segment)."""
+        counts = tuple(int(x) for x in self.counts_before(position))
+        rebase = self.plan.rebase
+        runs = list(rebase.earlier) if isinstance(rebase, PackedRebase) else []
+        start = 0 if rebase is None else rebase.position
+        if position > start:  # the current run holds documents: it becomes an earlier one
+            runs.append(EarlierRun(start, (0,) * len(counts) if rebase is None else rebase.counts,
+                                   tuple(self.plan.segments[0][2])))
+        self.plan = self._plan_of(weights, PackedRebase(position, counts, tuple(runs)) if runs
+                                  else Rebase(position, counts) if position else None)
+        self.pending = self.pending[1:]
+
+    @property
+    def declared_rebase(self) -> Rebase | None:
+        """The rebase a state records (a declared schedule's runs are the plan's, not the state's)."""
+        return None if self.scheduled else self.plan.rebase
+
+    def rebase(self, rebase: Rebase | None) -> None:
+        if self.scheduled:
+            if rebase is not None:
+                raise ResumeError(describe("rebase", rebase.to_list(), "none with a declared weight schedule (its runs "
+                                           "follow from the plan)", "resume with the saved schedule"))
+            return
+        super().rebase(rebase)
+
+    def rebased(self, rebase: Rebase | None) -> MixtureSampler:
+        if self.scheduled and rebase is None:
+            return self
+        return super().rebased(rebase)
+
+    def index_key(self) -> str:
+        """What a packing index of this stream depends on: the section, or a schedule's runs."""
+        if not self.scheduled:
+            return repr(self.state_section())
+        rebase = self.plan.rebase
+        return repr((self.plan.to_dict(), [r.to_list() for r in getattr(rebase, "earlier", ())], self.pending))
 
     def _plan_of(self, weights: Any, rebase: Rebase | None) -> MixturePlan:
         m = self.mixture
@@ -116,6 +171,8 @@ class PackedMixtureSampler(MixtureSampler):
 
     def state_section(self) -> dict[str, Any]:
         section = self.plan.to_dict()
+        if self.scheduled:  # the declared schedule: its runs are a pure function of the plan
+            return {**section, "schedule": self._declared, "rebase": None}
         rebase = self.plan.rebase
         if isinstance(rebase, PackedRebase) and rebase.earlier:
             section[K_SCHEMA] = EARLIER_SCHEMA_VERSION

@@ -320,3 +320,37 @@ def test_a_best_fit_change_inside_an_epoch_keeps_every_source_epoch_and_resumes_
     for j in (2, 7, 21, 40):
         again, _ = continue_from(mk(W2, num_workers=2), b_states[j], 4)
         assert again == b_batches[j:j + 4], j
+
+
+def test_a_packed_weight_schedule_equals_the_chained_changes_at_its_steps(dirs):
+    """A declared schedule with packing: segment k (from step s_k) takes effect at the first window
+    boundary at or after s_k under the runs before it, exactly as a data_change at s_k does: every
+    batch, in order, equals the chained run's and the reference's; it resumes bit-exact with 2
+    workers; a data_change against it is refused naming the fix."""
+    ref = Reference(dirs)
+    _, firsts = ref.batches(2)
+    s1 = firsts[1] + 5
+    s2 = s1 + 8
+    a_batches, a_states = run(make(dirs, WEIGHTS), s1)
+    b_batches, b_states = continue_from(make(dirs, W2), a_states[s1], 8, label="data_change")
+    c_batches, _ = continue_from(make(dirs, W3), b_states[8], 50, label="data_change")
+    chained = a_batches + b_batches + c_batches
+    schedule = rd.WeightSchedule([(0, WEIGHTS), (s1, W2), (s2, W3)])
+    loader = make(dirs, schedule)
+    batches, states = run(loader, len(chained))
+    assert batches == chained
+    ref.change(W2, 1, firsts[1], s1)
+    ref.change(W3, 1, firsts[1], s2)
+    check_against(ref, batches, 6)
+    assert states[5]["mixture"]["schedule"] == [[0, [0.5, 0.3, 0.2]], [s1, [0.2, 0.2, 0.6]], [s2, [0.6, 0.4, 0.0]]]
+    assert states[5]["mixture"]["rebase"] is None and "earlier" not in states[5]["mixture"]
+    assert sum(states[-1]["mixture"]["tokens"]) == states[-1]["counters"]["tokens"]
+    mk = lambda: make(dirs, schedule, num_workers=2, persistent_workers=True)  # noqa: E731
+    assert resume_points(states, batches, mk, 20, np.random.default_rng(4)) == 20
+    for other, label in ((W2, "data_change"), (rd.WeightSchedule([(0, WEIGHTS), (s1 + 1, W2)]), "data_change"),
+                         (rd.WeightSchedule([(0, WEIGHTS), (s1 + 1, W2)]), None)):
+        target = make(dirs, other)
+        with pytest.raises(rd.ResumeError, match=r"mixture weights with packing and a weight schedule: saved from step "
+                                                 r"0: web=0.5.*fix: resume with the saved schedule"):
+            target.load_state_dict(states[30], **({"label": label} if label else {}))
+        assert target.cursor.committed == 0

@@ -97,14 +97,6 @@ def test_every_state_of_a_rebased_packed_run_resumes_and_a_reused_loader_drops_i
     assert continue_from(reused, a_states[k], 8, label="data_change")[0] == b_batches[:8]
 
 
-def test_a_weight_schedule_with_packing_is_refused_naming_the_exact_path(dirs):
-    sched = rd.WeightSchedule([(0, WEIGHTS), (5, W2)])
-    with pytest.raises(rd.ConfigError, match=r"weights=.*constant weights when packing.*fix: pass a mapping of "
-                                             r"weights, and change them by a data_change resume \(it takes effect "
-                                             r"at the next packing-window boundary\)"):
-        loader_for(dirs, sched, packing=SPEC)
-
-
 @pytest.mark.parametrize("epoch", [2**40, 2**62])
 @pytest.mark.parametrize("label", [None, "data_change"])
 def test_a_forged_packed_epoch_base_epoch_is_refused_naming_the_field(dirs, epoch, label):
