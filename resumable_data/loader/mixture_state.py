@@ -14,8 +14,10 @@ consumed count at the resume position (a new rebase), so no record of any source
 skipped within its epoch. A packed mixture accepts the change at any step: it takes effect at the
 first packing-window boundary at or after the step (:func:`~.mixture_packed.packed_change`; the
 window holding the cursor is finished under the old weights), and the runs that hold the epoch's
-documents before the boundary are kept in the section (``earlier``, schema 3). A faithful resume adopts the saved rebase (the state says where the
-stream was rebased), which is what makes chained changes resume exactly. A saved rebase must be
+documents before the boundary are kept in the section (``earlier``, schema 3); a packed weight
+*schedule* is not changed by a ``data_change`` (refused: its segments are placed from its first
+step). A faithful resume adopts the saved rebase (the state says where the stream was rebased),
+which is what makes chained changes resume exactly. A saved rebase must be
 consistent (counts in ``[0, 2**62]`` summing to its position, at or before the cursor's
 position, or for a packed state a window start within its ``epoch_base``'s epoch, at or before the
 window boundary of the committed cursor); a weight schedule
