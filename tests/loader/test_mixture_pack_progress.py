@@ -220,3 +220,22 @@ def test_tokens_on_a_dropping_tail_continue_across_a_data_change(dirs, tail, off
     else:  # epochs before the rebase are not in the plan: no counts, as such states had none
         assert "tokens" not in got_states[-1]["mixture"]
         assert blind.mixture_progress().tokens is None and blind.mixture_progress().sources[0].consumed > 0
+
+
+@pytest.mark.parametrize("tail", ["wrap", "drop"])
+def test_two_ranks_write_the_global_per_source_tokens(dirs, tail):
+    """Two ranks (each half of the global batch, the default wrap tail or drop): both states hold
+    the same per-source counts, those of the global batch: the sum of what the two ranks delivered,
+    at every step across several epochs, equal to counters.tokens."""
+    spec = SPECS["concat-w16-eos"]
+    ranks = [rd.DataLoader(mixture(dirs), batch_size=2, seed=11, packing=spec, sharding=rd.Sharding(2, r),
+                           **({"tail": tail} if tail == "drop" else {})) for r in range(2)]
+    offsets = mixture(dirs).offsets
+    seen = np.zeros(3, dtype=np.int64)
+    runs = [run(loader, 60) for loader in ranks]
+    assert ranks[0].config.plan.tail.value == tail and runs[0][1][-1]["epoch_base"][0] >= 2
+    for k in range(61):
+        assert runs[0][1][k]["mixture"]["tokens"] == runs[1][1][k]["mixture"]["tokens"] == seen.tolist(), k
+        assert sum(seen) == runs[0][1][k]["counters"]["tokens"], k
+        if k < 60:
+            seen = seen + tokens_of(runs[0][0][k], offsets) + tokens_of(runs[1][0][k], offsets)
