@@ -278,11 +278,16 @@ def resolve_schedule(order: Any, stream: Any) -> None:
     """Place a declared weight schedule's segments on a packed mixture stream, in order: segment
     ``k`` (from step ``s_k``) starts at :func:`window_boundary` of ``s_k`` in the stream of the runs
     before it, each source continuing from its count there. A pure function of the plan; costs one
-    packing index per epoch up to the last segment's (cached on disk)."""
+    packing index per epoch up to the last segment's (cached on disk): a run placed in epoch ``e``
+    leaves the epochs before ``e`` and ``e``'s first step as they were, so the next segment is
+    located from there."""
     import copy
 
+    ledger = {0: 0}
     while order.pending:
         step, weights = order.pending[0]
         probe = stream.with_order(copy.copy(order))  # a fresh index memo for the runs placed so far
-        _, position = window_boundary(probe, step, {0: 0})
+        epoch, first = probe.locate(step, dict(ledger))
+        _, position = window_boundary(probe, step, {epoch: first})
         order.add_run(position, weights)
+        ledger = {epoch: first}
