@@ -126,12 +126,13 @@ def mixture_lines(out: list[str], state: Any, step: int | None = None) -> None:
     m = state.mixture
     names = m["sources"]
     kv(out, "mixture", f"{len(names)} sources, block {m['block']}, version {state.plan.version_hash}"
-                       + ("" if m["rebase"] is None else f", rebased at position {m['rebase'][0]} (data_change)"))
+                       + ("" if m["rebase"] is None else f", rebased at position {m['rebase'][0]} (data_change)")
+                       + (f", {len(m['earlier'])} earlier run(s) in its packed epoch" if m.get("earlier") else ""))
     kv(out, "weights", "; ".join(f"from step {step}: " + ", ".join(f"{n}={w:g}" for n, w in zip(names, ws))
                                  for step, ws in m["schedule"]))
     if state.packing is not None:
-        kv(out, "per-source progress", "packed: documents per step follow from the packing index; call "
-                                       "loader.step_info() on the loader")
+        kv(out, "per-source progress", "packed: documents per step follow from the packing index (the documents' "
+                                       "lengths); load the state into the loader and call loader.mixture_progress()")
         if "tokens" in m:
             kv(out, "tokens per source", f"at the committed step {state.cursor.committed}: "
                                          + ", ".join(f"{n}={t}" for n, t in zip(names, m["tokens"])))

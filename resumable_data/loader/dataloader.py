@@ -45,8 +45,9 @@ from resumable_data.loader.config import LoaderConfig, check_worker_options, res
 from resumable_data.loader.fetch import StepFetcher, StepSampler
 from resumable_data.loader.iterator import LoaderIterator
 from resumable_data.loader.ledger import CounterView, ProgressLedger
+from resumable_data.loader.mixture_packed import PackedSourceCount, packed_progress, resolve_schedule
 from resumable_data.loader.mixture_state import TokenStart, check_saved_tokens, mixture_progress, saved_plan, \
-    with_packed_source_tokens, with_source_tokens
+    with_source_tokens
 from resumable_data.loader.restore import validate_restore
 from resumable_data.loader.translate import torch_views
 from resumable_data.loader.transport import WorkerCollate
@@ -149,6 +150,8 @@ class DataLoader:
         if cfg.packing is not None:
             self._stream: RecordStream | PackedStream = PackedStream(cfg.plan, cfg.packing, cfg.lengths, pinned=cfg.pinned,
                                                                 order=cfg.positional)
+            if getattr(cfg.positional, "pending", None):  # a weight schedule: its segments at window boundaries
+                resolve_schedule(cfg.positional, self._stream)
         else:
             self._stream = RecordStream(cfg.plan)
         self._fingerprint = cfg.fingerprint()
@@ -165,6 +168,7 @@ class DataLoader:
         self._active: weakref.ref[LoaderIterator] | None = None
         self._generation = 0
         self._tokens_per_source: SourceTokens | None = None  # built on the first snapshot that needs it
+        self._packed_count: PackedSourceCount | None = None  # packed mixture: per-source counts, tail corrections
         self._tokens_base = 0  # per-source tokens counters.tokens does not hold (a schema-1 resume)
         self._fetcher.warm_up()  # forked workers inherit the compiled kernels and the first gather
 
@@ -267,14 +271,13 @@ class DataLoader:
             return state
         plan = self.config.positional.plan
         if isinstance(self._stream, PackedStream):
-            return with_packed_source_tokens(state, self._stream, plan, counter, self.dataset.offsets)
+            return self._packed().with_tokens(state, self._stream, self.config.positional)
         return with_source_tokens(state, plan, counter, self.config.token_column, self._tokens_base)
 
     def _source_tokens(self) -> SourceTokens | None:
-        """Per-source token counting of an ``rd.Mixture`` loader with ``token_column=``, or packed
-        on the ``partial`` tail (each packed sequence delivered once)."""
+        """Per-source token counting of an ``rd.Mixture`` loader with ``token_column=``, or packed."""
         mixture = self._mixture()
-        packed = self.config.packing is not None and self.config.plan.tail is Tail.PARTIAL
+        packed = self.config.packing is not None
         if mixture is None or (self.config.token_column is None and not packed):
             return None
         if self._tokens_per_source is None:
@@ -283,6 +286,12 @@ class DataLoader:
             self._tokens_per_source = SourceTokens(mixture.plan, [lengths[offsets[s]:offsets[s + 1]]
                                                                   for s in range(len(offsets) - 1)])
         return self._tokens_per_source
+
+    def _packed(self) -> PackedSourceCount:
+        """The per-source counts of a packed mixture loader (:mod:`~.mixture_packed`)."""
+        if self._packed_count is None:
+            self._packed_count = PackedSourceCount(self._source_tokens(), self.dataset.offsets)
+        return self._packed_count
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's state: JSON-serializable, a few hundred bytes, whatever the dataset size.
@@ -311,6 +320,7 @@ class DataLoader:
         r = validate_restore(state, self._fingerprint, self._stream, on_uncommitted=on_uncommitted,
                              allow_unpinned=allow_unpinned, label=label, on_batch_change=on_batch_change)
         self._saved_tokens(r)
+        self._packed_seed(r)
         return r.saved
 
     def mixture_progress(self) -> Any:
@@ -321,6 +331,9 @@ class DataLoader:
         if not hasattr(self.config.positional, "state_section"):
             raise ConfigError(describe("dataset", type(self.dataset).__name__, "an rd.Mixture",
                                        "build the loader over rd.Mixture({...}, weights=...)"))
+        if isinstance(self._stream, PackedStream):
+            return packed_progress(self.snapshot(), self._stream, self.config.positional, self._packed(),
+                                   self._ledger.epoch_ledger())
         return mixture_progress(self._ledger.snapshot(self._fingerprint), self.config.positional.plan,
                                 tokens=self._source_tokens())
 
@@ -329,8 +342,9 @@ class DataLoader:
         restores call it when a later step fails); iterators made in between are superseded."""
         memento = self._ledger.memento()
         mixture = self._mixture()
-        rebase = None if mixture is None else mixture.plan.rebase
+        rebase = None if mixture is None else getattr(mixture, "declared_rebase", mixture.plan.rebase)
         fingerprint, tokens_base = self._fingerprint, self._tokens_base
+        packed_seed = None if self._packed_count is None else self._packed_count.seed
 
         def undo() -> None:
             self._close_active()
@@ -338,6 +352,8 @@ class DataLoader:
             if mixture is not None:
                 self._set_rebase(mixture, rebase)
             self._fingerprint, self._tokens_base = fingerprint, tokens_base
+            if self._packed_count is not None:
+                self._packed_count.seed = packed_seed
             self._ledger.rewind(memento)
 
         return undo
@@ -369,6 +385,8 @@ class DataLoader:
             self._generation += 1
             self._ledger.restart()
             self._tokens_base = 0
+            if self._packed_count is not None:
+                self._packed_count.seed = None
             if mixture is not None:
                 self._set_rebase(mixture, None)
             return
@@ -376,6 +394,7 @@ class DataLoader:
                              allow_unpinned=allow_unpinned, label=label,
                              on_batch_change=on_batch_change)
         tokens = self._saved_tokens(r)  # checked before anything changes
+        seed = self._packed_seed(r)
         self._close_active()
         self._generation += 1
         if mixture is not None:
@@ -385,6 +404,8 @@ class DataLoader:
             self._tokens_base = tokens.base
             if tokens.counts is not None:
                 self._source_tokens().seed(tokens.counts, tokens.tokens)
+        if isinstance(self._stream, PackedStream) and mixture is not None:
+            self._packed().seed = seed
 
     def _saved_tokens(self, r: Any) -> TokenStart | None:
         """The token counter's start at the saved committed cursor, checked against the sources
@@ -396,10 +417,19 @@ class DataLoader:
         if counter is None:
             return None
         if isinstance(self._stream, PackedStream):
-            plan = self._mixture().rebased(r.mixture_rebase).plan
+            plan = self._mixture().rebased(r.mixture_rebase)  # the sampler: its counts follow the run in force
             end = (saved.epoch_base[0] + 1) * saved.plan.num_records
             return check_saved_tokens(saved, counter, plan, column=None, packed_epoch_end=end)
         return check_saved_tokens(saved, counter, saved_plan(saved), column=self.config.token_column)
+
+    def _packed_seed(self, r: Any) -> Any:
+        """A packed mixture restore's per-source token seed (:meth:`~.mixture_packed.PackedSourceCount.seed_from`,
+        on the order the restore rebases to), checked before anything changes; None otherwise."""
+        mixture = self._mixture()
+        if mixture is None or not isinstance(self._stream, PackedStream):
+            return None
+        order = mixture.rebased(r.mixture_rebase)
+        return self._packed().seed_from(r.saved, self._stream.with_order(order), order)
 
     def _mixture(self) -> Any:
         """The ``rd.Mixture`` sampler this loader orders with, else None."""
@@ -408,7 +438,7 @@ class DataLoader:
     def _set_rebase(self, mixture: Any, rebase: Any) -> None:
         """Continue the mixture from ``rebase``; persistent workers hold a copy of the old stream,
         so their pool is dropped (the next ``iter()`` starts one on the new plan)."""
-        if rebase != mixture.plan.rebase:
+        if rebase != getattr(mixture, "declared_rebase", mixture.plan.rebase):
             self._close_active()
             torch_compat.drop_persistent_iterator(self._torch)
             mixture.rebase(rebase)

@@ -11,14 +11,16 @@ Resume rules (:func:`check_mixture`). Sources, sizes, block and shuffle must mat
 weights are refused under the default (a faithful continuation) with both schedules named; with
 ``label="data_change"`` they are accepted and the new loader continues every source from its
 consumed count at the resume position (a new rebase), so no record of any source is repeated or
-skipped within its epoch. A packed mixture accepts the change only from a state at the start of a
-loader epoch (``cursor.committed`` is ``epoch_base``'s first step): a packed step's documents are
-known only from its epoch's packing index, so the rebase is that epoch's first document,
-``epoch * num_records``, and every later epoch is indexed on the new weights; inside an epoch the
-change is refused, naming the fix. A faithful resume adopts the saved rebase (the state says where the
-stream was rebased), which is what makes chained changes resume exactly. A saved rebase must be
+skipped within its epoch. A packed mixture accepts the change at any step: it takes effect at the
+first packing-window boundary at or after the step (:func:`~.mixture_packed.packed_change`; the
+window holding the cursor is finished under the old weights), and the runs that hold the epoch's
+documents before the boundary are kept in the section (``earlier``, schema 3); a packed weight
+*schedule* is not changed by a ``data_change`` (refused: its segments are placed from its first
+step). A faithful resume adopts the saved rebase (the state says where the stream was rebased),
+which is what makes chained changes resume exactly. A saved rebase must be
 consistent (counts in ``[0, 2**62]`` summing to its position, at or before the cursor's
-position, or for a packed state the first document of its ``epoch_base``); a weight schedule
+position, or for a packed state a window start within its ``epoch_base``'s epoch, at or before the
+window boundary of the committed cursor); a weight schedule
 across a global-batch change (a batch origin) is refused, since its steps would map to other
 positions (constant weights need no step map: segment 0 starts at 0).
 
@@ -51,10 +53,9 @@ from resumable_data.plan.mixture import MixturePlan, SourceProgress, StepPositio
 from resumable_data.plan.mixture_section import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
     K_TOKEN_COLUMN, K_TOKENS, K_TOKENS_BASE, TOKENS_SCHEMA_VERSION, Rebase
 from resumable_data.plan.mixture_tokens import SourceTokens
-from resumable_data.plan.packing import PackMode, best_fit_bins
 
 __all__ = ["MixtureProgress", "TokenStart", "check_mixture", "check_saved_tokens", "mixture_progress", "saved_plan",
-           "saved_tokens", "with_packed_source_tokens", "with_source_tokens"]
+           "saved_tokens", "with_source_tokens"]
 
 _FIXED = (K_NAMES, K_SIZES, K_BLOCK, K_SHUFFLE)
 
@@ -70,9 +71,13 @@ def saved_plan(state: LoaderState) -> MixturePlan:
                                  position_of_step=pos)
     if plan.rebase is not None:
         packed = state.packing is not None  # a packed epoch e holds the documents at positions [e*n, (e+1)*n)
-        resume = state.epoch_base[0] * state.plan.num_records if packed else state.plan.step_start(state.cursor.committed)
-        if plan.rebase.position > resume:
-            where = f"the first document of epoch_base={list(state.epoch_base)}" if packed else \
+        n = state.plan.num_records
+        resume = (state.epoch_base[0] + 1) * n if packed else state.plan.step_start(state.cursor.committed)
+        window = state.packing.get("window") if packed else None
+        aligned = not (packed and isinstance(window, int) and window > 0 and (plan.rebase.position % n) % window)
+        if plan.rebase.position > resume or not aligned:  # packed: checked exactly against the index on a restore
+            where = f"a packing-window start (a multiple of window={window} from an epoch's first document, a multiple " \
+                f"of {n}) within the epoch of epoch_base={list(state.epoch_base)}" if packed else \
                 f"the position of cursor.committed={state.cursor.committed}"
             raise ResumeError(describe("state.mixture.rebase", plan.rebase.to_list(), f"a position <= {resume}, {where}",
                                        "pass an unmodified state"))
@@ -100,8 +105,9 @@ _SCHEDULE_AND_BATCH_CHANGE = (
 
 
 def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel,
-                  choice: OnUncommitted | None) -> tuple[list[str], Rebase | None]:
-    """(differences that forbid the resume, the rebase the current loader continues from)."""
+                  choice: OnUncommitted | None, stream: Any = None) -> tuple[list[str], Rebase | None]:
+    """(differences that forbid the resume, the rebase the current loader continues from);
+    ``stream``: the current loader's (a packed one locates the change in the saved epoch's index)."""
     if saved.mixture is None and current.mixture is None:
         return [], None
     if saved.mixture is None or current.mixture is None:
@@ -114,6 +120,14 @@ def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel
         return [_SCHEDULE_AND_BATCH_CHANGE], None
     if s == c and s[K_REBASE] is None:  # the current loader's own section, byte for byte: nothing to check
         return [], None
+    if saved.packing is not None and (len(s[K_SCHEDULE]) > 1 or len(c[K_SCHEDULE]) > 1):
+        same = all(s.get(k) == c.get(k) for k in _FIXED + (K_SCHEDULE,)) and s.get(K_REBASE) is None
+        if same:  # a packed weight schedule: its runs follow from the plan, nothing saved to adopt
+            return [], None
+        return [f"mixture weights with packing and a weight schedule: saved {_shown(s)} vs current {_shown(c)}; a "
+                "packed schedule's segments are placed at packing-window boundaries from its first step, so it is "
+                "not changed by a data_change; fix: resume with the saved schedule (or, with constant weights, "
+                "declare the change by load_state_dict(state, label='data_change'))"], None
     plan = saved_plan(saved)  # validates the saved section before any of its keys is read
     if batch_changed and len(s[K_SCHEDULE]) > 1:
         return [_SCHEDULE_AND_BATCH_CHANGE], None
@@ -121,24 +135,23 @@ def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel
              for k in _FIXED if s[k] != c[k]]
     if diffs:
         return diffs, None
+    packed = saved.packing is not None and hasattr(getattr(stream, "order", None), "saved")
     if s[K_SCHEDULE] == c[K_SCHEDULE]:
+        if packed and plan.rebase is not None:
+            from resumable_data.loader.mixture_packed import packed_change  # it imports this module
+
+            return [], packed_change(saved, stream, saved.cursor.committed, change=False)
         return [], plan.rebase
     if label is not RecoveryLabel.DATA_CHANGE:
         return [f"mixture weights: saved {_shown(s)} vs current {_shown(c)}; fix: build the rd.Mixture with the saved "
                 "weights, or declare the change: load_state_dict(state, label='data_change') (each source continues "
                 "from its consumed position)"], None
     step = saved.cursor.delivered if choice is OnUncommitted.SKIP else saved.cursor.committed
-    if saved.packing is not None:
-        epoch, first = saved.epoch_base
-        if step != first or step != saved.cursor.committed:
-            return [f"mixture weights with packing: a data_change at step {step}, inside packed epoch {epoch} (it "
-                    f"began at step {first}): a packed step's documents are known only from the epoch's packing "
-                    "index, so a change of weights can start exactly only where a loader epoch starts; fix: resume "
-                    "with the saved weights and declare the change from a state written at the start of a loader "
-                    "epoch (loader.state_dict() after a pass ended, or after its last batch)"], None
-        position = epoch * saved.plan.num_records  # a packed epoch's documents: mixed positions [e*n, (e+1)*n)
-    else:
-        position = saved.plan.step_start(step)
+    if packed:
+        from resumable_data.loader.mixture_packed import packed_change
+
+        return [], packed_change(saved, stream, step, change=True)
+    position = saved.plan.step_start(step)
     return [], Rebase(position, tuple(int(x) for x in plan.counts_before(position)))
 
 
@@ -250,37 +263,6 @@ def check_saved_tokens(saved: LoaderState, counter: SourceTokens, plan: MixtureP
                       else tokens, base)
 
 
-def with_packed_source_tokens(state: LoaderState, stream: Any, plan: MixturePlan, tokens: SourceTokens,
-                              offsets: np.ndarray) -> LoaderState:
-    """``state`` with each source's input tokens in the packed sequences before the committed
-    cursor (the ``partial`` tail: every sequence of an epoch delivered once). The epoch's windows
-    before the cursor's window hold whole documents (their tokens, plus an EOS each when the spec
-    has one: a pure function of the per-source counts); the cursor's window adds the part of its
-    documents that its first sequences hold (concat: a prefix of the window's token stream;
-    best_fit: the pieces in those bins)."""
-    epoch, first = state.epoch_base
-    spec, n = stream.spec, stream.plan.num_records
-    cumulative = stream.index(epoch).cumulative
-    j = min((state.cursor.committed - first) * stream.plan.global_batch, int(cumulative[-1]))
-    w = int(np.searchsorted(cumulative, j, side="right")) - 1
-    counts = plan.counts_before(epoch * n + min(w * spec.window, n))
-    out = tokens.before(counts) + (0 if spec.eos_id is None else counts)
-    m = j - int(cumulative[w])
-    if m:
-        docs = stream.window_docs(epoch, w)
-        lengths = spec.doc_lengths(stream.lengths[docs])
-        if spec.mode is PackMode.CONCAT:  # sequences [0, m) read the window's stream tokens [0, m * seq_len)
-            starts = np.cumsum(lengths) - lengths
-            held = np.clip(m * spec.seq_len - starts, 0, lengths)
-        else:
-            doc, _, length, bins = best_fit_bins(lengths, spec)
-            held = np.bincount(doc[bins < m], weights=length[bins < m], minlength=len(docs)).astype(np.int64)
-        source = np.searchsorted(offsets, docs, side="right") - 1
-        out = out + np.bincount(source, weights=held, minlength=len(out)).astype(np.int64)
-    section = {**state.mixture, K_SCHEMA: TOKENS_SCHEMA_VERSION, K_TOKENS: [int(x) for x in out]}
-    return replace(state, mixture=section)
-
-
 def saved_tokens(state: LoaderState) -> dict[str, int] | None:
     """The per-source tokens a state holds (at its committed cursor), else None."""
     m = state.mixture
@@ -296,8 +278,9 @@ def mixture_progress(state: LoaderState, plan: MixturePlan | None = None, step: 
     from the state when ``step`` is its committed cursor, else are None."""
     if state.packing is not None:
         raise ResumeError("mixture progress of a packed state: positions are packed sequences, whose documents "
-                          "follow from the packing index, not the cursor alone; fix: call loader.step_info() on "
-                          "the loader for the documents of a step")
+                          "follow from the packing index (built from the documents' lengths), not the state alone; "
+                          "fix: load the state into a loader over the same rd.Mixture and packing and call "
+                          "loader.mixture_progress()")
     plan = plan or saved_plan(state)
     step = state.cursor.committed if step is None else step
     p, stop = state.plan.step_span(step)

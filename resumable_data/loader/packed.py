@@ -19,10 +19,10 @@ import numpy as np
 from resumable_data.loader.collate import list_lengths
 from resumable_data.plan.packing import IGNORE_INDEX, assemble, sequence_segments
 
-__all__ = ["pack_sequences", "packed_documents", "packed_tokens"]
+__all__ = ["pack_sequences", "packed_documents", "packed_tokens", "window_segments"]
 
 
-def _window_segments(stream: Any, epoch: int, sequences: np.ndarray):
+def window_segments(stream: Any, epoch: int, sequences: np.ndarray):
     """Yield (selector into ``sequences``, window docs, window doc lengths, segments)."""
     windows, within = stream.index(epoch).locate(sequences)
     for w in np.unique(windows):
@@ -36,7 +36,7 @@ def packed_tokens(stream: Any, epoch: int, sequences: np.ndarray) -> int:
     """Real (non-padding) input tokens of ``sequences``, from lengths only (no token reads)."""
     total = 0
     L = stream.spec.seq_len
-    for sel, _, _, (rows, _, _, lens, _) in _window_segments(stream, epoch, sequences):
+    for sel, _, _, (rows, _, _, lens, _) in window_segments(stream, epoch, sequences):
         per_row = np.bincount(rows, weights=lens, minlength=len(sel))
         total += int(np.minimum(per_row, L).sum())
     return total
@@ -45,7 +45,7 @@ def packed_tokens(stream: Any, epoch: int, sequences: np.ndarray) -> int:
 def packed_documents(stream: Any, epoch: int, sequences: np.ndarray) -> np.ndarray:
     """Record ids of the documents ``sequences`` hold, in order of appearance, each once."""
     rows, cols, ids = [], [], []
-    for sel, docs, _, (seg_rows, seg_docs, _, _, seg_cols) in _window_segments(stream, epoch, sequences):
+    for sel, docs, _, (seg_rows, seg_docs, _, _, seg_cols) in window_segments(stream, epoch, sequences):
         rows.append(sel[seg_rows])
         cols.append(seg_cols)
         ids.append(docs[seg_docs])
@@ -62,7 +62,7 @@ def pack_sequences(stream: Any, source: Any, epoch: int, sequences: np.ndarray) 
     spec = stream.spec
     n = len(sequences)
     parts: dict[str, np.ndarray] = {}
-    for sel, docs, _, (rows, seg_docs, starts, lens, cols) in _window_segments(stream, epoch, sequences):
+    for sel, docs, _, (rows, seg_docs, starts, lens, cols) in window_segments(stream, epoch, sequences):
         needed = np.unique(seg_docs)
         column = source.take(docs[needed]).column(spec.tokens).combine_chunks()
         flat = column.flatten().to_numpy(zero_copy_only=False)

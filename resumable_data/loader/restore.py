@@ -88,7 +88,8 @@ def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncomm
                                                                                "on_batch_change")
     diffs, label = compare(saved, current, allow_unpinned=allow_unpinned, on_batch_change=change)
     choice = None if on_uncommitted is None else coerce_enum(on_uncommitted, OnUncommitted, "on_uncommitted")
-    mixture_diffs, rebase = check_mixture(saved, current, declared or RecoveryLabel.FAITHFUL_CONTINUATION, choice)
+    mixture_diffs, rebase = check_mixture(saved, current, declared or RecoveryLabel.FAITHFUL_CONTINUATION, choice,
+                                           stream)
     diffs += mixture_diffs
     if declared is RecoveryLabel.DATA_CHANGE:
         label = RecoveryLabel.DATA_CHANGE

@@ -338,8 +338,10 @@ class LoaderState:
         d = self.to_dict()
         out = {k: d[k] for k in FINGERPRINT_KEYS + (K_MIXTURE,) if k in d}
         if K_MIXTURE in out and mixture_plan.K_TOKENS in out[K_MIXTURE]:  # progress, not identity: the plain section
+            earlier = mixture_plan.K_EARLIER in out[K_MIXTURE]  # identity: the runs of the epoch's earlier documents
             out[K_MIXTURE] = {**{k: v for k, v in out[K_MIXTURE].items() if k not in mixture_plan.TOKENS_KEYS},
-                              mixture_plan.K_SCHEMA: mixture_plan.MIXTURE_SCHEMA_VERSION}
+                              mixture_plan.K_SCHEMA: mixture_plan.EARLIER_SCHEMA_VERSION if earlier
+                              else mixture_plan.MIXTURE_SCHEMA_VERSION}
         return out
 
     @classmethod

@@ -108,7 +108,8 @@ class PackedStream:
         parts = [self.plan.version_hash, str(self.plan.seed), repr(sorted(self.plan.order.to_dict().items())),
                  repr(sorted(self.spec.to_dict().items())), str(self.plan.num_records), str(epoch), "packidx/1"]
         if self.order is not None:
-            parts += [self.order.fingerprint(), repr(getattr(self.order, "state_section", dict)())]
+            key = getattr(self.order, "index_key", None)  # a packed mixture: its section, or its schedule's runs
+            parts += [self.order.fingerprint(), key() if key is not None else repr(getattr(self.order, "state_section", dict)())]
         return xxhash.xxh3_128_hexdigest("|".join(parts).encode())
 
     def window_docs(self, epoch: int, window: int) -> np.ndarray:

@@ -19,7 +19,7 @@ from resumable_data._schema import expect_int, expect_mapping, expect_str
 from resumable_data.errors import ResumeError, describe
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 
-__all__ = ["Rebase", "Section", "parse_section"]
+__all__ = ["EarlierRun", "PackedRebase", "Rebase", "Section", "parse_section"]
 
 MIXTURE_SCHEMA_VERSION = 1
 K_SCHEMA = "schema_version"
@@ -39,6 +39,12 @@ K_TOKEN_COLUMN = "token_column"
 K_TOKENS_BASE = "tokens_base"
 TOKENS_KEYS = (K_TOKENS, K_TOKEN_COLUMN, K_TOKENS_BASE)
 TOKENS_SCHEMA_VERSION = 2
+#: A packed mixture changed its weights inside a loader epoch: the runs in force earlier in that
+#: epoch (``[[position, [counts], [weights]], ...]``, see :class:`PackedRebase`); written only then,
+#: at schema 3 (per-source tokens optional there).
+K_EARLIER = "earlier"
+EARLIER_SCHEMA_VERSION = 3
+MAX_EARLIER = 64
 _KEYS = frozenset({K_SCHEMA, K_NAMES, K_SIZES, K_SCHEDULE, K_BLOCK, K_SHUFFLE, K_REBASE})
 MAX_SOURCES = 4096
 
@@ -54,6 +60,28 @@ class Rebase:
     def to_list(self) -> list:
         return [self.position, list(self.counts)]
 
+
+@dataclass(frozen=True)
+class EarlierRun:
+    """A run of the mixed stream in force before a packed mid-epoch rebase: from ``position`` (with
+    ``counts[s]`` records of each source before it) under ``weights`` (as given), until the next
+    run's position."""
+
+    position: int
+    counts: tuple[int, ...]
+    weights: tuple[Any, ...]
+
+    def to_list(self) -> list:
+        return [self.position, list(self.counts), list(self.weights)]
+
+
+@dataclass(frozen=True)
+class PackedRebase(Rebase):
+    """A packed mixture's rebase at a packing-window boundary inside a loader epoch: the current
+    run starts at ``position``; ``earlier`` are the runs that hold the epoch's documents before it
+    (their sequences were packed under them), oldest first."""
+
+    earlier: tuple[EarlierRun, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,11 +99,18 @@ class Section:
 def parse_section(d: Any, where: str = "state.mixture") -> Section:
     """The validated contents of a saved mixture section ``d`` (a ``ResumeError`` on anything else)."""
     version = d.get(K_SCHEMA) if isinstance(d, dict) else None
-    optional = {k for k in (K_TOKEN_COLUMN, K_TOKENS_BASE) if k in d} if version == TOKENS_SCHEMA_VERSION else set()
-    expect_mapping(d, where, _KEYS | {K_TOKENS} | optional if version == TOKENS_SCHEMA_VERSION else _KEYS)
-    if expect_int(d[K_SCHEMA], f"{where}.schema_version") not in (MIXTURE_SCHEMA_VERSION, TOKENS_SCHEMA_VERSION):
+    if version == EARLIER_SCHEMA_VERSION:
+        keys = _KEYS | {K_EARLIER} | {k for k in TOKENS_KEYS if k in d}
+    elif version == TOKENS_SCHEMA_VERSION:
+        keys = _KEYS | {K_TOKENS} | {k for k in (K_TOKEN_COLUMN, K_TOKENS_BASE) if k in d}
+    else:
+        keys = _KEYS
+    expect_mapping(d, where, keys)
+    if expect_int(d[K_SCHEMA], f"{where}.schema_version") not in (MIXTURE_SCHEMA_VERSION, TOKENS_SCHEMA_VERSION,
+                                                                   EARLIER_SCHEMA_VERSION):
         raise ResumeError(describe(f"{where}.schema_version", d[K_SCHEMA],
-                                   f"{MIXTURE_SCHEMA_VERSION} or {TOKENS_SCHEMA_VERSION} (with per-source tokens)",
+                                   f"{MIXTURE_SCHEMA_VERSION}, {TOKENS_SCHEMA_VERSION} (with per-source tokens) or "
+                                   f"{EARLIER_SCHEMA_VERSION} (a packed change of weights inside an epoch)",
                                    "load it with the resumable_data version that wrote it"))
     names, sizes, sched = d[K_NAMES], d[K_SIZES], d[K_SCHEDULE]
     for key, v in ((K_NAMES, names), (K_SIZES, sizes), (K_SCHEDULE, sched)):
@@ -100,6 +135,8 @@ def parse_section(d: Any, where: str = "state.mixture") -> Section:
         if sum(rebase.counts) != rebase.position:
             raise ResumeError(describe(f"{where}.rebase", rb, "[position, counts] with the counts summing to the "
                                        "position (each position holds one record)", "pass an unmodified state"))
+    if K_EARLIER in d:
+        rebase = _packed_rebase(d[K_EARLIER], rebase, len(names), f"{where}.earlier")
     tokens = d.get(K_TOKENS, [])
     if not isinstance(tokens, list) or len(tokens) != (len(names) if K_TOKENS in d else 0):
         raise ResumeError(describe(f"{where}.tokens", tokens, "one token count per source", "pass an unmodified state"))
@@ -113,3 +150,28 @@ def parse_section(d: Any, where: str = "state.mixture") -> Section:
     if not isinstance(shuffle, bool):
         raise ResumeError(describe(f"{where}.shuffle", shuffle, "true or false", "pass an unmodified state"))
     return Section(tuple(names), tuple(sizes), tuple(segs), expect_int(d[K_BLOCK], f"{where}.block", 1, 1 << 24), shuffle, rebase)
+
+
+def _packed_rebase(raw: Any, rebase: Rebase | None, sources: int, where: str) -> PackedRebase:
+    """The section's rebase with its earlier runs (validated: 1 to 64 runs, increasing positions
+    before the rebase's, counts summing to their position, one numeric weight per source)."""
+    if rebase is None or not isinstance(raw, list) or not 0 < len(raw) <= MAX_EARLIER:
+        raise ResumeError(describe(where, raw, f"1 to {MAX_EARLIER} runs [position, [counts], [weights]] before a "
+                                   "rebase", "pass an unmodified state"))
+    runs = []
+    for i, run in enumerate(raw):
+        if not (isinstance(run, list) and len(run) == 3 and all(isinstance(x, list) and len(x) == sources
+                                                                 for x in run[1:])):
+            raise ResumeError(describe(f"{where}[{i}]", run, "[position, [one count per source], [one weight per "
+                                       "source]]", "pass an unmodified state"))
+        position = expect_int(run[0], f"{where}[{i}][0]", 0, MAX_POSITION)
+        counts = tuple(expect_int(c, f"{where}[{i}][1][{k}]", 0, MAX_POSITION) for k, c in enumerate(run[1]))
+        for k, w in enumerate(run[2]):
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < float("inf"):
+                raise ResumeError(describe(f"{where}[{i}][2][{k}]", w, "a finite weight >= 0", "pass an unmodified state"))
+        before = runs[-1].position if runs else -1
+        if sum(counts) != position or not before < position < rebase.position:
+            raise ResumeError(describe(f"{where}[{i}]", run, f"counts summing to the position, positions increasing "
+                                       f"and below the rebase's {rebase.position}", "pass an unmodified state"))
+        runs.append(EarlierRun(position, counts, tuple(run[2])))
+    return PackedRebase(rebase.position, rebase.counts, tuple(runs))

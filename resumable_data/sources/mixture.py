@@ -196,14 +196,10 @@ class Mixture:
         ``epoch_len``, not rounded to whole batches: schedules run on the continuous tail)."""
         if position_of_step is not None:
             return MixtureSampler(self, seed, self.epoch_len, position_of_step)
-        if packed:
-            if len(self.schedule.steps) > 1:
-                raise ConfigError(describe("weights", self.schedule, "constant weights when packing (a packed "
-                                           "step holds a varying number of documents, so steps do not map to "
-                                           "positions in closed form)",
-                                           "pass a mapping of weights, and change them by a data_change resume from a "
-                                           "state written at the start of a loader epoch"))
-            return MixtureSampler(self, seed, self.epoch_len, None)
+        if packed:  # a weight schedule's segments start at packing-window boundaries (the loader places them)
+            from resumable_data.sources.mixture_packed import PackedMixtureSampler  # a subclass: imports this module
+
+            return PackedMixtureSampler(self, seed, self.epoch_len, None)
         length = -(-self.epoch_len // global_batch) * global_batch
         return MixtureSampler(self, seed, length, StepPositions(global_batch))
 

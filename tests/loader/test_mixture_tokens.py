@@ -146,13 +146,6 @@ def test_packed_tokens_per_source_match_the_delivered_sequences(dirs, spec, tmp_
     assert resume_points(states, batches, make, 10, np.random.default_rng(11)) == 10
 
 
-def test_packed_tokens_per_source_are_not_written_on_a_wrapping_tail(dirs):
-    """wrap (and drop) re-deliver (or drop) an epoch's last sequences: the per-source counts would
-    not be those of the documents' positions, so they are not written (counters.tokens is)."""
-    _, states = run(loader_for(dirs, WEIGHTS, packing=rd.Packing(16), tail="wrap"), 5)
-    assert "tokens" not in states[5]["mixture"] and states[5]["counters"]["tokens"] > 0
-
-
 def test_a_skipping_data_change_seeds_the_token_counter_from_the_saved_plan(dirs):
     """on_uncommitted='skip' rebases at the first undelivered step, after the committed cursor;
     the saved counts are still the start (a source's tokens do not depend on the weights): the
