@@ -27,7 +27,8 @@ per process, when a draw is seen; torch's generator is seeded per sample meanwhi
 
 Safety. The memory layouts are probed once per process, against the real ``random.seed`` /
 ``np.random.seed`` / ``manual_seed`` / ``get_state`` / ``set_state``, on several keys and values,
-and re-probed when a global generator is swapped; if anything differs (another interpreter, a
+and re-probed at the next batch when a global generator was swapped (a swap inside a batch sends the
+rest of that batch through the seeding functions); if anything differs (another interpreter, a
 free-threaded build, a numpy or torch whose layout changed) that generator takes the slow,
 always-correct route (``random.seed``, ``np.random.seed``, ``manual_seed``,
 ``getstate``/``get_state`` and their setters), identical in results, and seeding is eager.
@@ -240,7 +241,7 @@ class GlobalSeeder:
     generator only (lazy seeding leaves the other two unseeded). :meth:`release` gives the buffer
     back once no more ``seed`` calls follow (optional: an unreleased buffer is simply freed)."""
 
-    __slots__ = ("seed", "_buf", "_pool")
+    __slots__ = ("seed", "_buf", "_pool", "_lay")
 
     def __init__(self, keys: np.ndarray, torch_only: bool = False) -> None:
         keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
@@ -260,22 +261,42 @@ class GlobalSeeder:
             pys, nps, ts = buf.py, buf.np, buf.torch
         fast = py_mv is not None and np_mv is not None and t_mv is not None and not small
         key_list = None if fast or (torch_only and t_mv is not None) else keys.tolist()  # for the functions' routes
-        manual_seed = torch.random.default_generator.manual_seed
         inst = random._inst
         gw = lay.gauss_words
         gauss = lay.gauss
+        # The views point into the probed generators, which ``self._lay`` keeps alive. User code may
+        # swap a global generator in the middle of a batch (``np.random.set_bit_generator``, a new
+        # ``torch.random.default_generator``): every seeding first checks that the three are still
+        # the probed ones, and from a swap on this batch takes the seeding functions' route.
+        self._lay = lay
+        rmod, mtrand, trand = random, np.random.mtrand, torch.random
+        py_owner, rs_owner, np_owner = lay.py_owner, lay.rs_owner, lay.np_owner
+        t_owner = None if tlay is None else tlay.owner
+        whole = keys
+
+        def by_functions(i: int) -> None:  # a generator was swapped during this batch
+            key = int(whole[i])
+            if torch_only:
+                trand.default_generator.manual_seed(key & _MASK63)
+            else:
+                seed_globals_reference(key)
 
         def seed_torch(i: int) -> None:
             if t_mv is not None:
+                if trand.default_generator is not t_owner:
+                    return by_functions(i)
                 t_mv[:] = ts[i]
             else:
-                manual_seed(key_list[i] & _MASK63)  # < 2**63: torch.initial_seed() stays a signed int64
+                trand.default_generator.manual_seed(key_list[i] & _MASK63)  # < 2**63: initial_seed() stays an int64
 
         if torch_only:
             self.seed = seed_torch
             return
 
         def seed_all(i: int) -> None:  # the usual case: every generator through its memory
+            if (rmod._inst is not py_owner or mtrand._rand is not rs_owner or rs_owner._bit_generator is not np_owner
+                    or trand.default_generator is not t_owner):
+                return by_functions(i)
             py_mv[:] = pys[i]
             inst.gauss_next = None
             np_mv[:] = nps[i]
@@ -285,6 +306,9 @@ class GlobalSeeder:
             t_mv[:] = ts[i]
 
         def seed_each(i: int) -> None:  # a generator whose memory was not found, or a key < 2**32
+            if (rmod._inst is not py_owner or mtrand._rand is not rs_owner or rs_owner._bit_generator is not np_owner
+                    or (t_owner is not None and trand.default_generator is not t_owner)):
+                return by_functions(i)
             key = key_list[i]
             if py_mv is not None and key >> 32:
                 py_mv[:] = pys[i]

@@ -44,10 +44,14 @@ def test_mt_states_equal_numpy_seeding():
 
 
 @settings(derandomize=True, max_examples=40, deadline=None)
-@given(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=20),
-       st.sampled_from([0, 1, 3]))  # legacy normal draws before: an odd count leaves a cached Gaussian
-def test_seeder_draws_equal_the_seeding_functions(keys, normals_before):
-    keys += [5, 2**32 - 1]  # below 2**32: Python's one-word route
+@given(st.lists(st.integers(2**32, 2**64 - 1), min_size=1, max_size=20),
+       st.sampled_from([0, 1, 3]),  # legacy normal draws before: an odd count leaves a cached Gaussian
+       st.booleans())
+def test_seeder_draws_equal_the_seeding_functions(keys, normals_before, with_small_keys):
+    """``with_small_keys``: keys below 2**32 (Python's one-word route) send the whole batch
+    through ``seed_each``; without them it takes ``seed_all``, every generator through memory."""
+    if with_small_keys:
+        keys += [5, 2**32 - 1]
     ref = []
     for k in keys:
         G.seed_globals_reference(k)
@@ -193,6 +197,48 @@ def test_a_swapped_numpy_bit_generator_is_seeded_too_not_the_old_one():
     b = np.random.random()
     G.seed_globals_reference(7)
     assert b == np.random.random()
+
+
+@pytest.mark.parametrize("swap", ["numpy", "torch"])
+def test_a_generator_swapped_inside_a_batch_is_seeded_for_the_rest_of_it(swap):
+    """User code that swaps a global generator between two seedings of one batch: every later
+    sample of that batch sees the *new* generator seeded from its key (as the seeding functions
+    do), and the old generator's memory is never written again."""
+    keys = [(1 << 40) + 3 * k for k in range(6)]
+    ref = []
+    for k in keys:
+        G.seed_globals_reference(k)
+        ref.append(draws())
+    old_np = np.random.mtrand._rand._bit_generator
+    old_t = torch.random.default_generator
+    seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64))
+    got = []
+    try:
+        for i in range(len(keys)):
+            if i == 2:  # what a __getitem__ might do
+                if swap == "numpy":
+                    np.random.set_bit_generator(np.random.MT19937(5))
+                else:
+                    torch.random.default_generator = torch.Generator()
+                kept = (old_np.state["state"]["key"].copy(), old_t.get_state().clone())
+            seeder.seed(i)
+            if swap == "torch" and i >= 2:  # torch.rand & co. keep the C++ default; draw from the new object
+                g = torch.random.default_generator
+                got.append((random.random(), random.gauss(0, 1), random.getrandbits(70), random.randrange(10**9),
+                            np.random.rand(3).tolist(), np.random.standard_normal(),
+                            np.random.randint(0, 1000, 4).tolist(), np.random.normal(size=3).tolist(),
+                            torch.rand(2, generator=g).tolist(), torch.randn(3, generator=g).tolist(), g.initial_seed()))
+            else:
+                got.append(draws())
+        if swap == "numpy":
+            assert np.array_equal(old_np.state["state"]["key"], kept[0]), "the old numpy generator was written"
+        else:
+            assert torch.equal(old_t.get_state(), kept[1]), "the old torch generator was written"
+    finally:
+        seeder.release()
+        np.random.set_bit_generator(old_np)
+        torch.random.default_generator = old_t
+    assert got == ref
 
 
 def test_live_seeders_never_share_a_rows_buffer_and_a_released_one_is_reused():
