@@ -53,7 +53,7 @@ import xxhash
 
 from resumable_data._schema import check_int
 from resumable_data.errors import ConfigError, ResumeError, describe
-from resumable_data.plan.mixture_block import SourceKeys, block_arrays
+from resumable_data.plan.mixture_block import SourceKeys, block_arrays, span_arrays
 from resumable_data.plan.mixture_section import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
     MIXTURE_SCHEMA_VERSION, Rebase, parse_section
 from resumable_data.plan.order import EpochOrder, Order, OrderSpec
@@ -113,6 +113,19 @@ class _Run:
         md = _M * self.denom
         f = [(j * _ALPHA * self.denom - g * _M) // md for g in self.grid]
         return np.array([self.floors[s] + f[s] - f[s + 1] for s in range(len(self.floors))], dtype=np.int64)
+
+    def span_counts(self, j: int, nb: int) -> np.ndarray:
+        """:meth:`block_counts` of blocks ``j .. j + nb - 1``, one row each."""
+        md, step = _M * self.denom, _ALPHA * self.denom
+        gm = [g * _M for g in self.grid]
+        ns = len(self.floors)
+        rows = []
+        x = j * step
+        for _ in range(nb):
+            f = [(x - g) // md for g in gm]
+            rows.append([self.floors[s] + f[s] - f[s + 1] for s in range(ns)])
+            x += step
+        return np.array(rows, dtype=np.int64).reshape(nb, ns)
 
 
 class _Block:
@@ -174,6 +187,7 @@ class MixturePlan:
         self._sizes: np.ndarray | None = None  # int64 sizes and concatenated offsets, once records are asked for
         self._offsets: np.ndarray | None = None
         self._keys: SourceKeys | None = None  # the source epochs' round keys of the last block computed
+        self._span_end: tuple[tuple[int, int], np.ndarray] | None = None  # (run start, next block), counts there
         self._runs = self._build_runs()
         self._starts = np.array([r.start for r in self._runs], dtype=np.int64)
         self._run_starts = [r.start for r in self._runs]
@@ -236,24 +250,14 @@ class MixturePlan:
             counts, before = hit.counts, hit.before
         else:
             counts = run.block_counts(j)
-            prev = self._blocks.get((run.start, j - 1))
-            if prev is not None:  # consecutive blocks: no floor sum
-                before = prev.before + prev.counts
-            else:
-                before = np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) \
-                    + run.extras_before(j)
+            before = self._before(run, j)  # consecutive blocks: no floor sum
         block_key = None
         if self.shuffle:
             block_key = permutation_key(self.version_hash, self.seed, j, f"mixture.block@{run.start}")
         if self._block_half is None:
             self._block_half = Permutation(self.block, 0).half
         if records:
-            if self._sizes is None:
-                self._sizes = np.array(self.sizes, dtype=np.int64)
-                self._offsets = np.cumsum(self._sizes) - self._sizes
-            keys = self._keys
-            if keys is None or not keys.serves(counts, before):  # a source entered a new epoch
-                keys = self._keys = SourceKeys(counts, before, self._sizes, self._kernel_order if self.shuffle else None)
+            keys = self._source_keys(counts, before)
             arrays = block_arrays(counts, before, block_key, self._block_half, self._sizes, self._offsets, keys)
             if self.shuffle and any(w is not None for w in self.windows):
                 self._window_records(*arrays)
@@ -264,6 +268,49 @@ class MixturePlan:
         while len(self._blocks) > self._cache_entries:
             self._blocks.popitem(last=False)
         return block
+
+    def _before(self, run: _Run, j: int) -> np.ndarray:
+        """Each source's count before block ``j`` of ``run``: from the block before it (cached)
+        or the last span's end, else the closed form (floor sums)."""
+        prev = self._blocks.get((run.start, j - 1))
+        if prev is not None:
+            return prev.before + prev.counts
+        if self._span_end is not None and self._span_end[0] == (run.start, j):
+            return self._span_end[1]
+        return np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) + run.extras_before(j)
+
+    def _span_records(self, run: _Run, j: int, nb: int) -> _Block:
+        """Blocks ``j .. j + nb - 1`` of ``run`` with their record ids, as one block's arrays end
+        to end (:func:`.mixture_block.span_arrays`: one compiled call, not one per block). Not
+        put in the block cache; the sources' counts after the span are kept (keyed by the block
+        that follows), so the next span starts without floor sums."""
+        counts = run.span_counts(j, nb)
+        before = self._before(run, j)
+        total = counts.sum(axis=0)
+        block_keys = None
+        if self.shuffle:
+            tag = f"mixture.block@{run.start}"
+            block_keys = np.array([permutation_key(self.version_hash, self.seed, k, tag) for k in range(j, j + nb)],
+                                  dtype=np.uint64)
+        if self._block_half is None:
+            self._block_half = Permutation(self.block, 0).half
+        keys = self._source_keys(total, before)
+        arrays = span_arrays(counts, before, block_keys, self._block_half, self._sizes, self._offsets, keys)
+        if self.shuffle and any(w is not None for w in self.windows):
+            self._window_records(*arrays)
+        self._span_end = ((run.start, j + nb), before + total)
+        return _Block(total, before, *arrays)
+
+    def _source_keys(self, counts: np.ndarray, before: np.ndarray) -> SourceKeys:
+        """Round keys of every source epoch a range of the stream touches (each source's
+        ``[before, before + counts)``): the last table when it serves, else a new one."""
+        if self._sizes is None:
+            self._sizes = np.array(self.sizes, dtype=np.int64)
+            self._offsets = np.cumsum(self._sizes) - self._sizes
+        keys = self._keys
+        if keys is None or not keys.serves(counts, before):  # a source entered a new epoch
+            keys = self._keys = SourceKeys(counts, before, self._sizes, self._kernel_order if self.shuffle else None)
+        return keys
 
     def _kernel_order(self, s: int, epoch: int) -> Permutation | None:
         """The keyed permutation the block kernel applies to source ``s``; None for a windowed
@@ -345,7 +392,10 @@ class MixturePlan:
         out = tuple(np.empty_like(pos) for _ in fields)
         if (k + 1 == len(self._runs) or hi < self._runs[k + 1].start) and pos.size == hi - lo + 1 \
                 and pos[0] == lo and (pos.size == 1 or bool((np.diff(pos) == 1).all())):
-            # a contiguous span inside one run (a run of upcoming positions): one slice per block
+            # a contiguous span inside one run (a run of upcoming positions)
+            if block == self._block_records and pos.size >= self.block:  # its blocks in one compiled call
+                arrays = self._span_records(run, j, (hi - origin) // self.block + 1)
+                return tuple(getattr(arrays, f)[lo - origin:hi + 1 - origin] for f in fields)
             at = lo
             while at <= hi:
                 b = block(run, j)
@@ -381,7 +431,7 @@ class MixturePlan:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (to workers) without the block cache: a worker refills its own."""
-        return {**self.__dict__, "_blocks": None, "_keys": None}
+        return {**self.__dict__, "_blocks": None, "_keys": None, "_span_end": None}
 
     def __setstate__(self, d: dict[str, Any]) -> None:
         self.__dict__.update(d)

@@ -30,7 +30,7 @@ from numba import njit
 
 from resumable_data.plan.permutation import ROUNDS, Permutation, forward_into, round_keys_into
 
-__all__ = ["SourceKeys", "block_arrays"]
+__all__ = ["SourceKeys", "block_arrays", "span_arrays"]
 
 _NO_KEYS = np.zeros((1, ROUNDS), dtype=np.uint64)
 
@@ -80,6 +80,21 @@ def _block_kernel(counts, before, shuffle, block_key, block_half, with_records, 
                     rec[order[t + u]] = o + u
                     ids[order[t + u]] = offsets[s] + o + u
             t += take
+
+
+@njit(cache=True, nogil=True)
+def _span_kernel(counts, before, shuffle, block_keys, block_half, sizes, offsets, halves, row0, epoch0, keys,
+                 src, pos, rec, ids):  # pragma: no cover - compiled
+    """Consecutive blocks (row ``k`` of ``counts``) one after another: block ``k + 1`` starts
+    where block ``k`` left each source (``before + counts[k]``)."""
+    at = 0
+    here = before.copy()
+    for k in range(counts.shape[0]):
+        b = counts[k].sum()
+        _block_kernel(counts[k], here, shuffle, block_keys[k], block_half, True, sizes, offsets, halves, row0,
+                      epoch0, keys, src[at:at + b], pos[at:at + b], rec[at:at + b], ids[at:at + b])
+        here += counts[k]
+        at += b
 
 
 class SourceKeys:
@@ -141,3 +156,21 @@ def block_arrays(counts: np.ndarray, before: np.ndarray, block_key: int | None, 
                   np.uint64(block_half if shuffle else 1), records, sizes, offsets, keys.halves, keys.row0, keys.epoch0,
                   keys.keys, src, pos, rec, ids)
     return (src, pos, rec, ids) if records else (src, pos)
+
+
+def span_arrays(counts: np.ndarray, before: np.ndarray, block_keys: np.ndarray | None, block_half: int,
+                sizes: np.ndarray, offsets: np.ndarray, keys: SourceKeys) -> tuple[np.ndarray, ...]:
+    """:func:`block_arrays` (with records) of consecutive blocks in one compiled call: row ``k`` of
+    ``counts`` is block ``k``'s counts, ``before`` the sources' counts before the first block
+    (each later block starts where the one before left them), ``block_keys[k]`` block ``k``'s
+    permutation key (None: the identity); ``keys`` must serve every block of the span. The arrays
+    are the blocks' arrays one after another, element for element :func:`block_arrays`'."""
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    b = int(counts.sum())
+    shuffle = block_keys is not None and b > counts.shape[0]  # blocks of one position: no permutation
+    bkeys = np.zeros(counts.shape[0], dtype=np.uint64) if block_keys is None else block_keys
+    src, pos, rec, ids = (np.empty(b, dtype=np.int64) for _ in range(4))
+    _span_kernel(counts, np.ascontiguousarray(before, dtype=np.int64), shuffle, bkeys,
+                 np.uint64(block_half if shuffle else 1), sizes, offsets, keys.halves, keys.row0, keys.epoch0,
+                 keys.keys, src, pos, rec, ids)
+    return src, pos, rec, ids
