@@ -53,7 +53,7 @@ import xxhash
 
 from resumable_data._schema import check_int
 from resumable_data.errors import ConfigError, ResumeError, describe
-from resumable_data.plan.mixture_block import SourceKeys, block_arrays, span_arrays
+from resumable_data.plan.mixture_block import SourceKeys, block_arrays, is_span, span_arrays
 from resumable_data.plan.mixture_section import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
     MIXTURE_SCHEMA_VERSION, Rebase, parse_section
 from resumable_data.plan.order import EpochOrder, Order, OrderSpec
@@ -377,7 +377,8 @@ class MixturePlan:
         pos = np.asarray(positions, dtype=np.int64).reshape(-1)
         if not pos.size:
             return tuple(np.empty(0, dtype=np.int64) for _ in fields)
-        lo, hi = int(pos.min()), int(pos.max())
+        span = is_span(pos)  # consecutive positions in order (a run of upcoming positions)
+        lo, hi = (int(pos[0]), int(pos[-1])) if span else (int(pos.min()), int(pos.max()))
         if lo < self._runs[0].start:
             raise ConfigError(describe("positions", lo, f"at least {self._runs[0].start}",
                                        "ask about positions after the data change"))
@@ -389,13 +390,12 @@ class MixturePlan:
             b = block(run, j)
             inner = pos - origin
             return tuple(getattr(b, f)[inner] for f in fields)
-        out = tuple(np.empty_like(pos) for _ in fields)
-        if (k + 1 == len(self._runs) or hi < self._runs[k + 1].start) and pos.size == hi - lo + 1 \
-                and pos[0] == lo and (pos.size == 1 or bool((np.diff(pos) == 1).all())):
+        if span and (k + 1 == len(self._runs) or hi < self._runs[k + 1].start):
             # a contiguous span inside one run (a run of upcoming positions)
             if block == self._block_records and pos.size >= self.block:  # its blocks in one compiled call
                 arrays = self._span_records(run, j, (hi - origin) // self.block + 1)
                 return tuple(getattr(arrays, f)[lo - origin:hi + 1 - origin] for f in fields)
+            out = tuple(np.empty_like(pos) for _ in fields)
             at = lo
             while at <= hi:
                 b = block(run, j)
@@ -404,6 +404,7 @@ class MixturePlan:
                     o[at - lo:end - lo] = getattr(b, f)[at - origin:end - origin]
                 at, j, origin = end, j + 1, origin + self.block
             return out
+        out = tuple(np.empty_like(pos) for _ in fields)
         runs = self._run_of(pos) if len(self._runs) > 1 else np.zeros(pos.shape, dtype=np.int64)
         for k, sel_k in _groups(runs):
             run = self._runs[k]

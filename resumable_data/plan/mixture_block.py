@@ -38,7 +38,7 @@ from resumable_data.plan.permutation import (
     round_table_into,
 )
 
-__all__ = ["SourceKeys", "block_arrays", "span_arrays"]
+__all__ = ["SourceKeys", "block_arrays", "is_span", "span_arrays"]
 
 _NO_KEYS = np.zeros((1, ROUNDS), dtype=np.uint64)
 _NO_TABLES = np.zeros(1, dtype=np.uint64)
@@ -111,6 +111,15 @@ def _span_kernel(counts, before, shuffle, block_keys, block_half, sizes, offsets
                       epoch0, keys, tables, table_at, src[at:at + b], pos[at:at + b], rec[at:at + b], ids[at:at + b])
         here += counts[k]
         at += b
+
+
+@njit(cache=True, nogil=True)
+def is_span(pos):  # pragma: no cover - compiled
+    """Whether ``pos`` (int64, non-empty) holds consecutive positions in increasing order."""
+    for i in range(1, pos.shape[0]):
+        if pos[i] != pos[i - 1] + 1:
+            return False
+    return True
 
 
 class SourceKeys:
