@@ -32,13 +32,17 @@ O(S + B) pass (:mod:`.mixture_block`: the block's permutation, a running count p
 source's permutation over its range of the block), cached (a block serves ``B / batch``
 batches, and a batch inside one block is one gather from its arrays; the cache holds about
 32 MiB whatever ``B``, is keyed by (run, block) so a seek never reads a stale entry, belongs to
-one plan so a rebase starts empty, and is not pickled to workers). No index of the stream
-exists; a restore costs one block.
+one plan so a rebase starts empty, and is not pickled to workers). A query of consecutive
+positions at least a block long (the loader's runs of 4096 upcoming positions) computes its
+blocks in one compiled call instead (:func:`.mixture_block.span_arrays`, uncached: each run is
+asked for once), the block keys and counts of the span computed together; the sources' counts
+after a span are kept, keyed by (run, next block), so the next span needs no floor sum, and a
+seek, which asks for another block, misses them. No index of the stream exists; a restore
+costs one block.
 """
 
 from __future__ import annotations
 
-import math
 import struct
 from bisect import bisect_right
 from collections import OrderedDict
@@ -54,6 +58,7 @@ import xxhash
 from resumable_data._schema import check_int
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.plan.mixture_block import SourceKeys, block_arrays, is_span, span_arrays
+from resumable_data.plan.mixture_runs import Run, floor_sum
 from resumable_data.plan.mixture_section import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
     MIXTURE_SCHEMA_VERSION, Rebase, parse_section
 from resumable_data.plan.order import EpochOrder, Order, OrderSpec
@@ -63,24 +68,7 @@ from resumable_data.plan.weights import StepPositions, WeightSchedule
 
 __all__ = ["MixturePlan", "Rebase", "SourceProgress", "StepPositions", "WeightSchedule", "floor_sum", "mixture_version"]
 
-_ALPHA = 0x9E3779B97F4A7C15  # golden ratio * 2**64 (odd): the rotation of the extra-slot grid
-_M = 1 << 64
 _CACHE_BYTES = 1 << 25  # the block cache's bound (its entry count follows from the block size)
-
-
-def floor_sum(n: int, m: int, a: int, b: int) -> int:
-    """``sum(floor((a*i + b) / m) for i in range(n))`` in O(log m) (any integer ``a``, ``b``; ``m > 0``)."""
-    ans = 0
-    while n > 0:
-        q, a = divmod(a, m)
-        ans += q * (n * (n - 1) // 2)
-        q, b = divmod(b, m)
-        ans += q * n
-        y = a * n + b
-        if y < m:
-            break
-        n, b, m, a = y // m, y % m, a, m
-    return ans
 
 
 @dataclass(frozen=True)
@@ -92,40 +80,6 @@ class SourceProgress:
     epoch: int
     position: int
     size: int
-
-
-@dataclass(frozen=True)
-class _Run:
-    start: int
-    weights: tuple[Fraction, ...]
-    base: tuple[int, ...]  # per-source counts before ``start``
-    floors: tuple[int, ...]  # floor(w_s B)
-    grid: tuple[int, ...]  # G_0..G_S scaled by ``denom``
-    denom: int
-
-    def extras_before(self, j: int) -> np.ndarray:
-        """E_s(j): extra slots of each source in the run's blocks ``[0, j)``."""
-        md = _M * self.denom
-        f = [floor_sum(j, md, _ALPHA * self.denom, -g * _M) for g in self.grid]
-        return np.array([f[s] - f[s + 1] for s in range(len(self.floors))], dtype=np.int64)
-
-    def block_counts(self, j: int) -> np.ndarray:
-        md = _M * self.denom
-        f = [(j * _ALPHA * self.denom - g * _M) // md for g in self.grid]
-        return np.array([self.floors[s] + f[s] - f[s + 1] for s in range(len(self.floors))], dtype=np.int64)
-
-    def span_counts(self, j: int, nb: int) -> np.ndarray:
-        """:meth:`block_counts` of blocks ``j .. j + nb - 1``, one row each."""
-        md, step = _M * self.denom, _ALPHA * self.denom
-        gm = [g * _M for g in self.grid]
-        ns = len(self.floors)
-        rows = []
-        x = j * step
-        for _ in range(nb):
-            f = [(x - g) // md for g in gm]
-            rows.append([self.floors[s] + f[s] - f[s + 1] for s in range(ns)])
-            x += step
-        return np.array(rows, dtype=np.int64).reshape(nb, ns)
 
 
 class _Block:
@@ -193,17 +147,10 @@ class MixturePlan:
         self._run_starts = [r.start for r in self._runs]
 
     # -- runs -------------------------------------------------------------------------------------
-    def _new_run(self, start: int, weights: tuple[Fraction, ...], base: tuple[int, ...]) -> _Run:
-        b = self.block
-        floors = tuple((w.numerator * b) // w.denominator for w in weights)
-        fracs = [w * b - f for w, f in zip(weights, floors)]
-        denom = math.lcm(*[f.denominator for f in fracs])
-        grid = [0]
-        for f in fracs:
-            grid.append(grid[-1] + int(f * denom))
-        return _Run(start, weights, base, floors, tuple(grid), denom)
+    def _new_run(self, start: int, weights: tuple[Fraction, ...], base: tuple[int, ...]) -> Run:
+        return Run.of(start, weights, base, self.block)
 
-    def _build_runs(self) -> list[_Run]:
+    def _build_runs(self) -> list[Run]:
         starts = [(0, self.segments[0][1])]  # segment 0 starts the stream (no step -> position call)
         for step, w, _ in self.segments[1:]:
             start = self._pos(step)
@@ -227,11 +174,11 @@ class MixturePlan:
                     runs.append(self._new_run(start, w2, self._counts_in_runs(runs, start)))
         return runs
 
-    def _counts_in_runs(self, runs: list[_Run], p: int) -> tuple[int, ...]:
+    def _counts_in_runs(self, runs: list[Run], p: int) -> tuple[int, ...]:
         k = max(i for i, r in enumerate(runs) if r.start <= p)
         return tuple(int(c) for c in self._run_counts(runs, k, p))
 
-    def _run_counts(self, runs: list[_Run], k: int, p: int) -> np.ndarray:
+    def _run_counts(self, runs: list[Run], k: int, p: int) -> np.ndarray:
         run = runs[k]
         j, t = divmod(p - run.start, self.block)
         out = np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) + run.extras_before(j)
@@ -239,7 +186,7 @@ class MixturePlan:
             out += np.bincount(self._layout(run, j).src[:t], minlength=len(self.names))
         return out
 
-    def _layout(self, run: _Run, j: int, records: bool = False) -> _Block:
+    def _layout(self, run: Run, j: int, records: bool = False) -> _Block:
         """Block ``j`` of ``run``, cached (:mod:`.mixture_block`: what a prefix of the block consumed
         is a prefix of each source's stream); with ``records``, its record ids too."""
         key = (run.start, j)
@@ -269,7 +216,7 @@ class MixturePlan:
             self._blocks.popitem(last=False)
         return block
 
-    def _before(self, run: _Run, j: int) -> np.ndarray:
+    def _before(self, run: Run, j: int) -> np.ndarray:
         """Each source's count before block ``j`` of ``run``: from the block before it (cached)
         or the last span's end, else the closed form (floor sums)."""
         prev = self._blocks.get((run.start, j - 1))
@@ -279,7 +226,7 @@ class MixturePlan:
             return self._span_end[1]
         return np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) + run.extras_before(j)
 
-    def _span_records(self, run: _Run, j: int, nb: int) -> _Block:
+    def _span_records(self, run: Run, j: int, nb: int) -> _Block:
         """Blocks ``j .. j + nb - 1`` of ``run`` with their record ids, as one block's arrays end
         to end (:func:`.mixture_block.span_arrays`: one compiled call, not one per block). Not
         put in the block cache; the sources' counts after the span are kept (keyed by the block
@@ -333,7 +280,7 @@ class MixturePlan:
                 rec[sel] = self.source_order(s, e).forward(rec[sel])
             ids[at] = self._offsets[s] + rec[at]
 
-    def _block_records(self, run: _Run, j: int) -> _Block:
+    def _block_records(self, run: Run, j: int) -> _Block:
         """Block ``j`` with its record ids (per source, and in the sources' concatenated id space)."""
         return self._layout(run, j, records=True)
 
@@ -371,7 +318,7 @@ class MixturePlan:
         records follow those of the sources before it, as in ``rd.Mixture``)."""
         return self._lookup(positions, self._block_records, ("ids",))[0]
 
-    def _lookup(self, positions, block: Callable[[_Run, int], _Block], fields: tuple[str, ...]) -> tuple:
+    def _lookup(self, positions, block: Callable[[Run, int], _Block], fields: tuple[str, ...]) -> tuple:
         """Per position, ``fields`` of its block's cached arrays; a batch inside one block (the
         common case) is one gather per field from its block's arrays."""
         pos = np.asarray(positions, dtype=np.int64).reshape(-1)

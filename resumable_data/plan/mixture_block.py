@@ -17,8 +17,13 @@ keys): the definition above, position by position (``tests/plan/test_mixture_fas
 against a per-position reference built from ``forward_reference``). A source's positions in a
 block are the contiguous range ``[before[s], before[s] + counts[s])`` of its stream, in order.
 
-Cost. O(B) per block; a block serves ``B / batch`` batches. The source keys of a block
-(:class:`SourceKeys`) change only when a source's epoch does, so a caller keeps the last table.
+Cost. O(B) per block; a block serves ``B / batch`` batches; :func:`span_arrays` computes
+consecutive blocks in one call (one dispatch for a run of upcoming positions). The Feistel
+passes read their round functions from tables (:func:`~.permutation.round_table_into`: a
+block's, built per block, ``6 * 2**half`` entries; a source epoch's, built with its keys, for
+sources below 2**24 records), about half the time of computing the mixing per round; a larger
+source mixes from its round keys. The source keys and tables of a block (:class:`SourceKeys`)
+change only when a source's epoch does, so a caller keeps the last table.
 """
 
 from __future__ import annotations

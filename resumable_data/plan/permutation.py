@@ -15,7 +15,11 @@ key from ``xxh3_64`` of (dataset version hash, seed, epoch, tag) in :func:`permu
 Cost. O(1) memory and O(1) time per index, whatever ``n``; a compiled (numba) loop does the bulk
 work (:func:`forward_into` walks the cycles by passes over the whole array, which lets the CPU
 overlap the indices' rounds) and :func:`forward_reference` is the same function in plain numpy,
-the executable specification the tests compare against. A restore needs nothing: any index is computed directly.
+the executable specification the tests compare against. For halves of at most
+``TABLE_MAX_HALF`` bits, :func:`round_table_into` tabulates each round function over its
+``2**half`` inputs and :func:`forward_table_into` runs the same walk reading them (the same
+values; a table read per round instead of the mixing, for callers that evaluate many indices
+of one permutation, such as the mixture's block kernel). A restore needs nothing: any index is computed directly.
 """
 
 from __future__ import annotations
