@@ -32,13 +32,17 @@ O(S + B) pass (:mod:`.mixture_block`: the block's permutation, a running count p
 source's permutation over its range of the block), cached (a block serves ``B / batch``
 batches, and a batch inside one block is one gather from its arrays; the cache holds about
 32 MiB whatever ``B``, is keyed by (run, block) so a seek never reads a stale entry, belongs to
-one plan so a rebase starts empty, and is not pickled to workers). No index of the stream
-exists; a restore costs one block.
+one plan so a rebase starts empty, and is not pickled to workers). A query of consecutive
+positions at least a block long (the loader's runs of 4096 upcoming positions) computes its
+blocks in one compiled call instead (:func:`.mixture_block.span_arrays`, uncached: each run is
+asked for once), the block keys and counts of the span computed together; the sources' counts
+after a span are kept, keyed by (run, next block), so the next span needs no floor sum, and a
+seek, which asks for another block, misses them. No index of the stream exists; a restore
+costs one block.
 """
 
 from __future__ import annotations
 
-import math
 import struct
 from bisect import bisect_right
 from collections import OrderedDict
@@ -53,7 +57,8 @@ import xxhash
 
 from resumable_data._schema import check_int
 from resumable_data.errors import ConfigError, ResumeError, describe
-from resumable_data.plan.mixture_block import SourceKeys, block_arrays
+from resumable_data.plan.mixture_block import SourceKeys, block_arrays, is_span, span_arrays
+from resumable_data.plan.mixture_runs import Run, floor_sum
 from resumable_data.plan.mixture_section import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
     MIXTURE_SCHEMA_VERSION, Rebase, parse_section
 from resumable_data.plan.order import EpochOrder, Order, OrderSpec
@@ -63,24 +68,7 @@ from resumable_data.plan.weights import StepPositions, WeightSchedule
 
 __all__ = ["MixturePlan", "Rebase", "SourceProgress", "StepPositions", "WeightSchedule", "floor_sum", "mixture_version"]
 
-_ALPHA = 0x9E3779B97F4A7C15  # golden ratio * 2**64 (odd): the rotation of the extra-slot grid
-_M = 1 << 64
 _CACHE_BYTES = 1 << 25  # the block cache's bound (its entry count follows from the block size)
-
-
-def floor_sum(n: int, m: int, a: int, b: int) -> int:
-    """``sum(floor((a*i + b) / m) for i in range(n))`` in O(log m) (any integer ``a``, ``b``; ``m > 0``)."""
-    ans = 0
-    while n > 0:
-        q, a = divmod(a, m)
-        ans += q * (n * (n - 1) // 2)
-        q, b = divmod(b, m)
-        ans += q * n
-        y = a * n + b
-        if y < m:
-            break
-        n, b, m, a = y // m, y % m, a, m
-    return ans
 
 
 @dataclass(frozen=True)
@@ -92,27 +80,6 @@ class SourceProgress:
     epoch: int
     position: int
     size: int
-
-
-@dataclass(frozen=True)
-class _Run:
-    start: int
-    weights: tuple[Fraction, ...]
-    base: tuple[int, ...]  # per-source counts before ``start``
-    floors: tuple[int, ...]  # floor(w_s B)
-    grid: tuple[int, ...]  # G_0..G_S scaled by ``denom``
-    denom: int
-
-    def extras_before(self, j: int) -> np.ndarray:
-        """E_s(j): extra slots of each source in the run's blocks ``[0, j)``."""
-        md = _M * self.denom
-        f = [floor_sum(j, md, _ALPHA * self.denom, -g * _M) for g in self.grid]
-        return np.array([f[s] - f[s + 1] for s in range(len(self.floors))], dtype=np.int64)
-
-    def block_counts(self, j: int) -> np.ndarray:
-        md = _M * self.denom
-        f = [(j * _ALPHA * self.denom - g * _M) // md for g in self.grid]
-        return np.array([self.floors[s] + f[s] - f[s + 1] for s in range(len(self.floors))], dtype=np.int64)
 
 
 class _Block:
@@ -174,22 +141,16 @@ class MixturePlan:
         self._sizes: np.ndarray | None = None  # int64 sizes and concatenated offsets, once records are asked for
         self._offsets: np.ndarray | None = None
         self._keys: SourceKeys | None = None  # the source epochs' round keys of the last block computed
+        self._span_end: tuple[tuple[int, int], np.ndarray] | None = None  # (run start, next block), counts there
         self._runs = self._build_runs()
         self._starts = np.array([r.start for r in self._runs], dtype=np.int64)
         self._run_starts = [r.start for r in self._runs]
 
     # -- runs -------------------------------------------------------------------------------------
-    def _new_run(self, start: int, weights: tuple[Fraction, ...], base: tuple[int, ...]) -> _Run:
-        b = self.block
-        floors = tuple((w.numerator * b) // w.denominator for w in weights)
-        fracs = [w * b - f for w, f in zip(weights, floors)]
-        denom = math.lcm(*[f.denominator for f in fracs])
-        grid = [0]
-        for f in fracs:
-            grid.append(grid[-1] + int(f * denom))
-        return _Run(start, weights, base, floors, tuple(grid), denom)
+    def _new_run(self, start: int, weights: tuple[Fraction, ...], base: tuple[int, ...]) -> Run:
+        return Run.of(start, weights, base, self.block)
 
-    def _build_runs(self) -> list[_Run]:
+    def _build_runs(self) -> list[Run]:
         starts = [(0, self.segments[0][1])]  # segment 0 starts the stream (no step -> position call)
         for step, w, _ in self.segments[1:]:
             start = self._pos(step)
@@ -213,11 +174,11 @@ class MixturePlan:
                     runs.append(self._new_run(start, w2, self._counts_in_runs(runs, start)))
         return runs
 
-    def _counts_in_runs(self, runs: list[_Run], p: int) -> tuple[int, ...]:
+    def _counts_in_runs(self, runs: list[Run], p: int) -> tuple[int, ...]:
         k = max(i for i, r in enumerate(runs) if r.start <= p)
         return tuple(int(c) for c in self._run_counts(runs, k, p))
 
-    def _run_counts(self, runs: list[_Run], k: int, p: int) -> np.ndarray:
+    def _run_counts(self, runs: list[Run], k: int, p: int) -> np.ndarray:
         run = runs[k]
         j, t = divmod(p - run.start, self.block)
         out = np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) + run.extras_before(j)
@@ -225,7 +186,7 @@ class MixturePlan:
             out += np.bincount(self._layout(run, j).src[:t], minlength=len(self.names))
         return out
 
-    def _layout(self, run: _Run, j: int, records: bool = False) -> _Block:
+    def _layout(self, run: Run, j: int, records: bool = False) -> _Block:
         """Block ``j`` of ``run``, cached (:mod:`.mixture_block`: what a prefix of the block consumed
         is a prefix of each source's stream); with ``records``, its record ids too."""
         key = (run.start, j)
@@ -236,24 +197,14 @@ class MixturePlan:
             counts, before = hit.counts, hit.before
         else:
             counts = run.block_counts(j)
-            prev = self._blocks.get((run.start, j - 1))
-            if prev is not None:  # consecutive blocks: no floor sum
-                before = prev.before + prev.counts
-            else:
-                before = np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) \
-                    + run.extras_before(j)
+            before = self._before(run, j)  # consecutive blocks: no floor sum
         block_key = None
         if self.shuffle:
             block_key = permutation_key(self.version_hash, self.seed, j, f"mixture.block@{run.start}")
         if self._block_half is None:
             self._block_half = Permutation(self.block, 0).half
         if records:
-            if self._sizes is None:
-                self._sizes = np.array(self.sizes, dtype=np.int64)
-                self._offsets = np.cumsum(self._sizes) - self._sizes
-            keys = self._keys
-            if keys is None or not keys.serves(counts, before):  # a source entered a new epoch
-                keys = self._keys = SourceKeys(counts, before, self._sizes, self._kernel_order if self.shuffle else None)
+            keys = self._source_keys(counts, before)
             arrays = block_arrays(counts, before, block_key, self._block_half, self._sizes, self._offsets, keys)
             if self.shuffle and any(w is not None for w in self.windows):
                 self._window_records(*arrays)
@@ -264,6 +215,49 @@ class MixturePlan:
         while len(self._blocks) > self._cache_entries:
             self._blocks.popitem(last=False)
         return block
+
+    def _before(self, run: Run, j: int) -> np.ndarray:
+        """Each source's count before block ``j`` of ``run``: from the block before it (cached)
+        or the last span's end, else the closed form (floor sums)."""
+        prev = self._blocks.get((run.start, j - 1))
+        if prev is not None:
+            return prev.before + prev.counts
+        if self._span_end is not None and self._span_end[0] == (run.start, j):
+            return self._span_end[1]
+        return np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) + run.extras_before(j)
+
+    def _span_records(self, run: Run, j: int, nb: int) -> _Block:
+        """Blocks ``j .. j + nb - 1`` of ``run`` with their record ids, as one block's arrays end
+        to end (:func:`.mixture_block.span_arrays`: one compiled call, not one per block). Not
+        put in the block cache; the sources' counts after the span are kept (keyed by the block
+        that follows), so the next span starts without floor sums."""
+        counts = run.span_counts(j, nb)
+        before = self._before(run, j)
+        total = counts.sum(axis=0)
+        block_keys = None
+        if self.shuffle:
+            tag = f"mixture.block@{run.start}"
+            block_keys = np.array([permutation_key(self.version_hash, self.seed, k, tag) for k in range(j, j + nb)],
+                                  dtype=np.uint64)
+        if self._block_half is None:
+            self._block_half = Permutation(self.block, 0).half
+        keys = self._source_keys(total, before)
+        arrays = span_arrays(counts, before, block_keys, self._block_half, self._sizes, self._offsets, keys)
+        if self.shuffle and any(w is not None for w in self.windows):
+            self._window_records(*arrays)
+        self._span_end = ((run.start, j + nb), before + total)
+        return _Block(total, before, *arrays)
+
+    def _source_keys(self, counts: np.ndarray, before: np.ndarray) -> SourceKeys:
+        """Round keys of every source epoch a range of the stream touches (each source's
+        ``[before, before + counts)``): the last table when it serves, else a new one."""
+        if self._sizes is None:
+            self._sizes = np.array(self.sizes, dtype=np.int64)
+            self._offsets = np.cumsum(self._sizes) - self._sizes
+        keys = self._keys
+        if keys is None or not keys.serves(counts, before):  # a source entered a new epoch
+            keys = self._keys = SourceKeys(counts, before, self._sizes, self._kernel_order if self.shuffle else None)
+        return keys
 
     def _kernel_order(self, s: int, epoch: int) -> Permutation | None:
         """The keyed permutation the block kernel applies to source ``s``; None for a windowed
@@ -286,7 +280,7 @@ class MixturePlan:
                 rec[sel] = self.source_order(s, e).forward(rec[sel])
             ids[at] = self._offsets[s] + rec[at]
 
-    def _block_records(self, run: _Run, j: int) -> _Block:
+    def _block_records(self, run: Run, j: int) -> _Block:
         """Block ``j`` with its record ids (per source, and in the sources' concatenated id space)."""
         return self._layout(run, j, records=True)
 
@@ -324,13 +318,14 @@ class MixturePlan:
         records follow those of the sources before it, as in ``rd.Mixture``)."""
         return self._lookup(positions, self._block_records, ("ids",))[0]
 
-    def _lookup(self, positions, block: Callable[[_Run, int], _Block], fields: tuple[str, ...]) -> tuple:
+    def _lookup(self, positions, block: Callable[[Run, int], _Block], fields: tuple[str, ...]) -> tuple:
         """Per position, ``fields`` of its block's cached arrays; a batch inside one block (the
         common case) is one gather per field from its block's arrays."""
         pos = np.asarray(positions, dtype=np.int64).reshape(-1)
         if not pos.size:
             return tuple(np.empty(0, dtype=np.int64) for _ in fields)
-        lo, hi = int(pos.min()), int(pos.max())
+        span = is_span(pos)  # consecutive positions in order (a run of upcoming positions)
+        lo, hi = (int(pos[0]), int(pos[-1])) if span else (int(pos.min()), int(pos.max()))
         if lo < self._runs[0].start:
             raise ConfigError(describe("positions", lo, f"at least {self._runs[0].start}",
                                        "ask about positions after the data change"))
@@ -342,10 +337,12 @@ class MixturePlan:
             b = block(run, j)
             inner = pos - origin
             return tuple(getattr(b, f)[inner] for f in fields)
-        out = tuple(np.empty_like(pos) for _ in fields)
-        if (k + 1 == len(self._runs) or hi < self._runs[k + 1].start) and pos.size == hi - lo + 1 \
-                and pos[0] == lo and (pos.size == 1 or bool((np.diff(pos) == 1).all())):
-            # a contiguous span inside one run (a run of upcoming positions): one slice per block
+        if span and (k + 1 == len(self._runs) or hi < self._runs[k + 1].start):
+            # a contiguous span inside one run (a run of upcoming positions)
+            if block == self._block_records and pos.size >= self.block:  # its blocks in one compiled call
+                arrays = self._span_records(run, j, (hi - origin) // self.block + 1)
+                return tuple(getattr(arrays, f)[lo - origin:hi + 1 - origin] for f in fields)
+            out = tuple(np.empty_like(pos) for _ in fields)
             at = lo
             while at <= hi:
                 b = block(run, j)
@@ -354,6 +351,7 @@ class MixturePlan:
                     o[at - lo:end - lo] = getattr(b, f)[at - origin:end - origin]
                 at, j, origin = end, j + 1, origin + self.block
             return out
+        out = tuple(np.empty_like(pos) for _ in fields)
         runs = self._run_of(pos) if len(self._runs) > 1 else np.zeros(pos.shape, dtype=np.int64)
         for k, sel_k in _groups(runs):
             run = self._runs[k]
@@ -381,7 +379,7 @@ class MixturePlan:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (to workers) without the block cache: a worker refills its own."""
-        return {**self.__dict__, "_blocks": None, "_keys": None}
+        return {**self.__dict__, "_blocks": None, "_keys": None, "_span_end": None}
 
     def __setstate__(self, d: dict[str, Any]) -> None:
         self.__dict__.update(d)

@@ -17,8 +17,13 @@ keys): the definition above, position by position (``tests/plan/test_mixture_fas
 against a per-position reference built from ``forward_reference``). A source's positions in a
 block are the contiguous range ``[before[s], before[s] + counts[s])`` of its stream, in order.
 
-Cost. O(B) per block; a block serves ``B / batch`` batches. The source keys of a block
-(:class:`SourceKeys`) change only when a source's epoch does, so a caller keeps the last table.
+Cost. O(B) per block; a block serves ``B / batch`` batches; :func:`span_arrays` computes
+consecutive blocks in one call (one dispatch for a run of upcoming positions). The Feistel
+passes read their round functions from tables (:func:`~.permutation.round_table_into`: a
+block's, built per block, ``6 * 2**half`` entries; a source epoch's, built with its keys, for
+sources below 2**24 records), about half the time of computing the mixing per round; a larger
+source mixes from its round keys. The source keys and tables of a block (:class:`SourceKeys`)
+change only when a source's epoch does, so a caller keeps the last table.
 """
 
 from __future__ import annotations
@@ -28,16 +33,25 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
-from resumable_data.plan.permutation import ROUNDS, Permutation, forward_into, round_keys_into
+from resumable_data.plan.permutation import (
+    ROUNDS,
+    TABLE_MAX_HALF,
+    Permutation,
+    forward_into,
+    forward_table_into,
+    round_keys_into,
+    round_table_into,
+)
 
-__all__ = ["SourceKeys", "block_arrays"]
+__all__ = ["SourceKeys", "block_arrays", "is_span", "span_arrays"]
 
 _NO_KEYS = np.zeros((1, ROUNDS), dtype=np.uint64)
+_NO_TABLES = np.zeros(1, dtype=np.uint64)
 
 
 @njit(cache=True, nogil=True)
 def _block_kernel(counts, before, shuffle, block_key, block_half, with_records, sizes, offsets,
-                  halves, row0, epoch0, keys, src, pos, rec, ids):  # pragma: no cover - compiled
+                  halves, row0, epoch0, keys, tables, table_at, src, pos, rec, ids):  # pragma: no cover - compiled
     ns = counts.shape[0]
     b = src.shape[0]
     start = np.zeros(ns + 1, dtype=np.int64)
@@ -52,7 +66,9 @@ def _block_kernel(counts, before, shuffle, block_key, block_half, with_records, 
     if shuffle:
         bkeys = np.empty(ROUNDS, dtype=np.uint64)
         round_keys_into(block_key, bkeys)
-        forward_into(np.arange(b), slots, np.uint64(b), block_half, bkeys)
+        btab = np.empty(ROUNDS << np.int64(block_half), dtype=np.uint64)  # a block's half: at most 12 bits
+        round_table_into(bkeys, block_half, btab)
+        forward_table_into(np.arange(b), slots, np.uint64(b), block_half, btab)
     for i in range(b):
         s = owner[slots[i]]
         src[i] = s
@@ -71,7 +87,12 @@ def _block_kernel(counts, before, shuffle, block_key, block_half, with_records, 
             take = min(start[s + 1] - t, n - o)
             if halves[s] > 0:  # shuffled (n > 1)
                 got = np.empty(take, dtype=np.int64)
-                forward_into(np.arange(o, o + take), got, np.uint64(n), halves[s], keys[row0[s] + e - epoch0[s]])
+                row = row0[s] + e - epoch0[s]
+                if table_at[row] >= 0:
+                    forward_table_into(np.arange(o, o + take), got, np.uint64(n), halves[s],
+                                       tables[table_at[row]:table_at[row] + (ROUNDS << np.int64(halves[s]))])
+                else:
+                    forward_into(np.arange(o, o + take), got, np.uint64(n), halves[s], keys[row])
                 for u in range(take):
                     rec[order[t + u]] = got[u]
                     ids[order[t + u]] = offsets[s] + got[u]
@@ -82,13 +103,37 @@ def _block_kernel(counts, before, shuffle, block_key, block_half, with_records, 
             t += take
 
 
+@njit(cache=True, nogil=True)
+def _span_kernel(counts, before, shuffle, block_keys, block_half, sizes, offsets, halves, row0, epoch0, keys,
+                 tables, table_at, src, pos, rec, ids):  # pragma: no cover - compiled
+    """Consecutive blocks (row ``k`` of ``counts``) one after another: block ``k + 1`` starts
+    where block ``k`` left each source (``before + counts[k]``)."""
+    at = 0
+    here = before.copy()
+    for k in range(counts.shape[0]):
+        b = counts[k].sum()
+        _block_kernel(counts[k], here, shuffle, block_keys[k], block_half, True, sizes, offsets, halves, row0,
+                      epoch0, keys, tables, table_at, src[at:at + b], pos[at:at + b], rec[at:at + b], ids[at:at + b])
+        here += counts[k]
+        at += b
+
+
+@njit(cache=True, nogil=True)
+def is_span(pos):  # pragma: no cover - compiled
+    """Whether ``pos`` (int64, non-empty) holds consecutive positions in increasing order."""
+    for i in range(1, pos.shape[0]):
+        if pos[i] != pos[i - 1] + 1:
+            return False
+    return True
+
+
 class SourceKeys:
     """The round keys of the source epochs a block touches: source ``s``'s epoch ``e`` is row
     ``row0[s] + e - epoch0[s]`` of ``keys``; ``halves[s] == 0`` means id order (no shuffle, or a
     one-record source). It serves every later block whose range of each source's stream lies in
     ``[lo[s], hi[s])`` (the source epochs it holds), so consecutive blocks share one table."""
 
-    __slots__ = ("epoch0", "halves", "hi", "keys", "lo", "row0")
+    __slots__ = ("epoch0", "halves", "hi", "keys", "lo", "row0", "table_at", "tables")
 
     def __init__(self, counts: np.ndarray, before: np.ndarray, sizes: np.ndarray,
                  order: Callable[[int, int], Permutation | None] | None) -> None:
@@ -99,6 +144,7 @@ class SourceKeys:
         self.lo = np.zeros(ns, dtype=np.int64)
         self.hi = np.full(ns, 1 << 62, dtype=np.int64)  # id order needs no key
         rows: list[np.ndarray] = []
+        row_halves: list[int] = []
         if order is not None:
             self.hi[sizes > 1] = 0  # a source with keys to hold serves no block until it has them
             for s in np.flatnonzero((counts > 0) & (sizes > 1)).tolist():
@@ -113,11 +159,32 @@ class SourceKeys:
                     p = order(s, e)
                     self.halves[s] = p.half
                     rows.append(p.round_keys)
+                    row_halves.append(int(p.half))
         self.keys = np.stack(rows) if rows else _NO_KEYS
+        self.tables, self.table_at = _tables(self.keys, row_halves)
 
     def serves(self, counts: np.ndarray, before: np.ndarray) -> bool:
         """Whether this table holds every source epoch of the block (``counts``, ``before``)."""
         return bool((before >= self.lo).all() and (before + counts <= self.hi).all())
+
+
+def _tables(keys: np.ndarray, row_halves: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Round tables (:func:`~.permutation.round_table_into`) of every row of ``keys`` whose half
+    is at most ``TABLE_MAX_HALF`` bits, end to end, and each row's offset into them (-1: none,
+    the kernel mixes from the round keys)."""
+    table_at = np.full(max(len(row_halves), 1), -1, dtype=np.int64)
+    size = 0
+    for r, h in enumerate(row_halves):
+        if h <= TABLE_MAX_HALF:
+            table_at[r] = size
+            size += ROUNDS << h
+    if not size:
+        return _NO_TABLES, table_at
+    tables = np.empty(size, dtype=np.uint64)
+    for r, h in enumerate(row_halves):
+        if table_at[r] >= 0:
+            round_table_into(keys[r], np.uint64(h), tables[table_at[r]:table_at[r] + (ROUNDS << h)])
+    return tables, table_at
 
 
 def block_arrays(counts: np.ndarray, before: np.ndarray, block_key: int | None, block_half: int,
@@ -139,5 +206,23 @@ def block_arrays(counts: np.ndarray, before: np.ndarray, block_key: int | None, 
     ids = np.empty(b if records else 0, dtype=np.int64)
     _block_kernel(counts, np.ascontiguousarray(before, dtype=np.int64), shuffle, np.uint64(block_key if shuffle else 0),
                   np.uint64(block_half if shuffle else 1), records, sizes, offsets, keys.halves, keys.row0, keys.epoch0,
-                  keys.keys, src, pos, rec, ids)
+                  keys.keys, keys.tables, keys.table_at, src, pos, rec, ids)
     return (src, pos, rec, ids) if records else (src, pos)
+
+
+def span_arrays(counts: np.ndarray, before: np.ndarray, block_keys: np.ndarray | None, block_half: int,
+                sizes: np.ndarray, offsets: np.ndarray, keys: SourceKeys) -> tuple[np.ndarray, ...]:
+    """:func:`block_arrays` (with records) of consecutive blocks in one compiled call: row ``k`` of
+    ``counts`` is block ``k``'s counts, ``before`` the sources' counts before the first block
+    (each later block starts where the one before left them), ``block_keys[k]`` block ``k``'s
+    permutation key (None: the identity); ``keys`` must serve every block of the span. The arrays
+    are the blocks' arrays one after another, element for element :func:`block_arrays`'."""
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    b = int(counts.sum())
+    shuffle = block_keys is not None and b > counts.shape[0]  # blocks of one position: no permutation
+    bkeys = np.zeros(counts.shape[0], dtype=np.uint64) if block_keys is None else block_keys
+    src, pos, rec, ids = (np.empty(b, dtype=np.int64) for _ in range(4))
+    _span_kernel(counts, np.ascontiguousarray(before, dtype=np.int64), shuffle, bkeys,
+                 np.uint64(block_half if shuffle else 1), sizes, offsets, keys.halves, keys.row0, keys.epoch0,
+                 keys.keys, keys.tables, keys.table_at, src, pos, rec, ids)
+    return src, pos, rec, ids

@@ -15,7 +15,11 @@ key from ``xxh3_64`` of (dataset version hash, seed, epoch, tag) in :func:`permu
 Cost. O(1) memory and O(1) time per index, whatever ``n``; a compiled (numba) loop does the bulk
 work (:func:`forward_into` walks the cycles by passes over the whole array, which lets the CPU
 overlap the indices' rounds) and :func:`forward_reference` is the same function in plain numpy,
-the executable specification the tests compare against. A restore needs nothing: any index is computed directly.
+the executable specification the tests compare against. For halves of at most
+``TABLE_MAX_HALF`` bits, :func:`round_table_into` tabulates each round function over its
+``2**half`` inputs and :func:`forward_table_into` runs the same walk reading them (the same
+values; a table read per round instead of the mixing, for callers that evaluate many indices
+of one permutation, such as the mixture's block kernel). A restore needs nothing: any index is computed directly.
 """
 
 from __future__ import annotations
@@ -33,13 +37,18 @@ __all__ = [
     "MAX_DOMAIN",
     "ROUNDS",
     "Permutation",
+    "TABLE_MAX_HALF",
     "forward_into",
     "forward_reference",
+    "forward_table_into",
     "permutation_key",
     "round_keys_into",
+    "round_table_into",
 ]
 
 ROUNDS = 6
+#: Largest half width whose round functions :func:`round_table_into` tabulates (``ROUNDS * 2**12`` entries).
+TABLE_MAX_HALF = 12
 _CHUNK = 256  # indices per pass of forward_into (its walk list stays in cache)
 MAX_DOMAIN = 1 << 62
 _U64 = (1 << 64) - 1
@@ -114,6 +123,52 @@ def forward_into(xs, out, n, half, keys):  # pragma: no cover - compiled
             for t in range(c):
                 j = todo[t]
                 x = _pass(np.uint64(out[j]), half, mask, keys)
+                out[j] = np.int64(x)
+                todo[kept] = j
+                kept += np.int64(x >= n)
+            c = kept
+
+
+@njit(cache=True, nogil=True)
+def round_table_into(keys, half, out):  # pragma: no cover - compiled
+    """The round functions as tables: ``out[i * 2**half + r] = F_i(r)`` for every half value ``r``
+    (``out`` holds ``ROUNDS * 2**half`` uint64; ``half <= TABLE_MAX_HALF``)."""
+    size = np.int64(1) << np.int64(half)
+    mask = np.uint64(size - 1)
+    for i in range(ROUNDS):
+        for r in range(size):
+            out[i * size + r] = _f(np.uint64(r), keys[i], mask)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _table_pass(x, half, mask, table, size):  # pragma: no cover - compiled
+    left = x >> half
+    right = x & mask
+    for i in range(ROUNDS):
+        left, right = right, left ^ table[i * size + np.int64(right)]
+    return (left << half) | right
+
+
+@njit(cache=True, nogil=True)
+def forward_table_into(xs, out, n, half, table):  # pragma: no cover - compiled
+    """:func:`forward_into` with the round functions read from ``table`` (:func:`round_table_into`
+    of the same round keys): the same values, a table read per round in place of the mixing."""
+    mask = (np.uint64(1) << half) - np.uint64(1)
+    size = np.int64(1) << np.int64(half)
+    m = xs.shape[0]
+    todo = np.empty(min(m, _CHUNK), dtype=np.int64)
+    for c0 in range(0, m, _CHUNK):
+        c = 0
+        for j in range(c0, min(m, c0 + _CHUNK)):
+            x = _table_pass(np.uint64(xs[j]), half, mask, table, size)
+            out[j] = np.int64(x)
+            todo[c] = j
+            c += np.int64(x >= n)
+        while c > 0:
+            kept = 0
+            for t in range(c):
+                j = todo[t]
+                x = _table_pass(np.uint64(out[j]), half, mask, table, size)
                 out[j] = np.int64(x)
                 todo[kept] = j
                 kept += np.int64(x >= n)

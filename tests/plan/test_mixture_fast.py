@@ -187,3 +187,37 @@ def test_forward_by_chunked_passes_equals_the_reference(n):
     idx[:10] = n - 1
     key = permutation_key("v", 3, 1, "chunks")
     assert Permutation(n, key).forward(idx).tolist() == forward_reference(n, key, idx).tolist()
+
+
+@pytest.mark.parametrize("n", [2, 3, 257, 4097, 400_000, 1 << 24, (1 << 24) + 1])
+def test_forward_by_round_tables_equals_the_reference(n):
+    """The block kernel's Feistel passes read the round functions from tables (halves of at most
+    ``TABLE_MAX_HALF`` bits): the same values as the mixing itself and the plain numpy definition."""
+    from resumable_data.plan.permutation import ROUNDS, TABLE_MAX_HALF, Permutation, forward_into, forward_table_into, \
+        round_table_into
+
+    p = Permutation(n, permutation_key("v", 5, 2, "tables"))
+    idx = np.random.default_rng(n % 997).integers(0, n, 1500)
+    idx[:10] = n - 1
+    want = forward_reference(n, p.key, idx)
+    mixed = np.empty_like(idx)
+    forward_into(idx, mixed, np.uint64(n), p.half, p.round_keys)
+    assert mixed.tolist() == want.tolist()
+    if int(p.half) <= TABLE_MAX_HALF:
+        table = np.empty(ROUNDS << int(p.half), dtype=np.uint64)
+        round_table_into(p.round_keys, p.half, table)
+        got = np.empty_like(idx)
+        forward_table_into(idx, got, np.uint64(n), p.half, table)
+        assert got.tolist() == want.tolist()
+    else:
+        assert n > 1 << 24  # the largest domain a table serves is 2**24
+
+
+def test_a_source_too_large_for_round_tables_uses_the_round_keys():
+    """A source of 2**25 records (13-bit halves: no table) beside small ones, by the definition."""
+    plan = make(N3, (1 << 25, 300, 17), (0.5, 0.3, 0.2), 64, 7)
+    check(plan, np.arange(0, 200))
+    check(plan, [10**6, 10**6 + 63, 10**6 + 64, 3])
+    assert plan.concatenated_ids(np.arange(0, 4096)).tolist() == \
+        np.concatenate([make(N3, (1 << 25, 300, 17), (0.5, 0.3, 0.2), 64, 7).concatenated_ids(np.arange(k, k + 64))
+                        for k in range(0, 4096, 64)]).tolist()

@@ -1,0 +1,75 @@
+"""Resume of an unpacked mixture served by runs of upcoming positions (a span of blocks computed
+in one call, the sources' counts at its end kept for the next span): a resumed loader at a
+random step equals the uninterrupted one batch for batch, across block boundaries, source
+epoch boundaries and the boundary of a run of positions, with and without token counts, from a
+fresh loader and from the same loader seeking back and forth (no cached span may leak)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import resumable_data as rd
+from resumable_data.plan.record_runs import RUN
+from tests.loader.conftest import canon
+from tests.mixture_data import SIZES, WEIGHTS, open_sources, source_of, write_sources
+
+BATCH = 12
+STEPS = RUN // BATCH + 40  # past the first run of positions (and ~25 loader epochs of 191 positions)
+H = 3
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    return write_sources(tmp_path_factory.mktemp("mixspan"))
+
+
+def make(dirs, block, tokens):
+    mix = rd.Mixture(open_sources(dirs), weights=WEIGHTS, block_size=block)
+    return rd.DataLoader(mix, batch_size=BATCH, seed=5, **({"token_column": "tokens"} if tokens else {}))
+
+
+def run(loader, steps, ids=None):
+    batches, states = [], [loader.state_dict()]
+    while len(batches) < steps:
+        for b in loader:
+            batches.append(canon(b))
+            if ids is not None:
+                ids.append(b["id"].numpy().copy())
+            states.append(loader.state_dict())
+            if len(batches) == steps:
+                break
+    return batches, states
+
+
+@pytest.mark.parametrize("tokens", [False, True], ids=["ids", "tokens"])
+@pytest.mark.parametrize("block", [7, 16, 1024, 5000])  # unaligned to a run, aligned, 4 per run, larger than a run
+def test_resume_at_random_steps_equals_the_uninterrupted_stream(dirs, block, tokens):
+    ids = []
+    batches, states = run(make(dirs, block, tokens), STEPS, ids)
+    src = source_of(np.concatenate(ids))
+    assert np.bincount(src, minlength=3)[2] > 3 * SIZES["math"]  # the small source ran through many epochs
+    assert ("tokens" in states[-1]["mixture"]) is tokens and (states[-1]["counters"]["tokens"] > 0) is tokens
+    rng = np.random.default_rng(block + tokens)
+    near_run_end = [RUN // BATCH - 1, RUN // BATCH, RUN // BATCH + 1]  # the batch that crosses position RUN
+    points = near_run_end + rng.choice(STEPS - H, size=7, replace=False).tolist()
+    same = make(dirs, block, tokens)  # one loader seeking back and forth: its caches must not leak
+    run(same, 2)
+    for k in points:
+        for loader in (make(dirs, block, tokens), same):
+            loader.load_state_dict(states[k])
+            got, got_states = run(loader, H)
+            assert got == batches[k:k + H], f"resume at step {k}"
+            assert got_states[-1]["counters"] == states[k + H]["counters"]
+            assert got_states[-1].get("mixture") == states[k + H].get("mixture")
+
+
+def test_a_span_starts_where_the_last_one_left_the_sources(dirs):
+    """Spans in order, a span after a seek and a span on a fresh plan give the same records."""
+    mix = rd.Mixture(open_sources(dirs), weights=WEIGHTS, block_size=16)
+    plan = mix.sampler(5, BATCH).plan
+    spans = [(0, RUN), (RUN, 2 * RUN), (7 * RUN + 3, 8 * RUN), (RUN, 2 * RUN), (2 * RUN, 3 * RUN)]
+    for lo, hi in spans:
+        fresh = mix.sampler(5, BATCH).plan
+        want = np.concatenate([fresh.concatenated_ids(np.arange(p, min(p + 16, hi))) for p in range(lo, hi, 16)])
+        assert plan.concatenated_ids(np.arange(lo, hi)).tolist() == want.tolist()  # span path vs one block at a time
