@@ -16,15 +16,19 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(PY) -m resumable_data.demo
 
-# the whole suite, long variants included (about 4 minutes on 2 cores)
+# the whole suite, long variants included at 5x the CI-sized runs (RD_RELIABILITY_SCALE; pytest
+# run by hand defaults to 10x); --durations names the long poles in every log
+RD_RELIABILITY_SCALE ?= 5
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2
+	RD_RELIABILITY_SCALE=$(RD_RELIABILITY_SCALE) $(PY) -m pytest -q -n 2 --durations=15
 
 # while developing: without the long variants (about 2 minutes)
 test-quick: $(STAMP)
 	$(PY) -m pytest -q -n 2 -m "not slow"
 
-test-long: test
+# the long variants at 20x (interrupt points, epochs, SIGKILLs, state-machine examples): a nightly job
+test-long: $(STAMP)
+	RD_RELIABILITY_SCALE=20 $(PY) -m pytest -q -n 2 --durations=25
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
