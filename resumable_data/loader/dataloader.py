@@ -327,7 +327,9 @@ class DataLoader:
         """Per-source progress of an ``rd.Mixture`` loader at its committed cursor: records
         consumed per source, each source's epoch and position, the next step's per-source counts
         and, with ``token_column=``, each source's tokens consumed (an
-        :class:`~resumable_data.loader.mixture_state.MixtureProgress`)."""
+        :class:`~resumable_data.loader.mixture_state.MixtureProgress`). Packed, the tokens are
+        those of the sequences passed before the cursor: after ``on_uncommitted="skip"`` they
+        include the skipped steps' sequences, which ``counters.tokens`` (the delivered) does not."""
         if not hasattr(self.config.positional, "state_section"):
             raise ConfigError(describe("dataset", type(self.dataset).__name__, "an rd.Mixture",
                                        "build the loader over rd.Mixture({...}, weights=...)"))

@@ -254,8 +254,10 @@ def packed_change(saved: LoaderState, stream: Any, step: int, change: bool) -> A
     """The rebase a packed mixture continues from after a restore of ``saved`` at ``step``: with
     ``change`` (other weights, ``data_change``) a new one at :func:`change_position` (the sequences
     of the window holding the cursor stay the old plan's; each source continues from its count
-    there; the runs holding the epoch's earlier documents are kept), else the saved one, which must
-    lie at or before the window boundary of the committed cursor (``ResumeError``)."""
+    there; the runs holding the earlier documents of the saved epoch and of the change's epoch are
+    kept; ``ResumeError`` when they would be more than ``MAX_EARLIER``, before anything changes),
+    else the saved one, which must lie at or before the window boundary of the committed cursor
+    (``ResumeError``)."""
     from resumable_data.sources.mixture_packed import change_rebase
 
     order = stream.order.saved(saved.mixture)

@@ -7,7 +7,9 @@ hash and global batch, :func:`saved_plan` rebuilds the pure counting plan of the
 each source's consumed count, epoch and position at the cursor follow in O(S log + B), without
 the sources and without replay.
 
-Resume rules (:func:`check_mixture`). Sources, sizes, block and shuffle must match. Different
+Resume rules (:func:`check_mixture`). The saved section is validated first, every key before
+any is compared (:func:`check_section`: ``earlier`` only in a packed constant-weights state, no
+rebase in a packed schedule's). Sources, sizes, block and shuffle must match. Different
 weights are refused under the default (a faithful continuation) with both schedules named; with
 ``label="data_change"`` they are accepted and the new loader continues every source from its
 consumed count at the resume position (a new rebase), so no record of any source is repeated or
@@ -195,7 +197,8 @@ class MixtureProgress:
     position: int
     sources: tuple[SourceProgress, ...]
     next_step: dict[str, int]
-    #: Non-padding tokens of ``token_column`` in each source's consumed records (None: not counted).
+    #: Non-padding tokens of ``token_column`` in each source's consumed records (None: not counted);
+    #: packed, the input tokens of the sequences passed, a skipped step's included (not delivered).
     tokens: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
