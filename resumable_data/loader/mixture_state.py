@@ -56,8 +56,8 @@ from resumable_data.plan.mixture_section import K_BLOCK, K_NAMES, K_REBASE, K_SC
     K_EARLIER, K_TOKEN_COLUMN, K_TOKENS, K_TOKENS_BASE, TOKENS_SCHEMA_VERSION, Rebase, parse_section
 from resumable_data.plan.mixture_tokens import SourceTokens
 
-__all__ = ["MixtureProgress", "TokenStart", "check_mixture", "check_section", "check_saved_tokens", "mixture_progress", "saved_plan",
-           "saved_tokens", "with_source_tokens"]
+__all__ = ["MixtureProgress", "TokenStart", "check_mixture", "check_saved_tokens", "check_section", "mixture_progress",
+           "saved_plan", "saved_tokens", "with_source_tokens"]
 
 _FIXED = (K_NAMES, K_SIZES, K_BLOCK, K_SHUFFLE)
 
