@@ -45,7 +45,7 @@ from resumable_data.loader.config import LoaderConfig, check_worker_options, res
 from resumable_data.loader.fetch import StepFetcher, StepSampler
 from resumable_data.loader.iterator import LoaderIterator
 from resumable_data.loader.ledger import CounterView, ProgressLedger
-from resumable_data.loader.mixture_packed import PackedSourceCount, packed_progress, resolve_schedule
+from resumable_data.loader.mixture_packed import PackedSourceCount, packed_progress, resolve_schedule, without_ended_runs
 from resumable_data.loader.mixture_state import TokenStart, check_saved_tokens, mixture_progress, saved_plan, \
     with_source_tokens
 from resumable_data.loader.restore import validate_restore
@@ -271,7 +271,7 @@ class DataLoader:
             return state
         plan = self.config.positional.plan
         if isinstance(self._stream, PackedStream):
-            return self._packed().with_tokens(state, self._stream, self.config.positional)
+            return self._packed().with_tokens(without_ended_runs(state), self._stream, self.config.positional)
         return with_source_tokens(state, plan, counter, self.config.token_column, self._tokens_base)
 
     def _source_tokens(self) -> SourceTokens | None:
@@ -327,7 +327,9 @@ class DataLoader:
         """Per-source progress of an ``rd.Mixture`` loader at its committed cursor: records
         consumed per source, each source's epoch and position, the next step's per-source counts
         and, with ``token_column=``, each source's tokens consumed (an
-        :class:`~resumable_data.loader.mixture_state.MixtureProgress`)."""
+        :class:`~resumable_data.loader.mixture_state.MixtureProgress`). Packed, the tokens are
+        those of the sequences passed before the cursor: after ``on_uncommitted="skip"`` they
+        include the skipped steps' sequences, which ``counters.tokens`` (the delivered) does not."""
         if not hasattr(self.config.positional, "state_section"):
             raise ConfigError(describe("dataset", type(self.dataset).__name__, "an rd.Mixture",
                                        "build the loader over rd.Mixture({...}, weights=...)"))

@@ -49,12 +49,12 @@ from resumable_data.loader.mixture_state import MixtureProgress
 from resumable_data.loader.state import LoaderState
 from resumable_data.plan import Tail
 from resumable_data.plan.mixture import SourceProgress
-from resumable_data.plan.mixture_section import EARLIER_SCHEMA_VERSION, K_EARLIER, K_NAMES, K_SCHEMA, K_TOKENS, \
-    TOKENS_SCHEMA_VERSION
+from resumable_data.plan.mixture_section import EARLIER_SCHEMA_VERSION, K_EARLIER, K_NAMES, K_REBASE, K_SCHEMA, \
+    K_TOKENS, MAX_EARLIER, MIXTURE_SCHEMA_VERSION, TOKENS_SCHEMA_VERSION
 from resumable_data.plan.packing import PackMode, best_fit_bins
 
 __all__ = ["PackedPrefix", "PackedSourceCount", "change_position", "packed_change", "packed_progress", "prefix",
-           "resolve_schedule", "step_documents", "window_boundary"]
+           "resolve_schedule", "step_documents", "window_boundary", "without_ended_runs"]
 
 
 @dataclass(frozen=True)
@@ -254,8 +254,10 @@ def packed_change(saved: LoaderState, stream: Any, step: int, change: bool) -> A
     """The rebase a packed mixture continues from after a restore of ``saved`` at ``step``: with
     ``change`` (other weights, ``data_change``) a new one at :func:`change_position` (the sequences
     of the window holding the cursor stay the old plan's; each source continues from its count
-    there; the runs holding the epoch's earlier documents are kept), else the saved one, which must
-    lie at or before the window boundary of the committed cursor (``ResumeError``)."""
+    there; the runs holding the earlier documents of the saved epoch and of the change's epoch are
+    kept; ``ResumeError`` when they would be more than ``MAX_EARLIER``, before anything changes),
+    else the saved one, which must lie at or before the window boundary of the committed cursor
+    (``ResumeError``)."""
     from resumable_data.sources.mixture_packed import change_rebase
 
     order = stream.order.saved(saved.mixture)
@@ -271,7 +273,37 @@ def packed_change(saved: LoaderState, stream: Any, step: int, change: bool) -> A
     if not change:
         return rebase
     epoch, position = change_position(saved, old, step)
-    return change_rebase(order, epoch * stream.plan.num_records, position)
+    # the runs holding the saved epoch's documents are kept: a skipped step may lie in a later epoch
+    # than the committed cursor, whose epoch the restored loader still locates steps in
+    new = change_rebase(order, min(saved.epoch_base[0], epoch) * stream.plan.num_records, position)
+    runs = len(getattr(new, "earlier", ()))
+    if runs > MAX_EARLIER:
+        raise ResumeError(describe("label", "data_change", f"a weight change that leaves at most {MAX_EARLIER} earlier "
+                                   f"runs in the loader epoch (this one would leave {runs}: the weights changed in "
+                                   f"{runs} packing windows of epoch {saved.epoch_base[0]})", "resume with the saved "
+                                   "weights (no label) and declare the change from the next loader epoch on"))
+    return new
+
+
+def without_ended_runs(state: LoaderState) -> LoaderState:
+    """``state`` without the ``earlier`` runs that end at or before the first position of its
+    ``epoch_base``'s epoch (a restore needs only the runs that hold that epoch's documents); schema
+    3 only while some remain (then 2 with per-source tokens, else 1)."""
+    section = state.mixture
+    if section is None or K_EARLIER not in section:
+        return state
+    start = state.epoch_base[0] * state.plan.num_records
+    runs = section[K_EARLIER]
+    ends = [r[0] for r in runs[1:]] + [section[K_REBASE][0]]
+    kept = [r for r, end in zip(runs, ends) if end > start]
+    if len(kept) == len(runs):
+        return state
+    rest = {k: v for k, v in section.items() if k != K_EARLIER}
+    if kept:
+        rest[K_EARLIER] = kept
+    else:
+        rest[K_SCHEMA] = TOKENS_SCHEMA_VERSION if K_TOKENS in rest else MIXTURE_SCHEMA_VERSION
+    return replace(state, mixture=rest)
 
 
 def resolve_schedule(order: Any, stream: Any) -> None:

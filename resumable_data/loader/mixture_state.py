@@ -7,7 +7,9 @@ hash and global batch, :func:`saved_plan` rebuilds the pure counting plan of the
 each source's consumed count, epoch and position at the cursor follow in O(S log + B), without
 the sources and without replay.
 
-Resume rules (:func:`check_mixture`). Sources, sizes, block and shuffle must match. Different
+Resume rules (:func:`check_mixture`). The saved section is validated first, every key before
+any is compared (:func:`check_section`: ``earlier`` only in a packed constant-weights state, no
+rebase in a packed schedule's). Sources, sizes, block and shuffle must match. Different
 weights are refused under the default (a faithful continuation) with both schedules named; with
 ``label="data_change"`` they are accepted and the new loader continues every source from its
 consumed count at the resume position (a new rebase), so no record of any source is repeated or
@@ -51,11 +53,11 @@ from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.state import LoaderState, OnUncommitted
 from resumable_data.plan.mixture import MixturePlan, SourceProgress, StepPositions
 from resumable_data.plan.mixture_section import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
-    K_TOKEN_COLUMN, K_TOKENS, K_TOKENS_BASE, TOKENS_SCHEMA_VERSION, Rebase
+    K_EARLIER, K_TOKEN_COLUMN, K_TOKENS, K_TOKENS_BASE, TOKENS_SCHEMA_VERSION, Rebase, parse_section
 from resumable_data.plan.mixture_tokens import SourceTokens
 
-__all__ = ["MixtureProgress", "TokenStart", "check_mixture", "check_saved_tokens", "mixture_progress", "saved_plan",
-           "saved_tokens", "with_source_tokens"]
+__all__ = ["MixtureProgress", "TokenStart", "check_mixture", "check_saved_tokens", "check_section", "mixture_progress",
+           "saved_plan", "saved_tokens", "with_source_tokens"]
 
 _FIXED = (K_NAMES, K_SIZES, K_BLOCK, K_SHUFFLE)
 
@@ -66,6 +68,7 @@ def saved_plan(state: LoaderState) -> MixturePlan:
     if state.mixture is None:
         raise ResumeError("state.mixture is missing: the state is not of an rd.Mixture loader; fix: pass a mixture "
                           "loader's state")
+    check_section(state)
     pos = None if state.packing is not None else _positions_of_steps(state.plan)
     plan = MixturePlan.from_dict(state.mixture, seed=state.plan.seed, version_hash=state.plan.version_hash,
                                  position_of_step=pos)
@@ -82,6 +85,21 @@ def saved_plan(state: LoaderState) -> MixturePlan:
             raise ResumeError(describe("state.mixture.rebase", plan.rebase.to_list(), f"a position <= {resume}, {where}",
                                        "pass an unmodified state"))
     return plan
+
+
+def check_section(state: LoaderState) -> None:
+    """``ResumeError`` unless ``state``'s mixture section is well formed (:func:`parse_section`)
+    and holds only what its loader writes: ``earlier`` runs only with packing and constant weights,
+    no rebase with a packed weight schedule (its runs follow from the plan)."""
+    section = parse_section(state.mixture)
+    if K_EARLIER in state.mixture and (state.packing is None or len(section.segments) > 1):
+        kind = "an unpacked mixture" if state.packing is None else "a packed weight schedule"
+        raise ResumeError(describe("state.mixture.earlier", state.mixture[K_EARLIER], f"absent in a state of {kind} "
+                                   "(earlier runs are written only by a packed mixture with constant weights changed "
+                                   "inside an epoch)", "pass an unmodified state"))
+    if state.packing is not None and len(section.segments) > 1 and section.rebase is not None:
+        raise ResumeError(describe("state.mixture.rebase", section.rebase.to_list(), "null in a state of a packed "
+                                   "weight schedule (its runs follow from the plan)", "pass an unmodified state"))
 
 
 def _positions_of_steps(plan: Any) -> Any:
@@ -115,6 +133,7 @@ def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel
         return [f"mixture: the {side} is not an rd.Mixture loader; fix: resume a mixture's state into a loader over "
                 "the same rd.Mixture"], None
     s, c = saved.mixture, current.mixture
+    check_section(saved)  # every saved key checked before any is read
     batch_changed = saved.plan.batch_dict() != current.plan.batch_dict()
     if (batch_changed or saved.plan.origin is not None) and len(c[K_SCHEDULE]) > 1:
         return [_SCHEDULE_AND_BATCH_CHANGE], None
@@ -137,7 +156,7 @@ def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel
         return diffs, None
     packed = saved.packing is not None and hasattr(getattr(stream, "order", None), "saved")
     if s[K_SCHEDULE] == c[K_SCHEDULE]:
-        if packed and plan.rebase is not None:
+        if packed and plan.rebase is not None and not batch_changed:  # a batch change: refused (or continued) there
             from resumable_data.loader.mixture_packed import packed_change  # it imports this module
 
             return [], packed_change(saved, stream, saved.cursor.committed, change=False)
@@ -178,7 +197,8 @@ class MixtureProgress:
     position: int
     sources: tuple[SourceProgress, ...]
     next_step: dict[str, int]
-    #: Non-padding tokens of ``token_column`` in each source's consumed records (None: not counted).
+    #: Non-padding tokens of ``token_column`` in each source's consumed records (None: not counted);
+    #: packed, the input tokens of the sequences passed, a skipped step's included (not delivered).
     tokens: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:

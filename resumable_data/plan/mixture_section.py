@@ -169,6 +169,9 @@ def _packed_rebase(raw: Any, rebase: Rebase | None, sources: int, where: str) ->
         for k, w in enumerate(run[2]):
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < float("inf"):
                 raise ResumeError(describe(f"{where}[{i}][2][{k}]", w, "a finite weight >= 0", "pass an unmodified state"))
+        if not any(w > 0 for w in run[2]):
+            raise ResumeError(describe(f"{where}[{i}][2]", run[2], "weights with at least one > 0 (the run drew "
+                                       "records)", "pass an unmodified state"))
         before = runs[-1].position if runs else -1
         if sum(counts) != position or not before < position < rebase.position:
             raise ResumeError(describe(f"{where}[{i}]", run, f"counts summing to the position, positions increasing "

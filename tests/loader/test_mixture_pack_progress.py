@@ -208,15 +208,19 @@ def test_tokens_on_a_dropping_tail_continue_across_a_data_change(dirs, tail, off
     got, got_states = continue_from(make(dirs, spec, W2, tail=tail), b_states[25], 10)  # faithful: seeded again
     assert got == b_batches[25:35]
     assert [without_fetched(x) for x in got_states] == [without_fetched(x) for x in b_states[25:36]]
-    section = b_states[25]["mixture"]
-    assert ("earlier" in section) == bool(offset)  # a mid-epoch change keeps the epoch's earlier run
-    stripped = {**b_states[25], "mixture": {**{x: v for x, v in section.items() if x != "tokens"},
-                                            "schema_version": 3 if offset else 1}}
+    # a mid-epoch change keeps the epoch's earlier run while the cursor is in that epoch, not after it
+    assert "earlier" not in b_states[25]["mixture"] and b_states[25]["epoch_base"][0] == 3
+    j = 5 if offset else 25
+    assert b_states[j]["epoch_base"][0] == (2 if offset else 3)
+    section = b_states[j]["mixture"]
+    assert ("earlier" in section) == bool(offset)
+    stripped = {**b_states[j], "mixture": {**{x: v for x, v in section.items() if x != "tokens"},
+                                           "schema_version": 3 if offset else 1}}
     blind = make(dirs, spec, W2, tail=tail)
     got, got_states = continue_from(blind, stripped, 3)
-    assert got == b_batches[25:28]
+    assert got == b_batches[j:j + 3]
     if offset:  # the earlier run starts at 0: the piecewise stream answers every position, counted cold
-        assert got_states[-1]["mixture"]["tokens"] == b_states[28]["mixture"]["tokens"]
+        assert got_states[-1]["mixture"]["tokens"] == b_states[j + 3]["mixture"]["tokens"]
     else:  # epochs before the rebase are not in the plan: no counts, as such states had none
         assert "tokens" not in got_states[-1]["mixture"]
         assert blind.mixture_progress().tokens is None and blind.mixture_progress().sources[0].consumed > 0
