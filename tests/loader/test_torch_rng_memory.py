@@ -99,12 +99,9 @@ def test_edge_keys_and_initial_seed(cached):
         assert torch.initial_seed() == k & (2**63 - 1)
 
 
-def test_the_torch_only_seeder_seeds_torch_alone():
-    """Lazy seeding's seeder: torch equals manual_seed, Python's and numpy's states are untouched."""
-    keys = [2**40 + 3, 7, 2**64 - 1]
-    random.seed(1)
-    np.random.seed(2)
-    py, npy = random.getstate(), repr(np.random.get_state())
+def _torch_only_equals_manual_seed(keys: list[int]) -> None:
+    """The torch-only seeder (lazy seeding's), key by key, with both caches engaged before:
+    torch's state and draws equal ``manual_seed``'s."""
     seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64), torch_only=True)
     for i, k in enumerate(keys):
         engage_caches()
@@ -112,6 +109,15 @@ def test_the_torch_only_seeder_seeds_torch_alone():
         got = (tstate(), tdraws())
         GEN.manual_seed(k & (2**63 - 1))
         assert got == (tstate(), tdraws())
+
+
+def test_the_torch_only_seeder_seeds_torch_alone():
+    """Lazy seeding's seeder: torch equals manual_seed, Python's and numpy's states are untouched."""
+    keys = [2**40 + 3, 7, 2**64 - 1]
+    random.seed(1)
+    np.random.seed(2)
+    py, npy = random.getstate(), repr(np.random.get_state())
+    _torch_only_equals_manual_seed(keys)
     assert (random.getstate(), repr(np.random.get_state())) == (py, npy)
 
 
@@ -187,13 +193,7 @@ def test_the_reference_route_when_the_probe_fails(monkeypatch, fresh_layout, how
     keys = [2**40 + 9, 77, 2**64 - 1]
     for cached in (False, True):
         _fast_vs_reference(keys, cached)
-    seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64), torch_only=True)
-    for i, k in enumerate(keys):
-        engage_caches()
-        seeder.seed(i)
-        got = (tstate(), tdraws())
-        GEN.manual_seed(k & (2**63 - 1))
-        assert got == (tstate(), tdraws())
+    _torch_only_equals_manual_seed(keys)
     torch.manual_seed(8)
     engage_caches()
     before = tstate()
