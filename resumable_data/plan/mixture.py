@@ -69,6 +69,7 @@ from resumable_data.plan.weights import StepPositions, WeightSchedule
 __all__ = ["MixturePlan", "Rebase", "SourceProgress", "StepPositions", "WeightSchedule", "floor_sum", "mixture_version"]
 
 _CACHE_BYTES = 1 << 25  # the block cache's bound (its entry count follows from the block size)
+_SPAN_POSITIONS = 4096  # positions per compiled span call (a longer query is cut into such chunks)
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,9 @@ class MixturePlan:
     """Which source, source position and record each position of a mixed stream holds.
 
     ``position_of_step`` turns a schedule's steps into positions (the loader supplies it); the
-    plan is immutable and the same arguments give the same stream.
+    plan is immutable and the same arguments give the same stream. Its caches (blocks, round
+    keys, the last span's end) are per plan and not locked: give each thread its own plan (the
+    loader's workers are processes, each with its own).
     """
 
     def __init__(self, names: Sequence[str], sizes: Sequence[int], versions: Sequence[str], schedule: WeightSchedule,
@@ -222,8 +225,9 @@ class MixturePlan:
         prev = self._blocks.get((run.start, j - 1))
         if prev is not None:
             return prev.before + prev.counts
-        if self._span_end is not None and self._span_end[0] == (run.start, j):
-            return self._span_end[1]
+        end = self._span_end  # read once: another thread may replace it meanwhile
+        if end is not None and end[0] == (run.start, j):
+            return end[1]
         return np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) + run.extras_before(j)
 
     def _span_records(self, run: Run, j: int, nb: int) -> _Block:
@@ -339,9 +343,20 @@ class MixturePlan:
             return tuple(getattr(b, f)[inner] for f in fields)
         if span and (k + 1 == len(self._runs) or hi < self._runs[k + 1].start):
             # a contiguous span inside one run (a run of upcoming positions)
-            if block == self._block_records and pos.size >= self.block:  # its blocks in one compiled call
-                arrays = self._span_records(run, j, (hi - origin) // self.block + 1)
-                return tuple(getattr(arrays, f)[lo - origin:hi + 1 - origin] for f in fields)
+            if block == self._block_records and pos.size >= self.block:  # its blocks in compiled calls
+                nb = (hi - origin) // self.block + 1
+                step = max(1, _SPAN_POSITIONS // self.block)  # blocks per call: memory stays O(run), not O(query)
+                if nb <= step:
+                    arrays = self._span_records(run, j, nb)
+                    return tuple(getattr(arrays, f)[lo - origin:hi + 1 - origin] for f in fields)
+                out = tuple(np.empty_like(pos) for _ in fields)
+                for c in range(0, nb, step):
+                    arrays = self._span_records(run, j + c, min(step, nb - c))
+                    first = origin + c * self.block  # the chunk's first position
+                    a, b = max(lo, first), min(hi + 1, first + arrays.src.shape[0])
+                    for o, f in zip(out, fields):
+                        o[a - lo:b - lo] = getattr(arrays, f)[a - first:b - first]
+                return out
             out = tuple(np.empty_like(pos) for _ in fields)
             at = lo
             while at <= hi:

@@ -73,3 +73,24 @@ def test_a_span_starts_where_the_last_one_left_the_sources(dirs):
         fresh = mix.sampler(5, BATCH).plan
         want = np.concatenate([fresh.concatenated_ids(np.arange(p, min(p + 16, hi))) for p in range(lo, hi, 16)])
         assert plan.concatenated_ids(np.arange(lo, hi)).tolist() == want.tolist()  # span path vs one block at a time
+
+
+@pytest.mark.parametrize("block", [16, 1000])
+def test_a_query_longer_than_a_span_call_is_cut_into_chunks_with_the_same_records(dirs, block):
+    """A query of many runs' worth of positions (starting mid-block, ending mid-block) goes
+    through the span path chunk by chunk: the same records as one block at a time, and the
+    round keys the plan keeps afterwards cover one chunk, not the whole query."""
+    from resumable_data.plan.mixture import _SPAN_POSITIONS
+
+    mix = rd.Mixture(open_sources(dirs), weights=WEIGHTS, block_size=block)
+    plan = mix.sampler(5, BATCH).plan
+    lo, hi = 5, 5 * _SPAN_POSITIONS + 3 * block + 7
+    fresh = mix.sampler(5, BATCH).plan
+    first = lo - lo % block
+    want = np.concatenate([fresh.concatenated_ids(np.arange(max(p, lo), min(p + block, hi)))
+                           for p in range(first, hi, block)])
+    assert plan.concatenated_ids(np.arange(lo, hi)).tolist() == want.tolist()
+    chunk = max(1, _SPAN_POSITIONS // block) * block  # positions per compiled call
+    rows = plan._keys.keys.shape[0]  # one per source epoch the last chunk touches, not the whole query's
+    whole = sum((hi - lo) * WEIGHTS[k] / n for k, n in SIZES.items())  # the whole query's epochs
+    assert rows <= sum(chunk * WEIGHTS[k] / n + 3 for k, n in SIZES.items()) < whole / 2, rows
