@@ -120,9 +120,9 @@ class PackedMixtureSampler(MixtureSampler):
         return np.searchsorted(starts, positions, side="right") - 1, [p for _, p in runs] + [self.plan]
 
     def at_positions(self, positions: np.ndarray) -> np.ndarray:
-        if not self.earlier_runs():
-            return super().at_positions(positions)
         pos = np.asarray(positions, dtype=np.int64)
+        if not self.earlier_runs() or (pos.size and int(pos.min()) >= self.plan.first_position):
+            return super().at_positions(pos)  # all in the run in force (the usual case after a change)
         which, plans = self._which(pos)
         out = np.empty_like(pos)
         for k in np.unique(which).tolist():
