@@ -10,7 +10,7 @@ Algorithm. Seeding is a pure function of the key, so one compiled kernel (``mt19
 computes, for every key of a batch at once (one call per batch), the bytes each generator holds
 after seeding: MT19937's ``init_by_array`` state shared by Python's ``RandomObject`` and numpy's
 ``mt19937_state``, and torch's ``CPUGeneratorImpl`` region (seed, engine, disengaged cached
-normals; ``torch_rng_memory.py``). :class:`GlobalSeeder` then *copies* each sample's bytes into
+normals; ``torch_rng_memory.py``). :class:`GlobalSeeder` then *copies* (``seed_copy.py``) each sample's bytes into
 the generators through byte views of their memory: one memoryview slice assignment per
 generator (the slices are made once per pooled buffer), Python's ``gauss_next`` reset, and
 numpy's cached Gaussian (``has_gauss``, ``gauss`` of the global ``RandomState``, found at its
@@ -56,11 +56,11 @@ import torch
 
 from resumable_data.loader import torch_rng_memory
 from resumable_data.loader.mt19937 import N as _N, PYNP_WORDS, fill_rows, mt_states, seed_rows
+from resumable_data.loader.seed_copy import RowBuffer, seed_function, seed_globals_reference
 
-__all__ = ["GlobalRNGGuard", "GlobalSeeder", "UnseededWatch", "lazy_seeding_available", "mt_states", "seed_globals",
+__all__ = ["GlobalRNGGuard", "GlobalSeeder", "UnseededWatch", "layout", "lazy_seeding_available", "mt_states", "seed_globals",
            "seed_globals_reference"]
 
-_MASK63 = (1 << 63) - 1
 
 
 def _view(address: int, count: int) -> np.ndarray:
@@ -93,8 +93,8 @@ class _Layout:
         self.py_mv = None if self.py is None else memoryview(self.py.view(np.uint8))
         self.np_mv = None if self.np is None else memoryview(self.np.view(np.uint8))
         self.torch_mv = None if self.torch is None else memoryview(self.torch.view)
-        #: reusable row buffers by (keys, words per row): see :class:`_Rows`
-        self.pool: dict[tuple[int, int], list[_Rows]] = {}
+        #: reusable row buffers by (keys, words per row): see :class:`~.seed_copy.RowBuffer`
+        self.pool: dict[tuple[int, int], list[RowBuffer]] = {}
         #: numpy's cached Gaussian as two 64-bit words (flag word, value): read before clearing
         self.gauss_words = None if self.gauss is None else memoryview(
             np.ctypeslib.as_array((ctypes.c_uint8 * 16).from_address(ctypes.addressof(self.gauss)))).cast("Q")
@@ -195,38 +195,15 @@ def _layout() -> _Layout:
     return _LAYOUT
 
 
+#: The probed layout of the global generators (probed again after one was swapped).
+layout = _layout
+
+
 def seed_globals(key: int) -> None:
     """Seed Python's ``random``, ``numpy.random`` and torch's CPU generator from ``key``."""
     seeder = GlobalSeeder(np.array([key], dtype=np.uint64))
     seeder.seed(0)
     seeder.release()
-
-
-def seed_globals_reference(key: int) -> None:
-    """:func:`seed_globals` through the seeding functions themselves (what the fast route must equal)."""
-    random.seed(key)
-    np.random.seed(np.array([key & 0xFFFFFFFF, key >> 32], dtype=np.uint32))
-    torch.random.default_generator.manual_seed(key & _MASK63)  # < 2**63: torch.initial_seed() stays a signed int64
-
-
-_PY_BYTES = (_N + 1) * 4  # [index, state] / [state, pos]: one generator's part of a row
-_PYNP_BYTES = PYNP_WORDS * 4
-
-
-class _Rows:
-    """A reusable buffer of seeding rows and each row's byte slices, one per generator (made once:
-    making a memoryview slice costs about as much as the copy it serves). Pooled per size on the
-    layout; one seeder holds it at a time (taken on construction, given back by ``release``)."""
-
-    __slots__ = ("rows", "py", "np", "torch")
-
-    def __init__(self, n: int, width: int, torch_bytes: int) -> None:
-        self.rows = np.empty((n, width), np.uint32)
-        src = memoryview(self.rows).cast("B")
-        starts = range(0, n * width * 4, width * 4)
-        self.py = [src[o:o + _PY_BYTES] for o in starts]  # [index, state]
-        self.np = [src[o + 4:o + _PYNP_BYTES] for o in starts]  # [state, pos]
-        self.torch = [src[o + _PYNP_BYTES:o + _PYNP_BYTES + torch_bytes] for o in starts] if torch_bytes else []
 
 
 _POOL_MAX = 4  # buffers kept per size (more are live only while seeders nest or run in threads)
@@ -235,96 +212,28 @@ _POOL_MAX = 4  # buffers kept per size (more are live only while seeders nest or
 class GlobalSeeder:
     """Seeds the globals for each key of a batch: ``GlobalSeeder(keys).seed(i)`` for the i-th.
 
-    One kernel call computes every key's bytes (``mt19937.seed_rows``) into a pooled buffer;
-    ``seed(i)`` copies them into the generators: one slice assignment per generator, Python's
-    ``gauss_next`` reset, and numpy's cached Gaussian cleared when set. ``torch_only``: torch's
-    generator only (lazy seeding leaves the other two unseeded). :meth:`release` gives the buffer
-    back once no more ``seed`` calls follow (optional: an unreleased buffer is simply freed)."""
+    One kernel call computes every key's bytes (``mt19937.fill_rows``) into a pooled
+    :class:`~.seed_copy.RowBuffer`; ``seed(i)`` copies them into the generators
+    (:func:`~.seed_copy.seed_function`). ``torch_only``: torch's generator only (lazy seeding
+    leaves the other two unseeded). :meth:`release` gives the buffer back once no more ``seed``
+    calls follow (optional: an unreleased buffer is simply freed)."""
 
     __slots__ = ("seed", "_buf", "_pool", "_lay")
 
     def __init__(self, keys: np.ndarray, torch_only: bool = False) -> None:
         keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
-        lay = _layout()
-        py_mv, np_mv = (None, None) if torch_only else (lay.py_mv, lay.np_mv)
+        lay = self._lay = _layout()  # the views point into the probed generators, which it keeps alive
         tlay = lay.torch
-        t_mv = lay.torch_mv
-        pynp = py_mv is not None or np_mv is not None
+        pynp = not torch_only and (lay.py_mv is not None or lay.np_mv is not None)
         n = keys.shape[0]
         small = 0
         self._buf = self._pool = None
         if n and (pynp or tlay is not None):
             width = PYNP_WORDS + (0 if tlay is None else tlay.template.size)
             self._pool = pool = lay.pool.setdefault((n, width), [])
-            buf = self._buf = pool.pop() if pool else _Rows(n, width, 0 if tlay is None else tlay.size)
+            buf = self._buf = pool.pop() if pool else RowBuffer(n, width, 0 if tlay is None else tlay.size)
             small = fill_rows(keys, buf.rows, pynp, None if tlay is None else tlay.rows_spec)
-            pys, nps, ts = buf.py, buf.np, buf.torch
-        fast = py_mv is not None and np_mv is not None and t_mv is not None and not small
-        key_list = None if fast or (torch_only and t_mv is not None) else keys.tolist()  # for the functions' routes
-        inst = random._inst
-        gw = lay.gauss_words
-        gauss = lay.gauss
-        # The views point into the probed generators, which ``self._lay`` keeps alive. User code may
-        # swap a global generator in the middle of a batch (``np.random.set_bit_generator``, a new
-        # ``torch.random.default_generator``): every seeding first checks that the three are still
-        # the probed ones, and from a swap on this batch takes the seeding functions' route.
-        self._lay = lay
-        rmod, mtrand, trand = random, np.random.mtrand, torch.random
-        py_owner, rs_owner, np_owner = lay.py_owner, lay.rs_owner, lay.np_owner
-        t_owner = None if tlay is None else tlay.owner
-        whole = keys
-
-        def by_functions(i: int) -> None:  # a generator was swapped during this batch
-            key = int(whole[i])
-            if torch_only:
-                trand.default_generator.manual_seed(key & _MASK63)
-            else:
-                seed_globals_reference(key)
-
-        def seed_torch(i: int) -> None:
-            if t_mv is not None:
-                if trand.default_generator is not t_owner:
-                    return by_functions(i)
-                t_mv[:] = ts[i]
-            else:
-                trand.default_generator.manual_seed(key_list[i] & _MASK63)  # < 2**63: initial_seed() stays an int64
-
-        if torch_only:
-            self.seed = seed_torch
-            return
-
-        def seed_all(i: int) -> None:  # the usual case: every generator through its memory
-            if (rmod._inst is not py_owner or mtrand._rand is not rs_owner or rs_owner._bit_generator is not np_owner
-                    or trand.default_generator is not t_owner):
-                return by_functions(i)
-            py_mv[:] = pys[i]
-            inst.gauss_next = None
-            np_mv[:] = nps[i]
-            if gw[0] or gw[1]:  # what np.random.seed resets besides the state: the cached Gaussian
-                gauss.has_gauss = 0
-                gauss.gauss = 0.0
-            t_mv[:] = ts[i]
-
-        def seed_each(i: int) -> None:  # a generator whose memory was not found, or a key < 2**32
-            if (rmod._inst is not py_owner or mtrand._rand is not rs_owner or rs_owner._bit_generator is not np_owner
-                    or (t_owner is not None and trand.default_generator is not t_owner)):
-                return by_functions(i)
-            key = key_list[i]
-            if py_mv is not None and key >> 32:
-                py_mv[:] = pys[i]
-                inst.gauss_next = None
-            else:  # a key below 2**32 is one word for Python: its own route (one key in 2**32)
-                random.seed(key)
-            if np_mv is not None:
-                np_mv[:] = nps[i]
-                if gw[0] or gw[1]:
-                    gauss.has_gauss = 0
-                    gauss.gauss = 0.0
-            else:
-                np.random.seed(np.array([key & 0xFFFFFFFF, key >> 32], dtype=np.uint32))
-            seed_torch(i)
-
-        self.seed = seed_all if fast else seed_each
+        self.seed = seed_function(lay, self._buf, keys, torch_only, small)
 
     def release(self) -> None:
         """Give the rows buffer back to the pool: ``seed`` must not be called afterwards."""
