@@ -14,6 +14,10 @@ a pure function of the position, so nothing can go stale (a seek drops the run b
 :meth:`RecordRuns.clear` drops it explicitly) and the result never depends on which spans were
 asked for before. Returned arrays are fresh copies: a caller may keep or change them.
 
+``RecordRuns(fn, ranged=g, run=n)``: ``g(start, stop)`` computes ``fn(arange(start, stop))``
+without the array of positions (:meth:`MixturePlan.span_ids`: a run of a mixed stream is a
+span of blocks), and runs are ``n`` positions long instead of ``RUN``.
+
 Cost. One ``fn`` call per ``RUN`` positions (``RUN * 8`` bytes held) instead of one per batch: for
 small batches the per-call overhead (validation, the epoch split, the compiled kernel's
 dispatch) is paid once per run. A restore costs nothing (the first span computes a run).
@@ -34,11 +38,24 @@ RUN = 4096
 class RecordRuns:
     """``span(start, stop)``: ``fn`` of the global positions ``[start, stop)``, e.g. ``plan.records``."""
 
-    __slots__ = ("_fn", "_lo", "_hi", "_ids")
+    __slots__ = ("_fn", "_ranged", "_run", "_lo", "_hi", "_ids")
 
-    def __init__(self, fn: Callable[[np.ndarray], np.ndarray]) -> None:
+    def __init__(self, fn: Callable[[np.ndarray], np.ndarray], *,
+                 ranged: Callable[[int, int], np.ndarray] | None = None, run: int = RUN) -> None:
         self._fn = fn
+        self._ranged = ranged
+        self._run = int(run)
         self.clear()
+
+    @property
+    def run(self) -> int:
+        """Positions per held run (runs start at multiples of it)."""
+        return self._run
+
+    def _of(self, start: int, stop: int) -> np.ndarray:
+        if self._ranged is not None:
+            return self._ranged(start, stop)
+        return self._fn(np.arange(start, stop, dtype=np.int64))
 
     def clear(self) -> None:
         """Drop the held run."""
@@ -49,10 +66,11 @@ class RecordRuns:
         """``fn`` of positions ``[start, stop)`` (a new array)."""
         if self._ids is not None and self._lo <= start and stop <= self._hi:
             return self._ids[start - self._lo:stop - self._lo].copy()
-        if stop - start > RUN // 4:
-            return self._fn(np.arange(start, stop, dtype=np.int64))
-        lo = start - start % RUN
-        hi = max(lo + RUN, stop)
-        self._ids = self._fn(np.arange(lo, hi, dtype=np.int64))
+        run = self._run
+        if stop - start > run // 4:
+            return self._of(start, stop)
+        lo = start - start % run
+        hi = max(lo + run, stop)
+        self._ids = self._of(lo, hi)
         self._lo, self._hi = lo, hi
         return self._ids[start - lo:stop - lo].copy()

@@ -43,3 +43,23 @@ def test_a_returned_span_is_a_copy_and_clear_drops_the_run():
     assert runs.span(0, 16).tolist() == plan.records(np.arange(16)).tolist()
     runs.clear()
     assert runs.span(RUN - 8, RUN + 8).tolist() == plan.records(np.arange(RUN - 8, RUN + 8)).tolist()
+
+
+@settings(derandomize=True, max_examples=40, deadline=None)
+@given(st.sampled_from([64, 1000, 4 * RUN]),
+       st.lists(st.tuples(st.integers(0, 20 * RUN), st.integers(0, RUN)), min_size=1, max_size=20))
+def test_a_ranged_function_and_another_run_length_give_the_same_spans(run, spans):
+    """``ranged(start, stop)`` stands in for ``fn(arange(start, stop))`` and runs of ``run``
+    positions in place of ``RUN``: the spans are ``fn`` of the same positions."""
+    plan = PLANS[0]
+    asked = []
+
+    def ranged(start, stop):
+        asked.append((start, stop))
+        return plan.records(np.arange(start, stop, dtype=np.int64))
+
+    runs = RecordRuns(plan.records, ranged=ranged, run=run)
+    assert runs.run == run
+    for start, size in spans:
+        assert runs.span(start, start + size).tolist() == plan.records(np.arange(start, start + size)).tolist()
+    assert asked and all(b - a > run // 4 or (a % run == 0 and b - a >= run) for a, b in asked)
