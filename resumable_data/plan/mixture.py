@@ -60,7 +60,7 @@ from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.plan.mixture_block import SourceKeys, block_arrays, is_span, span_arrays
 from resumable_data.plan.mixture_runs import Run, floor_sum
 from resumable_data.plan.mixture_section import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
-    MIXTURE_SCHEMA_VERSION, Rebase, parse_section
+    MIXTURE_SCHEMA_VERSION, Rebase, Section, parse_section
 from resumable_data.plan.order import EpochOrder, Order, OrderSpec
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 from resumable_data.plan.permutation import Permutation, permutation_key
@@ -440,7 +440,14 @@ class MixturePlan:
         """The counting plan a saved mixture section describes (source versions are not saved:
         it answers counts and progress, not record ids); the section is validated first
         (:func:`.mixture_section.parse_section`)."""
-        sec = parse_section(d, where)
+        return cls.from_section(parse_section(d, where), seed=seed, version_hash=version_hash,
+                                position_of_step=position_of_step)
+
+    @classmethod
+    def from_section(cls, sec: Section, *, seed: int, version_hash: str,
+                     position_of_step: Callable[[int], int] | None) -> MixturePlan:
+        """:meth:`from_dict` of a section already validated (:func:`.mixture_section.parse_section`):
+        a restore parses the saved section once and passes the typed result on."""
         try:
             return cls(sec.names, sec.sizes, ["?"] * len(sec.names), WeightSchedule(sec.segments), block=sec.block,
                        seed=seed, version_hash=version_hash, shuffle=sec.shuffle, position_of_step=position_of_step,
