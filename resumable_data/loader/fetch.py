@@ -58,9 +58,10 @@ from resumable_data.plan.packing import PackMode, best_fit_bins
 
 __all__ = ["FetchMode", "NumpyBatch", "StepFetcher", "StepSampler"]  # FetchMode: re-exported from .config
 
-#: Positions per run of an ``rd.Mixture``'s record ids (:meth:`MixturePlan.span_ids`: 16 blocks of the
-#: default 1024 in one compiled call, 128 KiB held): the per-run Python steps (block counts, keys,
-#: the call) spread over 64 batches of 256.
+#: Positions per run of an ``rd.Mixture``'s record ids after the first (:meth:`MixturePlan.span_ids`: 16
+#: blocks of the default 1024 in one compiled call, 128 KiB held): the per-run Python steps (block
+#: counts, keys, the call) spread over 64 batches of 256; the first run after a start or a seek is
+#: ``RUN`` long (:class:`RecordRuns`), so the first batch waits for no more than a single source's.
 MIXTURE_RUN = 4 * RUN
 
 
@@ -130,7 +131,7 @@ class StepFetcher(Dataset):
             runs = self._runs
         elif hasattr(self.positional, "at_positions"):
             runs = self._mixture_runs()  # rd.Mixture: runs of its current plan (a rebase swaps it), none before it starts
-            if start - start % runs.run < self.positional.plan.first_position:
+            if start - start % RUN < self.positional.plan.first_position:  # where a run after a seek would start
                 return self._positional_records(positions)
         else:
             return self._positional_records(positions)
