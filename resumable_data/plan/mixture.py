@@ -33,12 +33,13 @@ source's permutation over its range of the block), cached (a block serves ``B / 
 batches, and a batch inside one block is one gather from its arrays; the cache holds about
 32 MiB whatever ``B``, is keyed by (run, block) so a seek never reads a stale entry, belongs to
 one plan so a rebase starts empty, and is not pickled to workers). A query of consecutive
-positions at least a block long (the loader's runs of 4096 upcoming positions) computes its
-blocks in one compiled call instead (:func:`.mixture_block.span_arrays`, uncached: each run is
+positions at least a block long computes its blocks in one compiled call instead (:func:`.mixture_block.span_arrays`, uncached: each run is
 asked for once), the block keys and counts of the span computed together; the sources' counts
 after a span are kept, keyed by (run, next block), so the next span needs no floor sum, and a
-seek, which asks for another block, misses them. No index of the stream exists; a restore
-costs one block.
+seek, which asks for another block, misses them. The loader's runs of upcoming positions
+(4,096, then 16,384 positions) ask by their bounds (:meth:`MixturePlan.span_ids`), which
+computes the ids alone. No index of the stream exists; a restore costs one block and the
+counts before it (one floor sum per grid point of the run, :meth:`.mixture_runs.Run.extras_before`).
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ block are the contiguous range ``[before[s], before[s] + counts[s])`` of its str
 Cost. O(B) per block; a block serves ``B / batch`` batches; :func:`span_arrays` computes
 consecutive blocks in one call (one dispatch for a run of upcoming positions). The Feistel
 passes read their round functions from tables (:func:`~.permutation.round_table_into`: a
-block's, built per block, ``6 * 2**half`` entries; a source epoch's, built with its keys, for
-sources below 2**24 records), about half the time of computing the mixing per round; a larger
+block's, built per block, ``6 * 2**half`` 16-bit entries; a source epoch's, built with its keys,
+for sources below 2**24 records), about half the time of computing the mixing per round; a larger
 source mixes from its round keys. The source keys and tables of a block (:class:`SourceKeys`)
 change only when a source's epoch does, so a caller keeps the last table.
 """
