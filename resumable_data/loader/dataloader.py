@@ -422,7 +422,8 @@ class DataLoader:
             plan = self._mixture().rebased(r.mixture_rebase)  # the sampler: its counts follow the run in force
             end = (saved.epoch_base[0] + 1) * saved.plan.num_records
             return check_saved_tokens(saved, counter, plan, column=None, packed_epoch_end=end)
-        return check_saved_tokens(saved, counter, saved_plan(saved), column=self.config.token_column)
+        plan = r.mixture_plan or saved_plan(saved, r.mixture_section)  # the section as the restore validated it
+        return check_saved_tokens(saved, counter, plan, column=self.config.token_column)
 
     def _packed_seed(self, r: Any) -> Any:
         """A packed mixture restore's per-source token seed (:meth:`~.mixture_packed.PackedSourceCount.seed_from`,

@@ -58,6 +58,12 @@ from resumable_data.plan.packing import PackMode, best_fit_bins
 
 __all__ = ["FetchMode", "NumpyBatch", "StepFetcher", "StepSampler"]  # FetchMode: re-exported from .config
 
+#: Positions per run of an ``rd.Mixture``'s record ids after the first (:meth:`MixturePlan.span_ids`: 16
+#: blocks of the default 1024 in one compiled call, 128 KiB held): the per-run Python steps (block
+#: counts, keys, the call) spread over 64 batches of 256; the first run after a start or a seek is
+#: ``RUN`` long (:class:`RecordRuns`), so the first batch waits for no more than a single source's.
+MIXTURE_RUN = 4 * RUN
+
 
 class StepFetcher(Dataset):
     """``fetcher[(step, epoch, first, span)]`` is this rank's batch of global step ``step`` (in
@@ -123,8 +129,10 @@ class StepFetcher(Dataset):
         are served from a run of upcoming steps computed in one call (:class:`RecordRuns`)."""
         if self.positional is None:
             runs = self._runs
-        elif hasattr(self.positional, "at_positions") and start - start % RUN >= self.positional.plan.first_position:
+        elif hasattr(self.positional, "at_positions"):
             runs = self._mixture_runs()  # rd.Mixture: runs of its current plan (a rebase swaps it), none before it starts
+            if start - start % RUN < self.positional.plan.first_position:  # where a run after a seek would start
+                return self._positional_records(positions)
         else:
             return self._positional_records(positions)
         ids = runs.span(start, stop)
@@ -134,7 +142,7 @@ class StepFetcher(Dataset):
         plan = self.positional.plan
         held = self._mix_runs
         if held is None or held[0] is not plan:
-            held = self._mix_runs = (plan, RecordRuns(plan.concatenated_ids))
+            held = self._mix_runs = (plan, RecordRuns(plan.concatenated_ids, ranged=plan.span_ids, run=MIXTURE_RUN))
         return held[1]
 
     def _positional_records(self, positions: np.ndarray) -> np.ndarray:
@@ -281,7 +289,12 @@ class StepFetcher(Dataset):
         if self._lengths is None:
             self._lengths = self.dataset.column_lengths(self.token_column)
         start, stop = span
-        ids = self._runs.span(start, stop) if self.positional is None else self.records(np.arange(start, stop, dtype=np.int64))
+        if self.positional is None:
+            ids = self._runs.span(start, stop)
+        elif hasattr(self.positional, "at_positions"):  # rd.Mixture: from the run this batch's records came from
+            ids = self.span_records(start, stop, np.arange(start, stop, dtype=np.int64))
+        else:
+            ids = self.records(np.arange(start, stop, dtype=np.int64))
         return int(self._lengths[ids].sum())
 
     def _arrow(self, span: tuple[int, int], positions: np.ndarray, records: np.ndarray) -> tuple[Any, int]:

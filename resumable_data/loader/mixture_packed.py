@@ -250,17 +250,18 @@ def window_boundary(stream: Any, step: int, ledger: dict[int, int]) -> tuple[int
     return epoch, epoch * n + min(boundary * stream.spec.window, n)
 
 
-def packed_change(saved: LoaderState, stream: Any, step: int, change: bool) -> Any:
+def packed_change(saved: LoaderState, stream: Any, step: int, change: bool, section: Any = None) -> Any:
     """The rebase a packed mixture continues from after a restore of ``saved`` at ``step``: with
     ``change`` (other weights, ``data_change``) a new one at :func:`change_position` (the sequences
     of the window holding the cursor stay the old plan's; each source continues from its count
     there; the runs holding the earlier documents of the saved epoch and of the change's epoch are
     kept; ``ResumeError`` when they would be more than ``MAX_EARLIER``, before anything changes),
     else the saved one, which must lie at or before the window boundary of the committed cursor
-    (``ResumeError``)."""
+    (``ResumeError``). ``section``: ``saved``'s mixture section as :func:`~.mixture_state.check_section`
+    parsed it (else it is parsed here)."""
     from resumable_data.sources.mixture_packed import change_rebase
 
-    order = stream.order.saved(saved.mixture)
+    order = stream.order.saved(saved.mixture if section is None else section)
     order.check_runs()
     old = stream.with_order(order)
     rebase = order.plan.rebase

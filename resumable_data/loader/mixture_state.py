@@ -53,25 +53,28 @@ from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.state import LoaderState, OnUncommitted
 from resumable_data.plan.mixture import MixturePlan, SourceProgress, StepPositions
 from resumable_data.plan.mixture_section import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
-    K_EARLIER, K_TOKEN_COLUMN, K_TOKENS, K_TOKENS_BASE, TOKENS_SCHEMA_VERSION, Rebase, parse_section
+    K_EARLIER, K_TOKEN_COLUMN, K_TOKENS, K_TOKENS_BASE, TOKENS_SCHEMA_VERSION, Rebase, Section, parse_section
 from resumable_data.plan.mixture_tokens import SourceTokens
 
-__all__ = ["MixtureProgress", "TokenStart", "check_mixture", "check_saved_tokens", "check_section", "mixture_progress",
+__all__ = ["MixtureCheck", "MixtureProgress", "TokenStart", "check_mixture", "check_saved_tokens", "check_section", "mixture_progress",
            "saved_plan", "saved_tokens", "with_source_tokens"]
 
 _FIXED = (K_NAMES, K_SIZES, K_BLOCK, K_SHUFFLE)
 
 
-def saved_plan(state: LoaderState) -> MixturePlan:
+def saved_plan(state: LoaderState, section: Section | None = None) -> MixturePlan:
     """The counting plan of a saved mixture state (raises ``ResumeError`` on a malformed section,
-    a rebase past the state's cursor, or a weight schedule after a global-batch change)."""
+    a rebase past the state's cursor, or a weight schedule after a global-batch change).
+    ``section``: the state's section as :func:`check_section` returned it (a restore validates it
+    once and passes it on), else it is validated here."""
     if state.mixture is None:
         raise ResumeError("state.mixture is missing: the state is not of an rd.Mixture loader; fix: pass a mixture "
                           "loader's state")
-    check_section(state)
+    if section is None:
+        section = check_section(state)
     pos = None if state.packing is not None else _positions_of_steps(state.plan)
-    plan = MixturePlan.from_dict(state.mixture, seed=state.plan.seed, version_hash=state.plan.version_hash,
-                                 position_of_step=pos)
+    plan = MixturePlan.from_section(section, seed=state.plan.seed, version_hash=state.plan.version_hash,
+                                    position_of_step=pos)
     if plan.rebase is not None:
         packed = state.packing is not None  # a packed epoch e holds the documents at positions [e*n, (e+1)*n)
         n = state.plan.num_records
@@ -87,10 +90,10 @@ def saved_plan(state: LoaderState) -> MixturePlan:
     return plan
 
 
-def check_section(state: LoaderState) -> None:
-    """``ResumeError`` unless ``state``'s mixture section is well formed (:func:`parse_section`)
-    and holds only what its loader writes: ``earlier`` runs only with packing and constant weights,
-    no rebase with a packed weight schedule (its runs follow from the plan)."""
+def check_section(state: LoaderState) -> Section:
+    """``state``'s mixture section validated (:func:`parse_section`), or ``ResumeError`` unless it
+    is well formed and holds only what its loader writes: ``earlier`` runs only with packing and
+    constant weights, no rebase with a packed weight schedule (its runs follow from the plan)."""
     section = parse_section(state.mixture)
     if K_EARLIER in state.mixture and (state.packing is None or len(section.segments) > 1):
         kind = "an unpacked mixture" if state.packing is None else "a packed weight schedule"
@@ -100,6 +103,7 @@ def check_section(state: LoaderState) -> None:
     if state.packing is not None and len(section.segments) > 1 and section.rebase is not None:
         raise ResumeError(describe("state.mixture.rebase", section.rebase.to_list(), "null in a state of a packed "
                                    "weight schedule (its runs follow from the plan)", "pass an unmodified state"))
+    return section
 
 
 def _positions_of_steps(plan: Any) -> Any:
@@ -122,56 +126,76 @@ _SCHEDULE_AND_BATCH_CHANGE = (
     "the saved batch, or declare the weights as a mapping and change them by a data_change resume")
 
 
+@dataclass(frozen=True)
+class MixtureCheck:
+    """What :func:`check_mixture` found: the differences that forbid the resume, the rebase the
+    current loader continues from, the saved section as validated (None: not a mixture state)
+    and the saved counting plan when the check built one (a restore passes both on, so the section
+    is validated once and the plan built once)."""
+
+    diffs: list[str]
+    rebase: Rebase | None = None
+    section: Section | None = None
+    plan: MixturePlan | None = None
+
+
 def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel,
-                  choice: OnUncommitted | None, stream: Any = None) -> tuple[list[str], Rebase | None]:
-    """(differences that forbid the resume, the rebase the current loader continues from);
-    ``stream``: the current loader's (a packed one locates the change in the saved epoch's index)."""
+                  choice: OnUncommitted | None, stream: Any = None) -> MixtureCheck:
+    """The differences that forbid the resume and the rebase the current loader continues from
+    (:class:`MixtureCheck`); ``stream``: the current loader's (a packed one locates the change in
+    the saved epoch's index). The saved section is validated once, before any key is read."""
     if saved.mixture is None and current.mixture is None:
-        return [], None
+        return MixtureCheck([])
     if saved.mixture is None or current.mixture is None:
         side = "saved run" if saved.mixture is None else "current loader"
-        return [f"mixture: the {side} is not an rd.Mixture loader; fix: resume a mixture's state into a loader over "
-                "the same rd.Mixture"], None
+        return MixtureCheck([f"mixture: the {side} is not an rd.Mixture loader; fix: resume a mixture's state into a "
+                             "loader over the same rd.Mixture"])
+    section = check_section(saved)  # every saved key checked before any is read
+    diffs, rebase, plan = _check_mixture(saved, current, label, choice, stream, section)
+    return MixtureCheck(diffs, rebase, section, plan)
+
+
+def _check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel, choice: OnUncommitted | None,
+                   stream: Any, section: Section) -> tuple[list[str], Rebase | None, MixturePlan | None]:
     s, c = saved.mixture, current.mixture
-    check_section(saved)  # every saved key checked before any is read
     batch_changed = saved.plan.batch_dict() != current.plan.batch_dict()
     if (batch_changed or saved.plan.origin is not None) and len(c[K_SCHEDULE]) > 1:
-        return [_SCHEDULE_AND_BATCH_CHANGE], None
+        return [_SCHEDULE_AND_BATCH_CHANGE], None, None
     if s == c and s[K_REBASE] is None:  # the current loader's own section, byte for byte: nothing to check
-        return [], None
+        return [], None, None
     if saved.packing is not None and (len(s[K_SCHEDULE]) > 1 or len(c[K_SCHEDULE]) > 1):
         same = all(s.get(k) == c.get(k) for k in _FIXED + (K_SCHEDULE,)) and s.get(K_REBASE) is None
         if same:  # a packed weight schedule: its runs follow from the plan, nothing saved to adopt
-            return [], None
+            return [], None, None
         return [f"mixture weights with packing and a weight schedule: saved {_shown(s)} vs current {_shown(c)}; a "
                 "packed schedule's segments are placed at packing-window boundaries from its first step, so it is "
                 "not changed by a data_change; fix: resume with the saved schedule (or, with constant weights, "
-                "declare the change by load_state_dict(state, label='data_change'))"], None
-    plan = saved_plan(saved)  # validates the saved section before any of its keys is read
+                "declare the change by load_state_dict(state, label='data_change'))"], None, None
+    plan = saved_plan(saved, section)  # the section validated by check_mixture, not again
     if batch_changed and len(s[K_SCHEDULE]) > 1:
-        return [_SCHEDULE_AND_BATCH_CHANGE], None
+        return [_SCHEDULE_AND_BATCH_CHANGE], None, plan
     diffs = [f"mixture {k}: saved {s[k]!r} vs current {c[k]!r}; fix: build the rd.Mixture with the saved {k}"
              for k in _FIXED if s[k] != c[k]]
     if diffs:
-        return diffs, None
+        return diffs, None, plan
     packed = saved.packing is not None and hasattr(getattr(stream, "order", None), "saved")
     if s[K_SCHEDULE] == c[K_SCHEDULE]:
         if packed and plan.rebase is not None and not batch_changed:  # a batch change: refused (or continued) there
             from resumable_data.loader.mixture_packed import packed_change  # it imports this module
 
-            return [], packed_change(saved, stream, saved.cursor.committed, change=False)
-        return [], plan.rebase
+            return [], packed_change(saved, stream, saved.cursor.committed, change=False, section=section), plan
+        return [], plan.rebase, plan
     if label is not RecoveryLabel.DATA_CHANGE:
         return [f"mixture weights: saved {_shown(s)} vs current {_shown(c)}; fix: build the rd.Mixture with the saved "
                 "weights, or declare the change: load_state_dict(state, label='data_change') (each source continues "
-                "from its consumed position)"], None
+                "from its consumed position)"], None, plan
     step = saved.cursor.delivered if choice is OnUncommitted.SKIP else saved.cursor.committed
     if packed:
         from resumable_data.loader.mixture_packed import packed_change
 
-        return [], packed_change(saved, stream, step, change=True)
+        return [], packed_change(saved, stream, step, change=True, section=section), plan
     position = saved.plan.step_start(step)
-    return [], Rebase(position, tuple(int(x) for x in plan.counts_before(position)))
+    return [], Rebase(position, tuple(int(x) for x in plan.counts_before(position))), plan
 
 
 def _shown(section: dict) -> str:

@@ -55,6 +55,10 @@ class Restore:
     plan: Plan
     #: An ``rd.Mixture`` loader continues from this rebase (the saved one, or a data_change's).
     mixture_rebase: Any = None
+    #: The saved mixture section as validated (:func:`~.mixture_state.check_section`, once per restore) and the
+    #: saved counting plan when the check built one: what later restore steps use instead of parsing again.
+    mixture_section: Any = None
+    mixture_plan: Any = None
 
 
 def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncommitted: Any = None,
@@ -88,9 +92,9 @@ def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncomm
                                                                                "on_batch_change")
     diffs, label = compare(saved, current, allow_unpinned=allow_unpinned, on_batch_change=change)
     choice = None if on_uncommitted is None else coerce_enum(on_uncommitted, OnUncommitted, "on_uncommitted")
-    mixture_diffs, rebase = check_mixture(saved, current, declared or RecoveryLabel.FAITHFUL_CONTINUATION, choice,
-                                           stream)
-    diffs += mixture_diffs
+    mixture = check_mixture(saved, current, declared or RecoveryLabel.FAITHFUL_CONTINUATION, choice, stream)
+    diffs += mixture.diffs
+    rebase = mixture.rebase
     if declared is RecoveryLabel.DATA_CHANGE:
         label = RecoveryLabel.DATA_CHANGE
     c = saved.cursor
@@ -117,7 +121,7 @@ def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncomm
     ledger = _epoch_ledger(saved, stream)
     new_origin = saved.plan.origin_at(resume) if changed else origin
     plan = current.plan if new_origin is None else replace(current.plan, origin=new_origin)
-    return Restore(saved, ledger, label, choice, plan, rebase)
+    return Restore(saved, ledger, label, choice, plan, rebase, mixture.section, mixture.plan)
 
 
 def _epoch_ledger(saved: LoaderState, stream: Any) -> dict[int, int]:

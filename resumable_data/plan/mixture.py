@@ -33,12 +33,13 @@ source's permutation over its range of the block), cached (a block serves ``B / 
 batches, and a batch inside one block is one gather from its arrays; the cache holds about
 32 MiB whatever ``B``, is keyed by (run, block) so a seek never reads a stale entry, belongs to
 one plan so a rebase starts empty, and is not pickled to workers). A query of consecutive
-positions at least a block long (the loader's runs of 4096 upcoming positions) computes its
-blocks in one compiled call instead (:func:`.mixture_block.span_arrays`, uncached: each run is
+positions at least a block long computes its blocks in one compiled call instead (:func:`.mixture_block.span_arrays`, uncached: each run is
 asked for once), the block keys and counts of the span computed together; the sources' counts
 after a span are kept, keyed by (run, next block), so the next span needs no floor sum, and a
-seek, which asks for another block, misses them. No index of the stream exists; a restore
-costs one block.
+seek, which asks for another block, misses them. The loader's runs of upcoming positions
+(4,096, then 16,384 positions) ask by their bounds (:meth:`MixturePlan.span_ids`), which
+computes the ids alone. No index of the stream exists; a restore costs one block and the
+counts before it (one floor sum per grid point of the run, :meth:`.mixture_runs.Run.extras_before`).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.plan.mixture_block import SourceKeys, block_arrays, is_span, span_arrays
 from resumable_data.plan.mixture_runs import Run, floor_sum
 from resumable_data.plan.mixture_section import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
-    MIXTURE_SCHEMA_VERSION, Rebase, parse_section
+    MIXTURE_SCHEMA_VERSION, Rebase, Section, parse_section
 from resumable_data.plan.order import EpochOrder, Order, OrderSpec
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 from resumable_data.plan.permutation import Permutation, permutation_key
@@ -70,6 +71,7 @@ __all__ = ["MixturePlan", "Rebase", "SourceProgress", "StepPositions", "WeightSc
 
 _CACHE_BYTES = 1 << 25  # the block cache's bound (its entry count follows from the block size)
 _SPAN_POSITIONS = 4096  # positions per compiled span call (a longer query is cut into such chunks)
+_SPAN_MAX = 1 << 16  # the most positions :meth:`MixturePlan.span_ids` computes in one call
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,7 @@ class MixturePlan:
             raise ConfigError(describe("windows", self.windows, f"one entry per source ({len(self.names)})",
                                        "pass a window or None per source"))
         self._orders = tuple(None if w is None else OrderSpec(Order.WINDOW, w) for w in self.windows)
+        self._windowed = self.shuffle and any(w is not None for w in self.windows)  # a source ordered by its window
         self._blocks: OrderedDict[tuple[int, int], _Block] = OrderedDict()
         self._cache_entries = max(2, min(32, _CACHE_BYTES // (32 * self.block)))  # 4 arrays of B int64 per block
         self._block_half: np.uint64 | None = None  # Feistel half of the block permutation, at the first block
@@ -209,7 +212,7 @@ class MixturePlan:
         if records:
             keys = self._source_keys(counts, before)
             arrays = block_arrays(counts, before, block_key, self._block_half, self._sizes, self._offsets, keys)
-            if self.shuffle and any(w is not None for w in self.windows):
+            if self._windowed:
                 self._window_records(*arrays)
         else:
             arrays = block_arrays(counts, before, block_key, self._block_half)
@@ -230,11 +233,12 @@ class MixturePlan:
             return end[1]
         return np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) + run.extras_before(j)
 
-    def _span_records(self, run: Run, j: int, nb: int) -> _Block:
+    def _span_records(self, run: Run, j: int, nb: int, full: bool = True) -> _Block:
         """Blocks ``j .. j + nb - 1`` of ``run`` with their record ids, as one block's arrays end
         to end (:func:`.mixture_block.span_arrays`: one compiled call, not one per block). Not
         put in the block cache; the sources' counts after the span are kept (keyed by the block
-        that follows), so the next span starts without floor sums."""
+        that follows), so the next span starts without floor sums. ``full=False`` (no windowed
+        source): the concatenated ids only, the other arrays empty."""
         counts = run.span_counts(j, nb)
         before = self._before(run, j)
         total = counts.sum(axis=0)
@@ -246,8 +250,9 @@ class MixturePlan:
         if self._block_half is None:
             self._block_half = Permutation(self.block, 0).half
         keys = self._source_keys(total, before)
-        arrays = span_arrays(counts, before, block_keys, self._block_half, self._sizes, self._offsets, keys)
-        if self.shuffle and any(w is not None for w in self.windows):
+        arrays = span_arrays(counts, before, block_keys, self._block_half, self._sizes, self._offsets, keys,
+                             full=full or self._windowed)
+        if self._windowed:
             self._window_records(*arrays)
         self._span_end = ((run.start, j + nb), before + total)
         return _Block(total, before, *arrays)
@@ -321,6 +326,22 @@ class MixturePlan:
         """Record ids at ``positions`` in the sources' concatenated id space (source ``s``'s
         records follow those of the sources before it, as in ``rd.Mixture``)."""
         return self._lookup(positions, self._block_records, ("ids",))[0]
+
+    def span_ids(self, start: int, stop: int) -> np.ndarray:
+        """``concatenated_ids(arange(start, stop))`` without the array of positions, for the
+        loader's runs of upcoming positions (:class:`~.record_runs.RecordRuns`). A span of at
+        least a block inside one run is its blocks in one compiled call that computes the ids
+        only (``_span_records(full=False)``); anything else is :meth:`concatenated_ids`."""
+        runs = self._runs
+        k = bisect_right(self._run_starts, start) - 1
+        if (k < 0 or self._windowed or not self.block <= stop - start <= _SPAN_MAX
+                or (k + 1 < len(runs) and stop > runs[k + 1].start)):
+            return self.concatenated_ids(np.arange(start, stop, dtype=np.int64))
+        run = runs[k]
+        j = (start - run.start) // self.block
+        origin = run.start + j * self.block
+        b = self._span_records(run, j, (stop - 1 - origin) // self.block + 1, full=False)
+        return b.ids[start - origin:stop - origin]
 
     def _lookup(self, positions, block: Callable[[Run, int], _Block], fields: tuple[str, ...]) -> tuple:
         """Per position, ``fields`` of its block's cached arrays; a batch inside one block (the
@@ -420,7 +441,14 @@ class MixturePlan:
         """The counting plan a saved mixture section describes (source versions are not saved:
         it answers counts and progress, not record ids); the section is validated first
         (:func:`.mixture_section.parse_section`)."""
-        sec = parse_section(d, where)
+        return cls.from_section(parse_section(d, where), seed=seed, version_hash=version_hash,
+                                position_of_step=position_of_step)
+
+    @classmethod
+    def from_section(cls, sec: Section, *, seed: int, version_hash: str,
+                     position_of_step: Callable[[int], int] | None) -> MixturePlan:
+        """:meth:`from_dict` of a section already validated (:func:`.mixture_section.parse_section`):
+        a restore parses the saved section once and passes the typed result on."""
         try:
             return cls(sec.names, sec.sizes, ["?"] * len(sec.names), WeightSchedule(sec.segments), block=sec.block,
                        seed=seed, version_hash=version_hash, shuffle=sec.shuffle, position_of_step=position_of_step,

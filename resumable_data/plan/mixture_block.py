@@ -20,8 +20,8 @@ block are the contiguous range ``[before[s], before[s] + counts[s])`` of its str
 Cost. O(B) per block; a block serves ``B / batch`` batches; :func:`span_arrays` computes
 consecutive blocks in one call (one dispatch for a run of upcoming positions). The Feistel
 passes read their round functions from tables (:func:`~.permutation.round_table_into`: a
-block's, built per block, ``6 * 2**half`` entries; a source epoch's, built with its keys, for
-sources below 2**24 records), about half the time of computing the mixing per round; a larger
+block's, built per block, ``6 * 2**half`` 16-bit entries; a source epoch's, built with its keys,
+for sources below 2**24 records), about half the time of computing the mixing per round; a larger
 source mixes from its round keys. The source keys and tables of a block (:class:`SourceKeys`)
 change only when a source's epoch does, so a caller keeps the last table.
 """
@@ -46,37 +46,53 @@ from resumable_data.plan.permutation import (
 __all__ = ["SourceKeys", "block_arrays", "is_span", "span_arrays"]
 
 _NO_KEYS = np.zeros((1, ROUNDS), dtype=np.uint64)
-_NO_TABLES = np.zeros(1, dtype=np.uint64)
+#: Round tables hold ``2**half``-bit values, ``half <= TABLE_MAX_HALF = 12`` bits: 16 bits suffice (a
+#: quarter of the cache a uint64 table takes; the same values).
+_TABLE = np.uint16
+_NO_TABLES = np.zeros(1, dtype=_TABLE)
 
 
 @njit(cache=True, nogil=True)
-def _block_kernel(counts, before, shuffle, block_key, block_half, with_records, sizes, offsets,
-                  halves, row0, epoch0, keys, tables, table_at, src, pos, rec, ids):  # pragma: no cover - compiled
+def _block_into(counts, before, shuffle, block_half, btab, with_records, full, sizes, offsets, halves, row0, epoch0,
+                keys, tables, table_at, src, pos, rec, ids, scratch, small):  # pragma: no cover - compiled
+    """One block into ``src``/``pos`` (and ``rec``/``ids`` with records; ``full`` False: ``ids``
+    only), ``btab`` the block permutation's round table (filled by the caller). ``scratch``: int64
+    rows of at least the block's length (owner, order, slots, inputs, outputs, ``iota`` =
+    ``arange``); ``small``: two int64 rows of ``len(counts) + 1`` (slot starts, fill)."""
     ns = counts.shape[0]
-    b = src.shape[0]
-    start = np.zeros(ns + 1, dtype=np.int64)
+    b = counts.sum()
+    start = small[0]
+    start[0] = 0
     for s in range(ns):
         start[s + 1] = start[s] + counts[s]
-    owner = np.empty(b, dtype=np.int64)  # slots laid out source by source
+    owner = scratch[0]  # slots laid out source by source
     for s in range(ns):
         owner[start[s]:start[s + 1]] = s
-    fill = start[:ns].copy()
-    order = np.empty(b, dtype=np.int64)  # in-block positions grouped by source, in position order
-    slots = np.arange(b)
+    fill = small[1]
+    fill[:ns] = start[:ns]
+    order = scratch[1]  # in-block positions grouped by source, in position order
+    iota = scratch[5]
+    slots = scratch[2]
     if shuffle:
-        bkeys = np.empty(ROUNDS, dtype=np.uint64)
-        round_keys_into(block_key, bkeys)
-        btab = np.empty(ROUNDS << np.int64(block_half), dtype=np.uint64)  # a block's half: at most 12 bits
-        round_table_into(bkeys, block_half, btab)
-        forward_table_into(np.arange(b), slots, np.uint64(b), block_half, btab)
-    for i in range(b):
-        s = owner[slots[i]]
-        src[i] = s
-        pos[i] = before[s] + fill[s] - start[s]
-        order[fill[s]] = i
-        fill[s] += 1
+        forward_table_into(iota[:b], slots[:b], np.uint64(b), block_half, btab)
+    else:
+        slots[:b] = iota[:b]
+    if full:
+        for i in range(b):
+            s = owner[slots[i]]
+            src[i] = s
+            pos[i] = before[s] + fill[s] - start[s]
+            order[fill[s]] = i
+            fill[s] += 1
+    else:
+        for i in range(b):
+            s = owner[slots[i]]
+            order[fill[s]] = i
+            fill[s] += 1
     if not with_records:
         return
+    xin = scratch[3]
+    got = scratch[4]
     for s in range(ns):
         n = sizes[s]
         t = start[s]
@@ -85,35 +101,69 @@ def _block_kernel(counts, before, shuffle, block_key, block_half, with_records, 
             e = q // n
             o = q - e * n
             take = min(start[s + 1] - t, n - o)
+            off = offsets[s]
             if halves[s] > 0:  # shuffled (n > 1)
-                got = np.empty(take, dtype=np.int64)
+                for u in range(take):
+                    xin[u] = o + u
                 row = row0[s] + e - epoch0[s]
                 if table_at[row] >= 0:
-                    forward_table_into(np.arange(o, o + take), got, np.uint64(n), halves[s],
+                    forward_table_into(xin[:take], got[:take], np.uint64(n), halves[s],
                                        tables[table_at[row]:table_at[row] + (ROUNDS << np.int64(halves[s]))])
                 else:
-                    forward_into(np.arange(o, o + take), got, np.uint64(n), halves[s], keys[row])
-                for u in range(take):
-                    rec[order[t + u]] = got[u]
-                    ids[order[t + u]] = offsets[s] + got[u]
+                    forward_into(xin[:take], got[:take], np.uint64(n), halves[s], keys[row])
+                if full:
+                    for u in range(take):
+                        k = order[t + u]
+                        rec[k] = got[u]
+                        ids[k] = off + got[u]
+                else:
+                    for u in range(take):
+                        ids[order[t + u]] = off + got[u]
             else:
-                for u in range(take):
-                    rec[order[t + u]] = o + u
-                    ids[order[t + u]] = offsets[s] + o + u
+                if full:
+                    for u in range(take):
+                        k = order[t + u]
+                        rec[k] = o + u
+                        ids[k] = off + o + u
+                else:
+                    for u in range(take):
+                        ids[order[t + u]] = off + o + u
             t += take
 
 
 @njit(cache=True, nogil=True)
-def _span_kernel(counts, before, shuffle, block_keys, block_half, sizes, offsets, halves, row0, epoch0, keys,
-                 tables, table_at, src, pos, rec, ids):  # pragma: no cover - compiled
+def _block_table(block_key, block_half, btab):  # pragma: no cover - compiled
+    """The round table of the block permutation keyed ``block_key`` into ``btab``."""
+    bkeys = np.empty(ROUNDS, dtype=np.uint64)
+    round_keys_into(block_key, bkeys)
+    round_table_into(bkeys, block_half, btab)
+
+
+def _scratch(b: int, ns: int) -> tuple[np.ndarray, np.ndarray]:
+    scratch = np.empty((6, max(b, 1)), dtype=np.int64)
+    scratch[5] = np.arange(max(b, 1), dtype=np.int64)
+    return scratch, np.empty((2, ns + 1), dtype=np.int64)
+
+
+@njit(cache=True, nogil=True)
+def _span_kernel(counts, before, shuffle, block_keys, block_half, full, sizes, offsets, halves, row0, epoch0, keys,
+                 tables, table_at, src, pos, rec, ids, scratch, small):  # pragma: no cover - compiled
     """Consecutive blocks (row ``k`` of ``counts``) one after another: block ``k + 1`` starts
     where block ``k`` left each source (``before + counts[k]``)."""
     at = 0
     here = before.copy()
+    btab = np.empty(ROUNDS << np.int64(block_half), dtype=_TABLE)
     for k in range(counts.shape[0]):
         b = counts[k].sum()
-        _block_kernel(counts[k], here, shuffle, block_keys[k], block_half, True, sizes, offsets, halves, row0,
-                      epoch0, keys, tables, table_at, src[at:at + b], pos[at:at + b], rec[at:at + b], ids[at:at + b])
+        if shuffle:
+            _block_table(block_keys[k], block_half, btab)
+        if full:
+            _block_into(counts[k], here, shuffle, block_half, btab, True, True, sizes, offsets, halves, row0, epoch0,
+                        keys, tables, table_at, src[at:at + b], pos[at:at + b], rec[at:at + b], ids[at:at + b],
+                        scratch, small)
+        else:
+            _block_into(counts[k], here, shuffle, block_half, btab, True, False, sizes, offsets, halves, row0, epoch0,
+                        keys, tables, table_at, src, pos, rec, ids[at:at + b], scratch, small)
         here += counts[k]
         at += b
 
@@ -180,7 +230,7 @@ def _tables(keys: np.ndarray, row_halves: list[int]) -> tuple[np.ndarray, np.nda
             size += ROUNDS << h
     if not size:
         return _NO_TABLES, table_at
-    tables = np.empty(size, dtype=np.uint64)
+    tables = np.empty(size, dtype=_TABLE)
     for r, h in enumerate(row_halves):
         if table_at[r] >= 0:
             round_table_into(keys[r], np.uint64(h), tables[table_at[r]:table_at[r] + (ROUNDS << h)])
@@ -204,25 +254,33 @@ def block_arrays(counts: np.ndarray, before: np.ndarray, block_key: int | None, 
         keys = SourceKeys(counts, sizes, sizes + 1, None)
     rec = np.empty(b if records else 0, dtype=np.int64)
     ids = np.empty(b if records else 0, dtype=np.int64)
-    _block_kernel(counts, np.ascontiguousarray(before, dtype=np.int64), shuffle, np.uint64(block_key if shuffle else 0),
-                  np.uint64(block_half if shuffle else 1), records, sizes, offsets, keys.halves, keys.row0, keys.epoch0,
-                  keys.keys, keys.tables, keys.table_at, src, pos, rec, ids)
+    half = np.uint64(block_half if shuffle else 1)
+    btab = np.empty(ROUNDS << int(half), dtype=_TABLE)
+    if shuffle:
+        _block_table(np.uint64(block_key), half, btab)
+    scratch, small = _scratch(b, len(counts))
+    _block_into(counts, np.ascontiguousarray(before, dtype=np.int64), shuffle, half, btab, records, True, sizes,
+                offsets, keys.halves, keys.row0, keys.epoch0, keys.keys, keys.tables, keys.table_at, src, pos, rec,
+                ids, scratch, small)
     return (src, pos, rec, ids) if records else (src, pos)
 
 
 def span_arrays(counts: np.ndarray, before: np.ndarray, block_keys: np.ndarray | None, block_half: int,
-                sizes: np.ndarray, offsets: np.ndarray, keys: SourceKeys) -> tuple[np.ndarray, ...]:
+                sizes: np.ndarray, offsets: np.ndarray, keys: SourceKeys, *, full: bool = True) -> tuple[np.ndarray, ...]:
     """:func:`block_arrays` (with records) of consecutive blocks in one compiled call: row ``k`` of
     ``counts`` is block ``k``'s counts, ``before`` the sources' counts before the first block
     (each later block starts where the one before left them), ``block_keys[k]`` block ``k``'s
     permutation key (None: the identity); ``keys`` must serve every block of the span. The arrays
-    are the blocks' arrays one after another, element for element :func:`block_arrays`'."""
+    are the blocks' arrays one after another, element for element :func:`block_arrays`'.
+    ``full=False``: the concatenated ids only (the other three arrays empty)."""
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     b = int(counts.sum())
     shuffle = block_keys is not None and b > counts.shape[0]  # blocks of one position: no permutation
     bkeys = np.zeros(counts.shape[0], dtype=np.uint64) if block_keys is None else block_keys
-    src, pos, rec, ids = (np.empty(b, dtype=np.int64) for _ in range(4))
+    ids = np.empty(b, dtype=np.int64)
+    src, pos, rec = (np.empty(b if full else 0, dtype=np.int64) for _ in range(3))
+    scratch, small = _scratch(int(counts.sum(axis=1).max(initial=0)), counts.shape[1])
     _span_kernel(counts, np.ascontiguousarray(before, dtype=np.int64), shuffle, bkeys,
-                 np.uint64(block_half if shuffle else 1), sizes, offsets, keys.halves, keys.row0, keys.epoch0,
-                 keys.keys, keys.tables, keys.table_at, src, pos, rec, ids)
+                 np.uint64(block_half if shuffle else 1), full, sizes, offsets, keys.halves, keys.row0, keys.epoch0,
+                 keys.keys, keys.tables, keys.table_at, src, pos, rec, ids, scratch, small)
     return src, pos, rec, ids

@@ -66,9 +66,23 @@ class Run:
         return cls(start, weights, base, floors, tuple(grid), denom)
 
     def extras_before(self, j: int) -> np.ndarray:
-        """E_s(j): extra slots of each source in the run's blocks ``[0, j)``."""
-        md = _M * self.denom
-        f = [floor_sum(j, md, _ALPHA * self.denom, -g * _M) for g in self.grid]
+        """E_s(j): extra slots of each source in the run's blocks ``[0, j)``. One floor sum per
+        distinct grid point that is not a multiple of ``denom``: for ``g = k * denom`` (the first,
+        0, and the last, the block's extra slots, among them) each term is the ``g = 0`` term
+        minus ``k``, so its sum is ``floor_sum(g=0) - k * j``."""
+        md, a, d = _M * self.denom, _ALPHA * self.denom, self.denom
+        base = None  # the floor sum at g = 0
+        sums: dict[int, int] = {}
+        f = []
+        for g in self.grid:
+            if g not in sums:
+                if g % d == 0:
+                    if base is None:
+                        base = floor_sum(j, md, a, 0)
+                    sums[g] = base - (g // d) * j
+                else:
+                    sums[g] = floor_sum(j, md, a, -g * _M)
+            f.append(sums[g])
         return np.array([f[s] - f[s + 1] for s in range(len(self.floors))], dtype=np.int64)
 
     def block_counts(self, j: int) -> np.ndarray:

@@ -30,7 +30,7 @@ import numpy as np
 from resumable_data.errors import ResumeError, describe
 from resumable_data.plan.mixture import MixturePlan
 from resumable_data.plan.mixture_section import (
-    EARLIER_SCHEMA_VERSION, K_EARLIER, K_SCHEMA, EarlierRun, PackedRebase, Rebase, parse_section,
+    EARLIER_SCHEMA_VERSION, K_EARLIER, K_SCHEMA, EarlierRun, PackedRebase, Rebase, Section, parse_section,
 )
 from resumable_data.plan.weights import WeightSchedule
 from resumable_data.sources.mixture import MixtureSampler
@@ -179,10 +179,11 @@ class PackedMixtureSampler(MixtureSampler):
             section[K_EARLIER] = [r.to_list() for r in rebase.earlier]
         return section
 
-    def saved(self, section: dict[str, Any]) -> PackedMixtureSampler:
+    def saved(self, section: dict[str, Any] | Section) -> PackedMixtureSampler:
         """A copy ordering the stream a saved (validated) mixture section describes: its weights and
-        its rebase with the earlier runs (for the saved epoch's packing index)."""
-        sec = parse_section(section)
+        its rebase with the earlier runs (for the saved epoch's packing index). ``section``: the
+        saved dict, or the :class:`~resumable_data.plan.mixture_section.Section` a restore parsed."""
+        sec = section if isinstance(section, Section) else parse_section(section)
         other = copy.copy(self)
         other.plan = self._plan_of(WeightSchedule(sec.segments), sec.rebase)
         other._runs_of = None

@@ -337,3 +337,36 @@ def test_a_mixture_sampler_pickles(dirs, packed):
     back = pickle.loads(pickle.dumps(sampler))
     assert back.at_positions(np.arange(64)).tolist() == expected.tolist()
     assert back.state_section() == sampler.state_section()
+
+
+@pytest.mark.parametrize("case", ["same", "data_change", "packed_same", "packed_data_change"])
+def test_a_restore_validates_the_saved_section_once(dirs, monkeypatch, case):
+    """Every restore path parses the saved mixture section exactly once (``check_section``) and
+    passes the typed section on: the saved plan, the packed change and the token check do not
+    parse it again; the resumed batches are the uninterrupted (or the changed) loader's."""
+    from resumable_data.loader import mixture_state
+    from resumable_data.plan import mixture as plan_mixture
+    from resumable_data.plan import mixture_section
+    from resumable_data.sources import mixture_packed
+
+    packing = rd.Packing(16) if case.startswith("packed") else None
+    weights = W2 if case.endswith("data_change") else WEIGHTS
+    batches, states = run(loader_for(dirs, WEIGHTS, packing=packing), 12)
+    expected, _ = continue_from(loader_for(dirs, weights, packing=packing), states[5], H,
+                                **({"label": "data_change"} if weights is W2 else {}))
+    calls = []
+
+    def counted(d, where="state.mixture"):
+        calls.append(where)
+        return mixture_section.parse_section(d, where)
+
+    for module in (mixture_state, plan_mixture, mixture_packed):
+        monkeypatch.setattr(module, "parse_section", counted)
+    loader = loader_for(dirs, weights, packing=packing)
+    loader.load_state_dict(states[5], **({"label": "data_change"} if weights is W2 else {}))
+    assert calls == ["state.mixture"]
+    monkeypatch.undo()
+    got, _ = run(loader, H)
+    assert got == expected
+    if weights is WEIGHTS:
+        assert got == batches[5:5 + H]

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 import resumable_data as rd
-from resumable_data.plan.record_runs import RUN
+from resumable_data.loader.fetch import MIXTURE_RUN
+from resumable_data.plan.record_runs import RUN  # a mixture's first run of positions; MIXTURE_RUN the later ones
 from tests.loader.conftest import canon
 from tests.mixture_data import SIZES, WEIGHTS, open_sources, source_of, write_sources
 
 BATCH = 12
-STEPS = RUN // BATCH + 40  # past the first run of positions (and ~25 loader epochs of 191 positions)
+STEPS = (RUN + MIXTURE_RUN) // BATCH + 40  # past the first two runs of positions (~100 loader epochs of 191 positions)
 H = 3
 
 
@@ -51,7 +52,8 @@ def test_resume_at_random_steps_equals_the_uninterrupted_stream(dirs, block, tok
     assert np.bincount(src, minlength=3)[2] > 3 * SIZES["math"]  # the small source ran through many epochs
     assert ("tokens" in states[-1]["mixture"]) is tokens and (states[-1]["counters"]["tokens"] > 0) is tokens
     rng = np.random.default_rng(block + tokens)
-    near_run_end = [RUN // BATCH - 1, RUN // BATCH, RUN // BATCH + 1]  # the batch that crosses position RUN
+    ends = (RUN, MIXTURE_RUN, RUN + MIXTURE_RUN)  # run ends of the uninterrupted loader and of resumed ones
+    near_run_end = [e // BATCH + d for e in ends for d in (-1, 0, 1)]  # the batches that cross them
     points = near_run_end + rng.choice(STEPS - H, size=7, replace=False).tolist()
     same = make(dirs, block, tokens)  # one loader seeking back and forth: its caches must not leak
     run(same, 2)

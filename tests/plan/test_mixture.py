@@ -29,6 +29,25 @@ def test_floor_sum_matches_the_sum(n, m, a, b):
     assert floor_sum(n, m, a, b) == sum((a * i + b) // m for i in range(n))
 
 
+@settings(derandomize=True, max_examples=80, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 7), st.floats(0.01, 3, allow_nan=False)), min_size=1, max_size=6)
+       .filter(lambda w: sum(w) > 0), st.sampled_from([1, 7, 16, 1000, 1024, 5000]),
+       st.one_of(st.integers(0, 300), st.integers(0, 10**15)))
+def test_extra_slots_before_a_block_are_the_floor_sums_of_every_grid_point(weights, block, j):
+    """``Run.extras_before`` sums the floors once per grid point that is not a multiple of the
+    denominator (the others follow from the ``g = 0`` sum): the same counts as a floor sum per
+    grid point, and as the blocks' own counts added up."""
+    from resumable_data.plan.mixture_runs import _ALPHA, _M, Run
+
+    total = sum(Fraction(w) for w in weights)
+    run = Run.of(0, tuple(Fraction(w) / total for w in weights), (0,) * len(weights), block)
+    f = [floor_sum(j, _M * run.denom, _ALPHA * run.denom, -g * _M) for g in run.grid]
+    assert run.extras_before(j).tolist() == [f[s] - f[s + 1] for s in range(len(weights))]
+    if j <= 300:
+        counts = sum((run.block_counts(k) for k in range(j)), np.zeros(len(weights), dtype=np.int64))
+        assert counts.tolist() == (j * np.array(run.floors, dtype=np.int64) + run.extras_before(j)).tolist()
+
+
 @settings(derandomize=True, max_examples=60, deadline=None)
 @given(weights=st.lists(st.one_of(st.integers(0, 9), st.floats(0, 5, allow_nan=False)), min_size=1, max_size=6)
        .filter(lambda w: sum(w) > 0),

@@ -70,6 +70,9 @@ def check(plan: MixturePlan, positions) -> None:
     assert q.tolist() == want[:, 1].tolist()
     assert rec.tolist() == want[:, 2].tolist()
     assert ids.tolist() == want[:, 3].tolist()
+    if len(positions) and (np.diff(positions) == 1).all():  # a span: the loader's runs ask for it by its bounds
+        lo, hi = int(positions[0]), int(positions[-1]) + 1
+        assert plan.span_ids(lo, hi).tolist() == want[:, 3].tolist()
 
 
 weights_st = st.lists(st.one_of(st.integers(0, 7), st.floats(0.01, 3, allow_nan=False)), min_size=1, max_size=5) \
@@ -209,6 +212,11 @@ def test_forward_by_round_tables_equals_the_reference(n):
         got = np.empty_like(idx)
         forward_table_into(idx, got, np.uint64(n), p.half, table)
         assert got.tolist() == want.tolist()
+        compact = np.empty(ROUNDS << int(p.half), dtype=np.uint16)  # the block kernel's tables: 16-bit entries
+        round_table_into(p.round_keys, p.half, compact)
+        assert compact.tolist() == table.tolist()
+        forward_table_into(idx, got, np.uint64(n), p.half, compact)
+        assert got.tolist() == want.tolist()
     else:
         assert n > 1 << 24  # the largest domain a table serves is 2**24
 
@@ -221,3 +229,34 @@ def test_a_source_too_large_for_round_tables_uses_the_round_keys():
     assert plan.concatenated_ids(np.arange(0, 4096)).tolist() == \
         np.concatenate([make(N3, (1 << 25, 300, 17), (0.5, 0.3, 0.2), 64, 7).concatenated_ids(np.arange(k, k + 64))
                         for k in range(0, 4096, 64)]).tolist()
+
+
+@settings(derandomize=True, max_examples=40, deadline=None)
+@given(block=st.sampled_from([1, 7, 64, 1024, 5000]), seed=st.integers(0, 2**32), shuffle=st.booleans(),
+       spans=st.lists(st.tuples(st.integers(0, 40_000), st.integers(0, 9000)), min_size=1, max_size=6))
+def test_span_ids_equal_concatenated_ids_across_runs_and_epochs(block, seed, shuffle, spans):
+    """``span_ids(lo, hi)`` (ids only, the blocks in one call) is ``concatenated_ids`` of the same
+    positions: spans shorter than a block, unaligned, across a schedule's run boundaries, through
+    many epochs of a small source, in any order (a seek), on one plan and on a fresh one."""
+    sched = WeightSchedule([(0, dict(zip(N3, (0.5, 0.3, 0.2)))), (30, dict(zip(N3, (1, 1, 6))))])
+    plan = make(N3, (40_000, 1_300, 17), (0, 0, 0), block, seed, shuffle=shuffle, schedule=sched,
+                pos=StepPositions(512))  # the second run starts at position 15,360
+    for lo, size in spans:
+        want = make(N3, (40_000, 1_300, 17), (0, 0, 0), block, seed, shuffle=shuffle, schedule=sched,
+                    pos=StepPositions(512)).concatenated_ids(np.arange(lo, lo + size))
+        assert plan.span_ids(lo, lo + size).tolist() == want.tolist()
+
+
+def test_span_ids_of_windowed_sources_and_after_a_rebase():
+    def windowed():
+        return MixturePlan(N3, (4000, 300, 17), ["a", "b", "c"], WeightSchedule.constant(dict(zip(N3, (5, 3, 2)))),
+                           block=256, seed=2, version_hash="w", windows=(64, None, 8))
+
+    for lo, hi in ((1000, 1600), (0, 5000), (4093, 4099)):  # through the full arrays the window shuffle needs
+        by_block = np.concatenate([windowed().concatenated_ids(np.arange(p, min(p + 256, hi)))
+                                   for p in range(lo, hi, 256)])  # one block at a time, fresh plans
+        assert windowed().span_ids(lo, hi).tolist() == by_block.tolist()
+    plan = make(N3, (40, 13, 4), (0.5, 0.3, 0.2), 16, 1, rebase=Rebase(32, (16, 10, 6)))
+    check(plan, np.arange(32, 32 + 300))
+    with pytest.raises(ConfigError, match="at least 32"):
+        plan.span_ids(31, 100)

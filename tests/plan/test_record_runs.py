@@ -43,3 +43,43 @@ def test_a_returned_span_is_a_copy_and_clear_drops_the_run():
     assert runs.span(0, 16).tolist() == plan.records(np.arange(16)).tolist()
     runs.clear()
     assert runs.span(RUN - 8, RUN + 8).tolist() == plan.records(np.arange(RUN - 8, RUN + 8)).tolist()
+
+
+@settings(derandomize=True, max_examples=40, deadline=None)
+@given(st.sampled_from([64, 1000, 4 * RUN]),
+       st.lists(st.tuples(st.integers(0, 20 * RUN), st.integers(0, RUN)), min_size=1, max_size=20))
+def test_a_ranged_function_and_another_run_length_give_the_same_spans(run, spans):
+    """``ranged(start, stop)`` stands in for ``fn(arange(start, stop))`` and runs of ``run``
+    positions in place of ``RUN``: the spans are ``fn`` of the same positions."""
+    plan = PLANS[0]
+    asked = []
+
+    def ranged(start, stop):
+        asked.append((start, stop))
+        return plan.records(np.arange(start, stop, dtype=np.int64))
+
+    runs = RecordRuns(plan.records, ranged=ranged, run=run)
+    held = None  # the run the RecordRuns holds, as this test follows it
+    for start, size in spans:
+        before = len(asked)
+        assert runs.span(start, start + size).tolist() == plan.records(np.arange(start, start + size)).tolist()
+        if held is not None and held[0] <= start and start + size <= held[1]:
+            assert len(asked) == before  # served from the held run
+        elif size > run // 4:
+            assert asked[before:] == [(start, start + size)]  # computed directly, the held run kept
+        else:
+            (a, b), = asked[before:]
+            going_on = held is not None and held[0] <= start <= held[1]
+            assert (a, b) == ((start, max(start + run, start + size)) if going_on else
+                              (start - start % RUN, max(start - start % RUN + RUN, start + size)))
+            held = (a, b)
+
+
+def test_the_first_run_is_short_and_the_stream_going_on_gets_long_runs():
+    plan = PLANS[0]
+    asked = []
+    runs = RecordRuns(plan.records, ranged=lambda a, b: asked.append((a, b)) or plan.records(np.arange(a, b)),
+                      run=4 * RUN)
+    for k in range(0, 6 * RUN, 256):
+        runs.span(k, k + 256)
+    assert asked == [(0, RUN), (RUN, 5 * RUN), (5 * RUN, 9 * RUN)]
