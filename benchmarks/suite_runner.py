@@ -73,25 +73,51 @@ def sha256(path: Path) -> str:
 
 
 # -- the rebinding (runs in the worker and, through __mp_main__, in processes it spawns) ---------
-def rd_loader_class(seeded: bool, allow_unpinned: bool = False):
-    """``rd.DataLoader`` counting its constructions; ``seeded`` adds ``seed=`` drawn from torch's
-    global generator to a loader built with neither ``seed=`` nor ``generator=`` (where torch's
-    own unseeded shuffle draws from); ``allow_unpinned`` loads states with ``allow_unpinned=True``
-    unless the caller says otherwise."""
+def drawn_seed(args: tuple, kwargs: dict) -> int | None:
+    """``seed=`` drawn from torch's global generator for a loader built with neither ``seed=`` nor
+    ``generator=`` (where torch's own unseeded shuffle draws from, at every ``iter()``)."""
     import torch
 
+    # generator is the 12th positional argument after dataset
+    if kwargs.get("generator") is None and kwargs.get("seed") is None and len(args) < 12:
+        return int(torch.randint(0, 2**62, ()).item())
+    return None
+
+
+def fixed_seed_when_random(seed: int) -> Callable[[tuple, dict], int | None]:
+    """``seed=seed`` for a loader that shuffles or samples at random (``shuffle=True``, a
+    ``RandomSampler`` or ``WeightedRandomSampler`` without a generator) with neither ``seed=`` nor
+    ``generator=``: what a user following rd's refusal (``fix: pass seed=1234``) writes."""
+
+    def seed_for(args: tuple, kwargs: dict) -> int | None:
+        import torch.utils.data as tud
+
+        if kwargs.get("generator") is not None or kwargs.get("seed") is not None or len(args) >= 12:
+            return None
+        shuffle = kwargs.get("shuffle", args[1] if len(args) > 1 else None)
+        sampler = kwargs.get("sampler", args[2] if len(args) > 2 else None)
+        drawn = isinstance(sampler, (tud.RandomSampler, tud.WeightedRandomSampler)) and sampler.generator is None
+        return seed if shuffle or drawn else None
+
+    return seed_for
+
+
+def rd_loader_class(seed_for: Callable[[tuple, dict], int | None] | None = None, allow_unpinned: bool = False):
+    """``rd.DataLoader`` counting its constructions; ``seed_for(args, kwargs)`` (e.g.
+    :func:`drawn_seed`) gives the ``seed=`` to add, or None; ``allow_unpinned`` loads states with
+    ``allow_unpinned=True`` unless the caller says otherwise."""
     import resumable_data as rd
 
     class SuiteDataLoader(rd.DataLoader):
-        """rd.DataLoader, counting constructions (and in a seeded mode adding a drawn seed)."""
+        """rd.DataLoader, counting constructions (and in a seeded mode adding a seed)."""
 
         built = 0
 
         def __init__(self, dataset, *args, **kwargs):
             type(self).built += 1
-            # generator is the 12th positional argument after dataset
-            if seeded and kwargs.get("generator") is None and kwargs.get("seed") is None and len(args) < 12:
-                kwargs["seed"] = int(torch.randint(0, 2**62, ()).item())
+            seed = None if seed_for is None else seed_for(args, kwargs)
+            if seed is not None:
+                kwargs["seed"] = seed
             super().__init__(dataset, *args, **kwargs)
 
         if allow_unpinned:

@@ -59,7 +59,7 @@ def _patch(module, mode: str) -> None:
 
     if mode == "torch":
         return
-    cls = suite_runner.rd_loader_class(seeded=mode == "rd-seeded")
+    cls = suite_runner.rd_loader_class(seed_for=suite_runner.drawn_seed if mode == "rd-seeded" else None)
     data = suite_runner.AttributeView(torch.utils.data, {"DataLoader": cls})
     utils = suite_runner.AttributeView(torch.utils, {"data": data})
     module.DataLoader = cls
