@@ -345,11 +345,6 @@ def cause_of(causes: list[tuple[str, bool, str]], rec: dict) -> tuple[str, bool]
     return first[:120], False
 
 
-def _short(tid: str) -> str:
-    """A test's name without its class, with a parameterized index (``_3_100_0_1``) kept apart."""
-    return tid.split(".")[-1]
-
-
 def report(suite: Suite, results: dict[str, dict[str, dict]], ids: list[str]) -> tuple[str, dict]:
     """The Markdown table and the JSON summary of ``results`` (mode -> test id -> record)."""
     base_mode = suite.baseline
@@ -381,7 +376,8 @@ def report(suite: Suite, results: dict[str, dict[str, dict]], ids: list[str]) ->
         for g in summary["modes"][m]["groups"]:
             names: dict[str, int] = {}
             for t in g["tests"]:  # classes that share a base class share most names
-                names[_short(t)] = names.get(_short(t), 0) + 1
+                short = t.split(".")[-1]
+                names[short] = names.get(short, 0) + 1
             shown = ", ".join(f"`{n}`" + (f" x{k}" if k > 1 else "") for n, k in names.items())
             lines.append(f"| {g['cause']} | {'yes' if g['deliberate'] else 'no'} | {len(g['tests'])}: {shown} |")
     return "\n".join(lines) + "\n", summary
