@@ -109,7 +109,10 @@ class DataLoader:
       position unit becomes the packed sequence (see :mod:`resumable_data.plan.packing`);
     * ``transform``: a function of one sample (a record's dict for ``rd.ArrowShards``), called with
       ``rd.sample_context()`` active and the globals seeded from the sample key, before
-      ``collate_fn``: augmentation independent of batch size, workers and world size.
+      ``collate_fn``: augmentation independent of batch size, workers and world size;
+    * ``snapshot_every_n_steps``: torchdata ``StatefulDataLoader``'s argument (None or an integer >= 0),
+      accepted so that code written for it runs unchanged; it changes nothing, since the state
+      here is a cursor, exact after every batch at any worker count.
     """
 
     __class_getitem__ = classmethod(types.GenericAlias)
@@ -124,9 +127,11 @@ class DataLoader:
         sharding: Sharding | None = None, elastic: bool = True, tail: Tail | str | None = None,
         commit: CommitMode | str = CommitMode.AUTO, accumulation_steps: int = 1, dataset_version: Any = None,
         packing: Any = None, seed_per_sample: Any = True, arrow_collate: Callable | None = None,
-        token_column: str | None = None, transform: Callable | None = None,
+        token_column: str | None = None, transform: Callable | None = None, snapshot_every_n_steps: int | None = 1,
     ) -> None:
         check_worker_options(num_workers, timeout, multiprocessing_context, prefetch_factor, persistent_workers)
+        if snapshot_every_n_steps is not None:
+            snapshot_every_n_steps = check_int(snapshot_every_n_steps, "snapshot_every_n_steps", 0)
         cfg = resolve_config(
             dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler, batch_sampler=batch_sampler,
             drop_last=drop_last, collate_fn=collate_fn, generator=generator, in_order=in_order, seed=seed,
@@ -165,6 +170,7 @@ class DataLoader:
             generator=private,
             prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
         )
+        self.snapshot_every_n_steps = snapshot_every_n_steps  # accepted, changes nothing (see the class docstring)
         self._active: weakref.ref[LoaderIterator] | None = None
         self._generation = 0
         self._tokens_per_source: SourceTokens | None = None  # built on the first snapshot that needs it

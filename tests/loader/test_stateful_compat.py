@@ -1,0 +1,45 @@
+"""rd.DataLoader as a drop-in for torchdata's ``StatefulDataLoader``: its constructor arguments
+are accepted (found by running torchdata's own test_state_dict.py against rd.DataLoader,
+benchmarks/torchdata_suite). Every resume compares every remaining batch in order."""
+
+import pytest
+import torch
+
+import resumable_data as rd
+from tests.loader.conftest import canon
+
+N = 37
+
+
+class Records(torch.utils.data.Dataset):
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        return {"id": i, "x": torch.tensor([i, i * i])}
+
+
+def make(num_workers, **kw):
+    return rd.DataLoader(Records(), batch_size=4, shuffle=True, seed=11, num_workers=num_workers,
+                         dataset_version="records-v1", **kw)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("every", [None, 0, 1, 5])
+@pytest.mark.parametrize("interrupt", [0, 3, 9])
+def test_snapshot_every_n_steps_is_accepted_and_every_state_is_exact(num_workers, every, interrupt):
+    ref = [canon(b) for b in make(num_workers)]
+    dl = make(num_workers, snapshot_every_n_steps=every)
+    assert dl.snapshot_every_n_steps == every
+    it = iter(dl)
+    head = [canon(next(it)) for _ in range(interrupt)]
+    state = dl.state_dict()  # between snapshots of StatefulDataLoader's schedule too: exact here
+    resumed = make(num_workers, snapshot_every_n_steps=every)
+    resumed.load_state_dict(state)
+    assert head + [canon(b) for b in resumed] == ref
+
+
+@pytest.mark.parametrize("bad", [-2, 1.5, "5", True])
+def test_snapshot_every_n_steps_must_be_a_positive_integer(bad):
+    with pytest.raises(rd.ConfigError, match=r"snapshot_every_n_steps=.*expected an integer in \[0, "):
+        make(0, snapshot_every_n_steps=bad)
