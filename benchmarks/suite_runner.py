@@ -423,7 +423,7 @@ def main(suite: Suite, argv: list[str] | None = None, description: str = "") -> 
         futures = {m: pool.submit(run_mode, suite, m, ids, a.timeout, work, a.resume, a.retry_timeout)
                    for m in modes if m not in suite.derived}
         results = {m: f.result() for m, f in futures.items()}
-    for m in modes:
+    for m in (m for m in suite.modes if m in modes):  # a derived mode after the one it derives from
         src = suite.derived.get(m)
         if src is None:
             continue

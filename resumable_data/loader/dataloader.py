@@ -34,6 +34,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 import torch.utils.data as tud
 
@@ -63,7 +64,7 @@ __all__ = ["CounterView", "DataLoader"]
 _TORCH_ATTRIBUTES = frozenset({
     "dataset", "batch_size", "sampler", "batch_sampler", "drop_last", "num_workers", "collate_fn", "pin_memory",
     "timeout", "worker_init_fn", "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers",
-    "pin_memory_device", "in_order",
+    "pin_memory_device", "in_order", "snapshot_every_n_steps",
 })
 
 
@@ -110,7 +111,7 @@ class DataLoader:
     * ``transform``: a function of one sample (a record's dict for ``rd.ArrowShards``), called with
       ``rd.sample_context()`` active and the globals seeded from the sample key, before
       ``collate_fn``: augmentation independent of batch size, workers and world size;
-    * ``snapshot_every_n_steps``: torchdata ``StatefulDataLoader``'s argument (None or an integer >= 0),
+    * ``snapshot_every_n_steps``: torchdata ``StatefulDataLoader``'s argument (None or an integer >= 0; torchdata checks nothing),
       accepted so that code written for it runs unchanged; it changes nothing, since the state
       here is a cursor, exact after every batch at any worker count.
     """
@@ -131,7 +132,11 @@ class DataLoader:
     ) -> None:
         check_worker_options(num_workers, timeout, multiprocessing_context, prefetch_factor, persistent_workers)
         if snapshot_every_n_steps is not None:
-            snapshot_every_n_steps = check_int(snapshot_every_n_steps, "snapshot_every_n_steps", 0)
+            if isinstance(snapshot_every_n_steps, np.integer):
+                snapshot_every_n_steps = int(snapshot_every_n_steps)
+            if isinstance(snapshot_every_n_steps, bool) or not isinstance(snapshot_every_n_steps, int) or snapshot_every_n_steps < 0:
+                raise ConfigError(describe("snapshot_every_n_steps", snapshot_every_n_steps, "None or an integer >= 0",
+                                           "snapshot_every_n_steps=1 (or leave it out: it changes nothing here)"))
         cfg = resolve_config(
             dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler, batch_sampler=batch_sampler,
             drop_last=drop_last, collate_fn=collate_fn, generator=generator, in_order=in_order, seed=seed,
@@ -170,7 +175,7 @@ class DataLoader:
             generator=private,
             prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
         )
-        self.snapshot_every_n_steps = snapshot_every_n_steps  # accepted, changes nothing (see the class docstring)
+        self.__dict__["snapshot_every_n_steps"] = snapshot_every_n_steps  # read-only; changes nothing (class docstring)
         self._active: weakref.ref[LoaderIterator] | None = None
         self._generation = 0
         self._tokens_per_source: SourceTokens | None = None  # built on the first snapshot that needs it

@@ -40,6 +40,13 @@ def test_snapshot_every_n_steps_is_accepted_and_every_state_is_exact(num_workers
 
 
 @pytest.mark.parametrize("bad", [-2, 1.5, "5", True])
-def test_snapshot_every_n_steps_must_be_a_positive_integer(bad):
-    with pytest.raises(rd.ConfigError, match=r"snapshot_every_n_steps=.*expected an integer in \[0, "):
+def test_snapshot_every_n_steps_must_be_none_or_a_non_negative_integer(bad):
+    with pytest.raises(rd.ConfigError, match=r"snapshot_every_n_steps=.*expected None or an integer >= 0"):
         make(0, snapshot_every_n_steps=bad)
+
+
+def test_snapshot_every_n_steps_is_read_only_like_torchs_attributes():
+    dl = make(0, snapshot_every_n_steps=3)
+    with pytest.raises(rd.ConfigError, match="snapshot_every_n_steps attribute should not be set"):
+        dl.snapshot_every_n_steps = 7
+    assert dl.snapshot_every_n_steps == 3
