@@ -13,7 +13,8 @@ already small next to their size).
 Guarantee. The output is ``fn`` of the same positions, element for element: the run is a cache of
 a pure function of the position, so nothing can go stale (a seek drops the run by missing it;
 :meth:`RecordRuns.clear` drops it explicitly) and the result never depends on which spans were
-asked for before. Returned arrays are not shared with the run (copies of its slices, or arrays computed for that call alone): a caller may keep or change them.
+asked for before. Returned arrays are not shared with the run (copies of its slices, or arrays
+computed for that call alone): a caller may keep or change them.
 
 ``RecordRuns(fn, ranged=g, run=n)``: ``g(start, stop)`` computes ``fn(arange(start, stop))``
 without the array of positions (:meth:`MixturePlan.span_ids`: a run of a mixed stream is a
