@@ -291,6 +291,17 @@ def _torch_rules(dataset: Any, batch_size: Any, shuffle: Any, sampler: Any, batc
                           "drop_last", drop_last, "False with batch_size=None (there are no batches to drop)", "drop drop_last=")
 
 
+def check_snapshot_every(value: Any) -> int | None:
+    """torchdata's ``snapshot_every_n_steps``: None or an integer >= 0 (it changes nothing here:
+    the state is exact after every batch); torchdata checks nothing, rd refuses other values."""
+    if isinstance(value, np.integer):
+        value = int(value)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ConfigError(describe("snapshot_every_n_steps", value, "None or an integer >= 0",
+                                   "snapshot_every_n_steps=1 (or leave it out: it changes nothing here)"))
+    return value
+
+
 def check_worker_options(num_workers: Any, timeout: Any, multiprocessing_context: Any, prefetch_factor: Any,
                          persistent_workers: Any) -> None:
     """torch's rules on the worker arguments, with its texts, checked before anything is built

@@ -34,7 +34,6 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
 import torch
 import torch.utils.data as tud
 
@@ -42,7 +41,7 @@ from resumable_data._schema import check_int
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader import torch_compat
-from resumable_data.loader.config import LoaderConfig, check_worker_options, resolve_config
+from resumable_data.loader.config import LoaderConfig, check_snapshot_every, check_worker_options, resolve_config
 from resumable_data.loader.fetch import StepFetcher, StepSampler
 from resumable_data.loader.iterator import LoaderIterator
 from resumable_data.loader.ledger import CounterView, ProgressLedger
@@ -131,12 +130,7 @@ class DataLoader:
         token_column: str | None = None, transform: Callable | None = None, snapshot_every_n_steps: int | None = 1,
     ) -> None:
         check_worker_options(num_workers, timeout, multiprocessing_context, prefetch_factor, persistent_workers)
-        if snapshot_every_n_steps is not None:
-            if isinstance(snapshot_every_n_steps, np.integer):
-                snapshot_every_n_steps = int(snapshot_every_n_steps)
-            if isinstance(snapshot_every_n_steps, bool) or not isinstance(snapshot_every_n_steps, int) or snapshot_every_n_steps < 0:
-                raise ConfigError(describe("snapshot_every_n_steps", snapshot_every_n_steps, "None or an integer >= 0",
-                                           "snapshot_every_n_steps=1 (or leave it out: it changes nothing here)"))
+        snapshot_every_n_steps = check_snapshot_every(snapshot_every_n_steps)
         cfg = resolve_config(
             dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler, batch_sampler=batch_sampler,
             drop_last=drop_last, collate_fn=collate_fn, generator=generator, in_order=in_order, seed=seed,
