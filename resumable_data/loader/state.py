@@ -4,7 +4,7 @@ Schema (``format = "resumable_data.loader"``, integer ``schema_version``): a JSO
 exactly the keys below (plus ``mixture``, with its own ``schema_version``, in the state of an
 ``rd.Mixture`` loader only, so other states are unchanged); every value is checked for type and range on load, so a forged or
 malformed state raises :class:`~resumable_data.ResumeError` and nothing else. Loading never
-unpickles. Typical size: 500-700 bytes, independent of dataset size, window and worker count.
+unpickles. Typical size: 500-800 bytes, independent of dataset size, window and worker count.
 
 ``cursor`` holds three step counters, ``committed <= delivered <= fetched``: batches whose
 gradients went into an update (or were deliberately skipped), batches yielded to the training
