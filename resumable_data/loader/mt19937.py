@@ -14,16 +14,17 @@ probed layout (a byte *template* of the generator's region right after ``manual_
 Speed. The keys advance in lockstep (every key updates the same word index at each step), so the
 loops run over *lanes* with the word index outside: numpy's ``init_by_array`` runs as ``nb``
 extra lanes beside Python's (``2 nb`` in all), the inner loop is contiguous and free of
-dependency chains, so LLVM vectorises it (8 lanes per AVX2 instruction, 32-bit arithmetic); a
-step is latency-bound on its multiply chain, so the extra lanes cost little (measured in
-docs/dropin.md). The latest word of every lane lives in its own small array (no alias check
-between rows), and ``init_by_array``'s alternation of the two key words is unrolled by two instead
-of branched on. Only ``init_by_array``'s first pass needs a word-major scratch (the second pass
+dependency chains, so LLVM vectorises it (8 lanes per AVX2 instruction, 32-bit arithmetic). The
+extra lanes are not free: numpy's part adds about 9-11 us to the kernel for 16 keys, some 4 us of
+it the second pass's strided stores (docs/dropin.md). The latest word of every lane lives in its
+own small array (no alias check between rows), and ``init_by_array``'s alternation of the two key
+words is unrolled by two instead of branched on. Only ``init_by_array``'s first pass needs a word-major scratch (the second pass
 reads it); every final word is stored straight into its key's row (strided stores).
 
 Guarantee: :func:`mt_states` equals ``RandomState.seed([lo, hi])``'s state word for word, the
 numpy columns equal ``seed`` of the version's two words, and torch's rows equal its
-``manual_seed`` (``tests/loader/test_global_rng.py``). Cost: see :mod:`.global_rng`'s docstring.
+``manual_seed`` (``tests/loader/test_global_rng.py``, ``test_seeding_v2.py``). Cost: see
+:mod:`.global_rng`'s docstring.
 """
 
 from __future__ import annotations
