@@ -172,6 +172,7 @@ def loader_state_report(path: str, data: str | None, verify: str, records: int, 
     plan = state.plan
     kv(out, "loader state", f"{path} (a DataLoader.state_dict(), schema version {state.schema_version})")
     kv(out, "recovery label", state.recovery_label.value)
+    kv(out, "sample seeding", _seeding_text(state.sample_seeding))
     kv(out, "counters", ", ".join(f"{k}={v}" for k, v in state.counter_view().to_dict().items()))
     cur = state.cursor
     kv(out, "cursor", f"committed={cur.committed} delivered={cur.delivered} fetched={cur.fetched}")
@@ -209,3 +210,12 @@ def _batch_text(plan) -> str:
     if origin is not None:
         text += f" from step {origin.step} (position {origin.position}, a declared batch change)"
     return text
+
+
+def _seeding_text(record: Any) -> str:
+    """The ``sample seeding`` line: the saved ``seed_per_sample`` mode and seeding version."""
+    if record is None:
+        return ("not recorded (a state written before seeding version 2): continues with seeding version 1 "
+                "(numpy seeded as Python's) under the loader's seed_per_sample mode")
+    note = " (numpy seeded as Python's, the formula before version 2)" if record.version == 1 else ""
+    return f"seed_per_sample {record.mode.value!r}, seeding version {record.version}{note}"

@@ -33,7 +33,7 @@ import numpy as np
 
 from resumable_data._schema import check_int, coerce_enum
 from resumable_data.errors import ConfigError, ConfigTypeError, describe
-from resumable_data.loader.sample_seeding import SampleSeeding, sample_seeding
+from resumable_data.loader.sample_seeding import SampleSeeding, SeedingRecord, sample_seeding
 from resumable_data.loader.state import CommitMode, Layout, LoaderState
 from resumable_data.plan import BatchSchedule, Order, OrderSpec, Plan, Sharding, Tail
 from resumable_data.plan.batch_schedule import as_schedule
@@ -94,6 +94,8 @@ class LoaderConfig:
             packing=None if self.packing is None else self.packing.to_dict(), pinned=self.pinned,
             sampler=self.positional.fingerprint() if self.positional is not None else None,
             mixture=self.positional.state_section() if hasattr(self.positional, "state_section") else None,
+            sample_seeding=SeedingRecord(SampleSeeding.OFF if not self.seed_per_sample else
+                                         SampleSeeding.LAZY if self.lazy_seeding else SampleSeeding.EAGER),
         )
 
 

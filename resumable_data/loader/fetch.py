@@ -10,7 +10,9 @@ numpy / torch generators seeded from a key of its position: ``__getitem__`` and 
 from the sample's key (``rd.sample_context()`` active), ``__getitems__``, ``collate_fn`` and
 ``arrow_collate`` from the batch key ``sample_key(version, seed, first position of this rank's
 batch, tag="collate")`` (``rd.batch_context()`` active; ``__getitems__`` keeps the batch's first
-sample key). In the main process (``num_workers=0``) the global states are saved before the
+sample key), every route with the seeding version the request carries (the ledger's: 2 for a
+fresh run, the saved one after a restore; :mod:`.sample_seeding`). In the main process
+(``num_workers=0``) the global states are saved before the
 batch and restored after it (:class:`GlobalRNGGuard`), so the training loop's draws never depend
 on the loader. Cost: one hash per sample (served from a run of upcoming positions) and one per batch.
 
@@ -50,6 +52,7 @@ from resumable_data.loader.context import (
     seed_globals,
 )
 from resumable_data.loader.global_rng import UnseededWatch, lazy_seeding_available
+from resumable_data.loader.sample_seeding import SEEDING_VERSION
 from resumable_data.loader.torch_compat import default_collate, default_convert
 from resumable_data.loader.packed import pack_sequences, packed_tokens
 from resumable_data.plan import sample_key, sample_keys
@@ -66,11 +69,12 @@ MIXTURE_RUN = 4 * RUN
 
 
 class StepFetcher(Dataset):
-    """``fetcher[(step, epoch, first, span)]`` is this rank's batch of global step ``step`` (in
-    epoch ``epoch``, which starts at step ``first``; ``span`` its global positions ``[start,
-    stop)``, from the ledger's plan, ``None`` when packed), as ``(step, batch, tokens, samples)``:
-    tokens and samples count the whole global batch (all ranks), so every rank's counters agree.
-    The span travels with the request, so workers (persistent ones too) never hold a batch origin
+    """``fetcher[(step, epoch, first, span, seeding)]`` is this rank's batch of global step
+    ``step`` (in epoch ``epoch``, which starts at step ``first``; ``span`` its global positions
+    ``[start, stop)``, from the ledger's plan, ``None`` when packed; ``seeding`` the seeding
+    version), as ``(step, batch, tokens, samples)``: tokens and samples count the whole global
+    batch (all ranks), so every rank's counters agree. The span and the seeding version travel
+    with the request, so workers (persistent ones too) never hold a batch origin or a version
     that a restore may change."""
 
     def __init__(self, dataset: Any, config: LoaderConfig, stream: Any, *, pin_memory: bool = False) -> None:
@@ -94,6 +98,8 @@ class StepFetcher(Dataset):
         #: lazy seeding of Python's and numpy's generators (SampleSeeding.LAZY, see _per_sample);
         #: False in this process for good once user code was seen drawing from them
         self.lazy_globals = config.lazy_seeding
+        #: the seeding version of the request being fetched (set from each request)
+        self.seeding = SEEDING_VERSION
 
     def warm_up(self) -> None:
         """Run the compiled kernels and the source's first gather once in this process, so that
@@ -155,8 +161,8 @@ class StepFetcher(Dataset):
             out[sel] = np.asarray(self.positional.indices(int(e), offsets[sel]), dtype=np.int64)
         return out
 
-    def __getitem__(self, request: tuple[int, int, int, Any]) -> tuple[int, Any, int, int]:
-        step, epoch, first, span = request
+    def __getitem__(self, request: tuple[int, int, int, Any, int]) -> tuple[int, Any, int, int]:
+        step, epoch, first, span, self.seeding = request
         if self.mode is FetchMode.PACKED:
             return step, *self._packed(epoch, step - first)
         start, stop = span
@@ -189,7 +195,7 @@ class StepFetcher(Dataset):
         if self.collate_fn is None:  # torch's own collation draws nothing: no seeding to pay for
             return fn(samples[0] if self.unbatched else samples)
         if self.seed_per_sample and len(positions):
-            seed_globals(sample_key(self.plan.version_hash, self.plan.seed, int(positions[0]), "collate"))
+            seed_globals(sample_key(self.plan.version_hash, self.plan.seed, int(positions[0]), "collate"), self.seeding)
         token = activate_batch(BatchContext(positions, records, self._keys(positions), self.plan.epoch_len))
         try:
             return fn(samples[0] if self.unbatched else samples)
@@ -217,12 +223,12 @@ class StepFetcher(Dataset):
         pos, recs = positions.tolist(), records.tolist()
         if not self.seed_per_sample:
             return self._samples(pos, recs, None, samples, None)
-        keys = self._keys(positions)
+        keys, version = self._keys(positions), self.seeding
         key_list = keys.tolist()
         if samples is None and self.lazy_globals and (guard.saved.fast if guard is not None else lazy_seeding_available()):
             watch = UnseededWatch(None if guard is None else guard.saved)
             try:
-                out = self._samples(pos, recs, key_list, None, GlobalSeeder(keys, torch_only=True))
+                out = self._samples(pos, recs, key_list, None, GlobalSeeder(keys, torch_only=True, version=version))
             except Exception:
                 if not watch.finish():
                     raise
@@ -232,7 +238,7 @@ class StepFetcher(Dataset):
                         guard.python_numpy_clean = True
                     return out
             self.lazy_globals = False  # user code draws from the globals: eager from now on, here
-        return self._samples(pos, recs, key_list, samples, GlobalSeeder(keys))
+        return self._samples(pos, recs, key_list, samples, GlobalSeeder(keys, version=version))
 
     def _samples(self, pos: list, recs: list, keys: list | None, samples: list | None,
                  seeder: GlobalSeeder | None) -> list:
@@ -309,7 +315,7 @@ class StepFetcher(Dataset):
         table = self.dataset.take(records)
         if self.arrow_collate is not None:
             if self.seed_per_sample and len(positions):
-                seed_globals(sample_key(self.plan.version_hash, self.plan.seed, int(positions[0]), "collate"))
+                seed_globals(sample_key(self.plan.version_hash, self.plan.seed, int(positions[0]), "collate"), self.seeding)
             token = activate_batch(BatchContext(positions, records, self._keys(positions), self.plan.epoch_len))
             try:
                 return self.arrow_collate(table), tokens
@@ -354,7 +360,7 @@ class StepFetcher(Dataset):
         keys = self._keys(positions)
         ctx = BatchContext(positions, records, keys, self.plan.epoch_len)
         if self.seed_per_sample and len(keys):
-            seed_globals(int(keys[0]))  # one batched call: the batch's first key seeds the globals
+            seed_globals(int(keys[0]), self.seeding)  # one batched call: the batch's first key seeds the globals
         token = activate_batch(ctx)
         try:
             samples = list(self.dataset.__getitems__(records.tolist()))
@@ -375,8 +381,9 @@ class NumpyBatch(dict):
 
 
 class StepSampler(Sampler[int]):
-    """Yields the requests (step, epoch, its first step, the step's span) from the ledger's cursor
-    to the end of its epoch, minus skipped ranges; ``len()`` is the current epoch's step count.
+    """Yields the requests (step, epoch, its first step, the step's span, the seeding version)
+    from the ledger's cursor to the end of its epoch, minus skipped ranges; ``len()`` is the
+    current epoch's step count.
 
     Runs in the main process; it reports each step it hands out to the ledger, which counts
     what was fetched (prefetch included). It holds the ledger, never the loader (no cycle: a
@@ -389,11 +396,11 @@ class StepSampler(Sampler[int]):
     def __len__(self) -> int:
         return self._ledger.steps_in_current_epoch()
 
-    def __iter__(self) -> Iterator[tuple[int, int, int, Any]]:
+    def __iter__(self) -> Iterator[tuple[int, int, int, Any, int]]:
         ledger = self._ledger
         epoch, first, start, stop = ledger.start_pass()
         for step in range(start, stop):
             if ledger.is_skipped(step):
                 continue
             ledger.on_fetch(step)
-            yield step, epoch, first, ledger.span(step)
+            yield step, epoch, first, ledger.span(step), ledger.seeding_version

@@ -1,15 +1,17 @@
 """Seeding, saving and restoring the global generators cheaply, bit-identically.
 
-What users get. Seeding the globals from a 64-bit ``key`` means exactly what
-``random.seed(key)``, ``np.random.seed(np.array([key & 0xFFFFFFFF, key >> 32], np.uint32))`` and
-``torch.manual_seed(key & (2**63 - 1))`` give: every draw afterwards is the same number, and
+What users get. Seeding the globals from a 64-bit ``key`` (``lo, hi``: its 32-bit words) under
+seeding version 2 means exactly what ``random.seed(key)``, ``np.random.seed(np.array([lo ^
+0x7F4A7C15, hi ^ 0x9E3779B9], np.uint32))`` and ``torch.manual_seed(key & (2**63 - 1))`` give
+(version 1, a run restored from a state saved before version 2: numpy's ``[lo, hi]``, the same
+state as Python's; see :mod:`.sample_seeding`): every draw afterwards is the same number, and
 ``random.getstate()``, ``np.random.get_state()``, ``torch.get_rng_state()`` and
 ``torch.initial_seed()`` are the same too.
 
 Algorithm. Seeding is a pure function of the key, so one compiled kernel (``mt19937.py``)
 computes, for every key of a batch at once (one call per batch), the bytes each generator holds
-after seeding: MT19937's ``init_by_array`` state shared by Python's ``RandomObject`` and numpy's
-``mt19937_state``, and torch's ``CPUGeneratorImpl`` region (seed, engine, disengaged cached
+after seeding: MT19937's ``init_by_array`` states of Python's ``RandomObject`` and of numpy's
+``mt19937_state`` (numpy's as extra lanes of the same loops), and torch's ``CPUGeneratorImpl`` region (seed, engine, disengaged cached
 normals; ``torch_rng_memory.py``). :class:`GlobalSeeder` then *copies* (``seed_copy.py``) each sample's bytes into
 the generators through byte views of their memory: one memoryview slice assignment per
 generator (the slices are made once per pooled buffer), Python's ``gauss_next`` reset, and
@@ -37,10 +39,12 @@ each other. A restore costs one comparison and, if the state changed, one copy p
 
 Cost (batch 16, 2 CPUs shared with other jobs, CPU time by ``time.process_time``, medians of 7
 interleaved rounds; micro-benchmarks of the parts, not the end-to-end figure): the kernel
-24 us a batch (Python's and numpy's 1,247 lockstep steps ~11 us, torch's 623 ~14 us, about half
-of it the stores into the rows), the 16 seedings 10.5 us (0.66 us a sample for all three
-generators, where ``manual_seed`` alone is 1.46 us), the guard 2.8 us a batch; before this
-rewrite 39 us + 16 x 4 us + 10 us. The end-to-end figure is the "per-sample seeding costs" line
+24 us a batch under version 1 (Python's and numpy's one shared ``init_by_array``, 1,247 lockstep
+steps, ~11 us, torch's 623 ~14 us, about half of it the stores into the rows), the 16 seedings
+10.5 us (0.66 us a sample for all three generators, where ``manual_seed`` alone is 1.46 us), the
+guard 2.8 us a batch; before this rewrite 39 us + 16 x 4 us + 10 us. Version 2's separate numpy
+state (twice the lanes, twice the stores) costs the kernel about 10 us more a batch of 16
+(``time.perf_counter`` medians, docs/dropin.md). The end-to-end figure is the "per-sample seeding costs" line
 of ``benchmarks/bench_dropin.py``.
 """
 
@@ -55,7 +59,8 @@ import numpy as np
 import torch
 
 from resumable_data.loader import torch_rng_memory
-from resumable_data.loader.mt19937 import N as _N, PYNP_WORDS, fill_rows, mt_states, seed_rows
+from resumable_data.loader.mt19937 import N as _N, NP_COL, PYNP_WORDS, fill_rows, mt_states, seed_rows
+from resumable_data.loader.sample_seeding import SEEDING_VERSION, numpy_seed_words
 from resumable_data.loader.seed_copy import RowBuffer, seed_function, seed_globals_reference
 
 __all__ = ["GlobalRNGGuard", "GlobalSeeder", "UnseededWatch", "layout", "lazy_seeding_available", "mt_states", "seed_globals",
@@ -136,12 +141,15 @@ class _Layout:
         saved = rs.get_state()
         try:
             view = _view(bg.ctypes.state_address, _N + 1)
-            for key in (0x9E3779B97F4A7C15, 7, (1 << 40) + 3):
-                np.random.seed(np.array([key & 0xFFFFFFFF, key >> 32], dtype=np.uint32))
+            for key, version in ((0x9E3779B97F4A7C15, 2), (7, 2), ((1 << 40) + 3, 1), (7, 1)):
+                np.random.seed(np.array(numpy_seed_words(key, version), dtype=np.uint32))
                 _, st, pos, _, _ = rs.get_state()
                 if int(view[_N]) != pos or not np.array_equal(view[:_N], st):
                     return
-                if not np.array_equal(view[:_N], mt_states(np.array([key], np.uint64))[0]):
+                row = seed_rows(np.array([key], np.uint64), version=version)[0]
+                if not np.array_equal(view, row[NP_COL:NP_COL + _N + 1]):
+                    return
+                if version == 1 and not np.array_equal(view[:_N], mt_states(np.array([key], np.uint64))[0]):
                     return
             self.np = view
         finally:
@@ -199,9 +207,10 @@ def _layout() -> _Layout:
 layout = _layout
 
 
-def seed_globals(key: int) -> None:
-    """Seed Python's ``random``, ``numpy.random`` and torch's CPU generator from ``key``."""
-    seeder = GlobalSeeder(np.array([key], dtype=np.uint64))
+def seed_globals(key: int, version: int = SEEDING_VERSION) -> None:
+    """Seed Python's ``random``, ``numpy.random`` and torch's CPU generator from ``key`` as seeding
+    ``version`` does (:mod:`.sample_seeding`)."""
+    seeder = GlobalSeeder(np.array([key], dtype=np.uint64), version=version)
     seeder.seed(0)
     seeder.release()
 
@@ -215,12 +224,13 @@ class GlobalSeeder:
     One kernel call computes every key's bytes (``mt19937.fill_rows``) into a pooled
     :class:`~.seed_copy.RowBuffer`; ``seed(i)`` copies them into the generators
     (:func:`~.seed_copy.seed_function`). ``torch_only``: torch's generator only (lazy seeding
-    leaves the other two unseeded). :meth:`release` gives the buffer back once no more ``seed``
-    calls follow (optional: an unreleased buffer is simply freed)."""
+    leaves the other two unseeded); ``version``: the seeding version (:mod:`.sample_seeding`).
+    :meth:`release` gives the buffer back once no more ``seed`` calls follow (optional: an
+    unreleased buffer is simply freed)."""
 
     __slots__ = ("seed", "_buf", "_pool", "_lay")
 
-    def __init__(self, keys: np.ndarray, torch_only: bool = False) -> None:
+    def __init__(self, keys: np.ndarray, torch_only: bool = False, version: int = SEEDING_VERSION) -> None:
         keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
         lay = self._lay = _layout()  # the views point into the probed generators, which it keeps alive
         tlay = lay.torch
@@ -232,8 +242,8 @@ class GlobalSeeder:
             width = PYNP_WORDS + (0 if tlay is None else tlay.template.size)
             self._pool = pool = lay.pool.setdefault((n, width), [])
             buf = self._buf = pool.pop() if pool else RowBuffer(n, width, 0 if tlay is None else tlay.size)
-            small = fill_rows(keys, buf.rows, pynp, None if tlay is None else tlay.rows_spec)
-        self.seed = seed_function(lay, self._buf, keys, torch_only, small)
+            small = fill_rows(keys, buf.rows, pynp, None if tlay is None else tlay.rows_spec, version)
+        self.seed = seed_function(lay, self._buf, keys, torch_only, small, version)
 
     def release(self) -> None:
         """Give the rows buffer back to the pool: ``seed`` must not be called afterwards."""

@@ -4,7 +4,9 @@ What it holds. The cursor (``committed <= delivered <= fetched``, in steps), the
 progress (attempted / applied / skipped updates, samples, tokens; the pending tallies of batches
 delivered but not yet committed), the skipped step ranges, the epoch ledger (first step of each
 known epoch: epochs of packed streams differ in length), the recovery label and the stream
-itself: a restore may continue at a batch origin (a declared global-batch change, or a segment
+itself, and the seeding version (:mod:`.sample_seeding`: a fresh run seeds with the current
+version, a restore with the version its state records, version 1 for a state without one): a
+restore may continue at a batch origin (a declared global-batch change, or a segment
 an earlier one began), so the stream the ledger walks is the constructed one with the restored
 plan (:meth:`ProgressLedger.stream`); a fresh start puts the constructed one back.
 
@@ -38,6 +40,7 @@ from resumable_data.errors import ConfigError, UsageError, describe
 from resumable_data._schema import check_int
 from resumable_data.labels import RecoveryLabel
 from resumable_data.plan import Plan
+from resumable_data.loader.sample_seeding import SEEDING_VERSION, UNRECORDED_SEEDING_VERSION
 from resumable_data.loader.state import (
     CommitMode,
     CounterView,
@@ -94,6 +97,11 @@ class ProgressLedger:
     @property
     def delivered(self) -> int:
         return self._delivered
+
+    @property
+    def seeding_version(self) -> int:
+        """The seeding version every request of this run carries (see the module docs)."""
+        return self._seeding
 
     @property
     def label(self) -> RecoveryLabel:
@@ -178,6 +186,8 @@ class ProgressLedger:
             skipped=tuple(self._skipped),
             recovery_label=self._label,
             end_of_pass=self.end_of_pass and committed == self._delivered,
+            sample_seeding=None if template.sample_seeding is None else replace(template.sample_seeding,
+                                                                                  version=self._seeding),
         )
 
     # -- changing ---------------------------------------------------------------------------------
@@ -202,6 +212,7 @@ class ProgressLedger:
         self._label = RecoveryLabel.FAITHFUL_CONTINUATION
         self._pass_epoch: int | None = None
         self._resumed_at_end = False  # restored from a state taken at the end of a pass
+        self._seeding = SEEDING_VERSION
 
     def restore(self, saved: LoaderState, ledger: dict[int, int], label: RecoveryLabel,
                 choice: OnUncommitted | None, plan: Plan | None = None) -> None:
@@ -225,6 +236,7 @@ class ProgressLedger:
         self._label = label
         self._pass_epoch = None
         self._resumed_at_end = False
+        self._seeding = UNRECORDED_SEEDING_VERSION if saved.sample_seeding is None else saved.sample_seeding.version
         if saved.end_of_pass and committed == c.delivered:  # a rewound window is inside the epoch again
             self._pass_epoch = self.locate(first_unskipped(skipped, committed))[0] - 1
             self._resumed_at_end = True

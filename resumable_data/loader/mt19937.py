@@ -1,26 +1,30 @@
 """MT19937 seeding states of a batch of 64-bit keys, in one compiled call.
 
 Algorithm. Seeding a generator is a pure function of its key: Python's ``random.seed(key)`` (for
-``key >= 2**32``) and numpy's legacy ``seed([lo, hi])`` both run MT19937's ``init_by_array`` over
-the two 32-bit words ``lo, hi`` of the key; torch's ``manual_seed(s)`` runs ``init_genrand`` over
-the low 32 bits of ``s`` (its ``mt19937`` engine). :func:`seed_rows` computes, for every key of a
-batch in one call, the bytes each generator holds after seeding: ``[index, state[624]]`` of
-CPython's ``RandomObject`` and ``[state[624], pos]`` of numpy's ``mt19937_state`` (they overlap:
-``row[0:625]`` and ``row[1:626]``), and, given torch's probed layout (a byte *template* of the
-generator's region right after ``manual_seed``, see ``torch_rng_memory.py``), torch's whole region
-with the seed and the state filled in.
+``key >= 2**32``) runs MT19937's ``init_by_array`` over the two 32-bit words ``lo, hi`` of the
+key; numpy's legacy ``seed([a, b])`` runs it over the two words rd gives it (seeding version 2:
+``lo ^ 0x7F4A7C15, hi ^ 0x9E3779B9``, version 1: ``lo, hi``, see :mod:`.sample_seeding`); torch's
+``manual_seed(s)`` runs ``init_genrand`` over the low 32 bits of ``s`` (its ``mt19937`` engine).
+:func:`seed_rows` computes, for every key of a batch in one call, the bytes each generator holds
+after seeding: ``[index, state[624]]`` of CPython's ``RandomObject`` (columns ``[0, 625)``),
+``[state[624], pos]`` of numpy's ``mt19937_state`` (columns ``[625, 1250)``) and, given torch's
+probed layout (a byte *template* of the generator's region right after ``manual_seed``, see
+``torch_rng_memory.py``), torch's whole region with the seed and the state filled in.
 
 Speed. The keys advance in lockstep (every key updates the same word index at each step), so the
-loops run over keys with the word index outside: the inner loop is contiguous and free of
-dependency chains, so LLVM vectorises it (8 keys per AVX2 instruction, 32-bit arithmetic); the
-latest word of every key lives in its own small array (no alias check between rows), and
-``init_by_array``'s alternation of the two key words is unrolled by two instead of branched on.
-Only ``init_by_array``'s first pass needs a word-major scratch (the second pass reads it); every
-final word is stored straight into its key's row (strided stores: about half the time of the
-torch part). Cost (16 keys, loaded 2-CPU machine): see :mod:`.global_rng`'s docstring.
+loops run over *lanes* with the word index outside: numpy's ``init_by_array`` runs as ``nb``
+extra lanes beside Python's (``2 nb`` in all), the inner loop is contiguous and free of
+dependency chains, so LLVM vectorises it (8 lanes per AVX2 instruction, 32-bit arithmetic). The
+extra lanes are not free: numpy's part adds about 9-11 us to the kernel for 16 keys, some 4 us of
+it the second pass's strided stores (docs/dropin.md). The latest word of every lane lives in its
+own small array (no alias check between rows), and ``init_by_array``'s alternation of the two key
+words is unrolled by two instead of branched on. Only ``init_by_array``'s first pass needs a word-major scratch (the second pass
+reads it); every final word is stored straight into its key's row (strided stores).
 
-Guarantee: :func:`mt_states` equals numpy's ``RandomState.seed([lo, hi])`` state word for word
-and torch's rows equal its ``manual_seed`` (``tests/loader/test_global_rng.py``).
+Guarantee: :func:`mt_states` equals ``RandomState.seed([lo, hi])``'s state word for word, the
+numpy columns equal ``seed`` of the version's two words, and torch's rows equal its
+``manual_seed`` (``tests/loader/test_global_rng.py``, ``test_seeding_v2.py``). Cost: see
+:mod:`.global_rng`'s docstring.
 """
 
 from __future__ import annotations
@@ -28,10 +32,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["N", "PYNP_WORDS", "fill_rows", "init_genrand", "mt_states", "seed_rows"]
+from resumable_data.loader.sample_seeding import numpy_key_xor
+
+__all__ = ["N", "NP_COL", "PYNP_WORDS", "fill_rows", "init_genrand", "mt_states", "seed_rows"]
 
 N = 624
-PYNP_WORDS = N + 2  # [624, state[624], 624]: CPython's (index, state) then numpy's (state, pos)
+NP_COL = N + 1  # numpy's [state[624], pos] starts after CPython's [index, state[624]]
+PYNP_WORDS = 2 * (N + 1)  # [624, py state[624], np state[624], 624]: then torch's region
 
 
 def init_genrand(s: int) -> np.ndarray:
@@ -49,21 +56,26 @@ _NO_TEMPLATE = np.zeros(0, dtype=np.uint32)
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def _kernel(keys, out, pynp, tmpl, tcol, tseed, tstate):  # pragma: no cover - compiled
-    """Rows of ``keys`` into ``out``: ``pynp``: columns ``[0, 626)``; ``tmpl.size``: torch's
-    region from column ``tcol`` (the template, the seed at word ``tseed`` and init_genrand's state
-    at word ``tstate`` of the region). Lockstep over keys (see the module): 32-bit arithmetic,
-    the latest word of every key in ``prev`` (its own array: the vectoriser needs no alias check)."""
+def _kernel(keys, out, pynp, xlo, xhi, tmpl, tcol, tseed, tstate):  # pragma: no cover - compiled
+    """Rows of ``keys`` into ``out``: ``pynp``: columns ``[0, 1250)``, numpy's lanes seeded from the
+    key words XOR ``(xlo, xhi)``; ``tmpl.size``: torch's region from column ``tcol`` (the template,
+    the seed at word ``tseed`` and init_genrand's state at word ``tstate`` of the region). Lockstep
+    over lanes (see the module): 32-bit arithmetic, the latest word of every lane in ``prev`` (its
+    own array: the vectoriser needs no alias check)."""
     nb = keys.shape[0]
+    nl = 2 * nb  # lanes: Python's [0, nb), numpy's [nb, 2 nb)
     m32 = np.uint64(0xFFFFFFFF)
-    lo = np.empty(nb, np.uint32)
-    hi1 = np.empty(nb, np.uint32)  # the high word + its index j = 1
+    lo = np.empty(nl, np.uint32)
+    hi1 = np.empty(nl, np.uint32)  # the high word + its index j = 1
     small = 0  # keys below 2**32 (one word for Python's random.seed: not these rows)
     for b in range(nb):
-        lo[b] = keys[b] & m32
-        hi1[b] = (keys[b] >> np.uint64(32)) + np.uint64(1)
+        k = keys[b]
+        lo[b] = k & m32
+        hi1[b] = (k >> np.uint64(32)) + np.uint64(1)
+        lo[nb + b] = np.uint32(k & m32) ^ xlo
+        hi1[nb + b] = np.uint32(np.uint32(k >> np.uint64(32)) ^ xhi) + np.uint32(1)
         small += hi1[b] == 1
-    prev = np.empty(nb, np.uint32)
+    prev = np.empty(nl, np.uint32)
     if tmpl.shape[0] > 0:
         ct = np.uint32(1812433253)
         w = tmpl.shape[0]
@@ -87,39 +99,40 @@ def _kernel(keys, out, pynp, tmpl, tcol, tseed, tstate):  # pragma: no cover - c
                 state[b, j] = v
     if not pynp:
         return small
-    mt = np.empty((N, nb), np.uint32)  # word-major: the second loop reads the first's words
+    mt = np.empty((N, nl), np.uint32)  # word-major: the second loop reads the first's words
     c1 = np.uint32(1664525)
     c2 = np.uint32(1566083941)
     v0 = _BASE[0]
-    for b in range(nb):
+    for b in range(nl):
         prev[b] = v0
     # init_by_array, first loop: i = 1..623 with the key word j = (i - 1) % 2 added (+ j), then
     # mt[0] = mt[623] and one more step at i = 1 (j = 1); before its first update mt[i] is _BASE[i]
     for i in range(1, N - 1, 2):
         row = mt[i]
         bi = _BASE[i]
-        for b in range(nb):
+        for b in range(nl):
             p = prev[b]
             v = np.uint32((bi ^ np.uint32(np.uint32(p ^ (p >> 30)) * c1)) + lo[b])
             prev[b] = v
             row[b] = v
         row = mt[i + 1]
         bi = _BASE[i + 1]
-        for b in range(nb):
+        for b in range(nl):
             p = prev[b]
             v = np.uint32((bi ^ np.uint32(np.uint32(p ^ (p >> 30)) * c1)) + hi1[b])
             prev[b] = v
             row[b] = v
     bi = _BASE[N - 1]
-    for b in range(nb):
+    for b in range(nl):
         p = prev[b]
         v = np.uint32((bi ^ np.uint32(np.uint32(p ^ (p >> 30)) * c1)) + lo[b])
         mt[N - 1, b] = v  # and mt[0] = v: the step at i = 1 reads it
         v = np.uint32((mt[1, b] ^ np.uint32(np.uint32(v ^ (v >> 30)) * c1)) + hi1[b])
         mt[1, b] = v
         prev[b] = v
-    # second loop: i = 2..623 (each word final here: written straight into the rows), then
-    # mt[0] = mt[623] and the step at i = 1; mt[0] is then 0x80000000
+    # second loop: i = 2..623 (each word final here: written straight into the rows, Python's
+    # lanes after the index word, numpy's after Python's state), then mt[0] = mt[623] and the
+    # step at i = 1; mt[0] is then 0x80000000
     for i in range(2, N):
         row = mt[i]
         ii = np.uint32(i)
@@ -128,32 +141,42 @@ def _kernel(keys, out, pynp, tmpl, tcol, tseed, tstate):  # pragma: no cover - c
             v = np.uint32((row[b] ^ np.uint32(np.uint32(p ^ (p >> 30)) * c2)) - ii)
             prev[b] = v
             out[b, 1 + i] = v
+        for b in range(nb):
+            p = prev[nb + b]
+            v = np.uint32((row[nb + b] ^ np.uint32(np.uint32(p ^ (p >> 30)) * c2)) - ii)
+            prev[nb + b] = v
+            out[b, NP_COL + i] = v
     for b in range(nb):
         p = prev[b]
-        out[b, 0] = np.uint32(N)  # Python's index field, before the state
+        out[b, 0] = np.uint32(N)  # Python's index field, before its state
         out[b, 1] = np.uint32(0x80000000)
         out[b, 2] = np.uint32((mt[1, b] ^ np.uint32(np.uint32(p ^ (p >> 30)) * c2)) - np.uint32(1))
-        out[b, N + 1] = np.uint32(N)  # numpy's pos field, after the state
+        p = prev[nb + b]
+        out[b, NP_COL] = np.uint32(0x80000000)
+        out[b, NP_COL + 1] = np.uint32((mt[1, nb + b] ^ np.uint32(np.uint32(p ^ (p >> 30)) * c2)) - np.uint32(1))
+        out[b, NP_COL + N] = np.uint32(N)  # numpy's pos field, after its state
     return small
 
 
-def seed_rows(keys: np.ndarray, pynp: bool = True, torch: tuple | None = None) -> np.ndarray:
-    """``[len(keys), width]`` uint32 rows: with ``pynp`` columns ``[0, 626)`` hold
-    ``[624, state[624], 624]`` (CPython's ``RandomObject`` is ``row[:625]``, numpy's
-    ``mt19937_state`` ``row[1:]``); with ``torch = (template, seed_word, state_word)`` torch's
-    region follows from column 626 (``template``: uint32 words, the region after a
-    ``manual_seed``; the seed and init_genrand's state go at the two word offsets)."""
+def seed_rows(keys: np.ndarray, pynp: bool = True, torch: tuple | None = None, version: int = 2) -> np.ndarray:
+    """``[len(keys), width]`` uint32 rows: with ``pynp`` columns ``[0, 1250)`` hold
+    ``[624, py state[624], np state[624], 624]`` (CPython's ``RandomObject`` is ``row[:625]``,
+    numpy's ``mt19937_state`` ``row[625:1250]``, seeded as seeding ``version`` does); with
+    ``torch = (template, seed_word, state_word)`` torch's region follows from column 1250
+    (``template``: uint32 words, the region after a ``manual_seed``; the seed and init_genrand's
+    state go at the two word offsets)."""
     keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
     out = np.empty((keys.shape[0], PYNP_WORDS + (0 if torch is None else torch[0].shape[0])), dtype=np.uint32)
-    fill_rows(keys, out, pynp, torch)
+    fill_rows(keys, out, pynp, torch, version)
     return out
 
 
-def fill_rows(keys: np.ndarray, out: np.ndarray, pynp: bool, torch: tuple | None) -> int:
-    """:func:`seed_rows` of a 1-D uint64 ``keys`` into ``out`` (``[len(keys), 626 + template
+def fill_rows(keys: np.ndarray, out: np.ndarray, pynp: bool, torch: tuple | None, version: int) -> int:
+    """:func:`seed_rows` of a 1-D uint64 ``keys`` into ``out`` (``[len(keys), 1250 + template
     words]`` uint32, C-contiguous); returns how many keys are below 2**32."""
     tmpl, tseed, tstate = (_NO_TEMPLATE, 0, 0) if torch is None else torch
-    return _kernel(keys, out, pynp, tmpl, PYNP_WORDS, tseed, tstate)
+    x = numpy_key_xor(version)
+    return _kernel(keys, out, pynp, np.uint32(x & 0xFFFFFFFF), np.uint32(x >> 32), tmpl, PYNP_WORDS, tseed, tstate)
 
 
 def mt_states(keys: np.ndarray) -> np.ndarray:

@@ -18,6 +18,11 @@ first sample under the saved plan: the current plan gets the :class:`~resumable_
 skipped. Skipped ranges after that step name steps of the saved batch, so they are refused.
 Without a change the current plan takes the saved origin (a segment a previous change began).
 
+Seeding. A saved ``seed_per_sample`` mode other than the loader's is refused (the globals would be
+seeded otherwise than the run was) unless the caller declares ``label="data_change"``; the run
+keeps the saved seeding version either way (:mod:`.sample_seeding`). A state without a seeding
+record (schema 1-3) continues with version 1 under the loader's mode.
+
 Guarantee. Pure: nothing is changed here, so a refused state leaves the loader exactly as it was;
 an accepted one yields everything the ledger needs to continue.
 
@@ -97,6 +102,8 @@ def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncomm
     rebase = mixture.rebase
     if declared is RecoveryLabel.DATA_CHANGE:
         label = RecoveryLabel.DATA_CHANGE
+    else:
+        diffs += _seeding_mode_change(saved, current)
     c = saved.cursor
     if c.delivered > c.committed and choice is None:
         diffs.append(
@@ -122,6 +129,18 @@ def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncomm
     new_origin = saved.plan.origin_at(resume) if changed else origin
     plan = current.plan if new_origin is None else replace(current.plan, origin=new_origin)
     return Restore(saved, ledger, label, choice, plan, rebase, mixture.section, mixture.plan)
+
+
+def _seeding_mode_change(saved: LoaderState, current: LoaderState) -> list[str]:
+    """The refusal of a saved ``seed_per_sample`` mode other than the current one (none when equal
+    or when the state records no mode)."""
+    a, b = saved.sample_seeding, current.sample_seeding
+    if a is None or b is None or a.mode is b.mode:
+        return []
+    return [f"seed_per_sample: saved {a.mode.value!r} vs current {b.mode.value!r} (the global generators would be "
+            f"seeded otherwise than the run was); fix: build the loader with seed_per_sample="
+            f"rd.SampleSeeding.{a.mode.name}, or load with label='data_change' to continue deliberately under "
+            f"{b.mode.value!r}"]
 
 
 def _epoch_ledger(saved: LoaderState, stream: Any) -> dict[int, int]:

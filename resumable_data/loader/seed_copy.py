@@ -1,20 +1,23 @@
 """Seeding the global generators by copying precomputed bytes into them, one sample at a time.
 
-Algorithm. A row of :func:`~.mt19937.fill_rows` holds, for one key, the bytes each generator holds
-right after seeding from it (Python's ``RandomObject`` ``[index, state]``, numpy's
-``mt19937_state`` ``[state, pos]`` and torch's ``CPUGeneratorImpl`` region). :class:`RowBuffer`
+Algorithm. A row of :func:`~.mt19937.fill_rows` holds, for one key and one seeding version, the
+bytes each generator holds right after seeding from it (Python's ``RandomObject`` ``[index,
+state]``, then numpy's ``mt19937_state`` ``[state, pos]``, then torch's ``CPUGeneratorImpl``
+region: three separate segments, see :mod:`.sample_seeding` for the formulas). :class:`RowBuffer`
 is a reusable buffer of such rows with each row's byte slices made once (making a memoryview
 slice costs about as much as the copy it serves). :func:`seed_function` returns ``seed(j)``, which
 puts row ``j``'s bytes into the generators: one slice assignment per generator, Python's
 ``gauss_next`` reset, numpy's cached Gaussian cleared when set (reading is cheaper than writing).
 
 Guarantee. ``seed(j)`` leaves the three generators exactly as ``random.seed(key)``,
-``np.random.seed([key & 0xFFFFFFFF, key >> 32])`` and ``torch.manual_seed(key & (2**63 - 1))``
+``np.random.seed(numpy_seed_words(key, version))`` (version 2: ``[lo ^ 0x7F4A7C15, hi ^
+0x9E3779B9]``; version 1: ``[lo, hi]``) and ``torch.manual_seed(key & (2**63 - 1))``
 (:func:`seed_globals_reference`) would, ``key = keys[j]``. Each call first checks that the
 generators are still the probed ones (user code may swap one in the middle of a batch:
 ``np.random.set_bit_generator``, a new ``torch.random.default_generator``); from a swap on it takes
 the seeding functions' route. A generator whose memory was not found, or a key below 2**32 (one
-word for Python's ``random.seed``), takes that generator's seeding function.
+word for Python's ``random.seed``; numpy's rows are always valid two-word seeds) takes that
+generator's seeding function.
 
 Cost. Per sample about 0.7-0.9 us on the development machine (three ~2.5 KB copies and the checks);
 nothing to restore.
@@ -29,20 +32,26 @@ from typing import Any
 import numpy as np
 import torch
 
-from resumable_data.loader.mt19937 import N as _N, PYNP_WORDS
+from resumable_data.loader.mt19937 import N as _N, NP_COL, PYNP_WORDS
+from resumable_data.loader.sample_seeding import SEEDING_VERSION, numpy_seed_words
 
 __all__ = ["RowBuffer", "seed_function", "seed_globals_reference"]
 
 _MASK63 = (1 << 63) - 1
 _PY_BYTES = (_N + 1) * 4  # [index, state] / [state, pos]: one generator's part of a row
+_NP_AT = NP_COL * 4
 _PYNP_BYTES = PYNP_WORDS * 4
 
 
-def seed_globals_reference(key: int) -> None:
-    """Seed the three globals from ``key`` through the seeding functions themselves (what the
-    copies must equal)."""
+def _seed_numpy(key: int, version: int) -> None:
+    np.random.seed(np.array(numpy_seed_words(key, version), dtype=np.uint32))
+
+
+def seed_globals_reference(key: int, version: int = SEEDING_VERSION) -> None:
+    """Seed the three globals from ``key`` through the seeding functions themselves, as seeding
+    ``version`` does (what the copies must equal)."""
     random.seed(key)
-    np.random.seed(np.array([key & 0xFFFFFFFF, key >> 32], dtype=np.uint32))
+    _seed_numpy(key, version)
     torch.random.default_generator.manual_seed(key & _MASK63)  # < 2**63: torch.initial_seed() stays a signed int64
 
 
@@ -57,14 +66,16 @@ class RowBuffer:
         src = memoryview(self.rows).cast("B")
         starts = range(0, n * width * 4, width * 4)
         self.py = [src[o:o + _PY_BYTES] for o in starts]  # [index, state]
-        self.np = [src[o + 4:o + _PYNP_BYTES] for o in starts]  # [state, pos]
+        self.np = [src[o + _NP_AT:o + _NP_AT + _PY_BYTES] for o in starts]  # [state, pos]
         self.torch = [src[o + _PYNP_BYTES:o + _PYNP_BYTES + torch_bytes] for o in starts] if torch_bytes else []
 
 
-def seed_function(lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only: bool, small: int) -> Callable[[int], None]:
-    """``seed(j)``: the globals seeded from ``keys[j]``, from ``buf``'s row ``j`` (filled by
-    ``fill_rows`` for these keys and this layout). ``lay``: the probed layout (``global_rng``'s);
-    ``torch_only``: torch's generator only; ``small``: how many keys are below 2**32."""
+def seed_function(lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only: bool, small: int,
+                  version: int) -> Callable[[int], None]:
+    """``seed(j)``: the globals seeded from ``keys[j]`` as seeding ``version`` does, from ``buf``'s
+    row ``j`` (filled by ``fill_rows`` for these keys, this layout and ``version``). ``lay``: the
+    probed layout (``global_rng``'s); ``torch_only``: torch's generator only; ``small``: how many
+    keys are below 2**32."""
     py_mv, np_mv = (None, None) if torch_only else (lay.py_mv, lay.np_mv)
     tlay, t_mv = lay.torch, lay.torch_mv
     pys, nps, ts = (buf.py, buf.np, buf.torch) if buf is not None else ((), (), ())
@@ -81,7 +92,7 @@ def seed_function(lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only:
         if torch_only:
             trand.default_generator.manual_seed(key & _MASK63)
         else:
-            seed_globals_reference(key)
+            seed_globals_reference(key, version)
 
     def seed_torch(j: int) -> None:
         if t_mv is not None:
@@ -122,7 +133,7 @@ def seed_function(lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only:
                 gauss.has_gauss = 0
                 gauss.gauss = 0.0
         else:
-            np.random.seed(np.array([key & 0xFFFFFFFF, key >> 32], dtype=np.uint32))
+            _seed_numpy(key, version)
         seed_torch(j)
 
     return seed_all if fast else seed_each

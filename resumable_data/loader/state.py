@@ -4,7 +4,7 @@ Schema (``format = "resumable_data.loader"``, integer ``schema_version``): a JSO
 exactly the keys below (plus ``mixture``, with its own ``schema_version``, in the state of an
 ``rd.Mixture`` loader only, so other states are unchanged); every value is checked for type and range on load, so a forged or
 malformed state raises :class:`~resumable_data.ResumeError` and nothing else. Loading never
-unpickles. Typical size: 500-700 bytes, independent of dataset size, window and worker count.
+unpickles. Typical size: 500-800 bytes, independent of dataset size, window and worker count.
 
 ``cursor`` holds three step counters, ``committed <= delivered <= fetched``: batches whose
 gradients went into an update (or were deliberately skipped), batches yielded to the training
@@ -20,10 +20,16 @@ read as ``end_of_pass = false`` (what they meant: the resume starts the next epo
 ``batch_origin`` (schema 3) is where a declared global-batch change on resume started the
 current segment, ``{"step", "position", "epoch_first_step"}`` (or null); the plan that maps steps
 to positions is ``plan`` with that origin (:class:`~resumable_data.plan.BatchOrigin`). It is
-progress, not identity: it is not among the fingerprint keys a checkpoint compares. A state is
-written at the lowest schema that can express it: schema 2 (byte for byte what earlier versions
-wrote) unless it holds a batch schedule, the ``continuous`` tail or a batch origin, then schema 3.
-Schemas 1, 2 and 3 are read; anything else is refused.
+progress, not identity: it is not among the fingerprint keys a checkpoint compares. Before the
+seeding record, a state was written at the lowest schema that could express it: schema 2 unless
+it held a batch schedule, the ``continuous`` tail or a batch origin, then schema 3.
+
+``sample_seeding`` (schema 4) is ``{"mode", "version"}``: the loader's ``seed_per_sample`` mode
+and the seeding version its run seeds the global generators with
+(:class:`~resumable_data.loader.sample_seeding.SeedingRecord`). Every state rd writes now holds
+it, so it is written at schema 4; a state of schema 1-3 has none and continues with seeding
+version 1 (what it was seeded with) under the loader's mode. Schemas 1-4 are read; anything else
+is refused.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.plan import BatchOrigin, Plan, ShardingPolicy, Tail
 from resumable_data.plan import mixture_section as mixture_plan
+from resumable_data.loader.sample_seeding import SeedingRecord
 
 __all__ = [
     "FORMAT",
@@ -62,9 +69,9 @@ __all__ = [
 ]
 
 FORMAT = "resumable_data.loader"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Older schema versions this version reads (see the module docs).
-READABLE_SCHEMA_VERSIONS = (1, 2, 3)
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
 MAX_SKIPPED_RANGES = 10_000
 
 K_FORMAT = "format"
@@ -86,6 +93,7 @@ K_END_OF_PASS = "end_of_pass"
 #: Only in states of an ``rd.Mixture`` loader (validated by :mod:`resumable_data.loader.mixture_state`).
 K_MIXTURE = "mixture"
 K_BATCH_ORIGIN = "batch_origin"
+K_SAMPLE_SEEDING = "sample_seeding"
 #: The keys that identify the stream (no progress): what a checkpoint's ``data`` section holds.
 FINGERPRINT_KEYS = (K_PLAN, K_LAYOUT, K_ELASTIC, K_COMMIT, K_ACCUMULATION, K_PACKING, K_PINNED, K_SAMPLER)
 _KEYS = frozenset(
@@ -94,6 +102,8 @@ _KEYS = frozenset(
 )
 _KEYS_V1 = _KEYS - {K_END_OF_PASS}
 _KEYS_V3 = _KEYS | {K_BATCH_ORIGIN}
+_KEYS_V4 = _KEYS_V3 | {K_SAMPLE_SEEDING}
+_KEYS_BY_SCHEMA = {1: _KEYS_V1, 2: _KEYS, 3: _KEYS_V3, 4: _KEYS_V4}
 
 
 class CommitMode(str, enum.Enum):
@@ -285,11 +295,15 @@ class LoaderState:
     end_of_pass: bool = False
     #: An ``rd.Mixture``'s section (names, sizes, schedule, block, rebase); None otherwise.
     mixture: dict | None = None
+    #: The seeding mode and version (schema 4); None: a state written before it (version 1).
+    sample_seeding: SeedingRecord | None = None
 
     @property
     def schema_version(self) -> int:
         """The schema this state is written at: the lowest that expresses it (see the module docs)."""
         p = self.plan
+        if self.sample_seeding is not None:
+            return 4
         return 3 if p.schedule is not None or p.origin is not None or p.tail is Tail.CONTINUOUS else 2
 
     def to_dict(self) -> dict[str, Any]:
@@ -315,6 +329,8 @@ class LoaderState:
         }
         if version >= 3:
             d[K_BATCH_ORIGIN] = None if self.plan.origin is None else self.plan.origin.to_dict()
+        if version >= 4:
+            d[K_SAMPLE_SEEDING] = self.sample_seeding.to_dict()
         return d
 
     def next_step(self, *, rewound: bool = False) -> int:
@@ -350,7 +366,7 @@ class LoaderState:
         ``epoch_base`` with no progress; validated like :meth:`from_dict`."""
         if not isinstance(data, dict):
             raise ResumeError(describe("data", type(data).__name__, "the loader fingerprint of a checkpoint", "pass meta.data"))
-        progress = {K_FORMAT: FORMAT, K_SCHEMA: SCHEMA_VERSION, K_EPOCH_BASE: list(epoch_base),
+        progress = {K_FORMAT: FORMAT, K_SCHEMA: 3, K_EPOCH_BASE: list(epoch_base),  # no seeding record: schema 3
                     K_CURSOR: Cursor().to_dict(), K_COUNTERS: Counters().to_dict(), K_SKIPPED: [],
                     K_LABEL: RecoveryLabel.FAITHFUL_CONTINUATION.value, K_END_OF_PASS: False, K_BATCH_ORIGIN: None}
         mixture = {K_MIXTURE: data[K_MIXTURE]} if K_MIXTURE in data else {}
@@ -366,7 +382,7 @@ class LoaderState:
             version = SCHEMA_VERSION
         if d.get(K_FORMAT) == FORMAT and isinstance(d.get(K_SCHEMA), int) and d.get(K_SCHEMA) != version:
             expect_header(d, FORMAT, SCHEMA_VERSION, "state")  # a clear version message first
-        keys = _KEYS_V3 if version >= 3 else _KEYS if version == 2 else _KEYS_V1
+        keys = _KEYS_BY_SCHEMA[version]
         mixture = d.get(K_MIXTURE)
         expect_mapping(d, "state", keys | {K_MIXTURE} if K_MIXTURE in d and version >= 2 else keys)
         if K_MIXTURE in d and not isinstance(mixture, dict):
@@ -410,6 +426,7 @@ class LoaderState:
             recovery_label=expect_enum(d[K_LABEL], RecoveryLabel, "state.recovery_label"),
             end_of_pass=expect_bool(d[K_END_OF_PASS], "state.end_of_pass") if version >= 2 else False,
             mixture=mixture,
+            sample_seeding=SeedingRecord.from_dict(d[K_SAMPLE_SEEDING]) if version >= 4 else None,
         )
 
 

@@ -129,6 +129,7 @@ def test_inspect_a_bare_loader_state(saved, capsys):
     assert rc == 0
     assert "loader state:" in out and "cursor:                committed=12 delivered=14 fetched=14" in out
     assert "uncommitted:           2 step(s) delivered but not committed" in out
+    assert "sample seeding:        seed_per_sample 'eager', seeding version 2\n" in out
     assert "'skip' (continues at step 14)" in out
     assert "next step:             12 (epoch 0" in out and "matches the pinned version" in out
     # the record ids it predicts are what a loader resumed from that state delivers first
@@ -138,6 +139,15 @@ def test_inspect_a_bare_loader_state(saved, capsys):
     ids = json.loads(out.split("next record ids:", 1)[1].split("\n", 1)[0].strip())
     assert ids == first["id"].tolist()
     assert max(map(len, out.splitlines())) <= 100
+
+
+def test_inspect_names_the_seeding_of_a_state_saved_before_version_2(tmp_path, capsys):
+    golden = json.loads((Path(__file__).parents[1] / "golden" / "seeding_v1.json").read_text())
+    (tmp_path / "v1.json").write_text(json.dumps(golden["state"]))
+    rc, out, _ = _cli(capsys, "inspect", tmp_path / "v1.json")
+    assert rc == 0
+    assert "sample seeding:        not recorded (a state written before seeding version 2): continues with" in out
+    assert "seeding version 1" in out and max(map(len, out.splitlines())) <= 100
 
 
 def test_inspect_refuses_a_json_that_is_not_a_loader_state(saved, tmp_path, capsys):

@@ -145,7 +145,7 @@ def test_chained_batch_changes_lose_and_repeat_no_record(shards, tail):
     assert [len(ids(x)) for x in got] == [12] * 4
     seen += [i for x in got for i in ids(x)]
     state = b.state_dict()
-    assert state["schema_version"] == 3 and state["batch_origin"] == {"step": 5, "position": 40, "epoch_first_step": 0}
+    assert state["schema_version"] == 4 and state["batch_origin"] == {"step": 5, "position": 40, "epoch_first_step": 0}
     c = make(5)
     c.load_state_dict(state, on_batch_change="continue")
     assert c.snapshot().plan.origin.to_dict() == {"step": 9, "position": 88, "epoch_first_step": 0}
@@ -227,7 +227,7 @@ def test_forged_batch_origins_are_refused(shards):
                           ({"step": 3, "position": 24, "epoch_first_step": 4}, r"epoch_first_step")):
         with pytest.raises(rd.ResumeError, match=match):
             rd.DataLoader(shards, batch_size=6, tail="continuous").load_state_dict({**state, "batch_origin": origin})
-    v2 = {k: v for k, v in state.items() if k != "batch_origin"}
+    v2 = {k: v for k, v in state.items() if k not in ("batch_origin", "sample_seeding")}
     with pytest.raises(rd.ResumeError, match=r"schema_version|batch_origin"):
         rd.DataLoader(shards, batch_size=6, tail="continuous").load_state_dict({**v2, "schema_version": 2})
 

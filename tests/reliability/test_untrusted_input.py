@@ -87,7 +87,7 @@ def forged(saved, canary):
         "huge string (50 MB)": {**saved, "sampler": "x" * (50 * 2**20)},
         "huge skipped list (1e6)": {**saved, "skipped": [[0, 1, "x"]] * big},
         "huge integer (10**4000 digits)": {**saved, "seed": None, "plan": {**saved["plan"], "seed": 10**4000}},
-        "future schema version": {**saved, "schema_version": 3},
+        "future schema version": {**saved, "schema_version": 5},
         "schema 1 with a schema 2 key": {**saved, "schema_version": 1},
         "schema version as string": {**saved, "schema_version": "1"},
         "schema version as bool": {**saved, "schema_version": True},
