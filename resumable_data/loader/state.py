@@ -377,8 +377,8 @@ class LoaderState:
         version = d.get(K_SCHEMA)
         if type(version) is not int or version not in READABLE_SCHEMA_VERSIONS:
             version = SCHEMA_VERSION
-        if d.get(K_FORMAT) == FORMAT and isinstance(d.get(K_SCHEMA), int) and d.get(K_SCHEMA) != version:
-            expect_header(d, FORMAT, SCHEMA_VERSION, "state")  # a clear version message first
+        if d.get(K_FORMAT) == FORMAT and K_SCHEMA in d and (type(d[K_SCHEMA]) is not int or d[K_SCHEMA] != version):
+            expect_header(d, FORMAT, SCHEMA_VERSION, "state")  # a clear version message first (1.0, True, 4)
         mixture = d.get(K_MIXTURE)
         expect_mapping(d, "state", _KEYS_OF[version][K_MIXTURE in d])
         if K_MIXTURE in d and not isinstance(mixture, dict):
