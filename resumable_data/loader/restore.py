@@ -1,6 +1,7 @@
 """Validating a saved loader state against the current loader, before anything changes.
 
-Algorithm. Parse the JSON into a typed :class:`~resumable_data.loader.state.LoaderState`
+Algorithm. Check that the state is plain JSON data (:func:`~resumable_data._schema.check_json`:
+one walk, exact types, no NaN), parse it into a typed :class:`~resumable_data.loader.state.LoaderState`
 (every field type- and range-checked), bound the cursor so that no position overflows the
 permutation domain, compare the saved fingerprint with the current one (dataset version, seed,
 order, tail, global batch, accumulation, sampler, packing, pinning, layout under the elastic
@@ -31,12 +32,11 @@ Cost. O(size of the state) plus, for a packed stream, the saved epoch's packing 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from resumable_data._schema import coerce_enum
+from resumable_data._schema import check_json, coerce_enum
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.mixture_state import check_mixture
@@ -69,11 +69,7 @@ class Restore:
 def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncommitted: Any = None,
                      allow_unpinned: bool = False, label: Any = None, on_batch_change: Any = None) -> Restore:
     """Check ``state`` against the ``current`` fingerprint and ``stream`` (see the module docs)."""
-    try:
-        json.dumps(state)
-    except (TypeError, ValueError, RecursionError) as e:
-        raise ResumeError(describe("state", type(state).__name__, f"a JSON-serializable dict ({e})",
-                                   "pass state_dict()'s output")) from None
+    check_json(state, "state")  # pure JSON before any field is read: nothing that would need unpickling
     saved = LoaderState.from_dict(state)
     last = max([saved.cursor.fetched, saved.epoch_base[1]] + [r.stop for r in saved.skipped])
     origin = saved.plan.origin

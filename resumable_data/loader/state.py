@@ -39,12 +39,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from resumable_data._schema import (
+    MAX_INT,
     expect_bool,
     expect_enum,
     expect_header,
     expect_int,
     expect_mapping,
     expect_str,
+    field_enum,
+    field_int,
 )
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
@@ -103,7 +106,13 @@ _KEYS = frozenset(
 _KEYS_V1 = _KEYS - {K_END_OF_PASS}
 _KEYS_V3 = _KEYS | {K_BATCH_ORIGIN}
 _KEYS_V4 = _KEYS_V3 | {K_SAMPLE_SEEDING}
-_KEYS_BY_SCHEMA = {1: _KEYS_V1, 2: _KEYS, 3: _KEYS_V3, 4: _KEYS_V4}
+#: The keys a state of each readable schema holds, without and with a mixture section (schema >= 2).
+_KEYS_OF = {1: (_KEYS_V1, _KEYS_V1), 2: (_KEYS, _KEYS | {K_MIXTURE}), 3: (_KEYS_V3, _KEYS_V3 | {K_MIXTURE}),
+            4: (_KEYS_V4, _KEYS_V4 | {K_MIXTURE})}
+_CURSOR_KEYS = frozenset({"committed", "delivered", "fetched"})
+_COUNTER_ORDER = ("attempted_updates", "applied_updates", "skipped_updates", "samples", "tokens")
+_COUNTER_KEYS = frozenset(_COUNTER_ORDER)
+_LAYOUT_KEYS = frozenset({"world_size", "policy"})
 
 
 class CommitMode(str, enum.Enum):
@@ -147,10 +156,8 @@ class Cursor:
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "cursor") -> Cursor:
-        expect_mapping(d, where, {"committed", "delivered", "fetched"})
-        c = expect_int(d["committed"], f"{where}.committed")
-        dl = expect_int(d["delivered"], f"{where}.delivered")
-        f = expect_int(d["fetched"], f"{where}.fetched")
+        expect_mapping(d, where, _CURSOR_KEYS)
+        c, dl, f = field_int(d, "committed", where), field_int(d, "delivered", where), field_int(d, "fetched", where)
         if not c <= dl <= f:
             raise ResumeError(
                 describe(where, d, "committed <= delivered <= fetched", "pass an unmodified state")
@@ -179,9 +186,8 @@ class Counters:
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "counters") -> Counters:
-        keys = ("attempted_updates", "applied_updates", "skipped_updates", "samples", "tokens")
-        expect_mapping(d, where, set(keys))
-        vals = [expect_int(d[k], f"{where}.{k}") for k in keys]
+        expect_mapping(d, where, _COUNTER_KEYS)
+        vals = [field_int(d, k, where) for k in _COUNTER_ORDER]
         if vals[1] + vals[2] != vals[0]:
             raise ResumeError(
                 describe(where, d, "applied_updates + skipped_updates == attempted_updates", "pass an unmodified state")
@@ -226,7 +232,15 @@ class SkippedRange:
         return [self.start, self.stop, self.reason]
 
     @classmethod
-    def from_list(cls, v: Any, where: str) -> SkippedRange:
+    def from_list(cls, v: Any, where: str, index: int | None = None) -> SkippedRange:
+        """A saved ``[start, stop, reason]``; named ``where`` (``where[index]`` with ``index``) on a refusal."""
+        if type(v) is list and len(v) == 3:  # the common case, checked in one pass (names built on a refusal)
+            start, stop, reason = v
+            if type(start) is int and type(stop) is int and 0 <= start < stop <= MAX_INT and type(reason) is str \
+                    and len(reason) <= 1000:
+                return cls(start, stop, reason)
+        if index is not None:
+            where = f"{where}[{index}]"
         if not isinstance(v, list) or len(v) != 3:
             raise ResumeError(describe(where, v, "[start, stop, reason]", "pass an unmodified state"))
         start = expect_int(v[0], f"{where}[0]")
@@ -269,9 +283,8 @@ class Layout:
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "layout") -> Layout:
-        expect_mapping(d, where, {"world_size", "policy"})
-        return cls(expect_int(d["world_size"], f"{where}.world_size", 1, 1 << 20),
-                   expect_enum(d["policy"], ShardingPolicy, f"{where}.policy"))
+        expect_mapping(d, where, _LAYOUT_KEYS)
+        return cls(field_int(d, "world_size", where, 1, 1 << 20), field_enum(d, "policy", ShardingPolicy, where))
 
 
 @dataclass(frozen=True)
@@ -380,11 +393,10 @@ class LoaderState:
         version = d.get(K_SCHEMA)
         if type(version) is not int or version not in READABLE_SCHEMA_VERSIONS:
             version = SCHEMA_VERSION
-        if d.get(K_FORMAT) == FORMAT and isinstance(d.get(K_SCHEMA), int) and d.get(K_SCHEMA) != version:
-            expect_header(d, FORMAT, SCHEMA_VERSION, "state")  # a clear version message first
-        keys = _KEYS_BY_SCHEMA[version]
+        if d.get(K_FORMAT) == FORMAT and K_SCHEMA in d and (type(d[K_SCHEMA]) is not int or d[K_SCHEMA] != version):
+            expect_header(d, FORMAT, SCHEMA_VERSION, "state")  # a clear version message first (1.0, True, 4)
         mixture = d.get(K_MIXTURE)
-        expect_mapping(d, "state", keys | {K_MIXTURE} if K_MIXTURE in d and version >= 2 else keys)
+        expect_mapping(d, "state", _KEYS_OF[version][K_MIXTURE in d])
         if K_MIXTURE in d and not isinstance(mixture, dict):
             raise ResumeError(describe("state.mixture", mixture, "a mixture section object", "pass an unmodified state"))
         expect_header(d, FORMAT, version, "state")
@@ -409,7 +421,7 @@ class LoaderState:
             raise ResumeError(
                 describe("state.skipped", f"{type(raw_skipped).__name__}", f"a list of at most {MAX_SKIPPED_RANGES} ranges", "pass an unmodified state")
             )
-        skipped = tuple(SkippedRange.from_list(v, f"state.skipped[{i}]") for i, v in enumerate(raw_skipped))
+        skipped = tuple(SkippedRange.from_list(v, "state.skipped", i) for i, v in enumerate(raw_skipped))
         return cls(
             plan=plan,
             layout=Layout.from_dict(d[K_LAYOUT], "state.layout"),

@@ -12,10 +12,8 @@ fractional part of ``w_s B`` and ``G_s`` the sum of the ``f_t`` before ``s``. Th
 ``r = B - sum floor(w_s B)`` points in ``[0, r)`` and an interval shorter than one holds at most
 one, so every block has exactly ``B`` slots. Slots are laid out source by source and the block's
 positions visit them through a keyed permutation of ``[0, B)`` (:mod:`.permutation`). Source
-``s``'s ``q``-th record is record ``perm_e(q mod n_s)`` of its own epoch ``e = q // n_s``, a keyed
-permutation per (source name, source version, seed, epoch), or, for a source given a shuffle
-window, that epoch's window shuffle (:mod:`.order`: a shuffle buffer as a pure function) keyed by
-the same values.
+``s``'s ``q``-th record is record ``perm_e(q mod n_s)`` of its own epoch ``e = q // n_s``
+(:mod:`.mixture_cache` computes a block's arrays and caches them).
 
 Guarantee. In every aligned block of a run, source ``s`` gets ``floor(w_s B)`` or
 ``ceil(w_s B)`` positions (exactly ``w_s B`` when that is an integer). The cumulative count after
@@ -28,15 +26,8 @@ epoch in a new order.
 
 Cost. ``counts_before(p)`` is O(S log) (a floor sum, no walk) plus O(B) for the partial block;
 ``locate`` / ``records`` / ``concatenated_ids`` are O(len) plus, per block touched, one compiled
-O(S + B) pass (:mod:`.mixture_block`: the block's permutation, a running count per source, each
-source's permutation over its range of the block), cached (a block serves ``B / batch``
-batches, and a batch inside one block is one gather from its arrays; the cache holds about
-32 MiB whatever ``B``, is keyed by (run, block) so a seek never reads a stale entry, belongs to
-one plan so a rebase starts empty, and is not pickled to workers). A query of consecutive
-positions at least a block long computes its blocks in one compiled call instead (:func:`.mixture_block.span_arrays`, uncached: each run is
-asked for once), the block keys and counts of the span computed together; the sources' counts
-after a span are kept, keyed by (run, next block), so the next span needs no floor sum, and a
-seek, which asks for another block, misses them. The loader's runs of upcoming positions
+O(S + B) pass, cached (:mod:`.mixture_cache`); a query of consecutive positions at least a block
+long computes its blocks in one compiled call instead. The loader's runs of upcoming positions
 (4,096, then 16,384 positions) ask by their bounds (:meth:`MixturePlan.span_ids`), which
 computes the ids alone. No index of the stream exists; a restore costs one block and the
 counts before it (one floor sum per grid point of the run, :meth:`.mixture_runs.Run.extras_before`).
@@ -46,11 +37,9 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_right
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -58,18 +47,17 @@ import xxhash
 
 from resumable_data._schema import check_int
 from resumable_data.errors import ConfigError, ResumeError, describe
-from resumable_data.plan.mixture_block import SourceKeys, block_arrays, is_span, span_arrays
+from resumable_data.plan.mixture_block import is_span
+from resumable_data.plan.mixture_cache import BlockCache, _Block
 from resumable_data.plan.mixture_runs import Run, floor_sum
 from resumable_data.plan.mixture_section import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
     MIXTURE_SCHEMA_VERSION, Rebase, Section, parse_section
-from resumable_data.plan.order import EpochOrder, Order, OrderSpec
+from resumable_data.plan.order import Order, OrderSpec
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
-from resumable_data.plan.permutation import Permutation, permutation_key
 from resumable_data.plan.weights import StepPositions, WeightSchedule
 
 __all__ = ["MixturePlan", "Rebase", "SourceProgress", "StepPositions", "WeightSchedule", "floor_sum", "mixture_version"]
 
-_CACHE_BYTES = 1 << 25  # the block cache's bound (its entry count follows from the block size)
 _SPAN_POSITIONS = 4096  # positions per compiled span call (a longer query is cut into such chunks)
 _SPAN_MAX = 1 << 16  # the most positions :meth:`MixturePlan.span_ids` computes in one call
 
@@ -85,18 +73,6 @@ class SourceProgress:
     size: int
 
 
-class _Block:
-    """One block's cached arrays (``B`` each): source, source position, record id in the source
-    and concatenated id per in-block position (the last two None until asked for), plus its
-    positions per source and each source's count before it."""
-
-    __slots__ = ("before", "counts", "ids", "pos", "rec", "src")
-
-    def __init__(self, counts: np.ndarray, before: np.ndarray, src: np.ndarray, pos: np.ndarray,
-                 rec: np.ndarray | None = None, ids: np.ndarray | None = None) -> None:
-        self.counts, self.before, self.src, self.pos, self.rec, self.ids = counts, before, src, pos, rec, ids
-
-
 def mixture_version(names: Sequence[str], versions: Sequence[str], block: int) -> str:
     """The version hash of a mixture's data: its sources' names and versions and the block size."""
     h = xxhash.xxh3_128()
@@ -107,7 +83,7 @@ def mixture_version(names: Sequence[str], versions: Sequence[str], block: int) -
     return "mix-" + h.hexdigest()
 
 
-class MixturePlan:
+class MixturePlan(BlockCache):
     """Which source, source position and record each position of a mixed stream holds.
 
     ``position_of_step`` turns a schedule's steps into positions (the loader supplies it); the
@@ -141,13 +117,7 @@ class MixturePlan:
                                        "pass a window or None per source"))
         self._orders = tuple(None if w is None else OrderSpec(Order.WINDOW, w) for w in self.windows)
         self._windowed = self.shuffle and any(w is not None for w in self.windows)  # a source ordered by its window
-        self._blocks: OrderedDict[tuple[int, int], _Block] = OrderedDict()
-        self._cache_entries = max(2, min(32, _CACHE_BYTES // (32 * self.block)))  # 4 arrays of B int64 per block
-        self._block_half: np.uint64 | None = None  # Feistel half of the block permutation, at the first block
-        self._sizes: np.ndarray | None = None  # int64 sizes and concatenated offsets, once records are asked for
-        self._offsets: np.ndarray | None = None
-        self._keys: SourceKeys | None = None  # the source epochs' round keys of the last block computed
-        self._span_end: tuple[tuple[int, int], np.ndarray] | None = None  # (run start, next block), counts there
+        self._init_cache()
         self._runs = self._build_runs()
         self._starts = np.array([r.start for r in self._runs], dtype=np.int64)
         self._run_starts = [r.start for r in self._runs]
@@ -191,107 +161,6 @@ class MixturePlan:
         if t:
             out += np.bincount(self._layout(run, j).src[:t], minlength=len(self.names))
         return out
-
-    def _layout(self, run: Run, j: int, records: bool = False) -> _Block:
-        """Block ``j`` of ``run``, cached (:mod:`.mixture_block`: what a prefix of the block consumed
-        is a prefix of each source's stream); with ``records``, its record ids too."""
-        key = (run.start, j)
-        hit = self._blocks.get(key)
-        if hit is not None and (hit.rec is not None or not records):
-            return hit
-        if hit is not None:
-            counts, before = hit.counts, hit.before
-        else:
-            counts = run.block_counts(j)
-            before = self._before(run, j)  # consecutive blocks: no floor sum
-        block_key = None
-        if self.shuffle:
-            block_key = permutation_key(self.version_hash, self.seed, j, f"mixture.block@{run.start}")
-        if self._block_half is None:
-            self._block_half = Permutation(self.block, 0).half
-        if records:
-            keys = self._source_keys(counts, before)
-            arrays = block_arrays(counts, before, block_key, self._block_half, self._sizes, self._offsets, keys)
-            if self._windowed:
-                self._window_records(*arrays)
-        else:
-            arrays = block_arrays(counts, before, block_key, self._block_half)
-        block = _Block(counts, before, *arrays)
-        self._blocks[key] = block
-        while len(self._blocks) > self._cache_entries:
-            self._blocks.popitem(last=False)
-        return block
-
-    def _before(self, run: Run, j: int) -> np.ndarray:
-        """Each source's count before block ``j`` of ``run``: from the block before it (cached)
-        or the last span's end, else the closed form (floor sums)."""
-        prev = self._blocks.get((run.start, j - 1))
-        if prev is not None:
-            return prev.before + prev.counts
-        end = self._span_end  # read once: another thread may replace it meanwhile
-        if end is not None and end[0] == (run.start, j):
-            return end[1]
-        return np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) + run.extras_before(j)
-
-    def _span_records(self, run: Run, j: int, nb: int, full: bool = True) -> _Block:
-        """Blocks ``j .. j + nb - 1`` of ``run`` with their record ids, as one block's arrays end
-        to end (:func:`.mixture_block.span_arrays`: one compiled call, not one per block). Not
-        put in the block cache; the sources' counts after the span are kept (keyed by the block
-        that follows), so the next span starts without floor sums. ``full=False`` (no windowed
-        source): the concatenated ids only, the other arrays empty."""
-        counts = run.span_counts(j, nb)
-        before = self._before(run, j)
-        total = counts.sum(axis=0)
-        block_keys = None
-        if self.shuffle:
-            tag = f"mixture.block@{run.start}"
-            block_keys = np.array([permutation_key(self.version_hash, self.seed, k, tag) for k in range(j, j + nb)],
-                                  dtype=np.uint64)
-        if self._block_half is None:
-            self._block_half = Permutation(self.block, 0).half
-        keys = self._source_keys(total, before)
-        arrays = span_arrays(counts, before, block_keys, self._block_half, self._sizes, self._offsets, keys,
-                             full=full or self._windowed)
-        if self._windowed:
-            self._window_records(*arrays)
-        self._span_end = ((run.start, j + nb), before + total)
-        return _Block(total, before, *arrays)
-
-    def _source_keys(self, counts: np.ndarray, before: np.ndarray) -> SourceKeys:
-        """Round keys of every source epoch a range of the stream touches (each source's
-        ``[before, before + counts)``): the last table when it serves, else a new one."""
-        if self._sizes is None:
-            self._sizes = np.array(self.sizes, dtype=np.int64)
-            self._offsets = np.cumsum(self._sizes) - self._sizes
-        keys = self._keys
-        if keys is None or not keys.serves(counts, before):  # a source entered a new epoch
-            keys = self._keys = SourceKeys(counts, before, self._sizes, self._kernel_order if self.shuffle else None)
-        return keys
-
-    def _kernel_order(self, s: int, epoch: int) -> Permutation | None:
-        """The keyed permutation the block kernel applies to source ``s``; None for a windowed
-        source (the kernel leaves its records in id order and :meth:`_window_records` orders them)."""
-        return None if self._orders[s] is not None else self.source_order(s, epoch)
-
-    def _window_records(self, src: np.ndarray, pos: np.ndarray, rec: np.ndarray, ids: np.ndarray) -> None:
-        """Put each windowed source's in-epoch offsets (left by the kernel in id order) through
-        that source epoch's window shuffle, in place: one ``forward`` per source epoch in the block."""
-        for s in range(len(self.names)):
-            if self._orders[s] is None:
-                continue
-            at = np.flatnonzero(src == s)
-            if not at.size:
-                continue
-            n = self.sizes[s]
-            epochs = pos[at] // n
-            for e in np.unique(epochs).tolist():
-                sel = at[epochs == e]
-                rec[sel] = self.source_order(s, e).forward(rec[sel])
-            ids[at] = self._offsets[s] + rec[at]
-
-    def _block_records(self, run: Run, j: int) -> _Block:
-        """Block ``j`` with its record ids (per source, and in the sources' concatenated id space)."""
-        return self._layout(run, j, records=True)
 
     def _run_of(self, p: np.ndarray) -> np.ndarray:
         return np.searchsorted(self._starts, p, side="right") - 1
@@ -399,29 +268,11 @@ class MixturePlan:
                     o[at[sel]] = getattr(b, f)[inner[sel]]
         return out
 
-    def source_order(self, s: int, epoch: int) -> Permutation | EpochOrder:
-        """The order of source ``s``'s records in its own epoch ``epoch``: a keyed permutation, or
-        the window shuffle (:mod:`.order`) when the source has a window."""
-        spec = self._orders[s]
-        if spec is not None:
-            return EpochOrder(self.sizes[s], spec, f"{self.versions[s]}|mixture.source.{self.names[s]}", self.seed, epoch)
-        return _source_perm(self.sizes[s], self.versions[s], self.seed, epoch, self.names[s])
-
-    def progress(self, position: int) -> list[SourceProgress]:
         """Each source's consumed count, epoch and in-epoch position before ``position``."""
         counts = self.counts_before(position)
         return [SourceProgress(n, int(c), int(c) // size, int(c) % size, size)
                 for n, c, size in zip(self.names, counts, self.sizes)]
 
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled (to workers) without the block cache: a worker refills its own."""
-        return {**self.__dict__, "_blocks": None, "_keys": None, "_span_end": None}
-
-    def __setstate__(self, d: dict[str, Any]) -> None:
-        self.__dict__.update(d)
-        self._blocks = OrderedDict()
-
-    # -- state ------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The mixture's part of a loader state (names, sizes, declared schedule, block, rebase)."""
         return {
@@ -464,8 +315,3 @@ def _groups(values: np.ndarray):
         return
     for v in np.unique(values):
         yield int(v), values == v
-
-
-@lru_cache(maxsize=1024)
-def _source_perm(n: int, version: str, seed: int, epoch: int, name: str) -> Permutation:
-    return Permutation(n, permutation_key(version, seed, epoch, f"mixture.source.{name}"))

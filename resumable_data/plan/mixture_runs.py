@@ -28,18 +28,31 @@ _M = 1 << 64
 
 
 def floor_sum(n: int, m: int, a: int, b: int) -> int:
-    """``sum(floor((a*i + b) / m) for i in range(n))`` in O(log m) (any integer ``a``, ``b``; ``m > 0``)."""
+    """``sum(floor((a*i + b) / m) for i in range(n))`` in O(log m) (any integer ``a``, ``b``; ``m > 0``).
+
+    The Euclid-like reduction: ``a`` and ``b`` are brought into ``[0, m)`` once; after each swap
+    ``a >= m`` always holds and ``b`` may already lie in ``[0, m)``, so only the divisions that
+    can change something are done (a restore's floor sums at a step of 10**6 take ~26 rounds)."""
+    if n <= 0:
+        return 0
     ans = 0
-    while n > 0:
+    if not 0 <= a < m:
         q, a = divmod(a, m)
-        ans += q * (n * (n - 1) // 2)
+        ans += q * (n * (n - 1) >> 1)
+    if not 0 <= b < m:
         q, b = divmod(b, m)
         ans += q * n
+    while True:
         y = a * n + b
         if y < m:
-            break
-        n, b, m, a = y // m, y % m, a, m
-    return ans
+            return ans
+        n, b = divmod(y, m)
+        m, a = a, m
+        q, a = divmod(a, m)
+        ans += q * (n * (n - 1) >> 1)
+        if b >= m:
+            q, b = divmod(b, m)
+            ans += q * n
 
 
 
@@ -78,7 +91,7 @@ class Run:
             if g not in sums:
                 if g % d == 0:
                     if base is None:
-                        base = floor_sum(j, md, a, 0)
+                        base = floor_sum(j, _M, _ALPHA, 0)  # the same sum: at b = 0 the denominator cancels
                     sums[g] = base - (g // d) * j
                 else:
                     sums[g] = floor_sum(j, md, a, -g * _M)

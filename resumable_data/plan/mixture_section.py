@@ -15,9 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from resumable_data._schema import expect_int, expect_mapping, expect_str
+from resumable_data._schema import MAX_INT, expect_int, expect_mapping, expect_str, field_int
 from resumable_data.errors import ResumeError, describe
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
+from resumable_data.plan.weights import WEIGHT_TEXT, is_weight
 
 __all__ = ["EarlierRun", "PackedRebase", "Rebase", "Section", "parse_section"]
 
@@ -106,8 +107,7 @@ def parse_section(d: Any, where: str = "state.mixture") -> Section:
     else:
         keys = _KEYS
     expect_mapping(d, where, keys)
-    if expect_int(d[K_SCHEMA], f"{where}.schema_version") not in (MIXTURE_SCHEMA_VERSION, TOKENS_SCHEMA_VERSION,
-                                                                   EARLIER_SCHEMA_VERSION):
+    if field_int(d, K_SCHEMA, where) not in (MIXTURE_SCHEMA_VERSION, TOKENS_SCHEMA_VERSION, EARLIER_SCHEMA_VERSION):
         raise ResumeError(describe(f"{where}.schema_version", d[K_SCHEMA],
                                    f"{MIXTURE_SCHEMA_VERSION}, {TOKENS_SCHEMA_VERSION} (with per-source tokens) or "
                                    f"{EARLIER_SCHEMA_VERSION} (a packed change of weights inside an epoch)",
@@ -116,15 +116,24 @@ def parse_section(d: Any, where: str = "state.mixture") -> Section:
     for key, v in ((K_NAMES, names), (K_SIZES, sizes), (K_SCHEDULE, sched)):
         if not isinstance(v, list) or not 0 < len(v) <= MAX_SOURCES:
             raise ResumeError(describe(f"{where}.{key}", v, f"a list of 1 to {MAX_SOURCES} entries", "pass an unmodified state"))
-    names = [expect_str(n, f"{where}.sources[{i}]", max_len=256) for i, n in enumerate(names)]
-    sizes = [expect_int(n, f"{where}.sizes[{i}]", 1) for i, n in enumerate(sizes)]
+    # each list checked in one pass; the per-entry readers (and their names) only to word a refusal
+    if not all(type(n) is str and len(n) <= 256 for n in names):
+        names = [expect_str(n, f"{where}.sources[{i}]", max_len=256) for i, n in enumerate(names)]
+    if not all(type(n) is int and 1 <= n <= MAX_INT for n in sizes):
+        sizes = [expect_int(n, f"{where}.sizes[{i}]", 1) for i, n in enumerate(sizes)]
     if len(sizes) != len(names) or len(set(names)) != len(names):
         raise ResumeError(describe(f"{where}.sizes", sizes, "one size per distinct source name", "pass an unmodified state"))
     segs = []
     for i, seg in enumerate(sched):
         if not (isinstance(seg, list) and len(seg) == 2 and isinstance(seg[1], list) and len(seg[1]) == len(names)):
             raise ResumeError(describe(f"{where}.schedule[{i}]", seg, "[step, [one weight per source]]", "pass an unmodified state"))
-        segs.append((expect_int(seg[0], f"{where}.schedule[{i}][0]", 0, MAX_POSITION), dict(zip(names, seg[1]))))
+        step, weights = seg
+        if not (type(step) is int and 0 <= step <= MAX_POSITION):
+            expect_int(step, f"{where}.schedule[{i}][0]", 0, MAX_POSITION)
+        for k, w in enumerate(weights):
+            if not is_weight(w):
+                raise ResumeError(describe(f"{where}.schedule[{i}][1][{k}]", w, WEIGHT_TEXT, "pass an unmodified state"))
+        segs.append((step, dict(zip(names, weights))))
     rb = d[K_REBASE]
     rebase = None
     if rb is not None:
@@ -140,8 +149,9 @@ def parse_section(d: Any, where: str = "state.mixture") -> Section:
     tokens = d.get(K_TOKENS, [])
     if not isinstance(tokens, list) or len(tokens) != (len(names) if K_TOKENS in d else 0):
         raise ResumeError(describe(f"{where}.tokens", tokens, "one token count per source", "pass an unmodified state"))
-    for i, t in enumerate(tokens):
-        expect_int(t, f"{where}.tokens[{i}]", 0, MAX_POSITION)
+    if not all(type(t) is int and 0 <= t <= MAX_POSITION for t in tokens):
+        for i, t in enumerate(tokens):
+            expect_int(t, f"{where}.tokens[{i}]", 0, MAX_POSITION)
     if K_TOKEN_COLUMN in d:
         expect_str(d[K_TOKEN_COLUMN], f"{where}.token_column", max_len=256)
     if K_TOKENS_BASE in d:
@@ -149,7 +159,7 @@ def parse_section(d: Any, where: str = "state.mixture") -> Section:
     shuffle = d[K_SHUFFLE]
     if not isinstance(shuffle, bool):
         raise ResumeError(describe(f"{where}.shuffle", shuffle, "true or false", "pass an unmodified state"))
-    return Section(tuple(names), tuple(sizes), tuple(segs), expect_int(d[K_BLOCK], f"{where}.block", 1, 1 << 24), shuffle, rebase)
+    return Section(tuple(names), tuple(sizes), tuple(segs), field_int(d, K_BLOCK, where, 1, 1 << 24), shuffle, rebase)
 
 
 def _packed_rebase(raw: Any, rebase: Rebase | None, sources: int, where: str) -> PackedRebase:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from resumable_data._schema import check_int, coerce_enum, expect_enum, expect_int, expect_mapping
+from resumable_data._schema import check_int, coerce_enum, expect_mapping, field_enum, field_int
 from resumable_data.errors import ConfigError, describe
 from resumable_data.plan.permutation import Permutation
 
@@ -92,11 +92,7 @@ class OrderSpec:
     @classmethod
     def from_dict(cls, d: Any, where: str = "order") -> OrderSpec:
         expect_mapping(d, where, _KEYS)
-        return cls(
-            expect_enum(d[K_KIND], Order, f"{where}.kind"),
-            expect_int(d[K_WINDOW], f"{where}.window"),
-            expect_int(d[K_BLOCK], f"{where}.block"),
-        )
+        return cls(field_enum(d, K_KIND, Order, where), field_int(d, K_WINDOW, where), field_int(d, K_BLOCK, where))
 
 
 def epoch_records(

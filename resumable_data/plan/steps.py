@@ -45,14 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from resumable_data._schema import (
-    check_int,
-    coerce_enum,
-    expect_enum,
-    expect_int,
-    expect_mapping,
-    expect_str,
-)
+from resumable_data._schema import check_int, coerce_enum, expect_mapping, field_enum, field_int, field_str
 from resumable_data.errors import ConfigError, UsageError, describe
 from resumable_data.plan.batch_schedule import BatchOrigin, BatchSchedule
 from resumable_data.plan.order import OrderSpec, epoch_records
@@ -342,17 +335,20 @@ class Plan:
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "plan") -> Plan:
-        padded = isinstance(d, dict) and d.get(K_TAIL) == Tail.PAD.value
-        optional = {k for k in (K_SCHEDULE, K_ORIGIN) if isinstance(d, dict) and k in d}
-        expect_mapping(d, where, (_KEYS | {K_PAD_TO} if padded else _KEYS) | optional)
+        if type(d) is dict and d.keys() == _KEYS:  # the common plan: no pad, schedule or origin
+            padded = False
+        else:
+            padded = isinstance(d, dict) and d.get(K_TAIL) == Tail.PAD.value
+            optional = {k for k in (K_SCHEDULE, K_ORIGIN) if isinstance(d, dict) and k in d}
+            expect_mapping(d, where, (_KEYS | {K_PAD_TO} if padded else _KEYS) | optional)
         return cls(
-            num_records=expect_int(d[K_NUM_RECORDS], f"{where}.num_records", 1, MAX_DOMAIN),
-            global_batch=expect_int(d[K_GLOBAL_BATCH], f"{where}.global_batch", 1, 1 << 40),
-            version_hash=expect_str(d[K_VERSION], f"{where}.dataset_version", max_len=256),
-            seed=expect_int(d[K_SEED], f"{where}.seed", 0, MAX_SEED),
+            num_records=field_int(d, K_NUM_RECORDS, where, 1, MAX_DOMAIN),
+            global_batch=field_int(d, K_GLOBAL_BATCH, where, 1, 1 << 40),
+            version_hash=field_str(d, K_VERSION, where, max_len=256),
+            seed=field_int(d, K_SEED, where, 0, MAX_SEED),
             order=OrderSpec.from_dict(d[K_ORDER], f"{where}.order"),
-            tail=expect_enum(d[K_TAIL], Tail, f"{where}.tail"),
-            pad_to=expect_int(d[K_PAD_TO], f"{where}.pad_to", 1, 1 << 20) if padded else 1,
+            tail=field_enum(d, K_TAIL, Tail, where),
+            pad_to=field_int(d, K_PAD_TO, where, 1, 1 << 20) if padded else 1,
             schedule=BatchSchedule.from_dict(d[K_SCHEDULE], f"{where}.batch_schedule") if K_SCHEDULE in d else None,
             origin=BatchOrigin.from_dict(d[K_ORIGIN], f"{where}.origin") if K_ORIGIN in d else None,
         )

@@ -33,15 +33,24 @@ __all__ = ["StepPositions", "WeightSchedule"]
 MAX_INT_WEIGHT = 1 << 4096  # integer weights below it (Python's int <-> str limit is 4300 digits)
 
 
+def is_weight(v: Any) -> bool:
+    """Whether ``v`` is a weight: an integer (not a bool) in ``[0, 2**4096)`` or a finite float >= 0."""
+    if isinstance(v, (int, np.integer)):
+        return not isinstance(v, bool) and 0 <= v < MAX_INT_WEIGHT
+    return isinstance(v, (float, np.floating)) and math.isfinite(v) and v >= 0
+
+
+#: What a weight must be (the text of every refusal of one).
+WEIGHT_TEXT = "a finite number >= 0 (an integer below 2**4096)"
+
+
 def _weight(v: Any, where: str) -> Fraction:
     """A weight as an exact rational: an integer exactly (below 2**4096, so the state's JSON can
     hold it), a float exactly when finite."""
-    if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 <= v < MAX_INT_WEIGHT:
-        return Fraction(int(v))
-    if isinstance(v, (float, np.floating)) and math.isfinite(v) and v >= 0:
-        return Fraction(float(v))
+    if is_weight(v):
+        return Fraction(int(v)) if isinstance(v, (int, np.integer)) else Fraction(float(v))
     shown = v if not isinstance(v, int) or v.bit_length() <= 64 else f"an integer of {v.bit_length()} bits"
-    raise ConfigError(describe(where, shown, "a finite number >= 0 (an integer below 2**4096)",
+    raise ConfigError(describe(where, shown, WEIGHT_TEXT,
                                "pass weights such as {'web': 0.7, 'code': 0.3}"))
 
 

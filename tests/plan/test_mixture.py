@@ -29,6 +29,36 @@ def test_floor_sum_matches_the_sum(n, m, a, b):
     assert floor_sum(n, m, a, b) == sum((a * i + b) // m for i in range(n))
 
 
+def _floor_sum_reference(n, m, a, b):
+    """The textbook reduction, every division done each round (what floor_sum was before it
+    skipped the divisions that cannot change anything)."""
+    ans = 0
+    while n > 0:
+        q, a = divmod(a, m)
+        ans += q * (n * (n - 1) // 2)
+        q, b = divmod(b, m)
+        ans += q * n
+        y = a * n + b
+        if y < m:
+            break
+        n, b, m, a = y // m, y % m, a, m
+    return ans
+
+
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(n=st.integers(-3, 10**13), d=st.sampled_from([1, 5, 1 << 44, 3**40]), a=st.integers(-(2**110), 2**110),
+       b=st.integers(-(2**112), 2**112))
+def test_floor_sum_at_a_restore_size_matches_the_reference_reduction(n, d, a, b):
+    """The sizes a restore asks for (``m = 2**64 * denom``, blocks up to 10**13): the same sums as
+    the reduction that divides every round, and the golden-ratio sums of the extra-slot grid."""
+    from resumable_data.plan.mixture_runs import _ALPHA, _M
+
+    m = _M * d
+    assert floor_sum(n, m, a, b) == _floor_sum_reference(n, m, a, b)
+    assert floor_sum(n, m, _ALPHA * d, -b % m) == _floor_sum_reference(n, m, _ALPHA * d, -b % m)
+    assert floor_sum(n, m, _ALPHA * d, 0) == floor_sum(n, _M, _ALPHA, 0)  # at b = 0 the denominator cancels
+
+
 @settings(derandomize=True, max_examples=80, deadline=None)
 @given(st.lists(st.one_of(st.integers(0, 7), st.floats(0.01, 3, allow_nan=False)), min_size=1, max_size=6)
        .filter(lambda w: sum(w) > 0), st.sampled_from([1, 7, 16, 1000, 1024, 5000]),
