@@ -268,11 +268,13 @@ class MixturePlan(BlockCache):
                     o[at[sel]] = getattr(b, f)[inner[sel]]
         return out
 
+    def progress(self, position: int) -> list[SourceProgress]:
         """Each source's consumed count, epoch and in-epoch position before ``position``."""
         counts = self.counts_before(position)
         return [SourceProgress(n, int(c), int(c) // size, int(c) % size, size)
                 for n, c, size in zip(self.names, counts, self.sizes)]
 
+    # -- state ------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The mixture's part of a loader state (names, sizes, declared schedule, block, rebase)."""
         return {
