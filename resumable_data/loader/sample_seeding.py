@@ -29,7 +29,7 @@ from typing import Any
 from resumable_data._schema import coerce_enum, expect_enum, expect_int, expect_mapping
 from resumable_data.errors import ResumeError, describe
 
-__all__ = ["NUMPY_KEY_XOR", "READABLE_SEEDING_VERSIONS", "SEEDING_VERSION", "UNRECORDED_SEEDING_VERSION", "SampleSeeding",
+__all__ = ["DEFAULT_SEEDING", "NUMPY_KEY_XOR", "READABLE_SEEDING_VERSIONS", "SEEDING_VERSION", "UNRECORDED_SEEDING_VERSION", "SampleSeeding",
            "SeedingRecord",
            "numpy_key_xor", "numpy_seed_words", "sample_seeding"]
 
@@ -103,3 +103,7 @@ class SeedingRecord:
                                        "pass a state written by this or an earlier rd version (a newer rd wrote "
                                        "this one: resume with it)"))
         return cls(mode, version)
+
+
+#: What a schema-4 state without a ``sample_seeding`` key records: the default mode, the current version.
+DEFAULT_SEEDING = SeedingRecord(SampleSeeding.EAGER, SEEDING_VERSION)

@@ -4,7 +4,7 @@ Schema (``format = "resumable_data.loader"``, integer ``schema_version``): a JSO
 exactly the keys below (plus ``mixture``, with its own ``schema_version``, in the state of an
 ``rd.Mixture`` loader only, so other states are unchanged); every value is checked for type and range on load, so a forged or
 malformed state raises :class:`~resumable_data.ResumeError` and nothing else. Loading never
-unpickles. Typical size: 500-800 bytes, independent of dataset size, window and worker count.
+unpickles. Typical size: 500-700 bytes, independent of dataset size, window and worker count.
 
 ``cursor`` holds three step counters, ``committed <= delivered <= fetched``: batches whose
 gradients went into an update (or were deliberately skipped), batches yielded to the training
@@ -26,10 +26,12 @@ it held a batch schedule, the ``continuous`` tail or a batch origin, then schema
 
 ``sample_seeding`` (schema 4) is ``{"mode", "version"}``: the loader's ``seed_per_sample`` mode
 and the seeding version its run seeds the global generators with
-(:class:`~resumable_data.loader.sample_seeding.SeedingRecord`). Every state rd writes now holds
-it, so it is written at schema 4; a state of schema 1-3 has none and continues with seeding
-version 1 (what it was seeded with) under the loader's mode. Schemas 1-4 are read; anything else
-is refused.
+(:class:`~resumable_data.loader.sample_seeding.SeedingRecord`). Every state rd writes is schema 4.
+Schema 4 omits what is the default, so a typical state stays as small as before the record: no
+``sample_seeding`` key means ``{"mode": "eager", "version": 2}`` (the default mode, the current
+version), no ``batch_origin`` key means none. A state of schema 1-3 has no record and continues
+with seeding version 1 (what it was seeded with) under the loader's mode; its ``batch_origin``
+(schema 3) is required, null when none. Schemas 1-4 are read; anything else is refused.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.plan import BatchOrigin, Plan, ShardingPolicy, Tail
 from resumable_data.plan import mixture_section as mixture_plan
-from resumable_data.loader.sample_seeding import SeedingRecord
+from resumable_data.loader.sample_seeding import DEFAULT_SEEDING, SeedingRecord
 
 __all__ = [
     "FORMAT",
@@ -105,10 +107,12 @@ _KEYS = frozenset(
 )
 _KEYS_V1 = _KEYS - {K_END_OF_PASS}
 _KEYS_V3 = _KEYS | {K_BATCH_ORIGIN}
-_KEYS_V4 = _KEYS_V3 | {K_SAMPLE_SEEDING}
 #: The keys a state of each readable schema holds, without and with a mixture section (schema >= 2).
+#: Schema 4's keys that are omitted when they hold the default (see the module docs) are added
+#: to its set when present.
 _KEYS_OF = {1: (_KEYS_V1, _KEYS_V1), 2: (_KEYS, _KEYS | {K_MIXTURE}), 3: (_KEYS_V3, _KEYS_V3 | {K_MIXTURE}),
-            4: (_KEYS_V4, _KEYS_V4 | {K_MIXTURE})}
+            4: (_KEYS, _KEYS | {K_MIXTURE})}
+_OPTIONAL_V4 = frozenset({K_BATCH_ORIGIN, K_SAMPLE_SEEDING})
 _CURSOR_KEYS = frozenset({"committed", "delivered", "fetched"})
 _COUNTER_ORDER = ("attempted_updates", "applied_updates", "skipped_updates", "samples", "tokens")
 _COUNTER_KEYS = frozenset(_COUNTER_ORDER)
@@ -340,9 +344,9 @@ class LoaderState:
             K_END_OF_PASS: self.end_of_pass,
             **({} if self.mixture is None else {K_MIXTURE: self.mixture}),
         }
-        if version >= 3:
+        if version == 3 or self.plan.origin is not None:
             d[K_BATCH_ORIGIN] = None if self.plan.origin is None else self.plan.origin.to_dict()
-        if version >= 4:
+        if version >= 4 and self.sample_seeding != DEFAULT_SEEDING:
             d[K_SAMPLE_SEEDING] = self.sample_seeding.to_dict()
         return d
 
@@ -396,7 +400,8 @@ class LoaderState:
         if d.get(K_FORMAT) == FORMAT and K_SCHEMA in d and (type(d[K_SCHEMA]) is not int or d[K_SCHEMA] != version):
             expect_header(d, FORMAT, SCHEMA_VERSION, "state")  # a clear version message first (1.0, True, 4)
         mixture = d.get(K_MIXTURE)
-        expect_mapping(d, "state", _KEYS_OF[version][K_MIXTURE in d])
+        keys = _KEYS_OF[version][K_MIXTURE in d]
+        expect_mapping(d, "state", keys if version < 4 else keys | (_OPTIONAL_V4 & d.keys()))
         if K_MIXTURE in d and not isinstance(mixture, dict):
             raise ResumeError(describe("state.mixture", mixture, "a mixture section object", "pass an unmodified state"))
         expect_header(d, FORMAT, version, "state")
@@ -438,7 +443,8 @@ class LoaderState:
             recovery_label=expect_enum(d[K_LABEL], RecoveryLabel, "state.recovery_label"),
             end_of_pass=expect_bool(d[K_END_OF_PASS], "state.end_of_pass") if version >= 2 else False,
             mixture=mixture,
-            sample_seeding=SeedingRecord.from_dict(d[K_SAMPLE_SEEDING]) if version >= 4 else None,
+            sample_seeding=None if version < 4 else SeedingRecord.from_dict(d[K_SAMPLE_SEEDING]) if K_SAMPLE_SEEDING in d
+            else DEFAULT_SEEDING,
         )
 
 

@@ -152,7 +152,8 @@ def expected(draw: list, version: int) -> list:
 
 def pre_v2(state: dict) -> dict:
     """The state as rd wrote it before seeding version 2: no record, schema 3."""
-    return {**{k: v for k, v in state.items() if k != "sample_seeding"}, "schema_version": 3}
+    return {**{k: v for k, v in state.items() if k != "sample_seeding"}, "schema_version": 3,
+            "batch_origin": state.get("batch_origin")}  # required at schema 3 (null when none)
 
 
 def check_batches(dl: rd.DataLoader, batches: list, version: int, per_batch: bool = False) -> None:
@@ -183,7 +184,8 @@ def test_every_fetch_route_seeds_by_the_formula_of_the_run_version(workers, data
     fresh = [next(it) for _ in range(4)]
     check_batches(dl, fresh, 2, dataset is BatchDraws)
     state = dl.state_dict()
-    assert state["sample_seeding"] == {"mode": "eager" if seeding is True else "lazy", "version": 2}
+    # schema 4 omits the default record (eager, version 2) and writes any other
+    assert state.get("sample_seeding") == (None if seeding is True else {"mode": "lazy", "version": 2})
     old = make()
     old.load_state_dict(pre_v2(state))
     check_batches(old, [b for _, b in zip(range(4), old)], 1, dataset is BatchDraws)
@@ -231,7 +233,7 @@ def test_a_version_2_run_resumes_bit_exact(workers):
     dl = golden_loader(workers)
     assert batches_of(dl, k) == ref[:k]
     state = dl.state_dict()
-    assert state["schema_version"] == 4 and state["sample_seeding"] == {"mode": "eager", "version": 2}
+    assert state["schema_version"] == 4 and "sample_seeding" not in state  # the default record: omitted
     resumed = golden_loader(workers)
     resumed.load_state_dict(state)
     got = batches_of(resumed, after)
@@ -291,7 +293,8 @@ def test_a_mode_change_is_refused_unchanged_and_accepted_as_a_data_change(saved_
     assert got == want
     dl.load_state_dict(state, label="data_change")
     assert dl.recovery_label is rd.RecoveryLabel.DATA_CHANGE
-    assert dl.state_dict()["sample_seeding"] == {"mode": current_name.value, "version": 2}
+    assert dl.state_dict().get("sample_seeding") == (None if current_name is rd.SampleSeeding.EAGER
+                                                     else {"mode": current_name.value, "version": 2})
 
 
 def test_a_state_without_a_record_continues_under_the_loaders_mode():
@@ -336,9 +339,21 @@ def test_bad_seeding_records_are_refused_and_change_nothing(record, match):
 
 
 def test_the_record_and_the_schema_go_together():
-    src = golden_loader()
+    src = golden_loader(seed_per_sample="lazy")
+    batches_of(src, 2)
     state = src.state_dict()
-    with pytest.raises(rd.ResumeError, match=r"missing \['sample_seeding'\]"):  # schema 4 needs it
-        golden_loader().load_state_dict({k: v for k, v in state.items() if k != "sample_seeding"})
+    assert state["sample_seeding"] == {"mode": "lazy", "version": 2}
     with pytest.raises(rd.ResumeError, match=r"unexpected \['sample_seeding'\]"):  # schema 3 has none
-        golden_loader().load_state_dict({**state, "schema_version": 3})
+        golden_loader(seed_per_sample="lazy").load_state_dict({**state, "schema_version": 3, "batch_origin": None})
+    # schema 4 without the record means the default (eager, version 2): a lazy loader refuses it as a mode change
+    default = {k: v for k, v in state.items() if k != "sample_seeding"}
+    with pytest.raises(rd.ResumeError, match=r"seed_per_sample: saved 'eager' vs current 'lazy'"):
+        golden_loader(seed_per_sample="lazy").load_state_dict(default)
+    eager = golden_loader()
+    eager.load_state_dict(default)  # and an eager loader continues it under version 2
+    assert batches_of(eager, 3) == batches_of(golden_loader(), 5)[2:]
+    # the default written out in full is the same state
+    full = golden_loader()
+    full.load_state_dict({**default, "sample_seeding": {"mode": "eager", "version": 2}})
+    assert "sample_seeding" not in full.state_dict()
+    assert batches_of(full, 3) == batches_of(golden_loader(), 5)[2:]
