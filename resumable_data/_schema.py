@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from resumable_data.errors import ConfigError, ResumableDataError, ResumeError, describe
+from resumable_data.errors import ConfigError, ResumableDataError, ResumeError, describe, shown
 
 E = TypeVar("E", bound=enum.Enum)
 
@@ -51,8 +51,8 @@ def check_json(value: Any, where: str, *, error: type[ResumableDataError] = Resu
     except _NotJson as e:
         path = where + "".join((f".{k}" if k.isidentifier() else f"[{k!r}]") if isinstance(k, str) else f"[{k}]"
                                for k in reversed(e.path))
-        shown = e.value if type(e.value) in _JSON_SCALARS or type(e.value) is float else type(e.value).__name__
-        raise error(describe(path, shown, f"{_JSON_TEXT}; found {e.why}",
+        value = e.value if type(e.value) in _JSON_SCALARS or type(e.value) is float else type(e.value).__name__
+        raise error(describe(path, value, f"{_JSON_TEXT}; found {e.why}",
                              "pass state_dict()'s output (or json.loads of its text) unchanged")) from None
 
 
@@ -207,7 +207,7 @@ def expect_header(
             describe(
                 f"{where}['schema_version']",
                 got,
-                f"{schema_version} (saved {got} vs current {schema_version})",
+                f"{schema_version} (saved {shown(got)} vs current {schema_version})",
                 "load it with the resumable_data version that wrote it, or migrate it",
             )
         )

@@ -54,9 +54,18 @@ class WorkerError(ResumableDataError, RuntimeError):
     """
 
 
+def shown(value: object) -> str:
+    """``repr(value)``, or what it is when Python refuses to print it (an int past the digit limit
+    of ``str()``, ``sys.set_int_max_str_digits``): every message can name any value."""
+    try:
+        return repr(value)
+    except ValueError:
+        return f"<an integer of {value.bit_length()} bits>" if isinstance(value, int) else f"<a {type(value).__name__}>"
+
+
 def describe(param: str, value: object, expected: str, fix: str) -> str:
     """One error sentence: ``param=value: expected ...; fix: ...``."""
-    shown = repr(value)
-    if len(shown) > 200:
-        shown = shown[:197] + "..."
-    return f"{param}={shown}: expected {expected}; fix: {fix}"
+    shown_ = shown(value)
+    if len(shown_) > 200:
+        shown_ = shown_[:197] + "..."
+    return f"{param}={shown_}: expected {expected}; fix: {fix}"

@@ -17,7 +17,8 @@ the record is version 1), so a run started before version 2 delivers what it alw
 
 Guarantee. :class:`SeedingRecord` is what a loader state saves (``sample_seeding``): parsed
 all-or-nothing, any bad value a :class:`~resumable_data.ResumeError` naming it. Cost: nothing per
-sample (the version picks two constants for the seeding kernel once per batch).
+sample for the version itself (it picks two constants for the seeding kernel once per batch);
+version 2's separate numpy state costs the kernel about 0.7 us a sample (docs/dropin.md).
 """
 
 from __future__ import annotations
@@ -106,4 +107,6 @@ class SeedingRecord:
 
 
 #: What a schema-4 state without a ``sample_seeding`` key records: the default mode, the current version.
-DEFAULT_SEEDING = SeedingRecord(SampleSeeding.EAGER, SEEDING_VERSION)
+#: Fixed for schema 4 for good (the literal 2, not SEEDING_VERSION): a version 3 would need a
+#: schema that says so, or every keyless schema-4 state would resume under it.
+DEFAULT_SEEDING = SeedingRecord(SampleSeeding.EAGER, 2)

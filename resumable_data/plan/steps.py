@@ -335,7 +335,7 @@ class Plan:
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "plan") -> Plan:
-        if type(d) is dict and d.keys() == _KEYS:  # the common plan: no pad, schedule or origin
+        if type(d) is dict and d.keys() == _KEYS and d[K_TAIL] != Tail.PAD.value:  # no pad_to, schedule or origin
             padded = False
         else:
             padded = isinstance(d, dict) and d.get(K_TAIL) == Tail.PAD.value

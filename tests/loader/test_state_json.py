@@ -173,6 +173,24 @@ def _at(state, path):
     return state
 
 
+def test_an_integer_past_the_digit_limit_of_str_at_every_int_path_is_an_rd_error(written):
+    """10**5000 (over Python's 4,300-digit limit of str(), so repr() raises ValueError): a plain int,
+    so the walk passes it; every int field must still refuse it with an rd error that names it."""
+    name, state, target = written
+    before = target.snapshot().to_dict()
+    tried = 0
+    for path in json_paths(state):
+        if type(_at(state, path)) is not int:
+            continue
+        tried += 1
+        with pytest.raises(rd.ResumeError) as e:
+            target.load_state_dict(replaced(state, path, 10**5000), on_uncommitted="repeat")
+        if path[-1] != "schema_version":  # an unknown section schema is refused by its keys first
+            assert "an integer of 16610 bits" in str(e.value), (name, path, str(e.value))
+    assert tried >= 10
+    assert target.snapshot().to_dict() == before
+
+
 @pytest.mark.parametrize("swap", ["bool for int", "int for bool", "float for int"])
 def test_a_json_value_of_the_wrong_type_is_refused_by_the_field_readers(written, swap):
     """Plain JSON, so the walk passes it: the readers must refuse a bool where an integer is
