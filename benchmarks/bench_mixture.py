@@ -10,7 +10,7 @@ Side by side in one process, interleaved rounds, on the same three pinned source
 * loader state size (JSON bytes) for 3 and 64 sources;
 * time to the first batch of a restarted job (build the loader, ``load_state_dict``, first batch)
   at step 10**2, 10**4, 10**6, over a fresh start's (build, first batch): the median of per-pair
-  ratios (a fresh start and a restart back to back, the order alternating), with min..max;
+  ratios (a fresh start and a restart back to back, the order alternating; 300 pairs a step), with min..max;
 * realised proportions over the batches read, and the worst aligned block (positions per block);
 * peers where installed, on the same records (the id column as numpy arrays): Grain
   ``MapDataset.mix``, Hugging Face ``interleave_datasets(probabilities=)`` and torchdata
@@ -90,7 +90,7 @@ def forged_state(loader, step: int) -> dict:
     return st
 
 
-def resume_ratio(make, step: int, repeats: int) -> dict:
+def resume_ratio(make, step: int, pairs: int) -> dict:
     """Time to the first batch of a restarted job over a fresh start's, as the median of per-pair
     ratios (min..max): each pair times a fresh start (build, first batch) and a restart (build,
     ``load_state_dict`` of a state at ``step``, first batch) back to back, the order alternating
@@ -117,12 +117,12 @@ def resume_ratio(make, step: int, repeats: int) -> dict:
 
     time_fresh(), time_resumed()  # warm-up pair (not counted): first touches of the maps and kernels
     fresh.clear(), resumed.clear(), load.clear()
-    for k in range(repeats * 6):
+    for k in range(pairs):
         for side in ((time_fresh, time_resumed) if k % 2 == 0 else (time_resumed, time_fresh)):
             side()
-    pairs = summarize([r / f for r, f in zip(resumed, fresh)])
+    ratios = summarize([r / f for r, f in zip(resumed, fresh)])
     return {"fresh_s": summarize(fresh), "resumed_s": summarize(resumed), "load_state_dict_s": summarize(load),
-            "pairs": pairs, "ratio": pairs["median"]}
+            "pairs": ratios, "ratio": ratios["median"]}
 
 
 def state_size(root: str, sources: int) -> int:
@@ -237,8 +237,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
     sizes = {"web": 60_000, "code": 30_000, "math": 3_000} if args.quick else {"web": 400_000, "code": 200_000, "math": 20_000}
-    batches = 40 if args.quick else 400
-    rounds = 5 if args.quick else 9
+    batches = 40 if args.quick else 400  # proportions and peers
+    round_batches = 40 if args.quick else 2000  # ~0.1 s a throughput round at ~5M samples/s: shorter ones are mostly noise
+    rounds = 5 if args.quick else 21  # the per-round ratio swings by +-10% on this shared machine: many rounds
     root = tempfile.mkdtemp(prefix="rd-bench-mix-")
     arrays = {k: np.arange(n, dtype=np.int64) + 10_000_000 * i for i, (k, n) in enumerate(sizes.items())}
     srcs = {k: write(root, k, a) for k, a in arrays.items()}
@@ -255,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     running = {"single": Running(make_single), "mixture": Running(make_mix)}
     for r in range(rounds):  # interleaved rounds, alternating which goes first: the machine is shared
         for name in (("single", "mixture") if r % 2 == 0 else ("mixture", "single")):
-            rates[name].append(running[name].rate(batches))
+            rates[name].append(running[name].rate(round_batches))
     del running
     thr = {k: summarize(v) for k, v in rates.items()}
     paired = summarize([m / s for m, s in zip(rates["mixture"], rates["single"])])  # per round: same load
@@ -266,7 +267,8 @@ def main(argv: list[str] | None = None) -> None:
     for j in range(len(ids) // block):
         c = np.bincount(ids[j * block:(j + 1) * block] // 10_000_000, minlength=3)
         worst = max(worst, max(abs(c[i] - w * block) for i, w in enumerate(WEIGHTS.values())))
-    resume = {str(s): resume_ratio(make_mix, s, rounds) for s in (10**2, 10**4, 10**6)}
+    pairs = 60 if args.quick else 300  # ~4 ms a pair: many pairs keep the median's noise below the goal's margin
+    resume = {str(s): resume_ratio(make_mix, s, pairs) for s in (10**2, 10**4, 10**6)}
     sizes_b = {"3": len(json.dumps(make_mix().state_dict())), "64": state_size(root, 64)}
     peers = {}
     for name, fn in (("grain MapDataset.mix", peer_grain), ("HF interleave_datasets", peer_hf),
@@ -279,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
                "overhead": overhead,
                "state_bytes": sizes_b, "resume": resume, "proportions": props(ids), "worst_block_error": worst,
                "block": block, "peers": peers}
-    md = [f"Mixture of {sizes} (weights {WEIGHTS}), batch {BATCH}, {batches} batches x {rounds} interleaved rounds.",
+    md = [f"Mixture of {sizes} (weights {WEIGHTS}), batch {BATCH}, {round_batches} batches x {rounds} interleaved rounds.",
           "", "| measure | value | goal |", "|---|---|---|",
           f"| mixture overhead vs one source (samples/s, median of per-round ratios, min..max) | {overhead:.1%} "
           f"({1 - paired['max']:.0%}..{1 - paired['min']:.0%}; {thr['mixture']['median']:,.0f} vs "

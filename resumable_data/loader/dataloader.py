@@ -7,21 +7,17 @@ config (plan, sharding, order, tail, fetch mode, packing, commit mode, accumulat
 :class:`~resumable_data.loader.ledger.ProgressLedger`. A new ``iter(loader)`` continues from the
 cursor to the end of that epoch, so a ``break`` loses nothing and repeats nothing.
 
-Commit protocol. ``cursor.committed <= cursor.delivered <= cursor.fetched`` (in steps). With
-``commit="auto"`` a delivered batch is committed when the loop asks for the next one or calls
-``state_dict()``; with ``commit="explicit"`` only ``loader.commit(applied=...)`` commits. A state
-with uncommitted batches must be loaded with ``on_uncommitted="repeat"`` or ``"skip"``.
-:meth:`DataLoader.snapshot` is the typed state without any of that: it never changes the loader.
+Commit protocol. ``cursor.committed <= cursor.delivered <= cursor.fetched`` (in steps): with
+``commit="auto"`` a delivered batch is committed at the next ``next()`` or ``state_dict()``, with
+``"explicit"`` only by ``loader.commit(applied=...)``; a state with uncommitted batches loads with
+``on_uncommitted="repeat"`` or ``"skip"``. :meth:`DataLoader.snapshot` never changes the loader.
 
-End of an epoch. A pass that delivered its epoch's last batch but has not ended (no
-``StopIteration`` yet) is at its end: a state taken then records ``end_of_pass`` and resumes into
-an empty pass, then the next epoch, as torch's ``StatefulDataLoader``; a state taken after the
-loop resumes into the whole next epoch. :attr:`DataLoader.epoch` is the epoch to label the
-current (or next) pass with, so ``for epoch in range(loader.epoch, n)`` trains each epoch once.
+End of an epoch. A state taken right after an epoch's last batch, inside the pass, records
+``end_of_pass`` and resumes into an empty pass, then the next epoch (torch's StatefulDataLoader);
+one taken after the loop resumes into the next epoch. :attr:`DataLoader.epoch` labels the pass.
 
-Torch's attributes (``dataset``, ``batch_size``, ``sampler``, ``batch_sampler``, ``collate_fn``,
-``num_workers``, ``pin_memory``, ...) are present and read-only: setting one after construction
-raises ``ValueError`` (:class:`rd.ConfigError`), as torch does for ``batch_size`` and the like.
+Torch's attributes (``dataset``, ``batch_size``, ``sampler``, ``collate_fn``, ...) are present and
+read-only: setting one raises ``ValueError`` (:class:`rd.ConfigError`), as torch does.
 
 Cost of a restore. ``load_state_dict`` validates a few hundred bytes of JSON and sets a few
 integers; the first batch after it costs what a fresh start's first batch costs, at any step.
@@ -99,9 +95,8 @@ class DataLoader:
       that process from then on): cheaper for datasets that never draw from them, exact only for
       a ``__getitem__`` that keeps no state between calls and does not save and restore those
       states around a draw (docs/dropin.md). Under ``LAZY``, code that reads those states
-      without drawing (``random.getstate()``)
-      sees the unseeded ones until the first draw. A dataset with ``__getitems__`` is fetched
-      in one call per batch, so its globals are seeded once per batch from the batch's first key
+      without drawing (``random.getstate()``) sees the unseeded ones until the first draw. A
+      dataset with ``__getitems__`` is fetched in one call per batch, its globals seeded from its first key
       (reproducible, but a function of the rank's batch: per-sample draws that survive a change
       of batch size or world size come from ``rd.batch_context().sample(i)``); ``arrow_collate``: a function of the batch's
       ``pyarrow.Table``; ``token_column``: the list column counted in ``counters.tokens``;

@@ -18,20 +18,14 @@ resumes into the whole next epoch. Schema 1 states (no ``end_of_pass``) are stil
 read as ``end_of_pass = false`` (what they meant: the resume starts the next epoch).
 
 ``batch_origin`` (schema 3) is where a declared global-batch change on resume started the
-current segment, ``{"step", "position", "epoch_first_step"}`` (or null); the plan that maps steps
-to positions is ``plan`` with that origin (:class:`~resumable_data.plan.BatchOrigin`). It is
-progress, not identity: it is not among the fingerprint keys a checkpoint compares. Before the
-seeding record, a state was written at the lowest schema that could express it: schema 2 unless
-it held a batch schedule, the ``continuous`` tail or a batch origin, then schema 3.
-
-``sample_seeding`` (schema 4) is ``{"mode", "version"}``: the loader's ``seed_per_sample`` mode
-and the seeding version its run seeds the global generators with
-(:class:`~resumable_data.loader.sample_seeding.SeedingRecord`). Every state rd writes is schema 4.
-Schema 4 omits what is the default, so a typical state stays as small as before the record: no
-``sample_seeding`` key means ``{"mode": "eager", "version": 2}`` (the default mode, the current
-version), no ``batch_origin`` key means none. A state of schema 1-3 has no record and continues
-with seeding version 1 (what it was seeded with) under the loader's mode; its ``batch_origin``
-(schema 3) is required, null when none. Schemas 1-4 are read; anything else is refused.
+current segment, ``{"step", "position", "epoch_first_step"}`` (:class:`~resumable_data.plan.BatchOrigin`):
+progress, not identity (not among the fingerprint keys a checkpoint compares). ``sample_seeding``
+(schema 4) is ``{"mode", "version"}``, the ``seed_per_sample`` mode and the seeding version
+(:class:`~resumable_data.loader.sample_seeding.SeedingRecord`). rd writes schema 4, which omits
+defaults: no ``sample_seeding`` key means ``{"mode": "eager", "version": 2}``, no ``batch_origin``
+key means none. Schemas 2 and 3 (written before the seeding record: 3 with a batch schedule, the
+``continuous`` tail or a batch origin, its ``batch_origin`` required, null when none) have no
+record and continue with seeding version 1 under the loader's mode. Schemas 1-4 are read.
 """
 
 from __future__ import annotations
