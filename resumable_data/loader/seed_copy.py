@@ -9,15 +9,16 @@ slice costs about as much as the copy it serves). :func:`seed_function` returns 
 puts row ``j``'s bytes into the generators: one slice assignment per generator, Python's
 ``gauss_next`` reset, numpy's cached Gaussian cleared when set (reading is cheaper than writing).
 
-Guarantee. ``seed(j)`` leaves the three generators exactly as ``random.seed(key)``,
-``np.random.seed(numpy_seed_words(key, version))`` (version 2: ``[lo ^ 0x7F4A7C15, hi ^
-0x9E3779B9]``; version 1: ``[lo, hi]``) and ``torch.manual_seed(key & (2**63 - 1))``
-(:func:`seed_globals_reference`) would, ``key = keys[j]``. Each call first checks that the
-generators are still the probed ones (user code may swap one in the middle of a batch:
-``np.random.set_bit_generator``, a new ``torch.random.default_generator``); from a swap on it takes
-the seeding functions' route. A generator whose memory was not found, or a key below 2**32 (one
-word for Python's ``random.seed``; numpy's rows are always valid two-word seeds) takes that
-generator's seeding function.
+Guarantee. ``seed(j)`` leaves the three generators exactly as :func:`seed_globals_reference`
+does for ``key = keys[j]`` and the seeding ``version``: version 3 the public setters of the hashed
+states (``random.setstate``, ``np.random.set_state``, torch's ``set_state``), versions 1-2 the
+seeding functions (``random.seed(key)``, ``np.random.seed(numpy_seed_words(key, version))``,
+``torch.manual_seed(key & (2**63 - 1))``). Each call first checks that the generators are still
+the probed ones (user code may swap one in the middle of a batch: ``np.random.set_bit_generator``,
+a new ``torch.random.default_generator``); from a swap on it takes the reference route. A
+generator whose memory was not found, or (versions 1-2) a key below 2**32 (one word for Python's
+``random.seed``; numpy's rows are always valid two-word seeds) takes that generator's reference
+route.
 
 Cost. Per sample about 0.7-0.9 us on the development machine (three ~2.5 KB copies and the checks);
 nothing to restore.
@@ -32,8 +33,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from resumable_data.loader.mt19937 import N as _N, NP_COL, PYNP_WORDS
-from resumable_data.loader.sample_seeding import SEEDING_VERSION, numpy_seed_words
+from resumable_data.loader.mt19937 import N as _N, NP_COL, PYNP_WORDS, hash_state
+from resumable_data.loader.sample_seeding import HASHED_VERSIONS, SEEDING_VERSION, STREAMS, numpy_seed_words
+from resumable_data.loader.torch_rng_memory import state_tensor
 
 __all__ = ["RowBuffer", "seed_function", "seed_globals_reference"]
 
@@ -43,16 +45,35 @@ _NP_AT = NP_COL * 4
 _PYNP_BYTES = PYNP_WORDS * 4
 
 
+def _seed_python(key: int, version: int) -> None:
+    if version in HASHED_VERSIONS:
+        random.setstate((3, (*hash_state(key, STREAMS[0]).tolist(), _N), None))
+    else:
+        random.seed(key)
+
+
 def _seed_numpy(key: int, version: int) -> None:
-    np.random.seed(np.array(numpy_seed_words(key, version), dtype=np.uint32))
+    if version in HASHED_VERSIONS:
+        np.random.set_state(("MT19937", hash_state(key, STREAMS[1]), _N, 0, 0.0))
+    else:
+        np.random.seed(np.array(numpy_seed_words(key, version), dtype=np.uint32))
+
+
+def _seed_torch(key: int, version: int) -> None:
+    gen = torch.random.default_generator
+    if version in HASHED_VERSIONS:
+        gen.set_state(state_tensor(key & _MASK63, hash_state(key, STREAMS[2])))
+    else:
+        gen.manual_seed(key & _MASK63)  # < 2**63: torch.initial_seed() stays a signed int64
 
 
 def seed_globals_reference(key: int, version: int = SEEDING_VERSION) -> None:
-    """Seed the three globals from ``key`` through the seeding functions themselves, as seeding
-    ``version`` does (what the copies must equal)."""
-    random.seed(key)
+    """Seed the three globals from ``key`` through their public setters, as seeding ``version``
+    does (what the copies must equal): versions 1-2 the seeding functions, version 3
+    ``random.setstate`` / ``np.random.set_state`` / torch's ``set_state`` of the hashed states."""
+    _seed_python(key, version)
     _seed_numpy(key, version)
-    torch.random.default_generator.manual_seed(key & _MASK63)  # < 2**63: torch.initial_seed() stays a signed int64
+    _seed_torch(key, version)
 
 
 class RowBuffer:
@@ -90,7 +111,7 @@ def seed_function(lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only:
     def by_functions(j: int) -> None:  # a generator was swapped during this batch
         key = int(keys[j])
         if torch_only:
-            trand.default_generator.manual_seed(key & _MASK63)
+            _seed_torch(key, version)
         else:
             seed_globals_reference(key, version)
 
@@ -100,7 +121,7 @@ def seed_function(lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only:
                 return by_functions(j)
             t_mv[:] = ts[j]
         else:
-            trand.default_generator.manual_seed(key_list[j] & _MASK63)  # < 2**63: initial_seed() stays an int64
+            _seed_torch(key_list[j], version)
 
     if torch_only:
         return seed_torch
@@ -122,11 +143,11 @@ def seed_function(lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only:
                 or (t_owner is not None and trand.default_generator is not t_owner)):
             return by_functions(j)
         key = key_list[j]
-        if py_mv is not None and key >> 32:
+        if py_mv is not None and (key >> 32 or version in HASHED_VERSIONS):
             py_mv[:] = pys[j]
             inst.gauss_next = None
-        else:  # a key below 2**32 is one word for Python: its own route (one key in 2**32)
-            random.seed(key)
+        else:  # versions 1-2: a key below 2**32 is one word for Python: its own route (one key in 2**32)
+            _seed_python(key, version)
         if np_mv is not None:
             np_mv[:] = nps[j]
             if gw[0] or gw[1]:
