@@ -224,11 +224,10 @@ class StepFetcher(Dataset):
         if not self.seed_per_sample:
             return self._samples(pos, recs, None, samples, None)
         keys, version = self._keys(positions), self.seeding
-        key_list = keys.tolist()
         if samples is None and self.lazy_globals and (guard.saved.fast if guard is not None else lazy_seeding_available()):
             watch = UnseededWatch(None if guard is None else guard.saved)
             try:
-                out = self._samples(pos, recs, key_list, None, GlobalSeeder(keys, torch_only=True, version=version))
+                out = self._samples(pos, recs, keys, None, GlobalSeeder(keys, torch_only=True, version=version))
             except Exception:
                 if not watch.finish():
                     raise
@@ -238,9 +237,9 @@ class StepFetcher(Dataset):
                         guard.python_numpy_clean = True
                     return out
             self.lazy_globals = False  # user code draws from the globals: eager from now on, here
-        return self._samples(pos, recs, key_list, samples, GlobalSeeder(keys, version=version))
+        return self._samples(pos, recs, keys, samples, GlobalSeeder(keys, version=version))
 
-    def _samples(self, pos: list, recs: list, keys: list | None, samples: list | None,
+    def _samples(self, pos: list, recs: list, keys: np.ndarray | None, samples: list | None,
                  seeder: GlobalSeeder | None) -> list:
         """The loop of :meth:`_per_sample`: ``seeder.seed(i)`` (all three generators, or torch's
         only), the slot moved to ``i``, the call; the seeder's buffer is given back after."""
