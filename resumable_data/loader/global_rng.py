@@ -60,7 +60,8 @@ import torch
 
 from resumable_data.loader import torch_rng_memory
 from resumable_data.loader.mt19937 import N as _N, NP_COL, PYNP_WORDS, fill_rows, mt_states, seed_rows
-from resumable_data.loader.sample_seeding import SEEDING_VERSION, numpy_seed_words
+from resumable_data.errors import ConfigError, describe
+from resumable_data.loader.sample_seeding import READABLE_SEEDING_VERSIONS, SEEDING_VERSION, numpy_seed_words
 from resumable_data.loader.seed_copy import RowBuffer, seed_function, seed_globals_reference
 
 __all__ = ["GlobalRNGGuard", "GlobalSeeder", "UnseededWatch", "layout", "lazy_seeding_available", "mt_states", "seed_globals",
@@ -208,9 +209,18 @@ layout = _layout
 
 
 def seed_globals(key: int, version: int = SEEDING_VERSION) -> None:
-    """Seed Python's ``random``, ``numpy.random`` and torch's CPU generator from ``key`` as seeding
-    ``version`` does (:mod:`.sample_seeding`)."""
-    seeder = GlobalSeeder(np.array([key], dtype=np.uint64), version=version)
+    """Seed Python's ``random``, ``numpy.random`` and torch's CPU generator from ``key`` exactly as
+    ``rd.DataLoader`` does before a sample (``rd.sample_context().key``) under seeding ``version``
+    (:mod:`.sample_seeding`; the default is a fresh run's, ``rd inspect`` shows a checkpoint's):
+    to reproduce one sample's augmentation outside the loader.
+
+    Raises :class:`~resumable_data.ConfigError` for a key outside ``[0, 2**64)`` or an unknown version."""
+    if type(key) is bool or not isinstance(key, (int, np.integer)) or not 0 <= int(key) < 1 << 64:
+        raise ConfigError(describe("key", key, "an integer in [0, 2**64)", "pass a sample's key (rd.sample_context().key)"))
+    if type(version) is not int or version not in READABLE_SEEDING_VERSIONS:
+        raise ConfigError(describe("version", version, f"one of {list(READABLE_SEEDING_VERSIONS)}",
+                                   "pass the run's seeding version (rd inspect shows it), or leave the default"))
+    seeder = GlobalSeeder(np.array([int(key)], dtype=np.uint64), version=version)
     seeder.seed(0)
     seeder.release()
 
