@@ -10,7 +10,7 @@ numpy / torch generators seeded from a key of its position: ``__getitem__`` and 
 from the sample's key (``rd.sample_context()`` active), ``__getitems__``, ``collate_fn`` and
 ``arrow_collate`` from the batch key ``sample_key(version, seed, first position of this rank's
 batch, tag="collate")`` (``rd.batch_context()`` active; ``__getitems__`` keeps the batch's first
-sample key), every route with the seeding version the request carries (the ledger's: 2 for a
+sample key), every route with the seeding version the request carries (the ledger's: 3 for a
 fresh run, the saved one after a restore; :mod:`.sample_seeding`). In the main process
 (``num_workers=0``) the global states are saved before the
 batch and restored after it (:class:`GlobalRNGGuard`), so the training loop's draws never depend

@@ -1,18 +1,18 @@
 """Seeding, saving and restoring the global generators cheaply, bit-identically.
 
-What users get. Seeding the globals from a 64-bit ``key`` (``lo, hi``: its 32-bit words) under
-seeding version 2 means exactly what ``random.seed(key)``, ``np.random.seed(np.array([lo ^
-0x7F4A7C15, hi ^ 0x9E3779B9], np.uint32))`` and ``torch.manual_seed(key & (2**63 - 1))`` give
-(version 1, a run restored from a state saved before version 2: numpy's ``[lo, hi]``, the same
-state as Python's; see :mod:`.sample_seeding`): every draw afterwards is the same number, and
-``random.getstate()``, ``np.random.get_state()``, ``torch.get_rng_state()`` and
-``torch.initial_seed()`` are the same too.
+What users get. Seeding the globals from a 64-bit ``key`` means exactly what
+:func:`~.seed_copy.seed_globals_reference` gives for the run's seeding version
+(:mod:`.sample_seeding`): version 3, ``random.setstate`` / ``np.random.set_state`` / torch's
+``set_state`` of each generator's SplitMix64 state words; versions 1-2, ``random.seed(key)``,
+``np.random.seed`` of the version's two words and ``torch.manual_seed(key & (2**63 - 1))``. Every
+draw afterwards is the same number, and ``random.getstate()``, ``np.random.get_state()``,
+``torch.get_rng_state()`` and ``torch.initial_seed()`` are the same too.
 
 Algorithm. Seeding is a pure function of the key, so one compiled kernel (``mt19937.py``)
 computes, for every key of a batch at once (one call per batch), the bytes each generator holds
-after seeding: MT19937's ``init_by_array`` states of Python's ``RandomObject`` and of numpy's
-``mt19937_state`` (numpy's as extra lanes of the same loops), and torch's ``CPUGeneratorImpl`` region (seed, engine, disengaged cached
-normals; ``torch_rng_memory.py``). :class:`GlobalSeeder` then *copies* (``seed_copy.py``) each sample's bytes into
+after seeding: the MT19937 states of Python's ``RandomObject`` and of numpy's ``mt19937_state``,
+and torch's ``CPUGeneratorImpl`` region (seed, engine, disengaged cached normals;
+``torch_rng_memory.py``). :class:`GlobalSeeder` then *copies* (``seed_copy.py``) each sample's bytes into
 the generators through byte views of their memory: one memoryview slice assignment per
 generator (the slices are made once per pooled buffer), Python's ``gauss_next`` reset, and
 numpy's cached Gaussian (``has_gauss``, ``gauss`` of the global ``RandomState``, found at its
@@ -32,14 +32,15 @@ Safety. The memory layouts are probed once per process, against the real ``rando
 and re-probed at the next batch when a global generator was swapped (a swap inside a batch sends the
 rest of that batch through the seeding functions); if anything differs (another interpreter, a
 free-threaded build, a numpy or torch whose layout changed) that generator takes the slow,
-always-correct route (``random.seed``, ``np.random.seed``, ``manual_seed``,
+always-correct route (the version's seeding functions or public setters,
 ``getstate``/``get_state`` and their setters), identical in results, and seeding is eager.
 ``tests/loader/test_global_rng.py`` and ``test_torch_rng_memory.py`` check the routes against
 each other. A restore costs one comparison and, if the state changed, one copy per generator.
 
-Cost (batch 16, 2 CPUs shared with other jobs, CPU time by ``time.process_time``, medians of 7
-interleaved rounds; micro-benchmarks of the parts, not the end-to-end figure): the kernel
-24 us a batch under version 1 (Python's and numpy's one shared ``init_by_array``, 1,247 lockstep
+Cost (batch 16, the development machine; micro-benchmarks of the parts, not the end-to-end
+figure): the version-3 kernel 2.2 us a batch (``time.perf_counter`` medians, 2026-12-02; version
+2's was 19-21 us the same morning). Earlier figures (2 CPUs shared with other jobs, CPU time by
+``time.process_time``, medians of 7 interleaved rounds): the kernel 24 us a batch under version 1 (Python's and numpy's one shared ``init_by_array``, 1,247 lockstep
 steps, ~11 us, torch's 623 ~14 us, about half of it the stores into the rows), the 16 seedings
 10.5 us (0.66 us a sample for all three generators, where ``manual_seed`` alone is 1.46 us), the
 guard 2.8 us a batch; before this rewrite 39 us + 16 x 4 us + 10 us. Version 2's separate numpy
