@@ -17,7 +17,8 @@ the generators through byte views of their memory: one memoryview slice assignme
 generator (the slices are made once per pooled buffer), Python's ``gauss_next`` reset, and
 numpy's cached Gaussian (``has_gauss``, ``gauss`` of the global ``RandomState``, found at its
 probed offset) cleared only when set (reading is cheaper than writing). :class:`GlobalRNGGuard`
-saves the three states (and the caches) as bytes and writes back only what changed.
+saves the three states (and the caches) as bytes and writes them back (one slice assignment each:
+cheaper than comparing 2.5 KB first).
 
 Lazy seeding. :class:`UnseededWatch` leaves Python's and numpy's generators unseeded while user
 code runs and tells afterwards whether anything drew from them: it saves both states, clears both
@@ -35,7 +36,7 @@ free-threaded build, a numpy or torch whose layout changed) that generator takes
 always-correct route (the version's seeding functions or public setters,
 ``getstate``/``get_state`` and their setters), identical in results, and seeding is eager.
 ``tests/loader/test_global_rng.py`` and ``test_torch_rng_memory.py`` check the routes against
-each other. A restore costs one comparison and, if the state changed, one copy per generator.
+each other. A restore costs one copy per generator.
 
 Cost (batch 16, the development machine; micro-benchmarks of the parts, not the end-to-end
 figure): the version-3 kernel 2.2 us a batch (``time.perf_counter`` medians, 2026-12-02; version
@@ -242,7 +243,8 @@ class GlobalSeeder:
     __slots__ = ("seed", "_buf", "_pool", "_lay")
 
     def __init__(self, keys: np.ndarray, torch_only: bool = False, version: int = SEEDING_VERSION) -> None:
-        keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
+        if type(keys) is not np.ndarray or keys.dtype != np.uint64 or keys.ndim != 1:
+            keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
         lay = self._lay = _layout()  # the views point into the probed generators, which it keeps alive
         tlay = lay.torch
         pynp = not torch_only and (lay.py_mv is not None or lay.np_mv is not None)
@@ -292,14 +294,12 @@ class _PyNp:
     def restore(self) -> None:
         lay = self._lay
         if lay.py is not None:
-            if lay.py.tobytes() != self._py:  # comparing is cheaper than writing
-                lay.py_mv[:] = self._py
+            lay.py_mv[:] = self._py  # writing 2.5 KB back is cheaper than comparing them first
             lay.py_owner.gauss_next = self._pyg
         else:
             random.setstate(self._py)
         if lay.np is not None:
-            if lay.np.tobytes() != self._np:
-                lay.np_mv[:] = self._np
+            lay.np_mv[:] = self._np
             lay.gauss.has_gauss, lay.gauss.gauss = self._npg
         else:
             np.random.set_state(self._np)
@@ -308,7 +308,7 @@ class _PyNp:
 class GlobalRNGGuard:
     """Saves the global generator states on enter and restores them on exit (exactly): Python's
     and numpy's as :class:`_PyNp`, torch's as the bytes of its region (``torch_rng_memory``),
-    written back only if they changed, or through ``get_state``/``set_state``."""
+    written back (unconditionally: cheaper than a comparison), or through ``get_state``/``set_state``."""
 
     __slots__ = ("saved", "_torch", "_tlay", "python_numpy_clean")
 
@@ -333,7 +333,7 @@ class GlobalRNGGuard:
         tlay = self._tlay
         if tlay is None:
             torch.random.default_generator.set_state(self._torch)
-        elif tlay.view.tobytes() != self._torch:
+        else:
             self.saved._lay.torch_mv[:] = self._torch
 
 

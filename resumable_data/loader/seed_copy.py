@@ -78,11 +78,15 @@ def seed_globals_reference(key: int, version: int = SEEDING_VERSION) -> None:
 
 class RowBuffer:
     """``rows``: ``[n, width]`` uint32 seeding rows; ``py`` / ``np`` / ``torch``: each row's byte
-    slice for that generator (``torch``: empty without a torch layout)."""
+    slice for that generator (``torch``: empty without a torch layout); ``keys``: the keys the rows
+    were last filled for; ``fns``: the seed functions made for this buffer's rows (by torch-only
+    flag and version), reused while the buffer is (they read ``keys`` from it)."""
 
-    __slots__ = ("rows", "py", "np", "torch")
+    __slots__ = ("rows", "py", "np", "torch", "keys", "fns")
 
     def __init__(self, n: int, width: int, torch_bytes: int) -> None:
+        self.keys: np.ndarray | None = None
+        self.fns: dict[tuple[bool, int], Callable[[int], None]] = {}
         self.rows = np.empty((n, width), np.uint32)
         src = memoryview(self.rows).cast("B")
         starts = range(0, n * width * 4, width * 4)
@@ -97,11 +101,19 @@ def seed_function(lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only:
     row ``j`` (filled by ``fill_rows`` for these keys, this layout and ``version``). ``lay``: the
     probed layout (``global_rng``'s); ``torch_only``: torch's generator only; ``small``: how many
     keys are below 2**32."""
+    if buf is not None and (torch_only or not small):
+        fn = buf.fns.get((torch_only, version))  # made for this buffer before (every generator through its memory)
+        if fn is not None:
+            buf.keys = keys
+            return fn
     py_mv, np_mv = (None, None) if torch_only else (lay.py_mv, lay.np_mv)
     tlay, t_mv = lay.torch, lay.torch_mv
     pys, nps, ts = (buf.py, buf.np, buf.torch) if buf is not None else ((), (), ())
-    fast = py_mv is not None and np_mv is not None and t_mv is not None and not small
-    key_list = None if fast or (torch_only and t_mv is not None) else keys.tolist()  # for the functions' routes
+    if t_mv is not None and buf is not None and (torch_only or (py_mv is not None and np_mv is not None and not small)):
+        buf.keys = keys  # every generator through its memory: the function made once for this buffer, reused
+        fn = buf.fns[torch_only, version] = _copy_function(lay, buf, torch_only, version)
+        return fn
+    key_list = keys.tolist()  # for the functions' routes
     inst = random._inst
     gw, gauss = lay.gauss_words, lay.gauss
     rmod, mtrand, trand = random, np.random.mtrand, torch.random
@@ -126,18 +138,6 @@ def seed_function(lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only:
     if torch_only:
         return seed_torch
 
-    def seed_all(j: int) -> None:  # the usual case: every generator through its memory
-        if (rmod._inst is not py_owner or mtrand._rand is not rs_owner or rs_owner._bit_generator is not np_owner
-                or trand.default_generator is not t_owner):
-            return by_functions(j)
-        py_mv[:] = pys[j]
-        inst.gauss_next = None
-        np_mv[:] = nps[j]
-        if gw[0] or gw[1]:  # what np.random.seed resets besides the state: the cached Gaussian
-            gauss.has_gauss = 0
-            gauss.gauss = 0.0
-        t_mv[:] = ts[j]
-
     def seed_each(j: int) -> None:  # a generator whose memory was not found, or a key < 2**32
         if (rmod._inst is not py_owner or mtrand._rand is not rs_owner or rs_owner._bit_generator is not np_owner
                 or (t_owner is not None and trand.default_generator is not t_owner)):
@@ -157,4 +157,45 @@ def seed_function(lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only:
             _seed_numpy(key, version)
         seed_torch(j)
 
-    return seed_all if fast else seed_each
+    return seed_each
+
+
+def _copy_function(lay: Any, buf: RowBuffer, torch_only: bool, version: int) -> Callable[[int], None]:
+    """``seed(j)`` through the generators' memory from ``buf``'s row ``j`` (every generator's layout
+    found; versions 1-2: no key below 2**32), the keys read from ``buf.keys``; a generator swapped
+    meanwhile sends the call through the reference route."""
+    py_mv, np_mv, t_mv = lay.py_mv, lay.np_mv, lay.torch_mv
+    pys, nps, ts = buf.py, buf.np, buf.torch
+    inst = random._inst
+    gw, gauss = lay.gauss_words, lay.gauss
+    rmod, mtrand, trand = random, np.random.mtrand, torch.random
+    py_owner, rs_owner, np_owner, t_owner = lay.py_owner, lay.rs_owner, lay.np_owner, lay.torch.owner
+
+    def by_functions(j: int) -> None:  # a generator was swapped during this batch
+        key = int(buf.keys[j])
+        if torch_only:
+            _seed_torch(key, version)
+        else:
+            seed_globals_reference(key, version)
+
+    if torch_only:
+        def seed_torch(j: int) -> None:
+            if trand.default_generator is not t_owner:
+                return by_functions(j)
+            t_mv[:] = ts[j]
+
+        return seed_torch
+
+    def seed_all(j: int) -> None:  # the usual case: every generator through its memory
+        if (rmod._inst is not py_owner or mtrand._rand is not rs_owner or rs_owner._bit_generator is not np_owner
+                or trand.default_generator is not t_owner):
+            return by_functions(j)
+        py_mv[:] = pys[j]
+        inst.gauss_next = None
+        np_mv[:] = nps[j]
+        if gw[0] or gw[1]:  # what np.random.seed resets besides the state: the cached Gaussian
+            gauss.has_gauss = 0
+            gauss.gauss = 0.0
+        t_mv[:] = ts[j]
+
+    return seed_all
