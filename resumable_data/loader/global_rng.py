@@ -104,8 +104,9 @@ class _Layout:
         #: reusable row buffers by (keys, words per row): see :class:`~.seed_copy.RowBuffer`
         self.pool: dict[tuple[int, int], list[RowBuffer]] = {}
         #: numpy's cached Gaussian as two 64-bit words (flag word, value): read before clearing
-        self.gauss_words = None if self.gauss is None else memoryview(
-            np.ctypeslib.as_array((ctypes.c_uint8 * 16).from_address(ctypes.addressof(self.gauss)))).cast("Q")
+        self.gauss_bytes = None if self.gauss is None else memoryview(
+            np.ctypeslib.as_array((ctypes.c_uint8 * 16).from_address(ctypes.addressof(self.gauss))))
+        self.gauss_words = None if self.gauss is None else self.gauss_bytes.cast("Q")
 
     @property
     def fast(self) -> bool:
@@ -281,8 +282,7 @@ class _PyNp:
             self._py = random.getstate()
         if lay.np is not None:
             self._np = lay.np.tobytes()
-            g = lay.gauss
-            self._npg = (g.has_gauss, g.gauss)
+            self._npg = lay.gauss_bytes.tobytes()  # has_gauss, padding, gauss
         else:
             self._np = np.random.get_state()
 
@@ -300,7 +300,7 @@ class _PyNp:
             random.setstate(self._py)
         if lay.np is not None:
             lay.np_mv[:] = self._np
-            lay.gauss.has_gauss, lay.gauss.gauss = self._npg
+            lay.gauss_bytes[:] = self._npg
         else:
             np.random.set_state(self._np)
 
@@ -371,5 +371,5 @@ class UnseededWatch(_PyNp):
             self.restore()
         else:  # the states are untouched: only the cleared caches go back
             lay.py_owner.gauss_next = self._pyg
-            lay.gauss.has_gauss, lay.gauss.gauss = self._npg
+            lay.gauss_bytes[:] = self._npg
         return drew
