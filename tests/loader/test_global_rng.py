@@ -196,46 +196,48 @@ def test_sample_context_is_the_same_with_or_without_global_seeding():
     assert seeded == unseeded
 
 
-def test_a_swapped_numpy_bit_generator_is_seeded_too_not_the_old_one():
+@pytest.mark.parametrize("version", [3, 2])
+def test_a_swapped_numpy_bit_generator_is_seeded_too_not_the_old_one(version):
     """np.random.set_bit_generator replaces the generator the probed view points into: the next
     seeding must reach the new one (equal to the reference route), never write the old memory."""
     old = np.random.mtrand._rand._bit_generator
-    G.seed_globals(12345)  # probes (or reuses) the layout of the current generator
+    G.seed_globals(12345, version)  # probes (or reuses) the layout of the current generator
     try:
         np.random.set_bit_generator(np.random.MT19937(5))
         for key in (12345, (1 << 40) + 7):
-            G.seed_globals(key)
+            G.seed_globals(key, version)
             fast = (np.random.random(3).tolist(), random.random())
-            G.seed_globals_reference(key)
+            G.seed_globals_reference(key, version)
             assert fast == (np.random.random(3).tolist(), random.random())
         guard = G.GlobalRNGGuard()
         with guard:
             np.random.random()
-        G.seed_globals(99)
+        G.seed_globals(99, version)
         a = np.random.random()
-        G.seed_globals_reference(99)
+        G.seed_globals_reference(99, version)
         assert a == np.random.random()
     finally:
         np.random.set_bit_generator(old)
-    G.seed_globals(7)
+    G.seed_globals(7, version)
     b = np.random.random()
-    G.seed_globals_reference(7)
+    G.seed_globals_reference(7, version)
     assert b == np.random.random()
 
 
+@pytest.mark.parametrize("version", [3, 2])
 @pytest.mark.parametrize("swap", ["numpy", "torch"])
-def test_a_generator_swapped_inside_a_batch_is_seeded_for_the_rest_of_it(swap):
+def test_a_generator_swapped_inside_a_batch_is_seeded_for_the_rest_of_it(swap, version):
     """User code that swaps a global generator between two seedings of one batch: every later
     sample of that batch sees the *new* generator seeded from its key (as the seeding functions
     do), and the old generator's memory is never written again."""
     keys = [(1 << 40) + 3 * k for k in range(6)]
     ref = []
     for k in keys:
-        G.seed_globals_reference(k)
+        G.seed_globals_reference(k, version)
         ref.append(draws())
     old_np = np.random.mtrand._rand._bit_generator
     old_t = torch.random.default_generator
-    seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64))
+    seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64), version=version)
     got = []
     try:
         for i in range(len(keys)):
