@@ -179,7 +179,7 @@ def fill_rows(keys: np.ndarray, out: np.ndarray, pynp: bool, torch: tuple | None
     Python's generator (versions 1-2: keys below 2**32, one word for ``random.seed``; version 3: none)."""
     tmpl, tseed, tstate = (_NO_TEMPLATE, 0, 0) if torch is None else torch
     if version in HASHED_VERSIONS:
-        return _hash_kernel(keys, out, pynp, tmpl, PYNP_WORDS, tseed, tstate)
+        return _hash_kernel(keys, out, pynp, tmpl, PYNP_WORDS, tseed, tstate, *_STREAM_ARGS)
     x = numpy_key_xor(version)
     return _kernel(keys, out, pynp, np.uint32(x & 0xFFFFFFFF), np.uint32(x >> 32), tmpl, PYNP_WORDS, tseed, tstate)
 
@@ -197,7 +197,9 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _LOW = np.uint64(0xFFFFFFFF)
 _S30, _S27, _S31, _S32 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(32)
-_STREAM_PY, _STREAM_NP, _STREAM_TORCH = (np.uint64(c) for c in STREAMS)
+# the stream constants are arguments of the kernel, not globals frozen into it: numba's cache
+# checks this file only, and they are stated in sample_seeding.py
+_STREAM_ARGS = tuple(np.uint64(c) for c in STREAMS)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -208,10 +210,11 @@ def _mix(z):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def _hash_kernel(keys, out, pynp, tmpl, tcol, tseed, tstate):  # pragma: no cover - compiled
+def _hash_kernel(keys, out, pynp, tmpl, tcol, tseed, tstate, spy, snp, storch):  # pragma: no cover - compiled
     """Version 3 rows of ``keys`` into ``out`` (the layout of :func:`seed_rows`): key after key,
     each generator's 624 words one SplitMix64 output per two, independent across words (so the
-    loop is vectorised: the stores go through a view whose indices are provably >= 0)."""
+    loop is vectorised: the stores go through a view whose indices are provably >= 0); ``spy``,
+    ``snp``, ``storch``: the three stream constants."""
     w = tmpl.shape[0]
     for b in range(keys.shape[0]):
         k = keys[b]
@@ -220,7 +223,7 @@ def _hash_kernel(keys, out, pynp, tmpl, tcol, tseed, tstate):  # pragma: no cove
             if (g < 2 and not pynp) or (g == 2 and w == 0):
                 continue
             at = 1 if g == 0 else NP_COL if g == 1 else tcol + tstate
-            s = _mix(k ^ (_STREAM_PY if g == 0 else _STREAM_NP if g == 1 else _STREAM_TORCH))
+            s = _mix(k ^ (spy if g == 0 else snp if g == 1 else storch))
             dst = row[at:at + N]
             for i in range(N // 2):
                 z = _mix(s + np.uint64(i + 1) * _GAMMA)

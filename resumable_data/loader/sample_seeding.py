@@ -27,9 +27,10 @@ Seeding versions. From a sample's 64-bit ``key``:
   numbers draw for draw within a sample (the defect found 2026-12-01).
 
 A fresh run seeds with :data:`SEEDING_VERSION`; a restore continues with the version its state
-records (a state without the record is version 1), so a run started before a version change
-delivers what it always would have. ``rd.seed_globals(key)`` seeds the globals as a fresh run
-does, to reproduce one sample outside the loader.
+records (loader schema 5 without the record: version 3; schema 4 without it: version 2; schemas
+1-3, which have none: version 1), so a run started before a version change delivers what it
+always would have. ``rd.seed_globals(key)`` seeds the globals as a fresh run does, to reproduce
+one sample outside the loader.
 
 Guarantee. :class:`SeedingRecord` is what a loader state saves (``sample_seeding``): parsed
 all-or-nothing, any bad value a :class:`~resumable_data.ResumeError` naming it. Cost: nothing per

@@ -35,7 +35,7 @@ import torch
 
 from resumable_data.loader.mt19937 import N as _N, NP_COL, PYNP_WORDS, hash_state
 from resumable_data.loader.sample_seeding import HASHED_VERSIONS, SEEDING_VERSION, STREAMS, numpy_seed_words
-from resumable_data.loader.torch_rng_memory import state_tensor
+from resumable_data.loader.torch_rng_memory import check_state_layout, state_tensor
 
 __all__ = ["RowBuffer", "seed_function", "seed_globals_reference"]
 
@@ -113,6 +113,8 @@ def seed_function(lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only:
         buf.keys = keys  # every generator through its memory: the function made once for this buffer, reused
         fn = buf.fns[torch_only, version] = _copy_function(lay, buf, torch_only, version)
         return fn
+    if lay.torch is None and version in HASHED_VERSIONS:
+        check_state_layout()  # torch's reference route writes its serialized state: refused before any seeding
     key_list = keys.tolist()  # for the functions' routes
     inst = random._inst
     gw, gauss = lay.gauss_words, lay.gauss

@@ -41,9 +41,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from resumable_data.errors import ConfigError, describe
 from resumable_data.loader.mt19937 import N, init_genrand
 
-__all__ = ["TorchLayout", "probe", "state_tensor"]
+__all__ = ["TorchLayout", "check_state_layout", "probe", "state_tensor"]
 
 _STATE_BYTES = 4 * N
 _HEAD_MAX = 256  # where the state may start in the object, at most
@@ -98,11 +99,26 @@ def _state_bytes(gen) -> bytes:
 def state_tensor(seed: int, words: np.ndarray) -> torch.Tensor:
     """torch's serialized CPU state (what ``set_state`` takes) of a generator seeded with state
     ``words`` (624 uint32) and ``initial_seed() == seed``: ``left_ = 1``, ``next_ = 0`` (the first
-    draw twists, as after ``manual_seed``), no cached normals."""
+    draw twists, as after ``manual_seed``), no cached normals. A torch whose serialized state is
+    not the layout rd knows (its size differs) is a :class:`~resumable_data.ConfigError`: a field
+    rd does not know of (a cached value) could carry one sample's draws into the next."""
+    check_state_layout()
     b = bytearray(_STATE_SIZE)
     struct.pack_into("@QiiQ", b, 0, seed, 1, 1, 0)
     struct.pack_into("@624Q", b, _HEADER, *np.asarray(words, dtype=np.uint32).tolist())
     return torch.frombuffer(b, dtype=torch.uint8).clone()
+
+
+def check_state_layout() -> None:
+    """Raise :class:`~resumable_data.ConfigError` unless torch's serialized CPU state has the
+    layout :func:`state_tensor` writes."""
+    size = torch.random.default_generator.get_state().numel()
+    if size != _STATE_SIZE:
+        raise ConfigError(describe(
+            "seed_per_sample", True, f"a torch whose CPU generator state is the {_STATE_SIZE}-byte layout rd knows "
+            f"(torch {torch.__version__}'s is {size} bytes), so that every sample's seeding is exact",
+            "pass seed_per_sample=False and seed augmentation from rd.sample_context() (its .torch_generator), or use "
+            "torch 2.x as pinned in constraints.txt"))
 
 
 def _with_caches(base: bytes, fvalue: float | None, dvalue: float | None) -> torch.Tensor:

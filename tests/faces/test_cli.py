@@ -147,7 +147,8 @@ def test_inspect_names_version_2_for_a_keyless_schema_4_state(saved, tmp_path, c
     (tmp_path / "v2.json").write_text(json.dumps({**saved["state"], "schema_version": 4}))
     rc, out, _ = _cli(capsys, "inspect", tmp_path / "v2.json")
     assert rc == 0
-    assert "sample seeding:        seed_per_sample 'eager', seeding version 2\n" in out
+    assert ("sample seeding:        seed_per_sample 'eager', seeding version 2 (the seeding functions' formulas,\n"
+            "                       before version 3)\n") in out
 
 
 def test_inspect_names_the_seeding_of_a_state_saved_before_version_2(tmp_path, capsys):

@@ -16,6 +16,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+import resumable_data as rd
 from resumable_data.loader import global_rng as G, torch_rng_memory as T
 from tests.loader import v3_formula as F
 
@@ -216,14 +217,18 @@ def _probe_failure(monkeypatch, how: str) -> None:
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("how", ["probe", "verification", "state size"])
 def test_the_reference_route_when_the_probe_fails(request, monkeypatch, fresh_layout, how, version):
-    if how == "state size" and version is None:
-        # PRODUCT BUG (reported to the lead, 2026-12-02): version 3's reference route builds torch's
-        # serialized state with the struct size rd assumes (torch_rng_memory.state_tensor), so on a
-        # torch whose get_state has another size set_state raises RuntimeError in every sample, where
-        # version 2 falls back to manual_seed. Strict: this fails once the product handles it.
-        request.applymarker(pytest.mark.xfail(raises=RuntimeError, strict=True,
-                                              reason="version 3 needs torch's assumed state layout"))
     _probe_failure(monkeypatch, how)
+    if how == "state size" and version is None:
+        # version 3 writes torch's whole serialized state: another layout is refused, not guessed
+        random.seed(1)
+        torch.manual_seed(2)
+        np.random.seed(3)
+        before = (random.getstate(), repr(np.random.get_state()), tstate())
+        with pytest.raises(rd.ConfigError, match=r"seed_per_sample=True: expected a torch whose CPU generator state "
+                           r"is the 5064-byte layout rd knows \(torch .* is 5056 bytes\).*fix: pass seed_per_sample=False"):
+            G.seed_globals(2**40 + 9)
+        assert (random.getstate(), repr(np.random.get_state()), tstate()) == before  # nothing seeded
+        return
     assert G._layout().torch is None
     keys = [2**40 + 9, 77, 2**64 - 1]
     for cached in (False, True):
