@@ -33,7 +33,10 @@ always would have. ``rd.seed_globals(key)`` seeds the globals as a fresh run doe
 one sample outside the loader.
 
 Guarantee. :class:`SeedingRecord` is what a loader state saves (``sample_seeding``): parsed
-all-or-nothing, any bad value a :class:`~resumable_data.ResumeError` naming it. Cost: nothing per
+all-or-nothing, any bad value a :class:`~resumable_data.ResumeError` naming it. A checkpoint's
+loader fingerprint (``meta.data``, what ``rd.check_compatible`` compares) records the mode only,
+as ``seed_per_sample`` (:data:`K_FINGERPRINT_MODE`, read by :func:`fingerprint_mode`): the version
+is the saved state's to decide on restore, never a mismatch. Cost: nothing per
 sample for the version itself (it picks the kernel once per batch; docs/dropin.md).
 """
 
@@ -46,9 +49,10 @@ from typing import Any
 from resumable_data._schema import coerce_enum, expect_enum, expect_int, expect_mapping
 from resumable_data.errors import ResumeError, describe
 
-__all__ = ["DEFAULT_SEEDING", "HASHED_VERSIONS", "NUMPY_KEY_XOR", "READABLE_SEEDING_VERSIONS", "SCHEMA_DEFAULT_SEEDING",
-           "SEEDING_VERSION", "STREAMS", "UNRECORDED_SEEDING_VERSION", "SampleSeeding", "SeedingRecord", "numpy_key_xor",
-           "numpy_seed_words", "sample_seeding"]
+__all__ = ["DEFAULT_SEEDING", "HASHED_VERSIONS", "K_FINGERPRINT_MODE", "NUMPY_KEY_XOR", "READABLE_SEEDING_VERSIONS",
+           "SCHEMA_DEFAULT_SEEDING", "SEEDING_VERSION", "STREAMS", "UNRECORDED_SEEDING_VERSION", "SampleSeeding",
+           "SeedingRecord", "fingerprint_mode", "fingerprint_section", "numpy_key_xor", "numpy_seed_words",
+           "sample_seeding"]
 
 #: The seeding version a fresh run uses.
 SEEDING_VERSION = 3
@@ -67,6 +71,8 @@ _NUMPY_XOR = {1: 0, 2: NUMPY_KEY_XOR}
 
 K_MODE = "mode"
 K_VERSION = "version"
+#: The key of a loader fingerprint (a checkpoint's ``meta.data``) that records the mode.
+K_FINGERPRINT_MODE = "seed_per_sample"
 
 
 class SampleSeeding(str, enum.Enum):
@@ -84,6 +90,9 @@ class SampleSeeding(str, enum.Enum):
     OFF = "off"
 
 
+_MODES = {m.value: m for m in SampleSeeding}
+
+
 def sample_seeding(value: Any) -> SampleSeeding:
     """``seed_per_sample=`` as a :class:`SampleSeeding` (``True``/``False`` or a member or its value)."""
     if value is True:
@@ -91,6 +100,25 @@ def sample_seeding(value: Any) -> SampleSeeding:
     if value is False:
         return SampleSeeding.OFF
     return coerce_enum(value, SampleSeeding, "seed_per_sample")
+
+
+def fingerprint_mode(data: Any, where: str = "data") -> SampleSeeding | None:
+    """The ``seed_per_sample`` mode a loader fingerprint records (``data[K_FINGERPRINT_MODE]``, a
+    mode's value); None when it records none (metadata written before the key, a state without a
+    seeding record). Any other value raises :class:`~resumable_data.ResumeError` naming ``where``."""
+    if not isinstance(data, dict) or K_FINGERPRINT_MODE not in data:
+        return None
+    v = data[K_FINGERPRINT_MODE]
+    if type(v) is not str or v not in _MODES:
+        raise ResumeError(describe(f"{where}.{K_FINGERPRINT_MODE}", v, f"one of {list(_MODES)} (the loader's "
+                                   "seed_per_sample mode)", "pass an unmodified checkpoint (meta.json) or "
+                                   "TrainingState.meta() of the current run"))
+    return _MODES[v]
+
+
+def fingerprint_section(record: SeedingRecord | None) -> dict[str, str]:
+    """What a loader fingerprint records of ``record``: ``{K_FINGERPRINT_MODE: mode}``, or nothing."""
+    return {} if record is None else {K_FINGERPRINT_MODE: record.mode.value}
 
 
 def numpy_key_xor(version: int) -> int:

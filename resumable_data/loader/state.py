@@ -26,7 +26,7 @@ defaults: no ``sample_seeding`` key means ``{"mode": "eager", "version": 3}``, n
 key means none; schema 4 is the same with ``{"mode": "eager", "version": 2}`` as the keyless
 record (written before seeding version 3). Schemas 2 and 3 (written before the seeding record: 3 with a batch schedule, the
 ``continuous`` tail or a batch origin, its ``batch_origin`` required, null when none) have no
-record and continue with seeding version 1 under the loader's mode. Schemas 1-5 are read.
+record and continue with seeding version 1 under the loader's mode. Schemas 1-5 are read. A fingerprint holds the mode only.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.plan import BatchOrigin, Plan, ShardingPolicy, Tail
 from resumable_data.plan import mixture_section as mixture_plan
-from resumable_data.loader.sample_seeding import DEFAULT_SEEDING, SCHEMA_DEFAULT_SEEDING, SeedingRecord
+from resumable_data.loader.sample_seeding import DEFAULT_SEEDING, SCHEMA_DEFAULT_SEEDING, SeedingRecord, fingerprint_mode, fingerprint_section
 
 __all__ = [
     "FORMAT",
@@ -362,9 +362,9 @@ class LoaderState:
         return self.cursor.delivered - self.cursor.committed
 
     def fingerprint_dict(self) -> dict[str, Any]:
-        """The keys that identify the stream (what a checkpoint's metadata compares), no progress."""
+        """The keys that identify the stream (what a checkpoint's metadata compares), no progress; the seeding mode, no version."""
         d = self.to_dict()
-        out = {k: d[k] for k in FINGERPRINT_KEYS + (K_MIXTURE,) if k in d}
+        out = {k: d[k] for k in FINGERPRINT_KEYS + (K_MIXTURE,) if k in d} | fingerprint_section(self.sample_seeding)
         if K_MIXTURE in out and mixture_plan.K_TOKENS in out[K_MIXTURE]:  # progress, not identity: the plain section
             earlier = mixture_plan.K_EARLIER in out[K_MIXTURE]  # identity: the runs of the epoch's earlier documents
             out[K_MIXTURE] = {**{k: v for k, v in out[K_MIXTURE].items() if k not in mixture_plan.TOKENS_KEYS},
@@ -375,9 +375,10 @@ class LoaderState:
     @classmethod
     def from_fingerprint(cls, data: Any, epoch_base: tuple[int, int] = (0, 0)) -> LoaderState:
         """The state a checkpoint's ``data`` section (:meth:`fingerprint_dict`) describes, at
-        ``epoch_base`` with no progress; validated like :meth:`from_dict`."""
+        ``epoch_base`` with no progress; validated like :meth:`from_dict`, the seeding mode too (not kept)."""
         if not isinstance(data, dict):
             raise ResumeError(describe("data", type(data).__name__, "the loader fingerprint of a checkpoint", "pass meta.data"))
+        fingerprint_mode(data)  # the fingerprint records no seeding version, so there is no record to keep
         progress = {K_FORMAT: FORMAT, K_SCHEMA: 3, K_EPOCH_BASE: list(epoch_base),  # no seeding record: schema 3
                     K_CURSOR: Cursor().to_dict(), K_COUNTERS: Counters().to_dict(), K_SKIPPED: [],
                     K_LABEL: RecoveryLabel.FAITHFUL_CONTINUATION.value, K_END_OF_PASS: False, K_BATCH_ORIGIN: None}
