@@ -73,6 +73,7 @@ _EXPORTS: dict[str, str] = {
     "SampleSeeding": "resumable_data.loader",
     "batch_context": "resumable_data.loader",
     "sample_context": "resumable_data.loader",
+    "seed_globals": "resumable_data.loader",
     "sharding_from_environment": "resumable_data.loader",
     # -- checkpoint (training state) --
     "AccumulationPolicy": "resumable_data.checkpoint",

@@ -12,7 +12,8 @@ and the training-state inventory. Nothing is unpickled and no training code is n
 ``--against CURRENT``: the current run's metadata, a JSON file holding
 ``TrainingState.meta().to_dict()`` of the run about to resume (or another checkpoint's directory);
 the table has one row per category of the compatibility contract (``rd.check_compatible``): the
-saved and the current value (the first difference, when there is one) and the verdict under
+saved and the current value (the first difference, when there is one; ``sample_seeding``: the
+loader's ``seed_per_sample`` mode, "not recorded" in metadata written before it was) and the verdict under
 ``--label`` (default ``faithful_continuation``): ``ok`` (equal), ``allowed`` (a difference this
 label expects), ``warning`` (allowed, reported) or ``refused`` (``load_checkpoint`` would raise
 ``CompatibilityError``). Every refused or warned difference follows with its fix.
@@ -205,7 +206,8 @@ def _check_data(out: list[str], directory: str, pinned_hash: str, level: str = "
 # -- the compatibility table ----------------------------------------------------------------------
 #: table rows: name -> the contract categories it covers (software: major.minor and patch)
 _ROWS = (
-    ("dataset", ("dataset",)), ("data_stream", ("data_stream",)), ("layout", ("layout",)),
+    ("dataset", ("dataset",)), ("data_stream", ("data_stream",)), ("sample_seeding", ("sample_seeding",)),
+    ("layout", ("layout",)),
     ("model_config", ("model_config",)), ("architecture", ("architecture",)), ("weights", ("weights",)),
     ("feature_schema", ("feature_schema",)), ("optimizer", ("optimizer",)), ("scheduler", ("scheduler",)),
     ("scaler", ("scaler",)), ("ema", ("ema",)), ("callbacks", ("callbacks",)),
@@ -272,6 +274,11 @@ def _summary(d: dict, category: str) -> str:
         pk = f"packed {pk.get('seq_len')}" if isinstance(pk, dict) else "unpacked"
         return (f"seed {plan.get('seed')}, {order}, batch {plan.get('global_batch')}, "
                 f"accum {data.get('accumulation_steps')}, {pk}")
+    if category == "sample_seeding":
+        if not plan:
+            return "none (no loader)"
+        mode = data.get("seed_per_sample")  # None: metadata written before contract v2 records no mode
+        return "not recorded (older metadata)" if mode is None else f"seed_per_sample {mode!r}"
     if category == "layout":
         dl = data.get("layout") or {}
         return f"world size {d.get('layout', {}).get('world_size')}" + (f", {dl.get('policy')}" if dl else "")

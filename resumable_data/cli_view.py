@@ -217,5 +217,6 @@ def _seeding_text(record: Any) -> str:
     if record is None:
         return ("not recorded (a state written before seeding version 2): continues with seeding version 1 "
                 "(numpy seeded as Python's) under the loader's seed_per_sample mode")
-    note = " (numpy seeded as Python's, the formula before version 2)" if record.version == 1 else ""
+    note = {1: " (numpy seeded as Python's, the formula before version 2)",
+            2: " (the seeding functions' formulas, before version 3)"}.get(record.version, "")
     return f"seed_per_sample {record.mode.value!r}, seeding version {record.version}{note}"

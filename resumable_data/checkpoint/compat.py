@@ -15,6 +15,16 @@ difference, and a global-batch difference (``data.plan.global_batch`` / ``data.p
 the caller declared with ``on_batch_change="continue"`` is ``info`` (the loader then continues at
 the committed sample, under its own rules, and the restore is labelled ``elastic_reshard``). Metadata of an unknown ``schema_version`` is refused. Cost: a
 walk over two JSON trees (parameter names included), no tensor is read.
+
+The seeding mode. ``data.seed_per_sample`` (the loader's ``seed_per_sample`` mode; contract
+version 2) is its own category, ``sample_seeding``: another mode seeds the global generators
+otherwise, so it delivers other data; it is refused under every label but ``data_change``
+(as the loader's own restore refuses it), a warning there, and its fix names both modes. Its
+value is validated on both sides (anything but a mode's value raises
+:class:`~resumable_data.ResumeError` naming ``saved``/``current`` ``meta.data.seed_per_sample``).
+Metadata written before the key (contract version 1) records no mode: nothing is reported for
+it (the loader's restore still compares the mode its state records). The seeding version is
+not compared: a restore continues with the saved state's.
 """
 
 from __future__ import annotations
@@ -28,13 +38,14 @@ from resumable_data.checkpoint.errors import CompatibilityError
 from resumable_data.checkpoint.meta import COMPARED, CheckpointMeta
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.restore import rounded_epoch_fix
+from resumable_data.loader.sample_seeding import K_FINGERPRINT_MODE, fingerprint_mode
 from resumable_data.loader.state import K_MIXTURE, K_PLAN, OnBatchChange
 from resumable_data.plan.mixture_section import K_REBASE
 from resumable_data.plan.steps import K_GLOBAL_BATCH, K_SCHEDULE
 
 __all__ = ["CONTRACT_VERSION", "RULES", "Category", "CompatibilityReport", "Difference", "Severity", "check_compatible"]
 
-CONTRACT_VERSION = 1
+CONTRACT_VERSION = 2
 MAX_LISTED = 60
 
 
@@ -58,6 +69,7 @@ class Category(str, enum.Enum):
     CALLBACKS = "callbacks"
     DATASET = "dataset"              # dataset version, record count
     DATA_STREAM = "data_stream"      # seed, order, batch, tail, accumulation, packing
+    SAMPLE_SEEDING = "sample_seeding"  # the loader's seed_per_sample mode
     LAYOUT = "layout"                # world size, sharding policy
     SOFTWARE_PATCH = "software_patch"
     SOFTWARE = "software"            # major / minor versions
@@ -82,6 +94,8 @@ RULES: dict[Category, tuple[tuple[Severity, ...], str]] = {
     Category.DATASET: ((E, E, E, I, I), "open the saved dataset version, or resume with label='data_change'"),
     Category.DATA_STREAM: ((E, E, E, I, W), "build the loader as saved (seed, order, batch size, accumulation), "
                            "or resume with label='data_change'/'warm_start'"),
+    Category.SAMPLE_SEEDING: ((E, E, E, I, W), "build the loader with the saved seed_per_sample mode, or resume "
+                              "with label='data_change'/'warm_start'"),
     Category.LAYOUT: ((E, I, W, I, W), "resume on the saved layout, or with label='elastic_reshard'"),
     Category.SOFTWARE_PATCH: ((W, W, W, I, W), "install the saved versions to rule out numerical drift"),
     Category.SOFTWARE: ((E, E, W, I, W), "install the saved major.minor versions, or resume with label='optimizer_reset'/'warm_start'"),
@@ -170,6 +184,8 @@ def _category(path: list[str]) -> Category:
             return Category.DATASET
         if sub == "layout":
             return Category.LAYOUT
+        if sub == K_FINGERPRINT_MODE:
+            return Category.SAMPLE_SEEDING
         return Category.DATA_STREAM
     return {"feature_schema": Category.FEATURES, "optimizer": Category.OPTIMIZER, "scheduler": Category.SCHEDULER,
             "scaler": Category.SCALER, "ema": Category.EMA, "callbacks": Category.CALLBACKS, "layout": Category.LAYOUT,
@@ -213,9 +229,12 @@ def check_compatible(saved_meta: CheckpointMeta | dict, current_meta: Checkpoint
     saved = CheckpointMeta.from_dict(saved_meta.to_dict() if isinstance(saved_meta, CheckpointMeta) else saved_meta)
     current = CheckpointMeta.from_dict(current_meta.to_dict() if isinstance(current_meta, CheckpointMeta) else current_meta)
     sd, cd = saved.to_dict(), current.to_dict()
+    modes = [fingerprint_mode(d["data"], f"{side} meta.data") for side, d in (("saved", sd), ("current", cd))]
     raw: list[tuple[list[str], Any, Any]] = []
     for key in COMPARED:
         _walk(sd[key], cd[key], [key], raw)
+    if None in modes:  # not recorded on one side (metadata written before the key): no difference
+        raw = [r for r in raw if tuple(r[0]) != _MODE]
     diffs = []
     batch_changed = False
     rounded = _rounded_mixture_epoch(sd, cd, raw)
@@ -230,6 +249,8 @@ def check_compatible(saved_meta: CheckpointMeta | dict, current_meta: Checkpoint
         fix = RULES[cat][1] + (_BATCH_HINT if tuple(path[:3]) in _BATCH and rounded is None else "")
         if rounded is not None and tuple(path) == _NUM_RECORDS:
             fix = rounded
+        if tuple(path) == _MODE:
+            fix = _mode_fix(*modes)
         diffs.append(Difference(".".join(path), a, b, cat, severity(cat, label), fix))
     order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
     diffs.sort(key=lambda d: order[d.severity])
@@ -237,6 +258,14 @@ def check_compatible(saved_meta: CheckpointMeta | dict, current_meta: Checkpoint
 
 
 _NUM_RECORDS = ("data", K_PLAN, "num_records")
+_MODE = ("data", K_FINGERPRINT_MODE)
+
+
+def _mode_fix(saved: Any, current: Any) -> str:
+    """The fix of a seeding-mode difference, naming both modes."""
+    return (f"build the loader with seed_per_sample=rd.SampleSeeding.{saved.name} (the saved mode, "
+            f"{saved.value!r}; the current run's is {current.value!r}), or resume with label='data_change' "
+            f"(the data stream then starts afresh under {current.value!r})")
 
 
 def _rounded_mixture_epoch(sd: dict, cd: dict, raw: list[tuple[list[str], Any, Any]]) -> str | None:

@@ -5,7 +5,7 @@ under a recovery label (:func:`~resumable_data.check_compatible` compares two of
 configuration, parameter/buffer names with shapes and dtypes, module tree, feature-schema (or
 tokenizer) fingerprint, optimizer type and per-group settings, scheduler class, its schedule's
 fingerprint and convention (what one ``scheduler.step()`` means), scaler settings, EMA presence
-and layout, callback names, the data plan and layout, software versions, a user recovery spec
+and layout, callback names, the data plan, layout and seeding mode, software versions, a user recovery spec
 (transition rules such as a learning-rate formula), and the lineage (run id, checkpoint id,
 parent). A separate ``status`` section records progress (counters, cursor, microstep, next LR of
 each group, module modes); it is shown by ``resumable-data inspect`` and never compared.

@@ -13,6 +13,7 @@ _NAMES = {
     "SampleContext": "context",
     "batch_context": "context",
     "sample_context": "context",
+    "seed_globals": "context",
     "DataLoader": "dataloader",
     "CounterView": "state",
     "CommitMode": "state",

@@ -26,6 +26,7 @@ import random
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import torch
@@ -111,14 +112,15 @@ def batch_context() -> BatchContext:
 class SampleSlot:
     """The sample context of the sample being fetched, built only if user code asks for it.
 
-    One slot is activated per batch, holding the batch's positions, records and keys (lists);
+    One slot is activated per batch, holding the batch's positions and records (lists) and keys (a
+    list or a uint64 array, read as ints);
     assigning :attr:`i` moves it to the next sample (one attribute store: no context object, no
     tuple and no context-variable switch per sample). ``keys=None``: the key is derived on demand
     by ``key_of(position)`` (when nothing is seeded, nobody may ever need it)."""
 
     __slots__ = ("_epoch_len", "_key_of", "_positions", "_records", "_keys", "i", "_ctx", "_ctx_i")
 
-    def __init__(self, epoch_len: int, positions: list[int], records: list[int], keys: list[int] | None,
+    def __init__(self, epoch_len: int, positions: list[int], records: list[int], keys: Any,
                  key_of=None) -> None:
         self._epoch_len = epoch_len
         self._key_of = key_of
@@ -138,7 +140,7 @@ class SampleSlot:
             return None
         if self._ctx_i != i:  # first call for this sample: build (and keep) its context
             p = self._positions[i]
-            k = int(self._key_of(p)) if self._keys is None else self._keys[i]
+            k = int(self._key_of(p) if self._keys is None else self._keys[i])
             self._ctx = SampleContext(p, p // self._epoch_len, self._records[i], k)
             self._ctx_i = i
         return self._ctx

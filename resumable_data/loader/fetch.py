@@ -10,7 +10,7 @@ numpy / torch generators seeded from a key of its position: ``__getitem__`` and 
 from the sample's key (``rd.sample_context()`` active), ``__getitems__``, ``collate_fn`` and
 ``arrow_collate`` from the batch key ``sample_key(version, seed, first position of this rank's
 batch, tag="collate")`` (``rd.batch_context()`` active; ``__getitems__`` keeps the batch's first
-sample key), every route with the seeding version the request carries (the ledger's: 2 for a
+sample key), every route with the seeding version the request carries (the ledger's: 3 for a
 fresh run, the saved one after a restore; :mod:`.sample_seeding`). In the main process
 (``num_workers=0``) the global states are saved before the
 batch and restored after it (:class:`GlobalRNGGuard`), so the training loop's draws never depend
@@ -224,11 +224,10 @@ class StepFetcher(Dataset):
         if not self.seed_per_sample:
             return self._samples(pos, recs, None, samples, None)
         keys, version = self._keys(positions), self.seeding
-        key_list = keys.tolist()
         if samples is None and self.lazy_globals and (guard.saved.fast if guard is not None else lazy_seeding_available()):
             watch = UnseededWatch(None if guard is None else guard.saved)
             try:
-                out = self._samples(pos, recs, key_list, None, GlobalSeeder(keys, torch_only=True, version=version))
+                out = self._samples(pos, recs, keys, None, GlobalSeeder(keys, torch_only=True, version=version))
             except Exception:
                 if not watch.finish():
                     raise
@@ -238,9 +237,9 @@ class StepFetcher(Dataset):
                         guard.python_numpy_clean = True
                     return out
             self.lazy_globals = False  # user code draws from the globals: eager from now on, here
-        return self._samples(pos, recs, key_list, samples, GlobalSeeder(keys, version=version))
+        return self._samples(pos, recs, keys, samples, GlobalSeeder(keys, version=version))
 
-    def _samples(self, pos: list, recs: list, keys: list | None, samples: list | None,
+    def _samples(self, pos: list, recs: list, keys: np.ndarray | None, samples: list | None,
                  seeder: GlobalSeeder | None) -> list:
         """The loop of :meth:`_per_sample`: ``seeder.seed(i)`` (all three generators, or torch's
         only), the slot moved to ``i``, the call; the seeder's buffer is given back after."""

@@ -1,23 +1,24 @@
 """Seeding, saving and restoring the global generators cheaply, bit-identically.
 
-What users get. Seeding the globals from a 64-bit ``key`` (``lo, hi``: its 32-bit words) under
-seeding version 2 means exactly what ``random.seed(key)``, ``np.random.seed(np.array([lo ^
-0x7F4A7C15, hi ^ 0x9E3779B9], np.uint32))`` and ``torch.manual_seed(key & (2**63 - 1))`` give
-(version 1, a run restored from a state saved before version 2: numpy's ``[lo, hi]``, the same
-state as Python's; see :mod:`.sample_seeding`): every draw afterwards is the same number, and
-``random.getstate()``, ``np.random.get_state()``, ``torch.get_rng_state()`` and
-``torch.initial_seed()`` are the same too.
+What users get. Seeding the globals from a 64-bit ``key`` means exactly what
+:func:`~.seed_copy.seed_globals_reference` gives for the run's seeding version
+(:mod:`.sample_seeding`): version 3, ``random.setstate`` / ``np.random.set_state`` / torch's
+``set_state`` of each generator's SplitMix64 state words; versions 1-2, ``random.seed(key)``,
+``np.random.seed`` of the version's two words and ``torch.manual_seed(key & (2**63 - 1))``. Every
+draw afterwards is the same number, and ``random.getstate()``, ``np.random.get_state()``,
+``torch.get_rng_state()`` and ``torch.initial_seed()`` are the same too.
 
 Algorithm. Seeding is a pure function of the key, so one compiled kernel (``mt19937.py``)
 computes, for every key of a batch at once (one call per batch), the bytes each generator holds
-after seeding: MT19937's ``init_by_array`` states of Python's ``RandomObject`` and of numpy's
-``mt19937_state`` (numpy's as extra lanes of the same loops), and torch's ``CPUGeneratorImpl`` region (seed, engine, disengaged cached
-normals; ``torch_rng_memory.py``). :class:`GlobalSeeder` then *copies* (``seed_copy.py``) each sample's bytes into
+after seeding: the MT19937 states of Python's ``RandomObject`` and of numpy's ``mt19937_state``,
+and torch's ``CPUGeneratorImpl`` region (seed, engine, disengaged cached normals;
+``torch_rng_memory.py``). :class:`GlobalSeeder` then *copies* (``seed_copy.py``) each sample's bytes into
 the generators through byte views of their memory: one memoryview slice assignment per
 generator (the slices are made once per pooled buffer), Python's ``gauss_next`` reset, and
 numpy's cached Gaussian (``has_gauss``, ``gauss`` of the global ``RandomState``, found at its
 probed offset) cleared only when set (reading is cheaper than writing). :class:`GlobalRNGGuard`
-saves the three states (and the caches) as bytes and writes back only what changed.
+saves the three states (and the caches) as bytes and writes them back (one slice assignment each:
+cheaper than comparing 2.5 KB first).
 
 Lazy seeding. :class:`UnseededWatch` leaves Python's and numpy's generators unseeded while user
 code runs and tells afterwards whether anything drew from them: it saves both states, clears both
@@ -32,14 +33,15 @@ Safety. The memory layouts are probed once per process, against the real ``rando
 and re-probed at the next batch when a global generator was swapped (a swap inside a batch sends the
 rest of that batch through the seeding functions); if anything differs (another interpreter, a
 free-threaded build, a numpy or torch whose layout changed) that generator takes the slow,
-always-correct route (``random.seed``, ``np.random.seed``, ``manual_seed``,
+always-correct route (the version's seeding functions or public setters,
 ``getstate``/``get_state`` and their setters), identical in results, and seeding is eager.
 ``tests/loader/test_global_rng.py`` and ``test_torch_rng_memory.py`` check the routes against
-each other. A restore costs one comparison and, if the state changed, one copy per generator.
+each other. A restore costs one copy per generator.
 
-Cost (batch 16, 2 CPUs shared with other jobs, CPU time by ``time.process_time``, medians of 7
-interleaved rounds; micro-benchmarks of the parts, not the end-to-end figure): the kernel
-24 us a batch under version 1 (Python's and numpy's one shared ``init_by_array``, 1,247 lockstep
+Cost (batch 16, the development machine; micro-benchmarks of the parts, not the end-to-end
+figure): the version-3 kernel 2.2 us a batch (``time.perf_counter`` medians, 2026-12-02; version
+2's was 19-21 us the same morning). Earlier figures (2 CPUs shared with other jobs, CPU time by
+``time.process_time``, medians of 7 interleaved rounds): the kernel 24 us a batch under version 1 (Python's and numpy's one shared ``init_by_array``, 1,247 lockstep
 steps, ~11 us, torch's 623 ~14 us, about half of it the stores into the rows), the 16 seedings
 10.5 us (0.66 us a sample for all three generators, where ``manual_seed`` alone is 1.46 us), the
 guard 2.8 us a batch; before this rewrite 39 us + 16 x 4 us + 10 us. Version 2's separate numpy
@@ -60,7 +62,8 @@ import torch
 
 from resumable_data.loader import torch_rng_memory
 from resumable_data.loader.mt19937 import N as _N, NP_COL, PYNP_WORDS, fill_rows, mt_states, seed_rows
-from resumable_data.loader.sample_seeding import SEEDING_VERSION, numpy_seed_words
+from resumable_data.errors import ConfigError, describe
+from resumable_data.loader.sample_seeding import READABLE_SEEDING_VERSIONS, SEEDING_VERSION, numpy_seed_words
 from resumable_data.loader.seed_copy import RowBuffer, seed_function, seed_globals_reference
 
 __all__ = ["GlobalRNGGuard", "GlobalSeeder", "UnseededWatch", "layout", "lazy_seeding_available", "mt_states", "seed_globals",
@@ -101,8 +104,9 @@ class _Layout:
         #: reusable row buffers by (keys, words per row): see :class:`~.seed_copy.RowBuffer`
         self.pool: dict[tuple[int, int], list[RowBuffer]] = {}
         #: numpy's cached Gaussian as two 64-bit words (flag word, value): read before clearing
-        self.gauss_words = None if self.gauss is None else memoryview(
-            np.ctypeslib.as_array((ctypes.c_uint8 * 16).from_address(ctypes.addressof(self.gauss)))).cast("Q")
+        self.gauss_bytes = None if self.gauss is None else memoryview(
+            np.ctypeslib.as_array((ctypes.c_uint8 * 16).from_address(ctypes.addressof(self.gauss))))
+        self.gauss_words = None if self.gauss is None else self.gauss_bytes.cast("Q")
 
     @property
     def fast(self) -> bool:
@@ -208,9 +212,18 @@ layout = _layout
 
 
 def seed_globals(key: int, version: int = SEEDING_VERSION) -> None:
-    """Seed Python's ``random``, ``numpy.random`` and torch's CPU generator from ``key`` as seeding
-    ``version`` does (:mod:`.sample_seeding`)."""
-    seeder = GlobalSeeder(np.array([key], dtype=np.uint64), version=version)
+    """Seed Python's ``random``, ``numpy.random`` and torch's CPU generator from ``key`` exactly as
+    ``rd.DataLoader`` does before a sample (``rd.sample_context().key``) under seeding ``version``
+    (:mod:`.sample_seeding`; the default is a fresh run's, ``rd inspect`` shows a checkpoint's):
+    to reproduce one sample's augmentation outside the loader.
+
+    Raises :class:`~resumable_data.ConfigError` for a key outside ``[0, 2**64)`` or an unknown version."""
+    if type(key) is bool or not isinstance(key, (int, np.integer)) or not 0 <= int(key) < 1 << 64:
+        raise ConfigError(describe("key", key, "an integer in [0, 2**64)", "pass a sample's key (rd.sample_context().key)"))
+    if type(version) is not int or version not in READABLE_SEEDING_VERSIONS:
+        raise ConfigError(describe("version", version, f"one of {list(READABLE_SEEDING_VERSIONS)}",
+                                   "pass the run's seeding version (rd inspect shows it), or leave the default"))
+    seeder = GlobalSeeder(np.array([int(key)], dtype=np.uint64), version=version)
     seeder.seed(0)
     seeder.release()
 
@@ -231,7 +244,8 @@ class GlobalSeeder:
     __slots__ = ("seed", "_buf", "_pool", "_lay")
 
     def __init__(self, keys: np.ndarray, torch_only: bool = False, version: int = SEEDING_VERSION) -> None:
-        keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
+        if type(keys) is not np.ndarray or keys.dtype != np.uint64 or keys.ndim != 1:
+            keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
         lay = self._lay = _layout()  # the views point into the probed generators, which it keeps alive
         tlay = lay.torch
         pynp = not torch_only and (lay.py_mv is not None or lay.np_mv is not None)
@@ -268,8 +282,7 @@ class _PyNp:
             self._py = random.getstate()
         if lay.np is not None:
             self._np = lay.np.tobytes()
-            g = lay.gauss
-            self._npg = (g.has_gauss, g.gauss)
+            self._npg = lay.gauss_bytes.tobytes()  # has_gauss, padding, gauss
         else:
             self._np = np.random.get_state()
 
@@ -281,15 +294,13 @@ class _PyNp:
     def restore(self) -> None:
         lay = self._lay
         if lay.py is not None:
-            if lay.py.tobytes() != self._py:  # comparing is cheaper than writing
-                lay.py_mv[:] = self._py
+            lay.py_mv[:] = self._py  # writing 2.5 KB back is cheaper than comparing them first
             lay.py_owner.gauss_next = self._pyg
         else:
             random.setstate(self._py)
         if lay.np is not None:
-            if lay.np.tobytes() != self._np:
-                lay.np_mv[:] = self._np
-            lay.gauss.has_gauss, lay.gauss.gauss = self._npg
+            lay.np_mv[:] = self._np
+            lay.gauss_bytes[:] = self._npg
         else:
             np.random.set_state(self._np)
 
@@ -297,7 +308,7 @@ class _PyNp:
 class GlobalRNGGuard:
     """Saves the global generator states on enter and restores them on exit (exactly): Python's
     and numpy's as :class:`_PyNp`, torch's as the bytes of its region (``torch_rng_memory``),
-    written back only if they changed, or through ``get_state``/``set_state``."""
+    written back (unconditionally: cheaper than a comparison), or through ``get_state``/``set_state``."""
 
     __slots__ = ("saved", "_torch", "_tlay", "python_numpy_clean")
 
@@ -322,7 +333,7 @@ class GlobalRNGGuard:
         tlay = self._tlay
         if tlay is None:
             torch.random.default_generator.set_state(self._torch)
-        elif tlay.view.tobytes() != self._torch:
+        else:
             self.saved._lay.torch_mv[:] = self._torch
 
 
@@ -360,5 +371,5 @@ class UnseededWatch(_PyNp):
             self.restore()
         else:  # the states are untouched: only the cleared caches go back
             lay.py_owner.gauss_next = self._pyg
-            lay.gauss.has_gauss, lay.gauss.gauss = self._npg
+            lay.gauss_bytes[:] = self._npg
         return drew

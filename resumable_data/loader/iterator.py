@@ -78,6 +78,7 @@ class LoaderIterator:
             torch_compat.on_pool_exit(self._it, transport.forget)  # unmap/unlink the pool's slots
             self._next = torch_compat.next_batch
         self._closed = False
+        self._exhausted = False  # ended by StopIteration: later next() calls raise it again
 
     def __iter__(self) -> LoaderIterator:
         return self
@@ -89,6 +90,8 @@ class LoaderIterator:
 
     def __next__(self) -> Any:
         loader = self._loader
+        if self._exhausted:  # the iterator protocol: an exhausted iterator stays exhausted (torch's does)
+            raise StopIteration
         if self._closed or self._generation != loader._generation:
             raise UsageError(
                 "this iterator was superseded (a new iter(loader), reset() or load_state_dict() happened); "
@@ -102,6 +105,7 @@ class LoaderIterator:
                 step, batch, tokens, samples = self._next(self._it)
             except StopIteration:
                 ledger.end_pass()
+                self._exhausted = True
                 self.close()
                 raise
             except (ConnectionError, EOFError, RuntimeError) as e:

@@ -226,7 +226,11 @@ class ProgressLedger:
         if c.delivered > c.committed and choice is OnUncommitted.SKIP:
             skipped.append(SkippedRange(c.committed, c.delivered, "uncommitted at resume (on_uncommitted='skip')"))
             committed = c.delivered
-        self._committed = self._delivered = self._fetched = committed
+        self._committed = self._delivered = committed
+        # what was handed to workers stays as saved until the first pass (a state taken right
+        # after a load is the loaded one, as torchdata's StatefulDataLoader keeps it); a rewound
+        # window starts from the committed step
+        self._fetched = c.fetched if committed == c.delivered else committed
         k = saved.counters
         self._attempted, self._applied, self._skipped_updates = k.attempted_updates, k.applied_updates, k.skipped_updates
         self._samples, self._tokens = k.samples, k.tokens

@@ -1,40 +1,42 @@
 """MT19937 seeding states of a batch of 64-bit keys, in one compiled call.
 
-Algorithm. Seeding a generator is a pure function of its key: Python's ``random.seed(key)`` (for
-``key >= 2**32``) runs MT19937's ``init_by_array`` over the two 32-bit words ``lo, hi`` of the
-key; numpy's legacy ``seed([a, b])`` runs it over the two words rd gives it (seeding version 2:
-``lo ^ 0x7F4A7C15, hi ^ 0x9E3779B9``, version 1: ``lo, hi``, see :mod:`.sample_seeding`); torch's
-``manual_seed(s)`` runs ``init_genrand`` over the low 32 bits of ``s`` (its ``mt19937`` engine).
-:func:`seed_rows` computes, for every key of a batch in one call, the bytes each generator holds
-after seeding: ``[index, state[624]]`` of CPython's ``RandomObject`` (columns ``[0, 625)``),
+Layout. :func:`seed_rows` computes, for every key of a batch in one call, the bytes each generator
+holds after seeding: ``[index, state[624]]`` of CPython's ``RandomObject`` (columns ``[0, 625)``),
 ``[state[624], pos]`` of numpy's ``mt19937_state`` (columns ``[625, 1250)``) and, given torch's
 probed layout (a byte *template* of the generator's region right after ``manual_seed``, see
 ``torch_rng_memory.py``), torch's whole region with the seed and the state filled in.
 
-Speed. The keys advance in lockstep (every key updates the same word index at each step), so the
-loops run over *lanes* with the word index outside: numpy's ``init_by_array`` runs as ``nb``
-extra lanes beside Python's (``2 nb`` in all), the inner loop is contiguous and free of
-dependency chains, so LLVM vectorises it (8 lanes per AVX2 instruction, 32-bit arithmetic). The
-extra lanes are not free: numpy's part adds about 9-11 us to the kernel for 16 keys, some 4 us of
-it the second pass's strided stores (docs/dropin.md). The latest word of every lane lives in its
-own small array (no alias check between rows), and ``init_by_array``'s alternation of the two key
-words is unrolled by two instead of branched on. Only ``init_by_array``'s first pass needs a word-major scratch (the second pass
-reads it); every final word is stored straight into its key's row (strided stores).
+Version 3 (fresh runs; :mod:`.sample_seeding`): every generator's state is 312 SplitMix64
+outputs (:func:`hash_state`). The words are independent, so the kernel goes key after key and
+each generator's loop is vectorised (AVX-512: eight 64-bit lanes); about 2 us for 16 keys on the
+development machine, against 19-21 us for version 2's chains (docs/dropin.md).
 
-Guarantee: :func:`mt_states` equals ``RandomState.seed([lo, hi])``'s state word for word, the
-numpy columns equal ``seed`` of the version's two words, and torch's rows equal its
-``manual_seed`` (``tests/loader/test_global_rng.py``, ``test_seeding_v2.py``). Cost: see
-:mod:`.global_rng`'s docstring.
+Versions 1-2 (runs restored from states that record them): Python's ``random.seed(key)`` (for
+``key >= 2**32``) runs MT19937's ``init_by_array`` over the key's two 32-bit words ``lo, hi``;
+numpy's legacy ``seed([a, b])`` runs it over the two words the version gives it (2: ``lo ^
+0x7F4A7C15, hi ^ 0x9E3779B9``, 1: ``lo, hi``); torch's ``manual_seed(s)`` runs ``init_genrand``
+over the low 32 bits of ``s``. Those are chains of dependent steps, so the keys advance in
+lockstep (every key updates the same word index at each step): the loops run over *lanes* with
+the word index outside (numpy's ``init_by_array`` as ``nb`` extra lanes beside Python's), the
+inner loop is contiguous and free of dependency chains, so LLVM vectorises it (32-bit
+arithmetic); every final word is stored straight into its key's row (strided stores).
+
+Guarantee: version 3's rows equal :func:`hash_state` word for word; :func:`mt_states` equals
+``RandomState.seed([lo, hi])``'s state, version 1-2 numpy columns ``seed`` of the version's two
+words, and torch's rows its ``manual_seed`` (``tests/loader/test_global_rng.py``,
+``test_seeding_v2.py``, ``test_seeding_v3.py``). Cost: see :mod:`.global_rng`'s docstring.
 """
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 from numba import njit
 
-from resumable_data.loader.sample_seeding import numpy_key_xor
+from resumable_data.loader.sample_seeding import HASHED_VERSIONS, STREAMS, numpy_key_xor
 
-__all__ = ["N", "NP_COL", "PYNP_WORDS", "fill_rows", "init_genrand", "mt_states", "seed_rows"]
+__all__ = ["N", "NP_COL", "PYNP_WORDS", "fill_rows", "hash_state", "init_genrand", "mt_states", "seed_rows"]
 
 N = 624
 NP_COL = N + 1  # numpy's [state[624], pos] starts after CPython's [index, state[624]]
@@ -173,8 +175,11 @@ def seed_rows(keys: np.ndarray, pynp: bool = True, torch: tuple | None = None, v
 
 def fill_rows(keys: np.ndarray, out: np.ndarray, pynp: bool, torch: tuple | None, version: int) -> int:
     """:func:`seed_rows` of a 1-D uint64 ``keys`` into ``out`` (``[len(keys), 1250 + template
-    words]`` uint32, C-contiguous); returns how many keys are below 2**32."""
+    words]`` uint32, C-contiguous); returns how many keys need their seeding function's route for
+    Python's generator (versions 1-2: keys below 2**32, one word for ``random.seed``; version 3: none)."""
     tmpl, tseed, tstate = (_NO_TEMPLATE, 0, 0) if torch is None else torch
+    if version in HASHED_VERSIONS:
+        return _hash_kernel(keys, out, pynp, tmpl, PYNP_WORDS, tseed, tstate, *_STREAM_ARGS)
     x = numpy_key_xor(version)
     return _kernel(keys, out, pynp, np.uint32(x & 0xFFFFFFFF), np.uint32(x >> 32), tmpl, PYNP_WORDS, tseed, tstate)
 
@@ -183,3 +188,70 @@ def mt_states(keys: np.ndarray) -> np.ndarray:
     """MT19937 states (``[len(keys), 624]`` uint32) after ``init_by_array`` of each 64-bit key
     as two words (numpy's ``seed([lo, hi])``; Python's ``random.seed(key)`` for ``key >= 2**32``)."""
     return seed_rows(keys)[:, 1:N + 1]
+
+
+
+# -- version 3: SplitMix64 streams (see :mod:`.sample_seeding`) ----------------------------------
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_LOW = np.uint64(0xFFFFFFFF)
+_S30, _S27, _S31, _S32 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(32)
+# the stream constants are arguments of the kernel, not globals frozen into it: numba's cache
+# checks this file only, and they are stated in sample_seeding.py
+_STREAM_ARGS = tuple(np.uint64(c) for c in STREAMS)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _mix(z):  # pragma: no cover - compiled
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    return z ^ (z >> _S31)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _hash_kernel(keys, out, pynp, tmpl, tcol, tseed, tstate, spy, snp, storch):  # pragma: no cover - compiled
+    """Version 3 rows of ``keys`` into ``out`` (the layout of :func:`seed_rows`): key after key,
+    each generator's 624 words one SplitMix64 output per two, independent across words (so the
+    loop is vectorised: the stores go through a view whose indices are provably >= 0); ``spy``,
+    ``snp``, ``storch``: the three stream constants."""
+    w = tmpl.shape[0]
+    for b in range(keys.shape[0]):
+        k = keys[b]
+        row = out[b]
+        for g in range(3):
+            if (g < 2 and not pynp) or (g == 2 and w == 0):
+                continue
+            at = 1 if g == 0 else NP_COL if g == 1 else tcol + tstate
+            s = _mix(k ^ (spy if g == 0 else snp if g == 1 else storch))
+            dst = row[at:at + N]
+            for i in range(N // 2):
+                z = _mix(s + np.uint64(i + 1) * _GAMMA)
+                dst[2 * i] = np.uint32(z & _LOW)
+                dst[2 * i + 1] = np.uint32(z >> _S32)
+        if pynp:
+            row[0] = np.uint32(N)  # Python's index: state used up, the first draw twists
+            row[NP_COL + N] = np.uint32(N)  # numpy's pos, the same
+        if w > 0:  # torch: the template around the state (left_ = 1, next_ = 0, no cached normals), the seed
+            for t in range(tstate):
+                row[tcol + t] = tmpl[t]
+            for t in range(tstate + N, w):
+                row[tcol + t] = tmpl[t]
+            row[tcol + tseed] = np.uint32(k & _LOW)
+            row[tcol + tseed + 1] = np.uint32(k >> _S32) & np.uint32(0x7FFFFFFF)
+    return 0
+
+
+def hash_state(key: int, stream: int) -> np.ndarray:
+    """Version 3's 624 state words for ``key`` and one generator's ``stream`` constant (numpy's
+    wrapping uint64 arithmetic; the reference the kernel is checked against)."""
+    with np.errstate(over="ignore"):
+        s = _mix_np(np.uint64(key) ^ np.uint64(stream))
+        z = _mix_np(s + np.arange(1, N // 2 + 1, dtype=np.uint64) * _GAMMA)
+    return z.view(np.uint32).copy() if sys.byteorder == "little" else np.stack([z & _LOW, z >> _S32], 1).astype(np.uint32).reshape(-1)
+
+
+def _mix_np(z):
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    return z ^ (z >> _S31)

@@ -9,15 +9,16 @@ slice costs about as much as the copy it serves). :func:`seed_function` returns 
 puts row ``j``'s bytes into the generators: one slice assignment per generator, Python's
 ``gauss_next`` reset, numpy's cached Gaussian cleared when set (reading is cheaper than writing).
 
-Guarantee. ``seed(j)`` leaves the three generators exactly as ``random.seed(key)``,
-``np.random.seed(numpy_seed_words(key, version))`` (version 2: ``[lo ^ 0x7F4A7C15, hi ^
-0x9E3779B9]``; version 1: ``[lo, hi]``) and ``torch.manual_seed(key & (2**63 - 1))``
-(:func:`seed_globals_reference`) would, ``key = keys[j]``. Each call first checks that the
-generators are still the probed ones (user code may swap one in the middle of a batch:
-``np.random.set_bit_generator``, a new ``torch.random.default_generator``); from a swap on it takes
-the seeding functions' route. A generator whose memory was not found, or a key below 2**32 (one
-word for Python's ``random.seed``; numpy's rows are always valid two-word seeds) takes that
-generator's seeding function.
+Guarantee. ``seed(j)`` leaves the three generators exactly as :func:`seed_globals_reference`
+does for ``key = keys[j]`` and the seeding ``version``: version 3 the public setters of the hashed
+states (``random.setstate``, ``np.random.set_state``, torch's ``set_state``), versions 1-2 the
+seeding functions (``random.seed(key)``, ``np.random.seed(numpy_seed_words(key, version))``,
+``torch.manual_seed(key & (2**63 - 1))``). Each call first checks that the generators are still
+the probed ones (user code may swap one in the middle of a batch: ``np.random.set_bit_generator``,
+a new ``torch.random.default_generator``); from a swap on it takes the reference route. A
+generator whose memory was not found, or (versions 1-2) a key below 2**32 (one word for Python's
+``random.seed``; numpy's rows are always valid two-word seeds) takes that generator's reference
+route.
 
 Cost. Per sample about 0.7-0.9 us on the development machine (three ~2.5 KB copies and the checks);
 nothing to restore.
@@ -32,8 +33,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from resumable_data.loader.mt19937 import N as _N, NP_COL, PYNP_WORDS
-from resumable_data.loader.sample_seeding import SEEDING_VERSION, numpy_seed_words
+from resumable_data.loader.mt19937 import N as _N, NP_COL, PYNP_WORDS, hash_state
+from resumable_data.loader.sample_seeding import HASHED_VERSIONS, SEEDING_VERSION, STREAMS, numpy_seed_words
+from resumable_data.loader.torch_rng_memory import check_state_layout, state_tensor
 
 __all__ = ["RowBuffer", "seed_function", "seed_globals_reference"]
 
@@ -43,25 +45,48 @@ _NP_AT = NP_COL * 4
 _PYNP_BYTES = PYNP_WORDS * 4
 
 
+def _seed_python(key: int, version: int) -> None:
+    if version in HASHED_VERSIONS:
+        random.setstate((3, (*hash_state(key, STREAMS[0]).tolist(), _N), None))
+    else:
+        random.seed(key)
+
+
 def _seed_numpy(key: int, version: int) -> None:
-    np.random.seed(np.array(numpy_seed_words(key, version), dtype=np.uint32))
+    if version in HASHED_VERSIONS:
+        np.random.set_state(("MT19937", hash_state(key, STREAMS[1]), _N, 0, 0.0))
+    else:
+        np.random.seed(np.array(numpy_seed_words(key, version), dtype=np.uint32))
+
+
+def _seed_torch(key: int, version: int) -> None:
+    gen = torch.random.default_generator
+    if version in HASHED_VERSIONS:
+        gen.set_state(state_tensor(key & _MASK63, hash_state(key, STREAMS[2])))
+    else:
+        gen.manual_seed(key & _MASK63)  # < 2**63: torch.initial_seed() stays a signed int64
 
 
 def seed_globals_reference(key: int, version: int = SEEDING_VERSION) -> None:
-    """Seed the three globals from ``key`` through the seeding functions themselves, as seeding
-    ``version`` does (what the copies must equal)."""
-    random.seed(key)
+    """Seed the three globals from ``key`` through their public setters, as seeding ``version``
+    does (what the copies must equal): versions 1-2 the seeding functions, version 3
+    ``random.setstate`` / ``np.random.set_state`` / torch's ``set_state`` of the hashed states."""
+    _seed_python(key, version)
     _seed_numpy(key, version)
-    torch.random.default_generator.manual_seed(key & _MASK63)  # < 2**63: torch.initial_seed() stays a signed int64
+    _seed_torch(key, version)
 
 
 class RowBuffer:
     """``rows``: ``[n, width]`` uint32 seeding rows; ``py`` / ``np`` / ``torch``: each row's byte
-    slice for that generator (``torch``: empty without a torch layout)."""
+    slice for that generator (``torch``: empty without a torch layout); ``keys``: the keys the rows
+    were last filled for; ``fns``: the seed functions made for this buffer's rows (by torch-only
+    flag and version), reused while the buffer is (they read ``keys`` from it)."""
 
-    __slots__ = ("rows", "py", "np", "torch")
+    __slots__ = ("rows", "py", "np", "torch", "keys", "fns")
 
     def __init__(self, n: int, width: int, torch_bytes: int) -> None:
+        self.keys: np.ndarray | None = None
+        self.fns: dict[tuple[bool, int], Callable[[int], None]] = {}
         self.rows = np.empty((n, width), np.uint32)
         src = memoryview(self.rows).cast("B")
         starts = range(0, n * width * 4, width * 4)
@@ -76,11 +101,21 @@ def seed_function(lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only:
     row ``j`` (filled by ``fill_rows`` for these keys, this layout and ``version``). ``lay``: the
     probed layout (``global_rng``'s); ``torch_only``: torch's generator only; ``small``: how many
     keys are below 2**32."""
+    if buf is not None and (torch_only or not small):
+        fn = buf.fns.get((torch_only, version))  # made for this buffer before (every generator through its memory)
+        if fn is not None:
+            buf.keys = keys
+            return fn
     py_mv, np_mv = (None, None) if torch_only else (lay.py_mv, lay.np_mv)
     tlay, t_mv = lay.torch, lay.torch_mv
     pys, nps, ts = (buf.py, buf.np, buf.torch) if buf is not None else ((), (), ())
-    fast = py_mv is not None and np_mv is not None and t_mv is not None and not small
-    key_list = None if fast or (torch_only and t_mv is not None) else keys.tolist()  # for the functions' routes
+    if t_mv is not None and buf is not None and (torch_only or (py_mv is not None and np_mv is not None and not small)):
+        buf.keys = keys  # every generator through its memory: the function made once for this buffer, reused
+        fn = buf.fns[torch_only, version] = _copy_function(lay, buf, torch_only, version)
+        return fn
+    if lay.torch is None and version in HASHED_VERSIONS:
+        check_state_layout()  # torch's reference route writes its serialized state: refused before any seeding
+    key_list = keys.tolist()  # for the functions' routes
     inst = random._inst
     gw, gauss = lay.gauss_words, lay.gauss
     rmod, mtrand, trand = random, np.random.mtrand, torch.random
@@ -90,7 +125,7 @@ def seed_function(lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only:
     def by_functions(j: int) -> None:  # a generator was swapped during this batch
         key = int(keys[j])
         if torch_only:
-            trand.default_generator.manual_seed(key & _MASK63)
+            _seed_torch(key, version)
         else:
             seed_globals_reference(key, version)
 
@@ -100,9 +135,57 @@ def seed_function(lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only:
                 return by_functions(j)
             t_mv[:] = ts[j]
         else:
-            trand.default_generator.manual_seed(key_list[j] & _MASK63)  # < 2**63: initial_seed() stays an int64
+            _seed_torch(key_list[j], version)
 
     if torch_only:
+        return seed_torch
+
+    def seed_each(j: int) -> None:  # a generator whose memory was not found, or a key < 2**32
+        if (rmod._inst is not py_owner or mtrand._rand is not rs_owner or rs_owner._bit_generator is not np_owner
+                or (t_owner is not None and trand.default_generator is not t_owner)):
+            return by_functions(j)
+        key = key_list[j]
+        if py_mv is not None and (key >> 32 or version in HASHED_VERSIONS):
+            py_mv[:] = pys[j]
+            inst.gauss_next = None
+        else:  # versions 1-2: a key below 2**32 is one word for Python: its own route (one key in 2**32)
+            _seed_python(key, version)
+        if np_mv is not None:
+            np_mv[:] = nps[j]
+            if gw[0] or gw[1]:
+                gauss.has_gauss = 0
+                gauss.gauss = 0.0
+        else:
+            _seed_numpy(key, version)
+        seed_torch(j)
+
+    return seed_each
+
+
+def _copy_function(lay: Any, buf: RowBuffer, torch_only: bool, version: int) -> Callable[[int], None]:
+    """``seed(j)`` through the generators' memory from ``buf``'s row ``j`` (every generator's layout
+    found; versions 1-2: no key below 2**32), the keys read from ``buf.keys``; a generator swapped
+    meanwhile sends the call through the reference route."""
+    py_mv, np_mv, t_mv = lay.py_mv, lay.np_mv, lay.torch_mv
+    pys, nps, ts = buf.py, buf.np, buf.torch
+    inst = random._inst
+    gw, gauss = lay.gauss_words, lay.gauss
+    rmod, mtrand, trand = random, np.random.mtrand, torch.random
+    py_owner, rs_owner, np_owner, t_owner = lay.py_owner, lay.rs_owner, lay.np_owner, lay.torch.owner
+
+    def by_functions(j: int) -> None:  # a generator was swapped during this batch
+        key = int(buf.keys[j])
+        if torch_only:
+            _seed_torch(key, version)
+        else:
+            seed_globals_reference(key, version)
+
+    if torch_only:
+        def seed_torch(j: int) -> None:
+            if trand.default_generator is not t_owner:
+                return by_functions(j)
+            t_mv[:] = ts[j]
+
         return seed_torch
 
     def seed_all(j: int) -> None:  # the usual case: every generator through its memory
@@ -117,23 +200,4 @@ def seed_function(lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only:
             gauss.gauss = 0.0
         t_mv[:] = ts[j]
 
-    def seed_each(j: int) -> None:  # a generator whose memory was not found, or a key < 2**32
-        if (rmod._inst is not py_owner or mtrand._rand is not rs_owner or rs_owner._bit_generator is not np_owner
-                or (t_owner is not None and trand.default_generator is not t_owner)):
-            return by_functions(j)
-        key = key_list[j]
-        if py_mv is not None and key >> 32:
-            py_mv[:] = pys[j]
-            inst.gauss_next = None
-        else:  # a key below 2**32 is one word for Python: its own route (one key in 2**32)
-            random.seed(key)
-        if np_mv is not None:
-            np_mv[:] = nps[j]
-            if gw[0] or gw[1]:
-                gauss.has_gauss = 0
-                gauss.gauss = 0.0
-        else:
-            _seed_numpy(key, version)
-        seed_torch(j)
-
-    return seed_all if fast else seed_each
+    return seed_all

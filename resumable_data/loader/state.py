@@ -21,11 +21,12 @@ read as ``end_of_pass = false`` (what they meant: the resume starts the next epo
 current segment, ``{"step", "position", "epoch_first_step"}`` (:class:`~resumable_data.plan.BatchOrigin`):
 progress, not identity (not among the fingerprint keys a checkpoint compares). ``sample_seeding``
 (schema 4) is ``{"mode", "version"}``, the ``seed_per_sample`` mode and the seeding version
-(:class:`~resumable_data.loader.sample_seeding.SeedingRecord`). rd writes schema 4, which omits
-defaults: no ``sample_seeding`` key means ``{"mode": "eager", "version": 2}``, no ``batch_origin``
-key means none. Schemas 2 and 3 (written before the seeding record: 3 with a batch schedule, the
+(:class:`~resumable_data.loader.sample_seeding.SeedingRecord`). rd writes schema 5, which omits
+defaults: no ``sample_seeding`` key means ``{"mode": "eager", "version": 3}``, no ``batch_origin``
+key means none; schema 4 is the same with ``{"mode": "eager", "version": 2}`` as the keyless
+record (written before seeding version 3). Schemas 2 and 3 (written before the seeding record: 3 with a batch schedule, the
 ``continuous`` tail or a batch origin, its ``batch_origin`` required, null when none) have no
-record and continue with seeding version 1 under the loader's mode. Schemas 1-4 are read.
+record and continue with seeding version 1 under the loader's mode. Schemas 1-5 are read. A fingerprint holds the mode only.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.plan import BatchOrigin, Plan, ShardingPolicy, Tail
 from resumable_data.plan import mixture_section as mixture_plan
-from resumable_data.loader.sample_seeding import DEFAULT_SEEDING, SeedingRecord
+from resumable_data.loader.sample_seeding import DEFAULT_SEEDING, SCHEMA_DEFAULT_SEEDING, SeedingRecord, fingerprint_mode, fingerprint_section
 
 __all__ = [
     "FORMAT",
@@ -68,9 +69,9 @@ __all__ = [
 ]
 
 FORMAT = "resumable_data.loader"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: Older schema versions this version reads (see the module docs).
-READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
 MAX_SKIPPED_RANGES = 10_000
 
 K_FORMAT = "format"
@@ -102,10 +103,10 @@ _KEYS = frozenset(
 _KEYS_V1 = _KEYS - {K_END_OF_PASS}
 _KEYS_V3 = _KEYS | {K_BATCH_ORIGIN}
 #: The keys a state of each readable schema holds, without and with a mixture section (schema >= 2).
-#: Schema 4's keys that are omitted when they hold the default (see the module docs) are added
+#: Schema 4-5 keys that are omitted when they hold the default (see the module docs) are added
 #: to its set when present.
 _KEYS_OF = {1: (_KEYS_V1, _KEYS_V1), 2: (_KEYS, _KEYS | {K_MIXTURE}), 3: (_KEYS_V3, _KEYS_V3 | {K_MIXTURE}),
-            4: (_KEYS, _KEYS | {K_MIXTURE})}
+            4: (_KEYS, _KEYS | {K_MIXTURE}), 5: (_KEYS, _KEYS | {K_MIXTURE})}
 _OPTIONAL_V4 = frozenset({K_BATCH_ORIGIN, K_SAMPLE_SEEDING})
 _CURSOR_KEYS = frozenset({"committed", "delivered", "fetched"})
 _COUNTER_ORDER = ("attempted_updates", "applied_updates", "skipped_updates", "samples", "tokens")
@@ -314,7 +315,7 @@ class LoaderState:
         """The schema this state is written at: the lowest that expresses it (see the module docs)."""
         p = self.plan
         if self.sample_seeding is not None:
-            return 4
+            return SCHEMA_VERSION
         return 3 if p.schedule is not None or p.origin is not None or p.tail is Tail.CONTINUOUS else 2
 
     def to_dict(self) -> dict[str, Any]:
@@ -361,9 +362,9 @@ class LoaderState:
         return self.cursor.delivered - self.cursor.committed
 
     def fingerprint_dict(self) -> dict[str, Any]:
-        """The keys that identify the stream (what a checkpoint's metadata compares), no progress."""
+        """The keys that identify the stream (what a checkpoint's metadata compares), no progress; the seeding mode, no version."""
         d = self.to_dict()
-        out = {k: d[k] for k in FINGERPRINT_KEYS + (K_MIXTURE,) if k in d}
+        out = {k: d[k] for k in FINGERPRINT_KEYS + (K_MIXTURE,) if k in d} | fingerprint_section(self.sample_seeding)
         if K_MIXTURE in out and mixture_plan.K_TOKENS in out[K_MIXTURE]:  # progress, not identity: the plain section
             earlier = mixture_plan.K_EARLIER in out[K_MIXTURE]  # identity: the runs of the epoch's earlier documents
             out[K_MIXTURE] = {**{k: v for k, v in out[K_MIXTURE].items() if k not in mixture_plan.TOKENS_KEYS},
@@ -374,9 +375,10 @@ class LoaderState:
     @classmethod
     def from_fingerprint(cls, data: Any, epoch_base: tuple[int, int] = (0, 0)) -> LoaderState:
         """The state a checkpoint's ``data`` section (:meth:`fingerprint_dict`) describes, at
-        ``epoch_base`` with no progress; validated like :meth:`from_dict`."""
+        ``epoch_base`` with no progress; validated like :meth:`from_dict`, the seeding mode too (not kept)."""
         if not isinstance(data, dict):
             raise ResumeError(describe("data", type(data).__name__, "the loader fingerprint of a checkpoint", "pass meta.data"))
+        fingerprint_mode(data)  # the fingerprint records no seeding version, so there is no record to keep
         progress = {K_FORMAT: FORMAT, K_SCHEMA: 3, K_EPOCH_BASE: list(epoch_base),  # no seeding record: schema 3
                     K_CURSOR: Cursor().to_dict(), K_COUNTERS: Counters().to_dict(), K_SKIPPED: [],
                     K_LABEL: RecoveryLabel.FAITHFUL_CONTINUATION.value, K_END_OF_PASS: False, K_BATCH_ORIGIN: None}
@@ -438,7 +440,7 @@ class LoaderState:
             end_of_pass=expect_bool(d[K_END_OF_PASS], "state.end_of_pass") if version >= 2 else False,
             mixture=mixture,
             sample_seeding=None if version < 4 else SeedingRecord.from_dict(d[K_SAMPLE_SEEDING]) if K_SAMPLE_SEEDING in d
-            else DEFAULT_SEEDING,
+            else SCHEMA_DEFAULT_SEEDING[version],
         )
 
 

@@ -41,9 +41,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from resumable_data.errors import ConfigError, describe
 from resumable_data.loader.mt19937 import N, init_genrand
 
-__all__ = ["TorchLayout", "probe"]
+__all__ = ["TorchLayout", "check_state_layout", "probe", "state_tensor"]
 
 _STATE_BYTES = 4 * N
 _HEAD_MAX = 256  # where the state may start in the object, at most
@@ -59,6 +60,7 @@ _NORMAL_VALID = struct.calcsize("@QiiQ624Qddd")
 _FLOAT = struct.calcsize(_LEGACY)
 _FLOAT_VALID = _FLOAT + 4
 _STATE_SIZE = struct.calcsize(_LEGACY + "f?0Q")
+_HEADER = struct.calcsize("@QiiQ")  # the_initial_seed, left, seeded, next: then the state words
 _PROBE_KEYS = (0x0123456789ABCDEF, 7, _MASK63, 0xDEADBEEFCAFE, 2**32 + 5)
 _CHECK_KEYS = (3, 2**32 - 1, 2**32, 0x9E3779B97F4A7C15 & _MASK63, _MASK63, 0x7FFFFFFF00000001, 123456789012345)
 
@@ -92,6 +94,31 @@ def _impl(gen: object) -> int:
 
 def _state_bytes(gen) -> bytes:
     return gen.get_state().numpy().tobytes()
+
+
+def state_tensor(seed: int, words: np.ndarray) -> torch.Tensor:
+    """torch's serialized CPU state (what ``set_state`` takes) of a generator seeded with state
+    ``words`` (624 uint32) and ``initial_seed() == seed``: ``left_ = 1``, ``next_ = 0`` (the first
+    draw twists, as after ``manual_seed``), no cached normals. A torch whose serialized state is
+    not the layout rd knows (its size differs) is a :class:`~resumable_data.ConfigError`: a field
+    rd does not know of (a cached value) could carry one sample's draws into the next."""
+    check_state_layout()
+    b = bytearray(_STATE_SIZE)
+    struct.pack_into("@QiiQ", b, 0, seed, 1, 1, 0)
+    struct.pack_into("@624Q", b, _HEADER, *np.asarray(words, dtype=np.uint32).tolist())
+    return torch.frombuffer(b, dtype=torch.uint8).clone()
+
+
+def check_state_layout() -> None:
+    """Raise :class:`~resumable_data.ConfigError` unless torch's serialized CPU state has the
+    layout :func:`state_tensor` writes."""
+    size = torch.random.default_generator.get_state().numel()
+    if size != _STATE_SIZE:
+        raise ConfigError(describe(
+            "seed_per_sample", True, f"a torch whose CPU generator state is the {_STATE_SIZE}-byte layout rd knows "
+            f"(torch {torch.__version__}'s is {size} bytes), so that every sample's seeding is exact",
+            "pass seed_per_sample=False and seed augmentation from rd.sample_context() (its .torch_generator), or use "
+            "torch 2.x as pinned in constraints.txt"))
 
 
 def _with_caches(base: bytes, fvalue: float | None, dvalue: float | None) -> torch.Tensor:
@@ -193,17 +220,22 @@ def _cache_flags(gen, impl: int, base: bytes, end_state: int) -> tuple[int, int]
 
 def _verified(gen, lay: TorchLayout, base: bytes) -> bool:
     """Writing the region equals ``manual_seed``: state bytes, seed and draws, caches engaged before."""
-    from resumable_data.loader.mt19937 import seed_rows
+    from resumable_data.loader.mt19937 import hash_state, seed_rows
+    from resumable_data.loader.sample_seeding import STREAMS
 
     keys = np.array(_CHECK_KEYS, dtype=np.uint64)
-    rows = seed_rows(keys, False, lay.rows_spec)[:, -lay.template.size:]
     mv = memoryview(lay.view)
-    for key, row in zip(_CHECK_KEYS, rows):
-        gen.manual_seed(key)
-        want_state = _state_bytes(gen)
-        want = _draws(gen)
-        gen.set_state(_with_caches(base, 0.5, -1.25))
-        mv[:] = memoryview(row.view(np.uint8))[:lay.size]
-        if _state_bytes(gen) != want_state or _draws(gen) != want:
-            return False
+    for version in (2, 3):  # the seeding functions' states, and version 3's hashed ones
+        rows = seed_rows(keys, False, lay.rows_spec, version)[:, -lay.template.size:]
+        for key, row in zip(_CHECK_KEYS, rows):
+            if version == 3:
+                gen.set_state(state_tensor(key & _MASK63, hash_state(key, STREAMS[2])))
+            else:
+                gen.manual_seed(key)
+            want_state = _state_bytes(gen)
+            want = _draws(gen)
+            gen.set_state(_with_caches(base, 0.5, -1.25))
+            mv[:] = memoryview(row.view(np.uint8))[:lay.size]
+            if _state_bytes(gen) != want_state or _draws(gen) != want:
+                return False
     return True

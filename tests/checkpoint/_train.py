@@ -92,9 +92,9 @@ class Objects:
 
 def build(data_dir, metrics_path, *, policy="save_gradients", reverse_groups=False, seed=0, run_id="run-a",
           hidden=24, vocab=None, lr=3e-3, num_workers=0, packed=False, loader_seed=7, batch=BATCH,
-          accumulation=K, shuffle_window=None) -> Objects:
-    """The training objects. ``loader_seed``/``batch``/``accumulation``/``shuffle_window`` only for
-    the compatibility tests (``train`` assumes the defaults)."""
+          accumulation=K, shuffle_window=None, seed_per_sample=True) -> Objects:
+    """The training objects. ``loader_seed``/``batch``/``accumulation``/``shuffle_window``/``seed_per_sample``
+    only for the compatibility tests (``train`` assumes the defaults)."""
     torch.set_num_threads(1)
     random.seed(seed)
     np.random.seed(seed)
@@ -115,7 +115,8 @@ def build(data_dir, metrics_path, *, policy="save_gradients", reverse_groups=Fal
     if shuffle_window is not None:
         stream["shuffle_window"] = shuffle_window
     loader = rd.DataLoader(rd.ArrowShards(data_dir), batch_size=batch, shuffle=True, seed=loader_seed,
-                           commit="explicit", accumulation_steps=accumulation, num_workers=num_workers, **stream)
+                           commit="explicit", accumulation_steps=accumulation, num_workers=num_workers,
+                           seed_per_sample=seed_per_sample, **stream)
     metrics = rd.MetricLog(metrics_path, run_id)
     state = rd.TrainingState(model=model, optimizer=opt, scheduler=sched, scaler=scaler, loader=loader, ema=ema,
                              metrics=metrics, config={"hidden": hidden, "dropout": 0.3},

@@ -276,3 +276,103 @@ def test_parameter_dtype_change_is_a_weights_refusal(ckpt, data_dir, tmp_path):
     for label in rd.RecoveryLabel:
         msg = _refused(o, ckpt, label)
         assert "[error] model.parameters.fc1.weight.dtype: saved 'float32' vs current 'float64' (weights)" in msg, msg
+
+
+# -- the seeding mode (contract v2): data.seed_per_sample ----------------------------------------------
+def _everything(o) -> dict[str, str]:
+    """A digest of every training object (test_all_or_nothing.digest; the callbacks: a fresh counter)."""
+    from test_all_or_nothing import digest
+
+    o.cb = _Counter()
+    return digest(o)
+
+
+@pytest.mark.parametrize("mode", [False, "lazy"], ids=["off", "lazy"])
+def test_seeding_mode_change_refused_until_data_change(ckpt, data_dir, tmp_path, mode):
+    """A checkpoint of an eager run against a current off / lazy loader: one sample_seeding difference,
+    refused (nothing changed) under the labels that restore the loader, info under warm_start and a
+    warning under data_change (both start a fresh stream)."""
+    o = _fresh(data_dir, tmp_path, seed_per_sample=mode)
+    current = "off" if mode is False else "lazy"
+    saved_meta = read_checkpoint(ckpt, 14).meta
+    assert saved_meta.data["seed_per_sample"] == "eager" and o.state.meta().data["seed_per_sample"] == current
+    before = _everything(o)
+    with pytest.raises(rd.CompatibilityError) as e:
+        rd.load_checkpoint(ckpt, o.state, step=14)
+    assert _everything(o) == before, "nothing may change before a refusal"
+    msg = str(e.value)
+    assert msg.startswith("cannot resume this checkpoint: refused under label='faithful_continuation': 1 error(s)")
+    assert (f"[error] data.seed_per_sample: saved 'eager' vs current {current!r} (sample_seeding); fix: build the "
+            f"loader with seed_per_sample=rd.SampleSeeding.EAGER (the saved mode, 'eager'; the current run's is "
+            f"{current!r}), or resume with label='data_change'") in msg, msg
+    for label in rd.RecoveryLabel:
+        r = rd.check_compatible(saved_meta, o.state.meta(), label)
+        assert [d.path for d in r.differences] == ["data.seed_per_sample"]
+        assert r.differences[0].category is Category.SAMPLE_SEEDING
+        want = {rd.RecoveryLabel.DATA_CHANGE: rd.Severity.WARNING,  # neither restores the loader: a fresh stream
+                rd.RecoveryLabel.WARM_START: rd.Severity.INFO}.get(label, rd.Severity.ERROR)
+        assert r.differences[0].severity is want, label
+    with pytest.warns(RuntimeWarning, match="data.seed_per_sample"):
+        info = rd.load_checkpoint(ckpt, o.state, label="data_change", step=14)
+    assert info.report.ok and [d.path for d in info.report.warnings] == ["data.seed_per_sample"]
+    assert o.loader.cursor.delivered == 0 and o.state.recovery_label is rd.RecoveryLabel.DATA_CHANGE
+    assert o.state.meta().data["seed_per_sample"] == current  # the fresh stream keeps the current mode
+
+
+def test_same_seeding_mode_other_version_is_no_difference(ckpt, data_dir, tmp_path):
+    """The fingerprint holds the mode only: the seeding version is the saved state's to decide."""
+    o = _fresh(data_dir, tmp_path)
+    saved = read_checkpoint(ckpt, 14).meta.to_dict()
+    assert saved["data"]["seed_per_sample"] == "eager" and "sample_seeding" not in saved["data"]
+    assert not rd.check_compatible(saved, o.state.meta()).differences
+    from dataclasses import replace
+
+    from resumable_data.loader.sample_seeding import SampleSeeding, SeedingRecord
+
+    snap = o.loader.snapshot()
+    v2, v3 = (replace(snap, sample_seeding=SeedingRecord(SampleSeeding.EAGER, v)).fingerprint_dict() for v in (2, 3))
+    assert v2 == v3 == saved["data"] and v2["seed_per_sample"] == "eager"
+    lazy = replace(snap, sample_seeding=SeedingRecord(SampleSeeding.LAZY, 2)).fingerprint_dict()
+    assert lazy == {**v3, "seed_per_sample": "lazy"}
+    assert "seed_per_sample" not in replace(snap, sample_seeding=None).fingerprint_dict()  # schema 1-3: not recorded
+
+
+def test_metadata_without_the_seeding_key_compares_clean(ckpt, data_dir, tmp_path):
+    """Metadata written before contract v2 records no mode: no difference, either side, any label;
+    the loader's own restore still refuses the mode its state records, and nothing changes."""
+    o = _fresh(data_dir, tmp_path, seed_per_sample=False)
+    raw = read_checkpoint(ckpt, 14)
+    old = copy.deepcopy(raw.meta.to_dict())  # to_dict shares the sections
+    del old["data"]["seed_per_sample"]
+    cur = o.state.meta().to_dict()
+    for label in rd.RecoveryLabel:
+        assert not rd.check_compatible(old, cur, label).differences
+    cur_old = copy.deepcopy(cur)
+    del cur_old["data"]["seed_per_sample"]
+    assert not rd.check_compatible(raw.meta, cur_old).differences
+    assert not rd.check_compatible(old, cur_old).differences
+    before = _everything(o)
+    tree = dict(raw.tree, meta=old)
+    with pytest.raises(rd.ResumeError, match=r"seed_per_sample: saved 'eager' vs current 'off'") as e:
+        o.state.load_state_dict(tree)
+    assert not isinstance(e.value, rd.CompatibilityError)  # the loader's refusal, not the contract's
+    assert _everything(o) == before, "nothing may change before a refusal"
+
+
+@pytest.mark.parametrize("bad", ["sometimes", "EAGER", True, 1, None, ["eager"], {"mode": "eager"}])
+def test_forged_seeding_mode_is_a_resume_error_naming_it(ckpt, data_dir, tmp_path, bad):
+    o = _fresh(data_dir, tmp_path)
+    raw = read_checkpoint(ckpt, 14)
+    forged = copy.deepcopy(raw.meta.to_dict())  # to_dict shares the sections
+    forged["data"]["seed_per_sample"] = bad
+    for saved, current, side in ((forged, o.state.meta(), "saved"), (raw.meta, forged, "current")):
+        with pytest.raises(rd.ResumeError, match=rf"^{side} meta\.data\.seed_per_sample=.*expected one of "
+                                                 r"\['eager', 'lazy', 'off'\].*fix: pass an unmodified") as e:
+            rd.check_compatible(saved, current)
+        assert type(e.value) is rd.ResumeError
+    with pytest.raises(rd.ResumeError, match=r"^data\.seed_per_sample="):
+        rd.LoaderState.from_fingerprint(forged["data"])
+    before = _everything(o)
+    with pytest.raises(rd.ResumeError, match=r"saved meta\.data\.seed_per_sample"):
+        o.state.load_state_dict(dict(raw.tree, meta=forged))
+    assert _everything(o) == before, "nothing may change before a refusal"

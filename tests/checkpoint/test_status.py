@@ -33,3 +33,24 @@ def test_a_checkpoint_data_section_parses_back_to_its_fingerprint():
                         commit=CommitMode.EXPLICIT, accumulation_steps=2, packing=None, pinned=True)
     parsed = LoaderState.from_fingerprint(state.fingerprint_dict(), (1, 10))
     assert parsed.fingerprint_dict() == state.fingerprint_dict() and parsed.epoch_base == (1, 10)
+
+
+@pytest.mark.parametrize("mode", ["eager", "lazy", "off"])
+def test_the_fingerprint_records_the_seeding_mode_not_the_version(mode):
+    import json
+    from dataclasses import replace
+
+    from resumable_data.errors import ResumeError
+    from resumable_data.loader.sample_seeding import SampleSeeding, SeedingRecord
+    from resumable_data.loader.state import CommitMode, Layout
+    from resumable_data.plan import OrderSpec, Plan, Tail
+
+    bare = LoaderState(plan=Plan(40, 4, "v" * 32, 7, OrderSpec(), Tail.DROP), layout=Layout(), elastic=True,
+                       commit=CommitMode.EXPLICIT, accumulation_steps=2, packing=None, pinned=True)
+    fps = [replace(bare, sample_seeding=SeedingRecord(SampleSeeding(mode), v)).fingerprint_dict() for v in (1, 2, 3)]
+    assert fps[0] == fps[1] == fps[2] == {**bare.fingerprint_dict(), "seed_per_sample": mode}
+    assert len(json.dumps(fps[0])) - len(json.dumps(bare.fingerprint_dict())) == len(f', "seed_per_sample": "{mode}"')
+    parsed = LoaderState.from_fingerprint(fps[0])  # validated; not kept (the fingerprint records no version)
+    assert parsed.sample_seeding is None and parsed.fingerprint_dict() == bare.fingerprint_dict()
+    with pytest.raises(ResumeError, match=r"^data\.seed_per_sample='sometimes': expected one of \['eager', 'lazy'"):
+        LoaderState.from_fingerprint({**fps[0], "seed_per_sample": "sometimes"})

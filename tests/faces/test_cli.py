@@ -129,7 +129,7 @@ def test_inspect_a_bare_loader_state(saved, capsys):
     assert rc == 0
     assert "loader state:" in out and "cursor:                committed=12 delivered=14 fetched=14" in out
     assert "uncommitted:           2 step(s) delivered but not committed" in out
-    assert "sample seeding:        seed_per_sample 'eager', seeding version 2\n" in out
+    assert "sample seeding:        seed_per_sample 'eager', seeding version 3\n" in out  # schema 5, keyless
     assert "'skip' (continues at step 14)" in out
     assert "next step:             12 (epoch 0" in out and "matches the pinned version" in out
     # the record ids it predicts are what a loader resumed from that state delivers first
@@ -139,6 +139,16 @@ def test_inspect_a_bare_loader_state(saved, capsys):
     ids = json.loads(out.split("next record ids:", 1)[1].split("\n", 1)[0].strip())
     assert ids == first["id"].tolist()
     assert max(map(len, out.splitlines())) <= 100
+
+
+def test_inspect_names_version_2_for_a_keyless_schema_4_state(saved, tmp_path, capsys):
+    """A schema-4 state without the record (written before seeding version 3) is a version-2 run."""
+    assert saved["state"]["schema_version"] == 5 and "sample_seeding" not in saved["state"]
+    (tmp_path / "v2.json").write_text(json.dumps({**saved["state"], "schema_version": 4}))
+    rc, out, _ = _cli(capsys, "inspect", tmp_path / "v2.json")
+    assert rc == 0
+    assert ("sample seeding:        seed_per_sample 'eager', seeding version 2 (the seeding functions' formulas,\n"
+            "                       before version 3)\n") in out
 
 
 def test_inspect_names_the_seeding_of_a_state_saved_before_version_2(tmp_path, capsys):

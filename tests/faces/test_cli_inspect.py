@@ -21,7 +21,7 @@ from resumable_data.cli import main
 sys.path.insert(0, str(Path(__file__).parents[1] / "checkpoint"))
 import _train as T  # noqa: E402
 
-CATEGORIES = ["recovery label", "dataset", "data_stream", "layout", "model_config", "architecture", "weights",
+CATEGORIES = ["recovery label", "dataset", "data_stream", "sample_seeding", "layout", "model_config", "architecture", "weights",
               "feature_schema", "optimizer", "scheduler", "scaler", "ema", "callbacks", "software",
               "transition_rule"]
 
@@ -76,6 +76,7 @@ def test_identical_current_run_is_ok_in_every_row(run, capsys):
     rows = _table(out)
     assert all(v[0] == "ok" and v[3] == "-" for v in rows.values()), rows
     assert rows["data_stream"][1:3] == ("seed 7, global, batch 4, accum 4, unpacked",) * 2
+    assert rows["sample_seeding"][1:3] == ("seed_per_sample 'eager'",) * 2
     assert rows["model_config"][1] == '{"dropout":0.3,"hidden":24}'
     assert rows["recovery label"][1:3] == ("faithful_continuation (saved run)", "faithful_continuation (resume as)")
     assert "refused and warned differences" not in out
@@ -134,6 +135,50 @@ def test_against_a_checkpoint_directory_and_unreadable_input(run, capsys):
     meta = dict(run["same"], schema_version=9)
     rc = main(["inspect", str(run["ckpt"]), "--against", str(_current(run, "v9", meta))])
     assert rc == 2 and "schema_version" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode", [False, "lazy"], ids=["off", "lazy"])
+def test_seeding_mode_difference_is_refused_unless_the_stream_starts_afresh(run, capsys, mode):
+    """A checkpoint of an eager run against a current off / lazy loader: the sample_seeding row is
+    refused (exit 1) under the labels that restore the loader, noted under warm_start and a warning
+    under data_change (exit 0: both start a fresh stream)."""
+    current = "off" if mode is False else "lazy"
+    path = _current(run, f"seeding-{current}", seed_per_sample=mode)
+    rc, out = _inspect(capsys, run["ckpt"], "--against", path, "--label", "warm_start")
+    assert rc == 0 and _table(out)["sample_seeding"][0] == "allowed", _table(out)
+    for label in ("faithful_continuation", "elastic_reshard", "optimizer_reset"):
+        rc, out = _inspect(capsys, run["ckpt"], "--against", path, "--label", label)
+        assert rc == 1, label
+        rows = _table(out)
+        assert rows["sample_seeding"] == ("refused", "'eager'", repr(current), "data.seed_per_sample")
+        assert {k for k, v in rows.items() if v[0] != "ok"} - {"recovery label"} == {"sample_seeding"}, rows
+        assert (f"- [error] data.seed_per_sample: saved 'eager' vs current {current!r} (sample_seeding); fix: build "
+                "the loader with seed_per_sample=rd.SampleSeeding.EAGER (the saved mode") in out
+        assert "or resume with label='data_change'" in out
+    rc, out = _inspect(capsys, run["ckpt"], "--against", path, "--label", "data_change")
+    assert rc == 0 and _table(out)["sample_seeding"][0] == "warning"
+    assert f"- [warning] data.seed_per_sample: saved 'eager' vs current {current!r}" in out
+
+
+def test_metadata_without_the_seeding_mode_compares_clean(run, capsys):
+    """Metadata written before contract v2 has no data.seed_per_sample: the row says so and is ok."""
+    meta = copy.deepcopy(run["same"])
+    del meta["data"]["seed_per_sample"]
+    rc, out = _inspect(capsys, run["ckpt"], "--against", _current(run, "no-mode", meta))
+    assert rc == 0
+    rows = _table(out)
+    assert all(v[0] == "ok" for v in rows.values()), rows
+    assert rows["sample_seeding"] == ("ok", "seed_per_sample 'eager'", "not recorded (older metadata)", "-")
+
+
+@pytest.mark.parametrize("bad", ["sometimes", True])
+def test_forged_seeding_mode_exits_2_naming_it(run, capsys, bad):
+    meta = copy.deepcopy(run["same"])
+    meta["data"]["seed_per_sample"] = bad
+    rc = main(["inspect", str(run["ckpt"]), "--against", str(_current(run, "forged-mode", meta))])
+    captured = capsys.readouterr()
+    assert rc == 2 and "compatibility:" not in captured.out
+    assert f"current meta.data.seed_per_sample={bad!r}: expected one of ['eager', 'lazy', 'off']" in captured.err
 
 
 def test_as_a_subprocess_refused_exits_1(run):

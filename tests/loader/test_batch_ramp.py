@@ -145,7 +145,7 @@ def test_chained_batch_changes_lose_and_repeat_no_record(shards, tail):
     assert [len(ids(x)) for x in got] == [12] * 4
     seen += [i for x in got for i in ids(x)]
     state = b.state_dict()
-    assert state["schema_version"] == 4 and state["batch_origin"] == {"step": 5, "position": 40, "epoch_first_step": 0}
+    assert state["schema_version"] == 5 and state["batch_origin"] == {"step": 5, "position": 40, "epoch_first_step": 0}
     c = make(5)
     c.load_state_dict(state, on_batch_change="continue")
     assert c.snapshot().plan.origin.to_dict() == {"step": 9, "position": 88, "epoch_first_step": 0}

@@ -157,7 +157,7 @@ def test_schema_1_state_reads_as_not_at_the_end_of_a_pass():
     dl = make(0)
     for _ in dl:
         sd = dl.state_dict()
-    assert sd["schema_version"] == 4 == SCHEMA_VERSION  # the seeding record (schema 4) is in every state
+    assert sd["schema_version"] == 5 == SCHEMA_VERSION  # the seeding record (schema 4, version 3: schema 5) is in every state
     v1 = {k: v for k, v in sd.items() if k not in ("end_of_pass", "batch_origin", "sample_seeding")}
     v1["schema_version"] = 1
     resumed = make(0)

@@ -43,21 +43,31 @@ def test_mt_states_equal_numpy_seeding():
         assert np.array_equal(row, rs.get_state()[1]), k
 
 
+@pytest.mark.parametrize("version", [None, 2, 3], ids=["default", "v2", "v3"])
 @settings(derandomize=True, max_examples=40, deadline=None)
 @given(st.lists(st.integers(2**32, 2**64 - 1), min_size=1, max_size=20),
        st.sampled_from([0, 1, 3]),  # legacy normal draws before: an odd count leaves a cached Gaussian
        st.booleans())
-def test_seeder_draws_equal_the_seeding_functions(keys, normals_before, with_small_keys):
-    """``with_small_keys``: keys below 2**32 (Python's one-word route) send the whole batch
-    through ``seed_each``; without them it takes ``seed_all``, every generator through memory."""
+def test_seeder_draws_equal_the_seeding_functions(version, keys, normals_before, with_small_keys):
+    """``with_small_keys``: keys below 2**32 (version 2: Python's one-word route) send the whole
+    batch through ``seed_each``; without them it takes ``seed_all``, every generator through
+    memory. ``default``: the seeder's default version equals the reference's (3: the hashed states;
+    tests/loader/test_seeding_v3.py checks those against the formula written out); ``v2``: the
+    seeding functions themselves."""
     if with_small_keys:
-        keys += [5, 2**32 - 1]
+        keys = keys + [5, 2**32 - 1]
+    kw = {} if version is None else {"version": version}
     ref = []
     for k in keys:
-        G.seed_globals_reference(k)
+        if version == 2:
+            random.seed(k)
+            np.random.seed(np.array([(k & 0xFFFFFFFF) ^ 0x7F4A7C15, (k >> 32) ^ 0x9E3779B9], dtype=np.uint32))
+            torch.manual_seed(k & (2**63 - 1))
+        else:
+            G.seed_globals_reference(k, 3)
         ref.append(draws())
     np.random.standard_normal(normals_before)
-    seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64))
+    seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64), **kw)
     got = []
     for i in range(len(keys)):
         seeder.seed(i)
@@ -114,27 +124,41 @@ def test_guard_restores_every_state_exactly(cached_gaussian):
     assert draws() == expect
 
 
-def test_reference_route_when_the_probe_fails(monkeypatch):
-    """With the layouts unknown, the seeder takes the seeding functions' own route: same draws."""
+@pytest.mark.parametrize("version", [2, 3])
+def test_reference_route_when_the_probe_fails(monkeypatch, version):
+    """With the layouts unknown, the seeder takes the reference route (version 2: the seeding
+    functions; version 3, the default: ``random.setstate`` / ``np.random.set_state`` of the hashed
+    states): same draws, and that route is the one taken."""
     lay = G._layout()
     for name in ("py", "np", "py_mv", "np_mv"):
         monkeypatch.setattr(lay, name, None)
     keys = [2**40 + 9, 77]
     ref = []
     for k in keys:
-        G.seed_globals_reference(k)
+        G.seed_globals_reference(k, version)
         ref.append(draws())
     calls = []
-    real_py, real_np = random.seed, np.random.seed
-    monkeypatch.setattr(random, "seed", lambda *a: calls.append("py") or real_py(*a))
-    monkeypatch.setattr(np.random, "seed", lambda *a: calls.append("np") or real_np(*a))
-    seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64))
+    if version == 2:
+        real_py, real_np = random.seed, np.random.seed
+        monkeypatch.setattr(random, "seed", lambda *a: calls.append("py") or real_py(*a))
+        monkeypatch.setattr(np.random, "seed", lambda *a: calls.append("np") or real_np(*a))
+    else:
+        real_py, real_np = random.setstate, np.random.set_state
+        monkeypatch.setattr(random, "setstate", lambda *a: calls.append("py") or real_py(*a))
+        monkeypatch.setattr(np.random, "set_state", lambda *a: calls.append("np") or real_np(*a))
+    seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64), version=version)
     got = []
     for i in range(len(keys)):
         seeder.seed(i)
         got.append(draws())
     assert got == ref
-    assert calls == ["py", "np"] * len(keys)  # the seeding functions' own route was taken
+    assert calls == ["py", "np"] * len(keys)  # the reference route was taken
+    if version == 3:  # the default version is 3
+        default = G.GlobalSeeder(np.array(keys, dtype=np.uint64))
+        for i in range(len(keys)):
+            default.seed(i)
+            assert draws() == ref[i]
+        default.release()
     before = states()
     with G.GlobalRNGGuard():
         seeder.seed(0)
@@ -172,46 +196,48 @@ def test_sample_context_is_the_same_with_or_without_global_seeding():
     assert seeded == unseeded
 
 
-def test_a_swapped_numpy_bit_generator_is_seeded_too_not_the_old_one():
+@pytest.mark.parametrize("version", [3, 2])
+def test_a_swapped_numpy_bit_generator_is_seeded_too_not_the_old_one(version):
     """np.random.set_bit_generator replaces the generator the probed view points into: the next
     seeding must reach the new one (equal to the reference route), never write the old memory."""
     old = np.random.mtrand._rand._bit_generator
-    G.seed_globals(12345)  # probes (or reuses) the layout of the current generator
+    G.seed_globals(12345, version)  # probes (or reuses) the layout of the current generator
     try:
         np.random.set_bit_generator(np.random.MT19937(5))
         for key in (12345, (1 << 40) + 7):
-            G.seed_globals(key)
+            G.seed_globals(key, version)
             fast = (np.random.random(3).tolist(), random.random())
-            G.seed_globals_reference(key)
+            G.seed_globals_reference(key, version)
             assert fast == (np.random.random(3).tolist(), random.random())
         guard = G.GlobalRNGGuard()
         with guard:
             np.random.random()
-        G.seed_globals(99)
+        G.seed_globals(99, version)
         a = np.random.random()
-        G.seed_globals_reference(99)
+        G.seed_globals_reference(99, version)
         assert a == np.random.random()
     finally:
         np.random.set_bit_generator(old)
-    G.seed_globals(7)
+    G.seed_globals(7, version)
     b = np.random.random()
-    G.seed_globals_reference(7)
+    G.seed_globals_reference(7, version)
     assert b == np.random.random()
 
 
+@pytest.mark.parametrize("version", [3, 2])
 @pytest.mark.parametrize("swap", ["numpy", "torch"])
-def test_a_generator_swapped_inside_a_batch_is_seeded_for_the_rest_of_it(swap):
+def test_a_generator_swapped_inside_a_batch_is_seeded_for_the_rest_of_it(swap, version):
     """User code that swaps a global generator between two seedings of one batch: every later
     sample of that batch sees the *new* generator seeded from its key (as the seeding functions
     do), and the old generator's memory is never written again."""
     keys = [(1 << 40) + 3 * k for k in range(6)]
     ref = []
     for k in keys:
-        G.seed_globals_reference(k)
+        G.seed_globals_reference(k, version)
         ref.append(draws())
     old_np = np.random.mtrand._rand._bit_generator
     old_t = torch.random.default_generator
-    seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64))
+    seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64), version=version)
     got = []
     try:
         for i in range(len(keys)):

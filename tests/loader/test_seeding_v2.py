@@ -5,7 +5,12 @@ torch ``manual_seed(key & (2**63 - 1))``, numpy ``seed([lo ^ 0x7F4A7C15, hi ^ 0x
 version 2 and ``seed([lo, hi])`` in version 1. Every route (the kernel's rows, the byte copies,
 the seeding functions' fallback, every fetch path of the loader) must equal them; runs resume
 bit-exact with the version they started with; a state's ``sample_seeding`` record is checked
-all-or-nothing."""
+all-or-nothing.
+
+Since seeding version 3 (fresh runs, loader schema 5) a version-2 run is one restored from a state
+that records it: a schema-4 state without the record (:func:`as_v2`: a fresh loader's state,
+before any batch or after some, written as schema 4 without ``sample_seeding``), or one whose record
+says version 2. Version 3 itself: ``test_seeding_v3.py``."""
 
 from __future__ import annotations
 
@@ -150,6 +155,29 @@ def expected(draw: list, version: int) -> list:
     return [draw[0], random.random(), float(np.random.random_sample()), torch.rand(1).item()]
 
 
+MODES = {True: "eager", "lazy": "lazy", False: "off"}
+
+
+def as_v2(state: dict, seeding=True) -> dict:
+    """``state`` as a version-2 run's: schema 4, whose keyless record is (eager, version 2); any
+    other mode (``seeding``: the loader's ``seed_per_sample``) recorded with version 2."""
+    out = {**{k: v for k, v in state.items() if k != "sample_seeding"}, "schema_version": 4}
+    if MODES[seeding] != "eager":
+        out["sample_seeding"] = {"mode": MODES[seeding], "version": 2}
+    return out
+
+
+def v2_run(make, k: int = 0, seeding=True):
+    """A loader of ``make()`` continuing a version-2 run from step ``k`` (its state taken from a
+    fresh, version-3, loader after ``k`` batches: the batches there on depend on the version only)."""
+    src = make()
+    if k:
+        batches_of(src, k)
+    dl = make()
+    dl.load_state_dict(as_v2(src.state_dict(), seeding))
+    return dl
+
+
 def pre_v2(state: dict) -> dict:
     """The state as rd wrote it before seeding version 2: no record, schema 3."""
     return {**{k: v for k, v in state.items() if k != "sample_seeding"}, "schema_version": 3,
@@ -179,13 +207,14 @@ def check_batches(dl: rd.DataLoader, batches: list, version: int, per_batch: boo
 def test_every_fetch_route_seeds_by_the_formula_of_the_run_version(workers, dataset, seeding):
     make = lambda: rd.DataLoader(dataset(), collate_fn=draw_collate, num_workers=workers, seed_per_sample=seeding,
                                  **g.KW)
-    dl = make()
+    dl = v2_run(make, seeding=seeding)
     it = iter(dl)
-    fresh = [next(it) for _ in range(4)]
-    check_batches(dl, fresh, 2, dataset is BatchDraws)
+    v2 = [next(it) for _ in range(4)]
+    check_batches(dl, v2, 2, dataset is BatchDraws)
     state = dl.state_dict()
-    # schema 4 omits the default record (eager, version 2) and writes any other
-    assert state.get("sample_seeding") == (None if seeding is True else {"mode": "lazy", "version": 2})
+    # schema 5 omits only its default record (eager, version 3): a version-2 run's is written
+    assert state["schema_version"] == 5
+    assert state["sample_seeding"] == {"mode": MODES[seeding], "version": 2}
     old = make()
     old.load_state_dict(pre_v2(state))
     check_batches(old, [b for _, b in zip(range(4), old)], 1, dataset is BatchDraws)
@@ -198,9 +227,10 @@ def test_arrow_collate_seeds_by_the_formula_of_the_run_version(shards):
                                            torch.rand(1).item()]}
 
     make = lambda: rd.DataLoader(shards, batch_size=8, shuffle=True, seed=3, arrow_collate=collate)
-    dl = make()
+    dl = v2_run(make)
     it = iter(dl)
     check_batches(dl, [next(it) for _ in range(3)], 2)
+    assert dl.state_dict()["sample_seeding"] == {"mode": "eager", "version": 2}
     old = make()
     old.load_state_dict(pre_v2(dl.state_dict()))
     check_batches(old, [b for _, b in zip(range(3), old)], 1)
@@ -229,16 +259,23 @@ def batches_of(dl, n):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_version_2_run_resumes_bit_exact(workers):
     k, after = 4, 20  # across the epoch end (16 steps an epoch): the next pass keeps the version
-    ref = batches_of(golden_loader(workers), k + after)
-    dl = golden_loader(workers)
+    make = lambda: golden_loader(workers)
+    ref = batches_of(v2_run(make), k + after)
+    v3 = batches_of(make(), k + after)  # a fresh run: version 3, other draws, the same records
+    assert [[s[0] for s in b["samples"]] for b in ref] == [[s[0] for s in b["samples"]] for b in v3]
+    assert all(a["samples"][0][1:] != b["samples"][0][1:] for a, b in zip(ref, v3))
+    dl = v2_run(make)
     assert batches_of(dl, k) == ref[:k]
     state = dl.state_dict()
-    assert state["schema_version"] == 4 and "sample_seeding" not in state  # the default record: omitted
-    resumed = golden_loader(workers)
+    assert state["schema_version"] == 5 and state["sample_seeding"] == {"mode": "eager", "version": 2}
+    resumed = make()
     resumed.load_state_dict(state)
     got = batches_of(resumed, after)
-    assert got == ref[k:]
+    assert len(got) == after and got == ref[k:]
     assert all(s[1] != s[2] for b in got for s in b["samples"])
+    assert resumed.state_dict()["sample_seeding"] == {"mode": "eager", "version": 2}
+    # a version-3 state after k batches, read as schema 4 without the record: version 2 from step k
+    assert batches_of(v2_run(make, k), after) == ref[k:]
 
 
 def test_a_resumed_version_1_run_keeps_version_1_in_its_states():
@@ -247,7 +284,7 @@ def test_a_resumed_version_1_run_keeps_version_1_in_its_states():
     dl.load_state_dict(golden["state"])
     assert batches_of(dl, 2) == golden["batches"][:2]
     state = dl.state_dict()
-    assert state["schema_version"] == 4 and state["sample_seeding"] == {"mode": "eager", "version": 1}
+    assert state["schema_version"] == 5 and state["sample_seeding"] == {"mode": "eager", "version": 1}
     again = golden_loader(2)
     again.load_state_dict(state)
     assert batches_of(again, g.AFTER - 2) == golden["batches"][2:]
@@ -255,25 +292,35 @@ def test_a_resumed_version_1_run_keeps_version_1_in_its_states():
 
 def test_persistent_workers_take_the_version_of_each_restore():
     golden = json.loads(g.PATH.read_text())
-    ref = batches_of(golden_loader(), 8)
+    ref = batches_of(golden_loader(), 8)  # version 3
+    ref2 = batches_of(v2_run(golden_loader), 8)
+    assert ref2 != ref
     dl = golden_loader(2, persistent_workers=True)
-    assert batches_of(dl, 3) == ref[:3]  # the workers start under version 2
+    assert batches_of(dl, 3) == ref[:3]  # the workers start under version 3
     dl.load_state_dict(golden["state"])
     assert batches_of(dl, g.AFTER) == golden["batches"]  # the same workers, version 1 now
-    v2 = golden_loader()
-    batches_of(v2, 3)
-    dl.load_state_dict(v2.state_dict())
-    assert batches_of(dl, 5) == ref[3:8]
+    v3 = golden_loader()
+    batches_of(v3, 3)
+    dl.load_state_dict(as_v2(v3.state_dict()))
+    assert batches_of(dl, 5) == ref2[3:8]  # version 2
+    dl.load_state_dict(v3.state_dict())
+    assert batches_of(dl, 5) == ref[3:8]  # version 3 again
 
 
 # -- the mode: a change refused unless declared, refusals change nothing ------------------------------
 def test_lazy_delivers_the_eager_batches_under_version_2():
-    assert batches_of(golden_loader(seed_per_sample="lazy"), 10) == batches_of(golden_loader(), 10)
+    lazy = v2_run(lambda: golden_loader(seed_per_sample="lazy"), seeding="lazy")
+    eager = v2_run(golden_loader)
+    got, want = batches_of(lazy, 10), batches_of(eager, 10)
+    assert got == want and got != batches_of(golden_loader(), 10)
+    assert lazy.state_dict()["sample_seeding"] == {"mode": "lazy", "version": 2}
 
 
+@pytest.mark.parametrize("version", [2, 3])
 @pytest.mark.parametrize("saved_mode, current_mode", [(True, "lazy"), ("lazy", True), (False, True), (True, False)])
-def test_a_mode_change_is_refused_unchanged_and_accepted_as_a_data_change(saved_mode, current_mode):
-    src = golden_loader(seed_per_sample=saved_mode)
+def test_a_mode_change_is_refused_unchanged_and_accepted_as_a_data_change(saved_mode, current_mode, version):
+    make_src = lambda: golden_loader(seed_per_sample=saved_mode)
+    src = v2_run(make_src, seeding=saved_mode) if version == 2 else make_src()
     batches_of(src, 3)
     state = src.state_dict()
     saved_name, current_name = (rd.SampleSeeding.EAGER if m is True else rd.SampleSeeding(m) if m else
@@ -293,8 +340,9 @@ def test_a_mode_change_is_refused_unchanged_and_accepted_as_a_data_change(saved_
     assert got == want
     dl.load_state_dict(state, label="data_change")
     assert dl.recovery_label is rd.RecoveryLabel.DATA_CHANGE
-    assert dl.state_dict().get("sample_seeding") == (None if current_name is rd.SampleSeeding.EAGER
-                                                     else {"mode": current_name.value, "version": 2})
+    # the run keeps its version under the new mode; schema 5 omits only (eager, version 3)
+    assert dl.state_dict().get("sample_seeding") == (None if current_name is rd.SampleSeeding.EAGER and version == 3
+                                                     else {"mode": current_name.value, "version": version})
 
 
 def test_a_state_without_a_record_continues_under_the_loaders_mode():
@@ -306,7 +354,8 @@ def test_a_state_without_a_record_continues_under_the_loaders_mode():
 
 
 BAD_RECORDS = [
-    ({"mode": "eager", "version": 99}, r"sample_seeding.version=99: expected one of \[1, 2\]"),
+    ({"mode": "eager", "version": 99}, r"sample_seeding.version=99: expected one of \[1, 2, 3\]"),
+    ({"mode": "eager", "version": 4}, r"sample_seeding.version=4: expected one of \[1, 2, 3\]"),
     ({"mode": "eager", "version": 0}, r"sample_seeding.version=0"),
     ({"mode": "eager", "version": "2"}, r"sample_seeding.version='2': expected an integer"),
     ({"mode": "eager", "version": True}, r"sample_seeding.version=True"),
@@ -339,21 +388,37 @@ def test_bad_seeding_records_are_refused_and_change_nothing(record, match):
 
 
 def test_the_record_and_the_schema_go_together():
-    src = golden_loader(seed_per_sample="lazy")
+    src = v2_run(lambda: golden_loader(seed_per_sample="lazy"), seeding="lazy")
     batches_of(src, 2)
     state = src.state_dict()
-    assert state["sample_seeding"] == {"mode": "lazy", "version": 2}
+    assert state["schema_version"] == 5 and state["sample_seeding"] == {"mode": "lazy", "version": 2}
     with pytest.raises(rd.ResumeError, match=r"unexpected \['sample_seeding'\]"):  # schema 3 has none
         golden_loader(seed_per_sample="lazy").load_state_dict({**state, "schema_version": 3, "batch_origin": None})
-    # schema 4 without the record means the default (eager, version 2): a lazy loader refuses it as a mode change
-    default = {k: v for k, v in state.items() if k != "sample_seeding"}
+    v2_ref = batches_of(v2_run(golden_loader), 5)
+    v3_ref = batches_of(golden_loader(), 5)
+    assert v2_ref[2:] != v3_ref[2:]
+    # schema 4 without the record means (eager, version 2): a lazy loader refuses it as a mode change
+    default = {**{k: v for k, v in state.items() if k != "sample_seeding"}, "schema_version": 4}
     with pytest.raises(rd.ResumeError, match=r"seed_per_sample: saved 'eager' vs current 'lazy'"):
         golden_loader(seed_per_sample="lazy").load_state_dict(default)
     eager = golden_loader()
     eager.load_state_dict(default)  # and an eager loader continues it under version 2
-    assert batches_of(eager, 3) == batches_of(golden_loader(), 5)[2:]
-    # the default written out in full is the same state
+    assert eager.state_dict()["sample_seeding"] == {"mode": "eager", "version": 2}
+    assert batches_of(eager, 3) == v2_ref[2:]
+    # schema 4's keyless record written out in full is the same state (written at schema 5 with its record)
     full = golden_loader()
     full.load_state_dict({**default, "sample_seeding": {"mode": "eager", "version": 2}})
-    assert "sample_seeding" not in full.state_dict()
-    assert batches_of(full, 3) == batches_of(golden_loader(), 5)[2:]
+    assert full.state_dict() == eager_state_at(2)
+    assert batches_of(full, 3) == v2_ref[2:]
+    # schema 5 without the record means (eager, version 3): the same state continues under version 3
+    v3 = golden_loader()
+    v3.load_state_dict({**default, "schema_version": 5})
+    assert "sample_seeding" not in v3.state_dict()
+    assert batches_of(v3, 3) == v3_ref[2:]
+
+
+def eager_state_at(k: int) -> dict:
+    """The state of an eager version-2 run after ``k`` batches."""
+    dl = v2_run(golden_loader)
+    batches_of(dl, k)
+    return dl.state_dict()

@@ -32,8 +32,8 @@ def saved(shards):
 def test_state_is_small_json_with_a_version(saved):
     text = json.dumps(saved)
     assert len(text.encode()) < 1024
-    assert saved["format"] == "resumable_data.loader" and saved["schema_version"] == 4
-    assert "sample_seeding" not in saved and "batch_origin" not in saved  # schema 4 omits the defaults
+    assert saved["format"] == "resumable_data.loader" and saved["schema_version"] == 5
+    assert "sample_seeding" not in saved and "batch_origin" not in saved  # schema 5 omits the defaults
     assert json.loads(text) == saved
     assert saved["cursor"] == {"committed": 4, "delivered": 5, "fetched": 5}
     assert saved["skipped"] == [[100, 104, "bad region"]]
@@ -122,7 +122,7 @@ def test_elastic_reshard_continues_the_global_stream(shards):
 
 
 @pytest.mark.parametrize("mutate, expected", [
-    (lambda s: s.update(schema_version=5), r"schema_version.*saved 5 vs current 4"),
+    (lambda s: s.update(schema_version=6), r"schema_version.*saved 6 vs current 5"),
     (lambda s: s.update(format="torchdata"), r"format"),
     (lambda s: s.pop("cursor"), r"missing \['cursor'\]"),
     (lambda s: s.update(extra=1), r"unexpected \['extra'\]"),

@@ -50,3 +50,34 @@ def test_snapshot_every_n_steps_is_read_only_like_torchs_attributes():
     with pytest.raises(rd.ConfigError, match="snapshot_every_n_steps attribute should not be set"):
         dl.snapshot_every_n_steps = 7
     assert dl.snapshot_every_n_steps == 3
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("where", ["mid-epoch", "last batch", "after the loop", "fresh"])
+def test_a_state_taken_right_after_a_load_is_the_loaded_state(workers, where):
+    """torchdata's ``test_load_state_before_initial_state_dict``: ``state_dict()`` after
+    ``load_state_dict(s)`` is ``s``, prefetch (``cursor.fetched``) included; then the run goes on
+    exactly as the saved one would have."""
+    src = make(workers)
+    it = iter(src)
+    steps = {"mid-epoch": 4, "last batch": 10, "after the loop": 10, "fresh": 0}[where]
+    for _ in range(steps):
+        next(it)
+    if where == "after the loop":
+        assert next(it, None) is None
+    state = src.state_dict()
+    if where == "mid-epoch" and workers:
+        assert state["cursor"]["fetched"] > state["cursor"]["delivered"]  # prefetch ran ahead
+    ref = stream(src, it, 15)
+    dst = make(workers)
+    dst.load_state_dict(state)
+    assert dst.state_dict() == state
+    assert stream(dst, iter(dst), 15) == ref
+
+
+def stream(loader, it, n):
+    """The next ``n`` batches: the rest of the pass ``it``, then new passes (an empty one included)."""
+    out = [canon(b) for _, b in zip(range(n), it)]
+    while len(out) < n:
+        out += [canon(b) for _, b in zip(range(n - len(out)), loader)]
+    return out

@@ -1,7 +1,8 @@
 """torch's CPU generator seeded, saved and restored through its probed memory (``torch_rng_memory``).
 
-Every check compares the memory route with ``torch.manual_seed`` / ``get_state`` / ``set_state``
-themselves: the whole serialized state (``get_state()`` bytes, which hold the seed, the engine and
+Every check compares the memory route with ``torch.manual_seed`` (seeding version 2) or
+``set_state`` of version 3's state built independently (``tests/loader/v3_formula.py``; version 3
+is the default) / ``get_state`` / ``set_state`` themselves: the whole serialized state (``get_state()`` bytes, which hold the seed, the engine and
 both cached normals) and draws that take every path (``rand``, ``randn`` in float32 and float64,
 whose scalar path reads and leaves the cached normal, ``randint``), over Hypothesis keys (fixed
 seed) and edge keys (below 2**32, 2**63 and up), with caches engaged before the seeding."""
@@ -15,10 +16,27 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+import resumable_data as rd
 from resumable_data.loader import global_rng as G, torch_rng_memory as T
+from tests.loader import v3_formula as F
 
 GEN = torch.random.default_generator
 EDGE = [0, 1, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**63 + 5, 2**64 - 1, 0x9E3779B97F4A7C15]
+VERSIONS = [None, 2]  # None: the default (version 3)
+
+
+def seed_reference(key: int, version: int | None, gen=None) -> None:
+    """torch's generator as seeding ``version`` leaves it, without the package: version 2
+    ``manual_seed``, version 3 (the default) ``set_state`` of the formula's state."""
+    gen = GEN if gen is None else gen
+    if version == 2:
+        gen.manual_seed(key & (2**63 - 1))
+    else:
+        gen.set_state(F.torch_state(key))
+
+
+def vkw(version: int | None) -> dict:
+    return {} if version is None else {"version": version}
 
 
 def tstate() -> bytes:
@@ -67,14 +85,18 @@ def test_the_probe_leaves_the_generator_as_it_was():
     assert after_probe[2] == 9.5  # the double cache was still there
 
 
-def _fast_vs_reference(keys: list[int], cached: bool) -> None:
+def _fast_vs_reference(keys: list[int], cached: bool, version: int | None) -> None:
     ref = []
     for k in keys:
         if cached:
             engage_caches()
-        G.seed_globals_reference(k)
+        seed_reference(k, version)
         ref.append((tstate(), tdraws()))
-    seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64))
+        if cached:
+            engage_caches()
+        G.seed_globals_reference(k, **vkw(version))  # the package's reference route, the same
+        assert (tstate(), tdraws()) == ref[-1]
+    seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64), **vkw(version))
     got = []
     for i in range(len(keys)):
         if cached:
@@ -84,51 +106,57 @@ def _fast_vs_reference(keys: list[int], cached: bool) -> None:
     assert got == ref
 
 
+@pytest.mark.parametrize("version", VERSIONS)
 @settings(derandomize=True, max_examples=40, deadline=None)
 @given(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=12), st.booleans())
-def test_seeding_through_memory_equals_manual_seed(keys, cached):
-    _fast_vs_reference(keys + EDGE[:3], cached)
+def test_seeding_through_memory_equals_manual_seed(version, keys, cached):
+    _fast_vs_reference(keys + EDGE[:3], cached, version)
 
 
+@pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("cached", [False, True])
-def test_edge_keys_and_initial_seed(cached):
-    _fast_vs_reference(EDGE, cached)
-    seeder = G.GlobalSeeder(np.array(EDGE, dtype=np.uint64))
+def test_edge_keys_and_initial_seed(cached, version):
+    _fast_vs_reference(EDGE, cached, version)
+    seeder = G.GlobalSeeder(np.array(EDGE, dtype=np.uint64), **vkw(version))
     for i, k in enumerate(EDGE):
         seeder.seed(i)
         assert torch.initial_seed() == k & (2**63 - 1)
 
 
-def _torch_only_equals_manual_seed(keys: list[int]) -> None:
+def _torch_only_equals_manual_seed(keys: list[int], version: int | None) -> None:
     """The torch-only seeder (lazy seeding's), key by key, with both caches engaged before:
-    torch's state and draws equal ``manual_seed``'s."""
-    seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64), torch_only=True)
+    torch's state and draws equal the reference's (version 2: ``manual_seed``'s)."""
+    seeder = G.GlobalSeeder(np.array(keys, dtype=np.uint64), torch_only=True, **vkw(version))
     for i, k in enumerate(keys):
         engage_caches()
         seeder.seed(i)
         got = (tstate(), tdraws())
-        GEN.manual_seed(k & (2**63 - 1))
+        seed_reference(k, version)
         assert got == (tstate(), tdraws())
 
 
-def test_the_torch_only_seeder_seeds_torch_alone():
-    """Lazy seeding's seeder: torch equals manual_seed, Python's and numpy's states are untouched."""
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_torch_only_seeder_seeds_torch_alone(version):
+    """Lazy seeding's seeder: torch equals the reference, Python's and numpy's states are untouched."""
     keys = [2**40 + 3, 7, 2**64 - 1]
     random.seed(1)
     np.random.seed(2)
     py, npy = random.getstate(), repr(np.random.get_state())
-    _torch_only_equals_manual_seed(keys)
+    _torch_only_equals_manual_seed(keys, version)
     assert (random.getstate(), repr(np.random.get_state())) == (py, npy)
 
 
-def test_a_cached_normal_is_dropped_by_the_seeding():
-    """manual_seed disengages both cached normals: the next normal is the freshly seeded one."""
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_cached_normal_is_dropped_by_the_seeding(version):
+    """The seeding disengages both cached normals (as manual_seed does): the next normal is the
+    freshly seeded one."""
     key = 2**50 + 11
-    GEN.manual_seed(key)
+    engage_caches()
+    seed_reference(key, version)
     want = (torch.randn(1).item(), torch.randn(1, dtype=torch.float64).item())
     for f, d in ((0.5, 0.25), (-8.0, 1e300)):
         engage_caches(f, d)
-        G.seed_globals(key)
+        G.seed_globals(key, **vkw(version))
         assert (torch.randn(1).item(), torch.randn(1, dtype=torch.float64).item()) == want
 
 
@@ -186,19 +214,31 @@ def _probe_failure(monkeypatch, how: str) -> None:
         monkeypatch.setattr(T, "_STATE_SIZE", T._STATE_SIZE + 8)
 
 
+@pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("how", ["probe", "verification", "state size"])
-def test_the_reference_route_when_the_probe_fails(monkeypatch, fresh_layout, how):
+def test_the_reference_route_when_the_probe_fails(request, monkeypatch, fresh_layout, how, version):
     _probe_failure(monkeypatch, how)
+    if how == "state size" and version is None:
+        # version 3 writes torch's whole serialized state: another layout is refused, not guessed
+        random.seed(1)
+        torch.manual_seed(2)
+        np.random.seed(3)
+        before = (random.getstate(), repr(np.random.get_state()), tstate())
+        with pytest.raises(rd.ConfigError, match=r"seed_per_sample=True: expected a torch whose CPU generator state "
+                           r"is the 5064-byte layout rd knows \(torch .* is 5056 bytes\).*fix: pass seed_per_sample=False"):
+            G.seed_globals(2**40 + 9)
+        assert (random.getstate(), repr(np.random.get_state()), tstate()) == before  # nothing seeded
+        return
     assert G._layout().torch is None
     keys = [2**40 + 9, 77, 2**64 - 1]
     for cached in (False, True):
-        _fast_vs_reference(keys, cached)
-    _torch_only_equals_manual_seed(keys)
+        _fast_vs_reference(keys, cached, version)
+    _torch_only_equals_manual_seed(keys, version)
     torch.manual_seed(8)
     engage_caches()
     before = tstate()
     with G.GlobalRNGGuard():
-        G.seed_globals(2**41)
+        G.seed_globals(2**41, **vkw(version))
         tdraws()
     assert tstate() == before
 
@@ -223,7 +263,8 @@ def test_a_corrupt_template_fails_the_verification():
         torch.set_rng_state(saved)
 
 
-def test_a_replaced_default_generator_is_probed_again_and_the_old_one_left_alone(monkeypatch, fresh_layout):
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_replaced_default_generator_is_probed_again_and_the_old_one_left_alone(monkeypatch, fresh_layout, version):
     """``torch.random.default_generator`` rebound to another CPU generator: the layout is probed
     again for it (``current()`` fails for the old one) and seeding reaches it, not the old one."""
     G.seed_globals(2**40 + 1)
@@ -234,9 +275,10 @@ def test_a_replaced_default_generator_is_probed_again_and_the_old_one_left_alone
     monkeypatch.setattr(torch.random, "default_generator", other)
     assert not old_lay.current()
     for key in (2**40 + 2, 5, 2**64 - 1):
-        G.seed_globals(key)
+        G.seed_globals(key, **vkw(version))
         got = other.get_state().numpy().tobytes()
-        ref = torch.Generator().manual_seed(key & (2**63 - 1)).get_state().numpy().tobytes()
-        assert got == ref
+        ref_gen = torch.Generator()
+        seed_reference(key, version, ref_gen)
+        assert got == ref_gen.get_state().numpy().tobytes()
     assert G._layout().torch.owner is other
     assert GEN.get_state().numpy().tobytes() == real_before  # the real default generator: untouched

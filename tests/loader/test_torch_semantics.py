@@ -290,3 +290,21 @@ def test_a_datapipe_may_shuffle_in_torch_so_rd_refuses_it_only_for_being_iterabl
     with pytest.raises(rd.ConfigError, match="map-style") as e:
         rd.DataLoader(IterableWrapper(range(4)), shuffle=True)
     assert "expected unspecified shuffle" not in str(e.value)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_exhausted_iterator_keeps_raising_stop_iteration_as_torchs_does(workers):
+    ds = list(range(10))
+    for loader in (torch.utils.data.DataLoader(ds, batch_size=4, num_workers=workers),
+                   rd.DataLoader(ds, batch_size=4, num_workers=workers)):
+        it = iter(loader)
+        assert len(list(it)) == 3
+        for _ in range(3):
+            with pytest.raises(StopIteration):
+                next(it)
+    rd_loader = rd.DataLoader(ds, batch_size=4)
+    it = iter(rd_loader)
+    next(it)
+    iter(rd_loader)  # a new pass supersedes a live one: that is a usage error, not an end
+    with pytest.raises(rd.UsageError, match="superseded"):
+        next(it)

@@ -237,7 +237,16 @@ def test_arrow_batches_through_slots_keep_their_types(tmp_path):
 
 
 def _die_after_packing(real):
+    armed = []  # per process (each worker has its copy): worker 0 arms the kill once
+
     def pack(batch, main_pid, pool=0):
+        if armed:
+            # the kill is armed: this worker packs nothing more, so it dies while the loader still
+            # waits for its batches, however fast the epoch would otherwise end (it used to finish
+            # within the 50 ms on a fast run, and the test saw no WorkerError)
+            import time
+
+            time.sleep(60)
         wire = real(batch, main_pid, pool)
         info = torch.utils.data.get_worker_info()
         if wire.rebuild is transport._from_slot and info.id == 0:
@@ -245,6 +254,7 @@ def _die_after_packing(real):
             import threading
 
             # SIGKILL this worker just after its batch is in a slot and (likely) in the pipe
+            armed.append(True)
             threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGKILL)).start()
         return wire
     return pack
