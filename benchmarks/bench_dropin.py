@@ -39,6 +39,9 @@ import numpy as np
 from benchmarks._common import summarize, write_results
 
 SEED = 0
+#: Rounds and batches a round of the in-process trivial cases (the map case at 0 workers, the
+#: seeding case): long enough that one round is tens of milliseconds
+LONG_ROUNDS, LONG_BATCHES = 21, 2000
 
 
 class Trivial:
@@ -164,7 +167,8 @@ def _rate(x: dict) -> str:
 def markdown(p: dict) -> str:
     q = " (--quick)" if p["quick"] else ""
     lines = [f"# drop-in benchmark{q}", "",
-             f"Side by side in one process, {p['rounds']} interleaved rounds per case (median of the per-round "
+             f"Side by side in one process, {p['rounds']} interleaved rounds per case ({LONG_ROUNDS} rounds of "
+             f"{LONG_BATCHES:,} batches for the trivial 0-worker and the seeding cases; median of the per-round "
              f"ratios, min..max); map-style cases: {p['map_records']:,} records, batch 16, shuffled, default settings; "
              f"Arrow cases: {p['arrow_records']:,} records, batch 256, shuffled. The 100 us `__getitem__` is "
              f"{p['work_loops']:,} loop iterations (calibrated in this run). Machine: {p['cpus']} shared CPUs.", "",
@@ -212,11 +216,14 @@ def main(argv: list[str] | None = None) -> dict:
     for kind, loops, batches in (("trivial", 0, 100 if args.quick else 300), ("100us", work, 10 if args.quick else 30)):
         for w in (0, 2):
             t0 = time.perf_counter()
-            r = map_case(1_000_000, loops, w, batches, rounds)
+            # the trivial in-process case: rounds of 2,000 batches (~30 ms: 300 were a few ms and swung), 21 of them
+            long = kind == "trivial" and w == 0 and not args.quick
+            r = map_case(1_000_000, loops, w, LONG_BATCHES if long else batches, LONG_ROUNDS if long else rounds)
+            r["rounds"], r["batches"] = (LONG_ROUNDS, LONG_BATCHES) if long else (rounds, batches)
             r.pop("_seconds")
             payload["map"][f"{kind}/w{w}"] = r
             print(f"[dropin] map {kind} w{w}: rd vs torch {_r(r['rd']['vs_torch'])} ({time.perf_counter() - t0:.0f}s)", flush=True)
-    r = seeding_case(1_000_000, 100 if args.quick else 300, rounds)
+    r = seeding_case(1_000_000, 100 if args.quick else LONG_BATCHES, rounds if args.quick else LONG_ROUNDS)
     r.pop("_seconds")
     payload["seeding"] = r
     print(f"[dropin] seeding: {payload['seeding']['seeding_us_per_sample']['median']:.1f} us/sample", flush=True)
