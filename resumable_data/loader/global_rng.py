@@ -63,7 +63,7 @@ import torch
 from resumable_data.loader import torch_rng_memory
 from resumable_data.loader.mt19937 import N as _N, NP_COL, PYNP_WORDS, fill_rows, mt_states, seed_rows
 from resumable_data.errors import ConfigError, describe
-from resumable_data.loader.sample_seeding import READABLE_SEEDING_VERSIONS, SEEDING_VERSION, numpy_seed_words
+from resumable_data.loader.sample_seeding import HASHED_VERSIONS, READABLE_SEEDING_VERSIONS, SEEDING_VERSION, numpy_seed_words
 from resumable_data.loader.seed_copy import RowBuffer, seed_function, seed_globals_reference
 
 __all__ = ["GlobalRNGGuard", "GlobalSeeder", "UnseededWatch", "layout", "lazy_seeding_available", "mt_states", "seed_globals",
@@ -103,6 +103,10 @@ class _Layout:
         self.torch_mv = None if self.torch is None else memoryview(self.torch.view)
         #: reusable row buffers by (keys, words per row): see :class:`~.seed_copy.RowBuffer`
         self.pool: dict[tuple[int, int], list[RowBuffer]] = {}
+        #: every generator reached through its memory: (torch's rows spec, row width, torch's bytes,
+        #: the pools of that width by key count), what :class:`GlobalSeeder`'s short route needs; else None
+        self.rows = None if self.py is None or self.np is None or self.torch is None else (
+            self.torch.rows_spec, PYNP_WORDS + self.torch.template.size, self.torch.size, {})
         #: numpy's cached Gaussian as two 64-bit words (flag word, value): read before clearing
         self.gauss_bytes = None if self.gauss is None else memoryview(
             np.ctypeslib.as_array((ctypes.c_uint8 * 16).from_address(ctypes.addressof(self.gauss))))
@@ -247,9 +251,22 @@ class GlobalSeeder:
         if type(keys) is not np.ndarray or keys.dtype != np.uint64 or keys.ndim != 1:
             keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
         lay = self._lay = _layout()  # the views point into the probed generators, which it keeps alive
+        n = keys.shape[0]
+        rows = lay.rows
+        if (rows is not None and n and version in HASHED_VERSIONS  # the usual case, in fewer steps
+                and lay.py_mv is not None and lay.np_mv is not None and lay.torch is not None):
+            spec, width, tbytes, pools = rows
+            pool = self._pool = pools.get(n)
+            if pool is None:
+                pool = self._pool = pools[n] = lay.pool.setdefault((n, width), [])
+            buf = self._buf = pool.pop() if pool else RowBuffer(n, width, tbytes)
+            fill_rows(keys, buf.rows, not torch_only, spec, version)
+            fn = buf.fns.get((torch_only, version))
+            buf.keys = keys
+            self.seed = fn if fn is not None else seed_function(lay, buf, keys, torch_only, 0, version)
+            return
         tlay = lay.torch
         pynp = not torch_only and (lay.py_mv is not None or lay.np_mv is not None)
-        n = keys.shape[0]
         small = 0
         self._buf = self._pool = None
         if n and (pynp or tlay is not None):
