@@ -28,6 +28,7 @@ from resumable_data.loader import global_rng as G
 from resumable_data.loader.mt19937 import seed_rows
 from resumable_data.plan import sample_key
 from tests.golden import seeding_v1_gen as g
+from tests.loader._draws import BatchDraws, Draws, batches_of, draw_collate, golden_loader
 
 MASK63 = (1 << 63) - 1
 # edge keys: below 2**32 (Python's one-word seed), hi == 0, lo == 0, the XOR constant itself
@@ -128,28 +129,6 @@ def test_seeding_function_route_equals_the_formula(monkeypatch, version):
 
 
 # -- the loader: every fetch route, fresh (version 2) and restored from a pre-version-2 state --------
-class Draws(torch.utils.data.Dataset):
-    """Per sample: its key and one draw of each generator."""
-
-    def __len__(self):
-        return 61
-
-    def __getitem__(self, i):
-        return [rd.sample_context().key, random.random(), float(np.random.random_sample()), torch.rand(1).item()]
-
-
-class BatchDraws(Draws):
-    def __getitems__(self, ids):
-        return [[int(rd.batch_context().keys[0]), random.random(), float(np.random.random_sample()),
-                 torch.rand(1).item()] for _ in ids]
-
-
-def draw_collate(samples):
-    ctx = rd.batch_context()
-    return {"samples": samples, "collate": [int(ctx.positions[0]), random.random(), float(np.random.random_sample()),
-                                            torch.rand(1).item()]}
-
-
 def expected(draw: list, version: int) -> list:
     seed_by_formula(draw[0], version)
     return [draw[0], random.random(), float(np.random.random_sample()), torch.rand(1).item()]
@@ -237,25 +216,6 @@ def test_arrow_collate_seeds_by_the_formula_of_the_run_version(shards):
 
 
 # -- resume, bit-exact, with the version the run started with ------------------------------------------
-def golden_loader(workers=0, **kw):
-    return rd.DataLoader(g.SeedingDraws(), collate_fn=g.draw_collate, num_workers=workers, **g.KW, **kw)
-
-
-def plain(batches):
-    return json.loads(json.dumps(batches))
-
-
-def batches_of(dl, n):
-    """The next ``n`` batches, across epochs (a new ``iter()`` per epoch)."""
-    out = []
-    while len(out) < n:
-        for b in dl:
-            out.append(b)
-            if len(out) == n:
-                break
-    return plain(out)
-
-
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_version_2_run_resumes_bit_exact(workers):
     k, after = 4, 20  # across the epoch end (16 steps an epoch): the next pass keeps the version

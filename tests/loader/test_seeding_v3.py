@@ -10,7 +10,6 @@ state is schema 5 without a seeding record, and the record written out in full m
 from __future__ import annotations
 
 import copy
-import json
 import random
 
 import numpy as np
@@ -24,6 +23,7 @@ from resumable_data.loader.mt19937 import seed_rows
 from resumable_data.plan import sample_key
 from tests.golden import seeding_v1_gen as g
 from tests.loader import v3_formula as F
+from tests.loader._draws import BatchDraws, Draws, batches_of, draw_collate, golden_loader, plain
 
 MASK63 = (1 << 63) - 1
 # edge keys: tiny, 32-bit boundaries, the sign bit, the extremes, each stream constant (key ^ stream == 0)
@@ -233,28 +233,6 @@ def test_the_torch_only_seeder_seeds_torch_alone_by_the_formula(monkeypatch, pro
 
 
 # -- the loader: every fetch route of a fresh run -------------------------------------------------
-class Draws(torch.utils.data.Dataset):
-    """Per sample: its key and one draw of each generator."""
-
-    def __len__(self):
-        return 61
-
-    def __getitem__(self, i):
-        return [rd.sample_context().key, random.random(), float(np.random.random_sample()), torch.rand(1).item()]
-
-
-class BatchDraws(Draws):
-    def __getitems__(self, ids):
-        return [[int(rd.batch_context().keys[0]), random.random(), float(np.random.random_sample()),
-                 torch.rand(1).item()] for _ in ids]
-
-
-def draw_collate(samples):
-    ctx = rd.batch_context()
-    return {"samples": samples, "collate": [int(ctx.positions[0]), random.random(), float(np.random.random_sample()),
-                                            torch.rand(1).item()]}
-
-
 def expected(key: int) -> list:
     F.seed_by_formula(key)
     return [key, random.random(), float(np.random.random_sample()), torch.rand(1).item()]
@@ -305,25 +283,6 @@ def test_arrow_collate_seeds_by_the_formula(shards, workers):
 
 
 # -- resume, bit-exact ------------------------------------------------------------------------------
-def golden_loader(workers=0, **kw):
-    return rd.DataLoader(g.SeedingDraws(), collate_fn=g.draw_collate, num_workers=workers, **g.KW, **kw)
-
-
-def plain(batches):
-    return json.loads(json.dumps(batches))
-
-
-def batches_of(dl, n):
-    """The next ``n`` batches, across epochs (a new ``iter()`` per epoch)."""
-    out = []
-    while len(out) < n:
-        for b in dl:
-            out.append(b)
-            if len(out) == n:
-                break
-    return plain(out)
-
-
 def test_the_golden_loader_draws_by_the_formula():
     """The resume checks below compare version-3 batches: sample 0 of the first batch is the
     formula's (so a resume under another version could not pass)."""
