@@ -18,8 +18,10 @@ walk over two JSON trees (parameter names included), no tensor is read.
 
 The seeding mode. ``data.seed_per_sample`` (the loader's ``seed_per_sample`` mode; contract
 version 2) is its own category, ``sample_seeding``: another mode seeds the global generators
-otherwise, so it delivers other data; it is refused under every label but ``data_change``
-(as the loader's own restore refuses it), a warning there, and its fix names both modes. Its
+otherwise, so it delivers other data; it is refused under the labels that restore the loader
+(``faithful_continuation``, ``elastic_reshard``, ``optimizer_reset``: as the loader's own restore
+refuses it), allowed under ``warm_start`` (info) and ``data_change`` (a warning), which start a
+fresh stream, and its fix names both modes. Its
 value is validated on both sides (anything but a mode's value raises
 :class:`~resumable_data.ResumeError` naming ``saved``/``current`` ``meta.data.seed_per_sample``).
 Metadata written before the key (contract version 1) records no mode: nothing is reported for

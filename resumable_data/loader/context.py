@@ -6,8 +6,9 @@ default, seeds Python's ``random``, ``numpy.random`` and torch's CPU generator f
 (torch's with the key's low 63 bits, so ``torch.initial_seed()`` is a valid signed int64).
 In the main process (``num_workers=0``) the global generator states are saved before a batch and
 restored after it, so the training loop's own randomness (dropout masks) never depends on the
-loader. Seeding, saving and restoring are :mod:`.global_rng`'s (bit-identical to ``random.seed``,
-``np.random.seed`` and ``torch.manual_seed``), all three before every sample by default; under
+loader. Seeding, saving and restoring are :mod:`.global_rng`'s (equal to
+``seed_globals_reference`` for the run's seeding version, :mod:`.sample_seeding`), all three
+before every sample by default; under
 ``seed_per_sample=rd.SampleSeeding.LAZY`` Python's and numpy's only once user code draws from
 them (see ``fetch.py``). The sample context object is built
 only when user code calls :func:`sample_context` (one :class:`SampleSlot` per batch). Workers are separate processes whose global state nobody else reads, so nothing is

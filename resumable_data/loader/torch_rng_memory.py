@@ -115,10 +115,11 @@ def check_state_layout() -> None:
     size = torch.random.default_generator.get_state().numel()
     if size != _STATE_SIZE:
         raise ConfigError(describe(
-            "seed_per_sample", True, f"a torch whose CPU generator state is the {_STATE_SIZE}-byte layout rd knows "
-            f"(torch {torch.__version__}'s is {size} bytes), so that every sample's seeding is exact",
-            "pass seed_per_sample=False and seed augmentation from rd.sample_context() (its .torch_generator), or use "
-            "torch 2.x as pinned in constraints.txt"))
+            "torch.random.default_generator.get_state()", f"{size} bytes",
+            f"the {_STATE_SIZE}-byte layout rd knows, so that seeding version 3 writes every field exactly "
+            f"(torch {torch.__version__})",
+            "in rd.DataLoader pass seed_per_sample=False and seed augmentation from rd.sample_context().torch_generator; "
+            "in rd.seed_globals pass version=2; or use torch 2.x as pinned in constraints.txt"))
 
 
 def _with_caches(base: bytes, fvalue: float | None, dvalue: float | None) -> torch.Tensor:

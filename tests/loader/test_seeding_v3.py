@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import resumable_data as rd
-from resumable_data.loader import global_rng as G
+from resumable_data.loader import global_rng as G, seed_copy
 from resumable_data.loader.mt19937 import seed_rows
 from resumable_data.plan import sample_key
 from tests.golden import seeding_v1_gen as g
@@ -140,14 +140,21 @@ def test_copy_route_equals_the_formula_on_edge_keys(explicit):
 
 def test_copy_route_takes_no_seeding_function(monkeypatch):
     """Version 3 never calls ``random.seed`` / ``np.random.seed`` / ``manual_seed`` (small keys
-    included), nor the setters: the copies alone."""
+    included), nor the setters (Python's, numpy's, torch's module functions, and rd's reference
+    routes that call torch's generator methods): the copies alone."""
     want = by_formula(EDGE_KEYS)
+    assert G.layout().torch is not None  # probed now (the probe itself calls the seeding functions)
 
     def refuse(*a, **k):
         raise AssertionError("a seeding function was called")
 
-    for mod, name in ((random, "seed"), (random, "setstate"), (np.random, "seed"), (np.random, "set_state")):
+    for mod, name in ((random, "seed"), (random, "setstate"), (np.random, "seed"), (np.random, "set_state"),
+                      (torch, "manual_seed"), (torch, "set_rng_state"), (torch.random, "manual_seed"),
+                      (torch.random, "set_rng_state")):
         monkeypatch.setattr(mod, name, refuse)
+    # torch.Generator's own methods cannot be patched: the functions of rd's that call them can
+    for name in ("_seed_torch", "_seed_python", "_seed_numpy", "seed_globals_reference"):
+        monkeypatch.setattr(seed_copy, name, refuse)
     seeder = G.GlobalSeeder(np.array(EDGE_KEYS, dtype=np.uint64), version=3)
     got = []
     for i in range(len(EDGE_KEYS)):
