@@ -53,7 +53,8 @@ from resumable_data.loader.context import (
 )
 from resumable_data.loader.global_rng import UnseededWatch, lazy_seeding_available
 from resumable_data.loader.sample_seeding import SEEDING_VERSION
-from resumable_data.loader.torch_compat import default_collate, default_convert
+from resumable_data.loader.sample_collate import default_collate  # torch's, faster for int and float leaves
+from resumable_data.loader.torch_compat import default_convert
 from resumable_data.loader.packed import pack_sequences, packed_tokens
 from resumable_data.plan import sample_key, sample_keys
 from resumable_data.plan.record_runs import RUN, RecordRuns

@@ -168,10 +168,10 @@ def _copy_function(lay: Any, buf: RowBuffer, torch_only: bool, version: int) -> 
     meanwhile sends the call through the reference route."""
     py_mv, np_mv, t_mv = lay.py_mv, lay.np_mv, lay.torch_mv
     pys, nps, ts = buf.py, buf.np, buf.torch
-    inst = random._inst
+    inst = lay.py_owner  # the probed instance: the one random's module functions are bound to
     gw, gauss = lay.gauss_words, lay.gauss
-    rmod, mtrand, trand = random, np.random.mtrand, torch.random
-    py_owner, rs_owner, np_owner, t_owner = lay.py_owner, lay.rs_owner, lay.np_owner, lay.torch.owner
+    trand = torch.random
+    rs_owner, np_owner, t_owner = lay.rs_owner, lay.np_owner, lay.torch.owner
 
     def by_functions(j: int) -> None:  # a generator was swapped during this batch
         key = int(buf.keys[j])
@@ -189,8 +189,10 @@ def _copy_function(lay: Any, buf: RowBuffer, torch_only: bool, version: int) -> 
         return seed_torch
 
     def seed_all(j: int) -> None:  # the usual case: every generator through its memory
-        if (rmod._inst is not py_owner or mtrand._rand is not rs_owner or rs_owner._bit_generator is not np_owner
-                or trand.default_generator is not t_owner):
+        # what user code can swap in the middle of a batch and draw from: numpy's bit generator
+        # (np.random.set_bit_generator) and torch's default (torch.manual_seed follows the name);
+        # rebinding random._inst or mtrand._rand redirects no module function (they are bound at import)
+        if rs_owner._bit_generator is not np_owner or trand.default_generator is not t_owner:
             return by_functions(j)
         py_mv[:] = pys[j]
         inst.gauss_next = None
