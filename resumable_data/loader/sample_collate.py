@@ -21,7 +21,7 @@ from array import array
 from typing import Any
 
 import torch
-from torch.utils.data._utils.collate import collate, collate_float_fn, collate_int_fn, default_collate_fn_map
+from resumable_data.loader.torch_compat import collate, collate_float_fn, collate_int_fn, default_collate_fn_map
 
 __all__ = ["default_collate"]
 

@@ -60,11 +60,16 @@ from multiprocessing.reduction import ForkingPickler
 
 from torch.utils.data import DataLoader, default_collate, default_convert, get_worker_info
 from torch.utils.data._utils import signal_handling as _signal_handling
+from torch.utils.data._utils.collate import collate, collate_float_fn, collate_int_fn, default_collate_fn_map
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 __all__ = [
     "WorkerInit",
+    "collate",
+    "collate_float_fn",
+    "collate_int_fn",
     "default_collate",
+    "default_collate_fn_map",
     "default_convert",
     "drop_persistent_iterator",
     "install_sigchld_handler",

@@ -54,6 +54,12 @@ def test_the_private_names_exist_with_the_expected_shape():
     assert info.dataset == "user"
     assert torch_compat.default_collate([1, 2]).tolist() == [1, 2]
     assert torch_compat.default_convert([1, 2]) == [1, 2]
+    # sample_collate replaces two entries of torch's collate map: the map, its keys and the two functions
+    params = list(inspect.signature(torch_compat.collate).parameters)
+    assert params[0] == "batch" and "collate_fn_map" in params, "collate(batch, *, collate_fn_map) changed"
+    assert torch_compat.default_collate_fn_map[int] is torch_compat.collate_int_fn
+    assert torch_compat.default_collate_fn_map[float] is torch_compat.collate_float_fn
+    assert torch_compat.collate([3, 4], collate_fn_map=torch_compat.default_collate_fn_map).tolist() == [3, 4]
 
 
 def test_iterators_are_told_apart_and_shut_down():
