@@ -34,11 +34,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from resumable_data.errors import ConfigError, describe
 from resumable_data.loader.mt19937 import N as _N, NP_COL, PYNP_WORDS, hash_state
 from resumable_data.loader.sample_seeding import HASHED_VERSIONS, SEEDING_VERSION, STREAMS, numpy_seed_words
 from resumable_data.loader.torch_rng_memory import check_state_layout, state_tensor
 
-__all__ = ["RowBuffer", "seed_function", "seed_globals_reference"]
+__all__ = ["RowBuffer", "check_numpy_generator", "seed_function", "seed_globals_reference"]
 
 _MASK63 = (1 << 63) - 1
 _PY_BYTES = (_N + 1) * 4  # [index, state] / [state, pos]: one generator's part of a row
@@ -51,6 +52,17 @@ def _seed_python(key: int, version: int) -> None:
         random.setstate((3, (*hash_state(key, STREAMS[0]).tolist(), _N), None))
     else:
         random.seed(key)
+
+
+def check_numpy_generator() -> None:
+    """Raise :class:`~resumable_data.ConfigError` unless numpy's global generator is an MT19937
+    (what every seeding version writes: ``np.random.set_bit_generator`` may have put another there)."""
+    bg = np.random.mtrand._rand._bit_generator
+    if type(bg) is not np.random.MT19937:
+        raise ConfigError(describe(
+            "numpy's global bit generator", type(bg).__name__, "MT19937, the generator seed_per_sample seeds before "
+            "every sample", "call np.random.set_bit_generator(np.random.MT19937()) before the loader runs, or pass "
+            "seed_per_sample=False and draw from rd.sample_context().rng"))
 
 
 def _seed_numpy(key: int, version: int) -> None:
@@ -72,6 +84,7 @@ def seed_globals_reference(key: int, version: int = SEEDING_VERSION) -> None:
     """Seed the three globals from ``key`` through their public setters, as seeding ``version``
     does (what the copies must equal): versions 1-2 the seeding functions, version 3
     ``random.setstate`` / ``np.random.set_state`` / torch's ``set_state`` of the hashed states."""
+    check_numpy_generator()  # before anything is seeded
     _seed_python(key, version)
     _seed_numpy(key, version)
     _seed_torch(key, version)
@@ -116,6 +129,8 @@ def seed_function(lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only:
         return fn
     if lay.torch is None and version in HASHED_VERSIONS:
         check_state_layout()  # torch's reference route writes its serialized state: refused before any seeding
+    if not torch_only and lay.np is None:
+        check_numpy_generator()
     key_list = keys.tolist()  # for the functions' routes
     inst = random._inst
     gw, gauss = lay.gauss_words, lay.gauss

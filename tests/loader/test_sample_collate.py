@@ -122,3 +122,25 @@ def test_the_loader_collates_labels_as_torch_does(workers):
     for a, b in zip(got, want):
         same(list(a), list(b))
     assert rd.DataLoader(data, batch_size=6).collate_fn is torch_collate  # torch's attribute, as torch shows it
+
+
+def test_a_map_extended_or_changed_by_the_user_is_followed(monkeypatch):
+    """torch's docs extend ``default_collate`` by editing ``default_collate_fn_map`` in place: rd's
+    default follows it, after its first use too, and keeps a user's own int entry."""
+    from torch.utils.data._utils.collate import default_collate_fn_map
+
+    class Pt:
+        def __init__(self, x):
+            self.x = x
+
+    default_collate([1, 2])  # the map was seen once already
+    monkeypatch.setitem(default_collate_fn_map, Pt, lambda b, *, collate_fn_map=None: torch.tensor([p.x for p in b]))
+    same(default_collate([Pt(1), Pt(2)]), torch_collate([Pt(1), Pt(2)]))
+    monkeypatch.setitem(default_collate_fn_map, int, lambda b, *, collate_fn_map=None: torch.tensor(b, dtype=torch.int32))
+    assert default_collate([1, 2]).dtype == torch.int32 == torch_collate([1, 2]).dtype
+    ds = [Pt(i) for i in range(8)]
+    same(list(rd.DataLoader(ds, batch_size=4)), list(torch.utils.data.DataLoader(ds, batch_size=4)))
+    monkeypatch.undo()
+    assert default_collate([1, 2]).dtype == torch.int64
+    with pytest.raises(TypeError):  # the user's type is gone again, as from torch's
+        default_collate([Pt(1), Pt(2)])

@@ -56,3 +56,26 @@ def test_bad_arguments_are_config_errors_that_change_nothing(args, match):
     with pytest.raises(rd.ConfigError, match=match):
         rd.seed_globals(*args)
     assert (random.getstate(), repr(np.random.get_state()), torch.get_rng_state().tolist()) == before
+
+
+@pytest.mark.parametrize("where", ["before the loader", "inside a sample"])
+def test_a_numpy_global_generator_other_than_mt19937_is_a_config_error(where):
+    class Swaps(Augment):
+        def __getitem__(self, i):
+            if where == "inside a sample" and i == 3:
+                np.random.set_bit_generator(np.random.PCG64(0))
+            return super().__getitem__(i)
+
+    saved = np.random.get_bit_generator()
+    try:
+        if where == "before the loader":
+            np.random.set_bit_generator(np.random.PCG64(0))
+        dl = rd.DataLoader(Swaps(), batch_size=4, seed=8, collate_fn=lambda s: s)
+        with pytest.raises(rd.ConfigError, match=r"numpy's global bit generator='PCG64': expected MT19937.*fix: call "
+                                                 r"np.random.set_bit_generator\(np.random.MT19937\(\)\)"):
+            for _ in dl:
+                pass
+        np.random.set_bit_generator(np.random.MT19937())  # the fix, followed: the loader runs
+        assert len([b for b in rd.DataLoader(Augment(), batch_size=4, seed=8, collate_fn=lambda s: s)]) == 13
+    finally:
+        np.random.set_bit_generator(saved)
