@@ -13,9 +13,10 @@ Guarantee. ``seed(j)`` leaves the three generators exactly as :func:`seed_global
 does for ``key = keys[j]`` and the seeding ``version``: version 3 the public setters of the hashed
 states (``random.setstate``, ``np.random.set_state``, torch's ``set_state``), versions 1-2 the
 seeding functions (``random.seed(key)``, ``np.random.seed(numpy_seed_words(key, version))``,
-``torch.manual_seed(key & (2**63 - 1))``). Each call first checks that the generators are still
-the probed ones (user code may swap one in the middle of a batch: ``np.random.set_bit_generator``,
-a new ``torch.random.default_generator``); from a swap on it takes the reference route. A
+``torch.manual_seed(key & (2**63 - 1))``). Each call first checks that what user code can swap
+in the middle of a batch is still the probed one (numpy's bit generator, ``np.random.set_bit_generator``;
+torch's ``torch.random.default_generator``; rebinding ``random._inst`` or ``mtrand._rand``
+redirects no module function); from a swap on it takes the reference route. A
 generator whose memory was not found, or (versions 1-2) a key below 2**32 (one word for Python's
 ``random.seed``; numpy's rows are always valid two-word seeds) takes that generator's reference
 route.
@@ -90,6 +91,14 @@ def seed_globals_reference(key: int, version: int = SEEDING_VERSION) -> None:
     _seed_torch(key, version)
 
 
+def _reference(key: int, torch_only: bool, version: int) -> None:
+    """The reference route of one key: torch's generator alone, or all three."""
+    if torch_only:
+        _seed_torch(key, version)
+    else:
+        seed_globals_reference(key, version)
+
+
 class RowBuffer:
     """``rows``: ``[n, width]`` uint32 seeding rows; ``py`` / ``np`` / ``torch``: each row's byte
     slice for that generator (``torch``: empty without a torch layout); ``keys``: the keys the rows
@@ -139,11 +148,7 @@ def seed_function(lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only:
     t_owner = None if tlay is None else tlay.owner
 
     def by_functions(j: int) -> None:  # a generator was swapped during this batch
-        key = int(keys[j])
-        if torch_only:
-            _seed_torch(key, version)
-        else:
-            seed_globals_reference(key, version)
+        _reference(int(keys[j]), torch_only, version)
 
     def seed_torch(j: int) -> None:
         if t_mv is not None:
@@ -190,11 +195,7 @@ def _copy_function(lay: Any, buf: RowBuffer, torch_only: bool, version: int) -> 
     rs_owner, np_owner, t_owner = lay.rs_owner, lay.np_owner, lay.torch.owner
 
     def by_functions(j: int) -> None:  # a generator was swapped during this batch
-        key = int(buf.keys[j])
-        if torch_only:
-            _seed_torch(key, version)
-        else:
-            seed_globals_reference(key, version)
+        _reference(int(buf.keys[j]), torch_only, version)
 
     if torch_only:
         def seed_torch(j: int) -> None:
