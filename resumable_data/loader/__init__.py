@@ -23,7 +23,7 @@ _NAMES = {
     "OnUncommitted": "state",
     "LoaderConfig": "config",
     "resolve_config": "config",
-    "SampleSeeding": "sample_seeding",
+    "SampleSeeding": "seeding.sample_seeding",
     "ProgressLedger": "ledger",
     "ResumableLoader": "protocol",
     "PositionalSampler": "translate",

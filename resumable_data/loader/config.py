@@ -33,7 +33,7 @@ import numpy as np
 
 from resumable_data._schema import check_int, coerce_enum
 from resumable_data.errors import ConfigError, ConfigTypeError, describe
-from resumable_data.loader.sample_seeding import SampleSeeding, SeedingRecord, sample_seeding
+from resumable_data.loader.seeding.sample_seeding import SampleSeeding, SeedingRecord, sample_seeding
 from resumable_data.loader.state import CommitMode, Layout, LoaderState
 from resumable_data.plan import BatchSchedule, Order, OrderSpec, Plan, Sharding, Tail
 from resumable_data.plan.batch_schedule import as_schedule

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from resumable_data.errors import UsageError
-from resumable_data.loader.global_rng import GlobalRNGGuard, GlobalSeeder, seed_globals
+from resumable_data.loader.seeding.global_rng import GlobalRNGGuard, GlobalSeeder, seed_globals
 from resumable_data.plan.sample_keys import numpy_generator, python_random, torch_seed
 
 __all__ = ["BatchContext", "GlobalRNGGuard", "GlobalSeeder", "SampleContext", "SampleSlot", "batch_context",

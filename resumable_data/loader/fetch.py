@@ -51,8 +51,8 @@ from resumable_data.loader.context import (
     reset_sample,
     seed_globals,
 )
-from resumable_data.loader.global_rng import UnseededWatch, lazy_seeding_available
-from resumable_data.loader.sample_seeding import SEEDING_VERSION
+from resumable_data.loader.seeding.global_rng import UnseededWatch, lazy_seeding_available
+from resumable_data.loader.seeding.sample_seeding import SEEDING_VERSION
 from resumable_data.loader.sample_collate import default_collate  # torch's, faster for int and float leaves
 from resumable_data.loader.torch_compat import default_convert
 from resumable_data.loader.packed import pack_sequences, packed_tokens

@@ -40,7 +40,7 @@ from resumable_data.errors import ConfigError, UsageError, describe
 from resumable_data._schema import check_int
 from resumable_data.labels import RecoveryLabel
 from resumable_data.plan import Plan
-from resumable_data.loader.sample_seeding import SEEDING_VERSION, UNRECORDED_SEEDING_VERSION
+from resumable_data.loader.seeding.sample_seeding import SEEDING_VERSION, UNRECORDED_SEEDING_VERSION
 from resumable_data.loader.state import (
     CommitMode,
     CounterView,

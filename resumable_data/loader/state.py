@@ -21,7 +21,7 @@ read as ``end_of_pass = false`` (what they meant: the resume starts the next epo
 current segment, ``{"step", "position", "epoch_first_step"}`` (:class:`~resumable_data.plan.BatchOrigin`):
 progress, not identity (not among the fingerprint keys a checkpoint compares). ``sample_seeding``
 (schema 4) is ``{"mode", "version"}``, the ``seed_per_sample`` mode and the seeding version
-(:class:`~resumable_data.loader.sample_seeding.SeedingRecord`). rd writes schema 5, which omits
+(:class:`~resumable_data.loader.seeding.sample_seeding.SeedingRecord`). rd writes schema 5, which omits
 defaults: no ``sample_seeding`` key means ``{"mode": "eager", "version": 3}``, no ``batch_origin``
 key means none; schema 4 is the same with ``{"mode": "eager", "version": 2}`` as the keyless
 record (written before seeding version 3). Schemas 2 and 3 (written before the seeding record: 3 with a batch schedule, the
@@ -50,7 +50,7 @@ from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.plan import BatchOrigin, Plan, ShardingPolicy, Tail
 from resumable_data.plan import mixture_section as mixture_plan
-from resumable_data.loader.sample_seeding import DEFAULT_SEEDING, SCHEMA_DEFAULT_SEEDING, SeedingRecord, fingerprint_mode, fingerprint_section
+from resumable_data.loader.seeding.sample_seeding import DEFAULT_SEEDING, SCHEMA_DEFAULT_SEEDING, SeedingRecord, fingerprint_mode, fingerprint_section
 
 __all__ = [
     "FORMAT",

@@ -327,7 +327,7 @@ def test_same_seeding_mode_other_version_is_no_difference(ckpt, data_dir, tmp_pa
     assert not rd.check_compatible(saved, o.state.meta()).differences
     from dataclasses import replace
 
-    from resumable_data.loader.sample_seeding import SampleSeeding, SeedingRecord
+    from resumable_data.loader.seeding.sample_seeding import SampleSeeding, SeedingRecord
 
     snap = o.loader.snapshot()
     v2, v3 = (replace(snap, sample_seeding=SeedingRecord(SampleSeeding.EAGER, v)).fingerprint_dict() for v in (2, 3))

@@ -41,7 +41,7 @@ def test_the_fingerprint_records_the_seeding_mode_not_the_version(mode):
     from dataclasses import replace
 
     from resumable_data.errors import ResumeError
-    from resumable_data.loader.sample_seeding import SampleSeeding, SeedingRecord
+    from resumable_data.loader.seeding.sample_seeding import SampleSeeding, SeedingRecord
     from resumable_data.loader.state import CommitMode, Layout
     from resumable_data.plan import OrderSpec, Plan, Tail
 

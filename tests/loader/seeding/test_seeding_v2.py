@@ -24,8 +24,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import resumable_data as rd
-from resumable_data.loader import global_rng as G
-from resumable_data.loader.mt19937 import seed_rows
+from resumable_data.loader.seeding import global_rng as G
+from resumable_data.loader.seeding.mt19937 import seed_rows
 from resumable_data.plan import sample_key
 from tests.golden import seeding_v1_gen as g
 from tests.loader._draws import BatchDraws, Draws, batches_of, draw_collate, golden_loader

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import resumable_data as rd
-from resumable_data.loader import global_rng as G
+from resumable_data.loader.seeding import global_rng as G
 from tests.loader.conftest import canon
 
 N = 96

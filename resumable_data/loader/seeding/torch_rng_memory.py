@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from resumable_data.errors import ConfigError, describe
-from resumable_data.loader.mt19937 import N, init_genrand
+from resumable_data.loader.seeding.mt19937 import N, init_genrand
 
 __all__ = ["TorchLayout", "check_state_layout", "probe", "state_tensor"]
 
@@ -221,8 +221,8 @@ def _cache_flags(gen, impl: int, base: bytes, end_state: int) -> tuple[int, int]
 
 def _verified(gen, lay: TorchLayout, base: bytes) -> bool:
     """Writing the region equals ``manual_seed``: state bytes, seed and draws, caches engaged before."""
-    from resumable_data.loader.mt19937 import hash_state, seed_rows
-    from resumable_data.loader.sample_seeding import STREAMS
+    from resumable_data.loader.seeding.mt19937 import hash_state, seed_rows
+    from resumable_data.loader.seeding.sample_seeding import STREAMS
 
     keys = np.array(_CHECK_KEYS, dtype=np.uint64)
     mv = memoryview(lay.view)

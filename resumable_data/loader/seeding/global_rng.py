@@ -60,11 +60,11 @@ import sys
 import numpy as np
 import torch
 
-from resumable_data.loader import torch_rng_memory
-from resumable_data.loader.mt19937 import N as _N, NP_COL, PYNP_WORDS, fill_rows, mt_states, seed_rows
+from resumable_data.loader.seeding import torch_rng_memory
+from resumable_data.loader.seeding.mt19937 import N as _N, NP_COL, PYNP_WORDS, fill_rows, mt_states, seed_rows
 from resumable_data.errors import ConfigError, describe
-from resumable_data.loader.sample_seeding import HASHED_VERSIONS, READABLE_SEEDING_VERSIONS, SEEDING_VERSION, numpy_seed_words
-from resumable_data.loader.seed_copy import RowBuffer, seed_function, seed_globals_reference
+from resumable_data.loader.seeding.sample_seeding import HASHED_VERSIONS, READABLE_SEEDING_VERSIONS, SEEDING_VERSION, numpy_seed_words
+from resumable_data.loader.seeding.seed_copy import RowBuffer, seed_function, seed_globals_reference
 
 __all__ = ["GlobalRNGGuard", "GlobalSeeder", "UnseededWatch", "layout", "lazy_seeding_available", "mt_states", "seed_globals",
            "seed_globals_reference"]

@@ -14,7 +14,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from resumable_data.loader import global_rng as G
+from resumable_data.loader.seeding import global_rng as G
 
 
 def draws() -> tuple:

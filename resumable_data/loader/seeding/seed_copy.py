@@ -36,9 +36,9 @@ import numpy as np
 import torch
 
 from resumable_data.errors import ConfigError, describe
-from resumable_data.loader.mt19937 import N as _N, NP_COL, PYNP_WORDS, hash_state
-from resumable_data.loader.sample_seeding import HASHED_VERSIONS, SEEDING_VERSION, STREAMS, numpy_seed_words
-from resumable_data.loader.torch_rng_memory import check_state_layout, state_tensor
+from resumable_data.loader.seeding.mt19937 import N as _N, NP_COL, PYNP_WORDS, hash_state
+from resumable_data.loader.seeding.sample_seeding import HASHED_VERSIONS, SEEDING_VERSION, STREAMS, numpy_seed_words
+from resumable_data.loader.seeding.torch_rng_memory import check_state_layout, state_tensor
 
 __all__ = ["RowBuffer", "check_numpy_generator", "seed_function", "seed_globals_reference"]
 

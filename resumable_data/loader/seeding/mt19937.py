@@ -34,7 +34,7 @@ import sys
 import numpy as np
 from numba import njit
 
-from resumable_data.loader.sample_seeding import HASHED_VERSIONS, STREAMS, numpy_key_xor
+from resumable_data.loader.seeding.sample_seeding import HASHED_VERSIONS, STREAMS, numpy_key_xor
 
 __all__ = ["N", "NP_COL", "PYNP_WORDS", "fill_rows", "hash_state", "init_genrand", "mt_states", "seed_rows"]
 

@@ -17,8 +17,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import resumable_data as rd
-from resumable_data.loader import global_rng as G, torch_rng_memory as T
-from tests.loader import v3_formula as F
+from resumable_data.loader.seeding import global_rng as G, torch_rng_memory as T
+from tests.loader.seeding import v3_formula as F
 
 GEN = torch.random.default_generator
 EDGE = [0, 1, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**63 + 5, 2**64 - 1, 0x9E3779B97F4A7C15]
