@@ -45,7 +45,7 @@ _EXPORTS: dict[str, str] = {
     "Sharding": "resumable_data.plan",
     "ShardingPolicy": "resumable_data.plan",
     "Tail": "resumable_data.plan",
-    "WeightSchedule": "resumable_data.plan.weights",
+    "WeightSchedule": "resumable_data.plan.mixture.weights",
     "sample_key": "resumable_data.plan",
     # -- sources (pinned Arrow shards; pyarrow, no torch) --
     "ArrowShards": "resumable_data.sources",

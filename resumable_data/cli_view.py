@@ -121,7 +121,7 @@ def next_step_lines(out: list[str], state: Any, step: int, data: str | None, rec
 
 def mixture_lines(out: list[str], state: Any, step: int | None = None) -> None:
     """Per-source progress of an ``rd.Mixture`` loader state, from the state alone."""
-    from resumable_data.loader.mixture_state import mixture_progress
+    from resumable_data.loader.mixture.state import mixture_progress
 
     m = state.mixture
     names = m["sources"]

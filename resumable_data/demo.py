@@ -216,11 +216,20 @@ def compare(reference: RunLog, interrupted: RunLog, resumed: RunLog, steps: int)
 
 # -- the report -----------------------------------------------------------------------------------
 def _inspect(checkpoint: str, data: str) -> tuple[int, str]:
-    from resumable_data import cli
+    """``resumable-data inspect CHECKPOINT --data DATA`` as the command line runs it (its printout
+    and exit status, 2 for an rd error), called through :mod:`.cli_inspect`: the command line
+    imports this module for ``demo``, so this one does not import it back."""
+    from resumable_data import cli_inspect
 
+    parser = argparse.ArgumentParser(prog="resumable-data inspect")
+    cli_inspect.configure(parser)
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        code = cli.main(["inspect", checkpoint, "--data", data, "--records", "6", "--wide"])
+        try:
+            code = cli_inspect.run(parser.parse_args([checkpoint, "--data", data, "--records", "6", "--wide"]))
+        except rd.ResumableDataError as e:
+            print(f"resumable-data inspect: {e}")
+            code = 2
     return code, buf.getvalue()
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from resumable_data.checkpoint.inventory import Inventory, InventoryEntry
-from resumable_data.checkpoint.state import K_ACCUMULATION, K_GRADIENTS, K_META, K_METRICS, K_ORACLES, TrainingState
+from resumable_data.checkpoint.keys import K_ACCUMULATION, K_GRADIENTS, K_META, K_METRICS, K_ORACLES
 
 __all__ = ["build_inventory"]
 
@@ -22,7 +22,8 @@ def _typename(obj: Any) -> str:
     return type(obj).__name__ if obj is not None else "absent"
 
 
-def build_inventory(ts: TrainingState, state: Mapping[str, Any]) -> Inventory:
+def build_inventory(ts: Any, state: Mapping[str, Any]) -> Inventory:
+    """``ts``: the live ``TrainingState`` (read only; not imported here: its module calls this one)."""
     o = state[K_ORACLES]
     st = state[K_META]["status"]
     acc = state[K_ACCUMULATION]
@@ -82,7 +83,7 @@ def build_inventory(ts: TrainingState, state: Mapping[str, Any]) -> Inventory:
     return Inventory(tuple(rows))
 
 
-def _next_batch_text(ts: TrainingState, st: Mapping[str, Any]) -> str:
+def _next_batch_text(ts: Any, st: Mapping[str, Any]) -> str:
     step = st.get("next_step")
     if step is None:
         return "-"

@@ -42,7 +42,7 @@ from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.restore import rounded_epoch_fix
 from resumable_data.loader.seeding.sample_seeding import K_FINGERPRINT_MODE, fingerprint_mode
 from resumable_data.loader.state import K_MIXTURE, K_PLAN, OnBatchChange
-from resumable_data.plan.mixture_section import K_REBASE
+from resumable_data.plan.mixture.section import K_REBASE
 from resumable_data.plan.steps import K_GLOBAL_BATCH, K_SCHEDULE
 
 __all__ = ["CONTRACT_VERSION", "RULES", "Category", "CompatibilityReport", "Difference", "Severity", "check_compatible"]

@@ -62,6 +62,7 @@ from resumable_data.checkpoint.keys import (
     K_SCALER,
     K_SCHEDULER,
 )
+from resumable_data.checkpoint.policies import AccumulationPolicy
 from resumable_data.checkpoint.meta import new_id
 from resumable_data.checkpoint.optim import _group_fqns, _match_groups, load_dense_optimizer_state, load_optimizer_state
 from resumable_data.errors import ResumableDataError, describe
@@ -172,8 +173,6 @@ def _validate(ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, dc
               loader_options: Mapping[str, Any]) -> dict[str, Any]:
     def want(key: str, obj: Any) -> bool:
         return key in restores and obj is not None and state[key] is not None
-
-    from resumable_data.checkpoint.state import AccumulationPolicy
 
     acc = state[K_ACCUMULATION]
     keys = {"policy", "mid_window", "rewound", "microstep", "uncommitted"} | ({"gradients"} if dcp else set())

@@ -38,7 +38,6 @@ objects after); the rollback snapshot holds one copy of the parameters and buffe
 
 from __future__ import annotations
 
-import enum
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -49,9 +48,11 @@ from resumable_data._schema import coerce_enum, expect_header, expect_mapping
 from resumable_data.checkpoint import dcp_layout
 from resumable_data.checkpoint import restore as restore_mod
 from resumable_data.checkpoint import rng as rng_mod
+from resumable_data.checkpoint.census import build_inventory
 from resumable_data.checkpoint.compat import CompatibilityReport, check_compatible
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.checkpoint.inventory import Inventory
+from resumable_data.checkpoint.policies import AccumulationPolicy, NewRankRNG
 from resumable_data.checkpoint.keys import (
     K_ACCUMULATION,
     K_CALLBACKS,
@@ -115,24 +116,6 @@ RESTORES: dict[RecoveryLabel, frozenset[str]] = {
     L.DATA_CHANGE: frozenset({K_MODEL, K_OPTIMIZER, K_SCHEDULER, K_SCALER, K_EMA, K_CALLBACKS, K_RNG, K_MODES}),
 }
 CONTINUES_RUN = frozenset({L.FAITHFUL_CONTINUATION, L.ELASTIC_RESHARD})
-
-
-class AccumulationPolicy(str, enum.Enum):
-    """How a checkpoint inside a gradient-accumulation window is made exact."""
-
-    #: Store the accumulated gradients and continue the window after the restore.
-    SAVE_GRADIENTS = "save_gradients"
-    #: Store the window start's RNG and buffers; the loader repeats the window.
-    REWIND = "rewind"
-
-
-class NewRankRNG(str, enum.Enum):
-    """What a DCP load on more ranks than saved does for the ranks without saved generators."""
-
-    #: The load raises :class:`CompatibilityError` on every rank.
-    REFUSE = "refuse"
-    #: Those ranks keep the generators the process seeded itself (seed them by rank).
-    KEEP = "keep"
 
 
 def _has_state(obj: Any) -> bool:
@@ -445,6 +428,4 @@ class TrainingState:
     # -- inventory --------------------------------------------------------------------------------
     def inventory(self) -> Inventory:
         """One entry per state category with owner, serialization, restore action and oracle value."""
-        from resumable_data.checkpoint.census import build_inventory
-
         return build_inventory(self, self.file_state_dict())

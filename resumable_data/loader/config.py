@@ -217,7 +217,7 @@ def resolve_config(
                      "pass drop_last=True or tail='wrap'")
         )
 
-    from resumable_data.plan.mixture import StepPositions
+    from resumable_data.plan.mixture.plan import StepPositions
     from resumable_data.sources import ArrowShards  # sources import pyarrow only
 
     version_hash, pinned = _version(dataset, dataset_version, ArrowShards)

@@ -41,8 +41,8 @@ from resumable_data.loader.config import LoaderConfig, check_snapshot_every, che
 from resumable_data.loader.fetch import StepFetcher, StepSampler
 from resumable_data.loader.iterator import LoaderIterator
 from resumable_data.loader.ledger import CounterView, ProgressLedger
-from resumable_data.loader.mixture_packed import PackedSourceCount, packed_progress, resolve_schedule, without_ended_runs
-from resumable_data.loader.mixture_state import TokenStart, check_saved_tokens, mixture_progress, saved_plan, \
+from resumable_data.loader.mixture.packed import PackedSourceCount, packed_progress, resolve_schedule, without_ended_runs
+from resumable_data.loader.mixture.state import TokenStart, check_saved_tokens, mixture_progress, saved_plan, \
     with_source_tokens
 from resumable_data.loader.restore import validate_restore
 from resumable_data.loader.translate import torch_views
@@ -50,7 +50,7 @@ from resumable_data.loader.transport import WorkerCollate
 from resumable_data.loader.state import CommitMode, Cursor, LoaderState, OnBatchChange, OnUncommitted
 from resumable_data.loader.stream import PackedStream, RecordStream, StepInfo, describe_step
 from resumable_data.plan import Plan, Sharding, Tail
-from resumable_data.plan.mixture_tokens import SourceTokens
+from resumable_data.plan.mixture.tokens import SourceTokens
 
 __all__ = ["CounterView", "DataLoader"]
 
@@ -288,7 +288,7 @@ class DataLoader:
         return self._tokens_per_source
 
     def _packed(self) -> PackedSourceCount:
-        """The per-source counts of a packed mixture loader (:mod:`~.mixture_packed`)."""
+        """The per-source counts of a packed mixture loader (:mod:`~.mixture.packed`)."""
         if self._packed_count is None:
             self._packed_count = PackedSourceCount(self._source_tokens(), self.dataset.offsets)
         return self._packed_count
@@ -327,7 +327,7 @@ class DataLoader:
         """Per-source progress of an ``rd.Mixture`` loader at its committed cursor: records
         consumed per source, each source's epoch and position, the next step's per-source counts
         and, with ``token_column=``, each source's tokens consumed (an
-        :class:`~resumable_data.loader.mixture_state.MixtureProgress`). Packed, the tokens are
+        :class:`~resumable_data.loader.mixture.state.MixtureProgress`). Packed, the tokens are
         those of the sequences passed before the cursor: after ``on_uncommitted="skip"`` they
         include the skipped steps' sequences, which ``counters.tokens`` (the delivered) does not."""
         if not hasattr(self.config.positional, "state_section"):
@@ -411,7 +411,7 @@ class DataLoader:
 
     def _saved_tokens(self, r: Any) -> TokenStart | None:
         """The token counter's start at the saved committed cursor, checked against the sources
-        (:func:`~.mixture_state.check_saved_tokens`), or None for a loader that does not count.
+        (:func:`~.mixture.state.check_saved_tokens`), or None for a loader that does not count.
         Unpacked, the counts come from the saved plan (a ``data_change`` rebase may lie after the
         committed cursor; a source's tokens do not depend on the weights); packed counts include
         partial windows and EOS tokens, so they are checked, not seeded."""
@@ -426,7 +426,7 @@ class DataLoader:
         return check_saved_tokens(saved, counter, plan, column=self.config.token_column)
 
     def _packed_seed(self, r: Any) -> Any:
-        """A packed mixture restore's per-source token seed (:meth:`~.mixture_packed.PackedSourceCount.seed_from`,
+        """A packed mixture restore's per-source token seed (:meth:`~.mixture.packed.PackedSourceCount.seed_from`,
         on the order the restore rebases to), checked before anything changes; None otherwise."""
         mixture = self._mixture()
         if mixture is None or not isinstance(self._stream, PackedStream):

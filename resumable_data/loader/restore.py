@@ -39,7 +39,7 @@ from typing import Any
 from resumable_data._schema import check_json, coerce_enum
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
-from resumable_data.loader.mixture_state import check_mixture
+from resumable_data.loader.mixture.state import check_mixture
 from resumable_data.loader.state import LoaderState, OnBatchChange, OnUncommitted
 from resumable_data.plan import Plan, Tail
 from resumable_data.plan.sharding import world_sizes_text
@@ -60,7 +60,7 @@ class Restore:
     plan: Plan
     #: An ``rd.Mixture`` loader continues from this rebase (the saved one, or a data_change's).
     mixture_rebase: Any = None
-    #: The saved mixture section as validated (:func:`~.mixture_state.check_section`, once per restore) and the
+    #: The saved mixture section as validated (:func:`~.mixture.state.check_section`, once per restore) and the
     #: saved counting plan when the check built one: what later restore steps use instead of parsing again.
     mixture_section: Any = None
     mixture_plan: Any = None

@@ -49,7 +49,7 @@ from resumable_data._schema import (
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.plan import BatchOrigin, Plan, ShardingPolicy, Tail
-from resumable_data.plan import mixture_section as mixture_plan
+from resumable_data.plan.mixture import section as mixture_plan
 from resumable_data.loader.seeding.sample_seeding import DEFAULT_SEEDING, SCHEMA_DEFAULT_SEEDING, SeedingRecord, fingerprint_mode, fingerprint_section
 
 __all__ = [
@@ -90,7 +90,7 @@ K_LABEL = "recovery_label"
 K_SAMPLER = "sampler"
 K_EPOCH_BASE = "epoch_base"
 K_END_OF_PASS = "end_of_pass"
-#: Only in states of an ``rd.Mixture`` loader (validated by :mod:`resumable_data.loader.mixture_state`).
+#: Only in states of an ``rd.Mixture`` loader (validated by :mod:`resumable_data.loader.mixture.state`).
 K_MIXTURE = "mixture"
 K_BATCH_ORIGIN = "batch_origin"
 K_SAMPLE_SEEDING = "sample_seeding"

@@ -11,7 +11,7 @@ import json
 import pytest
 
 import resumable_data as rd
-from resumable_data.plan.mixture_section import MAX_EARLIER
+from resumable_data.plan.mixture.section import MAX_EARLIER
 from tests.loader.conftest import canon
 from tests.loader.test_mixture_pack_change import G, SPEC, Reference, check_against, continue_from, make, mixture, \
     rows, run

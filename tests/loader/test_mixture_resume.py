@@ -307,7 +307,7 @@ def test_forged_rebases_and_unvalidated_sections_are_resume_errors(dirs):
 def test_a_data_change_after_a_batch_change(dirs):
     """A batch change writes an origin (step 3): the saved plan still counts from position 0, so
     progress and a data_change work; a weight schedule there is refused, naming the fix."""
-    from resumable_data.loader.mixture_state import mixture_progress
+    from resumable_data.loader.mixture.state import mixture_progress
     from resumable_data.loader.state import LoaderState
 
     _, a_states = run(loader_for(dirs, WEIGHTS, tail="continuous"), 3)
@@ -344,10 +344,10 @@ def test_a_restore_validates_the_saved_section_once(dirs, monkeypatch, case):
     """Every restore path parses the saved mixture section exactly once (``check_section``) and
     passes the typed section on: the saved plan, the packed change and the token check do not
     parse it again; the resumed batches are the uninterrupted (or the changed) loader's."""
-    from resumable_data.loader import mixture_state
-    from resumable_data.plan import mixture as plan_mixture
-    from resumable_data.plan import mixture_section
-    from resumable_data.sources import mixture_packed
+    from resumable_data.loader.mixture import state as mixture_state
+    from resumable_data.plan.mixture import plan as plan_mixture
+    from resumable_data.plan.mixture import section as mixture_section
+    from resumable_data.sources import mixture as mixture_packed
 
     packing = rd.Packing(16) if case.startswith("packed") else None
     weights = W2 if case.endswith("data_change") else WEIGHTS

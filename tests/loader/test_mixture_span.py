@@ -82,7 +82,7 @@ def test_a_query_longer_than_a_span_call_is_cut_into_chunks_with_the_same_record
     """A query of many runs' worth of positions (starting mid-block, ending mid-block) goes
     through the span path chunk by chunk: the same records as one block at a time, and the
     round keys the plan keeps afterwards cover one chunk, not the whole query."""
-    from resumable_data.plan.mixture import _SPAN_POSITIONS
+    from resumable_data.plan.mixture.plan import _SPAN_POSITIONS
 
     mix = rd.Mixture(open_sources(dirs), weights=WEIGHTS, block_size=block)
     plan = mix.sampler(5, BATCH).plan

@@ -51,7 +51,7 @@ def _floor_sum_reference(n, m, a, b):
 def test_floor_sum_at_a_restore_size_matches_the_reference_reduction(n, d, a, b):
     """The sizes a restore asks for (``m = 2**64 * denom``, blocks up to 10**13): the same sums as
     the reduction that divides every round, and the golden-ratio sums of the extra-slot grid."""
-    from resumable_data.plan.mixture_runs import _ALPHA, _M
+    from resumable_data.plan.mixture.runs import _ALPHA, _M
 
     m = _M * d
     assert floor_sum(n, m, a, b) == _floor_sum_reference(n, m, a, b)
@@ -67,7 +67,7 @@ def test_extra_slots_before_a_block_are_the_floor_sums_of_every_grid_point(weigh
     """``Run.extras_before`` sums the floors once per grid point that is not a multiple of the
     denominator (the others follow from the ``g = 0`` sum): the same counts as a floor sum per
     grid point, and as the blocks' own counts added up."""
-    from resumable_data.plan.mixture_runs import _ALPHA, _M, Run
+    from resumable_data.plan.mixture.runs import _ALPHA, _M, Run
 
     total = sum(Fraction(w) for w in weights)
     run = Run.of(0, tuple(Fraction(w) / total for w in weights), (0,) * len(weights), block)

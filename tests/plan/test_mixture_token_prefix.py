@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from resumable_data.errors import ConfigError
 from resumable_data.plan.mixture import MixturePlan, Rebase, WeightSchedule
-from resumable_data.plan.mixture_tokens import SourceTokens
+from resumable_data.plan.mixture.tokens import SourceTokens
 
 NAMES = ("web", "code", "math")
 SIZES = (40, 17, 5)
@@ -97,7 +97,7 @@ def test_a_window_sum_is_the_sum_over_the_window_order(n, window, block, epoch, 
 def test_windowed_sources_count_tokens_as_a_walk_with_whole_windows_summed(monkeypatch):
     """SourceTokens over windowed sources (the block-sum path for spans over two windows) equals a
     walk over the mixed stream, cold and after earlier queries."""
-    from resumable_data.plan import mixture_tokens
+    from resumable_data.plan.mixture import tokens as mixture_tokens
 
     calls = []
     original = mixture_tokens.window_sum

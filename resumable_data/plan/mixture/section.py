@@ -3,7 +3,7 @@
 What it holds. The ``mixture`` part of a loader state: the source names and sizes, the declared
 weight schedule (``[[step, [weight per source]], ...]``), the block size, whether blocks are
 shuffled, and a data-change ``rebase`` (``[position, [records consumed per source]]``); at schema
-2 also per-source token counts (progress, not identity: :mod:`.mixture_tokens`).
+2 also per-source token counts (progress, not identity: :mod:`.tokens`).
 
 Guarantee. :func:`parse_section` reads nothing it has not checked: every key, type, length and
 range is validated (a ``ResumeError`` naming the field, the value, what was expected and the fix)
@@ -18,7 +18,7 @@ from typing import Any
 from resumable_data._schema import MAX_INT, expect_int, expect_mapping, expect_str, field_int
 from resumable_data.errors import ResumeError, describe
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
-from resumable_data.plan.weights import WEIGHT_TEXT, is_weight
+from resumable_data.plan.mixture.weights import WEIGHT_TEXT, is_weight
 
 __all__ = ["EarlierRun", "PackedRebase", "Rebase", "Section", "parse_section"]
 
@@ -31,7 +31,7 @@ K_BLOCK = "block"
 K_SHUFFLE = "shuffle"
 K_REBASE = "rebase"
 #: Tokens consumed per source at the state's committed cursor (mixture schema 2 only: a loader
-#: that counts tokens); progress, not identity (:mod:`resumable_data.plan.mixture_tokens`).
+#: that counts tokens); progress, not identity (:mod:`resumable_data.plan.mixture.tokens`).
 K_TOKENS = "tokens"
 #: With ``tokens``: the list column they count (an unpacked loader's ``token_column``), and the
 #: tokens among them that ``counters.tokens`` does not hold (records consumed before counting

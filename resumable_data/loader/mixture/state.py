@@ -14,7 +14,7 @@ weights are refused under the default (a faithful continuation) with both schedu
 ``label="data_change"`` they are accepted and the new loader continues every source from its
 consumed count at the resume position (a new rebase), so no record of any source is repeated or
 skipped within its epoch. A packed mixture accepts the change at any step: it takes effect at the
-first packing-window boundary at or after the step (:func:`~.mixture_packed.packed_change`; the
+first packing-window boundary at or after the step (:func:`~.packed.packed_change`; the
 window holding the cursor is finished under the old weights), and the runs that hold the epoch's
 documents before the boundary are kept in the section (``earlier``, schema 3); a packed weight
 *schedule* is not changed by a ``data_change`` (refused: its segments are placed from its first
@@ -29,7 +29,7 @@ positions (constant weights need no step map: segment 0 starts at 0).
 Tokens per source. A loader that counts tokens (``token_column=``) writes, at mixture schema 2,
 ``tokens``: each source's non-padding tokens in the records it consumed before the committed
 cursor (:func:`with_source_tokens`), a pure function of the position through the per-source
-consumed counts (:mod:`resumable_data.plan.mixture_tokens`), with ``token_column`` (the column
+consumed counts (:mod:`resumable_data.plan.mixture.tokens`), with ``token_column`` (the column
 counted) and, when not 0, ``tokens_base`` (tokens ``counters.tokens`` does not hold: a schema-1
 state resumed by a counting loader). Progress, not identity (not in a checkpoint's fingerprint),
 but checked on a resume by :func:`check_saved_tokens` before anything changes: the same column,
@@ -50,11 +50,13 @@ import numpy as np
 
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
+from resumable_data.loader.mixture.packed import packed_change
+from resumable_data.loader.mixture.progress import MixtureProgress
 from resumable_data.loader.state import LoaderState, OnUncommitted
-from resumable_data.plan.mixture import MixturePlan, SourceProgress, StepPositions
-from resumable_data.plan.mixture_section import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
+from resumable_data.plan.mixture.plan import MixturePlan, StepPositions
+from resumable_data.plan.mixture.section import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
     K_EARLIER, K_TOKEN_COLUMN, K_TOKENS, K_TOKENS_BASE, TOKENS_SCHEMA_VERSION, Rebase, Section, parse_section
-from resumable_data.plan.mixture_tokens import SourceTokens
+from resumable_data.plan.mixture.tokens import SourceTokens
 
 __all__ = ["MixtureCheck", "MixtureProgress", "TokenStart", "check_mixture", "check_saved_tokens", "check_section", "mixture_progress",
            "saved_plan", "saved_tokens", "with_source_tokens"]
@@ -181,8 +183,6 @@ def _check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabe
     packed = saved.packing is not None and hasattr(getattr(stream, "order", None), "saved")
     if s[K_SCHEDULE] == c[K_SCHEDULE]:
         if packed and plan.rebase is not None and not batch_changed:  # a batch change: refused (or continued) there
-            from resumable_data.loader.mixture_packed import packed_change  # it imports this module
-
             return [], packed_change(saved, stream, saved.cursor.committed, change=False, section=section), plan
         return [], plan.rebase, plan
     if label is not RecoveryLabel.DATA_CHANGE:
@@ -191,8 +191,6 @@ def _check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabe
                 "from its consumed position)"], None, plan
     step = saved.cursor.delivered if choice is OnUncommitted.SKIP else saved.cursor.committed
     if packed:
-        from resumable_data.loader.mixture_packed import packed_change
-
         return [], packed_change(saved, stream, step, change=True, section=section), plan
     position = saved.plan.step_start(step)
     return [], Rebase(position, tuple(int(x) for x in plan.counts_before(position))), plan
@@ -206,33 +204,6 @@ def _shown(section: dict) -> str:
 
 def _number(w: Any) -> str:
     return f"{w:g}" if isinstance(w, float) else str(w)
-
-
-@dataclass(frozen=True)
-class MixtureProgress:
-    """Per-source progress at a loader state's committed cursor.
-
-    ``position``: the mixed stream's position of the next step; ``sources``: each source's
-    records consumed, its epoch and in-epoch position; ``next_step``: how many records of each
-    source the next global step holds.
-    """
-
-    step: int
-    position: int
-    sources: tuple[SourceProgress, ...]
-    next_step: dict[str, int]
-    #: Non-padding tokens of ``token_column`` in each source's consumed records (None: not counted);
-    #: packed, the input tokens of the sequences passed, a skipped step's included (not delivered).
-    tokens: dict[str, int] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        tokens = self.tokens or {}
-        return {
-            "step": self.step, "position": self.position, "next_step": dict(self.next_step),
-            "sources": {p.name: {"consumed": p.consumed, "epoch": p.epoch, "position": p.position, "size": p.size,
-                                 **({"tokens": tokens[p.name]} if p.name in tokens else {})}
-                        for p in self.sources},
-        }
 
 
 def with_source_tokens(state: LoaderState, plan: MixturePlan, tokens: SourceTokens, column: str,

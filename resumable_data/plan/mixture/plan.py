@@ -13,7 +13,7 @@ fractional part of ``w_s B`` and ``G_s`` the sum of the ``f_t`` before ``s``. Th
 one, so every block has exactly ``B`` slots. Slots are laid out source by source and the block's
 positions visit them through a keyed permutation of ``[0, B)`` (:mod:`.permutation`). Source
 ``s``'s ``q``-th record is record ``perm_e(q mod n_s)`` of its own epoch ``e = q // n_s``
-(:mod:`.mixture_cache` computes a block's arrays and caches them).
+(:mod:`.cache` computes a block's arrays and caches them).
 
 Guarantee. In every aligned block of a run, source ``s`` gets ``floor(w_s B)`` or
 ``ceil(w_s B)`` positions (exactly ``w_s B`` when that is an integer). The cumulative count after
@@ -26,11 +26,11 @@ epoch in a new order.
 
 Cost. ``counts_before(p)`` is O(S log) (a floor sum, no walk) plus O(B) for the partial block;
 ``locate`` / ``records`` / ``concatenated_ids`` are O(len) plus, per block touched, one compiled
-O(S + B) pass, cached (:mod:`.mixture_cache`); a query of consecutive positions at least a block
+O(S + B) pass, cached (:mod:`.cache`); a query of consecutive positions at least a block
 long computes its blocks in one compiled call instead. The loader's runs of upcoming positions
 (4,096, then 16,384 positions) ask by their bounds (:meth:`MixturePlan.span_ids`), which
 computes the ids alone. No index of the stream exists; a restore costs one block and the
-counts before it (one floor sum per grid point of the run, :meth:`.mixture_runs.Run.extras_before`).
+counts before it (one floor sum per grid point of the run, :meth:`.runs.Run.extras_before`).
 """
 
 from __future__ import annotations
@@ -47,14 +47,14 @@ import xxhash
 
 from resumable_data._schema import check_int
 from resumable_data.errors import ConfigError, ResumeError, describe
-from resumable_data.plan.mixture_block import is_span
-from resumable_data.plan.mixture_cache import BlockCache, _Block
-from resumable_data.plan.mixture_runs import Run, floor_sum
-from resumable_data.plan.mixture_section import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
+from resumable_data.plan.mixture.block import is_span
+from resumable_data.plan.mixture.cache import BlockCache, Block
+from resumable_data.plan.mixture.runs import Run, floor_sum
+from resumable_data.plan.mixture.section import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
     MIXTURE_SCHEMA_VERSION, Rebase, Section, parse_section
 from resumable_data.plan.order import Order, OrderSpec
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
-from resumable_data.plan.weights import StepPositions, WeightSchedule
+from resumable_data.plan.mixture.weights import StepPositions, WeightSchedule
 
 __all__ = ["MixturePlan", "Rebase", "SourceProgress", "StepPositions", "WeightSchedule", "floor_sum", "mixture_version"]
 
@@ -212,7 +212,7 @@ class MixturePlan(BlockCache):
         b = self._span_records(run, j, (stop - 1 - origin) // self.block + 1, full=False)
         return b.ids[start - origin:stop - origin]
 
-    def _lookup(self, positions, block: Callable[[Run, int], _Block], fields: tuple[str, ...]) -> tuple:
+    def _lookup(self, positions, block: Callable[[Run, int], Block], fields: tuple[str, ...]) -> tuple:
         """Per position, ``fields`` of its block's cached arrays; a batch inside one block (the
         common case) is one gather per field from its block's arrays."""
         pos = np.asarray(positions, dtype=np.int64).reshape(-1)
@@ -293,14 +293,14 @@ class MixturePlan(BlockCache):
                   where: str = "state.mixture") -> MixturePlan:
         """The counting plan a saved mixture section describes (source versions are not saved:
         it answers counts and progress, not record ids); the section is validated first
-        (:func:`.mixture_section.parse_section`)."""
+        (:func:`.section.parse_section`)."""
         return cls.from_section(parse_section(d, where), seed=seed, version_hash=version_hash,
                                 position_of_step=position_of_step)
 
     @classmethod
     def from_section(cls, sec: Section, *, seed: int, version_hash: str,
                      position_of_step: Callable[[int], int] | None) -> MixturePlan:
-        """:meth:`from_dict` of a section already validated (:func:`.mixture_section.parse_section`):
+        """:meth:`from_dict` of a section already validated (:func:`.section.parse_section`):
         a restore parses the saved section once and passes the typed result on."""
         try:
             return cls(sec.names, sec.sizes, ["?"] * len(sec.names), WeightSchedule(sec.segments), block=sec.block,

@@ -6,7 +6,7 @@ packing index holds the cumulative sequence count of its windows. In-epoch seque
 in window ``w`` (the last whose cumulative count is ``<= j``). The windows before ``w`` hold whole
 documents, so each source's documents before them are the mixture plan's closed-form counts at
 position ``e*n + w*window`` and their tokens the closed-form token prefix of those counts (plus one
-EOS each when the spec has one, :mod:`resumable_data.plan.mixture_tokens`); the first
+EOS each when the spec has one, :mod:`resumable_data.plan.mixture.tokens`); the first
 ``m = j - cumulative[w]`` sequences of window ``w`` add what they hold of its documents (concat: a
 prefix of the window's token stream; best_fit: the pieces in bins ``< m``), from lengths only.
 That is :func:`prefix`, a pure function of (plan, ``e``, ``j``).
@@ -45,11 +45,11 @@ from typing import Any
 import numpy as np
 
 from resumable_data.errors import ResumeError, describe
-from resumable_data.loader.mixture_state import MixtureProgress
+from resumable_data.loader.mixture.progress import MixtureProgress
 from resumable_data.loader.state import LoaderState
 from resumable_data.plan import Tail
-from resumable_data.plan.mixture import SourceProgress
-from resumable_data.plan.mixture_section import EARLIER_SCHEMA_VERSION, K_EARLIER, K_NAMES, K_REBASE, K_SCHEMA, \
+from resumable_data.plan.mixture.plan import SourceProgress
+from resumable_data.plan.mixture.section import EARLIER_SCHEMA_VERSION, K_EARLIER, K_NAMES, K_REBASE, K_SCHEMA, \
     K_TOKENS, MAX_EARLIER, MIXTURE_SCHEMA_VERSION, TOKENS_SCHEMA_VERSION
 from resumable_data.plan.packing import PackMode, best_fit_bins
 
@@ -89,7 +89,7 @@ def _window_part(stream: Any, epoch: int, w: int, m: int) -> tuple[np.ndarray, n
 
 def prefix(stream: Any, plan: Any, tokens: Any, offsets: np.ndarray, epoch: int, j: int) -> PackedPrefix:
     """The :class:`PackedPrefix` of epoch ``epoch``'s sequences ``[0, j)`` (``0 <= j <= count``);
-    ``plan``: the packed mixture's sampler (:class:`~resumable_data.sources.mixture_packed.PackedMixtureSampler`,
+    ``plan``: the packed mixture's sampler (:class:`~resumable_data.sources.mixture.PackedMixtureSampler`,
     whose counts follow the run in force at each position)."""
     spec, n = stream.spec, stream.plan.num_records
     cumulative = stream.index(epoch).cumulative
@@ -257,9 +257,9 @@ def packed_change(saved: LoaderState, stream: Any, step: int, change: bool, sect
     there; the runs holding the earlier documents of the saved epoch and of the change's epoch are
     kept; ``ResumeError`` when they would be more than ``MAX_EARLIER``, before anything changes),
     else the saved one, which must lie at or before the window boundary of the committed cursor
-    (``ResumeError``). ``section``: ``saved``'s mixture section as :func:`~.mixture_state.check_section`
+    (``ResumeError``). ``section``: ``saved``'s mixture section as :func:`~.state.check_section`
     parsed it (else it is parsed here)."""
-    from resumable_data.sources.mixture_packed import change_rebase
+    from resumable_data.sources.mixture import change_rebase
 
     order = stream.order.saved(saved.mixture if section is None else section)
     order.check_runs()

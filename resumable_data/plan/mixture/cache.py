@@ -1,14 +1,14 @@
 """A mixture plan's per-block arrays and their cache (the half of :class:`.mixture.MixturePlan` that computes records).
 
 Algorithm. Block ``j`` of a run (its per-source counts and each source's count before it, from
-:mod:`.mixture_runs`) becomes its arrays in one compiled O(S + B) pass (:mod:`.mixture_block`:
+:mod:`.runs`) becomes its arrays in one compiled O(S + B) pass (:mod:`.block`:
 the block's keyed permutation, a running count per source, each source's permutation over its
 range of the block): source, source position, record id in the source and concatenated id per
 in-block position. A source ``s``'s ``q``-th record is record ``perm_e(q mod n_s)`` of its epoch
 ``e = q // n_s``, a keyed permutation per (source name, source version, seed, epoch), or, for a
 source given a shuffle window, that epoch's window shuffle (:mod:`.order`), applied after the
 kernel. A span of consecutive blocks is computed in one compiled call instead
-(:func:`.mixture_block.span_arrays`), the block keys and counts of the span together.
+(:func:`.block.span_arrays`), the block keys and counts of the span together.
 
 Guarantee. Every array is a pure function of (run, block): the cache is keyed by (run start,
 block), so a seek never reads a stale entry; it belongs to one plan (a rebase is a new plan and
@@ -19,7 +19,7 @@ batch inside one block is one gather from its arrays; the cache holds about 32 M
 ``B``. Spans are not cached (each run of upcoming positions is asked for once); the sources'
 counts after a span are kept, keyed by (run, next block), so the next span needs no floor sum,
 and a seek, which asks for another block, misses them and pays the closed form (one floor sum
-per grid point of the run, :meth:`.mixture_runs.Run.extras_before`).
+per grid point of the run, :meth:`.runs.Run.extras_before`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from resumable_data.plan.mixture_block import SourceKeys, block_arrays, span_arrays
-from resumable_data.plan.mixture_runs import Run
+from resumable_data.plan.mixture.block import SourceKeys, block_arrays, span_arrays
+from resumable_data.plan.mixture.runs import Run
 from resumable_data.plan.order import EpochOrder
 from resumable_data.plan.permutation import Permutation, permutation_key
 
@@ -40,7 +40,7 @@ __all__ = ["BlockCache"]
 _CACHE_BYTES = 1 << 25  # the block cache's bound (its entry count follows from the block size)
 
 
-class _Block:
+class Block:
     """One block's cached arrays (``B`` each): source, source position, record id in the source
     and concatenated id per in-block position (the last two None until asked for), plus its
     positions per source and each source's count before it."""
@@ -58,7 +58,7 @@ class BlockCache:
     ``shuffle``, ``_orders`` and ``_windowed``, and calls :meth:`_init_cache` once they are set)."""
 
     def _init_cache(self) -> None:
-        self._blocks: OrderedDict[tuple[int, int], _Block] = OrderedDict()
+        self._blocks: OrderedDict[tuple[int, int], Block] = OrderedDict()
         self._cache_entries = max(2, min(32, _CACHE_BYTES // (32 * self.block)))  # 4 arrays of B int64 per block
         self._block_half: np.uint64 | None = None  # Feistel half of the block permutation, at the first block
         self._sizes: np.ndarray | None = None  # int64 sizes and concatenated offsets, once records are asked for
@@ -66,8 +66,8 @@ class BlockCache:
         self._keys: SourceKeys | None = None  # the source epochs' round keys of the last block computed
         self._span_end: tuple[tuple[int, int], np.ndarray] | None = None  # (run start, next block), counts there
 
-    def _layout(self, run: Run, j: int, records: bool = False) -> _Block:
-        """Block ``j`` of ``run``, cached (:mod:`.mixture_block`: what a prefix of the block consumed
+    def _layout(self, run: Run, j: int, records: bool = False) -> Block:
+        """Block ``j`` of ``run``, cached (:mod:`.block`: what a prefix of the block consumed
         is a prefix of each source's stream); with ``records``, its record ids too."""
         key = (run.start, j)
         hit = self._blocks.get(key)
@@ -90,7 +90,7 @@ class BlockCache:
                 self._window_records(*arrays)
         else:
             arrays = block_arrays(counts, before, block_key, self._block_half)
-        block = _Block(counts, before, *arrays)
+        block = Block(counts, before, *arrays)
         self._blocks[key] = block
         while len(self._blocks) > self._cache_entries:
             self._blocks.popitem(last=False)
@@ -107,9 +107,9 @@ class BlockCache:
             return end[1]
         return np.array(run.base, dtype=np.int64) + j * np.array(run.floors, dtype=np.int64) + run.extras_before(j)
 
-    def _span_records(self, run: Run, j: int, nb: int, full: bool = True) -> _Block:
+    def _span_records(self, run: Run, j: int, nb: int, full: bool = True) -> Block:
         """Blocks ``j .. j + nb - 1`` of ``run`` with their record ids, as one block's arrays end
-        to end (:func:`.mixture_block.span_arrays`: one compiled call, not one per block). Not
+        to end (:func:`.block.span_arrays`: one compiled call, not one per block). Not
         put in the block cache; the sources' counts after the span are kept (keyed by the block
         that follows), so the next span starts without floor sums. ``full=False`` (no windowed
         source): the concatenated ids only, the other arrays empty."""
@@ -129,7 +129,7 @@ class BlockCache:
         if self._windowed:
             self._window_records(*arrays)
         self._span_end = ((run.start, j + nb), before + total)
-        return _Block(total, before, *arrays)
+        return Block(total, before, *arrays)
 
     def _source_keys(self, counts: np.ndarray, before: np.ndarray) -> SourceKeys:
         """Round keys of every source epoch a range of the stream touches (each source's
@@ -163,7 +163,7 @@ class BlockCache:
                 rec[sel] = self.source_order(s, e).forward(rec[sel])
             ids[at] = self._offsets[s] + rec[at]
 
-    def _block_records(self, run: Run, j: int) -> _Block:
+    def _block_records(self, run: Run, j: int) -> Block:
         """Block ``j`` with its record ids (per source, and in the sources' concatenated id space)."""
         return self._layout(run, j, records=True)
 

@@ -1,0 +1,331 @@
+"""``resumable-data inspect CHECKPOINT [--data DIR [--verify size|cached|content]] [--against CURRENT
+[--label LABEL]] [--markdown] [--wide]`` reads a checkpoint (a step directory, or a checkpoint root
+whose ``latest`` it follows), verifies its files, and prints its recovery label and lineage, counters,
+cursor and microstep, the next step's epoch, positions and first record ids, the next LR of each
+param group, whether the dataset at ``DIR`` matches the pinned version the run trained on (``size``,
+the default: every shard's size, row count and schema; ``content``: also every shard's hash, which
+catches an in-place edit that keeps the sizes), the compatibility table against the current run,
+and the training-state inventory. Nothing is unpickled and no training code is needed.
+
+``--against CURRENT``: the current run's metadata, a JSON file holding
+``TrainingState.meta().to_dict()`` of the run about to resume (or another checkpoint's directory);
+the table has one row per category of the compatibility contract (``rd.check_compatible``): the
+saved and the current value (the first difference, when there is one; ``sample_seeding``: the
+loader's ``seed_per_sample`` mode, "not recorded" in metadata written before it was) and the verdict under
+``--label`` (default ``faithful_continuation``): ``ok`` (equal), ``allowed`` (a difference this
+label expects), ``warning`` (allowed, reported) or ``refused`` (``load_checkpoint`` would raise
+``CompatibilityError``). Every refused or warned difference follows with its fix.
+
+``CHECKPOINT`` may also be a bare loader state: a JSON file of ``loader.state_dict()``; inspect
+then shows its cursor, counters, stream and next step (and checks ``--data``). Every line fits 100
+columns (long values wrap under their key, table cells are clipped, the inventory prints one block
+per category); ``--wide`` prints the full-width tables instead.
+
+Exit status: 0 fine, 1 the dataset does not match or the current run is refused, 2 unreadable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from resumable_data.cli_view import WIDTH, fit, inventory_blocks
+from resumable_data.cli_view import kv as _kv
+from resumable_data.errors import ConfigError, ResumableDataError, describe
+
+__all__ = ["COMMAND", "EXAMPLES", "configure", "run"]
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", help="a step directory, a checkpoint directory (its 'latest' is read), or a JSON "
+                                      "file of loader.state_dict()")
+    p.add_argument("--step", type=int, default=None, help="inspect this step instead of 'latest'")
+    p.add_argument("--data", default=None, help="dataset directory to check against the pinned version")
+    p.add_argument("--verify", choices=("size", "cached", "content"), default="size",
+                   help="how --data is checked: 'size' (default, cheap: sizes, rows, schema), 'cached' "
+                        "(also the content hash, checked once per file state and remembered, as "
+                        "rd.ArrowShards does by default) or 'content' (hash every shard now)")
+    p.add_argument("--against", default=None, metavar="CURRENT",
+                   help="the current run's metadata (JSON of TrainingState.meta().to_dict(), or a checkpoint "
+                        "directory): print the compatibility table")
+    p.add_argument("--label", default="faithful_continuation", choices=[lab.value for lab in _labels()],
+                   help="the recovery label the current run would resume under (default faithful_continuation)")
+    p.add_argument("--records", type=int, default=8, help="how many of the next step's record ids to show")
+    p.add_argument("--markdown", action="store_true", help="print the inventory as a Markdown table")
+    p.add_argument("--wide", action="store_true", help=f"full-width tables (default: every line fits {WIDTH} columns)")
+
+
+INSPECT_EXAMPLES = """examples:
+  resumable-data inspect checkpoints/                       # the newest checkpoint ('latest')
+  resumable-data inspect checkpoints/ --step 40 --data data --verify content
+  resumable-data inspect loader_state.json --data data      # json.dump(loader.state_dict(), f)
+  resumable-data inspect checkpoints/ --against current.json --label optimizer_reset"""
+
+
+def _labels() -> list[Any]:
+    from resumable_data.labels import RecoveryLabel
+
+    return list(RecoveryLabel)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from resumable_data.checkpoint.inventory import Inventory
+    from resumable_data.checkpoint.store import read_checkpoint
+    from resumable_data.checkpoint.status import CheckpointStatus
+    from resumable_data.cli_view import loader_state_report, mixture_lines, next_step_lines
+    from resumable_data.loader.state import LoaderState
+
+    width = None if args.wide or args.markdown else WIDTH
+    if Path(args.checkpoint).is_file():
+        rc, out = loader_state_report(args.checkpoint, args.data, args.verify, args.records, _check_data)
+        print("\n".join(fit(out, width)))
+        return rc
+    raw = read_checkpoint(args.checkpoint, args.step)
+    meta = raw.meta
+    out: list[str] = []
+    _kv(out, "checkpoint", f"{raw.path} (step {raw.step}, id {raw.checkpoint_id})")
+    status = CheckpointStatus()
+    status_ok = 0
+    if meta is not None:
+        status = meta.status
+        _kv(out, "recovery label", meta.recovery_label.value)
+        _kv(out, "lineage", f"run {meta.run_id}; parent checkpoint {meta.parent_checkpoint_id or '- (first run)'}")
+        _kv(out, "software", ", ".join(f"{k} {v}" for k, v in sorted(meta.software.items())))
+        if meta.scheduler:
+            _kv(out, "scheduler", f"{meta.scheduler['type']} (one step = one {meta.scheduler['convention']})")
+    if status.counters is not None:
+        _kv(out, "counters", ", ".join(f"{k}={v}" for k, v in status.counters.items()))
+    if status.cursor is not None:
+        cur = status.cursor
+        _kv(out, "cursor", f"committed={cur.committed} delivered={cur.delivered} fetched={cur.fetched}")
+    acc = status.accumulation
+    if acc is not None:
+        where = "inside an accumulation window" if acc.mid_window else "at an update boundary"
+        how = ""
+        if acc.mid_window:
+            how = "; gradients saved, the window continues" if not acc.rewound else \
+                f"; the loader repeats the window's {acc.uncommitted} microbatch(es)"
+        micro = "none pending" if acc.microstep is None else acc.microstep
+        _kv(out, "microstep", f"{micro} ({where}, policy {acc.policy}{how})")
+    data = meta.data if meta is not None else None
+    if data is not None and status.next_step is not None:
+        saved = LoaderState.from_fingerprint(data, status.epoch_base or (0, 0))
+        plan = saved.plan
+        if saved.mixture is not None:
+            mixture_lines(out, saved, status.next_step)
+        else:
+            next_step_lines(out, saved, status.next_step, args.data, args.records)
+        if saved.mixture is not None:
+            pass  # the sources carry their own versions (the mixture's hash combines them)
+        elif args.data is not None:
+            status_ok = _check_data(out, args.data, plan.version_hash, args.verify)
+        else:
+            _kv(out, "dataset", f"pinned version {plan.version_hash} (pass --data DIR to check the files)")
+    if status.next_lr is not None and meta is not None and meta.optimizer:
+        groups = meta.optimizer.get("param_groups", [])
+        _kv(out, "optimizer", meta.optimizer.get("type"))
+        for i, lr in enumerate(status.next_lr):
+            size = len(groups[i]["params"]) if i < len(groups) else "?"
+            _kv(out, f"  next lr, group {i}", f"{lr!r} ({size} parameters)")
+    if status.scale is not None:
+        _kv(out, "grad scaler scale", status.scale)
+    if args.against is not None:
+        if meta is None:
+            raise ConfigError(describe("checkpoint", str(raw.path), "a checkpoint with metadata (meta.json)",
+                                       "save it with rd.save_checkpoint(directory, rd.TrainingState(...))"))
+        status_ok = max(status_ok, _compat_table(out, meta, _load_current(args.against), args.against, args.label,
+                                                 cell=_CELL if width is None else _NARROW_CELL))
+    inv = Inventory.from_dict(raw.inventory)
+    if len(inv):
+        out.append("")
+        out.append("inventory:")
+        if args.markdown or args.wide:
+            out += (inv.to_markdown() if args.markdown else str(inv)).splitlines()
+        else:
+            out += inventory_blocks(inv)
+    print("\n".join(fit(out, width)))
+    return status_ok
+
+
+def _check_data(out: list[str], directory: str, pinned_hash: str, level: str = "size") -> int:
+    from resumable_data.sources import DatasetVersion
+
+    try:
+        version = DatasetVersion.load(directory)
+    except ResumableDataError as e:
+        _kv(out, "dataset", f"NOT VERIFIED: {e}")
+        return 1
+    if version.hash != pinned_hash:
+        _kv(out, "dataset", f"MISMATCH: {directory} is pinned as {version.hash}, the run trained on {pinned_hash}")
+        return 1
+    try:
+        version.verify(level)
+    except ConfigError as e:  # e.g. --verify content on a version pinned with hash='size'
+        _kv(out, "dataset", f"NOT VERIFIED ({level} check): {e}")
+        return 1
+    except ResumableDataError as e:
+        _kv(out, "dataset", f"MISMATCH ({level} check): files differ from the pinned manifest: {e}")
+        return 1
+    checked = {"content": "content verified: every shard's hash matches",
+               "cached": "content verified: every shard's hash matches (or matched for this exact file state)"}.get(
+        level, "sizes, rows and schema match; content not checked: --verify cached or content")
+    _kv(out, "dataset", f"matches the pinned version {pinned_hash} ({version.num_records} records; {checked})")
+    return 0
+
+
+# -- the compatibility table ----------------------------------------------------------------------
+#: table rows: name -> the contract categories it covers (software: major.minor and patch)
+_ROWS = (
+    ("dataset", ("dataset",)), ("data_stream", ("data_stream",)), ("sample_seeding", ("sample_seeding",)),
+    ("layout", ("layout",)),
+    ("model_config", ("model_config",)), ("architecture", ("architecture",)), ("weights", ("weights",)),
+    ("feature_schema", ("feature_schema",)), ("optimizer", ("optimizer",)), ("scheduler", ("scheduler",)),
+    ("scaler", ("scaler",)), ("ema", ("ema",)), ("callbacks", ("callbacks",)),
+    ("software", ("software", "software_patch")), ("transition_rule", ("transition_rule",)),
+)
+_CELL = 44
+_NARROW_CELL = 24  # saved / current cells when the table must fit WIDTH columns
+
+
+def _load_current(path: str) -> Any:
+    """The current run's CheckpointMeta: a JSON file of ``TrainingState.meta().to_dict()``, or a
+    checkpoint directory's metadata."""
+    import json
+    from pathlib import Path
+
+    from resumable_data.checkpoint.meta import CheckpointMeta
+
+    p = Path(path)
+    if p.is_dir():
+        from resumable_data.checkpoint.store import read_checkpoint
+
+        current = read_checkpoint(p).meta
+        if current is None:
+            raise ConfigError(describe("--against", path, "a checkpoint with metadata", "pass a JSON file instead"))
+        return current
+    from resumable_data.checkpoint.errors import CheckpointError
+    from resumable_data.checkpoint.files import LIMITS, read_regular
+
+    try:  # a regular file of at most meta.json's limit: a FIFO or /dev/zero is refused unopened
+        d = json.loads(read_regular(p, LIMITS["meta.json"]).decode("utf-8"))
+    except (CheckpointError, ValueError) as e:
+        raise ConfigError(describe("--against", path, f"a readable JSON file ({e})",
+                                   "write it with json.dump(state.meta().to_dict(), f)")) from None
+    return CheckpointMeta.from_dict(d)
+
+
+def _clip(s: str, width: int = _CELL) -> str:
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def _short_type(t: Any) -> str:
+    return str(t).rsplit(".", 1)[-1]
+
+
+def _summary(d: dict, category: str) -> str:
+    """A short rendering of one category of a CheckpointMeta dict (the cell when nothing differs)."""
+    import json
+
+    def compact(v: Any) -> str:
+        return "none" if v is None else json.dumps(v, sort_keys=True, separators=(",", ":"))
+
+    data = d.get("data") or {}
+    plan = data.get("plan") or {}
+    model = d.get("model") or {}
+    if category == "dataset":
+        if not plan:
+            return "none (no loader)"
+        return f"{str(plan.get('dataset_version'))[:12]} ({plan.get('num_records')} records)"
+    if category == "data_stream":
+        if not plan:
+            return "none (no loader)"
+        order = (plan.get("order") or {}).get("kind")
+        pk = data.get("packing")
+        pk = f"packed {pk.get('seq_len')}" if isinstance(pk, dict) else "unpacked"
+        return (f"seed {plan.get('seed')}, {order}, batch {plan.get('global_batch')}, "
+                f"accum {data.get('accumulation_steps')}, {pk}")
+    if category == "sample_seeding":
+        if not plan:
+            return "none (no loader)"
+        mode = data.get("seed_per_sample")  # None: metadata written before contract v2 records no mode
+        return "not recorded (older metadata)" if mode is None else f"seed_per_sample {mode!r}"
+    if category == "layout":
+        dl = data.get("layout") or {}
+        return f"world size {d.get('layout', {}).get('world_size')}" + (f", {dl.get('policy')}" if dl else "")
+    if category == "model_config":
+        return compact(model.get("config")) if model else "none"
+    if category == "architecture":
+        mods = model.get("modules") or {}
+        return f"{mods.get('<root>')} ({len(mods)} modules)" if mods else "none"
+    if category == "weights":
+        return f"{len(model.get('parameters') or {})} parameters, {len(model.get('buffers') or {})} buffers" \
+            if model else "none"
+    if category == "feature_schema":
+        fs = d.get("feature_schema")
+        return str(fs.get("fingerprint"))[:21] if fs else "none"
+    if category == "optimizer":
+        o = d.get("optimizer")
+        return f"{_short_type(o.get('type'))} ({len(o.get('param_groups') or [])} groups)" if o else "none"
+    if category == "scheduler":
+        sc = d.get("scheduler")
+        return f"{_short_type(sc.get('type'))} (per {sc.get('convention')})" if sc else "none"
+    if category == "scaler":
+        sc = d.get("scaler")
+        return f"{_short_type(sc.get('type'))} ({'enabled' if sc.get('enabled') else 'disabled'})" if sc else "none"
+    if category == "ema":
+        e = d.get("ema")
+        return _short_type(e.get("type")) if e else "none"
+    if category == "callbacks":
+        return ", ".join(d.get("callbacks") or []) or "none"
+    if category == "software":
+        sw = d.get("software") or {}
+        return ", ".join(f"{k} {sw[k]}" for k in ("torch", "python") if k in sw)
+    if category == "transition_rule":
+        return compact(d.get("recovery_spec"))
+    return "-"  # a category this table has no summary for
+
+
+def _compat_table(out: list[str], saved: Any, current: Any, against: str, label: str, cell: int = _CELL) -> int:
+    """Append the per-category table of saved vs current; 1 when a difference is refused."""
+    from resumable_data.checkpoint.compat import CONTRACT_VERSION, Category, Severity, check_compatible
+
+    report = check_compatible(saved, current, label)
+    sd, cd = saved.to_dict(), current.to_dict()
+    verdict = {Severity.ERROR: "refused", Severity.WARNING: "warning", Severity.INFO: "allowed"}
+    rank = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+    rows = [("recovery label", "ok" if label == "faithful_continuation" else "allowed",
+             sd["recovery_label"] + " (saved run)", f"{label} (resume as)", "-")]
+    covered = {c for _, cs in _ROWS for c in cs}
+    extra = tuple((c.value, (c.value,)) for c in Category if c.value not in covered)  # a category added later
+    for name, cats in _ROWS + extra:
+        diffs = [x for x in report.differences if x.category.value in cats]
+        if not diffs:
+            rows.append((name, "ok", _summary(sd, name), _summary(cd, name), "-"))
+            continue
+        worst = min(diffs, key=lambda x: rank[x.severity])
+        more = f" (+{len(diffs) - 1} more)" if len(diffs) > 1 else ""
+        rows.append((name, verdict[worst.severity], repr(worst.saved), repr(worst.current), worst.path + more))
+    head = "refused" if report.errors else "allowed"
+    _kv(out, "compatibility", f"{head} under label={label!r} against {against} (contract v{CONTRACT_VERSION}): "
+                              f"{len(report.errors)} refused, {len(report.warnings)} warning(s), "
+                              f"{len(report.differences)} difference(s)")
+    cols = ("category", "verdict", "saved", "current", "difference")
+    width = [max(len(c), *(len(_clip(r[i], cell)) for r in rows)) for i, c in enumerate(cols)]
+    out.append("  " + "  ".join(c.ljust(w) for c, w in zip(cols, width)).rstrip())
+    out.append("  " + "  ".join("-" * w for w in width[:-1]) + "  " + "-" * len(cols[-1]))
+    for r in rows:  # the difference column (a path) is clipped only to fit the line
+        out.append("  " + "  ".join([_clip(v, cell).ljust(w) for v, w in zip(r[:-1], width)] + [r[-1]]).rstrip())
+    shown = [x for x in report.differences if x.severity is not Severity.INFO]
+    if shown:
+        out.append("  refused and warned differences, each with its fix:")
+        out += [f"  - {x}" for x in shown[:40]]
+        if len(shown) > 40:
+            out.append(f"  - ... and {len(shown) - 40} more")
+    return 1 if report.errors else 0
+
+
+COMMAND = ("inspect", "show what a checkpoint (or a saved loader state) holds and what the next step will do",
+           configure, run)
+EXAMPLES = INSPECT_EXAMPLES
