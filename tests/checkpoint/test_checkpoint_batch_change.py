@@ -97,7 +97,7 @@ def test_a_declared_batch_change_the_loader_refuses_changes_nothing(data, tmp_pa
 
 
 def test_a_rebased_mixture_checkpoint_resumes_faithfully(tmp_path):
-    from tests.loader.test_mixture_resume import W2, loader_for, run
+    from tests.loader.mixture.test_mixture_resume import W2, loader_for, run
     from tests.mixture_data import WEIGHTS, write_sources
 
     dirs = write_sources(tmp_path)
@@ -122,7 +122,7 @@ def test_a_mixture_epoch_rounded_to_the_batch_names_the_epoch_len_fix(tmp_path):
     """An rd.Mixture without epoch_len= rounds its epoch to the global batch (4: 192, 5: 195), so no
     batch change continues it: both refusals name the fix that works (an explicit epoch_len= that
     is a multiple of both batches), not on_batch_change='continue'; and that fix does continue."""
-    from tests.loader.test_mixture_resume import ids_of
+    from tests.loader.mixture.test_mixture_resume import ids_of
     from tests.mixture_data import WEIGHTS, open_sources, write_sources
 
     dirs = write_sources(tmp_path)

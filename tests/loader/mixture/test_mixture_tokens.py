@@ -13,7 +13,7 @@ import pytest
 import resumable_data as rd
 from resumable_data.loader.state import LoaderState
 from tests.loader.conftest import canon
-from tests.loader.test_mixture_resume import W2, continue_from, ids_of, loader_for, resume_points, run
+from tests.loader.mixture.test_mixture_resume import W2, continue_from, ids_of, loader_for, resume_points, run
 from tests.mixture_data import BASE, SIZES, WEIGHTS, open_sources, source_of, write_sources
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import resumable_data as rd
-from tests.loader.test_mixture_resume import continue_from, ids_of, resume_points, run
-from tests.loader.test_mixture_tokens import delivered_tokens
+from tests.loader.mixture.test_mixture_resume import continue_from, ids_of, resume_points, run
+from tests.loader.mixture.test_mixture_tokens import delivered_tokens
 from tests.mixture_data import BASE, SIZES, WEIGHTS, open_sources, source_of, write_sources
 
 WINDOW = 32  # block 32 // 16 = 2 ids: a window holds 16 whole blocks

@@ -1,8 +1,21 @@
-"""A weight change (data_change) INSIDE a packed mixture epoch: effective at the first packing-window
+"""A declared weight change (``data_change``) of a packed ``rd.Mixture``, by where it lands.
+
+At a loader-epoch start: A declared weight change (data_change) on a packed mixture at a loader-epoch start (each source
+continues from its consumed count; resumed bit-exact at random points with 2 workers; per-source
+multiset checks over the documents).
+
+Inside an epoch: A weight change (data_change) INSIDE a packed mixture epoch: effective at the first packing-window
 boundary at or after the committed step. Every delivered batch, in order, equals a reference built
 from that definition alone (the documents are the old plan's before the boundary and the rebased
 plan's after it; each epoch's windows packed by a plain concat packer), across chained changes,
-faithful resumes (2 workers) and a second change in the same epoch, with per-source multiset checks."""
+faithful resumes (2 workers) and a second change in the same epoch, with per-source multiset checks.
+
+Review findings (issue 14): a skipping change across an epoch end, forged
+sections of a packed weight schedule, the bound on earlier runs (a loader never writes a state it
+refuses), earlier runs dropped once their epoch is passed, and the errors named for a batch change,
+an earlier run without weights and an unpacked state with earlier runs. Every resume compares every
+remaining batch, in order, with the reference.
+"""
 
 from __future__ import annotations
 
@@ -14,10 +27,15 @@ import pytest
 import resumable_data as rd
 from resumable_data.plan.mixture import Rebase
 from tests.loader.conftest import canon
-from tests.loader.test_mixture_resume import W2, W3, check_source_epochs, resume_points, without_fetched
-from tests.mixture_data import WEIGHTS, open_sources, write_sources
+from resumable_data.plan.mixture.section import MAX_EARLIER
+from tests.loader.mixture.test_mixture_resume import W2, W3, check_source_epochs, loader_for, resume_points, without_fetched
+from tests.loader.mixture.test_mixture_resume import continue_from as resume_continue_from
+from tests.loader.mixture.test_mixture_resume import run as resume_run
+from tests.mixture_data import WEIGHTS, open_sources, source_of, write_sources
 
 SPEC = rd.Packing(16, window=16, eos_id=0)
+#: the epoch-start tests' packing (whole-document windows of the default size)
+EPOCH_START_SPEC = rd.Packing(16)
 G = 4
 
 
@@ -354,3 +372,301 @@ def test_a_packed_weight_schedule_equals_the_chained_changes_at_its_steps(dirs):
                                                  r"0: web=0.5.*fix: resume with the saved schedule"):
             target.load_state_dict(states[30], **({"label": label} if label else {}))
         assert target.cursor.committed == 0
+
+
+# -- review findings (issue 14) -----------------------------------------------------------------
+def digest(loader):
+    return json.dumps(loader.state_dict(), sort_keys=True)
+
+
+def refused(loader, state, match, **kw):
+    """``state`` is refused with an rd error matching ``match`` and the loader is left unchanged."""
+    before = digest(loader)
+    with pytest.raises(rd.ResumableDataError, match=match):
+        loader.load_state_dict(state, **kw)
+    assert digest(loader) == before
+
+
+def test_a_skipped_first_step_of_the_next_epoch_with_a_change(dirs):
+    """Epoch 1's last step delivered, not committed: resumed with on_uncommitted='skip' and new
+    weights, the change is declared at the first undelivered step, epoch 2's first (so the restored
+    loader, located in epoch 1, keeps that epoch's runs), and every later batch is the reference's."""
+    ref = Reference(dirs)
+    _, firsts = ref.batches(3)
+    committed = firsts[2] - 1  # every step but epoch 1's last committed
+    a = make(dirs, WEIGHTS, commit="explicit")
+    a_batches = []
+    while len(a_batches) < committed + 1:
+        for b in a:
+            a_batches.append(canon(b))
+            if len(a_batches) <= committed:
+                a.commit()
+            if len(a_batches) == committed + 1:
+                break
+    state = json.loads(json.dumps(a.state_dict()))
+    assert state["cursor"]["committed"] == committed and state["cursor"]["delivered"] == committed + 1
+    assert state["epoch_base"] == [1, firsts[1]]  # the committed cursor is still located in epoch 1
+    ref.change(W2, 2, firsts[2], firsts[2])
+    b_batches, b_states = continue_from(make(dirs, W2), state, 30, on_uncommitted="skip", label="data_change")
+    assert b_states[0]["skipped"][0][:2] == [committed, committed + 1]
+    want, _ = ref.batches(4)
+    for k, b in enumerate(a_batches):
+        assert rows(b) == tuple(list(map(list, x)) for x in want[k]), k
+    for k, b in enumerate(b_batches):
+        assert rows(b) == tuple(list(map(list, x)) for x in want[committed + 1 + k]), k
+    for j in (0, 3, 25):  # the states written after it resume faithfully, bit-exact
+        again, again_states = continue_from(make(dirs, W2), b_states[j], 4)
+        assert again == b_batches[j:j + 4], j
+        assert without_fetched(again_states[-1]) == without_fetched(b_states[j + 4]), j
+
+
+def test_earlier_runs_are_dropped_once_their_epoch_is_passed(dirs):
+    """A change inside epoch 1 writes its earlier run while the cursor is in epoch 1; from epoch 2
+    on the state holds the rebase alone (schema 2), which resumes bit-exact."""
+    ref = Reference(dirs)
+    _, firsts = ref.batches(4)
+    s1 = firsts[1] + 5
+    a_batches, a_states = run(make(dirs, WEIGHTS), s1)
+    ref.change(W2, 1, firsts[1], s1)
+    b_batches, b_states = continue_from(make(dirs, W2), a_states[s1], 2 * (firsts[2] - firsts[1]), label="data_change")
+    check_against(ref, a_batches + b_batches, 4)
+    in_epoch_1 = [st for st in b_states if st["epoch_base"][0] == 1]
+    later = [j for j, st in enumerate(b_states) if st["epoch_base"][0] >= 2]
+    assert in_epoch_1 and later
+    assert all(st["mixture"]["schema_version"] == 3 and len(st["mixture"]["earlier"]) == 1 for st in in_epoch_1)
+    for j in later:
+        m = b_states[j]["mixture"]
+        assert "earlier" not in m and m["schema_version"] == 2 and m["rebase"] == b_states[0]["mixture"]["rebase"], j
+    for j in (later[0], later[0] + 1, later[-1] - 4):
+        again, again_states = continue_from(make(dirs, W2), b_states[j], 4)
+        assert again == b_batches[j:j + 4], j
+        assert without_fetched(again_states[-1]) == without_fetched(b_states[j + 4]), j
+    # a further change from such a state keeps no run that ended before the epoch
+    c_batches, c_states = continue_from(make(dirs, W3), b_states[later[0] + 3], 3, label="data_change")
+    assert len(c_states[0]["mixture"].get("earlier", [])) <= 1
+    ref.change(W3, *b_states[later[0] + 3]["epoch_base"], s1 + later[0] + 3)
+    check_against(ref, a_batches + b_batches[:later[0] + 3] + c_batches, 4)
+
+
+def test_a_change_that_would_exceed_the_earlier_runs_bound_is_refused(dirs):
+    """Window 1, batch 1: a change per step inside one epoch. The loader writes at most MAX_EARLIER
+    earlier runs; each such state loads back faithfully; the change that would leave one more is
+    refused (naming label and the bound) and changes nothing."""
+    spec = rd.Packing(16, window=1, eos_id=0)
+
+    def mk(weights):
+        return rd.DataLoader(mixture(dirs, weights), batch_size=1, seed=11, packing=spec)
+
+    ws = [WEIGHTS, W2]
+    _, states = run(mk(WEIGHTS), 2)
+    state = states[-1]
+    for i in range(MAX_EARLIER):
+        _, states = continue_from(mk(ws[(i + 1) % 2]), state, 1, label="data_change")
+        state = states[-1]
+        assert state["epoch_base"][0] == 0 and len(state["mixture"]["earlier"]) == i + 1
+    assert len(state["mixture"]["earlier"]) == MAX_EARLIER
+    own = mk(ws[MAX_EARLIER % 2])
+    again, _ = continue_from(own, state, 2)  # the loader's own state with MAX_EARLIER runs loads
+    check = mk(ws[MAX_EARLIER % 2])
+    want, _ = continue_from(check, state, 2)
+    assert again == want
+    refused(mk(ws[(MAX_EARLIER + 1) % 2]), state, rf"label='data_change': expected a weight change that leaves at "
+            rf"most {MAX_EARLIER} earlier runs.*fix: resume with the saved weights", label="data_change")
+
+
+SCHEDULE_STEPS = (26, 40)
+
+
+def test_a_forged_packed_schedule_section_is_refused_by_name(dirs):
+    """A packed weight schedule's section is validated before its schedule is compared: every forged
+    variant raises an rd error naming the field and leaves the loader unchanged."""
+    schedule = rd.WeightSchedule([(0, WEIGHTS), (SCHEDULE_STEPS[0], W2), (SCHEDULE_STEPS[1], W3)])
+    batches, states = run(make(dirs, schedule), 33)
+    st = states[30]
+    m = st["mixture"]
+    assert m["schema_version"] == 2 and "tokens" in m
+    earlier = [[0, [0, 0, 0], [0.5, 0.3, 0.2]]]
+    for bad, match in (({**m, "earlier": "garbage"}, r"state.mixture=.*unexpected \['earlier'\]"),
+                       ({**m, "schema_version": 99}, r"state.mixture=.*unexpected \['tokens'\]"),
+                       ({**m, "schema_version": 1}, r"state.mixture=.*unexpected \['tokens'\]"),
+                       ({**m, "zzz": 1}, r"unexpected \['zzz'\]"),
+                       ({**m, "tokens": "x"}, r"state.mixture.tokens='x': expected one token count per source"),
+                       ({**m, "tokens": [[1], 2, 3]}, r"state.mixture.tokens\[0\]=\[1\]: expected an integer"),
+                       ({**m, "tokens": None}, r"state.mixture.tokens=None"),
+                       ({**m, "schema_version": 3, "rebase": [16, [8, 5, 3]], "earlier": earlier},
+                        r"state.mixture.earlier=.*absent in a state of a packed weight schedule"),
+                       ({**m, "rebase": [16, [8, 5, 3]]}, r"state.mixture.rebase=.*null in a state of a packed weight "
+                                                          "schedule")):
+        refused(make(dirs, schedule), {**st, "mixture": bad}, match)
+    loader = make(dirs, schedule)
+    again, _ = continue_from(loader, st, 3)
+    assert again == batches[30:33]
+
+
+def test_a_batch_change_after_a_packed_change_names_the_batch(dirs):
+    ref = Reference(dirs)
+    _, firsts = ref.batches(2)
+    _, a_states = run(make(dirs, WEIGHTS), firsts[1] + 5)
+    _, b_states = continue_from(make(dirs, W2), a_states[-1], 3, label="data_change")
+    other = rd.DataLoader(mixture(dirs, W2), batch_size=G // 2, seed=11, packing=SPEC)
+    refused(other, b_states[2], r"global batch change \(on_batch_change='continue'\) of a packed stream",
+            on_batch_change="continue")
+
+
+def test_an_earlier_run_without_weights_is_refused_by_name(dirs):
+    ref = Reference(dirs)
+    _, firsts = ref.batches(2)
+    _, a_states = run(make(dirs, WEIGHTS), firsts[1] + 5)
+    _, b_states = continue_from(make(dirs, W2), a_states[-1], 3, label="data_change")
+    st = b_states[2]
+    e0 = st["mixture"]["earlier"][0]
+    zero = {**st["mixture"], "earlier": [[e0[0], e0[1], [0, 0, 0]]]}
+    for w, kw in ((W2, {}), (W3, {"label": "data_change"})):
+        refused(make(dirs, w), {**st, "mixture": zero}, r"state.mixture.earlier\[0\]\[2\]=\[0, 0, 0\]: expected "
+                "weights with at least one > 0", **kw)
+
+
+def test_an_unpacked_state_with_earlier_runs_is_refused_by_name(dirs):
+    def unpacked(weights):
+        return rd.DataLoader(mixture(dirs, weights), batch_size=G, seed=11)
+
+    _, u_states = run(unpacked(WEIGHTS), 10)
+    v_batches, v_states = continue_from(unpacked(W2), u_states[10], 3, label="data_change")
+    m = v_states[2]["mixture"]
+    assert m["rebase"] is not None
+    forged = {**m, "schema_version": 3, "earlier": [[0, [0, 0, 0], [0.5, 0.3, 0.2]]]}
+    refused(unpacked(W2), {**v_states[2], "mixture": forged}, r"state.mixture.earlier=.*absent in a state of an "
+            "unpacked mixture")
+    again, _ = continue_from(unpacked(W2), v_states[2], 1)  # the unforged state loads
+    assert again == v_batches[2:3]
+
+
+# -- a change at a loader-epoch start --------------------------------------------------------------
+def documents(batches):
+    """The delivered documents in order (a document split across sequences once)."""
+    docs = np.concatenate([np.frombuffer(b["document_ids"][3], dtype=np.int64) for b in batches])
+    docs = docs[docs >= 0]
+    return docs[np.concatenate([[True], docs[1:] != docs[:-1]])]
+
+
+def dedup(ids):
+    return ids[np.concatenate([[True], ids[1:] != ids[:-1]])]
+
+
+def test_a_weight_change_at_a_packed_epoch_start_continues_every_source(dirs):
+    a_batches, a_states = resume_run(loader_for(dirs, WEIGHTS, packing=EPOCH_START_SPEC), 50)
+    starts = [k for k, st in enumerate(a_states) if st["epoch_base"] == [2, k]]
+    assert starts, [st["epoch_base"] for st in a_states]
+    k = starts[0]  # the first step of loader epoch 2
+    other = loader_for(dirs, W2, packing=EPOCH_START_SPEC)
+    b_batches, b_states = resume_continue_from(other, a_states[k], 60, label="data_change")
+    assert other.recovery_label is rd.RecoveryLabel.DATA_CHANGE
+    mix_a = rd.Mixture(open_sources(dirs), weights=WEIGHTS, block_size=16)
+    mix_b = rd.Mixture(open_sources(dirs), weights=W2, block_size=16)
+    sampler_a = mix_a.sampler(11, 4, packed=True)
+    n = len(sampler_a)
+    before = np.concatenate([sampler_a.indices(e, np.arange(n)) for e in range(2)])
+    rebase = b_states[0]["mixture"]["rebase"]
+    counts = np.bincount(source_of(mix_a.take(before).column("id").to_numpy()), minlength=3).tolist()
+    assert rebase == [2 * n, counts]  # the epoch's first document; each source's consumed count
+    sampler_b = mix_b.sampler(11, 4, packed=True)
+    sampler_b.rebase(Rebase(rebase[0], tuple(rebase[1])))
+    after = np.concatenate([sampler_b.indices(e, np.arange(n)) for e in range(2, 9)])
+    got = np.concatenate([documents(a_batches[:k]), documents(b_batches)])
+    expected = dedup(np.concatenate([before, after]))
+    assert got.tolist() == expected[:len(got)].tolist()
+    assert len(documents(b_batches)) > 3 * n  # several loader epochs under the new weights
+    ids_b = mix_b.take(after).column("id").to_numpy()
+    assert abs((source_of(ids_b) == 2).mean() - 0.6) < 0.05
+    check_source_epochs(mix_a.take(np.concatenate([before, after])).column("id").to_numpy())
+    # the rebased stream resumes bit-exact anywhere (the saved rebase adopted), with 2 workers
+    make = lambda: loader_for(dirs, W2, packing=EPOCH_START_SPEC, num_workers=2, persistent_workers=True)  # noqa: E731
+    assert resume_points(b_states, b_batches, make, 40, np.random.default_rng(7)) == 40
+    # a second change, at a later epoch start of the rebased run, chains
+    later = [j for j, st in enumerate(b_states) if st["epoch_base"][1] == b_states[0]["cursor"]["committed"] + j
+             and st["epoch_base"][0] > 3]
+    c_batches, c_states = resume_continue_from(loader_for(dirs, WEIGHTS, packing=EPOCH_START_SPEC), b_states[later[0]], 10,
+                                        label="data_change")
+    again, _ = resume_continue_from(loader_for(dirs, WEIGHTS, packing=EPOCH_START_SPEC, num_workers=2), b_states[later[0]], 10,
+                             label="data_change")
+    assert again == c_batches and c_states[0]["mixture"]["rebase"][0] == b_states[later[0]]["epoch_base"][0] * n
+
+
+def test_a_packed_rebase_past_its_epoch_start_is_refused(dirs):
+    _, states = resume_run(loader_for(dirs, WEIGHTS, packing=EPOCH_START_SPEC), 30)
+    k = next(j for j, st in enumerate(states) if st["epoch_base"] == [1, j])
+    n = states[k]["plan"]["num_records"]
+    st = states[k + 1]
+    forged = {**st, "mixture": {**st["mixture"], "rebase": [n + 4, [2, 1, n + 1]]}}
+    with pytest.raises(rd.ResumeError, match=r"state.mixture.rebase=.*a packing-window start \(a multiple of "
+                                             r"window=1024 from an epoch's first document"):
+        loader_for(dirs, WEIGHTS, packing=EPOCH_START_SPEC).load_state_dict(forged)
+
+
+def test_every_state_of_a_rebased_packed_run_resumes_and_a_reused_loader_drops_its_old_indexes(dirs):
+    """Each state's epoch is checked on the rebased order (the unrebased one has other epoch
+    lengths); a loader whose indexes were built on the old order rebuilds them after the rebase."""
+    a_batches, a_states = resume_run(loader_for(dirs, WEIGHTS, packing=EPOCH_START_SPEC), 40)
+    k = next(j for j, st in enumerate(a_states) if st["epoch_base"] == [2, j])
+    b_batches, b_states = resume_continue_from(loader_for(dirs, W2, packing=EPOCH_START_SPEC), a_states[k], 84, label="data_change")
+    for j in range(len(b_batches) - 3):
+        got, _ = resume_continue_from(loader_for(dirs, W2, packing=EPOCH_START_SPEC), b_states[j], 4)
+        assert got == b_batches[j:j + 4], j
+    w2_batches, w2_states = resume_run(loader_for(dirs, W2, packing=EPOCH_START_SPEC), 40)
+    k2 = next(j for j, st in enumerate(w2_states) if st["epoch_base"] == [2, j])
+    reused = loader_for(dirs, W2, packing=EPOCH_START_SPEC)
+    assert resume_continue_from(reused, w2_states[k2], 3)[0] == w2_batches[k2:k2 + 3]  # epoch 2 indexed, unrebased
+    assert resume_continue_from(reused, a_states[k], 8, label="data_change")[0] == b_batches[:8]
+
+
+@pytest.mark.parametrize("epoch", [2**40, 2**62])
+@pytest.mark.parametrize("label", [None, "data_change"])
+def test_a_forged_packed_epoch_base_epoch_is_refused_naming_the_field(dirs, epoch, label):
+    """A packed state's epoch_base epoch must not exceed its first step (each epoch holds a step)
+    and its documents (epoch x num_records) must stay below 2**62: else a ResumeError, not an
+    OverflowError or a state that counts 2**40 epochs of tokens."""
+    _, states = resume_run(loader_for(dirs, WEIGHTS, packing=EPOCH_START_SPEC), 30)
+    k = next(j for j, st in enumerate(states) if st["epoch_base"] == [1, j])
+    forged = {**states[k], "epoch_base": [epoch, k]}
+    loader = loader_for(dirs, W2 if label else WEIGHTS, packing=EPOCH_START_SPEC)
+    for call in (loader.validate_state_dict, loader.load_state_dict):
+        with pytest.raises(rd.ResumeError, match=rf"state.epoch_base\[0\]={epoch}: expected a packed epoch <= its "
+                                                 rf"first step {k}.*fix: pass an unmodified state"):
+            call(forged, **({"label": label} if label else {}))
+    assert loader.cursor.committed == 0
+    loader.load_state_dict(states[k], **({"label": label} if label else {}))
+    assert loader.state_dict()["epoch_base"] == [1, k] and loader.cursor.committed == k
+
+
+@pytest.mark.parametrize("window", [{"web": 32, "code": 8}, {"math": 4}], ids=["web32-code8", "math4"])
+def test_packing_and_a_data_change_over_windowed_sources(dirs, window):
+    """Windowed sources (shuffle windows per source) under packing, with a data_change at loader
+    epoch 2's start: the delivered documents are the plans' (before: the saved weights' first two
+    epochs; after: the rebased plan's), and every source's records come in per-source epochs."""
+    def mix(weights):
+        return rd.Mixture(open_sources(dirs), weights=weights, block_size=16, shuffle_window=window)
+
+    def make(weights):
+        return rd.DataLoader(mix(weights), batch_size=4, seed=11, packing=EPOCH_START_SPEC)
+
+    a_batches, a_states = resume_run(make(WEIGHTS), 60)
+    k = next(j for j, st in enumerate(a_states) if st["epoch_base"] == [2, j])
+    b_batches, b_states = resume_continue_from(make(W2), a_states[k], 60, label="data_change")
+    sampler_a = mix(WEIGHTS).sampler(11, 4, packed=True)
+    n = len(sampler_a)
+    before = np.concatenate([sampler_a.indices(e, np.arange(n)) for e in range(2)])
+    rebase = b_states[0]["mixture"]["rebase"]
+    assert rebase[0] == 2 * n
+    sampler_b = mix(W2).sampler(11, 4, packed=True)
+    sampler_b.rebase(Rebase(rebase[0], tuple(rebase[1])))
+    after = np.concatenate([sampler_b.indices(e, np.arange(n)) for e in range(2, 9)])
+    planned = np.concatenate([before, after])
+    got = np.concatenate([documents(a_batches[:k]), documents(b_batches)])
+    assert len(got) > 2 * n and got.tolist() == dedup(planned)[:len(got)].tolist()
+    check_source_epochs(mix(WEIGHTS).take(planned).column("id").to_numpy())
+    unchanged = np.concatenate([sampler_a.indices(e, np.arange(n)) for e in range(9)])
+    check_source_epochs(mix(WEIGHTS).take(unchanged).column("id").to_numpy())
+    assert not np.array_equal(np.sort(sampler_a.indices(0, np.arange(n))), sampler_a.indices(0, np.arange(n)))
+    # a state after the change resumes exactly with 2 workers
+    make2 = lambda: rd.DataLoader(mix(W2), batch_size=4, seed=11, packing=EPOCH_START_SPEC, num_workers=2)  # noqa: E731
+    assert resume_points(b_states, b_batches, make2, 4, np.random.default_rng(3)) == 4

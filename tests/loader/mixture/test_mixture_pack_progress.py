@@ -9,7 +9,7 @@ import pytest
 
 import resumable_data as rd
 from tests.loader.conftest import canon
-from tests.loader.test_mixture_resume import W2, continue_from, resume_points, run, without_fetched
+from tests.loader.mixture.test_mixture_resume import W2, continue_from, resume_points, run, without_fetched
 from tests.mixture_data import SIZES, WEIGHTS, open_sources, write_sources
 
 NAMES = list(SIZES)
