@@ -34,6 +34,8 @@ import numpy as np
 from resumable_data._schema import check_int, coerce_enum
 from resumable_data.errors import ConfigError, ConfigTypeError, describe
 from resumable_data.loader.seeding.sample_seeding import SampleSeeding, SeedingRecord, sample_seeding
+from resumable_data.loader.order import PlanOrder, SamplerOrder, StreamOrder
+from resumable_data.loader.samplers import PositionalRandomSampler, PositionalWeightedSampler
 from resumable_data.loader.state import CommitMode, Layout, LoaderState
 from resumable_data.plan import BatchSchedule, Order, OrderSpec, Plan, Sharding, Tail
 from resumable_data.plan.batch_schedule import as_schedule
@@ -75,8 +77,9 @@ class LoaderConfig:
     packing: Packing | None = None
     #: Token lengths of every document (packing only), from the offsets of the token column.
     lengths: np.ndarray | None = field(default=None, compare=False, repr=False)
-    #: A user's :class:`rd.PositionalSampler`, when one orders the records.
-    positional: Any = field(default=None, compare=False)
+    #: What the positions map to (:class:`~.order.StreamOrder`): the plan's own order by default, a
+    #: user's :class:`rd.PositionalSampler` (:class:`~.order.SamplerOrder`) or an ``rd.Mixture``'s.
+    order: StreamOrder = field(default=None, compare=False)  # type: ignore[assignment]  # set in __post_init__
     collate_fn: Callable | None = field(default=None, compare=False)
     arrow_collate: Callable | None = field(default=None, compare=False)
     #: A per-sample function applied with ``rd.sample_context()`` active (``transform=``).
@@ -86,14 +89,17 @@ class LoaderConfig:
     #: The per-rank batch schedule as given (``batch_size=``), or None for a fixed batch.
     batch_schedule: BatchSchedule | None = None
 
+    def __post_init__(self) -> None:
+        if self.order is None:
+            object.__setattr__(self, "order", PlanOrder(self.plan))
+
     def fingerprint(self) -> LoaderState:
         """The state of a fresh loader with this config (progress all zero)."""
         return LoaderState(
             plan=self.plan, layout=Layout(self.sharding.world_size, self.sharding.policy), elastic=self.elastic,
             commit=self.commit, accumulation_steps=self.accumulation_steps,
             packing=None if self.packing is None else self.packing.to_dict(), pinned=self.pinned,
-            sampler=self.positional.fingerprint() if self.positional is not None else None,
-            mixture=self.positional.state_section() if hasattr(self.positional, "state_section") else None,
+            sampler=self.order.fingerprint(), mixture=self.order.state_section(),
             sample_seeding=SeedingRecord(SampleSeeding.OFF if not self.seed_per_sample else
                                          SampleSeeding.LAZY if self.lazy_seeding else SampleSeeding.EAGER),
         )
@@ -186,7 +192,7 @@ def resolve_config(
         per_rank = 1 if unbatched else check_int(batch_size, "batch_size", 1, 1 << 30)
     world = sharding.world_size
 
-    keyed = positional is not None and hasattr(positional, "with_seed")  # rd's positional random samplers
+    keyed = isinstance(positional, (PositionalRandomSampler, PositionalWeightedSampler))  # rd's, keyed by the seed
     seed = _seed(seed, tr_seed, generator, do_shuffle or bool(shuffle_window) or keyed or
                  (mixture is not None and mixture.shuffle))
     if keyed:
@@ -258,9 +264,23 @@ def resolve_config(
         commit=coerce_enum(commit, CommitMode, "commit"),
         accumulation_steps=check_int(accumulation_steps, "accumulation_steps", 1, 1 << 20), pinned=pinned,
         seed_per_sample=seeding is not SampleSeeding.OFF, lazy_seeding=seeding is SampleSeeding.LAZY, token_column=token_column, packing=packing, lengths=lengths,
-        positional=positional, collate_fn=collate_fn, arrow_collate=arrow_collate, transform=transform, dataset_len=n,
+        order=_stream_order(plan, positional, mixture is not None, token_column, lengths, packing is not None),
+        collate_fn=collate_fn, arrow_collate=arrow_collate, transform=transform, dataset_len=n,
         batch_schedule=schedule,
     )
+
+
+def _stream_order(plan: Plan, positional: Any, mixture: bool, token_column: str | None, lengths: np.ndarray | None,
+                  packed: bool) -> StreamOrder:
+    """The loader's :class:`~.order.StreamOrder`: an ``rd.Mixture``'s (``positional`` is its sampler), a
+    positional sampler's, or the plan's own."""
+    if mixture:
+        from resumable_data.loader.mixture.order import MixtureOrder  # its tokens module: imported for mixtures only
+
+        return MixtureOrder(positional, token_column=token_column, lengths=lengths, packed=packed)
+    if positional is not None:
+        return SamplerOrder(positional, plan.epoch_len)
+    return PlanOrder(plan)
 
 
 def _torch_rule(rule: str, param: str, value: Any, expected: str, fix: str, kind: type = ConfigError) -> ConfigError:

@@ -41,16 +41,12 @@ from resumable_data.loader.config import LoaderConfig, check_snapshot_every, che
 from resumable_data.loader.fetch import StepFetcher, StepSampler
 from resumable_data.loader.iterator import LoaderIterator
 from resumable_data.loader.ledger import CounterView, ProgressLedger
-from resumable_data.loader.mixture.packed import PackedSourceCount, packed_progress, resolve_schedule, without_ended_runs
-from resumable_data.loader.mixture.state import TokenStart, check_saved_tokens, mixture_progress, saved_plan, \
-    with_source_tokens
 from resumable_data.loader.restore import validate_restore
 from resumable_data.loader.translate import torch_views
 from resumable_data.loader.transport import WorkerCollate
 from resumable_data.loader.state import CommitMode, Cursor, LoaderState, OnBatchChange, OnUncommitted
-from resumable_data.loader.stream import PackedStream, RecordStream, StepInfo, describe_step
+from resumable_data.loader.stream import StepInfo, describe_step, make_stream
 from resumable_data.plan import Plan, Sharding, Tail
-from resumable_data.plan.mixture.tokens import SourceTokens
 
 __all__ = ["CounterView", "DataLoader"]
 
@@ -146,13 +142,8 @@ class DataLoader:
             generator=generator, prefetch_factor=(2 if num_workers > 0 else None) if prefetch_factor is None else prefetch_factor,
             persistent_workers=persistent_workers, pin_memory_device=pin_memory_device, in_order=in_order,
         )
-        if cfg.packing is not None:
-            self._stream: RecordStream | PackedStream = PackedStream(cfg.plan, cfg.packing, cfg.lengths, pinned=cfg.pinned,
-                                                                order=cfg.positional)
-            if getattr(cfg.positional, "pending", None):  # a weight schedule: its segments at window boundaries
-                resolve_schedule(cfg.positional, self._stream)
-        else:
-            self._stream = RecordStream(cfg.plan)
+        self._stream = make_stream(cfg.plan, cfg.packing, cfg.lengths, pinned=cfg.pinned, order=cfg.order.document_order())
+        cfg.order.bind(self._stream)
         self._fingerprint = cfg.fingerprint()
         self._ledger = ProgressLedger(self._stream, cfg.commit, cfg.accumulation_steps)
         self._fetcher = StepFetcher(dataset, cfg, self._stream, pin_memory=pin_memory)
@@ -167,9 +158,6 @@ class DataLoader:
         self.__dict__["snapshot_every_n_steps"] = snapshot_every_n_steps  # read-only; changes nothing (class docstring)
         self._active: weakref.ref[LoaderIterator] | None = None
         self._generation = 0
-        self._tokens_per_source: SourceTokens | None = None  # built on the first snapshot that needs it
-        self._packed_count: PackedSourceCount | None = None  # packed mixture: per-source counts, tail corrections
-        self._tokens_base = 0  # per-source tokens counters.tokens does not hold (a schema-1 resume)
         self._fetcher.warm_up()  # forked workers inherit the compiled kernels and the first gather
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -263,35 +251,9 @@ class DataLoader:
     # -- state ------------------------------------------------------------------------------------
     def snapshot(self) -> LoaderState:
         """The typed state, changing nothing: in ``commit="auto"`` mode it is what ``state_dict()``
-        would return (delivered batches counted as committed), without committing them. An
-        ``rd.Mixture`` loader with ``token_column=`` adds each source's tokens consumed."""
-        state = self._ledger.snapshot(self._fingerprint)
-        counter = self._source_tokens()
-        if counter is None:
-            return state
-        plan = self.config.positional.plan
-        if isinstance(self._stream, PackedStream):
-            return self._packed().with_tokens(without_ended_runs(state), self._stream, self.config.positional)
-        return with_source_tokens(state, plan, counter, self.config.token_column, self._tokens_base)
-
-    def _source_tokens(self) -> SourceTokens | None:
-        """Per-source token counting of an ``rd.Mixture`` loader with ``token_column=``, or packed."""
-        mixture = self._mixture()
-        packed = self.config.packing is not None
-        if mixture is None or (self.config.token_column is None and not packed):
-            return None
-        if self._tokens_per_source is None:
-            lengths = self.config.lengths if packed else self.dataset.column_lengths(self.config.token_column)
-            offsets = self.dataset.offsets
-            self._tokens_per_source = SourceTokens(mixture.plan, [lengths[offsets[s]:offsets[s + 1]]
-                                                                  for s in range(len(offsets) - 1)])
-        return self._tokens_per_source
-
-    def _packed(self) -> PackedSourceCount:
-        """The per-source counts of a packed mixture loader (:mod:`~.mixture.packed`)."""
-        if self._packed_count is None:
-            self._packed_count = PackedSourceCount(self._source_tokens(), self.dataset.offsets)
-        return self._packed_count
+        would return (delivered batches counted as committed), without committing them. The order
+        adds what it counts (an ``rd.Mixture`` loader with ``token_column=``: each source's tokens)."""
+        return self.config.order.snapshot(self._ledger.snapshot(self._fingerprint), self._stream)
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's state: JSON-serializable, a few hundred bytes, whatever the dataset size.
@@ -317,45 +279,35 @@ class DataLoader:
     ) -> LoaderState:
         """Everything ``load_state_dict`` checks, without changing anything: the parsed state, or one
         :class:`rd.ResumeError` listing every difference (saved vs current, with the fix)."""
-        r = validate_restore(state, self._fingerprint, self._stream, on_uncommitted=on_uncommitted,
+        r = validate_restore(state, self._fingerprint, self._stream, self.config.order, on_uncommitted=on_uncommitted,
                              allow_unpinned=allow_unpinned, label=label, on_batch_change=on_batch_change)
-        self._saved_tokens(r)
-        self._packed_seed(r)
+        self.config.order.prepare_restore(r.saved, r.check, self._stream)
         return r.saved
 
     def mixture_progress(self) -> Any:
         """Per-source progress of an ``rd.Mixture`` loader at its committed cursor: records
         consumed per source, each source's epoch and position, the next step's per-source counts
         and, with ``token_column=``, each source's tokens consumed (an
-        :class:`~resumable_data.loader.mixture.state.MixtureProgress`). Packed, the tokens are
+        :class:`~resumable_data.loader.mixture.progress.MixtureProgress`). Packed, the tokens are
         those of the sequences passed before the cursor: after ``on_uncommitted="skip"`` they
-        include the skipped steps' sequences, which ``counters.tokens`` (the delivered) does not."""
-        if not hasattr(self.config.positional, "state_section"):
-            raise ConfigError(describe("dataset", type(self.dataset).__name__, "an rd.Mixture",
-                                       "build the loader over rd.Mixture({...}, weights=...)"))
-        if isinstance(self._stream, PackedStream):
-            return packed_progress(self.snapshot(), self._stream, self.config.positional, self._packed(),
-                                   self._ledger.epoch_ledger())
-        return mixture_progress(self._ledger.snapshot(self._fingerprint), self.config.positional.plan,
-                                tokens=self._source_tokens())
+        include the skipped steps' sequences, which ``counters.tokens`` (the delivered) does not.
+        Another loader raises :class:`rd.ConfigError`."""
+        return self.config.order.progress(self._ledger.snapshot(self._fingerprint), self._stream,
+                                          self._ledger.epoch_ledger())
 
     def undo_point(self) -> Callable[[], None]:
         """A function that puts the loader's progress back exactly as it is now (all-or-nothing
         restores call it when a later step fails); iterators made in between are superseded."""
         memento = self._ledger.memento()
-        mixture = self._mixture()
-        rebase = None if mixture is None else getattr(mixture, "declared_rebase", mixture.plan.rebase)
-        fingerprint, tokens_base = self._fingerprint, self._tokens_base
-        packed_seed = None if self._packed_count is None else self._packed_count.seed
+        order = self.config.order
+        point, counts, fingerprint = order.point(), order.memento(), self._fingerprint
 
         def undo() -> None:
             self._close_active()
             self._generation += 1
-            if mixture is not None:
-                self._set_rebase(mixture, rebase)
-            self._fingerprint, self._tokens_base = fingerprint, tokens_base
-            if self._packed_count is not None:
-                self._packed_count.seed = packed_seed
+            self._move_order(point)
+            self._fingerprint = fingerprint
+            order.rewind(counts)
             self._ledger.rewind(memento)
 
         return undo
@@ -381,70 +333,32 @@ class DataLoader:
         ``on_batch_change="continue"``: the loader then continues at the saved committed sample
         with its own batch, as a new segment of the stream (no sample lost, none repeated),
         under the ``elastic_reshard`` label (see ``docs/schedules.md``)."""
-        mixture = self._mixture()
+        order = self.config.order
         if state is None:
             self._close_active()
             self._generation += 1
             self._ledger.restart()
-            self._tokens_base = 0
-            if self._packed_count is not None:
-                self._packed_count.seed = None
-            if mixture is not None:
-                self._set_rebase(mixture, None)
+            order.apply_restore(None)
+            self._move_order(None)
             return
-        r = validate_restore(state, self._fingerprint, self._stream, on_uncommitted=on_uncommitted,
+        r = validate_restore(state, self._fingerprint, self._stream, order, on_uncommitted=on_uncommitted,
                              allow_unpinned=allow_unpinned, label=label,
                              on_batch_change=on_batch_change)
-        tokens = self._saved_tokens(r)  # checked before anything changes
-        seed = self._packed_seed(r)
+        prepared = order.prepare_restore(r.saved, r.check, self._stream)  # checked before anything changes
         self._close_active()
         self._generation += 1
-        if mixture is not None:
-            self._set_rebase(mixture, r.mixture_rebase)
+        self._move_order(r.check.point)
         self._ledger.restore(r.saved, r.epoch_ledger, r.label, r.choice, r.plan)
-        if tokens is not None:
-            self._tokens_base = tokens.base
-            if tokens.counts is not None:
-                self._source_tokens().seed(tokens.counts, tokens.tokens)
-        if isinstance(self._stream, PackedStream) and mixture is not None:
-            self._packed().seed = seed
+        order.apply_restore(prepared)
 
-    def _saved_tokens(self, r: Any) -> TokenStart | None:
-        """The token counter's start at the saved committed cursor, checked against the sources
-        (:func:`~.mixture.state.check_saved_tokens`), or None for a loader that does not count.
-        Unpacked, the counts come from the saved plan (a ``data_change`` rebase may lie after the
-        committed cursor; a source's tokens do not depend on the weights); packed counts include
-        partial windows and EOS tokens, so they are checked, not seeded."""
-        counter, saved = self._source_tokens(), r.saved
-        if counter is None:
-            return None
-        if isinstance(self._stream, PackedStream):
-            plan = self._mixture().rebased(r.mixture_rebase)  # the sampler: its counts follow the run in force
-            end = (saved.epoch_base[0] + 1) * saved.plan.num_records
-            return check_saved_tokens(saved, counter, plan, column=None, packed_epoch_end=end)
-        plan = r.mixture_plan or saved_plan(saved, r.mixture_section)  # the section as the restore validated it
-        return check_saved_tokens(saved, counter, plan, column=self.config.token_column)
-
-    def _packed_seed(self, r: Any) -> Any:
-        """A packed mixture restore's per-source token seed (:meth:`~.mixture.packed.PackedSourceCount.seed_from`,
-        on the order the restore rebases to), checked before anything changes; None otherwise."""
-        mixture = self._mixture()
-        if mixture is None or not isinstance(self._stream, PackedStream):
-            return None
-        order = mixture.rebased(r.mixture_rebase)
-        return self._packed().seed_from(r.saved, self._stream.with_order(order), order)
-
-    def _mixture(self) -> Any:
-        """The ``rd.Mixture`` sampler this loader orders with, else None."""
-        return self.config.positional if hasattr(self.config.positional, "rebase") else None
-
-    def _set_rebase(self, mixture: Any, rebase: Any) -> None:
-        """Continue the mixture from ``rebase``; persistent workers hold a copy of the old stream,
-        so their pool is dropped (the next ``iter()`` starts one on the new plan)."""
-        if rebase != getattr(mixture, "declared_rebase", mixture.plan.rebase):
+    def _move_order(self, point: Any) -> None:
+        """Continue the order from ``point`` (an ``rd.Mixture``'s rebase); persistent workers hold a
+        copy of the old stream, so their pool is dropped (the next ``iter()`` starts one on the new
+        order), and a packed stream's epoch indexes, built on the old order, are forgotten."""
+        order = self.config.order
+        if point != order.point():
             self._close_active()
             torch_compat.drop_persistent_iterator(self._torch)
-            mixture.rebase(rebase)
-            if isinstance(self._stream, PackedStream):  # its epoch indexes were built on the old order
-                self._stream.forget()
+            order.move_to(point)
+            self._stream.forget()
             self._fingerprint = self.config.fingerprint()

@@ -57,17 +57,10 @@ from resumable_data.loader.sample_collate import default_collate  # torch's, fas
 from resumable_data.loader.torch_compat import default_convert
 from resumable_data.loader.packed import pack_sequences, packed_tokens
 from resumable_data.plan import sample_key, sample_keys
-from resumable_data.plan.record_runs import RUN, RecordRuns
+from resumable_data.plan.record_runs import RecordRuns
 from resumable_data.plan.packing import PackMode, best_fit_bins
 
 __all__ = ["FetchMode", "NumpyBatch", "StepFetcher", "StepSampler"]  # FetchMode: re-exported from .config
-
-#: Positions per run of an ``rd.Mixture``'s record ids after the first (:meth:`MixturePlan.span_ids`: 16
-#: blocks of the default 1024 in one compiled call, 128 KiB held): the per-run Python steps (block
-#: counts, keys, the call) spread over 64 batches of 256; the first run after a start or a seek is
-#: ``RUN`` long (:class:`RecordRuns`), so the first batch waits for no more than a single source's.
-MIXTURE_RUN = 4 * RUN
-
 
 class StepFetcher(Dataset):
     """``fetcher[(step, epoch, first, span, seeding)]`` is this rank's batch of global step
@@ -89,12 +82,11 @@ class StepFetcher(Dataset):
         self.seed_per_sample = config.seed_per_sample
         self.token_column = config.token_column
         self.unbatched = config.unbatched
-        self.positional = config.positional
+        self.order = config.order
         self.stream = stream if config.mode is FetchMode.PACKED else None
         self.pin_memory = pin_memory
         self._lengths: np.ndarray | None = None
-        self._runs, self._key_runs = self._new_runs()
-        self._mix_runs: tuple[Any, RecordRuns] | None = None  # (mixture plan, its runs), made at first use
+        self._key_runs = self._new_key_runs()
         self._epoch_len = self.plan.epoch_len  # the plan is fixed: read per batch
         #: lazy seeding of Python's and numpy's generators (SampleSeeding.LAZY, see _per_sample);
         #: False in this process for good once user code was seen drawing from them
@@ -106,8 +98,7 @@ class StepFetcher(Dataset):
         """Run the compiled kernels and the source's first gather once in this process, so that
         forked workers inherit them instead of each paying the start-up (JIT cache, imports)."""
         if self.mode in (FetchMode.ARROW, FetchMode.PACKED):
-            first = np.zeros(1, dtype=np.int64)  # a mixture's blocks are computed where they are used
-            ids = first if hasattr(self.positional, "at_positions") else self.records(first)
+            ids = self.order.warm_ids()
             self.dataset.take(ids)
             if hasattr(self.dataset, "take_numpy"):
                 self.dataset.take_numpy(ids, PAD_VALUE)
@@ -115,52 +106,19 @@ class StepFetcher(Dataset):
             best_fit_bins(np.array([1, 1], dtype=np.int64), self.stream.spec)
 
     def __getstate__(self) -> dict[str, Any]:  # workers rebuild the length index and the runs themselves
-        runs, key_runs = self._new_runs()
-        return {**self.__dict__, "_lengths": None, "_runs": runs, "_key_runs": key_runs, "_mix_runs": None}
+        return {**self.__dict__, "_lengths": None, "_key_runs": self._new_key_runs()}
 
-    def _new_runs(self) -> tuple[RecordRuns, RecordRuns]:
-        """Record ids and sample keys of runs of upcoming positions (pure functions of the position)."""
-        return RecordRuns(self.plan.records), RecordRuns(functools.partial(sample_keys, self.plan.version_hash, self.plan.seed))
+    def _new_key_runs(self) -> RecordRuns:
+        """Sample keys of runs of upcoming positions (a pure function of the position); the order
+        serves record ids from runs of its own."""
+        return RecordRuns(functools.partial(sample_keys, self.plan.version_hash, self.plan.seed))
 
     def __len__(self) -> int:
         return self.plan.steps_in_epoch(0)
 
     def records(self, positions: np.ndarray) -> np.ndarray:
-        """Record ids at stream ``positions``: the plan's order, or the user's positional sampler."""
-        if self.positional is None:
-            return self.plan.records(positions)
-        return self._positional_records(positions)
-
-    def span_records(self, start: int, stop: int, positions: np.ndarray) -> np.ndarray:
-        """Record ids of this rank's ``positions`` of the global batch ``[start, stop)``; the plan's
-        are served from a run of upcoming steps computed in one call (:class:`RecordRuns`)."""
-        if self.positional is None:
-            runs = self._runs
-        elif hasattr(self.positional, "at_positions"):
-            runs = self._mixture_runs()  # rd.Mixture: runs of its current plan (a rebase swaps it), none before it starts
-            if start - start % RUN < self.positional.plan.first_position:  # where a run after a seek would start
-                return self._positional_records(positions)
-        else:
-            return self._positional_records(positions)
-        ids = runs.span(start, stop)
-        return ids if self.sharding.world_size == 1 else ids[positions - start]
-
-    def _mixture_runs(self) -> RecordRuns:
-        plan = self.positional.plan
-        held = self._mix_runs
-        if held is None or held[0] is not plan:
-            held = self._mix_runs = (plan, RecordRuns(plan.concatenated_ids, ranged=plan.span_ids, run=MIXTURE_RUN))
-        return held[1]
-
-    def _positional_records(self, positions: np.ndarray) -> np.ndarray:
-        if hasattr(self.positional, "at_positions"):  # rd.Mixture: its positions are the stream's
-            return self.positional.at_positions(positions)
-        epochs, offsets = np.divmod(positions, self.plan.epoch_len)
-        out = np.empty_like(positions)
-        for e in np.unique(epochs):
-            sel = epochs == e
-            out[sel] = np.asarray(self.positional.indices(int(e), offsets[sel]), dtype=np.int64)
-        return out
+        """Record ids at stream ``positions`` (the loader's order: :class:`~.order.StreamOrder`)."""
+        return self.order.records(positions)
 
     def __getitem__(self, request: tuple[int, int, int, Any, int]) -> tuple[int, Any, int, int]:
         step, epoch, first, span, self.seeding = request
@@ -168,7 +126,7 @@ class StepFetcher(Dataset):
             return step, *self._packed(epoch, step - first)
         start, stop = span
         positions = self.sharding.local_positions(start, stop)
-        records = self.span_records(start, stop, positions)
+        records = self.order.batch_records(start, stop, positions)
         user_code = self.mode is not FetchMode.ARROW or self.collate_fn or self.arrow_collate or self.transform
         guard = GlobalRNGGuard() if self.seed_per_sample and user_code and get_worker_info() is None else None
         if guard is not None:
@@ -294,13 +252,7 @@ class StepFetcher(Dataset):
         (all ranks), from the offsets-only length index: rank-invariant, so every rank counts the same."""
         if self._lengths is None:
             self._lengths = self.dataset.column_lengths(self.token_column)
-        start, stop = span
-        if self.positional is None:
-            ids = self._runs.span(start, stop)
-        elif hasattr(self.positional, "at_positions"):  # rd.Mixture: from the run this batch's records came from
-            ids = self.span_records(start, stop, np.arange(start, stop, dtype=np.int64))
-        else:
-            ids = self.records(np.arange(start, stop, dtype=np.int64))
+        ids = self.order.span_records(*span)  # from the run this batch's records came from
         return int(self._lengths[ids].sum())
 
     def _arrow(self, span: tuple[int, int], positions: np.ndarray, records: np.ndarray) -> tuple[Any, int]:

@@ -39,7 +39,7 @@ from typing import Any
 from resumable_data._schema import check_json, coerce_enum
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
-from resumable_data.loader.mixture.state import check_mixture
+from resumable_data.loader.order import OrderCheck, StreamOrder
 from resumable_data.loader.state import LoaderState, OnBatchChange, OnUncommitted
 from resumable_data.plan import Plan, Tail
 from resumable_data.plan.sharding import world_sizes_text
@@ -58,17 +58,15 @@ class Restore:
     choice: OnUncommitted | None
     #: The plan the loader continues with: the current plan at the saved (or a new) batch origin.
     plan: Plan
-    #: An ``rd.Mixture`` loader continues from this rebase (the saved one, or a data_change's).
-    mixture_rebase: Any = None
-    #: The saved mixture section as validated (:func:`~.mixture.state.check_section`, once per restore) and the
-    #: saved counting plan when the check built one: what later restore steps use instead of parsing again.
-    mixture_section: Any = None
-    mixture_plan: Any = None
+    #: The order's check of the saved state: the point it continues from (an ``rd.Mixture``'s rebase:
+    #: the saved one, or a data_change's), and the saved section as validated and the saved counting
+    #: plan when the check built one (what later restore steps use instead of parsing again).
+    check: OrderCheck = OrderCheck([])
 
 
-def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncommitted: Any = None,
+def validate_restore(state: Any, current: LoaderState, stream: Any, order: StreamOrder, *, on_uncommitted: Any = None,
                      allow_unpinned: bool = False, label: Any = None, on_batch_change: Any = None) -> Restore:
-    """Check ``state`` against the ``current`` fingerprint and ``stream`` (see the module docs)."""
+    """Check ``state`` against the ``current`` fingerprint, ``stream`` and ``order`` (see the module docs)."""
     check_json(state, "state")  # pure JSON before any field is read: nothing that would need unpickling
     saved = LoaderState.from_dict(state)
     last = max([saved.cursor.fetched, saved.epoch_base[1]] + [r.stop for r in saved.skipped])
@@ -93,9 +91,8 @@ def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncomm
                                                                                "on_batch_change")
     diffs, label = compare(saved, current, allow_unpinned=allow_unpinned, on_batch_change=change)
     choice = None if on_uncommitted is None else coerce_enum(on_uncommitted, OnUncommitted, "on_uncommitted")
-    mixture = check_mixture(saved, current, declared or RecoveryLabel.FAITHFUL_CONTINUATION, choice, stream)
-    diffs += mixture.diffs
-    rebase = mixture.rebase
+    check = order.check_restore(saved, current, declared or RecoveryLabel.FAITHFUL_CONTINUATION, choice, stream)
+    diffs += check.diffs
     if declared is RecoveryLabel.DATA_CHANGE:
         label = RecoveryLabel.DATA_CHANGE
     else:
@@ -118,13 +115,11 @@ def validate_restore(state: Any, current: LoaderState, stream: Any, *, on_uncomm
             "of the saved batch, which a global batch change renumbers; fix: resume with the saved batch")
     if diffs:
         raise ResumeError("cannot resume this loader from the given state:\n  - " + "\n  - ".join(diffs))
-    order = getattr(stream, "order", None)
-    if hasattr(order, "rebased"):  # a packed mixture: its epochs' indexes follow the rebase it continues from
-        stream = stream.with_order(order.rebased(rebase))
+    stream = order.restore_stream(stream, check.point)  # a packed mixture: indexes of the order it continues from
     ledger = _epoch_ledger(saved, stream)
     new_origin = saved.plan.origin_at(resume) if changed else origin
     plan = current.plan if new_origin is None else replace(current.plan, origin=new_origin)
-    return Restore(saved, ledger, label, choice, plan, rebase, mixture.section, mixture.plan)
+    return Restore(saved, ledger, label, choice, plan, check)
 
 
 def _seeding_mode_change(saved: LoaderState, current: LoaderState) -> list[str]:

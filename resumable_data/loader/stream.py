@@ -27,11 +27,13 @@ import xxhash
 
 from resumable_data._cache import cache_dir
 from resumable_data.errors import ConfigError, describe
+from resumable_data.loader.order import DocumentOrder
 from resumable_data.loader.state import LoaderState
 from resumable_data.plan import Plan, Sharding, Tail, epoch_records
 from resumable_data.plan.packing import Packing, window_counts
 
-__all__ = ["PackedIndex", "PackedStream", "RecordStream", "StepInfo", "cache_dir", "describe_step", "stream_from_state"]
+__all__ = ["PackedIndex", "PackedStream", "RecordStream", "StepInfo", "cache_dir", "describe_step", "make_stream",
+           "stream_from_state"]
 
 _INDEX_CHUNK = 1 << 20  # documents per chunk when building an index (bounds transient memory)
 
@@ -59,6 +61,9 @@ class RecordStream:
     def with_plan(self, plan: Plan) -> RecordStream:
         return self if plan == self.plan else RecordStream(plan)
 
+    def forget(self) -> None:
+        """Nothing to drop: a record stream memoizes nothing that depends on the order."""
+
 
 class PackedIndex:
     """One epoch's packing index: the cumulative sequence count of its windows."""
@@ -80,9 +85,10 @@ class PackedStream:
     """Packed: positions are sequences; epochs differ in length; indexes cached per epoch."""
 
     def __init__(self, plan: Plan, spec: Packing, lengths: np.ndarray, *, pinned: bool, progress: bool = True,
-                 order: Any = None) -> None:
+                 order: DocumentOrder | None = None) -> None:
         self.plan = plan
-        #: A positional sampler (an rd.Mixture's) that orders the documents instead of the plan.
+        #: What orders the documents instead of the plan (an rd.Mixture's sampler:
+        #: :meth:`~.order.StreamOrder.document_order`), or None.
         self.order = order
         self.spec = spec
         self.lengths = lengths
@@ -107,9 +113,8 @@ class PackedStream:
     def _key(self, epoch: int) -> str:
         parts = [self.plan.version_hash, str(self.plan.seed), repr(sorted(self.plan.order.to_dict().items())),
                  repr(sorted(self.spec.to_dict().items())), str(self.plan.num_records), str(epoch), "packidx/1"]
-        if self.order is not None:
-            key = getattr(self.order, "index_key", None)  # a packed mixture: its section, or its schedule's runs
-            parts += [self.order.fingerprint(), key() if key is not None else repr(getattr(self.order, "state_section", dict)())]
+        if self.order is not None:  # a packed mixture: its section, or its schedule's runs
+            parts += [self.order.fingerprint(), self.order.index_key()]
         return xxhash.xxh3_128_hexdigest("|".join(parts).encode())
 
     def window_docs(self, epoch: int, window: int) -> np.ndarray:
@@ -188,7 +193,7 @@ class PackedStream:
     def span(self, step: int) -> None:
         return None  # packed steps are located in their epoch's index (epoch_positions)
 
-    def with_order(self, order: Any) -> PackedStream:
+    def with_order(self, order: DocumentOrder | None) -> PackedStream:
         """This stream ordered by ``order`` (an ``rd.Mixture`` sampler after a rebase): same
         documents and spec, its own (empty) index memo."""
         if order is self.order:
@@ -236,6 +241,15 @@ class PackedStream:
         start = k * g
         stop = start + g if self.plan.tail is not Tail.PARTIAL else min(start + g, count)
         return start, stop, count
+
+
+def make_stream(plan: Plan, packing: Packing | None, lengths: np.ndarray | None, *, pinned: bool,
+                order: DocumentOrder | None = None) -> RecordStream | PackedStream:
+    """A loader's stream: packed sequences when ``packing`` is given (``lengths``: every document's
+    token length; ``order``: what orders the documents, None for the plan), else records."""
+    if packing is None:
+        return RecordStream(plan)
+    return PackedStream(plan, packing, lengths, pinned=pinned, order=order)
 
 
 @dataclass(frozen=True)

@@ -273,6 +273,16 @@ class MixtureSampler:
     def state_section(self) -> dict[str, Any]:
         return self.plan.to_dict()
 
+    @property
+    def declared_rebase(self) -> Rebase | None:
+        """The rebase a state records: the plan's (a packed schedule's runs are the plan's, see
+        :class:`PackedMixtureSampler`)."""
+        return self.plan.rebase
+
+    def index_key(self) -> str:
+        """What a packing index of this stream depends on: its state section."""
+        return repr(self.state_section())
+
 
 def _windows(shuffle_window: Any, names: tuple[str, ...], shuffle: bool) -> tuple[int | None, ...]:
     """One shuffle window (or None: the global shuffle) per source, validated."""

@@ -104,7 +104,7 @@ def test_loader_batches_equal_the_definition_and_the_arrow_path(dirs):
     """Every batch (7 positions, straddling blocks of 16, across loader epochs) holds the records
     the per-position definition names, with the arrays the Arrow path (``take``) would build."""
     from resumable_data.loader.collate import arrow_to_numpy
-    from tests.plan.test_mixture_fast import reference
+    from tests.plan.mixture.test_mixture_blocks import reference
 
     mix = rd.Mixture(open_sources(dirs), weights=WEIGHTS, block_size=16)
     loader = rd.DataLoader(mix, batch_size=7, seed=5)

@@ -144,8 +144,8 @@ class MixtureCheck:
 def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel,
                   choice: OnUncommitted | None, stream: Any = None) -> MixtureCheck:
     """The differences that forbid the resume and the rebase the current loader continues from
-    (:class:`MixtureCheck`); ``stream``: the current loader's (a packed one locates the change in
-    the saved epoch's index). The saved section is validated once, before any key is read."""
+    (:class:`MixtureCheck`); ``stream``: a packed loader's (it locates the change in the saved
+    epoch's index), None for an unpacked one. The saved section is validated once, before any key is read."""
     if saved.mixture is None and current.mixture is None:
         return MixtureCheck([])
     if saved.mixture is None or current.mixture is None:
@@ -180,7 +180,7 @@ def _check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabe
              for k in _FIXED if s[k] != c[k]]
     if diffs:
         return diffs, None, plan
-    packed = saved.packing is not None and hasattr(getattr(stream, "order", None), "saved")
+    packed = saved.packing is not None and stream is not None  # the stream is given to a packed loader's check only
     if s[K_SCHEDULE] == c[K_SCHEDULE]:
         if packed and plan.rebase is not None and not batch_changed:  # a batch change: refused (or continued) there
             return [], packed_change(saved, stream, saved.cursor.committed, change=False, section=section), plan

@@ -222,7 +222,7 @@ def test_reset_after_a_rebase_under_persistent_workers_is_a_fresh_start(dirs):
     loader.load_state_dict(states[5], label="data_change")
     run(loader, 2)  # the pool runs on the rebased plan
     loader.reset()
-    assert loader.config.positional.plan.rebase is None
+    assert loader.config.order.point() is None and loader.config.order.sampler.plan.rebase is None
     assert run(loader, H)[0] == fresh
 
 
@@ -236,7 +236,7 @@ def test_undo_point_rolls_back_a_mixture_rebase(dirs, workers):
     loader.load_state_dict(a_states[5], label="data_change")
     assert loader.state_dict()["mixture"]["rebase"] is not None
     undo()
-    assert loader.config.positional.plan.rebase is None
+    assert loader.config.order.point() is None and loader.config.order.sampler.plan.rebase is None
     assert loader.state_dict() == before
     expected, _ = continue_from(loader_for(dirs, W2), b_states[3], H)
     assert run(loader, H)[0] == expected

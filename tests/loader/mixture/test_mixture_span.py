@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import resumable_data as rd
-from resumable_data.loader.fetch import MIXTURE_RUN
+from resumable_data.loader.mixture.order import MIXTURE_RUN
 from resumable_data.plan.record_runs import RUN  # a mixture's first run of positions; MIXTURE_RUN the later ones
 from tests.loader.conftest import canon
 from tests.mixture_data import SIZES, WEIGHTS, open_sources, source_of, write_sources
