@@ -185,7 +185,7 @@ def loader_state_report(path: str, data: str | None, verify: str, records: int, 
     kv(out, "stream", f"seed {plan.seed}, {plan.order.kind.value if hasattr(plan.order.kind, 'value') else plan.order.kind}, "
                       f"global batch {_batch_text(plan)}, tail {getattr(plan.tail, 'value', plan.tail)}, "
                       f"commit {state.commit.value} x{state.accumulation_steps}"
-                      + (f", packed {state.packing.get('seq_len')}" if state.packing else ", unpacked"))
+                      + (f", packed {state.packing.seq_len}" if state.packing else ", unpacked"))
     kv(out, "layout", f"world size {state.layout.world_size}, {getattr(state.layout.policy, 'value', state.layout.policy)}"
                       f"{'' if state.elastic else ', not elastic'}")
     if state.mixture is not None:

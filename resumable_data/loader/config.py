@@ -98,7 +98,7 @@ class LoaderConfig:
         return LoaderState(
             plan=self.plan, layout=Layout(self.sharding.world_size, self.sharding.policy), elastic=self.elastic,
             commit=self.commit, accumulation_steps=self.accumulation_steps,
-            packing=None if self.packing is None else self.packing.to_dict(), pinned=self.pinned,
+            packing=self.packing, pinned=self.pinned,
             sampler=self.order.fingerprint(), mixture=self.order.state_section(),
             sample_seeding=SeedingRecord(SampleSeeding.OFF if not self.seed_per_sample else
                                          SampleSeeding.LAZY if self.lazy_seeding else SampleSeeding.EAGER),

@@ -199,7 +199,9 @@ class _Plain:
         return None
 
     def progress(self, state: LoaderState, stream: Any, ledger: dict[int, int]) -> Any:
-        raise ConfigError(describe("dataset", "not an rd.Mixture", "an rd.Mixture",
+        what = "a dataset ordered by the plan" if self.fingerprint() is None else \
+            f"a dataset ordered by the sampler {self.fingerprint()}"  # type: ignore[attr-defined]
+        raise ConfigError(describe("dataset", what, "an rd.Mixture (per-source progress)",
                                    "build the loader over rd.Mixture({...}, weights=...)"))
 
 

@@ -199,7 +199,7 @@ def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool,
         )
     differ("accumulation_steps", saved.accumulation_steps, current.accumulation_steps, "pass the same accumulation_steps")
     differ("sampler", saved.sampler, current.sampler, "pass the same positional sampler")
-    differ("packing", saved.packing, current.packing, "pass the same packing spec")
+    differ("packing", _spec(saved.packing), _spec(current.packing), "pass the same packing spec")
     if not (saved.pinned and current.pinned) and not allow_unpinned:
         diffs.append(
             f"pinned: the {'saved run' if not saved.pinned else 'current loader'}'s dataset is not pinned "
@@ -214,6 +214,11 @@ def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool,
         )
     label = RecoveryLabel.ELASTIC_RESHARD if layout_changed or batch_changed else RecoveryLabel.FAITHFUL_CONTINUATION
     return diffs, label
+
+
+def _spec(packing: Any) -> dict[str, Any] | None:
+    """A packing spec as the state writes it (how a difference is shown)."""
+    return None if packing is None else packing.to_dict()
 
 
 def _same_mixture_sizes(saved: LoaderState, current: LoaderState) -> bool:

@@ -49,6 +49,7 @@ from resumable_data._schema import (
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.plan import BatchOrigin, Plan, ShardingPolicy, Tail
+from resumable_data.plan.packing import Packing
 from resumable_data.plan.mixture import section as mixture_plan
 from resumable_data.loader.seeding.sample_seeding import DEFAULT_SEEDING, SCHEMA_DEFAULT_SEEDING, SeedingRecord, fingerprint_mode, fingerprint_section
 
@@ -295,7 +296,8 @@ class LoaderState:
     elastic: bool
     commit: CommitMode
     accumulation_steps: int
-    packing: dict | None
+    #: The packing spec (:class:`rd.Packing`), typed; None when unpacked.
+    packing: Packing | None
     pinned: bool
     sampler: str | None = None
     epoch_base: tuple[int, int] = (0, 0)
@@ -328,7 +330,7 @@ class LoaderState:
             K_ELASTIC: self.elastic,
             K_COMMIT: self.commit.value,
             K_ACCUMULATION: self.accumulation_steps,
-            K_PACKING: self.packing,
+            K_PACKING: None if self.packing is None else self.packing.to_dict(),
             K_PINNED: self.pinned,
             K_SAMPLER: self.sampler,
             K_EPOCH_BASE: list(self.epoch_base),
@@ -414,9 +416,7 @@ class LoaderState:
         if version < 3 and (plan.schedule is not None or plan.tail is Tail.CONTINUOUS):
             raise ResumeError(describe("state.schema_version", version, "3 for a state with a batch schedule or the "
                                        "continuous tail", "pass an unmodified state"))
-        packing = d[K_PACKING]
-        if packing is not None and not isinstance(packing, dict):
-            raise ResumeError(describe("state.packing", packing, "null or a packing spec object", "pass an unmodified state"))
+        packing = _packing(d[K_PACKING])
         raw_skipped = d[K_SKIPPED]
         if not isinstance(raw_skipped, list) or len(raw_skipped) > MAX_SKIPPED_RANGES:
             raise ResumeError(
@@ -442,6 +442,18 @@ class LoaderState:
             sample_seeding=None if version < 4 else SeedingRecord.from_dict(d[K_SAMPLE_SEEDING]) if K_SAMPLE_SEEDING in d
             else SCHEMA_DEFAULT_SEEDING[version],
         )
+
+
+def _packing(v: Any) -> Packing | None:
+    """The state's packing spec, validated (:meth:`rd.Packing.from_dict`, every key), or None."""
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise ResumeError(describe("state.packing", v, "null or a packing spec object", "pass an unmodified state"))
+    try:
+        return Packing.from_dict(v, "state.packing")
+    except ConfigError as e:  # constructor checks on forged values are resume errors here
+        raise ResumeError(f"state is inconsistent: {e}") from None
 
 
 def _epoch_base(v: Any) -> tuple[int, int]:

@@ -295,5 +295,5 @@ def stream_from_state(state: LoaderState, source: Any = None) -> tuple[RecordStr
         return RecordStream(state.plan), ledger
     if source is None:
         return None, ledger
-    spec = Packing.from_dict(state.packing)
+    spec = state.packing
     return PackedStream(state.plan, spec, source.column_lengths(spec.tokens), pinned=state.pinned), ledger

@@ -363,7 +363,8 @@ class PackedMixtureSampler(MixtureSampler):
         if not self.scheduled:
             return repr(self.state_section())
         rebase = self.plan.rebase
-        return repr((self.plan.to_dict(), [r.to_list() for r in getattr(rebase, "earlier", ())], self.pending))
+        earlier = [r.to_list() for r in rebase.earlier] if isinstance(rebase, PackedRebase) else []
+        return repr((self.plan.to_dict(), earlier, self.pending))
 
     def _plan_of(self, weights: Any, rebase: Rebase | None) -> MixturePlan:
         m = self.mixture

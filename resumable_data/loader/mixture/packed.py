@@ -50,7 +50,7 @@ from resumable_data.loader.state import LoaderState
 from resumable_data.plan import Tail
 from resumable_data.plan.mixture.plan import SourceProgress
 from resumable_data.plan.mixture.section import EARLIER_SCHEMA_VERSION, K_EARLIER, K_NAMES, K_REBASE, K_SCHEMA, \
-    K_TOKENS, MAX_EARLIER, MIXTURE_SCHEMA_VERSION, TOKENS_SCHEMA_VERSION
+    K_TOKENS, MAX_EARLIER, MIXTURE_SCHEMA_VERSION, TOKENS_SCHEMA_VERSION, PackedRebase
 from resumable_data.plan.packing import PackMode, best_fit_bins
 
 __all__ = ["PackedPrefix", "PackedSourceCount", "change_position", "packed_change", "packed_progress", "prefix",
@@ -277,7 +277,7 @@ def packed_change(saved: LoaderState, stream: Any, step: int, change: bool, sect
     # the runs holding the saved epoch's documents are kept: a skipped step may lie in a later epoch
     # than the committed cursor, whose epoch the restored loader still locates steps in
     new = change_rebase(order, min(saved.epoch_base[0], epoch) * stream.plan.num_records, position)
-    runs = len(getattr(new, "earlier", ()))
+    runs = len(new.earlier) if isinstance(new, PackedRebase) else 0
     if runs > MAX_EARLIER:
         raise ResumeError(describe("label", "data_change", f"a weight change that leaves at most {MAX_EARLIER} earlier "
                                    f"runs in the loader epoch (this one would leave {runs}: the weights changed in "

@@ -81,7 +81,7 @@ def saved_plan(state: LoaderState, section: Section | None = None) -> MixturePla
         packed = state.packing is not None  # a packed epoch e holds the documents at positions [e*n, (e+1)*n)
         n = state.plan.num_records
         resume = (state.epoch_base[0] + 1) * n if packed else state.plan.step_start(state.cursor.committed)
-        window = state.packing.get("window") if packed else None
+        window = state.packing.window if packed else None
         aligned = not (packed and isinstance(window, int) and window > 0 and (plan.rebase.position % n) % window)
         if plan.rebase.position > resume or not aligned:  # packed: checked exactly against the index on a restore
             where = f"a packing-window start (a multiple of window={window} from an epoch's first document, a multiple " \
