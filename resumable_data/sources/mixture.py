@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from resumable_data.errors import ConfigError, describe
-from resumable_data.plan.mixture import MixturePlan, Rebase, mixture_version
+from resumable_data.plan.mixture import MAX_POSITION, MixturePlan, Rebase, mixture_version
 from resumable_data.plan.weights import StepPositions, WeightSchedule
 from resumable_data.sources.arrow_shards import ArrowShards
 
@@ -103,8 +103,10 @@ class Mixture:
         self.sizes = tuple(len(s) for s in self.sources)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         total = int(self.offsets[-1])
-        if epoch_len is not None and (isinstance(epoch_len, bool) or not isinstance(epoch_len, int) or epoch_len < 1):
-            raise ConfigError(describe("epoch_len", epoch_len, "a positive integer or None", "drop epoch_len="))
+        if epoch_len is not None and (isinstance(epoch_len, bool) or not isinstance(epoch_len, int)
+                                      or not 1 <= epoch_len <= MAX_POSITION):
+            raise ConfigError(describe("epoch_len", epoch_len, "an integer in [1, 2**62] (positions of an epoch) or None",
+                                       "drop epoch_len= (default: the sources' total records)"))
         self.epoch_len = total if epoch_len is None else epoch_len
         versions = [s.version.hash if s.pinned else "unpinned" for s in self.sources]
         self._versions = tuple(versions)
