@@ -25,6 +25,13 @@ complete ``step-N``, a complete ``.tmp-step-N-*`` (the newer save) or else a com
 ``.trash-*``, ``latest`` temp files and step directories without a valid marker are removed. So a
 re-save killed between its two renames loses neither copy, and the next save keeps one.
 
+Write failures (a full disk, a quota, an I/O error: ``OSError`` or safetensors' ``SafetensorError``)
+are a :class:`CheckpointError` naming the folder, the cause and what is on disk: before the new
+directory is renamed into place, the temp directory is removed (and a re-saved step's previous
+copy renamed back), so the folder is as it was; after it, the step is complete but ``latest``
+may still name the previous one, which loading follows. Retention is best effort (the next save
+retries it).
+
 Steps: ``0 <= step < 10**12`` (the directory names have 12 digits); a larger step is a
 :class:`ConfigError` before anything is written.
 
