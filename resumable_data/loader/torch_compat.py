@@ -53,6 +53,7 @@ import queue
 import signal
 import sys
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -74,6 +75,7 @@ __all__ = [
     "drop_persistent_iterator",
     "install_sigchld_handler",
     "is_multiprocess_iter",
+    "killed_by_signal",
     "next_batch",
     "on_pool_exit",
     "shutdown_workers",
@@ -296,6 +298,26 @@ def worker_fault(error: BaseException) -> str | None:
     if text.startswith("DataLoader timed out after"):
         return "hung (no batch within timeout=)"
     return None
+
+
+def killed_by_signal(it: Any, wait: float = 1.0) -> str:
+    """torch's own sentence for each worker of ``it`` that a signal ended ("DataLoader worker (pid N)
+    is killed by signal: Segmentation fault. "), or ''. rd's SIGCHLD handler does not raise torch's
+    error, so the loader says it here; while no worker has ended yet, waits up to ``wait`` s (a worker
+    whose pipe broke may still be dying)."""
+    workers, out = worker_processes(it), []
+    deadline = time.monotonic() + wait
+    while workers and all(w.exitcode is None for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.01)  # a worker that broke its pipe may still be dying
+    for w in workers:
+        code = w.exitcode
+        if code is not None and code < 0:
+            try:
+                name = signal.strsignal(-code) or f"signal {-code}"
+            except ValueError:
+                name = f"signal {-code}"
+            out.append(f"DataLoader worker (pid {w.pid}) is killed by signal: {name}. ")
+    return "".join(out)
 
 
 _installed = False

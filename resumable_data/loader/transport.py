@@ -88,7 +88,7 @@ def slot_name(main_pid: int, worker_pid: int, index: int, gen: int) -> str:
 # -- the worker side -----------------------------------------------------------------------------
 def _plain_tensor(t: torch.Tensor) -> bool:
     """A tensor whose data alone says everything torch's reduction would keep."""
-    return (type(t) is torch.Tensor and t.device.type == "cpu" and t.layout is torch.strided
+    return (type(t) is torch.Tensor and not t.is_nested and t.device.type == "cpu" and t.layout is torch.strided
             and not t.requires_grad and not t.is_quantized and not t.is_conj() and not t.is_neg()
             and not t.is_shared() and t.is_contiguous() and t.storage_offset() == 0
             and t.numel() > 0
