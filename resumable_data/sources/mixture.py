@@ -203,6 +203,10 @@ class Mixture:
 
             return PackedMixtureSampler(self, seed, self.epoch_len, None)
         length = -(-self.epoch_len // global_batch) * global_batch
+        if length > MAX_POSITION:  # rounding up to whole global batches passed the position limit
+            raise ConfigError(describe("epoch_len", self.epoch_len, f"at most {MAX_POSITION // global_batch * global_batch} "
+                                       f"(2**62 rounded down to a multiple of the global batch {global_batch})",
+                                       "pass a smaller epoch_len"))
         return MixtureSampler(self, seed, length, StepPositions(global_batch))
 
 

@@ -103,3 +103,14 @@ def test_mixture_schedule_values_are_range_checked(shards, weights, param):
         rd.Mixture({"a": shards, "b": shards}, weights())
     with pytest.raises(rd.ConfigError, match="block_size"):
         rd.Mixture({"a": shards, "b": shards}, {"a": 1, "b": 1}, block_size=2 ** 70)
+
+
+@pytest.mark.parametrize("batch_size", [3, 7])
+def test_mixture_epoch_len_rounded_past_the_bound_names_epoch_len(shards, batch_size):
+    with pytest.raises(rd.ConfigError, match=r"epoch_len=4611686018427387904: expected at most .*multiple of the global batch"):
+        rd.DataLoader(rd.Mixture({"a": shards, "b": shards}, {"a": 1, "b": 1}, epoch_len=2 ** 62),
+                      batch_size=batch_size, seed=0)
+    bound = (2 ** 62) // batch_size * batch_size  # the fix the message names works
+    loader = rd.DataLoader(rd.Mixture({"a": shards, "b": shards}, {"a": 1, "b": 1}, epoch_len=bound),
+                           batch_size=batch_size, seed=0)
+    assert len(loader) == bound // batch_size
