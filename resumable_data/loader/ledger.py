@@ -27,8 +27,10 @@ new ``iter()`` in the same process all give an empty pass first, and the pass af
 next epoch (torch's ``StatefulDataLoader`` semantics); once the pass ended, the next pass is the
 next epoch. :attr:`ProgressLedger.epoch` is the epoch of the current (or next) pass.
 
-Cost. Every call is O(number of skipped ranges) (a handful) except ``locate`` on a packed stream,
-which may build one epoch's packing index (cached); a restore sets a few integers.
+Cost. Every call is O(log R) in the number R of skipped ranges (merged once into a
+:class:`~resumable_data.loader.skips.SkipIndex` after each change, O(R log R)) except ``locate``
+on a packed stream, which may build one epoch's packing index (cached); a restore sets a few
+integers.
 """
 
 from __future__ import annotations
