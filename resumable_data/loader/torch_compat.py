@@ -43,7 +43,9 @@ training step, a ``torch.save``, a ``finally`` block. :func:`install_sigchld_han
 before torch's, one that makes the same check without raising (and chains any non-torch handler
 that was there) and marks torch's as set (``torch.utils.data._utils.signal_handling.
 _SIGCHLD_handler_set``, ``_error_if_any_worker_fails``). The death then surfaces where it can be
-handled: at the next ``next(loader)``, through torch's liveness check, as :class:`rd.WorkerError`.
+handled: at the next ``next(loader)``, through torch's liveness check, as :class:`rd.WorkerError`,
+whose message starts with torch's own sentence for each worker a signal ended
+(:func:`killed_by_signal`: "DataLoader worker (pid N) is killed by signal: Segmentation fault.").
 Plain torch ``DataLoader`` passes in the same process get their deaths reported the same way.
 """
 

@@ -13,8 +13,8 @@ Algorithm. In a worker, rd's ``collate_fn`` for torch (:class:`WorkerCollate`) p
 * its structure: for a dict of numeric numpy arrays and plain tensors (every Arrow batch) a
   small spec of keys, dtypes and shapes; otherwise the batch pickled with protocol 5, the data
   of every numpy array and every plain CPU tensor (dense, contiguous, not shared already, not
-  requiring grad, its storage exactly its data) handed out of band. Anything else keeps torch's
-  own reduction: tensors already in shared memory (torch's ``default_collate`` makes tensor
+  requiring grad, not nested, its storage exactly its data) handed out of band. Anything else
+  (nested tensors included) keeps torch's own reduction: tensors already in shared memory (torch's ``default_collate`` makes tensor
   samples' batches there) keep torch's zero-copy path;
 * its payloads: under :data:`SLOT_MIN_BYTES` in all they travel inline, as bytes in the
   message; larger ones are copied into one of the worker's *slots*, a shared-memory segment
