@@ -28,8 +28,8 @@ Algorithm.
 
 Guarantee: a saved optimizer or scheduler state accepted here loads, and the next ``step()`` runs
 with state of the shapes torch itself creates. Not covered: the ``torch.distributed.checkpoint``
-layout (DCP loads into pre-shaped tensors), optimizers whose state is not per parameter (LBFGS:
-its step reads its own parameter list; structure checks still apply).
+layout (DCP loads into pre-shaped tensors), optimizers whose ``step()`` requires a closure (LBFGS:
+its state is not per parameter; the group structure checks still apply).
 
 Cost: two optimizer steps per parameter on scratch tensors (the largest parameter's size and its
 state, transiently), no copy of the model.
@@ -38,6 +38,7 @@ state, transiently), no copy of the model.
 from __future__ import annotations
 
 import copy
+import inspect
 import warnings
 from collections import defaultdict
 from collections.abc import Mapping
@@ -151,10 +152,21 @@ def _clone(v: Any) -> Any:
     return v
 
 
+def _needs_closure(opt: torch.optim.Optimizer) -> bool:
+    """Whether ``opt.step`` requires a closure (``LBFGS``): it cannot run on scratch tensors alone."""
+    try:
+        p = inspect.signature(opt.step).parameters.get("closure")
+    except (TypeError, ValueError):
+        return False
+    return p is not None and p.default is inspect.Parameter.empty
+
+
 def probe_optimizer(opt: torch.optim.Optimizer, ordered: list[dict[str, Any]], current: list[list[str]],
                     state: Mapping[str, Any]) -> None:
     """Each parameter's saved state under its saved group settings, against torch's own (module docs).
     ``ordered``: the saved group of each live group; ``current``: each live group's parameter names."""
+    if _needs_closure(opt):
+        return  # LBFGS-like: a step re-evaluates the loss and its state is not per parameter (module docs)
     live_groups, live_state = opt.param_groups, opt.state
     try:
         with unobserved_step(opt), torch.no_grad():
