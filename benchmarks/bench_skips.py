@@ -66,6 +66,8 @@ def main() -> dict:
     lines.append(f"\nratio 10k / 1k: {result['ratio_10k_over_1k']:.1f} (linear: ~10, quadratic: ~100)")
     write_results("skips", result, "\n".join(lines) + "\n")
     print("\n".join(lines))
+    # a generous bound: linear is ~10 (less with fixed costs), quadratic ~100
+    assert result["ratio_10k_over_1k"] < 30, f"skipped ranges look superlinear: {result}"
     return result
 
 
