@@ -38,7 +38,7 @@ from resumable_data.loader.sample_seeding import SampleSeeding, SeedingRecord, s
 from resumable_data.loader.state import CommitMode, Layout, LoaderState
 from resumable_data.plan import BatchSchedule, Order, OrderSpec, Plan, Sharding, Tail
 from resumable_data.plan.batch_schedule import as_schedule
-from resumable_data.plan.packing import Overlong, Packing, PackMode
+from resumable_data.plan.packing import Overlong, Packing
 
 __all__ = ["UNPINNED", "FetchMode", "LoaderConfig", "SampleSeeding", "check_worker_options", "resolve_config"]
 
