@@ -360,9 +360,11 @@ def _unbind(x):
 
 
 @pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
-@pytest.mark.parametrize("context", ["fork", "spawn"])
-@pytest.mark.parametrize("layout", [torch.strided, torch.jagged], ids=["strided", "jagged"])
-@pytest.mark.parametrize("batch_size", [None, 1])
+@pytest.mark.parametrize("context,layout,batch_size", [
+    ("fork", torch.strided, None), ("fork", torch.strided, 1), ("fork", torch.jagged, None), ("fork", torch.jagged, 1),
+    ("spawn", torch.strided, None), ("spawn", torch.jagged, 1),  # spawn costs seconds per worker start
+], ids=["fork-strided-None", "fork-strided-1", "fork-jagged-None", "fork-jagged-1", "spawn-strided-None",
+        "spawn-jagged-1"])
 def test_nested_tensor_samples_through_two_workers(context, layout, batch_size):
     ds = Nested(layout)
     kw = {"collate_fn": _clone_collate} if batch_size else {}
