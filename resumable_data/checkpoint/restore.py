@@ -5,8 +5,9 @@ Algorithm, in three phases:
 1. **Validate** (nothing is touched). The caller has parsed the header and the metadata and run
    the compatibility contract; :func:`validate` then type-checks every part the label restores
    against the live objects: model and EMA tensors (names, shapes, dtypes), mid-window gradients,
-   the optimizer by parameter name (group partition, group keys and value kinds, state entries),
-   scheduler and scaler keys and value kinds, module modes, the accumulation record, every
+   the optimizer by parameter name (group partition, group settings' structure, and every state
+   entry against the optimizer's own ``step()`` on scratch tensors: :mod:`.optim_check`), the
+   scheduler (structure and ``get_lr()`` on a scratch copy), scaler keys and value kinds, module modes, the accumulation record, every
    generator state (set on scratch generators: ``random.Random``, ``numpy.random.RandomState``,
    ``torch.Generator``), the loader's full state (:meth:`rd.DataLoader.validate_state_dict`, with
    ``allow_unpinned`` and ``on_batch_change``), the metric log boundary
@@ -65,6 +66,7 @@ from resumable_data.checkpoint.keys import (
 from resumable_data.checkpoint.policies import AccumulationPolicy
 from resumable_data.checkpoint.meta import new_id
 from resumable_data.checkpoint.optim import _group_fqns, _match_groups, load_dense_optimizer_state, load_optimizer_state
+from resumable_data.checkpoint.optim_check import probe_optimizer, probe_scheduler, same_flags, same_structure
 from resumable_data.errors import ResumableDataError, describe
 from resumable_data.loader.state import LoaderState
 
@@ -124,8 +126,10 @@ def _check_optimizer(ts: Any, saved: Any) -> None:
     current = _group_fqns(opt, ts._names)
     ordered = _match_groups(current, saved)  # CompatibilityError naming every mismatch
     for gi, (g, live) in enumerate(zip(ordered, opt.param_groups)):
-        _same_shape({k: v for k, v in g.items() if k != "params"}, {k: v for k, v in live.items() if k != "params"},
-                    f"optimizer.param_groups[{gi}]")
+        same_structure({k: v for k, v in g.items() if k != "params"}, {k: v for k, v in live.items() if k != "params"},
+                       f"optimizer.param_groups[{gi}]")
+        same_flags(g, live, f"optimizer.param_groups[{gi}]")
+    probe_optimizer(opt, ordered, current, state)  # every moment against the optimizer's own step()
 
 
 def _check_rng(state: Any) -> None:
@@ -204,7 +208,7 @@ def _validate(ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, dc
     if want(K_OPTIMIZER, ts.optimizer) and not dcp:
         _check_optimizer(ts, state[K_OPTIMIZER])
     if want(K_SCHEDULER, ts.scheduler):
-        _same_shape(state[K_SCHEDULER], ts.scheduler.state_dict(), "scheduler")
+        probe_scheduler(ts.scheduler, state[K_SCHEDULER])
     if want(K_SCALER, ts.scaler):
         _same_shape(state[K_SCALER], ts.scaler.state_dict(), "scaler")
     if want(K_EMA, ts.ema):

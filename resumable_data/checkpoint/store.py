@@ -25,6 +25,13 @@ complete ``step-N``, a complete ``.tmp-step-N-*`` (the newer save) or else a com
 ``.trash-*``, ``latest`` temp files and step directories without a valid marker are removed. So a
 re-save killed between its two renames loses neither copy, and the next save keeps one.
 
+Write failures (a full disk, a quota, an I/O error: ``OSError`` or safetensors' ``SafetensorError``)
+are a :class:`CheckpointError` naming the folder, the cause and what is on disk: before the new
+directory is renamed into place, the temp directory is removed (and a re-saved step's previous
+copy renamed back), so the folder is as it was; after it, the step is complete but ``latest``
+may still name the previous one, which loading follows. Retention is best effort (the next save
+retries it).
+
 Steps: ``0 <= step < 10**12`` (the directory names have 12 digits); a larger step is a
 :class:`ConfigError` before anything is written.
 
@@ -45,6 +52,7 @@ Cost: save writes the state once plus fsyncs; load reads and hashes it once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -349,8 +357,45 @@ def save_checkpoint(directory: str | os.PathLike, state: Any, *, step: int | Non
 
 def _write(root: Path, step: int, checkpoint_id: str, json_tree: Any, tensors: dict, meta: Any, inventory: Any,
            keep_last: int | None) -> Path:
-    _cleanup(root)
-    tmp = root / f"{TMP_PREFIX}{step_dir_name(step)}-{os.getpid()}-{secrets.token_hex(4)}"
+    from safetensors import SafetensorError
+
+    final = root / step_dir_name(step)
+    tmp = root / f"{TMP_PREFIX}{final.name}-{os.getpid()}-{secrets.token_hex(4)}"
+    aside = None
+    try:  # nothing published yet: any failure removes what this save wrote and leaves the folder as it was
+        _cleanup(root)
+        _fill(tmp, step, checkpoint_id, json_tree, tensors, meta, inventory)
+        if os.path.lexists(final):
+            aside = root / f"{ASIDE_PREFIX}{final.name}-{secrets.token_hex(4)}"
+            os.rename(final, aside)
+        os.rename(tmp, final)
+    except (OSError, SafetensorError) as e:
+        _rmtree(tmp)
+        if aside is not None and not os.path.lexists(final):
+            with contextlib.suppress(OSError):  # else the next load or save recovers the complete aside copy
+                os.rename(aside, final)  # a re-save: the previous copy of this step goes back
+        raise _write_error(root, final, e, published=False) from None
+    try:  # the new step directory is complete; `latest` and the retention pass follow
+        fsync_dir(root)
+        atomic_write(root / LATEST, (final.name + "\n").encode(), durable=True)
+    except OSError as e:
+        raise _write_error(root, final, e, published=True) from None
+    if aside is not None:
+        _rmtree(aside)
+    if keep_last is not None:
+        for old in list_checkpoints(root)[:-keep_last]:
+            if old.name != final.name:
+                trash = root / f"{TRASH_PREFIX}{old.name}-{secrets.token_hex(4)}"
+                try:
+                    os.rename(old, trash)
+                except OSError:  # retention is best effort: the next save retries it
+                    continue
+                _rmtree(trash)
+    return final
+
+
+def _fill(tmp: Path, step: int, checkpoint_id: str, json_tree: Any, tensors: dict, meta: Any, inventory: Any) -> None:
+    """Write every file of a checkpoint and its marker into the private directory ``tmp``, durably."""
     os.mkdir(tmp)
     _write_tensors(tmp / TENSORS, tensors)
     # inside the private temp dir nobody reads: plain writes, then one fsync per file and one of the dir
@@ -366,23 +411,19 @@ def _write(root: Path, step: int, checkpoint_id: str, json_tree: Any, tensors: d
                                             K_STEP: step, K_CHECKPOINT_ID: checkpoint_id, K_FILES: files}), durable=False)
     _fsync_file(tmp / MARKER)
     fsync_dir(tmp)
-    final = root / step_dir_name(step)
-    aside = None
-    if os.path.lexists(final):
-        aside = root / f"{ASIDE_PREFIX}{final.name}-{secrets.token_hex(4)}"
-        os.rename(final, aside)
-    os.rename(tmp, final)
-    fsync_dir(root)
-    atomic_write(root / LATEST, (final.name + "\n").encode(), durable=True)
-    if aside is not None:
-        _rmtree(aside)
-    if keep_last is not None:
-        for old in list_checkpoints(root)[:-keep_last]:
-            if old.name != final.name:
-                trash = root / f"{TRASH_PREFIX}{old.name}-{secrets.token_hex(4)}"
-                os.rename(old, trash)
-                _rmtree(trash)
-    return final
+
+
+def _write_error(root: Path, final: Path, e: BaseException, *, published: bool) -> CheckpointError:
+    """The error of a save that failed writing (a full disk, a quota, an I/O error), saying what is on disk."""
+    why = getattr(e, "strerror", None) or str(e)
+    if published:
+        state = (f"{final.name} is complete on disk but {LATEST} was not updated, so loading {root} still loads "
+                 "the checkpoint it named before")
+    else:
+        state = f"nothing of {final.name} was kept; the checkpoints saved before are unchanged"
+    return CheckpointError(describe("directory", str(root), f"room to write checkpoint {final.name} ({why}; {state})",
+                                    "free space (or raise the quota) and call save_checkpoint again, "
+                                    "or save into another directory"))
 
 
 @dataclass(frozen=True)

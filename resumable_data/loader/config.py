@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import enum
 import numbers
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -39,12 +40,14 @@ from resumable_data.loader.samplers import PositionalRandomSampler, PositionalWe
 from resumable_data.loader.state import CommitMode, Layout, LoaderState
 from resumable_data.plan import BatchSchedule, Order, OrderSpec, Plan, Sharding, Tail
 from resumable_data.plan.batch_schedule import as_schedule
-from resumable_data.plan.packing import Overlong, Packing, PackMode
+from resumable_data.plan.packing import Overlong, Packing
 
 __all__ = ["UNPINNED", "FetchMode", "LoaderConfig", "SampleSeeding", "check_worker_options", "resolve_config"]
 
 #: The version hash of a loader whose dataset is not pinned.
 UNPINNED = "unpinned"
+#: The deepest per-worker prefetch accepted (torch fills prefetch_factor * num_workers slots in a loop at each iter()).
+MAX_PREFETCH_FACTOR = 1 << 16
 
 
 class FetchMode(str, enum.Enum):
@@ -337,6 +340,9 @@ def check_worker_options(num_workers: Any, timeout: Any, multiprocessing_context
     if timeout < 0:
         raise _torch_rule("timeout option should be non-negative", "timeout", timeout, "seconds >= 0 (0: wait forever)",
                           "pass timeout=0 or a positive number of seconds")
+    if timeout > threading.TIMEOUT_MAX:  # the worker queue's get() raises OverflowError past it
+        raise ConfigError(describe("timeout", timeout, f"seconds in [0, {threading.TIMEOUT_MAX:.0f}] (0: wait forever)",
+                                   "pass timeout=0 to wait forever"))
     if num_workers == 0 and prefetch_factor is not None:
         raise _torch_rule("prefetch_factor option could only be specified in multiprocessing", "prefetch_factor",
                           prefetch_factor, "None with num_workers=0", "drop prefetch_factor= or pass num_workers > 0")
@@ -346,6 +352,10 @@ def check_worker_options(num_workers: Any, timeout: Any, multiprocessing_context
     if prefetch_factor is not None and prefetch_factor < 0:
         raise _torch_rule("prefetch_factor option should be non-negative", "prefetch_factor", prefetch_factor,
                           "an integer >= 0 (batches loaded in advance per worker)", "pass prefetch_factor=2")
+    if prefetch_factor is not None and not 1 <= prefetch_factor <= MAX_PREFETCH_FACTOR:
+        # torch accepts 0 and then asserts in its worker iterator; a huge depth loops for ever filling the queue
+        raise ConfigError(describe("prefetch_factor", prefetch_factor, f"an integer in [1, {MAX_PREFETCH_FACTOR}] "
+                                   "(batches loaded in advance per worker) or None", "pass prefetch_factor=2"))
     if persistent_workers and num_workers == 0:
         raise _torch_rule("persistent_workers option needs num_workers > 0", "persistent_workers", persistent_workers,
                           "False with num_workers=0", "drop persistent_workers= or pass num_workers > 0")
@@ -453,15 +463,27 @@ def _check_packing(packing: Any, dataset: Any, arrow_type: type, collate_fn: Any
     if not ((pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type)):
         raise ConfigError(describe("Packing.tokens", packing.tokens, f"a list<integer> column (it is {t})",
                                    "tokenize into a list of integer ids"))
+    _check_token_ids(packing, np.dtype(t.value_type.to_pandas_dtype()))
     lengths = dataset.column_lengths(packing.tokens)
     empty = np.flatnonzero(lengths == 0)
     if empty.size:
         raise ConfigError(describe("documents", f"{empty.size} empty, first record ids {empty[:5].tolist()}",
                                    "documents with at least one token", "filter empty documents out before pinning"))
-    if packing.mode is PackMode.BEST_FIT and packing.overlong is Overlong.ERROR:
+    if packing.overlong is Overlong.ERROR:  # both modes: in concat too, a longer document is refused
         long = np.flatnonzero(packing.doc_lengths(lengths) > packing.seq_len)
         if long.size:
             raise ConfigError(describe("overlong", "error", f"no document longer than seq_len={packing.seq_len} "
                                        f"({long.size} are, first record ids {long[:5].tolist()})",
                                        "use overlong='split', a larger seq_len, or filter them"))
     return lengths
+
+
+def _check_token_ids(packing: Packing, dtype: np.dtype) -> None:
+    """``eos_id`` and ``pad_id`` become ``input_ids`` values of the token column's dtype: each must fit it
+    (numpy would wrap 2**40 to 0 in int32 without a word)."""
+    info = np.iinfo(dtype)
+    for name, value in (("eos_id", packing.eos_id), ("pad_id", packing.pad_id)):
+        if value is not None and not info.min <= value <= info.max:
+            raise ConfigError(describe(f"Packing.{name}", value, f"a token id that fits the token column's dtype "
+                                       f"{dtype} ([{info.min}, {info.max}])",
+                                       f"pass a {name} in that range (a token id of the tokenizer)"))

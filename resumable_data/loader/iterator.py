@@ -112,10 +112,11 @@ class LoaderIterator:
                 what = torch_compat.worker_fault(e) if torch_compat.is_multiprocess_iter(self._it) else None
                 if what is None:
                     raise
+                killed = torch_compat.killed_by_signal(self._it)  # before the pool is shut down
                 self._abandon()
                 c = ledger.cursor
                 raise WorkerError(
-                    f"a loader worker {what} ({type(e).__name__}: {e}) {self._in_flight(c.delivered)}; "
+                    f"{killed}a loader worker {what} ({type(e).__name__}: {e}) {self._in_flight(c.delivered)}; "
                     f"nothing was lost: state_dict() counts the {c.delivered} batches delivered to the loop "
                     f"(cursor.committed={c.committed}); fix: save loader.state_dict() with your "
                     "checkpoint and restart (or iterate a fresh iter(loader)); the job resumes at the "

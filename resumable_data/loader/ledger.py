@@ -27,8 +27,10 @@ new ``iter()`` in the same process all give an empty pass first, and the pass af
 next epoch (torch's ``StatefulDataLoader`` semantics); once the pass ended, the next pass is the
 next epoch. :attr:`ProgressLedger.epoch` is the epoch of the current (or next) pass.
 
-Cost. Every call is O(number of skipped ranges) (a handful) except ``locate`` on a packed stream,
-which may build one epoch's packing index (cached); a restore sets a few integers.
+Cost. Every call is O(log R) in the number R of skipped ranges (merged once into a
+:class:`~resumable_data.loader.skips.SkipIndex` after each change, O(R log R)) except ``locate``
+on a packed stream, which may build one epoch's packing index (cached); a restore sets a few
+integers.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from resumable_data._schema import check_int
 from resumable_data.labels import RecoveryLabel
 from resumable_data.plan import Plan
 from resumable_data.loader.seeding.sample_seeding import SEEDING_VERSION, UNRECORDED_SEEDING_VERSION
+from resumable_data.loader.skips import SkipIndex
 from resumable_data.loader.state import (
     CommitMode,
     CounterView,
@@ -49,8 +52,6 @@ from resumable_data.loader.state import (
     LoaderState,
     OnUncommitted,
     SkippedRange,
-    first_unskipped,
-    skipped_before,
 )
 
 __all__ = ["CounterView", "EpochStream", "ProgressLedger"]
@@ -116,7 +117,7 @@ class ProgressLedger:
         """Whether the current pass delivered its epoch's last batch but has not ended yet."""
         if self._pass_epoch is None:
             return False
-        return self.locate(first_unskipped(self._skipped, self._delivered))[0] > self._pass_epoch
+        return self.locate(self._skips().first_unskipped(self._delivered))[0] > self._pass_epoch
 
     @property
     def epoch(self) -> int:
@@ -124,10 +125,16 @@ class ProgressLedger:
         that just ended while :attr:`end_of_pass`, else the epoch of the next batch."""
         if self.end_of_pass:
             return self._pass_epoch  # type: ignore[return-value]
-        return self.locate(first_unskipped(self._skipped, self._delivered))[0]
+        return self.locate(self._skips().first_unskipped(self._delivered))[0]
 
     def is_skipped(self, step: int) -> bool:
-        return any(r.start <= step < r.stop for r in self._skipped)
+        return self._skips().covers(step)
+
+    def _skips(self) -> SkipIndex:
+        """The skipped ranges merged for O(log R) lookups; every change of ``_skipped`` drops it."""
+        if self._skip_index is None:
+            self._skip_index = SkipIndex((r.start, r.stop) for r in self._skipped)
+        return self._skip_index
 
     def locate(self, step: int) -> tuple[int, int]:
         """(epoch, first step of that epoch) of ``step``; extends the epoch ledger as it walks."""
@@ -140,7 +147,7 @@ class ProgressLedger:
         return self._stream.steps_in_epoch(self.locate(self._delivered)[0])
 
     def _microbatches_before(self, step: int) -> int:
-        return step - skipped_before(self._skipped, step)
+        return step - self._skips().skipped_before(step)
 
     @property
     def microstep(self) -> int:
@@ -162,7 +169,7 @@ class ProgressLedger:
         return CounterView(
             attempted_updates=self._attempted, applied_updates=self._applied, skipped_updates=self._skipped_updates,
             microbatches=self._microbatches_before(c), samples=self._samples, tokens=self._tokens,
-            skipped_steps=skipped_before(self._skipped, c),
+            skipped_steps=self._skips().skipped_before(c),
         )
 
     def snapshot(self, template: LoaderState, *, auto: bool | None = None) -> LoaderState:
@@ -200,6 +207,7 @@ class ProgressLedger:
     def rewind(self, memento: dict) -> None:
         self.__dict__.update(memento)
         self._ledger, self._skipped = dict(memento["_ledger"]), list(memento["_skipped"])
+        self._skip_index = None
 
     def restart(self) -> None:
         """A fresh start: everything zero, nothing skipped, a faithful continuation."""
@@ -209,6 +217,7 @@ class ProgressLedger:
         self._pending_tokens = self._pending_samples = self._pending_mb = 0
         self._ledger: dict[int, int] = {0: 0}
         self._skipped: list[SkippedRange] = []
+        self._skip_index: SkipIndex | None = None
         self._label = RecoveryLabel.FAITHFUL_CONTINUATION
         self._pass_epoch: int | None = None
         self._resumed_at_end = False  # restored from a state taken at the end of a pass
@@ -237,18 +246,19 @@ class ProgressLedger:
         self._pending_tokens = self._pending_samples = self._pending_mb = 0
         self._ledger = dict(ledger)
         self._skipped = skipped
+        self._skip_index = None
         self._label = label
         self._pass_epoch = None
         self._resumed_at_end = False
         self._seeding = UNRECORDED_SEEDING_VERSION if saved.sample_seeding is None else saved.sample_seeding.version
         if saved.end_of_pass and committed == c.delivered:  # a rewound window is inside the epoch again
-            self._pass_epoch = self.locate(first_unskipped(skipped, committed))[0] - 1
+            self._pass_epoch = self.locate(self._skips().first_unskipped(committed))[0] - 1
             self._resumed_at_end = True
 
     def start_pass(self) -> tuple[int, int, int, int]:
         """(epoch, its first step, first step to fetch, end of the epoch) for a new pass; an empty
         window when the current pass is at its end (see the module docs)."""
-        start = first_unskipped(self._skipped, self._delivered)
+        start = self._skips().first_unskipped(self._delivered)
         epoch, first = self.locate(start)
         self._fetched = start
         if self.end_of_pass and self._resumed_at_end:
@@ -313,3 +323,4 @@ class ProgressLedger:
         if not isinstance(reason, str) or not reason.strip():
             raise ConfigError(describe("reason", reason, "a non-empty explanation", "say why the steps are skipped"))
         self._skipped.append(SkippedRange(start, stop, reason))
+        self._skip_index = None

@@ -52,6 +52,7 @@ from resumable_data.plan import BatchOrigin, Plan, ShardingPolicy, Tail
 from resumable_data.plan.packing import Packing
 from resumable_data.plan.mixture import section as mixture_plan
 from resumable_data.loader.seeding.sample_seeding import DEFAULT_SEEDING, SCHEMA_DEFAULT_SEEDING, SeedingRecord, fingerprint_mode, fingerprint_section
+from resumable_data.loader.skips import SkipIndex
 
 __all__ = [
     "FORMAT",
@@ -249,25 +250,14 @@ class SkippedRange:
 
 
 def first_unskipped(skipped: tuple[SkippedRange, ...] | list[SkippedRange], step: int) -> int:
-    """The first step at or after ``step`` that no skipped range covers (ranges may overlap or chain)."""
-    moved = True
-    while moved:
-        moved = False
-        for r in skipped:
-            if r.start <= step < r.stop:
-                step, moved = r.stop, True
-    return step
+    """The first step at or after ``step`` that no skipped range covers (ranges may overlap or chain).
+    O(R log R); a caller asking often keeps a :class:`~resumable_data.loader.skips.SkipIndex`."""
+    return SkipIndex((r.start, r.stop) for r in skipped).first_unskipped(step)
 
 
 def skipped_before(skipped: tuple[SkippedRange, ...] | list[SkippedRange], step: int) -> int:
     """How many distinct steps below ``step`` the skipped ranges cover (overlaps count once)."""
-    total, reach = 0, 0
-    for start, stop in sorted((r.start, min(r.stop, step)) for r in skipped):
-        start = max(start, reach)
-        if stop > start:
-            total += stop - start
-            reach = stop
-    return total
+    return SkipIndex((r.start, r.stop) for r in skipped).skipped_before(step)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,9 @@ training step, a ``torch.save``, a ``finally`` block. :func:`install_sigchld_han
 before torch's, one that makes the same check without raising (and chains any non-torch handler
 that was there) and marks torch's as set (``torch.utils.data._utils.signal_handling.
 _SIGCHLD_handler_set``, ``_error_if_any_worker_fails``). The death then surfaces where it can be
-handled: at the next ``next(loader)``, through torch's liveness check, as :class:`rd.WorkerError`.
+handled: at the next ``next(loader)``, through torch's liveness check, as :class:`rd.WorkerError`,
+whose message starts with torch's own sentence for each worker a signal ended
+(:func:`killed_by_signal`: "DataLoader worker (pid N) is killed by signal: Segmentation fault.").
 Plain torch ``DataLoader`` passes in the same process get their deaths reported the same way.
 """
 
@@ -53,6 +55,7 @@ import queue
 import signal
 import sys
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -74,6 +77,7 @@ __all__ = [
     "drop_persistent_iterator",
     "install_sigchld_handler",
     "is_multiprocess_iter",
+    "killed_by_signal",
     "next_batch",
     "on_pool_exit",
     "shutdown_workers",
@@ -296,6 +300,26 @@ def worker_fault(error: BaseException) -> str | None:
     if text.startswith("DataLoader timed out after"):
         return "hung (no batch within timeout=)"
     return None
+
+
+def killed_by_signal(it: Any, wait: float = 1.0) -> str:
+    """torch's own sentence for each worker of ``it`` that a signal ended ("DataLoader worker (pid N)
+    is killed by signal: Segmentation fault. "), or ''. rd's SIGCHLD handler does not raise torch's
+    error, so the loader says it here; while no worker has ended yet, waits up to ``wait`` s (a worker
+    whose pipe broke may still be dying)."""
+    workers, out = worker_processes(it), []
+    deadline = time.monotonic() + wait
+    while workers and all(w.exitcode is None for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.01)  # a worker that broke its pipe may still be dying
+    for w in workers:
+        code = w.exitcode
+        if code is not None and code < 0:
+            try:
+                name = signal.strsignal(-code) or f"signal {-code}"
+            except ValueError:
+                name = f"signal {-code}"
+            out.append(f"DataLoader worker (pid {w.pid}) is killed by signal: {name}. ")
+    return "".join(out)
 
 
 _installed = False

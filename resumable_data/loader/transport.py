@@ -13,8 +13,8 @@ Algorithm. In a worker, rd's ``collate_fn`` for torch (:class:`WorkerCollate`) p
 * its structure: for a dict of numeric numpy arrays and plain tensors (every Arrow batch) a
   small spec of keys, dtypes and shapes; otherwise the batch pickled with protocol 5, the data
   of every numpy array and every plain CPU tensor (dense, contiguous, not shared already, not
-  requiring grad, its storage exactly its data) handed out of band. Anything else keeps torch's
-  own reduction: tensors already in shared memory (torch's ``default_collate`` makes tensor
+  requiring grad, not nested, its storage exactly its data) handed out of band. Anything else
+  (nested tensors included) keeps torch's own reduction: tensors already in shared memory (torch's ``default_collate`` makes tensor
   samples' batches there) keep torch's zero-copy path;
 * its payloads: under :data:`SLOT_MIN_BYTES` in all they travel inline, as bytes in the
   message; larger ones are copied into one of the worker's *slots*, a shared-memory segment
@@ -88,7 +88,7 @@ def slot_name(main_pid: int, worker_pid: int, index: int, gen: int) -> str:
 # -- the worker side -----------------------------------------------------------------------------
 def _plain_tensor(t: torch.Tensor) -> bool:
     """A tensor whose data alone says everything torch's reduction would keep."""
-    return (type(t) is torch.Tensor and t.device.type == "cpu" and t.layout is torch.strided
+    return (type(t) is torch.Tensor and not t.is_nested and t.device.type == "cpu" and t.layout is torch.strided
             and not t.requires_grad and not t.is_quantized and not t.is_conj() and not t.is_neg()
             and not t.is_shared() and t.is_contiguous() and t.storage_offset() == 0
             and t.numel() > 0

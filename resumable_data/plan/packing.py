@@ -65,7 +65,9 @@ class PackMode(str, enum.Enum):
 
 
 class Overlong(str, enum.Enum):
-    """What ``best_fit`` does with a document longer than ``seq_len``."""
+    """What happens to a document longer than ``seq_len``: ``split`` (``best_fit`` cuts it into
+    ``seq_len``-token pieces; ``concat`` cuts every document at sequence boundaries anyway) or
+    ``error`` (refused at construction, in both modes)."""
 
     SPLIT = "split"
     ERROR = "error"

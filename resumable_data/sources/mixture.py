@@ -49,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 
 from resumable_data.errors import ConfigError, ResumeError, describe
-from resumable_data.plan.mixture.plan import MixturePlan, Rebase, mixture_version
+from resumable_data.plan.mixture.plan import MAX_POSITION, MixturePlan, Rebase, mixture_version
 from resumable_data.plan.mixture.section import (
     EARLIER_SCHEMA_VERSION, K_EARLIER, K_SCHEMA, EarlierRun, PackedRebase, Section, parse_section,
 )
@@ -127,8 +127,10 @@ class Mixture:
         self.sizes = tuple(len(s) for s in self.sources)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         total = int(self.offsets[-1])
-        if epoch_len is not None and (isinstance(epoch_len, bool) or not isinstance(epoch_len, int) or epoch_len < 1):
-            raise ConfigError(describe("epoch_len", epoch_len, "a positive integer or None", "drop epoch_len="))
+        if epoch_len is not None and (isinstance(epoch_len, bool) or not isinstance(epoch_len, int)
+                                      or not 1 <= epoch_len <= MAX_POSITION):
+            raise ConfigError(describe("epoch_len", epoch_len, "an integer in [1, 2**62] (positions of an epoch) or None",
+                                       "drop epoch_len= (default: the sources' total records)"))
         self.epoch_len = total if epoch_len is None else epoch_len
         versions = [s.version.hash if s.pinned else "unpinned" for s in self.sources]
         self._versions = tuple(versions)
@@ -223,6 +225,10 @@ class Mixture:
         if packed:  # a weight schedule's segments start at packing-window boundaries (the loader places them)
             return PackedMixtureSampler(self, seed, self.epoch_len, None)
         length = -(-self.epoch_len // global_batch) * global_batch
+        if length > MAX_POSITION:  # rounding up to whole global batches passed the position limit
+            raise ConfigError(describe("epoch_len", self.epoch_len, f"at most {MAX_POSITION // global_batch * global_batch} "
+                                       f"(2**62 rounded down to a multiple of the global batch {global_batch})",
+                                       "pass a smaller epoch_len"))
         return MixtureSampler(self, seed, length, StepPositions(global_batch))
 
 

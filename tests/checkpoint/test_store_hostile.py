@@ -31,6 +31,7 @@ import torch
 import resumable_data as rd
 from resumable_data.checkpoint import list_checkpoints, read_checkpoint
 from resumable_data.checkpoint import store as store_mod
+from tests.reliability._counts import count
 
 FILES = ["COMMITTED", "state.json", "meta.json", "inventory.json", "tensors.safetensors"]
 DEADLINE = 60.0  # seconds; a FIFO opened for reading would block forever
@@ -363,3 +364,95 @@ def test_marker_json_of_a_forged_step_is_refused(tmp_path):
         rd.load_checkpoint(root / "step-000000000005", _state())
     mk = json.loads((root / "step-000000000002" / "COMMITTED").read_text())
     assert mk["step"] == 2
+
+
+# -- a full disk at every write of a save ----------------------------------------------------------
+ENOSPC_OPS = [("os", "mkdir"), ("os", "rename"), ("os", "replace"), ("os", "fsync"), ("os", "unlink"),
+              ("io", "open"), ("store", "_write_tensors")]
+
+
+def _patch_enospc(monkeypatch, fail_at: int | None, log: list):
+    """The ``fail_at``-th write-side call of a save fails as a full disk does: OSError(ENOSPC), or
+    safetensors' own SafetensorError for the tensor file (what its Rust writer raises)."""
+    import errno
+
+    from safetensors import SafetensorError
+
+    from resumable_data import _io as io_mod
+
+    mods = {"os": os, "io": io_mod, "store": store_mod}
+    for mod, name in ENOSPC_OPS:
+        real = getattr(mods[mod], name) if name != "open" else open
+
+        def wrapper(*a, _real=real, _name=f"{mod}.{name}", **k):
+            if _name == "io.open" and "w" not in (a[1] if len(a) > 1 else k.get("mode", "r")):
+                return _real(*a, **k)
+            log.append(_name)
+            if fail_at is not None and len(log) - 1 == fail_at:
+                if _name == "store._write_tensors":
+                    raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, "
+                                          "message: \"No space left on device\" })")
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return _real(*a, **k)
+
+        monkeypatch.setattr(mods[mod], name, wrapper, raising=name != "open")
+
+
+@pytest.mark.parametrize("resave", [False, True], ids=["new-step", "re-save"])
+def test_a_full_disk_at_every_write_is_an_rd_error_and_keeps_the_previous_checkpoints(tmp_path, monkeypatch, resave):
+    """Issue 30 item 7: ENOSPC during save_checkpoint was SafetensorError / OSError. Each write-side
+    call of a save fails in turn: the save raises rd.CheckpointError naming the folder and the cause
+    (or, where the failing call is a best-effort one, succeeds), and every checkpoint saved before
+    loads with its values, nothing of the failed save is left behind, and the next save succeeds."""
+    root = tmp_path / "probe"
+    rd.save_checkpoint(root, _state(1.0), step=1, keep_last=None)
+    rd.save_checkpoint(root, _state(2.0), step=2, keep_last=None)
+    ops: list = []
+    with monkeypatch.context() as m:
+        _patch_enospc(m, None, ops)
+        rd.save_checkpoint(root, _state(5.0), step=2 if resave else 3, keep_last=2)
+    assert len(ops) >= 12 and "store._write_tensors" in ops and "io.open" in ops, ops
+    target = 2 if resave else 3
+    refused, passed = 0, []
+    for k, op in enumerate(ops):
+        root = tmp_path / f"k{k}"
+        rd.save_checkpoint(root, _state(1.0), step=1, keep_last=None)
+        rd.save_checkpoint(root, _state(2.0), step=2, keep_last=None)
+        with monkeypatch.context() as m:
+            _patch_enospc(m, k, [])
+            try:
+                rd.save_checkpoint(root, _state(5.0), step=target, keep_last=2)
+                error = None
+                passed.append((k, op))
+            except rd.CheckpointError as e:
+                error = str(e)
+                refused += 1
+        published = error is None or "was not updated" in error
+        if error is not None:
+            assert f"directory='{root}'" in error and "No space left on device" in error, (k, op, error)
+            assert "fix: free space" in error, (k, op, error)
+        t = _state(-1.0)
+        with _quiet():
+            info = rd.load_checkpoint(root, t)
+        if error is None:
+            assert (info.step, _value(t)) == (target, 5.0), (k, op)
+        else:  # `latest` still names step 2 (the previous checkpoint), with the values it had
+            assert (info.step, _value(t)) == (2, 5.0 if resave and published else 2.0), (k, op, error)
+        if not (published and not resave):  # else retention (keep_last=2) may have removed step 1
+            t = _state(-1.0)
+            rd.load_checkpoint(root, t, step=1)
+            assert _value(t) == 1.0, (k, op)
+        if not published:
+            assert not [n for n in os.listdir(root) if n.startswith((".tmp-", ".aside-"))], (k, op)
+            assert {p.name for p in list_checkpoints(root)} == {"step-000000000001", "step-000000000002"}, (k, op)
+        rd.save_checkpoint(root, _state(9.0), step=4, keep_last=None)  # space is back: the next save works
+        t = _state(-1.0)
+        rd.load_checkpoint(root, t)
+        assert _value(t) == 9.0
+    latest_at = max(i for i, o in enumerate(ops) if o == "os.replace")  # the replace of `latest`
+    # only best-effort calls may fail without an error: the existing root's mkdir, a directory's
+    # fsync (skipped where unsupported), and the retention pass after `latest` names the new step
+    assert all(k == 0 or op == "os.fsync" or k > latest_at for k, op in passed), (passed, ops)
+    assert refused >= len(ops) // 2, (refused, passed, ops)  # only best-effort calls (retention, an fsync of a dir) pass
+    count("enospc_save_cases", len(ops))
+    count("enospc_save_refused", refused)

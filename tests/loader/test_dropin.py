@@ -219,3 +219,27 @@ def test_a_dataset_with_a_split_attribute_and_a_datasets_dataset_are_plain_map_s
     assert [b.tolist() for b in rd.DataLoader(WithSplit(), batch_size=4)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     hf = datasets.Dataset.from_dict({"x": list(range(6))})
     assert [b["x"].tolist() for b in rd.DataLoader(hf, batch_size=4)] == [[0, 1, 2, 3], [4, 5]]
+
+
+# -- issue 30 item 11: the differences from torch that stay are listed with their reason and fix ------
+def test_kept_differences_are_refused_with_a_fix_that_works_and_are_documented():
+    from pathlib import Path
+
+    with pytest.raises(rd.ConfigError, match=r"dataset='len 0'.*fix: pass a non-empty dataset"):
+        rd.DataLoader([], batch_size=2)
+    with pytest.raises(rd.ConfigError, match=r"drop_last=True.*fix: use a smaller batch_size, drop_last=False"):
+        rd.DataLoader([1, 2, 3], batch_size=4, drop_last=True)
+    assert [b.tolist() for b in rd.DataLoader([1, 2, 3], batch_size=4)] == [[1, 2, 3]]  # the fix
+    first = rd.DataLoader(list(range(10)), batch_size=2)
+    next(iter(first))
+    state = first.state_dict()
+    with pytest.raises(rd.ResumeError, match="allow_unpinned=True"):
+        rd.DataLoader(list(range(10)), batch_size=2).load_state_dict(state)
+    again = rd.DataLoader(list(range(10)), batch_size=2)
+    again.load_state_dict(state, allow_unpinned=True)  # the fix
+    assert [b.tolist() for b in again] == [[2, 3], [4, 5], [6, 7], [8, 9]]
+    page = (Path(__file__).parents[2] / "docs" / "dropin.md").read_text()
+    section = page.split("## Other differences a torch user may notice", 1)[1].split("\n## ", 1)[0]
+    for phrase in ("after a `break`", "an empty dataset", "`drop_last=True` with fewer samples",
+                   "allow_unpinned=True", "`prefetch_factor=0`"):
+        assert phrase in section, phrase

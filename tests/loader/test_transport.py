@@ -334,3 +334,44 @@ def test_each_pass_with_workers_gets_a_new_pool_number():
     first = collate.pool
     collate.new_pool()
     assert collate.pool == first + 1 and collate.main_pid == os.getpid()
+
+
+class Nested(torch.utils.data.Dataset):
+    """Samples that are nested tensors (torch's test_nested_tensor_multiprocessing_context_*)."""
+
+    def __init__(self, layout):
+        self.layout = layout
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        parts = [torch.randn(i % 3 + 1, 5, generator=g), torch.randn(2, 5, generator=g)]
+        return torch.nested.nested_tensor(parts, layout=self.layout)
+
+
+def _clone_collate(batch):
+    return [x.clone() for x in batch]
+
+
+def _unbind(x):
+    return [exact(t) for t in x.unbind()]
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+@pytest.mark.parametrize("context,layout,batch_size", [
+    ("fork", torch.strided, None), ("fork", torch.strided, 1), ("fork", torch.jagged, None), ("fork", torch.jagged, 1),
+    ("spawn", torch.strided, None), ("spawn", torch.jagged, 1),  # spawn costs seconds per worker start
+], ids=["fork-strided-None", "fork-strided-1", "fork-jagged-None", "fork-jagged-1", "spawn-strided-None",
+        "spawn-jagged-1"])
+def test_nested_tensor_samples_through_two_workers(context, layout, batch_size):
+    ds = Nested(layout)
+    kw = {"collate_fn": _clone_collate} if batch_size else {}
+    loader = rd.DataLoader(ds, batch_size=batch_size, num_workers=2, multiprocessing_context=context, **kw)
+    got = list(loader)
+    assert len(got) == len(ds)
+    for i, b in enumerate(got):
+        x = b if batch_size is None else b[0]
+        assert x.is_nested and x.layout is layout
+        assert _unbind(x) == _unbind(ds[i])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import signal
 import time
 
@@ -36,6 +37,9 @@ class Faulty(torch.utils.data.Dataset):
                 raise ValueError(f"cannot decode record {i}")
             if self.mode == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
+            if self.mode == "segv":  # torch's test_segfault: a crash in native code
+                signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGSEGV)
             if self.mode == "hang":
                 time.sleep(3600)
         ctx = rd.sample_context()
@@ -75,7 +79,7 @@ def wait_no_children(before, limit=15.0):
     raise AssertionError(f"orphan worker processes {left}")
 
 
-@pytest.mark.parametrize("mode, timeout", [("raise", 0), ("kill", 10), ("hang", 4)])
+@pytest.mark.parametrize("mode, timeout", [("raise", 0), ("kill", 10), ("segv", 10), ("hang", 4)])
 def test_worker_fault_then_exact_resume(mode, timeout):
     before = children()
     reference = [canon(b) for b in make(mode, 0)]  # in the main process nothing misbehaves
@@ -95,18 +99,21 @@ def test_worker_fault_then_exact_resume(mode, timeout):
     if mode == "raise":
         assert "cannot decode record 37" in text
         assert f"record {BAD}" in text and "position" in text, f"the note did not survive the re-raise: {text}"
-    elif mode == "kill":
+    elif mode in ("kill", "segv"):
         # however torch learns of the death (liveness check, SIGCHLD, or a ConnectionResetError /
         # EOFError while the dead process was passing a batch's tensors), the loader says it once
         assert isinstance(info.value, rd.WorkerError), repr(info.value)
         assert "worker died" in text and "fix:" in text and "cursor.committed" in text, text
         assert f"step {len(got)} " in text and "record ids [" in text, text
+        # torch's own sentence (its test_segfault matches it), with the signal's name
+        signame = signal.strsignal(signal.SIGKILL if mode == "kill" else signal.SIGSEGV)
+        assert re.search(rf"DataLoader worker \(pid \d+\) is killed by signal: {signame}", text), text
     else:
         assert isinstance(info.value, rd.WorkerError), repr(info.value)
         assert "hung" in text and "timed out" in text, text
     # a killed worker may take the batch before the bad one with it (its tensors were still to be
     # passed from the dead process): what was delivered is a prefix, and the state says how long
-    assert got == reference[:len(got)] and bad_step - (mode == "kill") <= len(got) <= bad_step
+    assert got == reference[:len(got)] and bad_step - (mode in ("kill", "segv")) <= len(got) <= bad_step
     state = json.loads(json.dumps(loader.state_dict()))
     assert state["cursor"]["committed"] == len(got)
     del loader, it, batch, info  # the traceback's frames hold the iterator (and its workers)

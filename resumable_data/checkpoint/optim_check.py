@@ -1,0 +1,215 @@
+"""Validating a saved optimizer and LR scheduler state against the live objects, before anything is applied.
+
+A forged checkpoint (state.json, tensors, oracles and marker all re-hashed) can hold optimizer
+moments of the wrong shape, ``None`` group values, tuples of the wrong length or flipped flags
+(``amsgrad``, ``capturable``): torch's ``load_state_dict`` takes them and the next ``step()``
+raises (or, with broadcasting, silently updates with the wrong values). This module refuses them
+with a :class:`CheckpointError` while nothing has changed yet.
+
+Algorithm.
+
+* Structure (:func:`same_structure`): every saved value has the live value's kind, recursively:
+  mappings the same keys, lists and tuples the same length, tensors the same shape and dtype,
+  ``None`` only where the live value is ``None`` (where the live value is ``None`` a saved bool
+  or number is accepted: torch fills ``foreach=None`` in). Applied to each optimizer group's
+  settings and to the scheduler's ``state_dict()``. Boolean group settings must equal the live
+  ones (:func:`same_flags`: configuration the compatibility contract compared already).
+* Optimizer probe (:func:`probe_optimizer`): for each parameter, the live optimizer's own
+  ``step()`` runs on a scratch zero tensor of the parameter's shape, dtype and device, in a
+  one-group scratch view of the optimizer holding the *saved* group settings, twice: once from no
+  state (torch initializes the reference state), once from the saved state (cloned, after torch's
+  own ``load_state_dict`` casting). The saved state must have the reference's keys and, for every
+  tensor, its shape, dtype and device (a non-tensor its kind), and its step must run. The live
+  optimizer's ``param_groups`` and ``state`` objects are swapped back in afterwards, its hooks are
+  detached meanwhile (:func:`unobserved_step`); live parameters, gradients and state are never
+  touched.
+* Scheduler probe: ``get_lr()`` of a shallow copy holding the saved state (the live optimizer is
+  only read).
+
+Guarantee: a saved optimizer or scheduler state accepted here loads, and the next ``step()`` runs
+with state of the shapes torch itself creates. Not covered: the ``torch.distributed.checkpoint``
+layout (DCP loads into pre-shaped tensors), optimizers whose ``step()`` requires a closure (LBFGS:
+its state is not per parameter; the group structure checks still apply).
+
+Cost: two optimizer steps per parameter on scratch tensors (the largest parameter's size and its
+state, transiently), no copy of the model.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import warnings
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from resumable_data.checkpoint.errors import CheckpointError
+from resumable_data.checkpoint.torch_compat import unobserved_step
+from resumable_data.errors import describe
+
+__all__ = ["probe_optimizer", "probe_scheduler", "same_flags", "same_structure"]
+
+FIX = "the checkpoint was edited or damaged after it was saved: load another one"
+
+
+def _bad(where: str, value: Any, expected: str) -> CheckpointError:
+    return CheckpointError(describe(where, value, expected, FIX))
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, torch.Tensor):
+        return "tensor"
+    if isinstance(v, (list, tuple)):
+        return "list"
+    if isinstance(v, Mapping):
+        return "mapping"
+    return type(v).__name__
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, torch.Tensor):
+        return f"tensor {tuple(v.shape)} {v.dtype}"
+    if isinstance(v, (list, tuple)):
+        return f"{_kind(v)} of {len(v)}"
+    return _kind(v)
+
+
+def same_structure(saved: Any, live: Any, where: str, *, tensor_device: bool = False) -> None:
+    """``saved`` has ``live``'s structure (module docs); a :class:`CheckpointError` names the first difference."""
+    if isinstance(live, torch.Tensor):
+        if not isinstance(saved, torch.Tensor) or saved.shape != live.shape or saved.dtype != live.dtype \
+                or (tensor_device and saved.device != live.device):
+            raise _bad(where, _show(saved), f"a tensor of shape {tuple(live.shape)} and dtype {live.dtype}"
+                       + (f" on {live.device}" if tensor_device else "") + " (as the live object holds)")
+        return
+    if live is None:
+        if saved is not None and _kind(saved) not in ("bool", "number"):
+            raise _bad(where, _show(saved), "null, a bool or a number (the live value is null)")
+        return
+    if _kind(saved) != _kind(live):
+        raise _bad(where, _show(saved), f"a {_kind(live)} (as the live object holds)")
+    if isinstance(live, Mapping):
+        if set(saved) != set(live):
+            raise _bad(where, sorted(map(str, saved))[:8], f"the keys {sorted(map(str, live))[:8]}")
+        for k in live:
+            same_structure(saved[k], live[k], f"{where}.{k}", tensor_device=tensor_device)
+    elif isinstance(live, (list, tuple)):
+        if len(saved) != len(live):
+            raise _bad(where, _show(saved), f"{len(live)} entries (as the live object holds)")
+        for i, (s, v) in enumerate(zip(saved, live)):
+            same_structure(s, v, f"{where}[{i}]", tensor_device=tensor_device)
+
+
+def same_flags(saved: Mapping[str, Any], live: Mapping[str, Any], where: str) -> None:
+    """Boolean group settings (``amsgrad``, ``capturable``, ``maximize``, ``foreach``, ...) equal the live
+    ones: they are configuration, which the compatibility contract has already found equal to the saved
+    metadata whenever the optimizer is restored, so a differing value in the state is an edit."""
+    for k, v in live.items():
+        if k != "params" and (isinstance(v, bool) or isinstance(saved.get(k), bool)) and saved.get(k) is not v:
+            raise _bad(f"{where}.{k}", saved.get(k), f"{v!r} (the live optimizer's setting, which the checkpoint's "
+                       "metadata also records)")
+
+
+def _zero_grad(opt: torch.optim.Optimizer, p: torch.Tensor) -> torch.Tensor:
+    g = torch.zeros_like(p)
+    return g.to_sparse() if isinstance(opt, torch.optim.SparseAdam) else g
+
+
+def _run(opt: torch.optim.Optimizer, group: dict[str, Any], scratch: torch.Tensor,
+         state: dict[str, Any] | None) -> dict[str, Any]:
+    """One ``step()`` of ``opt``'s own code on a one-group, one-parameter scratch view; returns the state
+    it held before the step (``state`` loaded the way ``load_state_dict`` loads it, or torch's own init)."""
+    scratch.grad = _zero_grad(opt, scratch)
+    opt.param_groups = [{**group, "params": [scratch]}]
+    opt.state = defaultdict(dict)
+    if state is not None:
+        opt.load_state_dict({"state": {0: state}, "param_groups": [{**group, "params": [0]}]})
+        scratch.grad = _zero_grad(opt, scratch)
+        loaded = dict(opt.state[opt.param_groups[0]["params"][0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        opt.step()
+    st = opt.state.get(opt.param_groups[0]["params"][0], {})
+    return loaded if state is not None else dict(st)
+
+
+def _clone(v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        return v.detach().clone()
+    if isinstance(v, dict):
+        return {k: _clone(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return type(v)(_clone(x) for x in v)
+    return v
+
+
+def _needs_closure(opt: torch.optim.Optimizer) -> bool:
+    """Whether ``opt.step`` requires a closure (``LBFGS``): it cannot run on scratch tensors alone."""
+    try:
+        p = inspect.signature(opt.step).parameters.get("closure")
+    except (TypeError, ValueError):
+        return False
+    return p is not None and p.default is inspect.Parameter.empty
+
+
+def probe_optimizer(opt: torch.optim.Optimizer, ordered: list[dict[str, Any]], current: list[list[str]],
+                    state: Mapping[str, Any]) -> None:
+    """Each parameter's saved state under its saved group settings, against torch's own (module docs).
+    ``ordered``: the saved group of each live group; ``current``: each live group's parameter names."""
+    if _needs_closure(opt):
+        return  # LBFGS-like: a step re-evaluates the loss and its state is not per parameter (module docs)
+    live_groups, live_state = opt.param_groups, opt.state
+    try:
+        with unobserved_step(opt), torch.no_grad():
+            for gi, (saved_group, live_group, names) in enumerate(zip(ordered, live_groups, current)):
+                settings = {k: v for k, v in saved_group.items() if k != "params"}
+                for p, name in zip(live_group["params"], names):
+                    where = f"optimizer.state.{name}"
+                    try:
+                        reference = _run(opt, settings, torch.zeros_like(p), None)
+                    except Exception as e:  # noqa: BLE001 - torch refusing the saved group settings
+                        raise _bad(f"optimizer.param_groups[{gi}]", f"settings torch's step() refuses "
+                                   f"({type(e).__name__}: {str(e)[:200]})", "the settings the optimizer was saved with") from None
+                    if name not in state:
+                        continue
+                    saved = state[name]
+                    if not isinstance(saved, Mapping):
+                        raise _bad(where, _show(saved), "{key: tensor or number}")
+                    try:
+                        loaded = _run(opt, settings, torch.zeros_like(p), _clone(dict(saved)))
+                    except Exception as e:  # noqa: BLE001
+                        raise _bad(where, f"a state torch's step() refuses ({type(e).__name__}: {str(e)[:200]})",
+                                   "the state the optimizer's own step() creates for this parameter") from None
+                    same_structure(loaded, reference, where, tensor_device=True)
+    finally:
+        opt.param_groups, opt.state = live_groups, live_state
+
+
+def probe_scheduler(scheduler: Any, saved: Any) -> None:
+    """The saved scheduler state has the live ``state_dict()``'s structure and ``get_lr()`` runs on it."""
+    same_structure(saved, scheduler.state_dict(), "scheduler")
+    base = getattr(torch.optim.lr_scheduler, "LRScheduler", None)
+    get_lr = getattr(type(scheduler), "get_lr", None)
+    if get_lr is None or get_lr is getattr(base, "get_lr", None) or "_schedulers" in scheduler.__dict__:
+        return  # no closed form to run (ReduceLROnPlateau), or sub-schedulers a load would change in place
+    scratch = copy.copy(scheduler)
+    scratch.__dict__ = dict(scheduler.__dict__)
+    if isinstance(scratch.__dict__.get("lr_lambdas"), list):  # LambdaLR loads a callable object's state into it
+        scratch.lr_lambdas = [copy.copy(f) for f in scratch.lr_lambdas]
+    try:
+        scratch.load_state_dict(_clone(dict(saved)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            scratch.get_lr()
+    except Exception as e:  # noqa: BLE001
+        raise _bad("scheduler", f"a state torch's scheduler refuses ({type(e).__name__}: {str(e)[:200]})",
+                   "the state the scheduler saved") from None
