@@ -28,10 +28,22 @@ row groups are read on demand into a small LRU cache and nothing is memory-mappe
 Hugging Face ``datasets``: :meth:`ArrowShards.from_hf` reads a ``datasets.Dataset``'s own Arrow
 cache files (zero copy), versioned by their content (:mod:`.hf`).
 
+Files that change under a source (:mod:`.identity`): every shard's identity (local: device,
+inode, size, mtime in ns of the descriptor held open; remote: size and modification time) is
+recorded when it is opened. A pickled source carries those identities, and a process that opens it
+again (spawn/forkserver workers) refuses a shard whose identity differs, so a file replaced after
+the loader was built is never read as if it were the pinned one. Every read of local shards
+(``take``, ``take_numpy``, ``src[i]``, ``column_lengths``) checks the identity of each shard it
+touches before (a truncated file is refused before its map is touched: no SIGBUS) and after (a
+write during or before the read is refused, the rows read are never returned); each error is a
+:class:`~resumable_data.DatasetIntegrityError` naming the file and the fix.
+
 Cost: opening maps the files and reads metadata (remote: footers and batch headers, see
-:mod:`.files`); pickling carries only paths, the manifest dict and (remote) the filesystem's
-configuration, and each process opens its own files when unpickled (fork and spawn workers
-alike), re-checking only the shards' sizes.
+:mod:`.files`); pickling carries only paths, the manifest dict, the files' identities and
+(remote) the filesystem's configuration, and each process opens its own files when unpickled
+(fork and spawn workers alike), comparing each file's identity with the pickled one. Each read
+costs two ``fstat`` calls per local shard it touches (``benchmarks/bench_loader.py``; the figure
+is in ``docs/data.md``).
 """
 
 from __future__ import annotations
@@ -63,6 +75,7 @@ from resumable_data.sources.files import (
     resolve_files,
 )
 from resumable_data.sources.gather import ColumnGather, Unit, group_segments, plan_column
+from resumable_data.sources.identity import FileIdentity, changed_error
 from resumable_data.sources.pin import pin
 from resumable_data.sources.store import LOCAL, ShardStore, join, store_for
 from resumable_data.sources.validate import validate_batch
@@ -73,13 +86,14 @@ __all__ = ["ArrowShards", "RecordIdError", "UnpinnedPolicy"]
 _LOCAL_CACHE_UNITS = 8  # Parquet row groups decoded from local files
 _REMOTE_CACHE_UNITS = 32  # remote reads are slow: keep more record batches / row groups
 _STATE_FORMAT = "resumable_data.arrow_shards"
-_STATE_SCHEMA_VERSION = 1
+_STATE_SCHEMA_VERSION = 2
 K_FORMAT = "format"
 K_SCHEMA_VERSION = "schema_version"
 K_ROOT = "root"
 K_FILES = "files"
 K_VERSION = "version"
 K_FILESYSTEM = "filesystem"
+K_IDENTITIES = "identities"
 
 
 class UnpinnedPolicy(str, enum.Enum):
@@ -181,7 +195,8 @@ class ArrowShards:
 
     # -- opening ---------------------------------------------------------------------------
     def _init(self, root: str, rel: list[str], version: DatasetVersion | None,
-              store: ShardStore = LOCAL) -> None:
+              store: ShardStore = LOCAL, expected: list[FileIdentity | None] | None = None) -> None:
+        """Open the shards; ``expected``: the identity each must still have (an unpickled source)."""
         self._store = store
         self._cache_units = _LOCAL_CACHE_UNITS if store.local else _REMOTE_CACHE_UNITS
         self._root = Path(root)
@@ -196,6 +211,10 @@ class ArrowShards:
         for k, r in enumerate(self._rel):
             shard = open_shard(join(root, r), store)
             self._shards.append(shard)
+            if expected is not None and expected[k] is not None and shard.identity != expected[k]:
+                self.close()
+                raise changed_error(join(root, r), "when a worker (or another process) opened the pickled "
+                                    "source", expected[k], shard.identity)
             if k:
                 check_same_schema(self._rel[0], canonical_schema(self._shards[0].schema), r,
                                   canonical_schema(shard.schema))
@@ -214,6 +233,24 @@ class ArrowShards:
         self._valid = np.fromiter((u.batch is None for u in self._units), dtype=bool,
                                   count=len(self._units))
 
+    def close(self) -> None:
+        """Close the shard files (the source is unusable afterwards)."""
+        for shard in self._shards:
+            shard.close()
+
+    def _check_files(self, unit: np.ndarray, when: str) -> None:
+        """:meth:`OpenShard.check` of every memory-mapped shard holding a unit in ``unit``."""
+        mapped = [k for k in np.unique(unit) if self._units[k].batch is not None]
+        for s in sorted({self._units[k].shard for k in mapped}):
+            self._shards[s].check(when)
+
+    def _read(self, unit: np.ndarray, fn: Any) -> Any:
+        """``fn()``, which reads units ``unit``, between identity checks of their mapped shards."""
+        self._check_files(unit, "before a read")
+        out = fn()
+        self._check_files(unit, "after a read (the rows read are not returned)")
+        return out
+
     def _validate_units(self, unit: np.ndarray) -> None:
         """Validate every not-yet-validated unit in ``unit`` (before any of its values is used)."""
         todo = unit[~self._valid[unit]]
@@ -228,7 +265,8 @@ class ArrowShards:
     def __getstate__(self) -> dict[str, Any]:
         state = {K_FORMAT: _STATE_FORMAT, K_SCHEMA_VERSION: _STATE_SCHEMA_VERSION,
                  K_ROOT: str(self._root), K_FILES: list(self._rel),
-                 K_VERSION: self._version.to_dict() if self._version is not None else None}
+                 K_VERSION: self._version.to_dict() if self._version is not None else None,
+                 K_IDENTITIES: [s.identity.to_dict() if s.identity is not None else None for s in self._shards]}
         if self._store.filesystem is not None:
             state[K_FILESYSTEM] = self._store.filesystem  # pyarrow filesystems pickle their configuration
         return state
@@ -245,12 +283,8 @@ class ArrowShards:
             if store.filesystem is not None:
                 version = replace(version, filesystem=store.filesystem)
         root = Path(state[K_ROOT]).as_posix()
-        self._init(root, state[K_FILES], version, store)
-        if version is not None:
-            for s in version.shards:  # cheap: sizes only
-                st = store.stat(join(root, s.path))
-                if st is None or st.size != s.size:
-                    version.verify(VerifyLevel.SIZE)
+        expected = [FileIdentity.from_dict(d) if d is not None else None for d in state[K_IDENTITIES]]
+        self._init(root, state[K_FILES], version, store, expected)
 
     @classmethod
     def from_hf(cls, dataset: Any, *, hash: str = "content",
@@ -352,7 +386,7 @@ class ArrowShards:
             raise IndexError(describe("index", index, f"a record id in [-{n}, {n})",
                                       "pass an id within the dataset"))
         unit, local = self._locate(np.array([i], dtype=np.int64))
-        return self._unit_data(int(unit[0])).slice(int(local[0]), 1).to_pylist()[0]
+        return self._read(unit, lambda: self._unit_data(int(unit[0])).slice(int(local[0]), 1).to_pylist()[0])
 
     def __getitems__(self, record_ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
         """One row dict per id (torch's batched fetch protocol)."""
@@ -388,6 +422,9 @@ class ArrowShards:
         if len(ids) == 0:
             return self._schema.empty_table()
         unit, local = self._locate(ids)
+        return self._read(unit, lambda: self._take(ids, unit, local))
+
+    def _take(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray) -> pa.Table:
         self._validate_units(unit)
         fast = self._plan()
         columns: list[pa.Array | None] = [None] * len(fast)
@@ -410,8 +447,11 @@ class ArrowShards:
         if len(ids) == 0 or any(g is None or g.numpy_dtype is None for g in fast):
             return None
         unit, local = self._locate(ids)
-        self._validate_units(unit)
-        return [g.to_numpy(ids, unit, local, pad_value) for g in fast]
+
+        def gather() -> list[Any]:
+            self._validate_units(unit)
+            return [g.to_numpy(ids, unit, local, pad_value) for g in fast]
+        return self._read(unit, gather)
 
     def _fallback(self, unit: np.ndarray, local: np.ndarray, cols: list[int]) -> list[pa.Array]:
         """Per-unit Arrow takes for columns ``cols``, then one reorder take on the small result."""
@@ -443,7 +483,10 @@ class ArrowShards:
                                        "pass a list-typed column"))
         i = self._schema.get_field_index(column)
         out = np.empty(self._num_records, dtype=np.int64)
-        for k, u in enumerate(self._units):
-            arr = self._unit_data(k).column(i)
-            out[u.start:u.start + u.rows] = np.diff(arr.offsets.to_numpy())
-        return out
+
+        def lengths() -> np.ndarray:
+            for k, u in enumerate(self._units):
+                arr = self._unit_data(k).column(i)
+                out[u.start:u.start + u.rows] = np.diff(arr.offsets.to_numpy())
+            return out
+        return self._read(np.arange(len(self._units)), lengths)
