@@ -63,7 +63,7 @@ import pyarrow as pa
 
 from resumable_data._cache import cache_dir
 from resumable_data._schema import coerce_enum
-from resumable_data.errors import ConfigError, describe
+from resumable_data.errors import ConfigError, ResumableDataError, describe
 from resumable_data.sources.files import (
     MANIFEST_NAME,
     OpenShard,
@@ -197,6 +197,7 @@ class ArrowShards:
     def _init(self, root: str, rel: list[str], version: DatasetVersion | None,
               store: ShardStore = LOCAL, expected: list[FileIdentity | None] | None = None) -> None:
         """Open the shards; ``expected``: the identity each must still have (an unpickled source)."""
+        self._broken: ResumableDataError | None = None
         self._store = store
         self._cache_units = _LOCAL_CACHE_UNITS if store.local else _REMOTE_CACHE_UNITS
         self._root = Path(root)
@@ -237,6 +238,19 @@ class ArrowShards:
         """Close the shard files (the source is unusable afterwards)."""
         for shard in self._shards:
             shard.close()
+
+    def _closed_because(self, exc: ResumableDataError, root: str, rel: list[str],
+                        version: DatasetVersion | None, store: ShardStore) -> None:
+        """An unpickled source whose files failed their checks: every read raises ``exc``."""
+        self._broken = exc
+        self._store, self._root, self._rel, self._version = store, Path(root), list(rel), version
+        self._shards, self._units = [], []
+        self._num_records = version.num_records if version is not None else 0
+        self._schema = pa.schema([])
+
+    def _usable(self) -> None:
+        if self._broken is not None:
+            raise self._broken
 
     def _check_files(self, unit: np.ndarray, when: str) -> None:
         """:meth:`OpenShard.check` of every memory-mapped shard holding a unit in ``unit``."""
@@ -284,7 +298,12 @@ class ArrowShards:
                 version = replace(version, filesystem=store.filesystem)
         root = Path(state[K_ROOT]).as_posix()
         expected = [FileIdentity.from_dict(d) if d is not None else None for d in state[K_IDENTITIES]]
-        self._init(root, state[K_FILES], version, store, expected)
+        try:
+            self._init(root, state[K_FILES], version, store, expected)
+        except ResumableDataError as exc:
+            # raised at the first read, where a loader worker reports it with the batch it was
+            # fetching (an exception while unpickling only says the worker exited)
+            self._closed_because(exc, root, state[K_FILES], version, store)
 
     @classmethod
     def from_hf(cls, dataset: Any, *, hash: str = "content",
@@ -312,8 +331,17 @@ class ArrowShards:
             return None
         paths = [join(s._root.as_posix(), r) for s in sources for r in s._rel]
         root = os.path.commonpath([os.path.dirname(p) for p in paths])
+        rel = [os.path.relpath(p, root) for p in paths]
         view = cls.__new__(cls)
-        view._init(root, [os.path.relpath(p, root) for p in paths], None, sources[0]._store)
+        broken = next((s._broken for s in sources if s._broken is not None), None)
+        if broken is not None:
+            view._closed_because(broken, root, rel, None, sources[0]._store)
+            return view
+        expected = [shard.identity for s in sources for shard in s._shards]  # the files the sources opened
+        try:
+            view._init(root, rel, None, sources[0]._store, expected)
+        except ResumableDataError as exc:
+            view._closed_because(exc, root, rel, None, sources[0]._store)
         return view
 
     @property
@@ -374,6 +402,7 @@ class ArrowShards:
         return unit, ids - self._starts[unit]
 
     def __getitem__(self, index: int) -> dict[str, Any]:
+        self._usable()
         try:
             i = operator.index(index)
         except TypeError:
@@ -393,6 +422,7 @@ class ArrowShards:
         return self.take(record_ids).to_pylist()
 
     def _check_ids(self, record_ids: Any) -> np.ndarray:
+        self._usable()
         ids = np.asarray(record_ids)
         n = self._num_records
         if ids.size == 0:
@@ -474,6 +504,7 @@ class ArrowShards:
         IPC shards read only the offsets buffers (no values). Parquet stores no offsets buffer,
         so a Parquet row group's column is decoded to get them.
         """
+        self._usable()
         if column not in self._schema.names:
             raise ConfigError(describe("column", column, f"one of {self._schema.names}",
                                        "pass a column name of this dataset"))
