@@ -112,15 +112,22 @@ class Selection(str, enum.Enum):
     FILES = "files"
 
 
+_PIN_FIX = "re-create the manifest with rd.pin(directory)"
+
+
+def _cache_fix(where: str) -> str:
+    return (f"delete {where} (a manifest rd keeps in its cache), then open the folder again "
+            "(rd.ArrowShards pins it anew) or pin it with rd.pin(directory, save='cache')")
+
+
 def _manifest_error(root: Path | None, what: str, value: Any, expected: str,
                     where: str | None = None) -> DatasetIntegrityError:
     """``where``: the manifest file when it is not ``root/.rd-manifest.json`` (a cached one)."""
     if where is None:
         where = str(Path(root) / MANIFEST_NAME) if root is not None else "manifest"
-        fix = "re-create the manifest with rd.pin(directory)"
+        fix = _PIN_FIX
     else:
-        fix = (f"delete {where} (a manifest rd keeps in its cache), then open the folder again "
-               "(rd.ArrowShards pins it anew) or pin it with rd.pin(directory, save='cache')")
+        fix = _cache_fix(where)
     return DatasetIntegrityError(f"{where}: " + describe(what, value, expected, fix))
 
 
@@ -208,12 +215,13 @@ class DatasetVersion:
                   source: str | None = None) -> DatasetVersion:
         """Validate and build; a malformed or tampered manifest raises DatasetIntegrityError
         (naming ``source``, the manifest file, when it is not ``root/.rd-manifest.json``)."""
-        try:
-            return cls._from_dict(d, root=Path(root) if root is not None else None)
+        root = Path(root) if root is not None else None
+        if source is None:
+            return cls._from_dict(d, root=root)
+        try:  # errors name the cached file (its name is MANIFEST_NAME too) and the cache's fix
+            return replace(cls._from_dict(d, root=Path(source).parent), root=root)
         except DatasetIntegrityError as exc:
-            if source is None:
-                raise
-            raise _manifest_error(None, "manifest", source, f"a valid manifest ({exc})", where=source) from None
+            raise DatasetIntegrityError(str(exc).replace(_PIN_FIX, _cache_fix(source))) from None
 
     @classmethod
     def _from_dict(cls, d: Any, *, root: Path | None) -> DatasetVersion:

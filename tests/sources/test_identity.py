@@ -20,7 +20,6 @@ import pyarrow as pa
 import pytest
 
 import resumable_data as rd
-from resumable_data.sources.identity import FileIdentity
 
 ROOT = Path(__file__).resolve().parents[2]
 FORMATS = ["arrow", "arrow_stream", "parquet"]
@@ -55,6 +54,7 @@ def _same_size_other_values(path: Path, fmt: str) -> bytes:
 
 
 def test_identity_round_trips():
+    from resumable_data.sources.identity import FileIdentity
     i = FileIdentity(10, 123, 4, 5)
     assert FileIdentity.from_dict(i.to_dict()) == i
     assert i.differences(i) == []
