@@ -225,6 +225,9 @@ class ArrowShards:
                     self._units.append(Unit(k, start, n, batch, None if batch is not None else g))
                     self._unit_index.append(g)
                     start += n
+        self._unit_shard = np.fromiter((u.shard for u in self._units), dtype=np.int64, count=len(self._units))
+        self._mapped = np.fromiter((s.batches is not None for s in self._shards), dtype=np.int64,
+                                   count=len(self._shards))  # read around every read (zero-copy views)
         self._schema = self._shards[0].schema
         self._wholes = [s.whole for s in self._shards]
         self._num_records = start
@@ -245,6 +248,7 @@ class ArrowShards:
         self._broken = exc
         self._store, self._root, self._rel, self._version = store, Path(root), list(rel), version
         self._shards, self._units = [], []
+        self._unit_shard = self._mapped = np.zeros(0, dtype=np.int64)
         self._num_records = version.num_records if version is not None else 0
         self._schema = pa.schema([])
 
@@ -252,17 +256,17 @@ class ArrowShards:
         if self._broken is not None:
             raise self._broken
 
-    def _check_files(self, unit: np.ndarray, when: str) -> None:
-        """:meth:`OpenShard.check` of every memory-mapped shard holding a unit in ``unit``."""
-        mapped = [k for k in np.unique(unit) if self._units[k].batch is not None]
-        for s in sorted({self._units[k].shard for k in mapped}):
+    def _check_files(self, shards: np.ndarray, when: str) -> None:
+        """:meth:`OpenShard.check` of the shards ``shards``."""
+        for s in shards:
             self._shards[s].check(when)
 
     def _read(self, unit: np.ndarray, fn: Any) -> Any:
         """``fn()``, which reads units ``unit``, between identity checks of their mapped shards."""
-        self._check_files(unit, "before a read")
+        touched = np.flatnonzero(np.bincount(self._unit_shard[unit], minlength=len(self._shards)) * self._mapped)
+        self._check_files(touched, "before a read")
         out = fn()
-        self._check_files(unit, "after a read (the rows read are not returned)")
+        self._check_files(touched, "after a read (the rows read are not returned)")
         return out
 
     def _validate_units(self, unit: np.ndarray) -> None:

@@ -57,7 +57,7 @@ import pyarrow.parquet as pq
 
 from resumable_data._io import HASH_CHUNK_BYTES, hash_file
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
-from resumable_data.sources.identity import FileIdentity, changed_error
+from resumable_data.sources.identity import FileIdentity, changed_error, unchanged
 from resumable_data.sources.store import LOCAL, ShardStore
 from resumable_data.sources.validate import guard, integrity_error
 
@@ -284,15 +284,15 @@ class OpenShard:
         #: the file's identity when it was opened (:mod:`.identity`)
         self.identity = identity
         self._file, self._reader, self._store, self._path = file, reader, store, path
+        # local files are checked by fstat of the descriptor held open (remote: by their store)
+        self._fileno = file.fileno() if store.local and file is not None and identity is not None else None
 
     def check(self, when: str) -> None:
         """Raise :func:`~.identity.changed_error` if the open file is no longer what was opened
         (local files: ``fstat`` of the held descriptor; remote ones are checked by their store)."""
-        if self.identity is None or not self._store.local:
+        if self._fileno is None or unchanged(self._fileno, self.identity):
             return
-        now = self._store.identity(self._path, self._file)
-        if now != self.identity:
-            raise changed_error(str(self._path), when, self.identity, now)
+        raise changed_error(str(self._path), when, self.identity, self._store.identity(self._path, self._file))
 
     def read_unit(self, k: int) -> pa.RecordBatch:
         """Unit ``k`` as one record batch (read from the store unless memory-mapped); a read or

@@ -40,7 +40,7 @@ from typing import Any
 
 from resumable_data.errors import DatasetIntegrityError
 
-__all__ = ["FileIdentity", "changed_error", "identity_of_stat"]
+__all__ = ["FileIdentity", "changed_error", "identity_of_stat", "unchanged"]
 
 K_SIZE = "size"
 K_MTIME_NS = "mtime_ns"
@@ -89,6 +89,17 @@ class FileIdentity:
 def identity_of_stat(st: os.stat_result) -> FileIdentity:
     """The identity of a local file from its ``stat``/``fstat`` result."""
     return FileIdentity(st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino)
+
+
+def unchanged(fileno: int, recorded: FileIdentity) -> bool:
+    """Whether the local file open as ``fileno`` still has ``recorded``'s size and mtime (its
+    device and inode cannot change: the descriptor names one file). One ``fstat``: the check
+    that runs around every read."""
+    try:
+        st = os.fstat(fileno)
+    except OSError:
+        return False
+    return st.st_mtime_ns == recorded.mtime_ns and st.st_size == recorded.size
 
 
 def changed_error(path: str, when: str, recorded: FileIdentity, now: FileIdentity | None) -> DatasetIntegrityError:
