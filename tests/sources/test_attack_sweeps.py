@@ -156,6 +156,7 @@ def check_and_count(layout: str, got: list) -> None:
     print(f"\n{layout}: {len(got)} cases: " + ", ".join(f"{'/'.join(k)}={v}" for k, v in sorted(by.items())))
     bad = [r for r in got if r[4].split(":")[0] in ("crash", "hang", "non-rd", "wrong")]
     assert not bad, bad[:20]
+    count(f"attack_sweep:{layout}", len(got))
     for (attack, mode, reader, outcome), n in by.items():
         count(f"attack_sweep:{layout}:{attack}:{mode}:{reader}:{outcome}", n)
 
