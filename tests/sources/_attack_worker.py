@@ -101,7 +101,7 @@ def run_case(folder: Path, name: str, clean: bytes, clean_rows: list, attack: st
             rows = read_direct(src)
         else:
             loader = rd.DataLoader(src, batch_size=512, num_workers=1, multiprocessing_context=reader,
-                                   seed=0, collate_fn=rows_collate, timeout=60)
+                                   seed=0, collate_fn=rows_collate, timeout=150)
             it = iter(loader)
             if attack == "swap_same_size":
                 mutate(target, attack, arg, clean)

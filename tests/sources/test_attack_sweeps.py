@@ -6,7 +6,8 @@ Layouts: a Hugging Face ``save_to_disk`` file (Arrow IPC *stream*, 1,024-row rec
 data pages, ``list<int32>``, a ``struct``, ``large_string``, 1,024-row row groups; Arrow IPC
 files compressed with zstd and with lz4. Each case runs in a worker subprocess
 (``_attack_worker.py``, which documents the attacks, modes, readers and outcomes); a worker that
-dies is a ``crash``, one that prints nothing for ``CASE_TIMEOUT_S`` a ``hang``.
+dies is a ``crash``, one that prints nothing for ``CASE_TIMEOUT_S`` (300 s) a ``hang`` (the loaders run
+with ``timeout=150``, so a stuck loader worker surfaces first as torch's timeout error: ``non-rd``).
 
 Byte positions and lengths are sampled with a fixed seed (half from the first 600 and last 1,200
 bytes, where the metadata lives, half anywhere), ``RD_RELIABILITY_SCALE`` per attack and mode
@@ -36,7 +37,7 @@ from tests.reliability._counts import SCALE, count
 WORKER = Path(__file__).with_name("_attack_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
 PROCS = 2
-CASE_TIMEOUT_S = 60.0
+CASE_TIMEOUT_S = 300.0  # > the loaders' timeout=150: a stuck loader worker surfaces as torch's timeout error
 N_ROWS = 2500
 LAYOUTS = ("hf_stream", "parquet_rich", "ipc_zstd", "ipc_lz4")
 DIRECT = ("flip", "truncate", "inplace_flip", "inplace_truncate")
