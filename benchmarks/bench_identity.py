@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -60,6 +61,17 @@ def main(argv: list[str] | None = None) -> int:
             tb.append(_time(b, batches))
         out[name] = {"checked_us": statistics.median(ta) * 1e6, "unchecked_us": statistics.median(tb) * 1e6,
                      "ratio": statistics.median(ta) / statistics.median(tb)}
+    shard = checked._shards[0]
+    per = []
+    for _ in range(args.rounds):
+        t0 = time.perf_counter()
+        for _ in range(2000):
+            shard.check("bench")
+        per.append((time.perf_counter() - t0) / 2000)
+    out["one_check_us"] = statistics.median(per) * 1e6
+    touched = [len(np.unique(checked._unit_shard[checked._locate(ids)[0]])) for ids in batches]
+    out["shards_touched_per_batch"] = statistics.mean(touched)
+    out["load_average"] = os.getloadavg()[0]
     out["records"] = len(checked)
     out["shards"] = checked.num_shards
     RESULTS.mkdir(exist_ok=True)
@@ -70,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("take_numpy", "take"):
         r = out[name]
         lines.append(f"| `{name}` | {r['checked_us']:.0f} | {r['unchecked_us']:.0f} | {r['ratio']:.3f} |")
+    lines += ["", f"One check (one `fstat` of a held descriptor and a compare): {out['one_check_us']:.1f} us; "
+              f"shards touched per batch: {out['shards_touched_per_batch']:.1f} (two checks each); "
+              f"1-minute load average during the run: {out['load_average']:.1f} on {os.cpu_count()} cores."]
     (RESULTS / "identity.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
