@@ -57,7 +57,7 @@ import pyarrow.parquet as pq
 
 from resumable_data._io import HASH_CHUNK_BYTES, hash_file
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
-from resumable_data.sources.identity import FileIdentity, changed_error, unchanged
+from resumable_data.sources.identity import FileIdentity, changed_error, unchanged, unchanged_at
 from resumable_data.sources.store import LOCAL, ShardStore
 from resumable_data.sources.validate import guard, integrity_error
 
@@ -284,13 +284,22 @@ class OpenShard:
         #: the file's identity when it was opened (:mod:`.identity`)
         self.identity = identity
         self._file, self._reader, self._store, self._path = file, reader, store, path
-        # local files are checked by fstat of the descriptor held open (remote: by their store)
-        self._fileno = file.fileno() if store.local and file is not None and identity is not None else None
+        # local files: fstat of the descriptor a reader holds, stat of a memory-mapped file's name
+        # (a map keeps no descriptor: no limit on shards); remote ones are checked by their store
+        watched = store.local and identity is not None
+        self._fileno = file.fileno() if watched and file is not None else None
+        self._mapped_path = str(path) if watched and file is None and batches is not None else None
 
     def check(self, when: str) -> None:
         """Raise :func:`~.identity.changed_error` if the open file is no longer what was opened
         (local files: ``fstat`` of the held descriptor; remote ones are checked by their store)."""
-        if self._fileno is None or unchanged(self._fileno, self.identity):
+        if self._fileno is not None:
+            same = unchanged(self._fileno, self.identity)
+        elif self._mapped_path is not None:
+            same = unchanged_at(self._mapped_path, self.identity)
+        else:
+            return
+        if same:
             return
         raise changed_error(str(self._path), when, self.identity, self._store.identity(self._path, self._file))
 
@@ -365,6 +374,7 @@ def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None) -> OpenSh
     if mapped is not None:  # every record batch is a zero-copy view of the map
         identity = store.identity(path, mapped)
         whole = mapped.read_buffer()
+        mapped.close()  # the buffer keeps the map alive; no descriptor held per shard
         if fmt is ShardFormat.IPC_FILE:
             reader = pa.ipc.open_file(pa.BufferReader(whole))
             batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
@@ -373,7 +383,7 @@ def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None) -> OpenSh
             batches = list(reader)
         check_schema_names(reader.schema)
         return OpenShard(fmt, reader.schema, [b.num_rows for b in batches], batches=batches,
-                         whole=whole, file=mapped, store=store, path=path, identity=identity)
+                         whole=whole, store=store, path=path, identity=identity)
     if fmt is ShardFormat.IPC_FILE:
         f = store.open_input_file(path)
         reader = pa.ipc.open_file(f)

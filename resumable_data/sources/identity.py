@@ -11,12 +11,14 @@ checks it:
 * when a pickled source is opened again in another process (spawn/forkserver workers): the
   identity is part of the pickle, and a file whose identity differs (replaced by another file of
   the same size, rewritten, truncated) is refused (:func:`changed_error`) before any read;
-* around every read of a local shard (``take``, ``take_numpy``, ``src[i]``,
-  ``column_lengths``): ``fstat`` of the open descriptor before the read (a shorter file is refused
-  before a byte of its memory map is touched: no SIGBUS) and after it (any write during or before
-  the read changed ``mtime``: the rows just read are refused, never returned);
+* around every read of a memory-mapped local shard (``take``, ``take_numpy``, ``src[i]``,
+  ``column_lengths``): ``stat`` of its name (:func:`unchanged_at`; the map keeps no descriptor
+  open) before the read (a shorter file is refused before a byte of its memory map is touched: no
+  SIGBUS) and after it (any write during or before the read changed ``mtime``: the rows just read
+  are refused, never returned);
 * at the first read of a unit that is copied out of the file (a Parquet row group, a remote
-  record batch): before and after the read, the same way.
+  record batch): before and after the read, by ``fstat`` of the descriptor the reader holds
+  (:func:`unchanged`).
 
 Guarantee: a running source never returns a record read from bytes that changed after it opened
 the file, unless the change kept the size, the inode and the nanosecond ``mtime`` (which takes
@@ -28,8 +30,8 @@ opened; a worker that opens the name again refuses it. Remote files: size and ``
 (seconds on S3) are all the store reports today; the ETag check of remote reads lives with the
 remote store.
 
-Cost: one ``fstat`` (about a microsecond) per shard touched before and after each read; the
-pickled identity is four integers per shard.
+Cost: one ``stat`` per mapped shard touched before and after each read (a few microseconds;
+``benchmarks/bench_identity.py``); the pickled identity is four integers per shard.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Any
 
 from resumable_data.errors import DatasetIntegrityError
 
-__all__ = ["FileIdentity", "changed_error", "identity_of_stat", "unchanged"]
+__all__ = ["FileIdentity", "changed_error", "identity_of_stat", "unchanged", "unchanged_at"]
 
 K_SIZE = "size"
 K_MTIME_NS = "mtime_ns"
@@ -99,6 +101,22 @@ def unchanged(fileno: int, recorded: FileIdentity) -> bool:
         st = os.fstat(fileno)
     except OSError:
         return False
+    return st.st_mtime_ns == recorded.mtime_ns and st.st_size == recorded.size
+
+
+def unchanged_at(path: str, recorded: FileIdentity) -> bool:
+    """Whether the memory-mapped local file recorded as ``recorded`` is unchanged, by ``stat`` of
+    its name (a map holds no descriptor, so thousands of shards cost no file descriptors): while
+    the name gives the recorded device and inode, its size and mtime must match; once the name is
+    gone or gives another file, the mapped inode is unlinked, reachable by no name, so nothing can
+    write it any more (a writer that opened it before the swap aside) and its bytes are the ones
+    that were opened."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return True
+    if (st.st_dev, st.st_ino) != (recorded.dev, recorded.ino):
+        return True
     return st.st_mtime_ns == recorded.mtime_ns and st.st_size == recorded.size
 
 

@@ -146,3 +146,14 @@ def test_reading_touches_only_the_shards_it_reads(tmp_path):
     assert src.take([0, 999]).column("x").to_pylist() == [0, 999]
     with pytest.raises(rd.DatasetIntegrityError):
         src.take([1000])
+
+
+def test_memory_mapped_shards_hold_no_file_descriptors(tmp_path):
+    """The identity checks of mapped shards go by name: a dataset of many IPC shards does not run
+    into the open-files limit (a Parquet shard holds one descriptor, as before)."""
+    rd.write_arrow_shards(_table(600), tmp_path / "d", num_shards=300, format="arrow")
+    rd.pin(tmp_path / "d")
+    before = len(os.listdir("/proc/self/fd"))
+    src = rd.ArrowShards(tmp_path / "d")
+    assert src.take([0, 599]).column("x").to_pylist() == [0, 599]
+    assert len(os.listdir("/proc/self/fd")) - before < 10
