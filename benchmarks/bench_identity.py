@@ -1,11 +1,11 @@
 """What the file-identity checks around every read cost (issue 30 item 2), side by side in one run.
 
-``rd.ArrowShards`` checks, around each read, the identity (``fstat``) of every memory-mapped
-shard the read touches (:mod:`resumable_data.sources.identity`). This times the loader's two
-read paths on the benchmark data (``benchmarks/data.py``: 8 IPC shards, ``tokens: list<int32>``
-16..256, ``id: int64``), batch 256 of shuffled ids, with the checks (as shipped) and with
-``ArrowShards._check_files`` replaced by a no-op on the same object, in interleaved rounds
-(ABAB...), and reports the median time per batch of each and their ratio:
+``rd.ArrowShards`` checks, around each read, the identity (a ``stat`` of the name) of every
+memory-mapped shard the read touches (:mod:`resumable_data.sources.identity`). This times the
+loader's two read paths on the benchmark data (``benchmarks/data.py``: 8 IPC shards,
+``tokens: list<int32>`` 16..256, ``id: int64``), batch 256 of shuffled ids, with the checks (as
+shipped) and with ``ArrowShards._check_files`` replaced by a no-op on a second source over the
+same files, in interleaved rounds (ABAB...), and reports the median time per batch of each and their ratio:
 
 * ``take_numpy`` (the default collate's path: padded ``[B, L]`` arrays straight from the maps);
 * ``take`` (an Arrow table of the records).
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("take_numpy", "take"):
         r = out[name]
         lines.append(f"| `{name}` | {r['checked_us']:.0f} | {r['unchecked_us']:.0f} | {r['ratio']:.3f} |")
-    lines += ["", f"One check (one `fstat` of a held descriptor and a compare): {out['one_check_us']:.1f} us; "
+    lines += ["", f"One check of a memory-mapped shard (a `stat` of its name and a compare): {out['one_check_us']:.1f} us; "
               f"shards touched per batch: {out['shards_touched_per_batch']:.1f} (two checks each); "
               f"1-minute load average during the run: {out['load_average']:.1f} on {os.cpu_count()} cores."]
     (RESULTS / "identity.md").write_text("\n".join(lines) + "\n")
