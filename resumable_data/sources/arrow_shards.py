@@ -29,7 +29,7 @@ Hugging Face ``datasets``: :meth:`ArrowShards.from_hf` reads a ``datasets.Datase
 cache files (zero copy), versioned by their content (:mod:`.hf`).
 
 Files that change under a source (:mod:`.identity`): every shard's identity (local: device,
-inode, size, mtime in ns of the descriptor held open; remote: size and modification time) is
+inode, size, mtime in ns, from the descriptor opened; remote: size and modification time) is
 recorded when it is opened. A pickled source carries those identities, and a process that opens it
 again (spawn/forkserver workers) refuses a shard whose identity differs, so a file replaced after
 the loader was built is never read as if it were the pinned one. Every read of local shards
@@ -42,8 +42,8 @@ Cost: opening maps the files and reads metadata (remote: footers and batch heade
 :mod:`.files`); pickling carries only paths, the manifest dict, the files' identities and
 (remote) the filesystem's configuration, and each process opens its own files when unpickled
 (fork and spawn workers alike), comparing each file's identity with the pickled one. Each read
-costs two ``fstat`` calls per local shard it touches (``benchmarks/bench_loader.py``; the figure
-is in ``docs/data.md``).
+costs two ``stat`` calls per memory-mapped shard it touches (``benchmarks/bench_identity.py``;
+the figure is in ``docs/data.md``).
 """
 
 from __future__ import annotations
@@ -281,6 +281,7 @@ class ArrowShards:
 
     # -- pickling (no pickled Arrow data: each process maps its own files) -------------------
     def __getstate__(self) -> dict[str, Any]:
+        self._usable()  # a source whose files failed their checks is not passed on
         state = {K_FORMAT: _STATE_FORMAT, K_SCHEMA_VERSION: _STATE_SCHEMA_VERSION,
                  K_ROOT: str(self._root), K_FILES: list(self._rel),
                  K_VERSION: self._version.to_dict() if self._version is not None else None,

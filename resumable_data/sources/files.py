@@ -117,15 +117,14 @@ def _check_type_names(t: pa.DataType) -> None:
     if isinstance(t, pa.DictionaryType):
         _check_type_names(t.value_type)
         return
-    if isinstance(t, (pa.ListType, pa.LargeListType, pa.FixedSizeListType)) or \
-            type(t).__name__ in ("ListViewType", "LargeListViewType"):
+    if isinstance(t, (pa.ListType, pa.LargeListType, pa.FixedSizeListType)):
         _check_field_names(t.value_field)
         return
     if isinstance(t, pa.MapType):
         _check_field_names(t.key_field)
         _check_field_names(t.item_field)
         return
-    for i in range(t.num_fields):  # struct, union, run-end encoded
+    for i in range(t.num_fields):  # struct, union, list views, run-end encoded
         _check_field_names(t.field(i))
 
 
@@ -292,7 +291,8 @@ class OpenShard:
 
     def check(self, when: str) -> None:
         """Raise :func:`~.identity.changed_error` if the open file is no longer what was opened
-        (local files: ``fstat`` of the held descriptor; remote ones are checked by their store)."""
+        (local files: ``fstat`` of the reader's descriptor, or ``stat`` of a memory-mapped file's
+        name; remote ones are checked by their store)."""
         if self._fileno is not None:
             same = unchanged(self._fileno, self.identity)
         elif self._mapped_path is not None:
