@@ -31,7 +31,7 @@ import xxhash
 from resumable_data.errors import ConfigError, describe
 
 __all__ = ["HASH_CHUNK_BYTES", "NotRegularFileError", "atomic_write", "fsync_dir", "hash_file", "hash_stream",
-           "open_regular"]
+           "not_regular", "open_regular"]
 
 #: Bytes read per chunk when hashing (4 MiB: large enough to amortize calls, small enough to stream).
 HASH_CHUNK_BYTES = 4 << 20
