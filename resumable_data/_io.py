@@ -4,26 +4,34 @@
   stays at one chunk whatever the file size). The same digest is what a pinned manifest records
   and what a checkpoint's marker records.
 * :func:`hash_stream`: the same digest over any binary file-like object (``pyarrow.fs`` streams).
+* :func:`open_regular`: open a file for reading only if it is a regular file (a symlink is followed
+  to one): a FIFO, socket or device is refused before any blocking open, so a named pipe where a
+  shard or manifest should be can never hang a reader (``O_NONBLOCK`` open, then ``fstat`` of the
+  descriptor, so a swap between the check and the open is caught too).
 * :func:`atomic_write`: write to a temporary file in the target's directory, then
   ``os.replace`` it over the target, so a reader sees the old bytes or the new, never a mix.
   ``durable=True`` also fsyncs the file before the rename and the directory after it, so the
   new bytes survive a power loss once the call returns; ``durable=False`` skips both fsyncs
   (caches and other data that is cheap to rebuild).
 
-Pure standard library + xxhash: no torch, no pyarrow.
+Pure standard library + xxhash (+ the error hierarchy): no torch, no pyarrow.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 import xxhash
 
-__all__ = ["HASH_CHUNK_BYTES", "atomic_write", "fsync_dir", "hash_file", "hash_stream"]
+from resumable_data.errors import ConfigError, describe
+
+__all__ = ["HASH_CHUNK_BYTES", "NotRegularFileError", "atomic_write", "fsync_dir", "hash_file", "hash_stream",
+           "not_regular", "open_regular"]
 
 #: Bytes read per chunk when hashing (4 MiB: large enough to amortize calls, small enough to stream).
 HASH_CHUNK_BYTES = 4 << 20
@@ -44,9 +52,52 @@ def hash_stream(f: BinaryIO, progress: Callable[[int], object] | None = None) ->
     return h.hexdigest()
 
 
+class NotRegularFileError(ConfigError):
+    """A path rd was about to read is a FIFO, socket, device or directory, not a regular file."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def not_regular(path: str | os.PathLike, mode: int) -> NotRegularFileError:
+    """The error for ``path`` whose ``st_mode`` is ``mode`` (not a regular file)."""
+    return NotRegularFileError(describe(
+        "path", os.fspath(path), f"a regular file (it is {_kind(mode)}; rd never opens one, so it cannot "
+        "block or read a device)", "remove or rename it, or point rd at the regular file it stands for "
+        "(a symlink is followed only to a regular file)"))
+
+
+def open_regular(path: str | os.PathLike) -> int:
+    """A read-only descriptor of ``path``, which must be a regular file (a symlink is followed to
+    one). Raises :class:`NotRegularFileError` for a FIFO, socket, device or directory without a
+    blocking open (``stat`` first, then an ``O_NONBLOCK`` open and ``fstat`` of the descriptor);
+    ``OSError`` (``FileNotFoundError``, ...) as ``os.open`` raises it. The caller closes it."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise not_regular(path, st.st_mode)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # swapped between the stat and the open
+            raise not_regular(path, st.st_mode)
+        if getattr(os, "O_NONBLOCK", 0):
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def hash_file(path: str | os.PathLike, progress: Callable[[int], object] | None = None) -> str:
-    """xxh3-128 hex digest of the file's bytes (see :func:`hash_stream`)."""
-    with open(path, "rb") as f:
+    """xxh3-128 hex digest of the file's bytes (see :func:`hash_stream`); only a regular file is
+    opened (:func:`open_regular`)."""
+    with os.fdopen(open_regular(path), "rb") as f:
         return hash_stream(f, progress)
 
 

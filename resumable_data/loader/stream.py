@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from resumable_data import _io
 from resumable_data._cache import cache_dir
 from resumable_data.errors import ConfigError, describe
 from resumable_data.loader.order import DocumentOrder
@@ -166,9 +167,10 @@ class PackedStream:
         path = cache_dir() / "packing" / f"{self._key(epoch)}.npy" if self.pinned else None
         cumulative = None
         if path is not None and path.exists():
-            try:
-                cumulative = np.load(path, allow_pickle=False)
-            except (OSError, ValueError):
+            try:  # a regular file only (a FIFO would block): anything else is rebuilt and replaced
+                with os.fdopen(_io.open_regular(path), "rb") as f:
+                    cumulative = np.load(f, allow_pickle=False)
+            except (OSError, ValueError):  # NotRegularFileError is a ValueError (rd.ConfigError)
                 cumulative = None
             if cumulative is not None and (cumulative.ndim != 1 or cumulative.dtype != np.int64):
                 cumulative = None

@@ -2,7 +2,8 @@
 
 No torch here (nor any import of the loader or checkpoint layers). Modules: :mod:`.store` (the
 one storage interface, :class:`ShardStore`: local files or a ``pyarrow.fs`` filesystem),
-:mod:`.files` (discovery, formats, metadata, opening a shard), :mod:`.version`
+:mod:`.identity` (a file's identity, recorded at open, checked around reads and by unpickled
+sources), :mod:`.files` (discovery, formats, metadata, opening a shard), :mod:`.version`
 (:class:`DatasetVersion`, manifest, verify), :mod:`.pin` (:func:`pin`), :mod:`.gather` (the
 vectorized take engine), :mod:`.arrow_shards` (:class:`ArrowShards`), :mod:`.hf` (Hugging Face
 datasets), :mod:`.writer` (:func:`write_arrow_shards`); :mod:`.remote` keeps older import names.

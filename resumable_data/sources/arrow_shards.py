@@ -28,10 +28,22 @@ row groups are read on demand into a small LRU cache and nothing is memory-mappe
 Hugging Face ``datasets``: :meth:`ArrowShards.from_hf` reads a ``datasets.Dataset``'s own Arrow
 cache files (zero copy), versioned by their content (:mod:`.hf`).
 
+Files that change under a source (:mod:`.identity`): every shard's identity (local: device,
+inode, size, mtime in ns, from the descriptor opened; remote: size and modification time) is
+recorded when it is opened. A pickled source carries those identities, and a process that opens it
+again (spawn/forkserver workers) refuses a shard whose identity differs, so a file replaced after
+the loader was built is never read as if it were the pinned one. Every read of local shards
+(``take``, ``take_numpy``, ``src[i]``, ``column_lengths``) checks the identity of each shard it
+touches before (a truncated file is refused before its map is touched: no SIGBUS) and after (a
+write during or before the read is refused, the rows read are never returned); each error is a
+:class:`~resumable_data.DatasetIntegrityError` naming the file and the fix.
+
 Cost: opening maps the files and reads metadata (remote: footers and batch headers, see
-:mod:`.files`); pickling carries only paths, the manifest dict and (remote) the filesystem's
-configuration, and each process opens its own files when unpickled (fork and spawn workers
-alike), re-checking only the shards' sizes.
+:mod:`.files`); pickling carries only paths, the manifest dict, the files' identities and
+(remote) the filesystem's configuration, and each process opens its own files when unpickled
+(fork and spawn workers alike), comparing each file's identity with the pickled one. Each read
+costs two ``stat`` calls per memory-mapped shard it touches (``benchmarks/bench_identity.py``;
+the figure is in ``docs/data.md``).
 """
 
 from __future__ import annotations
@@ -51,7 +63,7 @@ import pyarrow as pa
 
 from resumable_data._cache import cache_dir
 from resumable_data._schema import coerce_enum
-from resumable_data.errors import ConfigError, describe
+from resumable_data.errors import ConfigError, ResumableDataError, describe
 from resumable_data.sources.files import (
     MANIFEST_NAME,
     OpenShard,
@@ -63,6 +75,7 @@ from resumable_data.sources.files import (
     resolve_files,
 )
 from resumable_data.sources.gather import ColumnGather, Unit, group_segments, plan_column
+from resumable_data.sources.identity import FileIdentity, changed_error
 from resumable_data.sources.pin import pin
 from resumable_data.sources.store import LOCAL, ShardStore, join, store_for
 from resumable_data.sources.validate import validate_batch
@@ -73,13 +86,14 @@ __all__ = ["ArrowShards", "RecordIdError", "UnpinnedPolicy"]
 _LOCAL_CACHE_UNITS = 8  # Parquet row groups decoded from local files
 _REMOTE_CACHE_UNITS = 32  # remote reads are slow: keep more record batches / row groups
 _STATE_FORMAT = "resumable_data.arrow_shards"
-_STATE_SCHEMA_VERSION = 1
+_STATE_SCHEMA_VERSION = 2
 K_FORMAT = "format"
 K_SCHEMA_VERSION = "schema_version"
 K_ROOT = "root"
 K_FILES = "files"
 K_VERSION = "version"
 K_FILESYSTEM = "filesystem"
+K_IDENTITIES = "identities"
 
 
 class UnpinnedPolicy(str, enum.Enum):
@@ -181,7 +195,9 @@ class ArrowShards:
 
     # -- opening ---------------------------------------------------------------------------
     def _init(self, root: str, rel: list[str], version: DatasetVersion | None,
-              store: ShardStore = LOCAL) -> None:
+              store: ShardStore = LOCAL, expected: list[FileIdentity | None] | None = None) -> None:
+        """Open the shards; ``expected``: the identity each must still have (an unpickled source)."""
+        self._broken: ResumableDataError | None = None
         self._store = store
         self._cache_units = _LOCAL_CACHE_UNITS if store.local else _REMOTE_CACHE_UNITS
         self._root = Path(root)
@@ -196,6 +212,10 @@ class ArrowShards:
         for k, r in enumerate(self._rel):
             shard = open_shard(join(root, r), store)
             self._shards.append(shard)
+            if expected is not None and expected[k] is not None and shard.identity != expected[k]:
+                self.close()
+                raise changed_error(join(root, r), "when a worker (or another process) opened the pickled "
+                                    "source", expected[k], shard.identity)
             if k:
                 check_same_schema(self._rel[0], canonical_schema(self._shards[0].schema), r,
                                   canonical_schema(shard.schema))
@@ -205,6 +225,9 @@ class ArrowShards:
                     self._units.append(Unit(k, start, n, batch, None if batch is not None else g))
                     self._unit_index.append(g)
                     start += n
+        self._unit_shard = np.fromiter((u.shard for u in self._units), dtype=np.int64, count=len(self._units))
+        self._mapped = np.fromiter((s.batches is not None for s in self._shards), dtype=np.int64,
+                                   count=len(self._shards))  # read around every read (zero-copy views)
         self._schema = self._shards[0].schema
         self._wholes = [s.whole for s in self._shards]
         self._num_records = start
@@ -213,6 +236,38 @@ class ArrowShards:
         # memory-mapped batches are validated lazily, once (see .validate); read units on each read
         self._valid = np.fromiter((u.batch is None for u in self._units), dtype=bool,
                                   count=len(self._units))
+
+    def close(self) -> None:
+        """Close the shard files (the source is unusable afterwards)."""
+        for shard in self._shards:
+            shard.close()
+
+    def _closed_because(self, exc: ResumableDataError, root: str, rel: list[str],
+                        version: DatasetVersion | None, store: ShardStore) -> None:
+        """An unpickled source whose files failed their checks: every read raises ``exc``."""
+        self._broken = exc
+        self._store, self._root, self._rel, self._version = store, Path(root), list(rel), version
+        self._shards, self._units = [], []
+        self._unit_shard = self._mapped = np.zeros(0, dtype=np.int64)
+        self._num_records = version.num_records if version is not None else 0
+        self._schema = pa.schema([])
+
+    def _usable(self) -> None:
+        if self._broken is not None:
+            raise self._broken
+
+    def _check_files(self, shards: np.ndarray, when: str) -> None:
+        """:meth:`OpenShard.check` of the shards ``shards``."""
+        for s in shards:
+            self._shards[s].check(when)
+
+    def _read(self, unit: np.ndarray, fn: Any) -> Any:
+        """``fn()``, which reads units ``unit``, between identity checks of their mapped shards."""
+        touched = np.flatnonzero(np.bincount(self._unit_shard[unit], minlength=len(self._shards)) * self._mapped)
+        self._check_files(touched, "before a read")
+        out = fn()
+        self._check_files(touched, "after a read (the rows read are not returned)")
+        return out
 
     def _validate_units(self, unit: np.ndarray) -> None:
         """Validate every not-yet-validated unit in ``unit`` (before any of its values is used)."""
@@ -226,9 +281,11 @@ class ArrowShards:
 
     # -- pickling (no pickled Arrow data: each process maps its own files) -------------------
     def __getstate__(self) -> dict[str, Any]:
+        self._usable()  # a source whose files failed their checks is not passed on
         state = {K_FORMAT: _STATE_FORMAT, K_SCHEMA_VERSION: _STATE_SCHEMA_VERSION,
                  K_ROOT: str(self._root), K_FILES: list(self._rel),
-                 K_VERSION: self._version.to_dict() if self._version is not None else None}
+                 K_VERSION: self._version.to_dict() if self._version is not None else None,
+                 K_IDENTITIES: [s.identity.to_dict() if s.identity is not None else None for s in self._shards]}
         if self._store.filesystem is not None:
             state[K_FILESYSTEM] = self._store.filesystem  # pyarrow filesystems pickle their configuration
         return state
@@ -245,12 +302,13 @@ class ArrowShards:
             if store.filesystem is not None:
                 version = replace(version, filesystem=store.filesystem)
         root = Path(state[K_ROOT]).as_posix()
-        self._init(root, state[K_FILES], version, store)
-        if version is not None:
-            for s in version.shards:  # cheap: sizes only
-                st = store.stat(join(root, s.path))
-                if st is None or st.size != s.size:
-                    version.verify(VerifyLevel.SIZE)
+        expected = [FileIdentity.from_dict(d) if d is not None else None for d in state[K_IDENTITIES]]
+        try:
+            self._init(root, state[K_FILES], version, store, expected)
+        except ResumableDataError as exc:
+            # raised at the first read, where a loader worker reports it with the batch it was
+            # fetching (an exception while unpickling only says the worker exited)
+            self._closed_because(exc, root, state[K_FILES], version, store)
 
     @classmethod
     def from_hf(cls, dataset: Any, *, hash: str = "content",
@@ -278,8 +336,17 @@ class ArrowShards:
             return None
         paths = [join(s._root.as_posix(), r) for s in sources for r in s._rel]
         root = os.path.commonpath([os.path.dirname(p) for p in paths])
+        rel = [os.path.relpath(p, root) for p in paths]
         view = cls.__new__(cls)
-        view._init(root, [os.path.relpath(p, root) for p in paths], None, sources[0]._store)
+        broken = next((s._broken for s in sources if s._broken is not None), None)
+        if broken is not None:
+            view._closed_because(broken, root, rel, None, sources[0]._store)
+            return view
+        expected = [shard.identity for s in sources for shard in s._shards]  # the files the sources opened
+        try:
+            view._init(root, rel, None, sources[0]._store, expected)
+        except ResumableDataError as exc:
+            view._closed_because(exc, root, rel, None, sources[0]._store)
         return view
 
     @property
@@ -340,6 +407,7 @@ class ArrowShards:
         return unit, ids - self._starts[unit]
 
     def __getitem__(self, index: int) -> dict[str, Any]:
+        self._usable()
         try:
             i = operator.index(index)
         except TypeError:
@@ -352,13 +420,14 @@ class ArrowShards:
             raise IndexError(describe("index", index, f"a record id in [-{n}, {n})",
                                       "pass an id within the dataset"))
         unit, local = self._locate(np.array([i], dtype=np.int64))
-        return self._unit_data(int(unit[0])).slice(int(local[0]), 1).to_pylist()[0]
+        return self._read(unit, lambda: self._unit_data(int(unit[0])).slice(int(local[0]), 1).to_pylist()[0])
 
     def __getitems__(self, record_ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
         """One row dict per id (torch's batched fetch protocol)."""
         return self.take(record_ids).to_pylist()
 
     def _check_ids(self, record_ids: Any) -> np.ndarray:
+        self._usable()
         ids = np.asarray(record_ids)
         n = self._num_records
         if ids.size == 0:
@@ -388,6 +457,9 @@ class ArrowShards:
         if len(ids) == 0:
             return self._schema.empty_table()
         unit, local = self._locate(ids)
+        return self._read(unit, lambda: self._take(ids, unit, local))
+
+    def _take(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray) -> pa.Table:
         self._validate_units(unit)
         fast = self._plan()
         columns: list[pa.Array | None] = [None] * len(fast)
@@ -410,8 +482,11 @@ class ArrowShards:
         if len(ids) == 0 or any(g is None or g.numpy_dtype is None for g in fast):
             return None
         unit, local = self._locate(ids)
-        self._validate_units(unit)
-        return [g.to_numpy(ids, unit, local, pad_value) for g in fast]
+
+        def gather() -> list[Any]:
+            self._validate_units(unit)
+            return [g.to_numpy(ids, unit, local, pad_value) for g in fast]
+        return self._read(unit, gather)
 
     def _fallback(self, unit: np.ndarray, local: np.ndarray, cols: list[int]) -> list[pa.Array]:
         """Per-unit Arrow takes for columns ``cols``, then one reorder take on the small result."""
@@ -434,6 +509,7 @@ class ArrowShards:
         IPC shards read only the offsets buffers (no values). Parquet stores no offsets buffer,
         so a Parquet row group's column is decoded to get them.
         """
+        self._usable()
         if column not in self._schema.names:
             raise ConfigError(describe("column", column, f"one of {self._schema.names}",
                                        "pass a column name of this dataset"))
@@ -443,7 +519,10 @@ class ArrowShards:
                                        "pass a list-typed column"))
         i = self._schema.get_field_index(column)
         out = np.empty(self._num_records, dtype=np.int64)
-        for k, u in enumerate(self._units):
-            arr = self._unit_data(k).column(i)
-            out[u.start:u.start + u.rows] = np.diff(arr.offsets.to_numpy())
-        return out
+
+        def lengths() -> np.ndarray:
+            for k, u in enumerate(self._units):
+                arr = self._unit_data(k).column(i)
+                out[u.start:u.start + u.rows] = np.diff(arr.offsets.to_numpy())
+            return out
+        return self._read(np.arange(len(self._units)), lengths)

@@ -27,7 +27,15 @@ bytes are streamed, never what the digest is.
 
 Every open or read error of a shard (pyarrow, thrift, decoders, the footer parsing here) is a
 :class:`~resumable_data.DatasetIntegrityError` naming the shard (:mod:`.validate`); opening reads
-metadata only, so no batch's data is touched before :mod:`.validate` checked it.
+metadata only, so no batch's data is touched before :mod:`.validate` checked it. Opening also
+checks what the metadata claims against itself and the data, so a damaged shard that was never
+pinned clean (auto-pin hashes the damaged bytes) is still an rd error, never a raw exception: every
+field name, nested ones included, must be valid UTF-8 (:func:`check_schema_names`); a Parquet
+footer's row counts must agree (file rows = the sum of its row groups' rows; a row group's rows =
+each flat column chunk's value count), and a unit read later must hold exactly the rows its
+metadata claimed (:meth:`OpenShard.read_unit`). Parquet page CRCs are verified where the writer
+stored them. Each opened shard records its file's identity (:mod:`.identity`), which
+:meth:`OpenShard.check` compares with the file now.
 
 Cost: discovery is one listing; :func:`read_shard_meta` touches only metadata (IPC file footer,
 IPC stream message headers via a memory map, Parquet footer; a remote IPC file: 2 + (number of
@@ -49,8 +57,9 @@ import pyarrow.parquet as pq
 
 from resumable_data._io import HASH_CHUNK_BYTES, hash_file
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
+from resumable_data.sources.identity import FileIdentity, changed_error, unchanged, unchanged_at
 from resumable_data.sources.store import LOCAL, ShardStore
-from resumable_data.sources.validate import guard
+from resumable_data.sources.validate import guard, integrity_error
 
 __all__ = [
     "HASH_CHUNK_BYTES",
@@ -62,6 +71,7 @@ __all__ = [
     "ShardMeta",
     "canonical_schema",
     "check_same_schema",
+    "check_schema_names",
     "detect_format",
     "discover_shards",
     "refuse_hive_partitions",
@@ -101,6 +111,32 @@ class ShardMeta:
 def canonical_schema(schema: pa.Schema) -> str:
     """The schema's canonical text (names, types, nullability; no metadata)."""
     return schema.to_string(show_field_metadata=False, show_schema_metadata=False)
+
+
+def _check_type_names(t: pa.DataType) -> None:
+    if isinstance(t, pa.DictionaryType):
+        _check_type_names(t.value_type)
+        return
+    if isinstance(t, (pa.ListType, pa.LargeListType, pa.FixedSizeListType)):
+        _check_field_names(t.value_field)
+        return
+    if isinstance(t, pa.MapType):
+        _check_field_names(t.key_field)
+        _check_field_names(t.item_field)
+        return
+    for i in range(t.num_fields):  # struct, union, list views, run-end encoded
+        _check_field_names(t.field(i))
+
+
+def _check_field_names(f: pa.Field) -> None:
+    f.name.encode("utf-8")  # decoding the name raises UnicodeDecodeError on invalid UTF-8
+    _check_type_names(f.type)
+
+
+def check_schema_names(schema: pa.Schema) -> None:
+    """Raise (UnicodeDecodeError) unless every field name, nested ones included, is valid UTF-8."""
+    for i in range(len(schema)):
+        _check_field_names(schema.field(i))
 
 
 def check_same_schema(first_rel: str, first: str, rel: str, other: str) -> None:
@@ -240,18 +276,47 @@ class OpenShard:
 
     def __init__(self, fmt: ShardFormat, schema: pa.Schema, unit_rows: list[int], *,
                  batches: list[pa.RecordBatch] | None = None, whole: pa.Buffer | None = None,
-                 file: Any = None, reader: Any = None, store: ShardStore = LOCAL, path: str = "") -> None:
+                 file: Any = None, reader: Any = None, store: ShardStore = LOCAL, path: str = "",
+                 identity: FileIdentity | None = None) -> None:
         self.format, self.schema, self.unit_rows = fmt, schema, unit_rows
         self.batches, self.whole = batches, whole
+        #: the file's identity when it was opened (:mod:`.identity`)
+        self.identity = identity
         self._file, self._reader, self._store, self._path = file, reader, store, path
+        # local files: fstat of the descriptor a reader holds, stat of a memory-mapped file's name
+        # (a map keeps no descriptor: no limit on shards); remote ones are checked by their store
+        watched = store.local and identity is not None
+        self._fileno = file.fileno() if watched and file is not None else None
+        self._mapped_path = str(path) if watched and file is None and batches is not None else None
+
+    def check(self, when: str) -> None:
+        """Raise :func:`~.identity.changed_error` if the open file is no longer what was opened
+        (local files: ``fstat`` of the reader's descriptor, or ``stat`` of a memory-mapped file's
+        name; remote ones are checked by their store)."""
+        if self._fileno is not None:
+            same = unchanged(self._fileno, self.identity)
+        elif self._mapped_path is not None:
+            same = unchanged_at(self._mapped_path, self.identity)
+        else:
+            return
+        if same:
+            return
+        raise changed_error(str(self._path), when, self.identity, self._store.identity(self._path, self._file))
 
     def read_unit(self, k: int) -> pa.RecordBatch:
         """Unit ``k`` as one record batch (read from the store unless memory-mapped); a read or
-        decode failure is a DatasetIntegrityError naming the shard and unit (not yet validated:
-        see :mod:`.validate`)."""
+        decode failure, or a unit holding other than the rows its metadata claimed, is a
+        DatasetIntegrityError naming the shard and unit (not yet validated: see :mod:`.validate`).
+        The file's identity is checked before and after the read."""
         if self.batches is not None:
             return self.batches[k]
-        return guard(str(self._path), f"record batch {k}", lambda: self._read_unit(k))
+        self.check(f"before reading record batch {k}")
+        batch = guard(str(self._path), f"record batch {k}", lambda: self._read_unit(k))
+        self.check(f"after reading record batch {k}")
+        if batch.num_rows != self.unit_rows[k]:
+            raise integrity_error(str(self._path), f"record batch {k}", ValueError(
+                f"it holds {batch.num_rows} rows, its metadata claims {self.unit_rows[k]}"))
+        return batch
 
     def _read_unit(self, k: int) -> pa.RecordBatch:
         if self.format is ShardFormat.IPC_FILE:
@@ -279,23 +344,46 @@ def open_shard(path: Any, store: ShardStore = LOCAL, fmt: ShardFormat | None = N
     return guard(str(path), "metadata (footer/schema/batch headers)", lambda: _open_shard(path, store, fmt))
 
 
+def _parquet_rows(pf: pq.ParquetFile) -> list[int]:
+    """Rows per row group, checked against the footer's other counts (ValueError if they differ)."""
+    md = pf.metadata
+    rows = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
+    if md.num_rows != sum(rows) or any(n < 0 for n in rows):
+        raise ValueError(f"the footer claims {md.num_rows} rows, its row groups {rows}")
+    flat = [i for i in range(md.num_columns) if pf.schema.column(i).max_repetition_level == 0]
+    for g, n in enumerate(rows):
+        rg = md.row_group(g)
+        for i in flat:
+            values = rg.column(i).num_values
+            if values != n:
+                raise ValueError(f"row group {g} claims {n} rows, its column {i} holds {values} values")
+    return rows
+
+
 def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None) -> OpenShard:
     fmt = fmt or detect_format(path, store)
     if fmt is ShardFormat.PARQUET:
         f = store.open_input_file(path)
-        pf = pq.ParquetFile(f)
-        rows = [pf.metadata.row_group(g).num_rows for g in range(pf.metadata.num_row_groups)]
-        return OpenShard(fmt, pf.schema_arrow, rows, file=f, reader=pf, store=store, path=path)
-    whole = store.memory_map(path)
-    if whole is not None:  # every record batch is a zero-copy view of the map
+        identity = store.identity(path, f)
+        pf = pq.ParquetFile(f, page_checksum_verification=True)
+        check_schema_names(pf.schema_arrow)
+        rows = _parquet_rows(pf)
+        return OpenShard(fmt, pf.schema_arrow, rows, file=f, reader=pf, store=store, path=path,
+                         identity=identity)
+    mapped = store.memory_map(path)
+    if mapped is not None:  # every record batch is a zero-copy view of the map
+        identity = store.identity(path, mapped)
+        whole = mapped.read_buffer()
+        mapped.close()  # the buffer keeps the map alive; no descriptor held per shard
         if fmt is ShardFormat.IPC_FILE:
             reader = pa.ipc.open_file(pa.BufferReader(whole))
             batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
         else:
             reader = pa.ipc.open_stream(pa.BufferReader(whole))
             batches = list(reader)
+        check_schema_names(reader.schema)
         return OpenShard(fmt, reader.schema, [b.num_rows for b in batches], batches=batches,
-                         whole=whole, store=store, path=path)
+                         whole=whole, store=store, path=path, identity=identity)
     if fmt is ShardFormat.IPC_FILE:
         f = store.open_input_file(path)
         reader = pa.ipc.open_file(f)
@@ -305,11 +393,15 @@ def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None) -> OpenSh
             rows = []
         if len(rows) != reader.num_record_batches:
             rows = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
-        return OpenShard(fmt, reader.schema, rows, file=f, reader=reader, store=store, path=path)
+        check_schema_names(reader.schema)
+        return OpenShard(fmt, reader.schema, rows, file=f, reader=reader, store=store, path=path,
+                         identity=store.identity(path, f))
+    identity = store.identity(path)
     with store.open_input_stream(path) as f:  # no index: one unit, read whole on first use
         reader = pa.ipc.open_stream(f)
         schema, rows = reader.schema, sum(b.num_rows for b in reader)
-    return OpenShard(fmt, schema, [rows], store=store, path=path)
+    check_schema_names(schema)
+    return OpenShard(fmt, schema, [rows], store=store, path=path, identity=identity)
 
 
 def read_shard_meta(path: Any, store: ShardStore = LOCAL) -> ShardMeta:

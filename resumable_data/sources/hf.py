@@ -273,7 +273,13 @@ def _in_memory_shards(dataset: Any, hash: str, cache_dir: str | os.PathLike | No
         raise ConfigError(describe("cache_dir", shown, f"a writable directory ({exc.strerror})",
                                    "pass cache_dir= on writable storage, or set RD_CACHE_DIR")) from None
     try:
-        _write_shards(table, tmp)
+        try:
+            _write_shards(table, tmp)
+        except OSError as exc:  # no space, quota, a file-size limit
+            raise ConfigError(describe("cache_dir", shown, f"a writable directory with room for the dataset's "
+                                       f"shards ({type(exc).__name__}: {exc.strerror or exc})",
+                                       f"free space on the disk holding {parent}, or pass cache_dir= (or set "
+                                       "RD_CACHE_DIR) on storage with free space")) from None
         fresh = pin(tmp, hash="content", save=True)
         if fresh.hash != predicted.hash:  # pragma: no cover - the hashing sink saw other bytes
             raise ConfigError(describe("dataset", f"{dataset.num_rows} rows", "the same version written and predicted",

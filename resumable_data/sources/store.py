@@ -9,14 +9,22 @@ write (the manifest) and the streamed content hash. Every source feature (discov
 pinning, verifying, opening, reading) is written once over this interface
 (:mod:`.files`, :mod:`.pin`, :mod:`.version`, :mod:`.arrow_shards`).
 
-* :class:`LocalStore`: the OS. IPC shards are memory-mapped (:meth:`~LocalStore.memory_map`), the
-  write is :func:`resumable_data._io.atomic_write` with ``durable=True`` (tmp file, fsync,
-  ``os.replace``, directory fsync), the hash is :func:`resumable_data._io.hash_file`.
+* :class:`LocalStore`: the OS. Only regular files are opened (:func:`resumable_data._io.open_regular`:
+  a FIFO, socket or device where a shard or manifest should be is a
+  :class:`~resumable_data._io.NotRegularFileError`, never a blocking open; a symlink is followed to
+  a regular file only, wherever it points, as Hugging Face hub snapshots are symlinks into
+  ``blobs/``), and every file is opened through the descriptor that was checked (``/proc/self/fd``),
+  so what is read is the file that was checked. IPC shards are memory-mapped
+  (:meth:`~LocalStore.memory_map`), Parquet shards read with ``pread`` (no map: a file truncated
+  under a reader is a read error, not a SIGBUS), the write is
+  :func:`resumable_data._io.atomic_write` with ``durable=True`` (tmp file, fsync, ``os.replace``,
+  directory fsync), the hash is :func:`resumable_data._io.hash_file`. :meth:`~LocalStore.identity`
+  is the ``fstat`` of an open file (device, inode, size, mtime in ns: :mod:`.identity`).
 * :class:`FileSystemStore`: a ``pyarrow.fs.FileSystem`` (S3, GCS, HDFS, Azure, ...). Nothing is
   memory-mapped (reads are on demand, see :mod:`.files`); the write is one
   ``open_output_stream`` upload (an object appears whole when its upload completes: the atomic
   write of object stores); the hash is :func:`resumable_data._io.hash_stream` over
-  ``open_input_stream``.
+  ``open_input_stream``; :meth:`~FileSystemStore.identity` is the object's size and modification time.
 
 :func:`store_for` turns a ``filesystem=`` argument into a store: ``None`` or a
 ``pyarrow.fs.LocalFileSystem`` is the local store (memory maps), any other filesystem its
@@ -38,7 +46,7 @@ import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from stat import S_ISREG
+from stat import S_ISDIR, S_ISREG
 from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
@@ -46,6 +54,7 @@ import pyarrow.fs as pafs
 
 from resumable_data import _io
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
+from resumable_data.sources.identity import FileIdentity, identity_of_stat
 
 __all__ = ["LOCAL", "FileStat", "FileSystemStore", "LocalStore", "ShardStore", "join", "store_for"]
 
@@ -74,7 +83,8 @@ class ShardStore(Protocol):
         """The canonical path string of ``path`` on this store."""
 
     def stat(self, path: Any) -> FileStat | None:
-        """Size and mtime of a regular file; None when missing or not a file."""
+        """Size and mtime of a regular file; None when missing or a directory; a FIFO, socket or
+        device raises :class:`~resumable_data._io.NotRegularFileError`."""
 
     def is_dir(self, path: Any) -> bool:
         """Whether ``path`` is a directory (a prefix holding objects)."""
@@ -88,8 +98,13 @@ class ShardStore(Protocol):
     def open_input_stream(self, path: Any) -> pa.NativeFile:
         """A sequential stream of the file's bytes; the caller closes it."""
 
-    def memory_map(self, path: Any) -> pa.Buffer | None:
-        """The whole file as a zero-copy memory-mapped buffer; None where bytes are not local."""
+    def memory_map(self, path: Any) -> pa.MemoryMappedFile | None:
+        """The file memory-mapped (``read_buffer()`` is the whole file, zero copy); None where the
+        bytes are not local. The caller keeps it (for :meth:`identity`) and closes it."""
+
+    def identity(self, path: Any, opened: pa.NativeFile | None = None) -> FileIdentity | None:
+        """The :class:`~.identity.FileIdentity` of ``opened`` (a file this store opened for
+        ``path``), else of ``path``; None when missing."""
 
     def read_small(self, path: Any, max_bytes: int) -> bytes | None:
         """The bytes of a small file, or None when it does not exist; a file longer than
@@ -132,7 +147,11 @@ class LocalStore:
             st = os.stat(path)
         except OSError:  # missing, or a path through a non-directory
             return None
-        return FileStat(st.st_size, st.st_mtime) if S_ISREG(st.st_mode) else None
+        if S_ISDIR(st.st_mode):
+            return None
+        if not S_ISREG(st.st_mode):
+            raise _io.not_regular(path, st.st_mode)
+        return FileStat(st.st_size, st.st_mtime)
 
     def is_dir(self, path: Any) -> bool:
         return Path(path).is_dir()
@@ -145,21 +164,45 @@ class LocalStore:
                 found.append((Path(dirpath) / name).relative_to(base).as_posix())
         return sorted(found)
 
+    @staticmethod
+    def _open_checked(path: Any, opener: Callable[[str], pa.NativeFile]) -> pa.NativeFile:
+        """``opener`` applied to the regular file ``path`` through the checked descriptor."""
+        fd = _io.open_regular(path)
+        try:
+            via = f"/proc/self/fd/{fd}"
+            f = opener(via if os.path.exists(via) else os.fspath(path))
+            held, got = os.fstat(fd), os.fstat(f.fileno())
+            if (held.st_dev, held.st_ino) != (got.st_dev, got.st_ino):  # no /proc: swapped meanwhile
+                f.close()
+                raise DatasetIntegrityError(describe("path", _posix(path), "the same file from check to open",
+                                                     "do not replace shard files while rd opens them; retry"))
+            return f
+        finally:
+            os.close(fd)
+
     def open_input_file(self, path: Any) -> pa.NativeFile:
-        return pa.memory_map(os.fspath(path), "r")
+        return self._open_checked(path, lambda p: pa.OSFile(p, "rb"))
 
     def open_input_stream(self, path: Any) -> pa.NativeFile:
-        return pa.OSFile(os.fspath(path), "rb")
+        return self._open_checked(path, lambda p: pa.OSFile(p, "rb"))
 
-    def memory_map(self, path: Any) -> pa.Buffer:
-        return pa.memory_map(os.fspath(path), "r").read_buffer()  # the buffer keeps the map alive
+    def memory_map(self, path: Any) -> pa.MemoryMappedFile:
+        return self._open_checked(path, lambda p: pa.memory_map(p, "r"))
+
+    def identity(self, path: Any, opened: pa.NativeFile | None = None) -> FileIdentity | None:
+        try:
+            st = os.fstat(opened.fileno()) if opened is not None else os.stat(path)
+        except (OSError, ValueError):  # missing, or a closed file
+            return None
+        return identity_of_stat(st) if S_ISREG(st.st_mode) else None
 
     def read_small(self, path: Any, max_bytes: int) -> bytes | None:
         try:
-            with open(path, "rb") as f:
-                data = f.read(max_bytes + 1)
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            fd = _io.open_regular(path)
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(max_bytes + 1)
         if len(data) > max_bytes:
             raise _too_large(_posix(path), max_bytes)
         return data
@@ -211,6 +254,12 @@ class FileSystemStore:
 
     def memory_map(self, path: Any) -> None:
         return None
+
+    def identity(self, path: Any, opened: pa.NativeFile | None = None) -> FileIdentity | None:
+        st = self.stat(path)
+        if st is None:
+            return None
+        return FileIdentity(st.size, round(st.mtime * 1e9) if st.mtime is not None else None)
 
     def read_small(self, path: Any, max_bytes: int) -> bytes | None:
         if self.stat(path) is None:

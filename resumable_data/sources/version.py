@@ -27,6 +27,7 @@ re-hashes only shards whose (path, size, mtime, ctime, inode) changed since they
 from __future__ import annotations
 
 import enum
+import errno
 import json
 import os
 from dataclasses import dataclass, field, replace
@@ -35,6 +36,7 @@ from typing import Any
 
 import xxhash
 
+from resumable_data._cache import cache_dir
 from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
 from resumable_data.sources import verified
@@ -110,12 +112,29 @@ class Selection(str, enum.Enum):
     FILES = "files"
 
 
-def _manifest_error(root: Path | None, what: str, value: Any, expected: str) -> DatasetIntegrityError:
-    where = str(Path(root) / MANIFEST_NAME) if root is not None else "manifest"
-    return DatasetIntegrityError(
-        f"{where}: "
-        + describe(what, value, expected, "re-create the manifest with rd.pin(directory)")
-    )
+_PIN_FIX = "re-create the manifest with rd.pin(directory)"
+
+
+def _cache_fix(where: str) -> str:
+    return (f"delete {where} (a manifest rd keeps in its cache), then open the folder again "
+            "(rd.ArrowShards pins it anew) or pin it with rd.pin(directory, save='cache')")
+
+
+def _manifest_error(root: Path | None, what: str, value: Any, expected: str,
+                    where: str | None = None) -> DatasetIntegrityError:
+    """``where``: the manifest file when it is not ``root/.rd-manifest.json`` (a cached one)."""
+    if where is None:
+        where = str(Path(root) / MANIFEST_NAME) if root is not None else "manifest"
+        fix = _PIN_FIX
+    else:
+        fix = _cache_fix(where)
+    return DatasetIntegrityError(f"{where}: " + describe(what, value, expected, fix))
+
+
+def _write_error(param: str, where: Any, exc: OSError, fix: str) -> ConfigError:
+    """A manifest that could not be written (no space, read-only, a broken cache directory)."""
+    return ConfigError(describe(param, str(where), f"a location rd can write its manifest to "
+                                f"({type(exc).__name__}: {exc.strerror or exc})", fix))
 
 
 def _check_int(root: Path | None, key: str, value: Any) -> int:
@@ -192,9 +211,20 @@ class DatasetVersion:
         }
 
     @classmethod
-    def from_dict(cls, d: Any, *, root: str | os.PathLike | None = None) -> DatasetVersion:
-        """Validate and build; a malformed or tampered manifest raises DatasetIntegrityError."""
+    def from_dict(cls, d: Any, *, root: str | os.PathLike | None = None,
+                  source: str | None = None) -> DatasetVersion:
+        """Validate and build; a malformed or tampered manifest raises DatasetIntegrityError
+        (naming ``source``, the manifest file, when it is not ``root/.rd-manifest.json``)."""
         root = Path(root) if root is not None else None
+        if source is None:
+            return cls._from_dict(d, root=root)
+        try:  # errors name the cached file (its name is MANIFEST_NAME too) and the cache's fix
+            return replace(cls._from_dict(d, root=Path(source).parent), root=root)
+        except DatasetIntegrityError as exc:
+            raise DatasetIntegrityError(str(exc).replace(_PIN_FIX, _cache_fix(source))) from None
+
+    @classmethod
+    def _from_dict(cls, d: Any, *, root: Path | None) -> DatasetVersion:
         if not isinstance(d, dict):
             raise _manifest_error(root, "manifest", type(d).__name__, "a JSON object")
         if d.get(K_FORMAT) != MANIFEST_FORMAT:
@@ -273,7 +303,7 @@ class DatasetVersion:
         store = store_for(filesystem)
         root = Path(directory) if store.local else Path(store.resolve(directory))
         where = folder_manifest(store, root.as_posix()) if files is None else None
-        reader = store
+        reader, source = store, None  # source: the cached manifest, named in errors
         if where is None:
             rel = files
             if rel is None:
@@ -282,6 +312,7 @@ class DatasetVersion:
                 rel = discover_shards(root.as_posix(), store)
             cached = cached_manifest(store, store.resolve(root.as_posix()), rel)
             where, reader = cached.as_posix(), LOCAL
+            source = where
         data = reader.read_small(where, MANIFEST_MAX_BYTES)
         if data is None:
             return None
@@ -289,10 +320,10 @@ class DatasetVersion:
             d = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise _manifest_error(Path(where).parent, "manifest", str(exc) or "nested too deeply",
-                                  "valid UTF-8 JSON") from None
+                                  "valid UTF-8 JSON", where=source) from None
         if store.local:
-            return cls.from_dict(d, root=root.resolve())
-        return replace(cls.from_dict(d, root=root), filesystem=store.filesystem)
+            return cls.from_dict(d, root=root.resolve(), source=source)
+        return replace(cls.from_dict(d, root=root, source=source), filesystem=store.filesystem)
 
     def save(self, directory: str | os.PathLike | None = None, filesystem: Any = None, *,
              to_cache: bool = False) -> Path:
@@ -309,17 +340,26 @@ class DatasetVersion:
         text = (json.dumps(self.to_dict(), sort_keys=True, indent=1) + "\n").encode("utf-8")
         if to_cache:
             path = cached_manifest(store, store.resolve(root.as_posix()), [s.path for s in self.shards])
-            path.parent.mkdir(parents=True, exist_ok=True)
-            LOCAL.write_atomic(path, text)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                LOCAL.write_atomic(path, text)
+            except OSError as exc:
+                raise _write_error("RD_CACHE_DIR", cache_dir(), exc, (
+                    f"free space on the disk holding {cache_dir()} (or remove what blocks {path}), or "
+                    "set RD_CACHE_DIR to a writable directory with free space; or pin into the data folder "
+                    "with rd.pin(directory), or read it unpinned with rd.ArrowShards(..., unpinned='allow')"
+                )) from None
             return path
         path = root / MANIFEST_NAME
         try:
             store.write_atomic(join(root.as_posix(), MANIFEST_NAME), text)
-        except PermissionError as exc:
-            raise ConfigError(describe("directory", str(root), "a folder rd may write its manifest into "
-                                       f"({exc.strerror})", "pin into the cache instead: "
-                                       "rd.pin(directory, save='cache') (rd.ArrowShards(directory) "
-                                       "does that by itself)")) from None
+        except OSError as exc:
+            denied = isinstance(exc, PermissionError) or exc.errno == errno.EROFS
+            raise _write_error("directory", root, exc, (
+                "pin into the cache instead: rd.pin(directory, save='cache') (rd.ArrowShards(directory) "
+                "does that by itself)" if denied else
+                f"free space on the disk holding {root} (or remove what blocks {path}), or pin into the "
+                "cache instead: rd.pin(directory, save='cache')")) from None
         return path
 
     @property

@@ -173,3 +173,31 @@ def test_packed_batches_golden_vectors(corpus, spec, order):
     pinned by digest: how windows map to documents and sequences map to steps cannot drift."""
     src, _ = corpus
     assert _digest(packed_loader(src, spec, order), 8) == GOLDEN_PACKED[(spec, order)]
+
+
+def test_a_fifo_in_the_packing_cache_is_replaced_not_opened(corpus, tmp_path):
+    """Issue 30 item 5: a FIFO where the packing index cache file goes never blocks the loader:
+    it is not opened, the index is rebuilt and written over it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src, _ = corpus
+    first = [canon(b) for b in packed_loader(src, "concat", "global")]
+    files = list((tmp_path / "cache" / "packing").glob("*.npy"))
+    assert files
+    for f in files:
+        f.unlink()
+        os.mkfifo(f)
+    code = ("import sys, resumable_data as rd\n"
+            "from tests.loader.test_packed import packed_loader\n"
+            "from tests.loader.conftest import canon\n"
+            "src = rd.ArrowShards(sys.argv[1])\n"
+            "print(len([canon(b) for b in packed_loader(src, 'concat', 'global')]))")
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-c", code, str(src.root)], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(root)))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert int(r.stdout.strip()) == len(first)
+    assert all(f.is_file() for f in files)  # the FIFOs were replaced by the rebuilt index

@@ -21,12 +21,42 @@ FORMATS = (("ipc_file", "Arrow IPC file", "0xFF and 0x01"), ("ipc_stream", "Arro
            ("parquet", "Parquet", "0xFF"), ("ipc_file_zstd", "zstd-compressed Arrow IPC file", "0xFF"),
            ("ipc_file_via_filesystem", "Arrow IPC file read through `filesystem=` (the remote store's path)", "0xFF"),
            ("parquet_via_filesystem", "Parquet file read through `filesystem=` (the remote store's path)", "0xFF"))
+#: the attack sweeps of tests/sources/test_attack_sweeps.py (keys attack_sweep:layout:attack:mode:reader:outcome)
+ATTACK_LAYOUTS = (("hf_stream", "Hugging Face `save_to_disk` file (IPC stream, 1,024-row batches)"),
+                  ("parquet_rich", "Parquet (dictionary pages, page index, list, struct, large_string)"),
+                  ("ipc_zstd", "zstd-compressed IPC file"), ("ipc_lz4", "lz4-compressed IPC file"))
+ATTACKS = (("flip", "one byte flipped (file replaced), then opened"),
+           ("truncate", "file replaced by a prefix, then opened"),
+           ("inplace_flip", "one byte flipped in place under a running source / loader"),
+           ("inplace_truncate", "truncated in place under a running source / loader"),
+           ("swap_same_size", "replaced by a same-size file after the loader was built"))
+OUTCOMES = ("refused", "identical", "undetectable", "crash", "hang", "non-rd", "wrong")
 REQUIRED = ("interrupt_points", "state_machine_resumes", "exactly_once_epochs", "sigkill_runs", "fuzz_cases",
-            "fault_cases", "forged_checkpoint_cases", *(f"byte_flips_{f}" for f, _, _ in FORMATS))
+            "fault_cases", "forged_checkpoint_cases", *(f"byte_flips_{f}" for f, _, _ in FORMATS),
+            *(f"attack_sweep:{lay}" for lay, _ in ATTACK_LAYOUTS))
 
 
 def _n(c: dict, *keys: str) -> str:
     return f"{sum(int(c.get(k, 0)) for k in keys):,}"
+
+
+def attack_rows(c: dict) -> list[str]:
+    """One row per (layout, attack, mode, reader) with cases: tried and each outcome."""
+    seen: dict[tuple, dict] = {}
+    for key, v in c.items():
+        if key.startswith("attack_sweep:") and key.count(":") == 5:
+            _, lay, attack, mode, reader, outcome = key.split(":")
+            seen.setdefault((lay, attack, mode, reader), {})[outcome] = int(v)
+    order = {k: i for i, (k, _) in enumerate(ATTACK_LAYOUTS)}
+    aorder = {k: i for i, (k, _) in enumerate(ATTACKS)}
+    rows = []
+    for (lay, attack, mode, reader), got in sorted(seen.items(), key=lambda kv: (order.get(kv[0][0], 99),
+                                                                                aorder.get(kv[0][1], 99), kv[0][2:])):
+        tried = sum(got.values())
+        mode_s = "pinned clean" if mode == "pinned" else "never pinned clean"
+        rows.append(f"| {dict(ATTACK_LAYOUTS).get(lay, lay)} | {dict(ATTACKS).get(attack, attack)} | {mode_s} | "
+                    f"{reader} | {tried:,} | " + " | ".join(f"{got.get(o, 0):,}" for o in OUTCOMES) + " |")
+    return rows
 
 
 def table(data: dict) -> str:
@@ -61,6 +91,13 @@ def table(data: dict) -> str:
     lines = [f"Counts of the `make test` run finished {data['finished']} (scale {data['scale']}, "
              f"{len(data['workers'])} pytest workers):", "", "| check | checked in that run |", "|---|---|"]
     lines += [f"| {a} | {b} |" for a, b in rows]
+    attacks = attack_rows(c)
+    if attacks:
+        lines += ["", "Damage and change sweeps (`tests/sources/test_attack_sweeps.py`, attacks described below): "
+                  "outcome counts per layout, attack, mode and reader", "",
+                  "| layout | attack | mode | reader | tried | " + " | ".join(OUTCOMES) + " |",
+                  "|---|---|---|---|---|" + "---|" * len(OUTCOMES)]
+        lines += attacks
     return "\n".join(lines) + "\n"
 
 

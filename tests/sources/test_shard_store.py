@@ -149,11 +149,15 @@ def test_random_access_sequential_and_memory_map(store_root):
         assert f.size() == len(data) and f.read_at(10, 1000) == data[1000:1010]
     with store.open_input_stream(p) as f:
         assert f.read() == data
-    whole = store.memory_map(p)
+    mapped = store.memory_map(p)
     if store.local:
-        assert isinstance(whole, pa.Buffer) and whole.to_pybytes() == data
+        assert mapped.read_buffer().to_pybytes() == data
+        ident = store.identity(p, mapped)
+        assert ident == store.identity(p) and ident.size == len(data) and ident.ino is not None
+        mapped.close()
     else:
-        assert whole is None  # nothing is memory-mapped off this machine
+        assert mapped is None  # nothing is memory-mapped off this machine
+        assert store.identity(p).size == len(data)
 
 
 @pytest.mark.parametrize("fmt", ["arrow", "arrow_stream", "parquet"])
