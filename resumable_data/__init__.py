@@ -27,6 +27,7 @@ _EXPORTS: dict[str, str] = {
     "DatasetIntegrityError": "resumable_data.errors",
     "ResumableDataError": "resumable_data.errors",
     "ResumeError": "resumable_data.errors",
+    "StoreUnavailableError": "resumable_data.errors",
     "UsageError": "resumable_data.errors",
     "WorkerError": "resumable_data.errors",
     "RecoveryLabel": "resumable_data.labels",
