@@ -63,7 +63,10 @@ from resumable_data.sources.files import (
     resolve_files,
 )
 from resumable_data.sources.gather import ColumnGather, Unit, group_segments, plan_column
+from resumable_data.sources.layout import remember_layout
+from resumable_data.sources.opening import open_shards, with_layouts
 from resumable_data.sources.pin import pin
+from resumable_data.sources.retry import DEFAULT_RETRIES, Retries
 from resumable_data.sources.store import LOCAL, ShardStore, join, store_for
 from resumable_data.sources.validate import validate_batch
 from resumable_data.sources.version import DatasetVersion, VerifyLevel
@@ -73,7 +76,9 @@ __all__ = ["ArrowShards", "RecordIdError", "UnpinnedPolicy"]
 _LOCAL_CACHE_UNITS = 8  # Parquet row groups decoded from local files
 _REMOTE_CACHE_UNITS = 32  # remote reads are slow: keep more record batches / row groups
 _STATE_FORMAT = "resumable_data.arrow_shards"
-_STATE_SCHEMA_VERSION = 1
+_STATE_SCHEMA_VERSION = 2  # 2: the remote store's retries
+_REMOTE_OPEN_WORKERS = 16  # remote shards opened concurrently (each open waits on the network)
+K_RETRIES = "retries"
 K_FORMAT = "format"
 K_SCHEMA_VERSION = "schema_version"
 K_ROOT = "root"
@@ -108,12 +113,16 @@ class ArrowShards:
 
     def __init__(self, path_or_files: str | os.PathLike | Sequence[str | os.PathLike] | DatasetVersion,
                  *, verify: VerifyLevel | str = VerifyLevel.CACHED,
-                 unpinned: UnpinnedPolicy | str = UnpinnedPolicy.PIN, filesystem: Any = None) -> None:
+                 unpinned: UnpinnedPolicy | str = UnpinnedPolicy.PIN, filesystem: Any = None,
+                 retries: Retries = DEFAULT_RETRIES) -> None:
         level = coerce_enum(verify, VerifyLevel, "verify")
         policy = coerce_enum(unpinned, UnpinnedPolicy, "unpinned")
-        store = store_for(filesystem)
+        if not isinstance(retries, Retries):
+            raise ConfigError(describe("retries", retries, "an rd.Retries",
+                                       "pass retries=rd.Retries(attempts=..., base_delay=..., max_delay=...)"))
+        store = store_for(filesystem, retries)
         if isinstance(path_or_files, DatasetVersion) and store.filesystem is None:
-            store = path_or_files.store
+            store = store_for(path_or_files.filesystem, retries)
         elif store.filesystem is None and isinstance(path_or_files, str) and "://" in path_or_files:
             import pyarrow.fs as pafs
             try:
@@ -122,11 +131,17 @@ class ArrowShards:
                 raise ConfigError(describe("path_or_files", path_or_files, f"a filesystem URI ({exc})",
                                            "fix the URI, or pass filesystem=pyarrow.fs.S3FileSystem(...) "
                                            "and a bucket/prefix path")) from None
-            store = store_for(raw_fs)
+            store = store_for(raw_fs, retries)
         version, root, rel = self._resolve(store, path_or_files, policy)
+        built: list[int] = []
+        if version is not None and not store.local:
+            version, built = with_layouts(version, store)
         if version is not None:
             version.verify(level)
         self._init(root, rel, version, store)
+        if level is not VerifyLevel.SIZE:  # the bytes the layouts were built from are the pinned ones
+            for k in built:
+                remember_layout(version.shards[k].content_hash, version.shards[k].layout)
 
     @classmethod
     def _resolve(cls, store: ShardStore, src: Any, policy: UnpinnedPolicy
@@ -193,9 +208,8 @@ class ArrowShards:
         self._rg_cache: OrderedDict[tuple[int, int], pa.RecordBatch] = OrderedDict()
         self._fast: list[ColumnGather | None] | None = None
         start = 0
-        for k, r in enumerate(self._rel):
-            shard = open_shard(join(root, r), store)
-            self._shards.append(shard)
+        self._shards = open_shards(root, self._rel, version, store)
+        for k, (r, shard) in enumerate(zip(self._rel, self._shards)):
             if k:
                 check_same_schema(self._rel[0], canonical_schema(self._shards[0].schema), r,
                                   canonical_schema(shard.schema))
@@ -231,6 +245,7 @@ class ArrowShards:
                  K_VERSION: self._version.to_dict() if self._version is not None else None}
         if self._store.filesystem is not None:
             state[K_FILESYSTEM] = self._store.filesystem  # pyarrow filesystems pickle their configuration
+            state[K_RETRIES] = self._store.retries.to_dict()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -238,7 +253,8 @@ class ArrowShards:
             raise ConfigError(describe("state", {k: state.get(k) for k in (K_FORMAT, K_SCHEMA_VERSION)},
                                        f"format {_STATE_FORMAT!r} schema_version {_STATE_SCHEMA_VERSION}",
                                        "pickle and unpickle with the same resumable_data version"))
-        store = store_for(state.get(K_FILESYSTEM))
+        retries = Retries.from_dict(state[K_RETRIES]) if K_RETRIES in state else DEFAULT_RETRIES
+        store = store_for(state.get(K_FILESYSTEM), retries)
         version = None
         if state[K_VERSION] is not None:
             version = DatasetVersion.from_dict(state[K_VERSION], root=state[K_ROOT])

@@ -36,7 +36,6 @@ record batches) small range reads); hashing reads every byte once.
 
 from __future__ import annotations
 
-import enum
 import os
 import posixpath
 import struct
@@ -49,6 +48,17 @@ import pyarrow.parquet as pq
 
 from resumable_data._io import HASH_CHUNK_BYTES, hash_file
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
+from resumable_data.sources.layout import (
+    ARROW_FILE_MAGIC,
+    LayoutError,
+    ShardFormat,
+    ShardLayout,
+    footer_blocks,
+    ipc_file_layout,
+    ipc_stream_layout,
+    parquet_layout,
+    read_ipc_unit,
+)
 from resumable_data.sources.store import LOCAL, ShardStore
 from resumable_data.sources.validate import guard
 
@@ -60,6 +70,7 @@ __all__ = [
     "OpenShard",
     "ShardFormat",
     "ShardMeta",
+    "build_layout",
     "canonical_schema",
     "check_same_schema",
     "detect_format",
@@ -77,25 +88,17 @@ MANIFEST_NAME = ".rd-manifest.json"
 #: The name earlier versions wrote; still read, never written.
 LEGACY_MANIFEST_NAME = "rd-manifest.json"
 SHARD_SUFFIXES = (".arrow", ".ipc", ".feather", ".parquet")
-_ARROW_FILE_MAGIC = b"ARROW1"
-_MESSAGE_HEADER_RECORD_BATCH = 3
-
-
-class ShardFormat(str, enum.Enum):
-    """How a shard's bytes are laid out."""
-
-    IPC_FILE = "ipc_file"
-    IPC_STREAM = "ipc_stream"
-    PARQUET = "parquet"
 
 
 @dataclass(frozen=True)
 class ShardMeta:
-    """What a shard's metadata says: its format, row count and canonical schema."""
+    """What a shard's metadata says: its format, row count, canonical schema and unit layout
+    (None where :mod:`.layout` has none: IPC with dictionaries)."""
 
     format: ShardFormat
     num_rows: int
     schema: pa.Schema
+    layout: ShardLayout | None = None
 
 
 def canonical_schema(schema: pa.Schema) -> str:
@@ -168,92 +171,80 @@ def detect_format(path: Any, store: ShardStore = LOCAL) -> ShardFormat:
     if str(path).endswith(".parquet"):
         return ShardFormat.PARQUET
     with store.open_input_stream(path) as f:
-        head = f.read(len(_ARROW_FILE_MAGIC))
-    return ShardFormat.IPC_FILE if head == _ARROW_FILE_MAGIC else ShardFormat.IPC_STREAM
+        head = f.read(len(ARROW_FILE_MAGIC))
+    return ShardFormat.IPC_FILE if head == ARROW_FILE_MAGIC else ShardFormat.IPC_STREAM
 
 
-# -- Arrow IPC file footer (flatbuffers), for row counts without reading bodies --------------------
-def _u32(b: bytes, pos: int) -> int:
-    return struct.unpack_from("<I", b, pos)[0]
-
-
-def _field(b: bytes, table: int, field_id: int) -> int | None:
-    vtable = table - struct.unpack_from("<i", b, table)[0]
-    vt_size = struct.unpack_from("<H", b, vtable)[0]
-    slot = 4 + 2 * field_id
-    if slot >= vt_size:
-        return None
-    off = struct.unpack_from("<H", b, vtable + slot)[0]
-    return table + off if off else None
-
-
-def _footer_blocks(footer: bytes) -> list[tuple[int, int]]:
-    """(offset, metaDataLength) of every record batch block of an IPC file footer."""
-    root = _u32(footer, 0)
-    pos = _field(footer, root, 3)  # Footer.recordBatches: [Block]
-    if pos is None:
-        return []
-    vec = pos + _u32(footer, pos)
-    count = _u32(footer, vec)
-    if vec + 4 + 24 * count > len(footer):
-        raise ValueError("record batch blocks run past the footer")
-    out = []
-    for i in range(count):
-        at = vec + 4 + 24 * i  # struct Block { long offset; int metaDataLength; (pad); long bodyLength; }
-        offset, meta_len = struct.unpack_from("<qi", footer, at)
-        out.append((offset, meta_len))
-    return out
-
-
-def _message_rows(meta: bytes) -> int:
-    """RecordBatch.length from an encapsulated message's metadata (continuation marker optional)."""
-    fb = meta[8 if meta[:4] == b"\xff\xff\xff\xff" else 4:]
-    root = _u32(fb, 0)
-    kind = _field(fb, root, 1)  # Message.header_type
-    if kind is None or fb[kind] != _MESSAGE_HEADER_RECORD_BATCH:
-        raise ValueError("block is not a record batch message")
-    hdr = _field(fb, root, 2)
-    if hdr is None:
-        raise ValueError("record batch message without a header")
-    rb = hdr + _u32(fb, hdr)
-    length = _field(fb, rb, 0)
-    return struct.unpack_from("<q", fb, length)[0] if length is not None else 0
-
-
+# -- Arrow IPC file footer, for row counts without reading bodies ---------------------------------
 def ipc_file_batch_rows(f: pa.NativeFile) -> list[int]:
     """Row count of every record batch of an Arrow IPC file, from its footer and message headers
     only (the bodies are never read). ``f`` must be a random-access file."""
     size = f.size()
     tail = f.read_at(10, size - 10)
-    if tail[4:] != _ARROW_FILE_MAGIC:
+    if tail[4:] != ARROW_FILE_MAGIC:
         raise ValueError("not an Arrow IPC file (no trailing magic)")
     footer_len = struct.unpack_from("<i", tail, 0)[0]
     footer = f.read_at(footer_len, size - 10 - footer_len)
-    return [_message_rows(f.read_at(meta_len, offset)) for offset, meta_len in _footer_blocks(footer)]
+    from resumable_data.sources.layout import message_info
+    rows = []
+    for offset, meta_len, _ in footer_blocks(footer)[0]:
+        meta = f.read_at(meta_len, offset)
+        rows.append(message_info(meta[8 if meta[:4] == b"\xff\xff\xff\xff" else 4:])[2])
+    return rows
+
+
+def build_layout(path: Any, store: ShardStore, fmt: ShardFormat, file: pa.NativeFile | None = None,
+                 parquet_metadata: Any = None) -> ShardLayout | None:
+    """The :class:`~.layout.ShardLayout` of one shard (see :mod:`.layout` for what it reads);
+    ``file``: the shard already opened for random access. Raises LayoutError/struct.error on bytes
+    that do not parse."""
+    if fmt is ShardFormat.PARQUET:
+        if parquet_metadata is None:
+            with store.open_input_file(path) as f:
+                parquet_metadata = pq.ParquetFile(f).metadata
+        return parquet_layout(parquet_metadata)
+    own = file is None
+    f = store.open_input_file(path) if own else file
+    try:
+        size = f.size()
+        read_at = lambda offset, length: store.retrying(  # noqa: E731
+            path, f"read of bytes [{offset}, {offset + length})", lambda: f.read_at(length, offset))
+        if fmt is ShardFormat.IPC_FILE:
+            return ipc_file_layout(read_at, size)
+        return ipc_stream_layout(read_at, size)
+    finally:
+        if own:
+            f.close()
 
 
 # -- opening --------------------------------------------------------------------------------------
 class OpenShard:
     """One opened shard: format, schema, rows per unit and, where memory-mapped, the units'
     zero-copy record batches (``batches``) and the whole map (``whole``); :meth:`read_unit` loads
-    unit ``k`` otherwise."""
+    unit ``k`` otherwise (by range where the shard has a ``layout``)."""
 
     def __init__(self, fmt: ShardFormat, schema: pa.Schema, unit_rows: list[int], *,
                  batches: list[pa.RecordBatch] | None = None, whole: pa.Buffer | None = None,
-                 file: Any = None, reader: Any = None, store: ShardStore = LOCAL, path: str = "") -> None:
+                 file: Any = None, reader: Any = None, store: ShardStore = LOCAL, path: str = "",
+                 layout: ShardLayout | None = None) -> None:
         self.format, self.schema, self.unit_rows = fmt, schema, unit_rows
-        self.batches, self.whole = batches, whole
+        self.batches, self.whole, self.layout = batches, whole, layout
         self._file, self._reader, self._store, self._path = file, reader, store, path
 
     def read_unit(self, k: int) -> pa.RecordBatch:
         """Unit ``k`` as one record batch (read from the store unless memory-mapped); a read or
         decode failure is a DatasetIntegrityError naming the shard and unit (not yet validated:
-        see :mod:`.validate`)."""
+        see :mod:`.validate`); a store that does not answer, after its retries, a
+        :class:`~resumable_data.StoreUnavailableError`."""
         if self.batches is not None:
             return self.batches[k]
-        return guard(str(self._path), f"record batch {k}", lambda: self._read_unit(k))
+        return guard(str(self._path), f"record batch {k}", lambda: self._store.retrying(
+            self._path, f"read of unit {k}", lambda: self._read_unit(k)))
 
     def _read_unit(self, k: int) -> pa.RecordBatch:
+        if self.layout is not None and self.format is not ShardFormat.PARQUET:
+            offset, length, rows = self.layout.units[k]
+            return read_ipc_unit(self._file.read_at(length, offset), self.schema, rows)
         if self.format is ShardFormat.IPC_FILE:
             return self._reader.get_batch(k)
         if self.format is ShardFormat.PARQUET:
@@ -271,21 +262,43 @@ class OpenShard:
             self._file.close()
 
 
-def open_shard(path: Any, store: ShardStore = LOCAL, fmt: ShardFormat | None = None) -> OpenShard:
+def _try_layout(path: Any, store: ShardStore, fmt: ShardFormat, f: Any) -> ShardLayout | None:
+    """The layout, or None for bytes pyarrow reads but :mod:`.layout` does not index (read as
+    before, without ranges)."""
+    try:
+        return build_layout(path, store, fmt, f)
+    except (LayoutError, struct.error):
+        return None
+
+
+def open_shard(path: Any, store: ShardStore = LOCAL, fmt: ShardFormat | None = None,
+               layout: ShardLayout | None = None, *, with_layout: bool = False) -> OpenShard:
     """Open one shard for reading (see the module docstring for what each format costs).
 
-    Reads only metadata (footer, schema, message headers; no batch body is touched); any failure
-    is a :class:`~resumable_data.DatasetIntegrityError` naming the shard (:mod:`.validate`)."""
-    return guard(str(path), "metadata (footer/schema/batch headers)", lambda: _open_shard(path, store, fmt))
+    ``layout``: the shard's pinned :class:`~.layout.ShardLayout`: a remote IPC shard then costs one
+    open and one read of its schema message, and each unit is read by range. ``with_layout``: build
+    the layout while opening (pinning; a remote shard without a pinned one). Reads only metadata
+    (footer, schema, message headers; no batch body is touched); any failure is a
+    :class:`~resumable_data.DatasetIntegrityError` naming the shard (:mod:`.validate`)."""
+    return guard(str(path), "metadata (footer/schema/batch headers)",
+                 lambda: store.retrying(path, "open", lambda: _open_shard(path, store, fmt, layout, with_layout)))
 
 
-def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None) -> OpenShard:
+def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None, layout: ShardLayout | None,
+                with_layout: bool) -> OpenShard:
+    if layout is not None:
+        fmt = layout.format
     fmt = fmt or detect_format(path, store)
     if fmt is ShardFormat.PARQUET:
         f = store.open_input_file(path)
         pf = pq.ParquetFile(f)
         rows = [pf.metadata.row_group(g).num_rows for g in range(pf.metadata.num_row_groups)]
-        return OpenShard(fmt, pf.schema_arrow, rows, file=f, reader=pf, store=store, path=path)
+        if layout is not None and layout.unit_rows != rows:
+            raise LayoutError(f"row groups of {rows} rows where the layout says {layout.unit_rows}")
+        if layout is None and with_layout:
+            layout = parquet_layout(pf.metadata)
+        return OpenShard(fmt, pf.schema_arrow, rows, file=f, reader=pf, store=store, path=path,
+                         layout=layout)
     whole = store.memory_map(path)
     if whole is not None:  # every record batch is a zero-copy view of the map
         if fmt is ShardFormat.IPC_FILE:
@@ -294,8 +307,22 @@ def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None) -> OpenSh
         else:
             reader = pa.ipc.open_stream(pa.BufferReader(whole))
             batches = list(reader)
+        if layout is None and with_layout:
+            layout = _try_layout(path, store, fmt, pa.BufferReader(whole))
         return OpenShard(fmt, reader.schema, [b.num_rows for b in batches], batches=batches,
-                         whole=whole, store=store, path=path)
+                         whole=whole, store=store, path=path, layout=layout)
+    if layout is not None or with_layout:  # one open, one read of the schema message; units by range
+        f = store.open_input_file(path)
+        if layout is None:
+            layout = _try_layout(path, store, fmt, f)
+            if layout is None:
+                f.close()
+    if layout is not None:
+        if layout.units and layout.units[-1][0] + layout.units[-1][1] > f.size():
+            f.close()
+            raise LayoutError(f"the object has {f.size()} bytes, fewer than its layout spans")
+        schema = pa.ipc.read_schema(pa.py_buffer(f.read_at(layout.schema[1], layout.schema[0])))
+        return OpenShard(fmt, schema, layout.unit_rows, file=f, store=store, path=path, layout=layout)
     if fmt is ShardFormat.IPC_FILE:
         f = store.open_input_file(path)
         reader = pa.ipc.open_file(f)
@@ -306,21 +333,21 @@ def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None) -> OpenSh
         if len(rows) != reader.num_record_batches:
             rows = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
         return OpenShard(fmt, reader.schema, rows, file=f, reader=reader, store=store, path=path)
-    with store.open_input_stream(path) as f:  # no index: one unit, read whole on first use
+    with store.open_input_stream(path) as f:  # dictionaries, no layout: one unit, read whole on first use
         reader = pa.ipc.open_stream(f)
         schema, rows = reader.schema, sum(b.num_rows for b in reader)
     return OpenShard(fmt, schema, [rows], store=store, path=path)
 
 
 def read_shard_meta(path: Any, store: ShardStore = LOCAL) -> ShardMeta:
-    """Format, row count and schema of one shard, from its metadata only."""
+    """Format, row count, schema and layout of one shard, from its metadata only."""
     fmt = guard(str(path), "format detection", lambda: detect_format(path, store))
     try:
-        shard = open_shard(path, store, fmt)
+        shard = open_shard(path, store, fmt, with_layout=True)
     except DatasetIntegrityError as exc:
         raise ConfigError(
             describe("shard", str(path), f"a readable {fmt.value} shard (read failed: {exc})",
                      "remove or rewrite the damaged file, then pin again")
         ) from exc
     shard.close()
-    return ShardMeta(fmt, sum(shard.unit_rows), shard.schema)
+    return ShardMeta(fmt, sum(shard.unit_rows), shard.schema, shard.layout)

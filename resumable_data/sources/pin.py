@@ -49,7 +49,8 @@ from resumable_data.sources.version import DatasetVersion, HashMode, Selection, 
 
 __all__ = ["pin", "resolve_files"]
 
-_MAX_WORKERS = 8
+_MAX_WORKERS = 8  # local: disk- and CPU-bound
+_REMOTE_WORKERS = 16  # remote: requests wait on the network
 
 
 def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
@@ -89,27 +90,29 @@ def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
                                        "pass save=True, or pin their directory"))
     full = [join(root, r) for r in rel]
     # local hashing is disk- and CPU-bound (one worker per core); remote reads wait on the network
-    cores = (os.cpu_count() or 1) if store.local else _MAX_WORKERS
-    workers = max(1, max_workers or min(len(rel), cores, _MAX_WORKERS))
+    cap = min(os.cpu_count() or 1, _MAX_WORKERS) if store.local else _REMOTE_WORKERS
+    workers = max(1, max_workers or min(len(rel), cap))
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         metas = list(pool.map(lambda p: read_shard_meta(p, store), full))
     schema = canonical_schema(metas[0].schema)
     for r, m in zip(rel, metas):
         check_same_schema(rel[0], schema, r, canonical_schema(m.schema))
-    sizes = [store.stat(p).size for p in full]
+    with ThreadPoolExecutor(max_workers=workers) as pool:  # before hashing (see .verified)
+        stats = list(pool.map(store.stat, full))
+    sizes = [st.size for st in stats]
 
     hashes: list[str | None] = [None] * len(rel)
     if mode is HashMode.CONTENT:
         with tqdm(total=sum(sizes), unit="B", unit_scale=True, unit_divisor=1024, delay=0.5,
                   desc="rd.pin", file=sys.stderr, leave=False) as bar:
-            keys = [verified.file_key(store, p) for p in full]  # before hashing (see .verified)
+            keys = [verified.file_key(store, p, None if store.local else st) for p, st in zip(full, stats)]
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 hashes = list(pool.map(lambda p: store.hash_file(p, bar.update), full))
         for key, h in zip(keys, hashes):
             verified.remember(key, h)
 
-    shards = [ShardInfo(path=r, size=sz, num_rows=m.num_rows, content_hash=h)
+    shards = [ShardInfo(path=r, size=sz, num_rows=m.num_rows, content_hash=h, layout=m.layout)
               for r, sz, m, h in zip(rel, sizes, metas, hashes)]
     version = DatasetVersion.build(shards, schema, mode, selection, Path(root),
                                    filesystem=store.filesystem)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import enum
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ import xxhash
 from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
 from resumable_data.sources import verified
+from resumable_data.sources.layout import LayoutError, ShardLayout, layouts_hash
 from resumable_data.sources.files import (
     MANIFEST_NAME,
     canonical_schema,
@@ -59,7 +61,13 @@ __all__ = [
 ]
 
 MANIFEST_FORMAT = "resumable_data.dataset_version"
-MANIFEST_SCHEMA_VERSION = 1
+MANIFEST_SCHEMA_VERSION = 2
+#: Manifest schema versions this version reads (1: before layouts; read, never written).
+MANIFEST_READ_VERSIONS = (1, 2)
+#: The schema version whose fields the version hash covers (identity is unchanged by schema 2).
+IDENTITY_SCHEMA_VERSION = 1
+_REMOTE_WORKERS = 16  # concurrent requests when verifying remote shards
+
 #: The most bytes a manifest may hold (about 1.7 million shards); a larger file is refused unread.
 MANIFEST_MAX_BYTES = 256 << 20
 
@@ -76,10 +84,14 @@ K_PATH = "path"
 K_SIZE = "size"
 K_NUM_ROWS = "num_rows"
 K_CONTENT_HASH = "content_hash"
+K_LAYOUT = "layout"  # schema 2
+K_LAYOUT_HASH = "layout_hash"  # schema 2
 
-_ROOT_KEYS = {K_FORMAT, K_SCHEMA_VERSION, K_SHARDS, K_SCHEMA, K_NUM_RECORDS, K_HASH, K_HASH_MODE,
-              K_SELECTION}
-_SHARD_KEYS = {K_PATH, K_SIZE, K_NUM_ROWS, K_CONTENT_HASH}
+_ROOT_KEYS_V1 = {K_FORMAT, K_SCHEMA_VERSION, K_SHARDS, K_SCHEMA, K_NUM_RECORDS, K_HASH, K_HASH_MODE,
+                 K_SELECTION}
+_SHARD_KEYS_V1 = {K_PATH, K_SIZE, K_NUM_ROWS, K_CONTENT_HASH}
+_ROOT_KEYS = {1: _ROOT_KEYS_V1, 2: _ROOT_KEYS_V1 | {K_LAYOUT_HASH}}
+_SHARD_KEYS = {1: _SHARD_KEYS_V1, 2: _SHARD_KEYS_V1 | {K_LAYOUT}}
 
 
 class HashMode(str, enum.Enum):
@@ -126,21 +138,27 @@ def _check_int(root: Path | None, key: str, value: Any) -> int:
 
 @dataclass(frozen=True)
 class ShardInfo:
-    """One pinned shard: path relative to the root (POSIX), byte size, rows, content hash."""
+    """One pinned shard: path relative to the root (POSIX), byte size, rows, content hash, and
+    its unit :class:`~resumable_data.sources.layout.ShardLayout` (derived from the bytes, not part
+    of the identity; None where unknown)."""
 
     path: str
     size: int
     num_rows: int
     content_hash: str | None
+    layout: ShardLayout | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {K_PATH: self.path, K_SIZE: self.size, K_NUM_ROWS: self.num_rows,
-                K_CONTENT_HASH: self.content_hash}
+                K_CONTENT_HASH: self.content_hash,
+                K_LAYOUT: self.layout.to_dict() if self.layout is not None else None}
 
     @classmethod
-    def from_dict(cls, d: Any, *, root: Path | None = None) -> ShardInfo:
-        if not isinstance(d, dict) or set(d) != _SHARD_KEYS:
-            raise _manifest_error(root, "shards[i]", d, f"an object with keys {sorted(_SHARD_KEYS)}")
+    def from_dict(cls, d: Any, *, root: Path | None = None, schema_version: int = MANIFEST_SCHEMA_VERSION
+                  ) -> ShardInfo:
+        keys = _SHARD_KEYS[schema_version]
+        if not isinstance(d, dict) or set(d) != keys:
+            raise _manifest_error(root, "shards[i]", d, f"an object with keys {sorted(keys)}")
         path = d[K_PATH]
         if not isinstance(path, str) or not path or path.startswith("/") or ".." in path.split("/"):
             raise _manifest_error(root, "shards[i].path", path, "a relative POSIX path inside the root")
@@ -148,14 +166,26 @@ class ShardInfo:
         if ch is not None and (not isinstance(ch, str) or len(ch) != 32):
             raise _manifest_error(root, f"shards[{path}].content_hash", ch,
                                   "null or a 32-character xxh3-128 hex digest")
-        return cls(path=path, size=_check_int(root, f"shards[{path}].size", d[K_SIZE]),
-                   num_rows=_check_int(root, f"shards[{path}].num_rows", d[K_NUM_ROWS]),
-                   content_hash=ch)
+        size = _check_int(root, f"shards[{path}].size", d[K_SIZE])
+        num_rows = _check_int(root, f"shards[{path}].num_rows", d[K_NUM_ROWS])
+        layout = None
+        if d.get(K_LAYOUT) is not None:
+            try:
+                layout = ShardLayout.from_dict(d[K_LAYOUT], size)
+            except LayoutError as exc:
+                raise _manifest_error(root, f"shards[{path}].layout", d[K_LAYOUT], str(exc)) from None
+        return cls(path=path, size=size, num_rows=num_rows, content_hash=ch, layout=layout)
 
 
 def compute_hash(body: dict[str, Any]) -> str:
-    """xxh3-128 hex of the canonical JSON of ``body`` (without its ``hash`` key)."""
-    payload = {k: v for k, v in body.items() if k != K_HASH}
+    """xxh3-128 hex of the canonical JSON of ``body``'s identity fields: the manifest as schema 1
+    wrote it (without its ``hash`` key), so layouts (schema 2) never change a version's hash."""
+    payload = {k: v for k, v in body.items() if k in _ROOT_KEYS_V1 and k != K_HASH}
+    payload[K_SCHEMA_VERSION] = IDENTITY_SCHEMA_VERSION
+    shards = payload.get(K_SHARDS)
+    if isinstance(shards, list):
+        payload[K_SHARDS] = [{k: v for k, v in sh.items() if k in _SHARD_KEYS_V1} if isinstance(sh, dict)
+                             else sh for sh in shards]
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
 
@@ -189,6 +219,7 @@ class DatasetVersion:
             K_NUM_RECORDS: self.num_records,
             K_SHARDS: [s.to_dict() for s in self.shards],
             K_HASH: self.hash,
+            K_LAYOUT_HASH: layouts_hash([s.layout for s in self.shards]),
         }
 
     @classmethod
@@ -200,14 +231,14 @@ class DatasetVersion:
         if d.get(K_FORMAT) != MANIFEST_FORMAT:
             raise _manifest_error(root, K_FORMAT, d.get(K_FORMAT), f"{MANIFEST_FORMAT!r}")
         saved = d.get(K_SCHEMA_VERSION)
-        if saved != MANIFEST_SCHEMA_VERSION or type(saved) is not int:
+        if saved not in MANIFEST_READ_VERSIONS or type(saved) is not int:
             raise _manifest_error(
                 root, K_SCHEMA_VERSION, saved,
                 f"{MANIFEST_SCHEMA_VERSION} (saved {saved!r}, this version reads "
-                f"{MANIFEST_SCHEMA_VERSION})",
+                f"{', '.join(map(str, MANIFEST_READ_VERSIONS))})",
             )
-        if set(d) != _ROOT_KEYS:
-            raise _manifest_error(root, "manifest keys", sorted(d), f"exactly {sorted(_ROOT_KEYS)}")
+        if set(d) != _ROOT_KEYS[saved]:
+            raise _manifest_error(root, "manifest keys", sorted(d), f"exactly {sorted(_ROOT_KEYS[saved])}")
         try:
             hash_mode = HashMode(d[K_HASH_MODE])
             selection = Selection(d[K_SELECTION])
@@ -218,7 +249,7 @@ class DatasetVersion:
             raise _manifest_error(root, K_SCHEMA, d[K_SCHEMA], "the canonical schema text")
         if not isinstance(d[K_SHARDS], list):
             raise _manifest_error(root, K_SHARDS, d[K_SHARDS], "a list of shard objects")
-        shards = tuple(ShardInfo.from_dict(s, root=root) for s in d[K_SHARDS])
+        shards = tuple(ShardInfo.from_dict(s, root=root, schema_version=saved) for s in d[K_SHARDS])
         if len({s.path for s in shards}) != len(shards):
             raise _manifest_error(root, K_SHARDS, [s.path for s in shards], "unique shard paths")
         for s in shards:
@@ -236,6 +267,16 @@ class DatasetVersion:
             raise _manifest_error(root, K_HASH, stored,
                                   f"{recomputed!r}, the hash of the manifest's fields (the manifest "
                                   "was edited by hand or damaged)")
+        if saved >= 2:
+            want = layouts_hash([s.layout for s in shards])
+            if d[K_LAYOUT_HASH] != want:
+                raise _manifest_error(root, K_LAYOUT_HASH, d[K_LAYOUT_HASH],
+                                      f"{want!r}, the hash of the shards' layouts (the manifest was "
+                                      "edited by hand or damaged)")
+        for s in shards:
+            if s.layout is not None and s.layout.num_rows != s.num_rows:
+                raise _manifest_error(root, f"shards[{s.path}].layout", f"{s.layout.num_rows} rows",
+                                      f"the shard's {s.num_rows} rows")
         return cls(shards=shards, schema=d[K_SCHEMA], num_records=num_records, hash=stored,
                    hash_mode=hash_mode, selection=selection, root=root)
 
@@ -346,39 +387,15 @@ class DatasetVersion:
                 describe("level", level.value, "'size' for a version pinned with hash='size'",
                          "verify(level='size'), or re-pin with rd.pin(directory, hash='content')")
             )
-        problems: list[str] = []
         store = self.store
         root = self.root.as_posix()
-        for s in self.shards:
-            p = join(root, s.path)
-            st = store.stat(p)
-            if st is None:
-                problems.append(f"shard {s.path!r}: missing file")
-                continue
-            if st.size != s.size:
-                problems.append(f"shard {s.path!r}: size {st.size} bytes on disk, pinned {s.size}")
-                continue
-            try:
-                meta = read_shard_meta(p, store)
-            except ConfigError as exc:
-                problems.append(f"shard {s.path!r}: unreadable ({exc})")
-                continue
-            if meta.num_rows != s.num_rows:
-                problems.append(f"shard {s.path!r}: rows {meta.num_rows} on disk, pinned {s.num_rows}")
-            got_schema = canonical_schema(meta.schema)
-            if got_schema != self.schema:
-                problems.append(f"shard {s.path!r}: schema differs from the pinned schema "
-                                f"(on disk: {got_schema!r}; pinned: {self.schema!r})")
-            if level is not VerifyLevel.SIZE:
-                key = verified.file_key(store, p)  # taken before hashing (see .verified)
-                if level is VerifyLevel.CACHED and verified.is_verified(key, s.content_hash):
-                    continue
-                h = store.hash_file(p)
-                if h == s.content_hash:
-                    verified.remember(key, h)
-                else:
-                    problems.append(f"shard {s.path!r}: content hash {h} on disk, "
-                                    f"pinned {s.content_hash}")
+        check = lambda s: self._check_shard(store, root, s, level)  # noqa: E731
+        if store.local or len(self.shards) < 2:
+            found = [check(s) for s in self.shards]
+        else:  # remote: every request waits on the network, so the shards are checked concurrently
+            with ThreadPoolExecutor(max_workers=min(_REMOTE_WORKERS, len(self.shards))) as pool:
+                found = list(pool.map(check, self.shards))
+        problems = [p for ps in found for p in ps]
         if self.selection is Selection.DIRECTORY and store.is_dir(root):
             listed = {s.path for s in self.shards}
             for extra in discover_shards(root, store):
@@ -393,3 +410,37 @@ class DatasetVersion:
                 "rd.pin(directory) (save='cache' keeps the folder untouched; a new version: resumed "
                 "states will refuse it)"
             )
+
+    def _check_shard(self, store: ShardStore, root: str, s: ShardInfo, level: VerifyLevel) -> list[str]:
+        """The differences between shard ``s`` on ``store`` and the manifest (empty: none).
+
+        A remote shard with a pinned layout skips the metadata read: its schema is checked when it
+        is opened and each unit's row count when the unit is first read (:mod:`.layout`)."""
+        p = join(root, s.path)
+        st = store.stat(p)
+        if st is None:
+            return [f"shard {s.path!r}: missing file"]
+        if st.size != s.size:
+            return [f"shard {s.path!r}: size {st.size} bytes on disk, pinned {s.size}"]
+        problems = []
+        if store.local or s.layout is None:
+            try:
+                meta = read_shard_meta(p, store)
+            except ConfigError as exc:
+                return [f"shard {s.path!r}: unreadable ({exc})"]
+            if meta.num_rows != s.num_rows:
+                problems.append(f"shard {s.path!r}: rows {meta.num_rows} on disk, pinned {s.num_rows}")
+            got_schema = canonical_schema(meta.schema)
+            if got_schema != self.schema:
+                problems.append(f"shard {s.path!r}: schema differs from the pinned schema "
+                                f"(on disk: {got_schema!r}; pinned: {self.schema!r})")
+        if level is not VerifyLevel.SIZE:
+            key = verified.file_key(store, p, None if store.local else st)  # before hashing (.verified)
+            if level is VerifyLevel.CACHED and verified.is_verified(key, s.content_hash):
+                return problems
+            h = store.hash_file(p)
+            if h == s.content_hash:
+                verified.remember(key, h)
+            else:
+                problems.append(f"shard {s.path!r}: content hash {h} on disk, pinned {s.content_hash}")
+        return problems
