@@ -23,7 +23,7 @@ reader must see before the batches) have no layout (None) and are read as before
 (:mod:`.files`).
 
 Guarantee: the layout is derived from the bytes, never part of the dataset's identity (the version
-hash does not cover it; the manifest's ``layout_hash`` does, so a hand-edited layout is refused at
+hash does not cover it; the manifest's ``derived_hash`` does, so a hand-edited layout is refused at
 load). Every range is checked to lie inside the pinned size, and every unit read by range is
 checked to be a record batch message with the layout's row count before any of its values is used
 (a layout that does not match the bytes is a :class:`~resumable_data.DatasetIntegrityError`).
@@ -55,7 +55,6 @@ __all__ = [
     "cached_layout",
     "ipc_file_layout",
     "ipc_stream_layout",
-    "layouts_hash",
     "parquet_layout",
     "read_ipc_unit",
     "remember_layout",
@@ -134,13 +133,6 @@ def _range(v: Any, size: int, n: int) -> tuple[int, ...]:
         raise LayoutError(f"[offset, length{', rows' if n == 3 else ''}] of non-negative integers "
                           f"inside the shard's {size} bytes (got {v!r})")
     return tuple(v)
-
-
-def layouts_hash(layouts: list[ShardLayout | None]) -> str:
-    """xxh3-128 of the canonical JSON of every shard's layout (the manifest's ``layout_hash``)."""
-    text = json.dumps([lay.to_dict() if lay else None for lay in layouts], sort_keys=True,
-                      separators=(",", ":"))
-    return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
 
 
 # -- flatbuffers (Arrow's Message and Footer tables) -------------------------------------------

@@ -112,8 +112,9 @@ def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
         for key, h in zip(keys, hashes):
             verified.remember(key, h)
 
-    shards = [ShardInfo(path=r, size=sz, num_rows=m.num_rows, content_hash=h, layout=m.layout)
-              for r, sz, m, h in zip(rel, sizes, metas, hashes)]
+    shards = [ShardInfo(path=r, size=st.size, num_rows=m.num_rows, content_hash=h, layout=m.layout,
+                        etag=st.etag if h is not None else None)
+              for r, st, m, h in zip(rel, stats, metas, hashes)]
     version = DatasetVersion.build(shards, schema, mode, selection, Path(root),
                                    filesystem=store.filesystem)
     if save:

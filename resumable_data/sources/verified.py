@@ -15,6 +15,14 @@ new bytes were accepted unread. A store with neither ETags nor mtimes re-hashes 
 ``verify("cached")``; one with mtimes only keys on (path, size, mtime) and says so here: it is as
 weak as that store's clock.
 
+Trust model for remote objects (ETags): ``rd.pin`` records, per shard, the ETag the store gave
+the bytes it hashed (the manifest's ``etag``, schema 2). ``verify("cached")`` then accepts a
+remote shard without a marker, on any machine, when its current ETag equals the pinned one and
+its size is the pinned size: it trusts the store's promise that an ETag names one content (S3:
+the MD5 of a single-part upload, a digest of the parts' MD5s for a multipart one; a new upload of
+other bytes gets another ETag). A new training node therefore opens a pinned remote dataset
+without downloading it; ``verify("content")`` re-hashes regardless, for a store you do not trust.
+
 Guarantee: a local content change is detected at the next open unless the file's size, mtime
 (ns), ctime (ns), inode and device all stay the same (which takes deliberately resetting the
 clock of the machine or the filesystem's metadata); a remote one whenever the store gives the

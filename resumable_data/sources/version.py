@@ -39,7 +39,7 @@ import xxhash
 from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
 from resumable_data.sources import verified
-from resumable_data.sources.layout import LayoutError, ShardLayout, layouts_hash
+from resumable_data.sources.layout import LayoutError, ShardLayout
 from resumable_data.sources.files import (
     MANIFEST_NAME,
     canonical_schema,
@@ -85,13 +85,14 @@ K_SIZE = "size"
 K_NUM_ROWS = "num_rows"
 K_CONTENT_HASH = "content_hash"
 K_LAYOUT = "layout"  # schema 2
-K_LAYOUT_HASH = "layout_hash"  # schema 2
+K_ETAG = "etag"  # schema 2
+K_DERIVED_HASH = "derived_hash"  # schema 2
 
 _ROOT_KEYS_V1 = {K_FORMAT, K_SCHEMA_VERSION, K_SHARDS, K_SCHEMA, K_NUM_RECORDS, K_HASH, K_HASH_MODE,
                  K_SELECTION}
 _SHARD_KEYS_V1 = {K_PATH, K_SIZE, K_NUM_ROWS, K_CONTENT_HASH}
-_ROOT_KEYS = {1: _ROOT_KEYS_V1, 2: _ROOT_KEYS_V1 | {K_LAYOUT_HASH}}
-_SHARD_KEYS = {1: _SHARD_KEYS_V1, 2: _SHARD_KEYS_V1 | {K_LAYOUT}}
+_ROOT_KEYS = {1: _ROOT_KEYS_V1, 2: _ROOT_KEYS_V1 | {K_DERIVED_HASH}}
+_SHARD_KEYS = {1: _SHARD_KEYS_V1, 2: _SHARD_KEYS_V1 | {K_LAYOUT, K_ETAG}}
 
 
 class HashMode(str, enum.Enum):
@@ -138,20 +139,23 @@ def _check_int(root: Path | None, key: str, value: Any) -> int:
 
 @dataclass(frozen=True)
 class ShardInfo:
-    """One pinned shard: path relative to the root (POSIX), byte size, rows, content hash, and
-    its unit :class:`~resumable_data.sources.layout.ShardLayout` (derived from the bytes, not part
-    of the identity; None where unknown)."""
+    """One pinned shard: path relative to the root (POSIX), byte size, rows, content hash; and,
+    derived, not part of the identity (None where unknown): its unit
+    :class:`~resumable_data.sources.layout.ShardLayout` and the store's ETag of the bytes that
+    were hashed (:attr:`FileStat.etag <resumable_data.sources.store.FileStat.etag>`)."""
 
     path: str
     size: int
     num_rows: int
     content_hash: str | None
     layout: ShardLayout | None = field(default=None, compare=False, repr=False)
+    etag: str | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {K_PATH: self.path, K_SIZE: self.size, K_NUM_ROWS: self.num_rows,
                 K_CONTENT_HASH: self.content_hash,
-                K_LAYOUT: self.layout.to_dict() if self.layout is not None else None}
+                K_LAYOUT: self.layout.to_dict() if self.layout is not None else None,
+                K_ETAG: self.etag}
 
     @classmethod
     def from_dict(cls, d: Any, *, root: Path | None = None, schema_version: int = MANIFEST_SCHEMA_VERSION
@@ -174,7 +178,10 @@ class ShardInfo:
                 layout = ShardLayout.from_dict(d[K_LAYOUT], size)
             except LayoutError as exc:
                 raise _manifest_error(root, f"shards[{path}].layout", d[K_LAYOUT], str(exc)) from None
-        return cls(path=path, size=size, num_rows=num_rows, content_hash=ch, layout=layout)
+        etag = d.get(K_ETAG)
+        if etag is not None and (not isinstance(etag, str) or not etag or len(etag) > 1024):
+            raise _manifest_error(root, f"shards[{path}].etag", etag, "null or the store's ETag string")
+        return cls(path=path, size=size, num_rows=num_rows, content_hash=ch, layout=layout, etag=etag)
 
 
 def compute_hash(body: dict[str, Any]) -> str:
@@ -186,6 +193,14 @@ def compute_hash(body: dict[str, Any]) -> str:
     if isinstance(shards, list):
         payload[K_SHARDS] = [{k: v for k, v in sh.items() if k in _SHARD_KEYS_V1} if isinstance(sh, dict)
                              else sh for sh in shards]
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
+
+
+def compute_derived_hash(shards: list[dict[str, Any]]) -> str:
+    """xxh3-128 hex of the canonical JSON of every shard's derived fields (layout, ETag): what the
+    manifest's ``derived_hash`` holds (schema 2), so a hand-edited layout is refused at load."""
+    payload = [[sh.get(K_LAYOUT), sh.get(K_ETAG)] for sh in shards]
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
 
@@ -219,7 +234,7 @@ class DatasetVersion:
             K_NUM_RECORDS: self.num_records,
             K_SHARDS: [s.to_dict() for s in self.shards],
             K_HASH: self.hash,
-            K_LAYOUT_HASH: layouts_hash([s.layout for s in self.shards]),
+            K_DERIVED_HASH: compute_derived_hash([s.to_dict() for s in self.shards]),
         }
 
     @classmethod
@@ -268,11 +283,11 @@ class DatasetVersion:
                                   f"{recomputed!r}, the hash of the manifest's fields (the manifest "
                                   "was edited by hand or damaged)")
         if saved >= 2:
-            want = layouts_hash([s.layout for s in shards])
-            if d[K_LAYOUT_HASH] != want:
-                raise _manifest_error(root, K_LAYOUT_HASH, d[K_LAYOUT_HASH],
-                                      f"{want!r}, the hash of the shards' layouts (the manifest was "
-                                      "edited by hand or damaged)")
+            want = compute_derived_hash(d[K_SHARDS])
+            if d[K_DERIVED_HASH] != want:
+                raise _manifest_error(root, K_DERIVED_HASH, d[K_DERIVED_HASH],
+                                      f"{want!r}, the hash of the shards' layouts and ETags (the "
+                                      "manifest was edited by hand or damaged)")
         for s in shards:
             if s.layout is not None and s.layout.num_rows != s.num_rows:
                 raise _manifest_error(root, f"shards[{s.path}].layout", f"{s.layout.num_rows} rows",
@@ -436,7 +451,8 @@ class DatasetVersion:
                                 f"(on disk: {got_schema!r}; pinned: {self.schema!r})")
         if level is not VerifyLevel.SIZE:
             key = verified.file_key(store, p, None if store.local else st)  # before hashing (.verified)
-            if level is VerifyLevel.CACHED and verified.is_verified(key, s.content_hash):
+            if level is VerifyLevel.CACHED and (verified.is_verified(key, s.content_hash) or (
+                    s.etag is not None and st.etag == s.etag)):  # the ETag trust model (.verified)
                 return problems
             h = store.hash_file(p)
             if h == s.content_hash:

@@ -52,10 +52,9 @@ def test_rows_changed_same_size_reported(tmp_path, make_table):
     d["shards"][0]["num_rows"] = 99
     d["num_records"] = 99
     d["shards"][0]["layout"] = None  # a forger drops the layout too (it names 100 rows)
-    from resumable_data.sources.layout import layouts_hash
-    from resumable_data.sources.version import compute_hash
+    from resumable_data.sources.version import compute_derived_hash, compute_hash
     d["hash"] = compute_hash(d)
-    d["layout_hash"] = layouts_hash([None])
+    d["derived_hash"] = compute_derived_hash(d["shards"])
     forged = rd.DatasetVersion.from_dict(d, root=tmp_path)
     with pytest.raises(rd.DatasetIntegrityError, match="rows 100 on disk, pinned 99"):
         forged.verify()
