@@ -22,6 +22,19 @@ _SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Cod
 _HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade", "te", "trailer"}
 
 
+def _read_chunked(rfile) -> bytes:
+    """The body of a ``Transfer-Encoding: chunked`` request (what the AWS SDK sends on PUT)."""
+    out = bytearray()
+    while True:
+        size = int(rfile.readline().split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            while rfile.readline() not in (b"\r\n", b"\n", b""):
+                pass  # trailers
+            return bytes(out)
+        out += rfile.read(size)
+        rfile.readline()
+
+
 class S3Proxy:
     """Forward 127.0.0.1:``port`` to ``upstream`` with latency, counts and faults (see module)."""
 
@@ -31,6 +44,7 @@ class S3Proxy:
         self.fail_next = 0
         self.down = False
         self.counts: Counter[str] = Counter()
+        self.bytes_out = 0  # response body bytes sent to the client
         self.failed = 0
         self._lock = threading.Lock()
         proxy = self
@@ -61,6 +75,7 @@ class S3Proxy:
     def reset(self) -> None:
         with self._lock:
             self.counts.clear()
+            self.bytes_out = 0
             self.failed = 0
 
     def close(self) -> None:
@@ -75,14 +90,17 @@ class S3Proxy:
         return conn
 
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
-        length = int(h.headers.get("Content-Length") or 0)
-        body = h.rfile.read(length) if length else None
+        if h.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            body = _read_chunked(h.rfile)
+        else:
+            length = int(h.headers.get("Content-Length") or 0)
+            body = h.rfile.read(length) if length else None
         if self.down:
             h.close_connection = True
             h.connection.close()  # no answer at all: the client sees a dropped connection
             return
         with self._lock:
-            self.counts[h.command] += 1
+            self.counts["LIST" if h.command == "GET" and "prefix=" in h.path else h.command] += 1
             throttle = self.fail_next > 0
             if throttle:
                 self.fail_next -= 1
@@ -97,7 +115,9 @@ class S3Proxy:
             if h.command != "HEAD":
                 h.wfile.write(_SLOW_DOWN)
             return
-        headers = {k: v for k, v in h.headers.items() if k.lower() not in _HOP}
+        headers = {k: v for k, v in h.headers.items() if k.lower() not in _HOP | {"expect", "content-length"}}
+        if body is not None:
+            headers["Content-Length"] = str(len(body))
         for attempt in range(2):  # a kept-alive upstream connection may have gone stale
             conn = self._upstream()
             try:
@@ -120,5 +140,7 @@ class S3Proxy:
         if not head:
             h.send_header("Content-Length", str(len(data)))
         h.end_headers()
-        if h.command != "HEAD":
+        if not head:
             h.wfile.write(data)
+            with self._lock:
+                self.bytes_out += len(data)

@@ -117,7 +117,15 @@ def check_same_schema(first_rel: str, first: str, rel: str, other: str) -> None:
 
 # -- discovery ----------------------------------------------------------------------------------
 def discover_shards(root: Any, store: ShardStore = LOCAL) -> list[str]:
-    """Relative POSIX paths of every shard file under ``root``, sorted."""
+    """Relative POSIX paths of every shard file under ``root``, sorted (remote: one listing; a
+    prefix holding nothing is not a directory)."""
+    if not store.local:
+        try:
+            found = store.list_files(root)
+        except (FileNotFoundError, NotADirectoryError):
+            found = []
+        if found:
+            return [r for r in found if r.endswith(SHARD_SUFFIXES) and not posixpath.basename(r).startswith(".")]
     if not store.is_dir(root):
         raise ConfigError(
             describe("path", str(root), "an existing directory (or prefix) of shard files",

@@ -267,8 +267,6 @@ class FileSystemStore:
                 return None
             with f:
                 return f.read(max_bytes + 1)
-        if self.stat(path) is None:
-            return None
         data = self.retrying(path, "read", read)
         if data is not None and len(data) > max_bytes:
             raise _too_large(self.resolve(path), max_bytes)

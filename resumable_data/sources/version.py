@@ -46,7 +46,7 @@ from resumable_data.sources.files import (
     discover_shards,
     read_shard_meta,
 )
-from resumable_data.sources.manifests import cached_manifest, folder_manifest
+from resumable_data.sources.manifests import MANIFEST_NAMES, cached_manifest
 from resumable_data.sources.store import LOCAL, ShardStore, join, store_for
 
 __all__ = [
@@ -328,17 +328,21 @@ class DatasetVersion:
         """Like :meth:`load`, but None when no manifest exists anywhere."""
         store = store_for(filesystem)
         root = Path(directory) if store.local else Path(store.resolve(directory))
-        where = folder_manifest(store, root.as_posix()) if files is None else None
-        reader = store
-        if where is None:
+        data = None
+        if files is None:
+            for name in MANIFEST_NAMES:  # one small read per candidate until found
+                where = join(root.as_posix(), name)
+                data = store.read_small(where, MANIFEST_MAX_BYTES)
+                if data is not None:
+                    break
+        if data is None:
             rel = files
             if rel is None:
                 if not store.is_dir(root.as_posix()):
                     return None
                 rel = discover_shards(root.as_posix(), store)
-            cached = cached_manifest(store, store.resolve(root.as_posix()), rel)
-            where, reader = cached.as_posix(), LOCAL
-        data = reader.read_small(where, MANIFEST_MAX_BYTES)
+            where = cached_manifest(store, store.resolve(root.as_posix()), rel).as_posix()
+            data = LOCAL.read_small(where, MANIFEST_MAX_BYTES)
         if data is None:
             return None
         try:
@@ -405,17 +409,20 @@ class DatasetVersion:
         store = self.store
         root = self.root.as_posix()
         check = lambda s: self._check_shard(store, root, s, level)  # noqa: E731
-        if store.local or len(self.shards) < 2:
+        listing = self.selection is Selection.DIRECTORY
+        if store.local:
             found = [check(s) for s in self.shards]
-        else:  # remote: every request waits on the network, so the shards are checked concurrently
-            with ThreadPoolExecutor(max_workers=min(_REMOTE_WORKERS, len(self.shards))) as pool:
+            present = discover_shards(root, store) if listing and store.is_dir(root) else []
+        else:  # remote: every request waits on the network, so the shards (and the listing) run concurrently
+            with ThreadPoolExecutor(max_workers=min(_REMOTE_WORKERS, len(self.shards) + 1)) as pool:
+                listed_f = pool.submit(self._present, store, root) if listing else None
                 found = list(pool.map(check, self.shards))
+                present = listed_f.result() if listed_f is not None else []
         problems = [p for ps in found for p in ps]
-        if self.selection is Selection.DIRECTORY and store.is_dir(root):
-            listed = {s.path for s in self.shards}
-            for extra in discover_shards(root, store):
-                if extra not in listed:
-                    problems.append(f"shard {extra!r}: extra shard file not listed in the manifest")
+        listed = {s.path for s in self.shards}
+        for extra in present:
+            if extra not in listed:
+                problems.append(f"shard {extra!r}: extra shard file not listed in the manifest")
         if problems:
             raise DatasetIntegrityError(
                 f"dataset at {str(self.root)!r} (version {self.hash}) does not match its manifest "
@@ -425,6 +432,14 @@ class DatasetVersion:
                 "rd.pin(directory) (save='cache' keeps the folder untouched; a new version: resumed "
                 "states will refuse it)"
             )
+
+    @staticmethod
+    def _present(store: ShardStore, root: str) -> list[str]:
+        """The shard files under ``root`` now (none when it is not a directory)."""
+        try:
+            return discover_shards(root, store)
+        except ConfigError:
+            return []
 
     def _check_shard(self, store: ShardStore, root: str, s: ShardInfo, level: VerifyLevel) -> list[str]:
         """The differences between shard ``s`` on ``store`` and the manifest (empty: none).
