@@ -54,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "HashMode": "resumable_data.sources",
     "Mixture": "resumable_data.sources.mixture",
     "RecordIdError": "resumable_data.sources",
+    "Retries": "resumable_data.sources",
     "ShardInfo": "resumable_data.sources",
     "UnpinnedPolicy": "resumable_data.sources",
     "VerifyLevel": "resumable_data.sources",
