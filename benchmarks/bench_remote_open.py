@@ -52,6 +52,7 @@ _CHILD = r"""
 import json, sys, time
 import pyarrow.fs as pafs
 import resumable_data as rd
+assert rd.__file__.startswith(sys.argv[5]), rd.__file__
 mode, endpoint, prefix = sys.argv[1:4]
 fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key="testing",
                        secret_key="testing", region="us-east-1")
@@ -126,7 +127,8 @@ def measure(proxy: S3Proxy, fn) -> dict:
 
 def child(python: str, pythonpath: str, cache: Path, mode: str, endpoint: str, prefix: str, n: int) -> dict:
     env = {**os.environ, "PYTHONPATH": pythonpath, "RD_CACHE_DIR": str(cache)}
-    out = subprocess.run([python, "-c", _CHILD, mode, endpoint, prefix, str(n)], env=env,
+    # cwd: not this checkout (``python -c`` puts the working directory first on sys.path)
+    out = subprocess.run([python, "-c", _CHILD, mode, endpoint, prefix, str(n), pythonpath], env=env, cwd=cache.parent,
                          capture_output=True, text=True, check=True, timeout=1800)
     return json.loads(out.stdout.strip().splitlines()[-1])
 

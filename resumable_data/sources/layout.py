@@ -19,8 +19,8 @@ on a machine (kept in ``cache_dir()/layouts/<content hash>.json``, content-addre
 was built from are the bytes the hash names). An IPC unit is then read as one ranged request of
 exactly its message (:func:`read_ipc_unit`), decoded with the shard's schema; a stream shard is
 never downloaded whole to be opened or read. Shards whose IPC messages use dictionaries (which a
-reader must see before the batches) have no layout (None) and are read as before
-(:mod:`.files`).
+reader must see before the batches), and IPC files whose footer lists batches out of file order,
+have no layout (None) and are read as before (:mod:`.files`).
 
 Guarantee: the layout is derived from the bytes, never part of the dataset's identity (the version
 hash does not cover it; the manifest's ``derived_hash`` does, so a hand-edited layout is refused at
@@ -70,7 +70,8 @@ _CONTINUATION = b"\xff\xff\xff\xff"
 _HEADER_SCHEMA = 1
 _HEADER_DICTIONARY = 2
 _HEADER_RECORD_BATCH = 3
-_PEEK = 4096  # bytes read at a message start: prefix and metadata in one request, usually
+_PEEK = 1024  # bytes read at a stream message's start: prefix and metadata in one request, usually
+_TAIL = 16384  # bytes read at an IPC file's end: footer, its length and the magic, usually
 
 ReadAt = Callable[[int, int], bytes]  # (offset, length) -> bytes
 
@@ -124,6 +125,13 @@ class ShardLayout:
         if not isinstance(d[K_UNITS], list):
             raise LayoutError("a list of units")
         units = tuple(_range(u, size, 3) for u in d[K_UNITS])
+        if schema is not None:  # IPC messages follow each other: no unit overlaps another or the schema
+            end = schema[0] + schema[1]
+            for off, length, _ in units:
+                if off < end:
+                    raise LayoutError(f"units in file order, each after the previous one (unit at {off} "
+                                      f"starts before byte {end})")
+                end = off + length
         return cls(fmt, schema, units)
 
 
@@ -193,12 +201,12 @@ def message_info(meta: bytes) -> tuple[int, int, int]:
     return htype, body_len, rows
 
 
-def _message_at(read_at: ReadAt, size: int, pos: int) -> tuple[int, int, int, int] | None:
+def _message_at(read_at: ReadAt, size: int, pos: int, peek: int = _PEEK) -> tuple[int, int, int, int] | None:
     """(header type, total message length, body length, rows) of the message at ``pos``; None at
-    the end-of-stream marker or the end of the bytes."""
+    the end-of-stream marker or the end of the bytes. ``peek``: bytes read first."""
     if pos + 4 > size:
         return None
-    head = read_at(pos, min(_PEEK, size - pos))
+    head = read_at(pos, min(peek, size - pos))
     if head[:4] == _CONTINUATION:
         if len(head) < 8:
             raise LayoutError("truncated message prefix")
@@ -244,7 +252,7 @@ def ipc_file_layout(read_at: ReadAt, size: int) -> ShardLayout | None:
     """The layout of an IPC file, from its footer and message headers (None with dictionaries)."""
     if size < 20:
         raise LayoutError("too short for an Arrow IPC file")
-    tail = read_at(max(0, size - _PEEK * 16), min(size, _PEEK * 16))
+    tail = read_at(max(0, size - _TAIL), min(size, _TAIL))
     if tail[-6:] != ARROW_FILE_MAGIC:
         raise LayoutError("not an Arrow IPC file (no trailing magic)")
     footer_len = struct.unpack_from("<i", tail, len(tail) - 10)[0]
@@ -253,14 +261,14 @@ def ipc_file_layout(read_at: ReadAt, size: int) -> ShardLayout | None:
     end = len(tail) - 10
     footer = tail[end - footer_len:end] if footer_len <= end else read_at(size - 10 - footer_len, footer_len)
     blocks, n_dict = footer_blocks(footer)
-    if n_dict:
-        return None
+    if n_dict or any(a[0] >= b[0] for a, b in zip(blocks, blocks[1:])):
+        return None  # dictionaries, or batches listed out of file order: read without a layout
     schema = _message_at(read_at, size, 8)
     if schema is None or schema[0] != _HEADER_SCHEMA:
         raise LayoutError("no schema message after the leading magic")
     units = []
     for offset, meta_len, body_len in blocks:
-        msg = _message_at(read_at, size, offset)
+        msg = _message_at(read_at, size, offset, peek=meta_len)  # the footer says how long it is
         if msg is None or msg[0] != _HEADER_RECORD_BATCH or msg[1] != meta_len + body_len:
             raise LayoutError(f"block at {offset} is not the record batch its footer describes")
         units.append((offset, meta_len + body_len, msg[3]))
