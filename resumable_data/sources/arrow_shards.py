@@ -64,7 +64,7 @@ from resumable_data.sources.files import (
 )
 from resumable_data.sources.gather import ColumnGather, Unit, group_segments, plan_column
 from resumable_data.sources.layout import remember_layout
-from resumable_data.sources.opening import open_shards, with_layouts
+from resumable_data.sources.opening import open_shards, pool_map, with_layouts
 from resumable_data.sources.pin import pin
 from resumable_data.sources.retry import DEFAULT_RETRIES, Retries
 from resumable_data.sources.store import LOCAL, ShardStore, join, store_for
@@ -262,11 +262,10 @@ class ArrowShards:
                 version = replace(version, filesystem=store.filesystem)
         root = Path(state[K_ROOT]).as_posix()
         self._init(root, state[K_FILES], version, store)
-        if version is not None:
-            for s in version.shards:  # cheap: sizes only
-                st = store.stat(join(root, s.path))
-                if st is None or st.size != s.size:
-                    version.verify(VerifyLevel.SIZE)
+        if version is not None:  # cheap: sizes only (remote: concurrent requests)
+            stats = pool_map(store, lambda s: store.stat(join(root, s.path)), list(version.shards))
+            if any(st is None or st.size != s.size for st, s in zip(stats, version.shards)):
+                version.verify(VerifyLevel.SIZE)
 
     @classmethod
     def from_hf(cls, dataset: Any, *, hash: str = "content",

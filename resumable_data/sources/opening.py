@@ -25,8 +25,10 @@ metadata reads of :mod:`.layout` once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import TypeVar
 
 from resumable_data.errors import DatasetIntegrityError, describe
 from resumable_data.sources.files import OpenShard, canonical_schema, open_shard
@@ -35,13 +37,17 @@ from resumable_data.sources.store import ShardStore, join
 from resumable_data.sources.validate import FIX
 from resumable_data.sources.version import DatasetVersion
 
-__all__ = ["REMOTE_WORKERS", "open_shards", "with_layouts"]
+__all__ = ["REMOTE_WORKERS", "open_shards", "pool_map", "with_layouts"]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: Remote shards opened (or indexed) at the same time.
 REMOTE_WORKERS = 16
 
 
-def _pool_map(store: ShardStore, fn, items: list) -> list:
+def pool_map(store: ShardStore, fn: Callable[[T], R], items: list[T]) -> list[R]:
+    """``[fn(x) for x in items]``, from :data:`REMOTE_WORKERS` threads when ``store`` is remote."""
     if store.local or len(items) < 2:
         return [fn(x) for x in items]
     with ThreadPoolExecutor(max_workers=min(REMOTE_WORKERS, len(items))) as pool:
@@ -68,7 +74,7 @@ def with_layouts(version: DatasetVersion, store: ShardStore) -> tuple[DatasetVer
         shard.close()
         return shard.layout
 
-    for k, layout in zip(built, _pool_map(store, build, built)):
+    for k, layout in zip(built, pool_map(store, build, built)):
         found[k] = layout
     shards = tuple(replace(s, layout=found[k]) if k in found and found[k] is not None
                    and found[k].num_rows == s.num_rows else s
