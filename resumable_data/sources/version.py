@@ -56,6 +56,7 @@ __all__ = [
     "DatasetVersion",
     "HashMode",
     "Selection",
+    "etag_digest",
     "ShardInfo",
     "VerifyLevel",
 ]
@@ -96,10 +97,19 @@ _SHARD_KEYS = {1: _SHARD_KEYS_V1, 2: _SHARD_KEYS_V1 | {K_LAYOUT, K_ETAG}}
 
 
 class HashMode(str, enum.Enum):
-    """What the version hash covers: file ``content`` (xxh3-128 of bytes) or only ``size``."""
+    """What the version hash covers: file ``content`` (xxh3-128 of bytes), only ``size``, or
+    ``etag``: the object store's ETag of each shard (pinned with metadata requests only, no byte
+    read; the store is trusted to give other bytes another ETag, see :mod:`.verified`; a version
+    tied to those objects: a copy elsewhere has other or no ETags)."""
 
     CONTENT = "content"
     SIZE = "size"
+    ETAG = "etag"
+
+
+def etag_digest(etag: str) -> str:
+    """The ``content_hash`` a shard pinned with ``hash="etag"`` records: xxh3-128 of its ETag."""
+    return xxhash.xxh3_128_hexdigest(b"etag\0" + etag.encode("utf-8"))
 
 
 class VerifyLevel(str, enum.Enum):
@@ -268,6 +278,9 @@ class DatasetVersion:
         if len({s.path for s in shards}) != len(shards):
             raise _manifest_error(root, K_SHARDS, [s.path for s in shards], "unique shard paths")
         for s in shards:
+            if hash_mode is HashMode.ETAG and (s.etag is None or s.content_hash != etag_digest(s.etag)):
+                raise _manifest_error(root, f"shards[{s.path}].etag", s.etag,
+                                      "the ETag whose digest is the shard's content_hash (hash_mode='etag')")
             if (s.content_hash is None) != (hash_mode is HashMode.SIZE):
                 raise _manifest_error(root, f"shards[{s.path}].content_hash", s.content_hash,
                                       f"{'null' if hash_mode is HashMode.SIZE else 'a digest'} "
@@ -401,10 +414,11 @@ class DatasetVersion:
                                        "use DatasetVersion.load(directory) or rd.pin(directory)"))
         if level is VerifyLevel.CACHED and self.hash_mode is HashMode.SIZE:
             level = VerifyLevel.SIZE  # no digest to compare: sizes, rows and schema only
-        if level is VerifyLevel.CONTENT and self.hash_mode is HashMode.SIZE:
+        if level is VerifyLevel.CONTENT and self.hash_mode is not HashMode.CONTENT:
             raise ConfigError(
-                describe("level", level.value, "'size' for a version pinned with hash='size'",
-                         "verify(level='size'), or re-pin with rd.pin(directory, hash='content')")
+                describe("level", level.value, f"'size' or 'cached' for a version pinned with "
+                         f"hash={self.hash_mode.value!r} (it holds no digest of the bytes)",
+                         "verify(level='cached'), or re-pin with rd.pin(directory, hash='content')")
             )
         store = self.store
         root = self.root.as_posix()
@@ -464,7 +478,11 @@ class DatasetVersion:
             if got_schema != self.schema:
                 problems.append(f"shard {s.path!r}: schema differs from the pinned schema "
                                 f"(on disk: {got_schema!r}; pinned: {self.schema!r})")
-        if level is not VerifyLevel.SIZE:
+        if level is not VerifyLevel.SIZE and self.hash_mode is HashMode.ETAG:  # the store's word, no bytes read
+            if st.etag != s.etag:
+                problems.append(f"shard {s.path!r}: ETag {st.etag} on the store, pinned {s.etag} (the "
+                                "object was replaced, or copied to a store that gives other ETags)")
+        elif level is not VerifyLevel.SIZE:
             key = verified.file_key(store, p, None if store.local else st)  # before hashing (.verified)
             if level is VerifyLevel.CACHED and (verified.is_verified(key, s.content_hash) or (
                     s.etag is not None and st.etag == s.etag)):  # the ETag trust model (.verified)

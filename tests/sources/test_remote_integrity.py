@@ -20,11 +20,11 @@ from resumable_data.sources.store import store_for
 pytest.importorskip("moto.server")
 
 
-def _ipc_bytes(values: np.ndarray) -> bytes:
+def _ipc_bytes(values: np.ndarray, chunk: int = 100) -> bytes:
     t = pa.table({"x": pa.array(values)})
     sink = io.BytesIO()
     with pa.ipc.new_file(sink, t.schema) as w:
-        w.write_table(t, max_chunksize=100)
+        w.write_table(t, max_chunksize=chunk)
     return sink.getvalue()
 
 
@@ -67,3 +67,41 @@ def test_same_size_replacement_in_the_same_second_is_refused(s3_fs):
     # the replaced object keeps size and Last-Modified: only the ETag tells it apart
     with pytest.raises(rd.DatasetIntegrityError, match="content hash"):
         rd.ArrowShards("same-second/data", filesystem=s3_fs)  # verify="cached", the default
+
+
+# -- hash="etag": pinning a large remote dataset without reading its bytes -------------------------
+def test_etag_pin_reads_no_shard_body_and_guards_replacements(endpoint, tmp_path):
+    from benchmarks.s3_proxy import S3Proxy
+    proxy = S3Proxy(endpoint)
+    try:
+        fs = pafs.S3FileSystem(endpoint_override=proxy.endpoint, scheme="http", access_key="testing",
+                               secret_key="testing", region="us-east-1", allow_bucket_creation=True)
+        fs.create_dir("etag-pin")
+        values = [np.arange(i * 50_000, (i + 1) * 50_000, dtype=np.int64) for i in range(4)]
+        for i, v in enumerate(values):
+            _put(fs, f"etag-pin/data/part-{i}.arrow", _ipc_bytes(v, 5000))
+        total = sum(len(_ipc_bytes(v, 5000)) for v in values)
+        proxy.reset()
+        version = rd.pin("etag-pin/data", filesystem=fs, hash="etag")
+        assert proxy.bytes_out < total / 10  # footers and batch headers, never the bodies
+        assert version.hash_mode is rd.HashMode.ETAG and all(s.etag for s in version.shards)
+        src = rd.ArrowShards("etag-pin/data", filesystem=fs)
+        assert src.take([0, 199_999]).column("x").to_pylist() == [0, 199_999]
+        with pytest.raises(rd.ConfigError, match="level="):
+            version.verify("content")  # no digest of the bytes to compare
+        from resumable_data.sources.version import compute_derived_hash
+        forged = version.to_dict()
+        forged["shards"][0]["etag"] = '"another"'  # the identity covers the ETag: a forged one is refused
+        forged["derived_hash"] = compute_derived_hash(forged["shards"])
+        with pytest.raises(rd.DatasetIntegrityError, match="etag"):
+            rd.DatasetVersion.from_dict(forged)
+        _put(fs, "etag-pin/data/part-2.arrow", _ipc_bytes(values[2][::-1].copy(), 5000))  # same size
+        with pytest.raises(rd.DatasetIntegrityError, match="part-2.arrow.*ETag"):
+            rd.ArrowShards("etag-pin/data", filesystem=fs)
+        rd.ArrowShards("etag-pin/data", filesystem=fs, verify="size")  # what "size" promises: sizes only
+    finally:
+        proxy.close()
+    with pytest.raises(rd.ConfigError, match="hash='content'"):  # local files have no ETags
+        (tmp_path / "d").mkdir()
+        (tmp_path / "d" / "a.arrow").write_bytes(_ipc_bytes(values[0]))
+        rd.pin(tmp_path / "d", hash="etag")
