@@ -21,15 +21,18 @@ never into the folder (:mod:`.manifests`); ``unpinned="allow"`` reads it without
 Storage: every shard is read through a :class:`~resumable_data.sources.store.ShardStore`, the
 same code for local files and for a ``pyarrow.fs.FileSystem`` (``filesystem=``, e.g. S3, or an
 ``s3://``-style URI, which picks its filesystem itself). Where the store memory-maps (local files)
-IPC batches are zero-copy views of the map; on a remote store IPC file record batches and Parquet
-row groups are read on demand into a small LRU cache and nothing is memory-mapped (see
-:mod:`.files`).
+IPC batches are zero-copy views of the map; on a remote store record batches (by one ranged read
+each, through the pinned layout: :mod:`.layout`) and Parquet row groups are read on demand into a
+small LRU cache and nothing is memory-mapped (see :mod:`.files`). Transient store failures are
+retried (``retries=rd.Retries(...)``, :mod:`.retry`); a store that stays down is an
+:class:`~resumable_data.StoreUnavailableError`.
 
 Hugging Face ``datasets``: :meth:`ArrowShards.from_hf` reads a ``datasets.Dataset``'s own Arrow
 cache files (zero copy), versioned by their content (:mod:`.hf`).
 
-Cost: opening maps the files and reads metadata (remote: footers and batch headers, see
-:mod:`.files`); pickling carries only paths, the manifest dict and (remote) the filesystem's
+Cost: opening maps the files and reads metadata (remote: per shard a HEAD to verify, an open and
+one read of its schema message, 16 shards at a time, :mod:`.opening`; a manifest without layouts
+adds the footer and batch headers once per machine); pickling carries only paths, the manifest dict and (remote) the filesystem's
 configuration, and each process opens its own files when unpickled (fork and spawn workers
 alike), re-checking only the shards' sizes.
 """

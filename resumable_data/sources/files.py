@@ -10,11 +10,13 @@ Arrow IPC files are recognised by content (the ``ARROW1`` magic means IPC *file*
 else is read as IPC *stream* format, which is what Hugging Face ``datasets`` writes); ``.parquet``
 files are Parquet. :func:`open_shard` splits a shard into units (an IPC record batch, a Parquet row
 group): where the store memory-maps (local files) every IPC batch is a zero-copy view of the map;
-elsewhere an IPC *file*'s batch row counts come from its footer and each batch's message header (a
-few hundred bytes per batch, parsed here: pyarrow's own ``count_rows``/``get_batch`` download the
-bodies) and a body is read when a record in it is first requested. Parquet is read by row group on
-demand everywhere. A remote IPC *stream* has no index, so it is one unit read whole on first use:
-prefer IPC file format or Parquet for remote data.
+elsewhere an IPC shard with a :class:`~.layout.ShardLayout` (pinned in the manifest, or built by
+:func:`build_layout`, file and stream format alike) costs one open and one read of its schema
+message, and each unit is one ranged read of exactly its message, decoded when a record in it is
+first requested. Parquet is read by row group on demand everywhere. IPC shards without a layout
+(dictionary-encoded) are read as before: an IPC file through its footer and batch headers, an IPC
+stream whole, as one unit, on first use. Remote reads go through the store's retries
+(:mod:`.retry`).
 
 Guarantee: :func:`canonical_schema` is the schema's text form without schema or field metadata
 (``Schema.to_string(show_field_metadata=False, show_schema_metadata=False)``): it names every
@@ -29,9 +31,10 @@ Every open or read error of a shard (pyarrow, thrift, decoders, the footer parsi
 :class:`~resumable_data.DatasetIntegrityError` naming the shard (:mod:`.validate`); opening reads
 metadata only, so no batch's data is touched before :mod:`.validate` checked it.
 
-Cost: discovery is one listing; :func:`read_shard_meta` touches only metadata (IPC file footer,
-IPC stream message headers via a memory map, Parquet footer; a remote IPC file: 2 + (number of
-record batches) small range reads); hashing reads every byte once.
+Cost: discovery is one listing; :func:`read_shard_meta` touches only metadata and builds the
+layout (IPC file footer and batch headers, IPC stream message headers, Parquet footer: see
+:mod:`.layout`); opening a remote shard with a layout: one open and one small read; hashing reads
+every byte once.
 """
 
 from __future__ import annotations

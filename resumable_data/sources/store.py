@@ -3,16 +3,21 @@
 Algorithm: a store names files by POSIX path strings (:meth:`ShardStore.resolve`: the resolved
 absolute path of a local file; ``bucket/prefix/name`` without a trailing slash on a
 ``pyarrow.fs.FileSystem``) and offers only what the sources need: ``stat`` (size, mtime where the
-store keeps one), ``is_dir``, a recursive listing, random-access and sequential opening, a memory
-map where the bytes are local, a bounded read of a small file (the manifest), an atomic whole-file
-write (the manifest) and the streamed content hash. Every source feature (discovery, metadata,
+store keeps one, and the ETag where the store gives one: :attr:`FileStat.etag`), ``is_dir``, a
+recursive listing, random-access and sequential opening, a memory map where the bytes are local,
+a bounded read of a small file (the manifest), an atomic whole-file write (the manifest), the
+streamed content hash, a ranged read and ``retrying`` (a read through a pyarrow reader, retried on
+transient failures). Every source feature (discovery, metadata,
 pinning, verifying, opening, reading) is written once over this interface
 (:mod:`.files`, :mod:`.pin`, :mod:`.version`, :mod:`.arrow_shards`).
 
 * :class:`LocalStore`: the OS. IPC shards are memory-mapped (:meth:`~LocalStore.memory_map`), the
   write is :func:`resumable_data._io.atomic_write` with ``durable=True`` (tmp file, fsync,
   ``os.replace``, directory fsync), the hash is :func:`resumable_data._io.hash_file`.
-* :class:`FileSystemStore`: a ``pyarrow.fs.FileSystem`` (S3, GCS, HDFS, Azure, ...). Nothing is
+* :class:`FileSystemStore`: a ``pyarrow.fs.FileSystem`` (S3, GCS, HDFS, Azure, ...). Every
+  request is retried on transient failures (:mod:`.retry`; a store that stays down is an
+  :class:`~resumable_data.StoreUnavailableError`). On S3 and GCS ``stat`` is one HEAD that
+  also returns the ETag (``get_file_info`` drops it). Nothing is
   memory-mapped (reads are on demand, see :mod:`.files`); the write is one
   ``open_output_stream`` upload (an object appears whole when its upload completes: the atomic
   write of object stores); the hash is :func:`resumable_data._io.hash_stream` over

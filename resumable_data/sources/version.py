@@ -19,9 +19,17 @@ the fields and refuses a manifest whose stored hash does not match (a hand-edite
 Cost: loading is one small JSON read (at most :data:`MANIFEST_MAX_BYTES`; a larger file is
 refused). Saving is one atomic write (local: tmp file, fsync, rename, directory fsync; remote: one
 whole-object upload). ``verify("size")`` stats every shard and reads its
-metadata (row count, schema); ``verify("content")`` also re-hashes every byte; ``verify("cached")``
-re-hashes only shards whose (path, size, mtime, ctime, inode) changed since they last verified
-(:mod:`.verified`).
+metadata (row count, schema; a remote shard with a pinned layout skips that read: its schema and
+row counts are checked when it is opened and read); ``verify("content")`` also re-hashes every
+byte; ``verify("cached")`` re-hashes only shards whose (path, size, mtime, ctime, inode; remote:
+path, size, ETag) changed since they last verified, and accepts a remote shard whose ETag is the
+pinned one (:mod:`.verified`). Remote shards are checked 16 at a time.
+
+Manifest schema 2 adds, per shard, its :class:`~.layout.ShardLayout` and the store's ETag, and
+``derived_hash`` over them; neither is part of the version's identity (``hash`` covers the schema-1
+fields, so a dataset keeps its hash across the upgrade); schema 1 manifests are still read (their
+layouts are built at the first open, :mod:`.opening`). ``hash_mode="etag"`` versions record the
+ETag's digest as each shard's ``content_hash`` (:class:`HashMode`).
 """
 
 from __future__ import annotations
