@@ -62,7 +62,6 @@ from resumable_data.sources.files import (
     check_same_schema,
     discover_shards,
     refuse_hive_partitions,
-    open_shard,
     resolve_files,
 )
 from resumable_data.sources.gather import ColumnGather, Unit, group_segments, plan_column
@@ -80,7 +79,6 @@ _LOCAL_CACHE_UNITS = 8  # Parquet row groups decoded from local files
 _REMOTE_CACHE_UNITS = 32  # remote reads are slow: keep more record batches / row groups
 _STATE_FORMAT = "resumable_data.arrow_shards"
 _STATE_SCHEMA_VERSION = 2  # 2: the remote store's retries
-_REMOTE_OPEN_WORKERS = 16  # remote shards opened concurrently (each open waits on the network)
 K_RETRIES = "retries"
 K_FORMAT = "format"
 K_SCHEMA_VERSION = "schema_version"
