@@ -91,6 +91,7 @@ MANIFEST_NAME = ".rd-manifest.json"
 #: The name earlier versions wrote; still read, never written.
 LEGACY_MANIFEST_NAME = "rd-manifest.json"
 SHARD_SUFFIXES = (".arrow", ".ipc", ".feather", ".parquet")
+_HEADER_READS = 8  # a remote IPC file's batch headers read at once while its layout is built
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,7 @@ def build_layout(path: Any, store: ShardStore, fmt: ShardFormat, file: pa.Native
         read_at = lambda offset, length: store.retrying(  # noqa: E731
             path, f"read of bytes [{offset}, {offset + length})", lambda: f.read_at(length, offset))
         if fmt is ShardFormat.IPC_FILE:
-            return ipc_file_layout(read_at, size)
+            return ipc_file_layout(read_at, size, 1 if store.local else _HEADER_READS)
         return ipc_stream_layout(read_at, size)
     finally:
         if own:

@@ -5,8 +5,8 @@ Algorithm: a shard's :class:`ShardLayout` is its format, the byte range of its s
 
 * IPC *file*: the footer (one read of the file's tail) lists every record batch block (offset,
   metadata length, body length); each block's row count is in its message header (one small read
-  per block, the body is never read); the schema message is the first message after the leading
-  magic.
+  per block, of exactly its length, several in flight at once on a remote store; the body is never
+  read); the schema message is the first message after the leading magic.
 * IPC *stream* (what Hugging Face ``datasets.save_to_disk`` writes): no footer, so the messages
   are walked from offset 0, one small read per message header (its metadata says how long the
   body is, which is skipped unread), until the end-of-stream marker or the end of the file.
@@ -40,6 +40,7 @@ import enum
 import json
 import struct
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,8 +249,9 @@ def ipc_stream_layout(read_at: ReadAt, size: int, start: int = 0) -> ShardLayout
     return ShardLayout(fmt, (start, first[1]), tuple(units))
 
 
-def ipc_file_layout(read_at: ReadAt, size: int) -> ShardLayout | None:
-    """The layout of an IPC file, from its footer and message headers (None with dictionaries)."""
+def ipc_file_layout(read_at: ReadAt, size: int, concurrency: int = 1) -> ShardLayout | None:
+    """The layout of an IPC file, from its footer and message headers (None with dictionaries);
+    ``concurrency``: header reads in flight at once (remote stores: they are independent)."""
     if size < 20:
         raise LayoutError("too short for an Arrow IPC file")
     tail = read_at(max(0, size - _TAIL), min(size, _TAIL))
@@ -266,12 +268,18 @@ def ipc_file_layout(read_at: ReadAt, size: int) -> ShardLayout | None:
     schema = _message_at(read_at, size, 8)
     if schema is None or schema[0] != _HEADER_SCHEMA:
         raise LayoutError("no schema message after the leading magic")
-    units = []
-    for offset, meta_len, body_len in blocks:
+    def unit(block: tuple[int, int, int]) -> tuple[int, int, int]:
+        offset, meta_len, body_len = block
         msg = _message_at(read_at, size, offset, peek=meta_len)  # the footer says how long it is
         if msg is None or msg[0] != _HEADER_RECORD_BATCH or msg[1] != meta_len + body_len:
             raise LayoutError(f"block at {offset} is not the record batch its footer describes")
-        units.append((offset, meta_len + body_len, msg[3]))
+        return offset, meta_len + body_len, msg[3]
+
+    if concurrency > 1 and len(blocks) > 1:
+        with ThreadPoolExecutor(max_workers=min(concurrency, len(blocks))) as pool:
+            units = list(pool.map(unit, blocks))
+    else:
+        units = [unit(b) for b in blocks]
     return ShardLayout(ShardFormat.IPC_FILE, (8, schema[1]), tuple(units))
 
 
