@@ -13,6 +13,7 @@ __all__ = [
     "DatasetIntegrityError",
     "ResumableDataError",
     "ResumeError",
+    "StoreUnavailableError",
     "UsageError",
     "WorkerError",
     "describe",
@@ -34,6 +35,13 @@ class ConfigTypeError(ConfigError, TypeError):
 
 class DatasetIntegrityError(ResumableDataError):
     """The data on disk does not match its pinned :class:`~resumable_data.DatasetVersion`."""
+
+
+class StoreUnavailableError(ResumableDataError, ConnectionError):
+    """The storage holding the shards did not answer (down, unreachable, refusing connections, or
+    throttling past the retries): the data is not known to be damaged. Nothing was delivered from
+    the failed read, so the loader's cursor is unchanged: iterate again (or resume from a saved
+    state) once the store is back and the stream continues exactly where it stopped."""
 
 
 class ResumeError(ResumableDataError):

@@ -2,6 +2,8 @@
 
 No torch here (nor any import of the loader or checkpoint layers). Modules: :mod:`.store` (the
 one storage interface, :class:`ShardStore`: local files or a ``pyarrow.fs`` filesystem),
+:mod:`.retry` (transient store failures retried), :mod:`.layout` (where each unit lies in a
+shard's bytes), :mod:`.opening` (opening a version's shards, concurrently when remote),
 :mod:`.identity` (a file's identity, recorded at open, checked around reads and by unpickled
 sources), :mod:`.files` (discovery, formats, metadata, opening a shard), :mod:`.version`
 (:class:`DatasetVersion`, manifest, verify), :mod:`.pin` (:func:`pin`), :mod:`.gather` (the
@@ -12,6 +14,7 @@ datasets), :mod:`.writer` (:func:`write_arrow_shards`); :mod:`.remote` keeps old
 from resumable_data.sources.arrow_shards import ArrowShards, RecordIdError, UnpinnedPolicy
 from resumable_data.sources.files import MANIFEST_NAME
 from resumable_data.sources.pin import pin
+from resumable_data.sources.retry import Retries
 from resumable_data.sources.store import ShardStore
 from resumable_data.sources.version import (
     DatasetVersion,
@@ -28,6 +31,7 @@ __all__ = [
     "DatasetVersion",
     "HashMode",
     "RecordIdError",
+    "Retries",
     "Selection",
     "ShardInfo",
     "ShardStore",

@@ -21,15 +21,17 @@ never into the folder (:mod:`.manifests`); ``unpinned="allow"`` reads it without
 Storage: every shard is read through a :class:`~resumable_data.sources.store.ShardStore`, the
 same code for local files and for a ``pyarrow.fs.FileSystem`` (``filesystem=``, e.g. S3, or an
 ``s3://``-style URI, which picks its filesystem itself). Where the store memory-maps (local files)
-IPC batches are zero-copy views of the map; on a remote store IPC file record batches and Parquet
-row groups are read on demand into a small LRU cache and nothing is memory-mapped (see
-:mod:`.files`).
+IPC batches are zero-copy views of the map; on a remote store record batches (by one ranged read
+each, through the pinned layout: :mod:`.layout`) and Parquet row groups are read on demand into a
+small LRU cache and nothing is memory-mapped (see :mod:`.files`). Transient store failures are
+retried (``retries=rd.Retries(...)``, :mod:`.retry`); a store that stays down is an
+:class:`~resumable_data.StoreUnavailableError`.
 
 Hugging Face ``datasets``: :meth:`ArrowShards.from_hf` reads a ``datasets.Dataset``'s own Arrow
 cache files (zero copy), versioned by their content (:mod:`.hf`).
 
 Files that change under a source (:mod:`.identity`): every shard's identity (local: device,
-inode, size, mtime in ns, from the descriptor opened; remote: size and modification time) is
+inode, size, mtime in ns, from the descriptor opened; remote: size, modification time and ETag) is
 recorded when it is opened. A pickled source carries those identities, and a process that opens it
 again (spawn/forkserver workers) refuses a shard whose identity differs, so a file replaced after
 the loader was built is never read as if it were the pinned one. Every read of local shards
@@ -38,8 +40,9 @@ touches before (a truncated file is refused before its map is touched: no SIGBUS
 write during or before the read is refused, the rows read are never returned); each error is a
 :class:`~resumable_data.DatasetIntegrityError` naming the file and the fix.
 
-Cost: opening maps the files and reads metadata (remote: footers and batch headers, see
-:mod:`.files`); pickling carries only paths, the manifest dict, the files' identities and
+Cost: opening maps the files and reads metadata (remote: per shard a HEAD to verify, an open and
+one read of its schema message, 16 shards at a time, :mod:`.opening`; a manifest without layouts
+adds the footer and batch headers once per machine); pickling carries only paths, the manifest dict, the files' identities and
 (remote) the filesystem's configuration, and each process opens its own files when unpickled
 (fork and spawn workers alike), comparing each file's identity with the pickled one. Each read
 costs two ``stat`` calls per memory-mapped shard it touches (``benchmarks/bench_identity.py``;
@@ -71,12 +74,14 @@ from resumable_data.sources.files import (
     check_same_schema,
     discover_shards,
     refuse_hive_partitions,
-    open_shard,
     resolve_files,
 )
 from resumable_data.sources.gather import ColumnGather, Unit, group_segments, plan_column
 from resumable_data.sources.identity import FileIdentity, changed_error
+from resumable_data.sources.layout import remember_layout
+from resumable_data.sources.opening import open_shards, with_layouts
 from resumable_data.sources.pin import pin
+from resumable_data.sources.retry import DEFAULT_RETRIES, Retries
 from resumable_data.sources.store import LOCAL, ShardStore, join, store_for
 from resumable_data.sources.validate import validate_batch
 from resumable_data.sources.version import DatasetVersion, VerifyLevel
@@ -86,7 +91,8 @@ __all__ = ["ArrowShards", "RecordIdError", "UnpinnedPolicy"]
 _LOCAL_CACHE_UNITS = 8  # Parquet row groups decoded from local files
 _REMOTE_CACHE_UNITS = 32  # remote reads are slow: keep more record batches / row groups
 _STATE_FORMAT = "resumable_data.arrow_shards"
-_STATE_SCHEMA_VERSION = 2
+_STATE_SCHEMA_VERSION = 3  # 2: the files' identities; 3: the remote store's retries
+K_RETRIES = "retries"
 K_FORMAT = "format"
 K_SCHEMA_VERSION = "schema_version"
 K_ROOT = "root"
@@ -122,12 +128,16 @@ class ArrowShards:
 
     def __init__(self, path_or_files: str | os.PathLike | Sequence[str | os.PathLike] | DatasetVersion,
                  *, verify: VerifyLevel | str = VerifyLevel.CACHED,
-                 unpinned: UnpinnedPolicy | str = UnpinnedPolicy.PIN, filesystem: Any = None) -> None:
+                 unpinned: UnpinnedPolicy | str = UnpinnedPolicy.PIN, filesystem: Any = None,
+                 retries: Retries = DEFAULT_RETRIES) -> None:
         level = coerce_enum(verify, VerifyLevel, "verify")
         policy = coerce_enum(unpinned, UnpinnedPolicy, "unpinned")
-        store = store_for(filesystem)
+        if not isinstance(retries, Retries):
+            raise ConfigError(describe("retries", retries, "an rd.Retries",
+                                       "pass retries=rd.Retries(attempts=..., base_delay=..., max_delay=...)"))
+        store = store_for(filesystem, retries)
         if isinstance(path_or_files, DatasetVersion) and store.filesystem is None:
-            store = path_or_files.store
+            store = store_for(path_or_files.filesystem, retries)
         elif store.filesystem is None and isinstance(path_or_files, str) and "://" in path_or_files:
             import pyarrow.fs as pafs
             try:
@@ -136,11 +146,17 @@ class ArrowShards:
                 raise ConfigError(describe("path_or_files", path_or_files, f"a filesystem URI ({exc})",
                                            "fix the URI, or pass filesystem=pyarrow.fs.S3FileSystem(...) "
                                            "and a bucket/prefix path")) from None
-            store = store_for(raw_fs)
+            store = store_for(raw_fs, retries)
         version, root, rel = self._resolve(store, path_or_files, policy)
+        built: list[int] = []
+        if version is not None and not store.local:
+            version, built = with_layouts(version, store)
         if version is not None:
             version.verify(level)
         self._init(root, rel, version, store)
+        if level is not VerifyLevel.SIZE:  # the bytes the layouts were built from are the pinned ones
+            for k in built:
+                remember_layout(version.shards[k].content_hash, version.shards[k].layout)
 
     @classmethod
     def _resolve(cls, store: ShardStore, src: Any, policy: UnpinnedPolicy
@@ -209,9 +225,8 @@ class ArrowShards:
         self._rg_cache: OrderedDict[tuple[int, int], pa.RecordBatch] = OrderedDict()
         self._fast: list[ColumnGather | None] | None = None
         start = 0
-        for k, r in enumerate(self._rel):
-            shard = open_shard(join(root, r), store)
-            self._shards.append(shard)
+        self._shards = open_shards(root, self._rel, version, store)
+        for k, (r, shard) in enumerate(zip(self._rel, self._shards)):
             if expected is not None and expected[k] is not None and shard.identity != expected[k]:
                 self.close()
                 raise changed_error(join(root, r), "when a worker (or another process) opened the pickled "
@@ -288,6 +303,7 @@ class ArrowShards:
                  K_IDENTITIES: [s.identity.to_dict() if s.identity is not None else None for s in self._shards]}
         if self._store.filesystem is not None:
             state[K_FILESYSTEM] = self._store.filesystem  # pyarrow filesystems pickle their configuration
+            state[K_RETRIES] = self._store.retries.to_dict()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -295,7 +311,8 @@ class ArrowShards:
             raise ConfigError(describe("state", {k: state.get(k) for k in (K_FORMAT, K_SCHEMA_VERSION)},
                                        f"format {_STATE_FORMAT!r} schema_version {_STATE_SCHEMA_VERSION}",
                                        "pickle and unpickle with the same resumable_data version"))
-        store = store_for(state.get(K_FILESYSTEM))
+        retries = Retries.from_dict(state[K_RETRIES]) if K_RETRIES in state else DEFAULT_RETRIES
+        store = store_for(state.get(K_FILESYSTEM), retries)
         version = None
         if state[K_VERSION] is not None:
             version = DatasetVersion.from_dict(state[K_VERSION], root=state[K_ROOT])

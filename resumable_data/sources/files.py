@@ -10,11 +10,13 @@ Arrow IPC files are recognised by content (the ``ARROW1`` magic means IPC *file*
 else is read as IPC *stream* format, which is what Hugging Face ``datasets`` writes); ``.parquet``
 files are Parquet. :func:`open_shard` splits a shard into units (an IPC record batch, a Parquet row
 group): where the store memory-maps (local files) every IPC batch is a zero-copy view of the map;
-elsewhere an IPC *file*'s batch row counts come from its footer and each batch's message header (a
-few hundred bytes per batch, parsed here: pyarrow's own ``count_rows``/``get_batch`` download the
-bodies) and a body is read when a record in it is first requested. Parquet is read by row group on
-demand everywhere. A remote IPC *stream* has no index, so it is one unit read whole on first use:
-prefer IPC file format or Parquet for remote data.
+elsewhere an IPC shard with a :class:`~.layout.ShardLayout` (pinned in the manifest, or built by
+:func:`build_layout`, file and stream format alike) costs one open and one read of its schema
+message, and each unit is one ranged read of exactly its message, decoded when a record in it is
+first requested. Parquet is read by row group on demand everywhere. IPC shards without a layout
+(dictionary-encoded) are read as before: an IPC file through its footer and batch headers, an IPC
+stream whole, as one unit, on first use. Remote reads go through the store's retries
+(:mod:`.retry`).
 
 Guarantee: :func:`canonical_schema` is the schema's text form without schema or field metadata
 (``Schema.to_string(show_field_metadata=False, show_schema_metadata=False)``): it names every
@@ -37,14 +39,14 @@ metadata claimed (:meth:`OpenShard.read_unit`). Parquet page CRCs are verified w
 stored them. Each opened shard records its file's identity (:mod:`.identity`), which
 :meth:`OpenShard.check` compares with the file now.
 
-Cost: discovery is one listing; :func:`read_shard_meta` touches only metadata (IPC file footer,
-IPC stream message headers via a memory map, Parquet footer; a remote IPC file: 2 + (number of
-record batches) small range reads); hashing reads every byte once.
+Cost: discovery is one listing; :func:`read_shard_meta` touches only metadata and builds the
+layout (IPC file footer and batch headers, IPC stream message headers, Parquet footer: see
+:mod:`.layout`); opening a remote shard with a layout: one open and one small read; hashing reads
+every byte once.
 """
 
 from __future__ import annotations
 
-import enum
 import os
 import posixpath
 import struct
@@ -58,6 +60,17 @@ import pyarrow.parquet as pq
 from resumable_data._io import HASH_CHUNK_BYTES, hash_file
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
 from resumable_data.sources.identity import FileIdentity, changed_error, unchanged, unchanged_at
+from resumable_data.sources.layout import (
+    ARROW_FILE_MAGIC,
+    LayoutError,
+    ShardFormat,
+    ShardLayout,
+    footer_blocks,
+    ipc_file_layout,
+    ipc_stream_layout,
+    parquet_layout,
+    read_ipc_unit,
+)
 from resumable_data.sources.store import LOCAL, ShardStore
 from resumable_data.sources.validate import guard, integrity_error
 
@@ -69,6 +82,7 @@ __all__ = [
     "OpenShard",
     "ShardFormat",
     "ShardMeta",
+    "build_layout",
     "canonical_schema",
     "check_same_schema",
     "check_schema_names",
@@ -87,25 +101,18 @@ MANIFEST_NAME = ".rd-manifest.json"
 #: The name earlier versions wrote; still read, never written.
 LEGACY_MANIFEST_NAME = "rd-manifest.json"
 SHARD_SUFFIXES = (".arrow", ".ipc", ".feather", ".parquet")
-_ARROW_FILE_MAGIC = b"ARROW1"
-_MESSAGE_HEADER_RECORD_BATCH = 3
-
-
-class ShardFormat(str, enum.Enum):
-    """How a shard's bytes are laid out."""
-
-    IPC_FILE = "ipc_file"
-    IPC_STREAM = "ipc_stream"
-    PARQUET = "parquet"
+_HEADER_READS = 8  # a remote IPC file's batch headers read at once while its layout is built
 
 
 @dataclass(frozen=True)
 class ShardMeta:
-    """What a shard's metadata says: its format, row count and canonical schema."""
+    """What a shard's metadata says: its format, row count, canonical schema and unit layout
+    (None where :mod:`.layout` has none: IPC with dictionaries)."""
 
     format: ShardFormat
     num_rows: int
     schema: pa.Schema
+    layout: ShardLayout | None = None
 
 
 def canonical_schema(schema: pa.Schema) -> str:
@@ -150,7 +157,15 @@ def check_same_schema(first_rel: str, first: str, rel: str, other: str) -> None:
 
 # -- discovery ----------------------------------------------------------------------------------
 def discover_shards(root: Any, store: ShardStore = LOCAL) -> list[str]:
-    """Relative POSIX paths of every shard file under ``root``, sorted."""
+    """Relative POSIX paths of every shard file under ``root``, sorted (remote: one listing; a
+    prefix holding nothing is not a directory)."""
+    if not store.local:
+        try:
+            found = store.list_files(root)
+        except (FileNotFoundError, NotADirectoryError):
+            found = []
+        if found:
+            return [r for r in found if r.endswith(SHARD_SUFFIXES) and not posixpath.basename(r).startswith(".")]
     if not store.is_dir(root):
         raise ConfigError(
             describe("path", str(root), "an existing directory (or prefix) of shard files",
@@ -204,82 +219,64 @@ def detect_format(path: Any, store: ShardStore = LOCAL) -> ShardFormat:
     if str(path).endswith(".parquet"):
         return ShardFormat.PARQUET
     with store.open_input_stream(path) as f:
-        head = f.read(len(_ARROW_FILE_MAGIC))
-    return ShardFormat.IPC_FILE if head == _ARROW_FILE_MAGIC else ShardFormat.IPC_STREAM
+        head = f.read(len(ARROW_FILE_MAGIC))
+    return ShardFormat.IPC_FILE if head == ARROW_FILE_MAGIC else ShardFormat.IPC_STREAM
 
 
-# -- Arrow IPC file footer (flatbuffers), for row counts without reading bodies --------------------
-def _u32(b: bytes, pos: int) -> int:
-    return struct.unpack_from("<I", b, pos)[0]
-
-
-def _field(b: bytes, table: int, field_id: int) -> int | None:
-    vtable = table - struct.unpack_from("<i", b, table)[0]
-    vt_size = struct.unpack_from("<H", b, vtable)[0]
-    slot = 4 + 2 * field_id
-    if slot >= vt_size:
-        return None
-    off = struct.unpack_from("<H", b, vtable + slot)[0]
-    return table + off if off else None
-
-
-def _footer_blocks(footer: bytes) -> list[tuple[int, int]]:
-    """(offset, metaDataLength) of every record batch block of an IPC file footer."""
-    root = _u32(footer, 0)
-    pos = _field(footer, root, 3)  # Footer.recordBatches: [Block]
-    if pos is None:
-        return []
-    vec = pos + _u32(footer, pos)
-    count = _u32(footer, vec)
-    if vec + 4 + 24 * count > len(footer):
-        raise ValueError("record batch blocks run past the footer")
-    out = []
-    for i in range(count):
-        at = vec + 4 + 24 * i  # struct Block { long offset; int metaDataLength; (pad); long bodyLength; }
-        offset, meta_len = struct.unpack_from("<qi", footer, at)
-        out.append((offset, meta_len))
-    return out
-
-
-def _message_rows(meta: bytes) -> int:
-    """RecordBatch.length from an encapsulated message's metadata (continuation marker optional)."""
-    fb = meta[8 if meta[:4] == b"\xff\xff\xff\xff" else 4:]
-    root = _u32(fb, 0)
-    kind = _field(fb, root, 1)  # Message.header_type
-    if kind is None or fb[kind] != _MESSAGE_HEADER_RECORD_BATCH:
-        raise ValueError("block is not a record batch message")
-    hdr = _field(fb, root, 2)
-    if hdr is None:
-        raise ValueError("record batch message without a header")
-    rb = hdr + _u32(fb, hdr)
-    length = _field(fb, rb, 0)
-    return struct.unpack_from("<q", fb, length)[0] if length is not None else 0
-
-
+# -- Arrow IPC file footer, for row counts without reading bodies ---------------------------------
 def ipc_file_batch_rows(f: pa.NativeFile) -> list[int]:
     """Row count of every record batch of an Arrow IPC file, from its footer and message headers
     only (the bodies are never read). ``f`` must be a random-access file."""
     size = f.size()
     tail = f.read_at(10, size - 10)
-    if tail[4:] != _ARROW_FILE_MAGIC:
+    if tail[4:] != ARROW_FILE_MAGIC:
         raise ValueError("not an Arrow IPC file (no trailing magic)")
     footer_len = struct.unpack_from("<i", tail, 0)[0]
     footer = f.read_at(footer_len, size - 10 - footer_len)
-    return [_message_rows(f.read_at(meta_len, offset)) for offset, meta_len in _footer_blocks(footer)]
+    from resumable_data.sources.layout import message_info
+    rows = []
+    for offset, meta_len, _ in footer_blocks(footer)[0]:
+        meta = f.read_at(meta_len, offset)
+        rows.append(message_info(meta[8 if meta[:4] == b"\xff\xff\xff\xff" else 4:])[2])
+    return rows
+
+
+def build_layout(path: Any, store: ShardStore, fmt: ShardFormat, file: pa.NativeFile | None = None,
+                 parquet_metadata: Any = None) -> ShardLayout | None:
+    """The :class:`~.layout.ShardLayout` of one shard (see :mod:`.layout` for what it reads);
+    ``file``: the shard already opened for random access. Raises LayoutError/struct.error on bytes
+    that do not parse."""
+    if fmt is ShardFormat.PARQUET:
+        if parquet_metadata is None:
+            with store.open_input_file(path) as f:
+                parquet_metadata = pq.ParquetFile(f).metadata
+        return parquet_layout(parquet_metadata)
+    own = file is None
+    f = store.open_input_file(path) if own else file
+    try:
+        size = f.size()
+        read_at = lambda offset, length: store.retrying(  # noqa: E731
+            path, f"read of bytes [{offset}, {offset + length})", lambda: f.read_at(length, offset))
+        if fmt is ShardFormat.IPC_FILE:
+            return ipc_file_layout(read_at, size, 1 if store.local else _HEADER_READS)
+        return ipc_stream_layout(read_at, size)
+    finally:
+        if own:
+            f.close()
 
 
 # -- opening --------------------------------------------------------------------------------------
 class OpenShard:
     """One opened shard: format, schema, rows per unit and, where memory-mapped, the units'
     zero-copy record batches (``batches``) and the whole map (``whole``); :meth:`read_unit` loads
-    unit ``k`` otherwise."""
+    unit ``k`` otherwise (by range where the shard has a ``layout``)."""
 
     def __init__(self, fmt: ShardFormat, schema: pa.Schema, unit_rows: list[int], *,
                  batches: list[pa.RecordBatch] | None = None, whole: pa.Buffer | None = None,
                  file: Any = None, reader: Any = None, store: ShardStore = LOCAL, path: str = "",
-                 identity: FileIdentity | None = None) -> None:
+                 identity: FileIdentity | None = None, layout: ShardLayout | None = None) -> None:
         self.format, self.schema, self.unit_rows = fmt, schema, unit_rows
-        self.batches, self.whole = batches, whole
+        self.batches, self.whole, self.layout = batches, whole, layout
         #: the file's identity when it was opened (:mod:`.identity`)
         self.identity = identity
         self._file, self._reader, self._store, self._path = file, reader, store, path
@@ -306,12 +303,15 @@ class OpenShard:
     def read_unit(self, k: int) -> pa.RecordBatch:
         """Unit ``k`` as one record batch (read from the store unless memory-mapped); a read or
         decode failure, or a unit holding other than the rows its metadata claimed, is a
-        DatasetIntegrityError naming the shard and unit (not yet validated: see :mod:`.validate`).
-        The file's identity is checked before and after the read."""
+        DatasetIntegrityError naming the shard and unit (not yet validated: see :mod:`.validate`);
+        a store that does not answer, after its retries, a
+        :class:`~resumable_data.StoreUnavailableError`. The file's identity is checked before and
+        after the read."""
         if self.batches is not None:
             return self.batches[k]
         self.check(f"before reading record batch {k}")
-        batch = guard(str(self._path), f"record batch {k}", lambda: self._read_unit(k))
+        batch = guard(str(self._path), f"record batch {k}", lambda: self._store.retrying(
+            self._path, f"read of unit {k}", lambda: self._read_unit(k)))
         self.check(f"after reading record batch {k}")
         if batch.num_rows != self.unit_rows[k]:
             raise integrity_error(str(self._path), f"record batch {k}", ValueError(
@@ -319,6 +319,9 @@ class OpenShard:
         return batch
 
     def _read_unit(self, k: int) -> pa.RecordBatch:
+        if self.layout is not None and self.format is not ShardFormat.PARQUET:
+            offset, length, rows = self.layout.units[k]
+            return read_ipc_unit(self._file.read_at(length, offset), self.schema, rows)
         if self.format is ShardFormat.IPC_FILE:
             return self._reader.get_batch(k)
         if self.format is ShardFormat.PARQUET:
@@ -336,12 +339,26 @@ class OpenShard:
             self._file.close()
 
 
-def open_shard(path: Any, store: ShardStore = LOCAL, fmt: ShardFormat | None = None) -> OpenShard:
+def _try_layout(path: Any, store: ShardStore, fmt: ShardFormat, f: Any) -> ShardLayout | None:
+    """The layout, or None for bytes pyarrow reads but :mod:`.layout` does not index (read as
+    before, without ranges)."""
+    try:
+        return build_layout(path, store, fmt, f)
+    except (LayoutError, struct.error):
+        return None
+
+
+def open_shard(path: Any, store: ShardStore = LOCAL, fmt: ShardFormat | None = None,
+               layout: ShardLayout | None = None, *, with_layout: bool = False) -> OpenShard:
     """Open one shard for reading (see the module docstring for what each format costs).
 
-    Reads only metadata (footer, schema, message headers; no batch body is touched); any failure
-    is a :class:`~resumable_data.DatasetIntegrityError` naming the shard (:mod:`.validate`)."""
-    return guard(str(path), "metadata (footer/schema/batch headers)", lambda: _open_shard(path, store, fmt))
+    ``layout``: the shard's pinned :class:`~.layout.ShardLayout`: a remote IPC shard then costs one
+    open and one read of its schema message, and each unit is read by range. ``with_layout``: build
+    the layout while opening (pinning; a remote shard without a pinned one). Reads only metadata
+    (footer, schema, message headers; no batch body is touched); any failure is a
+    :class:`~resumable_data.DatasetIntegrityError` naming the shard (:mod:`.validate`)."""
+    return guard(str(path), "metadata (footer/schema/batch headers)",
+                 lambda: store.retrying(path, "open", lambda: _open_shard(path, store, fmt, layout, with_layout)))
 
 
 def _parquet_rows(pf: pq.ParquetFile) -> list[int]:
@@ -360,7 +377,10 @@ def _parquet_rows(pf: pq.ParquetFile) -> list[int]:
     return rows
 
 
-def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None) -> OpenShard:
+def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None, layout: ShardLayout | None,
+                with_layout: bool) -> OpenShard:
+    if layout is not None:
+        fmt = layout.format
     fmt = fmt or detect_format(path, store)
     if fmt is ShardFormat.PARQUET:
         f = store.open_input_file(path)
@@ -368,8 +388,12 @@ def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None) -> OpenSh
         pf = pq.ParquetFile(f, page_checksum_verification=True)
         check_schema_names(pf.schema_arrow)
         rows = _parquet_rows(pf)
+        if layout is not None and layout.unit_rows != rows:
+            raise LayoutError(f"row groups of {rows} rows where the layout says {layout.unit_rows}")
+        if layout is None and with_layout:
+            layout = parquet_layout(pf.metadata)
         return OpenShard(fmt, pf.schema_arrow, rows, file=f, reader=pf, store=store, path=path,
-                         identity=identity)
+                         identity=identity, layout=layout)
     mapped = store.memory_map(path)
     if mapped is not None:  # every record batch is a zero-copy view of the map
         identity = store.identity(path, mapped)
@@ -382,8 +406,24 @@ def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None) -> OpenSh
             reader = pa.ipc.open_stream(pa.BufferReader(whole))
             batches = list(reader)
         check_schema_names(reader.schema)
+        if layout is None and with_layout:
+            layout = _try_layout(path, store, fmt, pa.BufferReader(whole))
         return OpenShard(fmt, reader.schema, [b.num_rows for b in batches], batches=batches,
-                         whole=whole, store=store, path=path, identity=identity)
+                         whole=whole, store=store, path=path, identity=identity, layout=layout)
+    if layout is not None or with_layout:  # one open, one read of the schema message; units by range
+        f = store.open_input_file(path)
+        if layout is None:
+            layout = _try_layout(path, store, fmt, f)
+            if layout is None:
+                f.close()
+    if layout is not None:
+        if layout.units and layout.units[-1][0] + layout.units[-1][1] > f.size():
+            f.close()
+            raise LayoutError(f"the object has {f.size()} bytes, fewer than its layout spans")
+        schema = pa.ipc.read_schema(pa.py_buffer(f.read_at(layout.schema[1], layout.schema[0])))
+        check_schema_names(schema)
+        return OpenShard(fmt, schema, layout.unit_rows, file=f, store=store, path=path,
+                         identity=store.identity(path, f), layout=layout)
     if fmt is ShardFormat.IPC_FILE:
         f = store.open_input_file(path)
         reader = pa.ipc.open_file(f)
@@ -397,7 +437,7 @@ def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None) -> OpenSh
         return OpenShard(fmt, reader.schema, rows, file=f, reader=reader, store=store, path=path,
                          identity=store.identity(path, f))
     identity = store.identity(path)
-    with store.open_input_stream(path) as f:  # no index: one unit, read whole on first use
+    with store.open_input_stream(path) as f:  # dictionaries, no layout: one unit, read whole on first use
         reader = pa.ipc.open_stream(f)
         schema, rows = reader.schema, sum(b.num_rows for b in reader)
     check_schema_names(schema)
@@ -405,14 +445,14 @@ def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None) -> OpenSh
 
 
 def read_shard_meta(path: Any, store: ShardStore = LOCAL) -> ShardMeta:
-    """Format, row count and schema of one shard, from its metadata only."""
+    """Format, row count, schema and layout of one shard, from its metadata only."""
     fmt = guard(str(path), "format detection", lambda: detect_format(path, store))
     try:
-        shard = open_shard(path, store, fmt)
+        shard = open_shard(path, store, fmt, with_layout=True)
     except DatasetIntegrityError as exc:
         raise ConfigError(
             describe("shard", str(path), f"a readable {fmt.value} shard (read failed: {exc})",
                      "remove or rewrite the damaged file, then pin again")
         ) from exc
     shard.close()
-    return ShardMeta(fmt, sum(shard.unit_rows), shard.schema)
+    return ShardMeta(fmt, sum(shard.unit_rows), shard.schema, shard.layout)

@@ -48,7 +48,8 @@ K_SIZE = "size"
 K_MTIME_NS = "mtime_ns"
 K_DEV = "dev"
 K_INO = "ino"
-_KEYS = (K_SIZE, K_MTIME_NS, K_DEV, K_INO)
+K_ETAG = "etag"
+_KEYS = (K_SIZE, K_MTIME_NS, K_DEV, K_INO, K_ETAG)
 
 #: The fix for a file that changed under a source.
 FIX = ("restore the original file (a dataset's files must not change while a job reads them: write a new "
@@ -66,13 +67,14 @@ class FileIdentity:
     mtime_ns: int | None
     dev: int | None = None
     ino: int | None = None
+    etag: str | None = None  #: remote objects: the store's ETag (with its version id where kept)
 
     def to_dict(self) -> dict[str, Any]:
-        return {K_SIZE: self.size, K_MTIME_NS: self.mtime_ns, K_DEV: self.dev, K_INO: self.ino}
+        return {K_SIZE: self.size, K_MTIME_NS: self.mtime_ns, K_DEV: self.dev, K_INO: self.ino, K_ETAG: self.etag}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FileIdentity:
-        return cls(**{k: d[k] for k in _KEYS})
+        return cls(**{k: d.get(k) for k in _KEYS})
 
     def differences(self, now: FileIdentity | None) -> list[str]:
         """What differs between this (recorded) identity and ``now`` (empty when they match)."""
@@ -81,6 +83,8 @@ class FileIdentity:
         out = []
         if (self.dev, self.ino) != (now.dev, now.ino):
             out.append(f"another file now has its name (device/inode {self.dev}/{self.ino} -> {now.dev}/{now.ino})")
+        if self.etag != now.etag:
+            out.append(f"ETag {self.etag} -> {now.etag} (the object was replaced)")
         if self.size != now.size:
             out.append(f"size {self.size} -> {now.size} bytes")
         if self.mtime_ns != now.mtime_ns:

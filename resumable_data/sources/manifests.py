@@ -17,7 +17,7 @@ Algorithm: a manifest is looked for, in order, at
 Guarantee: rd writes into a data folder only when asked (``rd.pin(dir)``, ``save="folder"``);
 a list of files never pins into their common parent; a read-only folder pins into the cache.
 
-Cost: one stat per candidate, one small read of the one found.
+Cost: one small read per candidate until one is found (a HEAD and a GET on S3).
 """
 
 from __future__ import annotations
@@ -29,18 +29,12 @@ import xxhash
 
 from resumable_data._cache import cache_dir
 from resumable_data.sources.files import LEGACY_MANIFEST_NAME, MANIFEST_NAME
-from resumable_data.sources.store import LOCAL, ShardStore, join
+from resumable_data.sources.store import LOCAL, ShardStore
 
-__all__ = ["cached_manifest", "folder_manifest"]
+__all__ = ["MANIFEST_NAMES", "cached_manifest"]
 
-
-def folder_manifest(store: ShardStore, root: str) -> str | None:
-    """The manifest file inside ``root`` (new name first, then the legacy one), or None."""
-    for name in (MANIFEST_NAME, LEGACY_MANIFEST_NAME):
-        p = join(root, name)
-        if store.stat(p) is not None:
-            return p
-    return None
+#: The names a folder's manifest may have, looked for in this order (the legacy name last).
+MANIFEST_NAMES = (MANIFEST_NAME, LEGACY_MANIFEST_NAME)
 
 
 def cached_manifest(store: ShardStore, root: str, rel: list[str]) -> Path:

@@ -17,8 +17,9 @@ Guarantee: pinning the same bytes twice gives the same hash, wherever they are s
 copy of remote shards pins to the same version); see :mod:`resumable_data.sources.version` for
 what changes it.
 
-Cost: one read of every byte in ``content`` mode (disk- or network-bound), metadata only in
-``size`` mode. A tqdm bar (bytes, stderr) appears only if hashing takes more than half a second.
+Cost: one read of every byte in ``content`` mode (disk- or network-bound; remote objects 16 at a
+time), metadata only in ``size`` and ``etag`` mode (an ``etag`` pin of a remote dataset reads each
+shard's footer or batch headers and one HEAD, never its bodies). A tqdm bar (bytes, stderr) appears only if hashing takes more than half a second.
 """
 
 from __future__ import annotations
@@ -45,11 +46,12 @@ from resumable_data.sources.files import (
     resolve_files,
 )
 from resumable_data.sources.store import join, store_for
-from resumable_data.sources.version import DatasetVersion, HashMode, Selection, ShardInfo
+from resumable_data.sources.version import DatasetVersion, HashMode, Selection, ShardInfo, etag_digest
 
 __all__ = ["pin", "resolve_files"]
 
-_MAX_WORKERS = 8
+_MAX_WORKERS = 8  # local: disk- and CPU-bound
+_REMOTE_WORKERS = 16  # remote: requests wait on the network
 
 
 def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
@@ -62,7 +64,9 @@ def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
     ``save="cache"``) and the cache for a list of files; ``"folder"`` / ``"cache"`` choose; False
     keeps the manifest in memory only.
     ``hash="content"`` (default) hashes every byte; ``hash="size"`` records sizes, rows and the
-    schema only (cheaper, weaker: an in-place edit that keeps the size goes unnoticed).
+    schema only (cheaper, weaker: an in-place edit that keeps the size goes unnoticed);
+    ``hash="etag"`` (object stores that give ETags) records each object's ETag and reads no shard
+    body: the store is trusted to give other bytes another ETag (see :mod:`.verified`).
     ``filesystem``: a ``pyarrow.fs.FileSystem`` the paths live on (e.g. S3; the bytes are streamed
     through it).
     """
@@ -89,28 +93,38 @@ def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
                                        "pass save=True, or pin their directory"))
     full = [join(root, r) for r in rel]
     # local hashing is disk- and CPU-bound (one worker per core); remote reads wait on the network
-    cores = (os.cpu_count() or 1) if store.local else _MAX_WORKERS
-    workers = max(1, max_workers or min(len(rel), cores, _MAX_WORKERS))
+    cap = min(os.cpu_count() or 1, _MAX_WORKERS) if store.local else _REMOTE_WORKERS
+    workers = max(1, max_workers or min(len(rel), cap))
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         metas = list(pool.map(lambda p: read_shard_meta(p, store), full))
     schema = canonical_schema(metas[0].schema)
     for r, m in zip(rel, metas):
         check_same_schema(rel[0], schema, r, canonical_schema(m.schema))
-    sizes = [store.stat(p).size for p in full]
+    with ThreadPoolExecutor(max_workers=workers) as pool:  # before hashing (see .verified)
+        stats = list(pool.map(store.stat, full))
+    sizes = [st.size for st in stats]
 
     hashes: list[str | None] = [None] * len(rel)
-    if mode is HashMode.CONTENT:
+    if mode is HashMode.ETAG:  # the store's ETags, no byte read (the trust model of .verified)
+        for r, st in zip(rel, stats):
+            if st.etag is None:
+                raise ConfigError(describe(
+                    "hash", "etag", f"a store that gives every object an ETag ({r!r} has none on "
+                    f"{store!r})", "pin with hash='content' (every byte hashed, in parallel)"))
+        hashes = [etag_digest(st.etag) for st in stats]
+    elif mode is HashMode.CONTENT:
         with tqdm(total=sum(sizes), unit="B", unit_scale=True, unit_divisor=1024, delay=0.5,
                   desc="rd.pin", file=sys.stderr, leave=False) as bar:
-            keys = [verified.file_key(store, p) for p in full]  # before hashing (see .verified)
+            keys = [verified.file_key(store, p, None if store.local else st) for p, st in zip(full, stats)]
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 hashes = list(pool.map(lambda p: store.hash_file(p, bar.update), full))
         for key, h in zip(keys, hashes):
             verified.remember(key, h)
 
-    shards = [ShardInfo(path=r, size=sz, num_rows=m.num_rows, content_hash=h)
-              for r, sz, m, h in zip(rel, sizes, metas, hashes)]
+    shards = [ShardInfo(path=r, size=st.size, num_rows=m.num_rows, content_hash=h, layout=m.layout,
+                        etag=st.etag if h is not None else None)
+              for r, st, m, h in zip(rel, stats, metas, hashes)]
     version = DatasetVersion.build(shards, schema, mode, selection, Path(root),
                                    filesystem=store.filesystem)
     if save:

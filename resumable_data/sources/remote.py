@@ -5,7 +5,8 @@ There is no separate remote code path any more: discovery, metadata, pinning, ve
 and reading are written once over :class:`~resumable_data.sources.store.ShardStore`, and a
 filesystem is just another store (:class:`~resumable_data.sources.store.FileSystemStore`, picked by
 :func:`~resumable_data.sources.store.store_for`). How remote shards are read and what that costs
-(IPC file footers and batch headers, Parquet footers, on-demand bodies) is in :mod:`.files`.
+(the pinned unit layout, ranged reads, Parquet footers, on-demand bodies) is in :mod:`.files` and
+:mod:`.layout`; retries of transient failures in :mod:`.retry`.
 """
 
 from __future__ import annotations

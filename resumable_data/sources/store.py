@@ -3,9 +3,11 @@
 Algorithm: a store names files by POSIX path strings (:meth:`ShardStore.resolve`: the resolved
 absolute path of a local file; ``bucket/prefix/name`` without a trailing slash on a
 ``pyarrow.fs.FileSystem``) and offers only what the sources need: ``stat`` (size, mtime where the
-store keeps one), ``is_dir``, a recursive listing, random-access and sequential opening, a memory
-map where the bytes are local, a bounded read of a small file (the manifest), an atomic whole-file
-write (the manifest) and the streamed content hash. Every source feature (discovery, metadata,
+store keeps one, and the ETag where the store gives one: :attr:`FileStat.etag`), ``is_dir``, a
+recursive listing, random-access and sequential opening, a memory map where the bytes are local,
+a bounded read of a small file (the manifest), an atomic whole-file write (the manifest), the
+streamed content hash, a ranged read and ``retrying`` (a read through a pyarrow reader, retried on
+transient failures). Every source feature (discovery, metadata,
 pinning, verifying, opening, reading) is written once over this interface
 (:mod:`.files`, :mod:`.pin`, :mod:`.version`, :mod:`.arrow_shards`).
 
@@ -20,11 +22,14 @@ pinning, verifying, opening, reading) is written once over this interface
   :func:`resumable_data._io.atomic_write` with ``durable=True`` (tmp file, fsync, ``os.replace``,
   directory fsync), the hash is :func:`resumable_data._io.hash_file`. :meth:`~LocalStore.identity`
   is the ``fstat`` of an open file (device, inode, size, mtime in ns: :mod:`.identity`).
-* :class:`FileSystemStore`: a ``pyarrow.fs.FileSystem`` (S3, GCS, HDFS, Azure, ...). Nothing is
+* :class:`FileSystemStore`: a ``pyarrow.fs.FileSystem`` (S3, GCS, HDFS, Azure, ...). Every
+  request is retried on transient failures (:mod:`.retry`; a store that stays down is an
+  :class:`~resumable_data.StoreUnavailableError`). On S3 and GCS ``stat`` is one HEAD that
+  also returns the ETag (``get_file_info`` drops it). Nothing is
   memory-mapped (reads are on demand, see :mod:`.files`); the write is one
   ``open_output_stream`` upload (an object appears whole when its upload completes: the atomic
   write of object stores); the hash is :func:`resumable_data._io.hash_stream` over
-  ``open_input_stream``; :meth:`~FileSystemStore.identity` is the object's size and modification time.
+  ``open_input_stream``; :meth:`~FileSystemStore.identity` is the object's size, modification time and ETag.
 
 :func:`store_for` turns a ``filesystem=`` argument into a store: ``None`` or a
 ``pyarrow.fs.LocalFileSystem`` is the local store (memory maps), any other filesystem its
@@ -47,7 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from stat import S_ISDIR, S_ISREG
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -55,18 +60,24 @@ import pyarrow.fs as pafs
 from resumable_data import _io
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
 from resumable_data.sources.identity import FileIdentity, identity_of_stat
+from resumable_data.sources.retry import DEFAULT_RETRIES, Retries, call
 
 __all__ = ["LOCAL", "FileStat", "FileSystemStore", "LocalStore", "ShardStore", "join", "store_for"]
 
 Progress = Callable[[int], object]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class FileStat:
-    """A file's byte size and modification time (seconds since the epoch; None if not kept)."""
+    """A file's byte size, modification time (seconds since the epoch; None if not kept) and
+    ``etag``: what the store guarantees identifies the object's current bytes (S3/GCS: the ETag,
+    plus ``@<VersionId>`` on a versioned bucket), None where the store keeps none (local files:
+    their identity is the inode and nanosecond times, see :mod:`.verified`)."""
 
     size: int
     mtime: float | None
+    etag: str | None = None
 
 
 @runtime_checkable
@@ -116,6 +127,13 @@ class ShardStore(Protocol):
 
     def hash_file(self, path: Any, progress: Progress | None = None) -> str:
         """xxh3-128 hex digest of the file's bytes, streamed; ``progress(n)`` per chunk."""
+
+    def read_range(self, path: Any, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` (one ranged request on an object store)."""
+
+    def retrying(self, path: Any, operation: str, fn: Callable[[], T]) -> T:
+        """``fn()`` (a read of ``path`` through a pyarrow reader), retried on transient store
+        failures (:mod:`.retry`); local files: ``fn()``."""
 
 
 def _posix(path: Any) -> str:
@@ -213,85 +231,172 @@ class LocalStore:
     def hash_file(self, path: Any, progress: Progress | None = None) -> str:
         return _io.hash_file(path, progress)
 
+    def read_range(self, path: Any, offset: int, length: int) -> bytes:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(length)
+
+    def retrying(self, path: Any, operation: str, fn: Callable[[], T]) -> T:
+        return fn()
+
     def __repr__(self) -> str:
         return "LocalStore()"
 
 
+# the newest stat of each (filesystem, path), taken once by FileSystemStore.identity(): the verify
+# that precedes an open already sent the HEAD the identity needs (one request per shard saved)
+_RECENT: dict[tuple[int, str], Any] = {}
+_MISSING = object()
+
+
 class FileSystemStore:
-    """Files behind a ``pyarrow.fs.FileSystem``: on-demand reads, whole-object writes."""
+    """Files behind a ``pyarrow.fs.FileSystem``: on-demand reads, whole-object writes, every
+    request retried on transient failures (:mod:`.retry`)."""
 
     local = False
 
-    def __init__(self, filesystem: pafs.FileSystem) -> None:
+    def __init__(self, filesystem: pafs.FileSystem, retries: Retries = DEFAULT_RETRIES) -> None:
         self.filesystem = filesystem
+        self.retries = retries
 
     def resolve(self, path: Any) -> str:
         return _posix(path).rstrip("/")
 
+    def retrying(self, path: Any, operation: str, fn: Callable[[], T]) -> T:
+        return call(self.retries, self.resolve(path), operation, fn)
+
     def _info(self, path: Any) -> pafs.FileInfo:
-        return self.filesystem.get_file_info(self.resolve(path))
+        return self.retrying(path, "stat", lambda: self.filesystem.get_file_info(self.resolve(path)))
 
     def stat(self, path: Any) -> FileStat | None:
+        st = self._stat(path)
+        _RECENT[(id(self.filesystem), self.resolve(path))] = st
+        return st
+
+    def _stat(self, path: Any) -> FileStat | None:
+        if self.filesystem.type_name in _HEAD_METADATA:
+            return self.retrying(path, "stat (HEAD)", lambda: self._head(path))
         info = self._info(path)
         if info.type != pafs.FileType.File:
             return None
         mtime = info.mtime.timestamp() if info.mtime is not None else None
         return FileStat(info.size, mtime)
 
+    def _head(self, path: Any) -> FileStat | None:
+        """One HEAD request: size, Last-Modified and the ETag (``get_file_info`` drops the ETag)."""
+        try:
+            f = self.filesystem.open_input_file(self.resolve(path))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if "not a regular file" in str(exc).lower():  # a bucket
+                return None
+            raise
+        with f:
+            size, meta = f.size(), f.metadata()
+        meta = {k.lower(): v.decode("utf-8", "replace") for k, v in meta.items()}
+        etag = meta.get("etag") or None
+        if etag is not None and meta.get("x-amz-version-id"):
+            etag = f"{etag}@{meta['x-amz-version-id']}"
+        return FileStat(size, _http_time(meta.get("last-modified")), etag)
+
     def is_dir(self, path: Any) -> bool:
         return self._info(path).type == pafs.FileType.Directory
 
     def list_files(self, root: Any) -> list[str]:
         base = self.resolve(root)
-        infos = self.filesystem.get_file_info(pafs.FileSelector(base, recursive=True))
+        infos = self.retrying(root, "listing", lambda: self.filesystem.get_file_info(
+            pafs.FileSelector(base, recursive=True)))
         return sorted(posixpath.relpath(i.path, base) for i in infos if i.type == pafs.FileType.File)
 
     def open_input_file(self, path: Any) -> pa.NativeFile:
-        return self.filesystem.open_input_file(self.resolve(path))
+        return self.retrying(path, "open", lambda: self.filesystem.open_input_file(self.resolve(path)))
 
     def open_input_stream(self, path: Any) -> pa.NativeFile:
-        return self.filesystem.open_input_stream(self.resolve(path))
+        return self.retrying(path, "open", lambda: self.filesystem.open_input_stream(self.resolve(path)))
 
     def memory_map(self, path: Any) -> None:
         return None
 
     def identity(self, path: Any, opened: pa.NativeFile | None = None) -> FileIdentity | None:
-        st = self.stat(path)
+        st = _RECENT.pop((id(self.filesystem), self.resolve(path)), _MISSING)
+        if st is _MISSING:
+            st = self._stat(path)
         if st is None:
             return None
-        return FileIdentity(st.size, round(st.mtime * 1e9) if st.mtime is not None else None)
+        return FileIdentity(st.size, round(st.mtime * 1e9) if st.mtime is not None else None, etag=st.etag)
 
     def read_small(self, path: Any, max_bytes: int) -> bytes | None:
-        if self.stat(path) is None:
-            return None
-        with self.open_input_stream(path) as f:
-            data = f.read(max_bytes + 1)
-        if len(data) > max_bytes:
+        def read() -> bytes | None:
+            try:
+                f = self.filesystem.open_input_stream(self.resolve(path))
+            except FileNotFoundError:
+                return None
+            with f:
+                return f.read(max_bytes + 1)
+        data = self.retrying(path, "read", read)
+        if data is not None and len(data) > max_bytes:
             raise _too_large(self.resolve(path), max_bytes)
         return data
 
     def write_atomic(self, path: Any, data: bytes) -> None:
-        with self.filesystem.open_output_stream(self.resolve(path)) as f:
-            f.write(data)
+        def write() -> None:
+            with self.filesystem.open_output_stream(self.resolve(path)) as f:
+                f.write(data)
+        self.retrying(path, "write", write)
 
     def hash_file(self, path: Any, progress: Progress | None = None) -> str:
-        with self.open_input_stream(path) as f:
-            return _io.hash_stream(f, progress)
+        def digest() -> str:  # a retry restarts the stream (and the bar counts those bytes again)
+            with self.filesystem.open_input_stream(self.resolve(path)) as f:
+                return _io.hash_stream(f, progress)
+        return self.retrying(path, "hash", digest)
+
+    def read_range(self, path: Any, offset: int, length: int) -> bytes:
+        def read() -> bytes:
+            with self.filesystem.open_input_file(self.resolve(path)) as f:
+                data = f.read_at(length, offset)
+            if len(data) != length:
+                raise DatasetIntegrityError(describe(
+                    "path", self.resolve(path), f"{length} bytes at offset {offset} (got {len(data)}: "
+                    "the object is shorter than its pinned layout)",
+                    "restore the object, or re-pin deliberately with rd.pin(prefix, filesystem=...)"))
+            return data
+        return self.retrying(path, f"read of bytes [{offset}, {offset + length})", read)
 
     def __repr__(self) -> str:
         return f"FileSystemStore({self.filesystem.type_name})"
+
+
+# Filesystems whose opened files carry the object's HTTP metadata (ETag, Last-Modified).
+_HEAD_METADATA = frozenset({"s3", "gcs"})
+
+
+def _http_time(value: str | None) -> float | None:
+    """Seconds since the epoch of an ISO-8601 or RFC 1123 time (Last-Modified), None if absent."""
+    if not value:
+        return None
+    from datetime import datetime
+    from email.utils import parsedate_to_datetime
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        try:
+            return parsedate_to_datetime(value).timestamp()
+        except (TypeError, ValueError):
+            return None
 
 
 #: The local store (stateless: one instance serves every caller).
 LOCAL = LocalStore()
 
 
-def store_for(filesystem: Any) -> ShardStore:
-    """The store of a ``filesystem=`` argument: None or ``LocalFileSystem`` -> :data:`LOCAL`."""
+def store_for(filesystem: Any, retries: Retries = DEFAULT_RETRIES) -> ShardStore:
+    """The store of a ``filesystem=`` argument: None or ``LocalFileSystem`` -> :data:`LOCAL`;
+    ``retries``: how a remote store retries transient failures (:mod:`.retry`)."""
     if filesystem is None or isinstance(filesystem, pafs.LocalFileSystem):
         return LOCAL
     if not isinstance(filesystem, pafs.FileSystem):
         raise ConfigError(describe("filesystem", type(filesystem).__name__, "a pyarrow.fs.FileSystem",
                                    "pass e.g. pyarrow.fs.S3FileSystem(...) (fsspec filesystems: wrap in "
                                    "pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(fs)))"))
-    return FileSystemStore(filesystem)
+    return FileSystemStore(filesystem, retries)

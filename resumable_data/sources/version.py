@@ -19,9 +19,17 @@ the fields and refuses a manifest whose stored hash does not match (a hand-edite
 Cost: loading is one small JSON read (at most :data:`MANIFEST_MAX_BYTES`; a larger file is
 refused). Saving is one atomic write (local: tmp file, fsync, rename, directory fsync; remote: one
 whole-object upload). ``verify("size")`` stats every shard and reads its
-metadata (row count, schema); ``verify("content")`` also re-hashes every byte; ``verify("cached")``
-re-hashes only shards whose (path, size, mtime, ctime, inode) changed since they last verified
-(:mod:`.verified`).
+metadata (row count, schema; a remote shard with a pinned layout skips that read: its schema and
+row counts are checked when it is opened and read); ``verify("content")`` also re-hashes every
+byte; ``verify("cached")`` re-hashes only shards whose (path, size, mtime, ctime, inode; remote:
+path, size, ETag) changed since they last verified, and accepts a remote shard whose ETag is the
+pinned one (:mod:`.verified`). Remote shards are checked 16 at a time.
+
+Manifest schema 2 adds, per shard, its :class:`~.layout.ShardLayout` and the store's ETag, and
+``derived_hash`` over them; neither is part of the version's identity (``hash`` covers the schema-1
+fields, so a dataset keeps its hash across the upgrade); schema 1 manifests are still read (their
+layouts are built at the first open, :mod:`.opening`). ``hash_mode="etag"`` versions record the
+ETag's digest as each shard's ``content_hash`` (:class:`HashMode`).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import enum
 import errno
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -40,13 +49,14 @@ from resumable_data._cache import cache_dir
 from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
 from resumable_data.sources import verified
+from resumable_data.sources.layout import LayoutError, ShardLayout
 from resumable_data.sources.files import (
     MANIFEST_NAME,
     canonical_schema,
     discover_shards,
     read_shard_meta,
 )
-from resumable_data.sources.manifests import cached_manifest, folder_manifest
+from resumable_data.sources.manifests import MANIFEST_NAMES, cached_manifest
 from resumable_data.sources.store import LOCAL, ShardStore, join, store_for
 
 __all__ = [
@@ -56,12 +66,19 @@ __all__ = [
     "DatasetVersion",
     "HashMode",
     "Selection",
+    "etag_digest",
     "ShardInfo",
     "VerifyLevel",
 ]
 
 MANIFEST_FORMAT = "resumable_data.dataset_version"
-MANIFEST_SCHEMA_VERSION = 1
+MANIFEST_SCHEMA_VERSION = 2
+#: Manifest schema versions this version reads (1: before layouts; read, never written).
+MANIFEST_READ_VERSIONS = (1, 2)
+#: The schema version whose fields the version hash covers (identity is unchanged by schema 2).
+IDENTITY_SCHEMA_VERSION = 1
+_REMOTE_WORKERS = 16  # concurrent requests when verifying remote shards
+
 #: The most bytes a manifest may hold (about 1.7 million shards); a larger file is refused unread.
 MANIFEST_MAX_BYTES = 256 << 20
 
@@ -78,17 +95,31 @@ K_PATH = "path"
 K_SIZE = "size"
 K_NUM_ROWS = "num_rows"
 K_CONTENT_HASH = "content_hash"
+K_LAYOUT = "layout"  # schema 2
+K_ETAG = "etag"  # schema 2
+K_DERIVED_HASH = "derived_hash"  # schema 2
 
-_ROOT_KEYS = {K_FORMAT, K_SCHEMA_VERSION, K_SHARDS, K_SCHEMA, K_NUM_RECORDS, K_HASH, K_HASH_MODE,
-              K_SELECTION}
-_SHARD_KEYS = {K_PATH, K_SIZE, K_NUM_ROWS, K_CONTENT_HASH}
+_ROOT_KEYS_V1 = {K_FORMAT, K_SCHEMA_VERSION, K_SHARDS, K_SCHEMA, K_NUM_RECORDS, K_HASH, K_HASH_MODE,
+                 K_SELECTION}
+_SHARD_KEYS_V1 = {K_PATH, K_SIZE, K_NUM_ROWS, K_CONTENT_HASH}
+_ROOT_KEYS = {1: _ROOT_KEYS_V1, 2: _ROOT_KEYS_V1 | {K_DERIVED_HASH}}
+_SHARD_KEYS = {1: _SHARD_KEYS_V1, 2: _SHARD_KEYS_V1 | {K_LAYOUT, K_ETAG}}
 
 
 class HashMode(str, enum.Enum):
-    """What the version hash covers: file ``content`` (xxh3-128 of bytes) or only ``size``."""
+    """What the version hash covers: file ``content`` (xxh3-128 of bytes), only ``size``, or
+    ``etag``: the object store's ETag of each shard (pinned with metadata requests only, no byte
+    read; the store is trusted to give other bytes another ETag, see :mod:`.verified`; a version
+    tied to those objects: a copy elsewhere has other or no ETags)."""
 
     CONTENT = "content"
     SIZE = "size"
+    ETAG = "etag"
+
+
+def etag_digest(etag: str) -> str:
+    """The ``content_hash`` a shard pinned with ``hash="etag"`` records: xxh3-128 of its ETag."""
+    return xxhash.xxh3_128_hexdigest(b"etag\0" + etag.encode("utf-8"))
 
 
 class VerifyLevel(str, enum.Enum):
@@ -145,21 +176,30 @@ def _check_int(root: Path | None, key: str, value: Any) -> int:
 
 @dataclass(frozen=True)
 class ShardInfo:
-    """One pinned shard: path relative to the root (POSIX), byte size, rows, content hash."""
+    """One pinned shard: path relative to the root (POSIX), byte size, rows, content hash; and,
+    derived, not part of the identity (None where unknown): its unit
+    :class:`~resumable_data.sources.layout.ShardLayout` and the store's ETag of the bytes that
+    were hashed (:attr:`FileStat.etag <resumable_data.sources.store.FileStat.etag>`)."""
 
     path: str
     size: int
     num_rows: int
     content_hash: str | None
+    layout: ShardLayout | None = field(default=None, compare=False, repr=False)
+    etag: str | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {K_PATH: self.path, K_SIZE: self.size, K_NUM_ROWS: self.num_rows,
-                K_CONTENT_HASH: self.content_hash}
+                K_CONTENT_HASH: self.content_hash,
+                K_LAYOUT: self.layout.to_dict() if self.layout is not None else None,
+                K_ETAG: self.etag}
 
     @classmethod
-    def from_dict(cls, d: Any, *, root: Path | None = None) -> ShardInfo:
-        if not isinstance(d, dict) or set(d) != _SHARD_KEYS:
-            raise _manifest_error(root, "shards[i]", d, f"an object with keys {sorted(_SHARD_KEYS)}")
+    def from_dict(cls, d: Any, *, root: Path | None = None, schema_version: int = MANIFEST_SCHEMA_VERSION
+                  ) -> ShardInfo:
+        keys = _SHARD_KEYS[schema_version]
+        if not isinstance(d, dict) or set(d) != keys:
+            raise _manifest_error(root, "shards[i]", d, f"an object with keys {sorted(keys)}")
         path = d[K_PATH]
         if not isinstance(path, str) or not path or path.startswith("/") or ".." in path.split("/"):
             raise _manifest_error(root, "shards[i].path", path, "a relative POSIX path inside the root")
@@ -167,14 +207,37 @@ class ShardInfo:
         if ch is not None and (not isinstance(ch, str) or len(ch) != 32):
             raise _manifest_error(root, f"shards[{path}].content_hash", ch,
                                   "null or a 32-character xxh3-128 hex digest")
-        return cls(path=path, size=_check_int(root, f"shards[{path}].size", d[K_SIZE]),
-                   num_rows=_check_int(root, f"shards[{path}].num_rows", d[K_NUM_ROWS]),
-                   content_hash=ch)
+        size = _check_int(root, f"shards[{path}].size", d[K_SIZE])
+        num_rows = _check_int(root, f"shards[{path}].num_rows", d[K_NUM_ROWS])
+        layout = None
+        if d.get(K_LAYOUT) is not None:
+            try:
+                layout = ShardLayout.from_dict(d[K_LAYOUT], size)
+            except LayoutError as exc:
+                raise _manifest_error(root, f"shards[{path}].layout", d[K_LAYOUT], str(exc)) from None
+        etag = d.get(K_ETAG)
+        if etag is not None and (not isinstance(etag, str) or not etag or len(etag) > 1024):
+            raise _manifest_error(root, f"shards[{path}].etag", etag, "null or the store's ETag string")
+        return cls(path=path, size=size, num_rows=num_rows, content_hash=ch, layout=layout, etag=etag)
 
 
 def compute_hash(body: dict[str, Any]) -> str:
-    """xxh3-128 hex of the canonical JSON of ``body`` (without its ``hash`` key)."""
-    payload = {k: v for k, v in body.items() if k != K_HASH}
+    """xxh3-128 hex of the canonical JSON of ``body``'s identity fields: the manifest as schema 1
+    wrote it (without its ``hash`` key), so layouts (schema 2) never change a version's hash."""
+    payload = {k: v for k, v in body.items() if k in _ROOT_KEYS_V1 and k != K_HASH}
+    payload[K_SCHEMA_VERSION] = IDENTITY_SCHEMA_VERSION
+    shards = payload.get(K_SHARDS)
+    if isinstance(shards, list):
+        payload[K_SHARDS] = [{k: v for k, v in sh.items() if k in _SHARD_KEYS_V1} if isinstance(sh, dict)
+                             else sh for sh in shards]
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
+
+
+def compute_derived_hash(shards: list[dict[str, Any]]) -> str:
+    """xxh3-128 hex of the canonical JSON of every shard's derived fields (layout, ETag): what the
+    manifest's ``derived_hash`` holds (schema 2), so a hand-edited layout is refused at load."""
+    payload = [[sh.get(K_LAYOUT), sh.get(K_ETAG)] for sh in shards]
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
 
@@ -208,6 +271,7 @@ class DatasetVersion:
             K_NUM_RECORDS: self.num_records,
             K_SHARDS: [s.to_dict() for s in self.shards],
             K_HASH: self.hash,
+            K_DERIVED_HASH: compute_derived_hash([s.to_dict() for s in self.shards]),
         }
 
     @classmethod
@@ -230,14 +294,14 @@ class DatasetVersion:
         if d.get(K_FORMAT) != MANIFEST_FORMAT:
             raise _manifest_error(root, K_FORMAT, d.get(K_FORMAT), f"{MANIFEST_FORMAT!r}")
         saved = d.get(K_SCHEMA_VERSION)
-        if saved != MANIFEST_SCHEMA_VERSION or type(saved) is not int:
+        if saved not in MANIFEST_READ_VERSIONS or type(saved) is not int:
             raise _manifest_error(
                 root, K_SCHEMA_VERSION, saved,
                 f"{MANIFEST_SCHEMA_VERSION} (saved {saved!r}, this version reads "
-                f"{MANIFEST_SCHEMA_VERSION})",
+                f"{', '.join(map(str, MANIFEST_READ_VERSIONS))})",
             )
-        if set(d) != _ROOT_KEYS:
-            raise _manifest_error(root, "manifest keys", sorted(d), f"exactly {sorted(_ROOT_KEYS)}")
+        if set(d) != _ROOT_KEYS[saved]:
+            raise _manifest_error(root, "manifest keys", sorted(d), f"exactly {sorted(_ROOT_KEYS[saved])}")
         try:
             hash_mode = HashMode(d[K_HASH_MODE])
             selection = Selection(d[K_SELECTION])
@@ -248,10 +312,13 @@ class DatasetVersion:
             raise _manifest_error(root, K_SCHEMA, d[K_SCHEMA], "the canonical schema text")
         if not isinstance(d[K_SHARDS], list):
             raise _manifest_error(root, K_SHARDS, d[K_SHARDS], "a list of shard objects")
-        shards = tuple(ShardInfo.from_dict(s, root=root) for s in d[K_SHARDS])
+        shards = tuple(ShardInfo.from_dict(s, root=root, schema_version=saved) for s in d[K_SHARDS])
         if len({s.path for s in shards}) != len(shards):
             raise _manifest_error(root, K_SHARDS, [s.path for s in shards], "unique shard paths")
         for s in shards:
+            if hash_mode is HashMode.ETAG and (s.etag is None or s.content_hash != etag_digest(s.etag)):
+                raise _manifest_error(root, f"shards[{s.path}].etag", s.etag,
+                                      "the ETag whose digest is the shard's content_hash (hash_mode='etag')")
             if (s.content_hash is None) != (hash_mode is HashMode.SIZE):
                 raise _manifest_error(root, f"shards[{s.path}].content_hash", s.content_hash,
                                       f"{'null' if hash_mode is HashMode.SIZE else 'a digest'} "
@@ -266,6 +333,16 @@ class DatasetVersion:
             raise _manifest_error(root, K_HASH, stored,
                                   f"{recomputed!r}, the hash of the manifest's fields (the manifest "
                                   "was edited by hand or damaged)")
+        if saved >= 2:
+            want = compute_derived_hash(d[K_SHARDS])
+            if d[K_DERIVED_HASH] != want:
+                raise _manifest_error(root, K_DERIVED_HASH, d[K_DERIVED_HASH],
+                                      f"{want!r}, the hash of the shards' layouts and ETags (the "
+                                      "manifest was edited by hand or damaged)")
+        for s in shards:
+            if s.layout is not None and s.layout.num_rows != s.num_rows:
+                raise _manifest_error(root, f"shards[{s.path}].layout", f"{s.layout.num_rows} rows",
+                                      f"the shard's {s.num_rows} rows")
         return cls(shards=shards, schema=d[K_SCHEMA], num_records=num_records, hash=stored,
                    hash_mode=hash_mode, selection=selection, root=root)
 
@@ -302,18 +379,22 @@ class DatasetVersion:
         """Like :meth:`load`, but None when no manifest exists anywhere."""
         store = store_for(filesystem)
         root = Path(directory) if store.local else Path(store.resolve(directory))
-        where = folder_manifest(store, root.as_posix()) if files is None else None
-        reader, source = store, None  # source: the cached manifest, named in errors
-        if where is None:
+        data, source = None, None  # source: the cached manifest, named in errors
+        if files is None:
+            for name in MANIFEST_NAMES:  # one small read per candidate until found
+                where = join(root.as_posix(), name)
+                data = store.read_small(where, MANIFEST_MAX_BYTES)
+                if data is not None:
+                    break
+        if data is None:
             rel = files
             if rel is None:
                 if not store.is_dir(root.as_posix()):
                     return None
                 rel = discover_shards(root.as_posix(), store)
-            cached = cached_manifest(store, store.resolve(root.as_posix()), rel)
-            where, reader = cached.as_posix(), LOCAL
+            where = cached_manifest(store, store.resolve(root.as_posix()), rel).as_posix()
             source = where
-        data = reader.read_small(where, MANIFEST_MAX_BYTES)
+            data = LOCAL.read_small(where, MANIFEST_MAX_BYTES)
         if data is None:
             return None
         try:
@@ -381,49 +462,29 @@ class DatasetVersion:
                                        "use DatasetVersion.load(directory) or rd.pin(directory)"))
         if level is VerifyLevel.CACHED and self.hash_mode is HashMode.SIZE:
             level = VerifyLevel.SIZE  # no digest to compare: sizes, rows and schema only
-        if level is VerifyLevel.CONTENT and self.hash_mode is HashMode.SIZE:
+        if level is VerifyLevel.CONTENT and self.hash_mode is not HashMode.CONTENT:
             raise ConfigError(
-                describe("level", level.value, "'size' for a version pinned with hash='size'",
-                         "verify(level='size'), or re-pin with rd.pin(directory, hash='content')")
+                describe("level", level.value, f"'size' or 'cached' for a version pinned with "
+                         f"hash={self.hash_mode.value!r} (it holds no digest of the bytes)",
+                         "verify(level='cached'), or re-pin with rd.pin(directory, hash='content')")
             )
-        problems: list[str] = []
         store = self.store
         root = self.root.as_posix()
-        for s in self.shards:
-            p = join(root, s.path)
-            st = store.stat(p)
-            if st is None:
-                problems.append(f"shard {s.path!r}: missing file")
-                continue
-            if st.size != s.size:
-                problems.append(f"shard {s.path!r}: size {st.size} bytes on disk, pinned {s.size}")
-                continue
-            try:
-                meta = read_shard_meta(p, store)
-            except ConfigError as exc:
-                problems.append(f"shard {s.path!r}: unreadable ({exc})")
-                continue
-            if meta.num_rows != s.num_rows:
-                problems.append(f"shard {s.path!r}: rows {meta.num_rows} on disk, pinned {s.num_rows}")
-            got_schema = canonical_schema(meta.schema)
-            if got_schema != self.schema:
-                problems.append(f"shard {s.path!r}: schema differs from the pinned schema "
-                                f"(on disk: {got_schema!r}; pinned: {self.schema!r})")
-            if level is not VerifyLevel.SIZE:
-                key = verified.file_key(store, p)  # taken before hashing (see .verified)
-                if level is VerifyLevel.CACHED and verified.is_verified(key, s.content_hash):
-                    continue
-                h = store.hash_file(p)
-                if h == s.content_hash:
-                    verified.remember(key, h)
-                else:
-                    problems.append(f"shard {s.path!r}: content hash {h} on disk, "
-                                    f"pinned {s.content_hash}")
-        if self.selection is Selection.DIRECTORY and store.is_dir(root):
-            listed = {s.path for s in self.shards}
-            for extra in discover_shards(root, store):
-                if extra not in listed:
-                    problems.append(f"shard {extra!r}: extra shard file not listed in the manifest")
+        check = lambda s: self._check_shard(store, root, s, level)  # noqa: E731
+        listing = self.selection is Selection.DIRECTORY
+        if store.local:
+            found = [check(s) for s in self.shards]
+            present = discover_shards(root, store) if listing and store.is_dir(root) else []
+        else:  # remote: every request waits on the network, so the shards (and the listing) run concurrently
+            with ThreadPoolExecutor(max_workers=min(_REMOTE_WORKERS, len(self.shards) + 1)) as pool:
+                listed_f = pool.submit(self._present, store, root) if listing else None
+                found = list(pool.map(check, self.shards))
+                present = listed_f.result() if listed_f is not None else []
+        problems = [p for ps in found for p in ps]
+        listed = {s.path for s in self.shards}
+        for extra in present:
+            if extra not in listed:
+                problems.append(f"shard {extra!r}: extra shard file not listed in the manifest")
         if problems:
             raise DatasetIntegrityError(
                 f"dataset at {str(self.root)!r} (version {self.hash}) does not match its manifest "
@@ -433,3 +494,50 @@ class DatasetVersion:
                 "rd.pin(directory) (save='cache' keeps the folder untouched; a new version: resumed "
                 "states will refuse it)"
             )
+
+    @staticmethod
+    def _present(store: ShardStore, root: str) -> list[str]:
+        """The shard files under ``root`` now (none when it is not a directory)."""
+        try:
+            return discover_shards(root, store)
+        except ConfigError:
+            return []
+
+    def _check_shard(self, store: ShardStore, root: str, s: ShardInfo, level: VerifyLevel) -> list[str]:
+        """The differences between shard ``s`` on ``store`` and the manifest (empty: none).
+
+        A remote shard with a pinned layout skips the metadata read: its schema is checked when it
+        is opened and each unit's row count when the unit is first read (:mod:`.layout`)."""
+        p = join(root, s.path)
+        st = store.stat(p)
+        if st is None:
+            return [f"shard {s.path!r}: missing file"]
+        if st.size != s.size:
+            return [f"shard {s.path!r}: size {st.size} bytes on disk, pinned {s.size}"]
+        problems = []
+        if store.local or s.layout is None:
+            try:
+                meta = read_shard_meta(p, store)
+            except ConfigError as exc:
+                return [f"shard {s.path!r}: unreadable ({exc})"]
+            if meta.num_rows != s.num_rows:
+                problems.append(f"shard {s.path!r}: rows {meta.num_rows} on disk, pinned {s.num_rows}")
+            got_schema = canonical_schema(meta.schema)
+            if got_schema != self.schema:
+                problems.append(f"shard {s.path!r}: schema differs from the pinned schema "
+                                f"(on disk: {got_schema!r}; pinned: {self.schema!r})")
+        if level is not VerifyLevel.SIZE and self.hash_mode is HashMode.ETAG:  # the store's word, no bytes read
+            if st.etag != s.etag:
+                problems.append(f"shard {s.path!r}: ETag {st.etag} on the store, pinned {s.etag} (the "
+                                "object was replaced, or copied to a store that gives other ETags)")
+        elif level is not VerifyLevel.SIZE:
+            key = verified.file_key(store, p, None if store.local else st)  # before hashing (.verified)
+            if level is VerifyLevel.CACHED and (verified.is_verified(key, s.content_hash) or (
+                    s.etag is not None and st.etag == s.etag)):  # the ETag trust model (.verified)
+                return problems
+            h = store.hash_file(p)
+            if h == s.content_hash:
+                verified.remember(key, h)
+            else:
+                problems.append(f"shard {s.path!r}: content hash {h} on disk, pinned {s.content_hash}")
+        return problems

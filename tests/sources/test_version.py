@@ -51,8 +51,10 @@ def test_rows_changed_same_size_reported(tmp_path, make_table):
     d = v.to_dict()
     d["shards"][0]["num_rows"] = 99
     d["num_records"] = 99
-    from resumable_data.sources.version import compute_hash
+    d["shards"][0]["layout"] = None  # a forger drops the layout too (it names 100 rows)
+    from resumable_data.sources.version import compute_derived_hash, compute_hash
     d["hash"] = compute_hash(d)
+    d["derived_hash"] = compute_derived_hash(d["shards"])
     forged = rd.DatasetVersion.from_dict(d, root=tmp_path)
     with pytest.raises(rd.DatasetIntegrityError, match="rows 100 on disk, pinned 99"):
         forged.verify()
@@ -69,7 +71,10 @@ def test_tampered_manifest_refused(pinned, tmp_path):
 
 
 @pytest.mark.parametrize("edit, match", [
-    (lambda d: d.update(schema_version=2), "schema_version=2.*saved 2"),
+    (lambda d: d.update(schema_version=3), "schema_version=3.*saved 3"),
+    (lambda d: d.update(schema_version=1), "manifest keys"),  # a schema-2 body is not schema 1
+    (lambda d: d["shards"][0]["layout"]["units"][0].__setitem__(2, 7), "layout"),
+    (lambda d: d["shards"][0]["layout"]["units"][0].__setitem__(0, 10**9), "layout"),
     (lambda d: d.update(format="other"), "format="),
     (lambda d: d.pop("schema"), "manifest keys"),
     (lambda d: d.update(num_records=-1), "num_records"),

@@ -1,0 +1,114 @@
+"""Opening a pinned dataset's shards: with their layouts, concurrently where the store is remote.
+
+Algorithm: :func:`with_layouts` gives every shard of a version its
+:class:`~resumable_data.sources.layout.ShardLayout`: the manifest's (pinned since schema 2), else
+the one this machine remembered for the shard's content hash (``cache_dir()/layouts``), else one
+built now from the shard's metadata (:func:`~resumable_data.sources.files.build_layout`; the
+caller remembers it once the shard's bytes are verified to be the pinned ones). :func:`open_shards`
+opens every shard with its layout (:func:`~resumable_data.sources.files.open_shard`): local
+shards one after the other (memory maps, no waiting), remote shards from a pool of
+:data:`REMOTE_WORKERS` threads (pyarrow releases the GIL while a request waits), and checks each
+shard's schema against the pinned one.
+
+Guarantee: the shards are returned in manifest order whatever order the requests complete in; a
+remote shard whose schema is not the pinned schema is a
+:class:`~resumable_data.DatasetIntegrityError` naming it (verifying a remote shard with a layout
+reads no metadata, see :meth:`DatasetVersion.verify
+<resumable_data.sources.version.DatasetVersion.verify>`); a store that does not answer is a
+:class:`~resumable_data.StoreUnavailableError` (:mod:`.retry`).
+
+Cost: remote, with layouts: per shard one open (a HEAD on S3) and one read of its schema message,
+``REMOTE_WORKERS`` at a time, so about ``2 * shards / REMOTE_WORKERS`` round trips. Without a
+layout (a manifest pinned before schema 2, first open on this machine), building it adds the
+metadata reads of :mod:`.layout` once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import TypeVar
+
+from resumable_data.errors import DatasetIntegrityError, describe
+from resumable_data.sources.files import OpenShard, canonical_schema, open_shard
+from resumable_data.sources.layout import ShardLayout, cached_layout
+from resumable_data.sources.store import ShardStore, join
+from resumable_data.sources.validate import FIX
+from resumable_data.sources.version import DatasetVersion
+
+__all__ = ["REMOTE_WORKERS", "open_shards", "pool_map", "with_layouts"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Remote shards opened (or indexed) at the same time.
+REMOTE_WORKERS = 16
+
+
+def pool_map(store: ShardStore, fn: Callable[[T], R], items: list[T]) -> list[R]:
+    """``[fn(x) for x in items]``, from :data:`REMOTE_WORKERS` threads when ``store`` is remote."""
+    if store.local or len(items) < 2:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=min(REMOTE_WORKERS, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def with_layouts(version: DatasetVersion, store: ShardStore) -> tuple[DatasetVersion, list[int]]:
+    """``version`` with a layout for every shard that has one, and the indices of the shards whose
+    layout was built now (not pinned, not remembered)."""
+    missing = [k for k, s in enumerate(version.shards) if s.layout is None]
+    if not missing:
+        return version, []
+    root = version.root.as_posix()
+    found: dict[int, ShardLayout | None] = {}
+    built = []
+    for k in missing:
+        s = version.shards[k]
+        found[k] = cached_layout(s.content_hash, s.size)
+        if found[k] is None:
+            built.append(k)
+
+    def build(k: int) -> ShardLayout | None:
+        shard = open_shard(join(root, version.shards[k].path), store, with_layout=True)
+        shard.close()
+        return shard.layout
+
+    for k, layout in zip(built, pool_map(store, build, built)):
+        found[k] = layout
+    shards = tuple(replace(s, layout=found[k]) if k in found and found[k] is not None
+                   and found[k].num_rows == s.num_rows else s
+                   for k, s in enumerate(version.shards))
+    return replace(version, shards=shards), [k for k in built if shards[k].layout is not None]
+
+
+def open_shards(root: str, rel: list[str], version: DatasetVersion | None,
+                store: ShardStore) -> list[OpenShard]:
+    """Every shard ``root/rel[k]`` opened (with the version's layouts), in order."""
+    layouts = ([s.layout for s in version.shards] if version is not None
+               else [None] * len(rel))
+
+    def one(k: int) -> OpenShard:
+        shard = open_shard(join(root, rel[k]), store, layout=layouts[k])
+        if version is not None and not store.local and canonical_schema(shard.schema) != version.schema:
+            shard.close()
+            raise DatasetIntegrityError(describe(
+                "shard", rel[k], f"the pinned schema {version.schema!r}",
+                f"{FIX} (on the store: {canonical_schema(shard.schema)!r})"))
+        return shard
+
+    if store.local or len(rel) < 2:
+        return [one(k) for k in range(len(rel))]
+    with ThreadPoolExecutor(max_workers=min(REMOTE_WORKERS, len(rel))) as pool:
+        futures = [pool.submit(one, k) for k in range(len(rel))]
+        shards, error = [], None
+        for fut in futures:
+            try:
+                shards.append(fut.result())
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, after closing the rest
+                error = error or exc
+        if error is not None:
+            for shard in shards:
+                shard.close()
+            raise error
+        return shards
