@@ -79,12 +79,12 @@ def _pad_rows(values, starts, lengths, pad, out):  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True)
 def _copy_runs(values, starts, lengths, offsets, out):  # pragma: no cover - compiled
-    """``out[offsets[b]:offsets[b + 1]] = values[starts[b]:starts[b] + lengths[b]]`` (bytes)."""
+    """``out[offsets[b]:offsets[b] + lengths[b]] = values[starts[b]:starts[b] + lengths[b]]``."""
     for b in range(starts.shape[0]):
         s = starts[b]
         o = offsets[b]
-        for t in range(lengths[b]):
-            out[o + t] = values[s + t]
+        n = lengths[b]
+        out[o:o + n] = values[s:s + n]
 
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -259,10 +259,8 @@ class _VarNode(_Node):
             return None  # the pieces exceed 32-bit offsets: the fallback's error, not ours
         offsets = pa.py_buffer(off64.astype(self.offset_np, copy=False))
         if isinstance(self.child, _FixedNode):  # one compiled copy of the rows' bytes, in order
-            w = self.child.width
-            data = np.empty(total * w, dtype=np.uint8)
-            _copy_runs(self.span.view(np.uint8), (self.child.base[unit] + starts) * w, lengths * w,
-                       off64 * w, data)
+            data = np.empty(total, dtype=_UINT[self.child.width])
+            _copy_runs(self.child.view, self.child.base[unit] + starts, lengths, off64, data)
             if self.is_bytes:
                 return pa.Array.from_buffers(self.dtype, n, [None, offsets, pa.py_buffer(data)], null_count=0)
             flat = pa.Array.from_buffers(self.child.dtype, total, [None, pa.py_buffer(data)], null_count=0)
