@@ -186,14 +186,34 @@ def _bounds_error(u: Unit, index: int) -> DatasetIntegrityError:
         "to find it, restore the file, or re-write the shard")
 
 
+class _Validity:
+    """A level's null bitmaps: bit ``base[unit] + local`` of the span; ``base`` -1: no nulls there."""
+
+    def __init__(self, span: _Span, base: np.ndarray) -> None:
+        self.view, self.base = span.view(np.uint8), base
+
+    def take(self, unit: np.ndarray, local: np.ndarray) -> tuple[pa.Buffer | None, int]:
+        b = self.base[unit]
+        has = b >= 0
+        bit = (b + local)[has]
+        bits = np.ones(len(unit), dtype=bool)
+        bits[has] = (self.view[bit >> 3] >> (bit & 7).astype(np.uint8)) & 1
+        nulls = len(unit) - int(np.count_nonzero(bits))
+        return (pa.py_buffer(np.packbits(bits, bitorder="little")) if nulls else None), nulls
+
+
 class _Node:
     """One type level of a column's plan: ``take(unit, local)`` gathers rows ``local`` of units
-    ``unit`` (None: this call must take the fallback)."""
+    ``unit`` (None: this call must take the fallback); ``valid``: its null bitmaps, or None."""
 
     kind = ""
+    valid: _Validity | None = None
 
     def __init__(self, dtype: pa.DataType) -> None:
         self.dtype = dtype
+
+    def nulls(self, unit: np.ndarray, local: np.ndarray) -> tuple[pa.Buffer | None, int]:
+        return (None, 0) if self.valid is None else self.valid.take(unit, local)
 
     def take(self, unit: np.ndarray, local: np.ndarray) -> pa.Array | None:
         raise NotImplementedError
@@ -212,7 +232,8 @@ class _FixedNode(_Node):
 
     def take(self, unit: np.ndarray, local: np.ndarray) -> pa.Array:
         out = self.rows(unit, local)
-        return pa.Array.from_buffers(self.dtype, len(out), [None, pa.py_buffer(out)], null_count=0)
+        vb, nulls = self.nulls(unit, local)
+        return pa.Array.from_buffers(self.dtype, len(out), [vb, pa.py_buffer(out)], null_count=nulls)
 
 
 class _BoolNode(_Node):
@@ -226,7 +247,8 @@ class _BoolNode(_Node):
         bit = self.base[unit] + local
         bits = (self.view[bit >> 3] >> (bit & 7).astype(np.uint8)) & 1
         packed = np.packbits(bits.astype(bool), bitorder="little")
-        return pa.Array.from_buffers(pa.bool_(), len(bit), [None, pa.py_buffer(packed)], null_count=0)
+        vb, nulls = self.nulls(unit, local)
+        return pa.Array.from_buffers(pa.bool_(), len(bit), [vb, pa.py_buffer(packed)], null_count=nulls)
 
 
 class _VarNode(_Node):
@@ -258,11 +280,12 @@ class _VarNode(_Node):
         if self.offset_np is np.int32 and total > _INT32_MAX:
             return None  # the pieces exceed 32-bit offsets: the fallback's error, not ours
         offsets = pa.py_buffer(off64.astype(self.offset_np, copy=False))
-        if isinstance(self.child, _FixedNode):  # one compiled copy of the rows' bytes, in order
+        vb, nulls = self.nulls(unit, local)
+        if isinstance(self.child, _FixedNode) and self.child.valid is None:  # one compiled copy, in order
             data = np.empty(total, dtype=_UINT[self.child.width])
             _copy_runs(self.child.view, self.child.base[unit] + starts, lengths, off64, data)
             if self.is_bytes:
-                return pa.Array.from_buffers(self.dtype, n, [None, offsets, pa.py_buffer(data)], null_count=0)
+                return pa.Array.from_buffers(self.dtype, n, [vb, offsets, pa.py_buffer(data)], null_count=nulls)
             flat = pa.Array.from_buffers(self.child.dtype, total, [None, pa.py_buffer(data)], null_count=0)
         else:  # gather the child at the expanded rows
             cu = np.repeat(unit, lengths)
@@ -270,7 +293,7 @@ class _VarNode(_Node):
             flat = self.child.take(cu, cl)
             if flat is None:
                 return None
-        return pa.Array.from_buffers(self.dtype, n, [None, offsets], null_count=0, children=[flat])
+        return pa.Array.from_buffers(self.dtype, n, [vb, offsets], null_count=nulls, children=[flat])
 
 
 class _FixedListNode(_Node):
@@ -290,7 +313,7 @@ class _FixedListNode(_Node):
 
     def take(self, unit: np.ndarray, local: np.ndarray) -> pa.Array | None:
         n, size = len(unit), self.size
-        if isinstance(self.child, _FixedNode):
+        if isinstance(self.child, _FixedNode) and self.child.valid is None:
             flat_np = self.rows(unit, local).reshape(-1)
             flat = pa.Array.from_buffers(self.child.dtype, n * size, [None, pa.py_buffer(flat_np)],
                                          null_count=0)
@@ -299,7 +322,8 @@ class _FixedListNode(_Node):
             flat = self.child.take(np.repeat(unit, size), cl)
             if flat is None:
                 return None
-        return pa.Array.from_buffers(self.dtype, n, [None], null_count=0, children=[flat])
+        vb, nulls = self.nulls(unit, local)
+        return pa.Array.from_buffers(self.dtype, n, [vb], null_count=nulls, children=[flat])
 
 
 class _StructNode(_Node):
@@ -313,7 +337,8 @@ class _StructNode(_Node):
         cols = [c.take(unit, local) for c in self.children]
         if any(c is None for c in cols):
             return None
-        return pa.StructArray.from_arrays(cols, fields=list(self.dtype))
+        vb, nulls = self.nulls(unit, local)
+        return pa.Array.from_buffers(self.dtype, len(unit), [vb], null_count=nulls, children=cols)
 
 
 class _DictionaryNode(_Node):
@@ -330,8 +355,32 @@ class _DictionaryNode(_Node):
 def _plan(dtype: pa.DataType, arrays: list[pa.Array], units: Sequence[Unit], span: _Span,
           index: int) -> _Node:
     """The node for ``dtype`` over per-unit ``arrays`` (offset-adjusted); raises _Fail."""
-    if isinstance(dtype, pa.ExtensionType) or any(a.null_count for a in arrays):
+    if isinstance(dtype, pa.ExtensionType):
         raise _Fail
+    node = _plan_values(dtype, arrays, units, span, index)
+    if not isinstance(node, _DictionaryNode):  # a dictionary's nulls are its indices' nulls
+        node.valid = _validity(arrays, units, span, index)
+    return node
+
+
+def _validity(arrays: list[pa.Array], units: Sequence[Unit], span: _Span, index: int) -> _Validity | None:
+    if not any(a.null_count for a in arrays):
+        return None
+    base = np.full(len(arrays), -1, dtype=np.int64)
+    for k, (u, arr) in enumerate(zip(units, arrays)):
+        if arr.null_count:
+            buf = arr.buffers()[0]
+            b = span.base(buf, u.shard, 1)
+            if b is None:
+                raise _Fail
+            if (arr.offset + len(arr) + 7) // 8 > buf.size:
+                raise _bounds_error(u, index)
+            base[k] = b * 8 + arr.offset
+    return _Validity(span, base)
+
+
+def _plan_values(dtype: pa.DataType, arrays: list[pa.Array], units: Sequence[Unit], span: _Span,
+                 index: int) -> _Node:
     width = _fixed_width(dtype)
     if width is not None:
         base = np.empty(len(arrays), dtype=np.int64)
@@ -378,11 +427,12 @@ def _plan(dtype: pa.DataType, arrays: list[pa.Array], units: Sequence[Unit], spa
             child = _plan(dtype.value_type, [a.values for a in arrays], units, span, index)
         return _VarNode(dtype, span, ow, base, child, is_bytes)
     if pa.types.is_fixed_size_list(dtype):
-        child = _plan(dtype.value_type, [a.flatten() for a in arrays], units, span, index)
+        size = dtype.list_size
+        child = _plan(dtype.value_type, [a.values.slice(a.offset * size, len(a) * size) for a in arrays],
+                      units, span, index)
         return _FixedListNode(dtype, child)
-    if pa.types.is_struct(dtype):
-        flat = [a.flatten() for a in arrays]
-        return _StructNode(dtype, [_plan(f.type, [c[i] for c in flat], units, span, index)
+    if pa.types.is_struct(dtype):  # field(i): offset-adjusted, the struct's own nulls not merged in
+        return _StructNode(dtype, [_plan(f.type, [a.field(i) for a in arrays], units, span, index)
                                    for i, f in enumerate(dtype)])
     if pa.types.is_dictionary(dtype):
         first = arrays[0].dictionary
@@ -405,13 +455,12 @@ class ColumnGather:
         self.kind = root.kind
         self.dtype = root.dtype
         r = root
-        if isinstance(r, _FixedNode):
+        self.numpy_dtype = None  # nulls anywhere: the collate's Python lists, from take()
+        if isinstance(r, _FixedNode) and r.valid is None:
             self.numpy_dtype = _numeric(r.dtype)
         elif ((isinstance(r, _VarNode) and not r.is_bytes) or isinstance(r, _FixedListNode)) \
-                and isinstance(r.child, _FixedNode):
+                and isinstance(r.child, _FixedNode) and r.valid is None and r.child.valid is None:
             self.numpy_dtype = _numeric(r.child.dtype)
-        else:
-            self.numpy_dtype = None
 
     def to_numpy(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray, pad_value: object
                  ) -> np.ndarray | tuple[np.ndarray, np.ndarray] | None:
