@@ -168,26 +168,23 @@ def measure(kind: str, n: int, layout: str, batches: int, rounds: int) -> dict:
     for _ in range(WARM):  # every record batch touched is validated once (a one-time cost)
         next(it)
     step = WARM
-    t_rd, t_ceil, t_take, t_src = [], [], [], []
+    wall: dict[str, list[float]] = {k: [] for k in ("rd", "ceil", "take", "src")}
+    cpu: dict[str, list[float]] = {k: [] for k in wall}
+
+    def timed(name: str, fn) -> None:
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        wall[name].append(time.perf_counter() - t0)
+        cpu[name].append(time.process_time() - c0)
+
     for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(batches):
-            next(it)
-        t_rd.append(time.perf_counter() - t0)
+        timed("rd", lambda: [next(it) for _ in range(batches)])
         ids = [plan.records(np.arange(*plan.step_span(s))) for s in range(step, step + batches)]
         step += batches
-        t0 = time.perf_counter()
-        for i in ids:
-            arrow_to_tensors(table.take(i))
-        t_ceil.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        for i in ids:
-            table.take(i)
-        t_take.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        for i in ids:
-            src.take(i)
-        t_src.append(time.perf_counter() - t0)
+        timed("ceil", lambda: [arrow_to_tensors(table.take(i)) for i in ids])
+        timed("take", lambda: [table.take(i) for i in ids])
+        timed("src", lambda: [src.take(i) for i in ids])
+    t_rd, t_ceil, t_take, t_src = wall["rd"], wall["ceil"], wall["take"], wall["src"]
     plan_kinds = [g.kind if g is not None else "fallback" for g in src._plan()] if layout == "hf" else ["(row groups)"]
     return {
         "kind": kind, "layout": layout, "written_by": paths["how"] if layout == "hf" else "pyarrow.parquet, 1,000-row row groups",
@@ -196,6 +193,9 @@ def measure(kind: str, n: int, layout: str, batches: int, rounds: int) -> dict:
         "ceiling_samples_per_s": batches * BATCH / statistics.median(t_ceil),
         "vs_ceiling": statistics.median([c / r for c, r in zip(t_ceil, t_rd)]),
         "gather_vs_take": statistics.median([a / b for a, b in zip(t_take, t_src)]),
+        # CPU time of this process (0 workers: all of rd's work): robust to being descheduled
+        "cpu_vs_ceiling": statistics.median([c / r for c, r in zip(cpu["ceil"], cpu["rd"])]),
+        "cpu_gather_vs_take": statistics.median([a / b for a, b in zip(cpu["take"], cpu["src"])]),
         "take_us": statistics.median(t_take) / batches * 1e6, "rd_take_us": statistics.median(t_src) / batches * 1e6,
         "batches": batches, "rounds": rounds,
     }
@@ -220,9 +220,13 @@ def markdown(rows: list[dict], n: int) -> str:
              "process (median of per-round ratios; > 1: rd faster). `gather vs take`: `ArrowShards.take` "
              "against `Table.take` alone. HF layout: Arrow stream, 1,000-row record batches; Parquet: "
              "1,000-row row groups.", "",
-             "| column type | layout | gather path | rd samples/s | ceiling samples/s | vs ceiling | gather vs take |",
-             "|---|---|---|---:|---:|---:|---:|"]
+             "`cpu`: the same ratios of this process's CPU time (robust to the process being descheduled "
+             "on a loaded machine).", "",
+             "| column type | layout | gather path | rd samples/s | ceiling samples/s | vs ceiling | gather vs take "
+             "| vs ceiling, cpu | gather vs take, cpu |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['kind']} | {r['layout']} | {r['gather_path']} | {r['rd_samples_per_s']:,.0f} | "
-                     f"{r['ceiling_samples_per_s']:,.0f} | {r['vs_ceiling']:.2f}x | {r['gather_vs_take']:.2f}x |")
+                     f"{r['ceiling_samples_per_s']:,.0f} | {r['vs_ceiling']:.2f}x | {r['gather_vs_take']:.2f}x | "
+                     f"{r['cpu_vs_ceiling']:.2f}x | {r['cpu_gather_vs_take']:.2f}x |")
     return "\n".join(lines) + "\n"

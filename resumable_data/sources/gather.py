@@ -25,13 +25,16 @@ unit row counts (a unit is an IPC record batch or a Parquet row group). Then, co
     gathered at the B*L expanded rows;
   * ``struct``: each field gathered at the same rows;
   * ``dictionary``: the indices gathered as fixed width, when every unit holds the same
-    dictionary (an IPC file's one dictionary).
+    dictionary (an IPC file's one dictionary);
+  * nulls, at any level: the validity bits gathered as for ``bool`` (units without nulls read
+    nothing) and attached to that level's result.
 - padded numpy batch (``to_numpy``, the default collate's layout, for integer and floating
   columns): a fixed-width column is the same indexed read, reinterpreted; a list column is
   written straight into the ``[B, max length]`` padded array by one compiled loop; a
-  ``fixed_size_list`` is the ``[B, L]`` rows.
-- fallback (nulls at any level, Parquet, compressed IPC, ``decimal``, ``map``, unions, extension
-  types, buffers not inside the map or misaligned, a ``string`` batch over 2 GiB): ids are grouped
+  ``fixed_size_list`` is the ``[B, L]`` rows. A column with nulls has no numpy layout (the
+  collate makes Python lists of it, from the Arrow result).
+- fallback (Parquet, compressed IPC, ``decimal``, ``map``, unions, extension types, buffers not
+  inside the map or misaligned, a ``string`` batch over 2 GiB): ids are grouped
   by unit, each unit does an Arrow ``take``, the pieces are concatenated and reordered with one
   ``take`` on the small result. Never a ``take`` over a multi-chunk table.
 
