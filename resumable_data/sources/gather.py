@@ -20,9 +20,8 @@ unit row counts (a unit is an IPC record batch or a Parquet row group). Then, co
     the span is flattened by Arrow in C++ (one contiguous copy per record, in order); any other
     child (a list of lists, of strings, of structs) is gathered recursively at the expanded child
     rows. Offsets are rebuilt from ``cumsum(lengths)``;
-  * ``fixed_size_list<T>`` of size L: for a fixed-width T one fancy index of a
-    ``sliding_window_view(values, L)`` copies the B rows of L values; otherwise the child is
-    gathered at the B*L expanded rows;
+  * ``fixed_size_list<T>`` of size L: for a fixed-width T one compiled loop copies the B rows of
+    L values; otherwise the child is gathered at the B*L expanded rows;
   * ``struct``: each field gathered at the same rows;
   * ``dictionary``: the indices gathered as fixed width, when every unit holds the same
     dictionary (an IPC file's one dictionary);
@@ -88,6 +87,15 @@ def _copy_runs(values, starts, lengths, offsets, out):  # pragma: no cover - com
         o = offsets[b]
         n = lengths[b]
         out[o:o + n] = values[s:s + n]
+
+
+@njit(cache=True, nogil=True)
+def _copy_rows(values, starts, out):  # pragma: no cover - compiled
+    """``out[b] = values[starts[b]:starts[b] + out.shape[1]]`` (fixed-size rows)."""
+    m = out.shape[1]
+    for b in range(starts.shape[0]):
+        s = starts[b]
+        out[b, :] = values[s:s + m]
 
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -305,14 +313,13 @@ class _FixedListNode(_Node):
     def __init__(self, dtype: pa.DataType, child: _Node) -> None:
         super().__init__(dtype)
         self.size, self.child = dtype.list_size, child
-        self._windows: np.ndarray | None = None
 
     def rows(self, unit: np.ndarray, local: np.ndarray) -> np.ndarray:
-        """``[B, size]`` raw values (child fixed width only)."""
+        """``[B, size]`` raw values (child fixed width only): one compiled copy per row."""
         c = self.child
-        if self._windows is None:
-            self._windows = np.lib.stride_tricks.sliding_window_view(c.view, self.size)
-        return self._windows[c.base[unit] + local * self.size]
+        out = np.empty((len(unit), self.size), dtype=c.view.dtype)
+        _copy_rows(c.view, c.base[unit] + local * self.size, out)
+        return out
 
     def take(self, unit: np.ndarray, local: np.ndarray) -> pa.Array | None:
         n, size = len(unit), self.size
