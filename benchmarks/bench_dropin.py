@@ -113,6 +113,25 @@ def map_case(n: int, work: int, workers: int, batches: int, rounds: int) -> dict
     return interleaved(makers, batches, rounds, 16)
 
 
+def batch_size_case(n: int, batch_size: int, samples: int, rounds: int) -> dict[str, Any]:
+    """The trivial dataset, 0 workers, at ``batch_size``: torch against rd with the default seeding,
+    lazy seeding and no seeding (``samples`` per round, interleaved rounds)."""
+    import torch
+    import resumable_data as rd
+
+    ds = Trivial(n)
+    makers = {
+        "torch": lambda: torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=True,
+                                                     generator=torch.Generator().manual_seed(SEED)),
+        "rd": lambda: rd.DataLoader(ds, batch_size=batch_size, shuffle=True, seed=SEED),
+        "rd_lazy": lambda: rd.DataLoader(ds, batch_size=batch_size, shuffle=True, seed=SEED, seed_per_sample="lazy"),
+        "rd_unseeded": lambda: rd.DataLoader(ds, batch_size=batch_size, shuffle=True, seed=SEED, seed_per_sample=False),
+    }
+    r = interleaved(makers, max(1, samples // batch_size), rounds, batch_size)
+    r.pop("_seconds")
+    return r
+
+
 def seeding_case(n: int, batches: int, rounds: int) -> dict[str, Any]:
     import resumable_data as rd
 
@@ -204,8 +223,25 @@ def markdown(p: dict) -> str:
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer rounds and batches")
+    ap.add_argument("--batch-sizes", action="store_true",
+                    help="only torch vs rd's seeding modes at batch 16 and 256 (dropin_batch_sizes.md)")
     args = ap.parse_args(argv)
     import os
+
+    if args.batch_sizes:
+        rounds = 5 if args.quick else 9
+        out = {bs: batch_size_case(1_000_000, bs, 8_000 if args.quick else 32_000, rounds) for bs in (16, 256)}
+        lines = ["# Drop-in, trivial dataset, 0 workers: rd's seeding modes against torch by batch size", "",
+                 f"Interleaved rounds ({rounds}), median (min..max) of the per-round ratio to torch.", "",
+                 "| batch | torch samples/s | rd default (eager seeding) | rd lazy | rd seed_per_sample=False |",
+                 "|---:|---:|---:|---:|---:|"]
+        for bs, r in out.items():
+            lines.append(f"| {bs} | {_rate(r['torch'])} | {_r(r['rd']['vs_torch'])} | {_r(r['rd_lazy']['vs_torch'])} | "
+                         f"{_r(r['rd_unseeded']['vs_torch'])} |")
+        path = write_results("dropin_batch_sizes", {"rounds": rounds, "by_batch": {str(k): v for k, v in out.items()}},
+                             "\n".join(lines))
+        print("\n".join(lines), f"\n[dropin] wrote {path}", flush=True)
+        return out
 
     from benchmarks.data import QUICK_RECORDS
 

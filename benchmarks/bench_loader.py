@@ -36,7 +36,9 @@ runs extra variants (1 worker, ``torch.set_num_threads(1)`` in workers and main,
 ``file_system`` sharing strategy) and times what moving one batch into shared memory costs.
 
 Run: ``python -m benchmarks.bench_loader [--quick]``; writes ``benchmarks/results/loader.json``
-and ``loader.md``.
+and ``loader.md``. ``--columns`` runs only the column-types study instead (every Arrow type HF and
+Parquet produce, in HF's layout and as Parquet, each against the ceiling of the same type:
+``benchmarks/loader_columns.py``; writes ``loader_columns.json``/``.md``).
 """
 
 from __future__ import annotations
@@ -821,6 +823,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="200k records, fewer batches, no worker study")
     ap.add_argument("--only", nargs="*", help="loaders to run (plus 'workers' for the study)")
+    ap.add_argument("--columns", action="store_true",
+                    help="only the column-types study (benchmarks/loader_columns.py): loader_columns.md")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--markdown", action="store_true",
@@ -832,6 +836,15 @@ def main(argv: list[str] | None = None) -> dict:
         (RESULTS / "loader.md").write_text(md if md.endswith("\n") else md + "\n")
         print(md)
         return payload
+    if args.columns:
+        from benchmarks import loader_columns
+
+        n = records_for(args.quick)
+        rows = loader_columns.run(n, batches=10 if args.quick else 40, rounds=5, parquet_batches=1)
+        md = loader_columns.markdown(rows, n)
+        write_results("loader_columns", {"quick": args.quick, "records": n, "rows": rows}, md)
+        print(md)
+        return {"rows": rows}
     if args.one:
         res = run_one(json.loads(args.one))
         Path(args.out).write_text(json.dumps(res))

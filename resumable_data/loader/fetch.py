@@ -51,7 +51,8 @@ from resumable_data.loader.context import (
     reset_sample,
     seed_globals,
 )
-from resumable_data.loader.seeding.global_rng import UnseededWatch, lazy_seeding_available
+from resumable_data.loader.order import PlanOrder
+from resumable_data.loader.seeding.global_rng import UnseededWatch, lazy_seeding_available, warm_seeding
 from resumable_data.loader.seeding.sample_seeding import SEEDING_VERSION
 from resumable_data.loader.sample_collate import default_collate  # torch's, faster for int and float leaves
 from resumable_data.loader.torch_compat import default_convert
@@ -95,13 +96,21 @@ class StepFetcher(Dataset):
         self.seeding = SEEDING_VERSION
 
     def warm_up(self) -> None:
-        """Run the compiled kernels and the source's first gather once in this process, so that
-        forked workers inherit them instead of each paying the start-up (JIT cache, imports)."""
+        """Run the compiled kernels and the source's first gather (a user dataset: the order's and
+        the sample keys' kernels, the generator-memory probe and the seeding kernel) once in this
+        process, so that neither the first batch nor forked workers pay the start-up (JIT cache,
+        imports, probe)."""
         if self.mode in (FetchMode.ARROW, FetchMode.PACKED):
             ids = self.order.warm_ids()
             self.dataset.take(ids)
             if hasattr(self.dataset, "take_numpy"):
                 self.dataset.take_numpy(ids, PAD_VALUE)
+        elif isinstance(self.order, PlanOrder):  # a user dataset in the plan's order, sample keys, the seeding
+            first = np.zeros(1, dtype=np.int64)
+            self.plan.records(first)
+            sample_keys(self.plan.version_hash, self.plan.seed, first)
+            if self.seed_per_sample:
+                warm_seeding(self.seeding)
         if self.stream is not None and self.stream.spec.mode is PackMode.BEST_FIT:
             best_fit_bins(np.array([1, 1], dtype=np.int64), self.stream.spec)
 

@@ -251,6 +251,8 @@ class ArrowShards:
         # memory-mapped batches are validated lazily, once (see .validate); read units on each read
         self._valid = np.fromiter((u.batch is None for u in self._units), dtype=bool,
                                   count=len(self._units))
+        self._unvalidated = int((~self._valid).sum())
+        self._all_valid = self._unvalidated == 0
 
     def close(self) -> None:
         """Close the shard files (the source is unusable afterwards)."""
@@ -286,13 +288,19 @@ class ArrowShards:
 
     def _validate_units(self, unit: np.ndarray) -> None:
         """Validate every not-yet-validated unit in ``unit`` (before any of its values is used)."""
+        if self._all_valid:
+            return
         todo = unit[~self._valid[unit]]
+        if not todo.size:
+            return
         for k in np.unique(todo):
             self._validate_unit(int(k))
 
     def _validate_unit(self, k: int) -> None:
         validate_batch(self._units[k].batch, self._rel[self._units[k].shard], self._unit_index[k])
         self._valid[k] = True
+        self._unvalidated -= 1
+        self._all_valid = self._unvalidated == 0
 
     # -- pickling (no pickled Arrow data: each process maps its own files) -------------------
     def __getstate__(self) -> dict[str, Any]:

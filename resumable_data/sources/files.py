@@ -6,6 +6,8 @@ Every function takes the :class:`~resumable_data.sources.store.ShardStore` the f
 Algorithm: a directory is listed recursively; every file whose suffix is one of
 :data:`SHARD_SUFFIXES` (and whose name does not start with ``.``) is a shard, ordered by its
 relative POSIX path (byte-wise string sort), so the order is the same on every OS and store.
+A Hugging Face folder is read as HF defines it (:func:`hf_dataset_files`): the data files its
+``state.json`` lists, never HF's ``cache-*.arrow`` files written beside them.
 Arrow IPC files are recognised by content (the ``ARROW1`` magic means IPC *file* format, anything
 else is read as IPC *stream* format, which is what Hugging Face ``datasets`` writes); ``.parquet``
 files are Parquet. :func:`open_shard` splits a shard into units (an IPC record batch, a Parquet row
@@ -49,6 +51,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -171,8 +174,76 @@ def discover_shards(root: Any, store: ShardStore = LOCAL) -> list[str]:
             describe("path", str(root), "an existing directory (or prefix) of shard files",
                      "pass the directory that holds the .arrow/.ipc/.feather/.parquet shards "
                      "(and, for remote data, the right filesystem and bucket/prefix)"))
-    return [r for r in store.list_files(root)
-            if r.endswith(SHARD_SUFFIXES) and not posixpath.basename(r).startswith(".")]
+    listed = store.list_files(root)
+    found = [r for r in listed if r.endswith(SHARD_SUFFIXES) and not posixpath.basename(r).startswith(".")]
+    return hf_dataset_files(root, store, listed, found)
+
+
+HF_STATE = "state.json"  # datasets' save_to_disk: lists the folder's data files
+HF_INFO = "dataset_info.json"  # datasets' folders (save_to_disk and load_dataset's cache)
+_HF_CACHE_FILE = re.compile(r"cache-[0-9a-f]{16}(_\d{5}_of_\d{5})?\.arrow")
+_HF_STATE_MAX_BYTES = 1 << 20
+
+
+def hf_dataset_files(root: Any, store: ShardStore, listed: list[str], found: list[str]) -> list[str]:
+    """``found`` without the files Hugging Face ``datasets`` writes beside a dataset's own data.
+
+    A folder holding HF's ``state.json`` (written by ``save_to_disk``) is read as HF defines the
+    dataset: its shards are exactly the ``_data_files`` that ``state.json`` lists (a listed file
+    that is missing is an error); anything else there (``cache-*.arrow`` written by ``.shuffle()``,
+    ``.select()``, ``.flatten_indices()``, ``.map()`` on a ``load_from_disk`` dataset) is not part
+    of it. A folder holding only ``dataset_info.json`` (``load_dataset``'s cache) leaves out the
+    files named like HF's cache files (``cache-<16 hex digits>[_NNNNN_of_NNNNN].arrow``).
+    ``state.json`` that is not HF's shape (no ``_data_files`` list of ``{"filename": ...}``) changes
+    nothing. The JSON files are never shards (their suffix is not a shard suffix).
+    """
+    names = set(listed)
+    dirs = {posixpath.dirname(r) for r in found}
+    keep: dict[str, set[str] | None] = {}  # dir -> the only shard names kept (None: HF cache names out)
+    for d in dirs:
+        state_rel = posixpath.join(d, HF_STATE) if d else HF_STATE
+        info_rel = posixpath.join(d, HF_INFO) if d else HF_INFO
+        files = _hf_state_files(store, posixpath.join(str(root), state_rel)) if state_rel in names else None
+        if files is not None:
+            missing = [f for f in files if (posixpath.join(d, f) if d else f) not in names]
+            if missing:
+                raise ConfigError(describe(
+                    "path", str(root), f"every data file {state_rel!r} (Hugging Face save_to_disk) lists",
+                    f"{missing} missing: restore them, or save the dataset again with save_to_disk"))
+            keep[d] = set(files)
+        elif info_rel in names:
+            keep[d] = None
+    if not keep:
+        return found
+    out = []
+    for r in found:
+        d, name = posixpath.split(r)
+        if d not in keep:
+            out.append(r)
+        elif keep[d] is None:
+            if not _HF_CACHE_FILE.fullmatch(name):
+                out.append(r)
+        elif name in keep[d]:
+            out.append(r)
+    return out
+
+
+def _hf_state_files(store: ShardStore, path: str) -> list[str] | None:
+    """The ``_data_files`` names of HF's ``state.json`` at ``path``, or None if not HF's shape."""
+    import json
+
+    raw = store.read_small(path, _HF_STATE_MAX_BYTES)
+    try:
+        state = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+    files = state.get("_data_files") if isinstance(state, dict) else None
+    if not isinstance(files, list) or not files:
+        return None
+    names = [f.get("filename") if isinstance(f, dict) else None for f in files]
+    if not all(isinstance(n, str) and n and "/" not in n and n.endswith(SHARD_SUFFIXES) for n in names):
+        return None
+    return names
 
 
 def refuse_hive_partitions(root: Any, rel_paths: list[str]) -> None:

@@ -5,31 +5,47 @@ unit row counts (a unit is an IPC record batch or a Parquet row group). Then, co
 
 - one address space: the shards' memory maps all live in this process's address space, so one
   Arrow buffer spans from the lowest to the highest mapped address (kept alive by the maps). Every
-  element index the gather uses is checked, when the per-column plan is built, to fall inside a
-  data buffer of some map; the gaps between maps are never read. This is what makes the gather
-  one vectorized call per column whatever the number of shards, with no regrouping per shard.
-- fast path, fixed-width columns (integers, floats, temporal; no nulls): each unit's data buffer
-  sits at a known element index in the span, so the gather is ``view[base[unit] + local]``.
-- fast path, ``list``/``large_list`` of fixed-width (no nulls at either level): the offsets
-  buffers are read once (lazily, 16 bytes per record) into absolute ``starts``/``lengths`` in the
-  span's element space; a ``large_list_view`` over the span with the requested starts and lengths
-  is flattened by Arrow in C++ (one contiguous copy per record, in the requested order) and the
-  result is rebuilt as the schema's list type with offsets from ``cumsum(lengths)``.
+  buffer the gather reads is checked, when the per-column plan is built, to lie inside some map;
+  the gaps between maps are never read. This is what makes the gather a constant number of
+  vectorized calls per column whatever the number of shards and record batches touched.
+- a column's plan is a small tree that mirrors its Arrow type, one node per level, each holding
+  one integer per unit (where that unit's buffer starts in the span):
+
+  * fixed width (integers, floats, temporal): ``view[base[unit] + local]``;
+  * ``bool``: the same on bit indices, repacked with ``np.packbits``;
+  * variable length (``list``, ``large_list``, ``string``, ``large_string``, ``binary``,
+    ``large_binary``): the requested rows' start and end offsets are read from the mapped offsets
+    buffer (``offsets[base[unit] + local]`` and ``+ 1``; nothing is precomputed per record). When
+    the child is fixed width (list of numbers, the bytes of a string) a ``large_list_view`` over
+    the span is flattened by Arrow in C++ (one contiguous copy per record, in order); any other
+    child (a list of lists, of strings, of structs) is gathered recursively at the expanded child
+    rows. Offsets are rebuilt from ``cumsum(lengths)``;
+  * ``fixed_size_list<T>`` of size L: for a fixed-width T one compiled loop copies the B rows of
+    L values; otherwise the child is gathered at the B*L expanded rows;
+  * ``struct``: each field gathered at the same rows;
+  * ``dictionary``: the indices gathered as fixed width, when every unit holds the same
+    dictionary (an IPC file's one dictionary);
+  * nulls, at any level: the validity bits gathered as for ``bool`` (units without nulls read
+    nothing) and attached to that level's result.
 - padded numpy batch (``to_numpy``, the default collate's layout, for integer and floating
   columns): a fixed-width column is the same indexed read, reinterpreted; a list column is
-  written straight into the ``[B, max length]`` padded array by one compiled loop (one copy of
-  the values instead of an Arrow flatten followed by a padding copy).
-- fallback (anything else: strings, structs, nulls, booleans, Parquet, compressed IPC, buffers
-  not inside the map or misaligned): ids are grouped by unit, each unit does an Arrow ``take``,
-  the pieces are concatenated and reordered with one ``take`` on the small result. Never a
-  ``take`` over a multi-chunk table (that concatenates every chunk per call).
+  written straight into the ``[B, max length]`` padded array by one compiled loop; a
+  ``fixed_size_list`` is the ``[B, L]`` rows. A column with nulls has no numpy layout (the
+  collate makes Python lists of it, from the Arrow result).
+- fallback (Parquet, compressed IPC, ``decimal``, ``map``, unions, extension types, buffers not
+  inside the map or misaligned, a ``string`` batch over 2 GiB): ids are grouped
+  by unit, each unit does an Arrow ``take``, the pieces are concatenated and reordered with one
+  ``take`` on the small result. Never a ``take`` over a multi-chunk table.
 
 Guarantee: the result equals ``Table.take(ids)`` on the shards concatenated into one table, in
-the requested order, duplicates included (tests check fast path == fallback == Table.take).
+the requested order, duplicates included (tests check fast path == fallback == Table.take for
+every type above). Offsets are read from a unit only after the unit passed
+``RecordBatch.validate(full=True)`` (:mod:`.validate`: the caller validates every unit it touches
+first), so every offset is monotone and inside its buffer.
 
 Cost: O(len(ids) + gathered values) per call and a constant number of Python steps per column
-(the fallback adds one per touched unit); memory beyond the maps: 16 bytes per record per
-fast list column (built on the first ``take``), 8 bytes per unit per fixed-width column.
+and type level (the fallback adds one per touched unit); memory beyond the maps: 8 bytes per unit
+per node, built once (the plan reads buffer addresses, never data).
 """
 
 from __future__ import annotations
@@ -45,6 +61,8 @@ from resumable_data.errors import DatasetIntegrityError
 
 __all__ = ["ColumnGather", "Unit", "group_segments", "plan_column"]
 
+_INT32_MAX = 2**31 - 1
+
 
 @njit(cache=True, nogil=True)
 def _pad_rows(values, starts, lengths, pad, out):  # pragma: no cover - compiled
@@ -58,6 +76,27 @@ def _pad_rows(values, starts, lengths, pad, out):  # pragma: no cover - compiled
             row[t] = values[s + t]
         for t in range(n, width):
             row[t] = pad
+
+
+
+@njit(cache=True, nogil=True)
+def _copy_runs(values, starts, lengths, offsets, out):  # pragma: no cover - compiled
+    """``out[offsets[b]:offsets[b] + lengths[b]] = values[starts[b]:starts[b] + lengths[b]]``."""
+    for b in range(starts.shape[0]):
+        s = starts[b]
+        o = offsets[b]
+        n = lengths[b]
+        out[o:o + n] = values[s:s + n]
+
+
+@njit(cache=True, nogil=True)
+def _copy_rows(values, starts, out):  # pragma: no cover - compiled
+    """``out[b] = values[starts[b]:starts[b] + out.shape[1]]`` (fixed-size rows)."""
+    m = out.shape[1]
+    for b in range(starts.shape[0]):
+        s = starts[b]
+        out[b, :] = values[s:s + m]
+
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -96,6 +135,13 @@ def _fixed_width(t: pa.DataType) -> int | None:
     return bits // 8 if bits in (8, 16, 32, 64) else None
 
 
+def _numeric(t: pa.DataType) -> np.dtype | None:
+    """The numpy dtype the default collate gives ``t`` (integers and floats only), else None."""
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        return np.dtype(t.to_pandas_dtype())
+    return None
+
+
 def _element_base(buf: pa.Buffer | None, whole: pa.Buffer, width: int) -> int | None:
     """Element index of ``buf`` inside ``whole`` (viewed as ``width``-byte items), or None."""
     if buf is None:
@@ -109,64 +155,39 @@ def _element_base(buf: pa.Buffer | None, whole: pa.Buffer, width: int) -> int | 
 def address_span(wholes: Sequence[pa.Buffer]) -> pa.Buffer:
     """One buffer spanning the address range of every shard map (keeps them all alive).
 
-    The gaps between maps are never read: every index the gather uses is checked, when the plan
-    is built, to lie inside a data buffer of some map.
+    The gaps between maps are never read: every buffer the gather uses is checked, when the plan
+    is built, to lie inside some map.
     """
     lo = min(w.address for w in wholes)
     hi = max(w.address + w.size for w in wholes)
     return pa.foreign_buffer(lo, hi - lo, base=tuple(wholes))
 
 
-class ColumnGather:
-    """Fast gather for one column; built by :func:`plan_column`, or None when it does not apply."""
+class _Span:
+    """The address span and its numpy views by item type (made once, on first use)."""
 
-    def __init__(self, kind: str, dtype: pa.DataType, width: int, span: pa.Buffer,
-                 unit_base: np.ndarray | None, starts: np.ndarray | None,
-                 lengths: np.ndarray | None) -> None:
-        self.kind = kind  # "fixed" or "list"
-        self.dtype = dtype
-        self.unit_base = unit_base
-        self.starts = starts
-        self.lengths = lengths
-        self.span = span
-        self.width = width
-        if kind == "fixed":
-            self.view = np.frombuffer(span, dtype=_UINT[width], count=span.size // width)
-        else:
-            self.values = pa.Array.from_buffers(dtype.value_type, span.size // width, [None, span])
-            self.offset_np = np.int64 if pa.types.is_large_list(dtype) else np.int32
-        item = dtype if kind == "fixed" else dtype.value_type
-        # integers and floats only: what the default collate turns into tensors
-        self.numpy_dtype = (np.dtype(item.to_pandas_dtype())
-                            if pa.types.is_integer(item) or pa.types.is_floating(item) else None)
-        self._values_np: np.ndarray | None = None
+    def __init__(self, span: pa.Buffer, wholes: Sequence[pa.Buffer | None]) -> None:
+        self.buffer = span
+        self.wholes = wholes
+        self._views: dict[np.dtype, np.ndarray] = {}
 
-    def to_numpy(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray, pad_value: object
-                 ) -> np.ndarray | tuple[np.ndarray, np.ndarray] | None:
-        """The default collate's numpy layout of this column for ``ids``: a 1-D array (fixed
-        width), ``(padded [B, max length], lengths int64)`` (lists), or None (not numeric)."""
-        if self.numpy_dtype is None:
-            return None
-        if self.kind == "fixed":
-            return self.view[self.unit_base[unit] + local].view(self.numpy_dtype)
-        if self._values_np is None:
-            self._values_np = np.frombuffer(self.span, dtype=self.numpy_dtype, count=self.span.size // self.width)
-        ln = self.lengths[ids]
-        out = np.empty((len(ids), int(ln.max()) if len(ids) else 0), dtype=self.numpy_dtype)
-        _pad_rows(self._values_np, self.starts[ids], ln, out.dtype.type(pad_value), out)
-        return out, ln
+    def view(self, dtype: np.dtype | type) -> np.ndarray:
+        dt = np.dtype(dtype)
+        v = self._views.get(dt)
+        if v is None:
+            v = self._views[dt] = np.frombuffer(self.buffer, dtype=dt, count=self.buffer.size // dt.itemsize)
+        return v
 
-    def gather(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray) -> pa.Array:
-        """Values of this column for ``ids``, in the requested order."""
-        n = len(ids)
-        if self.kind == "fixed":
-            out = self.view[self.unit_base[unit] + local]
-            return pa.Array.from_buffers(self.dtype, n, [None, pa.py_buffer(out)])
-        ln = self.lengths[ids]
-        flat = pa.LargeListViewArray.from_arrays(self.starts[ids], ln, self.values).flatten()
-        offsets = np.zeros(n + 1, dtype=self.offset_np)
-        np.cumsum(ln, out=offsets[1:])
-        return pa.Array.from_buffers(self.dtype, n, [None, pa.py_buffer(offsets)], children=[flat])
+    def base(self, buf: pa.Buffer | None, shard: int, width: int) -> int | None:
+        """Element index (``width``-byte items) of ``buf`` in the span, if inside shard's map."""
+        whole = self.wholes[shard]
+        if buf is None or whole is None or _element_base(buf, whole, 1) is None:
+            return None  # not inside this shard's map (e.g. decompressed IPC)
+        return _element_base(buf, self.buffer, width)
+
+
+class _Fail(Exception):
+    """A unit's buffers do not fit the fast path: the column takes the fallback."""
 
 
 def _bounds_error(u: Unit, index: int) -> DatasetIntegrityError:
@@ -176,57 +197,312 @@ def _bounds_error(u: Unit, index: int) -> DatasetIntegrityError:
         "to find it, restore the file, or re-write the shard")
 
 
+class _Validity:
+    """A level's null bitmaps: bit ``base[unit] + local`` of the span; ``base`` -1: no nulls there."""
+
+    def __init__(self, span: _Span, base: np.ndarray) -> None:
+        self.view, self.base = span.view(np.uint8), base
+
+    def take(self, unit: np.ndarray, local: np.ndarray) -> tuple[pa.Buffer | None, int]:
+        b = self.base[unit]
+        has = b >= 0
+        bit = (b + local)[has]
+        bits = np.ones(len(unit), dtype=bool)
+        bits[has] = (self.view[bit >> 3] >> (bit & 7).astype(np.uint8)) & 1
+        nulls = len(unit) - int(np.count_nonzero(bits))
+        return (pa.py_buffer(np.packbits(bits, bitorder="little")) if nulls else None), nulls
+
+
+class _Node:
+    """One type level of a column's plan: ``take(unit, local)`` gathers rows ``local`` of units
+    ``unit`` (None: this call must take the fallback); ``valid``: its null bitmaps, or None."""
+
+    kind = ""
+    valid: _Validity | None = None
+
+    def __init__(self, dtype: pa.DataType) -> None:
+        self.dtype = dtype
+
+    def nulls(self, unit: np.ndarray, local: np.ndarray) -> tuple[pa.Buffer | None, int]:
+        return (None, 0) if self.valid is None else self.valid.take(unit, local)
+
+    def take(self, unit: np.ndarray, local: np.ndarray) -> pa.Array | None:
+        raise NotImplementedError
+
+
+class _FixedNode(_Node):
+    kind = "fixed"
+
+    def __init__(self, dtype: pa.DataType, width: int, span: _Span, base: np.ndarray) -> None:
+        super().__init__(dtype)
+        self.width, self.span, self.base = width, span, base
+        self.view = span.view(_UINT[width])
+
+    def rows(self, unit: np.ndarray, local: np.ndarray) -> np.ndarray:
+        return self.view[self.base[unit] + local]
+
+    def take(self, unit: np.ndarray, local: np.ndarray) -> pa.Array:
+        out = self.rows(unit, local)
+        vb, nulls = self.nulls(unit, local)
+        return pa.Array.from_buffers(self.dtype, len(out), [vb, pa.py_buffer(out)], null_count=nulls)
+
+
+class _BoolNode(_Node):
+    kind = "bool"
+
+    def __init__(self, span: _Span, bit_base: np.ndarray) -> None:
+        super().__init__(pa.bool_())
+        self.view, self.base = span.view(np.uint8), bit_base
+
+    def take(self, unit: np.ndarray, local: np.ndarray) -> pa.Array:
+        bit = self.base[unit] + local
+        bits = (self.view[bit >> 3] >> (bit & 7).astype(np.uint8)) & 1
+        packed = np.packbits(bits.astype(bool), bitorder="little")
+        vb, nulls = self.nulls(unit, local)
+        return pa.Array.from_buffers(pa.bool_(), len(bit), [vb, pa.py_buffer(packed)], null_count=nulls)
+
+
+class _VarNode(_Node):
+    """list / large_list / string / binary (and large): offsets read from the map per call."""
+
+    kind = "list"
+
+    def __init__(self, dtype: pa.DataType, span: _Span, offset_width: int, base: np.ndarray,
+                 child: _Node, is_bytes: bool) -> None:
+        super().__init__(dtype)
+        self.offsets = span.view(np.int64 if offset_width == 8 else np.int32)
+        self.offset_np = np.int64 if offset_width == 8 else np.int32
+        self.base, self.child, self.is_bytes = base, child, is_bytes
+        self.span = span
+        self.kind = "bytes" if is_bytes else "list"
+
+    def bounds(self, unit: np.ndarray, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: start (child row of its unit) and length, from the mapped offsets."""
+        at = self.base[unit] + local
+        starts = self.offsets[at].astype(np.int64)
+        return starts, self.offsets[at + 1] - starts
+
+    def take(self, unit: np.ndarray, local: np.ndarray) -> pa.Array | None:
+        n = len(unit)
+        starts, lengths = self.bounds(unit, local)
+        off64 = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=off64[1:])
+        total = int(off64[-1])
+        if self.offset_np is np.int32 and total > _INT32_MAX:
+            return None  # the pieces exceed 32-bit offsets: the fallback's error, not ours
+        offsets = pa.py_buffer(off64.astype(self.offset_np, copy=False))
+        vb, nulls = self.nulls(unit, local)
+        if isinstance(self.child, _FixedNode) and self.child.valid is None:  # one compiled copy, in order
+            data = np.empty(total, dtype=_UINT[self.child.width])
+            _copy_runs(self.child.view, self.child.base[unit] + starts, lengths, off64, data)
+            if self.is_bytes:
+                return pa.Array.from_buffers(self.dtype, n, [vb, offsets, pa.py_buffer(data)], null_count=nulls)
+            flat = pa.Array.from_buffers(self.child.dtype, total, [None, pa.py_buffer(data)], null_count=0)
+        else:  # gather the child at the expanded rows
+            cu = np.repeat(unit, lengths)
+            cl = np.repeat(starts - off64[:-1], lengths) + np.arange(total)
+            flat = self.child.take(cu, cl)
+            if flat is None:
+                return None
+        return pa.Array.from_buffers(self.dtype, n, [vb, offsets], null_count=nulls, children=[flat])
+
+
+class _FixedListNode(_Node):
+    kind = "fixed_list"
+
+    def __init__(self, dtype: pa.DataType, child: _Node) -> None:
+        super().__init__(dtype)
+        self.size, self.child = dtype.list_size, child
+
+    def rows(self, unit: np.ndarray, local: np.ndarray) -> np.ndarray:
+        """``[B, size]`` raw values (child fixed width only): one compiled copy per row."""
+        c = self.child
+        out = np.empty((len(unit), self.size), dtype=c.view.dtype)
+        _copy_rows(c.view, c.base[unit] + local * self.size, out)
+        return out
+
+    def take(self, unit: np.ndarray, local: np.ndarray) -> pa.Array | None:
+        n, size = len(unit), self.size
+        if isinstance(self.child, _FixedNode) and self.child.valid is None:
+            flat_np = self.rows(unit, local).reshape(-1)
+            flat = pa.Array.from_buffers(self.child.dtype, n * size, [None, pa.py_buffer(flat_np)],
+                                         null_count=0)
+        else:
+            cl = (local[:, None] * size + np.arange(size)).reshape(-1)
+            flat = self.child.take(np.repeat(unit, size), cl)
+            if flat is None:
+                return None
+        vb, nulls = self.nulls(unit, local)
+        return pa.Array.from_buffers(self.dtype, n, [vb], null_count=nulls, children=[flat])
+
+
+class _StructNode(_Node):
+    kind = "struct"
+
+    def __init__(self, dtype: pa.DataType, children: list[_Node]) -> None:
+        super().__init__(dtype)
+        self.children = children
+
+    def take(self, unit: np.ndarray, local: np.ndarray) -> pa.Array | None:
+        cols = [c.take(unit, local) for c in self.children]
+        if any(c is None for c in cols):
+            return None
+        vb, nulls = self.nulls(unit, local)
+        return pa.Array.from_buffers(self.dtype, len(unit), [vb], null_count=nulls, children=cols)
+
+
+class _DictionaryNode(_Node):
+    kind = "dictionary"
+
+    def __init__(self, dtype: pa.DataType, indices: _FixedNode, dictionary: pa.Array) -> None:
+        super().__init__(dtype)
+        self.indices, self.dictionary = indices, dictionary
+
+    def take(self, unit: np.ndarray, local: np.ndarray) -> pa.Array:
+        return pa.DictionaryArray.from_arrays(self.indices.take(unit, local), self.dictionary)
+
+
+def _plan(dtype: pa.DataType, arrays: list[pa.Array], units: Sequence[Unit], span: _Span,
+          index: int) -> _Node:
+    """The node for ``dtype`` over per-unit ``arrays`` (offset-adjusted); raises _Fail."""
+    if isinstance(dtype, pa.ExtensionType):
+        raise _Fail
+    node = _plan_values(dtype, arrays, units, span, index)
+    if not isinstance(node, _DictionaryNode):  # a dictionary's nulls are its indices' nulls
+        node.valid = _validity(arrays, units, span, index)
+    return node
+
+
+def _validity(arrays: list[pa.Array], units: Sequence[Unit], span: _Span, index: int) -> _Validity | None:
+    if not any(a.null_count for a in arrays):
+        return None
+    base = np.full(len(arrays), -1, dtype=np.int64)
+    for k, (u, arr) in enumerate(zip(units, arrays)):
+        if arr.null_count:
+            buf = arr.buffers()[0]
+            b = span.base(buf, u.shard, 1)
+            if b is None:
+                raise _Fail
+            if (arr.offset + len(arr) + 7) // 8 > buf.size:
+                raise _bounds_error(u, index)
+            base[k] = b * 8 + arr.offset
+    return _Validity(span, base)
+
+
+def _plan_values(dtype: pa.DataType, arrays: list[pa.Array], units: Sequence[Unit], span: _Span,
+                 index: int) -> _Node:
+    width = _fixed_width(dtype)
+    if width is not None:
+        base = np.empty(len(arrays), dtype=np.int64)
+        for k, (u, arr) in enumerate(zip(units, arrays)):
+            buf = arr.buffers()[1]
+            b = span.base(buf, u.shard, width)
+            if b is None:
+                raise _Fail
+            if (arr.offset + len(arr)) * width > buf.size:
+                raise _bounds_error(u, index)
+            base[k] = b + arr.offset  # element of the unit's row 0: pos = base[unit] + local
+        return _FixedNode(dtype, width, span, base)
+    if pa.types.is_boolean(dtype):
+        base = np.empty(len(arrays), dtype=np.int64)
+        for k, (u, arr) in enumerate(zip(units, arrays)):
+            buf = arr.buffers()[1]
+            b = span.base(buf, u.shard, 1)
+            if b is None:
+                raise _Fail
+            if (arr.offset + len(arr) + 7) // 8 > buf.size:
+                raise _bounds_error(u, index)
+            base[k] = b * 8 + arr.offset
+        return _BoolNode(span, base)
+    is_bytes = (pa.types.is_string(dtype) or pa.types.is_large_string(dtype)
+                or pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype))
+    if is_bytes or pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        ow = 8 if pa.types.is_large_list(dtype) or pa.types.is_large_string(dtype) \
+            or pa.types.is_large_binary(dtype) else 4
+        base = np.empty(len(arrays), dtype=np.int64)
+        for k, (u, arr) in enumerate(zip(units, arrays)):
+            b = span.base(arr.buffers()[1], u.shard, ow)
+            if b is None:
+                raise _Fail
+            base[k] = b + arr.offset
+        if is_bytes:
+            data = np.empty(len(arrays), dtype=np.int64)
+            for k, (u, arr) in enumerate(zip(units, arrays)):
+                b = span.base(arr.buffers()[2], u.shard, 1)
+                if b is None:
+                    raise _Fail
+                data[k] = b
+            child: _Node = _FixedNode(pa.uint8(), 1, span, data)
+        else:
+            child = _plan(dtype.value_type, [a.values for a in arrays], units, span, index)
+        return _VarNode(dtype, span, ow, base, child, is_bytes)
+    if pa.types.is_fixed_size_list(dtype):
+        size = dtype.list_size
+        child = _plan(dtype.value_type, [a.values.slice(a.offset * size, len(a) * size) for a in arrays],
+                      units, span, index)
+        return _FixedListNode(dtype, child)
+    if pa.types.is_struct(dtype):  # field(i): offset-adjusted, the struct's own nulls not merged in
+        return _StructNode(dtype, [_plan(f.type, [a.field(i) for a in arrays], units, span, index)
+                                   for i, f in enumerate(dtype)])
+    if pa.types.is_dictionary(dtype):
+        first = arrays[0].dictionary
+        addr = [b.address if b is not None else None for b in first.buffers()]
+        for a in arrays[1:]:
+            d = a.dictionary
+            if [b.address if b is not None else None for b in d.buffers()] != addr and not d.equals(first):
+                raise _Fail
+        indices = _plan(dtype.index_type, [a.indices for a in arrays], units, span, index)
+        assert isinstance(indices, _FixedNode)
+        return _DictionaryNode(dtype, indices, first)
+    raise _Fail
+
+
+class ColumnGather:
+    """Fast gather for one column; built by :func:`plan_column`, or None when it does not apply."""
+
+    def __init__(self, root: _Node) -> None:
+        self.root = root
+        self.kind = root.kind
+        self.dtype = root.dtype
+        r = root
+        self.numpy_dtype = None  # nulls anywhere: the collate's Python lists, from take()
+        if isinstance(r, _FixedNode) and r.valid is None:
+            self.numpy_dtype = _numeric(r.dtype)
+        elif ((isinstance(r, _VarNode) and not r.is_bytes) or isinstance(r, _FixedListNode)) \
+                and isinstance(r.child, _FixedNode) and r.valid is None and r.child.valid is None:
+            self.numpy_dtype = _numeric(r.child.dtype)
+
+    def to_numpy(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray, pad_value: object
+                 ) -> np.ndarray | tuple[np.ndarray, np.ndarray] | None:
+        """The default collate's numpy layout of this column for ``ids``: a 1-D array (fixed
+        width), ``(padded [B, max length], lengths int64)`` (lists), ``[B, size]``
+        (``fixed_size_list``), or None (not numeric)."""
+        if self.numpy_dtype is None:
+            return None
+        r = self.root
+        if isinstance(r, _FixedNode):
+            return r.rows(unit, local).view(self.numpy_dtype)
+        if isinstance(r, _FixedListNode):
+            return r.rows(unit, local).view(self.numpy_dtype)  # a fresh, writable [B, size] copy
+        assert isinstance(r, _VarNode) and isinstance(r.child, _FixedNode)
+        starts, ln = r.bounds(unit, local)
+        out = np.empty((len(ids), int(ln.max()) if len(ids) else 0), dtype=self.numpy_dtype)
+        _pad_rows(r.child.span.view(self.numpy_dtype), r.child.base[unit] + starts, ln,
+                  out.dtype.type(pad_value), out)
+        return out, ln.astype(np.int64, copy=False)
+
+    def gather(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray) -> pa.Array | None:
+        """Values of this column for ``ids``, in the requested order (None: use the fallback)."""
+        return self.root.take(unit, local)
+
+
 def plan_column(index: int, dtype: pa.DataType, units: Sequence[Unit],
                 wholes: Sequence[pa.Buffer | None], num_records: int) -> ColumnGather | None:
     """A :class:`ColumnGather` for column ``index`` if every unit qualifies, else None."""
     if not units or any(u.batch is None or wholes[u.shard] is None for u in units):
         return None
-    if isinstance(dtype, pa.ExtensionType):
+    span = _Span(address_span([w for w in wholes if w is not None]), wholes)
+    try:
+        return ColumnGather(_plan(dtype, [u.batch.column(index) for u in units], units, span, index))
+    except _Fail:
         return None
-    span = address_span([w for w in wholes if w is not None])
-
-    def element(buf: pa.Buffer | None, shard: int, width: int) -> int | None:
-        whole = wholes[shard]
-        if buf is None or _element_base(buf, whole, 1) is None:
-            return None  # not inside this shard's map (e.g. decompressed IPC)
-        return _element_base(buf, span, width)
-
-    width = _fixed_width(dtype)
-    if width is not None:
-        base = np.empty(len(units), dtype=np.int64)
-        for k, u in enumerate(units):
-            arr = u.batch.column(index)
-            if arr.null_count:
-                return None
-            buf = arr.buffers()[1]
-            b = element(buf, u.shard, width)
-            if b is None:
-                return None
-            if (arr.offset + u.rows) * width > buf.size:
-                raise _bounds_error(u, index)
-            base[k] = b + arr.offset  # element of the unit's row 0; pos = base[unit] + local
-        return ColumnGather("fixed", dtype, width, span, base, None, None)
-    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
-        width = _fixed_width(dtype.value_type)
-        if width is None:
-            return None
-        starts = np.empty(num_records, dtype=np.int64)
-        lengths = np.empty(num_records, dtype=np.int64)
-        for u in units:
-            arr = u.batch.column(index)
-            child = arr.values
-            if arr.null_count or child.null_count:
-                return None
-            buf = child.buffers()[1]
-            b = element(buf, u.shard, width)
-            if b is None:
-                return None
-            offs = arr.offsets.to_numpy()
-            # never trust offsets read from disk: every gathered byte must lie in the buffer
-            if offs[0] < 0 or (child.offset + int(offs[-1])) * width > buf.size or (np.diff(offs) < 0).any():
-                raise _bounds_error(u, index)
-            starts[u.start:u.start + u.rows] = offs[:-1]
-            starts[u.start:u.start + u.rows] += b + child.offset
-            lengths[u.start:u.start + u.rows] = np.diff(offs)
-        return ColumnGather("list", dtype, width, span, None, starts, lengths)
-    return None

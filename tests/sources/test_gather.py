@@ -44,7 +44,11 @@ def test_fast_path_is_used(sources):
     names = srcs[1].schema.names
     kinds = {n: (g.kind if g is not None else None) for n, g in zip(names, plan)}
     assert kinds == {"tok32": "list", "tok16": "list", "f64": "fixed", "u8": "fixed",
-                     "ts": "fixed", "maybe": None, "flag": None}
+                     "ts": "fixed", "maybe": "fixed", "flag": "bool"}
+    # a column with nulls (or a timestamp) has the fast gather but no numpy layout (the collate
+    # gives Python lists)
+    assert [g.numpy_dtype is None for g in plan] == [False, False, False, False, True, True, True]
+    assert srcs[1].take_numpy([0, 1]) is None
 
 
 @settings(derandomize=True, max_examples=60, deadline=None)
@@ -86,3 +90,109 @@ def test_damaged_offsets_are_refused_not_read(tmp_path):
     # before the gather plan's own bounds check ("outside its data buffer") is reached
     with pytest.raises(rd.DatasetIntegrityError, match=r"shard-00000\.arrow.*record batch 0.*damaged"):
         s.take([0])
+
+
+# -- every Arrow type Hugging Face datasets and Parquet produce ------------------------------------
+def _types_table(n: int, seed: int = 11) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(0, 6, n)
+    words = ["", "a", "bé", "word", "ünïcode", "x" * 40]
+    img = pa.StructArray.from_arrays(
+        [pa.array([rng.bytes(int(k)) for k in rng.integers(0, 50, n)], type=pa.binary()),
+         pa.array([f"img/{i}.png" for i in range(n)])], names=["bytes", "path"])
+    return pa.table({
+        "vec": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * 16, dtype=np.float32)), 16),
+        "vec_bool": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * 3) < 0.5), 3),
+        "vec_str": pa.FixedSizeListArray.from_arrays(pa.array([words[k] for k in rng.integers(0, 6, n * 2)]), 2),
+        "text": pa.array([words[k] * int(m) for k, m in zip(rng.integers(0, 6, n), rng.integers(0, 4, n))]),
+        "ltext": pa.array([words[k] for k in rng.integers(0, 6, n)], type=pa.large_string()),
+        "raw": pa.array([rng.bytes(int(k)) for k in rng.integers(0, 9, n)], type=pa.large_binary()),
+        "image": img,
+        "big": pa.array([list(range(int(k))) for k in lens], type=pa.large_list(pa.int64())),
+        "nested": pa.array([[list(range(int(j))) for j in rng.integers(0, 4, int(k))] for k in lens],
+                           type=pa.list_(pa.list_(pa.int32()))),
+        "strs": pa.array([[words[j] for j in rng.integers(0, 6, int(k))] for k in lens],
+                         type=pa.list_(pa.string())),
+        "recs": pa.array([[{"a": int(j), "b": words[j]} for j in rng.integers(0, 6, int(k))] for k in lens],
+                         type=pa.list_(pa.struct([("a", pa.int16()), ("b", pa.string())]))),
+        "label": pa.array([words[k] for k in rng.integers(0, 6, n)]).dictionary_encode(),
+        "when": pa.array(rng.integers(0, 10**12, n), type=pa.timestamp("us", tz="UTC")),
+        "day": pa.array(rng.integers(0, 10**4, n).astype(np.int32), type=pa.date32()),
+        "half": pa.array(rng.random(n).astype(np.float16)),
+        "flag": pa.array(rng.random(n) < 0.3),
+        "opt_text": pa.array([None if i % 7 == 0 else words[i % 6] for i in range(n)]),
+        # nulls at every level (only some record batches hold any: rows 0..249 of each 500)
+        "opt_int": pa.array([None if i % 500 < 250 and i % 3 == 0 else i for i in range(n)], type=pa.int32()),
+        "opt_flag": pa.array([None if i % 11 == 0 else bool(i % 2) for i in range(n)]),
+        "opt_vec": pa.array([None if i % 13 == 0 else [float(i), None if i % 4 == 0 else 0.5] for i in range(n)],
+                            type=pa.list_(pa.float64(), 2)),
+        "opt_items": pa.array([None if i % 9 == 0 else [None if j % 3 == 0 else j for j in range(int(k))]
+                               for i, k in enumerate(lens)], type=pa.list_(pa.int64())),
+        "opt_rec": pa.array([None if i % 5 == 0 else {"a": None if i % 2 else i, "b": words[i % 6]} for i in range(n)],
+                            type=pa.struct([("a", pa.int16()), ("b", pa.string())])),
+        "opt_label": pa.array([None if i % 6 == 0 else words[i % 6] for i in range(n)]).dictionary_encode(),
+    })
+
+
+FAST_KINDS = {"vec": "fixed_list", "vec_bool": "fixed_list", "vec_str": "fixed_list", "text": "bytes",
+              "ltext": "bytes", "raw": "bytes", "image": "struct", "big": "list", "nested": "list",
+              "strs": "list", "recs": "list", "label": "dictionary", "when": "fixed", "day": "fixed",
+              "half": "fixed", "flag": "bool", "opt_text": "bytes", "opt_int": "fixed", "opt_flag": "bool",
+              "opt_vec": "fixed_list", "opt_items": "list", "opt_rec": "struct", "opt_label": "dictionary"}
+
+
+@pytest.fixture(scope="module")
+def typed_sources(tmp_path_factory):
+    table = _types_table(2500)
+    out = {}
+    for k, (shards, batch) in enumerate([(1, None), (4, 1000), (3, 61)]):
+        d = tmp_path_factory.mktemp(f"t{k}")
+        rd.write_arrow_shards(table, d, num_shards=shards, rows_per_batch=batch)
+        out[k] = rd.ArrowShards(d, unpinned="allow")
+    return table, out
+
+
+def test_every_hf_type_has_its_fast_path(typed_sources):
+    _, srcs = typed_sources
+    for src in srcs.values():
+        plan = src._plan()
+        assert {n: (g.kind if g is not None else None) for n, g in zip(src.schema.names, plan)} == FAST_KINDS
+
+
+@settings(derandomize=True, max_examples=40, deadline=None)
+@given(ids=st.lists(st.integers(0, 2499), max_size=200), which=st.integers(0, 2))
+def test_every_type_equals_pyarrow_take(typed_sources, ids, which):
+    table, srcs = typed_sources
+    src = srcs[which]
+    expected = table.take(pa.array(ids, type=pa.int64()))
+    got = src.take(ids)
+    for name in table.column_names:  # column by column: a failure names the type
+        assert got.column(name).equals(expected.column(name)), name
+    assert got.equals(expected)
+    if ids:
+        assert _fallback_take(src, ids).equals(expected)
+
+
+def test_sliced_typed_batches(tmp_path):
+    # record batches that are slices (non-zero offsets at every level) keep the fast path exact
+    table = _types_table(400, seed=3)
+    sliced = table.slice(33, 300)
+    rd.write_arrow_shards(sliced, tmp_path, num_shards=2, rows_per_batch=47)
+    s = rd.ArrowShards(tmp_path, unpinned="allow")
+    ids = [0, 299, 150, 150, 7, 46, 47, 48]
+    assert s.take(ids).equals(sliced.take(ids))
+
+
+def test_fixed_size_list_numpy_is_the_default_collate(typed_sources):
+    from resumable_data.loader.collate import arrow_to_numpy
+
+    table, srcs = typed_sources
+    ids = np.array([5, 2499, 0, 1000, 999, 5])
+    sub = table.select(["vec", "when", "big"])
+    for src in srcs.values():
+        one = rd.ArrowShards(src._root, unpinned="allow")
+        unit, local = one._locate(ids)
+        g = one._plan()[one.schema.get_field_index("vec")]
+        got = g.to_numpy(ids, unit, local, 0)
+        assert got.flags.writeable and got.shape == (6, 16)
+        np.testing.assert_array_equal(got, arrow_to_numpy(sub.take(ids))["vec"])

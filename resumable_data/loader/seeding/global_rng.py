@@ -67,7 +67,7 @@ from resumable_data.loader.seeding.sample_seeding import HASHED_VERSIONS, READAB
 from resumable_data.loader.seeding.seed_copy import RowBuffer, seed_function, seed_globals_reference
 
 __all__ = ["GlobalRNGGuard", "GlobalSeeder", "UnseededWatch", "layout", "lazy_seeding_available", "mt_states", "seed_globals",
-           "seed_globals_reference"]
+           "seed_globals_reference", "warm_seeding"]
 
 
 
@@ -213,6 +213,14 @@ def _layout() -> _Layout:
 
 #: The probed layout of the global generators (probed again after one was swapped).
 layout = _layout
+
+
+def warm_seeding(version: int) -> None:
+    """Probe the generators' memory (once per process) and load seeding ``version``'s compiled
+    kernel, computing one key's rows and writing nothing: what the first seeded batch would
+    otherwise pay (``fetch.py`` calls it when a loader is built)."""
+    lay = _layout()
+    seed_rows(np.zeros(1, dtype=np.uint64), True, None if lay.torch is None else lay.torch.rows_spec, version)
 
 
 def seed_globals(key: int, version: int = SEEDING_VERSION) -> None:

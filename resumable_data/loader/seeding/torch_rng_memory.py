@@ -127,7 +127,7 @@ def _with_caches(base: bytes, fvalue: float | None, dvalue: float | None) -> tor
     struct.pack_into("@d", b, _NORMAL_Y, 0.0 if dvalue is None else dvalue)
     struct.pack_into("@i", b, _NORMAL_VALID, int(dvalue is not None))
     struct.pack_into("@f?", b, _FLOAT, 0.0 if fvalue is None else fvalue, fvalue is not None)
-    return torch.tensor(list(b), dtype=torch.uint8)
+    return torch.frombuffer(b, dtype=torch.uint8).clone()
 
 
 def _draws(gen) -> tuple:
@@ -192,7 +192,8 @@ def _probe(gen) -> TorchLayout | None:
     for r in regions:
         for a, b in ((seed_off, seed_off + 8), (state_at, end_state)):
             r[a - seed_off:b - seed_off] = bytes(b - a)
-    if sum(any(r[i] != regions[0][i] for r in regions) for i in range(size)) > _PADDING_MAX:
+    table = np.frombuffer(b"".join(regions), dtype=np.uint8).reshape(len(regions), size)
+    if int((table != table[0]).any(axis=0).sum()) > _PADDING_MAX:
         return None
     padded = after[0] + bytes(-size % 4)
     template = np.frombuffer(padded, dtype=np.uint32).copy()
