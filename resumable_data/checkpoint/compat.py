@@ -267,7 +267,7 @@ def _mode_fix(saved: Any, current: Any) -> str:
     """The fix of a seeding-mode difference, naming both modes."""
     return (f"build the loader with seed_per_sample=rd.SampleSeeding.{saved.name} (the saved mode, "
             f"{saved.value!r}; the current run's is {current.value!r}), or resume with label='data_change' "
-            f"(the data stream then starts afresh under {current.value!r})")
+            f"(the data stream then continues from its cursor under {current.value!r})")
 
 
 def _rounded_mixture_epoch(sd: dict, cd: dict, raw: list[tuple[list[str], Any, Any]]) -> str | None:

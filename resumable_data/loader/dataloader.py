@@ -8,7 +8,8 @@ config (plan, sharding, order, tail, fetch mode, packing, commit mode, accumulat
 cursor to the end of that epoch, so a ``break`` loses nothing and repeats nothing.
 
 Commit protocol. ``cursor.committed <= cursor.delivered <= cursor.fetched`` (in steps): with
-``commit="auto"`` a delivered batch is committed at the next ``next()`` or ``state_dict()``, with
+``commit="auto"`` a delivered batch is committed at the next ``next()`` or ``state_dict()`` (a
+watched loader's batch in hand only once the model's training forward ran on it), with
 ``"explicit"`` only by ``loader.commit(applied=...)``; a state with uncommitted batches loads with
 ``on_uncommitted="repeat"`` or ``"skip"``. :meth:`DataLoader.snapshot` never changes the loader.
 
@@ -296,10 +297,42 @@ class DataLoader:
     def state_dict(self) -> dict[str, Any]:
         """The loader's state: JSON-serializable, a few hundred bytes, whatever the dataset size.
 
-        With ``commit="auto"`` every delivered batch is committed first."""
+        With ``commit="auto"`` every delivered batch is committed first, except a batch in hand
+        that a watched model (:meth:`watch`) has not run a training forward on: the state leaves
+        it out and a resume delivers it again."""
         if self.config.commit is CommitMode.AUTO:
-            self._ledger.commit_delivered()
+            self._ledger.commit_in_hand()
         return self.snapshot().to_dict()
+
+    def watch(self, model: torch.nn.Module) -> None:
+        """Count the batch in hand as consumed only once ``model`` ran a training forward on it.
+
+        ``commit="auto"`` commits a batch when the loop asks for the next one; a state taken in
+        between holds the last delivered batch (the one in hand). Unwatched, the state counts it
+        as consumed. Watched, it counts it only if ``model``'s forward ran since it was delivered
+        in training mode with gradients enabled; otherwise the state leaves it out and a resume
+        delivers it again. That makes both loops exact: the plain one (``for batch in loader:
+        forward, backward, step, save``) and the one that fetches the next batch before the
+        backward of the current one (nanoGPT's ``X = get_batch()`` between forward and
+        backward) or saves before the forward. ``rd.TrainingState(model=, loader=)`` calls it.
+        A forward in training mode on other data also counts (e.g. a train-mode loss on a fixed
+        batch): take such a forward under ``torch.no_grad()`` or ``model.eval()``. Watching
+        another model replaces the previous watch."""
+        if not isinstance(model, torch.nn.Module):
+            raise ConfigError(describe("model", type(model).__name__, "a torch.nn.Module", "pass the model you train"))
+        old = self.__dict__.get("_watch_handle")
+        if old is not None:
+            old.remove()
+        ref = weakref.ref(self)
+
+        @torch.compiler.disable
+        def _trained(module: torch.nn.Module, args: Any) -> None:
+            loader = ref()
+            if loader is not None and module.training and torch.is_grad_enabled():
+                loader._ledger.mark_trained()
+
+        self._watch_handle = model.register_forward_pre_hook(_trained)
+        self._ledger.watch()
 
     def load_state_dict(
         self, state: dict[str, Any], *, on_uncommitted: OnUncommitted | str | None = None, allow_unpinned: bool = False,
