@@ -20,8 +20,8 @@ The seeding mode. ``data.seed_per_sample`` (the loader's ``seed_per_sample`` mod
 version 2) is its own category, ``sample_seeding``: another mode seeds the global generators
 otherwise, so it delivers other data; it is refused under the labels that restore the loader
 (``faithful_continuation``, ``elastic_reshard``, ``optimizer_reset``: as the loader's own restore
-refuses it), allowed under ``warm_start`` (info) and ``data_change`` (a warning), which start a
-fresh stream, and its fix names both modes. Its
+refuses it), allowed under ``warm_start`` (info; a fresh stream) and ``data_change`` (a warning; the stream
+continues from its cursor under the new mode), and its fix names both modes. Its
 value is validated on both sides (anything but a mode's value raises
 :class:`~resumable_data.ResumeError` naming ``saved``/``current`` ``meta.data.seed_per_sample``).
 Metadata written before the key (contract version 1) records no mode: nothing is reported for

@@ -89,3 +89,48 @@ def test_a_learning_rate_set_by_hand_each_iteration_resumes(tmp_path):
     other, _ = _state(rd.DataLoader(list(range(40)), batch_size=4, dataset_version="v1"), lr=0.3)
     with pytest.raises(rd.CompatibilityError, match="base_lr"):
         rd.resume_or_start(tmp_path, other)  # a different configured LR is still refused
+
+
+def test_packing_with_a_batch_ramp_is_refused_naming_the_reason_and_the_alternative(dirs):
+    src = open_sources(dirs)["web"]
+    with pytest.raises(rd.ConfigError, match=r"packing=.*packing index.*ramp the number of packed microbatches"):
+        rd.DataLoader(src, batch_size=rd.BatchRamp(start=2, increment=2, ramp_samples=20, final=6), seed=0,
+                      packing=rd.Packing(16, tokens="tokens", eos_id=0))
+
+
+def _ramped_run(dirs, ckpt, updates, stop_at=None):
+    """docs/schedules.md's alternative: a fixed packed batch, more microbatches per update as
+    training goes; returns the documents of every trained microbatch per update."""
+    loader = rd.DataLoader(open_sources(dirs)["code"], batch_size=2, seed=0,
+                           packing=rd.Packing(16, tokens="tokens", eos_id=0, window=8))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    state = rd.TrainingState(model=model, optimizer=opt, loader=loader)
+    step = rd.resume_or_start(ckpt, state)
+    seen, it = {}, iter(loader)
+    while step < updates:
+        for _ in range(1 + step // 3):
+            try:
+                b = next(it)
+            except StopIteration:
+                it = iter(loader)
+                b = next(it)
+            model(b["input_ids"].float()).sum().backward()
+            seen.setdefault(step, []).append(b["document_ids"].tolist())
+        opt.step()
+        opt.zero_grad()
+        step += 1
+        if step % 2 == 0:
+            rd.save_checkpoint(ckpt, state, step=step)
+        if step == stop_at:
+            break
+    return seen, [p.detach().clone() for p in model.parameters()]
+
+
+def test_a_ramp_of_packed_microbatches_per_update_resumes_exactly(dirs, tmp_path):
+    ref, ref_params = _ramped_run(dirs, tmp_path / "ref", 9)
+    first, _ = _ramped_run(dirs, tmp_path / "run", 9, stop_at=5)  # "killed" after update 5 (last save: 4)
+    resumed, params = _ramped_run(dirs, tmp_path / "run", 9)
+    assert min(resumed) == 4 and {**first, **resumed} == ref  # every microbatch of every update, in order
+    assert all(torch.equal(a, b) for a, b in zip(params, ref_params))
