@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,10 +41,14 @@ import transformers.trainer as hf_trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from resumable_data.errors import ConfigError, ResumeError, describe
-from resumable_data.integrations._files import read_loader_state, write_loader_state
+from resumable_data.integrations._files import LOADER_STATE_FILE, read_loader_state, write_loader_state
 from resumable_data.loader import DataLoader
 
-__all__ = ["ResumableTrainer"]
+__all__ = ["ResumableTrainer", "latest_complete_checkpoint"]
+
+log = logging.getLogger(__name__)
+#: Written last by the Trainer's own save: a folder without it was interrupted.
+TRAINER_STATE_FILE = "trainer_state.json"
 
 _SHUFFLE = {"random": True, "sequential": False}
 _HOOKS = ("get_train_dataloader", "_save_checkpoint", "_run_epoch", "_get_output_dir")
@@ -96,8 +102,11 @@ class ResumableTrainer(transformers.Trainer):
 
         dataset = self.train_dataset
         if isinstance(dataset, datasets.Dataset):
-            dataset = self._remove_unused_columns(dataset, description="training")
-            return ArrowShards.from_hf(dataset), self.data_collator
+            # read the dataset's own files; the columns the model does not take are dropped per
+            # record before the collator (the Trainer's remove_unused_columns, without editing the
+            # table: the version follows the files)
+            return ArrowShards.from_hf(dataset, version_of="rows"), self._get_collator_with_removed_columns(
+                self.data_collator, description="training")
         if isinstance(dataset, datasets.IterableDataset) or hasattr(dataset, "__iter__") and not hasattr(dataset, "__len__"):
             raise ConfigError(describe(
                 "train_dataset", type(dataset).__name__, "a map-style dataset (rd.ArrowShards, datasets.Dataset, "
@@ -124,6 +133,27 @@ class ResumableTrainer(transformers.Trainer):
         return self._rd_loader
 
     # -- checkpoints ----------------------------------------------------------------------------------
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+        """``Trainer.train``. ``resume_from_checkpoint=True`` resumes from the newest *complete*
+        checkpoint of ``output_dir`` (it holds ``trainer_state.json`` and ``rd_loader_state.json``:
+        a save killed half way leaves a folder without them, which is skipped with a ``logging``
+        warning naming it) and starts fresh when there is none (the first run of a script that
+        always passes ``True``). A folder given by path that is incomplete is refused, naming the
+        newest complete one."""
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = latest_complete_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                log.info("resumable_data: no complete checkpoint in %s: training starts fresh", self.args.output_dir)
+        elif isinstance(resume_from_checkpoint, (str, os.PathLike)) and os.path.isdir(resume_from_checkpoint) \
+                and _why_incomplete(resume_from_checkpoint) is not None:
+            folder = os.fspath(resume_from_checkpoint)
+            newest = latest_complete_checkpoint(os.path.dirname(os.path.abspath(folder)))
+            raise ResumeError(describe(
+                "resume_from_checkpoint", folder, f"a complete checkpoint ({_why_incomplete(folder)}: a save was "
+                "interrupted there)", f"resume_from_checkpoint={newest!r}, the newest complete one" if newest
+                else "resume_from_checkpoint=None: no complete checkpoint exists beside it"))
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         # the loader's state goes in first: whenever the Trainer's own files exist, it does too
         if self._rd_loader is not None:
@@ -159,6 +189,30 @@ class ResumableTrainer(transformers.Trainer):
                 f"{self.args.gradient_accumulation_steps}); the state is at epoch {info.epoch}, batch "
                 f"{info.step_in_epoch} of {info.steps_in_epoch}", "resume with the batch size, accumulation steps and "
                 "dataset the checkpoint was trained with"))
+
+
+def _why_incomplete(folder: str | os.PathLike) -> str | None:
+    """What a checkpoint folder lacks to be resumed from, or None when it is complete."""
+    missing = [n for n in (TRAINER_STATE_FILE, LOADER_STATE_FILE) if not os.path.isfile(os.path.join(folder, n))]
+    return f"no {' and no '.join(missing)}" if missing else None
+
+
+def latest_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The newest ``checkpoint-N`` folder of ``output_dir`` that a save finished (it holds
+    ``trainer_state.json``, which the Trainer writes last, and ``rd_loader_state.json``), or None.
+    Each newer folder left out is logged (``logging``, WARNING) by name, with what it lacks."""
+    if not os.path.isdir(output_dir):
+        return None
+    found = sorted(((int(m.group(1)), name) for name in os.listdir(output_dir)
+                    if (m := re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", name))
+                    and os.path.isdir(os.path.join(output_dir, name))), reverse=True)
+    for _, name in found:
+        folder = os.path.join(output_dir, name)
+        why = _why_incomplete(folder)
+        if why is None:
+            return folder
+        log.warning("resumable_data: skipping %s: %s (a save was interrupted there)", folder, why)
+    return None
 
 
 @contextlib.contextmanager

@@ -255,15 +255,18 @@ class ArrowShards:
     @classmethod
     def from_hf(cls, dataset: Any, *, hash: str = "content",
                 verify: VerifyLevel | str = VerifyLevel.CACHED,
-                cache_dir: str | os.PathLike | None = None) -> ArrowShards:
+                cache_dir: str | os.PathLike | None = None, version_of: Any = "files") -> ArrowShards:
         """A source over a Hugging Face ``datasets.Dataset``'s own Arrow cache files (zero copy),
         versioned by their content; the manifest stays in memory (see :mod:`.hf`).
 
         An in-memory dataset (``Dataset.from_dict``, ...) is written once as pinned Arrow shards
         into ``cache_dir`` (default ``$RD_CACHE_DIR/hf-in-memory/<version hash>``), re-used when it
-        already holds the same version, refused when it holds another."""
+        already holds the same version, refused when it holds another. ``version_of="rows"``
+        (:class:`~resumable_data.sources.hf.HFVersion`) does the same for a file-backed dataset, so
+        that the version follows the rows, not the ``datasets`` cache fingerprint (which changes
+        when the script that ran ``map`` is edited)."""
         from resumable_data.sources.hf import hf_shards
-        root, rel, version = hf_shards(dataset, hash=hash, cache_dir=cache_dir)
+        root, rel, version = hf_shards(dataset, hash=hash, cache_dir=cache_dir, version_of=version_of)
         version.verify(coerce_enum(verify, VerifyLevel, "verify"))
         self = cls.__new__(cls)
         self._init(Path(root).as_posix(), rel, version, LOCAL)
