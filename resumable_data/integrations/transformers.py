@@ -135,9 +135,8 @@ class ResumableTrainer(transformers.Trainer):
     # -- checkpoints ----------------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
         """``Trainer.train``. ``resume_from_checkpoint=True`` resumes from the newest *complete*
-        checkpoint of ``output_dir`` (it holds ``trainer_state.json`` and ``rd_loader_state.json``:
-        a save killed half way leaves a folder without them, which is skipped with a ``logging``
-        warning naming it) and starts fresh when there is none (the first run of a script that
+        checkpoint of ``output_dir`` (it holds ``trainer_state.json``, written last: a save killed
+        half way leaves a folder without it, which is skipped with a ``logging`` warning naming it) and starts fresh when there is none (the first run of a script that
         always passes ``True``). A folder given by path that is incomplete is refused, naming the
         newest complete one."""
         if resume_from_checkpoint is True:
@@ -193,13 +192,15 @@ class ResumableTrainer(transformers.Trainer):
 
 def _why_incomplete(folder: str | os.PathLike) -> str | None:
     """What a checkpoint folder lacks to be resumed from, or None when it is complete."""
-    missing = [n for n in (TRAINER_STATE_FILE, LOADER_STATE_FILE) if not os.path.isfile(os.path.join(folder, n))]
-    return f"no {' and no '.join(missing)}" if missing else None
+    # rd's file is written before the Trainer's own: a folder with trainer_state.json and without
+    # rd_loader_state.json was written by another Trainer, and is refused when read, never skipped
+    return None if os.path.isfile(os.path.join(folder, TRAINER_STATE_FILE)) else f"no {TRAINER_STATE_FILE}"
 
 
 def latest_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     """The newest ``checkpoint-N`` folder of ``output_dir`` that a save finished (it holds
-    ``trainer_state.json``, which the Trainer writes last, and ``rd_loader_state.json``), or None.
+    ``trainer_state.json``, which the Trainer writes after its other files and after
+    ``rd_loader_state.json``), or None.
     Each newer folder left out is logged (``logging``, WARNING) by name, with what it lacks."""
     if not os.path.isdir(output_dir):
         return None

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import enum
 import operator
+import logging
 import os
-import sys
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
@@ -174,9 +174,9 @@ class ArrowShards:
                                        "run rd.pin(path) first, or pass unpinned='pin'/'allow'"))
         if policy is UnpinnedPolicy.ALLOW:
             return None
-        print(f"resumable_data: {root} is not pinned; pinning it now (content hash) into the cache "
-              f"({cache_dir() / 'manifests'}; the folder is not written). "
-              f"Pass unpinned='allow' to read it unpinned.", file=sys.stderr)
+        logging.getLogger(__name__).warning(
+            "resumable_data: %s is not pinned; pinning it now (content hash) into the cache (%s; the folder is "
+            "not written). Pass unpinned='allow' to read it unpinned.", root, cache_dir() / "manifests")
         return pin(files if files is not None else root, filesystem=store.filesystem, save="cache")
 
     # -- opening ---------------------------------------------------------------------------
