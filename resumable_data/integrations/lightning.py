@@ -171,6 +171,8 @@ class ResumableDataModule(pl.LightningDataModule):
         return getattr(self, "trainer", None)
 
     def train_dataloader(self) -> LightningLoader:
+        """The train loader: ``rd.DataLoader(dataset, **loader_kwargs)`` built in this process
+        (sharded over its process group), seeked to a pending checkpoint state if there is one."""
         trainer = self._trainer_or_none()
         if trainer is not None and trainer.limit_train_batches not in (1.0, None):
             raise ConfigError(describe(

@@ -232,14 +232,20 @@ class DataLoader:
 
     @property
     def cursor(self) -> Cursor:
+        """``committed <= delivered <= fetched``, in steps (the live ledger: a batch in hand that
+        ``state_dict()`` leaves out still counts as delivered here)."""
         return self._ledger.cursor
 
     @property
     def counters(self) -> CounterView:
+        """Attempted, applied and skipped updates, committed microbatches, samples and tokens, and
+        the steps skipped on purpose (docs/how-it-works.md#counters-loadercounters)."""
         return self._ledger.counters()
 
     @property
     def recovery_label(self) -> RecoveryLabel:
+        """How this loader's stream came to be: ``faithful_continuation`` (a fresh start or an
+        exact resume), ``elastic_reshard`` (another layout or batch) or ``data_change``."""
         return self._ledger.label
 
     @property
@@ -249,6 +255,7 @@ class DataLoader:
 
     @property
     def sharding(self) -> Sharding:
+        """This process's place in the data-parallel layout (world size, rank, policy)."""
         return self.config.sharding
 
     def step_info(self, step: int | None = None) -> StepInfo:
@@ -338,7 +345,15 @@ class DataLoader:
         self, state: dict[str, Any], *, on_uncommitted: OnUncommitted | str | None = None, allow_unpinned: bool = False,
         label: RecoveryLabel | str | None = None, on_batch_change: OnBatchChange | str | None = None,
     ) -> None:
-        """Restore ``state`` (see :meth:`reset`)."""
+        """Restore ``state``, a dict from :meth:`state_dict`, before the next batch: a seek.
+
+        Everything is validated first and a refused state changes nothing: one
+        :class:`rd.ResumeError` lists every difference (saved vs current, with the fix).
+        ``on_uncommitted`` (``"repeat"``/``"skip"``) decides what happens to delivered but
+        uncommitted batches (required when the state has any), ``allow_unpinned=True`` accepts a
+        dataset without a pinned version, ``label="data_change"`` declares a deliberate change
+        (an ``rd.Mixture``'s weights, the seeding mode), ``on_batch_change="continue"`` another
+        global batch. See :meth:`reset` for the details."""
         if state is None:
             raise ResumeError(describe("state", None, "a dict from state_dict()", "call reset() for a fresh start"))
         self.reset(state, on_uncommitted=on_uncommitted, allow_unpinned=allow_unpinned, label=label,
