@@ -71,8 +71,13 @@ def test_data_change_over_a_changed_single_source_starts_afresh_and_says_so(tmp_
     with pytest.raises(rd.CompatibilityError):
         rd.resume_or_start(tmp_path / "ck", state2)  # a faithful resume refuses the other dataset
     with pytest.warns(RuntimeWarning, match="starts afresh at step 0"):
-        rd.resume_or_start(tmp_path / "ck", state2, label="data_change")
+        step = rd.resume_or_start(tmp_path / "ck", state2, label="data_change")
     assert other.cursor.delivered == 0
+    # the documented way to keep the step count over the edited data: skip the steps already taken
+    other.skip_steps(0, step, "data edit: continue the new data at the step count")
+    want = rd.DataLoader(rd.ArrowShards(tmp_path / "b"), batch_size=4, shuffle=True, seed=0)
+    assert _ids(other, 2) == _ids(want, step + 2)[step:]
+    assert other.state_dict()["skipped"][0][:2] == [0, 3]
 
 
 def test_a_learning_rate_set_by_hand_each_iteration_resumes(tmp_path):

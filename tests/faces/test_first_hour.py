@@ -71,3 +71,9 @@ def test_make_demo_installs_the_package_alone():
     assert demo_deps == ["$(DEMO_STAMP)"]
     recipe = re.search(r"^\$\(DEMO_STAMP\):.*\n((?:\t.*\n)+)", make, re.M).group(1)
     assert 'install -q -c constraints.txt -e .\n' in recipe and "[test" not in recipe and "integrations" not in recipe
+
+
+def test_the_package_ships_py_typed():
+    assert (ROOT / "resumable_data" / "py.typed").is_file()
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "py.typed" in data["resumable_data"]
