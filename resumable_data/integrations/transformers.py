@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 TRAINER_STATE_FILE = "trainer_state.json"
 
 _SHUFFLE = {"random": True, "sequential": False}
+_RESUME_OPTIONS = frozenset({"allow_unpinned", "on_uncommitted", "on_batch_change", "label"})
 _HOOKS = ("get_train_dataloader", "_save_checkpoint", "_run_epoch", "_get_output_dir")
 
 
@@ -62,11 +63,15 @@ class ResumableTrainer(transformers.Trainer):
     ``train_dataset`` may be an ``rd.ArrowShards`` (pinned: a changed dataset is refused on
     resume), a ``datasets.Dataset`` (read zero-copy from its Arrow files via
     ``rd.ArrowShards.from_hf``, after the Trainer's own ``remove_unused_columns``) or any map-style
-    torch dataset (pass ``rd_loader_kwargs={"dataset_version": ...}`` to pin it). ``data_collator``
-    gets a list of per-record dicts, as with torch's ``DataLoader``.
+    torch dataset (pass ``rd_loader_kwargs={"dataset_version": ...}`` to pin it; without a pinned
+    version it is refused here, unless ``rd_resume_options={"allow_unpinned": True}``).
+    ``rd_resume_options`` (``allow_unpinned``, ``on_uncommitted``, ``on_batch_change``, ``label``)
+    are passed to the loader's ``load_state_dict`` on resume. ``data_collator`` gets a list of
+    per-record dicts, as with torch's ``DataLoader``.
     """
 
-    def __init__(self, *args: Any, rd_loader_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, rd_loader_kwargs: dict[str, Any] | None = None,
+                 rd_resume_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
         missing = [h for h in _HOOKS if not hasattr(transformers.Trainer, h)]
         if missing or not hasattr(hf_trainer, "skip_first_batches"):
             raise ConfigError(describe(
@@ -86,7 +91,36 @@ class ResumableTrainer(transformers.Trainer):
                 "train_sampling_strategy", strategy, f"one of {sorted(_SHUFFLE)} (rd orders records itself)",
                 "use 'random' (rd_loader_kwargs={'shuffle_window': n} for a windowed shuffle) or 'sequential'"))
         self.rd_loader_kwargs = dict(rd_loader_kwargs or {})
+        self.rd_resume_options = dict(rd_resume_options or {})
+        unknown = sorted(set(self.rd_resume_options) - _RESUME_OPTIONS)
+        if unknown:
+            raise ConfigError(describe("rd_resume_options", unknown, f"keys among {sorted(_RESUME_OPTIONS)} (passed "
+                                       "to the loader's load_state_dict on resume)", "drop the other keys"))
+        self._check_pinned()
         self._rd_loader: DataLoader | None = None
+
+    def _check_pinned(self) -> None:
+        """Refuse, now, a train dataset whose resume would be refused for want of a pinned version."""
+        import datasets
+
+        from resumable_data.sources import ArrowShards
+        from resumable_data.sources.mixture import Mixture
+
+        ds, allow = self.train_dataset, self.rd_resume_options.get("allow_unpinned", False)
+        if not isinstance(allow, bool):
+            raise ConfigError(describe("rd_resume_options['allow_unpinned']", allow, "True or False",
+                                       "pass True to resume over an unpinned dataset"))
+        if ds is None or allow or isinstance(ds, datasets.Dataset) or self.rd_loader_kwargs.get("dataset_version"):
+            return
+        if isinstance(ds, (ArrowShards, Mixture)) and ds.pinned:
+            return
+        if isinstance(ds, datasets.IterableDataset):
+            return  # refused with its own reason when the loader is built
+        raise ConfigError(describe(
+            "train_dataset", type(ds).__name__, "a dataset with a pinned version (rd.ArrowShards, a datasets.Dataset, "
+            "or a torch dataset with a declared version): a resume checks that the data did not change",
+            "pass rd_loader_kwargs={'dataset_version': '<a name for this data>'}, or "
+            "rd_resume_options={'allow_unpinned': True} to resume without that check"))
 
     # -- the loader ---------------------------------------------------------------------------------
     @property
@@ -173,7 +207,7 @@ class ResumableTrainer(transformers.Trainer):
 
     def _rd_restore(self, loader: DataLoader, folder: str, epoch: int, step_in_epoch: int) -> None:
         """Seek ``loader`` to the checkpoint's position and check it is where the Trainer resumes."""
-        loader.load_state_dict(read_loader_state(folder))
+        loader.load_state_dict(read_loader_state(folder), **self.rd_resume_options)
         if loader.epoch != loader.step_info().epoch:
             # saved right after an epoch's last batch: its (empty) rest of pass comes first; the
             # Trainer already counts the next epoch, so close that pass here
