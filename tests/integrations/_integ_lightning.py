@@ -44,11 +44,33 @@ class Module(pl.LightningModule):
         Path(f"{self.out}/params.rank{self.global_rank}").write_text(params_digest(self.net))
 
 
+def _die_inside_the_save_of(step: int) -> None:
+    """SIGKILL inside the checkpoint save of ``step``: its bytes made, the file not yet written."""
+    import signal
+
+    import lightning.fabric.plugins.io.torch_io as torch_io
+
+    real = torch_io._atomic_save
+
+    def save_then_die(checkpoint, path):
+        if checkpoint.get("global_step") == step:
+            import io
+
+            torch.save(checkpoint, io.BytesIO())  # the work of a save, then the kill before the file
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(checkpoint, path)
+
+    torch_io._atomic_save = save_then_die
+
+
 def train(data: str, out: str, log: str, kill_at: int | None = None, resume: bool = False, devices: int = 1,
-          every: int = EVERY, max_steps: int = MAX_STEPS, plain: bool = False, dropout: float = 0.0) -> str:
+          every: int = EVERY, max_steps: int = MAX_STEPS, plain: bool = False, dropout: float = 0.0,
+          kill_in_save_at: int | None = None) -> str:
     if devices > 1:
         os.setpgrp()  # a kill takes the launcher and both ranks, never the test process
     pl.seed_everything(3, verbose=False)
+    if kill_in_save_at is not None:
+        _die_inside_the_save_of(kill_in_save_at)
     if plain:  # a plain torch dataset, pinned by a declared version, with a validation set
         from _integ_accelerate import PlainRows
 

@@ -157,6 +157,25 @@ def test_lightning_with_dropout_a_plain_dataset_and_validation_resumes_bit_exact
     assert set(ckpt["ResumableDataModule"]) == {"rd_loader", "rd_rng"}
 
 
+def test_lightning_killed_inside_a_checkpoint_save_resumes_from_the_one_before(tmp_path, data, plain_reference):
+    log_ref, params_ref, _ = plain_reference
+    step = random.Random(17).choice(range(2 * LT.EVERY, 13, LT.EVERY))  # inside the first epoch (13 steps)
+    a, b = tmp_path / "a", tmp_path / "b"
+    b.mkdir()
+    status, text = _run(data, a, plain=True, dropout=0.25, kill_in_save_at=step)
+    assert status == "killed", text
+    before = C.read_log(a / "log.jsonl.rank0")
+    assert len(before) == step * LT.ACCUMULATION
+    assert not (a / "out" / "ckpt" / f"step={step}.ckpt").exists()
+    (b / "out").symlink_to(a / "out")
+    resumed_from = _ckpt_batches(a)
+    assert resumed_from == (step - LT.EVERY) * LT.ACCUMULATION
+    status, params = _run(data, b, resume=True, plain=True, dropout=0.25)
+    assert status == "done", params
+    C.check_resumed(log_ref, before, C.read_log(b / "log.jsonl.rank0"), resumed_from)
+    assert params == params_ref
+
+
 def test_a_plain_dataset_is_refused_at_construction_not_at_the_first_resume(data):
     from _integ_accelerate import PlainRows
 
