@@ -147,14 +147,17 @@ class CompatibilityReport:
 
     @property
     def errors(self) -> tuple[Difference, ...]:
+        """The differences refused under the label."""
         return tuple(d for d in self.differences if d.severity is Severity.ERROR)
 
     @property
     def warnings(self) -> tuple[Difference, ...]:
+        """The differences allowed under the label but worth a warning."""
         return tuple(d for d in self.differences if d.severity is Severity.WARNING)
 
     @property
     def ok(self) -> bool:
+        """Whether nothing is refused."""
         return not self.errors
 
     def __str__(self) -> str:
@@ -167,6 +170,7 @@ class CompatibilityReport:
         return head + "\n  - " + "\n  - ".join(shown) + (f"\n  - ... and {more} more" if more else "")
 
     def raise_if_refused(self) -> None:
+        """Raise :class:`CompatibilityError` listing every refused difference, if any."""
         if self.errors:
             raise CompatibilityError(f"cannot resume this checkpoint: {self}", self)
 

@@ -298,18 +298,22 @@ class ArrowShards:
 
     @property
     def pinned(self) -> bool:
+        """Whether the source has a pinned :class:`DatasetVersion`."""
         return self._version is not None
 
     @property
     def schema(self) -> pa.Schema:
+        """The Arrow schema of every shard."""
         return self._schema
 
     @property
     def num_shards(self) -> int:
+        """How many shard files the source reads."""
         return len(self._rel)
 
     @property
     def root(self) -> Path:
+        """The directory the shard paths are relative to."""
         return self._root
 
     def __len__(self) -> int:
