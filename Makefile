@@ -13,7 +13,16 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e ".[test,integrations]"
 	touch $(STAMP)
 
-demo: $(STAMP)
+# the demo needs the package alone (no test or integration frameworks): a lighter install
+DEMO_STAMP := $(VENV)/.installed-demo
+
+$(DEMO_STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -c constraints.txt -e .
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(PY) -m resumable_data.demo
 
 # the whole suite, long variants included at 5x the CI-sized runs (RD_RELIABILITY_SCALE; pytest

@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="resumable-data", description="Deterministic, resumable data pipelines.",
                                      epilog=f"examples:\n{first}\n\n'resumable-data COMMAND --help' shows more.",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    from resumable_data._version import __version__
+
+    parser.add_argument("--version", action="version", version=f"resumable-data {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for cmd in COMMANDS.values():
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help, epilog=cmd.example or None,

@@ -53,7 +53,7 @@ def build_stdlib_corpus(directory: Path, max_files: int = 600, quiet: bool = Fal
     from tqdm.auto import tqdm
 
     docs, names = [], []
-    for path in tqdm(files, desc="tokenizing the standard library", unit="file", delay=0.5, disable=quiet):
+    for path in tqdm(files, desc="tokenizing the standard library", unit="file", delay=0.5, disable=quiet or None):
         data = np.frombuffer(path.read_bytes(), dtype=np.uint8).astype(np.int32) + 1
         docs.append(data)
         names.append(path.name)
@@ -104,7 +104,7 @@ class RunLog:
 def _bar(desc: str, total: int, initial: int = 0, quiet: bool = False):
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, initial=initial, desc=desc, unit="step", leave=False, disable=quiet,
+    return tqdm(total=total, initial=initial, desc=desc, unit="step", leave=False, disable=quiet or None,
                 dynamic_ncols=True, file=sys.stderr)
 
 

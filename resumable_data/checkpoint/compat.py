@@ -20,8 +20,8 @@ The seeding mode. ``data.seed_per_sample`` (the loader's ``seed_per_sample`` mod
 version 2) is its own category, ``sample_seeding``: another mode seeds the global generators
 otherwise, so it delivers other data; it is refused under the labels that restore the loader
 (``faithful_continuation``, ``elastic_reshard``, ``optimizer_reset``: as the loader's own restore
-refuses it), allowed under ``warm_start`` (info) and ``data_change`` (a warning), which start a
-fresh stream, and its fix names both modes. Its
+refuses it), allowed under ``warm_start`` (info; a fresh stream) and ``data_change`` (a warning; the stream
+continues from its cursor under the new mode), and its fix names both modes. Its
 value is validated on both sides (anything but a mode's value raises
 :class:`~resumable_data.ResumeError` naming ``saved``/``current`` ``meta.data.seed_per_sample``).
 Metadata written before the key (contract version 1) records no mode: nothing is reported for
@@ -147,14 +147,17 @@ class CompatibilityReport:
 
     @property
     def errors(self) -> tuple[Difference, ...]:
+        """The differences refused under the label."""
         return tuple(d for d in self.differences if d.severity is Severity.ERROR)
 
     @property
     def warnings(self) -> tuple[Difference, ...]:
+        """The differences allowed under the label but worth a warning."""
         return tuple(d for d in self.differences if d.severity is Severity.WARNING)
 
     @property
     def ok(self) -> bool:
+        """Whether nothing is refused."""
         return not self.errors
 
     def __str__(self) -> str:
@@ -167,6 +170,7 @@ class CompatibilityReport:
         return head + "\n  - " + "\n  - ".join(shown) + (f"\n  - ... and {more} more" if more else "")
 
     def raise_if_refused(self) -> None:
+        """Raise :class:`CompatibilityError` listing every refused difference, if any."""
         if self.errors:
             raise CompatibilityError(f"cannot resume this checkpoint: {self}", self)
 
@@ -267,7 +271,7 @@ def _mode_fix(saved: Any, current: Any) -> str:
     """The fix of a seeding-mode difference, naming both modes."""
     return (f"build the loader with seed_per_sample=rd.SampleSeeding.{saved.name} (the saved mode, "
             f"{saved.value!r}; the current run's is {current.value!r}), or resume with label='data_change' "
-            f"(the data stream then starts afresh under {current.value!r})")
+            f"(the data stream then continues from its cursor under {current.value!r})")
 
 
 def _rounded_mixture_epoch(sd: dict, cd: dict, raw: list[tuple[list[str], Any, Any]]) -> str | None:

@@ -120,6 +120,7 @@ class MetricLog:
         return len(fresh)
 
     def records(self) -> list[dict[str, Any]]:
+        """Every record of the log file, in order (JSON objects)."""
         return [json.loads(line) for line in self.path.read_bytes().splitlines() if line.strip()]
 
     def set_run(self, run_id: str, label: RecoveryLabel | str) -> None:
@@ -129,6 +130,7 @@ class MetricLog:
 
     # -- state ------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """The log's position (run id, byte offset, record count): what a checkpoint restores to."""
         return {"format": METRIC_LOG_FORMAT, "schema_version": METRIC_LOG_SCHEMA_VERSION, K_RUN_ID: self.run_id,
                 K_OFFSET: self.path.stat().st_size, K_RECORDS: self._count}
 

@@ -105,15 +105,19 @@ def _plain(v: Any) -> Any:
     return repr(v)
 
 
-def group_settings(optimizer: torch.optim.Optimizer, names: dict[int, str]) -> list[dict[str, Any]]:
+def group_settings(optimizer: torch.optim.Optimizer, names: dict[int, str],
+                   built_lrs: list[Any] | None = None) -> list[dict[str, Any]]:
     """Per-group settings for metadata, order-free: groups sorted by their first name, names sorted.
 
-    ``lr`` is the group's base LR (``initial_lr`` when a scheduler set one): the current LR is
-    progress, not configuration."""
+    ``lr`` is the group's base LR: ``initial_lr`` when a scheduler set one, else the group's LR
+    when the training state was built (``built_lrs``, by group index), else its current LR. The
+    current LR is progress, not configuration: a loop that sets it by hand every iteration
+    (nanoGPT's ``param_group['lr'] = get_lr(it)``) resumes with the LR it was built with."""
     out = []
-    for g, fq in zip(optimizer.param_groups, _group_fqns(optimizer, names)):
+    for i, (g, fq) in enumerate(zip(optimizer.param_groups, _group_fqns(optimizer, names))):
         d = {k: _plain(v) for k, v in g.items() if k not in (K_PARAMS, "lr", "initial_lr")}
-        d["base_lr"] = _plain(g.get("initial_lr", g.get("lr")))
+        built = built_lrs[i] if built_lrs is not None and i < len(built_lrs) else g.get("lr")
+        d["base_lr"] = _plain(g.get("initial_lr", built))
         d[K_PARAMS] = sorted(fq)
         out.append(d)
     return sorted(out, key=lambda d: d[K_PARAMS][0] if d[K_PARAMS] else "")

@@ -67,7 +67,7 @@ from resumable_data.checkpoint.policies import AccumulationPolicy
 from resumable_data.checkpoint.meta import new_id
 from resumable_data.checkpoint.optim import _group_fqns, _match_groups, load_dense_optimizer_state, load_optimizer_state
 from resumable_data.checkpoint.optim_check import probe_optimizer, probe_scheduler, same_flags, same_structure
-from resumable_data.errors import ResumableDataError, describe
+from resumable_data.errors import ResumableDataError, ResumeError, describe
 from resumable_data.loader.state import LoaderState
 
 __all__ = ["restore", "validate"]
@@ -223,9 +223,15 @@ def _validate(ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, dc
     if want(K_RNG, True):
         _check_rng(state[K_RNG])
     uncommitted = 0
+    fresh_data = None
     if want(K_LOADER, ts.loader):
         ls = state[K_LOADER]
-        uncommitted = ts.loader.validate_state_dict(ls, on_uncommitted="repeat", **loader_options).uncommitted
+        try:
+            uncommitted = ts.loader.validate_state_dict(ls, on_uncommitted="repeat", **loader_options).uncommitted
+        except ResumeError as e:
+            if loader_options.get("label") is None:
+                raise
+            fresh_data = str(e)  # data_change: a stream the cursor cannot continue (another dataset) starts afresh
     if want(K_METRICS, ts.metrics) and callable(getattr(ts.metrics, "validate_state_dict", None)):
         ts.metrics.validate_state_dict(state[K_METRICS])
     oracles = state[K_ORACLES]
@@ -240,7 +246,7 @@ def _validate(ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, dc
         missing = sorted(set(oracles) ^ expected)
         if bad or missing:
             raise _bad("state", f"oracles {sorted(bad + missing)}", "parts whose digests equal the oracles saved with them")
-    return {"uncommitted": uncommitted}
+    return {"uncommitted": uncommitted, "fresh_data": fresh_data}
 
 
 # -- snapshot / rollback --------------------------------------------------------------------------
@@ -342,7 +348,7 @@ def restore(ts: Any, state: Mapping[str, Any], label: Any, verify: bool, saved_m
     undo = _snapshot(ts)
     try:
         _apply(ts, state, label, verify, saved_meta, report, restores=restores, continues=continues, dcp=dcp,
-               uncommitted=facts["uncommitted"], loader_options=loader_options)
+               uncommitted=facts["uncommitted"], loader_options=loader_options, fresh_data=facts["fresh_data"])
     except BaseException as e:
         _rollback(undo)
         if isinstance(e, ResumableDataError) or not isinstance(e, Exception):
@@ -355,7 +361,7 @@ def restore(ts: Any, state: Mapping[str, Any], label: Any, verify: bool, saved_m
 
 def _apply(ts: Any, state: Mapping[str, Any], label: Any, verify: bool, saved_meta: Any, report: Any, *,
            restores: frozenset[str], continues: bool, dcp: dict | None, uncommitted: int,
-           loader_options: Mapping[str, Any]) -> None:
+           loader_options: Mapping[str, Any], fresh_data: str | None = None) -> None:
     acc = state[K_ACCUMULATION]
 
     def want(key: str, obj: Any) -> bool:
@@ -394,7 +400,13 @@ def _apply(ts: Any, state: Mapping[str, Any], label: Any, verify: bool, saved_me
     # 3. data cursor (a label that drops the gradients repeats an unfinished window)
     repeated = False
     if ts.loader is not None:
-        if want(K_LOADER, ts.loader):
+        if want(K_LOADER, ts.loader) and fresh_data is not None:
+            ts.loader.reset()
+            warnings.warn(f"label='data_change': the data stream starts afresh at step 0, since the saved cursor "
+                          f"cannot continue in the current loader ({fresh_data}); to continue an rd.Mixture per "
+                          "source instead, keep its sources and change the weights (docs/mixtures.md)",
+                          RuntimeWarning, stacklevel=6)
+        elif want(K_LOADER, ts.loader):
             ts.loader.load_state_dict(state[K_LOADER], on_uncommitted="repeat" if uncommitted else None, **loader_options)
             if uncommitted and not acc["rewound"] and K_GRADIENTS in restores:
                 _advance(ts, uncommitted)
@@ -416,7 +428,7 @@ def _apply(ts: Any, state: Mapping[str, Any], label: Any, verify: bool, saved_me
     if verify:
         # a declared batch change regroups the stream: the next batch holds other samples (the loader
         # checked that it starts at the committed sample), so its oracle cannot match
-        regrouped = repeated or getattr(report, "batch_changed", False)
+        regrouped = repeated or getattr(report, "batch_changed", False) or "label" in loader_options
         skip = ({"next_batch"} if regrouped else set()) | (dcp["skip"] if dcp is not None else set())
         _verify(ts, state, restores, skip=skip, dcp=dcp is not None)
     if ts.metrics is not None:

@@ -54,14 +54,19 @@ def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
 
 
 def resume_or_start(directory: str | os.PathLike, state: Any, *,
-                    label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION) -> int:
+                    label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION, allow_unpinned: bool = False,
+                    on_batch_change: Any = None) -> int:
     """Load the newest complete checkpoint of ``directory`` into ``state`` and return the step it
     was saved at; return 0 without touching ``state`` when there is no checkpoint yet.
 
     ``state`` is an :class:`~resumable_data.TrainingState` (or any object with ``state_dict()`` /
     ``load_state_dict()``); ``label`` is the recovery label of
-    :func:`~resumable_data.load_checkpoint` (``faithful_continuation`` by default)."""
+    :func:`~resumable_data.load_checkpoint` (``faithful_continuation`` by default), as are
+    ``allow_unpinned`` and ``on_batch_change``. Under ``label="data_change"`` the data stream
+    continues from the saved cursor (an ``rd.Mixture`` per source, from each source's consumed
+    position) when the current loader can continue it, else starts afresh with a warning."""
     newest = latest_checkpoint(directory)
     if newest is None:
         return 0
-    return int(load_checkpoint(newest, state, label=label).step)
+    return int(load_checkpoint(newest, state, label=label, allow_unpinned=allow_unpinned,
+                               on_batch_change=on_batch_change).step)

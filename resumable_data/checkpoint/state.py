@@ -99,6 +99,7 @@ from resumable_data.checkpoint.optim import (
 )
 from resumable_data.errors import ConfigError, ResumableDataError, describe
 from resumable_data.labels import RecoveryLabel
+from resumable_data.loader.dataloader import DataLoader
 from resumable_data.loader.protocol import ResumableLoader
 from resumable_data.loader.state import CommitMode, LoaderState, OnBatchChange
 
@@ -113,9 +114,15 @@ RESTORES: dict[RecoveryLabel, frozenset[str]] = {
                                   K_GRADIENTS, K_MODES, K_METRICS}),
     L.OPTIMIZER_RESET: frozenset({K_MODEL, K_LOADER, K_EMA, K_CALLBACKS, K_RNG, K_MODES}),
     L.WARM_START: frozenset({K_MODEL, K_EMA}),
-    L.DATA_CHANGE: frozenset({K_MODEL, K_OPTIMIZER, K_SCHEDULER, K_SCALER, K_EMA, K_CALLBACKS, K_RNG, K_MODES}),
+    L.DATA_CHANGE: frozenset({K_MODEL, K_OPTIMIZER, K_SCHEDULER, K_SCALER, K_LOADER, K_EMA, K_CALLBACKS, K_RNG,
+                              K_MODES}),
 }
 CONTINUES_RUN = frozenset({L.FAITHFUL_CONTINUATION, L.ELASTIC_RESHARD})
+
+
+def _plain_lr(lr: Any) -> Any:
+    """A copy of a group's LR (a tensor LR is changed in place by some schedulers)."""
+    return lr.detach().clone() if isinstance(lr, torch.Tensor) else lr
 
 
 def _has_state(obj: Any) -> bool:
@@ -123,7 +130,20 @@ def _has_state(obj: Any) -> bool:
 
 
 class TrainingState:
-    """Everything that shapes the next update, as one ``Stateful`` (see the module docs)."""
+    """Everything that shapes the next update, as one ``Stateful`` (see the module docs).
+
+    ``model``, ``optimizer``, ``scheduler``, ``scaler``, ``loader``, ``ema``, ``callbacks`` and
+    ``metrics`` are the live objects, saved and restored by reference. ``config`` and
+    ``feature_schema`` are fingerprinted into the metadata (a different one is refused on a
+    faithful resume); ``recovery_spec`` records the transition rules; ``scheduler_convention``
+    says what one scheduler step counts. ``accumulation`` (:class:`AccumulationPolicy`) makes a
+    checkpoint inside an accumulation window exact. ``capture_rng=False`` leaves the global
+    generators out; ``new_rank_rng`` (:class:`NewRankRNG`) decides what a DCP load on more ranks
+    does. ``watch_model=True`` (default) calls ``loader.watch(model)``: with ``commit="auto"`` the
+    batch in hand counts as consumed only once the model's training forward ran on it, so a loop
+    that fetches the next batch before the backward (or saves before the forward) resumes
+    exactly; pass ``False`` to count every delivered batch.
+    """
 
     def __init__(
         self,
@@ -144,6 +164,7 @@ class TrainingState:
         run_id: str | None = None,
         capture_rng: bool = True,
         new_rank_rng: NewRankRNG | str = NewRankRNG.REFUSE,
+        watch_model: bool = True,
     ) -> None:
         if model is not None and not isinstance(model, torch.nn.Module):
             raise ConfigError(describe("model", type(model).__name__, "a torch.nn.Module", "pass the model"))
@@ -181,6 +202,13 @@ class TrainingState:
         self.recovery_label = RecoveryLabel.FAITHFUL_CONTINUATION
         self.last_report: CompatibilityReport | None = None
         self._names = param_fqns(("", model)) if model is not None else {}
+        # each group's LR as built: a loop may set the LR by hand every iteration (progress, not config)
+        self._built_lrs = [_plain_lr(g.get("lr")) for g in optimizer.param_groups] if optimizer is not None else None
+        if not isinstance(watch_model, bool):
+            raise ConfigError(describe("watch_model", watch_model, "True or False",
+                                       "pass watch_model=True (the default) or False"))
+        if watch_model and model is not None and isinstance(loader, DataLoader):
+            loader.watch(model)  # the batch in hand counts once the model's training forward ran on it
         snap = loader.snapshot() if loader is not None else None  # changes nothing, in any commit mode
         self._k = snap.accumulation_steps if snap is not None else 1
         self._explicit = snap is not None and snap.commit is CommitMode.EXPLICIT
@@ -227,7 +255,7 @@ class TrainingState:
         opt = None
         if self.optimizer is not None:
             opt = {"type": f"{type(self.optimizer).__module__}.{type(self.optimizer).__qualname__}",
-                   "param_groups": group_settings(self.optimizer, self._names)}
+                   "param_groups": group_settings(self.optimizer, self._names, self._built_lrs)}
         sched = scheduler_meta(self.scheduler, self.scheduler_convention) if self.scheduler is not None else None
         scaler = None
         if self.scaler is not None:
@@ -421,7 +449,8 @@ class TrainingState:
                                            "a state written by this package", "load another checkpoint")) from e
         if report.batch_changed and label is L.FAITHFUL_CONTINUATION:
             label = L.ELASTIC_RESHARD  # a new grouping of the same stream, as the loader labels it
-        options = {"allow_unpinned": allow_unpinned, **({} if change is None else {"on_batch_change": change})}
+        options = {"allow_unpinned": allow_unpinned, **({} if change is None else {"on_batch_change": change}),
+                   **({"label": L.DATA_CHANGE} if label is L.DATA_CHANGE else {})}
         return restore_mod.restore(self, tree, label, verify, saved_meta, report, restores=RESTORES[label],
                                    continues=label in CONTINUES_RUN, dcp=dcp, loader_options=options)
 

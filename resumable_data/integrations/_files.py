@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from resumable_data._io import atomic_write
-from resumable_data.errors import ResumeError, describe
+from resumable_data.errors import ConfigError, ResumeError, describe
 
-__all__ = ["LOADER_STATE_FILE", "read_loader_state", "write_loader_state"]
+__all__ = ["LOADER_STATE_FILE", "check_pinned", "read_loader_state", "write_loader_state"]
 
 #: Name of the loader-state file inside a checkpoint folder.
 LOADER_STATE_FILE = "rd_loader_state.json"
@@ -53,3 +53,19 @@ def read_loader_state(folder: str | os.PathLike) -> dict[str, Any]:
         raise ResumeError(describe(str(path), type(state).__name__, "a JSON object (a loader state)",
                                    "resume from an earlier checkpoint"))
     return state
+
+
+def check_pinned(loader: Any, allow_unpinned: bool, where: str) -> None:
+    """Refuse, at construction, a loader whose dataset has no pinned version unless
+    ``allow_unpinned``: its first resume would be refused (nothing could tell a changed dataset),
+    so the run must not train first and learn it at the first restart."""
+    if not isinstance(allow_unpinned, bool):
+        raise ConfigError(describe("allow_unpinned", allow_unpinned, "True or False",
+                                   f"pass allow_unpinned=True to {where} to resume over an unpinned dataset"))
+    if allow_unpinned or loader.snapshot().pinned:
+        return
+    raise ConfigError(describe(
+        "dataset", type(loader.dataset).__name__, "a dataset with a pinned version (an rd.ArrowShards, a "
+        "datasets.Dataset, or a torch dataset with dataset_version=): a resume checks that the data did not change",
+        f"pass dataset_version='<a name for this data>' to rd.DataLoader (or to {where}'s loader arguments), use "
+        f"rd.ArrowShards, or pass allow_unpinned=True to {where} to resume without that check"))

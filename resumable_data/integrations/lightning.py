@@ -19,9 +19,19 @@ the same order, as a run that never stopped, on one process or several (``ddp``/
 Each pass of the loader is one Lightning epoch; at each pass's first batch its epoch is checked
 against ``trainer.current_epoch`` (a mismatch, e.g. under ``limit_train_batches``, is refused).
 
-Not covered: Lightning's checkpoints hold no global RNG states, so dropout masks after a resume
-differ from an uninterrupted run's unless the model saves them; the loader's own randomness
-(shuffle, per-sample keys) needs none.
+Global generators. Lightning's checkpoints hold no global RNG states, so dropout masks after a
+resume would differ from an uninterrupted run's. The data module's ``state_dict()`` therefore also
+holds the Python, NumPy and torch (and initialized CUDA) generator states as plain lists and ints
+(Lightning loads checkpoints with ``weights_only=True``), taken when the checkpoint is saved, and
+``load_state_dict`` sets them back (``save_rng=False`` leaves them out).
+
+Pinning. A dataset without a pinned version (a plain torch dataset without ``dataset_version=``)
+is refused when the data module is built, not at the first resume; ``allow_unpinned=True``
+accepts it (and is passed to the loader's restore with the other resume options).
+
+Validation. ``val_dataset=`` (with ``val_loader_kwargs=``) gives ``val_dataloader()`` an
+``rd.DataLoader`` that starts every validation pass at its first batch (sharded over the ranks,
+like the train loader).
 
 Cost of a restore. A seek (a few integers); nothing is added per batch.
 
@@ -36,13 +46,33 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from resumable_data.errors import ConfigError, ResumeError, describe
+from resumable_data.checkpoint import rng as rng_mod
+from resumable_data.errors import ConfigError, ResumableDataError, ResumeError, describe
+from resumable_data.integrations._files import check_pinned
 from resumable_data.loader import DataLoader
+from resumable_data.plan import Sharding
 
-__all__ = ["LightningLoader", "ResumableDataModule"]
+__all__ = ["EvalLoader", "LightningLoader", "ResumableDataModule"]
 
 #: key of the loader state inside this data module's ``state_dict()``
 K_LOADER = "rd_loader"
+#: key of the global generators' states (plain lists) inside this data module's ``state_dict()``
+K_RNG = "rd_rng"
+
+
+class EvalLoader:
+    """What ``ResumableDataModule.val_dataloader()`` returns: every pass starts at the loader's
+    first batch (a validation pass never continues a cut-short one)."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        self.loader.reset()
+        return iter(self.loader)
 
 
 class LightningLoader:
@@ -90,7 +120,8 @@ class LightningLoader:
         return self.loader.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.loader.load_state_dict(state)
+        """Seek the loader to ``state`` (with the data module's resume options)."""
+        self.loader.load_state_dict(state, **self._module._resume_options)
         if self.loader.epoch != self.loader.step_info().epoch:
             # saved right after an epoch's last batch (a sized loader is never asked for one more):
             # close that epoch's empty rest of pass now, so the next iter() is the next epoch
@@ -102,17 +133,37 @@ class LightningLoader:
 class ResumableDataModule(pl.LightningDataModule):
     """``ResumableDataModule(dataset, **loader_kwargs)``: the train loader is
     ``rd.DataLoader(dataset, **loader_kwargs)``, built in each launched process, resumed exactly by
-    ``Trainer.fit(..., ckpt_path=...)``. ``val_dataloader`` etc. are yours to add in a subclass.
+    ``Trainer.fit(..., ckpt_path=...)``, with the global generators saved and restored (dropout
+    continues exactly).
+
+    ``allow_unpinned``, ``on_uncommitted``, ``on_batch_change`` and ``label`` are passed to the
+    loader's restore; a dataset without a pinned version is refused here unless
+    ``allow_unpinned=True`` (or ``dataset_version=`` in ``loader_kwargs``). ``save_rng=False``
+    leaves the global generators out of the checkpoint. ``val_dataset`` (with
+    ``val_loader_kwargs``, default: the train ``batch_size``, in order) adds a ``val_dataloader``.
 
     ``dataset`` and ``loader_kwargs`` must pickle for ``strategy="ddp_spawn"`` (an
     ``rd.ArrowShards`` does)."""
 
-    def __init__(self, dataset: Any, **loader_kwargs: Any) -> None:
+    def __init__(self, dataset: Any, *, allow_unpinned: bool = False, on_uncommitted: Any = None,
+                 on_batch_change: Any = None, label: Any = None, save_rng: bool = True, val_dataset: Any = None,
+                 val_loader_kwargs: dict[str, Any] | None = None, **loader_kwargs: Any) -> None:
         super().__init__()
         if "batch_size" not in loader_kwargs:
             raise ConfigError(describe("batch_size", None, "the per-process batch size", "pass batch_size=32"))
+        if not isinstance(save_rng, bool):
+            raise ConfigError(describe("save_rng", save_rng, "True or False", "pass save_rng=True (the default)"))
+        probe = DataLoader(dataset, **{"sharding": Sharding(1, 0), **loader_kwargs})  # every argument checked now
+        check_pinned(probe, allow_unpinned, "ResumableDataModule")
+        self._resume_options = {"allow_unpinned": allow_unpinned, "on_uncommitted": on_uncommitted,
+                                "on_batch_change": on_batch_change, "label": label}
+        probe.validate_state_dict(probe.snapshot().to_dict(), **self._resume_options)  # the options, checked
+        del probe
         self.dataset = dataset
         self.loader_kwargs = loader_kwargs
+        self.save_rng = save_rng
+        self.val_dataset = val_dataset
+        self.val_loader_kwargs = dict(val_loader_kwargs or {"batch_size": loader_kwargs["batch_size"]})
         self._train: LightningLoader | None = None
         self._pending: dict[str, Any] | None = None
 
@@ -120,6 +171,8 @@ class ResumableDataModule(pl.LightningDataModule):
         return getattr(self, "trainer", None)
 
     def train_dataloader(self) -> LightningLoader:
+        """The train loader: ``rd.DataLoader(dataset, **loader_kwargs)`` built in this process
+        (sharded over its process group), seeked to a pending checkpoint state if there is one."""
         trainer = self._trainer_or_none()
         if trainer is not None and trainer.limit_train_batches not in (1.0, None):
             raise ConfigError(describe(
@@ -131,20 +184,45 @@ class ResumableDataModule(pl.LightningDataModule):
             self._pending = None
         return self._train
 
+    def val_dataloader(self) -> EvalLoader | list:
+        """An ``rd.DataLoader`` over ``val_dataset`` that starts every pass at its first batch
+        (``[]``, no validation, without a ``val_dataset``)."""
+        if self.val_dataset is None:
+            return []
+        return EvalLoader(DataLoader(self.val_dataset, **self.val_loader_kwargs))
+
     @property
     def rd_loader(self) -> DataLoader | None:
         """The ``rd.DataLoader`` of the current fit (None before ``train_dataloader()``)."""
         return None if self._train is None else self._train.loader
 
     def state_dict(self) -> dict[str, Any]:
-        return {} if self._train is None else {K_LOADER: self._train.state_dict()}
+        """The train loader's state and (``save_rng``) the global generators' states, all plain
+        JSON types (Lightning loads checkpoints with ``weights_only=True``)."""
+        out: dict[str, Any] = {} if self._train is None else {K_LOADER: self._train.state_dict()}
+        if self.save_rng and out:
+            out[K_RNG] = rng_mod.to_json(rng_mod.capture())
+        return out
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Seek the train loader (now, or when ``train_dataloader()`` builds it) and set the global
+        generators back to the saved states."""
         if K_LOADER not in state_dict:
             raise ResumeError(describe(
                 "checkpoint", sorted(state_dict), f"the {K_LOADER!r} entry ResumableDataModule saves",
                 "resume from a checkpoint saved with ResumableDataModule"))
+        rng = None
+        if self.save_rng and K_RNG in state_dict:
+            try:
+                rng = rng_mod.from_json(state_dict[K_RNG])
+            except ResumableDataError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a malformed entry is refused as an rd error
+                raise ResumeError(describe(f"checkpoint[{K_RNG!r}]", type(e).__name__, "the generator states "
+                                           "ResumableDataModule saved", "resume from an unmodified checkpoint")) from e
         if self._train is not None:
             self._train.load_state_dict(state_dict[K_LOADER])
         else:
             self._pending = state_dict[K_LOADER]
+        if rng is not None:
+            rng_mod.restore(rng)

@@ -62,9 +62,11 @@ class TitanDataLoader:
         return len(self.loader)
 
     def state_dict(self) -> dict[str, Any]:
+        """The loader's state and the world size it was taken on (JSON types, the same on every rank)."""
         return {K_LOADER: self.loader.state_dict(), K_WORLD: self.loader.sharding.world_size}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Seek the loader to ``state_dict`` (an empty one, torchtitan's fresh start, changes nothing)."""
         if not state_dict:  # torchtitan's convention: an empty state is a fresh start
             return
         if K_LOADER not in state_dict:

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,12 +41,17 @@ import transformers.trainer as hf_trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from resumable_data.errors import ConfigError, ResumeError, describe
-from resumable_data.integrations._files import read_loader_state, write_loader_state
+from resumable_data.integrations._files import LOADER_STATE_FILE, read_loader_state, write_loader_state
 from resumable_data.loader import DataLoader
 
-__all__ = ["ResumableTrainer"]
+__all__ = ["ResumableTrainer", "latest_complete_checkpoint"]
+
+log = logging.getLogger(__name__)
+#: Written last by the Trainer's own save: a folder without it was interrupted.
+TRAINER_STATE_FILE = "trainer_state.json"
 
 _SHUFFLE = {"random": True, "sequential": False}
+_RESUME_OPTIONS = frozenset({"allow_unpinned", "on_uncommitted", "on_batch_change", "label"})
 _HOOKS = ("get_train_dataloader", "_save_checkpoint", "_run_epoch", "_get_output_dir")
 
 
@@ -56,11 +63,15 @@ class ResumableTrainer(transformers.Trainer):
     ``train_dataset`` may be an ``rd.ArrowShards`` (pinned: a changed dataset is refused on
     resume), a ``datasets.Dataset`` (read zero-copy from its Arrow files via
     ``rd.ArrowShards.from_hf``, after the Trainer's own ``remove_unused_columns``) or any map-style
-    torch dataset (pass ``rd_loader_kwargs={"dataset_version": ...}`` to pin it). ``data_collator``
-    gets a list of per-record dicts, as with torch's ``DataLoader``.
+    torch dataset (pass ``rd_loader_kwargs={"dataset_version": ...}`` to pin it; without a pinned
+    version it is refused here, unless ``rd_resume_options={"allow_unpinned": True}``).
+    ``rd_resume_options`` (``allow_unpinned``, ``on_uncommitted``, ``on_batch_change``, ``label``)
+    are passed to the loader's ``load_state_dict`` on resume. ``data_collator`` gets a list of
+    per-record dicts, as with torch's ``DataLoader``.
     """
 
-    def __init__(self, *args: Any, rd_loader_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, rd_loader_kwargs: dict[str, Any] | None = None,
+                 rd_resume_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
         missing = [h for h in _HOOKS if not hasattr(transformers.Trainer, h)]
         if missing or not hasattr(hf_trainer, "skip_first_batches"):
             raise ConfigError(describe(
@@ -80,7 +91,36 @@ class ResumableTrainer(transformers.Trainer):
                 "train_sampling_strategy", strategy, f"one of {sorted(_SHUFFLE)} (rd orders records itself)",
                 "use 'random' (rd_loader_kwargs={'shuffle_window': n} for a windowed shuffle) or 'sequential'"))
         self.rd_loader_kwargs = dict(rd_loader_kwargs or {})
+        self.rd_resume_options = dict(rd_resume_options or {})
+        unknown = sorted(set(self.rd_resume_options) - _RESUME_OPTIONS)
+        if unknown:
+            raise ConfigError(describe("rd_resume_options", unknown, f"keys among {sorted(_RESUME_OPTIONS)} (passed "
+                                       "to the loader's load_state_dict on resume)", "drop the other keys"))
+        self._check_pinned()
         self._rd_loader: DataLoader | None = None
+
+    def _check_pinned(self) -> None:
+        """Refuse, now, a train dataset whose resume would be refused for want of a pinned version."""
+        import datasets
+
+        from resumable_data.sources import ArrowShards
+        from resumable_data.sources.mixture import Mixture
+
+        ds, allow = self.train_dataset, self.rd_resume_options.get("allow_unpinned", False)
+        if not isinstance(allow, bool):
+            raise ConfigError(describe("rd_resume_options['allow_unpinned']", allow, "True or False",
+                                       "pass True to resume over an unpinned dataset"))
+        if ds is None or allow or isinstance(ds, datasets.Dataset) or self.rd_loader_kwargs.get("dataset_version"):
+            return
+        if isinstance(ds, (ArrowShards, Mixture)) and ds.pinned:
+            return
+        if isinstance(ds, datasets.IterableDataset):
+            return  # refused with its own reason when the loader is built
+        raise ConfigError(describe(
+            "train_dataset", type(ds).__name__, "a dataset with a pinned version (rd.ArrowShards, a datasets.Dataset, "
+            "or a torch dataset with a declared version): a resume checks that the data did not change",
+            "pass rd_loader_kwargs={'dataset_version': '<a name for this data>'}, or "
+            "rd_resume_options={'allow_unpinned': True} to resume without that check"))
 
     # -- the loader ---------------------------------------------------------------------------------
     @property
@@ -96,8 +136,11 @@ class ResumableTrainer(transformers.Trainer):
 
         dataset = self.train_dataset
         if isinstance(dataset, datasets.Dataset):
-            dataset = self._remove_unused_columns(dataset, description="training")
-            return ArrowShards.from_hf(dataset), self.data_collator
+            # read the dataset's own files; the columns the model does not take are dropped per
+            # record before the collator (the Trainer's remove_unused_columns, without editing the
+            # table: the version follows the files)
+            return ArrowShards.from_hf(dataset, version_of="rows"), self._get_collator_with_removed_columns(
+                self.data_collator, description="training")
         if isinstance(dataset, datasets.IterableDataset) or hasattr(dataset, "__iter__") and not hasattr(dataset, "__len__"):
             raise ConfigError(describe(
                 "train_dataset", type(dataset).__name__, "a map-style dataset (rd.ArrowShards, datasets.Dataset, "
@@ -124,6 +167,26 @@ class ResumableTrainer(transformers.Trainer):
         return self._rd_loader
 
     # -- checkpoints ----------------------------------------------------------------------------------
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+        """``Trainer.train``. ``resume_from_checkpoint=True`` resumes from the newest *complete*
+        checkpoint of ``output_dir`` (it holds ``trainer_state.json``, written last: a save killed
+        half way leaves a folder without it, which is skipped with a ``logging`` warning naming it) and starts fresh when there is none (the first run of a script that
+        always passes ``True``). A folder given by path that is incomplete is refused, naming the
+        newest complete one."""
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = latest_complete_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                log.info("resumable_data: no complete checkpoint in %s: training starts fresh", self.args.output_dir)
+        elif isinstance(resume_from_checkpoint, (str, os.PathLike)) and os.path.isdir(resume_from_checkpoint) \
+                and _why_incomplete(resume_from_checkpoint) is not None:
+            folder = os.fspath(resume_from_checkpoint)
+            newest = latest_complete_checkpoint(os.path.dirname(os.path.abspath(folder)))
+            raise ResumeError(describe(
+                "resume_from_checkpoint", folder, f"a complete checkpoint ({_why_incomplete(folder)}: a save was "
+                "interrupted there)", f"resume_from_checkpoint={newest!r}, the newest complete one" if newest
+                else "resume_from_checkpoint=None: no complete checkpoint exists beside it"))
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         # the loader's state goes in first: whenever the Trainer's own files exist, it does too
         if self._rd_loader is not None:
@@ -144,7 +207,7 @@ class ResumableTrainer(transformers.Trainer):
 
     def _rd_restore(self, loader: DataLoader, folder: str, epoch: int, step_in_epoch: int) -> None:
         """Seek ``loader`` to the checkpoint's position and check it is where the Trainer resumes."""
-        loader.load_state_dict(read_loader_state(folder))
+        loader.load_state_dict(read_loader_state(folder), **self.rd_resume_options)
         if loader.epoch != loader.step_info().epoch:
             # saved right after an epoch's last batch: its (empty) rest of pass comes first; the
             # Trainer already counts the next epoch, so close that pass here
@@ -159,6 +222,32 @@ class ResumableTrainer(transformers.Trainer):
                 f"{self.args.gradient_accumulation_steps}); the state is at epoch {info.epoch}, batch "
                 f"{info.step_in_epoch} of {info.steps_in_epoch}", "resume with the batch size, accumulation steps and "
                 "dataset the checkpoint was trained with"))
+
+
+def _why_incomplete(folder: str | os.PathLike) -> str | None:
+    """What a checkpoint folder lacks to be resumed from, or None when it is complete."""
+    # rd's file is written before the Trainer's own: a folder with trainer_state.json and without
+    # rd_loader_state.json was written by another Trainer, and is refused when read, never skipped
+    return None if os.path.isfile(os.path.join(folder, TRAINER_STATE_FILE)) else f"no {TRAINER_STATE_FILE}"
+
+
+def latest_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The newest ``checkpoint-N`` folder of ``output_dir`` that a save finished (it holds
+    ``trainer_state.json``, which the Trainer writes after its other files and after
+    ``rd_loader_state.json``), or None.
+    Each newer folder left out is logged (``logging``, WARNING) by name, with what it lacks."""
+    if not os.path.isdir(output_dir):
+        return None
+    found = sorted(((int(m.group(1)), name) for name in os.listdir(output_dir)
+                    if (m := re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", name))
+                    and os.path.isdir(os.path.join(output_dir, name))), reverse=True)
+    for _, name in found:
+        folder = os.path.join(output_dir, name)
+        why = _why_incomplete(folder)
+        if why is None:
+            return folder
+        log.warning("resumable_data: skipping %s: %s (a save was interrupted there)", folder, why)
+    return None
 
 
 @contextlib.contextmanager

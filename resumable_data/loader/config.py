@@ -205,10 +205,17 @@ def resolve_config(
     if scheduled:
         for name, value, why in (("drop_last", drop_last or None, "False"), ("packing", packing, "None"),
                                  ("sampler", tr_tail, "a sampler without its own tail (not a DistributedSampler)")):
-            if value is not None:
-                raise ConfigError(describe(name, value, f"{why} with a batch schedule (it runs on tail='continuous': "
-                                           "an epoch is not a whole number of changing batches)",
-                                           f"drop {name}= (pass sharding=rd.Sharding(world, rank) for ranks)"))
+            if value is None:
+                continue
+            if name == "packing":  # packed epochs are cut into steps by their packing index, for one batch size
+                raise ConfigError(describe(name, value, "None with a batch schedule (a packed epoch is cut into "
+                                           "steps of one batch size by its packing index)",
+                                           "keep packing= with a fixed batch_size and ramp the number of packed "
+                                           "microbatches per optimizer step in your loop (docs/schedules.md"
+                                           "#packing-and-a-batch-ramp), or drop packing="))
+            raise ConfigError(describe(name, value, f"{why} with a batch schedule (it runs on tail='continuous': "
+                                       "an epoch is not a whole number of changing batches)",
+                                       f"drop {name}= (pass sharding=rd.Sharding(world, rank) for ranks)"))
         tail = Tail.CONTINUOUS if tail is None else tail
     if tail is None:
         # the loader's drop_last=True wins over a DistributedSampler(drop_last=False), as in torch

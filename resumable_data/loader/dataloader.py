@@ -8,7 +8,8 @@ config (plan, sharding, order, tail, fetch mode, packing, commit mode, accumulat
 cursor to the end of that epoch, so a ``break`` loses nothing and repeats nothing.
 
 Commit protocol. ``cursor.committed <= cursor.delivered <= cursor.fetched`` (in steps): with
-``commit="auto"`` a delivered batch is committed at the next ``next()`` or ``state_dict()``, with
+``commit="auto"`` a delivered batch is committed at the next ``next()`` or ``state_dict()`` (a
+watched loader's batch in hand only once the model's training forward ran on it), with
 ``"explicit"`` only by ``loader.commit(applied=...)``; a state with uncommitted batches loads with
 ``on_uncommitted="repeat"`` or ``"skip"``. :meth:`DataLoader.snapshot` never changes the loader.
 
@@ -219,14 +220,20 @@ class DataLoader:
 
     @property
     def cursor(self) -> Cursor:
+        """``committed <= delivered <= fetched``, in steps (the live ledger: a batch in hand that
+        ``state_dict()`` leaves out still counts as delivered here)."""
         return self._ledger.cursor
 
     @property
     def counters(self) -> CounterView:
+        """Attempted, applied and skipped updates, committed microbatches, samples and tokens, and
+        the steps skipped on purpose (docs/how-it-works.md#counters-loadercounters)."""
         return self._ledger.counters()
 
     @property
     def recovery_label(self) -> RecoveryLabel:
+        """How this loader's stream came to be: ``faithful_continuation`` (a fresh start or an
+        exact resume), ``elastic_reshard`` (another layout or batch) or ``data_change``."""
         return self._ledger.label
 
     @property
@@ -236,6 +243,7 @@ class DataLoader:
 
     @property
     def sharding(self) -> Sharding:
+        """This process's place in the data-parallel layout (world size, rank, policy)."""
         return self.config.sharding
 
     def step_info(self, step: int | None = None) -> StepInfo:
@@ -258,16 +266,56 @@ class DataLoader:
     def state_dict(self) -> dict[str, Any]:
         """The loader's state: JSON-serializable, a few hundred bytes, whatever the dataset size.
 
-        With ``commit="auto"`` every delivered batch is committed first."""
+        With ``commit="auto"`` every delivered batch is committed first, except a batch in hand
+        that a watched model (:meth:`watch`) has not run a training forward on: the state leaves
+        it out and a resume delivers it again."""
         if self.config.commit is CommitMode.AUTO:
-            self._ledger.commit_delivered()
+            self._ledger.commit_in_hand()
         return self.snapshot().to_dict()
+
+    def watch(self, model: torch.nn.Module) -> None:
+        """Count the batch in hand as consumed only once ``model`` ran a training forward on it.
+
+        ``commit="auto"`` commits a batch when the loop asks for the next one; a state taken in
+        between holds the last delivered batch (the one in hand). Unwatched, the state counts it
+        as consumed. Watched, it counts it only if ``model``'s forward ran since it was delivered
+        in training mode with gradients enabled; otherwise the state leaves it out and a resume
+        delivers it again. That makes both loops exact: the plain one (``for batch in loader:
+        forward, backward, step, save``) and the one that fetches the next batch before the
+        backward of the current one (nanoGPT's ``X = get_batch()`` between forward and
+        backward) or saves before the forward. ``rd.TrainingState(model=, loader=)`` calls it.
+        A forward in training mode on other data also counts (e.g. a train-mode loss on a fixed
+        batch): take such a forward under ``torch.no_grad()`` or ``model.eval()``. Watching
+        another model replaces the previous watch."""
+        if not isinstance(model, torch.nn.Module):
+            raise ConfigError(describe("model", type(model).__name__, "a torch.nn.Module", "pass the model you train"))
+        old = self.__dict__.get("_watch_handle")
+        if old is not None:
+            old.remove()
+        ref = weakref.ref(self)
+
+        @torch.compiler.disable
+        def _trained(module: torch.nn.Module, args: Any) -> None:
+            loader = ref()
+            if loader is not None and module.training and torch.is_grad_enabled():
+                loader._ledger.mark_trained()
+
+        self._watch_handle = model.register_forward_pre_hook(_trained)
+        self._ledger.watch()
 
     def load_state_dict(
         self, state: dict[str, Any], *, on_uncommitted: OnUncommitted | str | None = None, allow_unpinned: bool = False,
         label: RecoveryLabel | str | None = None, on_batch_change: OnBatchChange | str | None = None,
     ) -> None:
-        """Restore ``state`` (see :meth:`reset`)."""
+        """Restore ``state``, a dict from :meth:`state_dict`, before the next batch: a seek.
+
+        Everything is validated first and a refused state changes nothing: one
+        :class:`rd.ResumeError` lists every difference (saved vs current, with the fix).
+        ``on_uncommitted`` (``"repeat"``/``"skip"``) decides what happens to delivered but
+        uncommitted batches (required when the state has any), ``allow_unpinned=True`` accepts a
+        dataset without a pinned version, ``label="data_change"`` declares a deliberate change
+        (an ``rd.Mixture``'s weights, the seeding mode), ``on_batch_change="continue"`` another
+        global batch. See :meth:`reset` for the details."""
         if state is None:
             raise ResumeError(describe("state", None, "a dict from state_dict()", "call reset() for a fresh start"))
         self.reset(state, on_uncommitted=on_uncommitted, allow_unpinned=allow_unpinned, label=label,

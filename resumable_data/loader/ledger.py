@@ -20,6 +20,13 @@ Guarantee. Every counter that can be derived (microbatches, skipped steps) is de
 cursor and the skipped ranges, never counted twice. ``snapshot(auto=True)`` is what ``state_dict()``
 returns in ``commit="auto"`` mode (delivered batches counted as committed) without committing.
 
+The batch in hand. In ``commit="auto"`` mode at most one batch is delivered and not committed:
+the last one (the next ``next()`` commits it). A state counts it as consumed, unless the ledger
+is *watched* (:meth:`ProgressLedger.watch`: the loader observes a model's training forward) and
+no training forward ran since it was delivered: then the state is the one taken just before it
+was delivered, and a resume delivers it again. So a loop that fetches the next batch before the
+backward of the current one (and saves between the two) resumes exactly, as does a plain loop.
+
 End of a pass. A pass (``start_pass`` .. ``end_pass``) covers the rest of one epoch. When the
 loop holds the epoch's last batch and the pass has not yet ended (no ``StopIteration`` yet), the
 ledger is *at the end of the pass*: a state taken then (``end_of_pass``), a restore of it, and a
@@ -79,6 +86,8 @@ class ProgressLedger:
         self._stream = stream
         self._mode = commit
         self._k = accumulation_steps
+        #: A model's training forward is watched (:meth:`watch`): the batch in hand counts once it ran.
+        self._watched = False
         self.restart()
 
     # -- reading ----------------------------------------------------------------------------------
@@ -180,7 +189,10 @@ class ProgressLedger:
         if auto is None:
             auto = self._mode is CommitMode.AUTO
         committed, samples, tokens = self._committed, self._samples, self._tokens
-        if auto:
+        delivered = self._delivered
+        if auto and not self._hand_trained:
+            delivered = committed  # the batch in hand never reached a training forward: deliver it again
+        elif auto:
             committed = self._delivered
             samples += self._pending_samples
             tokens += self._pending_tokens
@@ -188,11 +200,11 @@ class ProgressLedger:
             template,
             plan=self._stream.plan,
             epoch_base=self._stream.locate(committed, dict(self._ledger)),
-            cursor=Cursor(committed, self._delivered, max(self._fetched, self._delivered)),
+            cursor=Cursor(committed, delivered, max(self._fetched, self._delivered)),
             counters=Counters(self._attempted, self._applied, self._skipped_updates, samples, tokens),
             skipped=tuple(self._skipped),
             recovery_label=self._label,
-            end_of_pass=self.end_of_pass and committed == self._delivered,
+            end_of_pass=self.end_of_pass and committed == self._delivered and delivered == self._delivered,
             sample_seeding=None if template.sample_seeding is None else replace(template.sample_seeding,
                                                                                   version=self._seeding),
         )
@@ -222,6 +234,7 @@ class ProgressLedger:
         self._pass_epoch: int | None = None
         self._resumed_at_end = False  # restored from a state taken at the end of a pass
         self._seeding = SEEDING_VERSION
+        self._hand_trained = True  # nothing in hand
 
     def restore(self, saved: LoaderState, ledger: dict[int, int], label: RecoveryLabel,
                 choice: OnUncommitted | None, plan: Plan | None = None) -> None:
@@ -251,6 +264,7 @@ class ProgressLedger:
         self._pass_epoch = None
         self._resumed_at_end = False
         self._seeding = UNRECORDED_SEEDING_VERSION if saved.sample_seeding is None else saved.sample_seeding.version
+        self._hand_trained = True  # nothing in hand
         if saved.end_of_pass and committed == c.delivered:  # a rewound window is inside the epoch again
             self._pass_epoch = self.locate(self._skips().first_unskipped(committed))[0] - 1
             self._resumed_at_end = True
@@ -285,12 +299,29 @@ class ProgressLedger:
                 f"step={step}: expected a step after the last delivered one ({self._delivered - 1}); this is an "
                 "internal ordering error; fix: report it with the loader's state_dict(), and resume from that state")
         self._delivered = step + 1
+        self._hand_trained = not self._watched
         self._pending_tokens += tokens
         self._pending_samples += samples
         self._pending_mb += 1
 
+    def watch(self) -> None:
+        """From now on, in ``commit="auto"`` mode, the batch in hand (the last delivered) counts as
+        consumed in a state only after :meth:`mark_trained` (a training forward ran on it)."""
+        self._watched = True
+
+    def mark_trained(self) -> None:
+        """The batch in hand went through a training forward."""
+        self._hand_trained = True
+
+    def commit_in_hand(self) -> None:
+        """``state_dict()``'s auto-commit: every delivered batch, unless the batch in hand is
+        watched and untrained (it then stays delivered and is left out of the state)."""
+        if self._hand_trained:
+            self.commit_delivered()
+
     def commit_delivered(self) -> None:
         self._committed = self._delivered
+        self._hand_trained = True  # nothing in hand
         self._tokens += self._pending_tokens
         self._samples += self._pending_samples
         self._pending_tokens = self._pending_samples = self._pending_mb = 0

@@ -21,34 +21,47 @@ class ResumableLoader(Protocol):
     """A loader whose state is a cursor (``rd.DataLoader`` implements it)."""
 
     @property
-    def cursor(self) -> Cursor: ...
+    def cursor(self) -> Cursor:
+        """``committed <= delivered <= fetched``, in steps."""
 
     @property
-    def counters(self) -> CounterView: ...
+    def counters(self) -> CounterView:
+        """Updates, microbatches, samples, tokens and skipped steps, derived from the cursor."""
 
     @property
-    def microstep(self) -> int: ...
+    def microstep(self) -> int:
+        """Index, inside the accumulation window, of the last delivered microbatch."""
 
     @property
-    def microstep_is_last(self) -> bool: ...
+    def microstep_is_last(self) -> bool:
+        """Whether the last delivered microbatch closes its accumulation window."""
 
-    def __iter__(self) -> Iterator[Any]: ...
+    def __iter__(self) -> Iterator[Any]:
+        """The rest of the current epoch, from the cursor."""
 
-    def commit(self, applied: bool = True) -> None: ...
+    def commit(self, applied: bool = True) -> None:
+        """Commit every delivered batch (one attempted update; ``applied=False``: AMP skipped it)."""
 
-    def step_info(self, step: int | None = None) -> Any: ...
+    def step_info(self, step: int | None = None) -> Any:
+        """Where ``step`` (default: the next) sits and its record ids, without fetching it."""
 
-    def snapshot(self) -> LoaderState: ...
+    def snapshot(self) -> LoaderState:
+        """The typed state, changing nothing."""
 
-    def state_dict(self) -> dict[str, Any]: ...
+    def state_dict(self) -> dict[str, Any]:
+        """The JSON state (``commit='auto'``: delivered batches committed first)."""
 
     def validate_state_dict(self, state: Any, *, on_uncommitted: OnUncommitted | str | None = None,
-                            allow_unpinned: bool = False) -> LoaderState: ...
+                            allow_unpinned: bool = False) -> LoaderState:
+        """Everything ``load_state_dict`` checks, changing nothing."""
 
     def load_state_dict(self, state: dict[str, Any], *, on_uncommitted: OnUncommitted | str | None = None,
-                        allow_unpinned: bool = False) -> None: ...
+                        allow_unpinned: bool = False) -> None:
+        """Restore a state, all or nothing."""
 
-    def undo_point(self) -> Callable[[], None]: ...
+    def undo_point(self) -> Callable[[], None]:
+        """A function that puts the loader's progress back as it is now."""
 
     def reset(self, state: dict[str, Any] | None = None, *, on_uncommitted: OnUncommitted | str | None = None,
-              allow_unpinned: bool = False) -> None: ...
+              allow_unpinned: bool = False) -> None:
+        """A fresh start (``state=None``) or a restore."""

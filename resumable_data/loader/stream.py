@@ -147,7 +147,8 @@ class PackedStream:
         if self.progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=n, unit="doc", desc=f"packing index, epoch {epoch}", delay=1.0, leave=False)
+            bar = tqdm(total=n, unit="doc", desc=f"packing index, epoch {epoch}", delay=1.0, leave=False,
+                       disable=None)  # None: no bar when stderr is not a terminal (logs)
         for start in range(0, n, chunk):
             offsets = np.arange(start, min(start + chunk, n), dtype=np.int64)
             records = self._records(epoch, offsets)

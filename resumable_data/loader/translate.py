@@ -51,9 +51,11 @@ class PositionalSampler(Protocol):
 
     def __len__(self) -> int: ...
 
-    def indices(self, epoch: int, offsets: np.ndarray) -> np.ndarray: ...
+    def indices(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
+        """The dataset indices at ``offsets`` of ``epoch``: a pure function of its arguments."""
 
-    def fingerprint(self) -> str: ...
+    def fingerprint(self) -> str:
+        """A string that changes whenever ``indices`` would (recorded in the state, compared on resume)."""
 
 
 @dataclass(frozen=True)

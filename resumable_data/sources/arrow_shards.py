@@ -53,8 +53,8 @@ from __future__ import annotations
 
 import enum
 import operator
+import logging
 import os
-import sys
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
@@ -204,9 +204,9 @@ class ArrowShards:
                                        "run rd.pin(path) first, or pass unpinned='pin'/'allow'"))
         if policy is UnpinnedPolicy.ALLOW:
             return None
-        print(f"resumable_data: {root} is not pinned; pinning it now (content hash) into the cache "
-              f"({cache_dir() / 'manifests'}; the folder is not written). "
-              f"Pass unpinned='allow' to read it unpinned.", file=sys.stderr)
+        logging.getLogger(__name__).warning(
+            "resumable_data: %s is not pinned; pinning it now (content hash) into the cache (%s; the folder is "
+            "not written). Pass unpinned='allow' to read it unpinned.", root, cache_dir() / "manifests")
         return pin(files if files is not None else root, filesystem=store.filesystem, save="cache")
 
     # -- opening ---------------------------------------------------------------------------
@@ -338,15 +338,18 @@ class ArrowShards:
     @classmethod
     def from_hf(cls, dataset: Any, *, hash: str = "content",
                 verify: VerifyLevel | str = VerifyLevel.CACHED,
-                cache_dir: str | os.PathLike | None = None) -> ArrowShards:
+                cache_dir: str | os.PathLike | None = None, version_of: Any = "files") -> ArrowShards:
         """A source over a Hugging Face ``datasets.Dataset``'s own Arrow cache files (zero copy),
         versioned by their content; the manifest stays in memory (see :mod:`.hf`).
 
         An in-memory dataset (``Dataset.from_dict``, ...) is written once as pinned Arrow shards
         into ``cache_dir`` (default ``$RD_CACHE_DIR/hf-in-memory/<version hash>``), re-used when it
-        already holds the same version, refused when it holds another."""
+        already holds the same version, refused when it holds another. ``version_of="rows"``
+        (:class:`~resumable_data.sources.hf.HFVersion`) does the same for a file-backed dataset, so
+        that the version follows the rows, not the ``datasets`` cache fingerprint (which changes
+        when the script that ran ``map`` is edited)."""
         from resumable_data.sources.hf import hf_shards
-        root, rel, version = hf_shards(dataset, hash=hash, cache_dir=cache_dir)
+        root, rel, version = hf_shards(dataset, hash=hash, cache_dir=cache_dir, version_of=version_of)
         version.verify(coerce_enum(verify, VerifyLevel, "verify"))
         self = cls.__new__(cls)
         self._init(Path(root).as_posix(), rel, version, LOCAL)
@@ -387,18 +390,22 @@ class ArrowShards:
 
     @property
     def pinned(self) -> bool:
+        """Whether the source has a pinned :class:`DatasetVersion`."""
         return self._version is not None
 
     @property
     def schema(self) -> pa.Schema:
+        """The Arrow schema of every shard."""
         return self._schema
 
     @property
     def num_shards(self) -> int:
+        """How many shard files the source reads."""
         return len(self._rel)
 
     @property
     def root(self) -> Path:
+        """The directory the shard paths are relative to."""
         return self._root
 
     def __len__(self) -> int:

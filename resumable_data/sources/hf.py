@@ -22,6 +22,15 @@ into place, so concurrent callers (every rank of a job) are safe. A ``cache_dir`
 the same version is re-used; one holding another version, or other files without a manifest, is
 refused (nothing is overwritten).
 
+Version by rows (``version_of="rows"``, what ``ResumableTrainer`` uses): ``datasets`` names a
+``map``'s output file after its cache fingerprint and stamps the fingerprint into the file's schema
+metadata; the fingerprint follows the mapped function's code, so a comment added to a script
+gives another file and, by files, another version for the same rows. With ``version_of="rows"``
+a file-backed dataset is written once as canonical shards, exactly as an in-memory one is: the
+version follows the rows and Arrow types only (tested: two ``map`` functions that differ by a
+comment give one version), at the cost of one copy of the rows in ``cache_dir`` (re-used, not
+rewritten, while the rows are the same: later calls only hash them).
+
 Refused, with the fix in the message: an indices mapping over cache files (from
 ``select``/``shuffle``/``filter``/``sort``/``train_test_split``: ``dataset.flatten_indices()`` writes
 the selected rows as a new cache file); a file-backed dataset whose table differs from its files
@@ -43,6 +52,7 @@ sink (no disk) to predict the version, then re-use the cache directory that hold
 
 from __future__ import annotations
 
+import enum
 import os
 import shutil
 import tempfile
@@ -59,7 +69,7 @@ from resumable_data.sources.files import MANIFEST_NAME, canonical_schema, resolv
 from resumable_data.sources.pin import pin
 from resumable_data.sources.version import DatasetVersion, HashMode, Selection, ShardInfo
 
-__all__ = ["hf_shards"]
+__all__ = ["HFVersion", "hf_shards"]
 
 _ROWS_PER_SHARD = 1 << 20  # rows per written shard of an in-memory dataset
 _ROWS_PER_BATCH = 8192  # rows per record batch in those shards (fixed: the bytes follow the rows)
@@ -83,12 +93,26 @@ def _blocks(table: Any) -> list[Any]:
     return [table]
 
 
-def hf_shards(dataset: Any, *, hash: str = "content",
-              cache_dir: str | os.PathLike | None = None) -> tuple[Path, list[str], DatasetVersion]:
+class HFVersion(str, enum.Enum):
+    """What the version of a ``datasets.Dataset`` source follows."""
+
+    #: The dataset's own cache files (zero copy): their bytes and names. ``datasets`` names and
+    #: stamps a ``map`` output by its cache fingerprint, which follows the mapped function's code,
+    #: so editing the script (a comment line) gives another version for the same rows.
+    FILES = "files"
+    #: The rows: they are written once as canonical shards (as an in-memory dataset's are) into
+    #: ``cache_dir``, so identical rows give the same version whatever produced them.
+    ROWS = "rows"
+
+
+def hf_shards(dataset: Any, *, hash: str = "content", cache_dir: str | os.PathLike | None = None,
+              version_of: HFVersion | str = HFVersion.FILES) -> tuple[Path, list[str], DatasetVersion]:
     """(root, relative file paths, DatasetVersion) of a ``datasets.Dataset``'s files.
 
     File-backed: the dataset's own cache files, manifest in memory (``cache_dir`` unused). In
-    memory: the shards written and pinned in ``cache_dir`` (see the module docstring)."""
+    memory, or with ``version_of="rows"``: the rows written and pinned in ``cache_dir`` (see the
+    module docstring)."""
+    version_of = coerce_enum(version_of, HFVersion, "version_of")
     try:
         import datasets
     except ImportError as exc:  # pragma: no cover - datasets is a dependency
@@ -107,7 +131,7 @@ def hf_shards(dataset: Any, *, hash: str = "content",
                                    "pass a Hugging Face datasets.Dataset (or use rd.ArrowShards(path))"))
     _refuse_format(dataset)
     files = [f["filename"] for f in dataset.cache_files]
-    if not files:
+    if not files or version_of is HFVersion.ROWS:
         return _in_memory_shards(dataset, hash, cache_dir)
     if dataset._indices is not None:
         raise ConfigError(describe(
@@ -119,7 +143,7 @@ def hf_shards(dataset: Any, *, hash: str = "content",
         problem = None
         if not all(isinstance(b, MemoryMappedTable) for b in blocks):
             problem = "part of the table is held in memory, not in a cache file"
-        elif any(name not in _HARMLESS_REPLAYS for b in blocks for name, *_ in (b.replays or [])):
+        elif any(not _harmless(replay) for b in blocks for replay in (b.replays or [])):
             problem = ("the table was changed in memory after loading (select of a range, "
                        "rename/remove/cast columns): its files hold other rows or columns")
         elif [str(Path(b.path).resolve()) for b in blocks] != [str(Path(f).resolve()) for f in files]:
@@ -145,6 +169,16 @@ def hf_shards(dataset: Any, *, hash: str = "content",
         raise ConfigError(describe("dataset", own, f"the schema of its cache files ({version.schema})",
                                    _FIX_FLATTEN))
     return root, rel, version
+
+
+def _harmless(replay: Any) -> bool:
+    """Whether an in-memory operation datasets replays on a memory-mapped file leaves its rows and
+    column values as the file holds them: schema metadata, rechunking, and dropping no column
+    (``remove_columns([])``, which the Trainer calls when every column is used)."""
+    name, args = replay[0], replay[1] if len(replay) > 1 else ()
+    if name in _HARMLESS_REPLAYS:
+        return True
+    return name == "drop" and len(args) == 1 and not args[0]
 
 
 def _refuse_format(dataset: Any) -> None:

@@ -140,14 +140,18 @@ class Mixture:
     # -- the ArrowShards surface the loader uses ----------------------------------------------------
     @property
     def version(self) -> MixtureVersion:
+        """The mixture's data identity: its sources' names and pinned versions and the block size, hashed
+        (weights and seed are part of the plan, not of this version)."""
         return self._version
 
     @property
     def pinned(self) -> bool:
+        """Whether every source is pinned."""
         return all(s.pinned for s in self.sources)
 
     @property
     def schema(self) -> pa.Schema:
+        """The sources' common Arrow schema."""
         return self.sources[0].schema
 
     def __len__(self) -> int:
@@ -205,6 +209,7 @@ class Mixture:
         self._gather = ArrowShards.concatenated(self.sources) if local else None
 
     def column_lengths(self, column: str) -> np.ndarray:
+        """Per-record lengths of a list column, in the mixture's record-id order."""
         return np.concatenate([s.column_lengths(column) for s in self.sources])
 
     # -- the order ----------------------------------------------------------------------------------

@@ -115,7 +115,7 @@ def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
         hashes = [etag_digest(st.etag) for st in stats]
     elif mode is HashMode.CONTENT:
         with tqdm(total=sum(sizes), unit="B", unit_scale=True, unit_divisor=1024, delay=0.5,
-                  desc="rd.pin", file=sys.stderr, leave=False) as bar:
+                  desc="rd.pin", file=sys.stderr, leave=False, disable=None) as bar:  # no bar into logs
             keys = [verified.file_key(store, p, None if store.local else st) for p, st in zip(full, stats)]
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 hashes = list(pool.map(lambda p: store.hash_file(p, bar.update), full))

@@ -291,7 +291,7 @@ def _everything(o) -> dict[str, str]:
 def test_seeding_mode_change_refused_until_data_change(ckpt, data_dir, tmp_path, mode):
     """A checkpoint of an eager run against a current off / lazy loader: one sample_seeding difference,
     refused (nothing changed) under the labels that restore the loader, info under warm_start and a
-    warning under data_change (both start a fresh stream)."""
+    warning under data_change (which continues the data stream from its cursor under the new mode)."""
     o = _fresh(data_dir, tmp_path, seed_per_sample=mode)
     current = "off" if mode is False else "lazy"
     saved_meta = read_checkpoint(ckpt, 14).meta
@@ -309,14 +309,18 @@ def test_seeding_mode_change_refused_until_data_change(ckpt, data_dir, tmp_path,
         r = rd.check_compatible(saved_meta, o.state.meta(), label)
         assert [d.path for d in r.differences] == ["data.seed_per_sample"]
         assert r.differences[0].category is Category.SAMPLE_SEEDING
-        want = {rd.RecoveryLabel.DATA_CHANGE: rd.Severity.WARNING,  # neither restores the loader: a fresh stream
+        want = {rd.RecoveryLabel.DATA_CHANGE: rd.Severity.WARNING,  # a deliberate change, noted
                 rd.RecoveryLabel.WARM_START: rd.Severity.INFO}.get(label, rd.Severity.ERROR)
         assert r.differences[0].severity is want, label
     with pytest.warns(RuntimeWarning, match="data.seed_per_sample"):
         info = rd.load_checkpoint(ckpt, o.state, label="data_change", step=14)
     assert info.report.ok and [d.path for d in info.report.warnings] == ["data.seed_per_sample"]
-    assert o.loader.cursor.delivered == 0 and o.state.recovery_label is rd.RecoveryLabel.DATA_CHANGE
-    assert o.state.meta().data["seed_per_sample"] == current  # the fresh stream keeps the current mode
+    saved_cursor = read_checkpoint(ckpt, 14).tree["loader"]["cursor"]
+    # the stream continues from its cursor (the window's gradients are not restored: it is repeated)
+    assert o.loader.cursor.delivered == saved_cursor["committed"] > 0
+    assert o.loader.recovery_label is rd.RecoveryLabel.DATA_CHANGE
+    assert o.state.recovery_label is rd.RecoveryLabel.DATA_CHANGE
+    assert o.state.meta().data["seed_per_sample"] == current  # continued under the current mode
 
 
 def test_same_seeding_mode_other_version_is_no_difference(ckpt, data_dir, tmp_path):

@@ -175,3 +175,18 @@ def test_command_line_examples_run(tmp_path, monkeypatch, capsys):
         assert main(argv[1:]) == 0, argv
         out = capsys.readouterr().out
         assert max(map(len, out.splitlines())) <= 100, argv
+
+
+def test_every_python_block_runs_twice_in_a_row_in_one_empty_folder(tmp_path, monkeypatch, capsys):
+    """A new user runs the README top to bottom, then runs it all again in the same folder (the
+    files of the first run are there): every block must work both times, and the loop's second
+    run resumes at its last checkpoint instead of training again."""
+    monkeypatch.chdir(tmp_path)
+    for attempt in range(2):
+        for marker in (QUICKSTART, LOOP, YOUR_DATA):
+            env = run(block(marker))
+            if marker == LOOP:
+                assert env["step"] == 120
+        out = capsys.readouterr().out
+        assert "step 120, newest checkpoint step-000000000120" in out, (attempt, out)
+        assert "100 records, version" in out

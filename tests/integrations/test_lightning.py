@@ -49,16 +49,16 @@ def _ckpt_batches(root, rank=0) -> int:
     return rd.LoaderState.from_dict(ckpt["ResumableDataModule"]["rd_loader"]).cursor.committed
 
 
-def _kill_and_resume(tmp_path, data, reference, kill_at, every=LT.EVERY):
+def _kill_and_resume(tmp_path, data, reference, kill_at, every=LT.EVERY, **kw):
     log_ref, params_ref = reference
     a, b = tmp_path / "a", tmp_path / "b"
     b.mkdir()
-    status, text = _run(data, a, kill_at=kill_at, every=every)
+    status, text = _run(data, a, kill_at=kill_at, every=every, **kw)
     assert status == "killed", text
     before = C.read_log(a / "log.jsonl.rank0")
     resumed_from = _ckpt_batches(a)
     (b / "out").symlink_to(a / "out")
-    status, params = _run(data, b, resume=True, every=every)
+    status, params = _run(data, b, resume=True, every=every, **kw)
     assert status == "done", params
     C.check_resumed(log_ref, before, C.read_log(b / "log.jsonl.rank0"), resumed_from)
     assert params == params_ref, "final parameters differ from the uninterrupted run"
@@ -128,3 +128,60 @@ def test_state_refused_while_lightning_holds_prefetched_batches(data):
     fetcher.batches.append(next(it))
     with pytest.raises(rd.ResumeError, match="prefetch buffer"):
         wrapped.state_dict()
+
+
+@pytest.fixture(scope="module")
+def plain_reference(tmp_path_factory, data):
+    root = tmp_path_factory.mktemp("pl-plain-reference")
+    status, params = _run(data, root, plain=True, dropout=0.25)
+    assert status == "done", params
+    log = C.read_log(root / "log.jsonl.rank0")
+    assert len(log) == TOTAL
+    return log, params, (root / "log.jsonl.val.rank0").read_text().splitlines()
+
+
+def test_lightning_with_dropout_a_plain_dataset_and_validation_resumes_bit_exact(tmp_path, data, plain_reference):
+    """Dropout masks continue (the data module saves the global RNG states as plain lists, and
+    Lightning loads them with weights_only=True), a plain torch dataset is pinned by its declared
+    version, and validation passes each start at their first batch."""
+    log_ref, params_ref, val_ref = plain_reference
+    kill_at = random.Random(16).randint(2 * LT.EVERY * LT.ACCUMULATION + 1, TOTAL - 1)
+    resumed_from = _kill_and_resume(tmp_path, data, (log_ref, params_ref), kill_at, plain=True, dropout=0.25)
+    assert 0 < resumed_from < kill_at
+    assert len(val_ref) == 2 * 3  # two epoch ends, 40 records in batches of 16
+    val = (tmp_path / "a" / "log.jsonl.val.rank0").read_text().splitlines()
+    val += (tmp_path / "b" / "log.jsonl.val.rank0").read_text().splitlines() if \
+        (tmp_path / "b" / "log.jsonl.val.rank0").exists() else []
+    assert sorted(set(val)) == sorted(val_ref)  # each validation pass as the uninterrupted run's
+    ckpt = torch.load(tmp_path / "a" / "out" / "ckpt" / "last.ckpt", weights_only=True)  # plain types only
+    assert set(ckpt["ResumableDataModule"]) == {"rd_loader", "rd_rng"}
+
+
+def test_lightning_killed_inside_a_checkpoint_save_resumes_from_the_one_before(tmp_path, data, plain_reference):
+    log_ref, params_ref, _ = plain_reference
+    step = random.Random(17).choice(range(2 * LT.EVERY, 13, LT.EVERY))  # inside the first epoch (13 steps)
+    a, b = tmp_path / "a", tmp_path / "b"
+    b.mkdir()
+    status, text = _run(data, a, plain=True, dropout=0.25, kill_in_save_at=step)
+    assert status == "killed", text
+    before = C.read_log(a / "log.jsonl.rank0")
+    assert len(before) == step * LT.ACCUMULATION
+    assert not (a / "out" / "ckpt" / f"step={step}.ckpt").exists()
+    (b / "out").symlink_to(a / "out")
+    resumed_from = _ckpt_batches(a)
+    assert resumed_from == (step - LT.EVERY) * LT.ACCUMULATION
+    status, params = _run(data, b, resume=True, plain=True, dropout=0.25)
+    assert status == "done", params
+    C.check_resumed(log_ref, before, C.read_log(b / "log.jsonl.rank0"), resumed_from)
+    assert params == params_ref
+
+
+def test_a_plain_dataset_is_refused_at_construction_not_at_the_first_resume(data):
+    from _integ_accelerate import PlainRows
+
+    with pytest.raises(rd.ConfigError, match=r"dataset_version=.*allow_unpinned=True to ResumableDataModule"):
+        ResumableDataModule(PlainRows(str(data)), batch_size=8, shuffle=True, seed=2)
+    dm = ResumableDataModule(PlainRows(str(data)), batch_size=8, shuffle=True, seed=2, allow_unpinned=True)
+    assert dm._resume_options["allow_unpinned"] is True
+    with pytest.raises(rd.ConfigError, match="on_uncommitted"):
+        ResumableDataModule(rd.ArrowShards(data), batch_size=8, shuffle=True, seed=2, on_uncommitted="maybe")

@@ -148,3 +148,20 @@ def test_trainer_two_processes(tmp_path, data):
     for r in range(2):
         C.check_resumed(logs[r], C.read_log(a / f"log.rank{r}"), C.read_log(b / f"log.rank{r}"), resumed_from)
     assert resumed == params
+
+
+def test_trainer_refuses_an_unpinned_torch_dataset_at_construction(tmp_path):
+    """Not at the first resume: a plain torch dataset needs a declared version, or the explicit
+    allow_unpinned resume option."""
+    from transformers import TrainingArguments
+
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
+    rows = [{"x": i / 10, "labels": 0.0} for i in range(10)]
+    with pytest.raises(rd.ConfigError, match=r"dataset_version.*allow_unpinned"):
+        ResumableTrainer(model=C.TinyModel(), args=args, train_dataset=rows)
+    ResumableTrainer(model=C.TinyModel(), args=args, train_dataset=rows, rd_loader_kwargs={"dataset_version": "v1"})
+    t = ResumableTrainer(model=C.TinyModel(), args=args, train_dataset=rows,
+                         rd_resume_options={"allow_unpinned": True})
+    assert t.rd_resume_options == {"allow_unpinned": True}
+    with pytest.raises(rd.ConfigError, match="rd_resume_options"):
+        ResumableTrainer(model=C.TinyModel(), args=args, train_dataset=rows, rd_resume_options={"allow": True})

@@ -1,0 +1,141 @@
+"""Checkpoint-level behaviour that real training scripts rely on: ``label="data_change"`` through
+``rd.resume_or_start`` continues an ``rd.Mixture`` per source (as the loader's own restore does),
+a changed single source starts afresh with a warning, and a learning rate set by hand every
+iteration (nanoGPT) is progress, not configuration."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import resumable_data as rd
+from tests.mixture_data import WEIGHTS, open_sources, write_sources
+
+W2 = {"web": 0.2, "code": 0.2, "math": 0.6}
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    return write_sources(tmp_path_factory.mktemp("clientmix"))
+
+
+def _state(loader, lr=0.1):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    return rd.TrainingState(model=model, optimizer=opt, loader=loader, watch_model=False), opt
+
+
+def _mix_loader(dirs, weights):
+    return rd.DataLoader(rd.Mixture(open_sources(dirs), weights=weights, block_size=16), batch_size=4, seed=11)
+
+
+def _ids(loader, n):
+    out, it = [], iter(loader)
+    for _ in range(n):
+        out.append(next(it)["id"].tolist())
+    return out
+
+
+def test_data_change_through_resume_or_start_continues_each_source(dirs, tmp_path):
+    loader = _mix_loader(dirs, WEIGHTS)
+    state, _ = _state(loader)
+    _ids(loader, 7)
+    rd.save_checkpoint(tmp_path, state, step=7)
+    saved = loader.state_dict()
+    # the loader-level data_change: the reference for what the checkpoint level must deliver
+    ref = _mix_loader(dirs, W2)
+    ref.load_state_dict(saved, label="data_change")
+    want = _ids(ref, 6)
+    resumed = _mix_loader(dirs, W2)
+    state2, _ = _state(resumed)
+    with pytest.warns(RuntimeWarning, match="data_change"):
+        assert rd.resume_or_start(tmp_path, state2, label="data_change") == 7
+    assert resumed.cursor.committed == 7 and resumed.recovery_label is rd.RecoveryLabel.DATA_CHANGE
+    assert _ids(resumed, 6) == want  # every batch, in order: not the stream's start
+    assert want != _ids(_mix_loader(dirs, W2), 6)
+
+
+def test_data_change_over_a_changed_single_source_starts_afresh_and_says_so(tmp_path):
+    import pyarrow as pa
+
+    for name, n in (("a", 40), ("b", 44)):
+        rd.write_arrow_shards(pa.table({"id": list(range(n))}), tmp_path / name, num_shards=1)
+        rd.pin(tmp_path / name)
+    loader = rd.DataLoader(rd.ArrowShards(tmp_path / "a"), batch_size=4, shuffle=True, seed=0)
+    state, _ = _state(loader)
+    _ids(loader, 3)
+    rd.save_checkpoint(tmp_path / "ck", state, step=3)
+    other = rd.DataLoader(rd.ArrowShards(tmp_path / "b"), batch_size=4, shuffle=True, seed=0)
+    state2, _ = _state(other)
+    with pytest.raises(rd.CompatibilityError):
+        rd.resume_or_start(tmp_path / "ck", state2)  # a faithful resume refuses the other dataset
+    with pytest.warns(RuntimeWarning, match="starts afresh at step 0"):
+        step = rd.resume_or_start(tmp_path / "ck", state2, label="data_change")
+    assert other.cursor.delivered == 0
+    # the documented way to keep the step count over the edited data: skip the steps already taken
+    other.skip_steps(0, step, "data edit: continue the new data at the step count")
+    want = rd.DataLoader(rd.ArrowShards(tmp_path / "b"), batch_size=4, shuffle=True, seed=0)
+    assert _ids(other, 2) == _ids(want, step + 2)[step:]
+    assert other.state_dict()["skipped"][0][:2] == [0, 3]
+
+
+def test_a_learning_rate_set_by_hand_each_iteration_resumes(tmp_path):
+    loader = rd.DataLoader(list(range(40)), batch_size=4, dataset_version="v1")
+    state, opt = _state(loader, lr=0.5)
+    for it, _ in zip(range(5), loader):
+        for g in opt.param_groups:
+            g["lr"] = 0.5 / (it + 1)  # nanoGPT's get_lr(iter_num) written into the groups
+    rd.save_checkpoint(tmp_path, state, step=5)
+    assert state.meta().optimizer["param_groups"][0]["base_lr"] == 0.5  # the LR the optimizer was built with
+    fresh, fresh_opt = _state(rd.DataLoader(list(range(40)), batch_size=4, dataset_version="v1"), lr=0.5)
+    assert rd.resume_or_start(tmp_path, fresh) == 5
+    assert fresh_opt.param_groups[0]["lr"] == pytest.approx(0.5 / 5)  # the saved current LR is restored
+    other, _ = _state(rd.DataLoader(list(range(40)), batch_size=4, dataset_version="v1"), lr=0.3)
+    with pytest.raises(rd.CompatibilityError, match="base_lr"):
+        rd.resume_or_start(tmp_path, other)  # a different configured LR is still refused
+
+
+def test_packing_with_a_batch_ramp_is_refused_naming_the_reason_and_the_alternative(dirs):
+    src = open_sources(dirs)["web"]
+    with pytest.raises(rd.ConfigError, match=r"packing=.*packing index.*ramp the number of packed microbatches"):
+        rd.DataLoader(src, batch_size=rd.BatchRamp(start=2, increment=2, ramp_samples=20, final=6), seed=0,
+                      packing=rd.Packing(16, tokens="tokens", eos_id=0))
+
+
+def _ramped_run(dirs, ckpt, updates, stop_at=None):
+    """docs/schedules.md's alternative: a fixed packed batch, more microbatches per update as
+    training goes; returns the documents of every trained microbatch per update."""
+    loader = rd.DataLoader(open_sources(dirs)["code"], batch_size=2, seed=0,
+                           packing=rd.Packing(16, tokens="tokens", eos_id=0, window=8))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    state = rd.TrainingState(model=model, optimizer=opt, loader=loader)
+    step = rd.resume_or_start(ckpt, state)
+    seen, it = {}, iter(loader)
+    while step < updates:
+        for _ in range(1 + step // 3):
+            try:
+                b = next(it)
+            except StopIteration:
+                it = iter(loader)
+                b = next(it)
+            model(b["input_ids"].float()).sum().backward()
+            seen.setdefault(step, []).append(b["document_ids"].tolist())
+        opt.step()
+        opt.zero_grad()
+        step += 1
+        if step % 2 == 0:
+            rd.save_checkpoint(ckpt, state, step=step)
+        if step == stop_at:
+            break
+    return seen, [p.detach().clone() for p in model.parameters()]
+
+
+def test_a_ramp_of_packed_microbatches_per_update_resumes_exactly(dirs, tmp_path):
+    ref, ref_params = _ramped_run(dirs, tmp_path / "ref", 9)
+    first, _ = _ramped_run(dirs, tmp_path / "run", 9, stop_at=5)  # "killed" after update 5 (last save: 4)
+    resumed, params = _ramped_run(dirs, tmp_path / "run", 9)
+    assert min(resumed) == 4 and {**first, **resumed} == ref  # every microbatch of every update, in order
+    assert all(torch.equal(a, b) for a, b in zip(params, ref_params))
