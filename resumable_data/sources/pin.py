@@ -54,7 +54,8 @@ _MAX_WORKERS = 8
 
 def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
         hash: HashMode | str = HashMode.CONTENT, max_workers: int | None = None,
-        filesystem: Any = None, save: bool | str = True) -> DatasetVersion:
+        filesystem: Any = None, save: bool | str = True,
+        lineage: dict[str, Any] | None = None) -> DatasetVersion:
     """Pin the shards at ``path`` (a directory, searched recursively, or a list of files).
 
     Writes the manifest and returns the :class:`DatasetVersion`. ``save``: True (default) writes
@@ -65,6 +66,8 @@ def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
     schema only (cheaper, weaker: an in-place edit that keeps the size goes unnoticed).
     ``filesystem``: a ``pyarrow.fs.FileSystem`` the paths live on (e.g. S3; the bytes are streamed
     through it).
+    ``lineage``: an optional dict of JSON values recorded in (and hashed with) the manifest: what
+    produced the shards (``rd.prepare`` passes its input version and function fingerprint).
     """
     mode = coerce_enum(hash, HashMode, "hash")
     if save not in (True, False, "folder", "cache"):
@@ -112,7 +115,7 @@ def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
     shards = [ShardInfo(path=r, size=sz, num_rows=m.num_rows, content_hash=h)
               for r, sz, m, h in zip(rel, sizes, metas, hashes)]
     version = DatasetVersion.build(shards, schema, mode, selection, Path(root),
-                                   filesystem=store.filesystem)
+                                   filesystem=store.filesystem, lineage=lineage)
     if save:
         version.save(to_cache=save == "cache" or selection is Selection.FILES)
     return version

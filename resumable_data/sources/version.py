@@ -3,7 +3,8 @@
 Algorithm: a :class:`DatasetVersion` is the ordered list of shards (relative path, byte size, row
 count, xxh3-128 content hash or ``None`` in ``size`` mode), the canonical schema text (see
 :func:`~resumable_data.sources.files.canonical_schema`), the record count, the hash mode and
-whether the shard list came from discovering a directory or from an explicit file list. Its
+whether the shard list came from discovering a directory or from an explicit file list, and,
+for shards written by ``rd.prepare``, their optional ``lineage`` object (what produced them). Its
 ``hash`` is the xxh3-128 hex digest of the canonical JSON of those fields (``sort_keys=True``,
 separators ``(",", ":")``, the ``hash`` key itself excluded). The root directory it was loaded
 from is not part of the hash, so a moved dataset keeps its identity. Loading, saving and
@@ -76,6 +77,10 @@ K_PATH = "path"
 K_SIZE = "size"
 K_NUM_ROWS = "num_rows"
 K_CONTENT_HASH = "content_hash"
+#: Optional: what produced the shards (``rd.prepare``: input version, function fingerprint,
+#: settings, package version). Hashed like every other field; absent from manifests written
+#: without it, whose hash is therefore unchanged.
+K_LINEAGE = "lineage"
 
 _ROOT_KEYS = {K_FORMAT, K_SCHEMA_VERSION, K_SHARDS, K_SCHEMA, K_NUM_RECORDS, K_HASH, K_HASH_MODE,
               K_SELECTION}
@@ -160,6 +165,25 @@ def compute_hash(body: dict[str, Any]) -> str:
     return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
 
 
+def lineage_text(lineage: Any) -> str:
+    """The canonical JSON text of a lineage object (a dict of JSON values); ConfigError otherwise."""
+    try:
+        if not isinstance(lineage, dict):
+            raise TypeError(type(lineage).__name__)
+        return json.dumps(lineage, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                          allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(describe("lineage", repr(lineage)[:200], "a dict of JSON values",
+                                   f"pass plain str/int/float/bool/None/list/dict values ({exc})")) from None
+
+
+def _checked_lineage(root: Path | None, lineage: Any) -> str:
+    try:
+        return lineage_text(lineage)
+    except ConfigError:
+        raise _manifest_error(root, K_LINEAGE, repr(lineage)[:200], "a JSON object") from None
+
+
 @dataclass(frozen=True)
 class DatasetVersion:
     """A pinned dataset: ordered shards, canonical schema text, record count and identity hash.
@@ -176,6 +200,13 @@ class DatasetVersion:
     selection: Selection = Selection.DIRECTORY
     root: Path | None = field(default=None, compare=False)
     filesystem: Any = field(default=None, compare=False, repr=False)
+    #: canonical JSON text of the ``lineage`` object, or None (see :attr:`lineage`)
+    lineage_json: str | None = None
+
+    @property
+    def lineage(self) -> dict[str, Any] | None:
+        """What produced these shards (written by ``rd.prepare``), or None."""
+        return None if self.lineage_json is None else json.loads(self.lineage_json)
 
     # -- serialization ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -189,6 +220,7 @@ class DatasetVersion:
             K_NUM_RECORDS: self.num_records,
             K_SHARDS: [s.to_dict() for s in self.shards],
             K_HASH: self.hash,
+            **({} if self.lineage_json is None else {K_LINEAGE: self.lineage}),
         }
 
     @classmethod
@@ -206,8 +238,12 @@ class DatasetVersion:
                 f"{MANIFEST_SCHEMA_VERSION} (saved {saved!r}, this version reads "
                 f"{MANIFEST_SCHEMA_VERSION})",
             )
-        if set(d) != _ROOT_KEYS:
-            raise _manifest_error(root, "manifest keys", sorted(d), f"exactly {sorted(_ROOT_KEYS)}")
+        if set(d) - {K_LINEAGE} != _ROOT_KEYS:
+            raise _manifest_error(root, "manifest keys", sorted(d),
+                                  f"exactly {sorted(_ROOT_KEYS)} (and optionally {K_LINEAGE!r})")
+        lineage = d.get(K_LINEAGE)
+        if K_LINEAGE in d and not isinstance(lineage, dict):
+            raise _manifest_error(root, K_LINEAGE, lineage, "a JSON object")
         try:
             hash_mode = HashMode(d[K_HASH_MODE])
             selection = Selection(d[K_SELECTION])
@@ -237,19 +273,22 @@ class DatasetVersion:
                                   f"{recomputed!r}, the hash of the manifest's fields (the manifest "
                                   "was edited by hand or damaged)")
         return cls(shards=shards, schema=d[K_SCHEMA], num_records=num_records, hash=stored,
-                   hash_mode=hash_mode, selection=selection, root=root)
+                   hash_mode=hash_mode, selection=selection, root=root,
+                   lineage_json=None if lineage is None else _checked_lineage(root, lineage))
 
     @classmethod
     def build(cls, shards: list[ShardInfo], schema: str, hash_mode: HashMode,
-              selection: Selection, root: Path | None, filesystem: Any = None) -> DatasetVersion:
+              selection: Selection, root: Path | None, filesystem: Any = None,
+              lineage: dict[str, Any] | None = None) -> DatasetVersion:
         """A version from its fields, computing ``num_records`` and ``hash``."""
         shards_t = tuple(shards)
         num = sum(s.num_rows for s in shards_t)
+        text = None if lineage is None else lineage_text(lineage)
         proto = cls(shards=shards_t, schema=schema, num_records=num, hash="", hash_mode=hash_mode,
-                    selection=selection, root=root)
+                    selection=selection, root=root, lineage_json=text)
         return cls(shards=shards_t, schema=schema, num_records=num,
                    hash=compute_hash(proto.to_dict()), hash_mode=hash_mode, selection=selection,
-                   root=root, filesystem=filesystem)
+                   root=root, filesystem=filesystem, lineage_json=text)
 
     @classmethod
     def load(cls, directory: str | os.PathLike, filesystem: Any = None, *,
