@@ -1,5 +1,8 @@
 """``resumable-data``: the command line. Subcommands register themselves in :data:`COMMANDS`.
 
+``resumable-data inspect DATASET_DIR`` prints a pinned dataset's version and, for shards written by
+``rd.prepare``, their lineage (input version, tokenizer or function, filters, package version).
+
 ``resumable-data inspect CHECKPOINT [--data DIR [--verify size|cached|content]] [--against CURRENT
 [--label LABEL]] [--markdown] [--wide]`` reads a checkpoint (a step directory, or a checkpoint root
 whose ``latest`` it follows), verifies its files, and prints its recovery label and lineage, counters,
@@ -106,6 +109,9 @@ def _run_inspect(args: argparse.Namespace) -> int:
     from resumable_data.loader.state import LoaderState
 
     width = None if args.wide or args.markdown else WIDTH
+    if _is_dataset(args.checkpoint):
+        print("\n".join(fit(_dataset_report(args.checkpoint), width)))
+        return 0
     if Path(args.checkpoint).is_file():
         rc, out = loader_state_report(args.checkpoint, args.data, args.verify, args.records, _check_data)
         print("\n".join(fit(out, width)))
@@ -177,6 +183,27 @@ def _run_inspect(args: argparse.Namespace) -> int:
     return status_ok
 
 
+def _is_dataset(path: str) -> bool:
+    from pathlib import Path
+
+    from resumable_data.sources.files import MANIFEST_NAME
+
+    return (Path(path) / MANIFEST_NAME).is_file()
+
+
+def _dataset_report(directory: str) -> list[str]:
+    """``inspect DIR`` on a pinned dataset folder: its version and, when prepared, its lineage."""
+    from resumable_data.sources import DatasetVersion
+
+    version = DatasetVersion.load(directory)
+    out: list[str] = []
+    _kv(out, "dataset", f"{directory}: version {version.hash}")
+    _kv(out, "records", f"{version.num_records:,} in {len(version.shards)} shard(s), hash={version.hash_mode.value}")
+    for k, v in _lineage_lines(version.lineage):
+        _kv(out, k, v)
+    return out
+
+
 def _check_data(out: list[str], directory: str, pinned_hash: str, level: str = "size") -> int:
     from resumable_data.sources import DatasetVersion
 
@@ -200,6 +227,8 @@ def _check_data(out: list[str], directory: str, pinned_hash: str, level: str = "
                "cached": "content verified: every shard's hash matches (or matched for this exact file state)"}.get(
         level, "sizes, rows and schema match; content not checked: --verify cached or content")
     _kv(out, "dataset", f"matches the pinned version {pinned_hash} ({version.num_records} records; {checked})")
+    for k, v in _lineage_lines(version.lineage):
+        _kv(out, k, v)
     return 0
 
 
@@ -362,7 +391,12 @@ from resumable_data.cli_check import EXAMPLES as _CHECK_RESUME_EXAMPLES  # noqa:
 from resumable_data.cli_pin import COMMAND as _PIN  # noqa: E402
 from resumable_data.cli_pin import EXAMPLES as _PIN_EXAMPLES  # noqa: E402
 
+from resumable_data.cli_prepare import COMMAND as _PREPARE  # noqa: E402
+from resumable_data.cli_prepare import EXAMPLES as _PREPARE_EXAMPLES  # noqa: E402
+from resumable_data.cli_prepare import lineage_lines as _lineage_lines  # noqa: E402
+
 register(*_PIN, _PIN_EXAMPLES)
+register(*_PREPARE, _PREPARE_EXAMPLES)
 register(*_CHECK_RESUME, _CHECK_RESUME_EXAMPLES)
 
 
