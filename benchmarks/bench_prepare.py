@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -151,6 +152,12 @@ def _size(p: Path) -> int:
     return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and of its reaped children (pool workers, peer subprocesses)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -179,18 +186,22 @@ def main() -> None:
     parquet.mkdir()
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({"text": texts}), parquet / "corpus.parquet")
+    half = len(texts) // 2  # two files: datatrove gives each of its 2 tasks whole input files
+    pq.write_table(pa.table({"text": texts[:half]}), parquet / "corpus-0.parquet")
+    pq.write_table(pa.table({"text": texts[half:]}), parquet / "corpus-1.parquet")
     peers = [p for p in ("litdata", "datatrove") if args.peers and Path(f"/tmp/venv-{p}/bin/python").exists()]
 
     cases = ["rd 1 proc", "rd 2 procs", "datasets map+save 2 procs", *peers]
     secs: dict[str, list[float]] = {c: [] for c in cases}
     tokens: dict[str, int] = {}
     startup: dict[str, list[float]] = {p: [] for p in peers}
+    cpu: dict[str, list[float]] = {c: [] for c in cases}
     loads = [_load()]
     for r in range(rounds):
         order = cases if r % 2 == 0 else cases[::-1]
         for c in order:
             out = work / f"out-{r}-{c.replace(' ', '_')}"
+            c0 = _cpu()
             t0 = time.perf_counter()
             if c == "rd 1 proc":
                 tokens[c] = run_rd(src, out, tok, 1)
@@ -203,6 +214,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 run_peer(c, src / "shard-00000.arrow" if c == "litdata" else parquet, out, tok_path)
             secs[c].append(time.perf_counter() - t0)
+            cpu[c].append(_cpu() - c0)
             shutil.rmtree(out, ignore_errors=True)
         loads.append(_load())
     shutil.rmtree(work, ignore_errors=True)
@@ -231,16 +243,23 @@ def main() -> None:
         f"Machine: {os.cpu_count()} CPUs, shared; load average (1, 5, 15 min) before and after each round: "
         + "; ".join(loads) + ".",
         "",
-        "| case | tokens/s (median) | seconds (min..max) |",
-        "|---|---:|---:|",
+        "| case | tokens/s (median) | seconds (min..max) | CPU seconds (median) | CPUs busy (CPU s / wall s) |",
+        "|---|---:|---:|---:|---:|",
     ]
     for c in cases:
+        busy = statistics.median([u / t for u, t in zip(cpu[c], raw[c])])
+        cpu_cells = "n/a | n/a" if c in peers else f"{statistics.median(cpu[c]):.1f} | {busy:.2f}"
         lines.append(f"| {c} | {rate[c] / 1e6:.2f} M | {statistics.median(secs[c]):.2f} "
-                     f"({min(secs[c]):.2f}..{max(secs[c]):.2f}) |")
+                     f"({min(secs[c]):.2f}..{max(secs[c]):.2f}) | {cpu_cells} |")
     lines += ["", "| ratio | median (min..max) | goal |", "|---|---:|---:|"]
     goals = {"rd 2 procs / rd 1 proc (scaling)": ">= 1.7"}
     for k, (m, lo, hi) in ratios.items():
         lines.append(f"| {k} | {m:.2f}x ({lo:.2f}..{hi:.2f}) | {goals.get(k, '>= 1.0')} |")
+    lines += ["", "CPU seconds: user + system time of this process and of its reaped children (pool workers) "
+              "over the case (n/a for the peers: not all of their worker processes are reaped by their parent, "
+              "so the count is incomplete); on a shared machine, CPU seconds that "
+              "do not grow from 1 to 2 processes mean the work splits without overhead, and CPUs busy shows "
+              "how much of the 2 cores the case actually got."]
     if peers:
         lines += ["", "LitData and datatrove run as subprocesses of their own venvs; their wall time includes the "
                   "interpreter start and imports: " + ", ".join(f"{p} {statistics.median(v):.1f} s" for p, v in
@@ -253,7 +272,7 @@ def main() -> None:
                   "/tmp/venv-datatrove installed)."]
     md = "\n".join(lines)
     print(md)
-    write_results("prepare", {"tokens": n_tok, "mb": mb, "rounds": rounds, "seconds": secs, "seconds_with_startup": raw,
+    write_results("prepare", {"tokens": n_tok, "mb": mb, "rounds": rounds, "seconds": secs, "seconds_with_startup": raw, "cpu_seconds": cpu,
                               "ratios": {k: list(v) for k, v in ratios.items()}, "load": loads}, md)
 
 

@@ -210,6 +210,8 @@ def prepare(source: Any, out: str | os.PathLike, *, tokenizer: Any = None,
     out_s = store.resolve(out)
     names = [shard_name(p.index, len(pieces)) for p in pieces]
 
+    if not store.is_dir(out_s) and store.stat(out_s) is not None:
+        raise ConfigError(describe("out", out_s, "a folder (or a path where one can be made)", "pass a folder path"))
     prog = Progress.load(store, out_s) if store.is_dir(out_s) else None
     if prog is None:
         listing = _listing(store, out_s)

@@ -44,7 +44,7 @@ def _result_from_dict(d: Any, where: str) -> PieceResult:
     name, h = d["name"], d["content_hash"]
     if not (name is None or isinstance(name, str)) or not (h is None or isinstance(h, str)):
         raise DatasetIntegrityError(describe(where, d, "name and content_hash strings or null",
-                                             "delete the progress file to start over"))
+                                             "delete the folder and prepare again"))
     ints = {k: field_int(d, k, where, error=DatasetIntegrityError)
             for k in ("index", "size", "rows", "records_in", "tokens", "bytes_in")}
     return PieceResult(name=name, content_hash=h, **ints)
@@ -69,7 +69,7 @@ class Progress:
         pieces = expect_int(d[K_PIECES], f"{where}.pieces", error=DatasetIntegrityError)
         if not isinstance(d[K_LINEAGE], dict) or not isinstance(d[K_DONE], list):
             raise DatasetIntegrityError(describe(where, "lineage/done", "an object and a list",
-                                                 "delete the progress file to start over"))
+                                                 "delete the folder and prepare again"))
         done = [_result_from_dict(r, f"{where}.done[]") for r in d[K_DONE]]
         return cls(d[K_LINEAGE], pieces, {r.index: r for r in done})
 
@@ -80,11 +80,11 @@ class Progress:
         if data is None:
             return None
         try:
-            d = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise DatasetIntegrityError(describe(PROGRESS_NAME, path, "valid UTF-8 JSON",
-                                                 "delete the progress file to start over")) from None
-        return cls.from_dict(d, path)
+            return cls.from_dict(json.loads(data.decode("utf-8")), path)
+        except (UnicodeDecodeError, ValueError, DatasetIntegrityError) as exc:
+            raise DatasetIntegrityError(describe(
+                "out", out, f"a readable progress record of an interrupted rd.prepare in {PROGRESS_NAME} ({exc})",
+                f"delete the folder {out!r} and prepare again")) from None
 
     def save(self, store: ShardStore, out: str) -> None:
         text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode("utf-8")

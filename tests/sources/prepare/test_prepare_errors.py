@@ -83,3 +83,19 @@ def test_a_worker_error_names_its_piece(tmp_path, tokenizer):
 
 def _boom(record):
     raise RuntimeError("bad record")
+
+
+def test_out_that_is_a_file(tmp_path, corpus, tokenizer):
+    (tmp_path / "o").write_text("x")
+    with pytest.raises(rd.ConfigError, match="out"):
+        rd.prepare(corpus, tmp_path / "o", tokenizer=tokenizer, progress=False)
+
+
+@pytest.mark.parametrize("text", ["{not json", json.dumps({"format": "other"}), json.dumps([1, 2])])
+def test_a_damaged_progress_record_is_refused(tmp_path, corpus, tokenizer, text):
+    from resumable_data.sources.prepare.progress import PROGRESS_NAME
+
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / PROGRESS_NAME).write_text(text)
+    with pytest.raises(rd.DatasetIntegrityError, match="progress"):
+        rd.prepare(corpus, tmp_path / "o", tokenizer=tokenizer, progress=False)
