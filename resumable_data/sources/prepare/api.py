@@ -34,6 +34,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -73,19 +74,22 @@ class PrepareResult:
 
     version: DatasetVersion
     documents: int  # rows in the output
-    records_read: int  # input records (all pieces, including those completed by an earlier run)
+    #: input records (all pieces, including those an earlier run completed); None when a finished
+    #: output of JSONL input is returned as is (the count was not kept)
+    records_read: int | None
     tokens: int
     shards: int
     seconds: float
     reused_pieces: int  # pieces an earlier, interrupted run had completed
 
     @property
-    def dropped(self) -> int:
-        return self.records_read - self.documents
+    def dropped(self) -> int | None:
+        return None if self.records_read is None else self.records_read - self.documents
 
     def summary(self) -> str:
         rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
-        return (f"rd.prepare: {self.documents:,} documents ({self.dropped:,} dropped), {self.tokens:,} tokens, "
+        dropped = "?" if self.dropped is None else f"{self.dropped:,}"
+        return (f"rd.prepare: {self.documents:,} documents ({dropped} dropped), {self.tokens:,} tokens, "
                 f"{self.shards} shard(s) in {self.seconds:.1f} s ({rate / 1e6:.2f} M tokens/s"
                 + (f"; {self.reused_pieces} piece(s) reused" if self.reused_pieces else "")
                 + f") -> version {self.version.hash}")
@@ -210,6 +214,9 @@ def prepare(source: Any, out: str | os.PathLike, *, tokenizer: Any = None,
     out_s = store.resolve(out)
     names = [shard_name(p.index, len(pieces)) for p in pieces]
 
+    if store.filesystem is None and Path(out_s).resolve().is_relative_to(Path(inp.where).resolve()):
+        raise ConfigError(describe("out", out_s, f"a folder outside the input folder {inp.where!r}",
+                                   "pass an out folder beside the input, not inside it"))
     if not store.is_dir(out_s) and store.stat(out_s) is not None:
         raise ConfigError(describe("out", out_s, "a folder (or a path where one can be made)", "pass a folder path"))
     prog = Progress.load(store, out_s) if store.is_dir(out_s) else None
@@ -220,7 +227,7 @@ def prepare(source: Any, out: str | os.PathLike, *, tokenizer: Any = None,
             if done.lineage != lineage:
                 raise _other_lineage(out_s, done.lineage, lineage)
             done.verify("size")
-            res = PrepareResult(done, done.num_records, inp.version().get("records", done.num_records),
+            res = PrepareResult(done, done.num_records, inp.version().get("records"),
                                 _tokens(done), len(done.shards), time.perf_counter() - t0, len(pieces))
             if progress:
                 print(res.summary() + " (already prepared)", file=sys.stderr)

@@ -72,6 +72,11 @@ class ArrowInput:
 
     source: ArrowShards
 
+    @property
+    def where(self) -> str:
+        """The folder the input lives in."""
+        return str(self.source.root)
+
     def version(self) -> dict[str, Any]:
         v = self.source.version
         return {"kind": "arrow", "version": v.hash, "records": v.num_records}
@@ -111,6 +116,10 @@ class JsonlInput:
     files: tuple[str, ...]  # relative POSIX paths
     sizes: tuple[int, ...]
     digest: str
+
+    @property
+    def where(self) -> str:
+        return self.root
 
     def version(self) -> dict[str, Any]:
         return {"kind": "jsonl", "version": self.digest, "files": list(self.files)}

@@ -99,3 +99,9 @@ def test_a_damaged_progress_record_is_refused(tmp_path, corpus, tokenizer, text)
     (tmp_path / "o" / PROGRESS_NAME).write_text(text)
     with pytest.raises(rd.DatasetIntegrityError, match="progress"):
         rd.prepare(corpus, tmp_path / "o", tokenizer=tokenizer, progress=False)
+
+
+def test_out_inside_the_input_folder_is_refused(tmp_path, corpus, tokenizer):
+    with pytest.raises(rd.ConfigError, match="outside the input"):
+        rd.prepare(corpus, corpus / "tokens", tokenizer=tokenizer, progress=False)
+    assert not (corpus / "tokens").exists()

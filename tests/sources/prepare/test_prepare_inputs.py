@@ -58,8 +58,9 @@ def test_jsonl_source_gives_the_same_tokens_as_the_arrow_source(tmp_path, corpus
     toks = [t for (t,) in _rows(tmp_path / "out", "tokens")]
     assert toks == [tokenizer.encode(t).ids for t in texts if t]
     # the same call again: nothing to do, same version; an edited input is another lineage
-    assert rd.prepare(tmp_path / "j", tmp_path / "out", tokenizer=tokenizer, bytes_per_shard=30_000,
-                      progress=False).version.hash == res.version.hash
+    again = rd.prepare(tmp_path / "j", tmp_path / "out", tokenizer=tokenizer, bytes_per_shard=30_000, progress=False)
+    assert again.version.hash == res.version.hash and again.tokens == res.tokens
+    assert again.records_read is None and "(? dropped)" in again.summary()  # JSONL record counts are not kept
     with open(tmp_path / "j" / "b.jsonl", "a") as f:
         f.write(json.dumps({"text": "x = 1"}) + "\n")
     with pytest.raises(rd.ConfigError, match="another out folder"):
