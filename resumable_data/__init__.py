@@ -59,6 +59,8 @@ _EXPORTS: dict[str, str] = {
     "UnpinnedPolicy": "resumable_data.sources",
     "VerifyLevel": "resumable_data.sources",
     "pin": "resumable_data.sources",
+    "prepare": "resumable_data.sources.prepare",
+    "PrepareResult": "resumable_data.sources.prepare",
     "write_arrow_shards": "resumable_data.sources",
     # -- loader (torch) --
     "BatchContext": "resumable_data.loader",

@@ -47,7 +47,10 @@ from resumable_data.cli_pin import COMMAND as _PIN  # noqa: E402
 from resumable_data.cli_pin import EXAMPLES as _PIN_EXAMPLES  # noqa: E402
 
 register(*_INSPECT, _INSPECT_EXAMPLES)
+from resumable_data.cli_prepare import COMMAND as _PREPARE  # noqa: E402
+from resumable_data.cli_prepare import EXAMPLES as _PREPARE_EXAMPLES  # noqa: E402
 register(*_PIN, _PIN_EXAMPLES)
+register(*_PREPARE, _PREPARE_EXAMPLES)
 register(*_CHECK_RESUME, _CHECK_RESUME_EXAMPLES)
 
 

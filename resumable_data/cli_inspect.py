@@ -1,4 +1,7 @@
-"""``resumable-data inspect CHECKPOINT [--data DIR [--verify size|cached|content]] [--against CURRENT
+"""``resumable-data inspect DATASET_DIR`` prints a pinned dataset's version and, for shards written by
+``rd.prepare``, their lineage (input version, tokenizer or function, filters, package version).
+
+``resumable-data inspect CHECKPOINT [--data DIR [--verify size|cached|content]] [--against CURRENT
 [--label LABEL]] [--markdown] [--wide]`` reads a checkpoint (a step directory, or a checkpoint root
 whose ``latest`` it follows), verifies its files, and prints its recovery label and lineage, counters,
 cursor and microstep, the next step's epoch, positions and first record ids, the next LR of each
@@ -32,6 +35,7 @@ from typing import Any
 from resumable_data.cli_view import WIDTH, fit, inventory_blocks
 from resumable_data.cli_view import kv as _kv
 from resumable_data.errors import ConfigError, ResumableDataError, describe
+from resumable_data.cli_prepare import lineage_lines as _lineage_lines
 
 __all__ = ["COMMAND", "EXAMPLES", "configure", "run"]
 
@@ -78,6 +82,9 @@ def run(args: argparse.Namespace) -> int:
     from resumable_data.loader.state import LoaderState
 
     width = None if args.wide or args.markdown else WIDTH
+    if _is_dataset(args.checkpoint):
+        print("\n".join(fit(_dataset_report(args.checkpoint), width)))
+        return 0
     if Path(args.checkpoint).is_file():
         rc, out = loader_state_report(args.checkpoint, args.data, args.verify, args.records, _check_data)
         print("\n".join(fit(out, width)))
@@ -149,6 +156,27 @@ def run(args: argparse.Namespace) -> int:
     return status_ok
 
 
+def _is_dataset(path: str) -> bool:
+    from pathlib import Path
+
+    from resumable_data.sources.files import MANIFEST_NAME
+
+    return (Path(path) / MANIFEST_NAME).is_file()
+
+
+def _dataset_report(directory: str) -> list[str]:
+    """``inspect DIR`` on a pinned dataset folder: its version and, when prepared, its lineage."""
+    from resumable_data.sources import DatasetVersion
+
+    version = DatasetVersion.load(directory)
+    out: list[str] = []
+    _kv(out, "dataset", f"{directory}: version {version.hash}")
+    _kv(out, "records", f"{version.num_records:,} in {len(version.shards)} shard(s), hash={version.hash_mode.value}")
+    for k, v in _lineage_lines(version.lineage):
+        _kv(out, k, v)
+    return out
+
+
 def _check_data(out: list[str], directory: str, pinned_hash: str, level: str = "size") -> int:
     from resumable_data.sources import DatasetVersion
 
@@ -172,6 +200,8 @@ def _check_data(out: list[str], directory: str, pinned_hash: str, level: str = "
                "cached": "content verified: every shard's hash matches (or matched for this exact file state)"}.get(
         level, "sizes, rows and schema match; content not checked: --verify cached or content")
     _kv(out, "dataset", f"matches the pinned version {pinned_hash} ({version.num_records} records; {checked})")
+    for k, v in _lineage_lines(version.lineage):
+        _kv(out, k, v)
     return 0
 
 

@@ -56,7 +56,8 @@ _REMOTE_WORKERS = 16  # remote: requests wait on the network
 
 def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
         hash: HashMode | str = HashMode.CONTENT, max_workers: int | None = None,
-        filesystem: Any = None, save: bool | str = True) -> DatasetVersion:
+        filesystem: Any = None, save: bool | str = True,
+        lineage: dict[str, Any] | None = None) -> DatasetVersion:
     """Pin the shards at ``path`` (a directory, searched recursively, or a list of files).
 
     Writes the manifest and returns the :class:`DatasetVersion`. ``save``: True (default) writes
@@ -69,6 +70,8 @@ def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
     body: the store is trusted to give other bytes another ETag (see :mod:`.verified`).
     ``filesystem``: a ``pyarrow.fs.FileSystem`` the paths live on (e.g. S3; the bytes are streamed
     through it).
+    ``lineage``: an optional dict of JSON values recorded in (and hashed with) the manifest: what
+    produced the shards (``rd.prepare`` passes its input version and function fingerprint).
     """
     mode = coerce_enum(hash, HashMode, "hash")
     if save not in (True, False, "folder", "cache"):
@@ -126,7 +129,7 @@ def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
                         etag=st.etag if h is not None else None)
               for r, st, m, h in zip(rel, stats, metas, hashes)]
     version = DatasetVersion.build(shards, schema, mode, selection, Path(root),
-                                   filesystem=store.filesystem)
+                                   filesystem=store.filesystem, lineage=lineage)
     if save:
         version.save(to_cache=save == "cache" or selection is Selection.FILES)
     return version

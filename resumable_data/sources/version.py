@@ -3,7 +3,8 @@
 Algorithm: a :class:`DatasetVersion` is the ordered list of shards (relative path, byte size, row
 count, xxh3-128 content hash or ``None`` in ``size`` mode), the canonical schema text (see
 :func:`~resumable_data.sources.files.canonical_schema`), the record count, the hash mode and
-whether the shard list came from discovering a directory or from an explicit file list. Its
+whether the shard list came from discovering a directory or from an explicit file list, and,
+for shards written by ``rd.prepare``, their optional ``lineage`` object (what produced them). Its
 ``hash`` is the xxh3-128 hex digest of the canonical JSON of those fields (``sort_keys=True``,
 separators ``(",", ":")``, the ``hash`` key itself excluded). The root directory it was loaded
 from is not part of the hash, so a moved dataset keeps its identity. Loading, saving and
@@ -98,6 +99,10 @@ K_CONTENT_HASH = "content_hash"
 K_LAYOUT = "layout"  # schema 2
 K_ETAG = "etag"  # schema 2
 K_DERIVED_HASH = "derived_hash"  # schema 2
+#: Optional: what produced the shards (``rd.prepare``: input version, function fingerprint,
+#: settings, package version). Hashed like every other field; absent from manifests written
+#: without it, whose hash is therefore unchanged.
+K_LINEAGE = "lineage"
 
 _ROOT_KEYS_V1 = {K_FORMAT, K_SCHEMA_VERSION, K_SHARDS, K_SCHEMA, K_NUM_RECORDS, K_HASH, K_HASH_MODE,
                  K_SELECTION}
@@ -223,8 +228,9 @@ class ShardInfo:
 
 def compute_hash(body: dict[str, Any]) -> str:
     """xxh3-128 hex of the canonical JSON of ``body``'s identity fields: the manifest as schema 1
-    wrote it (without its ``hash`` key), so layouts (schema 2) never change a version's hash."""
-    payload = {k: v for k, v in body.items() if k in _ROOT_KEYS_V1 and k != K_HASH}
+    wrote it (without its ``hash`` key) plus the optional ``lineage``, so layouts (schema 2) never
+    change a version's hash."""
+    payload = {k: v for k, v in body.items() if (k in _ROOT_KEYS_V1 or k == K_LINEAGE) and k != K_HASH}
     payload[K_SCHEMA_VERSION] = IDENTITY_SCHEMA_VERSION
     shards = payload.get(K_SHARDS)
     if isinstance(shards, list):
@@ -240,6 +246,25 @@ def compute_derived_hash(shards: list[dict[str, Any]]) -> str:
     payload = [[sh.get(K_LAYOUT), sh.get(K_ETAG)] for sh in shards]
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
+
+
+def lineage_text(lineage: Any) -> str:
+    """The canonical JSON text of a lineage object (a dict of JSON values); ConfigError otherwise."""
+    try:
+        if not isinstance(lineage, dict):
+            raise TypeError(type(lineage).__name__)
+        return json.dumps(lineage, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                          allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(describe("lineage", repr(lineage)[:200], "a dict of JSON values",
+                                   f"pass plain str/int/float/bool/None/list/dict values ({exc})")) from None
+
+
+def _checked_lineage(root: Path | None, lineage: Any) -> str:
+    try:
+        return lineage_text(lineage)
+    except ConfigError:
+        raise _manifest_error(root, K_LINEAGE, repr(lineage)[:200], "a JSON object") from None
 
 
 @dataclass(frozen=True)
@@ -258,6 +283,13 @@ class DatasetVersion:
     selection: Selection = Selection.DIRECTORY
     root: Path | None = field(default=None, compare=False)
     filesystem: Any = field(default=None, compare=False, repr=False)
+    #: canonical JSON text of the ``lineage`` object, or None (see :attr:`lineage`)
+    lineage_json: str | None = None
+
+    @property
+    def lineage(self) -> dict[str, Any] | None:
+        """What produced these shards (written by ``rd.prepare``), or None."""
+        return None if self.lineage_json is None else json.loads(self.lineage_json)
 
     # -- serialization ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -272,6 +304,7 @@ class DatasetVersion:
             K_SHARDS: [s.to_dict() for s in self.shards],
             K_HASH: self.hash,
             K_DERIVED_HASH: compute_derived_hash([s.to_dict() for s in self.shards]),
+            **({} if self.lineage_json is None else {K_LINEAGE: self.lineage}),
         }
 
     @classmethod
@@ -300,8 +333,12 @@ class DatasetVersion:
                 f"{MANIFEST_SCHEMA_VERSION} (saved {saved!r}, this version reads "
                 f"{', '.join(map(str, MANIFEST_READ_VERSIONS))})",
             )
-        if set(d) != _ROOT_KEYS[saved]:
-            raise _manifest_error(root, "manifest keys", sorted(d), f"exactly {sorted(_ROOT_KEYS[saved])}")
+        if set(d) - {K_LINEAGE} != _ROOT_KEYS[saved]:
+            raise _manifest_error(root, "manifest keys", sorted(d),
+                                  f"exactly {sorted(_ROOT_KEYS[saved])} (and optionally {K_LINEAGE!r})")
+        lineage = d.get(K_LINEAGE)
+        if K_LINEAGE in d and not isinstance(lineage, dict):
+            raise _manifest_error(root, K_LINEAGE, lineage, "a JSON object")
         try:
             hash_mode = HashMode(d[K_HASH_MODE])
             selection = Selection(d[K_SELECTION])
@@ -344,19 +381,22 @@ class DatasetVersion:
                 raise _manifest_error(root, f"shards[{s.path}].layout", f"{s.layout.num_rows} rows",
                                       f"the shard's {s.num_rows} rows")
         return cls(shards=shards, schema=d[K_SCHEMA], num_records=num_records, hash=stored,
-                   hash_mode=hash_mode, selection=selection, root=root)
+                   hash_mode=hash_mode, selection=selection, root=root,
+                   lineage_json=None if lineage is None else _checked_lineage(root, lineage))
 
     @classmethod
     def build(cls, shards: list[ShardInfo], schema: str, hash_mode: HashMode,
-              selection: Selection, root: Path | None, filesystem: Any = None) -> DatasetVersion:
+              selection: Selection, root: Path | None, filesystem: Any = None,
+              lineage: dict[str, Any] | None = None) -> DatasetVersion:
         """A version from its fields, computing ``num_records`` and ``hash``."""
         shards_t = tuple(shards)
         num = sum(s.num_rows for s in shards_t)
+        text = None if lineage is None else lineage_text(lineage)
         proto = cls(shards=shards_t, schema=schema, num_records=num, hash="", hash_mode=hash_mode,
-                    selection=selection, root=root)
+                    selection=selection, root=root, lineage_json=text)
         return cls(shards=shards_t, schema=schema, num_records=num,
                    hash=compute_hash(proto.to_dict()), hash_mode=hash_mode, selection=selection,
-                   root=root, filesystem=filesystem)
+                   root=root, filesystem=filesystem, lineage_json=text)
 
     @classmethod
     def load(cls, directory: str | os.PathLike, filesystem: Any = None, *,

@@ -34,6 +34,7 @@ def block(first_comment: str) -> str:
 QUICKSTART = "# 1. data:"
 LOOP = "rd.resume_or_start("
 YOUR_DATA = "# Parquet or Arrow IPC files"
+LM_PATH = "# the LM path:"
 
 
 def run(code: str) -> dict:
@@ -43,8 +44,8 @@ def run(code: str) -> dict:
 
 
 def test_every_python_block_is_tested():
-    assert len(BLOCKS) == 3, "a python block was added to README.md: run it in tests/faces/test_readme.py"
-    for marker in (QUICKSTART, LOOP, YOUR_DATA):
+    assert len(BLOCKS) == 4, "a python block was added to README.md: run it in tests/faces/test_readme.py"
+    for marker in (QUICKSTART, LOOP, YOUR_DATA, LM_PATH):
         block(marker)
 
 
@@ -115,6 +116,35 @@ def test_your_data_runs_as_written(tmp_path, monkeypatch):
     env = run(block(YOUR_DATA))
     assert len(env["src"]) == 100
     assert (tmp_path / "my_parquet" / ".rd-manifest.json").is_file()
+
+
+def test_lm_path_runs_as_written(tmp_path, monkeypatch):
+    """The five LM lines, on ``corpus/{web,code}/*.jsonl`` and a BPE ``tokenizer.json`` made here."""
+    import json
+    import os
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RD_CACHE_DIR", str(tmp_path / "cache"))
+    stdlib = sorted(Path(os.__file__).parent.glob("*.py"))[:30]
+    texts = [f.read_text(encoding="utf-8", errors="replace")[:4000] for f in stdlib]
+    for name, part in (("web", texts[:15]), ("code", texts[15:])):
+        (tmp_path / "corpus" / name).mkdir(parents=True)
+        (tmp_path / "corpus" / name / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in part))
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]"], show_progress=False))
+    tok.save("tokenizer.json")
+    env = run("import resumable_data as rd\n" + block(LM_PATH))
+    loader, resumed = env["loader"], env["resumed"]
+    got, want = next(iter(resumed)), next(iter(loader))  # the second batch, from the resumed loader and the first
+    assert got.keys() == want.keys()
+    for k in want:
+        same = torch.equal(got[k], want[k]) if isinstance(want[k], torch.Tensor) else got[k] == want[k]
+        assert same, f"{k} differs after the resume"
+    assert isinstance(want["input_ids"], torch.Tensor) and want["input_ids"].shape == (8, 256)
+    assert rd.DatasetVersion.load("tokens/web").lineage["function"]["kind"] == "tokenizer"
 
 
 def test_performance_page_is_the_generated_summary():

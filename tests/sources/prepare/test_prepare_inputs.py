@@ -1,0 +1,134 @@
+"""rd.prepare's inputs (Arrow folder, JSONL, Hugging Face dataset), functions (tokenizer object, path,
+transformers fast tokenizer, map_fn) and filters."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import resumable_data as rd
+from resumable_data.sources.prepare.inputs import open_input
+from resumable_data.sources.prepare.tasks import ROWS_PER_BATCH, TOKENS_PER_BATCH, batch_bounds
+from tests.sources.prepare.conftest import shard_bytes
+
+
+def _rows(directory, *columns):
+    src = rd.ArrowShards(directory)
+    t = src.take(np.arange(len(src)))
+    return list(zip(*(t.column(c).to_pylist() for c in columns)))
+
+
+def _write_jsonl(path, texts):
+    with open(path, "w", encoding="utf-8") as f:
+        for i, t in enumerate(texts):
+            f.write(json.dumps({"id": i, "text": t}) + "\n")
+            if i % 7 == 3:
+                f.write("\n")  # blank lines are skipped
+
+
+def test_jsonl_pieces_cover_every_line_once_in_order(tmp_path, texts):
+    path = tmp_path / "a.jsonl"
+    texts = [t[:150] for t in texts[:25]]
+    _write_jsonl(path, texts)
+    inp = open_input(path)
+    size = path.stat().st_size
+    rng = random.Random(0)
+    for per in sorted({1, 2, 50, size // 3, size // 2, size - 1, size, size + 1} | {rng.randrange(1, size) for _ in range(8)}):
+        ids = []
+        for piece in inp.pieces(per):
+            for chunk, _ in inp.read(piece, ("id",)):
+                ids += chunk.column("id").to_pylist()
+        assert ids == list(range(len(texts))), per
+
+
+def test_jsonl_source_gives_the_same_tokens_as_the_arrow_source(tmp_path, corpus, texts, tokenizer):
+    _write_jsonl(tmp_path / "a.jsonl", texts[:20])
+    _write_jsonl(tmp_path / "b.jsonl", texts[20:])
+    (tmp_path / "j").mkdir()
+    for n in ("a.jsonl", "b.jsonl"):
+        (tmp_path / n).rename(tmp_path / "j" / n)
+    res = rd.prepare(tmp_path / "j", tmp_path / "out", tokenizer=tokenizer, bytes_per_shard=30_000, progress=False,
+                     num_proc=2)
+    assert res.version.lineage["input"]["kind"] == "jsonl"
+    assert len(res.version.shards) > 4
+    toks = [t for (t,) in _rows(tmp_path / "out", "tokens")]
+    assert toks == [tokenizer.encode(t).ids for t in texts if t]
+    # the same call again: nothing to do, same version; an edited input is another lineage
+    again = rd.prepare(tmp_path / "j", tmp_path / "out", tokenizer=tokenizer, bytes_per_shard=30_000, progress=False)
+    assert again.version.hash == res.version.hash and again.tokens == res.tokens
+    assert again.records_read is None and "(? dropped)" in again.summary()  # JSONL record counts are not kept
+    with open(tmp_path / "j" / "b.jsonl", "a") as f:
+        f.write(json.dumps({"text": "x = 1"}) + "\n")
+    with pytest.raises(rd.ConfigError, match="another out folder"):
+        rd.prepare(tmp_path / "j", tmp_path / "out", tokenizer=tokenizer, bytes_per_shard=30_000, progress=False)
+
+
+def test_hf_dataset_and_tokenizer_path_and_transformers_tokenizer(tmp_path, texts, tokenizer):
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_dict({"text": texts})
+    by_obj = rd.prepare(ds, tmp_path / "obj", tokenizer=tokenizer, progress=False, num_proc=1)
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    by_path = rd.prepare(ds, tmp_path / "path", tokenizer=tmp_path, progress=False, num_proc=1)  # folder
+    assert by_path.version.hash == by_obj.version.hash
+    assert shard_bytes(tmp_path / "path") == shard_bytes(tmp_path / "obj")
+    transformers = pytest.importorskip("transformers")
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer)
+    by_tf = rd.prepare(ds, tmp_path / "tf", tokenizer=fast, progress=False, num_proc=1)
+    assert _rows(tmp_path / "tf", "tokens") == _rows(tmp_path / "obj", "tokens")
+    assert by_tf.version.lineage["function"]["kind"] == "tokenizer"
+
+
+def words(record):
+    """A map_fn: word lengths of the text, or drop the record when it has fewer than 50 words."""
+    w = record["text"].split()
+    return {"tokens": [len(x) for x in w], "id": record["id"]} if len(w) >= 50 else None
+
+
+def test_map_fn_with_a_declared_version(tmp_path, corpus, texts):
+    res = rd.prepare(corpus, tmp_path / "v1", map_fn=words, version="v1", progress=False, num_proc=2,
+                     bytes_per_shard=50_000)
+    fn = res.version.lineage["function"]
+    assert fn == {"kind": "function", "name": f"{__name__}.words", "version": "v1", "schema": None}
+    want = [(i, [len(x) for x in t.split()]) for i, t in enumerate(texts) if len(t.split()) >= 50]
+    assert _rows(tmp_path / "v1", "id", "tokens") == want
+    v2 = rd.prepare(corpus, tmp_path / "v2", map_fn=words, version="v2", progress=False, num_proc=1,
+                    bytes_per_shard=50_000)
+    assert shard_bytes(tmp_path / "v1") == shard_bytes(tmp_path / "v2")
+    assert v2.version.hash != res.version.hash  # the declared version is part of the lineage
+
+
+@pytest.mark.parametrize("lo,hi", [(None, 2000), (1000, None), (500, 3000)])
+def test_length_filters(tmp_path, corpus, texts, tokenizer, lo, hi):
+    res = rd.prepare(corpus, tmp_path / "f", tokenizer=tokenizer, keep_columns=["id"], min_tokens=lo, max_tokens=hi,
+                     progress=False, num_proc=2, bytes_per_shard=60_000)
+    enc = [(i, tokenizer.encode(t).ids) for i, t in enumerate(texts)]
+    want = [(i, e) for i, e in enc if e and (lo is None or len(e) >= lo) and (hi is None or len(e) <= hi)]
+    assert 0 < len(want) < len(texts) - 1
+    assert _rows(tmp_path / "f", "id", "tokens") == want
+    assert res.version.lineage["filters"] == {"drop_empty": True, "min_tokens": lo, "max_tokens": hi}
+
+
+def test_keep_empty_documents(tmp_path, corpus, tokenizer, texts):
+    res = rd.prepare(corpus, tmp_path / "e", tokenizer=tokenizer, drop_empty=False, progress=False, num_proc=1)
+    assert res.documents == len(texts) and res.dropped == 0
+
+
+def test_record_batches_are_capped_by_rows_and_tokens():
+    assert batch_bounds(None, 40_000) == [(0, ROWS_PER_BATCH), (ROWS_PER_BATCH, 2 * ROWS_PER_BATCH),
+                                          (2 * ROWS_PER_BATCH, 40_000)]
+    lengths = np.array([TOKENS_PER_BATCH // 2] * 3 + [TOKENS_PER_BATCH * 3] + [1] * 5)
+    assert batch_bounds(lengths, len(lengths)) == [(0, 2), (2, 3), (3, 4), (4, 9)]
+    assert batch_bounds(np.ones(20_000, dtype=np.int64), 20_000) == [(0, ROWS_PER_BATCH), (ROWS_PER_BATCH, 20_000)]
+    assert batch_bounds(np.zeros(0, dtype=np.int64), 0) == []
+
+
+def test_written_shards_are_ipc_files_in_capped_record_batches(tmp_path, corpus, tokenizer):
+    rd.prepare(corpus, tmp_path / "o", tokenizer=tokenizer, progress=False, num_proc=1)
+    for p in sorted((tmp_path / "o").glob("*.arrow")):
+        reader = pa.ipc.open_file(p)  # IPC *file* format: memory-mapped, zero-copy reads
+        assert reader.schema.field("tokens").type == pa.list_(pa.int32())
+        assert all(reader.get_batch(i).num_rows <= ROWS_PER_BATCH for i in range(reader.num_record_batches))
