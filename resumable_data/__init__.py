@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "ConfigError": "resumable_data.errors",
     "ConfigTypeError": "resumable_data.errors",
     "DatasetIntegrityError": "resumable_data.errors",
+    "NotRegularFileError": "resumable_data.errors",
     "ResumableDataError": "resumable_data.errors",
     "ResumeError": "resumable_data.errors",
     "StoreUnavailableError": "resumable_data.errors",

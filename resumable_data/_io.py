@@ -28,7 +28,7 @@ from typing import BinaryIO
 
 import xxhash
 
-from resumable_data.errors import ConfigError, describe
+from resumable_data.errors import NotRegularFileError, describe
 
 __all__ = ["HASH_CHUNK_BYTES", "NotRegularFileError", "atomic_write", "fsync_dir", "hash_file", "hash_stream",
            "not_regular", "open_regular"]
@@ -50,10 +50,6 @@ def hash_stream(f: BinaryIO, progress: Callable[[int], object] | None = None) ->
         if progress is not None:
             progress(len(chunk))
     return h.hexdigest()
-
-
-class NotRegularFileError(ConfigError):
-    """A path rd was about to read is a FIFO, socket, device or directory, not a regular file."""
 
 
 def _kind(mode: int) -> str:

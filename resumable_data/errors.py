@@ -11,6 +11,7 @@ __all__ = [
     "ConfigError",
     "ConfigTypeError",
     "DatasetIntegrityError",
+    "NotRegularFileError",
     "ResumableDataError",
     "ResumeError",
     "StoreUnavailableError",
@@ -31,6 +32,11 @@ class ConfigError(ResumableDataError, ValueError):
 class ConfigTypeError(ConfigError, TypeError):
     """An argument of the wrong kind (not merely a bad value), where torch raises ``TypeError``:
     e.g. a ``multiprocessing_context`` that is neither a start method's name nor a context."""
+
+
+class NotRegularFileError(ConfigError):
+    """A path rd was about to read is a FIFO, socket, device or directory, not a regular file
+    (rd never opens one, so it cannot block on a pipe or read a device)."""
 
 
 class DatasetIntegrityError(ResumableDataError):

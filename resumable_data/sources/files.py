@@ -65,7 +65,7 @@ from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
 from resumable_data.sources.identity import FileIdentity, changed_error, unchanged, unchanged_at
 from resumable_data.sources.layout import (
     ARROW_FILE_MAGIC,
-    LayoutError,
+    LayoutMismatch,
     ShardFormat,
     ShardLayout,
     footer_blocks,
@@ -315,7 +315,7 @@ def ipc_file_batch_rows(f: pa.NativeFile) -> list[int]:
 def build_layout(path: Any, store: ShardStore, fmt: ShardFormat, file: pa.NativeFile | None = None,
                  parquet_metadata: Any = None) -> ShardLayout | None:
     """The :class:`~.layout.ShardLayout` of one shard (see :mod:`.layout` for what it reads);
-    ``file``: the shard already opened for random access. Raises LayoutError/struct.error on bytes
+    ``file``: the shard already opened for random access. Raises LayoutMismatch/struct.error on bytes
     that do not parse."""
     if fmt is ShardFormat.PARQUET:
         if parquet_metadata is None:
@@ -415,7 +415,7 @@ def _try_layout(path: Any, store: ShardStore, fmt: ShardFormat, f: Any) -> Shard
     before, without ranges)."""
     try:
         return build_layout(path, store, fmt, f)
-    except (LayoutError, struct.error):
+    except (LayoutMismatch, struct.error):
         return None
 
 
@@ -460,7 +460,7 @@ def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None, layout: S
         check_schema_names(pf.schema_arrow)
         rows = _parquet_rows(pf)
         if layout is not None and layout.unit_rows != rows:
-            raise LayoutError(f"row groups of {rows} rows where the layout says {layout.unit_rows}")
+            raise LayoutMismatch(f"row groups of {rows} rows where the layout says {layout.unit_rows}")
         if layout is None and with_layout:
             layout = parquet_layout(pf.metadata)
         return OpenShard(fmt, pf.schema_arrow, rows, file=f, reader=pf, store=store, path=path,
@@ -490,7 +490,7 @@ def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None, layout: S
     if layout is not None:
         if layout.units and layout.units[-1][0] + layout.units[-1][1] > f.size():
             f.close()
-            raise LayoutError(f"the object has {f.size()} bytes, fewer than its layout spans")
+            raise LayoutMismatch(f"the object has {f.size()} bytes, fewer than its layout spans")
         schema = pa.ipc.read_schema(pa.py_buffer(f.read_at(layout.schema[1], layout.schema[0])))
         check_schema_names(schema)
         return OpenShard(fmt, schema, layout.unit_rows, file=f, store=store, path=path,

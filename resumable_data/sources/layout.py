@@ -85,8 +85,9 @@ class ShardFormat(str, enum.Enum):
     PARQUET = "parquet"
 
 
-class LayoutError(ValueError):
-    """The bytes do not have the layout expected (a damaged or unsupported shard)."""
+class LayoutMismatch(ValueError):
+    """The bytes do not have the layout expected (a damaged or unsupported shard). Internal: every
+    caller turns it into an `rd.DatasetIntegrityError` or a manifest error naming the shard."""
 
 
 @dataclass(frozen=True)
@@ -111,26 +112,26 @@ class ShardLayout:
 
     @classmethod
     def from_dict(cls, d: Any, size: int) -> ShardLayout:
-        """Validated: every range inside ``size`` bytes; raises :class:`LayoutError`."""
+        """Validated: every range inside ``size`` bytes; raises :class:`LayoutMismatch`."""
         if not isinstance(d, dict) or set(d) != _KEYS:
-            raise LayoutError(f"a layout object with keys {sorted(_KEYS)}")
+            raise LayoutMismatch(f"a layout object with keys {sorted(_KEYS)}")
         try:
             fmt = ShardFormat(d[K_FORMAT])
         except ValueError:
-            raise LayoutError(f"format one of {[f.value for f in ShardFormat]}") from None
+            raise LayoutMismatch(f"format one of {[f.value for f in ShardFormat]}") from None
         schema = d[K_SCHEMA]
         if (schema is None) != (fmt is ShardFormat.PARQUET):
-            raise LayoutError("a schema range for IPC shards, null for Parquet")
+            raise LayoutMismatch("a schema range for IPC shards, null for Parquet")
         if schema is not None:
             schema = _range(schema, size, 2)
         if not isinstance(d[K_UNITS], list):
-            raise LayoutError("a list of units")
+            raise LayoutMismatch("a list of units")
         units = tuple(_range(u, size, 3) for u in d[K_UNITS])
         if schema is not None:  # IPC messages follow each other: no unit overlaps another or the schema
             end = schema[0] + schema[1]
             for off, length, _ in units:
                 if off < end:
-                    raise LayoutError(f"units in file order, each after the previous one (unit at {off} "
+                    raise LayoutMismatch(f"units in file order, each after the previous one (unit at {off} "
                                       f"starts before byte {end})")
                 end = off + length
         return cls(fmt, schema, units)
@@ -139,7 +140,7 @@ class ShardLayout:
 def _range(v: Any, size: int, n: int) -> tuple[int, ...]:
     if (not isinstance(v, list) or len(v) != n
             or any(type(x) is not int or x < 0 for x in v) or v[0] + v[1] > size):
-        raise LayoutError(f"[offset, length{', rows' if n == 3 else ''}] of non-negative integers "
+        raise LayoutMismatch(f"[offset, length{', rows' if n == 3 else ''}] of non-negative integers "
                           f"inside the shard's {size} bytes (got {v!r})")
     return tuple(v)
 
@@ -175,7 +176,7 @@ def footer_blocks(footer: bytes) -> tuple[list[tuple[int, int, int]], int]:
     _, n_dict = _vector(footer, root, 2)  # Footer.dictionaries
     start, count = _vector(footer, root, 3)  # Footer.recordBatches: [Block]
     if start + 24 * count > len(footer):
-        raise LayoutError("record batch blocks run past the footer")
+        raise LayoutMismatch("record batch blocks run past the footer")
     # struct Block { long offset; int metaDataLength; (pad); long bodyLength; }
     return [(struct.unpack_from("<q", footer, start + 24 * i)[0],
              struct.unpack_from("<i", footer, start + 24 * i + 8)[0],
@@ -193,12 +194,12 @@ def message_info(meta: bytes) -> tuple[int, int, int]:
     if htype == _HEADER_RECORD_BATCH:
         hdr = _field(meta, root, 2)
         if hdr is None:
-            raise LayoutError("record batch message without a header")
+            raise LayoutMismatch("record batch message without a header")
         rb = hdr + _u32(meta, hdr)
         length = _field(meta, rb, 0)
         rows = struct.unpack_from("<q", meta, length)[0] if length is not None else 0
     if body_len < 0 or rows < 0:
-        raise LayoutError("negative body length or row count")
+        raise LayoutMismatch("negative body length or row count")
     return htype, body_len, rows
 
 
@@ -210,21 +211,21 @@ def _message_at(read_at: ReadAt, size: int, pos: int, peek: int = _PEEK) -> tupl
     head = read_at(pos, min(peek, size - pos))
     if head[:4] == _CONTINUATION:
         if len(head) < 8:
-            raise LayoutError("truncated message prefix")
+            raise LayoutMismatch("truncated message prefix")
         prefix, meta_len = 8, struct.unpack_from("<i", head, 4)[0]
     else:  # the pre-1.0 prefix: the length alone
         prefix, meta_len = 4, struct.unpack_from("<i", head, 0)[0]
     if meta_len == 0:
         return None
     if meta_len < 0 or pos + prefix + meta_len > size:
-        raise LayoutError(f"message metadata at {pos} runs past the end")
+        raise LayoutMismatch(f"message metadata at {pos} runs past the end")
     meta = head[prefix:prefix + meta_len]
     if len(meta) < meta_len:
         meta = read_at(pos + prefix, meta_len)
     htype, body_len, rows = message_info(meta)
     total = prefix + meta_len + body_len
     if pos + total > size:
-        raise LayoutError(f"message body at {pos} runs past the end")
+        raise LayoutMismatch(f"message body at {pos} runs past the end")
     return htype, total, body_len, rows
 
 
@@ -232,7 +233,7 @@ def ipc_stream_layout(read_at: ReadAt, size: int, start: int = 0) -> ShardLayout
     """The layout of the IPC stream at ``start`` (None when it uses dictionaries)."""
     first = _message_at(read_at, size, start)
     if first is None or first[0] != _HEADER_SCHEMA:
-        raise LayoutError("the stream does not start with a schema message")
+        raise LayoutMismatch("the stream does not start with a schema message")
     units, pos = [], start + first[1]
     while True:
         msg = _message_at(read_at, size, pos)
@@ -242,7 +243,7 @@ def ipc_stream_layout(read_at: ReadAt, size: int, start: int = 0) -> ShardLayout
         if htype == _HEADER_DICTIONARY:
             return None
         if htype != _HEADER_RECORD_BATCH:
-            raise LayoutError(f"unexpected message type {htype} at {pos}")
+            raise LayoutMismatch(f"unexpected message type {htype} at {pos}")
         units.append((pos, total, rows))
         pos += total
     fmt = ShardFormat.IPC_STREAM if start == 0 else ShardFormat.IPC_FILE
@@ -253,13 +254,13 @@ def ipc_file_layout(read_at: ReadAt, size: int, concurrency: int = 1) -> ShardLa
     """The layout of an IPC file, from its footer and message headers (None with dictionaries);
     ``concurrency``: header reads in flight at once (remote stores: they are independent)."""
     if size < 20:
-        raise LayoutError("too short for an Arrow IPC file")
+        raise LayoutMismatch("too short for an Arrow IPC file")
     tail = read_at(max(0, size - _TAIL), min(size, _TAIL))
     if tail[-6:] != ARROW_FILE_MAGIC:
-        raise LayoutError("not an Arrow IPC file (no trailing magic)")
+        raise LayoutMismatch("not an Arrow IPC file (no trailing magic)")
     footer_len = struct.unpack_from("<i", tail, len(tail) - 10)[0]
     if footer_len <= 0 or footer_len > size - 18:
-        raise LayoutError("footer length out of range")
+        raise LayoutMismatch("footer length out of range")
     end = len(tail) - 10
     footer = tail[end - footer_len:end] if footer_len <= end else read_at(size - 10 - footer_len, footer_len)
     blocks, n_dict = footer_blocks(footer)
@@ -267,12 +268,12 @@ def ipc_file_layout(read_at: ReadAt, size: int, concurrency: int = 1) -> ShardLa
         return None  # dictionaries, or batches listed out of file order: read without a layout
     schema = _message_at(read_at, size, 8)
     if schema is None or schema[0] != _HEADER_SCHEMA:
-        raise LayoutError("no schema message after the leading magic")
+        raise LayoutMismatch("no schema message after the leading magic")
     def unit(block: tuple[int, int, int]) -> tuple[int, int, int]:
         offset, meta_len, body_len = block
         msg = _message_at(read_at, size, offset, peek=meta_len)  # the footer says how long it is
         if msg is None or msg[0] != _HEADER_RECORD_BATCH or msg[1] != meta_len + body_len:
-            raise LayoutError(f"block at {offset} is not the record batch its footer describes")
+            raise LayoutMismatch(f"block at {offset} is not the record batch its footer describes")
         return offset, meta_len + body_len, msg[3]
 
     if concurrency > 1 and len(blocks) > 1:
@@ -305,10 +306,10 @@ def read_ipc_unit(data: bytes | pa.Buffer, schema: pa.Schema, rows: int) -> pa.R
     """Decode one unit's message bytes (as :func:`read_ipc_unit`'s caller read them by range)."""
     msg = pa.ipc.read_message(pa.py_buffer(data) if isinstance(data, bytes) else data)
     if msg.type != "record batch":
-        raise LayoutError(f"expected a record batch message, found {msg.type!r}")
+        raise LayoutMismatch(f"expected a record batch message, found {msg.type!r}")
     batch = pa.ipc.read_record_batch(msg, schema)
     if batch.num_rows != rows:
-        raise LayoutError(f"record batch of {batch.num_rows} rows where the layout says {rows}")
+        raise LayoutMismatch(f"record batch of {batch.num_rows} rows where the layout says {rows}")
     return batch
 
 

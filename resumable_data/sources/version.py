@@ -50,7 +50,7 @@ from resumable_data._cache import cache_dir
 from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
 from resumable_data.sources import verified
-from resumable_data.sources.layout import LayoutError, ShardLayout
+from resumable_data.sources.layout import LayoutMismatch, ShardLayout
 from resumable_data.sources.files import (
     MANIFEST_NAME,
     canonical_schema,
@@ -218,7 +218,7 @@ class ShardInfo:
         if d.get(K_LAYOUT) is not None:
             try:
                 layout = ShardLayout.from_dict(d[K_LAYOUT], size)
-            except LayoutError as exc:
+            except LayoutMismatch as exc:
                 raise _manifest_error(root, f"shards[{path}].layout", d[K_LAYOUT], str(exc)) from None
         etag = d.get(K_ETAG)
         if etag is not None and (not isinstance(etag, str) or not etag or len(etag) > 1024):

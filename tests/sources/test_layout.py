@@ -64,7 +64,7 @@ def test_ipc_layout_reads_every_batch_by_range(tmp_path, stream, compression):
         assert L.read_ipc_unit(read_at(off, n), schema, rows).equals(ref)
     assert L.ShardLayout.from_dict(json.loads(json.dumps(lay.to_dict())), len(b)) == lay
     assert read_shard_meta(p).layout == lay  # what rd.pin records
-    with pytest.raises(L.LayoutError, match="rows"):
+    with pytest.raises(L.LayoutMismatch, match="rows"):
         L.read_ipc_unit(read_at(*lay.units[1][:2]), schema, 98)
 
 
@@ -98,7 +98,7 @@ def test_dictionaries_have_no_layout_and_still_read(tmp_path):
     ({"format": "zip", "schema": None, "units": []}, "format"),
 ])
 def test_layout_validation(bad, match):
-    with pytest.raises(L.LayoutError, match=match):
+    with pytest.raises(L.LayoutMismatch, match=match):
         L.ShardLayout.from_dict(bad, 1000)
 
 

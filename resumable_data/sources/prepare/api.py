@@ -230,7 +230,7 @@ def prepare(source: Any, out: str | os.PathLike, *, tokenizer: Any = None,
             res = PrepareResult(done, done.num_records, inp.version().get("records"),
                                 _tokens(done), len(done.shards), time.perf_counter() - t0, len(pieces))
             if progress:
-                print(res.summary() + " (already prepared)", file=sys.stderr)
+                tqdm.write(res.summary() + " (already prepared)", file=sys.stderr)  # progress=True: beside its bar
             return res
         if listing:
             raise _other_lineage(out_s, None, lineage)
@@ -283,5 +283,5 @@ def prepare(source: Any, out: str | os.PathLike, *, tokenizer: Any = None,
     res = PrepareResult(version_, version_.num_records, sum(r.records_in for r in results),
                         sum(r.tokens for r in results), len(written), time.perf_counter() - t0, reused)
     if progress:
-        print(res.summary(), file=sys.stderr)
+        tqdm.write(res.summary(), file=sys.stderr)  # progress=True: beside its bar
     return res
