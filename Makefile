@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -c constraints.txt -e ".[test,integrations]"
+	$(PIP) install -q -c constraints.txt -e ".[test,integrations,ray]"
 	touch $(STAMP)
 
 # the demo needs the package alone (no test or integration frameworks): a lighter install

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from resumable_data._version import __version__
+from resumable_data._version import __version__ as __version__
 
 # public name -> the module that defines it (grouped by layer, bottom first)
 _EXPORTS: dict[str, str] = {

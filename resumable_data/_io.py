@@ -30,8 +30,16 @@ import xxhash
 
 from resumable_data.errors import NotRegularFileError, describe
 
-__all__ = ["HASH_CHUNK_BYTES", "NotRegularFileError", "atomic_write", "fsync_dir", "hash_file", "hash_stream",
-           "not_regular", "open_regular"]
+__all__ = [
+    "HASH_CHUNK_BYTES",
+    "NotRegularFileError",
+    "atomic_write",
+    "fsync_dir",
+    "hash_file",
+    "hash_stream",
+    "not_regular",
+    "open_regular",
+]
 
 #: Bytes read per chunk when hashing (4 MiB: large enough to amortize calls, small enough to stream).
 HASH_CHUNK_BYTES = 4 << 20
@@ -53,9 +61,13 @@ def hash_stream(f: BinaryIO, progress: Callable[[int], object] | None = None) ->
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISDIR, "a directory")):
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a directory"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -63,10 +75,15 @@ def _kind(mode: int) -> str:
 
 def not_regular(path: str | os.PathLike, mode: int) -> NotRegularFileError:
     """The error for ``path`` whose ``st_mode`` is ``mode`` (not a regular file)."""
-    return NotRegularFileError(describe(
-        "path", os.fspath(path), f"a regular file (it is {_kind(mode)}; rd never opens one, so it cannot "
-        "block or read a device)", "remove or rename it, or point rd at the regular file it stands for "
-        "(a symlink is followed only to a regular file)"))
+    return NotRegularFileError(
+        describe(
+            "path",
+            os.fspath(path),
+            f"a regular file (it is {_kind(mode)}; rd never opens one, so it cannot block or read a device)",
+            "remove or rename it, or point rd at the regular file it stands for "
+            "(a symlink is followed only to a regular file)",
+        )
+    )
 
 
 def open_regular(path: str | os.PathLike) -> int:

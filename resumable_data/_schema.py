@@ -30,8 +30,10 @@ MAX_INT = (1 << 63) - 1
 MAX_JSON_DEPTH = 32
 _JSON_SCALARS = frozenset({str, int, bool, type(None)})
 _ENUM_MEMBERS: dict[type, dict[Any, Any]] = {}  # per enum type, value -> member (what enum lookup does first)
-_JSON_TEXT = ("plain JSON data (what json.loads returns: dicts with str keys, lists, str, int, bool, null and "
-              f"finite floats, at most {MAX_JSON_DEPTH} levels deep)")
+_JSON_TEXT = (
+    "plain JSON data (what json.loads returns: dicts with str keys, lists, str, int, bool, null and "
+    f"finite floats, at most {MAX_JSON_DEPTH} levels deep)"
+)
 
 
 class _NotJson(Exception):
@@ -49,11 +51,18 @@ def check_json(value: Any, where: str, *, error: type[ResumableDataError] = Resu
     try:
         _walk(value, 0)
     except _NotJson as e:
-        path = where + "".join((f".{k}" if k.isidentifier() else f"[{k!r}]") if isinstance(k, str) else f"[{k}]"
-                               for k in reversed(e.path))
+        path = where + "".join(
+            (f".{k}" if k.isidentifier() else f"[{k!r}]") if isinstance(k, str) else f"[{k}]" for k in reversed(e.path)
+        )
         value = e.value if type(e.value) in _JSON_SCALARS or type(e.value) is float else type(e.value).__name__
-        raise error(describe(path, value, f"{_JSON_TEXT}; found {e.why}",
-                             "pass state_dict()'s output (or json.loads of its text) unchanged")) from None
+        raise error(
+            describe(
+                path,
+                value,
+                f"{_JSON_TEXT}; found {e.why}",
+                "pass state_dict()'s output (or json.loads of its text) unchanged",
+            )
+        ) from None
 
 
 def _walk(v: Any, depth: int) -> None:
@@ -97,7 +106,9 @@ def _walk(v: Any, depth: int) -> None:
             raise _NotJson(v, "a non-finite float")
     elif t not in _JSON_SCALARS:
         base = next((b.__name__ for b in (bool, int, float, str, dict, list) if isinstance(v, b)), None)
-        raise _NotJson(v, f"a value of type {t.__name__}" + (f" (a subclass of {base}, not {base} itself)" if base else ""))
+        raise _NotJson(
+            v, f"a value of type {t.__name__}" + (f" (a subclass of {base}, not {base} itself)" if base else "")
+        )
 
 
 def expect_mapping(
@@ -107,7 +118,9 @@ def expect_mapping(
     if type(value) is dict and value.keys() == keys:  # the common case, in one comparison
         return value
     if not isinstance(value, Mapping):
-        raise error(describe(where, type(value).__name__, "a JSON object (dict)", "pass the dict that state_dict() returned"))
+        raise error(
+            describe(where, type(value).__name__, "a JSON object (dict)", "pass the dict that state_dict() returned")
+        )
     got = set(value)
     missing, extra = sorted(set(keys) - got), sorted(got - set(keys))
     if missing or extra:
@@ -122,7 +135,9 @@ def expect_mapping(
     return value
 
 
-def expect_int(value: Any, where: str, lo: int = 0, hi: int = MAX_INT, *, error: type[ResumableDataError] = ResumeError) -> int:
+def expect_int(
+    value: Any, where: str, lo: int = 0, hi: int = MAX_INT, *, error: type[ResumableDataError] = ResumeError
+) -> int:
     if type(value) is int and lo <= value <= hi:
         return value
     if isinstance(value, bool) or not isinstance(value, int):
@@ -163,8 +178,15 @@ def expect_enum(value: Any, enum_type: type[E], where: str, *, error: type[Resum
         raise error(describe(where, value, f"one of {allowed}", "use one of the listed values")) from None
 
 
-def field_int(d: Mapping[str, Any], key: str, where: str, lo: int = 0, hi: int = MAX_INT, *,
-              error: type[ResumableDataError] = ResumeError) -> int:
+def field_int(
+    d: Mapping[str, Any],
+    key: str,
+    where: str,
+    lo: int = 0,
+    hi: int = MAX_INT,
+    *,
+    error: type[ResumableDataError] = ResumeError,
+) -> int:
     """``d[key]`` checked as :func:`expect_int` checks it, named ``where.key``; the name is built
     only on a refusal (the ``field_*`` readers keep string building off the success path)."""
     v = d[key]
@@ -173,8 +195,9 @@ def field_int(d: Mapping[str, Any], key: str, where: str, lo: int = 0, hi: int =
     return expect_int(v, f"{where}.{key}", lo, hi, error=error)
 
 
-def field_str(d: Mapping[str, Any], key: str, where: str, *, max_len: int = 4096,
-              error: type[ResumableDataError] = ResumeError) -> str:
+def field_str(
+    d: Mapping[str, Any], key: str, where: str, *, max_len: int = 4096, error: type[ResumableDataError] = ResumeError
+) -> str:
     """``d[key]`` checked as :func:`expect_str` checks it, named ``where.key`` on a refusal."""
     v = d[key]
     if type(v) is str and len(v) <= max_len:
@@ -182,8 +205,9 @@ def field_str(d: Mapping[str, Any], key: str, where: str, *, max_len: int = 4096
     return expect_str(v, f"{where}.{key}", max_len=max_len, error=error)
 
 
-def field_enum(d: Mapping[str, Any], key: str, enum_type: type[E], where: str, *,
-               error: type[ResumableDataError] = ResumeError) -> E:
+def field_enum(
+    d: Mapping[str, Any], key: str, enum_type: type[E], where: str, *, error: type[ResumableDataError] = ResumeError
+) -> E:
     """``d[key]`` as a member of ``enum_type`` (:func:`expect_enum`), named ``where.key`` on a refusal."""
     members = _ENUM_MEMBERS.get(enum_type)
     if members is not None and type(d[key]) is str:
@@ -194,11 +218,18 @@ def field_enum(d: Mapping[str, Any], key: str, enum_type: type[E], where: str, *
 
 
 def expect_header(
-    value: Mapping[str, Any], fmt: str, schema_version: int, where: str, *, error: type[ResumableDataError] = ResumeError
+    value: Mapping[str, Any],
+    fmt: str,
+    schema_version: int,
+    where: str,
+    *,
+    error: type[ResumableDataError] = ResumeError,
 ) -> None:
     """Check the ``format`` name and integer ``schema_version`` of a state root."""
     if value.get("format") != fmt:
-        raise error(describe(f"{where}['format']", value.get("format"), repr(fmt), "pass a state written by this component"))
+        raise error(
+            describe(f"{where}['format']", value.get("format"), repr(fmt), "pass a state written by this component")
+        )
     got = value.get("schema_version")
     if isinstance(got, bool) or not isinstance(got, int):
         raise error(describe(f"{where}['schema_version']", got, "an integer", "pass an unmodified state"))

@@ -36,9 +36,12 @@ def _digest_value(value: Any) -> str:
 def batch_digests(batch: Any) -> dict[str, str]:
     """Per-key digests of a batch (a dict, a sequence or a single value)."""
     if isinstance(batch, dict):
-        return {str(k): _digest_value(v) if not isinstance(v, (dict, list, tuple)) else
-                xxhash.xxh3_64_hexdigest(json.dumps(batch_digests(v), sort_keys=True).encode())
-                for k, v in batch.items()}
+        return {
+            str(k): _digest_value(v)
+            if not isinstance(v, (dict, list, tuple))
+            else xxhash.xxh3_64_hexdigest(json.dumps(batch_digests(v), sort_keys=True).encode())
+            for k, v in batch.items()
+        }
     if isinstance(batch, (list, tuple)):
         return {str(i): d for i, v in enumerate(batch) for d in [json.dumps(batch_digests(v), sort_keys=True)]}
     return {"batch": _digest_value(batch)}

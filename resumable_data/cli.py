@@ -32,23 +32,28 @@ class Command:
 COMMANDS: dict[str, Command] = {}
 
 
-def register(name: str, help: str, configure: Callable[[argparse.ArgumentParser], None],
-             run: Callable[[argparse.Namespace], int], example: str = "") -> None:
+def register(
+    name: str,
+    help: str,
+    configure: Callable[[argparse.ArgumentParser], None],
+    run: Callable[[argparse.Namespace], int],
+    example: str = "",
+) -> None:
     """Add a subcommand (last registration of a name wins); ``example`` ends its ``--help``."""
     COMMANDS[name] = Command(name, help, configure, run, example)
 
 
-
-from resumable_data.cli_inspect import COMMAND as _INSPECT  # noqa: E402
-from resumable_data.cli_inspect import EXAMPLES as _INSPECT_EXAMPLES  # noqa: E402
 from resumable_data.cli_check import COMMAND as _CHECK_RESUME  # noqa: E402
 from resumable_data.cli_check import EXAMPLES as _CHECK_RESUME_EXAMPLES  # noqa: E402
+from resumable_data.cli_inspect import COMMAND as _INSPECT  # noqa: E402
+from resumable_data.cli_inspect import EXAMPLES as _INSPECT_EXAMPLES  # noqa: E402
 from resumable_data.cli_pin import COMMAND as _PIN  # noqa: E402
 from resumable_data.cli_pin import EXAMPLES as _PIN_EXAMPLES  # noqa: E402
 
 register(*_INSPECT, _INSPECT_EXAMPLES)
 from resumable_data.cli_prepare import COMMAND as _PREPARE  # noqa: E402
 from resumable_data.cli_prepare import EXAMPLES as _PREPARE_EXAMPLES  # noqa: E402
+
 register(*_PIN, _PIN_EXAMPLES)
 register(*_PREPARE, _PREPARE_EXAMPLES)
 register(*_CHECK_RESUME, _CHECK_RESUME_EXAMPLES)
@@ -72,23 +77,43 @@ DEMO_EXAMPLES = """examples:
   resumable-data demo --seed 7 --quiet         # a reproducible kill step, no progress bars
   resumable-data demo --data my_pinned_dir --tokens input_ids --eos-id 2   # your own pinned data"""
 
-register("demo", "train a tiny LM, SIGKILL it, resume it, and prove bit-identity with an uninterrupted run",
-         _configure_demo, _run_demo, DEMO_EXAMPLES)
+register(
+    "demo",
+    "train a tiny LM, SIGKILL it, resume it, and prove bit-identity with an uninterrupted run",
+    _configure_demo,
+    _run_demo,
+    DEMO_EXAMPLES,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    first = "\n".join(next(ln.split("  #")[0].rstrip() for ln in c.example.splitlines()
-                           if ln.strip().startswith(f"resumable-data {c.name}")) for c in COMMANDS.values() if c.example)
-    parser = argparse.ArgumentParser(prog="resumable-data", description="Deterministic, resumable data pipelines.",
-                                     epilog=f"examples:\n{first}\n\n'resumable-data COMMAND --help' shows more.",
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    first = "\n".join(
+        next(
+            ln.split("  #")[0].rstrip()
+            for ln in c.example.splitlines()
+            if ln.strip().startswith(f"resumable-data {c.name}")
+        )
+        for c in COMMANDS.values()
+        if c.example
+    )
+    parser = argparse.ArgumentParser(
+        prog="resumable-data",
+        description="Deterministic, resumable data pipelines.",
+        epilog=f"examples:\n{first}\n\n'resumable-data COMMAND --help' shows more.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     from resumable_data._version import __version__
 
     parser.add_argument("--version", action="version", version=f"resumable-data {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for cmd in COMMANDS.values():
-        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help, epilog=cmd.example or None,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(
+            cmd.name,
+            help=cmd.help,
+            description=cmd.help,
+            epilog=cmd.example or None,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         cmd.configure(p)
         p.set_defaults(_run=cmd.run)
     return parser

@@ -34,9 +34,12 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("data", help="a pinned dataset directory (rd.pin wrote its .rd-manifest.json), or any with --pin")
-    p.add_argument("--pin", action="store_true",
-                   help="pin DIR in place first if it has no manifest (writes DIR/.rd-manifest.json, a hidden file "
-                        "pyarrow, pandas and datasets ignore), as `resumable-data pin DIR` does")
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="pin DIR in place first if it has no manifest (writes DIR/.rd-manifest.json, a hidden file "
+        "pyarrow, pandas and datasets ignore), as `resumable-data pin DIR` does",
+    )
     p.add_argument("--batch-size", type=int, default=8, help="global batch size (all ranks together)")
     p.add_argument("--shuffle", action="store_true", help="global shuffle (keyed permutation per epoch)")
     p.add_argument("--seed", type=int, default=0, help="the stream's seed")
@@ -54,10 +57,17 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chained", type=int, default=2, help="resumes in a row per interrupted run")
     p.add_argument("--workers", type=_int_list, default=(0, 2), help="worker counts to alternate, e.g. 0,2")
     p.add_argument("--world-sizes", type=_int_list, default=(1,), help="world sizes to reshard between, e.g. 1,2")
-    p.add_argument("--sharding-policy", choices=["contiguous", "strided"], default="contiguous",
-                   help="how a global batch is split across ranks")
-    p.add_argument("--no-elastic", action="store_true",
-                   help="build the loader with elastic=False: no reshard; each world size is checked on its own")
+    p.add_argument(
+        "--sharding-policy",
+        choices=["contiguous", "strided"],
+        default="contiguous",
+        help="how a global batch is split across ranks",
+    )
+    p.add_argument(
+        "--no-elastic",
+        action="store_true",
+        help="build the loader with elastic=False: no reshard; each world size is checked on its own",
+    )
     p.add_argument("--check-seed", type=int, default=0, help="seed of the interrupt points")
 
 
@@ -70,12 +80,23 @@ def _maker(args: argparse.Namespace):
         raise ConfigError(describe("--world-sizes", args.world_sizes, "positive world sizes", "e.g. --world-sizes 1,2"))
     bad = [w for w in args.world_sizes if args.batch_size % w]
     if args.batch_size < 1 or bad:
-        raise ConfigError(describe("--world-sizes", list(args.world_sizes),
-                                   f"divisors of the global --batch-size {args.batch_size}",
-                                   "pick world sizes that divide the batch size"))
+        raise ConfigError(
+            describe(
+                "--world-sizes",
+                list(args.world_sizes),
+                f"divisors of the global --batch-size {args.batch_size}",
+                "pick world sizes that divide the batch size",
+            )
+        )
     if args.eos_id is not None and args.packing_seq_len is None:
-        raise ConfigError(describe("--eos-id", args.eos_id, "--packing-seq-len as well (it separates packed documents)",
-                                   "add --packing-seq-len L, or drop --eos-id"))
+        raise ConfigError(
+            describe(
+                "--eos-id",
+                args.eos_id,
+                "--packing-seq-len as well (it separates packed documents)",
+                "add --packing-seq-len L, or drop --eos-id",
+            )
+        )
     from pathlib import Path
 
     from resumable_data.sources.files import MANIFEST_NAME
@@ -84,15 +105,26 @@ def _maker(args: argparse.Namespace):
         raise ConfigError(describe("data", args.data, "an existing dataset directory", "check the path"))
     if not (Path(args.data) / MANIFEST_NAME).is_file():
         if not args.pin:
-            raise ConfigError(describe("data", args.data, f"a pinned dataset directory (with {MANIFEST_NAME})",
-                                       f"pass --pin (pins it in place first), or run resumable-data pin {args.data}"))
+            raise ConfigError(
+                describe(
+                    "data",
+                    args.data,
+                    f"a pinned dataset directory (with {MANIFEST_NAME})",
+                    f"pass --pin (pins it in place first), or run resumable-data pin {args.data}",
+                )
+            )
         version = rd.pin(args.data)
         _say(f"pinned:      {args.data} as version {version.hash} ({Path(args.data) / MANIFEST_NAME})")
     source = rd.ArrowShards(args.data, verify="size", unpinned="error")
     extra: dict = {"elastic": not args.no_elastic}
     if args.packing_seq_len is not None:
-        extra["packing"] = rd.Packing(args.packing_seq_len, mode=args.packing_mode, window=args.packing_window,
-                                      tokens=args.tokens or "tokens", eos_id=args.eos_id)
+        extra["packing"] = rd.Packing(
+            args.packing_seq_len,
+            mode=args.packing_mode,
+            window=args.packing_window,
+            tokens=args.tokens or "tokens",
+            eos_id=args.eos_id,
+        )
     elif args.tokens is not None:
         extra["token_column"] = args.tokens
     if args.window is not None:
@@ -101,10 +133,21 @@ def _maker(args: argparse.Namespace):
 
     def make(**kw):
         world = kw["sharding"].world_size
-        return rd.DataLoader(source, batch_size=args.batch_size // world, shuffle=args.shuffle, seed=args.seed,
-                             tail=tail, commit=args.commit, accumulation_steps=args.accumulation_steps, **extra, **kw)
+        return rd.DataLoader(
+            source,
+            batch_size=args.batch_size // world,
+            shuffle=args.shuffle,
+            seed=args.seed,
+            tail=tail,
+            commit=args.commit,
+            accumulation_steps=args.accumulation_steps,
+            **extra,
+            **kw,
+        )
 
-    make(num_workers=0, sharding=rd.Sharding(1, 0, args.sharding_policy))  # configuration errors surface here, as exit status 2
+    make(
+        num_workers=0, sharding=rd.Sharding(1, 0, args.sharding_policy)
+    )  # configuration errors surface here, as exit status 2
     return source, make, tail
 
 
@@ -124,15 +167,27 @@ def run(args: argparse.Namespace) -> int:
     if args.packing_seq_len and args.eos_id is not None:
         what += f" eos {args.eos_id}"
     order = f"window {args.window}" if args.window else ("global shuffle" if args.shuffle else "sequential")
-    _say(f"pipeline:    {what}, global batch {args.batch_size}, {order}, seed {args.seed}, tail {tail}, "
-          f"commit {args.commit} x{args.accumulation_steps}, sharding {args.sharding_policy}"
-          + (", not elastic" if args.no_elastic else ""))
-    _say(f"checking:    {args.steps} steps, {args.interrupts} random interrupts (+ epoch boundaries), "
-          f"chained {args.chained}, workers {list(args.workers)}, world sizes {list(args.world_sizes)}")
+    _say(
+        f"pipeline:    {what}, global batch {args.batch_size}, {order}, seed {args.seed}, tail {tail}, "
+        f"commit {args.commit} x{args.accumulation_steps}, sharding {args.sharding_policy}"
+        + (", not elastic" if args.no_elastic else "")
+    )
+    _say(
+        f"checking:    {args.steps} steps, {args.interrupts} random interrupts (+ epoch boundaries), "
+        f"chained {args.chained}, workers {list(args.workers)}, world sizes {list(args.world_sizes)}"
+    )
     t0 = time.perf_counter()
-    report = check_resume(make, steps=args.steps, interrupts=args.interrupts, seed=args.check_seed,
-                          num_workers=args.workers, world_sizes=args.world_sizes, chained=args.chained,
-                          sharding_policy=args.sharding_policy, on_uncommitted="repeat")
+    report = check_resume(
+        make,
+        steps=args.steps,
+        interrupts=args.interrupts,
+        seed=args.check_seed,
+        num_workers=args.workers,
+        world_sizes=args.world_sizes,
+        chained=args.chained,
+        sharding_policy=args.sharding_policy,
+        on_uncommitted="repeat",
+    )
     for r in report.runs:
         _say(f"  run {r}")
     head, *notes = str(report).split("\n")

@@ -32,28 +32,42 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from resumable_data.cli_prepare import lineage_lines as _lineage_lines
 from resumable_data.cli_view import WIDTH, fit, inventory_blocks
 from resumable_data.cli_view import kv as _kv
 from resumable_data.errors import ConfigError, ResumableDataError, describe
-from resumable_data.cli_prepare import lineage_lines as _lineage_lines
 
 __all__ = ["COMMAND", "EXAMPLES", "configure", "run"]
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", help="a step directory, a checkpoint directory (its 'latest' is read), or a JSON "
-                                      "file of loader.state_dict()")
+    p.add_argument(
+        "checkpoint",
+        help="a step directory, a checkpoint directory (its 'latest' is read), or a JSON file of loader.state_dict()",
+    )
     p.add_argument("--step", type=int, default=None, help="inspect this step instead of 'latest'")
     p.add_argument("--data", default=None, help="dataset directory to check against the pinned version")
-    p.add_argument("--verify", choices=("size", "cached", "content"), default="size",
-                   help="how --data is checked: 'size' (default, cheap: sizes, rows, schema), 'cached' "
-                        "(also the content hash, checked once per file state and remembered, as "
-                        "rd.ArrowShards does by default) or 'content' (hash every shard now)")
-    p.add_argument("--against", default=None, metavar="CURRENT",
-                   help="the current run's metadata (JSON of TrainingState.meta().to_dict(), or a checkpoint "
-                        "directory): print the compatibility table")
-    p.add_argument("--label", default="faithful_continuation", choices=[lab.value for lab in _labels()],
-                   help="the recovery label the current run would resume under (default faithful_continuation)")
+    p.add_argument(
+        "--verify",
+        choices=("size", "cached", "content"),
+        default="size",
+        help="how --data is checked: 'size' (default, cheap: sizes, rows, schema), 'cached' "
+        "(also the content hash, checked once per file state and remembered, as "
+        "rd.ArrowShards does by default) or 'content' (hash every shard now)",
+    )
+    p.add_argument(
+        "--against",
+        default=None,
+        metavar="CURRENT",
+        help="the current run's metadata (JSON of TrainingState.meta().to_dict(), or a checkpoint "
+        "directory): print the compatibility table",
+    )
+    p.add_argument(
+        "--label",
+        default="faithful_continuation",
+        choices=[lab.value for lab in _labels()],
+        help="the recovery label the current run would resume under (default faithful_continuation)",
+    )
     p.add_argument("--records", type=int, default=8, help="how many of the next step's record ids to show")
     p.add_argument("--markdown", action="store_true", help="print the inventory as a Markdown table")
     p.add_argument("--wide", action="store_true", help=f"full-width tables (default: every line fits {WIDTH} columns)")
@@ -76,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from resumable_data.checkpoint.inventory import Inventory
-    from resumable_data.checkpoint.store import read_checkpoint
     from resumable_data.checkpoint.status import CheckpointStatus
+    from resumable_data.checkpoint.store import read_checkpoint
     from resumable_data.cli_view import loader_state_report, mixture_lines, next_step_lines
     from resumable_data.loader.state import LoaderState
 
@@ -112,8 +126,11 @@ def run(args: argparse.Namespace) -> int:
         where = "inside an accumulation window" if acc.mid_window else "at an update boundary"
         how = ""
         if acc.mid_window:
-            how = "; gradients saved, the window continues" if not acc.rewound else \
-                f"; the loader repeats the window's {acc.uncommitted} microbatch(es)"
+            how = (
+                "; gradients saved, the window continues"
+                if not acc.rewound
+                else f"; the loader repeats the window's {acc.uncommitted} microbatch(es)"
+            )
         micro = "none pending" if acc.microstep is None else acc.microstep
         _kv(out, "microstep", f"{micro} ({where}, policy {acc.policy}{how})")
     data = meta.data if meta is not None else None
@@ -140,10 +157,25 @@ def run(args: argparse.Namespace) -> int:
         _kv(out, "grad scaler scale", status.scale)
     if args.against is not None:
         if meta is None:
-            raise ConfigError(describe("checkpoint", str(raw.path), "a checkpoint with metadata (meta.json)",
-                                       "save it with rd.save_checkpoint(directory, rd.TrainingState(...))"))
-        status_ok = max(status_ok, _compat_table(out, meta, _load_current(args.against), args.against, args.label,
-                                                 cell=_CELL if width is None else _NARROW_CELL))
+            raise ConfigError(
+                describe(
+                    "checkpoint",
+                    str(raw.path),
+                    "a checkpoint with metadata (meta.json)",
+                    "save it with rd.save_checkpoint(directory, rd.TrainingState(...))",
+                )
+            )
+        status_ok = max(
+            status_ok,
+            _compat_table(
+                out,
+                meta,
+                _load_current(args.against),
+                args.against,
+                args.label,
+                cell=_CELL if width is None else _NARROW_CELL,
+            ),
+        )
     inv = Inventory.from_dict(raw.inventory)
     if len(inv):
         out.append("")
@@ -196,9 +228,10 @@ def _check_data(out: list[str], directory: str, pinned_hash: str, level: str = "
     except ResumableDataError as e:
         _kv(out, "dataset", f"MISMATCH ({level} check): files differ from the pinned manifest: {e}")
         return 1
-    checked = {"content": "content verified: every shard's hash matches",
-               "cached": "content verified: every shard's hash matches (or matched for this exact file state)"}.get(
-        level, "sizes, rows and schema match; content not checked: --verify cached or content")
+    checked = {
+        "content": "content verified: every shard's hash matches",
+        "cached": "content verified: every shard's hash matches (or matched for this exact file state)",
+    }.get(level, "sizes, rows and schema match; content not checked: --verify cached or content")
     _kv(out, "dataset", f"matches the pinned version {pinned_hash} ({version.num_records} records; {checked})")
     for k, v in _lineage_lines(version.lineage):
         _kv(out, k, v)
@@ -208,12 +241,21 @@ def _check_data(out: list[str], directory: str, pinned_hash: str, level: str = "
 # -- the compatibility table ----------------------------------------------------------------------
 #: table rows: name -> the contract categories it covers (software: major.minor and patch)
 _ROWS = (
-    ("dataset", ("dataset",)), ("data_stream", ("data_stream",)), ("sample_seeding", ("sample_seeding",)),
+    ("dataset", ("dataset",)),
+    ("data_stream", ("data_stream",)),
+    ("sample_seeding", ("sample_seeding",)),
     ("layout", ("layout",)),
-    ("model_config", ("model_config",)), ("architecture", ("architecture",)), ("weights", ("weights",)),
-    ("feature_schema", ("feature_schema",)), ("optimizer", ("optimizer",)), ("scheduler", ("scheduler",)),
-    ("scaler", ("scaler",)), ("ema", ("ema",)), ("callbacks", ("callbacks",)),
-    ("software", ("software", "software_patch")), ("transition_rule", ("transition_rule",)),
+    ("model_config", ("model_config",)),
+    ("architecture", ("architecture",)),
+    ("weights", ("weights",)),
+    ("feature_schema", ("feature_schema",)),
+    ("optimizer", ("optimizer",)),
+    ("scheduler", ("scheduler",)),
+    ("scaler", ("scaler",)),
+    ("ema", ("ema",)),
+    ("callbacks", ("callbacks",)),
+    ("software", ("software", "software_patch")),
+    ("transition_rule", ("transition_rule",)),
 )
 _CELL = 44
 _NARROW_CELL = 24  # saved / current cells when the table must fit WIDTH columns
@@ -241,8 +283,11 @@ def _load_current(path: str) -> Any:
     try:  # a regular file of at most meta.json's limit: a FIFO or /dev/zero is refused unopened
         d = json.loads(read_regular(p, LIMITS["meta.json"]).decode("utf-8"))
     except (CheckpointError, ValueError) as e:
-        raise ConfigError(describe("--against", path, f"a readable JSON file ({e})",
-                                   "write it with json.dump(state.meta().to_dict(), f)")) from None
+        raise ConfigError(
+            describe(
+                "--against", path, f"a readable JSON file ({e})", "write it with json.dump(state.meta().to_dict(), f)"
+            )
+        ) from None
     return CheckpointMeta.from_dict(d)
 
 
@@ -274,8 +319,10 @@ def _summary(d: dict, category: str) -> str:
         order = (plan.get("order") or {}).get("kind")
         pk = data.get("packing")
         pk = f"packed {pk.get('seq_len')}" if isinstance(pk, dict) else "unpacked"
-        return (f"seed {plan.get('seed')}, {order}, batch {plan.get('global_batch')}, "
-                f"accum {data.get('accumulation_steps')}, {pk}")
+        return (
+            f"seed {plan.get('seed')}, {order}, batch {plan.get('global_batch')}, "
+            f"accum {data.get('accumulation_steps')}, {pk}"
+        )
     if category == "sample_seeding":
         if not plan:
             return "none (no loader)"
@@ -290,8 +337,11 @@ def _summary(d: dict, category: str) -> str:
         mods = model.get("modules") or {}
         return f"{mods.get('<root>')} ({len(mods)} modules)" if mods else "none"
     if category == "weights":
-        return f"{len(model.get('parameters') or {})} parameters, {len(model.get('buffers') or {})} buffers" \
-            if model else "none"
+        return (
+            f"{len(model.get('parameters') or {})} parameters, {len(model.get('buffers') or {})} buffers"
+            if model
+            else "none"
+        )
     if category == "feature_schema":
         fs = d.get("feature_schema")
         return str(fs.get("fingerprint"))[:21] if fs else "none"
@@ -325,8 +375,15 @@ def _compat_table(out: list[str], saved: Any, current: Any, against: str, label:
     sd, cd = saved.to_dict(), current.to_dict()
     verdict = {Severity.ERROR: "refused", Severity.WARNING: "warning", Severity.INFO: "allowed"}
     rank = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
-    rows = [("recovery label", "ok" if label == "faithful_continuation" else "allowed",
-             sd["recovery_label"] + " (saved run)", f"{label} (resume as)", "-")]
+    rows = [
+        (
+            "recovery label",
+            "ok" if label == "faithful_continuation" else "allowed",
+            sd["recovery_label"] + " (saved run)",
+            f"{label} (resume as)",
+            "-",
+        )
+    ]
     covered = {c for _, cs in _ROWS for c in cs}
     extra = tuple((c.value, (c.value,)) for c in Category if c.value not in covered)  # a category added later
     for name, cats in _ROWS + extra:
@@ -338,9 +395,13 @@ def _compat_table(out: list[str], saved: Any, current: Any, against: str, label:
         more = f" (+{len(diffs) - 1} more)" if len(diffs) > 1 else ""
         rows.append((name, verdict[worst.severity], repr(worst.saved), repr(worst.current), worst.path + more))
     head = "refused" if report.errors else "allowed"
-    _kv(out, "compatibility", f"{head} under label={label!r} against {against} (contract v{CONTRACT_VERSION}): "
-                              f"{len(report.errors)} refused, {len(report.warnings)} warning(s), "
-                              f"{len(report.differences)} difference(s)")
+    _kv(
+        out,
+        "compatibility",
+        f"{head} under label={label!r} against {against} (contract v{CONTRACT_VERSION}): "
+        f"{len(report.errors)} refused, {len(report.warnings)} warning(s), "
+        f"{len(report.differences)} difference(s)",
+    )
     cols = ("category", "verdict", "saved", "current", "difference")
     width = [max(len(c), *(len(_clip(r[i], cell)) for r in rows)) for i, c in enumerate(cols)]
     out.append("  " + "  ".join(c.ljust(w) for c, w in zip(cols, width)).rstrip())
@@ -356,6 +417,10 @@ def _compat_table(out: list[str], saved: Any, current: Any, against: str, label:
     return 1 if report.errors else 0
 
 
-COMMAND = ("inspect", "show what a checkpoint (or a saved loader state) holds and what the next step will do",
-           configure, run)
+COMMAND = (
+    "inspect",
+    "show what a checkpoint (or a saved loader state) holds and what the next step will do",
+    configure,
+    run,
+)
 EXAMPLES = INSPECT_EXAMPLES

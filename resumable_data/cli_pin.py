@@ -35,19 +35,28 @@ EXAMPLES = """examples:
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("data", help="a folder of Arrow IPC (.arrow, .feather) or Parquet shards, searched recursively")
-    p.add_argument("--hash", choices=("content", "size"), default="content",
-                   help="'content' (default): xxh3-128 of every byte; 'size': sizes, rows and schema only")
+    p.add_argument(
+        "--hash",
+        choices=("content", "size"),
+        default="content",
+        help="'content' (default): xxh3-128 of every byte; 'size': sizes, rows and schema only",
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="hash and report, write nothing")
-    mode.add_argument("--verify", action="store_true",
-                      help="check the folder against its existing .rd-manifest.json instead of pinning")
+    mode.add_argument(
+        "--verify",
+        action="store_true",
+        help="check the folder against its existing .rd-manifest.json instead of pinning",
+    )
     p.add_argument("--workers", type=int, default=None, help="hashing threads (default: min(shards, CPUs, 8))")
 
 
 def _summary(version) -> str:
     size = sum(s.size for s in version.shards)
-    return (f"{version.hash} ({version.num_records:,} records, {len(version.shards)} shard(s), "
-            f"{size / 2**20:,.1f} MiB, hash={version.hash_mode.value})")
+    return (
+        f"{version.hash} ({version.num_records:,} records, {len(version.shards)} shard(s), "
+        f"{size / 2**20:,.1f} MiB, hash={version.hash_mode.value})"
+    )
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -62,10 +71,18 @@ def _verify(args: argparse.Namespace) -> int:
     except DatasetIntegrityError as e:
         _say([f"MISMATCH:  {args.data} differs from its {MANIFEST_NAME} ({level} check)", f"  - {e}"])
         return 1
-    checked = "every shard's content hash matches" if level == "content" else \
-        "sizes, rows and schema match (the manifest has no content hashes: pin with --hash content)"
-    _say([f"verified:  in {time.perf_counter() - t0:.1f} s: {args.data}", f"version:   {_summary(version)}",
-          f"files:     {checked}"])
+    checked = (
+        "every shard's content hash matches"
+        if level == "content"
+        else "sizes, rows and schema match (the manifest has no content hashes: pin with --hash content)"
+    )
+    _say(
+        [
+            f"verified:  in {time.perf_counter() - t0:.1f} s: {args.data}",
+            f"version:   {_summary(version)}",
+            f"files:     {checked}",
+        ]
+    )
     return 0
 
 
@@ -77,8 +94,14 @@ def run(args: argparse.Namespace) -> int:
     from resumable_data.sources.files import MANIFEST_NAME
 
     if not Path(args.data).is_dir():
-        raise ConfigError(describe("data", args.data, "an existing folder of shard files",
-                                   "check the path, or write shards first with rd.write_arrow_shards"))
+        raise ConfigError(
+            describe(
+                "data",
+                args.data,
+                "an existing folder of shard files",
+                "check the path, or write shards first with rd.write_arrow_shards",
+            )
+        )
     if args.workers is not None and args.workers < 1:
         raise ConfigError(describe("--workers", args.workers, "a positive number of threads", "e.g. --workers 4"))
     if args.verify:
@@ -94,15 +117,29 @@ def run(args: argparse.Namespace) -> int:
     version = rd.pin(args.data, hash=args.hash, max_workers=args.workers, save=not args.dry_run)
     took = f"{time.perf_counter() - t0:.1f} s"
     if before is None:
-        change = "no manifest before" if not existed else \
-            ("the manifest there is unreadable" if args.dry_run else "replaced an unreadable manifest")
+        change = (
+            "no manifest before"
+            if not existed
+            else ("the manifest there is unreadable" if args.dry_run else "replaced an unreadable manifest")
+        )
     else:
         change = "unchanged" if before.hash == version.hash else f"the previous manifest pinned {before.hash}"
     if args.dry_run:
-        _say([f"dry run:   nothing written, in {took}: {args.data}", f"version:   {_summary(version)}",
-              f"manifest:  would be written ({change}): {manifest}"])
+        _say(
+            [
+                f"dry run:   nothing written, in {took}: {args.data}",
+                f"version:   {_summary(version)}",
+                f"manifest:  would be written ({change}): {manifest}",
+            ]
+        )
     else:
-        _say([f"pinned:    in {took}: {args.data}", f"version:   {_summary(version)}", f"manifest:  ({change}) {manifest}"])
+        _say(
+            [
+                f"pinned:    in {took}: {args.data}",
+                f"version:   {_summary(version)}",
+                f"manifest:  ({change}) {manifest}",
+            ]
+        )
     return 0
 
 

@@ -59,13 +59,23 @@ def _import(spec: str) -> Any:
 def run(args: argparse.Namespace) -> int:
     from resumable_data.sources.prepare import DEFAULT_BYTES_PER_SHARD, prepare
 
-    res = prepare(args.source, args.out, tokenizer=args.tokenizer,
-                  map_fn=_import(args.map) if args.map else None, version=args.version,
-                  text_column=args.text_column, keep_columns=args.keep_column,
-                  add_special_tokens=args.add_special_tokens, drop_empty=not args.keep_empty,
-                  min_tokens=args.min_tokens, max_tokens=args.max_tokens,
-                  bytes_per_shard=args.bytes_per_shard or DEFAULT_BYTES_PER_SHARD, engine=args.engine,
-                  num_proc=args.num_proc, progress=not args.quiet)
+    res = prepare(
+        args.source,
+        args.out,
+        tokenizer=args.tokenizer,
+        map_fn=_import(args.map) if args.map else None,
+        version=args.version,
+        text_column=args.text_column,
+        keep_columns=args.keep_column,
+        add_special_tokens=args.add_special_tokens,
+        drop_empty=not args.keep_empty,
+        min_tokens=args.min_tokens,
+        max_tokens=args.max_tokens,
+        bytes_per_shard=args.bytes_per_shard or DEFAULT_BYTES_PER_SHARD,
+        engine=args.engine,
+        num_proc=args.num_proc,
+        progress=not args.quiet,
+    )
     print(res.version.hash)
     return 0
 
@@ -76,16 +86,25 @@ def lineage_lines(lineage: dict[str, Any] | None) -> list[tuple[str, str]]:
         return []
     fn = lineage.get("function", {})
     src = lineage.get("input", {})
-    what = (f"tokenizer xxh3 {fn.get('tokenizer_xxh3_128')} on column {fn.get('text_column')!r}"
-            f" (add_special_tokens={fn.get('add_special_tokens')})" if fn.get("kind") == "tokenizer"
-            else f"function {fn.get('name')} version {fn.get('version')!r}")
-    return [("prepared from", f"{src.get('kind')} input, version {src.get('version')}"),
-            ("prepared with", what),
-            ("filters", ", ".join(f"{k}={v}" for k, v in sorted(lineage.get("filters", {}).items()))),
-            ("layout", ", ".join(f"{k}={v}" for k, v in sorted(lineage.get("layout", {}).items()))),
-            ("prepared by", f"resumable_data {lineage.get('package_version')}")]
+    what = (
+        f"tokenizer xxh3 {fn.get('tokenizer_xxh3_128')} on column {fn.get('text_column')!r}"
+        f" (add_special_tokens={fn.get('add_special_tokens')})"
+        if fn.get("kind") == "tokenizer"
+        else f"function {fn.get('name')} version {fn.get('version')!r}"
+    )
+    return [
+        ("prepared from", f"{src.get('kind')} input, version {src.get('version')}"),
+        ("prepared with", what),
+        ("filters", ", ".join(f"{k}={v}" for k, v in sorted(lineage.get("filters", {}).items()))),
+        ("layout", ", ".join(f"{k}={v}" for k, v in sorted(lineage.get("layout", {}).items()))),
+        ("prepared by", f"resumable_data {lineage.get('package_version')}"),
+    ]
 
 
 #: ``(name, help, configure, run)``: ``resumable_data.cli`` registers it with ``register(*COMMAND)``.
-COMMAND = ("prepare", "tokenize (or map) a corpus into pinned Arrow token shards, deterministic and resumable",
-           configure, run)
+COMMAND = (
+    "prepare",
+    "tokenize (or map) a corpus into pinned Arrow token shards, deterministic and resumable",
+    configure,
+    run,
+)

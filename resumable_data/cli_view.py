@@ -46,7 +46,7 @@ def fit(lines: list[str], width: int | None = WIDTH) -> list[str]:
             out += textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False)
         elif key and len(key.group(0)) < width // 2:
             indent = " " * len(key.group(0))
-            wrapped = _wrap_items(line[len(key.group(0)):], width - len(indent))
+            wrapped = _wrap_items(line[len(key.group(0)) :], width - len(indent))
             out += [key.group(0) + wrapped[0]] + [indent + w for w in wrapped[1:]]
         else:
             out.append(line[: width - 1] + "…")
@@ -106,8 +106,12 @@ def next_step_lines(out: list[str], state: Any, step: int, data: str | None, rec
         source = ArrowShards(data)
     stream, ledger = stream_from_state(state, source)
     if stream is None:
-        kv(out, "next step", f"{step} (packed sequences, epoch >= {state.epoch_base[0]}; pass --data DIR "
-                             "to resolve its sequences and documents)")
+        kv(
+            out,
+            "next step",
+            f"{step} (packed sequences, epoch >= {state.epoch_base[0]}; pass --data DIR "
+            "to resolve its sequences and documents)",
+        )
         return
     info = describe_step(stream, ledger, Sharding(), step)
     start, stop = info.span
@@ -125,27 +129,53 @@ def mixture_lines(out: list[str], state: Any, step: int | None = None) -> None:
 
     m = state.mixture
     names = m["sources"]
-    kv(out, "mixture", f"{len(names)} sources, block {m['block']}, version {state.plan.version_hash}"
-                       + ("" if m["rebase"] is None else f", rebased at position {m['rebase'][0]} (data_change)")
-                       + (f", {len(m['earlier'])} earlier run(s) in its packed epoch" if m.get("earlier") else ""))
-    kv(out, "weights", "; ".join(f"from step {step}: " + ", ".join(f"{n}={w:g}" for n, w in zip(names, ws))
-                                 for step, ws in m["schedule"]))
+    kv(
+        out,
+        "mixture",
+        f"{len(names)} sources, block {m['block']}, version {state.plan.version_hash}"
+        + ("" if m["rebase"] is None else f", rebased at position {m['rebase'][0]} (data_change)")
+        + (f", {len(m['earlier'])} earlier run(s) in its packed epoch" if m.get("earlier") else ""),
+    )
+    kv(
+        out,
+        "weights",
+        "; ".join(
+            f"from step {step}: " + ", ".join(f"{n}={w:g}" for n, w in zip(names, ws)) for step, ws in m["schedule"]
+        ),
+    )
     if state.packing is not None:
-        kv(out, "per-source progress", "packed: documents per step follow from the packing index (the documents' "
-                                       "lengths); load the state into the loader and call loader.mixture_progress()")
+        kv(
+            out,
+            "per-source progress",
+            "packed: documents per step follow from the packing index (the documents' "
+            "lengths); load the state into the loader and call loader.mixture_progress()",
+        )
         if "tokens" in m:
-            kv(out, "tokens per source", f"at the committed step {state.cursor.committed}: "
-                                         + ", ".join(f"{n}={t}" for n, t in zip(names, m["tokens"])))
+            kv(
+                out,
+                "tokens per source",
+                f"at the committed step {state.cursor.committed}: "
+                + ", ".join(f"{n}={t}" for n, t in zip(names, m["tokens"])),
+            )
         return
     prog = mixture_progress(state, step=state.next_step(rewound=bool(state.uncommitted)) if step is None else step)
     kv(out, "next step", f"{prog.step} (mixed positions [{prog.position}, {prog.position + state.plan.global_batch}))")
     tokens = prog.tokens or {}
     for p in prog.sources:
-        kv(out, f"  {p.name}", f"consumed {p.consumed} records" + (f" ({tokens[p.name]} tokens)" if tokens else "")
-                               + f", epoch {p.epoch}, position {p.position} of {p.size}, next step {prog.next_step[p.name]}")
+        kv(
+            out,
+            f"  {p.name}",
+            f"consumed {p.consumed} records"
+            + (f" ({tokens[p.name]} tokens)" if tokens else "")
+            + f", epoch {p.epoch}, position {p.position} of {p.size}, next step {prog.next_step[p.name]}",
+        )
     if not tokens and "tokens" in m:
-        kv(out, "tokens per source", f"at the committed step {state.cursor.committed}: "
-                                     + ", ".join(f"{n}={t}" for n, t in zip(names, m["tokens"])))
+        kv(
+            out,
+            "tokens per source",
+            f"at the committed step {state.cursor.committed}: "
+            + ", ".join(f"{n}={t}" for n, t in zip(names, m["tokens"])),
+        )
 
 
 def read_loader_state(path: Path) -> Any:
@@ -156,16 +186,26 @@ def read_loader_state(path: Path) -> Any:
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as e:
-        raise ConfigError(describe("checkpoint", str(path), f"a checkpoint directory or a readable JSON file ({e})",
-                                   fix)) from None
+        raise ConfigError(
+            describe("checkpoint", str(path), f"a checkpoint directory or a readable JSON file ({e})", fix)
+        ) from None
     if not isinstance(d, dict) or d.get("format") != "resumable_data.loader":
         got = d.get("format") if isinstance(d, dict) else type(d).__name__
-        raise ConfigError(describe("checkpoint", str(path), "a checkpoint directory or a loader state "
-                                   f"(JSON with format 'resumable_data.loader'; this file has {got!r})", fix))
+        raise ConfigError(
+            describe(
+                "checkpoint",
+                str(path),
+                "a checkpoint directory or a loader state "
+                f"(JSON with format 'resumable_data.loader'; this file has {got!r})",
+                fix,
+            )
+        )
     return LoaderState.from_dict(d)
 
 
-def loader_state_report(path: str, data: str | None, verify: str, records: int, check_data: Any) -> tuple[int, list[str]]:
+def loader_state_report(
+    path: str, data: str | None, verify: str, records: int, check_data: Any
+) -> tuple[int, list[str]]:
     """``inspect STATE.json``: what a bare loader state holds and what its next step reads."""
     state = read_loader_state(Path(path))
     out: list[str] = []
@@ -177,17 +217,29 @@ def loader_state_report(path: str, data: str | None, verify: str, records: int, 
     cur = state.cursor
     kv(out, "cursor", f"committed={cur.committed} delivered={cur.delivered} fetched={cur.fetched}")
     if state.uncommitted:
-        kv(out, "uncommitted", f"{state.uncommitted} step(s) delivered but not committed: load_state_dict needs "
-                               f"on_uncommitted='repeat' (delivers steps {cur.committed}..{cur.delivered - 1} again: "
-                               f"the next step below) or 'skip' (continues at step {state.next_step()})")
+        kv(
+            out,
+            "uncommitted",
+            f"{state.uncommitted} step(s) delivered but not committed: load_state_dict needs "
+            f"on_uncommitted='repeat' (delivers steps {cur.committed}..{cur.delivered - 1} again: "
+            f"the next step below) or 'skip' (continues at step {state.next_step()})",
+        )
     if state.skipped:
         kv(out, "skipped ranges", "; ".join(f"[{r.start}, {r.stop}) {r.reason}" for r in state.skipped))
-    kv(out, "stream", f"seed {plan.seed}, {plan.order.kind.value if hasattr(plan.order.kind, 'value') else plan.order.kind}, "
-                      f"global batch {_batch_text(plan)}, tail {getattr(plan.tail, 'value', plan.tail)}, "
-                      f"commit {state.commit.value} x{state.accumulation_steps}"
-                      + (f", packed {state.packing.seq_len}" if state.packing else ", unpacked"))
-    kv(out, "layout", f"world size {state.layout.world_size}, {getattr(state.layout.policy, 'value', state.layout.policy)}"
-                      f"{'' if state.elastic else ', not elastic'}")
+    kv(
+        out,
+        "stream",
+        f"seed {plan.seed}, {plan.order.kind.value if hasattr(plan.order.kind, 'value') else plan.order.kind}, "
+        f"global batch {_batch_text(plan)}, tail {getattr(plan.tail, 'value', plan.tail)}, "
+        f"commit {state.commit.value} x{state.accumulation_steps}"
+        + (f", packed {state.packing.seq_len}" if state.packing else ", unpacked"),
+    )
+    kv(
+        out,
+        "layout",
+        f"world size {state.layout.world_size}, {getattr(state.layout.policy, 'value', state.layout.policy)}"
+        f"{'' if state.elastic else ', not elastic'}",
+    )
     if state.mixture is not None:
         mixture_lines(out, state)
         return 0, out
@@ -215,8 +267,12 @@ def _batch_text(plan) -> str:
 def _seeding_text(record: Any) -> str:
     """The ``sample seeding`` line: the saved ``seed_per_sample`` mode and seeding version."""
     if record is None:
-        return ("not recorded (a state written before seeding version 2): continues with seeding version 1 "
-                "(numpy seeded as Python's) under the loader's seed_per_sample mode")
-    note = {1: " (numpy seeded as Python's, the formula before version 2)",
-            2: " (the seeding functions' formulas, before version 3)"}.get(record.version, "")
+        return (
+            "not recorded (a state written before seeding version 2): continues with seeding version 1 "
+            "(numpy seeded as Python's) under the loader's seed_per_sample mode"
+        )
+    note = {
+        1: " (numpy seeded as Python's, the formula before version 2)",
+        2: " (the seeding functions' formulas, before version 3)",
+    }.get(record.version, "")
     return f"seed_per_sample {record.mode.value!r}, seeding version {record.version}{note}"

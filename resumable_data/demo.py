@@ -69,8 +69,10 @@ def build_stdlib_corpus(directory: Path, max_files: int = 600, quiet: bool = Fal
 def token_stats(src: rd.ArrowShards, column: str, chunk: int = 65536) -> tuple[int, int]:
     """(number of tokens, largest token id) of a list<int> column, read in chunks."""
     if column not in src.schema.names:
-        raise rd.ConfigError(f"--tokens: the dataset has no column {column!r} (it has {src.schema.names}); "
-                             "fix: pass --tokens NAME of its list<int> token column")
+        raise rd.ConfigError(
+            f"--tokens: the dataset has no column {column!r} (it has {src.schema.names}); "
+            "fix: pass --tokens NAME of its list<int> token column"
+        )
     total, largest = 0, -1
     for start in range(0, len(src), chunk):
         col = src.take(np.arange(start, min(len(src), start + chunk))).column(column)
@@ -86,7 +88,7 @@ def token_stats(src: rd.ArrowShards, column: str, chunk: int = 65536) -> tuple[i
 class RunLog:
     """What the parent learned from one training process's event stream."""
 
-    digests: dict[int, str] = field(default_factory=dict)     # delivered step -> batch digest
+    digests: dict[int, str] = field(default_factory=dict)  # delivered step -> batch digest
     documents: dict[int, list[int]] = field(default_factory=dict)  # delivered step -> record ids in it
     events: list[dict[str, Any]] = field(default_factory=list)
     resumed: dict[str, Any] | None = None
@@ -104,13 +106,30 @@ class RunLog:
 def _bar(desc: str, total: int, initial: int = 0, quiet: bool = False):
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, initial=initial, desc=desc, unit="step", leave=False, disable=quiet or None,
-                dynamic_ncols=True, file=sys.stderr)
+    return tqdm(
+        total=total,
+        initial=initial,
+        desc=desc,
+        unit="step",
+        leave=False,
+        disable=quiet or None,
+        dynamic_ncols=True,
+        file=sys.stderr,
+    )
 
 
-def run(config_path: Path, run_dir: Path, *, desc: str, total: int, resume: bool = False,
-        kill_at: int | None = None, sabotage: str | None = None, quiet: bool = False,
-        env: dict[str, str] | None = None) -> RunLog:
+def run(
+    config_path: Path,
+    run_dir: Path,
+    *,
+    desc: str,
+    total: int,
+    resume: bool = False,
+    kill_at: int | None = None,
+    sabotage: str | None = None,
+    quiet: bool = False,
+    env: dict[str, str] | None = None,
+) -> RunLog:
     """Run the training job in a subprocess (its own process group); ``kill_at``: SIGKILL the whole
     group as soon as it reports that microbatch."""
     cmd = [sys.executable, "-m", "resumable_data.demo_train", "--config", str(config_path), "--run", str(run_dir)]
@@ -122,8 +141,7 @@ def run(config_path: Path, run_dir: Path, *, desc: str, total: int, resume: bool
     err_path = run_dir.with_name(run_dir.name + f".{'resume' if resume else 'run'}.stderr")
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(err_path, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True,
-                                env=env)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True, env=env)
         bar = _bar(desc, total, quiet=quiet)
         try:
             assert proc.stdout is not None
@@ -139,7 +157,7 @@ def run(config_path: Path, run_dir: Path, *, desc: str, total: int, resume: bool
                     bar.n = ev["step"] + 1
                     bar.refresh()
                     if kill_at is not None and ev["step"] >= kill_at and log.killed_at is None:
-                        os.killpg(proc.pid, signal.SIGKILL)    # preemption: trainer and its workers at once
+                        os.killpg(proc.pid, signal.SIGKILL)  # preemption: trainer and its workers at once
                         log.killed_at = ev["step"]
                         break
                     continue
@@ -153,7 +171,7 @@ def run(config_path: Path, run_dir: Path, *, desc: str, total: int, resume: bool
                 elif kind == "done":
                     log.done = ev
         except BaseException:
-            os.killpg(proc.pid, signal.SIGKILL)             # never leave a trainer behind (Ctrl-C, errors)
+            os.killpg(proc.pid, signal.SIGKILL)  # never leave a trainer behind (Ctrl-C, errors)
             raise
         finally:
             bar.close()
@@ -184,13 +202,23 @@ def compare(reference: RunLog, interrupted: RunLog, resumed: RunLog, steps: int)
     same = sum(1 for s in range(steps) if ref.get(s) is not None and combined.get(s) == ref.get(s))
     lines: list[tuple[str, str]] = []
     ok = first is None
-    lines.append(("batch digests", f"{same} of {steps} microbatches identical, compared in order"
-                  + ("" if ok else f"; DIVERGED at microbatch {first}")))
+    lines.append(
+        (
+            "batch digests",
+            f"{same} of {steps} microbatches identical, compared in order"
+            + ("" if ok else f"; DIVERGED at microbatch {first}"),
+        )
+    )
     twice = sorted(s for s in interrupted.digests if s >= start and s in resumed.digests)
     if twice:
         again = sum(1 for s in twice if interrupted.digests[s] == resumed.digests[s])
-        lines.append(("trained twice", f"microbatches {twice[0]}..{twice[-1]} ran before the kill and again after "
-                      f"the resume: {again} of {len(twice)} identical"))
+        lines.append(
+            (
+                "trained twice",
+                f"microbatches {twice[0]}..{twice[-1]} ran before the kill and again after "
+                f"the resume: {again} of {len(twice)} identical",
+            )
+        )
         ok = ok and again == len(twice)
     a, b = reference.done or {}, resumed.done or {}
     for key, name in (("parameters", "final parameters"), ("optimizer", "optimizer moments")):
@@ -201,16 +229,25 @@ def compare(reference: RunLog, interrupted: RunLog, resumed: RunLog, steps: int)
     ca, cb = a.get("counters"), b.get("counters")
     if ca is not None and cb is not None:
         ok = ok and ca == cb
-        lines.append(("counters", ("identical: " if ca == cb else "DIVERGED: ") +
-                      ", ".join(f"{k}={v}" for k, v in cb.items() if k != "skipped_steps")))
+        lines.append(
+            (
+                "counters",
+                ("identical: " if ca == cb else "DIVERGED: ")
+                + ", ".join(f"{k}={v}" for k, v in cb.items() if k != "skipped_steps"),
+            )
+        )
     ma, mb = a.get("metrics"), b.get("metrics")
     if ma is not None and mb is not None:
         keys = [r["step"] for r in mb]
         dup = len(keys) - len(set(keys))
         same_ = ma == mb
         ok = ok and same_ and dup == 0
-        lines.append(("metric log", f"{len(mb)} records, {dup} duplicated by the replay, values "
-                      f"{'identical' if same_ else 'DIVERGED'}"))
+        lines.append(
+            (
+                "metric log",
+                f"{len(mb)} records, {dup} duplicated by the replay, values {'identical' if same_ else 'DIVERGED'}",
+            )
+        )
     return Verdict(ok, lines, first)
 
 
@@ -242,6 +279,7 @@ def _read_inventory(checkpoint: str):
 
 def _compact_inventory(inv) -> str:
     """The inventory, narrower than ``str(inv)``: category, restore action, oracle value."""
+
     def clip(s: str, w: int) -> str:
         return s if len(s) <= w else s[: w - 1] + "…"
 
@@ -262,8 +300,12 @@ def _rel(path: Path) -> str:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", type=Path, help="a pinned Arrow directory (default: the stdlib corpus)")
     parser.add_argument("--tokens", default="tokens", help="its list<int> token column (default: tokens)")
-    parser.add_argument("--eos-id", type=int, default=None,
-                        help="EOS token between packed documents (default: 0 for the stdlib corpus, none for --data)")
+    parser.add_argument(
+        "--eos-id",
+        type=int,
+        default=None,
+        help="EOS token between packed documents (default: 0 for the stdlib corpus, none for --data)",
+    )
     parser.add_argument("--steps", type=int, default=400, help="microbatches in the run (default 400)")
     parser.add_argument("--checkpoint-every", type=int, default=30, help="microbatches between checkpoints")
     parser.add_argument("--seed", type=int, default=None, help="picks the kill step (default: random)")
@@ -295,8 +337,14 @@ def main_args(args: argparse.Namespace) -> int:
     steps = int(args.steps)
     if steps < 8:
         raise rd.ConfigError(f"--steps: {steps} is too few; fix: pass at least 8")
-    cfg = DemoConfig(data=str(corpus), tokens=args.tokens, vocab=vocab, eos_id=eos, steps=steps,
-                     checkpoint_every=max(1, int(args.checkpoint_every)))
+    cfg = DemoConfig(
+        data=str(corpus),
+        tokens=args.tokens,
+        vocab=vocab,
+        eos_id=eos,
+        steps=steps,
+        checkpoint_every=max(1, int(args.checkpoint_every)),
+    )
     config_path = work / "config.json"
     config_path.write_text(cfg.to_json())
     env = dict(os.environ)
@@ -306,33 +354,53 @@ def main_args(args: argparse.Namespace) -> int:
         env["TQDM_DISABLE"] = "1"  # no bar from the trainers either (index builds, pinning)
 
     say("resumable-data demo: train, SIGKILL at a random step, resume, and compare with an uninterrupted run")
-    say(f"  dataset   {corpus}: {len(src):,} documents ({what}), {n_tokens:,} tokens, vocabulary {vocab}, "
-        f"pinned version {src.version.hash[:16]}...")
-    say(f"  model     {cfg.layers}-layer causal transformer, d={cfg.d_model}, {cfg.heads} heads, dropout {cfg.dropout}; "
-        f"CPU float32, deterministic algorithms, 1 thread")
-    say(f"  data      rd.DataLoader: {cfg.batch_size} packed sequences x {cfg.seq_len} tokens (concat, window "
-        f"{cfg.pack_window} documents), shuffle window {cfg.shuffle_window}, {cfg.num_workers} workers")
-    say(f"  training  {steps} microbatches, accumulation {cfg.accumulation} -> {cfg.updates} updates; AdamW, "
+    say(
+        f"  dataset   {corpus}: {len(src):,} documents ({what}), {n_tokens:,} tokens, vocabulary {vocab}, "
+        f"pinned version {src.version.hash[:16]}..."
+    )
+    say(
+        f"  model     {cfg.layers}-layer causal transformer, d={cfg.d_model}, {cfg.heads} heads, dropout {cfg.dropout}; "
+        f"CPU float32, deterministic algorithms, 1 thread"
+    )
+    say(
+        f"  data      rd.DataLoader: {cfg.batch_size} packed sequences x {cfg.seq_len} tokens (concat, window "
+        f"{cfg.pack_window} documents), shuffle window {cfg.shuffle_window}, {cfg.num_workers} workers"
+    )
+    say(
+        f"  training  {steps} microbatches, accumulation {cfg.accumulation} -> {cfg.updates} updates; AdamW, "
         f"warmup-cosine LambdaLR, GradScaler (update {cfg.inf_update} gets inf gradients: skipped, "
-        f"commit(applied=False)); checkpoint every {cfg.checkpoint_every} microbatches")
+        f"commit(applied=False)); checkpoint every {cfg.checkpoint_every} microbatches"
+    )
 
     first_ckpt = min(cfg.checkpoint_every, steps) - 1
     if args.kill_at is not None:
         kill_at = int(args.kill_at)
     else:
-        kill_at = random.Random(args.seed).randrange(first_ckpt + 1, steps - 1) if steps - 1 > first_ckpt + 1 \
-            else steps - 2
+        kill_at = (
+            random.Random(args.seed).randrange(first_ckpt + 1, steps - 1) if steps - 1 > first_ckpt + 1 else steps - 2
+        )
     kill_at = min(max(kill_at, 0), steps - 2)
 
-    interrupted = run(config_path, work / "interrupted", desc="interrupted run", total=steps, kill_at=kill_at,
-                      quiet=args.quiet, env=env)
+    interrupted = run(
+        config_path,
+        work / "interrupted",
+        desc="interrupted run",
+        total=steps,
+        kill_at=kill_at,
+        quiet=args.quiet,
+        env=env,
+    )
     if interrupted.killed_at is None:
-        say(f"\nthe interrupted run ended before the kill (exit {interrupted.returncode}):\n{interrupted.stderr[-3000:]}")
+        say(
+            f"\nthe interrupted run ended before the kill (exit {interrupted.returncode}):\n{interrupted.stderr[-3000:]}"
+        )
         return 2
     reported = interrupted.last_step
     saved = [s for s in interrupted.checkpoints]
-    say(f"\nkilled    SIGKILL to the trainer's process group after it reported microbatch {reported} "
-        f"(checkpoints written at {', '.join(map(str, saved)) or 'none'})")
+    say(
+        f"\nkilled    SIGKILL to the trainer's process group after it reported microbatch {reported} "
+        f"(checkpoints written at {', '.join(map(str, saved)) or 'none'})"
+    )
 
     ckpt_root = work / "interrupted" / "checkpoints"
     from resumable_data.checkpoint.store import resolve_checkpoint
@@ -343,24 +411,39 @@ def main_args(args: argparse.Namespace) -> int:
         say(f"no complete checkpoint to resume from: {e}")
         return 2
     code, text = _inspect(str(latest), str(corpus))
-    head = text.partition("\ninventory:\n")[0].rstrip()   # the inventory is printed narrower below
-    saved_inventory = _read_inventory(str(latest))          # (the resumed run's retention will delete it)
+    head = text.partition("\ninventory:\n")[0].rstrip()  # the inventory is printed narrower below
+    saved_inventory = _read_inventory(str(latest))  # (the resumed run's retention will delete it)
 
-    resumed = run(config_path, work / "interrupted", desc="resumed run", total=steps, resume=True,
-                  sabotage=args.sabotage, quiet=args.quiet, env=env)
+    resumed = run(
+        config_path,
+        work / "interrupted",
+        desc="resumed run",
+        total=steps,
+        resume=True,
+        sabotage=args.sabotage,
+        quiet=args.quiet,
+        env=env,
+    )
     if resumed.returncode != 0 or resumed.done is None or resumed.resumed is None:
         say(f"\nthe resumed run failed (exit {resumed.returncode}):\n{resumed.stderr[-3000:]}")
         return 2
     r = resumed.resumed
     inside = r["delivered"] % cfg.accumulation
-    where = (f"inside an accumulation window, {inside} of {cfg.accumulation} microbatches done: their gradients "
-             "were restored" if inside else "at an update boundary")
-    say(f"resumed   from {Path(r['path']).name} in a fresh process at microbatch {r['delivered']} ({where}); "
-        f"recovery label {r['label']}")
+    where = (
+        f"inside an accumulation window, {inside} of {cfg.accumulation} microbatches done: their gradients "
+        "were restored"
+        if inside
+        else "at an update boundary"
+    )
+    say(
+        f"resumed   from {Path(r['path']).name} in a fresh process at microbatch {r['delivered']} ({where}); "
+        f"recovery label {r['label']}"
+    )
     say(f"          compatibility: {r['report'].splitlines()[0] if r['report'] else '-'}")
 
-    reference = run(config_path, work / "uninterrupted", desc="uninterrupted run", total=steps, quiet=args.quiet,
-                    env=env)
+    reference = run(
+        config_path, work / "uninterrupted", desc="uninterrupted run", total=steps, quiet=args.quiet, env=env
+    )
     if reference.returncode != 0 or reference.done is None:
         say(f"\nthe uninterrupted run failed (exit {reference.returncode}):\n{reference.stderr[-3000:]}")
         return 2
@@ -370,9 +453,11 @@ def main_args(args: argparse.Namespace) -> int:
     nxt = r["delivered"]
     docs = resumed.documents.get(nxt)
     if docs is not None:
-        say(f"  {'next microbatch:':<22} {nxt}: packed sequences [{nxt * cfg.batch_size}, {(nxt + 1) * cfg.batch_size}) "
+        say(
+            f"  {'next microbatch:':<22} {nxt}: packed sequences [{nxt * cfg.batch_size}, {(nxt + 1) * cfg.batch_size}) "
             f"from documents {docs[:8]}{' ...' if len(docs) > 8 else ''} (what the resumed run received: "
-            "it matches inspect's prediction)")
+            "it matches inspect's prediction)"
+        )
     if code != 0:
         say("  (inspect: the dataset does not match its pinned version)")
     inventory = _compact_inventory(saved_inventory)
@@ -383,20 +468,25 @@ def main_args(args: argparse.Namespace) -> int:
     updates = [e for e in resumed.events if e.get("event") == "update"]
     ref_updates = [e for e in reference.events if e.get("event") == "update"]
     if ref_updates and updates:
-        say(f"\nloss      {ref_updates[0]['loss']:.3f} at update 0 -> {ref_updates[-1]['loss']:.3f} at update "
-            f"{ref_updates[-1]['update']} (uninterrupted); {updates[-1]['loss']:.3f} (interrupted + resumed)")
+        say(
+            f"\nloss      {ref_updates[0]['loss']:.3f} at update 0 -> {ref_updates[-1]['loss']:.3f} at update "
+            f"{ref_updates[-1]['update']} (uninterrupted); {updates[-1]['loss']:.3f} (interrupted + resumed)"
+        )
     say("\ninterrupted + resumed vs uninterrupted:")
     for name, text_ in verdict.lines:
         say(f"  {name:<18} {text_}")
     elapsed = time.perf_counter() - t0
-    say(f"\nRESULT    {'BIT-IDENTICAL' if verdict.ok else 'DIVERGED'} (label {r['label']}; {elapsed:.0f} s; "
-        f"outputs in {work})")
+    say(
+        f"\nRESULT    {'BIT-IDENTICAL' if verdict.ok else 'DIVERGED'} (label {r['label']}; {elapsed:.0f} s; "
+        f"outputs in {work})"
+    )
     return 0 if verdict.ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m resumable_data.demo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m resumable_data.demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     configure(parser)
     args = parser.parse_args(argv)
     try:

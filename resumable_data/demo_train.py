@@ -48,15 +48,15 @@ class DemoConfig:
     tokens: str = "tokens"
     vocab: int = 257
     eos_id: int | None = 0
-    steps: int = 400                 # microbatches (loader steps) in the whole run
+    steps: int = 400  # microbatches (loader steps) in the whole run
     seq_len: int = 128
-    batch_size: int = 8              # packed sequences per microbatch
-    accumulation: int = 4            # microbatches per optimizer update
-    pack_window: int = 64            # documents packed together
-    shuffle_window: int = 128        # records shuffled together (a shuffle buffer as a pure function)
+    batch_size: int = 8  # packed sequences per microbatch
+    accumulation: int = 4  # microbatches per optimizer update
+    pack_window: int = 64  # documents packed together
+    shuffle_window: int = 128  # records shuffled together (a shuffle buffer as a pure function)
     num_workers: int = 2
-    checkpoint_every: int = 30       # microbatches (not a multiple of accumulation: some land mid-window)
-    inf_update: int = 3              # this attempted update gets inf gradients: the scaler skips it
+    checkpoint_every: int = 30  # microbatches (not a multiple of accumulation: some land mid-window)
+    inf_update: int = 3  # this attempted update gets inf gradients: the scaler skips it
     data_seed: int = 2024
     model_seed: int = 0
     d_model: int = 64
@@ -64,7 +64,7 @@ class DemoConfig:
     heads: int = 4
     dropout: float = 0.1
     lr: float = 3e-3
-    warmup: int = 10                 # updates
+    warmup: int = 10  # updates
 
     @property
     def updates(self) -> int:
@@ -103,8 +103,9 @@ class TinyLM(torch.nn.Module):
     """A causal transformer over packed sequences: attention stays inside each document
     (``document_ids``) and positions restart at each document (``position_ids``)."""
 
-    def __init__(self, vocab: int, seq_len: int, d: int = 64, layers: int = 2, heads: int = 4,
-                 dropout: float = 0.1) -> None:
+    def __init__(
+        self, vocab: int, seq_len: int, d: int = 64, layers: int = 2, heads: int = 4, dropout: float = 0.1
+    ) -> None:
         super().__init__()
         self.tok = torch.nn.Embedding(vocab, d)
         self.pos = torch.nn.Embedding(seq_len, d)
@@ -117,7 +118,7 @@ class TinyLM(torch.nn.Module):
         t = ids.shape[1]
         causal = torch.ones(t, t, dtype=torch.bool).tril()
         same_doc = doc[:, :, None] == doc[:, None, :]
-        mask = (causal[None] & same_doc)[:, None]             # [B, 1, T, T]
+        mask = (causal[None] & same_doc)[:, None]  # [B, 1, T, T]
         x = self.tok(ids) + self.pos(pos.clamp(max=self.pos.num_embeddings - 1))
         for block in self.blocks:
             x = block(x, mask)
@@ -164,6 +165,7 @@ def lr_factor(cfg: DemoConfig):
     def f(update: int) -> float:
         warm = min(1.0, (update + 1) / cfg.warmup)
         return warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(update, cfg.updates) / max(1, cfg.updates))))
+
     return f
 
 
@@ -174,31 +176,47 @@ def deterministic() -> None:
 
 def build(cfg: DemoConfig, run_dir: Path, *, data_seed: int | None = None) -> Job:
     deterministic()
-    random.seed(cfg.model_seed)          # every global generator starts from the config
+    random.seed(cfg.model_seed)  # every global generator starts from the config
     np.random.seed(cfg.model_seed)
     torch.manual_seed(cfg.model_seed)
     model = TinyLM(cfg.vocab, cfg.seq_len, cfg.d_model, cfg.layers, cfg.heads, cfg.dropout)
     decay = [p for p in model.parameters() if p.dim() > 1]
     no_decay = [p for p in model.parameters() if p.dim() <= 1]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=cfg.lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+    )
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg))
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 12, growth_interval=20)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12, growth_interval=20)
     src = rd.ArrowShards(cfg.data)
     loader = rd.DataLoader(
-        src, batch_size=cfg.batch_size, shuffle=True, seed=cfg.data_seed if data_seed is None else data_seed,
-        shuffle_window=cfg.shuffle_window, num_workers=cfg.num_workers,
-        persistent_workers=cfg.num_workers > 0, commit="explicit", accumulation_steps=cfg.accumulation,
+        src,
+        batch_size=cfg.batch_size,
+        shuffle=True,
+        seed=cfg.data_seed if data_seed is None else data_seed,
+        shuffle_window=cfg.shuffle_window,
+        num_workers=cfg.num_workers,
+        persistent_workers=cfg.num_workers > 0,
+        commit="explicit",
+        accumulation_steps=cfg.accumulation,
         packing=rd.Packing(cfg.seq_len, "concat", window=cfg.pack_window, tokens=cfg.tokens, eos_id=cfg.eos_id),
     )
     metrics = rd.MetricLog(run_dir / "metrics.jsonl", "demo-run")
     window = WindowLoss()
     state = rd.TrainingState(
-        model=model, optimizer=opt, scheduler=sched, scaler=scaler, loader=loader, metrics=metrics,
-        callbacks={"window_loss": window}, run_id="demo-run",
+        model=model,
+        optimizer=opt,
+        scheduler=sched,
+        scaler=scaler,
+        loader=loader,
+        metrics=metrics,
+        callbacks={"window_loss": window},
+        run_id="demo-run",
         config={k: v for k, v in asdict(cfg).items() if k not in ("data", "steps", "checkpoint_every")},
         feature_schema={"tokenizer": "bytes+1, 0 = EOS" if cfg.eos_id == 0 else "user", "vocab": cfg.vocab},
-        scheduler_convention="attempted_update", accumulation="save_gradients",
+        scheduler_convention="attempted_update",
+        accumulation="save_gradients",
     )
     return Job(cfg, model, opt, sched, scaler, loader, metrics, window, state)
 
@@ -229,23 +247,33 @@ def train(job: Job, ckpt_dir: Path) -> None:
         for batch in loader:
             step = loader.cursor.delivered - 1
             logits = job.model(batch)
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1),
-                                   ignore_index=IGNORE_INDEX) / cfg.accumulation
+            loss = (
+                F.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1), ignore_index=IGNORE_INDEX
+                )
+                / cfg.accumulation
+            )
             job.scaler.scale(loss).backward()
             job.window.add(loss)
             docs = batch["document_ids"].reshape(-1)
             docs = docs[docs >= 0].unique_consecutive().tolist()
-            emit(out, "step", step=step, digest=batch_digest(batch), loss=float(loss.detach()) * cfg.accumulation,
-                 documents=docs)
+            emit(
+                out,
+                "step",
+                step=step,
+                digest=batch_digest(batch),
+                loss=float(loss.detach()) * cfg.accumulation,
+                documents=docs,
+            )
             if loader.microstep_is_last:
                 attempted = loader.counters.attempted_updates
-                if attempted == cfg.inf_update:   # a scaler-style overflow: the found-inf check skips it
+                if attempted == cfg.inf_update:  # a scaler-style overflow: the found-inf check skips it
                     job.model.head.weight.grad[0, 0] = float("inf")
                 lr = job.opt.param_groups[0]["lr"]
                 applied = rd.scaler_step(job.scaler, job.opt)
                 job.sched.step()
                 job.opt.zero_grad(set_to_none=True)
-                job.state.commit(applied)        # loader.commit(applied=...) + window bookkeeping
+                job.state.commit(applied)  # loader.commit(applied=...) + window bookkeeping
                 window_loss = job.window.pop()
                 job.metrics.log(attempted, loss=window_loss, lr=lr, applied=applied)
                 emit(out, "update", update=attempted, applied=applied, loss=window_loss, lr=lr)
@@ -260,14 +288,16 @@ def summary(job: Job) -> dict[str, Any]:
     c = job.loader.counters
     return {
         "parameters": tensor_digest(job.model.state_dict().items()),
-        "optimizer": tensor_digest((f"{n}.{k}", v) for n, p in job.model.named_parameters()
-                                   for k, v in sorted(job.opt.state[p].items())),
+        "optimizer": tensor_digest(
+            (f"{n}.{k}", v) for n, p in job.model.named_parameters() for k, v in sorted(job.opt.state[p].items())
+        ),
         "lr": job.opt.param_groups[0]["lr"],
         "scale": job.scaler.get_scale(),
         "counters": dict(vars(c)) if hasattr(c, "__dict__") else {},
         "label": job.state.recovery_label.value,
         "metrics": [{"step": r["step"], "metrics": r["metrics"]} for r in job.metrics.records()]
-        if hasattr(job.metrics, "records") else [],
+        if hasattr(job.metrics, "records")
+        else [],
     }
 
 
@@ -291,9 +321,16 @@ def main(argv: list[str] | None = None) -> int:
         info = rd.load_checkpoint(ckpt_dir, job.state, label=label)
         if a.sabotage == "rng":  # a broken resume: the generators are not restored
             torch.manual_seed(12345)
-        emit(job.out, "resumed", path=str(info.path), step=info.step, label=info.label.value,
-             report=str(info.report) if info.report is not None else "", delivered=job.loader.cursor.delivered,
-             microstep=job.loader.microstep)
+        emit(
+            job.out,
+            "resumed",
+            path=str(info.path),
+            step=info.step,
+            label=info.label.value,
+            report=str(info.report) if info.report is not None else "",
+            delivered=job.loader.cursor.delivered,
+            microstep=job.loader.microstep,
+        )
     train(job, ckpt_dir)
     emit(job.out, "done", **summary(job))
     return 0

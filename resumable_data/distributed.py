@@ -37,8 +37,7 @@ class LoaderStateful:
 
     def __init__(self, loader: Any, *, on_uncommitted: str | None = None, allow_unpinned: bool = False) -> None:
         if not (callable(getattr(loader, "state_dict", None)) and callable(getattr(loader, "load_state_dict", None))):
-            raise ConfigError(describe("loader", type(loader).__name__, "an rd.DataLoader",
-                                       "wrap the loader itself"))
+            raise ConfigError(describe("loader", type(loader).__name__, "an rd.DataLoader", "wrap the loader itself"))
         self.loader = loader
         self.on_uncommitted = on_uncommitted
         self.allow_unpinned = allow_unpinned
@@ -47,5 +46,4 @@ class LoaderStateful:
         return self.loader.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.loader.load_state_dict(state_dict, on_uncommitted=self.on_uncommitted,
-                                    allow_unpinned=self.allow_unpinned)
+        self.loader.load_state_dict(state_dict, on_uncommitted=self.on_uncommitted, allow_unpinned=self.allow_unpinned)

@@ -61,23 +61,38 @@ class QuadraticDescent:
 
     def meta(self) -> CheckpointMeta:
         return CheckpointMeta(
-            run_id=self.run_id, recovery_label=self.recovery_label,
-            model={"config": None, "parameters": {"x": {"shape": [], "dtype": "float64"}}, "buffers": {}, "modules": {}},
-            optimizer={"type": "resumable_data.instrument.QuadraticDescent",
-                       "param_groups": [{"params": ["x"], "base_lr": self.eta}]},
+            run_id=self.run_id,
+            recovery_label=self.recovery_label,
+            model={
+                "config": None,
+                "parameters": {"x": {"shape": [], "dtype": "float64"}},
+                "buffers": {},
+                "modules": {},
+            },
+            optimizer={
+                "type": "resumable_data.instrument.QuadraticDescent",
+                "param_groups": [{"params": ["x"], "base_lr": self.eta}],
+            },
             recovery_spec={"objective": "x^2/2", "update": "x - eta * x", "eta": self.eta},
             status=CheckpointStatus(extra={"k": self.k, "x": self.x}),
         )
 
     def state_dict(self) -> dict[str, Any]:
-        return {"format": INSTRUMENT_FORMAT, "schema_version": INSTRUMENT_SCHEMA_VERSION, K_X: self.x, K_K: self.k,
-                K_X0: self.x0, K_META: self.meta().to_dict()}
+        return {
+            "format": INSTRUMENT_FORMAT,
+            "schema_version": INSTRUMENT_SCHEMA_VERSION,
+            K_X: self.x,
+            K_K: self.k,
+            K_X0: self.x0,
+            K_META: self.meta().to_dict(),
+        }
 
     def check(self, state: dict[str, Any], label: RecoveryLabel | str) -> CompatibilityReport:
         return check_compatible(state[K_META], self.meta(), label)
 
-    def load_state_dict(self, state: Any, *, label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION
-                        ) -> CompatibilityReport:
+    def load_state_dict(
+        self, state: Any, *, label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION
+    ) -> CompatibilityReport:
         """Restore ``x`` (and ``k`` under a continuation); refuses a changed ``eta`` unless ``label``
         is a reset (``optimizer_reset`` / ``warm_start``)."""
         label = coerce_enum(label, RecoveryLabel, "label")

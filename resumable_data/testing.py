@@ -53,20 +53,30 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-
 from resumable_data._schema import coerce_enum
+from resumable_data.batch_digest import batch_digests
+from resumable_data.batch_digest import tree_digest as _tree_digest
 from resumable_data.errors import ConfigError, describe
-from resumable_data.plan import Sharding, ShardingPolicy
-from resumable_data.batch_digest import batch_digests, tree_digest as _tree_digest
 from resumable_data.loader.state import CommitMode, LoaderState
+from resumable_data.plan import Sharding, ShardingPolicy
 
 __all__ = ["Divergence", "ResumeReport", "assert_resumes", "batch_digests", "check_resume"]
 
 #: The parts of an ``rd.TrainingState`` digested after every step (its oracles; the RNG is
 #: restored by the checkpoint but not compared, since the loader seeds the global generators per
 #: sample in the main process with ``num_workers=0`` and in the workers otherwise).
-STATE_PARTS = ("parameters", "buffers", "gradients", "optimizer", "optimizer_groups", "scheduler", "scaler", "ema",
-               "callbacks", "modes")
+STATE_PARTS = (
+    "parameters",
+    "buffers",
+    "gradients",
+    "optimizer",
+    "optimizer_groups",
+    "scheduler",
+    "scaler",
+    "ema",
+    "callbacks",
+    "modes",
+)
 
 
 @dataclass(frozen=True)
@@ -84,8 +94,10 @@ class Divergence:
     got: str
 
     def __str__(self) -> str:
-        return (f"{self.run}: step {self.step}, rank {self.rank}, key {self.key!r}: "
-                f"expected digest {self.expected}, got {self.got}")
+        return (
+            f"{self.run}: step {self.step}, rank {self.rank}, key {self.key!r}: "
+            f"expected digest {self.expected}, got {self.got}"
+        )
 
 
 @dataclass(frozen=True)
@@ -112,7 +124,7 @@ class ResumeReport:
 class _Spec:
     make_loader: Callable[..., Any]
     policy: ShardingPolicy
-    kind: str                      # "data" | "model" | "state" | "functional"
+    kind: str  # "data" | "model" | "state" | "functional"
     make_state: Callable[[], Mapping[str, Any]] | None
     train_step: Callable[..., Any] | None
     on_uncommitted: str
@@ -135,11 +147,12 @@ class _Run:
 
     def __init__(self, spec: _Spec, world: int, workers: int) -> None:
         self.spec = spec
-        self.loaders = [spec.make_loader(num_workers=workers, sharding=Sharding(world, r, spec.policy))
-                        for r in range(world)]
+        self.loaders = [
+            spec.make_loader(num_workers=workers, sharding=Sharding(world, r, spec.policy)) for r in range(world)
+        ]
         self.iters: list[Any] = [None] * world
         self.ts = None
-        self.fstate: Any = None     # a functional train_step's state
+        self.fstate: Any = None  # a functional train_step's state
         self.committed: Any = None  # ... as of the last commit
         if spec.kind in ("model", "state"):
             from resumable_data.checkpoint import TrainingState
@@ -174,7 +187,7 @@ class _Run:
         elif lead.microstep_is_last:  # a training loop commits each completed accumulation window
             if self.ts is not None:
                 self.ts.commit(applied=True)
-            for loader in self.loaders[1 if self.ts is not None else 0:]:
+            for loader in self.loaders[1 if self.ts is not None else 0 :]:
                 loader.commit(applied=True)
             self.committed = copy.deepcopy(self.fstate)
         return out
@@ -199,19 +212,23 @@ class _Run:
         if self.ts is not None:
             from resumable_data.checkpoint import load_checkpoint
 
-            load_checkpoint(saved["checkpoint"], self.ts, allow_unpinned=spec.allow_unpinned)  # rank 0: loader, model, optimizer, RNG, ...
+            load_checkpoint(
+                saved["checkpoint"], self.ts, allow_unpinned=spec.allow_unpinned
+            )  # rank 0: loader, model, optimizer, RNG, ...
             lead = self.loaders[0].cursor
             for r, loader in enumerate(self.loaders[1:], 1):  # the other ranks follow rank 0's choice
                 s = states[r % len(states)]
                 uncommitted = LoaderState.from_dict(s).uncommitted
-                loader.load_state_dict(s, on_uncommitted="repeat" if uncommitted else None,
-                                       allow_unpinned=spec.allow_unpinned)
+                loader.load_state_dict(
+                    s, on_uncommitted="repeat" if uncommitted else None, allow_unpinned=spec.allow_unpinned
+                )
                 for _ in range(lead.delivered - loader.cursor.delivered):
                     _next_batch(self.iters, r, loader)
             return int(lead.delivered)
         for r, loader in enumerate(self.loaders):
-            loader.load_state_dict(states[r % len(states)], on_uncommitted=spec.on_uncommitted,
-                                   allow_unpinned=spec.allow_unpinned)
+            loader.load_state_dict(
+                states[r % len(states)], on_uncommitted=spec.on_uncommitted, allow_unpinned=spec.allow_unpinned
+            )
         if spec.kind == "functional":
             from resumable_data.checkpoint import read_checkpoint
 
@@ -238,40 +255,72 @@ class _Tree:
 
 def _spec(make_loader, make_model, make_state, train_step, on_uncommitted, allow_unpinned, policy) -> _Spec:
     if not callable(make_loader):
-        raise ConfigError(describe("make_loader", make_loader, "a callable make_loader(**kw) -> rd.DataLoader",
-                                   "pass a function of num_workers= and sharding="))
+        raise ConfigError(
+            describe(
+                "make_loader",
+                make_loader,
+                "a callable make_loader(**kw) -> rd.DataLoader",
+                "pass a function of num_workers= and sharding=",
+            )
+        )
     for name, fn in (("make_model", make_model), ("make_state", make_state), ("train_step", train_step)):
         if fn is not None and not callable(fn):
             raise ConfigError(describe(name, fn, "a callable or None", f"pass a function as {name}="))
     if make_model is not None and make_state is not None:
-        raise ConfigError(describe("make_model", make_model, "make_model= or make_state=, not both",
-                                   "put the model in make_state's dict: {'model': ..., 'optimizer': ...}"))
+        raise ConfigError(
+            describe(
+                "make_model",
+                make_model,
+                "make_model= or make_state=, not both",
+                "put the model in make_state's dict: {'model': ..., 'optimizer': ...}",
+            )
+        )
     factory = make_model if make_model is not None else make_state
     if factory is not None and train_step is None:
         name = "make_model" if make_model is not None else "make_state"
-        raise ConfigError(describe("train_step", None, f"a train_step(state, batch) beside {name}=",
-                                   "pass the step that updates the state (without it nothing would change)"))
-    kind = "data" if train_step is None else ("functional" if factory is None else
-                                              "model" if make_model is not None else "state")
+        raise ConfigError(
+            describe(
+                "train_step",
+                None,
+                f"a train_step(state, batch) beside {name}=",
+                "pass the step that updates the state (without it nothing would change)",
+            )
+        )
+    kind = (
+        "data"
+        if train_step is None
+        else ("functional" if factory is None else "model" if make_model is not None else "state")
+    )
     if kind in ("model", "state") and on_uncommitted is not None:
-        raise ConfigError(describe("on_uncommitted", on_uncommitted,
-                                   "None with a training state (its accumulation policy decides)",
-                                   "drop on_uncommitted=, or return accumulation='rewind' / 'save_gradients' "
-                                   "from make_state"))
+        raise ConfigError(
+            describe(
+                "on_uncommitted",
+                on_uncommitted,
+                "None with a training state (its accumulation policy decides)",
+                "drop on_uncommitted=, or return accumulation='rewind' / 'save_gradients' from make_state",
+            )
+        )
     choice = "repeat" if on_uncommitted is None else on_uncommitted
     if choice not in ("repeat", "skip"):
         raise ConfigError(describe("on_uncommitted", on_uncommitted, "'repeat' or 'skip'", "pick one"))
     policy = coerce_enum(policy, ShardingPolicy, "sharding_policy")
     if make_model is not None:
+
         def build() -> dict[str, Any]:
             return {"model": make_model()}
     elif make_state is not None:
+
         def build() -> dict[str, Any]:
             kwargs = make_state()
             if not isinstance(kwargs, Mapping) or "loader" in kwargs:
-                raise ConfigError(describe("make_state()", type(kwargs).__name__,
-                                           "a dict of rd.TrainingState keyword arguments without loader=",
-                                           "return e.g. {'model': m, 'optimizer': opt}; the harness adds the loader"))
+                raise ConfigError(
+                    describe(
+                        "make_state()",
+                        type(kwargs).__name__,
+                        "a dict of rd.TrainingState keyword arguments without loader=",
+                        "return e.g. {'model': m, 'optimizer': opt}; the harness adds the loader",
+                    )
+                )
             return dict(kwargs)
     else:
         build = None
@@ -334,14 +383,30 @@ def check_resume(
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 2:
         raise ConfigError(describe("steps", steps, "an integer >= 2", "run more steps"))
     if not num_workers or not world_sizes or isinstance(chained, bool) or not isinstance(chained, int) or chained < 1:
-        raise ConfigError(describe("num_workers/world_sizes/chained", (num_workers, world_sizes, chained),
-                                   "non-empty sequences and chained >= 1", "pass e.g. num_workers=(0, 2)"))
+        raise ConfigError(
+            describe(
+                "num_workers/world_sizes/chained",
+                (num_workers, world_sizes, chained),
+                "non-empty sequences and chained >= 1",
+                "pass e.g. num_workers=(0, 2)",
+            )
+        )
     if isinstance(interrupts, bool) or not (
-            (isinstance(interrupts, int) and interrupts >= 1)
-            or (isinstance(interrupts, Sequence) and not isinstance(interrupts, str)
-                and all(isinstance(p, int) and not isinstance(p, bool) for p in interrupts))):
-        raise ConfigError(describe("interrupts", interrupts, "a count >= 1 or a sequence of step numbers",
-                                   "pass e.g. interrupts=4 or interrupts=[10, 25]"))
+        (isinstance(interrupts, int) and interrupts >= 1)
+        or (
+            isinstance(interrupts, Sequence)
+            and not isinstance(interrupts, str)
+            and all(isinstance(p, int) and not isinstance(p, bool) for p in interrupts)
+        )
+    ):
+        raise ConfigError(
+            describe(
+                "interrupts",
+                interrupts,
+                "a count >= 1 or a sequence of step numbers",
+                "pass e.g. interrupts=4 or interrupts=[10, 25]",
+            )
+        )
     worlds = list(dict.fromkeys(world_sizes))
     probe = make_loader(num_workers=0, sharding=Sharding(worlds[0], 0, spec.policy))
     epoch = len(probe)
@@ -350,13 +415,17 @@ def check_resume(
     reshard = len(worlds) > 1
     if reshard and not elastic:
         reshard = False
-        notes.append(f"world-size changes skipped: the loader was built with elastic=False (its policy forbids "
-                     f"resuming on another world size); each of the world sizes {worlds} was checked on its own")
+        notes.append(
+            f"world-size changes skipped: the loader was built with elastic=False (its policy forbids "
+            f"resuming on another world size); each of the world sizes {worlds} was checked on its own"
+        )
     elif reshard and spec.kind != "data":
         reshard = False
-        notes.append(f"world-size changes skipped: the training state is compared bit for bit, and a data-parallel "
-                     f"update is not bit-identical across world sizes; each of the world sizes {worlds} was checked "
-                     "on its own (check the data stream's reshards in a call without train_step)")
+        notes.append(
+            f"world-size changes skipped: the training state is compared bit for bit, and a data-parallel "
+            f"update is not bit-identical across world sizes; each of the world sizes {worlds} was checked "
+            "on its own (check the data stream's reshards in a call without train_step)"
+        )
 
     references: dict[int, list[list[dict[str, str]]]] = {}
     for world in worlds:
@@ -365,8 +434,9 @@ def check_resume(
         run.close()
     rng = random.Random(seed)
     if isinstance(interrupts, int) and not isinstance(interrupts, bool):
-        candidates = sorted({rng.randrange(1, steps) for _ in range(interrupts)}
-                            | {e for e in range(epoch, steps, epoch)})
+        candidates = sorted(
+            {rng.randrange(1, steps) for _ in range(interrupts)} | {e for e in range(epoch, steps, epoch)}
+        )
     else:
         candidates = sorted(set(interrupts))
         bad = [p for p in candidates if not 0 < p < steps]
@@ -381,8 +451,10 @@ def check_resume(
             stops = sorted({first_stop} | {rng.randrange(first_stop, steps) for _ in range(chained - 1)})
             layout = [worlds[(i + (j if reshard else 0)) % len(worlds)] for j in range(len(stops) + 1)]
             workers = [num_workers[(i + j) % len(num_workers)] for j in range(len(stops) + 1)]
-            name = " -> ".join(f"[w{workers[j]} x{layout[j]}]" + (f" @{stops[j]}" if j < len(stops) else "")
-                               for j in range(len(stops) + 1))
+            name = " -> ".join(
+                f"[w{workers[j]} x{layout[j]}]" + (f" @{stops[j]}" if j < len(stops) else "")
+                for j in range(len(stops) + 1)
+            )
             runs.append(name)
             run = _Run(spec, layout[0], workers[0])
             done = 0
@@ -395,9 +467,12 @@ def check_resume(
                         for key in e:
                             if g.get(key) != e[key]:
                                 run.close()
-                                return ResumeReport(tuple(runs), compared,
-                                                    Divergence(name, done, rank, key, e[key], g.get(key, "<missing>")),
-                                                    tuple(notes))
+                                return ResumeReport(
+                                    tuple(runs),
+                                    compared,
+                                    Divergence(name, done, rank, key, e[key], g.get(key, "<missing>")),
+                                    tuple(notes),
+                                )
                         compared += 1
                     done += 1
                 if j < len(stops):

@@ -14,15 +14,16 @@ from resumable_data.checkpoint.compat import (
 )
 from resumable_data.checkpoint.errors import CheckpointError, CompatibilityError
 from resumable_data.checkpoint.inventory import Inventory, InventoryEntry
+from resumable_data.checkpoint.load import LoadedCheckpoint, load_checkpoint
 from resumable_data.checkpoint.meta import CheckpointMeta, SchedulerConvention, fingerprint
 from resumable_data.checkpoint.metrics import MetricLog
 from resumable_data.checkpoint.state import AccumulationPolicy, NewRankRNG, TrainingState
-from resumable_data.checkpoint.load import LoadedCheckpoint, load_checkpoint
 from resumable_data.checkpoint.store import cleanup_incomplete, list_checkpoints, read_checkpoint, save_checkpoint
 
 __all__ = [
-    "AccumulationPolicy",
     "CONTRACT_VERSION",
+    "RULES",
+    "AccumulationPolicy",
     "Category",
     "CheckpointError",
     "CheckpointMeta",
@@ -34,7 +35,6 @@ __all__ = [
     "LoadedCheckpoint",
     "MetricLog",
     "NewRankRNG",
-    "RULES",
     "SchedulerConvention",
     "Severity",
     "TrainingState",

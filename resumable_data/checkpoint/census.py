@@ -37,48 +37,121 @@ def build_inventory(ts: Any, state: Mapping[str, Any]) -> Inventory:
     if ts.model is not None and any(p.dtype in (torch.float16, torch.bfloat16) for p in ts.model.parameters()):
         master = "low-precision parameters: master copies, if any, live in the optimizer state"
     rows = [
-        E("parameters + persistent buffers", f"model ({_typename(ts.model)})", "safetensors model.*",
-          "model.load_state_dict(strict=True)", "xxh3 of parameters / buffers",
-          f"{val('parameters')} / {val('buffers')}"),
-        E("optimizer moments + step counters", f"optimizer ({_typename(ts.optimizer)})",
-          "safetensors optimizer.state.<fqn>.*, JSON groups keyed by FQN", "matched by parameter FQN, "
-          "optimizer.load_state_dict in current order", "xxh3 of moments / group settings",
-          f"{val('optimizer')} / {val('optimizer_groups')}"),
-        E("master weights", f"optimizer ({_typename(ts.optimizer)})", "inside optimizer state if kept",
-          "with the optimizer", "optimizer digest", master),
-        E("LR scheduler", f"scheduler ({_typename(ts.scheduler)}), convention {ts.scheduler_convention.value}",
-          "JSON state_dict; schedule code fingerprinted in meta", "scheduler.load_state_dict", "next LR per group",
-          f"next_lr={st.get('next_lr', absent)} last_epoch={st.get('scheduler_last_epoch', '-')}"),
-        E("AMP grad scaler", f"scaler ({_typename(ts.scaler)})", "JSON (scale, growth tracker, factors)",
-          "scaler.load_state_dict", "scale", f"scale={st.get('scale', absent)} ({val('scaler')})"),
-        E("accumulated gradients + microstep", "model .grad / rd.DataLoader", f"policy {acc['policy']}: "
-          + ("safetensors gradients.<fqn>" if state[K_GRADIENTS] else "none stored"),
-          "set .grad, loader continues the window" if state[K_GRADIENTS] else
-          ("loader repeats the window (on_uncommitted='repeat')" if acc["rewound"] else "grads cleared (window boundary)"),
-          "xxh3 of gradients, microstep", f"{val('gradients')} microstep={acc['microstep']} "
-          f"uncommitted={acc['uncommitted']}"),
+        E(
+            "parameters + persistent buffers",
+            f"model ({_typename(ts.model)})",
+            "safetensors model.*",
+            "model.load_state_dict(strict=True)",
+            "xxh3 of parameters / buffers",
+            f"{val('parameters')} / {val('buffers')}",
+        ),
+        E(
+            "optimizer moments + step counters",
+            f"optimizer ({_typename(ts.optimizer)})",
+            "safetensors optimizer.state.<fqn>.*, JSON groups keyed by FQN",
+            "matched by parameter FQN, optimizer.load_state_dict in current order",
+            "xxh3 of moments / group settings",
+            f"{val('optimizer')} / {val('optimizer_groups')}",
+        ),
+        E(
+            "master weights",
+            f"optimizer ({_typename(ts.optimizer)})",
+            "inside optimizer state if kept",
+            "with the optimizer",
+            "optimizer digest",
+            master,
+        ),
+        E(
+            "LR scheduler",
+            f"scheduler ({_typename(ts.scheduler)}), convention {ts.scheduler_convention.value}",
+            "JSON state_dict; schedule code fingerprinted in meta",
+            "scheduler.load_state_dict",
+            "next LR per group",
+            f"next_lr={st.get('next_lr', absent)} last_epoch={st.get('scheduler_last_epoch', '-')}",
+        ),
+        E(
+            "AMP grad scaler",
+            f"scaler ({_typename(ts.scaler)})",
+            "JSON (scale, growth tracker, factors)",
+            "scaler.load_state_dict",
+            "scale",
+            f"scale={st.get('scale', absent)} ({val('scaler')})",
+        ),
+        E(
+            "accumulated gradients + microstep",
+            "model .grad / rd.DataLoader",
+            f"policy {acc['policy']}: " + ("safetensors gradients.<fqn>" if state[K_GRADIENTS] else "none stored"),
+            "set .grad, loader continues the window"
+            if state[K_GRADIENTS]
+            else (
+                "loader repeats the window (on_uncommitted='repeat')"
+                if acc["rewound"]
+                else "grads cleared (window boundary)"
+            ),
+            "xxh3 of gradients, microstep",
+            f"{val('gradients')} microstep={acc['microstep']} uncommitted={acc['uncommitted']}",
+        ),
         E("RNG: python random", "process", "JSON (625 ints)", "random.setstate", "xxh3", val("rng.python")),
         E("RNG: numpy global", "process", "JSON (MT19937 keys, pos)", "np.random.set_state", "xxh3", val("rng.numpy")),
         E("RNG: torch CPU", "process", "safetensors uint8", "torch.set_rng_state", "xxh3", val("rng.torch_cpu")),
-        E("RNG: CUDA", "process", "safetensors uint8 per device", "torch.cuda.set_rng_state_all", "xxh3",
-          o.get("rng.cuda", "absent (CUDA not initialized)")),
-        E("data cursor, sampler, shuffle, augmentation keys", f"loader ({_typename(ts.loader)})",
-          "JSON: plan fingerprint, cursor, counters, skipped ranges; sampler/shuffle/augmentation are "
-          "pure functions of the position", "loader.load_state_dict(on_uncommitted=...)",
-          "next batch's record ids", _next_batch_text(ts, st) if ts.loader is not None else absent),
-        E("counters (global step definitions)", "rd.DataLoader", "JSON", "with the loader",
-          "attempted == applied + skipped", json.dumps(st.get("counters", {}), sort_keys=True) if ts.loader is not None else absent),
-        E("train/eval modes", "model / ema", "JSON {module: training}", "module.training = saved", "xxh3",
-          f"{val('modes')} ({st.get('modes', {}).get('training', '-')} of {st.get('modes', {}).get('modules', '-')} training)"),
+        E(
+            "RNG: CUDA",
+            "process",
+            "safetensors uint8 per device",
+            "torch.cuda.set_rng_state_all",
+            "xxh3",
+            o.get("rng.cuda", "absent (CUDA not initialized)"),
+        ),
+        E(
+            "data cursor, sampler, shuffle, augmentation keys",
+            f"loader ({_typename(ts.loader)})",
+            "JSON: plan fingerprint, cursor, counters, skipped ranges; sampler/shuffle/augmentation are "
+            "pure functions of the position",
+            "loader.load_state_dict(on_uncommitted=...)",
+            "next batch's record ids",
+            _next_batch_text(ts, st) if ts.loader is not None else absent,
+        ),
+        E(
+            "counters (global step definitions)",
+            "rd.DataLoader",
+            "JSON",
+            "with the loader",
+            "attempted == applied + skipped",
+            json.dumps(st.get("counters", {}), sort_keys=True) if ts.loader is not None else absent,
+        ),
+        E(
+            "train/eval modes",
+            "model / ema",
+            "JSON {module: training}",
+            "module.training = saved",
+            "xxh3",
+            f"{val('modes')} ({st.get('modes', {}).get('training', '-')} of {st.get('modes', {}).get('modules', '-')} training)",
+        ),
         E("EMA weights", f"ema ({_typename(ts.ema)})", "safetensors ema.*", "ema.load_state_dict", "xxh3", val("ema")),
-        E("callbacks", f"{len(ts.callbacks)} callback(s): {', '.join(sorted(ts.callbacks)) or '-'}",
-          "JSON + safetensors callbacks.<name>.*", "callback.load_state_dict", "xxh3", val("callbacks")),
-        E("metric stream (external side effect)", f"metrics ({_typename(ts.metrics)})",
-          "JSONL outside the checkpoint; boundary (run id, byte offset) in JSON",
-          "truncate records past the boundary (continuations); dedupe (run_id, step, name)", "records / offset",
-          json.dumps(state[K_METRICS]) if state[K_METRICS] else absent),
-        E("lineage + recovery label", "TrainingState", "meta.json", "run id kept (continuation) or new (reset)",
-          "label", f"run={ts.run_id} parent={ts.parent_checkpoint_id} label={ts.recovery_label.value}"),
+        E(
+            "callbacks",
+            f"{len(ts.callbacks)} callback(s): {', '.join(sorted(ts.callbacks)) or '-'}",
+            "JSON + safetensors callbacks.<name>.*",
+            "callback.load_state_dict",
+            "xxh3",
+            val("callbacks"),
+        ),
+        E(
+            "metric stream (external side effect)",
+            f"metrics ({_typename(ts.metrics)})",
+            "JSONL outside the checkpoint; boundary (run id, byte offset) in JSON",
+            "truncate records past the boundary (continuations); dedupe (run_id, step, name)",
+            "records / offset",
+            json.dumps(state[K_METRICS]) if state[K_METRICS] else absent,
+        ),
+        E(
+            "lineage + recovery label",
+            "TrainingState",
+            "meta.json",
+            "run id kept (continuation) or new (reset)",
+            "label",
+            f"run={ts.run_id} parent={ts.parent_checkpoint_id} label={ts.recovery_label.value}",
+        ),
     ]
     return Inventory(tuple(rows))
 

@@ -41,7 +41,9 @@ def encode(tree: Any, prefix: str = "", *, keep_tensors: bool = False) -> tuple[
 
     def walk(x: Any, path: str, depth: int) -> Any:
         if depth > MAX_DEPTH:
-            raise CheckpointError(describe(path or "state", "nesting", f"at most {MAX_DEPTH} levels", "flatten the state"))
+            raise CheckpointError(
+                describe(path or "state", "nesting", f"at most {MAX_DEPTH} levels", "flatten the state")
+            )
         if isinstance(x, torch.Tensor) and keep_tensors:
             tensors[path] = x
             return {TENSOR: path}
@@ -72,13 +74,22 @@ def encode(tree: Any, prefix: str = "", *, keep_tensors: bool = False) -> tuple[
             if all(isinstance(k, str) for k in x):
                 bad = _RESERVED.intersection(x)
                 if bad:
-                    raise CheckpointError(describe(path or "state", sorted(bad), "keys that are not reserved by the codec",
-                                                   "rename those keys"))
+                    raise CheckpointError(
+                        describe(
+                            path or "state", sorted(bad), "keys that are not reserved by the codec", "rename those keys"
+                        )
+                    )
                 return {k: walk(v, f"{path}.{k}" if path else k, depth + 1) for k, v in x.items()}
             if all(isinstance(k, int) and not isinstance(k, bool) for k in x):
                 return {INTKEYS: {str(k): walk(v, f"{path}.{k}", depth + 1) for k, v in x.items()}}
-            raise CheckpointError(describe(f"{path or 'state'} keys", [type(k).__name__ for k in x][:5],
-                                           "all str or all int keys", "use string keys"))
+            raise CheckpointError(
+                describe(
+                    f"{path or 'state'} keys",
+                    [type(k).__name__ for k in x][:5],
+                    "all str or all int keys",
+                    "use string keys",
+                )
+            )
         try:
             import numpy as np
 
@@ -89,8 +100,12 @@ def encode(tree: Any, prefix: str = "", *, keep_tensors: bool = False) -> tuple[
         except ImportError:  # pragma: no cover
             pass
         raise CheckpointError(
-            describe(path or "state", type(x).__name__, "tensors, numbers, strings, None, lists, tuples or dicts",
-                     "make that object's state_dict() return plain data (the checkpoint never pickles)")
+            describe(
+                path or "state",
+                type(x).__name__,
+                "tensors, numbers, strings, None, lists, tuples or dicts",
+                "make that object's state_dict() return plain data (the checkpoint never pickles)",
+            )
         )
 
     return walk(tree, prefix, 0), tensors
@@ -102,15 +117,23 @@ def decode(tree: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
 
     def walk(x: Any, depth: int) -> Any:
         if depth > MAX_DEPTH:
-            raise CheckpointError(describe("state", "nesting", f"at most {MAX_DEPTH} levels", "pass an unmodified checkpoint"))
+            raise CheckpointError(
+                describe("state", "nesting", f"at most {MAX_DEPTH} levels", "pass an unmodified checkpoint")
+            )
         if isinstance(x, list):
             return [walk(v, depth + 1) for v in x]
         if isinstance(x, dict):
             if TENSOR in x:
                 name = x[TENSOR]
                 if len(x) != 1 or not isinstance(name, str) or name not in tensors:
-                    raise CheckpointError(describe("tensor reference", x, "the name of a tensor in the tensor file",
-                                                   "the checkpoint is damaged: load another one"))
+                    raise CheckpointError(
+                        describe(
+                            "tensor reference",
+                            x,
+                            "the name of a tensor in the tensor file",
+                            "the checkpoint is damaged: load another one",
+                        )
+                    )
                 used.add(name)
                 return tensors[name]
             if TUPLE in x:
@@ -120,11 +143,15 @@ def decode(tree: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
             if INTKEYS in x:
                 inner = x[INTKEYS]
                 if len(x) != 1 or not isinstance(inner, dict):
-                    raise CheckpointError(describe("int-keyed dict", x, "{'__intkeys__': {...}}", "pass an unmodified checkpoint"))
+                    raise CheckpointError(
+                        describe("int-keyed dict", x, "{'__intkeys__': {...}}", "pass an unmodified checkpoint")
+                    )
                 try:
                     return {int(k): walk(v, depth + 1) for k, v in inner.items()}
                 except ValueError:
-                    raise CheckpointError(describe("int-keyed dict", list(inner)[:5], "integer keys", "pass an unmodified checkpoint")) from None
+                    raise CheckpointError(
+                        describe("int-keyed dict", list(inner)[:5], "integer keys", "pass an unmodified checkpoint")
+                    ) from None
             return {k: walk(v, depth + 1) for k, v in x.items()}
         if x is None or isinstance(x, (bool, int, float, str)):
             return x
@@ -133,6 +160,12 @@ def decode(tree: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
     out = walk(tree, 0)
     unused = sorted(set(tensors) - used)
     if unused:
-        raise CheckpointError(describe("tensor file", unused[:5], "only tensors the JSON state refers to",
-                                       "the checkpoint is damaged or mixed from two saves: load another one"))
+        raise CheckpointError(
+            describe(
+                "tensor file",
+                unused[:5],
+                "only tensors the JSON state refers to",
+                "the checkpoint is damaged or mixed from two saves: load another one",
+            )
+        )
     return out

@@ -60,25 +60,25 @@ class Severity(str, enum.Enum):
 class Category(str, enum.Enum):
     """What a difference is about; each has one row in :data:`RULES`."""
 
-    WEIGHTS = "weights"              # parameter / buffer names, shapes, dtypes
-    ARCHITECTURE = "architecture"    # module tree (class names)
+    WEIGHTS = "weights"  # parameter / buffer names, shapes, dtypes
+    ARCHITECTURE = "architecture"  # module tree (class names)
     MODEL_CONFIG = "model_config"
-    FEATURES = "feature_schema"      # tokenizer / feature schema fingerprint
-    OPTIMIZER = "optimizer"          # type, group settings, parameter partition
-    SCHEDULER = "scheduler"          # class, schedule fingerprint, convention
+    FEATURES = "feature_schema"  # tokenizer / feature schema fingerprint
+    OPTIMIZER = "optimizer"  # type, group settings, parameter partition
+    SCHEDULER = "scheduler"  # class, schedule fingerprint, convention
     SCALER = "scaler"
     EMA = "ema"
     CALLBACKS = "callbacks"
-    DATASET = "dataset"              # dataset version, record count
-    DATA_STREAM = "data_stream"      # seed, order, batch, tail, accumulation, packing
+    DATASET = "dataset"  # dataset version, record count
+    DATA_STREAM = "data_stream"  # seed, order, batch, tail, accumulation, packing
     SAMPLE_SEEDING = "sample_seeding"  # the loader's seed_per_sample mode
-    LAYOUT = "layout"                # world size, sharding policy
+    LAYOUT = "layout"  # world size, sharding policy
     SOFTWARE_PATCH = "software_patch"
-    SOFTWARE = "software"            # major / minor versions
-    TRANSITION = "transition_rule"   # user recovery spec
+    SOFTWARE = "software"  # major / minor versions
+    TRANSITION = "transition_rule"  # user recovery spec
 
 
-E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
+E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO  # noqa: E741 (the three severities, one letter each)
 L = RecoveryLabel
 _ORDER = (L.FAITHFUL_CONTINUATION, L.ELASTIC_RESHARD, L.OPTIMIZER_RESET, L.WARM_START, L.DATA_CHANGE)
 
@@ -86,7 +86,10 @@ _ORDER = (L.FAITHFUL_CONTINUATION, L.ELASTIC_RESHARD, L.OPTIMIZER_RESET, L.WARM_
 RULES: dict[Category, tuple[tuple[Severity, ...], str]] = {
     Category.WEIGHTS: ((E, E, E, E, E), "build the model with the same parameter names, shapes and dtypes"),
     Category.ARCHITECTURE: ((E, E, E, W, E), "build the same module tree, or resume with label='warm_start'"),
-    Category.MODEL_CONFIG: ((E, E, W, W, E), "pass the saved config, or resume with label='optimizer_reset'/'warm_start'"),
+    Category.MODEL_CONFIG: (
+        (E, E, W, W, E),
+        "pass the saved config, or resume with label='optimizer_reset'/'warm_start'",
+    ),
     Category.FEATURES: ((E, E, E, E, E), "use the tokenizer / feature schema the checkpoint was trained with"),
     Category.OPTIMIZER: ((E, E, I, I, E), "build the optimizer as saved, or resume with label='optimizer_reset'"),
     Category.SCHEDULER: ((E, E, I, I, E), "build the scheduler as saved, or resume with label='optimizer_reset'"),
@@ -94,14 +97,25 @@ RULES: dict[Category, tuple[tuple[Severity, ...], str]] = {
     Category.EMA: ((E, E, E, W, E), "pass (or drop) ema= as saved, or resume with label='warm_start'"),
     Category.CALLBACKS: ((E, E, E, W, E), "pass the same callbacks, or resume with label='warm_start'"),
     Category.DATASET: ((E, E, E, I, I), "open the saved dataset version, or resume with label='data_change'"),
-    Category.DATA_STREAM: ((E, E, E, I, W), "build the loader as saved (seed, order, batch size, accumulation), "
-                           "or resume with label='data_change'/'warm_start'"),
-    Category.SAMPLE_SEEDING: ((E, E, E, I, W), "build the loader with the saved seed_per_sample mode, or resume "
-                              "with label='data_change'/'warm_start'"),
+    Category.DATA_STREAM: (
+        (E, E, E, I, W),
+        "build the loader as saved (seed, order, batch size, accumulation), "
+        "or resume with label='data_change'/'warm_start'",
+    ),
+    Category.SAMPLE_SEEDING: (
+        (E, E, E, I, W),
+        "build the loader with the saved seed_per_sample mode, or resume with label='data_change'/'warm_start'",
+    ),
     Category.LAYOUT: ((E, I, W, I, W), "resume on the saved layout, or with label='elastic_reshard'"),
     Category.SOFTWARE_PATCH: ((W, W, W, I, W), "install the saved versions to rule out numerical drift"),
-    Category.SOFTWARE: ((E, E, W, I, W), "install the saved major.minor versions, or resume with label='optimizer_reset'/'warm_start'"),
-    Category.TRANSITION: ((E, E, I, I, E), "use the saved recovery spec (transition rules), or resume with label='optimizer_reset'"),
+    Category.SOFTWARE: (
+        (E, E, W, I, W),
+        "install the saved major.minor versions, or resume with label='optimizer_reset'/'warm_start'",
+    ),
+    Category.TRANSITION: (
+        (E, E, I, I, E),
+        "use the saved recovery spec (transition rules), or resume with label='optimizer_reset'",
+    ),
 }
 assert set(RULES) == set(Category)
 
@@ -122,12 +136,20 @@ class Difference:
     fix: str
 
     def __str__(self) -> str:
-        return f"[{self.severity.value}] {self.path}: saved {_short(self.saved)} vs current {_short(self.current)} " \
-               f"({self.category.value}); fix: {self.fix}"
+        return (
+            f"[{self.severity.value}] {self.path}: saved {_short(self.saved)} vs current {_short(self.current)} "
+            f"({self.category.value}); fix: {self.fix}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "saved": self.saved, "current": self.current, "category": self.category.value,
-                "severity": self.severity.value, "fix": self.fix}
+        return {
+            "path": self.path,
+            "saved": self.saved,
+            "current": self.current,
+            "category": self.category.value,
+            "severity": self.severity.value,
+            "fix": self.fix,
+        }
 
 
 def _short(v: Any) -> str:
@@ -165,8 +187,10 @@ class CompatibilityReport:
             return f"compatible under {self.label.value}: no differences"
         shown = [str(d) for d in self.differences[:MAX_LISTED]]
         more = len(self.differences) - len(shown)
-        head = (f"{'refused' if self.errors else 'allowed'} under label={self.label.value!r}: "
-                f"{len(self.errors)} error(s), {len(self.warnings)} warning(s), {len(self.differences)} difference(s)")
+        head = (
+            f"{'refused' if self.errors else 'allowed'} under label={self.label.value!r}: "
+            f"{len(self.errors)} error(s), {len(self.warnings)} warning(s), {len(self.differences)} difference(s)"
+        )
         return head + "\n  - " + "\n  - ".join(shown) + (f"\n  - ... and {more} more" if more else "")
 
     def raise_if_refused(self) -> None:
@@ -175,8 +199,11 @@ class CompatibilityReport:
             raise CompatibilityError(f"cannot resume this checkpoint: {self}", self)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label.value, "contract_version": self.contract_version,
-                "differences": [d.to_dict() for d in self.differences]}
+        return {
+            "label": self.label.value,
+            "contract_version": self.contract_version,
+            "differences": [d.to_dict() for d in self.differences],
+        }
 
 
 def _category(path: list[str]) -> Category:
@@ -184,7 +211,8 @@ def _category(path: list[str]) -> Category:
     sub = path[1] if len(path) > 1 else ""
     if top == "model":
         return {"parameters": Category.WEIGHTS, "buffers": Category.WEIGHTS, "modules": Category.ARCHITECTURE}.get(
-            sub, Category.MODEL_CONFIG)
+            sub, Category.MODEL_CONFIG
+        )
     if top == "data":
         if sub == "plan" and len(path) > 2 and path[2] in ("dataset_version", "version_hash", "num_records"):
             return Category.DATASET
@@ -193,9 +221,17 @@ def _category(path: list[str]) -> Category:
         if sub == K_FINGERPRINT_MODE:
             return Category.SAMPLE_SEEDING
         return Category.DATA_STREAM
-    return {"feature_schema": Category.FEATURES, "optimizer": Category.OPTIMIZER, "scheduler": Category.SCHEDULER,
-            "scaler": Category.SCALER, "ema": Category.EMA, "callbacks": Category.CALLBACKS, "layout": Category.LAYOUT,
-            "software": Category.SOFTWARE, "recovery_spec": Category.TRANSITION}[top]
+    return {
+        "feature_schema": Category.FEATURES,
+        "optimizer": Category.OPTIMIZER,
+        "scheduler": Category.SCHEDULER,
+        "scaler": Category.SCALER,
+        "ema": Category.EMA,
+        "callbacks": Category.CALLBACKS,
+        "layout": Category.LAYOUT,
+        "software": Category.SOFTWARE,
+        "recovery_spec": Category.TRANSITION,
+    }[top]
 
 
 def _walk(a: Any, b: Any, path: list[str], out: list[tuple[list[str], Any, Any]]) -> None:
@@ -207,33 +243,42 @@ def _walk(a: Any, b: Any, path: list[str], out: list[tuple[list[str], Any, Any]]
                 out.append((path + [k], a[k], "<absent>"))
             else:
                 _walk(a[k], b[k], path + [k], out)
-    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and any(isinstance(x, (dict, list)) for x in a):
+    elif (
+        isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and any(isinstance(x, (dict, list)) for x in a)
+    ):
         for i, (x, y) in enumerate(zip(a, b)):
             _walk(x, y, path + [str(i)], out)
-    elif a != b or type(a) is not type(b) and not (isinstance(a, (int, float)) and isinstance(b, (int, float))):
+    elif a != b or (type(a) is not type(b) and not (isinstance(a, (int, float)) and isinstance(b, (int, float)))):
         out.append((path, a, b))
 
 
 def _version_category(saved: Any, current: Any) -> Category:
-    if isinstance(saved, str) and isinstance(current, str):
-        if saved.split(".")[:2] == current.split(".")[:2]:
-            return Category.SOFTWARE_PATCH
+    if isinstance(saved, str) and isinstance(current, str) and saved.split(".")[:2] == current.split(".")[:2]:
+        return Category.SOFTWARE_PATCH
     return Category.SOFTWARE
 
 
-def check_compatible(saved_meta: CheckpointMeta | dict, current_meta: CheckpointMeta | dict,
-                     label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION, *,
-                     on_batch_change: OnBatchChange | str | None = None) -> CompatibilityReport:
+def check_compatible(
+    saved_meta: CheckpointMeta | dict,
+    current_meta: CheckpointMeta | dict,
+    label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION,
+    *,
+    on_batch_change: OnBatchChange | str | None = None,
+) -> CompatibilityReport:
     """Every difference between ``saved_meta`` and ``current_meta`` with its severity under ``label``.
 
     Both metas are validated first (an unknown ``schema_version`` raises). Call
     ``report.raise_if_refused()`` to turn refused differences into one :class:`CompatibilityError`.
     ``on_batch_change="continue"`` declares a global-batch change (module docs)."""
     label = coerce_enum(label, RecoveryLabel, "label")
-    declared = on_batch_change is not None and \
-        coerce_enum(on_batch_change, OnBatchChange, "on_batch_change") is OnBatchChange.CONTINUE
+    declared = (
+        on_batch_change is not None
+        and coerce_enum(on_batch_change, OnBatchChange, "on_batch_change") is OnBatchChange.CONTINUE
+    )
     saved = CheckpointMeta.from_dict(saved_meta.to_dict() if isinstance(saved_meta, CheckpointMeta) else saved_meta)
-    current = CheckpointMeta.from_dict(current_meta.to_dict() if isinstance(current_meta, CheckpointMeta) else current_meta)
+    current = CheckpointMeta.from_dict(
+        current_meta.to_dict() if isinstance(current_meta, CheckpointMeta) else current_meta
+    )
     sd, cd = saved.to_dict(), current.to_dict()
     modes = [fingerprint_mode(d["data"], f"{side} meta.data") for side, d in (("saved", sd), ("current", cd))]
     raw: list[tuple[list[str], Any, Any]] = []
@@ -269,9 +314,11 @@ _MODE = ("data", K_FINGERPRINT_MODE)
 
 def _mode_fix(saved: Any, current: Any) -> str:
     """The fix of a seeding-mode difference, naming both modes."""
-    return (f"build the loader with seed_per_sample=rd.SampleSeeding.{saved.name} (the saved mode, "
-            f"{saved.value!r}; the current run's is {current.value!r}), or resume with label='data_change' "
-            f"(the data stream then continues from its cursor under {current.value!r})")
+    return (
+        f"build the loader with seed_per_sample=rd.SampleSeeding.{saved.name} (the saved mode, "
+        f"{saved.value!r}; the current run's is {current.value!r}), or resume with label='data_change' "
+        f"(the data stream then continues from its cursor under {current.value!r})"
+    )
 
 
 def _rounded_mixture_epoch(sd: dict, cd: dict, raw: list[tuple[list[str], Any, Any]]) -> str | None:
@@ -292,7 +339,11 @@ def _rounded_mixture_epoch(sd: dict, cd: dict, raw: list[tuple[list[str], Any, A
 _PROGRESS = frozenset({("data", K_MIXTURE, K_REBASE)})
 #: The global batch, which ``on_batch_change="continue"`` may change.
 _BATCH = frozenset({("data", K_PLAN, K_GLOBAL_BATCH), ("data", K_PLAN, K_SCHEDULE)})
-_BATCH_HINT = ("; or, to continue at the committed sample with the current batch (no sample lost or repeated), "
-               "pass on_batch_change='continue' to rd.load_checkpoint / TrainingState.load_state_dict")
-_BATCH_FIX = ("declared: on_batch_change='continue' (the loader continues at the committed sample with the current "
-              "batch; labelled elastic_reshard)")
+_BATCH_HINT = (
+    "; or, to continue at the committed sample with the current batch (no sample lost or repeated), "
+    "pass on_batch_change='continue' to rd.load_checkpoint / TrainingState.load_state_dict"
+)
+_BATCH_FIX = (
+    "declared: on_batch_change='continue' (the loader continues at the committed sample with the current "
+    "batch; labelled elastic_reshard)"
+)

@@ -104,26 +104,40 @@ def pack(tree: dict[str, Any], model: Any) -> dict[str, Any]:
     tree[K_RNG] = None
     shared = tree[K_ORACLES]
     mine = {k: shared.pop(k) for k in sorted(shared) if k in PER_RANK_ORACLES}
-    entry = {"rank": rank, "rng": rng_mod.to_json(rng) if rng is not None else None, "oracles": mine,
-             "gradients": shared["gradients"]}
+    entry = {
+        "rank": rank,
+        "rng": rng_mod.to_json(rng) if rng is not None else None,
+        "oracles": mine,
+        "gradients": shared["gradients"],
+    }
     entries = [entry]
     if world > 1:
         gathered: list[Any] = [None] * world
         torch.distributed.all_gather_object(gathered, json.dumps(entry))
         entries = [json.loads(g) for g in gathered]
-        local = model is None or all(type(p.grad) in (torch.Tensor, torch.nn.Parameter)
-                                     for p in model.parameters() if p.grad is not None)
+        local = model is None or all(
+            type(p.grad) in (torch.Tensor, torch.nn.Parameter) for p in model.parameters() if p.grad is not None
+        )
         if tree[K_ACCUMULATION]["gradients"] and local and len({e["gradients"] for e in entries}) > 1:
-            raise CheckpointError(describe(
-                "gradients", "different accumulated gradients on different ranks",
-                "gradients that are identical on every rank (DDP all-reduces them on each backward) inside "
-                "an accumulation window",
-                "use accumulation='rewind' with commit='explicit' (the window is repeated; nothing is stored), "
-                "or checkpoint at a window boundary"))
+            raise CheckpointError(
+                describe(
+                    "gradients",
+                    "different accumulated gradients on different ranks",
+                    "gradients that are identical on every rank (DDP all-reduces them on each backward) inside "
+                    "an accumulation window",
+                    "use accumulation='rewind' with commit='explicit' (the window is repeated; nothing is stored), "
+                    "or checkpoint at a window boundary",
+                )
+            )
     json_tree, tensors = encode(tree, keep_tensors=True)
     json_tree[K_RANKS] = {"world_size": world, "entries": entries}
-    return {K_FORMAT: STATE_FORMAT, K_SCHEMA: STATE_SCHEMA_VERSION, K_LAYOUT: LAYOUT_DCP,
-            K_JSON: json.dumps(json_tree, sort_keys=True), K_TENSORS: tensors}
+    return {
+        K_FORMAT: STATE_FORMAT,
+        K_SCHEMA: STATE_SCHEMA_VERSION,
+        K_LAYOUT: LAYOUT_DCP,
+        K_JSON: json.dumps(json_tree, sort_keys=True),
+        K_TENSORS: tensors,
+    }
 
 
 def unpack(state: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
@@ -132,14 +146,20 @@ def unpack(state: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any
     expect_mapping(state, "state", _DCP_KEYS, error=CheckpointError)
     expect_header(state, STATE_FORMAT, STATE_SCHEMA_VERSION, "state", error=CheckpointError)
     if not isinstance(state[K_JSON], str) or not isinstance(state[K_TENSORS], Mapping):
-        raise CheckpointError(describe("state", f"json={type(state[K_JSON]).__name__}, "
-                                       f"tensors={type(state[K_TENSORS]).__name__}", "a JSON string and a dict of "
-                                       "tensors", "pass what TrainingState.state_dict() returned (through DCP)"))
+        raise CheckpointError(
+            describe(
+                "state",
+                f"json={type(state[K_JSON]).__name__}, tensors={type(state[K_TENSORS]).__name__}",
+                "a JSON string and a dict of tensors",
+                "pass what TrainingState.state_dict() returned (through DCP)",
+            )
+        )
     try:
         tree = json.loads(state[K_JSON])
     except (ValueError, RecursionError) as e:
-        raise CheckpointError(describe("state.json", f"unreadable ({e})", "the JSON state_dict() wrote",
-                                       "load another checkpoint")) from None
+        raise CheckpointError(
+            describe("state.json", f"unreadable ({e})", "the JSON state_dict() wrote", "load another checkpoint")
+        ) from None
     if not isinstance(tree, dict):
         raise CheckpointError(describe("state.json", type(tree).__name__, "a JSON object", "load another checkpoint"))
     ranks = tree.pop(K_RANKS, None)
@@ -147,44 +167,73 @@ def unpack(state: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any
     expect_header(tree, STATE_FORMAT, STATE_SCHEMA_VERSION, "state.json", error=CheckpointError)
     entries = ranks.get("entries") if isinstance(ranks, dict) else None
     saved_world = ranks.get("world_size") if isinstance(ranks, dict) else None
-    if (not isinstance(saved_world, int) or isinstance(saved_world, bool) or saved_world < 1
-            or not isinstance(entries, list) or len(entries) != saved_world
-            or not all(isinstance(e, dict) and isinstance(e.get("oracles"), dict) and "rng" in e for e in entries)):
-        raise CheckpointError(describe("state.json.ranks", type(ranks).__name__,
-                                       "{'world_size': W, 'entries': [one per rank]}", "load another checkpoint"))
+    if (
+        not isinstance(saved_world, int)
+        or isinstance(saved_world, bool)
+        or saved_world < 1
+        or not isinstance(entries, list)
+        or len(entries) != saved_world
+        or not all(isinstance(e, dict) and isinstance(e.get("oracles"), dict) and "rng" in e for e in entries)
+    ):
+        raise CheckpointError(
+            describe(
+                "state.json.ranks",
+                type(ranks).__name__,
+                "{'world_size': W, 'entries': [one per rank]}",
+                "load another checkpoint",
+            )
+        )
     return tree, entries, saved_world
 
 
-def select_rank(tree: dict[str, Any], tensors: Mapping[str, Any], entries: list[dict[str, Any]], saved_world: int,
-                *, restores_rng: bool, keep_new_rank_rng: bool) -> tuple[dict[str, Any], set[str]]:
+def select_rank(
+    tree: dict[str, Any],
+    tensors: Mapping[str, Any],
+    entries: list[dict[str, Any]],
+    saved_world: int,
+    *,
+    restores_rng: bool,
+    keep_new_rank_rng: bool,
+) -> tuple[dict[str, Any], set[str]]:
     """The file-layout tree this rank restores (tensors in place, its own generators, gradients and
     oracles) and the oracles to skip; applies the world-size policy (module docs)."""
     # the tensors DCP loaded must be exactly those the saved JSON refers to
     refs = _tensor_refs(tree, set())
     have = set(tensors)
     if refs != have:
-        raise CheckpointError(describe(
-            "tensors", f"checkpoint refers to {sorted(refs - have)[:6]} not presented here; presented "
-            f"{sorted(have - refs)[:6]} it does not hold",
-            "a TrainingState built like the saved one (same model, optimizer, EMA, callbacks, accumulation policy)",
-            "build the objects as saved before dcp.load"))
+        raise CheckpointError(
+            describe(
+                "tensors",
+                f"checkpoint refers to {sorted(refs - have)[:6]} not presented here; presented "
+                f"{sorted(have - refs)[:6]} it does not hold",
+                "a TrainingState built like the saved one (same model, optimizer, EMA, callbacks, accumulation policy)",
+                "build the objects as saved before dcp.load",
+            )
+        )
     tree = decode(tree, tensors)
     rank, world = rank_world()
     has_rng = any(e["rng"] is not None for e in entries)
     if world > saved_world and restores_rng and has_rng and not keep_new_rank_rng:
-        raise CompatibilityError(describe(
-            "world_size", world,
-            f"at most the saved {saved_world} rank(s): rank r restores the generators rank r saved, and ranks "
-            f"{saved_world}..{world - 1} have none",
-            f"resume on {saved_world} rank(s), or build rd.TrainingState(new_rank_rng='keep') so those ranks keep "
-            "the generators they seeded themselves (seed them by rank), or resume with label='warm_start'"))
+        raise CompatibilityError(
+            describe(
+                "world_size",
+                world,
+                f"at most the saved {saved_world} rank(s): rank r restores the generators rank r saved, and ranks "
+                f"{saved_world}..{world - 1} have none",
+                f"resume on {saved_world} rank(s), or build rd.TrainingState(new_rank_rng='keep') so those ranks keep "
+                "the generators they seeded themselves (seed them by rank), or resume with label='warm_start'",
+            )
+        )
     entry = entries[rank] if rank < saved_world else None
     tree[K_RNG] = rng_mod.from_json(entry["rng"]) if entry is not None and entry["rng"] is not None else None
     if tree[K_GRADIENTS] is not None:
         names = tree[K_ACCUMULATION].get("gradients")
         if not isinstance(names, list) or not set(names) <= set(tree[K_GRADIENTS]):
-            raise CheckpointError(describe("accumulation.gradients", names, "the names of saved gradient slots",
-                                           "load another checkpoint"))
+            raise CheckpointError(
+                describe(
+                    "accumulation.gradients", names, "the names of saved gradient slots", "load another checkpoint"
+                )
+            )
         tree[K_GRADIENTS] = {n: tree[K_GRADIENTS][n] for n in names} or None
     oracles = dict(tree[K_ORACLES])
     if entry is not None:

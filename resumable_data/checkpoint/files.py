@@ -34,19 +34,25 @@ __all__ = ["LIMITS", "LOCK", "hash_regular", "read_regular", "writer_lock"]
 LOCK = ".lock"
 #: The most bytes each checkpoint file may hold (the format's bound; larger is refused unread).
 LIMITS = {
-    "COMMITTED": 64 << 10,            # format, step, id, four sizes and hashes: ~1 KiB
-    "latest": 256,                    # "step-" + 12 digits + newline
-    "state.json": 1 << 30,            # every non-tensor value of the state
-    "meta.json": 256 << 20,           # parameter names, shapes, module tree
+    "COMMITTED": 64 << 10,  # format, step, id, four sizes and hashes: ~1 KiB
+    "latest": 256,  # "step-" + 12 digits + newline
+    "state.json": 1 << 30,  # every non-tensor value of the state
+    "meta.json": 256 << 20,  # parameter names, shapes, module tree
     "inventory.json": 256 << 20,
-    "tensors.safetensors": 1 << 50,   # bounded by the marker's size (checked first), not by this
+    "tensors.safetensors": 1 << 50,  # bounded by the marker's size (checked first), not by this
 }
 _FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def _what(mode: int) -> str:
-    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+    for test, name in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -58,24 +64,46 @@ def _open(path: Path, limit: int | None) -> tuple[int, int]:
     try:
         st = os.lstat(path)
     except OSError as e:
-        raise CheckpointError(describe("checkpoint file", str(path), f"an existing regular file ({e.strerror})",
-                                       "load another checkpoint")) from None
+        raise CheckpointError(
+            describe(
+                "checkpoint file", str(path), f"an existing regular file ({e.strerror})", "load another checkpoint"
+            )
+        ) from None
     if not stat.S_ISREG(st.st_mode):
-        raise CheckpointError(describe("checkpoint file", str(path), f"a regular file, not {_what(st.st_mode)}",
-                                       "replace it with the file the save wrote, or load another checkpoint"))
+        raise CheckpointError(
+            describe(
+                "checkpoint file",
+                str(path),
+                f"a regular file, not {_what(st.st_mode)}",
+                "replace it with the file the save wrote, or load another checkpoint",
+            )
+        )
     if st.st_size > limit:
-        raise CheckpointError(describe("checkpoint file", f"{path} ({st.st_size} bytes)", f"at most {limit} bytes",
-                                       "the file is not one this package wrote: load another checkpoint"))
+        raise CheckpointError(
+            describe(
+                "checkpoint file",
+                f"{path} ({st.st_size} bytes)",
+                f"at most {limit} bytes",
+                "the file is not one this package wrote: load another checkpoint",
+            )
+        )
     try:
         fd = os.open(path, _FLAGS)
     except OSError as e:
-        raise CheckpointError(describe("checkpoint file", str(path), f"a readable regular file ({e.strerror})",
-                                       "load another checkpoint")) from None
+        raise CheckpointError(
+            describe("checkpoint file", str(path), f"a readable regular file ({e.strerror})", "load another checkpoint")
+        ) from None
     st2 = os.fstat(fd)
     if not stat.S_ISREG(st2.st_mode) or st2.st_size > limit:
         os.close(fd)
-        raise CheckpointError(describe("checkpoint file", str(path), f"a regular file of at most {limit} bytes "
-                                       "(it changed while it was opened)", "load another checkpoint"))
+        raise CheckpointError(
+            describe(
+                "checkpoint file",
+                str(path),
+                f"a regular file of at most {limit} bytes (it changed while it was opened)",
+                "load another checkpoint",
+            )
+        )
     return fd, st2.st_size
 
 
@@ -87,8 +115,14 @@ def read_regular(path: str | os.PathLike, limit: int | None = None) -> bytes:
         cap = LIMITS.get(p.name, 1 << 30) if limit is None else limit
         data = f.read(cap + 1)
     if len(data) > cap:
-        raise CheckpointError(describe("checkpoint file", f"{p} (more than {cap} bytes)", f"at most {cap} bytes",
-                                       "the file grew while it was read: load another checkpoint"))
+        raise CheckpointError(
+            describe(
+                "checkpoint file",
+                f"{p} (more than {cap} bytes)",
+                f"at most {cap} bytes",
+                "the file grew while it was read: load another checkpoint",
+            )
+        )
     return data
 
 
@@ -117,23 +151,40 @@ def writer_lock(root: Path) -> Iterator[None]:
     except ImportError:  # pragma: no cover - no flock on this platform
         yield
         return
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags = (
+        os.O_RDWR
+        | os.O_CREAT
+        | getattr(os, "O_NOFOLLOW", 0)
+        | getattr(os, "O_NONBLOCK", 0)
+        | getattr(os, "O_CLOEXEC", 0)
+    )
     try:
         fd = os.open(root / LOCK, flags, 0o644)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise OSError(f"{LOCK} is not a regular file")
     except OSError as e:
-        raise CheckpointError(describe("directory", str(root), f"a writable folder with a regular {LOCK} file ({e})",
-                                       f"check the folder's permissions, or remove {root / LOCK} if it is not a file")) from None
+        raise CheckpointError(
+            describe(
+                "directory",
+                str(root),
+                f"a writable folder with a regular {LOCK} file ({e})",
+                f"check the folder's permissions, or remove {root / LOCK} if it is not a file",
+            )
+        ) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise CheckpointError(describe(
-                "directory", str(root), "one writer at a time (another process is saving into this folder now)",
-                "give each job its own checkpoint folder (or save from one rank only); wait for the other save to "
-                "finish and call save_checkpoint again")) from None
+            raise CheckpointError(
+                describe(
+                    "directory",
+                    str(root),
+                    "one writer at a time (another process is saving into this folder now)",
+                    "give each job its own checkpoint folder (or save from one rank only); wait for the other save to "
+                    "finish and call save_checkpoint again",
+                )
+            ) from None
         try:
             yield
         finally:

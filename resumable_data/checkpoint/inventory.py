@@ -61,8 +61,11 @@ class Inventory:
         raise KeyError(category)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": INVENTORY_FORMAT, "schema_version": INVENTORY_SCHEMA_VERSION,
-                K_ENTRIES: [e.to_dict() for e in self.entries]}
+        return {
+            "format": INVENTORY_FORMAT,
+            "schema_version": INVENTORY_SCHEMA_VERSION,
+            K_ENTRIES: [e.to_dict() for e in self.entries],
+        }
 
     @classmethod
     def from_dict(cls, d: Any) -> Inventory:

@@ -31,5 +31,23 @@ LAYOUT_DCP = "dcp"
 _DCP_KEYS = frozenset({K_FORMAT, K_SCHEMA, K_LAYOUT, K_JSON, K_TENSORS})
 #: Oracles that differ between ranks; the DCP layout keeps them in each rank's entry.
 PER_RANK_ORACLES = frozenset({"next_batch", "rng.python", "rng.numpy", "rng.torch_cpu", "rng.cuda"})
-_KEYS = frozenset({K_FORMAT, K_SCHEMA, K_META, K_MODEL, K_OPTIMIZER, K_SCHEDULER, K_SCALER, K_LOADER, K_EMA,
-                   K_CALLBACKS, K_RNG, K_GRADIENTS, K_MODES, K_ACCUMULATION, K_METRICS, K_ORACLES})
+_KEYS = frozenset(
+    {
+        K_FORMAT,
+        K_SCHEMA,
+        K_META,
+        K_MODEL,
+        K_OPTIMIZER,
+        K_SCHEDULER,
+        K_SCALER,
+        K_LOADER,
+        K_EMA,
+        K_CALLBACKS,
+        K_RNG,
+        K_GRADIENTS,
+        K_MODES,
+        K_ACCUMULATION,
+        K_METRICS,
+        K_ORACLES,
+    }
+)

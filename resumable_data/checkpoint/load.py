@@ -37,10 +37,15 @@ class LoadedCheckpoint:
     report: CompatibilityReport | None
 
 
-def load_checkpoint(directory: str | os.PathLike, state: Any, *,
-                    label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION,
-                    step: int | None = None, allow_unpinned: bool = False,
-                    on_batch_change: Any = None) -> LoadedCheckpoint:
+def load_checkpoint(
+    directory: str | os.PathLike,
+    state: Any,
+    *,
+    label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION,
+    step: int | None = None,
+    allow_unpinned: bool = False,
+    on_batch_change: Any = None,
+) -> LoadedCheckpoint:
     """Restore ``state`` from ``directory`` (its ``latest``, or ``step``, or a step directory).
 
     All or nothing for a :class:`TrainingState`: the files are read and verified, the compatibility
@@ -56,13 +61,20 @@ def load_checkpoint(directory: str | os.PathLike, state: Any, *,
 
     label = coerce_enum(label, RecoveryLabel, "label")
     if on_batch_change is not None and not isinstance(state, TrainingState):
-        raise ConfigError(describe("on_batch_change", on_batch_change, "None unless state is an rd.TrainingState "
-                                   "(it restores the loader)", "restore into an rd.TrainingState(loader=...)"))
+        raise ConfigError(
+            describe(
+                "on_batch_change",
+                on_batch_change,
+                "None unless state is an rd.TrainingState (it restores the loader)",
+                "restore into an rd.TrainingState(loader=...)",
+            )
+        )
     raw = read_checkpoint(directory, step)
     report = None
     if isinstance(state, TrainingState):
-        report = state.load_state_dict(raw.tree, label=label, allow_unpinned=allow_unpinned,
-                                       on_batch_change=on_batch_change)
+        report = state.load_state_dict(
+            raw.tree, label=label, allow_unpinned=allow_unpinned, on_batch_change=on_batch_change
+        )
         label = state.recovery_label
     else:
         try:
@@ -72,8 +84,14 @@ def load_checkpoint(directory: str | os.PathLike, state: Any, *,
                 result = state.load_state_dict(raw.tree)
         except ResumableDataError:
             raise
-        except Exception as e:  # noqa: BLE001 - a plain object's own error, reported as an rd error
-            raise CheckpointError(describe("state", type(state).__name__, f"an object that accepts this checkpoint "
-                                           f"({type(e).__name__}: {e})", "restore into the objects that were saved")) from e
+        except Exception as e:
+            raise CheckpointError(
+                describe(
+                    "state",
+                    type(state).__name__,
+                    f"an object that accepts this checkpoint ({type(e).__name__}: {e})",
+                    "restore into the objects that were saved",
+                )
+            ) from e
         report = result if isinstance(result, CompatibilityReport) else None
     return LoadedCheckpoint(raw.path, raw.step, raw.checkpoint_id, label, raw.meta, report)

@@ -73,8 +73,19 @@ K_SOFTWARE = "software"
 K_SPEC = "recovery_spec"
 K_STATUS = "status"
 #: Sections compared by the compatibility contract, in report order.
-COMPARED = (K_MODEL, K_FEATURES, K_OPTIMIZER, K_SCHEDULER, K_SCALER, K_EMA, K_CALLBACKS, K_DATA, K_LAYOUT,
-            K_SOFTWARE, K_SPEC)
+COMPARED = (
+    K_MODEL,
+    K_FEATURES,
+    K_OPTIMIZER,
+    K_SCHEDULER,
+    K_SCALER,
+    K_EMA,
+    K_CALLBACKS,
+    K_DATA,
+    K_LAYOUT,
+    K_SOFTWARE,
+    K_SPEC,
+)
 _KEYS = frozenset((K_FORMAT, K_SCHEMA, K_RUN_ID, K_CHECKPOINT_ID, K_PARENT, K_LABEL, K_STATUS) + COMPARED)
 
 
@@ -124,9 +135,14 @@ def fingerprint(obj: Any) -> str:
     elif isinstance(obj, (Mapping, list, tuple)):
         data = _canonical(obj)
     else:
-        raise ConfigError(describe("feature_schema", type(obj).__name__,
-                                   "a mapping, list, str, bytes, pyarrow.Schema or a tokenizer with get_vocab()",
-                                   "pass the vocabulary or schema itself"))
+        raise ConfigError(
+            describe(
+                "feature_schema",
+                type(obj).__name__,
+                "a mapping, list, str, bytes, pyarrow.Schema or a tokenizer with get_vocab()",
+                "pass the vocabulary or schema itself",
+            )
+        )
     return "xxh3_128:" + xxhash.xxh3_128_hexdigest(data)
 
 
@@ -172,8 +188,7 @@ def scheduler_meta(scheduler: Any, convention: SchedulerConvention) -> dict[str,
     fns = getattr(scheduler, "lr_lambdas", None)
     if fns is None and hasattr(scheduler, "lr_lambda"):
         fns = [scheduler.lr_lambda]
-    settings = {k: _jsonable(v, k) for k, v in scheduler.state_dict().items()
-                if k not in SCHEDULER_PROGRESS_KEYS}
+    settings = {k: _jsonable(v, k) for k, v in scheduler.state_dict().items() if k not in SCHEDULER_PROGRESS_KEYS}
     return {
         "type": f"{type(scheduler).__module__}.{type(scheduler).__qualname__}",
         "convention": convention.value,
@@ -186,7 +201,9 @@ def _jsonable(v: Any, where: str) -> Any:
     try:
         return json.loads(json.dumps(v, default=_json_default))
     except (TypeError, ValueError) as e:
-        raise ConfigError(describe(where, type(v).__name__, f"JSON-serializable data ({e})", "pass plain data")) from None
+        raise ConfigError(
+            describe(where, type(v).__name__, f"JSON-serializable data ({e})", "pass plain data")
+        ) from None
 
 
 def _json_default(v: Any) -> Any:
@@ -202,8 +219,12 @@ def _json_default(v: Any) -> Any:
 
 
 def software_versions() -> dict[str, str]:
-    out = {"python": platform.python_version(), "torch": torch.__version__.split("+")[0], "numpy": np.__version__,
-           "resumable_data": __version__}
+    out = {
+        "python": platform.python_version(),
+        "torch": torch.__version__.split("+")[0],
+        "numpy": np.__version__,
+        "resumable_data": __version__,
+    }
     try:
         import safetensors
 
@@ -235,11 +256,18 @@ class CheckpointMeta:
     status: CheckpointStatus = field(default_factory=CheckpointStatus)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "recovery_label", expect_enum(self.recovery_label, RecoveryLabel, "recovery_label",
-                                                               error=ConfigError))
+        object.__setattr__(
+            self, "recovery_label", expect_enum(self.recovery_label, RecoveryLabel, "recovery_label", error=ConfigError)
+        )
         if not isinstance(self.status, CheckpointStatus):
-            raise ConfigError(describe("status", type(self.status).__name__, "an rd CheckpointStatus",
-                                       "pass CheckpointStatus(...) (extra= for progress rd does not know)"))
+            raise ConfigError(
+                describe(
+                    "status",
+                    type(self.status).__name__,
+                    "an rd CheckpointStatus",
+                    "pass CheckpointStatus(...) (extra= for progress rd does not know)",
+                )
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -269,7 +297,9 @@ class CheckpointMeta:
         if isinstance(d, CheckpointMeta):
             return d
         if not isinstance(d, Mapping):
-            raise CheckpointError(describe("meta", type(d).__name__, "a dict from CheckpointMeta.to_dict()", "pass that dict"))
+            raise CheckpointError(
+                describe("meta", type(d).__name__, "a dict from CheckpointMeta.to_dict()", "pass that dict")
+            )
         expect_header(d, META_FORMAT, META_SCHEMA_VERSION, "meta", error=CheckpointError)
         expect_mapping(d, "meta", _KEYS, error=CheckpointError)
 
@@ -279,27 +309,40 @@ class CheckpointMeta:
         def opt_dict(k: str) -> dict | None:
             v = d[k]
             if v is not None and not isinstance(v, dict):
-                raise CheckpointError(describe(f"meta.{k}", type(v).__name__, "null or a JSON object", "pass an unmodified checkpoint"))
+                raise CheckpointError(
+                    describe(f"meta.{k}", type(v).__name__, "null or a JSON object", "pass an unmodified checkpoint")
+                )
             return v
 
         callbacks = d[K_CALLBACKS]
         if not isinstance(callbacks, list) or not all(isinstance(c, str) for c in callbacks):
-            raise CheckpointError(describe("meta.callbacks", callbacks, "a list of names", "pass an unmodified checkpoint"))
+            raise CheckpointError(
+                describe("meta.callbacks", callbacks, "a list of names", "pass an unmodified checkpoint")
+            )
         for k in (K_LAYOUT, K_SOFTWARE, K_STATUS):
             if not isinstance(d[k], dict):
-                raise CheckpointError(describe(f"meta.{k}", type(d[k]).__name__, "a JSON object", "pass an unmodified checkpoint"))
+                raise CheckpointError(
+                    describe(f"meta.{k}", type(d[k]).__name__, "a JSON object", "pass an unmodified checkpoint")
+                )
         return cls(
             run_id=expect_str(d[K_RUN_ID], "meta.run_id", max_len=256, error=CheckpointError),
             checkpoint_id=opt_str(K_CHECKPOINT_ID),
             parent_checkpoint_id=opt_str(K_PARENT),
             recovery_label=expect_enum(d[K_LABEL], RecoveryLabel, "meta.recovery_label", error=CheckpointError),
-            model=opt_dict(K_MODEL), feature_schema=opt_dict(K_FEATURES), optimizer=opt_dict(K_OPTIMIZER),
-            scheduler=opt_dict(K_SCHEDULER), scaler=opt_dict(K_SCALER), ema=opt_dict(K_EMA), callbacks=list(callbacks),
-            data=opt_dict(K_DATA), layout=d[K_LAYOUT], software=d[K_SOFTWARE], recovery_spec=opt_dict(K_SPEC),
+            model=opt_dict(K_MODEL),
+            feature_schema=opt_dict(K_FEATURES),
+            optimizer=opt_dict(K_OPTIMIZER),
+            scheduler=opt_dict(K_SCHEDULER),
+            scaler=opt_dict(K_SCALER),
+            ema=opt_dict(K_EMA),
+            callbacks=list(callbacks),
+            data=opt_dict(K_DATA),
+            layout=d[K_LAYOUT],
+            software=d[K_SOFTWARE],
+            recovery_spec=opt_dict(K_SPEC),
             status=CheckpointStatus.from_dict(d[K_STATUS], "meta.status"),
         )
 
 
 def now() -> float:
     return time.time()
-

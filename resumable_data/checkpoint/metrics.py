@@ -51,8 +51,14 @@ DISCARDED_SUFFIX = ".discarded.jsonl"
 class MetricLog:
     """Append-only JSONL metrics keyed by run id and applied-update count (see module docs)."""
 
-    def __init__(self, path: str | os.PathLike, run_id: str, *,
-                 label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION, durable: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        run_id: str,
+        *,
+        label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION,
+        durable: bool = True,
+    ) -> None:
         self.path = Path(path)
         self.run_id = expect_str(run_id, "run_id", max_len=256, error=ConfigError)
         if not self.run_id:
@@ -78,8 +84,9 @@ class MetricLog:
                 for name in rec[K_METRICS]:
                     self._keys.add((rec[K_RUN_ID], rec[K_STEP], name))
             except (ValueError, KeyError, TypeError):
-                raise CheckpointError(describe(f"{self.path}:{n}", line[:80], "one JSON record per line",
-                                               "repair or move the metric log")) from None
+                raise CheckpointError(
+                    describe(f"{self.path}:{n}", line[:80], "one JSON record per line", "repair or move the metric log")
+                ) from None
             self._count += 1
 
     def _discard_from(self, offset: int) -> None:
@@ -106,10 +113,20 @@ class MetricLog:
             return 0
         for k, v in fresh.items():
             if not isinstance(k, str) or not (v is None or isinstance(v, (bool, int, float, str))):
-                raise ConfigError(describe(f"metrics[{k!r}]", type(v).__name__, "a number, string, bool or None",
-                                           "log plain values (call .item() on tensors)"))
-        line = json.dumps({K_RUN_ID: self.run_id, K_STEP: step, K_LABEL: self.label.value, K_METRICS: fresh},
-                          sort_keys=True) + "\n"
+                raise ConfigError(
+                    describe(
+                        f"metrics[{k!r}]",
+                        type(v).__name__,
+                        "a number, string, bool or None",
+                        "log plain values (call .item() on tensors)",
+                    )
+                )
+        line = (
+            json.dumps(
+                {K_RUN_ID: self.run_id, K_STEP: step, K_LABEL: self.label.value, K_METRICS: fresh}, sort_keys=True
+            )
+            + "\n"
+        )
         with open(self.path, "ab") as f:
             f.write(line.encode())
             f.flush()
@@ -131,28 +148,46 @@ class MetricLog:
     # -- state ------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The log's position (run id, byte offset, record count): what a checkpoint restores to."""
-        return {"format": METRIC_LOG_FORMAT, "schema_version": METRIC_LOG_SCHEMA_VERSION, K_RUN_ID: self.run_id,
-                K_OFFSET: self.path.stat().st_size, K_RECORDS: self._count}
+        return {
+            "format": METRIC_LOG_FORMAT,
+            "schema_version": METRIC_LOG_SCHEMA_VERSION,
+            K_RUN_ID: self.run_id,
+            K_OFFSET: self.path.stat().st_size,
+            K_RECORDS: self._count,
+        }
 
     def validate_state_dict(self, state: Any) -> tuple[int, str]:
         """Check ``state`` against the log file as :meth:`load_state_dict` would, changing nothing;
         returns ``(offset, run_id)``. Reads one byte of the file (the record boundary)."""
-        expect_mapping(state, "metric_log", {"format", "schema_version", K_RUN_ID, K_OFFSET, K_RECORDS}, error=CheckpointError)
+        expect_mapping(
+            state, "metric_log", {"format", "schema_version", K_RUN_ID, K_OFFSET, K_RECORDS}, error=CheckpointError
+        )
         expect_header(state, METRIC_LOG_FORMAT, METRIC_LOG_SCHEMA_VERSION, "metric_log", error=CheckpointError)
         offset = expect_int(state[K_OFFSET], "metric_log.offset", error=CheckpointError)
         run_id = expect_str(state[K_RUN_ID], "metric_log.run_id", max_len=256, error=CheckpointError)
         size = self.path.stat().st_size
         if size < offset:
-            raise CheckpointError(describe("metric log", f"{self.path} ({size} bytes)",
-                                           f"at least the {offset} bytes it held at the checkpoint",
-                                           "restore the metric log file the run wrote (records were lost)"))
+            raise CheckpointError(
+                describe(
+                    "metric log",
+                    f"{self.path} ({size} bytes)",
+                    f"at least the {offset} bytes it held at the checkpoint",
+                    "restore the metric log file the run wrote (records were lost)",
+                )
+            )
         if offset:
             with open(self.path, "rb") as f:
                 f.seek(offset - 1)
                 boundary = f.read(1)
             if boundary != b"\n":
-                raise CheckpointError(describe("metric log", str(self.path), f"a record boundary at byte {offset}",
-                                               "restore the metric log file the run wrote (it was rewritten)"))
+                raise CheckpointError(
+                    describe(
+                        "metric log",
+                        str(self.path),
+                        f"a record boundary at byte {offset}",
+                        "restore the metric log file the run wrote (it was rewritten)",
+                    )
+                )
         return offset, run_id
 
     def load_state_dict(self, state: Any, *, truncate: bool = True) -> int:

@@ -48,8 +48,14 @@ from resumable_data.checkpoint.errors import CheckpointError, CompatibilityError
 from resumable_data.checkpoint.torch_compat import unobserved_step
 from resumable_data.errors import describe
 
-__all__ = ["dense_optimizer_state", "group_settings", "load_dense_optimizer_state", "load_optimizer_state",
-           "optimizer_state", "param_fqns"]
+__all__ = [
+    "dense_optimizer_state",
+    "group_settings",
+    "load_dense_optimizer_state",
+    "load_optimizer_state",
+    "optimizer_state",
+    "param_fqns",
+]
 
 K_STATE = "state"
 K_GROUPS = "param_groups"
@@ -72,8 +78,14 @@ def _group_fqns(optimizer: torch.optim.Optimizer, names: dict[int, str]) -> list
         fq = []
         for p in g[K_PARAMS]:
             if id(p) not in names:
-                raise CheckpointError(describe(f"optimizer.param_groups[{gi}]", f"a parameter of shape {tuple(p.shape)}",
-                                               "only parameters of the model", "build the optimizer from model.parameters()"))
+                raise CheckpointError(
+                    describe(
+                        f"optimizer.param_groups[{gi}]",
+                        f"a parameter of shape {tuple(p.shape)}",
+                        "only parameters of the model",
+                        "build the optimizer from model.parameters()",
+                    )
+                )
             fq.append(names[id(p)])
         groups.append(fq)
     return groups
@@ -105,8 +117,9 @@ def _plain(v: Any) -> Any:
     return repr(v)
 
 
-def group_settings(optimizer: torch.optim.Optimizer, names: dict[int, str],
-                   built_lrs: list[Any] | None = None) -> list[dict[str, Any]]:
+def group_settings(
+    optimizer: torch.optim.Optimizer, names: dict[int, str], built_lrs: list[Any] | None = None
+) -> list[dict[str, Any]]:
     """Per-group settings for metadata, order-free: groups sorted by their first name, names sorted.
 
     ``lr`` is the group's base LR: ``initial_lr`` when a scheduler set one, else the group's LR
@@ -126,8 +139,14 @@ def group_settings(optimizer: torch.optim.Optimizer, names: dict[int, str],
 def load_optimizer_state(optimizer: torch.optim.Optimizer, names: dict[int, str], saved: Any) -> None:
     """Restore :func:`optimizer_state`'s output into ``optimizer`` by name; validates first."""
     if not isinstance(saved, dict) or set(saved) != {K_STATE, K_GROUPS}:
-        raise CheckpointError(describe("optimizer", type(saved).__name__, "{'state': ..., 'param_groups': ...}",
-                                       "pass an unmodified checkpoint"))
+        raise CheckpointError(
+            describe(
+                "optimizer",
+                type(saved).__name__,
+                "{'state': ..., 'param_groups': ...}",
+                "pass an unmodified checkpoint",
+            )
+        )
     current = _group_fqns(optimizer, names)
     ordered = _match_groups(current, saved)
     torch_groups, torch_state, index = [], {}, 0
@@ -154,8 +173,10 @@ def _match_groups(current: list[list[str]], saved: dict[str, Any]) -> list[dict[
     for gi, fq in enumerate(current):
         g = by_set.get(frozenset(fq))
         if g is None:
-            problems.append(f"optimizer.param_groups[{gi}] holds {sorted(fq)[:6]}{'...' if len(fq) > 6 else ''}, "
-                            "which no saved group holds exactly")
+            problems.append(
+                f"optimizer.param_groups[{gi}] holds {sorted(fq)[:6]}{'...' if len(fq) > 6 else ''}, "
+                "which no saved group holds exactly"
+            )
         ordered.append(g)
     known = set().union(*current) if current else set()
     extra = sorted(set(saved[K_STATE]) - known)
@@ -163,7 +184,8 @@ def _match_groups(current: list[list[str]], saved: dict[str, Any]) -> list[dict[
         problems.append(f"saved optimizer state for parameters this optimizer does not hold: {extra[:6]}")
     if problems:
         raise CompatibilityError(
-            "cannot restore the optimizer by parameter name:\n  - " + "\n  - ".join(problems)
+            "cannot restore the optimizer by parameter name:\n  - "
+            + "\n  - ".join(problems)
             + "\nfix: build the optimizer with the same partition of parameters into groups (the order does not matter), "
             "or resume with label='optimizer_reset'"
         )
@@ -197,8 +219,13 @@ def _placeholders(optimizer: torch.optim.Optimizer, missing: list[torch.Tensor])
     return out
 
 
-def _step_on_zero_grads(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], want: set[int],
-                        missing: list[torch.Tensor], out: dict[torch.Tensor, dict[str, Any]]) -> None:
+def _step_on_zero_grads(
+    optimizer: torch.optim.Optimizer,
+    params: list[torch.Tensor],
+    want: set[int],
+    missing: list[torch.Tensor],
+    out: dict[torch.Tensor, dict[str, Any]],
+) -> None:
     """One ``step()`` at LR 0 on zero gradients of ``missing`` only; zero copies of the state it
     creates go to ``out`` (the caller restores everything else)."""
     for p in params:
@@ -210,21 +237,26 @@ def _step_on_zero_grads(optimizer: torch.optim.Optimizer, params: list[torch.Ten
         optimizer.step()
     except Exception as e:  # an optimizer whose step() needs a closure, for instance
         name = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
-        raise CheckpointError(describe(
-            "optimizer", name,
-            "an optimizer whose per-parameter state can be initialized by step() without a closure "
-            f"(the torch.distributed.checkpoint layout pre-shapes every parameter's state; {name}.step() "
-            f"raised {type(e).__name__}: {e})",
-            "in a single process, save with rd.save_checkpoint / rd.load_checkpoint (stores only the state "
-            "that exists); with several ranks, use an optimizer whose step() runs without a closure")) from e
+        raise CheckpointError(
+            describe(
+                "optimizer",
+                name,
+                "an optimizer whose per-parameter state can be initialized by step() without a closure "
+                f"(the torch.distributed.checkpoint layout pre-shapes every parameter's state; {name}.step() "
+                f"raised {type(e).__name__}: {e})",
+                "in a single process, save with rd.save_checkpoint / rd.load_checkpoint (stores only the state "
+                "that exists); with several ranks, use an optimizer whose step() runs without a closure",
+            )
+        ) from e
     for p in missing:
         st = optimizer.state.get(p)
         if st:
             out[p] = {k: torch.zeros_like(v) if isinstance(v, torch.Tensor) else v for k, v in st.items()}
 
 
-def _torch_layout(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                  fill: dict[torch.Tensor, dict[str, Any]]) -> dict[str, Any]:
+def _torch_layout(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, fill: dict[torch.Tensor, dict[str, Any]]
+) -> dict[str, Any]:
     """``get_optimizer_state_dict`` with ``fill`` installed for the parameters lacking state. Every
     parameter then presents state, so torch's ``_init_optim_state`` never steps; ``{}`` entries only
     name the parameter and are dropped from the result."""
@@ -243,8 +275,9 @@ def _torch_layout(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     return {K_STATE: {k: dict(v) for k, v in osd[K_STATE].items() if v}, K_GROUPS: [dict(g) for g in osd[K_GROUPS]]}
 
 
-def dense_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
-                          placeholders: bool = True) -> dict[str, Any]:
+def dense_optimizer_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, placeholders: bool = True
+) -> dict[str, Any]:
     """torch's FQN layout (``get_optimizer_state_dict``) with every parameter's state present (see the
     module docs): ``{"state", "param_groups", "stateless": [fqn, ...]}``. Tensors are the optimizer's own
     (DCP saves them, and loads into them in place); placeholders are new zero tensors.
@@ -257,8 +290,14 @@ def dense_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimiz
     osd = _torch_layout(model, optimizer, {p: ph.get(p, {}) for p in missing})
     names = [n for g in osd[K_GROUPS] for n in g[K_PARAMS]]
     if len(names) != len(params):  # pragma: no cover - torch names every parameter of every group
-        raise CheckpointError(describe("optimizer", f"{len(params)} parameters", "one torch FQN per parameter",
-                                       "build the optimizer from model.parameters()"))
+        raise CheckpointError(
+            describe(
+                "optimizer",
+                f"{len(params)} parameters",
+                "one torch FQN per parameter",
+                "build the optimizer from model.parameters()",
+            )
+        )
     missing_ids = {id(p) for p in missing}
     stateless = sorted(n for n, p in zip(names, params) if id(p) in missing_ids)
     return {K_STATE: osd[K_STATE], K_GROUPS: osd[K_GROUPS], K_STATELESS: stateless}
@@ -270,9 +309,14 @@ def load_dense_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Op
     from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
     if not isinstance(saved, dict) or set(saved) != {K_STATE, K_GROUPS, K_STATELESS}:
-        raise CheckpointError(describe("optimizer", type(saved).__name__,
-                                       "{'state': ..., 'param_groups': ..., 'stateless': [...]}",
-                                       "pass an unmodified checkpoint"))
+        raise CheckpointError(
+            describe(
+                "optimizer",
+                type(saved).__name__,
+                "{'state': ..., 'param_groups': ..., 'stateless': [...]}",
+                "pass an unmodified checkpoint",
+            )
+        )
     params = [p for g in optimizer.param_groups for p in g[K_PARAMS]]
     current = dense_optimizer_state(model, optimizer, placeholders=False)[K_GROUPS]
     names = [n for g in current for n in g[K_PARAMS]]
@@ -280,17 +324,23 @@ def load_dense_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Op
     ordered = _match_groups(groups, saved)
     missing_state = sorted(set(names) - set(saved[K_STATE]) - set(saved[K_STATELESS]))
     if missing_state:
-        raise CheckpointError(describe("optimizer.state", f"no entry for {missing_state[:6]}",
-                                       "an entry for every parameter (the DCP layout is dense)",
-                                       "pass an unmodified checkpoint"))
+        raise CheckpointError(
+            describe(
+                "optimizer.state",
+                f"no entry for {missing_state[:6]}",
+                "an entry for every parameter (the DCP layout is dense)",
+                "pass an unmodified checkpoint",
+            )
+        )
     if saved[K_STATE]:
         # every parameter presents state (a no-op entry where it has none), so torch's _init_optim_state
         # does not step; load_state_dict replaces the whole state
         probes = {p: {} for p in params if not optimizer.state.get(p)}
         optimizer.state.update(probes)
         try:
-            set_optimizer_state_dict(model, optimizer,
-                                     optim_state_dict={K_STATE: saved[K_STATE], K_GROUPS: saved[K_GROUPS]})
+            set_optimizer_state_dict(
+                model, optimizer, optim_state_dict={K_STATE: saved[K_STATE], K_GROUPS: saved[K_GROUPS]}
+            )
         finally:
             for p, probe in probes.items():
                 if optimizer.state.get(p) is probe:

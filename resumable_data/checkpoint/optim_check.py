@@ -86,10 +86,19 @@ def _show(v: Any) -> str:
 def same_structure(saved: Any, live: Any, where: str, *, tensor_device: bool = False) -> None:
     """``saved`` has ``live``'s structure (module docs); a :class:`CheckpointError` names the first difference."""
     if isinstance(live, torch.Tensor):
-        if not isinstance(saved, torch.Tensor) or saved.shape != live.shape or saved.dtype != live.dtype \
-                or (tensor_device and saved.device != live.device):
-            raise _bad(where, _show(saved), f"a tensor of shape {tuple(live.shape)} and dtype {live.dtype}"
-                       + (f" on {live.device}" if tensor_device else "") + " (as the live object holds)")
+        if (
+            not isinstance(saved, torch.Tensor)
+            or saved.shape != live.shape
+            or saved.dtype != live.dtype
+            or (tensor_device and saved.device != live.device)
+        ):
+            raise _bad(
+                where,
+                _show(saved),
+                f"a tensor of shape {tuple(live.shape)} and dtype {live.dtype}"
+                + (f" on {live.device}" if tensor_device else "")
+                + " (as the live object holds)",
+            )
         return
     if live is None:
         if saved is not None and _kind(saved) not in ("bool", "number"):
@@ -115,8 +124,11 @@ def same_flags(saved: Mapping[str, Any], live: Mapping[str, Any], where: str) ->
     metadata whenever the optimizer is restored, so a differing value in the state is an edit."""
     for k, v in live.items():
         if k != "params" and (isinstance(v, bool) or isinstance(saved.get(k), bool)) and saved.get(k) is not v:
-            raise _bad(f"{where}.{k}", saved.get(k), f"{v!r} (the live optimizer's setting, which the checkpoint's "
-                       "metadata also records)")
+            raise _bad(
+                f"{where}.{k}",
+                saved.get(k),
+                f"{v!r} (the live optimizer's setting, which the checkpoint's metadata also records)",
+            )
 
 
 def _zero_grad(opt: torch.optim.Optimizer, p: torch.Tensor) -> torch.Tensor:
@@ -124,8 +136,9 @@ def _zero_grad(opt: torch.optim.Optimizer, p: torch.Tensor) -> torch.Tensor:
     return g.to_sparse() if isinstance(opt, torch.optim.SparseAdam) else g
 
 
-def _run(opt: torch.optim.Optimizer, group: dict[str, Any], scratch: torch.Tensor,
-         state: dict[str, Any] | None) -> dict[str, Any]:
+def _run(
+    opt: torch.optim.Optimizer, group: dict[str, Any], scratch: torch.Tensor, state: dict[str, Any] | None
+) -> dict[str, Any]:
     """One ``step()`` of ``opt``'s own code on a one-group, one-parameter scratch view; returns the state
     it held before the step (``state`` loaded the way ``load_state_dict`` loads it, or torch's own init)."""
     scratch.grad = _zero_grad(opt, scratch)
@@ -161,8 +174,9 @@ def _needs_closure(opt: torch.optim.Optimizer) -> bool:
     return p is not None and p.default is inspect.Parameter.empty
 
 
-def probe_optimizer(opt: torch.optim.Optimizer, ordered: list[dict[str, Any]], current: list[list[str]],
-                    state: Mapping[str, Any]) -> None:
+def probe_optimizer(
+    opt: torch.optim.Optimizer, ordered: list[dict[str, Any]], current: list[list[str]], state: Mapping[str, Any]
+) -> None:
     """Each parameter's saved state under its saved group settings, against torch's own (module docs).
     ``ordered``: the saved group of each live group; ``current``: each live group's parameter names."""
     if _needs_closure(opt):
@@ -176,9 +190,12 @@ def probe_optimizer(opt: torch.optim.Optimizer, ordered: list[dict[str, Any]], c
                     where = f"optimizer.state.{name}"
                     try:
                         reference = _run(opt, settings, torch.zeros_like(p), None)
-                    except Exception as e:  # noqa: BLE001 - torch refusing the saved group settings
-                        raise _bad(f"optimizer.param_groups[{gi}]", f"settings torch's step() refuses "
-                                   f"({type(e).__name__}: {str(e)[:200]})", "the settings the optimizer was saved with") from None
+                    except Exception as e:
+                        raise _bad(
+                            f"optimizer.param_groups[{gi}]",
+                            f"settings torch's step() refuses ({type(e).__name__}: {str(e)[:200]})",
+                            "the settings the optimizer was saved with",
+                        ) from None
                     if name not in state:
                         continue
                     saved = state[name]
@@ -186,9 +203,12 @@ def probe_optimizer(opt: torch.optim.Optimizer, ordered: list[dict[str, Any]], c
                         raise _bad(where, _show(saved), "{key: tensor or number}")
                     try:
                         loaded = _run(opt, settings, torch.zeros_like(p), _clone(dict(saved)))
-                    except Exception as e:  # noqa: BLE001
-                        raise _bad(where, f"a state torch's step() refuses ({type(e).__name__}: {str(e)[:200]})",
-                                   "the state the optimizer's own step() creates for this parameter") from None
+                    except Exception as e:
+                        raise _bad(
+                            where,
+                            f"a state torch's step() refuses ({type(e).__name__}: {str(e)[:200]})",
+                            "the state the optimizer's own step() creates for this parameter",
+                        ) from None
                     same_structure(loaded, reference, where, tensor_device=True)
     finally:
         opt.param_groups, opt.state = live_groups, live_state
@@ -210,6 +230,9 @@ def probe_scheduler(scheduler: Any, saved: Any) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             scratch.get_lr()
-    except Exception as e:  # noqa: BLE001
-        raise _bad("scheduler", f"a state torch's scheduler refuses ({type(e).__name__}: {str(e)[:200]})",
-                   "the state the scheduler saved") from None
+    except Exception as e:
+        raise _bad(
+            "scheduler",
+            f"a state torch's scheduler refuses ({type(e).__name__}: {str(e)[:200]})",
+            "the state the scheduler saved",
+        ) from None

@@ -34,8 +34,9 @@ from resumable_data.loader.state import LoaderState
 __all__ = ["oracles_of", "status_of"]
 
 
-def status_of(ts: Any, snap: LoaderState | None, accumulation: AccumulationStatus,
-              next_step: int | None) -> CheckpointStatus:
+def status_of(
+    ts: Any, snap: LoaderState | None, accumulation: AccumulationStatus, next_step: int | None
+) -> CheckpointStatus:
     """The progress section of a checkpoint of ``ts`` taken now (see the module docs)."""
     lr = sched = scale = modes = None
     if ts.optimizer is not None:
@@ -48,10 +49,15 @@ def status_of(ts: Any, snap: LoaderState | None, accumulation: AccumulationStatu
         m = module_modes(ts.model)
         modes = {"training": sum(m.values()), "modules": len(m)}
     return CheckpointStatus(
-        accumulation=accumulation, cursor=snap.cursor if snap is not None else None,
+        accumulation=accumulation,
+        cursor=snap.cursor if snap is not None else None,
         epoch_base=snap.epoch_base if snap is not None else None,
         counters=snap.counter_view().to_dict() if snap is not None else None,
-        next_step=next_step, next_lr=lr, scheduler_last_epoch=sched, scale=scale, modes=modes,
+        next_step=next_step,
+        next_lr=lr,
+        scheduler_last_epoch=sched,
+        scale=scale,
+        modes=modes,
     )
 
 

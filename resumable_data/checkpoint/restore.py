@@ -63,10 +63,10 @@ from resumable_data.checkpoint.keys import (
     K_SCALER,
     K_SCHEDULER,
 )
-from resumable_data.checkpoint.policies import AccumulationPolicy
 from resumable_data.checkpoint.meta import new_id
 from resumable_data.checkpoint.optim import _group_fqns, _match_groups, load_dense_optimizer_state, load_optimizer_state
 from resumable_data.checkpoint.optim_check import probe_optimizer, probe_scheduler, same_flags, same_structure
+from resumable_data.checkpoint.policies import AccumulationPolicy
 from resumable_data.errors import ResumableDataError, ResumeError, describe
 from resumable_data.loader.state import LoaderState
 
@@ -74,10 +74,23 @@ __all__ = ["restore", "validate"]
 
 FIX = "the checkpoint was edited or damaged after it was saved: load another one"
 #: oracle -> the part of the state it checks (only restored parts are compared).
-CHECKS = {"parameters": K_MODEL, "buffers": K_MODEL, "optimizer": K_OPTIMIZER, "optimizer_groups": K_OPTIMIZER,
-          "scheduler": K_SCHEDULER, "scaler": K_SCALER, "ema": K_EMA, "callbacks": K_CALLBACKS,
-          "gradients": K_GRADIENTS, "modes": K_MODES, "next_batch": K_LOADER, "rng.python": K_RNG,
-          "rng.numpy": K_RNG, "rng.torch_cpu": K_RNG, "rng.cuda": K_RNG}
+CHECKS = {
+    "parameters": K_MODEL,
+    "buffers": K_MODEL,
+    "optimizer": K_OPTIMIZER,
+    "optimizer_groups": K_OPTIMIZER,
+    "scheduler": K_SCHEDULER,
+    "scaler": K_SCALER,
+    "ema": K_EMA,
+    "callbacks": K_CALLBACKS,
+    "gradients": K_GRADIENTS,
+    "modes": K_MODES,
+    "next_batch": K_LOADER,
+    "rng.python": K_RNG,
+    "rng.numpy": K_RNG,
+    "rng.torch_cpu": K_RNG,
+    "rng.cuda": K_RNG,
+}
 
 
 def _bad(where: str, value: Any, expected: str) -> CheckpointError:
@@ -118,50 +131,78 @@ def _check_optimizer(ts: Any, saved: Any) -> None:
     if not isinstance(saved, Mapping) or set(saved) != {"state", "param_groups"}:
         raise _bad("optimizer", type(saved).__name__, "{'state': ..., 'param_groups': ...}")
     groups, state = saved["param_groups"], saved["state"]
-    if not isinstance(groups, list) or not all(isinstance(g, dict) and isinstance(g.get("params"), list)
-                                                and all(isinstance(n, str) for n in g["params"]) for g in groups):
+    if not isinstance(groups, list) or not all(
+        isinstance(g, dict) and isinstance(g.get("params"), list) and all(isinstance(n, str) for n in g["params"])
+        for g in groups
+    ):
         raise _bad("optimizer.param_groups", type(groups).__name__, "a list of groups, each with 'params': [name, ...]")
     if not isinstance(state, dict) or not all(isinstance(v, dict) for v in state.values()):
         raise _bad("optimizer.state", type(state).__name__, "{parameter name: {key: tensor or number}}")
     current = _group_fqns(opt, ts._names)
     ordered = _match_groups(current, saved)  # CompatibilityError naming every mismatch
     for gi, (g, live) in enumerate(zip(ordered, opt.param_groups)):
-        same_structure({k: v for k, v in g.items() if k != "params"}, {k: v for k, v in live.items() if k != "params"},
-                       f"optimizer.param_groups[{gi}]")
+        same_structure(
+            {k: v for k, v in g.items() if k != "params"},
+            {k: v for k, v in live.items() if k != "params"},
+            f"optimizer.param_groups[{gi}]",
+        )
         same_flags(g, live, f"optimizer.param_groups[{gi}]")
     probe_optimizer(opt, ordered, current, state)  # every moment against the optimizer's own step()
 
 
 def _check_rng(state: Any) -> None:
     """Set the saved states on scratch generators: what restore() would accept, nothing global changes."""
-    if not isinstance(state, dict) or set(state) != {rng_mod.K_PYTHON, rng_mod.K_NUMPY, rng_mod.K_TORCH, rng_mod.K_CUDA}:
+    if not isinstance(state, dict) or set(state) != {
+        rng_mod.K_PYTHON,
+        rng_mod.K_NUMPY,
+        rng_mod.K_TORCH,
+        rng_mod.K_CUDA,
+    }:
         raise _bad("rng", type(state).__name__, "the generator states capture() wrote")
     py, npy, tc = state[rng_mod.K_PYTHON], state[rng_mod.K_NUMPY], state[rng_mod.K_TORCH]
     expect_mapping(py, "rng.python", {"version", "state", "gauss"}, error=CheckpointError)
     expect_mapping(npy, "rng.numpy", {"kind", "keys", "pos", "has_gauss", "cached_gaussian"}, error=CheckpointError)
     try:
         random.Random().setstate((int(py["version"]), tuple(int(v) for v in py["state"]), py["gauss"]))
-        np.random.RandomState().set_state((str(npy["kind"]), np.asarray(npy["keys"], dtype=np.uint32), int(npy["pos"]),
-                                           int(npy["has_gauss"]), float(npy["cached_gaussian"])))
+        np.random.RandomState().set_state(
+            (
+                str(npy["kind"]),
+                np.asarray(npy["keys"], dtype=np.uint32),
+                int(npy["pos"]),
+                int(npy["has_gauss"]),
+                float(npy["cached_gaussian"]),
+            )
+        )
         if not isinstance(tc, torch.Tensor) or tc.dtype != torch.uint8:
             raise TypeError("rng.torch_cpu is not a uint8 tensor")
         torch.Generator().set_state(tc)
     except ResumableDataError:
         raise
-    except Exception as e:  # noqa: BLE001 - any refusal of a scratch generator
-        raise _bad("rng", f"malformed ({type(e).__name__}: {e})", "generator states that Python, NumPy and torch accept") from None
+    except Exception as e:
+        raise _bad(
+            "rng", f"malformed ({type(e).__name__}: {e})", "generator states that Python, NumPy and torch accept"
+        ) from None
     cuda = state[rng_mod.K_CUDA]
     if cuda is not None:
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if not isinstance(cuda, list) or len(cuda) != n or not all(
-                isinstance(s, torch.Tensor) and s.dtype == torch.uint8 for s in cuda):
-            raise CheckpointError(describe("rng.cuda", f"{len(cuda) if isinstance(cuda, list) else cuda} device states",
-                                           f"{n} uint8 tensors (the CUDA devices visible now)",
-                                           "resume on the same number of visible GPUs (CUDA_VISIBLE_DEVICES)"))
+        if (
+            not isinstance(cuda, list)
+            or len(cuda) != n
+            or not all(isinstance(s, torch.Tensor) and s.dtype == torch.uint8 for s in cuda)
+        ):
+            raise CheckpointError(
+                describe(
+                    "rng.cuda",
+                    f"{len(cuda) if isinstance(cuda, list) else cuda} device states",
+                    f"{n} uint8 tensors (the CUDA devices visible now)",
+                    "resume on the same number of visible GPUs (CUDA_VISIBLE_DEVICES)",
+                )
+            )
 
 
-def validate(ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, dcp: bool,
-             loader_options: Mapping[str, Any]) -> dict[str, Any]:
+def validate(
+    ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, dcp: bool, loader_options: Mapping[str, Any]
+) -> dict[str, Any]:
     """Phase 1 (module docs): raises an rd error for anything the apply phase would refuse or trip
     on; returns what the apply phase needs (``uncommitted``). ``loader_options``: the loader's
     ``load_state_dict`` options (``allow_unpinned``, ``on_batch_change``)."""
@@ -169,12 +210,13 @@ def validate(ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, dcp
         return _validate(ts, state, restores, dcp=dcp, loader_options=loader_options)
     except ResumableDataError:
         raise
-    except Exception as e:  # noqa: BLE001 - a forged tree that trips a check: still an rd error
+    except Exception as e:
         raise _bad("state", f"malformed ({type(e).__name__}: {e})", "a state tree written by this package") from e
 
 
-def _validate(ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, dcp: bool,
-              loader_options: Mapping[str, Any]) -> dict[str, Any]:
+def _validate(
+    ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, dcp: bool, loader_options: Mapping[str, Any]
+) -> dict[str, Any]:
     def want(key: str, obj: Any) -> bool:
         return key in restores and obj is not None and state[key] is not None
 
@@ -217,8 +259,9 @@ def _validate(ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, dc
         raise _bad("callbacks", type(state[K_CALLBACKS]).__name__, "{name: state}")
     if K_MODES in restores:
         modes = state[K_MODES]
-        if not isinstance(modes, dict) or not all(isinstance(m, dict) and all(isinstance(b, bool) for b in m.values())
-                                                  for m in modes.values()):
+        if not isinstance(modes, dict) or not all(
+            isinstance(m, dict) and all(isinstance(b, bool) for b in m.values()) for m in modes.values()
+        ):
             raise _bad("modes", type(modes).__name__, "{'model': {module name: bool}, ...}")
     if want(K_RNG, True):
         _check_rng(state[K_RNG])
@@ -240,12 +283,21 @@ def _validate(ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, dc
     if not dcp:  # the saved tree must still be what its oracles digested (DCP: per-rank, verified after)
         acc_ok = isinstance(state[K_ACCUMULATION], dict)
         tree_oracles = ts._oracles(dict(state), None) if acc_ok else {}
-        bad = [k for k, part in CHECKS.items() if part in restores and k != "next_batch" and k in oracles
-               and k in tree_oracles and oracles[k] != tree_oracles[k]]
+        bad = [
+            k
+            for k, part in CHECKS.items()
+            if part in restores
+            and k != "next_batch"
+            and k in oracles
+            and k in tree_oracles
+            and oracles[k] != tree_oracles[k]
+        ]
         expected = set(tree_oracles) | ({"next_batch"} if state[K_LOADER] is not None else set())
         missing = sorted(set(oracles) ^ expected)
         if bad or missing:
-            raise _bad("state", f"oracles {sorted(bad + missing)}", "parts whose digests equal the oracles saved with them")
+            raise _bad(
+                "state", f"oracles {sorted(bad + missing)}", "parts whose digests equal the oracles saved with them"
+            )
     return {"uncommitted": uncommitted, "fresh_data": fresh_data}
 
 
@@ -266,6 +318,7 @@ def _snapshot(ts: Any) -> list:
                 p.grad = g
             for x, t in modes:
                 x.training = t
+
         undo.append(back)
 
     def stateful(obj: Any) -> None:
@@ -278,7 +331,7 @@ def _snapshot(ts: Any) -> list:
         def back() -> None:
             try:
                 obj.load_state_dict(sd)
-            except Exception:  # noqa: BLE001, S110 - the attributes below restore it
+            except Exception:
                 pass
             if attrs is not None:
                 vars(obj).clear()
@@ -286,6 +339,7 @@ def _snapshot(ts: Any) -> list:
                 with torch.no_grad():
                     for k, v in values.items():
                         attrs[k].copy_(v)
+
         undo.append(back)
 
     if ts.model is not None:
@@ -309,6 +363,7 @@ def _snapshot(ts: Any) -> list:
                 g.clear()
                 g.update(items)
             opt.state, opt.param_groups = st, groups
+
         undo.append(back_opt)
     for obj in (ts.scheduler, ts.scaler, *ts.callbacks.values()):
         if obj is not None:
@@ -330,38 +385,87 @@ def _rollback(undo: list) -> None:
     for back in reversed(undo):
         try:
             back()
-        except Exception as e:  # noqa: BLE001 - finish every other undo first
+        except Exception as e:
             failed.append(f"{type(e).__name__}: {e}")
     if failed:  # pragma: no cover - every undo above only assigns or copies
-        raise CheckpointError(describe("rollback", failed[:3], "every object restored to its state before the load",
-                                       "rebuild the training objects before retrying (some could not be rolled back)"))
+        raise CheckpointError(
+            describe(
+                "rollback",
+                failed[:3],
+                "every object restored to its state before the load",
+                "rebuild the training objects before retrying (some could not be rolled back)",
+            )
+        )
 
 
-def restore(ts: Any, state: Mapping[str, Any], label: Any, verify: bool, saved_meta: Any, report: Any, *,
-            restores: frozenset[str], continues: bool, dcp: dict | None, loader_options: Mapping[str, Any]) -> Any:
+def restore(
+    ts: Any,
+    state: Mapping[str, Any],
+    label: Any,
+    verify: bool,
+    saved_meta: Any,
+    report: Any,
+    *,
+    restores: frozenset[str],
+    continues: bool,
+    dcp: dict | None,
+    loader_options: Mapping[str, Any],
+) -> Any:
     """Validate, snapshot, apply (module docs); returns ``report``."""
     facts = validate(ts, state, restores, dcp=dcp is not None, loader_options=loader_options)
     if report.warnings:
-        warnings.warn(f"resuming with {len(report.warnings)} allowed difference(s) from the checkpoint "
-                      f"(label={label.value!r}):\n  - " + "\n  - ".join(str(d) for d in report.warnings),
-                      RuntimeWarning, stacklevel=5)
+        warnings.warn(
+            f"resuming with {len(report.warnings)} allowed difference(s) from the checkpoint "
+            f"(label={label.value!r}):\n  - " + "\n  - ".join(str(d) for d in report.warnings),
+            RuntimeWarning,
+            stacklevel=5,
+        )
     undo = _snapshot(ts)
     try:
-        _apply(ts, state, label, verify, saved_meta, report, restores=restores, continues=continues, dcp=dcp,
-               uncommitted=facts["uncommitted"], loader_options=loader_options, fresh_data=facts["fresh_data"])
+        _apply(
+            ts,
+            state,
+            label,
+            verify,
+            saved_meta,
+            report,
+            restores=restores,
+            continues=continues,
+            dcp=dcp,
+            uncommitted=facts["uncommitted"],
+            loader_options=loader_options,
+            fresh_data=facts["fresh_data"],
+        )
     except BaseException as e:
         _rollback(undo)
         if isinstance(e, ResumableDataError) or not isinstance(e, Exception):
             raise
-        raise CheckpointError(describe("checkpoint", f"restore failed ({type(e).__name__}: {e})",
-                                       "a state every object accepts (nothing was changed: all objects rolled back)",
-                                       FIX)) from e
+        raise CheckpointError(
+            describe(
+                "checkpoint",
+                f"restore failed ({type(e).__name__}: {e})",
+                "a state every object accepts (nothing was changed: all objects rolled back)",
+                FIX,
+            )
+        ) from e
     return report
 
 
-def _apply(ts: Any, state: Mapping[str, Any], label: Any, verify: bool, saved_meta: Any, report: Any, *,
-           restores: frozenset[str], continues: bool, dcp: dict | None, uncommitted: int,
-           loader_options: Mapping[str, Any], fresh_data: str | None = None) -> None:
+def _apply(
+    ts: Any,
+    state: Mapping[str, Any],
+    label: Any,
+    verify: bool,
+    saved_meta: Any,
+    report: Any,
+    *,
+    restores: frozenset[str],
+    continues: bool,
+    dcp: dict | None,
+    uncommitted: int,
+    loader_options: Mapping[str, Any],
+    fresh_data: str | None = None,
+) -> None:
     acc = state[K_ACCUMULATION]
 
     def want(key: str, obj: Any) -> bool:
@@ -402,12 +506,17 @@ def _apply(ts: Any, state: Mapping[str, Any], label: Any, verify: bool, saved_me
     if ts.loader is not None:
         if want(K_LOADER, ts.loader) and fresh_data is not None:
             ts.loader.reset()
-            warnings.warn(f"label='data_change': the data stream starts afresh at step 0, since the saved cursor "
-                          f"cannot continue in the current loader ({fresh_data}); to continue an rd.Mixture per "
-                          "source instead, keep its sources and change the weights (docs/mixtures.md)",
-                          RuntimeWarning, stacklevel=6)
+            warnings.warn(
+                f"label='data_change': the data stream starts afresh at step 0, since the saved cursor "
+                f"cannot continue in the current loader ({fresh_data}); to continue an rd.Mixture per "
+                "source instead, keep its sources and change the weights (docs/mixtures.md)",
+                RuntimeWarning,
+                stacklevel=6,
+            )
         elif want(K_LOADER, ts.loader):
-            ts.loader.load_state_dict(state[K_LOADER], on_uncommitted="repeat" if uncommitted else None, **loader_options)
+            ts.loader.load_state_dict(
+                state[K_LOADER], on_uncommitted="repeat" if uncommitted else None, **loader_options
+            )
             if uncommitted and not acc["rewound"] and K_GRADIENTS in restores:
                 _advance(ts, uncommitted)
             repeated = bool(uncommitted) and not acc["rewound"] and K_GRADIENTS not in restores
@@ -455,8 +564,13 @@ def _verify(ts: Any, state: Mapping[str, Any], restores: frozenset[str], skip: s
     saved = state[K_ORACLES]
     now = ts._tree(None, dcp=dcp, placeholders=False)[K_ORACLES]  # the live objects; no optimizer step
     checks = {k: v for k, v in CHECKS.items() if k != "optimizer_groups"}
-    bad = [f"{k}: saved {saved[k]} vs restored {now.get(k)}" for k, part in checks.items()
-           if part in restores and k not in skip and k in saved and k in now and saved[k] != now[k]]
+    bad = [
+        f"{k}: saved {saved[k]} vs restored {now.get(k)}"
+        for k, part in checks.items()
+        if part in restores and k not in skip and k in saved and k in now and saved[k] != now[k]
+    ]
     if bad:
-        raise CheckpointError("restored state does not match the checkpoint's oracles (a bug or a stateful object "
-                              "whose load_state_dict is not exact):\n  - " + "\n  - ".join(bad))
+        raise CheckpointError(
+            "restored state does not match the checkpoint's oracles (a bug or a stateful object "
+            "whose load_state_dict is not exact):\n  - " + "\n  - ".join(bad)
+        )

@@ -37,12 +37,24 @@ __all__ = ["latest_checkpoint", "resume_or_start"]
 
 def _root(directory: str | os.PathLike) -> Path:
     if not isinstance(directory, (str, os.PathLike)):
-        raise ConfigError(describe("directory", directory, "a path (str or os.PathLike) to a checkpoint directory",
-                                   "pass the directory rd.save_checkpoint writes into, e.g. 'ckpt'"))
+        raise ConfigError(
+            describe(
+                "directory",
+                directory,
+                "a path (str or os.PathLike) to a checkpoint directory",
+                "pass the directory rd.save_checkpoint writes into, e.g. 'ckpt'",
+            )
+        )
     root = Path(directory)
     if root.exists() and not root.is_dir():
-        raise ConfigError(describe("directory", str(root), "a checkpoint directory, not a file",
-                                   "pass the directory rd.save_checkpoint writes into"))
+        raise ConfigError(
+            describe(
+                "directory",
+                str(root),
+                "a checkpoint directory, not a file",
+                "pass the directory rd.save_checkpoint writes into",
+            )
+        )
     return root
 
 
@@ -53,9 +65,14 @@ def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
     return done[-1] if done else None
 
 
-def resume_or_start(directory: str | os.PathLike, state: Any, *,
-                    label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION, allow_unpinned: bool = False,
-                    on_batch_change: Any = None) -> int:
+def resume_or_start(
+    directory: str | os.PathLike,
+    state: Any,
+    *,
+    label: RecoveryLabel | str = RecoveryLabel.FAITHFUL_CONTINUATION,
+    allow_unpinned: bool = False,
+    on_batch_change: Any = None,
+) -> int:
     """Load the newest complete checkpoint of ``directory`` into ``state`` and return the step it
     was saved at; return 0 without touching ``state`` when there is no checkpoint yet.
 
@@ -68,5 +85,6 @@ def resume_or_start(directory: str | os.PathLike, state: Any, *,
     newest = latest_checkpoint(directory)
     if newest is None:
         return 0
-    return int(load_checkpoint(newest, state, label=label, allow_unpinned=allow_unpinned,
-                               on_batch_change=on_batch_change).step)
+    return int(
+        load_checkpoint(newest, state, label=label, allow_unpinned=allow_unpinned, on_batch_change=on_batch_change).step
+    )

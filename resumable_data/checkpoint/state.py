@@ -52,8 +52,8 @@ from resumable_data.checkpoint.census import build_inventory
 from resumable_data.checkpoint.compat import CompatibilityReport, check_compatible
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.checkpoint.inventory import Inventory
-from resumable_data.checkpoint.policies import AccumulationPolicy, NewRankRNG
 from resumable_data.checkpoint.keys import (
+    _KEYS,
     K_ACCUMULATION,
     K_CALLBACKS,
     K_EMA,
@@ -75,7 +75,6 @@ from resumable_data.checkpoint.keys import (
     LAYOUT_DCP,
     STATE_FORMAT,
     STATE_SCHEMA_VERSION,
-    _KEYS,
 )
 from resumable_data.checkpoint.meta import (
     CheckpointMeta,
@@ -88,15 +87,16 @@ from resumable_data.checkpoint.meta import (
     software_versions,
 )
 from resumable_data.checkpoint.metrics import MetricLog
-from resumable_data.checkpoint.oracles import oracles_of, status_of
-from resumable_data.checkpoint.status import AccumulationStatus, CheckpointStatus
-from resumable_data.checkpoint.torch_compat import scaler_device
 from resumable_data.checkpoint.optim import (
     dense_optimizer_state,
     group_settings,
     optimizer_state,
     param_fqns,
 )
+from resumable_data.checkpoint.oracles import oracles_of, status_of
+from resumable_data.checkpoint.policies import AccumulationPolicy, NewRankRNG
+from resumable_data.checkpoint.status import AccumulationStatus, CheckpointStatus
+from resumable_data.checkpoint.torch_compat import scaler_device
 from resumable_data.errors import ConfigError, ResumableDataError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.dataloader import DataLoader
@@ -108,14 +108,41 @@ __all__ = ["STATE_FORMAT", "STATE_SCHEMA_VERSION", "AccumulationPolicy", "NewRan
 L = RecoveryLabel
 #: What each label restores (everything else keeps the fresh object's state).
 RESTORES: dict[RecoveryLabel, frozenset[str]] = {
-    L.FAITHFUL_CONTINUATION: frozenset({K_MODEL, K_OPTIMIZER, K_SCHEDULER, K_SCALER, K_LOADER, K_EMA, K_CALLBACKS, K_RNG,
-                                        K_GRADIENTS, K_MODES, K_METRICS}),
-    L.ELASTIC_RESHARD: frozenset({K_MODEL, K_OPTIMIZER, K_SCHEDULER, K_SCALER, K_LOADER, K_EMA, K_CALLBACKS, K_RNG,
-                                  K_GRADIENTS, K_MODES, K_METRICS}),
+    L.FAITHFUL_CONTINUATION: frozenset(
+        {
+            K_MODEL,
+            K_OPTIMIZER,
+            K_SCHEDULER,
+            K_SCALER,
+            K_LOADER,
+            K_EMA,
+            K_CALLBACKS,
+            K_RNG,
+            K_GRADIENTS,
+            K_MODES,
+            K_METRICS,
+        }
+    ),
+    L.ELASTIC_RESHARD: frozenset(
+        {
+            K_MODEL,
+            K_OPTIMIZER,
+            K_SCHEDULER,
+            K_SCALER,
+            K_LOADER,
+            K_EMA,
+            K_CALLBACKS,
+            K_RNG,
+            K_GRADIENTS,
+            K_MODES,
+            K_METRICS,
+        }
+    ),
     L.OPTIMIZER_RESET: frozenset({K_MODEL, K_LOADER, K_EMA, K_CALLBACKS, K_RNG, K_MODES}),
     L.WARM_START: frozenset({K_MODEL, K_EMA}),
-    L.DATA_CHANGE: frozenset({K_MODEL, K_OPTIMIZER, K_SCHEDULER, K_SCALER, K_LOADER, K_EMA, K_CALLBACKS, K_RNG,
-                              K_MODES}),
+    L.DATA_CHANGE: frozenset(
+        {K_MODEL, K_OPTIMIZER, K_SCHEDULER, K_SCALER, K_LOADER, K_EMA, K_CALLBACKS, K_RNG, K_MODES}
+    ),
 }
 CONTINUES_RUN = frozenset({L.FAITHFUL_CONTINUATION, L.ELASTIC_RESHARD})
 
@@ -169,25 +196,53 @@ class TrainingState:
         if model is not None and not isinstance(model, torch.nn.Module):
             raise ConfigError(describe("model", type(model).__name__, "a torch.nn.Module", "pass the model"))
         if optimizer is not None and model is None:
-            raise ConfigError(describe("model", None, "the model whose parameters the optimizer updates",
-                                       "pass model= (optimizer state is keyed by parameter name)"))
+            raise ConfigError(
+                describe(
+                    "model",
+                    None,
+                    "the model whose parameters the optimizer updates",
+                    "pass model= (optimizer state is keyed by parameter name)",
+                )
+            )
         if scheduler is not None and optimizer is None:
             raise ConfigError(describe("optimizer", None, "the optimizer the scheduler drives", "pass optimizer="))
         if loader is not None and not isinstance(loader, ResumableLoader):
-            raise ConfigError(describe("loader", type(loader).__name__, "an rd.DataLoader (the rd.ResumableLoader "
-                                       "protocol: cursor, snapshot(), state_dict(), ...)", "pass the rd.DataLoader"))
-        for name, obj in (("scheduler", scheduler), ("scaler", scaler), ("loader", loader), ("ema", ema),
-                          ("metrics", metrics)):
+            raise ConfigError(
+                describe(
+                    "loader",
+                    type(loader).__name__,
+                    "an rd.DataLoader (the rd.ResumableLoader protocol: cursor, snapshot(), state_dict(), ...)",
+                    "pass the rd.DataLoader",
+                )
+            )
+        for name, obj in (
+            ("scheduler", scheduler),
+            ("scaler", scaler),
+            ("loader", loader),
+            ("ema", ema),
+            ("metrics", metrics),
+        ):
             if obj is not None and not _has_state(obj):
-                raise ConfigError(describe(name, type(obj).__name__, "an object with state_dict()/load_state_dict()",
-                                           f"pass a stateful {name} or None"))
+                raise ConfigError(
+                    describe(
+                        name,
+                        type(obj).__name__,
+                        "an object with state_dict()/load_state_dict()",
+                        f"pass a stateful {name} or None",
+                    )
+                )
         self.new_rank_rng = coerce_enum(new_rank_rng, NewRankRNG, "new_rank_rng")
         self.callbacks = dict(callbacks or {})
         for name, cb in self.callbacks.items():
             if not isinstance(name, str) or not _has_state(cb):
-                raise ConfigError(describe(f"callbacks[{name!r}]", type(cb).__name__,
-                                           "a str name -> object with state_dict()/load_state_dict()",
-                                           "give each callback a name and a state_dict()"))
+                raise ConfigError(
+                    describe(
+                        f"callbacks[{name!r}]",
+                        type(cb).__name__,
+                        "a str name -> object with state_dict()/load_state_dict()",
+                        "give each callback a name and a state_dict()",
+                    )
+                )
         self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
         self.loader, self.ema, self.metrics = loader, ema, metrics
         self.config = config
@@ -205,8 +260,9 @@ class TrainingState:
         # each group's LR as built: a loop may set the LR by hand every iteration (progress, not config)
         self._built_lrs = [_plain_lr(g.get("lr")) for g in optimizer.param_groups] if optimizer is not None else None
         if not isinstance(watch_model, bool):
-            raise ConfigError(describe("watch_model", watch_model, "True or False",
-                                       "pass watch_model=True (the default) or False"))
+            raise ConfigError(
+                describe("watch_model", watch_model, "True or False", "pass watch_model=True (the default) or False")
+            )
         if watch_model and model is not None and isinstance(loader, DataLoader):
             loader.watch(model)  # the batch in hand counts once the model's training forward ran on it
         snap = loader.snapshot() if loader is not None else None  # changes nothing, in any commit mode
@@ -232,8 +288,11 @@ class TrainingState:
         if self.model is not None:
             params = {n for n, _ in self.model.named_parameters(remove_duplicate=False)}
             buffers = {k: v.detach().clone() for k, v in self.model.state_dict().items() if k not in params}
-        self._window = {"committed": self._committed(), "rng": rng_mod.capture() if self.capture_rng else None,
-                        "buffers": buffers}
+        self._window = {
+            "committed": self._committed(),
+            "rng": rng_mod.capture() if self.capture_rng else None,
+            "buffers": buffers,
+        }
 
     def _committed(self) -> int | None:
         return None if self.loader is None else int(self.loader.cursor.committed)
@@ -248,22 +307,32 @@ class TrainingState:
         return c.delivered > 0 and (int(self.loader.microstep) + 1) % self._k != 0
 
     # -- metadata ---------------------------------------------------------------------------------
-    def meta(self, *, checkpoint_id: str | None = None, loader_state: LoaderState | None = None,
-             status: CheckpointStatus | None = None) -> CheckpointMeta:
+    def meta(
+        self,
+        *,
+        checkpoint_id: str | None = None,
+        loader_state: LoaderState | None = None,
+        status: CheckpointStatus | None = None,
+    ) -> CheckpointMeta:
         """This run's :class:`CheckpointMeta` (what a checkpoint of it would record)."""
         model = module_meta(self.model, self.config) if self.model is not None else None
         opt = None
         if self.optimizer is not None:
-            opt = {"type": f"{type(self.optimizer).__module__}.{type(self.optimizer).__qualname__}",
-                   "param_groups": group_settings(self.optimizer, self._names, self._built_lrs)}
+            opt = {
+                "type": f"{type(self.optimizer).__module__}.{type(self.optimizer).__qualname__}",
+                "param_groups": group_settings(self.optimizer, self._names, self._built_lrs),
+            }
         sched = scheduler_meta(self.scheduler, self.scheduler_convention) if self.scheduler is not None else None
         scaler = None
         if self.scaler is not None:
             sd = self.scaler.state_dict()
             enabled = bool(getattr(self.scaler, "is_enabled", lambda: bool(sd))())
-            scaler = {"type": f"{type(self.scaler).__module__}.{type(self.scaler).__qualname__}", "enabled": enabled,
-                      "device": scaler_device(self.scaler),
-                      "settings": {k: sd[k] for k in ("growth_factor", "backoff_factor", "growth_interval") if k in sd}}
+            scaler = {
+                "type": f"{type(self.scaler).__module__}.{type(self.scaler).__qualname__}",
+                "enabled": enabled,
+                "device": scaler_device(self.scaler),
+                "settings": {k: sd[k] for k in ("growth_factor", "backoff_factor", "growth_interval") if k in sd},
+            }
         ema = None
         if self.ema is not None:
             ema = {"type": f"{type(self.ema).__module__}.{type(self.ema).__qualname__}"}
@@ -278,18 +347,33 @@ class TrainingState:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             world = torch.distributed.get_world_size()
         return CheckpointMeta(
-            run_id=self.run_id, checkpoint_id=checkpoint_id, parent_checkpoint_id=self.parent_checkpoint_id,
-            recovery_label=self.recovery_label, model=model,
-            feature_schema=None if self.feature_fingerprint is None else {"fingerprint": self.feature_fingerprint,
-                                                                           "kind": self.feature_kind},
-            optimizer=opt, scheduler=sched, scaler=scaler, ema=ema, callbacks=sorted(self.callbacks), data=data,
-            layout={"world_size": world}, software=software_versions(),
+            run_id=self.run_id,
+            checkpoint_id=checkpoint_id,
+            parent_checkpoint_id=self.parent_checkpoint_id,
+            recovery_label=self.recovery_label,
+            model=model,
+            feature_schema=None
+            if self.feature_fingerprint is None
+            else {"fingerprint": self.feature_fingerprint, "kind": self.feature_kind},
+            optimizer=opt,
+            scheduler=sched,
+            scaler=scaler,
+            ema=ema,
+            callbacks=sorted(self.callbacks),
+            data=data,
+            layout={"world_size": world},
+            software=software_versions(),
             recovery_spec=json.loads(json.dumps(self.recovery_spec)) if self.recovery_spec is not None else None,
             status=status or CheckpointStatus(),
         )
 
-    def check(self, saved_meta: CheckpointMeta | dict, label: RecoveryLabel | str = L.FAITHFUL_CONTINUATION, *,
-              on_batch_change: OnBatchChange | str | None = None) -> CompatibilityReport:
+    def check(
+        self,
+        saved_meta: CheckpointMeta | dict,
+        label: RecoveryLabel | str = L.FAITHFUL_CONTINUATION,
+        *,
+        on_batch_change: OnBatchChange | str | None = None,
+    ) -> CompatibilityReport:
         """The compatibility report of resuming ``saved_meta`` into this run under ``label`` (and
         the loader's declared ``on_batch_change``)."""
         return check_compatible(saved_meta, self.meta(), label, on_batch_change=on_batch_change)
@@ -315,13 +399,24 @@ class TrainingState:
         rewind = mid and self.accumulation is AccumulationPolicy.REWIND and snap is not None
         if rewind:
             if snap.commit is not CommitMode.EXPLICIT:
-                raise CheckpointError(describe("accumulation", "rewind", "a loader built with commit='explicit'",
-                                               "pass commit='explicit' to rd.DataLoader, or accumulation='save_gradients'"))
+                raise CheckpointError(
+                    describe(
+                        "accumulation",
+                        "rewind",
+                        "a loader built with commit='explicit'",
+                        "pass commit='explicit' to rd.DataLoader, or accumulation='save_gradients'",
+                    )
+                )
             if self._window is None or self._window["committed"] != snap.cursor.committed:
-                raise CheckpointError(describe("accumulation", "rewind",
-                                               "a window-start snapshot for the current window",
-                                               "commit with state.commit(applied) instead of loader.commit(), or call "
-                                               "state.mark_window_start() before the window's first batch"))
+                raise CheckpointError(
+                    describe(
+                        "accumulation",
+                        "rewind",
+                        "a window-start snapshot for the current window",
+                        "commit with state.commit(applied) instead of loader.commit(), or call "
+                        "state.mark_window_start() before the window's first batch",
+                    )
+                )
         model_sd = None
         if self.model is not None:
             model_sd = dict(self.model.state_dict())
@@ -337,8 +432,11 @@ class TrainingState:
         if dcp:
             if self._grad_slots():
                 have = grads or {}
-                grads = {n: have[n] if n in have else torch.zeros_like(p) for n, p in self.model.named_parameters()
-                         if p.requires_grad or n in have}
+                grads = {
+                    n: have[n] if n in have else torch.zeros_like(p)
+                    for n, p in self.model.named_parameters()
+                    if p.requires_grad or n in have
+                }
             elif grads:  # pragma: no cover - _grad_slots() covers every configuration that can be mid-window
                 raise CheckpointError("internal: mid-window gradients without DCP gradient slots")
         modes = {}
@@ -346,18 +444,26 @@ class TrainingState:
             modes[K_MODEL] = module_modes(self.model)
         if isinstance(self.ema, torch.nn.Module):
             modes[K_EMA] = module_modes(self.ema)
-        acc = AccumulationStatus(self.accumulation.value, bool(mid), bool(rewind),
-                                 int(self.loader.microstep) if self.loader is not None and mid else None,
-                                 snap.uncommitted if snap is not None else 0,
-                                 tuple(grad_names) if dcp else None)
+        acc = AccumulationStatus(
+            self.accumulation.value,
+            bool(mid),
+            bool(rewind),
+            int(self.loader.microstep) if self.loader is not None and mid else None,
+            snap.uncommitted if snap is not None else 0,
+            tuple(grad_names) if dcp else None,
+        )
         accumulation = acc.to_dict()
         state = {
             K_FORMAT: STATE_FORMAT,
             K_SCHEMA: STATE_SCHEMA_VERSION,
             K_MODEL: model_sd,
-            K_OPTIMIZER: None if self.optimizer is None else (
-                dense_optimizer_state(self.model, self.optimizer, placeholders=placeholders) if dcp
-                else optimizer_state(self.optimizer, self._names)),
+            K_OPTIMIZER: None
+            if self.optimizer is None
+            else (
+                dense_optimizer_state(self.model, self.optimizer, placeholders=placeholders)
+                if dcp
+                else optimizer_state(self.optimizer, self._names)
+            ),
             K_SCHEDULER: self.scheduler.state_dict() if self.scheduler is not None else None,
             K_SCALER: self.scaler.state_dict() if self.scaler is not None else None,
             K_LOADER: snap.to_dict() if snap is not None else None,
@@ -371,8 +477,9 @@ class TrainingState:
         }
         next_step = snap.next_step(rewound=rewind) if snap is not None else None
         state[K_ORACLES] = self._oracles(state, next_step)
-        state[K_META] = self.meta(checkpoint_id=checkpoint_id, loader_state=snap,
-                                  status=self._status(snap, acc, next_step)).to_dict()
+        state[K_META] = self.meta(
+            checkpoint_id=checkpoint_id, loader_state=snap, status=self._status(snap, acc, next_step)
+        ).to_dict()
         return state
 
     def _grad_slots(self) -> bool:
@@ -383,8 +490,9 @@ class TrainingState:
             return True
         return self.accumulation is AccumulationPolicy.SAVE_GRADIENTS and (self._k > 1 or self._explicit)
 
-    def _status(self, snap: LoaderState | None, accumulation: AccumulationStatus,
-                next_step: int | None) -> CheckpointStatus:
+    def _status(
+        self, snap: LoaderState | None, accumulation: AccumulationStatus, next_step: int | None
+    ) -> CheckpointStatus:
         return status_of(self, snap, accumulation, next_step)
 
     # -- oracles ----------------------------------------------------------------------------------
@@ -400,9 +508,15 @@ class TrainingState:
         return self._tree(None, dcp=False)[K_ORACLES]
 
     # -- restore ----------------------------------------------------------------------------------
-    def load_state_dict(self, state: Mapping[str, Any], *, label: RecoveryLabel | str = L.FAITHFUL_CONTINUATION,
-                        verify: bool = True, allow_unpinned: bool = False,
-                        on_batch_change: OnBatchChange | str | None = None) -> CompatibilityReport:
+    def load_state_dict(
+        self,
+        state: Mapping[str, Any],
+        *,
+        label: RecoveryLabel | str = L.FAITHFUL_CONTINUATION,
+        verify: bool = True,
+        allow_unpinned: bool = False,
+        on_batch_change: OnBatchChange | str | None = None,
+    ) -> CompatibilityReport:
         """Restore ``state`` under ``label``, all or nothing (:mod:`~resumable_data.checkpoint.restore`).
 
         Everything is parsed, type-checked and compared (the compatibility contract, every restored
@@ -419,8 +533,14 @@ class TrainingState:
         label = coerce_enum(label, RecoveryLabel, "label")
         change = None if on_batch_change is None else coerce_enum(on_batch_change, OnBatchChange, "on_batch_change")
         if not isinstance(allow_unpinned, bool):
-            raise ConfigError(describe("allow_unpinned", allow_unpinned, "True or False",
-                                       "pass allow_unpinned=True to resume over an unpinned dataset"))
+            raise ConfigError(
+                describe(
+                    "allow_unpinned",
+                    allow_unpinned,
+                    "True or False",
+                    "pass allow_unpinned=True to resume over an unpinned dataset",
+                )
+            )
         if not isinstance(state, Mapping):
             raise CheckpointError(describe("state", type(state).__name__, "the dict state_dict() returned", "pass it"))
         try:
@@ -429,9 +549,14 @@ class TrainingState:
                 saved_meta = CheckpointMeta.from_dict(tree[K_META])
                 report = self.check(saved_meta, label, on_batch_change=change)
                 report.raise_if_refused()
-                tree, skip = dcp_layout.select_rank(tree, state[K_TENSORS], entries, saved_world,
-                                                    restores_rng=K_RNG in RESTORES[label],
-                                                    keep_new_rank_rng=self.new_rank_rng is NewRankRNG.KEEP)
+                tree, skip = dcp_layout.select_rank(
+                    tree,
+                    state[K_TENSORS],
+                    entries,
+                    saved_world,
+                    restores_rng=K_RNG in RESTORES[label],
+                    keep_new_rank_rng=self.new_rank_rng is NewRankRNG.KEEP,
+                )
                 dcp: dict | None = {"skip": skip}
             else:
                 if state.get(K_FORMAT) == STATE_FORMAT and isinstance(state.get(K_SCHEMA), int):
@@ -444,15 +569,34 @@ class TrainingState:
                 report.raise_if_refused()
         except ResumableDataError:
             raise
-        except Exception as e:  # noqa: BLE001 - a forged state that trips a check is still refused with an rd error
-            raise CheckpointError(describe("state", f"malformed ({type(e).__name__}: {e})",
-                                           "a state written by this package", "load another checkpoint")) from e
+        except Exception as e:
+            raise CheckpointError(
+                describe(
+                    "state",
+                    f"malformed ({type(e).__name__}: {e})",
+                    "a state written by this package",
+                    "load another checkpoint",
+                )
+            ) from e
         if report.batch_changed and label is L.FAITHFUL_CONTINUATION:
             label = L.ELASTIC_RESHARD  # a new grouping of the same stream, as the loader labels it
-        options = {"allow_unpinned": allow_unpinned, **({} if change is None else {"on_batch_change": change}),
-                   **({"label": L.DATA_CHANGE} if label is L.DATA_CHANGE else {})}
-        return restore_mod.restore(self, tree, label, verify, saved_meta, report, restores=RESTORES[label],
-                                   continues=label in CONTINUES_RUN, dcp=dcp, loader_options=options)
+        options = {
+            "allow_unpinned": allow_unpinned,
+            **({} if change is None else {"on_batch_change": change}),
+            **({"label": L.DATA_CHANGE} if label is L.DATA_CHANGE else {}),
+        }
+        return restore_mod.restore(
+            self,
+            tree,
+            label,
+            verify,
+            saved_meta,
+            report,
+            restores=RESTORES[label],
+            continues=label in CONTINUES_RUN,
+            dcp=dcp,
+            loader_options=options,
+        )
 
     # -- inventory --------------------------------------------------------------------------------
     def inventory(self) -> Inventory:

@@ -31,8 +31,17 @@ K_NEXT_LR = "next_lr"
 K_SCHEDULER_LAST_EPOCH = "scheduler_last_epoch"
 K_SCALE = "scale"
 K_MODES = "modes"
-_KNOWN = (K_ACCUMULATION, K_CURSOR, K_EPOCH_BASE, K_COUNTERS, K_NEXT_STEP, K_NEXT_LR, K_SCHEDULER_LAST_EPOCH,
-          K_SCALE, K_MODES)
+_KNOWN = (
+    K_ACCUMULATION,
+    K_CURSOR,
+    K_EPOCH_BASE,
+    K_COUNTERS,
+    K_NEXT_STEP,
+    K_NEXT_LR,
+    K_SCHEDULER_LAST_EPOCH,
+    K_SCALE,
+    K_MODES,
+)
 
 
 def _bad(where: str, value: Any, expected: str) -> CheckpointError:
@@ -78,8 +87,13 @@ class AccumulationStatus:
     gradients: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"policy": self.policy, "mid_window": self.mid_window, "rewound": self.rewound,
-                             "microstep": self.microstep, "uncommitted": self.uncommitted}
+        d: dict[str, Any] = {
+            "policy": self.policy,
+            "mid_window": self.mid_window,
+            "rewound": self.rewound,
+            "microstep": self.microstep,
+            "uncommitted": self.uncommitted,
+        }
         if self.gradients is not None:
             d["gradients"] = list(self.gradients)
         return d
@@ -98,8 +112,14 @@ class AccumulationStatus:
         grads = d.get("gradients")
         if grads is not None and (not isinstance(grads, list) or not all(isinstance(g, str) for g in grads)):
             raise _bad(f"{where}.gradients", grads, "a list of parameter names")
-        return cls(policy, mid, rewound, _opt_int(micro, f"{where}.microstep"), _int(unc, f"{where}.uncommitted"),
-                   None if grads is None else tuple(grads))
+        return cls(
+            policy,
+            mid,
+            rewound,
+            _opt_int(micro, f"{where}.microstep"),
+            _int(unc, f"{where}.uncommitted"),
+            None if grads is None else tuple(grads),
+        )
 
 
 @dataclass(frozen=True)
@@ -164,9 +184,13 @@ class CheckpointStatus:
         acc = d.get(K_ACCUMULATION)
         return cls(
             accumulation=None if acc is None else AccumulationStatus.from_dict(acc, f"{where}.accumulation"),
-            cursor=cursor, epoch_base=eb, counters=counters,
-            next_step=_opt_int(d.get(K_NEXT_STEP), f"{where}.next_step"), next_lr=lrs,
+            cursor=cursor,
+            epoch_base=eb,
+            counters=counters,
+            next_step=_opt_int(d.get(K_NEXT_STEP), f"{where}.next_step"),
+            next_lr=lrs,
             scheduler_last_epoch=_opt_int(d.get(K_SCHEDULER_LAST_EPOCH), f"{where}.scheduler_last_epoch"),
-            scale=_num(d.get(K_SCALE), f"{where}.scale"), modes=modes,
+            scale=_num(d.get(K_SCALE), f"{where}.scale"),
+            modes=modes,
             extra={k: v for k, v in d.items() if k not in _KNOWN},
         )

@@ -121,8 +121,14 @@ def check_step(step: Any, param: str = "step") -> int:
     if isinstance(step, np.integer):
         step = int(step)
     if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
-        raise ConfigError(describe(param, step, f"an integer in [0, {MAX_STEP}] (checkpoint directories are named "
-                                   "step-<12 digits>)", "pass a step below 10**12 (e.g. the applied-update count)"))
+        raise ConfigError(
+            describe(
+                param,
+                step,
+                f"an integer in [0, {MAX_STEP}] (checkpoint directories are named step-<12 digits>)",
+                "pass a step below 10**12 (e.g. the applied-update count)",
+            )
+        )
     return step
 
 
@@ -174,7 +180,9 @@ def _cleanup(root: Path) -> list[Path]:
     removed = []
     for name in names:
         p = root / name
-        if name.startswith((TMP_PREFIX, TRASH_PREFIX, ASIDE_PREFIX, f".{LATEST}.")) or (STEP_RE.match(name) and not _complete(p)):
+        if name.startswith((TMP_PREFIX, TRASH_PREFIX, ASIDE_PREFIX, f".{LATEST}.")) or (
+            STEP_RE.match(name) and not _complete(p)
+        ):
             _rmtree(p)
             removed.append(p)
     if removed:
@@ -188,19 +196,33 @@ def _read_marker(path: Path) -> dict[str, Any]:
     try:
         d = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError) as e:
-        raise CheckpointError(describe("checkpoint", str(path), f"a readable {MARKER} marker ({e})",
-                                       "the save was interrupted: load another checkpoint")) from None
+        raise CheckpointError(
+            describe(
+                "checkpoint",
+                str(path),
+                f"a readable {MARKER} marker ({e})",
+                "the save was interrupted: load another checkpoint",
+            )
+        ) from None
     expect_mapping(d, where, {"format", "schema_version", K_STEP, K_CHECKPOINT_ID, K_FILES}, error=CheckpointError)
     expect_header(d, CHECKPOINT_FORMAT, CHECKPOINT_SCHEMA_VERSION, where, error=CheckpointError)
     expect_int(d[K_STEP], f"{where}.step", 0, MAX_STEP, error=CheckpointError)
     expect_str(d[K_CHECKPOINT_ID], f"{where}.checkpoint_id", max_len=256, error=CheckpointError)
     m = STEP_RE.match(path.name) or ORPHAN_RE.match(path.name)
     if m and int(m.groups()[-1]) != d[K_STEP]:
-        raise CheckpointError(describe(f"{where}.step", d[K_STEP], f"the step its directory names ({path.name})",
-                                       "load another checkpoint (this one was renamed or edited)"))
+        raise CheckpointError(
+            describe(
+                f"{where}.step",
+                d[K_STEP],
+                f"the step its directory names ({path.name})",
+                "load another checkpoint (this one was renamed or edited)",
+            )
+        )
     files = d[K_FILES]
     if not isinstance(files, dict) or set(files) != set(FILES):
-        raise CheckpointError(describe(f"{where}.files", files, f"entries for {list(FILES)}", "load another checkpoint"))
+        raise CheckpointError(
+            describe(f"{where}.files", files, f"entries for {list(FILES)}", "load another checkpoint")
+        )
     for n, f in files.items():
         expect_mapping(f, f"{where}.files.{n}", {"size", "xxh3_128"}, error=CheckpointError)
         expect_int(f["size"], f"{where}.files.{n}.size", 0, LIMITS[n], error=CheckpointError)
@@ -230,8 +252,9 @@ def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
     root = Path(directory)
     if not root.is_dir():
         return []
-    return sorted((p for p in root.iterdir() if STEP_RE.match(p.name) and p.is_dir() and _complete(p)),
-                  key=lambda p: p.name)
+    return sorted(
+        (p for p in root.iterdir() if STEP_RE.match(p.name) and p.is_dir() and _complete(p)), key=lambda p: p.name
+    )
 
 
 def _loadable(root: Path) -> dict[int, Path]:
@@ -263,27 +286,43 @@ def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path
     if os.path.lexists(p / MARKER) or STEP_RE.match(p.name):
         why = _why_incomplete(p)
         if why is not None:
-            raise CheckpointError(describe("checkpoint", str(p), f"a complete checkpoint (valid COMMITTED marker; {why})",
-                                           "load the parent directory to get the newest complete one"))
+            raise CheckpointError(
+                describe(
+                    "checkpoint",
+                    str(p),
+                    f"a complete checkpoint (valid COMMITTED marker; {why})",
+                    "load the parent directory to get the newest complete one",
+                )
+            )
         return p
     if not p.is_dir():
         raise CheckpointError(describe("directory", str(p), "an existing checkpoint directory", "check the path"))
     if step is not None:
         q = _loadable(p).get(check_step(step))
         if q is None:
-            raise CheckpointError(describe("step", step, f"a complete checkpoint in {p}",
-                                           f"pick one of {[c.name for c in list_checkpoints(p)]}"))
+            raise CheckpointError(
+                describe(
+                    "step",
+                    step,
+                    f"a complete checkpoint in {p}",
+                    f"pick one of {[c.name for c in list_checkpoints(p)]}",
+                )
+            )
         return q
     name, why = _read_latest(p)
     if name is not None and _complete(p / name):
         return p / name
     done = _loadable(p)
     if not done:
-        raise CheckpointError(describe("directory", str(p), "at least one complete checkpoint",
-                                       "save one with rd.save_checkpoint first"))
+        raise CheckpointError(
+            describe("directory", str(p), "at least one complete checkpoint", "save one with rd.save_checkpoint first")
+        )
     newest = done[max(done)]
-    warnings.warn(f"{p / LATEST}: {why}, which is not a complete checkpoint; "
-                  f"loading the newest complete one, {newest.name}", RuntimeWarning, stacklevel=3)
+    warnings.warn(
+        f"{p / LATEST}: {why}, which is not a complete checkpoint; loading the newest complete one, {newest.name}",
+        RuntimeWarning,
+        stacklevel=3,
+    )
     return newest
 
 
@@ -301,7 +340,9 @@ def _write_tensors(path: Path, tensors: dict) -> None:
     save_file(tensors, str(path), metadata={"format": CHECKPOINT_FORMAT})
 
 
-def save_checkpoint(directory: str | os.PathLike, state: Any, *, step: int | None = None, keep_last: int | None = 3) -> Path:
+def save_checkpoint(
+    directory: str | os.PathLike, state: Any, *, step: int | None = None, keep_last: int | None = 3
+) -> Path:
     """Write ``state`` (a :class:`TrainingState` or any object whose ``state_dict()`` holds tensors
     and JSON values) as ``directory/step-N`` atomically; returns that path.
 
@@ -319,11 +360,15 @@ def save_checkpoint(directory: str | os.PathLike, state: Any, *, step: int | Non
 
     dist = __import__("torch").distributed
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        raise ConfigError(describe(
-            "torch.distributed world_size", dist.get_world_size(),
-            "a single process (rd.save_checkpoint writes one process's state into a directory with one writer)",
-            "on every rank call torch.distributed.checkpoint.save({'train': rd.TrainingState(...)}, checkpoint_id=path) "
-            "and dcp.load(...) to resume: it keeps every rank's RNG and data cursor"))
+        raise ConfigError(
+            describe(
+                "torch.distributed world_size",
+                dist.get_world_size(),
+                "a single process (rd.save_checkpoint writes one process's state into a directory with one writer)",
+                "on every rank call torch.distributed.checkpoint.save({'train': rd.TrainingState(...)}, checkpoint_id=path) "
+                "and dcp.load(...) to resume: it keeps every rank's RNG and data cursor",
+            )
+        )
     root = Path(directory)
     if step is None:
         loader = getattr(state, "loader", None)
@@ -331,17 +376,24 @@ def save_checkpoint(directory: str | os.PathLike, state: Any, *, step: int | Non
             raise ConfigError(describe("step", None, "an integer step", "pass step= (e.g. the applied-update count)"))
         step = int(loader.cursor.delivered)
     step = check_step(step)
-    if keep_last is not None:
-        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
-            raise ConfigError(describe("keep_last", keep_last, "an integer >= 1 or None", "pass keep_last=3, or None to keep all"))
+    if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1):
+        raise ConfigError(
+            describe("keep_last", keep_last, "an integer >= 1 or None", "pass keep_last=3, or None to keep all")
+        )
     checkpoint_id = new_id()
     if isinstance(state, TrainingState):
         tree = state.file_state_dict(checkpoint_id=checkpoint_id)
         inventory = build_inventory(state, tree).to_dict()
     else:
         if not callable(getattr(state, "state_dict", None)):
-            raise ConfigError(describe("state", type(state).__name__, "an rd.TrainingState or an object with state_dict()",
-                                       "wrap the training objects in rd.TrainingState"))
+            raise ConfigError(
+                describe(
+                    "state",
+                    type(state).__name__,
+                    "an rd.TrainingState or an object with state_dict()",
+                    "wrap the training objects in rd.TrainingState",
+                )
+            )
         tree = state.state_dict()
         inventory = {"format": "resumable_data.inventory", "schema_version": 1, "entries": []}
     meta = tree.get("meta") if isinstance(tree, dict) else None
@@ -349,14 +401,23 @@ def save_checkpoint(directory: str | os.PathLike, state: Any, *, step: int | Non
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise CheckpointError(describe("directory", str(root), f"a folder that can be created ({e})",
-                                       "pass a writable directory")) from None
+        raise CheckpointError(
+            describe("directory", str(root), f"a folder that can be created ({e})", "pass a writable directory")
+        ) from None
     with writer_lock(root):
         return _write(root, step, checkpoint_id, json_tree, tensors, meta, inventory, keep_last)
 
 
-def _write(root: Path, step: int, checkpoint_id: str, json_tree: Any, tensors: dict, meta: Any, inventory: Any,
-           keep_last: int | None) -> Path:
+def _write(
+    root: Path,
+    step: int,
+    checkpoint_id: str,
+    json_tree: Any,
+    tensors: dict,
+    meta: Any,
+    inventory: Any,
+    keep_last: int | None,
+) -> Path:
     from safetensors import SafetensorError
 
     final = root / step_dir_name(step)
@@ -407,8 +468,19 @@ def _fill(tmp: Path, step: int, checkpoint_id: str, json_tree: Any, tensors: dic
         _fsync_file(tmp / n)
         size = os.lstat(tmp / n).st_size
         files[n] = {"size": size, "xxh3_128": hash_regular(tmp / n, size)}
-    atomic_write(tmp / MARKER, _json_bytes({"format": CHECKPOINT_FORMAT, "schema_version": CHECKPOINT_SCHEMA_VERSION,
-                                            K_STEP: step, K_CHECKPOINT_ID: checkpoint_id, K_FILES: files}), durable=False)
+    atomic_write(
+        tmp / MARKER,
+        _json_bytes(
+            {
+                "format": CHECKPOINT_FORMAT,
+                "schema_version": CHECKPOINT_SCHEMA_VERSION,
+                K_STEP: step,
+                K_CHECKPOINT_ID: checkpoint_id,
+                K_FILES: files,
+            }
+        ),
+        durable=False,
+    )
     _fsync_file(tmp / MARKER)
     fsync_dir(tmp)
 
@@ -417,13 +489,20 @@ def _write_error(root: Path, final: Path, e: BaseException, *, published: bool) 
     """The error of a save that failed writing (a full disk, a quota, an I/O error), saying what is on disk."""
     why = getattr(e, "strerror", None) or str(e)
     if published:
-        state = (f"{final.name} is complete on disk but {LATEST} was not updated, so loading {root} still loads "
-                 "the checkpoint it named before")
+        state = (
+            f"{final.name} is complete on disk but {LATEST} was not updated, so loading {root} still loads "
+            "the checkpoint it named before"
+        )
     else:
         state = f"nothing of {final.name} was kept; the checkpoints saved before are unchanged"
-    return CheckpointError(describe("directory", str(root), f"room to write checkpoint {final.name} ({why}; {state})",
-                                    "free space (or raise the quota) and call save_checkpoint again, "
-                                    "or save into another directory"))
+    return CheckpointError(
+        describe(
+            "directory",
+            str(root),
+            f"room to write checkpoint {final.name} ({why}; {state})",
+            "free space (or raise the quota) and call save_checkpoint again, or save into another directory",
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -431,7 +510,7 @@ class RawCheckpoint:
     path: Path
     step: int
     checkpoint_id: str
-    tree: Any                  # decoded state (tensors included)
+    tree: Any  # decoded state (tensors included)
     meta: CheckpointMeta | None
     inventory: dict
 
@@ -440,7 +519,9 @@ def _json_file(p: Path) -> Any:
     try:
         return json.loads(read_regular(p).decode("utf-8"))
     except (ValueError, RecursionError) as e:
-        raise CheckpointError(describe("checkpoint file", str(p), f"readable JSON ({e})", "load another checkpoint")) from None
+        raise CheckpointError(
+            describe("checkpoint file", str(p), f"readable JSON ({e})", "load another checkpoint")
+        ) from None
 
 
 def read_checkpoint(path: str | os.PathLike, step: int | None = None) -> RawCheckpoint:
@@ -462,16 +543,27 @@ def read_checkpoint(path: str | os.PathLike, step: int | None = None) -> RawChec
         elif h != f["xxh3_128"]:
             problems.append(f"{n}: content hash differs from the marker's")
     if problems:
-        raise CheckpointError(describe("checkpoint", str(p), "files matching their COMMITTED marker",
-                                       "the checkpoint is damaged: load another one (" + "; ".join(problems) + ")"))
+        raise CheckpointError(
+            describe(
+                "checkpoint",
+                str(p),
+                "files matching their COMMITTED marker",
+                "the checkpoint is damaged: load another one (" + "; ".join(problems) + ")",
+            )
+        )
     json_tree, meta_d, inventory = _json_file(p / STATE_JSON), _json_file(p / META_JSON), _json_file(p / INVENTORY_JSON)
     try:
         tensors = load_file(str(p / TENSORS))
     except (ValueError, OSError, SafetensorError) as e:
-        raise CheckpointError(describe("checkpoint file", str(p / TENSORS), f"a readable safetensors file ({e})",
-                                       "load another checkpoint")) from None
+        raise CheckpointError(
+            describe(
+                "checkpoint file", str(p / TENSORS), f"a readable safetensors file ({e})", "load another checkpoint"
+            )
+        ) from None
     tree = decode(json_tree, tensors)
     meta = CheckpointMeta.from_dict(meta_d) if meta_d is not None else None
     if not isinstance(inventory, dict):
-        raise CheckpointError(describe("checkpoint file", str(p / INVENTORY_JSON), "a JSON object", "load another checkpoint"))
+        raise CheckpointError(
+            describe("checkpoint file", str(p / INVENTORY_JSON), "a JSON object", "load another checkpoint")
+        )
     return RawCheckpoint(p, marker[K_STEP], marker[K_CHECKPOINT_ID], tree, meta, inventory)

@@ -32,8 +32,9 @@ OPT_CALLED = "_opt_called"
 STEP_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
 
 #: ``LRScheduler.state_dict()`` entries that are progress (or the schedule's functions), not settings
-SCHEDULER_PROGRESS_KEYS = frozenset({"last_epoch", "_step_count", "_last_lr", "_get_lr_called_within_step",
-                                     "lr_lambdas", "_is_initial", "base_lrs"})
+SCHEDULER_PROGRESS_KEYS = frozenset(
+    {"last_epoch", "_step_count", "_last_lr", "_get_lr_called_within_step", "lr_lambdas", "_is_initial", "base_lrs"}
+)
 
 
 @contextlib.contextmanager

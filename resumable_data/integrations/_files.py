@@ -40,18 +40,27 @@ def read_loader_state(folder: str | os.PathLike) -> dict[str, Any]:
     the folder holds none or the file is not a JSON object."""
     path = Path(folder) / LOADER_STATE_FILE
     if not path.is_file():
-        raise ResumeError(describe(
-            "resume_from_checkpoint", str(folder), f"a checkpoint folder holding {LOADER_STATE_FILE} (written by "
-            "rd's integration at every save)", "resume from a checkpoint saved by the rd integration (an earlier "
-            "one if this save was interrupted), or start fresh without resume_from_checkpoint"))
+        raise ResumeError(
+            describe(
+                "resume_from_checkpoint",
+                str(folder),
+                f"a checkpoint folder holding {LOADER_STATE_FILE} (written by rd's integration at every save)",
+                "resume from a checkpoint saved by the rd integration (an earlier "
+                "one if this save was interrupted), or start fresh without resume_from_checkpoint",
+            )
+        )
     try:
         state = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise ResumeError(describe(str(path), f"unreadable ({e})", "a JSON loader state",
-                                   "resume from an earlier checkpoint")) from e
+        raise ResumeError(
+            describe(str(path), f"unreadable ({e})", "a JSON loader state", "resume from an earlier checkpoint")
+        ) from e
     if not isinstance(state, dict):
-        raise ResumeError(describe(str(path), type(state).__name__, "a JSON object (a loader state)",
-                                   "resume from an earlier checkpoint"))
+        raise ResumeError(
+            describe(
+                str(path), type(state).__name__, "a JSON object (a loader state)", "resume from an earlier checkpoint"
+            )
+        )
     return state
 
 
@@ -60,12 +69,23 @@ def check_pinned(loader: Any, allow_unpinned: bool, where: str) -> None:
     ``allow_unpinned``: its first resume would be refused (nothing could tell a changed dataset),
     so the run must not train first and learn it at the first restart."""
     if not isinstance(allow_unpinned, bool):
-        raise ConfigError(describe("allow_unpinned", allow_unpinned, "True or False",
-                                   f"pass allow_unpinned=True to {where} to resume over an unpinned dataset"))
+        raise ConfigError(
+            describe(
+                "allow_unpinned",
+                allow_unpinned,
+                "True or False",
+                f"pass allow_unpinned=True to {where} to resume over an unpinned dataset",
+            )
+        )
     if allow_unpinned or loader.snapshot().pinned:
         return
-    raise ConfigError(describe(
-        "dataset", type(loader.dataset).__name__, "a dataset with a pinned version (an rd.ArrowShards, a "
-        "datasets.Dataset, or a torch dataset with dataset_version=): a resume checks that the data did not change",
-        f"pass dataset_version='<a name for this data>' to rd.DataLoader (or to {where}'s loader arguments), use "
-        f"rd.ArrowShards, or pass allow_unpinned=True to {where} to resume without that check"))
+    raise ConfigError(
+        describe(
+            "dataset",
+            type(loader.dataset).__name__,
+            "a dataset with a pinned version (an rd.ArrowShards, a "
+            "datasets.Dataset, or a torch dataset with dataset_version=): a resume checks that the data did not change",
+            f"pass dataset_version='<a name for this data>' to rd.DataLoader (or to {where}'s loader arguments), use "
+            f"rd.ArrowShards, or pass allow_unpinned=True to {where} to resume without that check",
+        )
+    )

@@ -72,8 +72,15 @@ def latest_complete_state(root: str | os.PathLike) -> Path | None:
     return max(done)[2] if done else None
 
 
-def prepare_loader(accelerator: Any, loader: DataLoader, *, allow_unpinned: bool = False,
-                   on_uncommitted: Any = None, on_batch_change: Any = None, label: Any = None) -> DataLoader:
+def prepare_loader(
+    accelerator: Any,
+    loader: DataLoader,
+    *,
+    allow_unpinned: bool = False,
+    on_uncommitted: Any = None,
+    on_batch_change: Any = None,
+    label: Any = None,
+) -> DataLoader:
     """Check ``loader``'s sharding against ``accelerator`` and save/load its state with
     ``accelerator.save_state``/``load_state`` (as ``rd_loader_state.json``); returns ``loader``.
 
@@ -89,17 +96,33 @@ def prepare_loader(accelerator: Any, loader: DataLoader, *, allow_unpinned: bool
     was killed is refused by ``load_state`` (naming the folder and the newest complete one) and
     skipped by :func:`latest_complete_state`."""
     if not isinstance(loader, DataLoader):
-        raise ConfigError(describe("loader", type(loader).__name__, "an rd.DataLoader",
-                                   "pass the rd.DataLoader itself (not one accelerator.prepare wrapped)"))
+        raise ConfigError(
+            describe(
+                "loader",
+                type(loader).__name__,
+                "an rd.DataLoader",
+                "pass the rd.DataLoader itself (not one accelerator.prepare wrapped)",
+            )
+        )
     check_pinned(loader, allow_unpinned, "prepare_loader")
     s = loader.sharding
     if (s.world_size, s.rank) != (accelerator.num_processes, accelerator.process_index):
-        raise ConfigError(describe(
-            "loader.sharding", f"world_size={s.world_size}, rank={s.rank}", f"world_size={accelerator.num_processes}, "
-            f"rank={accelerator.process_index} (the accelerator's processes)", "build the rd.DataLoader after "
-            "Accelerator() (which sets up the process group), or pass sharding=rd.Sharding(...) to match"))
-    options = {"allow_unpinned": allow_unpinned, "on_uncommitted": on_uncommitted, "label": label,
-               "on_batch_change": on_batch_change}
+        raise ConfigError(
+            describe(
+                "loader.sharding",
+                f"world_size={s.world_size}, rank={s.rank}",
+                f"world_size={accelerator.num_processes}, "
+                f"rank={accelerator.process_index} (the accelerator's processes)",
+                "build the rd.DataLoader after "
+                "Accelerator() (which sets up the process group), or pass sharding=rd.Sharding(...) to match",
+            )
+        )
+    options = {
+        "allow_unpinned": allow_unpinned,
+        "on_uncommitted": on_uncommitted,
+        "label": label,
+        "on_batch_change": on_batch_change,
+    }
     loader.validate_state_dict(loader.snapshot().to_dict(), **options)  # the options are checked now
 
     def save(models: Any, weights: Any, output_dir: str) -> None:
@@ -114,10 +137,17 @@ def prepare_loader(accelerator: Any, loader: DataLoader, *, allow_unpinned: bool
         folder = Path(input_dir)
         if not _is_complete(folder):
             newest = latest_complete_state(folder.parent)
-            raise ResumeError(describe(
-                "load_state", str(folder), f"a folder a save_state finished (it holds {COMPLETE_FILE}); a kill "
-                "inside save_state left this one incomplete", f"load the newest complete one, {newest}" if newest
-                else "start fresh: no complete save_state folder exists beside it"))
+            raise ResumeError(
+                describe(
+                    "load_state",
+                    str(folder),
+                    f"a folder a save_state finished (it holds {COMPLETE_FILE}); a kill "
+                    "inside save_state left this one incomplete",
+                    f"load the newest complete one, {newest}"
+                    if newest
+                    else "start fresh: no complete save_state folder exists beside it",
+                )
+            )
         loader.load_state_dict(read_loader_state(folder), **options)
 
     original_save = accelerator.save_state
@@ -136,12 +166,19 @@ def prepare_loader(accelerator: Any, loader: DataLoader, *, allow_unpinned: bool
             return original_skip(dataloader, num_batches=num_batches)
         at = loader.step_info().step_in_epoch if num_batches else 0
         if num_batches and num_batches != at:
-            warnings.warn(f"accelerator.skip_first_batches(loader, {num_batches}): the rd.DataLoader resumed by "
-                          f"seeking and is at batch {at} of its epoch; it is returned unchanged (nothing skipped "
-                          "twice); remove the call", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"accelerator.skip_first_batches(loader, {num_batches}): the rd.DataLoader resumed by "
+                f"seeking and is at batch {at} of its epoch; it is returned unchanged (nothing skipped "
+                "twice); remove the call",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         elif num_batches:
-            log.info("resumable_data: skip_first_batches(loader, %d) returns the rd.DataLoader unchanged: it "
-                     "already resumed by seeking", num_batches)
+            log.info(
+                "resumable_data: skip_first_batches(loader, %d) returns the rd.DataLoader unchanged: it "
+                "already resumed by seeking",
+                num_batches,
+            )
         return loader
 
     accelerator.save_state = save_state

@@ -103,20 +103,31 @@ class LightningLoader:
     def _check_epoch(self, batch_epoch: int) -> None:
         trainer = self._module._trainer_or_none()
         if trainer is not None and batch_epoch != trainer.current_epoch:
-            raise ResumeError(describe(
-                "trainer.current_epoch", trainer.current_epoch, f"the loader's epoch {batch_epoch} (a batch of it "
-                "was just delivered): one loader pass is one Lightning epoch",
-                "leave limit_train_batches at 1.0 and resume with the checkpoint's loader settings"))
+            raise ResumeError(
+                describe(
+                    "trainer.current_epoch",
+                    trainer.current_epoch,
+                    f"the loader's epoch {batch_epoch} (a batch of it "
+                    "was just delivered): one loader pass is one Lightning epoch",
+                    "leave limit_train_batches at 1.0 and resume with the checkpoint's loader settings",
+                )
+            )
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's state; refused while Lightning's fetcher holds batches it pulled but has
         not handed to training (the state would count them as consumed)."""
         lag = self._buffered()
         if lag:
-            raise ResumeError(describe(
-                "Lightning's prefetch buffer", f"{lag} batch(es)", "empty when a checkpoint is saved (Lightning "
-                "does not prefetch from a loader with a length, as rd.DataLoader is)", "report this with your "
-                "lightning version; meanwhile save checkpoints at batch or epoch ends (ModelCheckpoint)"))
+            raise ResumeError(
+                describe(
+                    "Lightning's prefetch buffer",
+                    f"{lag} batch(es)",
+                    "empty when a checkpoint is saved (Lightning "
+                    "does not prefetch from a loader with a length, as rd.DataLoader is)",
+                    "report this with your "
+                    "lightning version; meanwhile save checkpoints at batch or epoch ends (ModelCheckpoint)",
+                )
+            )
         return self.loader.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -126,8 +137,14 @@ class LightningLoader:
             # saved right after an epoch's last batch (a sized loader is never asked for one more):
             # close that epoch's empty rest of pass now, so the next iter() is the next epoch
             for _ in self.loader:
-                raise ResumeError(describe("state", "a batch in a finished pass", "an empty pass",
-                                           "report this: the state's end_of_pass flag disagrees with its cursor"))
+                raise ResumeError(
+                    describe(
+                        "state",
+                        "a batch in a finished pass",
+                        "an empty pass",
+                        "report this: the state's end_of_pass flag disagrees with its cursor",
+                    )
+                )
 
 
 class ResumableDataModule(pl.LightningDataModule):
@@ -145,9 +162,19 @@ class ResumableDataModule(pl.LightningDataModule):
     ``dataset`` and ``loader_kwargs`` must pickle for ``strategy="ddp_spawn"`` (an
     ``rd.ArrowShards`` does)."""
 
-    def __init__(self, dataset: Any, *, allow_unpinned: bool = False, on_uncommitted: Any = None,
-                 on_batch_change: Any = None, label: Any = None, save_rng: bool = True, val_dataset: Any = None,
-                 val_loader_kwargs: dict[str, Any] | None = None, **loader_kwargs: Any) -> None:
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        allow_unpinned: bool = False,
+        on_uncommitted: Any = None,
+        on_batch_change: Any = None,
+        label: Any = None,
+        save_rng: bool = True,
+        val_dataset: Any = None,
+        val_loader_kwargs: dict[str, Any] | None = None,
+        **loader_kwargs: Any,
+    ) -> None:
         super().__init__()
         if "batch_size" not in loader_kwargs:
             raise ConfigError(describe("batch_size", None, "the per-process batch size", "pass batch_size=32"))
@@ -155,8 +182,12 @@ class ResumableDataModule(pl.LightningDataModule):
             raise ConfigError(describe("save_rng", save_rng, "True or False", "pass save_rng=True (the default)"))
         probe = DataLoader(dataset, **{"sharding": Sharding(1, 0), **loader_kwargs})  # every argument checked now
         check_pinned(probe, allow_unpinned, "ResumableDataModule")
-        self._resume_options = {"allow_unpinned": allow_unpinned, "on_uncommitted": on_uncommitted,
-                                "on_batch_change": on_batch_change, "label": label}
+        self._resume_options = {
+            "allow_unpinned": allow_unpinned,
+            "on_uncommitted": on_uncommitted,
+            "on_batch_change": on_batch_change,
+            "label": label,
+        }
         probe.validate_state_dict(probe.snapshot().to_dict(), **self._resume_options)  # the options, checked
         del probe
         self.dataset = dataset
@@ -175,9 +206,14 @@ class ResumableDataModule(pl.LightningDataModule):
         (sharded over its process group), seeked to a pending checkpoint state if there is one."""
         trainer = self._trainer_or_none()
         if trainer is not None and trainer.limit_train_batches not in (1.0, None):
-            raise ConfigError(describe(
-                "limit_train_batches", trainer.limit_train_batches, "1.0 (one loader pass is one epoch)",
-                "drop limit_train_batches, or shrink the dataset"))
+            raise ConfigError(
+                describe(
+                    "limit_train_batches",
+                    trainer.limit_train_batches,
+                    "1.0 (one loader pass is one epoch)",
+                    "drop limit_train_batches, or shrink the dataset",
+                )
+            )
         self._train = LightningLoader(DataLoader(self.dataset, **self.loader_kwargs), self)
         if self._pending is not None:
             self._train.load_state_dict(self._pending)
@@ -208,18 +244,29 @@ class ResumableDataModule(pl.LightningDataModule):
         """Seek the train loader (now, or when ``train_dataloader()`` builds it) and set the global
         generators back to the saved states."""
         if K_LOADER not in state_dict:
-            raise ResumeError(describe(
-                "checkpoint", sorted(state_dict), f"the {K_LOADER!r} entry ResumableDataModule saves",
-                "resume from a checkpoint saved with ResumableDataModule"))
+            raise ResumeError(
+                describe(
+                    "checkpoint",
+                    sorted(state_dict),
+                    f"the {K_LOADER!r} entry ResumableDataModule saves",
+                    "resume from a checkpoint saved with ResumableDataModule",
+                )
+            )
         rng = None
         if self.save_rng and K_RNG in state_dict:
             try:
                 rng = rng_mod.from_json(state_dict[K_RNG])
             except ResumableDataError:
                 raise
-            except Exception as e:  # noqa: BLE001 - a malformed entry is refused as an rd error
-                raise ResumeError(describe(f"checkpoint[{K_RNG!r}]", type(e).__name__, "the generator states "
-                                           "ResumableDataModule saved", "resume from an unmodified checkpoint")) from e
+            except Exception as e:
+                raise ResumeError(
+                    describe(
+                        f"checkpoint[{K_RNG!r}]",
+                        type(e).__name__,
+                        "the generator states ResumableDataModule saved",
+                        "resume from an unmodified checkpoint",
+                    )
+                ) from e
         if self._train is not None:
             self._train.load_state_dict(state_dict[K_LOADER])
         else:

@@ -43,17 +43,27 @@ class TitanDataLoader:
 
     def __init__(self, loader: DataLoader, *, input_key: str = "input_ids", label_key: str = "labels") -> None:
         if not isinstance(loader, DataLoader):
-            raise ConfigError(describe("loader", type(loader).__name__, "an rd.DataLoader",
-                                       "pass rd.DataLoader(..., packing=rd.Packing(seq_len=...))"))
+            raise ConfigError(
+                describe(
+                    "loader",
+                    type(loader).__name__,
+                    "an rd.DataLoader",
+                    "pass rd.DataLoader(..., packing=rd.Packing(seq_len=...))",
+                )
+            )
         self.loader, self.input_key, self.label_key = loader, input_key, label_key
 
     def __iter__(self) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
         for batch in self.loader:
             if not isinstance(batch, dict) or self.input_key not in batch or self.label_key not in batch:
-                raise ConfigError(describe(
-                    "batch", sorted(batch) if isinstance(batch, dict) else type(batch).__name__,
-                    f"a dict with {self.input_key!r} and {self.label_key!r}", "use packing=rd.Packing(...) or "
-                    "pass input_key=/label_key= naming your columns"))
+                raise ConfigError(
+                    describe(
+                        "batch",
+                        sorted(batch) if isinstance(batch, dict) else type(batch).__name__,
+                        f"a dict with {self.input_key!r} and {self.label_key!r}",
+                        "use packing=rd.Packing(...) or pass input_key=/label_key= naming your columns",
+                    )
+                )
             inputs = {k: v for k, v in batch.items() if k not in (self.input_key, self.label_key)}
             inputs["input"] = batch[self.input_key]
             yield inputs, batch[self.label_key]
@@ -70,6 +80,12 @@ class TitanDataLoader:
         if not state_dict:  # torchtitan's convention: an empty state is a fresh start
             return
         if K_LOADER not in state_dict:
-            raise ResumeError(describe("state_dict", sorted(state_dict), f"a dict with {K_LOADER!r} (from "
-                                       "TitanDataLoader.state_dict)", "resume from a checkpoint this loader wrote"))
+            raise ResumeError(
+                describe(
+                    "state_dict",
+                    sorted(state_dict),
+                    f"a dict with {K_LOADER!r} (from TitanDataLoader.state_dict)",
+                    "resume from a checkpoint this loader wrote",
+                )
+            )
         self.loader.load_state_dict(state_dict[K_LOADER])

@@ -41,7 +41,7 @@ import transformers.trainer as hf_trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from resumable_data.errors import ConfigError, ResumeError, describe
-from resumable_data.integrations._files import LOADER_STATE_FILE, read_loader_state, write_loader_state
+from resumable_data.integrations._files import read_loader_state, write_loader_state
 from resumable_data.loader import DataLoader
 
 __all__ = ["ResumableTrainer", "latest_complete_checkpoint"]
@@ -70,32 +70,59 @@ class ResumableTrainer(transformers.Trainer):
     per-record dicts, as with torch's ``DataLoader``.
     """
 
-    def __init__(self, *args: Any, rd_loader_kwargs: dict[str, Any] | None = None,
-                 rd_resume_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        rd_loader_kwargs: dict[str, Any] | None = None,
+        rd_resume_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         missing = [h for h in _HOOKS if not hasattr(transformers.Trainer, h)]
         if missing or not hasattr(hf_trainer, "skip_first_batches"):
-            raise ConfigError(describe(
-                "transformers", transformers.__version__, "a Trainer with "
-                f"{', '.join(_HOOKS)} and transformers.trainer.skip_first_batches (transformers 5.x); missing "
-                f"{missing or ['skip_first_batches']}", "pip install -c constraints.txt -e '.[integrations]'"))
+            raise ConfigError(
+                describe(
+                    "transformers",
+                    transformers.__version__,
+                    "a Trainer with "
+                    f"{', '.join(_HOOKS)} and transformers.trainer.skip_first_batches (transformers 5.x); missing "
+                    f"{missing or ['skip_first_batches']}",
+                    "pip install -c constraints.txt -e '.[integrations]'",
+                )
+            )
         super().__init__(*args, **kwargs)
         a = self.args
         if a.ignore_data_skip:
-            raise ConfigError(describe(
-                "ignore_data_skip", True, "False: ResumableTrainer resumes by seek, which costs nothing, and "
-                "ignore_data_skip=True would train on the resumed epoch's first batches again",
-                "drop ignore_data_skip=True"))
+            raise ConfigError(
+                describe(
+                    "ignore_data_skip",
+                    True,
+                    "False: ResumableTrainer resumes by seek, which costs nothing, and "
+                    "ignore_data_skip=True would train on the resumed epoch's first batches again",
+                    "drop ignore_data_skip=True",
+                )
+            )
         strategy = getattr(a, "train_sampling_strategy", "random")
         if strategy not in _SHUFFLE:
-            raise ConfigError(describe(
-                "train_sampling_strategy", strategy, f"one of {sorted(_SHUFFLE)} (rd orders records itself)",
-                "use 'random' (rd_loader_kwargs={'shuffle_window': n} for a windowed shuffle) or 'sequential'"))
+            raise ConfigError(
+                describe(
+                    "train_sampling_strategy",
+                    strategy,
+                    f"one of {sorted(_SHUFFLE)} (rd orders records itself)",
+                    "use 'random' (rd_loader_kwargs={'shuffle_window': n} for a windowed shuffle) or 'sequential'",
+                )
+            )
         self.rd_loader_kwargs = dict(rd_loader_kwargs or {})
         self.rd_resume_options = dict(rd_resume_options or {})
         unknown = sorted(set(self.rd_resume_options) - _RESUME_OPTIONS)
         if unknown:
-            raise ConfigError(describe("rd_resume_options", unknown, f"keys among {sorted(_RESUME_OPTIONS)} (passed "
-                                       "to the loader's load_state_dict on resume)", "drop the other keys"))
+            raise ConfigError(
+                describe(
+                    "rd_resume_options",
+                    unknown,
+                    f"keys among {sorted(_RESUME_OPTIONS)} (passed to the loader's load_state_dict on resume)",
+                    "drop the other keys",
+                )
+            )
         self._check_pinned()
         self._rd_loader: DataLoader | None = None
 
@@ -108,19 +135,30 @@ class ResumableTrainer(transformers.Trainer):
 
         ds, allow = self.train_dataset, self.rd_resume_options.get("allow_unpinned", False)
         if not isinstance(allow, bool):
-            raise ConfigError(describe("rd_resume_options['allow_unpinned']", allow, "True or False",
-                                       "pass True to resume over an unpinned dataset"))
+            raise ConfigError(
+                describe(
+                    "rd_resume_options['allow_unpinned']",
+                    allow,
+                    "True or False",
+                    "pass True to resume over an unpinned dataset",
+                )
+            )
         if ds is None or allow or isinstance(ds, datasets.Dataset) or self.rd_loader_kwargs.get("dataset_version"):
             return
         if isinstance(ds, (ArrowShards, Mixture)) and ds.pinned:
             return
         if isinstance(ds, datasets.IterableDataset):
             return  # refused with its own reason when the loader is built
-        raise ConfigError(describe(
-            "train_dataset", type(ds).__name__, "a dataset with a pinned version (rd.ArrowShards, a datasets.Dataset, "
-            "or a torch dataset with a declared version): a resume checks that the data did not change",
-            "pass rd_loader_kwargs={'dataset_version': '<a name for this data>'}, or "
-            "rd_resume_options={'allow_unpinned': True} to resume without that check"))
+        raise ConfigError(
+            describe(
+                "train_dataset",
+                type(ds).__name__,
+                "a dataset with a pinned version (rd.ArrowShards, a datasets.Dataset, "
+                "or a torch dataset with a declared version): a resume checks that the data did not change",
+                "pass rd_loader_kwargs={'dataset_version': '<a name for this data>'}, or "
+                "rd_resume_options={'allow_unpinned': True} to resume without that check",
+            )
+        )
 
     # -- the loader ---------------------------------------------------------------------------------
     @property
@@ -140,12 +178,20 @@ class ResumableTrainer(transformers.Trainer):
             # record before the collator (the Trainer's remove_unused_columns, without editing the
             # table: the version follows the files)
             return ArrowShards.from_hf(dataset, version_of="rows"), self._get_collator_with_removed_columns(
-                self.data_collator, description="training")
-        if isinstance(dataset, datasets.IterableDataset) or hasattr(dataset, "__iter__") and not hasattr(dataset, "__len__"):
-            raise ConfigError(describe(
-                "train_dataset", type(dataset).__name__, "a map-style dataset (rd.ArrowShards, datasets.Dataset, "
-                "a torch Dataset with __len__): a position must name a record", "materialise the stream as Arrow "
-                "shards (rd.write_arrow_shards) or use transformers.Trainer"))
+                self.data_collator, description="training"
+            )
+        if isinstance(dataset, datasets.IterableDataset) or (
+            hasattr(dataset, "__iter__") and not hasattr(dataset, "__len__")
+        ):
+            raise ConfigError(
+                describe(
+                    "train_dataset",
+                    type(dataset).__name__,
+                    "a map-style dataset (rd.ArrowShards, datasets.Dataset, "
+                    "a torch Dataset with __len__): a position must name a record",
+                    "materialise the stream as Arrow shards (rd.write_arrow_shards) or use transformers.Trainer",
+                )
+            )
         return dataset, self._get_collator_with_removed_columns(self.data_collator, description="training")
 
     def get_train_dataloader(self) -> DataLoader:
@@ -155,12 +201,17 @@ class ResumableTrainer(transformers.Trainer):
         a = self.args
         dataset, collate = self._rd_dataset()
         kwargs: dict[str, Any] = dict(
-            batch_size=self._train_batch_size, shuffle=_SHUFFLE[getattr(a, "train_sampling_strategy", "random")],
-            seed=a.data_seed if a.data_seed is not None else a.seed, drop_last=a.dataloader_drop_last,
-            num_workers=a.dataloader_num_workers, collate_fn=collate, pin_memory=a.dataloader_pin_memory,
+            batch_size=self._train_batch_size,
+            shuffle=_SHUFFLE[getattr(a, "train_sampling_strategy", "random")],
+            seed=a.data_seed if a.data_seed is not None else a.seed,
+            drop_last=a.dataloader_drop_last,
+            num_workers=a.dataloader_num_workers,
+            collate_fn=collate,
+            pin_memory=a.dataloader_pin_memory,
             persistent_workers=a.dataloader_persistent_workers and a.dataloader_num_workers > 0,
             prefetch_factor=a.dataloader_prefetch_factor if a.dataloader_num_workers > 0 else None,
-            in_order=getattr(a, "dataloader_in_order", True), accumulation_steps=a.gradient_accumulation_steps,
+            in_order=getattr(a, "dataloader_in_order", True),
+            accumulation_steps=a.gradient_accumulation_steps,
         )
         kwargs.update(self.rd_loader_kwargs)
         self._rd_loader = DataLoader(dataset, **kwargs)
@@ -177,14 +228,23 @@ class ResumableTrainer(transformers.Trainer):
             resume_from_checkpoint = latest_complete_checkpoint(self.args.output_dir)
             if resume_from_checkpoint is None:
                 log.info("resumable_data: no complete checkpoint in %s: training starts fresh", self.args.output_dir)
-        elif isinstance(resume_from_checkpoint, (str, os.PathLike)) and os.path.isdir(resume_from_checkpoint) \
-                and _why_incomplete(resume_from_checkpoint) is not None:
+        elif (
+            isinstance(resume_from_checkpoint, (str, os.PathLike))
+            and os.path.isdir(resume_from_checkpoint)
+            and _why_incomplete(resume_from_checkpoint) is not None
+        ):
             folder = os.fspath(resume_from_checkpoint)
             newest = latest_complete_checkpoint(os.path.dirname(os.path.abspath(folder)))
-            raise ResumeError(describe(
-                "resume_from_checkpoint", folder, f"a complete checkpoint ({_why_incomplete(folder)}: a save was "
-                "interrupted there)", f"resume_from_checkpoint={newest!r}, the newest complete one" if newest
-                else "resume_from_checkpoint=None: no complete checkpoint exists beside it"))
+            raise ResumeError(
+                describe(
+                    "resume_from_checkpoint",
+                    folder,
+                    f"a complete checkpoint ({_why_incomplete(folder)}: a save was interrupted there)",
+                    f"resume_from_checkpoint={newest!r}, the newest complete one"
+                    if newest
+                    else "resume_from_checkpoint=None: no complete checkpoint exists beside it",
+                )
+            )
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
@@ -192,14 +252,21 @@ class ResumableTrainer(transformers.Trainer):
         if self._rd_loader is not None:
             state = self._rd_loader.state_dict()  # every rank (commits in auto mode); identical on all
             if self.args.should_save:
-                folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+                folder = os.path.join(
+                    self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+                )
                 write_loader_state(folder, state)
         super()._save_checkpoint(model, trial)
 
     def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
         a = inspect.signature(super()._run_epoch).bind(*args, **kwargs).arguments
         loader, resume = a.get("train_dataloader"), a.get("resume_from_checkpoint")
-        if loader is None or loader is not self._rd_loader or resume is None or a.get("epoch") != a.get("epochs_trained"):
+        if (
+            loader is None
+            or loader is not self._rd_loader
+            or resume is None
+            or a.get("epoch") != a.get("epochs_trained")
+        ):
             return super()._run_epoch(*args, **kwargs)
         self._rd_restore(loader, resume, a["epochs_trained"], a["steps_trained_in_current_epoch"])
         with _pass_through(loader):
@@ -212,16 +279,27 @@ class ResumableTrainer(transformers.Trainer):
             # saved right after an epoch's last batch: its (empty) rest of pass comes first; the
             # Trainer already counts the next epoch, so close that pass here
             for _ in loader:
-                raise ResumeError(describe("rd_loader_state", "a batch in a finished pass", "an empty pass",
-                                           "report this: the state's end_of_pass flag disagrees with its cursor"))
+                raise ResumeError(
+                    describe(
+                        "rd_loader_state",
+                        "a batch in a finished pass",
+                        "an empty pass",
+                        "report this: the state's end_of_pass flag disagrees with its cursor",
+                    )
+                )
         info = loader.step_info()
         if (info.epoch, info.step_in_epoch) != (epoch, step_in_epoch):
-            raise ResumeError(describe(
-                "resume_from_checkpoint", folder, f"a loader state at epoch {epoch}, batch {step_in_epoch} (where the "
-                f"Trainer resumes: global_step {self.state.global_step}, gradient_accumulation_steps "
-                f"{self.args.gradient_accumulation_steps}); the state is at epoch {info.epoch}, batch "
-                f"{info.step_in_epoch} of {info.steps_in_epoch}", "resume with the batch size, accumulation steps and "
-                "dataset the checkpoint was trained with"))
+            raise ResumeError(
+                describe(
+                    "resume_from_checkpoint",
+                    folder,
+                    f"a loader state at epoch {epoch}, batch {step_in_epoch} (where the "
+                    f"Trainer resumes: global_step {self.state.global_step}, gradient_accumulation_steps "
+                    f"{self.args.gradient_accumulation_steps}); the state is at epoch {info.epoch}, batch "
+                    f"{info.step_in_epoch} of {info.steps_in_epoch}",
+                    "resume with the batch size, accumulation steps and dataset the checkpoint was trained with",
+                )
+            )
 
 
 def _why_incomplete(folder: str | os.PathLike) -> str | None:
@@ -238,9 +316,15 @@ def latest_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     Each newer folder left out is logged (``logging``, WARNING) by name, with what it lacks."""
     if not os.path.isdir(output_dir):
         return None
-    found = sorted(((int(m.group(1)), name) for name in os.listdir(output_dir)
-                    if (m := re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", name))
-                    and os.path.isdir(os.path.join(output_dir, name))), reverse=True)
+    found = sorted(
+        (
+            (int(m.group(1)), name)
+            for name in os.listdir(output_dir)
+            if (m := re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", name))
+            and os.path.isdir(os.path.join(output_dir, name))
+        ),
+        reverse=True,
+    )
     for _, name in found:
         folder = os.path.join(output_dir, name)
         why = _why_incomplete(folder)

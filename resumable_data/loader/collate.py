@@ -25,8 +25,15 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-__all__ = ["LENGTHS_SUFFIX", "PAD_VALUE", "arrow_to_numpy", "arrow_to_tensors", "gathered_to_numpy", "list_lengths",
-           "to_torch"]
+__all__ = [
+    "LENGTHS_SUFFIX",
+    "PAD_VALUE",
+    "arrow_to_numpy",
+    "arrow_to_tensors",
+    "gathered_to_numpy",
+    "list_lengths",
+    "to_torch",
+]
 
 PAD_VALUE = 0
 LENGTHS_SUFFIX = "_lengths"
@@ -88,8 +95,10 @@ def gathered_to_numpy(names: list[str], columns: list[Any]) -> dict[str, Any]:
 
 def to_torch(batch: dict[str, Any]) -> dict[str, Any]:
     """numpy arrays (and numpy scalars) of a batch dict as tensors, zero-copy; the rest as is."""
-    return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else torch.as_tensor(v) if isinstance(v, np.generic) else v
-            for k, v in batch.items()}
+    return {
+        k: torch.from_numpy(v) if isinstance(v, np.ndarray) else torch.as_tensor(v) if isinstance(v, np.generic) else v
+        for k, v in batch.items()
+    }
 
 
 def arrow_to_tensors(table: pa.Table, pad_value: Any = PAD_VALUE) -> dict[str, Any]:

@@ -27,16 +27,17 @@ from __future__ import annotations
 import enum
 import numbers
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from resumable_data._schema import check_int, coerce_enum
 from resumable_data.errors import ConfigError, ConfigTypeError, describe
-from resumable_data.loader.seeding.sample_seeding import SampleSeeding, SeedingRecord, sample_seeding
 from resumable_data.loader.order import PlanOrder, SamplerOrder, StreamOrder
 from resumable_data.loader.samplers import PositionalRandomSampler, PositionalWeightedSampler
+from resumable_data.loader.seeding.sample_seeding import SampleSeeding, SeedingRecord, sample_seeding
 from resumable_data.loader.state import CommitMode, Layout, LoaderState
 from resumable_data.plan import BatchSchedule, Order, OrderSpec, Plan, Sharding, Tail
 from resumable_data.plan.batch_schedule import as_schedule
@@ -99,12 +100,22 @@ class LoaderConfig:
     def fingerprint(self) -> LoaderState:
         """The state of a fresh loader with this config (progress all zero)."""
         return LoaderState(
-            plan=self.plan, layout=Layout(self.sharding.world_size, self.sharding.policy), elastic=self.elastic,
-            commit=self.commit, accumulation_steps=self.accumulation_steps,
-            packing=self.packing, pinned=self.pinned,
-            sampler=self.order.fingerprint(), mixture=self.order.state_section(),
-            sample_seeding=SeedingRecord(SampleSeeding.OFF if not self.seed_per_sample else
-                                         SampleSeeding.LAZY if self.lazy_seeding else SampleSeeding.EAGER),
+            plan=self.plan,
+            layout=Layout(self.sharding.world_size, self.sharding.policy),
+            elastic=self.elastic,
+            commit=self.commit,
+            accumulation_steps=self.accumulation_steps,
+            packing=self.packing,
+            pinned=self.pinned,
+            sampler=self.order.fingerprint(),
+            mixture=self.order.state_section(),
+            sample_seeding=SeedingRecord(
+                SampleSeeding.OFF
+                if not self.seed_per_sample
+                else SampleSeeding.LAZY
+                if self.lazy_seeding
+                else SampleSeeding.EAGER
+            ),
         )
 
 
@@ -150,19 +161,29 @@ def resolve_config(
     """The :class:`LoaderConfig` of ``rd.DataLoader(dataset, ...)`` (same arguments, same rules)."""
     _torch_rules(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last)
     if not in_order:
-        raise ConfigError(describe("in_order", in_order, "True", "drop in_order=False: a resumable stream is delivered in order"))
+        raise ConfigError(
+            describe("in_order", in_order, "True", "drop in_order=False: a resumable stream is delivered in order")
+        )
     if _is_iterable_dataset(dataset):
         raise ConfigError(
-            describe("dataset", type(dataset).__name__, "a map-style dataset (__len__ and __getitem__), not a torch "
-                     "IterableDataset (a stream has no position to seek to, sized or not)",
-                     "index the records in a map-style dataset, or write Arrow shards and use rd.ArrowShards")
+            describe(
+                "dataset",
+                type(dataset).__name__,
+                "a map-style dataset (__len__ and __getitem__), not a torch "
+                "IterableDataset (a stream has no position to seek to, sized or not)",
+                "index the records in a map-style dataset, or write Arrow shards and use rd.ArrowShards",
+            )
         )
     if transform is not None and not callable(transform):
         raise ConfigError(describe("transform", transform, "a function of one sample", "pass a callable or None"))
     if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
         raise ConfigError(
-            describe("dataset", type(dataset).__name__, "a map-style dataset (__len__ and __getitem__)",
-                     "wrap an iterable dataset in a map-style one or write Arrow shards and use rd.ArrowShards")
+            describe(
+                "dataset",
+                type(dataset).__name__,
+                "a map-style dataset (__len__ and __getitem__)",
+                "wrap an iterable dataset in a map-style one or write Arrow shards and use rd.ArrowShards",
+            )
         )
     from resumable_data.sources.mixture import Mixture  # sources import pyarrow only
 
@@ -182,7 +203,9 @@ def resolve_config(
         batch_size = tr.batch_size
     do_shuffle = bool(shuffle) if tr_shuffle is None else tr_shuffle
     if sharding is not None and tr_sharding is not None:
-        raise ConfigError(describe("sharding", sharding, "unset when a DistributedSampler is given", "pass one of the two"))
+        raise ConfigError(
+            describe("sharding", sharding, "unset when a DistributedSampler is given", "pass one of the two")
+        )
     sharding = sharding or tr_sharding or _default_sharding()
     if not isinstance(sharding, Sharding):
         raise ConfigError(describe("sharding", sharding, "an rd.Sharding", "pass rd.Sharding(world_size, rank)"))
@@ -196,41 +219,70 @@ def resolve_config(
     world = sharding.world_size
 
     keyed = isinstance(positional, (PositionalRandomSampler, PositionalWeightedSampler))  # rd's, keyed by the seed
-    seed = _seed(seed, tr_seed, generator, do_shuffle or bool(shuffle_window) or keyed or
-                 (mixture is not None and mixture.shuffle))
+    seed = _seed(
+        seed,
+        tr_seed,
+        generator,
+        do_shuffle or bool(shuffle_window) or keyed or (mixture is not None and mixture.shuffle),
+    )
     if keyed:
         positional = positional.with_seed(seed)
     order = _order(shuffle_window, do_shuffle, shuffle, positional)
     scheduled = schedule is not None and not schedule.is_constant
     if scheduled:
-        for name, value, why in (("drop_last", drop_last or None, "False"), ("packing", packing, "None"),
-                                 ("sampler", tr_tail, "a sampler without its own tail (not a DistributedSampler)")):
+        for name, value, why in (
+            ("drop_last", drop_last or None, "False"),
+            ("packing", packing, "None"),
+            ("sampler", tr_tail, "a sampler without its own tail (not a DistributedSampler)"),
+        ):
             if value is None:
                 continue
             if name == "packing":  # packed epochs are cut into steps by their packing index, for one batch size
-                raise ConfigError(describe(name, value, "None with a batch schedule (a packed epoch is cut into "
-                                           "steps of one batch size by its packing index)",
-                                           "keep packing= with a fixed batch_size and ramp the number of packed "
-                                           "microbatches per optimizer step in your loop (docs/schedules.md"
-                                           "#packing-and-a-batch-ramp), or drop packing="))
-            raise ConfigError(describe(name, value, f"{why} with a batch schedule (it runs on tail='continuous': "
-                                       "an epoch is not a whole number of changing batches)",
-                                       f"drop {name}= (pass sharding=rd.Sharding(world, rank) for ranks)"))
+                raise ConfigError(
+                    describe(
+                        name,
+                        value,
+                        "None with a batch schedule (a packed epoch is cut into "
+                        "steps of one batch size by its packing index)",
+                        "keep packing= with a fixed batch_size and ramp the number of packed "
+                        "microbatches per optimizer step in your loop (docs/schedules.md"
+                        "#packing-and-a-batch-ramp), or drop packing=",
+                    )
+                )
+            raise ConfigError(
+                describe(
+                    name,
+                    value,
+                    f"{why} with a batch schedule (it runs on tail='continuous': "
+                    "an epoch is not a whole number of changing batches)",
+                    f"drop {name}= (pass sharding=rd.Sharding(world, rank) for ranks)",
+                )
+            )
         tail = Tail.CONTINUOUS if tail is None else tail
     if tail is None:
         # the loader's drop_last=True wins over a DistributedSampler(drop_last=False), as in torch
         tail = Tail.DROP if drop_last else tr_tail or (Tail.PARTIAL if world == 1 else Tail.WRAP)
     tail = coerce_enum(tail, Tail, "tail")
     if tail is Tail.CONTINUOUS and packing is not None:
-        raise ConfigError(describe("tail", "continuous", "drop, wrap or partial when packing (packed epochs are cut "
-                                   "into batches by their packing index, not one continuous stream)",
-                                   "drop tail= (or pass tail='drop' / 'wrap')"))
+        raise ConfigError(
+            describe(
+                "tail",
+                "continuous",
+                "drop, wrap or partial when packing (packed epochs are cut "
+                "into batches by their packing index, not one continuous stream)",
+                "drop tail= (or pass tail='drop' / 'wrap')",
+            )
+        )
     if tail is Tail.PAD and packing is not None:
         tail = Tail.WRAP  # packed sequences are not records: pad by wrapping whole global batches
     if tail is Tail.PARTIAL and world > 1:
         raise ConfigError(
-            describe("tail", "partial", "drop or wrap when world_size > 1 (a short batch would leave ranks idle)",
-                     "pass drop_last=True or tail='wrap'")
+            describe(
+                "tail",
+                "partial",
+                "drop or wrap when world_size > 1 (a short batch would leave ranks idle)",
+                "pass drop_last=True or tail='wrap'",
+            )
         )
 
     from resumable_data.plan.mixture.plan import StepPositions
@@ -246,14 +298,25 @@ def resolve_config(
     if packing is not None:
         mode = FetchMode.PACKED
         if transform is not None:
-            raise ConfigError(describe("transform", transform, "None when packing (the packer builds the batch)", "drop transform="))
-        lengths = _check_packing(packing, dataset, (ArrowShards, Mixture), collate_fn, arrow_collate, token_column,
-                                 None if mixture is not None else positional)
+            raise ConfigError(
+                describe("transform", transform, "None when packing (the packer builds the batch)", "drop transform=")
+            )
+        lengths = _check_packing(
+            packing,
+            dataset,
+            (ArrowShards, Mixture),
+            collate_fn,
+            arrow_collate,
+            token_column,
+            None if mixture is not None else positional,
+        )
         token_column = None
     elif isinstance(dataset, (ArrowShards, Mixture)):
         mode = FetchMode.ARROW
     elif arrow_collate is not None:
-        raise ConfigError(describe("arrow_collate", arrow_collate, "an rd.ArrowShards dataset", "use collate_fn instead"))
+        raise ConfigError(
+            describe("arrow_collate", arrow_collate, "an rd.ArrowShards dataset", "use collate_fn instead")
+        )
     elif hasattr(dataset, "__getitems__"):
         mode = FetchMode.GETITEMS
     else:
@@ -261,27 +324,51 @@ def resolve_config(
     if token_column is not None and mode is not FetchMode.ARROW:
         raise ConfigError(describe("token_column", token_column, "an rd.ArrowShards dataset", "drop token_column"))
     if token_column is not None and token_column not in dataset.schema.names:
-        raise ConfigError(describe("token_column", token_column, f"one of the columns {dataset.schema.names}", "name a list column"))
+        raise ConfigError(
+            describe("token_column", token_column, f"one of the columns {dataset.schema.names}", "name a list column")
+        )
 
     seeding = sample_seeding(seed_per_sample)
     epoch_records = len(positional) if positional is not None else n
     global_schedule = None if schedule is None else schedule.scaled(world)
-    plan = Plan(epoch_records, per_rank * world if schedule is None else global_schedule.max_batch, version_hash, seed,
-                order, tail, world if tail is Tail.PAD else 1, schedule=global_schedule)
+    plan = Plan(
+        epoch_records,
+        per_rank * world if schedule is None else global_schedule.max_batch,
+        version_hash,
+        seed,
+        order,
+        tail,
+        world if tail is Tail.PAD else 1,
+        schedule=global_schedule,
+    )
     sharding.check_global_batch(plan.global_batch)
     return LoaderConfig(
-        plan=plan, sharding=sharding, mode=mode, per_rank=per_rank, unbatched=unbatched, elastic=bool(elastic),
+        plan=plan,
+        sharding=sharding,
+        mode=mode,
+        per_rank=per_rank,
+        unbatched=unbatched,
+        elastic=bool(elastic),
         commit=coerce_enum(commit, CommitMode, "commit"),
-        accumulation_steps=check_int(accumulation_steps, "accumulation_steps", 1, 1 << 20), pinned=pinned,
-        seed_per_sample=seeding is not SampleSeeding.OFF, lazy_seeding=seeding is SampleSeeding.LAZY, token_column=token_column, packing=packing, lengths=lengths,
+        accumulation_steps=check_int(accumulation_steps, "accumulation_steps", 1, 1 << 20),
+        pinned=pinned,
+        seed_per_sample=seeding is not SampleSeeding.OFF,
+        lazy_seeding=seeding is SampleSeeding.LAZY,
+        token_column=token_column,
+        packing=packing,
+        lengths=lengths,
         order=_stream_order(plan, positional, mixture is not None, token_column, lengths, packing is not None),
-        collate_fn=collate_fn, arrow_collate=arrow_collate, transform=transform, dataset_len=n,
+        collate_fn=collate_fn,
+        arrow_collate=arrow_collate,
+        transform=transform,
+        dataset_len=n,
         batch_schedule=schedule,
     )
 
 
-def _stream_order(plan: Plan, positional: Any, mixture: bool, token_column: str | None, lengths: np.ndarray | None,
-                  packed: bool) -> StreamOrder:
+def _stream_order(
+    plan: Plan, positional: Any, mixture: bool, token_column: str | None, lengths: np.ndarray | None, packed: bool
+) -> StreamOrder:
     """The loader's :class:`~.order.StreamOrder`: an ``rd.Mixture``'s (``positional`` is its sampler), a
     positional sampler's, or the plan's own."""
     if mixture:
@@ -303,24 +390,44 @@ def _torch_rules(dataset: Any, batch_size: Any, shuffle: Any, sampler: Any, batc
     """torch's ``DataLoader`` rules on the sampling arguments, in torch's order, with its texts."""
     if _is_iterable_dataset(dataset):
         pipe = any(c.__name__ == "IterDataPipe" for c in type(dataset).__mro__)  # torch lets a datapipe shuffle
-        for name, value, ok in (("shuffle", shuffle, pipe or shuffle in (False, None)), ("sampler", sampler, sampler is None),
-                                ("batch_sampler", batch_sampler, batch_sampler is None)):
+        for name, value, ok in (
+            ("shuffle", shuffle, pipe or shuffle in (False, None)),
+            ("sampler", sampler, sampler is None),
+            ("batch_sampler", batch_sampler, batch_sampler is None),
+        ):
             if not ok:
-                raise _torch_rule(f"DataLoader with IterableDataset: expected unspecified {name} option, but got "
-                                  f"{name}={value}", name, value, "unset with an IterableDataset",
-                                  f"drop {name}= (and see below: rd needs a map-style dataset)")
+                raise _torch_rule(
+                    f"DataLoader with IterableDataset: expected unspecified {name} option, but got {name}={value}",
+                    name,
+                    value,
+                    "unset with an IterableDataset",
+                    f"drop {name}= (and see below: rd needs a map-style dataset)",
+                )
         return
     if sampler is not None and shuffle not in (False, None):
-        raise _torch_rule("sampler option is mutually exclusive with shuffle", "shuffle", shuffle,
-                          "unset when sampler= is given (the sampler decides the order)", "drop shuffle=")
+        raise _torch_rule(
+            "sampler option is mutually exclusive with shuffle",
+            "shuffle",
+            shuffle,
+            "unset when sampler= is given (the sampler decides the order)",
+            "drop shuffle=",
+        )
     if batch_sampler is not None and (batch_size != 1 or shuffle or sampler is not None or drop_last):
-        raise _torch_rule("batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last",
-                          "batch_sampler", type(batch_sampler).__name__,
-                          "alone: no batch_size, shuffle, sampler or drop_last beside it (the batch sampler decides them)",
-                          "pass batch_sampler= alone")
+        raise _torch_rule(
+            "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last",
+            "batch_sampler",
+            type(batch_sampler).__name__,
+            "alone: no batch_size, shuffle, sampler or drop_last beside it (the batch sampler decides them)",
+            "pass batch_sampler= alone",
+        )
     if batch_size is None and drop_last:
-        raise _torch_rule("batch_size=None option disables auto-batching and is mutually exclusive with drop_last",
-                          "drop_last", drop_last, "False with batch_size=None (there are no batches to drop)", "drop drop_last=")
+        raise _torch_rule(
+            "batch_size=None option disables auto-batching and is mutually exclusive with drop_last",
+            "drop_last",
+            drop_last,
+            "False with batch_size=None (there are no batches to drop)",
+            "drop drop_last=",
+        )
 
 
 def check_snapshot_every(value: Any) -> int | None:
@@ -329,49 +436,112 @@ def check_snapshot_every(value: Any) -> int | None:
     if isinstance(value, np.integer):
         value = int(value)
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise ConfigError(describe("snapshot_every_n_steps", value, "None or an integer >= 0",
-                                   "snapshot_every_n_steps=1 (or leave it out: it changes nothing here)"))
+        raise ConfigError(
+            describe(
+                "snapshot_every_n_steps",
+                value,
+                "None or an integer >= 0",
+                "snapshot_every_n_steps=1 (or leave it out: it changes nothing here)",
+            )
+        )
     return value
 
 
-def check_worker_options(num_workers: Any, timeout: Any, multiprocessing_context: Any, prefetch_factor: Any,
-                         persistent_workers: Any) -> None:
+def check_worker_options(
+    num_workers: Any, timeout: Any, multiprocessing_context: Any, prefetch_factor: Any, persistent_workers: Any
+) -> None:
     """torch's rules on the worker arguments, with its texts, checked before anything is built
     (torch's start method names: ``torch.multiprocessing.get_all_start_methods()``)."""
     if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 0:
-        raise _torch_rule("num_workers option should be non-negative", "num_workers", num_workers, "an integer >= 0",
-                          "use num_workers=0 to load in the main process")
+        raise _torch_rule(
+            "num_workers option should be non-negative",
+            "num_workers",
+            num_workers,
+            "an integer >= 0",
+            "use num_workers=0 to load in the main process",
+        )
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or timeout != timeout:  # NaN too
-        raise ConfigError(describe("timeout", timeout, "a number of seconds >= 0 (0: wait forever)",
-                                   "pass timeout=0 or a positive number of seconds"))
+        raise ConfigError(
+            describe(
+                "timeout",
+                timeout,
+                "a number of seconds >= 0 (0: wait forever)",
+                "pass timeout=0 or a positive number of seconds",
+            )
+        )
     if timeout < 0:
-        raise _torch_rule("timeout option should be non-negative", "timeout", timeout, "seconds >= 0 (0: wait forever)",
-                          "pass timeout=0 or a positive number of seconds")
+        raise _torch_rule(
+            "timeout option should be non-negative",
+            "timeout",
+            timeout,
+            "seconds >= 0 (0: wait forever)",
+            "pass timeout=0 or a positive number of seconds",
+        )
     if timeout > threading.TIMEOUT_MAX:  # the worker queue's get() raises OverflowError past it
-        raise ConfigError(describe("timeout", timeout, f"seconds in [0, {threading.TIMEOUT_MAX:.0f}] (0: wait forever)",
-                                   "pass timeout=0 to wait forever"))
+        raise ConfigError(
+            describe(
+                "timeout",
+                timeout,
+                f"seconds in [0, {threading.TIMEOUT_MAX:.0f}] (0: wait forever)",
+                "pass timeout=0 to wait forever",
+            )
+        )
     if num_workers == 0 and prefetch_factor is not None:
-        raise _torch_rule("prefetch_factor option could only be specified in multiprocessing", "prefetch_factor",
-                          prefetch_factor, "None with num_workers=0", "drop prefetch_factor= or pass num_workers > 0")
-    if prefetch_factor is not None and (isinstance(prefetch_factor, bool) or not isinstance(prefetch_factor, numbers.Integral)):
-        raise ConfigTypeError(describe("prefetch_factor", prefetch_factor, "an integer >= 0 (batches loaded in advance "
-                                       "per worker) or None", "pass prefetch_factor=2"))
+        raise _torch_rule(
+            "prefetch_factor option could only be specified in multiprocessing",
+            "prefetch_factor",
+            prefetch_factor,
+            "None with num_workers=0",
+            "drop prefetch_factor= or pass num_workers > 0",
+        )
+    if prefetch_factor is not None and (
+        isinstance(prefetch_factor, bool) or not isinstance(prefetch_factor, numbers.Integral)
+    ):
+        raise ConfigTypeError(
+            describe(
+                "prefetch_factor",
+                prefetch_factor,
+                "an integer >= 0 (batches loaded in advance per worker) or None",
+                "pass prefetch_factor=2",
+            )
+        )
     if prefetch_factor is not None and prefetch_factor < 0:
-        raise _torch_rule("prefetch_factor option should be non-negative", "prefetch_factor", prefetch_factor,
-                          "an integer >= 0 (batches loaded in advance per worker)", "pass prefetch_factor=2")
+        raise _torch_rule(
+            "prefetch_factor option should be non-negative",
+            "prefetch_factor",
+            prefetch_factor,
+            "an integer >= 0 (batches loaded in advance per worker)",
+            "pass prefetch_factor=2",
+        )
     if prefetch_factor is not None and not 1 <= prefetch_factor <= MAX_PREFETCH_FACTOR:
         # torch accepts 0 and then asserts in its worker iterator; a huge depth loops for ever filling the queue
-        raise ConfigError(describe("prefetch_factor", prefetch_factor, f"an integer in [1, {MAX_PREFETCH_FACTOR}] "
-                                   "(batches loaded in advance per worker) or None", "pass prefetch_factor=2"))
+        raise ConfigError(
+            describe(
+                "prefetch_factor",
+                prefetch_factor,
+                f"an integer in [1, {MAX_PREFETCH_FACTOR}] (batches loaded in advance per worker) or None",
+                "pass prefetch_factor=2",
+            )
+        )
     if persistent_workers and num_workers == 0:
-        raise _torch_rule("persistent_workers option needs num_workers > 0", "persistent_workers", persistent_workers,
-                          "False with num_workers=0", "drop persistent_workers= or pass num_workers > 0")
+        raise _torch_rule(
+            "persistent_workers option needs num_workers > 0",
+            "persistent_workers",
+            persistent_workers,
+            "False with num_workers=0",
+            "drop persistent_workers= or pass num_workers > 0",
+        )
     if multiprocessing_context is None:
         return
     if num_workers == 0:
-        raise _torch_rule("multiprocessing_context can only be used with multi-process loading (num_workers > 0), but "
-                          "got num_workers=0", "multiprocessing_context", multiprocessing_context,
-                          "None with num_workers=0", "drop multiprocessing_context= or pass num_workers > 0")
+        raise _torch_rule(
+            "multiprocessing_context can only be used with multi-process loading (num_workers > 0), but "
+            "got num_workers=0",
+            "multiprocessing_context",
+            multiprocessing_context,
+            "None with num_workers=0",
+            "drop multiprocessing_context= or pass num_workers > 0",
+        )
     import multiprocessing.context
 
     import torch.multiprocessing
@@ -379,19 +549,29 @@ def check_worker_options(num_workers: Any, timeout: Any, multiprocessing_context
     valid = torch.multiprocessing.get_all_start_methods()
     if isinstance(multiprocessing_context, str):
         if multiprocessing_context not in valid:
-            raise _torch_rule(f"multiprocessing_context option should specify a valid start method in {valid!r}, but got "
-                              f"multiprocessing_context={multiprocessing_context!r}", "multiprocessing_context",
-                              multiprocessing_context, f"one of {valid}", f"pass multiprocessing_context={valid[0]!r}")
+            raise _torch_rule(
+                f"multiprocessing_context option should specify a valid start method in {valid!r}, but got "
+                f"multiprocessing_context={multiprocessing_context!r}",
+                "multiprocessing_context",
+                multiprocessing_context,
+                f"one of {valid}",
+                f"pass multiprocessing_context={valid[0]!r}",
+            )
     elif not isinstance(multiprocessing_context, multiprocessing.context.BaseContext):
-        raise _torch_rule("multiprocessing_context option should be a valid context object or a string specifying the "
-                          "start method", "multiprocessing_context", type(multiprocessing_context).__name__,
-                          f"a start method's name (one of {valid}) or a multiprocessing context",
-                          "pass multiprocessing_context='spawn' or multiprocessing.get_context('spawn')", ConfigTypeError)
+        raise _torch_rule(
+            "multiprocessing_context option should be a valid context object or a string specifying the start method",
+            "multiprocessing_context",
+            type(multiprocessing_context).__name__,
+            f"a start method's name (one of {valid}) or a multiprocessing context",
+            "pass multiprocessing_context='spawn' or multiprocessing.get_context('spawn')",
+            ConfigTypeError,
+        )
 
 
 def _is_iterable_dataset(dataset: Any) -> bool:
-    return any(c.__name__ == "IterableDataset" and c.__module__.startswith("torch.utils.data")
-               for c in type(dataset).__mro__)
+    return any(
+        c.__name__ == "IterableDataset" and c.__module__.startswith("torch.utils.data") for c in type(dataset).__mro__
+    )
 
 
 def _seed(seed: int | None, sampler_seed: int | None, generator: Any, shuffling: bool) -> int:
@@ -401,10 +581,14 @@ def _seed(seed: int | None, sampler_seed: int | None, generator: Any, shuffling:
         seed = int(generator.initial_seed())
     if seed is None and shuffling:
         raise ConfigError(
-            describe("seed", None, "an integer seed when shuffling or sampling at random (shuffle=True, a RandomSampler "
-                     "or WeightedRandomSampler), or a generator= (the loader's or the sampler's) with a known seed",
-                     "pass seed=1234: a loader whose seed is unknown cannot resume (torch would draw one from the "
-                     "global generator at every iter())")
+            describe(
+                "seed",
+                None,
+                "an integer seed when shuffling or sampling at random (shuffle=True, a RandomSampler "
+                "or WeightedRandomSampler), or a generator= (the loader's or the sampler's) with a known seed",
+                "pass seed=1234: a loader whose seed is unknown cannot resume (torch would draw one from the "
+                "global generator at every iter())",
+            )
         )
     return check_int(0 if seed is None else seed, "seed", 0, (1 << 64) - 1)
 
@@ -417,21 +601,30 @@ def _order(shuffle_window: int | None, do_shuffle: bool, shuffle: bool | None, p
     else:
         order = OrderSpec(Order.GLOBAL if do_shuffle else Order.SEQUENTIAL)
     if positional is not None and (do_shuffle or shuffle_window):
-        raise ConfigError(describe("shuffle", True, "unset with a positional sampler (it orders the records)", "drop shuffle"))
+        raise ConfigError(
+            describe("shuffle", True, "unset with a positional sampler (it orders the records)", "drop shuffle")
+        )
     return order
 
 
 def _version(dataset: Any, dataset_version: Any, arrow_type: type) -> tuple[str, bool]:
     given = getattr(dataset_version, "hash", dataset_version)
     if given is not None and (not isinstance(given, str) or not given):
-        raise ConfigError(describe("dataset_version", dataset_version, "an rd.DatasetVersion or its hash string", "pass rd.pin(path)"))
+        raise ConfigError(
+            describe("dataset_version", dataset_version, "an rd.DatasetVersion or its hash string", "pass rd.pin(path)")
+        )
     from resumable_data.sources.mixture import Mixture  # sources import pyarrow only
 
     if isinstance(dataset, (arrow_type, Mixture)):
         own = dataset.version.hash if dataset.pinned else None
         if given is not None and own is not None and given != own:
             raise ConfigError(
-                describe("dataset_version", given, f"the source's own pinned version {own}", "drop dataset_version= or open the pinned data")
+                describe(
+                    "dataset_version",
+                    given,
+                    f"the source's own pinned version {own}",
+                    "drop dataset_version= or open the pinned data",
+                )
             )
         given = given or own
     return (given, True) if given else (UNPINNED, False)
@@ -439,25 +632,47 @@ def _version(dataset: Any, dataset_version: Any, arrow_type: type) -> tuple[str,
 
 def _check_mixture(shuffle: Any, shuffle_window: Any, sampler: Any, batch_sampler: Any, dataset_version: Any) -> None:
     """A mixture defines its own order: the loader's order options must stay unset."""
-    for name, value in (("shuffle", shuffle), ("shuffle_window", shuffle_window), ("sampler", sampler),
-                        ("batch_sampler", batch_sampler), ("dataset_version", dataset_version)):
+    for name, value in (
+        ("shuffle", shuffle),
+        ("shuffle_window", shuffle_window),
+        ("sampler", sampler),
+        ("batch_sampler", batch_sampler),
+        ("dataset_version", dataset_version),
+    ):
         if value is not None:
-            raise ConfigError(describe(name, value, "unset for an rd.Mixture (the mixture orders the records and "
-                                       "its sources carry their versions)",
-                                       f"drop {name}= (rd.Mixture(shuffle=..., shuffle_window=...) sets the order, "
-                                       "a window per source)"))
+            raise ConfigError(
+                describe(
+                    name,
+                    value,
+                    "unset for an rd.Mixture (the mixture orders the records and its sources carry their versions)",
+                    f"drop {name}= (rd.Mixture(shuffle=..., shuffle_window=...) sets the order, a window per source)",
+                )
+            )
 
 
-def _check_packing(packing: Any, dataset: Any, arrow_type: type, collate_fn: Any, arrow_collate: Any,
-                   token_column: Any, positional: Any) -> np.ndarray:
+def _check_packing(
+    packing: Any,
+    dataset: Any,
+    arrow_type: type,
+    collate_fn: Any,
+    arrow_collate: Any,
+    token_column: Any,
+    positional: Any,
+) -> np.ndarray:
     """Validate a packing spec against the source before any batch; returns the token lengths."""
     import pyarrow as pa
 
     if not isinstance(packing, Packing):
         raise ConfigError(describe("packing", packing, "an rd.Packing", "pass rd.Packing(seq_len=...)"))
     if not isinstance(dataset, arrow_type):
-        raise ConfigError(describe("dataset", type(dataset).__name__, "an rd.ArrowShards when packing",
-                                   "write the documents as Arrow shards and open them with rd.ArrowShards"))
+        raise ConfigError(
+            describe(
+                "dataset",
+                type(dataset).__name__,
+                "an rd.ArrowShards when packing",
+                "write the documents as Arrow shards and open them with rd.ArrowShards",
+            )
+        )
     for name, value in (("collate_fn", collate_fn), ("arrow_collate", arrow_collate), ("sampler", positional)):
         if value is not None:
             raise ConfigError(describe(name, value, "None when packing (the packer builds the batch)", f"drop {name}="))
@@ -465,23 +680,43 @@ def _check_packing(packing: Any, dataset: Any, arrow_type: type, collate_fn: Any
         raise ConfigError(describe("token_column", token_column, f"None or {packing.tokens!r} when packing", "drop it"))
     names = dataset.schema.names
     if packing.tokens not in names:
-        raise ConfigError(describe("Packing.tokens", packing.tokens, f"one of the columns {names}", "name the token column"))
+        raise ConfigError(
+            describe("Packing.tokens", packing.tokens, f"one of the columns {names}", "name the token column")
+        )
     t = dataset.schema.field(packing.tokens).type
     if not ((pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type)):
-        raise ConfigError(describe("Packing.tokens", packing.tokens, f"a list<integer> column (it is {t})",
-                                   "tokenize into a list of integer ids"))
+        raise ConfigError(
+            describe(
+                "Packing.tokens",
+                packing.tokens,
+                f"a list<integer> column (it is {t})",
+                "tokenize into a list of integer ids",
+            )
+        )
     _check_token_ids(packing, np.dtype(t.value_type.to_pandas_dtype()))
     lengths = dataset.column_lengths(packing.tokens)
     empty = np.flatnonzero(lengths == 0)
     if empty.size:
-        raise ConfigError(describe("documents", f"{empty.size} empty, first record ids {empty[:5].tolist()}",
-                                   "documents with at least one token", "filter empty documents out before pinning"))
+        raise ConfigError(
+            describe(
+                "documents",
+                f"{empty.size} empty, first record ids {empty[:5].tolist()}",
+                "documents with at least one token",
+                "filter empty documents out before pinning",
+            )
+        )
     if packing.overlong is Overlong.ERROR:  # both modes: in concat too, a longer document is refused
         long = np.flatnonzero(packing.doc_lengths(lengths) > packing.seq_len)
         if long.size:
-            raise ConfigError(describe("overlong", "error", f"no document longer than seq_len={packing.seq_len} "
-                                       f"({long.size} are, first record ids {long[:5].tolist()})",
-                                       "use overlong='split', a larger seq_len, or filter them"))
+            raise ConfigError(
+                describe(
+                    "overlong",
+                    "error",
+                    f"no document longer than seq_len={packing.seq_len} "
+                    f"({long.size} are, first record ids {long[:5].tolist()})",
+                    "use overlong='split', a larger seq_len, or filter them",
+                )
+            )
     return lengths
 
 
@@ -491,6 +726,11 @@ def _check_token_ids(packing: Packing, dtype: np.dtype) -> None:
     info = np.iinfo(dtype)
     for name, value in (("eos_id", packing.eos_id), ("pad_id", packing.pad_id)):
         if value is not None and not info.min <= value <= info.max:
-            raise ConfigError(describe(f"Packing.{name}", value, f"a token id that fits the token column's dtype "
-                                       f"{dtype} ([{info.min}, {info.max}])",
-                                       f"pass a {name} in that range (a token id of the tokenizer)"))
+            raise ConfigError(
+                describe(
+                    f"Packing.{name}",
+                    value,
+                    f"a token id that fits the token column's dtype {dtype} ([{info.min}, {info.max}])",
+                    f"pass a {name} in that range (a token id of the tokenizer)",
+                )
+            )

@@ -36,8 +36,16 @@ from resumable_data.errors import UsageError
 from resumable_data.loader.seeding.global_rng import GlobalRNGGuard, GlobalSeeder, seed_globals
 from resumable_data.plan.sample_keys import numpy_generator, python_random, torch_seed
 
-__all__ = ["BatchContext", "GlobalRNGGuard", "GlobalSeeder", "SampleContext", "SampleSlot", "batch_context",
-           "sample_context", "seed_globals"]
+__all__ = [
+    "BatchContext",
+    "GlobalRNGGuard",
+    "GlobalSeeder",
+    "SampleContext",
+    "SampleSlot",
+    "batch_context",
+    "sample_context",
+    "seed_globals",
+]
 
 
 @dataclass(frozen=True)
@@ -119,10 +127,9 @@ class SampleSlot:
     tuple and no context-variable switch per sample). ``keys=None``: the key is derived on demand
     by ``key_of(position)`` (when nothing is seeded, nobody may ever need it)."""
 
-    __slots__ = ("_epoch_len", "_key_of", "_positions", "_records", "_keys", "i", "_ctx", "_ctx_i")
+    __slots__ = ("_ctx", "_ctx_i", "_epoch_len", "_key_of", "_keys", "_positions", "_records", "i")
 
-    def __init__(self, epoch_len: int, positions: list[int], records: list[int], keys: Any,
-                 key_of=None) -> None:
+    def __init__(self, epoch_len: int, positions: list[int], records: list[int], keys: Any, key_of=None) -> None:
         self._epoch_len = epoch_len
         self._key_of = key_of
         self._positions, self._records, self._keys = positions, records, keys

@@ -43,21 +43,37 @@ from resumable_data.loader.fetch import StepFetcher, StepSampler
 from resumable_data.loader.iterator import LoaderIterator
 from resumable_data.loader.ledger import CounterView, ProgressLedger
 from resumable_data.loader.restore import validate_restore
-from resumable_data.loader.translate import torch_views
-from resumable_data.loader.transport import WorkerCollate
 from resumable_data.loader.state import CommitMode, Cursor, LoaderState, OnBatchChange, OnUncommitted
 from resumable_data.loader.stream import StepInfo, describe_step, make_stream
+from resumable_data.loader.translate import torch_views
+from resumable_data.loader.transport import WorkerCollate
 from resumable_data.plan import Plan, Sharding, Tail
 
 __all__ = ["CounterView", "DataLoader"]
 
 
 #: torch's public attributes; all are read-only after construction here.
-_TORCH_ATTRIBUTES = frozenset({
-    "dataset", "batch_size", "sampler", "batch_sampler", "drop_last", "num_workers", "collate_fn", "pin_memory",
-    "timeout", "worker_init_fn", "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers",
-    "pin_memory_device", "in_order", "snapshot_every_n_steps",
-})
+_TORCH_ATTRIBUTES = frozenset(
+    {
+        "dataset",
+        "batch_size",
+        "sampler",
+        "batch_sampler",
+        "drop_last",
+        "num_workers",
+        "collate_fn",
+        "pin_memory",
+        "timeout",
+        "worker_init_fn",
+        "multiprocessing_context",
+        "generator",
+        "prefetch_factor",
+        "persistent_workers",
+        "pin_memory_device",
+        "in_order",
+        "snapshot_every_n_steps",
+    }
+)
 
 
 class DataLoader:
@@ -110,51 +126,120 @@ class DataLoader:
     __class_getitem__ = classmethod(types.GenericAlias)
 
     def __init__(
-        self, dataset: Any, batch_size: int | None = 1, shuffle: bool | None = None, sampler: Any = None,
-        batch_sampler: Any = None, num_workers: int = 0, collate_fn: Callable | None = None, pin_memory: bool = False,
-        drop_last: bool = False, timeout: float = 0, worker_init_fn: Callable | None = None,
-        multiprocessing_context: Any = None, generator: torch.Generator | None = None, *,
-        prefetch_factor: int | None = None, persistent_workers: bool = False, pin_memory_device: str = "",
-        in_order: bool = True, seed: int | None = None, shuffle_window: int | None = None,
-        sharding: Sharding | None = None, elastic: bool = True, tail: Tail | str | None = None,
-        commit: CommitMode | str = CommitMode.AUTO, accumulation_steps: int = 1, dataset_version: Any = None,
-        packing: Any = None, seed_per_sample: Any = True, arrow_collate: Callable | None = None,
-        token_column: str | None = None, transform: Callable | None = None, snapshot_every_n_steps: int | None = 1,
+        self,
+        dataset: Any,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        num_workers: int = 0,
+        collate_fn: Callable | None = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable | None = None,
+        multiprocessing_context: Any = None,
+        generator: torch.Generator | None = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+        seed: int | None = None,
+        shuffle_window: int | None = None,
+        sharding: Sharding | None = None,
+        elastic: bool = True,
+        tail: Tail | str | None = None,
+        commit: CommitMode | str = CommitMode.AUTO,
+        accumulation_steps: int = 1,
+        dataset_version: Any = None,
+        packing: Any = None,
+        seed_per_sample: Any = True,
+        arrow_collate: Callable | None = None,
+        token_column: str | None = None,
+        transform: Callable | None = None,
+        snapshot_every_n_steps: int | None = 1,
     ) -> None:
         check_worker_options(num_workers, timeout, multiprocessing_context, prefetch_factor, persistent_workers)
         snapshot_every_n_steps = check_snapshot_every(snapshot_every_n_steps)
         cfg = resolve_config(
-            dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler, batch_sampler=batch_sampler,
-            drop_last=drop_last, collate_fn=collate_fn, generator=generator, in_order=in_order, seed=seed,
-            shuffle_window=shuffle_window, sharding=sharding, elastic=elastic, tail=tail, commit=commit,
-            accumulation_steps=accumulation_steps, dataset_version=dataset_version, packing=packing,
-            seed_per_sample=seed_per_sample, arrow_collate=arrow_collate, token_column=token_column,
+            dataset,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            sampler=sampler,
+            batch_sampler=batch_sampler,
+            drop_last=drop_last,
+            collate_fn=collate_fn,
+            generator=generator,
+            in_order=in_order,
+            seed=seed,
+            shuffle_window=shuffle_window,
+            sharding=sharding,
+            elastic=elastic,
+            tail=tail,
+            commit=commit,
+            accumulation_steps=accumulation_steps,
+            dataset_version=dataset_version,
+            packing=packing,
+            seed_per_sample=seed_per_sample,
+            arrow_collate=arrow_collate,
+            token_column=token_column,
             transform=transform,
         )
         self.config: LoaderConfig = cfg
         per_rank = None if cfg.unbatched else cfg.per_rank
         view_sampler, view_batch_sampler, view_collate = torch_views(
-            dataset, sampler=sampler, batch_sampler=batch_sampler, shuffle=shuffle, batch_size=per_rank,
-            drop_last=drop_last, generator=generator, collate_fn=collate_fn)
-        self.__dict__.update(
-            dataset=dataset, batch_size=cfg.batch_schedule or per_rank, sampler=view_sampler, batch_sampler=view_batch_sampler,
-            drop_last=drop_last, num_workers=num_workers, collate_fn=view_collate, pin_memory=pin_memory,
-            timeout=timeout, worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context,
-            generator=generator, prefetch_factor=(2 if num_workers > 0 else None) if prefetch_factor is None else prefetch_factor,
-            persistent_workers=persistent_workers, pin_memory_device=pin_memory_device, in_order=in_order,
+            dataset,
+            sampler=sampler,
+            batch_sampler=batch_sampler,
+            shuffle=shuffle,
+            batch_size=per_rank,
+            drop_last=drop_last,
+            generator=generator,
+            collate_fn=collate_fn,
         )
-        self._stream = make_stream(cfg.plan, cfg.packing, cfg.lengths, pinned=cfg.pinned, order=cfg.order.document_order())
+        self.__dict__.update(
+            dataset=dataset,
+            batch_size=cfg.batch_schedule or per_rank,
+            sampler=view_sampler,
+            batch_sampler=view_batch_sampler,
+            drop_last=drop_last,
+            num_workers=num_workers,
+            collate_fn=view_collate,
+            pin_memory=pin_memory,
+            timeout=timeout,
+            worker_init_fn=worker_init_fn,
+            multiprocessing_context=multiprocessing_context,
+            generator=generator,
+            prefetch_factor=(2 if num_workers > 0 else None) if prefetch_factor is None else prefetch_factor,
+            persistent_workers=persistent_workers,
+            pin_memory_device=pin_memory_device,
+            in_order=in_order,
+        )
+        self._stream = make_stream(
+            cfg.plan, cfg.packing, cfg.lengths, pinned=cfg.pinned, order=cfg.order.document_order()
+        )
         cfg.order.bind(self._stream)
         self._fingerprint = cfg.fingerprint()
         self._ledger = ProgressLedger(self._stream, cfg.commit, cfg.accumulation_steps)
         self._fetcher = StepFetcher(dataset, cfg, self._stream, pin_memory=pin_memory)
-        private = torch.Generator().manual_seed(cfg.plan.seed)  # torch draws a base seed per iter(): never the global one
+        private = torch.Generator().manual_seed(
+            cfg.plan.seed
+        )  # torch draws a base seed per iter(): never the global one
         self._torch = tud.DataLoader(
-            self._fetcher, batch_size=None, sampler=StepSampler(self._ledger),
-            num_workers=num_workers, collate_fn=WorkerCollate(), pin_memory=pin_memory, timeout=timeout,
-            worker_init_fn=torch_compat.WorkerInit(worker_init_fn), multiprocessing_context=multiprocessing_context,
+            self._fetcher,
+            batch_size=None,
+            sampler=StepSampler(self._ledger),
+            num_workers=num_workers,
+            collate_fn=WorkerCollate(),
+            pin_memory=pin_memory,
+            timeout=timeout,
+            worker_init_fn=torch_compat.WorkerInit(worker_init_fn),
+            multiprocessing_context=multiprocessing_context,
             generator=private,
-            prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
+            pin_memory_device=pin_memory_device,
         )
         self.__dict__["snapshot_every_n_steps"] = snapshot_every_n_steps  # read-only; changes nothing (class docstring)
         self._active: weakref.ref[LoaderIterator] | None = None
@@ -173,10 +258,15 @@ class DataLoader:
     def __iter__(self) -> Iterator[Any]:
         n = len(self.dataset)
         if n != self.config.dataset_len:
-            raise ConfigError(describe(
-                "dataset", f"len {n}", f"len {self.config.dataset_len}, its length when this loader was built "
-                "(positions map to records of that dataset)", "build a new rd.DataLoader (and dataset_version=) "
-                "for the changed dataset"))
+            raise ConfigError(
+                describe(
+                    "dataset",
+                    f"len {n}",
+                    f"len {self.config.dataset_len}, its length when this loader was built "
+                    "(positions map to records of that dataset)",
+                    "build a new rd.DataLoader (and dataset_version=) for the changed dataset",
+                )
+            )
         self._close_active()
         it = LoaderIterator(self)
         self._active = weakref.ref(it)
@@ -304,8 +394,13 @@ class DataLoader:
         self._ledger.watch()
 
     def load_state_dict(
-        self, state: dict[str, Any], *, on_uncommitted: OnUncommitted | str | None = None, allow_unpinned: bool = False,
-        label: RecoveryLabel | str | None = None, on_batch_change: OnBatchChange | str | None = None,
+        self,
+        state: dict[str, Any],
+        *,
+        on_uncommitted: OnUncommitted | str | None = None,
+        allow_unpinned: bool = False,
+        label: RecoveryLabel | str | None = None,
+        on_batch_change: OnBatchChange | str | None = None,
     ) -> None:
         """Restore ``state``, a dict from :meth:`state_dict`, before the next batch: a seek.
 
@@ -318,17 +413,35 @@ class DataLoader:
         global batch. See :meth:`reset` for the details."""
         if state is None:
             raise ResumeError(describe("state", None, "a dict from state_dict()", "call reset() for a fresh start"))
-        self.reset(state, on_uncommitted=on_uncommitted, allow_unpinned=allow_unpinned, label=label,
-                   on_batch_change=on_batch_change)
+        self.reset(
+            state,
+            on_uncommitted=on_uncommitted,
+            allow_unpinned=allow_unpinned,
+            label=label,
+            on_batch_change=on_batch_change,
+        )
 
     def validate_state_dict(
-        self, state: Any, *, on_uncommitted: OnUncommitted | str | None = None, allow_unpinned: bool = False,
-        label: RecoveryLabel | str | None = None, on_batch_change: OnBatchChange | str | None = None,
+        self,
+        state: Any,
+        *,
+        on_uncommitted: OnUncommitted | str | None = None,
+        allow_unpinned: bool = False,
+        label: RecoveryLabel | str | None = None,
+        on_batch_change: OnBatchChange | str | None = None,
     ) -> LoaderState:
         """Everything ``load_state_dict`` checks, without changing anything: the parsed state, or one
         :class:`rd.ResumeError` listing every difference (saved vs current, with the fix)."""
-        r = validate_restore(state, self._fingerprint, self._stream, self.config.order, on_uncommitted=on_uncommitted,
-                             allow_unpinned=allow_unpinned, label=label, on_batch_change=on_batch_change)
+        r = validate_restore(
+            state,
+            self._fingerprint,
+            self._stream,
+            self.config.order,
+            on_uncommitted=on_uncommitted,
+            allow_unpinned=allow_unpinned,
+            label=label,
+            on_batch_change=on_batch_change,
+        )
         self.config.order.prepare_restore(r.saved, r.check, self._stream)
         return r.saved
 
@@ -340,8 +453,9 @@ class DataLoader:
         those of the sequences passed before the cursor: after ``on_uncommitted="skip"`` they
         include the skipped steps' sequences, which ``counters.tokens`` (the delivered) does not.
         Another loader raises :class:`rd.ConfigError`."""
-        return self.config.order.progress(self._ledger.snapshot(self._fingerprint), self._stream,
-                                          self._ledger.epoch_ledger())
+        return self.config.order.progress(
+            self._ledger.snapshot(self._fingerprint), self._stream, self._ledger.epoch_ledger()
+        )
 
     def undo_point(self) -> Callable[[], None]:
         """A function that puts the loader's progress back exactly as it is now (all-or-nothing
@@ -361,8 +475,12 @@ class DataLoader:
         return undo
 
     def reset(
-        self, state: dict[str, Any] | None = None, *, on_uncommitted: OnUncommitted | str | None = None,
-        allow_unpinned: bool = False, label: RecoveryLabel | str | None = None,
+        self,
+        state: dict[str, Any] | None = None,
+        *,
+        on_uncommitted: OnUncommitted | str | None = None,
+        allow_unpinned: bool = False,
+        label: RecoveryLabel | str | None = None,
         on_batch_change: OnBatchChange | str | None = None,
     ) -> None:
         """The one entry point for a fresh start (``state=None``) and a restore.
@@ -389,9 +507,16 @@ class DataLoader:
             order.apply_restore(None)
             self._move_order(None)
             return
-        r = validate_restore(state, self._fingerprint, self._stream, order, on_uncommitted=on_uncommitted,
-                             allow_unpinned=allow_unpinned, label=label,
-                             on_batch_change=on_batch_change)
+        r = validate_restore(
+            state,
+            self._fingerprint,
+            self._stream,
+            order,
+            on_uncommitted=on_uncommitted,
+            allow_unpinned=allow_unpinned,
+            label=label,
+            on_batch_change=on_batch_change,
+        )
         prepared = order.prepare_restore(r.saved, r.check, self._stream)  # checked before anything changes
         self._close_active()
         self._generation += 1

@@ -16,7 +16,6 @@ import os
 import sys
 from collections.abc import Mapping
 
-
 from resumable_data.plan.sharding import Sharding, ShardingPolicy
 
 __all__ = ["process_group", "sharding_from_environment"]
@@ -30,10 +29,12 @@ def process_group() -> tuple[int, int] | None:
     return None
 
 
-def sharding_from_environment(policy: ShardingPolicy | str = ShardingPolicy.CONTIGUOUS,
-                              environ: Mapping[str, str] | None = None) -> Sharding:
+def sharding_from_environment(
+    policy: ShardingPolicy | str = ShardingPolicy.CONTIGUOUS, environ: Mapping[str, str] | None = None
+) -> Sharding:
     """This process's :class:`rd.Sharding`: the ``torch.distributed`` process group if one is
     initialized, else torchrun's ``RANK`` / ``WORLD_SIZE`` from ``environ`` (default
     ``os.environ``), else a single process (see :meth:`rd.Sharding.from_environment`)."""
-    return Sharding.from_environment(policy, environ=os.environ if environ is None else environ,
-                                     process_group=process_group())
+    return Sharding.from_environment(
+        policy, environ=os.environ if environ is None else environ, process_group=process_group()
+    )

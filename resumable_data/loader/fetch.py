@@ -52,16 +52,17 @@ from resumable_data.loader.context import (
     seed_globals,
 )
 from resumable_data.loader.order import PlanOrder
+from resumable_data.loader.packed import pack_sequences, packed_tokens
+from resumable_data.loader.sample_collate import default_collate  # torch's, faster for int and float leaves
 from resumable_data.loader.seeding.global_rng import UnseededWatch, lazy_seeding_available, warm_seeding
 from resumable_data.loader.seeding.sample_seeding import SEEDING_VERSION
-from resumable_data.loader.sample_collate import default_collate  # torch's, faster for int and float leaves
 from resumable_data.loader.torch_compat import default_convert
-from resumable_data.loader.packed import pack_sequences, packed_tokens
 from resumable_data.plan import sample_key, sample_keys
-from resumable_data.plan.record_runs import RecordRuns
 from resumable_data.plan.packing import PackMode, best_fit_bins
+from resumable_data.plan.record_runs import RecordRuns
 
 __all__ = ["FetchMode", "NumpyBatch", "StepFetcher", "StepSampler"]  # FetchMode: re-exported from .config
+
 
 class StepFetcher(Dataset):
     """``fetcher[(step, epoch, first, span, seeding)]`` is this rank's batch of global step
@@ -174,8 +175,9 @@ class StepFetcher(Dataset):
         """``transform`` per sample, each with its sample context and (by default) seeded globals."""
         return self._per_sample(positions, records, samples)
 
-    def _per_sample(self, positions: np.ndarray, records: np.ndarray, samples: list | None,
-                    guard: GlobalRNGGuard | None = None) -> list:
+    def _per_sample(
+        self, positions: np.ndarray, records: np.ndarray, samples: list | None, guard: GlobalRNGGuard | None = None
+    ) -> list:
         """Per sample ``i``, with its sample context active and (by default) the globals seeded
         from its key: ``samples is None``: ``dataset[record]`` (then ``transform``); else
         ``transform(samples[i])``. One seeding kernel and one context slot per batch.
@@ -192,7 +194,11 @@ class StepFetcher(Dataset):
         if not self.seed_per_sample:
             return self._samples(pos, recs, None, samples, None)
         keys, version = self._keys(positions), self.seeding
-        if samples is None and self.lazy_globals and (guard.saved.fast if guard is not None else lazy_seeding_available()):
+        if (
+            samples is None
+            and self.lazy_globals
+            and (guard.saved.fast if guard is not None else lazy_seeding_available())
+        ):
             watch = UnseededWatch(None if guard is None else guard.saved)
             try:
                 out = self._samples(pos, recs, keys, None, GlobalSeeder(keys, torch_only=True, version=version))
@@ -207,8 +213,9 @@ class StepFetcher(Dataset):
             self.lazy_globals = False  # user code draws from the globals: eager from now on, here
         return self._samples(pos, recs, keys, samples, GlobalSeeder(keys, version=version))
 
-    def _samples(self, pos: list, recs: list, keys: np.ndarray | None, samples: list | None,
-                 seeder: GlobalSeeder | None) -> list:
+    def _samples(
+        self, pos: list, recs: list, keys: np.ndarray | None, samples: list | None, seeder: GlobalSeeder | None
+    ) -> list:
         """The loop of :meth:`_per_sample`: ``seeder.seed(i)`` (all three generators, or torch's
         only), the slot moved to ``i``, the call; the seeder's buffer is given back after."""
         slot = SampleSlot(self._epoch_len, pos, recs, keys, self._key_of)
@@ -276,7 +283,9 @@ class StepFetcher(Dataset):
         table = self.dataset.take(records)
         if self.arrow_collate is not None:
             if self.seed_per_sample and len(positions):
-                seed_globals(sample_key(self.plan.version_hash, self.plan.seed, int(positions[0]), "collate"), self.seeding)
+                seed_globals(
+                    sample_key(self.plan.version_hash, self.plan.seed, int(positions[0]), "collate"), self.seeding
+                )
             token = activate_batch(BatchContext(positions, records, self._keys(positions), self.plan.epoch_len))
             try:
                 return self.arrow_collate(table), tokens
@@ -326,11 +335,15 @@ class StepFetcher(Dataset):
         try:
             samples = list(self.dataset.__getitems__(records.tolist()))
         except Exception as e:
-            _note(e, f"rd.DataLoader: while fetching positions {positions.tolist()[:8]}... records {records.tolist()[:8]}...")
+            _note(
+                e,
+                f"rd.DataLoader: while fetching positions {positions.tolist()[:8]}... records {records.tolist()[:8]}...",
+            )
             raise
         finally:
             reset_batch(token)
         return samples if self.transform is None else self._transform(positions, records, samples)
+
 
 def _note(e: BaseException, text: str) -> None:
     if hasattr(e, "add_note"):

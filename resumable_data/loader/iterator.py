@@ -140,8 +140,10 @@ class LoaderIterator:
             return f"while the loop waited for step {step}"
         recs = [] if info.records is None else [int(r) for r in info.records]
         shown = ", ".join(map(str, recs[:8])) + (f", ... ({len(recs)} in all)" if len(recs) > 8 else "")
-        return (f"while the loop waited for step {step} (epoch {info.epoch}, {info.unit} positions "
-                f"[{info.span[0]}, {info.span[1]}), record ids [{shown}])")
+        return (
+            f"while the loop waited for step {step} (epoch {info.epoch}, {info.unit} positions "
+            f"[{info.span[0]}, {info.span[1]}), record ids [{shown}])"
+        )
 
     def _abandon(self) -> None:
         """Close this pass and drop its broken worker pool (persistent workers too), so the next

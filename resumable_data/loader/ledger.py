@@ -45,21 +45,21 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Protocol
 
-from resumable_data.errors import ConfigError, UsageError, describe
 from resumable_data._schema import check_int
+from resumable_data.errors import ConfigError, UsageError, describe
 from resumable_data.labels import RecoveryLabel
-from resumable_data.plan import Plan
 from resumable_data.loader.seeding.sample_seeding import SEEDING_VERSION, UNRECORDED_SEEDING_VERSION
 from resumable_data.loader.skips import SkipIndex
 from resumable_data.loader.state import (
     CommitMode,
-    CounterView,
     Counters,
+    CounterView,
     Cursor,
     LoaderState,
     OnUncommitted,
     SkippedRange,
 )
+from resumable_data.plan import Plan
 
 __all__ = ["CounterView", "EpochStream", "ProgressLedger"]
 
@@ -176,8 +176,12 @@ class ProgressLedger:
     def counters(self) -> CounterView:
         c = self._committed
         return CounterView(
-            attempted_updates=self._attempted, applied_updates=self._applied, skipped_updates=self._skipped_updates,
-            microbatches=self._microbatches_before(c), samples=self._samples, tokens=self._tokens,
+            attempted_updates=self._attempted,
+            applied_updates=self._applied,
+            skipped_updates=self._skipped_updates,
+            microbatches=self._microbatches_before(c),
+            samples=self._samples,
+            tokens=self._tokens,
             skipped_steps=self._skips().skipped_before(c),
         )
 
@@ -205,8 +209,9 @@ class ProgressLedger:
             skipped=tuple(self._skipped),
             recovery_label=self._label,
             end_of_pass=self.end_of_pass and committed == self._delivered and delivered == self._delivered,
-            sample_seeding=None if template.sample_seeding is None else replace(template.sample_seeding,
-                                                                                  version=self._seeding),
+            sample_seeding=None
+            if template.sample_seeding is None
+            else replace(template.sample_seeding, version=self._seeding),
         )
 
     # -- changing ---------------------------------------------------------------------------------
@@ -236,8 +241,14 @@ class ProgressLedger:
         self._seeding = SEEDING_VERSION
         self._hand_trained = True  # nothing in hand
 
-    def restore(self, saved: LoaderState, ledger: dict[int, int], label: RecoveryLabel,
-                choice: OnUncommitted | None, plan: Plan | None = None) -> None:
+    def restore(
+        self,
+        saved: LoaderState,
+        ledger: dict[int, int],
+        label: RecoveryLabel,
+        choice: OnUncommitted | None,
+        plan: Plan | None = None,
+    ) -> None:
         """Continue from a validated ``saved`` state (with ``plan``: the validated plan to continue
         with, see :class:`~resumable_data.loader.restore.Restore`); uncommitted steps are repeated
         or skipped."""
@@ -254,7 +265,11 @@ class ProgressLedger:
         # window starts from the committed step
         self._fetched = c.fetched if committed == c.delivered else committed
         k = saved.counters
-        self._attempted, self._applied, self._skipped_updates = k.attempted_updates, k.applied_updates, k.skipped_updates
+        self._attempted, self._applied, self._skipped_updates = (
+            k.attempted_updates,
+            k.applied_updates,
+            k.skipped_updates,
+        )
         self._samples, self._tokens = k.samples, k.tokens
         self._pending_tokens = self._pending_samples = self._pending_mb = 0
         self._ledger = dict(ledger)
@@ -297,7 +312,8 @@ class ProgressLedger:
         if step < self._delivered:
             raise UsageError(
                 f"step={step}: expected a step after the last delivered one ({self._delivered - 1}); this is an "
-                "internal ordering error; fix: report it with the loader's state_dict(), and resume from that state")
+                "internal ordering error; fix: report it with the loader's state_dict(), and resume from that state"
+            )
         self._delivered = step + 1
         self._hand_trained = not self._watched
         self._pending_tokens += tokens
@@ -329,7 +345,9 @@ class ProgressLedger:
     def commit(self, applied: bool) -> None:
         """One attempted update over every delivered batch (``applied=False``: AMP skipped it)."""
         if not isinstance(applied, bool):
-            raise ConfigError(describe("applied", applied, "True or False", "pass whether the optimizer step was applied"))
+            raise ConfigError(
+                describe("applied", applied, "True or False", "pass whether the optimizer step was applied")
+            )
         if self._delivered == self._committed:
             raise UsageError(
                 f"commit(): cursor.delivered={self._delivered} == cursor.committed: expected at least one batch "
@@ -348,8 +366,12 @@ class ProgressLedger:
         stop = check_int(stop, "stop", start + 1)
         if start < self._delivered:
             raise ConfigError(
-                describe("start", start, f"a future step (>= cursor.delivered={self._delivered})",
-                         "skip only steps not yet delivered; use load_state_dict(on_uncommitted='skip') for delivered ones")
+                describe(
+                    "start",
+                    start,
+                    f"a future step (>= cursor.delivered={self._delivered})",
+                    "skip only steps not yet delivered; use load_state_dict(on_uncommitted='skip') for delivered ones",
+                )
             )
         if not isinstance(reason, str) or not reason.strip():
             raise ConfigError(describe("reason", reason, "a non-empty explanation", "say why the steps are skipped"))

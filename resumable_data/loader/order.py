@@ -116,8 +116,9 @@ class StreamOrder(Protocol):
         """Continue from ``point`` (a restore's, an undo's, or None for a fresh start)."""
         ...
 
-    def check_restore(self, saved: LoaderState, current: LoaderState, label: RecoveryLabel,
-                      choice: OnUncommitted | None, stream: Any) -> OrderCheck:
+    def check_restore(
+        self, saved: LoaderState, current: LoaderState, label: RecoveryLabel, choice: OnUncommitted | None, stream: Any
+    ) -> OrderCheck:
         """Check ``saved``'s section against this order (``label``: the declared recovery label)."""
         ...
 
@@ -141,8 +142,7 @@ class StreamOrder(Protocol):
         """The counts :meth:`rewind` puts back (an undo point)."""
         ...
 
-    def rewind(self, memento: Any) -> None:
-        ...
+    def rewind(self, memento: Any) -> None: ...
 
     def progress(self, state: LoaderState, stream: Any, ledger: dict[int, int]) -> Any:
         """Per-source progress at ``state``'s committed cursor (``rd.ConfigError`` unless a mixture)."""
@@ -170,15 +170,26 @@ class _Plain:
 
     def move_to(self, point: Any) -> None:
         if point is not None:
-            raise ConfigError(describe("point", point, "None (a plain order continues from its start only)",
-                                       "restore a state of a plain loader"))
+            raise ConfigError(
+                describe(
+                    "point",
+                    point,
+                    "None (a plain order continues from its start only)",
+                    "restore a state of a plain loader",
+                )
+            )
 
-    def check_restore(self, saved: LoaderState, current: LoaderState, label: RecoveryLabel,
-                      choice: OnUncommitted | None, stream: Any) -> OrderCheck:
+    def check_restore(
+        self, saved: LoaderState, current: LoaderState, label: RecoveryLabel, choice: OnUncommitted | None, stream: Any
+    ) -> OrderCheck:
         if saved.mixture is None:
             return OrderCheck([])
-        return OrderCheck(["mixture: the current loader is not an rd.Mixture loader; fix: resume a mixture's state "
-                           "into a loader over the same rd.Mixture"])
+        return OrderCheck(
+            [
+                "mixture: the current loader is not an rd.Mixture loader; fix: resume a mixture's state "
+                "into a loader over the same rd.Mixture"
+            ]
+        )
 
     def restore_stream(self, stream: Any, point: Any) -> Any:
         return stream
@@ -199,10 +210,19 @@ class _Plain:
         return None
 
     def progress(self, state: LoaderState, stream: Any, ledger: dict[int, int]) -> Any:
-        what = "a dataset ordered by the plan" if self.fingerprint() is None else \
-            f"a dataset ordered by the sampler {self.fingerprint()}"  # type: ignore[attr-defined]
-        raise ConfigError(describe("dataset", what, "an rd.Mixture (per-source progress)",
-                                   "build the loader over rd.Mixture({...}, weights=...)"))
+        what = (
+            "a dataset ordered by the plan"
+            if self.fingerprint() is None
+            else f"a dataset ordered by the sampler {self.fingerprint()}"
+        )  # type: ignore[attr-defined]
+        raise ConfigError(
+            describe(
+                "dataset",
+                what,
+                "an rd.Mixture (per-source progress)",
+                "build the loader over rd.Mixture({...}, weights=...)",
+            )
+        )
 
 
 class PlanOrder(_Plain):

@@ -86,4 +86,3 @@ def pack_sequences(stream: Any, source: Any, epoch: int, sequences: np.ndarray) 
     batch["cu_seqlens"] = cu
     batch["max_seqlen"] = int(np.diff(cu).max()) if cu.size > 1 else 0
     return batch, int(real.sum())
-

@@ -51,17 +51,24 @@ class ResumableLoader(Protocol):
     def state_dict(self) -> dict[str, Any]:
         """The JSON state (``commit='auto'``: delivered batches committed first)."""
 
-    def validate_state_dict(self, state: Any, *, on_uncommitted: OnUncommitted | str | None = None,
-                            allow_unpinned: bool = False) -> LoaderState:
+    def validate_state_dict(
+        self, state: Any, *, on_uncommitted: OnUncommitted | str | None = None, allow_unpinned: bool = False
+    ) -> LoaderState:
         """Everything ``load_state_dict`` checks, changing nothing."""
 
-    def load_state_dict(self, state: dict[str, Any], *, on_uncommitted: OnUncommitted | str | None = None,
-                        allow_unpinned: bool = False) -> None:
+    def load_state_dict(
+        self, state: dict[str, Any], *, on_uncommitted: OnUncommitted | str | None = None, allow_unpinned: bool = False
+    ) -> None:
         """Restore a state, all or nothing."""
 
     def undo_point(self) -> Callable[[], None]:
         """A function that puts the loader's progress back as it is now."""
 
-    def reset(self, state: dict[str, Any] | None = None, *, on_uncommitted: OnUncommitted | str | None = None,
-              allow_unpinned: bool = False) -> None:
+    def reset(
+        self,
+        state: dict[str, Any] | None = None,
+        *,
+        on_uncommitted: OnUncommitted | str | None = None,
+        allow_unpinned: bool = False,
+    ) -> None:
         """A fresh start (``state=None``) or a restore."""

@@ -43,8 +43,8 @@ from resumable_data.loader.order import OrderCheck, StreamOrder
 from resumable_data.loader.state import LoaderState, OnBatchChange, OnUncommitted
 from resumable_data.plan import Plan, Tail
 from resumable_data.plan.mixture.section import K_SIZES
-from resumable_data.plan.sharding import world_sizes_text
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
+from resumable_data.plan.sharding import world_sizes_text
 
 __all__ = ["Restore", "compare", "rounded_epoch_fix", "validate_restore"]
 
@@ -65,31 +65,67 @@ class Restore:
     check: OrderCheck = OrderCheck([])
 
 
-def validate_restore(state: Any, current: LoaderState, stream: Any, order: StreamOrder, *, on_uncommitted: Any = None,
-                     allow_unpinned: bool = False, label: Any = None, on_batch_change: Any = None) -> Restore:
+def validate_restore(
+    state: Any,
+    current: LoaderState,
+    stream: Any,
+    order: StreamOrder,
+    *,
+    on_uncommitted: Any = None,
+    allow_unpinned: bool = False,
+    label: Any = None,
+    on_batch_change: Any = None,
+) -> Restore:
     """Check ``state`` against the ``current`` fingerprint, ``stream`` and ``order`` (see the module docs)."""
     check_json(state, "state")  # pure JSON before any field is read: nothing that would need unpickling
     saved = LoaderState.from_dict(state)
     last = max([saved.cursor.fetched, saved.epoch_base[1]] + [r.stop for r in saved.skipped])
     origin = saved.plan.origin
     if (last + 1) * saved.plan.global_batch + (0 if origin is None else origin.position) > MAX_POSITION:
-        raise ResumeError(describe("state.cursor", saved.cursor.to_dict(),
-                                   f"steps whose positions (step x global batch {saved.plan.global_batch}) stay "
-                                   "below 2**62", "pass an unmodified state"))
+        raise ResumeError(
+            describe(
+                "state.cursor",
+                saved.cursor.to_dict(),
+                f"steps whose positions (step x global batch {saved.plan.global_batch}) stay below 2**62",
+                "pass an unmodified state",
+            )
+        )
     epoch, first = saved.epoch_base
     if saved.packing is not None and (epoch > first or (epoch + 1) * saved.plan.num_records > MAX_POSITION):
-        raise ResumeError(describe("state.epoch_base[0]", epoch, f"a packed epoch <= its first step {first} (each "
-                                   f"epoch holds a step) whose documents (epoch x {saved.plan.num_records} records) "
-                                   "stay below 2**62", "pass an unmodified state"))
+        raise ResumeError(
+            describe(
+                "state.epoch_base[0]",
+                epoch,
+                f"a packed epoch <= its first step {first} (each "
+                f"epoch holds a step) whose documents (epoch x {saved.plan.num_records} records) "
+                "stay below 2**62",
+                "pass an unmodified state",
+            )
+        )
     declared = None if label is None else coerce_enum(label, RecoveryLabel, "label")
     if declared not in (None, RecoveryLabel.FAITHFUL_CONTINUATION, RecoveryLabel.DATA_CHANGE):
-        raise ConfigError(describe("label", declared.value, "'faithful_continuation' or 'data_change' for a loader",
-                                   "declare other labels on rd.TrainingState.load_state_dict"))
+        raise ConfigError(
+            describe(
+                "label",
+                declared.value,
+                "'faithful_continuation' or 'data_change' for a loader",
+                "declare other labels on rd.TrainingState.load_state_dict",
+            )
+        )
     if origin is not None and saved.cursor.committed < origin.step:
-        raise ResumeError(describe("state.batch_origin", origin.to_dict(), f"a step <= cursor.committed="
-                                   f"{saved.cursor.committed}", "pass an unmodified state"))
-    change = OnBatchChange.REFUSE if on_batch_change is None else coerce_enum(on_batch_change, OnBatchChange,
-                                                                               "on_batch_change")
+        raise ResumeError(
+            describe(
+                "state.batch_origin",
+                origin.to_dict(),
+                f"a step <= cursor.committed={saved.cursor.committed}",
+                "pass an unmodified state",
+            )
+        )
+    change = (
+        OnBatchChange.REFUSE
+        if on_batch_change is None
+        else coerce_enum(on_batch_change, OnBatchChange, "on_batch_change")
+    )
     diffs, label = compare(saved, current, allow_unpinned=allow_unpinned, on_batch_change=change)
     choice = None if on_uncommitted is None else coerce_enum(on_uncommitted, OnUncommitted, "on_uncommitted")
     check = order.check_restore(saved, current, declared or RecoveryLabel.FAITHFUL_CONTINUATION, choice, stream)
@@ -113,7 +149,8 @@ def validate_restore(state: Any, current: LoaderState, stream: Any, order: Strea
     if changed and later:
         diffs.append(
             f"skipped steps {[[r.start, r.stop] for r in later][:5]} lie after the resume step {resume} and name steps "
-            "of the saved batch, which a global batch change renumbers; fix: resume with the saved batch")
+            "of the saved batch, which a global batch change renumbers; fix: resume with the saved batch"
+        )
     if diffs:
         raise ResumeError("cannot resume this loader from the given state:\n  - " + "\n  - ".join(diffs))
     stream = order.restore_stream(stream, check.point)  # a packed mixture: indexes of the order it continues from
@@ -129,10 +166,12 @@ def _seeding_mode_change(saved: LoaderState, current: LoaderState) -> list[str]:
     a, b = saved.sample_seeding, current.sample_seeding
     if a is None or b is None or a.mode is b.mode:
         return []
-    return [f"seed_per_sample: saved {a.mode.value!r} vs current {b.mode.value!r} (the global generators would be "
-            f"seeded otherwise than the run was); fix: build the loader with seed_per_sample="
-            f"rd.SampleSeeding.{a.mode.name}, or load with label='data_change' to continue deliberately under "
-            f"{b.mode.value!r}"]
+    return [
+        f"seed_per_sample: saved {a.mode.value!r} vs current {b.mode.value!r} (the global generators would be "
+        f"seeded otherwise than the run was); fix: build the loader with seed_per_sample="
+        f"rd.SampleSeeding.{a.mode.name}, or load with label='data_change' to continue deliberately under "
+        f"{b.mode.value!r}"
+    ]
 
 
 def _epoch_ledger(saved: LoaderState, stream: Any) -> dict[int, int]:
@@ -145,14 +184,24 @@ def _epoch_ledger(saved: LoaderState, stream: Any) -> dict[int, int]:
     else:
         ok = first <= committed < first + stream.steps_in_epoch(epoch) and (epoch > 0 or first == 0)
     if not ok:
-        raise ResumeError(describe("state.epoch_base", [epoch, first],
-                                   f"the epoch and first step that hold cursor.committed={committed}",
-                                   "pass an unmodified state"))
+        raise ResumeError(
+            describe(
+                "state.epoch_base",
+                [epoch, first],
+                f"the epoch and first step that hold cursor.committed={committed}",
+                "pass an unmodified state",
+            )
+        )
     return {0: 0, epoch: first}
 
 
-def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool,
-            on_batch_change: OnBatchChange = OnBatchChange.REFUSE) -> tuple[list[str], RecoveryLabel]:
+def compare(
+    saved: LoaderState,
+    current: LoaderState,
+    *,
+    allow_unpinned: bool,
+    on_batch_change: OnBatchChange = OnBatchChange.REFUSE,
+) -> tuple[list[str], RecoveryLabel]:
     """Every difference that forbids the resume (saved vs current, with the fix), and the label.
 
     A different global batch (or schedule) is refused unless ``on_batch_change`` is
@@ -166,8 +215,12 @@ def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool,
         if a != b:
             diffs.append(f"{name}: saved {a!r} vs current {b!r}; fix: {fix}")
 
-    differ("dataset_version", sp.version_hash, cp.version_hash,
-           "open the dataset version the run was trained on (rd.ArrowShards on the pinned directory)")
+    differ(
+        "dataset_version",
+        sp.version_hash,
+        cp.version_hash,
+        "open the dataset version the run was trained on (rd.ArrowShards on the pinned directory)",
+    )
     batch_changed = sp.batch_dict() != cp.batch_dict()
     rounded = batch_changed and sp.num_records != cp.num_records and _same_mixture_sizes(saved, current)
     if rounded:  # the epoch length follows the batch: on_batch_change='continue' cannot continue it
@@ -176,29 +229,46 @@ def compare(saved: LoaderState, current: LoaderState, *, allow_unpinned: bool,
         differ("num_records", sp.num_records, cp.num_records, "open the same dataset")
     differ("seed", sp.seed, cp.seed, "pass seed= as saved")
     differ("order", sp.order.to_dict(), cp.order.to_dict(), "pass the same shuffle / shuffle_window")
-    differ("tail", sp.tail.value, cp.tail.value, f"pass tail={sp.tail.value!r} (or the drop_last and sampler "
-           "settings the run was started with)")
+    differ(
+        "tail",
+        sp.tail.value,
+        cp.tail.value,
+        f"pass tail={sp.tail.value!r} (or the drop_last and sampler settings the run was started with)",
+    )
     differ("pad_to", sp.pad_to, cp.pad_to, "resume a DistributedSampler(drop_last=False) run on the same world size")
     declared = on_batch_change is OnBatchChange.CONTINUE
-    alternative = "" if rounded else ("; or, to continue at the committed sample with the current batch (no sample "
-                                      "lost or repeated), load with on_batch_change='continue'")
+    alternative = (
+        ""
+        if rounded
+        else (
+            "; or, to continue at the committed sample with the current batch (no sample "
+            "lost or repeated), load with on_batch_change='continue'"
+        )
+    )
     if batch_changed and declared:
         diffs.extend(_batch_change_problems(saved, current))
     elif batch_changed and (sp.schedule is not None or cp.schedule is not None):
-        diffs.append(f"batch schedule: saved {_batch_text(sp)} vs current {_batch_text(cp)} (global, batch_size x "
-                     f"world_size {current.layout.world_size}); fix: pass the saved schedule as batch_size= (per rank)"
-                     + alternative)
+        diffs.append(
+            f"batch schedule: saved {_batch_text(sp)} vs current {_batch_text(cp)} (global, batch_size x "
+            f"world_size {current.layout.world_size}); fix: pass the saved schedule as batch_size= (per rank)"
+            + alternative
+        )
     elif batch_changed:
         w, g = current.layout.world_size, sp.global_batch
-        here = (f"at world_size {w} pass batch_size={g // w}, or" if g % w == 0 else
-                f"no integer batch_size does at world_size {w} ({g} / {w} = {g / w:.4g}):")
+        here = (
+            f"at world_size {w} pass batch_size={g // w}, or"
+            if g % w == 0
+            else f"no integer batch_size does at world_size {w} ({g} / {w} = {g / w:.4g}):"
+        )
         diffs.append(
             f"global batch size: saved {g} vs current {cp.global_batch} "
             f"(batch_size {cp.global_batch // w} x world_size {w}); fix: keep batch_size * world_size == "
             f"{g}: {here} run on one of the world sizes that divide {g}: {world_sizes_text(g)}, "
             f"with batch_size = {g} / world_size" + alternative
         )
-    differ("accumulation_steps", saved.accumulation_steps, current.accumulation_steps, "pass the same accumulation_steps")
+    differ(
+        "accumulation_steps", saved.accumulation_steps, current.accumulation_steps, "pass the same accumulation_steps"
+    )
     differ("sampler", saved.sampler, current.sampler, "pass the same positional sampler")
     differ("packing", _spec(saved.packing), _spec(current.packing), "pass the same packing spec")
     if not (saved.pinned and current.pinned) and not allow_unpinned:
@@ -224,14 +294,19 @@ def _spec(packing: Any) -> dict[str, Any] | None:
 
 def _same_mixture_sizes(saved: LoaderState, current: LoaderState) -> bool:
     """Both are ``rd.Mixture`` loaders over sources of the same sizes."""
-    return saved.mixture is not None and current.mixture is not None and \
-        saved.mixture.get(K_SIZES) == current.mixture.get(K_SIZES)
+    return (
+        saved.mixture is not None
+        and current.mixture is not None
+        and saved.mixture.get(K_SIZES) == current.mixture.get(K_SIZES)
+    )
 
 
 def _rounded_epoch_text(sp: Plan, cp: Plan) -> str:
     """An ``rd.Mixture`` whose epoch length was rounded to the global batch, across a batch change."""
-    return (f"mixture epoch length: saved {sp.num_records} vs current {cp.num_records} records an epoch; fix: "
-            + rounded_epoch_fix(sp.num_records, sp.global_batch, cp.global_batch))
+    return (
+        f"mixture epoch length: saved {sp.num_records} vs current {cp.num_records} records an epoch; fix: "
+        + rounded_epoch_fix(sp.num_records, sp.global_batch, cp.global_batch)
+    )
 
 
 def rounded_epoch_fix(saved_records: int, saved_batch: int, current_batch: int) -> str:
@@ -239,11 +314,13 @@ def rounded_epoch_fix(saved_records: int, saved_batch: int, current_batch: int) 
     loader's and the checkpoint's refusal name it alike)."""
     step = math.lcm(saved_batch, current_batch)
     example = max(step, -(-saved_records // step) * step)
-    return (f"the rd.Mixture rounds its epoch to the global batch ({saved_batch} vs {current_batch}), so the new batch "
-            "plays another stream and on_batch_change='continue' cannot continue it: resume with the saved batch; a "
-            "run whose batch will change must start with an explicit rd.Mixture(..., epoch_len=L), L a multiple of "
-            f"every global batch it will use (for {saved_batch} and {current_batch}: a multiple of {step}, e.g. "
-            f"{example})")
+    return (
+        f"the rd.Mixture rounds its epoch to the global batch ({saved_batch} vs {current_batch}), so the new batch "
+        "plays another stream and on_batch_change='continue' cannot continue it: resume with the saved batch; a "
+        "run whose batch will change must start with an explicit rd.Mixture(..., epoch_len=L), L a multiple of "
+        f"every global batch it will use (for {saved_batch} and {current_batch}: a multiple of {step}, e.g. "
+        f"{example})"
+    )
 
 
 def _batch_text(plan: Plan) -> str:
@@ -259,8 +336,11 @@ def _batch_change_problems(saved: LoaderState, current: LoaderState) -> list[str
             f"global batch change (on_batch_change='continue'): saved {_batch_text(saved.plan)} vs current "
             f"{_batch_text(current.plan)} under tail={tail.value!r}, whose epochs are shaped by the batch (a changed "
             "batch would drop or repeat other records); fix: resume with the saved batch, or start runs whose batch "
-            "will change with tail='continuous' (or 'partial' on one process)")
+            "will change with tail='continuous' (or 'partial' on one process)"
+        )
     if saved.packing is not None:
-        problems.append("global batch change (on_batch_change='continue') of a packed stream: packed epochs are cut "
-                        "into batches by their packing index; fix: resume with the saved batch")
+        problems.append(
+            "global batch change (on_batch_change='continue') of a packed stream: packed epochs are cut "
+            "into batches by their packing index; fix: resume with the saved batch"
+        )
     return problems

@@ -22,6 +22,7 @@ from array import array
 from typing import Any
 
 import torch
+
 from resumable_data.loader.torch_compat import collate, collate_float_fn, collate_int_fn, default_collate_fn_map
 
 __all__ = ["default_collate"]

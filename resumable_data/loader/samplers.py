@@ -33,8 +33,14 @@ def _num_samples(num_samples: int, limit: int | None) -> int:
     if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
         raise ConfigError(describe("num_samples", num_samples, "a positive integer", "pass num_samples >= 1"))
     if limit is not None and num_samples > limit:
-        raise ConfigError(describe("num_samples", num_samples, f"at most {limit} (records with a positive weight) "
-                                   "without replacement", "pass replacement=True or a smaller num_samples"))
+        raise ConfigError(
+            describe(
+                "num_samples",
+                num_samples,
+                f"at most {limit} (records with a positive weight) without replacement",
+                "pass replacement=True or a smaller num_samples",
+            )
+        )
     return int(num_samples)
 
 
@@ -74,8 +80,14 @@ class PositionalWeightedSampler:
     def __init__(self, weights, num_samples: int, *, replacement: bool = True, seed: int = 0) -> None:
         w = np.asarray(weights, dtype=np.float64).reshape(-1)
         if w.size == 0 or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
-            raise ConfigError(describe("weights", f"{w.size} weights", "finite, non-negative, at least one positive",
-                                       "pass one weight per record"))
+            raise ConfigError(
+                describe(
+                    "weights",
+                    f"{w.size} weights",
+                    "finite, non-negative, at least one positive",
+                    "pass one weight per record",
+                )
+            )
         self.weights = w
         self.replacement = bool(replacement)
         self.num_samples = _num_samples(num_samples, None if replacement else int(np.count_nonzero(w)))
@@ -104,5 +116,7 @@ class PositionalWeightedSampler:
         import xxhash
 
         digest = xxhash.xxh3_64_hexdigest(self.weights.tobytes())
-        return (f"rd.PositionalWeightedSampler(n={self.weights.size}, num_samples={self.num_samples}, "
-                f"replacement={self.replacement}, weights_xxh3={digest})")
+        return (
+            f"rd.PositionalWeightedSampler(n={self.weights.size}, num_samples={self.num_samples}, "
+            f"replacement={self.replacement}, weights_xxh3={digest})"
+        )

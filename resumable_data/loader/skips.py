@@ -24,7 +24,7 @@ __all__ = ["SkipIndex"]
 class SkipIndex:
     """Merged, sorted skipped intervals (module docs); immutable once built."""
 
-    __slots__ = ("_starts", "_stops", "_before")
+    __slots__ = ("_before", "_starts", "_stops")
 
     def __init__(self, ranges: Iterable[tuple[int, int]]) -> None:
         starts: list[int] = []

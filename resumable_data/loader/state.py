@@ -48,11 +48,17 @@ from resumable_data._schema import (
 )
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
-from resumable_data.plan import BatchOrigin, Plan, ShardingPolicy, Tail
-from resumable_data.plan.packing import Packing
-from resumable_data.plan.mixture import section as mixture_plan
-from resumable_data.loader.seeding.sample_seeding import DEFAULT_SEEDING, SCHEMA_DEFAULT_SEEDING, SeedingRecord, fingerprint_mode, fingerprint_section
+from resumable_data.loader.seeding.sample_seeding import (
+    DEFAULT_SEEDING,
+    SCHEMA_DEFAULT_SEEDING,
+    SeedingRecord,
+    fingerprint_mode,
+    fingerprint_section,
+)
 from resumable_data.loader.skips import SkipIndex
+from resumable_data.plan import BatchOrigin, Plan, ShardingPolicy, Tail
+from resumable_data.plan.mixture import section as mixture_plan
+from resumable_data.plan.packing import Packing
 
 __all__ = [
     "FORMAT",
@@ -99,16 +105,37 @@ K_SAMPLE_SEEDING = "sample_seeding"
 #: The keys that identify the stream (no progress): what a checkpoint's ``data`` section holds.
 FINGERPRINT_KEYS = (K_PLAN, K_LAYOUT, K_ELASTIC, K_COMMIT, K_ACCUMULATION, K_PACKING, K_PINNED, K_SAMPLER)
 _KEYS = frozenset(
-    {K_FORMAT, K_SCHEMA, K_PLAN, K_LAYOUT, K_ELASTIC, K_COMMIT, K_ACCUMULATION, K_PACKING, K_PINNED,
-     K_SAMPLER, K_EPOCH_BASE, K_CURSOR, K_COUNTERS, K_SKIPPED, K_LABEL, K_END_OF_PASS}
+    {
+        K_FORMAT,
+        K_SCHEMA,
+        K_PLAN,
+        K_LAYOUT,
+        K_ELASTIC,
+        K_COMMIT,
+        K_ACCUMULATION,
+        K_PACKING,
+        K_PINNED,
+        K_SAMPLER,
+        K_EPOCH_BASE,
+        K_CURSOR,
+        K_COUNTERS,
+        K_SKIPPED,
+        K_LABEL,
+        K_END_OF_PASS,
+    }
 )
 _KEYS_V1 = _KEYS - {K_END_OF_PASS}
 _KEYS_V3 = _KEYS | {K_BATCH_ORIGIN}
 #: The keys a state of each readable schema holds, without and with a mixture section (schema >= 2).
 #: Schema 4-5 keys that are omitted when they hold the default (see the module docs) are added
 #: to its set when present.
-_KEYS_OF = {1: (_KEYS_V1, _KEYS_V1), 2: (_KEYS, _KEYS | {K_MIXTURE}), 3: (_KEYS_V3, _KEYS_V3 | {K_MIXTURE}),
-            4: (_KEYS, _KEYS | {K_MIXTURE}), 5: (_KEYS, _KEYS | {K_MIXTURE})}
+_KEYS_OF = {
+    1: (_KEYS_V1, _KEYS_V1),
+    2: (_KEYS, _KEYS | {K_MIXTURE}),
+    3: (_KEYS_V3, _KEYS_V3 | {K_MIXTURE}),
+    4: (_KEYS, _KEYS | {K_MIXTURE}),
+    5: (_KEYS, _KEYS | {K_MIXTURE}),
+}
 _OPTIONAL_V4 = frozenset({K_BATCH_ORIGIN, K_SAMPLE_SEEDING})
 _CURSOR_KEYS = frozenset({"committed", "delivered", "fetched"})
 _COUNTER_ORDER = ("attempted_updates", "applied_updates", "skipped_updates", "samples", "tokens")
@@ -160,9 +187,7 @@ class Cursor:
         expect_mapping(d, where, _CURSOR_KEYS)
         c, dl, f = field_int(d, "committed", where), field_int(d, "delivered", where), field_int(d, "fetched", where)
         if not c <= dl <= f:
-            raise ResumeError(
-                describe(where, d, "committed <= delivered <= fetched", "pass an unmodified state")
-            )
+            raise ResumeError(describe(where, d, "committed <= delivered <= fetched", "pass an unmodified state"))
         return cls(c, dl, f)
 
 
@@ -237,8 +262,13 @@ class SkippedRange:
         """A saved ``[start, stop, reason]``; named ``where`` (``where[index]`` with ``index``) on a refusal."""
         if type(v) is list and len(v) == 3:  # the common case, checked in one pass (names built on a refusal)
             start, stop, reason = v
-            if type(start) is int and type(stop) is int and 0 <= start < stop <= MAX_INT and type(reason) is str \
-                    and len(reason) <= 1000:
+            if (
+                type(start) is int
+                and type(stop) is int
+                and 0 <= start < stop <= MAX_INT
+                and type(reason) is str
+                and len(reason) <= 1000
+            ):
                 return cls(start, stop, reason)
         if index is not None:
             where = f"{where}[{index}]"
@@ -345,8 +375,15 @@ class LoaderState:
     def counter_view(self) -> CounterView:
         """Every counter at this state's committed cursor, the derived ones included."""
         c, k = self.cursor.committed, self.counters
-        return CounterView(k.attempted_updates, k.applied_updates, k.skipped_updates,
-                           c - skipped_before(self.skipped, c), k.samples, k.tokens, skipped_before(self.skipped, c))
+        return CounterView(
+            k.attempted_updates,
+            k.applied_updates,
+            k.skipped_updates,
+            c - skipped_before(self.skipped, c),
+            k.samples,
+            k.tokens,
+            skipped_before(self.skipped, c),
+        )
 
     @property
     def uncommitted(self) -> int:
@@ -359,9 +396,12 @@ class LoaderState:
         out = {k: d[k] for k in FINGERPRINT_KEYS + (K_MIXTURE,) if k in d} | fingerprint_section(self.sample_seeding)
         if K_MIXTURE in out and mixture_plan.K_TOKENS in out[K_MIXTURE]:  # progress, not identity: the plain section
             earlier = mixture_plan.K_EARLIER in out[K_MIXTURE]  # identity: the runs of the epoch's earlier documents
-            out[K_MIXTURE] = {**{k: v for k, v in out[K_MIXTURE].items() if k not in mixture_plan.TOKENS_KEYS},
-                              mixture_plan.K_SCHEMA: mixture_plan.EARLIER_SCHEMA_VERSION if earlier
-                              else mixture_plan.MIXTURE_SCHEMA_VERSION}
+            out[K_MIXTURE] = {
+                **{k: v for k, v in out[K_MIXTURE].items() if k not in mixture_plan.TOKENS_KEYS},
+                mixture_plan.K_SCHEMA: mixture_plan.EARLIER_SCHEMA_VERSION
+                if earlier
+                else mixture_plan.MIXTURE_SCHEMA_VERSION,
+            }
         return out
 
     @classmethod
@@ -369,11 +409,21 @@ class LoaderState:
         """The state a checkpoint's ``data`` section (:meth:`fingerprint_dict`) describes, at
         ``epoch_base`` with no progress; validated like :meth:`from_dict`, the seeding mode too (not kept)."""
         if not isinstance(data, dict):
-            raise ResumeError(describe("data", type(data).__name__, "the loader fingerprint of a checkpoint", "pass meta.data"))
+            raise ResumeError(
+                describe("data", type(data).__name__, "the loader fingerprint of a checkpoint", "pass meta.data")
+            )
         fingerprint_mode(data)  # the fingerprint records no seeding version, so there is no record to keep
-        progress = {K_FORMAT: FORMAT, K_SCHEMA: 3, K_EPOCH_BASE: list(epoch_base),  # no seeding record: schema 3
-                    K_CURSOR: Cursor().to_dict(), K_COUNTERS: Counters().to_dict(), K_SKIPPED: [],
-                    K_LABEL: RecoveryLabel.FAITHFUL_CONTINUATION.value, K_END_OF_PASS: False, K_BATCH_ORIGIN: None}
+        progress = {
+            K_FORMAT: FORMAT,
+            K_SCHEMA: 3,
+            K_EPOCH_BASE: list(epoch_base),  # no seeding record: schema 3
+            K_CURSOR: Cursor().to_dict(),
+            K_COUNTERS: Counters().to_dict(),
+            K_SKIPPED: [],
+            K_LABEL: RecoveryLabel.FAITHFUL_CONTINUATION.value,
+            K_END_OF_PASS: False,
+            K_BATCH_ORIGIN: None,
+        }
         mixture = {K_MIXTURE: data[K_MIXTURE]} if K_MIXTURE in data else {}
         return cls.from_dict({**progress, **{k: data.get(k) for k in FINGERPRINT_KEYS}, **mixture})
 
@@ -381,7 +431,9 @@ class LoaderState:
     def from_dict(cls, d: Any) -> LoaderState:
         """Parse and validate a state; any problem raises :class:`ResumeError`."""
         if not isinstance(d, dict):
-            raise ResumeError(describe("state", type(d).__name__, "a dict from DataLoader.state_dict()", "pass that dict"))
+            raise ResumeError(
+                describe("state", type(d).__name__, "a dict from DataLoader.state_dict()", "pass that dict")
+            )
         version = d.get(K_SCHEMA)
         if type(version) is not int or version not in READABLE_SCHEMA_VERSIONS:
             version = SCHEMA_VERSION
@@ -391,26 +443,45 @@ class LoaderState:
         keys = _KEYS_OF[version][K_MIXTURE in d]
         expect_mapping(d, "state", keys if version < 4 else keys | (_OPTIONAL_V4 & d.keys()))
         if K_MIXTURE in d and not isinstance(mixture, dict):
-            raise ResumeError(describe("state.mixture", mixture, "a mixture section object", "pass an unmodified state"))
+            raise ResumeError(
+                describe("state.mixture", mixture, "a mixture section object", "pass an unmodified state")
+            )
         expect_header(d, FORMAT, version, "state")
         try:
             plan = Plan.from_dict(d[K_PLAN], "state.plan")
             if plan.origin is not None:
-                raise ResumeError(describe("state.plan.origin", plan.origin.to_dict(), "absent (a batch origin is "
-                                           "state.batch_origin)", "pass an unmodified state"))
+                raise ResumeError(
+                    describe(
+                        "state.plan.origin",
+                        plan.origin.to_dict(),
+                        "absent (a batch origin is state.batch_origin)",
+                        "pass an unmodified state",
+                    )
+                )
             raw_origin = d.get(K_BATCH_ORIGIN)
             if raw_origin is not None:
                 plan = replace(plan, origin=BatchOrigin.from_dict(raw_origin, "state.batch_origin"))
         except ConfigError as e:  # constructor checks on forged values are resume errors here
             raise ResumeError(f"state is inconsistent: {e}") from None
         if version < 3 and (plan.schedule is not None or plan.tail is Tail.CONTINUOUS):
-            raise ResumeError(describe("state.schema_version", version, "3 for a state with a batch schedule or the "
-                                       "continuous tail", "pass an unmodified state"))
+            raise ResumeError(
+                describe(
+                    "state.schema_version",
+                    version,
+                    "3 for a state with a batch schedule or the continuous tail",
+                    "pass an unmodified state",
+                )
+            )
         packing = _packing(d[K_PACKING])
         raw_skipped = d[K_SKIPPED]
         if not isinstance(raw_skipped, list) or len(raw_skipped) > MAX_SKIPPED_RANGES:
             raise ResumeError(
-                describe("state.skipped", f"{type(raw_skipped).__name__}", f"a list of at most {MAX_SKIPPED_RANGES} ranges", "pass an unmodified state")
+                describe(
+                    "state.skipped",
+                    f"{type(raw_skipped).__name__}",
+                    f"a list of at most {MAX_SKIPPED_RANGES} ranges",
+                    "pass an unmodified state",
+                )
             )
         skipped = tuple(SkippedRange.from_list(v, "state.skipped", i) for i, v in enumerate(raw_skipped))
         return cls(
@@ -429,7 +500,10 @@ class LoaderState:
             recovery_label=expect_enum(d[K_LABEL], RecoveryLabel, "state.recovery_label"),
             end_of_pass=expect_bool(d[K_END_OF_PASS], "state.end_of_pass") if version >= 2 else False,
             mixture=mixture,
-            sample_seeding=None if version < 4 else SeedingRecord.from_dict(d[K_SAMPLE_SEEDING]) if K_SAMPLE_SEEDING in d
+            sample_seeding=None
+            if version < 4
+            else SeedingRecord.from_dict(d[K_SAMPLE_SEEDING])
+            if K_SAMPLE_SEEDING in d
             else SCHEMA_DEFAULT_SEEDING[version],
         )
 
@@ -448,5 +522,7 @@ def _packing(v: Any) -> Packing | None:
 
 def _epoch_base(v: Any) -> tuple[int, int]:
     if not isinstance(v, list) or len(v) != 2:
-        raise ResumeError(describe("state.epoch_base", v, "[epoch, first step of that epoch]", "pass an unmodified state"))
+        raise ResumeError(
+            describe("state.epoch_base", v, "[epoch, first step of that epoch]", "pass an unmodified state")
+        )
     return expect_int(v[0], "state.epoch_base[0]"), expect_int(v[1], "state.epoch_base[1]")

@@ -33,8 +33,16 @@ from resumable_data.loader.state import LoaderState
 from resumable_data.plan import Plan, Sharding, Tail, epoch_records
 from resumable_data.plan.packing import Packing, window_counts
 
-__all__ = ["PackedIndex", "PackedStream", "RecordStream", "StepInfo", "cache_dir", "describe_step", "make_stream",
-           "stream_from_state"]
+__all__ = [
+    "PackedIndex",
+    "PackedStream",
+    "RecordStream",
+    "StepInfo",
+    "cache_dir",
+    "describe_step",
+    "make_stream",
+    "stream_from_state",
+]
 
 _INDEX_CHUNK = 1 << 20  # documents per chunk when building an index (bounds transient memory)
 
@@ -85,8 +93,16 @@ class PackedIndex:
 class PackedStream:
     """Packed: positions are sequences; epochs differ in length; indexes cached per epoch."""
 
-    def __init__(self, plan: Plan, spec: Packing, lengths: np.ndarray, *, pinned: bool, progress: bool = True,
-                 order: DocumentOrder | None = None) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        spec: Packing,
+        lengths: np.ndarray,
+        *,
+        pinned: bool,
+        progress: bool = True,
+        order: DocumentOrder | None = None,
+    ) -> None:
         self.plan = plan
         #: What orders the documents instead of the plan (an rd.Mixture's sampler:
         #: :meth:`~.order.StreamOrder.document_order`), or None.
@@ -112,8 +128,15 @@ class PackedStream:
 
     # -- the epoch index ----------------------------------------------------------------------------
     def _key(self, epoch: int) -> str:
-        parts = [self.plan.version_hash, str(self.plan.seed), repr(sorted(self.plan.order.to_dict().items())),
-                 repr(sorted(self.spec.to_dict().items())), str(self.plan.num_records), str(epoch), "packidx/1"]
+        parts = [
+            self.plan.version_hash,
+            str(self.plan.seed),
+            repr(sorted(self.plan.order.to_dict().items())),
+            repr(sorted(self.spec.to_dict().items())),
+            str(self.plan.num_records),
+            str(epoch),
+            "packidx/1",
+        ]
         if self.order is not None:  # a packed mixture: its section, or its schedule's runs
             parts += [self.order.fingerprint(), self.order.index_key()]
         return xxhash.xxh3_128_hexdigest("|".join(parts).encode())
@@ -136,8 +159,14 @@ class PackedStream:
     def _records(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
         if self.order is not None:
             return np.asarray(self.order.indices(epoch, offsets), dtype=np.int64)
-        return epoch_records(self.plan.num_records, self.plan.order, offsets, version_hash=self.plan.version_hash,
-                             seed=self.plan.seed, epoch=epoch)
+        return epoch_records(
+            self.plan.num_records,
+            self.plan.order,
+            offsets,
+            version_hash=self.plan.version_hash,
+            seed=self.plan.seed,
+            epoch=epoch,
+        )
 
     def _build(self, epoch: int) -> np.ndarray:
         n, w = self.plan.num_records, self.spec.window
@@ -147,8 +176,9 @@ class PackedStream:
         if self.progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=n, unit="doc", desc=f"packing index, epoch {epoch}", delay=1.0, leave=False,
-                       disable=None)  # None: no bar when stderr is not a terminal (logs)
+            bar = tqdm(
+                total=n, unit="doc", desc=f"packing index, epoch {epoch}", delay=1.0, leave=False, disable=None
+            )  # None: no bar when stderr is not a terminal (logs)
         for start in range(0, n, chunk):
             offsets = np.arange(start, min(start + chunk, n), dtype=np.int64)
             records = self._records(epoch, offsets)
@@ -211,8 +241,14 @@ class PackedStream:
 
     def with_plan(self, plan: Plan) -> PackedStream:
         if plan != self.plan:
-            raise ConfigError(describe("plan", plan.to_dict(), f"the packed stream's own plan {self.plan.to_dict()} "
-                                       "(a packed stream takes no batch origin)", "resume with the saved batch"))
+            raise ConfigError(
+                describe(
+                    "plan",
+                    plan.to_dict(),
+                    f"the packed stream's own plan {self.plan.to_dict()} (a packed stream takes no batch origin)",
+                    "resume with the saved batch",
+                )
+            )
         return self
 
     def steps_in_epoch(self, epoch: int) -> int:
@@ -220,8 +256,12 @@ class PackedStream:
         steps = _steps(count, self.plan.global_batch, self.plan.tail)
         if steps == 0:
             raise ConfigError(
-                describe("batch_size", self.plan.global_batch, f"at most the {count} packed sequences of epoch {epoch}",
-                         "use a smaller batch_size, drop_last=False, a smaller seq_len or more data")
+                describe(
+                    "batch_size",
+                    self.plan.global_batch,
+                    f"at most the {count} packed sequences of epoch {epoch}",
+                    "use a smaller batch_size, drop_last=False, a smaller seq_len or more data",
+                )
             )
         return steps
 
@@ -246,8 +286,9 @@ class PackedStream:
         return start, stop, count
 
 
-def make_stream(plan: Plan, packing: Packing | None, lengths: np.ndarray | None, *, pinned: bool,
-                order: DocumentOrder | None = None) -> RecordStream | PackedStream:
+def make_stream(
+    plan: Plan, packing: Packing | None, lengths: np.ndarray | None, *, pinned: bool, order: DocumentOrder | None = None
+) -> RecordStream | PackedStream:
     """A loader's stream: packed sequences when ``packing`` is given (``lengths``: every document's
     token length; ``order``: what orders the documents, None for the plan), else records."""
     if packing is None:
@@ -273,7 +314,9 @@ class StepInfo:
     records: np.ndarray | None
 
 
-def describe_step(stream: RecordStream | PackedStream, ledger: dict[int, int], sharding: Sharding, step: int) -> StepInfo:
+def describe_step(
+    stream: RecordStream | PackedStream, ledger: dict[int, int], sharding: Sharding, step: int
+) -> StepInfo:
     """The :class:`StepInfo` of ``step`` (pure: nothing is fetched but packed documents' lengths)."""
     epoch, first = stream.locate(step, dict(ledger))
     steps = stream.steps_in_epoch(epoch)
@@ -285,11 +328,14 @@ def describe_step(stream: RecordStream | PackedStream, ledger: dict[int, int], s
 
     start, stop, count = stream.epoch_positions(epoch, step - first)
     local = sharding.local_positions(start, stop) % count
-    return StepInfo(step, epoch, step - first, steps, "packed sequence", (start, stop),
-                    packed_documents(stream, epoch, local))
+    return StepInfo(
+        step, epoch, step - first, steps, "packed sequence", (start, stop), packed_documents(stream, epoch, local)
+    )
 
 
-def stream_from_state(state: LoaderState, source: Any = None) -> tuple[RecordStream | PackedStream | None, dict[int, int]]:
+def stream_from_state(
+    state: LoaderState, source: Any = None
+) -> tuple[RecordStream | PackedStream | None, dict[int, int]]:
     """Rebuild the stream of a saved loader state (packed streams need the ``source``'s lengths);
     returns ``(None, ledger)`` for a packed state without a source."""
     epoch, first = state.epoch_base

@@ -57,9 +57,8 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any
-
 from multiprocessing.reduction import ForkingPickler
+from typing import Any
 
 from torch.utils.data import DataLoader, default_collate, default_convert, get_worker_info
 from torch.utils.data._utils import signal_handling as _signal_handling

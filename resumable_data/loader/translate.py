@@ -17,10 +17,9 @@ attributes torch's ``DataLoader`` exposes (for code that reads them; rd never it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
-
-from collections.abc import Sequence
 
 import numpy as np
 from torch.utils.data import (
@@ -78,12 +77,15 @@ def _reject(sampler: Any, param: str) -> ConfigError:
     )
     if param == "batch_sampler":
         expected = "None, a torch BatchSampler over an accepted sampler, or a list of equally long index lists"
-    return ConfigError(describe(
-        param, type(sampler).__name__,
-        f"{expected}; rd resumes by seeking, so it needs the index at each position as a pure function of "
-        "(epoch, position), which a sampler of this type does not declare",
-        "use shuffle=True with seed=, pass the indices as a list, or give the sampler the rd.PositionalSampler methods",
-    ))
+    return ConfigError(
+        describe(
+            param,
+            type(sampler).__name__,
+            f"{expected}; rd resumes by seeking, so it needs the index at each position as a pure function of "
+            "(epoch, position), which a sampler of this type does not declare",
+            "use shuffle=True with seed=, pass the indices as a list, or give the sampler the rd.PositionalSampler methods",
+        )
+    )
 
 
 def _int_sequence(value: Any) -> np.ndarray | None:
@@ -101,7 +103,9 @@ def _check_indices(idx: np.ndarray, dataset_len: int, param: str) -> None:
         raise ConfigError(describe(param, "[]", "at least one index", "pass a non-empty list of indices"))
     bad = idx[(idx < 0) | (idx >= dataset_len)]
     if bad.size:
-        raise ConfigError(describe(param, f"index {int(bad[0])}", f"indices in [0, {dataset_len})", "pass valid dataset indices"))
+        raise ConfigError(
+            describe(param, f"index {int(bad[0])}", f"indices in [0, {dataset_len})", "pass valid dataset indices")
+        )
 
 
 def _batch_lists(batch_sampler: Any, dataset_len: int) -> Translated | None:
@@ -114,9 +118,14 @@ def _batch_lists(batch_sampler: Any, dataset_len: int) -> Translated | None:
         return None
     size = len(rows[0])
     if size == 0 or any(len(r) != size for r in rows[:-1]) or len(rows[-1]) > size:
-        raise ConfigError(describe("batch_sampler", f"index lists of lengths {[len(r) for r in rows][:8]}",
-                                   "lists of one length (the last may be shorter)",
-                                   "use batch_size= with sampler=<the flat list of indices>"))
+        raise ConfigError(
+            describe(
+                "batch_sampler",
+                f"index lists of lengths {[len(r) for r in rows][:8]}",
+                "lists of one length (the last may be shorter)",
+                "use batch_size= with sampler=<the flat list of indices>",
+            )
+        )
     flat = np.concatenate(rows)
     _check_indices(flat, dataset_len, "batch_sampler")
     tail = Tail.DROP if len(rows[-1]) == size else None
@@ -170,14 +179,22 @@ def translate_sampler(sampler: Any, batch_sampler: Any, dataset_len: int) -> Tra
             return Translated(shuffle=True, seed=seed)
         from resumable_data.loader.samplers import PositionalRandomSampler
 
-        return Translated(seed=seed, positional=PositionalRandomSampler(
-            len(sampler.data_source), sampler.num_samples, replacement=bool(sampler.replacement)))
+        return Translated(
+            seed=seed,
+            positional=PositionalRandomSampler(
+                len(sampler.data_source), sampler.num_samples, replacement=bool(sampler.replacement)
+            ),
+        )
     if isinstance(sampler, WeightedRandomSampler):
         from resumable_data.loader.samplers import PositionalWeightedSampler
 
         gen = sampler.generator
-        return Translated(seed=None if gen is None else int(gen.initial_seed()), positional=PositionalWeightedSampler(
-            sampler.weights.numpy(), sampler.num_samples, replacement=bool(sampler.replacement)))
+        return Translated(
+            seed=None if gen is None else int(gen.initial_seed()),
+            positional=PositionalWeightedSampler(
+                sampler.weights.numpy(), sampler.num_samples, replacement=bool(sampler.replacement)
+            ),
+        )
     if isinstance(sampler, PositionalSampler):
         return Translated(positional=sampler)
     seq = _int_sequence(sampler)
@@ -187,8 +204,17 @@ def translate_sampler(sampler: Any, batch_sampler: Any, dataset_len: int) -> Tra
     raise _reject(sampler, "sampler")
 
 
-def torch_views(dataset: Any, *, sampler: Any, batch_sampler: Any, shuffle: bool | None, batch_size: int | None,
-                drop_last: bool, generator: Any, collate_fn: Any) -> tuple[Any, Any, Any]:
+def torch_views(
+    dataset: Any,
+    *,
+    sampler: Any,
+    batch_sampler: Any,
+    shuffle: bool | None,
+    batch_size: int | None,
+    drop_last: bool,
+    generator: Any,
+    collate_fn: Any,
+) -> tuple[Any, Any, Any]:
     """(sampler, batch_sampler, collate_fn) as torch's ``DataLoader`` would expose them."""
     if batch_sampler is not None and sampler is None:
         sampler = getattr(batch_sampler, "sampler", None)

@@ -88,11 +88,21 @@ def slot_name(main_pid: int, worker_pid: int, index: int, gen: int) -> str:
 # -- the worker side -----------------------------------------------------------------------------
 def _plain_tensor(t: torch.Tensor) -> bool:
     """A tensor whose data alone says everything torch's reduction would keep."""
-    return (type(t) is torch.Tensor and not t.is_nested and t.device.type == "cpu" and t.layout is torch.strided
-            and not t.requires_grad and not t.is_quantized and not t.is_conj() and not t.is_neg()
-            and not t.is_shared() and t.is_contiguous() and t.storage_offset() == 0
-            and t.numel() > 0
-            and t.untyped_storage().nbytes() == t.numel() * t.element_size())
+    return (
+        type(t) is torch.Tensor
+        and not t.is_nested
+        and t.device.type == "cpu"
+        and t.layout is torch.strided
+        and not t.requires_grad
+        and not t.is_quantized
+        and not t.is_conj()
+        and not t.is_neg()
+        and not t.is_shared()
+        and t.is_contiguous()
+        and t.storage_offset() == 0
+        and t.numel() > 0
+        and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    )
 
 
 def _rebuild_tensor(dtype: torch.dtype, shape: tuple[int, ...], data: Any) -> torch.Tensor:
@@ -176,7 +186,7 @@ class Wire:
     worker's own thread, so an unpicklable batch raises there, as the batch's error); it
     unpickles as the batch itself."""
 
-    __slots__ = ("rebuild", "args")
+    __slots__ = ("args", "rebuild")
 
     def __init__(self, rebuild: Any, args: tuple[Any, ...]) -> None:
         self.rebuild, self.args = rebuild, args
@@ -255,7 +265,7 @@ def pack(batch: Any, main_pid: int, pool: int = 0) -> Wire:
     offsets, at = [], _HEADER
     for r in raws:
         n = r.nbytes
-        dst[at:at + n] = np.frombuffer(r, dtype=np.uint8)
+        dst[at : at + n] = np.frombuffer(r, dtype=np.uint8)
         offsets.append((at, n))
         at += _aligned(n)
     del dst
@@ -337,12 +347,16 @@ class _SlotView:
     batch is a view whose base chain ends here, so this object dies with the batch's last view,
     and its finalizer then marks the slot free for its worker."""
 
-    __slots__ = ("__array_interface__", "_mv", "__weakref__")
+    __slots__ = ("__array_interface__", "__weakref__", "_mv")
 
     def __init__(self, shm: _Mapped, total: int) -> None:
-        self._mv = shm.buf[_HEADER:_HEADER + total]  # keeps the mapping alive while views exist
-        self.__array_interface__ = {"shape": (total,), "typestr": "|u1", "data": (shm.address + _HEADER, False),
-                                    "version": 3}
+        self._mv = shm.buf[_HEADER : _HEADER + total]  # keeps the mapping alive while views exist
+        self.__array_interface__ = {
+            "shape": (total,),
+            "typestr": "|u1",
+            "data": (shm.address + _HEADER, False),
+            "version": 3,
+        }
 
 
 def _release(shm: shared_memory.SharedMemory) -> None:
@@ -352,8 +366,9 @@ def _release(shm: shared_memory.SharedMemory) -> None:
         pass
 
 
-def _from_slot(header: Any, name: str, worker_pid: int, pool: int, index: int, gen: int, total: int,
-               offsets: list[tuple[int, int]]) -> Any:
+def _from_slot(
+    header: Any, name: str, worker_pid: int, pool: int, index: int, gen: int, total: int, offsets: list[tuple[int, int]]
+) -> Any:
     shm = _attach(name, worker_pid, pool, index, gen)
     if shm.buf[0] != _BUSY or shm.size < _HEADER + total:
         raise ConnectionError(f"the shared-memory slot {name!r} of worker pid {worker_pid} holds no batch")
@@ -361,7 +376,7 @@ def _from_slot(header: Any, name: str, worker_pid: int, pool: int, index: int, g
     weakref.finalize(view, _release, shm)
     raw = np.asarray(view)
     del view
-    return _rebuild(header, [raw[a - _HEADER:a - _HEADER + n] for a, n in offsets])
+    return _rebuild(header, [raw[a - _HEADER : a - _HEADER + n] for a, n in offsets])
 
 
 def prepare_main() -> None:

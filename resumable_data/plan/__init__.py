@@ -8,10 +8,10 @@ generators), :mod:`.packing` (sequence packing).
 """
 
 from resumable_data.plan.batch_schedule import BatchOrigin, BatchRamp, BatchSchedule, BatchSteps
-from resumable_data.plan.sample_keys import numpy_generator, python_random, sample_key, sample_keys
-from resumable_data.plan.packing import Overlong, Packing, PackMode
 from resumable_data.plan.order import Order, OrderSpec, epoch_records
+from resumable_data.plan.packing import Overlong, Packing, PackMode
 from resumable_data.plan.permutation import Permutation, permutation_key
+from resumable_data.plan.sample_keys import numpy_generator, python_random, sample_key, sample_keys
 from resumable_data.plan.sharding import Sharding, ShardingPolicy
 from resumable_data.plan.steps import Plan, Tail
 

@@ -30,6 +30,7 @@ Cost. Building a ramp's table: O(k); a query: O(log segments); a restore: nothin
 from __future__ import annotations
 
 import enum
+import itertools
 from bisect import bisect_right
 from dataclasses import dataclass
 from functools import cached_property
@@ -139,9 +140,14 @@ class BatchSchedule:
         """Raise unless ``divisor`` divides every batch of the schedule."""
         bad = [s.batch for s in self.segments if s.batch % divisor]
         if bad:
-            raise ConfigError(describe(param, divisor, f"a divisor of every batch of the schedule ({why}); "
-                                       f"it does not divide {sorted(set(bad))[:8]}",
-                                       f"use batches that are multiples of {divisor}, or another {param}"))
+            raise ConfigError(
+                describe(
+                    param,
+                    divisor,
+                    f"a divisor of every batch of the schedule ({why}); it does not divide {sorted(set(bad))[:8]}",
+                    f"use batches that are multiples of {divisor}, or another {param}",
+                )
+            )
 
     @staticmethod
     def from_dict(d: Any, where: str = "batch_schedule") -> BatchSchedule:
@@ -154,18 +160,34 @@ class BatchSchedule:
                 expect_mapping(d, where, _STEPS_KEYS)
                 raw = d[K_POINTS]
                 if not isinstance(raw, list) or not raw or len(raw) > MAX_POINTS:
-                    raise ResumeError(describe(f"{where}.points", type(raw).__name__,
-                                               f"a list of 1..{MAX_POINTS} [step, batch] pairs", "pass an unmodified state"))
+                    raise ResumeError(
+                        describe(
+                            f"{where}.points",
+                            type(raw).__name__,
+                            f"a list of 1..{MAX_POINTS} [step, batch] pairs",
+                            "pass an unmodified state",
+                        )
+                    )
                 points = []
                 for i, p in enumerate(raw):
                     if not isinstance(p, list) or len(p) != 2:
-                        raise ResumeError(describe(f"{where}.points[{i}]", p, "[step, batch]", "pass an unmodified state"))
-                    points.append((expect_int(p[0], f"{where}.points[{i}][0]", 0, MAX_STEP),
-                                   expect_int(p[1], f"{where}.points[{i}][1]", 1, MAX_BATCH)))
+                        raise ResumeError(
+                            describe(f"{where}.points[{i}]", p, "[step, batch]", "pass an unmodified state")
+                        )
+                    points.append(
+                        (
+                            expect_int(p[0], f"{where}.points[{i}][0]", 0, MAX_STEP),
+                            expect_int(p[1], f"{where}.points[{i}][1]", 1, MAX_BATCH),
+                        )
+                    )
                 return BatchSteps(tuple(points))
             expect_mapping(d, where, _RAMP_KEYS)
-            return BatchRamp(*(expect_int(d[k], f"{where}.{k}", 1, MAX_STEP)
-                               for k in (K_START, K_INCREMENT, K_RAMP_SAMPLES, K_FINAL)))
+            return BatchRamp(
+                *(
+                    expect_int(d[k], f"{where}.{k}", 1, MAX_STEP)
+                    for k in (K_START, K_INCREMENT, K_RAMP_SAMPLES, K_FINAL)
+                )
+            )
         except ConfigError as e:  # constructor checks on forged values
             raise ResumeError(f"{where} is inconsistent: {e}") from None
 
@@ -178,19 +200,37 @@ class BatchSteps(BatchSchedule):
 
     def __post_init__(self) -> None:
         pts = self.points
-        if not isinstance(pts, (list, tuple)) or not 1 <= len(pts) <= MAX_POINTS or not all(
-                isinstance(p, (list, tuple)) and len(p) == 2 for p in pts):
-            raise ConfigError(describe("batch_size", pts, f"1..{MAX_POINTS} (step, batch) pairs",
-                                       "pass e.g. [(0, 8), (1000, 16)]"))
-        out = tuple((check_int(s, "batch schedule step", 0, MAX_STEP), check_int(b, "batch schedule batch", 1, MAX_BATCH))
-                    for s, b in pts)
+        if (
+            not isinstance(pts, (list, tuple))
+            or not 1 <= len(pts) <= MAX_POINTS
+            or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pts)
+        ):
+            raise ConfigError(
+                describe("batch_size", pts, f"1..{MAX_POINTS} (step, batch) pairs", "pass e.g. [(0, 8), (1000, 16)]")
+            )
+        out = tuple(
+            (check_int(s, "batch schedule step", 0, MAX_STEP), check_int(b, "batch schedule batch", 1, MAX_BATCH))
+            for s, b in pts
+        )
         if out[0][0] != 0:
-            raise ConfigError(describe("batch_size", list(pts), "a first pair at step 0 (the batch every run starts with)",
-                                       f"prepend (0, {out[0][1]})"))
-        for (a, _), (b, _) in zip(out, out[1:]):
+            raise ConfigError(
+                describe(
+                    "batch_size",
+                    list(pts),
+                    "a first pair at step 0 (the batch every run starts with)",
+                    f"prepend (0, {out[0][1]})",
+                )
+            )
+        for (a, _), (b, _) in itertools.pairwise(out):
             if b <= a:
-                raise ConfigError(describe("batch_size", list(pts), f"strictly increasing steps (step {b} follows {a})",
-                                           "sort the pairs by step and merge duplicates"))
+                raise ConfigError(
+                    describe(
+                        "batch_size",
+                        list(pts),
+                        f"strictly increasing steps (step {b} follows {a})",
+                        "sort the pairs by step and merge duplicates",
+                    )
+                )
         object.__setattr__(self, "points", out)
 
     def _compile(self) -> tuple[Segment, ...]:
@@ -225,11 +265,23 @@ class BatchRamp(BatchSchedule):
         check_int(self.ramp_samples, "BatchRamp.ramp_samples", 1, MAX_STEP)
         final = check_int(self.final, "BatchRamp.final", start, MAX_BATCH)
         if (final - start) % inc:
-            raise ConfigError(describe("BatchRamp.final", final, f"start + a multiple of increment ({start} + k * {inc})",
-                                       f"use final={start + (final - start) // inc * inc} or another increment"))
+            raise ConfigError(
+                describe(
+                    "BatchRamp.final",
+                    final,
+                    f"start + a multiple of increment ({start} + k * {inc})",
+                    f"use final={start + (final - start) // inc * inc} or another increment",
+                )
+            )
         if (final - start) // inc > MAX_INCREMENTS:
-            raise ConfigError(describe("BatchRamp.increment", inc, f"at most {MAX_INCREMENTS} increments from start to final",
-                                       "use a larger increment"))
+            raise ConfigError(
+                describe(
+                    "BatchRamp.increment",
+                    inc,
+                    f"at most {MAX_INCREMENTS} increments from start to final",
+                    "use a larger increment",
+                )
+            )
         for name in ("start", "increment", "ramp_samples", "final"):
             object.__setattr__(self, name, int(getattr(self, name)))
 
@@ -256,8 +308,13 @@ class BatchRamp(BatchSchedule):
         return BatchRamp(self.start * factor, self.increment * factor, self.ramp_samples * factor, self.final * factor)
 
     def to_dict(self) -> dict[str, Any]:
-        return {K_KIND: ScheduleKind.RAMP.value, K_START: self.start, K_INCREMENT: self.increment,
-                K_RAMP_SAMPLES: self.ramp_samples, K_FINAL: self.final}
+        return {
+            K_KIND: ScheduleKind.RAMP.value,
+            K_START: self.start,
+            K_INCREMENT: self.increment,
+            K_RAMP_SAMPLES: self.ramp_samples,
+            K_FINAL: self.final,
+        }
 
 
 @dataclass(frozen=True)
@@ -272,7 +329,9 @@ class BatchOrigin:
     def __post_init__(self) -> None:
         object.__setattr__(self, "step", check_int(self.step, "origin step", 0, MAX_STEP))
         object.__setattr__(self, "position", check_int(self.position, "origin position", 0, MAX_STEP))
-        object.__setattr__(self, "epoch_first_step", check_int(self.epoch_first_step, "origin epoch_first_step", 0, self.step))
+        object.__setattr__(
+            self, "epoch_first_step", check_int(self.epoch_first_step, "origin epoch_first_step", 0, self.step)
+        )
 
     def to_dict(self) -> dict[str, int]:
         return {K_STEP: self.step, K_POSITION: self.position, K_EPOCH_FIRST: self.epoch_first_step}
@@ -281,8 +340,11 @@ class BatchOrigin:
     def from_dict(cls, d: Any, where: str = "origin") -> BatchOrigin:
         expect_mapping(d, where, _ORIGIN_KEYS)
         step = expect_int(d[K_STEP], f"{where}.step", 0, MAX_STEP)
-        return cls(step, expect_int(d[K_POSITION], f"{where}.position", 0, MAX_STEP),
-                   expect_int(d[K_EPOCH_FIRST], f"{where}.epoch_first_step", 0, step))
+        return cls(
+            step,
+            expect_int(d[K_POSITION], f"{where}.position", 0, MAX_STEP),
+            expect_int(d[K_EPOCH_FIRST], f"{where}.epoch_first_step", 0, step),
+        )
 
 
 def as_schedule(value: Any, param: str = "batch_size") -> BatchSchedule:
@@ -291,5 +353,11 @@ def as_schedule(value: Any, param: str = "batch_size") -> BatchSchedule:
         return value
     if isinstance(value, (list, tuple)):
         return BatchSteps(tuple(tuple(p) if isinstance(p, (list, tuple)) else p for p in value))
-    raise ConfigError(describe(param, value, "an int, a list of (step, batch) pairs or an rd.BatchRamp",
-                               "pass batch_size=8, batch_size=[(0, 8), (1000, 16)] or rd.BatchRamp(...)"))
+    raise ConfigError(
+        describe(
+            param,
+            value,
+            "an int, a list of (step, batch) pairs or an rd.BatchRamp",
+            "pass batch_size=8, batch_size=[(0, 8), (1000, 16)] or rd.BatchRamp(...)",
+        )
+    )

@@ -68,7 +68,9 @@ class OrderSpec:
             block = check_int(self.block, "block", 0) or max(1, window // 16)
             if block > window:
                 raise ConfigError(
-                    describe("block", block, f"at most shuffle_window={window}", "pass a smaller block or a larger window")
+                    describe(
+                        "block", block, f"at most shuffle_window={window}", "pass a smaller block or a larger window"
+                    )
                 )
             object.__setattr__(self, "window", window)
             object.__setattr__(self, "block", block)
@@ -119,7 +121,9 @@ class EpochOrder:
     epoch: int
 
     def forward(self, offsets: np.ndarray) -> np.ndarray:
-        return epoch_records(self.n, self.spec, offsets, version_hash=self.version_hash, seed=self.seed, epoch=self.epoch)
+        return epoch_records(
+            self.n, self.spec, offsets, version_hash=self.version_hash, seed=self.seed, epoch=self.epoch
+        )
 
 
 @lru_cache(maxsize=256)
@@ -133,7 +137,9 @@ def _block_layout(nb: int, version_hash: str, seed: int, epoch: int) -> tuple[Pe
     return blocks, int(blocks.inverse(np.array([nb - 1]))[0])  # the slot holding the short block
 
 
-def _window_records(n: int, spec: OrderSpec, offsets: np.ndarray, *, version_hash: str, seed: int, epoch: int) -> np.ndarray:
+def _window_records(
+    n: int, spec: OrderSpec, offsets: np.ndarray, *, version_hash: str, seed: int, epoch: int
+) -> np.ndarray:
     b = spec.block
     k = spec.blocks_per_window
     nb = -(-n // b)
@@ -164,8 +170,18 @@ def _window_records(n: int, spec: OrderSpec, offsets: np.ndarray, *, version_has
     return out
 
 
-def window_sum(n: int, spec: OrderSpec, values: np.ndarray, block_sums: np.ndarray, a: int, b: int, *,
-               version_hash: str, seed: int, epoch: int) -> int:
+def window_sum(
+    n: int,
+    spec: OrderSpec,
+    values: np.ndarray,
+    block_sums: np.ndarray,
+    a: int,
+    b: int,
+    *,
+    version_hash: str,
+    seed: int,
+    epoch: int,
+) -> int:
     """``sum(values[order(o)] for o in [a, b))`` under the window shuffle, where ``block_sums[j]``
     is the sum of ``values`` over block ``j``'s records: a sum does not depend on the order inside
     a window, so the windows wholly inside ``[a, b)`` cost one block-permutation evaluation per
@@ -187,8 +203,9 @@ def window_sum(n: int, spec: OrderSpec, values: np.ndarray, block_sums: np.ndarr
     def direct(x: int, y: int) -> int:
         if y <= x:
             return 0
-        ids = _window_records(n, spec, np.arange(x, y, dtype=np.int64), version_hash=version_hash, seed=seed,
-                              epoch=epoch)
+        ids = _window_records(
+            n, spec, np.arange(x, y, dtype=np.int64), version_hash=version_hash, seed=seed, epoch=epoch
+        )
         return int(values[ids].sum())
 
     if b <= a:

@@ -30,7 +30,15 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from resumable_data._schema import check_int, coerce_enum, expect_bool, expect_enum, expect_int, expect_mapping, expect_str
+from resumable_data._schema import (
+    check_int,
+    coerce_enum,
+    expect_bool,
+    expect_enum,
+    expect_int,
+    expect_mapping,
+    expect_str,
+)
 from resumable_data.errors import ConfigError, ResumeError, describe
 
 __all__ = [
@@ -97,17 +105,27 @@ class Packing:
         object.__setattr__(self, "mode", coerce_enum(self.mode, PackMode, "mode"))
         object.__setattr__(self, "overlong", coerce_enum(self.overlong, Overlong, "overlong"))
         if not isinstance(self.tokens, str) or not self.tokens:
-            raise ConfigError(describe("tokens", self.tokens, "the name of a list<int> column", "pass tokens='input_ids'"))
+            raise ConfigError(
+                describe("tokens", self.tokens, "the name of a list<int> column", "pass tokens='input_ids'")
+            )
         if self.eos_id is not None:
             check_int(self.eos_id, "eos_id", -(1 << 62), 1 << 62)
         check_int(self.pad_id, "pad_id", -(1 << 62), 1 << 62)
         if not isinstance(self.mask_across_documents, bool):
-            raise ConfigError(describe("mask_across_documents", self.mask_across_documents, "True or False", "pass a bool"))
+            raise ConfigError(
+                describe("mask_across_documents", self.mask_across_documents, "True or False", "pass a bool")
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            K_SEQ_LEN: self.seq_len, K_MODE: self.mode.value, K_WINDOW: self.window, K_TOKENS: self.tokens,
-            K_EOS: self.eos_id, K_PAD: self.pad_id, K_OVERLONG: self.overlong.value, K_MASK: self.mask_across_documents,
+            K_SEQ_LEN: self.seq_len,
+            K_MODE: self.mode.value,
+            K_WINDOW: self.window,
+            K_TOKENS: self.tokens,
+            K_EOS: self.eos_id,
+            K_PAD: self.pad_id,
+            K_OVERLONG: self.overlong.value,
+            K_MASK: self.mask_across_documents,
         }
 
     @classmethod
@@ -188,7 +206,7 @@ def _bfd(lengths, cap):  # pragma: no cover - compiled
 def _bfd_counts(lengths, starts, cap):  # pragma: no cover - compiled
     out = np.empty(starts.shape[0] - 1, dtype=np.int64)
     for w in range(starts.shape[0] - 1):
-        out[w] = _bfd(lengths[starts[w]:starts[w + 1]], cap)[1]
+        out[w] = _bfd(lengths[starts[w] : starts[w + 1]], cap)[1]
     return out
 
 
@@ -264,7 +282,7 @@ def sequence_segments(doc_lengths: np.ndarray, spec: Packing, sequences: np.ndar
             starts.append(start[i0:i1])
             lens.append(ln)
             cols.append(np.cumsum(ln) - ln)
-    cat = lambda xs: np.concatenate(xs).astype(np.int64) if xs else np.zeros(0, np.int64)  # noqa: E731
+    cat = lambda xs: np.concatenate(xs).astype(np.int64) if xs else np.zeros(0, np.int64)
     return cat(rows), cat(docs), cat(starts), cat(lens), cat(cols)
 
 

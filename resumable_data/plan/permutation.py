@@ -36,8 +36,8 @@ from resumable_data.errors import ConfigError, describe
 __all__ = [
     "MAX_DOMAIN",
     "ROUNDS",
-    "Permutation",
     "TABLE_MAX_HALF",
+    "Permutation",
     "forward_into",
     "forward_reference",
     "forward_table_into",
@@ -234,9 +234,7 @@ class Permutation:
             raise ConfigError(describe("idx", idx, "integer indices", "pass an integer array"))
         flat = np.ascontiguousarray(xs, dtype=np.int64).reshape(-1)
         if flat.size and (flat.min() < 0 or flat.max() >= self.n):
-            raise ConfigError(
-                describe("idx", idx, f"indices in [0, {self.n})", "index inside the permuted domain")
-            )
+            raise ConfigError(describe("idx", idx, f"indices in [0, {self.n})", "index inside the permuted domain"))
         if self.n <= 1:
             return flat.reshape(xs.shape).copy()
         out = np.empty_like(flat)

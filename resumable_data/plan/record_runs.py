@@ -41,10 +41,15 @@ RUN = 4096
 class RecordRuns:
     """``span(start, stop)``: ``fn`` of the global positions ``[start, stop)``, e.g. ``plan.records``."""
 
-    __slots__ = ("_fn", "_ranged", "_run", "_lo", "_hi", "_ids")
+    __slots__ = ("_fn", "_hi", "_ids", "_lo", "_ranged", "_run")
 
-    def __init__(self, fn: Callable[[np.ndarray], np.ndarray], *,
-                 ranged: Callable[[int, int], np.ndarray] | None = None, run: int = RUN) -> None:
+    def __init__(
+        self,
+        fn: Callable[[np.ndarray], np.ndarray],
+        *,
+        ranged: Callable[[int, int], np.ndarray] | None = None,
+        run: int = RUN,
+    ) -> None:
         self._fn = fn
         self._ranged = ranged
         self._run = int(run)
@@ -63,7 +68,7 @@ class RecordRuns:
     def span(self, start: int, stop: int) -> np.ndarray:
         """``fn`` of positions ``[start, stop)`` (a new array)."""
         if self._ids is not None and self._lo <= start and stop <= self._hi:
-            return self._ids[start - self._lo:stop - self._lo].copy()
+            return self._ids[start - self._lo : stop - self._lo].copy()
         run = self._run
         if stop - start > run // 4:
             return self._of(start, stop)
@@ -74,4 +79,4 @@ class RecordRuns:
             hi = max(lo + RUN, stop)
         self._ids = self._of(lo, hi)
         self._lo, self._hi = lo, hi
-        return self._ids[start - lo:stop - lo].copy()
+        return self._ids[start - lo : stop - lo].copy()

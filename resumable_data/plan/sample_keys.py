@@ -35,9 +35,7 @@ def _prefix(version_hash: str, seed: int) -> bytes:
 def sample_key(version_hash: str, seed: int, position: int, tag: str = "sample") -> int:
     """The 64-bit key of the sample at ``position`` for operation ``tag``."""
     tg = tag.encode()
-    return xxhash.xxh3_64_intdigest(
-        _prefix(version_hash, seed) + struct.pack("<QI", position, len(tg)) + tg
-    )
+    return xxhash.xxh3_64_intdigest(_prefix(version_hash, seed) + struct.pack("<QI", position, len(tg)) + tg)
 
 
 def sample_keys(version_hash: str, seed: int, positions, tag: str = "sample") -> np.ndarray:
@@ -74,11 +72,15 @@ def _message(version_hash: str, seed: int, tag: str) -> tuple[np.ndarray | None,
 
 
 # XXH3's default secret, its first 128 bytes (all that messages of up to 128 bytes read)
-_SECRET = np.frombuffer(bytes.fromhex(
-    "b8fe6c3923a44bbe7c01812cf721ad1cded46de9839097db7240a4a4b7b3671f"
-    "cb79e64eccc0e578825ad07dccff7221b8084674f743248ee03590e6813a264c"
-    "3c2852bb91c300cb88d0658b1b532ea371644897a20df94e3819ef46a9deacd8"
-    "a8fa763fe39c343ff9dcbbc7c70b4f1d8a51e04bcdb45931c89f7ec9d9787364"), dtype=np.uint8)
+_SECRET = np.frombuffer(
+    bytes.fromhex(
+        "b8fe6c3923a44bbe7c01812cf721ad1cded46de9839097db7240a4a4b7b3671f"
+        "cb79e64eccc0e578825ad07dccff7221b8084674f743248ee03590e6813a264c"
+        "3c2852bb91c300cb88d0658b1b532ea371644897a20df94e3819ef46a9deacd8"
+        "a8fa763fe39c343ff9dcbbc7c70b4f1d8a51e04bcdb45931c89f7ec9d9787364"
+    ),
+    dtype=np.uint8,
+)
 
 
 @njit(cache=True, nogil=True)

@@ -62,9 +62,12 @@ class Sharding:
         object.__setattr__(self, "policy", coerce_enum(self.policy, ShardingPolicy, "sharding policy"))
 
     @classmethod
-    def from_environment(cls, policy: ShardingPolicy | str = ShardingPolicy.CONTIGUOUS,
-                         environ: Mapping[str, str] | None = None,
-                         process_group: tuple[int, int] | None = None) -> Sharding:
+    def from_environment(
+        cls,
+        policy: ShardingPolicy | str = ShardingPolicy.CONTIGUOUS,
+        environ: Mapping[str, str] | None = None,
+        process_group: tuple[int, int] | None = None,
+    ) -> Sharding:
         """This process's sharding from a launcher's environment, as a pure function of its
         arguments: ``environ`` (the environment variables) and ``process_group`` (an initialized
         ``torch.distributed`` group's ``(world_size, rank)``, or None). Nothing is read here: to
@@ -79,26 +82,41 @@ class Sharding:
         authoritative: the environment must agree with it and the local variables are only
         range-checked)."""
         if environ is None:
-            raise UsageError(describe(
-                "environ", None, "the environment mapping to read (Sharding.from_environment reads nothing itself)",
-                "pass environ=os.environ (and process_group=), or call rd.sharding_from_environment() to read "
-                "this process's environment and torch.distributed process group"))
+            raise UsageError(
+                describe(
+                    "environ",
+                    None,
+                    "the environment mapping to read (Sharding.from_environment reads nothing itself)",
+                    "pass environ=os.environ (and process_group=), or call rd.sharding_from_environment() to read "
+                    "this process's environment and torch.distributed process group",
+                )
+            )
         if not isinstance(environ, Mapping):
-            raise ConfigError(describe("environ", environ, "a mapping of environment variables (os.environ)",
-                                       "pass environ=os.environ, or call rd.sharding_from_environment(policy)"))
+            raise ConfigError(
+                describe(
+                    "environ",
+                    environ,
+                    "a mapping of environment variables (os.environ)",
+                    "pass environ=os.environ, or call rd.sharding_from_environment(policy)",
+                )
+            )
         group = _check_group(process_group)
         seen = {k: environ[k] for k in _TORCHRUN_VARS if k in environ}
         ints = {k: _env_int(k, v) for k, v in seen.items()}
         if group is None and seen and not {"RANK", "WORLD_SIZE"} <= seen.keys():
             missing = [k for k in ("RANK", "WORLD_SIZE") if k not in seen]
-            raise ConfigError(describe(
-                "environment", seen,
-                f"RANK and WORLD_SIZE set together (a partial torchrun environment: {' and '.join(missing)} "
-                f"missing, and no torch.distributed process group is initialized)",
-                "launch with torchrun (it sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE), set "
-                "the missing variables, call torch.distributed.init_process_group() before building the "
-                f"loader, pass sharding=rd.Sharding(world_size, rank), or unset {', '.join(seen)} for a "
-                "single process"))
+            raise ConfigError(
+                describe(
+                    "environment",
+                    seen,
+                    f"RANK and WORLD_SIZE set together (a partial torchrun environment: {' and '.join(missing)} "
+                    f"missing, and no torch.distributed process group is initialized)",
+                    "launch with torchrun (it sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE), set "
+                    "the missing variables, call torch.distributed.init_process_group() before building the "
+                    f"loader, pass sharding=rd.Sharding(world_size, rank), or unset {', '.join(seen)} for a "
+                    "single process",
+                )
+            )
         from_env = None
         if "RANK" in ints and "WORLD_SIZE" in ints:
             world, rank = ints["WORLD_SIZE"], ints["RANK"]
@@ -108,13 +126,17 @@ class Sharding:
                 raise ConfigError(describe("RANK", seen["RANK"], f"an integer in [0, WORLD_SIZE={world})", "fix RANK"))
             from_env = (world, rank)
         if group is not None:
-            wrong = {k: seen[k] for k, g in (("RANK", group[1]), ("WORLD_SIZE", group[0]))
-                     if k in ints and ints[k] != g}
+            wrong = {
+                k: seen[k] for k, g in (("RANK", group[1]), ("WORLD_SIZE", group[0])) if k in ints and ints[k] != g
+            }
             if wrong:
                 raise ConfigError(
-                    describe("/".join(wrong), "/".join(wrong.values()),
-                             f"the process group's rank/world size {group[1]}/{group[0]}",
-                             "make the environment agree with init_process_group, or unset RANK and WORLD_SIZE")
+                    describe(
+                        "/".join(wrong),
+                        "/".join(wrong.values()),
+                        f"the process group's rank/world size {group[1]}/{group[0]}",
+                        "make the environment agree with init_process_group, or unset RANK and WORLD_SIZE",
+                    )
                 )
         world, rank = group or from_env or (1, 0)
         _check_local(seen, ints, world)
@@ -159,16 +181,26 @@ class Sharding:
 
 _TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
+
 def _check_group(group: object) -> tuple[int, int] | None:
     """``None`` or ``(world_size, rank)`` with ``0 <= rank < world_size``."""
     if group is None:
         return None
-    ok = (isinstance(group, tuple) and len(group) == 2
-          and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in group)
-          and 0 <= group[1] < group[0])
+    ok = (
+        isinstance(group, tuple)
+        and len(group) == 2
+        and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in group)
+        and 0 <= group[1] < group[0]
+    )
     if not ok:
-        raise ConfigError(describe("process_group", group, "None or (world_size, rank) with 0 <= rank < world_size",
-                                   "pass (dist.get_world_size(), dist.get_rank()) of an initialized group, or None"))
+        raise ConfigError(
+            describe(
+                "process_group",
+                group,
+                "None or (world_size, rank) with 0 <= rank < world_size",
+                "pass (dist.get_world_size(), dist.get_rank()) of an initialized group, or None",
+            )
+        )
     return int(group[0]), int(group[1])
 
 
@@ -184,8 +216,14 @@ def _check_local(seen: Mapping[str, str], ints: Mapping[str, int], world: int) -
     """LOCAL_RANK < LOCAL_WORLD_SIZE <= WORLD_SIZE, where set."""
     local_world = ints.get("LOCAL_WORLD_SIZE")
     if local_world is not None and not 1 <= local_world <= world:
-        raise ConfigError(describe("LOCAL_WORLD_SIZE", seen["LOCAL_WORLD_SIZE"],
-                                   f"an integer in [1, WORLD_SIZE={world}]", "fix LOCAL_WORLD_SIZE"))
+        raise ConfigError(
+            describe(
+                "LOCAL_WORLD_SIZE",
+                seen["LOCAL_WORLD_SIZE"],
+                f"an integer in [1, WORLD_SIZE={world}]",
+                "fix LOCAL_WORLD_SIZE",
+            )
+        )
     local_rank = ints.get("LOCAL_RANK")
     bound = local_world if local_world is not None else world
     if local_rank is not None and local_rank >= bound:
@@ -211,5 +249,5 @@ def world_sizes_text(global_batch: int, limit: int = 24) -> str:
     ws = divisors(global_batch)
     if len(ws) <= limit:
         return f"{ws}"
-    head = ", ".join(map(str, ws[:limit - 1]))
+    head = ", ".join(map(str, ws[: limit - 1]))
     return f"[{head}, ... {len(ws) - limit} more ..., {ws[-1]}]"

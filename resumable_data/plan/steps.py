@@ -106,7 +106,9 @@ class Plan:
         g = check_int(self.global_batch, "global batch size", 1, 1 << 40)
         check_int(self.seed, "seed", 0, MAX_SEED)
         if not isinstance(self.version_hash, str) or not self.version_hash:
-            raise ConfigError(describe("version_hash", self.version_hash, "a non-empty string", "pass DatasetVersion.hash"))
+            raise ConfigError(
+                describe("version_hash", self.version_hash, "a non-empty string", "pass DatasetVersion.hash")
+            )
         if not isinstance(self.order, OrderSpec):
             raise ConfigError(describe("order", self.order, "an OrderSpec", "build one with OrderSpec(kind, window)"))
         tail = coerce_enum(self.tail, Tail, "tail")
@@ -117,24 +119,50 @@ class Plan:
         sched = self.schedule
         if sched is not None:
             if not isinstance(sched, BatchSchedule):
-                raise ConfigError(describe("schedule", sched, "an rd.BatchSchedule (rd.BatchRamp, rd.BatchSteps) or None",
-                                           "pass one, or a fixed global_batch"))
+                raise ConfigError(
+                    describe(
+                        "schedule",
+                        sched,
+                        "an rd.BatchSchedule (rd.BatchRamp, rd.BatchSteps) or None",
+                        "pass one, or a fixed global_batch",
+                    )
+                )
             if sched.max_batch != g:
-                raise ConfigError(describe("global_batch", g, f"the schedule's largest batch {sched.max_batch}",
-                                           "pass global_batch=schedule.max_batch"))
+                raise ConfigError(
+                    describe(
+                        "global_batch",
+                        g,
+                        f"the schedule's largest batch {sched.max_batch}",
+                        "pass global_batch=schedule.max_batch",
+                    )
+                )
             if sched.is_constant:
                 object.__setattr__(self, "schedule", None)
             elif tail is not Tail.CONTINUOUS:
-                raise ConfigError(describe("tail", tail.value, "'continuous' with a batch schedule (under a changing "
-                                           "batch an epoch is not a whole number of batches)",
-                                           "drop drop_last=/tail= (a schedule defaults to tail='continuous')"))
+                raise ConfigError(
+                    describe(
+                        "tail",
+                        tail.value,
+                        "'continuous' with a batch schedule (under a changing "
+                        "batch an epoch is not a whole number of batches)",
+                        "drop drop_last=/tail= (a schedule defaults to tail='continuous')",
+                    )
+                )
         if self.origin is not None:
             if not isinstance(self.origin, BatchOrigin):
-                raise ConfigError(describe("origin", self.origin, "an rd.BatchOrigin or None", "pass Plan.origin_at(step)"))
+                raise ConfigError(
+                    describe("origin", self.origin, "an rd.BatchOrigin or None", "pass Plan.origin_at(step)")
+                )
             if tail not in _REBASABLE:
-                raise ConfigError(describe("tail", tail.value, f"one of {[t.value for t in _REBASABLE]} with a batch "
-                                           "origin (drop and wrap shape each epoch by the batch)",
-                                           "start the run with tail='continuous' to change the global batch on resume"))
+                raise ConfigError(
+                    describe(
+                        "tail",
+                        tail.value,
+                        f"one of {[t.value for t in _REBASABLE]} with a batch "
+                        "origin (drop and wrap shape each epoch by the batch)",
+                        "start the run with tail='continuous' to change the global batch on resume",
+                    )
+                )
         if tail is Tail.DROP and n < g:
             raise ConfigError(
                 describe(
@@ -156,8 +184,14 @@ class Plan:
         """Steps per epoch of a grid tail (``drop``/``wrap``/``partial``/``pad``; after a batch
         origin, of the whole epochs that follow it); see :meth:`steps_in_epoch` for any epoch."""
         if self.tail is Tail.CONTINUOUS:
-            raise UsageError(describe("steps_per_epoch", "continuous tail", "a plan whose epochs have one step count",
-                                      "use plan.steps_in_epoch(epoch): under tail='continuous' epochs differ"))
+            raise UsageError(
+                describe(
+                    "steps_per_epoch",
+                    "continuous tail",
+                    "a plan whose epochs have one step count",
+                    "use plan.steps_in_epoch(epoch): under tail='continuous' epochs differ",
+                )
+            )
         return self._grid_steps
 
     @property
@@ -183,8 +217,14 @@ class Plan:
     def _check_step(self, step: int) -> None:
         o = self.origin
         if o is not None and step < o.step:
-            raise UsageError(describe("step", step, f"a step >= {o.step}, where the batch segment of this plan starts "
-                                      "(a declared global-batch change)", "ask for a step at or after it"))
+            raise UsageError(
+                describe(
+                    "step",
+                    step,
+                    f"a step >= {o.step}, where the batch segment of this plan starts (a declared global-batch change)",
+                    "ask for a step at or after it",
+                )
+            )
 
     def _continuous_start(self, step: int) -> int:
         return step * self.global_batch if self.schedule is None else self.schedule.step_start(step)
@@ -233,8 +273,14 @@ class Plan:
         """The step whose global batch holds ``position``."""
         o = self.origin
         if o is not None and position < o.position:
-            raise UsageError(describe("position", position, f"a position >= {o.position}, where the batch segment of "
-                                      "this plan starts", "ask for a position at or after it"))
+            raise UsageError(
+                describe(
+                    "position",
+                    position,
+                    f"a position >= {o.position}, where the batch segment of this plan starts",
+                    "ask for a position at or after it",
+                )
+            )
         if self.tail is Tail.CONTINUOUS:
             p = position - self._shift()
             return p // self.global_batch if self.schedule is None else self.schedule.step_of_position(p)
@@ -264,8 +310,14 @@ class Plan:
             if epoch == origin_epoch:
                 return o.epoch_first_step
             if epoch < origin_epoch:
-                raise UsageError(describe("epoch", epoch, f"an epoch >= {origin_epoch}, where the batch segment of this "
-                                          "plan starts", "ask for an epoch at or after it"))
+                raise UsageError(
+                    describe(
+                        "epoch",
+                        epoch,
+                        f"an epoch >= {origin_epoch}, where the batch segment of this plan starts",
+                        "ask for an epoch at or after it",
+                    )
+                )
         if self.tail is not Tail.CONTINUOUS:
             first_epoch, base = self._grid_base()
             return base + (epoch - first_epoch) * self._grid_steps
@@ -287,8 +339,10 @@ class Plan:
 
     def batch_dict(self) -> dict[str, Any]:
         """The batch layout (fixed global batch or schedule): what a batch change changes."""
-        return {K_GLOBAL_BATCH: self.global_batch,
-                K_SCHEDULE: None if self.schedule is None else self.schedule.to_dict()}
+        return {
+            K_GLOBAL_BATCH: self.global_batch,
+            K_SCHEDULE: None if self.schedule is None else self.schedule.to_dict(),
+        }
 
     def local_positions(self, step: int, sharding: Sharding) -> np.ndarray:
         """The positions of step ``step`` that rank ``sharding.rank`` delivers."""

@@ -52,8 +52,8 @@ the figure is in ``docs/data.md``).
 from __future__ import annotations
 
 import enum
-import operator
 import logging
+import operator
 import os
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -126,26 +126,43 @@ class ArrowShards:
     as ``"s3://bucket/prefix"`` picks its filesystem itself.
     """
 
-    def __init__(self, path_or_files: str | os.PathLike | Sequence[str | os.PathLike] | DatasetVersion,
-                 *, verify: VerifyLevel | str = VerifyLevel.CACHED,
-                 unpinned: UnpinnedPolicy | str = UnpinnedPolicy.PIN, filesystem: Any = None,
-                 retries: Retries = DEFAULT_RETRIES) -> None:
+    def __init__(
+        self,
+        path_or_files: str | os.PathLike | Sequence[str | os.PathLike] | DatasetVersion,
+        *,
+        verify: VerifyLevel | str = VerifyLevel.CACHED,
+        unpinned: UnpinnedPolicy | str = UnpinnedPolicy.PIN,
+        filesystem: Any = None,
+        retries: Retries = DEFAULT_RETRIES,
+    ) -> None:
         level = coerce_enum(verify, VerifyLevel, "verify")
         policy = coerce_enum(unpinned, UnpinnedPolicy, "unpinned")
         if not isinstance(retries, Retries):
-            raise ConfigError(describe("retries", retries, "an rd.Retries",
-                                       "pass retries=rd.Retries(attempts=..., base_delay=..., max_delay=...)"))
+            raise ConfigError(
+                describe(
+                    "retries",
+                    retries,
+                    "an rd.Retries",
+                    "pass retries=rd.Retries(attempts=..., base_delay=..., max_delay=...)",
+                )
+            )
         store = store_for(filesystem, retries)
         if isinstance(path_or_files, DatasetVersion) and store.filesystem is None:
             store = store_for(path_or_files.filesystem, retries)
         elif store.filesystem is None and isinstance(path_or_files, str) and "://" in path_or_files:
             import pyarrow.fs as pafs
+
             try:
                 raw_fs, path_or_files = pafs.FileSystem.from_uri(path_or_files)
             except (pa.ArrowInvalid, OSError) as exc:
-                raise ConfigError(describe("path_or_files", path_or_files, f"a filesystem URI ({exc})",
-                                           "fix the URI, or pass filesystem=pyarrow.fs.S3FileSystem(...) "
-                                           "and a bucket/prefix path")) from None
+                raise ConfigError(
+                    describe(
+                        "path_or_files",
+                        path_or_files,
+                        f"a filesystem URI ({exc})",
+                        "fix the URI, or pass filesystem=pyarrow.fs.S3FileSystem(...) and a bucket/prefix path",
+                    )
+                ) from None
             store = store_for(raw_fs, retries)
         version, root, rel = self._resolve(store, path_or_files, policy)
         built: list[int] = []
@@ -159,14 +176,21 @@ class ArrowShards:
                 remember_layout(version.shards[k].content_hash, version.shards[k].layout)
 
     @classmethod
-    def _resolve(cls, store: ShardStore, src: Any, policy: UnpinnedPolicy
-                 ) -> tuple[DatasetVersion | None, str, list[str]]:
+    def _resolve(
+        cls, store: ShardStore, src: Any, policy: UnpinnedPolicy
+    ) -> tuple[DatasetVersion | None, str, list[str]]:
         """(version or None, root, relative shard paths) of ``src`` on ``store``."""
         if isinstance(src, DatasetVersion):
             if src.root is None:
-                raise ConfigError(describe("path_or_files", src.hash, "a DatasetVersion with a root",
-                                           "use DatasetVersion.load(directory) or rd.pin(directory) "
-                                           "(remote: DatasetVersion.load(prefix, filesystem=...))"))
+                raise ConfigError(
+                    describe(
+                        "path_or_files",
+                        src.hash,
+                        "a DatasetVersion with a root",
+                        "use DatasetVersion.load(directory) or rd.pin(directory) "
+                        "(remote: DatasetVersion.load(prefix, filesystem=...))",
+                    )
+                )
             version = src if src.filesystem is store.filesystem else replace(src, filesystem=store.filesystem)
             return version, version.root.as_posix(), [s.path for s in version.shards]
         if isinstance(src, (str, os.PathLike)) and store.is_dir(src):
@@ -178,14 +202,21 @@ class ArrowShards:
             rel = discover_shards(root, store)
             refuse_hive_partitions(root, rel)
             if not rel:
-                raise ConfigError(describe("path_or_files", str(src), "a directory (or prefix) with shard "
-                                           "files or a manifest", "check the path"))
+                raise ConfigError(
+                    describe(
+                        "path_or_files",
+                        str(src),
+                        "a directory (or prefix) with shard files or a manifest",
+                        "check the path",
+                    )
+                )
             version = cls._unpinned(store, root, policy, str(src))
             return version, root, ([s.path for s in version.shards] if version is not None else rel)
         if isinstance(src, (str, os.PathLike)):
             if store.stat(src) is None:
-                raise ConfigError(describe("path_or_files", str(src), "an existing directory or shard file",
-                                           "check the path"))
+                raise ConfigError(
+                    describe("path_or_files", str(src), "an existing directory or shard file", "check the path")
+                )
             src = [src]
         root, rel = resolve_files(list(src), store)
         found = DatasetVersion.locate(root, filesystem=store.filesystem)  # a pinned parent folder
@@ -197,21 +228,37 @@ class ArrowShards:
         return cls._unpinned(store, root, policy, rel, files=[join(root, r) for r in rel]), root, rel
 
     @staticmethod
-    def _unpinned(store: ShardStore, root: str, policy: UnpinnedPolicy, shown: Any,
-                  files: list[str] | None = None) -> DatasetVersion | None:
+    def _unpinned(
+        store: ShardStore, root: str, policy: UnpinnedPolicy, shown: Any, files: list[str] | None = None
+    ) -> DatasetVersion | None:
         if policy is UnpinnedPolicy.ERROR:
-            raise ConfigError(describe("path_or_files", shown, f"pinned shards ({MANIFEST_NAME})",
-                                       "run rd.pin(path) first, or pass unpinned='pin'/'allow'"))
+            raise ConfigError(
+                describe(
+                    "path_or_files",
+                    shown,
+                    f"pinned shards ({MANIFEST_NAME})",
+                    "run rd.pin(path) first, or pass unpinned='pin'/'allow'",
+                )
+            )
         if policy is UnpinnedPolicy.ALLOW:
             return None
         logging.getLogger(__name__).warning(
             "resumable_data: %s is not pinned; pinning it now (content hash) into the cache (%s; the folder is "
-            "not written). Pass unpinned='allow' to read it unpinned.", root, cache_dir() / "manifests")
+            "not written). Pass unpinned='allow' to read it unpinned.",
+            root,
+            cache_dir() / "manifests",
+        )
         return pin(files if files is not None else root, filesystem=store.filesystem, save="cache")
 
     # -- opening ---------------------------------------------------------------------------
-    def _init(self, root: str, rel: list[str], version: DatasetVersion | None,
-              store: ShardStore = LOCAL, expected: list[FileIdentity | None] | None = None) -> None:
+    def _init(
+        self,
+        root: str,
+        rel: list[str],
+        version: DatasetVersion | None,
+        store: ShardStore = LOCAL,
+        expected: list[FileIdentity | None] | None = None,
+    ) -> None:
         """Open the shards; ``expected``: the identity each must still have (an unpickled source)."""
         self._broken: ResumableDataError | None = None
         self._store = store
@@ -229,11 +276,16 @@ class ArrowShards:
         for k, (r, shard) in enumerate(zip(self._rel, self._shards)):
             if expected is not None and expected[k] is not None and shard.identity != expected[k]:
                 self.close()
-                raise changed_error(join(root, r), "when a worker (or another process) opened the pickled "
-                                    "source", expected[k], shard.identity)
+                raise changed_error(
+                    join(root, r),
+                    "when a worker (or another process) opened the pickled source",
+                    expected[k],
+                    shard.identity,
+                )
             if k:
-                check_same_schema(self._rel[0], canonical_schema(self._shards[0].schema), r,
-                                  canonical_schema(shard.schema))
+                check_same_schema(
+                    self._rel[0], canonical_schema(self._shards[0].schema), r, canonical_schema(shard.schema)
+                )
             for g, n in enumerate(shard.unit_rows):
                 if n:  # empty units hold no record id
                     batch = shard.batches[g] if shard.batches is not None else None
@@ -241,16 +293,15 @@ class ArrowShards:
                     self._unit_index.append(g)
                     start += n
         self._unit_shard = np.fromiter((u.shard for u in self._units), dtype=np.int64, count=len(self._units))
-        self._mapped = np.fromiter((s.batches is not None for s in self._shards), dtype=np.int64,
-                                   count=len(self._shards))  # read around every read (zero-copy views)
+        self._mapped = np.fromiter(
+            (s.batches is not None for s in self._shards), dtype=np.int64, count=len(self._shards)
+        )  # read around every read (zero-copy views)
         self._schema = self._shards[0].schema
         self._wholes = [s.whole for s in self._shards]
         self._num_records = start
-        self._starts = np.fromiter((u.start for u in self._units), dtype=np.int64,
-                                   count=len(self._units))
+        self._starts = np.fromiter((u.start for u in self._units), dtype=np.int64, count=len(self._units))
         # memory-mapped batches are validated lazily, once (see .validate); read units on each read
-        self._valid = np.fromiter((u.batch is None for u in self._units), dtype=bool,
-                                  count=len(self._units))
+        self._valid = np.fromiter((u.batch is None for u in self._units), dtype=bool, count=len(self._units))
         self._unvalidated = int((~self._valid).sum())
         self._all_valid = self._unvalidated == 0
 
@@ -259,8 +310,9 @@ class ArrowShards:
         for shard in self._shards:
             shard.close()
 
-    def _closed_because(self, exc: ResumableDataError, root: str, rel: list[str],
-                        version: DatasetVersion | None, store: ShardStore) -> None:
+    def _closed_because(
+        self, exc: ResumableDataError, root: str, rel: list[str], version: DatasetVersion | None, store: ShardStore
+    ) -> None:
         """An unpickled source whose files failed their checks: every read raises ``exc``."""
         self._broken = exc
         self._store, self._root, self._rel, self._version = store, Path(root), list(rel), version
@@ -305,10 +357,14 @@ class ArrowShards:
     # -- pickling (no pickled Arrow data: each process maps its own files) -------------------
     def __getstate__(self) -> dict[str, Any]:
         self._usable()  # a source whose files failed their checks is not passed on
-        state = {K_FORMAT: _STATE_FORMAT, K_SCHEMA_VERSION: _STATE_SCHEMA_VERSION,
-                 K_ROOT: str(self._root), K_FILES: list(self._rel),
-                 K_VERSION: self._version.to_dict() if self._version is not None else None,
-                 K_IDENTITIES: [s.identity.to_dict() if s.identity is not None else None for s in self._shards]}
+        state = {
+            K_FORMAT: _STATE_FORMAT,
+            K_SCHEMA_VERSION: _STATE_SCHEMA_VERSION,
+            K_ROOT: str(self._root),
+            K_FILES: list(self._rel),
+            K_VERSION: self._version.to_dict() if self._version is not None else None,
+            K_IDENTITIES: [s.identity.to_dict() if s.identity is not None else None for s in self._shards],
+        }
         if self._store.filesystem is not None:
             state[K_FILESYSTEM] = self._store.filesystem  # pyarrow filesystems pickle their configuration
             state[K_RETRIES] = self._store.retries.to_dict()
@@ -316,9 +372,14 @@ class ArrowShards:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if state.get(K_FORMAT) != _STATE_FORMAT or state.get(K_SCHEMA_VERSION) != _STATE_SCHEMA_VERSION:
-            raise ConfigError(describe("state", {k: state.get(k) for k in (K_FORMAT, K_SCHEMA_VERSION)},
-                                       f"format {_STATE_FORMAT!r} schema_version {_STATE_SCHEMA_VERSION}",
-                                       "pickle and unpickle with the same resumable_data version"))
+            raise ConfigError(
+                describe(
+                    "state",
+                    {k: state.get(k) for k in (K_FORMAT, K_SCHEMA_VERSION)},
+                    f"format {_STATE_FORMAT!r} schema_version {_STATE_SCHEMA_VERSION}",
+                    "pickle and unpickle with the same resumable_data version",
+                )
+            )
         retries = Retries.from_dict(state[K_RETRIES]) if K_RETRIES in state else DEFAULT_RETRIES
         store = store_for(state.get(K_FILESYSTEM), retries)
         version = None
@@ -336,9 +397,15 @@ class ArrowShards:
             self._closed_because(exc, root, state[K_FILES], version, store)
 
     @classmethod
-    def from_hf(cls, dataset: Any, *, hash: str = "content",
-                verify: VerifyLevel | str = VerifyLevel.CACHED,
-                cache_dir: str | os.PathLike | None = None, version_of: Any = "files") -> ArrowShards:
+    def from_hf(
+        cls,
+        dataset: Any,
+        *,
+        hash: str = "content",
+        verify: VerifyLevel | str = VerifyLevel.CACHED,
+        cache_dir: str | os.PathLike | None = None,
+        version_of: Any = "files",
+    ) -> ArrowShards:
         """A source over a Hugging Face ``datasets.Dataset``'s own Arrow cache files (zero copy),
         versioned by their content; the manifest stays in memory (see :mod:`.hf`).
 
@@ -349,6 +416,7 @@ class ArrowShards:
         that the version follows the rows, not the ``datasets`` cache fingerprint (which changes
         when the script that ran ``map`` is edited)."""
         from resumable_data.sources.hf import hf_shards
+
         root, rel, version = hf_shards(dataset, hash=hash, cache_dir=cache_dir, version_of=version_of)
         version.verify(coerce_enum(verify, VerifyLevel, "verify"))
         self = cls.__new__(cls)
@@ -443,14 +511,14 @@ class ArrowShards:
         try:
             i = operator.index(index)
         except TypeError:
-            raise TypeError(describe("index", index, "an integer record id",
-                                     "use take(ids) for arrays of ids")) from None
+            raise TypeError(
+                describe("index", index, "an integer record id", "use take(ids) for arrays of ids")
+            ) from None
         n = self._num_records
         if i < 0:
             i += n
         if not 0 <= i < n:
-            raise IndexError(describe("index", index, f"a record id in [-{n}, {n})",
-                                      "pass an id within the dataset"))
+            raise IndexError(describe("index", index, f"a record id in [-{n}, {n})", "pass an id within the dataset"))
         unit, local = self._locate(np.array([i], dtype=np.int64))
         return self._read(unit, lambda: self._unit_data(int(unit[0])).slice(int(local[0]), 1).to_pylist()[0])
 
@@ -465,21 +533,26 @@ class ArrowShards:
         if ids.size == 0:
             return np.zeros(0, dtype=np.int64)
         if ids.ndim != 1 or ids.dtype.kind not in "iu":
-            raise RecordIdError(describe("record_ids", record_ids,
-                                         f"a 1-D sequence of integer record ids in [0, {n})",
-                                         f"pass integers (got dtype {ids.dtype}, ndim {ids.ndim})"))
+            raise RecordIdError(
+                describe(
+                    "record_ids",
+                    record_ids,
+                    f"a 1-D sequence of integer record ids in [0, {n})",
+                    f"pass integers (got dtype {ids.dtype}, ndim {ids.ndim})",
+                )
+            )
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= n:
             bad = lo if lo < 0 else hi
-            raise RecordIdError(describe("record_ids", bad, f"record ids in [0, {n})",
-                                         "pass ids of this dataset's records"))
+            raise RecordIdError(
+                describe("record_ids", bad, f"record ids in [0, {n})", "pass ids of this dataset's records")
+            )
         return ids.astype(np.int64, copy=False)
 
     def _plan(self) -> list[ColumnGather | None]:
         if self._fast is None:
             self._fast = [
-                plan_column(i, f.type, self._units, self._wholes, self._num_records)
-                for i, f in enumerate(self._schema)
+                plan_column(i, f.type, self._units, self._wholes, self._num_records) for i, f in enumerate(self._schema)
             ]
         return self._fast
 
@@ -518,6 +591,7 @@ class ArrowShards:
         def gather() -> list[Any]:
             self._validate_units(unit)
             return [g.to_numpy(ids, unit, local, pad_value) for g in fast]
+
         return self._read(unit, gather)
 
     def _fallback(self, unit: np.ndarray, local: np.ndarray, cols: list[int]) -> list[pa.Array]:
@@ -532,8 +606,7 @@ class ArrowShards:
         inverse[order] = np.arange(len(order), dtype=np.int64)
         inverse_pa = pa.array(inverse)
         # column-wise: shards may differ in schema/field metadata, never in types
-        return [pa.concat_arrays([p.column(j) for p in pieces]).take(inverse_pa)
-                for j in range(len(cols))]
+        return [pa.concat_arrays([p.column(j) for p in pieces]).take(inverse_pa) for j in range(len(cols))]
 
     def column_lengths(self, column: str) -> np.ndarray:
         """Per-record list lengths (int64) of list column ``column``, from offsets buffers only.
@@ -543,18 +616,21 @@ class ArrowShards:
         """
         self._usable()
         if column not in self._schema.names:
-            raise ConfigError(describe("column", column, f"one of {self._schema.names}",
-                                       "pass a column name of this dataset"))
+            raise ConfigError(
+                describe("column", column, f"one of {self._schema.names}", "pass a column name of this dataset")
+            )
         t = self._schema.field(column).type
         if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
-            raise ConfigError(describe("column", column, f"a list or large_list column (it is {t})",
-                                       "pass a list-typed column"))
+            raise ConfigError(
+                describe("column", column, f"a list or large_list column (it is {t})", "pass a list-typed column")
+            )
         i = self._schema.get_field_index(column)
         out = np.empty(self._num_records, dtype=np.int64)
 
         def lengths() -> np.ndarray:
             for k, u in enumerate(self._units):
                 arr = self._unit_data(k).column(i)
-                out[u.start:u.start + u.rows] = np.diff(arr.offsets.to_numpy())
+                out[u.start : u.start + u.rows] = np.diff(arr.offsets.to_numpy())
             return out
+
         return self._read(np.arange(len(self._units)), lengths)

@@ -91,11 +91,11 @@ __all__ = [
     "check_schema_names",
     "detect_format",
     "discover_shards",
-    "refuse_hive_partitions",
     "hash_file",
     "ipc_file_batch_rows",
     "open_shard",
     "read_shard_meta",
+    "refuse_hive_partitions",
     "resolve_files",
 ]
 
@@ -154,8 +154,13 @@ def check_same_schema(first_rel: str, first: str, rel: str, other: str) -> None:
     shows both canonical schemas."""
     if other != first:
         raise ConfigError(
-            describe("shard", rel, f"the schema of the first shard {first_rel!r} ({first!r})",
-                     f"rewrite {rel!r} with the common schema or pin it separately; it has {other!r}"))
+            describe(
+                "shard",
+                rel,
+                f"the schema of the first shard {first_rel!r} ({first!r})",
+                f"rewrite {rel!r} with the common schema or pin it separately; it has {other!r}",
+            )
+        )
 
 
 # -- discovery ----------------------------------------------------------------------------------
@@ -171,9 +176,14 @@ def discover_shards(root: Any, store: ShardStore = LOCAL) -> list[str]:
             return [r for r in found if r.endswith(SHARD_SUFFIXES) and not posixpath.basename(r).startswith(".")]
     if not store.is_dir(root):
         raise ConfigError(
-            describe("path", str(root), "an existing directory (or prefix) of shard files",
-                     "pass the directory that holds the .arrow/.ipc/.feather/.parquet shards "
-                     "(and, for remote data, the right filesystem and bucket/prefix)"))
+            describe(
+                "path",
+                str(root),
+                "an existing directory (or prefix) of shard files",
+                "pass the directory that holds the .arrow/.ipc/.feather/.parquet shards "
+                "(and, for remote data, the right filesystem and bucket/prefix)",
+            )
+        )
     listed = store.list_files(root)
     found = [r for r in listed if r.endswith(SHARD_SUFFIXES) and not posixpath.basename(r).startswith(".")]
     return hf_dataset_files(root, store, listed, found)
@@ -207,9 +217,14 @@ def hf_dataset_files(root: Any, store: ShardStore, listed: list[str], found: lis
         if files is not None:
             missing = [f for f in files if (posixpath.join(d, f) if d else f) not in names]
             if missing:
-                raise ConfigError(describe(
-                    "path", str(root), f"every data file {state_rel!r} (Hugging Face save_to_disk) lists",
-                    f"{missing} missing: restore them, or save the dataset again with save_to_disk"))
+                raise ConfigError(
+                    describe(
+                        "path",
+                        str(root),
+                        f"every data file {state_rel!r} (Hugging Face save_to_disk) lists",
+                        f"{missing} missing: restore them, or save the dataset again with save_to_disk",
+                    )
+                )
             keep[d] = set(files)
         elif info_rel in names:
             keep[d] = None
@@ -251,32 +266,54 @@ def refuse_hive_partitions(root: Any, rel_paths: list[str]) -> None:
 
     pyarrow, pandas and Spark add those partition columns to every row; reading the files alone
     would make them vanish without a word, so a directory laid out that way is refused."""
-    keys = sorted({part.split("=", 1)[0] for r in rel_paths for part in r.split("/")[:-1]
-                   if "=" in part and not part.startswith("=")})
+    keys = sorted(
+        {
+            part.split("=", 1)[0]
+            for r in rel_paths
+            for part in r.split("/")[:-1]
+            if "=" in part and not part.startswith("=")
+        }
+    )
     if keys:
         example = next(r for r in rel_paths if "=" in r.rsplit("/", 1)[0])
-        raise ConfigError(describe(
-            "path", str(root),
-            f"shard files whose paths hold no data, but {example!r} is in a hive-style partition "
-            f"directory: its partition column(s) {keys} live in the directory names, which rd does not "
-            "read, so they would vanish from every row",
-            f"write the columns into the files once: rd.write_arrow_shards(pyarrow.dataset.dataset("
-            f"{str(root)!r}, partitioning='hive').to_table(), NEW_DIR, rows_per_batch=1024) and pass NEW_DIR; "
-            "or, to read the files without those columns, pass the list of files instead of the directory"))
+        raise ConfigError(
+            describe(
+                "path",
+                str(root),
+                f"shard files whose paths hold no data, but {example!r} is in a hive-style partition "
+                f"directory: its partition column(s) {keys} live in the directory names, which rd does not "
+                "read, so they would vanish from every row",
+                f"write the columns into the files once: rd.write_arrow_shards(pyarrow.dataset.dataset("
+                f"{str(root)!r}, partitioning='hive').to_table(), NEW_DIR, rows_per_batch=1024) and pass NEW_DIR; "
+                "or, to read the files without those columns, pass the list of files instead of the directory",
+            )
+        )
 
 
 def resolve_files(files: Sequence[str | os.PathLike], store: ShardStore = LOCAL) -> tuple[str, list[str]]:
     """(root, relative POSIX paths) for an explicit list of shard files, order kept; the root is
     their deepest common directory."""
     if len(files) == 0:
-        raise ConfigError(describe("path", list(files), "a non-empty list of shard files",
-                                   "pass at least one .arrow/.ipc/.feather/.parquet file"))
+        raise ConfigError(
+            describe(
+                "path",
+                list(files),
+                "a non-empty list of shard files",
+                "pass at least one .arrow/.ipc/.feather/.parquet file",
+            )
+        )
     paths = []
     for f in files:
         p = store.resolve(f)
         if not p.endswith(SHARD_SUFFIXES) or store.stat(p) is None:
-            raise ConfigError(describe("path", str(f), f"an existing shard file ({', '.join(SHARD_SUFFIXES)})",
-                                       "check the file list (and the filesystem)"))
+            raise ConfigError(
+                describe(
+                    "path",
+                    str(f),
+                    f"an existing shard file ({', '.join(SHARD_SUFFIXES)})",
+                    "check the file list (and the filesystem)",
+                )
+            )
         paths.append(p)
     root = posixpath.commonpath([posixpath.dirname(p) for p in paths])
     rel = [posixpath.relpath(p, root) if root else p for p in paths]
@@ -305,15 +342,17 @@ def ipc_file_batch_rows(f: pa.NativeFile) -> list[int]:
     footer_len = struct.unpack_from("<i", tail, 0)[0]
     footer = f.read_at(footer_len, size - 10 - footer_len)
     from resumable_data.sources.layout import message_info
+
     rows = []
     for offset, meta_len, _ in footer_blocks(footer)[0]:
         meta = f.read_at(meta_len, offset)
-        rows.append(message_info(meta[8 if meta[:4] == b"\xff\xff\xff\xff" else 4:])[2])
+        rows.append(message_info(meta[8 if meta[:4] == b"\xff\xff\xff\xff" else 4 :])[2])
     return rows
 
 
-def build_layout(path: Any, store: ShardStore, fmt: ShardFormat, file: pa.NativeFile | None = None,
-                 parquet_metadata: Any = None) -> ShardLayout | None:
+def build_layout(
+    path: Any, store: ShardStore, fmt: ShardFormat, file: pa.NativeFile | None = None, parquet_metadata: Any = None
+) -> ShardLayout | None:
     """The :class:`~.layout.ShardLayout` of one shard (see :mod:`.layout` for what it reads);
     ``file``: the shard already opened for random access. Raises LayoutMismatch/struct.error on bytes
     that do not parse."""
@@ -326,8 +365,9 @@ def build_layout(path: Any, store: ShardStore, fmt: ShardFormat, file: pa.Native
     f = store.open_input_file(path) if own else file
     try:
         size = f.size()
-        read_at = lambda offset, length: store.retrying(  # noqa: E731
-            path, f"read of bytes [{offset}, {offset + length})", lambda: f.read_at(length, offset))
+        read_at = lambda offset, length: store.retrying(
+            path, f"read of bytes [{offset}, {offset + length})", lambda: f.read_at(length, offset)
+        )
         if fmt is ShardFormat.IPC_FILE:
             return ipc_file_layout(read_at, size, 1 if store.local else _HEADER_READS)
         return ipc_stream_layout(read_at, size)
@@ -342,10 +382,21 @@ class OpenShard:
     zero-copy record batches (``batches``) and the whole map (``whole``); :meth:`read_unit` loads
     unit ``k`` otherwise (by range where the shard has a ``layout``)."""
 
-    def __init__(self, fmt: ShardFormat, schema: pa.Schema, unit_rows: list[int], *,
-                 batches: list[pa.RecordBatch] | None = None, whole: pa.Buffer | None = None,
-                 file: Any = None, reader: Any = None, store: ShardStore = LOCAL, path: str = "",
-                 identity: FileIdentity | None = None, layout: ShardLayout | None = None) -> None:
+    def __init__(
+        self,
+        fmt: ShardFormat,
+        schema: pa.Schema,
+        unit_rows: list[int],
+        *,
+        batches: list[pa.RecordBatch] | None = None,
+        whole: pa.Buffer | None = None,
+        file: Any = None,
+        reader: Any = None,
+        store: ShardStore = LOCAL,
+        path: str = "",
+        identity: FileIdentity | None = None,
+        layout: ShardLayout | None = None,
+    ) -> None:
         self.format, self.schema, self.unit_rows = fmt, schema, unit_rows
         self.batches, self.whole, self.layout = batches, whole, layout
         #: the file's identity when it was opened (:mod:`.identity`)
@@ -381,12 +432,18 @@ class OpenShard:
         if self.batches is not None:
             return self.batches[k]
         self.check(f"before reading record batch {k}")
-        batch = guard(str(self._path), f"record batch {k}", lambda: self._store.retrying(
-            self._path, f"read of unit {k}", lambda: self._read_unit(k)))
+        batch = guard(
+            str(self._path),
+            f"record batch {k}",
+            lambda: self._store.retrying(self._path, f"read of unit {k}", lambda: self._read_unit(k)),
+        )
         self.check(f"after reading record batch {k}")
         if batch.num_rows != self.unit_rows[k]:
-            raise integrity_error(str(self._path), f"record batch {k}", ValueError(
-                f"it holds {batch.num_rows} rows, its metadata claims {self.unit_rows[k]}"))
+            raise integrity_error(
+                str(self._path),
+                f"record batch {k}",
+                ValueError(f"it holds {batch.num_rows} rows, its metadata claims {self.unit_rows[k]}"),
+            )
         return batch
 
     def _read_unit(self, k: int) -> pa.RecordBatch:
@@ -419,8 +476,14 @@ def _try_layout(path: Any, store: ShardStore, fmt: ShardFormat, f: Any) -> Shard
         return None
 
 
-def open_shard(path: Any, store: ShardStore = LOCAL, fmt: ShardFormat | None = None,
-               layout: ShardLayout | None = None, *, with_layout: bool = False) -> OpenShard:
+def open_shard(
+    path: Any,
+    store: ShardStore = LOCAL,
+    fmt: ShardFormat | None = None,
+    layout: ShardLayout | None = None,
+    *,
+    with_layout: bool = False,
+) -> OpenShard:
     """Open one shard for reading (see the module docstring for what each format costs).
 
     ``layout``: the shard's pinned :class:`~.layout.ShardLayout`: a remote IPC shard then costs one
@@ -428,8 +491,11 @@ def open_shard(path: Any, store: ShardStore = LOCAL, fmt: ShardFormat | None = N
     the layout while opening (pinning; a remote shard without a pinned one). Reads only metadata
     (footer, schema, message headers; no batch body is touched); any failure is a
     :class:`~resumable_data.DatasetIntegrityError` naming the shard (:mod:`.validate`)."""
-    return guard(str(path), "metadata (footer/schema/batch headers)",
-                 lambda: store.retrying(path, "open", lambda: _open_shard(path, store, fmt, layout, with_layout)))
+    return guard(
+        str(path),
+        "metadata (footer/schema/batch headers)",
+        lambda: store.retrying(path, "open", lambda: _open_shard(path, store, fmt, layout, with_layout)),
+    )
 
 
 def _parquet_rows(pf: pq.ParquetFile) -> list[int]:
@@ -448,8 +514,9 @@ def _parquet_rows(pf: pq.ParquetFile) -> list[int]:
     return rows
 
 
-def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None, layout: ShardLayout | None,
-                with_layout: bool) -> OpenShard:
+def _open_shard(
+    path: Any, store: ShardStore, fmt: ShardFormat | None, layout: ShardLayout | None, with_layout: bool
+) -> OpenShard:
     if layout is not None:
         fmt = layout.format
     fmt = fmt or detect_format(path, store)
@@ -463,8 +530,9 @@ def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None, layout: S
             raise LayoutMismatch(f"row groups of {rows} rows where the layout says {layout.unit_rows}")
         if layout is None and with_layout:
             layout = parquet_layout(pf.metadata)
-        return OpenShard(fmt, pf.schema_arrow, rows, file=f, reader=pf, store=store, path=path,
-                         identity=identity, layout=layout)
+        return OpenShard(
+            fmt, pf.schema_arrow, rows, file=f, reader=pf, store=store, path=path, identity=identity, layout=layout
+        )
     mapped = store.memory_map(path)
     if mapped is not None:  # every record batch is a zero-copy view of the map
         identity = store.identity(path, mapped)
@@ -479,8 +547,17 @@ def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None, layout: S
         check_schema_names(reader.schema)
         if layout is None and with_layout:
             layout = _try_layout(path, store, fmt, pa.BufferReader(whole))
-        return OpenShard(fmt, reader.schema, [b.num_rows for b in batches], batches=batches,
-                         whole=whole, store=store, path=path, identity=identity, layout=layout)
+        return OpenShard(
+            fmt,
+            reader.schema,
+            [b.num_rows for b in batches],
+            batches=batches,
+            whole=whole,
+            store=store,
+            path=path,
+            identity=identity,
+            layout=layout,
+        )
     if layout is not None or with_layout:  # one open, one read of the schema message; units by range
         f = store.open_input_file(path)
         if layout is None:
@@ -493,8 +570,16 @@ def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None, layout: S
             raise LayoutMismatch(f"the object has {f.size()} bytes, fewer than its layout spans")
         schema = pa.ipc.read_schema(pa.py_buffer(f.read_at(layout.schema[1], layout.schema[0])))
         check_schema_names(schema)
-        return OpenShard(fmt, schema, layout.unit_rows, file=f, store=store, path=path,
-                         identity=store.identity(path, f), layout=layout)
+        return OpenShard(
+            fmt,
+            schema,
+            layout.unit_rows,
+            file=f,
+            store=store,
+            path=path,
+            identity=store.identity(path, f),
+            layout=layout,
+        )
     if fmt is ShardFormat.IPC_FILE:
         f = store.open_input_file(path)
         reader = pa.ipc.open_file(f)
@@ -505,8 +590,9 @@ def _open_shard(path: Any, store: ShardStore, fmt: ShardFormat | None, layout: S
         if len(rows) != reader.num_record_batches:
             rows = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
         check_schema_names(reader.schema)
-        return OpenShard(fmt, reader.schema, rows, file=f, reader=reader, store=store, path=path,
-                         identity=store.identity(path, f))
+        return OpenShard(
+            fmt, reader.schema, rows, file=f, reader=reader, store=store, path=path, identity=store.identity(path, f)
+        )
     identity = store.identity(path)
     with store.open_input_stream(path) as f:  # dictionaries, no layout: one unit, read whole on first use
         reader = pa.ipc.open_stream(f)
@@ -522,8 +608,12 @@ def read_shard_meta(path: Any, store: ShardStore = LOCAL) -> ShardMeta:
         shard = open_shard(path, store, fmt, with_layout=True)
     except DatasetIntegrityError as exc:
         raise ConfigError(
-            describe("shard", str(path), f"a readable {fmt.value} shard (read failed: {exc})",
-                     "remove or rewrite the damaged file, then pin again")
+            describe(
+                "shard",
+                str(path),
+                f"a readable {fmt.value} shard (read failed: {exc})",
+                "remove or rewrite the damaged file, then pin again",
+            )
         ) from exc
     shard.close()
     return ShardMeta(fmt, sum(shard.unit_rows), shard.schema, shard.layout)

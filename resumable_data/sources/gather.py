@@ -54,7 +54,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-
 from numba import njit
 
 from resumable_data.errors import DatasetIntegrityError
@@ -78,7 +77,6 @@ def _pad_rows(values, starts, lengths, pad, out):  # pragma: no cover - compiled
             row[t] = pad
 
 
-
 @njit(cache=True, nogil=True)
 def _copy_runs(values, starts, lengths, offsets, out):  # pragma: no cover - compiled
     """``out[offsets[b]:offsets[b] + lengths[b]] = values[starts[b]:starts[b] + lengths[b]]``."""
@@ -86,7 +84,7 @@ def _copy_runs(values, starts, lengths, offsets, out):  # pragma: no cover - com
         s = starts[b]
         o = offsets[b]
         n = lengths[b]
-        out[o:o + n] = values[s:s + n]
+        out[o : o + n] = values[s : s + n]
 
 
 @njit(cache=True, nogil=True)
@@ -95,7 +93,7 @@ def _copy_rows(values, starts, out):  # pragma: no cover - compiled
     m = out.shape[1]
     for b in range(starts.shape[0]):
         s = starts[b]
-        out[b, :] = values[s:s + m]
+        out[b, :] = values[s : s + m]
 
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -104,10 +102,9 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 class Unit:
     """A contiguous run of records: one IPC record batch (``batch``) or a Parquet row group."""
 
-    __slots__ = ("shard", "start", "rows", "batch", "row_group")
+    __slots__ = ("batch", "row_group", "rows", "shard", "start")
 
-    def __init__(self, shard: int, start: int, rows: int, batch: pa.RecordBatch | None,
-                 row_group: int | None) -> None:
+    def __init__(self, shard: int, start: int, rows: int, batch: pa.RecordBatch | None, row_group: int | None) -> None:
         self.shard = shard
         self.start = start
         self.rows = rows
@@ -194,7 +191,8 @@ def _bounds_error(u: Unit, index: int) -> DatasetIntegrityError:
     return DatasetIntegrityError(
         f"shard #{u.shard}, record batch at record {u.start}: column {index} has offsets or "
         "lengths outside its data buffer (the file is damaged); fix: verify(level='content') "
-        "to find it, restore the file, or re-write the shard")
+        "to find it, restore the file, or re-write the shard"
+    )
 
 
 class _Validity:
@@ -267,8 +265,9 @@ class _VarNode(_Node):
 
     kind = "list"
 
-    def __init__(self, dtype: pa.DataType, span: _Span, offset_width: int, base: np.ndarray,
-                 child: _Node, is_bytes: bool) -> None:
+    def __init__(
+        self, dtype: pa.DataType, span: _Span, offset_width: int, base: np.ndarray, child: _Node, is_bytes: bool
+    ) -> None:
         super().__init__(dtype)
         self.offsets = span.view(np.int64 if offset_width == 8 else np.int32)
         self.offset_np = np.int64 if offset_width == 8 else np.int32
@@ -325,8 +324,7 @@ class _FixedListNode(_Node):
         n, size = len(unit), self.size
         if isinstance(self.child, _FixedNode) and self.child.valid is None:
             flat_np = self.rows(unit, local).reshape(-1)
-            flat = pa.Array.from_buffers(self.child.dtype, n * size, [None, pa.py_buffer(flat_np)],
-                                         null_count=0)
+            flat = pa.Array.from_buffers(self.child.dtype, n * size, [None, pa.py_buffer(flat_np)], null_count=0)
         else:
             cl = (local[:, None] * size + np.arange(size)).reshape(-1)
             flat = self.child.take(np.repeat(unit, size), cl)
@@ -362,8 +360,7 @@ class _DictionaryNode(_Node):
         return pa.DictionaryArray.from_arrays(self.indices.take(unit, local), self.dictionary)
 
 
-def _plan(dtype: pa.DataType, arrays: list[pa.Array], units: Sequence[Unit], span: _Span,
-          index: int) -> _Node:
+def _plan(dtype: pa.DataType, arrays: list[pa.Array], units: Sequence[Unit], span: _Span, index: int) -> _Node:
     """The node for ``dtype`` over per-unit ``arrays`` (offset-adjusted); raises _Fail."""
     if isinstance(dtype, pa.ExtensionType):
         raise _Fail
@@ -389,8 +386,7 @@ def _validity(arrays: list[pa.Array], units: Sequence[Unit], span: _Span, index:
     return _Validity(span, base)
 
 
-def _plan_values(dtype: pa.DataType, arrays: list[pa.Array], units: Sequence[Unit], span: _Span,
-                 index: int) -> _Node:
+def _plan_values(dtype: pa.DataType, arrays: list[pa.Array], units: Sequence[Unit], span: _Span, index: int) -> _Node:
     width = _fixed_width(dtype)
     if width is not None:
         base = np.empty(len(arrays), dtype=np.int64)
@@ -414,11 +410,18 @@ def _plan_values(dtype: pa.DataType, arrays: list[pa.Array], units: Sequence[Uni
                 raise _bounds_error(u, index)
             base[k] = b * 8 + arr.offset
         return _BoolNode(span, base)
-    is_bytes = (pa.types.is_string(dtype) or pa.types.is_large_string(dtype)
-                or pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype))
+    is_bytes = (
+        pa.types.is_string(dtype)
+        or pa.types.is_large_string(dtype)
+        or pa.types.is_binary(dtype)
+        or pa.types.is_large_binary(dtype)
+    )
     if is_bytes or pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
-        ow = 8 if pa.types.is_large_list(dtype) or pa.types.is_large_string(dtype) \
-            or pa.types.is_large_binary(dtype) else 4
+        ow = (
+            8
+            if pa.types.is_large_list(dtype) or pa.types.is_large_string(dtype) or pa.types.is_large_binary(dtype)
+            else 4
+        )
         base = np.empty(len(arrays), dtype=np.int64)
         for k, (u, arr) in enumerate(zip(units, arrays)):
             b = span.base(arr.buffers()[1], u.shard, ow)
@@ -438,12 +441,14 @@ def _plan_values(dtype: pa.DataType, arrays: list[pa.Array], units: Sequence[Uni
         return _VarNode(dtype, span, ow, base, child, is_bytes)
     if pa.types.is_fixed_size_list(dtype):
         size = dtype.list_size
-        child = _plan(dtype.value_type, [a.values.slice(a.offset * size, len(a) * size) for a in arrays],
-                      units, span, index)
+        child = _plan(
+            dtype.value_type, [a.values.slice(a.offset * size, len(a) * size) for a in arrays], units, span, index
+        )
         return _FixedListNode(dtype, child)
     if pa.types.is_struct(dtype):  # field(i): offset-adjusted, the struct's own nulls not merged in
-        return _StructNode(dtype, [_plan(f.type, [a.field(i) for a in arrays], units, span, index)
-                                   for i, f in enumerate(dtype)])
+        return _StructNode(
+            dtype, [_plan(f.type, [a.field(i) for a in arrays], units, span, index) for i, f in enumerate(dtype)]
+        )
     if pa.types.is_dictionary(dtype):
         first = arrays[0].dictionary
         addr = [b.address if b is not None else None for b in first.buffers()]
@@ -468,12 +473,17 @@ class ColumnGather:
         self.numpy_dtype = None  # nulls anywhere: the collate's Python lists, from take()
         if isinstance(r, _FixedNode) and r.valid is None:
             self.numpy_dtype = _numeric(r.dtype)
-        elif ((isinstance(r, _VarNode) and not r.is_bytes) or isinstance(r, _FixedListNode)) \
-                and isinstance(r.child, _FixedNode) and r.valid is None and r.child.valid is None:
+        elif (
+            ((isinstance(r, _VarNode) and not r.is_bytes) or isinstance(r, _FixedListNode))
+            and isinstance(r.child, _FixedNode)
+            and r.valid is None
+            and r.child.valid is None
+        ):
             self.numpy_dtype = _numeric(r.child.dtype)
 
-    def to_numpy(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray, pad_value: object
-                 ) -> np.ndarray | tuple[np.ndarray, np.ndarray] | None:
+    def to_numpy(
+        self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray, pad_value: object
+    ) -> np.ndarray | tuple[np.ndarray, np.ndarray] | None:
         """The default collate's numpy layout of this column for ``ids``: a 1-D array (fixed
         width), ``(padded [B, max length], lengths int64)`` (lists), ``[B, size]``
         (``fixed_size_list``), or None (not numeric)."""
@@ -487,8 +497,7 @@ class ColumnGather:
         assert isinstance(r, _VarNode) and isinstance(r.child, _FixedNode)
         starts, ln = r.bounds(unit, local)
         out = np.empty((len(ids), int(ln.max()) if len(ids) else 0), dtype=self.numpy_dtype)
-        _pad_rows(r.child.span.view(self.numpy_dtype), r.child.base[unit] + starts, ln,
-                  out.dtype.type(pad_value), out)
+        _pad_rows(r.child.span.view(self.numpy_dtype), r.child.base[unit] + starts, ln, out.dtype.type(pad_value), out)
         return out, ln.astype(np.int64, copy=False)
 
     def gather(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray) -> pa.Array | None:
@@ -496,8 +505,9 @@ class ColumnGather:
         return self.root.take(unit, local)
 
 
-def plan_column(index: int, dtype: pa.DataType, units: Sequence[Unit],
-                wholes: Sequence[pa.Buffer | None], num_records: int) -> ColumnGather | None:
+def plan_column(
+    index: int, dtype: pa.DataType, units: Sequence[Unit], wholes: Sequence[pa.Buffer | None], num_records: int
+) -> ColumnGather | None:
     """A :class:`ColumnGather` for column ``index`` if every unit qualifies, else None."""
     if not units or any(u.batch is None or wholes[u.shard] is None for u in units):
         return None

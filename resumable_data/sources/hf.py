@@ -105,8 +105,13 @@ class HFVersion(str, enum.Enum):
     ROWS = "rows"
 
 
-def hf_shards(dataset: Any, *, hash: str = "content", cache_dir: str | os.PathLike | None = None,
-              version_of: HFVersion | str = HFVersion.FILES) -> tuple[Path, list[str], DatasetVersion]:
+def hf_shards(
+    dataset: Any,
+    *,
+    hash: str = "content",
+    cache_dir: str | os.PathLike | None = None,
+    version_of: HFVersion | str = HFVersion.FILES,
+) -> tuple[Path, list[str], DatasetVersion]:
     """(root, relative file paths, DatasetVersion) of a ``datasets.Dataset``'s files.
 
     File-backed: the dataset's own cache files, manifest in memory (``cache_dir`` unused). In
@@ -116,58 +121,96 @@ def hf_shards(dataset: Any, *, hash: str = "content", cache_dir: str | os.PathLi
     try:
         import datasets
     except ImportError as exc:  # pragma: no cover - datasets is a dependency
-        raise ConfigError(describe("dataset", type(dataset).__name__, "a datasets.Dataset",
-                                   "pip install datasets")) from exc
+        raise ConfigError(
+            describe("dataset", type(dataset).__name__, "a datasets.Dataset", "pip install datasets")
+        ) from exc
     from datasets.table import MemoryMappedTable
 
     if isinstance(dataset, (datasets.DatasetDict, datasets.IterableDatasetDict)):
-        raise ConfigError(describe("dataset", f"DatasetDict with splits {list(dataset)}",
-                                   "one datasets.Dataset", "pick a split, e.g. dataset['train']"))
+        raise ConfigError(
+            describe(
+                "dataset",
+                f"DatasetDict with splits {list(dataset)}",
+                "one datasets.Dataset",
+                "pick a split, e.g. dataset['train']",
+            )
+        )
     if isinstance(dataset, datasets.IterableDataset):
-        raise ConfigError(describe("dataset", "IterableDataset", "a map-style datasets.Dataset",
-                                   "load without streaming=True (a map-style dataset with cache files)"))
+        raise ConfigError(
+            describe(
+                "dataset",
+                "IterableDataset",
+                "a map-style datasets.Dataset",
+                "load without streaming=True (a map-style dataset with cache files)",
+            )
+        )
     if not isinstance(dataset, datasets.Dataset):
-        raise ConfigError(describe("dataset", type(dataset).__name__, "a datasets.Dataset",
-                                   "pass a Hugging Face datasets.Dataset (or use rd.ArrowShards(path))"))
+        raise ConfigError(
+            describe(
+                "dataset",
+                type(dataset).__name__,
+                "a datasets.Dataset",
+                "pass a Hugging Face datasets.Dataset (or use rd.ArrowShards(path))",
+            )
+        )
     _refuse_format(dataset)
     files = [f["filename"] for f in dataset.cache_files]
     if not files or version_of is HFVersion.ROWS:
         return _in_memory_shards(dataset, hash, cache_dir)
     if dataset._indices is not None:
-        raise ConfigError(describe(
-            "dataset", f"{dataset!r}".replace("\n", " "),
-            "a dataset without an indices mapping (select/shuffle/filter/sort made one: its rows are "
-            "a view of the cache files, not the files)", _FIX_FLATTEN))
+        raise ConfigError(
+            describe(
+                "dataset",
+                f"{dataset!r}".replace("\n", " "),
+                "a dataset without an indices mapping (select/shuffle/filter/sort made one: its rows are "
+                "a view of the cache files, not the files)",
+                _FIX_FLATTEN,
+            )
+        )
     try:
         blocks = _blocks(dataset.data)
         problem = None
         if not all(isinstance(b, MemoryMappedTable) for b in blocks):
             problem = "part of the table is held in memory, not in a cache file"
         elif any(not _harmless(replay) for b in blocks for replay in (b.replays or [])):
-            problem = ("the table was changed in memory after loading (select of a range, "
-                       "rename/remove/cast columns): its files hold other rows or columns")
+            problem = (
+                "the table was changed in memory after loading (select of a range, "
+                "rename/remove/cast columns): its files hold other rows or columns"
+            )
         elif [str(Path(b.path).resolve()) for b in blocks] != [str(Path(f).resolve()) for f in files]:
             problem = "the table's blocks are not its cache files in order"
     except ValueError as exc:
         problem = str(exc)
     if problem is not None:
-        raise ConfigError(describe("dataset", f"{dataset!r}".replace("\n", " "),
-                                   f"rows that are exactly its cache files' rows ({problem})",
-                                   _FIX_FLATTEN))
+        raise ConfigError(
+            describe(
+                "dataset",
+                f"{dataset!r}".replace("\n", " "),
+                f"rows that are exactly its cache files' rows ({problem})",
+                _FIX_FLATTEN,
+            )
+        )
     try:
         root_s, rel = resolve_files(files)
     except ConfigError as exc:
-        raise ConfigError(f"{exc}; (a dataset that lists one cache file twice, e.g. "
-                          f"concatenate_datasets([d, d])): fix: {_FIX_FLATTEN}") from None
+        raise ConfigError(
+            f"{exc}; (a dataset that lists one cache file twice, e.g. "
+            f"concatenate_datasets([d, d])): fix: {_FIX_FLATTEN}"
+        ) from None
     root = Path(root_s)
     version = pin([root / r for r in rel], hash=hash, save=False)
     if version.num_records != dataset.num_rows:
-        raise ConfigError(describe("dataset", f"{dataset.num_rows} rows",
-                                   f"the {version.num_records} rows of its cache files", _FIX_FLATTEN))
+        raise ConfigError(
+            describe(
+                "dataset",
+                f"{dataset.num_rows} rows",
+                f"the {version.num_records} rows of its cache files",
+                _FIX_FLATTEN,
+            )
+        )
     own = canonical_schema(dataset.data.schema)
     if own != version.schema:
-        raise ConfigError(describe("dataset", own, f"the schema of its cache files ({version.schema})",
-                                   _FIX_FLATTEN))
+        raise ConfigError(describe("dataset", own, f"the schema of its cache files ({version.schema})", _FIX_FLATTEN))
     return root, rel, version
 
 
@@ -189,25 +232,37 @@ def _refuse_format(dataset: Any) -> None:
     fmt = dataset.format
     kind, columns = fmt.get("type"), fmt.get("columns")
     if kind == "custom":
-        raise ConfigError(describe(
-            "dataset", f"a dataset with a transform ({fmt.get('format_kwargs', {}).get('transform')!r}, "
-            "from with_transform/set_transform)", "a dataset without a transform (rd reads its Arrow rows "
-            "and would skip the transform)",
-            "pass dataset.with_format(None) and apply the function per sample in the loader: "
-            "rd.DataLoader(src, transform=fn) calls fn(sample) on each row dict (datasets calls a transform on a batch), "
-            "seeded by rd.sample_context() "
-            "(or materialise it once with dataset.map(fn))"))
+        raise ConfigError(
+            describe(
+                "dataset",
+                f"a dataset with a transform ({fmt.get('format_kwargs', {}).get('transform')!r}, "
+                "from with_transform/set_transform)",
+                "a dataset without a transform (rd reads its Arrow rows and would skip the transform)",
+                "pass dataset.with_format(None) and apply the function per sample in the loader: "
+                "rd.DataLoader(src, transform=fn) calls fn(sample) on each row dict (datasets calls a transform on a batch), "
+                "seeded by rd.sample_context() "
+                "(or materialise it once with dataset.map(fn))",
+            )
+        )
     if kind is not None:
-        raise ConfigError(describe(
-            "dataset", f"a dataset formatted as {kind!r} (with_format/set_format)",
-            "an unformatted dataset (rd reads its Arrow rows and collates them to torch tensors itself)",
-            "pass dataset.with_format(None) (convert in collate_fn= or arrow_collate= if you need another form)"))
+        raise ConfigError(
+            describe(
+                "dataset",
+                f"a dataset formatted as {kind!r} (with_format/set_format)",
+                "an unformatted dataset (rd reads its Arrow rows and collates them to torch tensors itself)",
+                "pass dataset.with_format(None) (convert in collate_fn= or arrow_collate= if you need another form)",
+            )
+        )
     if columns is not None and list(columns) != list(dataset.column_names):
-        raise ConfigError(describe(
-            "dataset", f"a format restricted to columns {list(columns)}",
-            f"every column ({list(dataset.column_names)}): rd reads whole rows",
-            "pass dataset.with_format(None) and pick the columns in collate_fn= or arrow_collate=, or drop "
-            "the others for good with dataset.remove_columns([...]).flatten_indices()"))
+        raise ConfigError(
+            describe(
+                "dataset",
+                f"a format restricted to columns {list(columns)}",
+                f"every column ({list(dataset.column_names)}): rd reads whole rows",
+                "pass dataset.with_format(None) and pick the columns in collate_fn= or arrow_collate=, or drop "
+                "the others for good with dataset.remove_columns([...]).flatten_indices()",
+            )
+        )
 
 
 def default_cache_root() -> Path:
@@ -276,21 +331,29 @@ def _predicted_version(table: pa.Table) -> DatasetVersion:
     return DatasetVersion.build(shards, schema, HashMode.CONTENT, Selection.DIRECTORY, None)
 
 
-def _in_memory_shards(dataset: Any, hash: str, cache_dir: str | os.PathLike | None,
-                      ) -> tuple[Path, list[str], DatasetVersion]:
+def _in_memory_shards(
+    dataset: Any,
+    hash: str,
+    cache_dir: str | os.PathLike | None,
+) -> tuple[Path, list[str], DatasetVersion]:
     """Write an in-memory dataset's rows once as pinned shards (module docstring) and open them."""
     if coerce_enum(hash, HashMode, "hash") is not HashMode.CONTENT:
-        raise ConfigError(describe(
-            "hash", hash, "'content' for an in-memory dataset (its rows are written to a cache "
-            "directory; a size-only version would let two datasets of the same shape share it)",
-            "drop hash= (or write the dataset to files first: dataset.save_to_disk(d); "
-            "dataset = datasets.load_from_disk(d))"))
+        raise ConfigError(
+            describe(
+                "hash",
+                hash,
+                "'content' for an in-memory dataset (its rows are written to a cache "
+                "directory; a size-only version would let two datasets of the same shape share it)",
+                "drop hash= (or write the dataset to files first: dataset.save_to_disk(d); "
+                "dataset = datasets.load_from_disk(d))",
+            )
+        )
     explicit = cache_dir is not None
     target = Path(cache_dir).expanduser().absolute() if explicit else None
     parent = target.parent if target is not None else default_cache_root()
     shown = str(cache_dir) if explicit else f"None (default: {parent}/<version hash>)"
     # every row as Arrow, in the dataset's order (indices mapping and in-memory edits applied)
-    table = dataset.with_format("arrow")[0:dataset.num_rows]
+    table = dataset.with_format("arrow")[0 : dataset.num_rows]
     predicted = _predicted_version(table)
     cached = target if target is not None else parent / predicted.hash
     if (cached / MANIFEST_NAME).is_file():  # written before: compare, no write
@@ -304,20 +367,38 @@ def _in_memory_shards(dataset: Any, hash: str, cache_dir: str | os.PathLike | No
         os.umask(umask)
         tmp.chmod(0o777 & ~umask)  # mkdtemp makes it owner-only; the placed cache is shared like any directory
     except OSError as exc:
-        raise ConfigError(describe("cache_dir", shown, f"a writable directory ({exc.strerror})",
-                                   "pass cache_dir= on writable storage, or set RD_CACHE_DIR")) from None
+        raise ConfigError(
+            describe(
+                "cache_dir",
+                shown,
+                f"a writable directory ({exc.strerror})",
+                "pass cache_dir= on writable storage, or set RD_CACHE_DIR",
+            )
+        ) from None
     try:
         try:
             _write_shards(table, tmp)
         except OSError as exc:  # no space, quota, a file-size limit
-            raise ConfigError(describe("cache_dir", shown, f"a writable directory with room for the dataset's "
-                                       f"shards ({type(exc).__name__}: {exc.strerror or exc})",
-                                       f"free space on the disk holding {parent}, or pass cache_dir= (or set "
-                                       "RD_CACHE_DIR) on storage with free space")) from None
+            raise ConfigError(
+                describe(
+                    "cache_dir",
+                    shown,
+                    f"a writable directory with room for the dataset's "
+                    f"shards ({type(exc).__name__}: {exc.strerror or exc})",
+                    f"free space on the disk holding {parent}, or pass cache_dir= (or set "
+                    "RD_CACHE_DIR) on storage with free space",
+                )
+            ) from None
         fresh = pin(tmp, hash="content", save=True)
         if fresh.hash != predicted.hash:  # pragma: no cover - the hashing sink saw other bytes
-            raise ConfigError(describe("dataset", f"{dataset.num_rows} rows", "the same version written and predicted",
-                                       "report this bug; pass cache_dir= to a fresh directory meanwhile"))
+            raise ConfigError(
+                describe(
+                    "dataset",
+                    f"{dataset.num_rows} rows",
+                    "the same version written and predicted",
+                    "report this bug; pass cache_dir= to a fresh directory meanwhile",
+                )
+            )
         if target is None:
             target = parent / fresh.hash
         _place(tmp, target, fresh, shown)
@@ -325,8 +406,7 @@ def _in_memory_shards(dataset: Any, hash: str, cache_dir: str | os.PathLike | No
         shutil.rmtree(tmp, ignore_errors=True)
     version = DatasetVersion.load(target)
     if version.num_records != dataset.num_rows:  # pragma: no cover - a broken writer
-        raise ConfigError(describe("cache_dir", str(target), f"{dataset.num_rows} rows",
-                                   f"delete {target} and retry"))
+        raise ConfigError(describe("cache_dir", str(target), f"{dataset.num_rows} rows", f"delete {target} and retry"))
     return target, [s.path for s in version.shards], version
 
 
@@ -340,13 +420,17 @@ def _place(tmp: Path, target: Path, fresh: DatasetVersion, shown: str) -> None:
         if (target / MANIFEST_NAME).is_file():
             held = DatasetVersion.load(target)
             if held.hash != fresh.hash:
-                raise ConfigError(describe(
-                    "cache_dir", shown,
-                    f"a new or empty directory, or one holding this dataset's shards (version "
-                    f"{fresh.hash}, {fresh.num_records} rows); {target} holds version {held.hash} "
-                    f"({held.num_records} rows)",
-                    "pass another cache_dir for this dataset, or delete that directory if its "
-                    "version is no longer needed"))
+                raise ConfigError(
+                    describe(
+                        "cache_dir",
+                        shown,
+                        f"a new or empty directory, or one holding this dataset's shards (version "
+                        f"{fresh.hash}, {fresh.num_records} rows); {target} holds version {held.hash} "
+                        f"({held.num_records} rows)",
+                        "pass another cache_dir for this dataset, or delete that directory if its "
+                        "version is no longer needed",
+                    )
+                )
             return
         try:
             os.rename(tmp, target)  # onto a missing or empty directory: atomic
@@ -355,9 +439,20 @@ def _place(tmp: Path, target: Path, fresh: DatasetVersion, shown: str) -> None:
             if (target / MANIFEST_NAME).is_file():
                 continue  # another process placed it first: compare on the next pass
             if target.is_dir() and any(target.iterdir()):
-                raise ConfigError(describe(
-                    "cache_dir", shown, f"a new or empty directory (or one written by from_hf); {target} "
-                    f"holds other files and no {MANIFEST_NAME}",
-                    "pass a new directory: nothing in it is overwritten")) from None
-    raise ConfigError(describe("cache_dir", shown, f"a directory this process can create ({target})",
-                               "check permissions, or pass another cache_dir"))
+                raise ConfigError(
+                    describe(
+                        "cache_dir",
+                        shown,
+                        f"a new or empty directory (or one written by from_hf); {target} "
+                        f"holds other files and no {MANIFEST_NAME}",
+                        "pass a new directory: nothing in it is overwritten",
+                    )
+                ) from None
+    raise ConfigError(
+        describe(
+            "cache_dir",
+            shown,
+            f"a directory this process can create ({target})",
+            "check permissions, or pass another cache_dir",
+        )
+    )

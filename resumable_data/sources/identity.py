@@ -52,10 +52,12 @@ K_ETAG = "etag"
 _KEYS = (K_SIZE, K_MTIME_NS, K_DEV, K_INO, K_ETAG)
 
 #: The fix for a file that changed under a source.
-FIX = ("restore the original file (a dataset's files must not change while a job reads them: write a new "
-       "version into a new folder instead), then build the source again: rd.ArrowShards(...) re-verifies "
-       "the files against their pin (and a changed file that is a deliberate new version must be re-pinned "
-       "with rd.pin)")
+FIX = (
+    "restore the original file (a dataset's files must not change while a job reads them: write a new "
+    "version into a new folder instead), then build the source again: rd.ArrowShards(...) re-verifies "
+    "the files against their pin (and a changed file that is a deliberate new version must be re-pinned "
+    "with rd.pin)"
+)
 
 
 @dataclass(frozen=True)
@@ -127,5 +129,7 @@ def unchanged_at(path: str, recorded: FileIdentity) -> bool:
 def changed_error(path: str, when: str, recorded: FileIdentity, now: FileIdentity | None) -> DatasetIntegrityError:
     """The error for shard ``path`` whose identity is no longer ``recorded``."""
     what = "; ".join(recorded.differences(now))
-    return DatasetIntegrityError(f"shard {path!r} changed after this source opened it ({what}), found {when}; "
-                                 f"no record read from it is returned; fix: {FIX}")
+    return DatasetIntegrityError(
+        f"shard {path!r} changed after this source opened it ({what}), found {when}; "
+        f"no record read from it is returned; fix: {FIX}"
+    )

@@ -37,6 +37,7 @@ reading a unit: one ranged GET of exactly its message.
 from __future__ import annotations
 
 import enum
+import itertools
 import json
 import struct
 from collections.abc import Callable
@@ -107,8 +108,11 @@ class ShardLayout:
         return sum(u[2] for u in self.units)
 
     def to_dict(self) -> dict[str, Any]:
-        return {K_FORMAT: self.format.value, K_SCHEMA: list(self.schema) if self.schema else None,
-                K_UNITS: [list(u) for u in self.units]}
+        return {
+            K_FORMAT: self.format.value,
+            K_SCHEMA: list(self.schema) if self.schema else None,
+            K_UNITS: [list(u) for u in self.units],
+        }
 
     @classmethod
     def from_dict(cls, d: Any, size: int) -> ShardLayout:
@@ -131,17 +135,19 @@ class ShardLayout:
             end = schema[0] + schema[1]
             for off, length, _ in units:
                 if off < end:
-                    raise LayoutMismatch(f"units in file order, each after the previous one (unit at {off} "
-                                      f"starts before byte {end})")
+                    raise LayoutMismatch(
+                        f"units in file order, each after the previous one (unit at {off} starts before byte {end})"
+                    )
                 end = off + length
         return cls(fmt, schema, units)
 
 
 def _range(v: Any, size: int, n: int) -> tuple[int, ...]:
-    if (not isinstance(v, list) or len(v) != n
-            or any(type(x) is not int or x < 0 for x in v) or v[0] + v[1] > size):
-        raise LayoutMismatch(f"[offset, length{', rows' if n == 3 else ''}] of non-negative integers "
-                          f"inside the shard's {size} bytes (got {v!r})")
+    if not isinstance(v, list) or len(v) != n or any(type(x) is not int or x < 0 for x in v) or v[0] + v[1] > size:
+        raise LayoutMismatch(
+            f"[offset, length{', rows' if n == 3 else ''}] of non-negative integers "
+            f"inside the shard's {size} bytes (got {v!r})"
+        )
     return tuple(v)
 
 
@@ -178,9 +184,14 @@ def footer_blocks(footer: bytes) -> tuple[list[tuple[int, int, int]], int]:
     if start + 24 * count > len(footer):
         raise LayoutMismatch("record batch blocks run past the footer")
     # struct Block { long offset; int metaDataLength; (pad); long bodyLength; }
-    return [(struct.unpack_from("<q", footer, start + 24 * i)[0],
-             struct.unpack_from("<i", footer, start + 24 * i + 8)[0],
-             struct.unpack_from("<q", footer, start + 24 * i + 16)[0]) for i in range(count)], n_dict
+    return [
+        (
+            struct.unpack_from("<q", footer, start + 24 * i)[0],
+            struct.unpack_from("<i", footer, start + 24 * i + 8)[0],
+            struct.unpack_from("<q", footer, start + 24 * i + 16)[0],
+        )
+        for i in range(count)
+    ], n_dict
 
 
 def message_info(meta: bytes) -> tuple[int, int, int]:
@@ -219,7 +230,7 @@ def _message_at(read_at: ReadAt, size: int, pos: int, peek: int = _PEEK) -> tupl
         return None
     if meta_len < 0 or pos + prefix + meta_len > size:
         raise LayoutMismatch(f"message metadata at {pos} runs past the end")
-    meta = head[prefix:prefix + meta_len]
+    meta = head[prefix : prefix + meta_len]
     if len(meta) < meta_len:
         meta = read_at(pos + prefix, meta_len)
     htype, body_len, rows = message_info(meta)
@@ -262,13 +273,14 @@ def ipc_file_layout(read_at: ReadAt, size: int, concurrency: int = 1) -> ShardLa
     if footer_len <= 0 or footer_len > size - 18:
         raise LayoutMismatch("footer length out of range")
     end = len(tail) - 10
-    footer = tail[end - footer_len:end] if footer_len <= end else read_at(size - 10 - footer_len, footer_len)
+    footer = tail[end - footer_len : end] if footer_len <= end else read_at(size - 10 - footer_len, footer_len)
     blocks, n_dict = footer_blocks(footer)
-    if n_dict or any(a[0] >= b[0] for a, b in zip(blocks, blocks[1:])):
+    if n_dict or any(a[0] >= b[0] for a, b in itertools.pairwise(blocks)):
         return None  # dictionaries, or batches listed out of file order: read without a layout
     schema = _message_at(read_at, size, 8)
     if schema is None or schema[0] != _HEADER_SCHEMA:
         raise LayoutMismatch("no schema message after the leading magic")
+
     def unit(block: tuple[int, int, int]) -> tuple[int, int, int]:
         offset, meta_len, body_len = block
         msg = _message_at(read_at, size, offset, peek=meta_len)  # the footer says how long it is

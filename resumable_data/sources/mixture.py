@@ -51,7 +51,13 @@ import pyarrow as pa
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.plan.mixture.plan import MAX_POSITION, MixturePlan, Rebase, mixture_version
 from resumable_data.plan.mixture.section import (
-    EARLIER_SCHEMA_VERSION, K_EARLIER, K_SCHEMA, EarlierRun, PackedRebase, Section, parse_section,
+    EARLIER_SCHEMA_VERSION,
+    K_EARLIER,
+    K_SCHEMA,
+    EarlierRun,
+    PackedRebase,
+    Section,
+    parse_section,
 )
 from resumable_data.plan.mixture.weights import StepPositions, WeightSchedule
 from resumable_data.sources.arrow_shards import ArrowShards
@@ -88,38 +94,76 @@ class Mixture:
     out, or mapped to None, keeps the global shuffle).
     """
 
-    def __init__(self, sources: Mapping[str, Any], weights: Mapping[str, float] | WeightSchedule, *,
-                 block_size: int = DEFAULT_BLOCK_SIZE, shuffle: bool = True, epoch_len: int | None = None,
-                 shuffle_window: int | Mapping[str, int | None] | None = None) -> None:
+    def __init__(
+        self,
+        sources: Mapping[str, Any],
+        weights: Mapping[str, float] | WeightSchedule,
+        *,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        shuffle: bool = True,
+        epoch_len: int | None = None,
+        shuffle_window: int | Mapping[str, int | None] | None = None,
+    ) -> None:
         if not isinstance(sources, Mapping) or not sources:
-            raise ConfigError(describe("sources", sources, "a non-empty mapping name -> rd.ArrowShards",
-                                       "pass {'web': rd.ArrowShards(...), 'code': rd.ArrowShards(...)}"))
+            raise ConfigError(
+                describe(
+                    "sources",
+                    sources,
+                    "a non-empty mapping name -> rd.ArrowShards",
+                    "pass {'web': rd.ArrowShards(...), 'code': rd.ArrowShards(...)}",
+                )
+            )
         for name, src in sources.items():
             if not isinstance(name, str) or not name:
                 raise ConfigError(describe("sources", name, "non-empty string names", "name each source"))
             if not isinstance(src, ArrowShards):
-                raise ConfigError(describe(f"sources[{name!r}]", type(src).__name__,
-                                           "an rd.ArrowShards (a Hugging Face dataset: rd.ArrowShards.from_hf(ds))",
-                                           "write the records as Arrow shards, or convert with rd.ArrowShards.from_hf"))
+                raise ConfigError(
+                    describe(
+                        f"sources[{name!r}]",
+                        type(src).__name__,
+                        "an rd.ArrowShards (a Hugging Face dataset: rd.ArrowShards.from_hf(ds))",
+                        "write the records as Arrow shards, or convert with rd.ArrowShards.from_hf",
+                    )
+                )
         self.names = tuple(sources)
         self.sources = tuple(sources[n] for n in self.names)
         first = self.sources[0].schema
         for name, src in zip(self.names, self.sources):
             if not src.schema.equals(first):
-                raise ConfigError(describe(f"sources[{name!r}].schema", str(src.schema)[:120],
-                                           f"the schema of {self.names[0]!r} ({first})",
-                                           "write every source with the same columns and types"))
+                raise ConfigError(
+                    describe(
+                        f"sources[{name!r}].schema",
+                        str(src.schema)[:120],
+                        f"the schema of {self.names[0]!r} ({first})",
+                        "write every source with the same columns and types",
+                    )
+                )
             if len(src) < 1:
-                raise ConfigError(describe(f"sources[{name!r}]", "0 records", "at least one record", "drop the empty source"))
-        self.schedule = weights if isinstance(weights, WeightSchedule) else WeightSchedule.constant(weights) \
-            if isinstance(weights, Mapping) else None
+                raise ConfigError(
+                    describe(f"sources[{name!r}]", "0 records", "at least one record", "drop the empty source")
+                )
+        self.schedule = (
+            weights
+            if isinstance(weights, WeightSchedule)
+            else WeightSchedule.constant(weights)
+            if isinstance(weights, Mapping)
+            else None
+        )
         if self.schedule is None:
-            raise ConfigError(describe("weights", weights, "a mapping name -> weight or an rd.WeightSchedule",
-                                       "pass weights={'web': 0.7, 'code': 0.3}"))
+            raise ConfigError(
+                describe(
+                    "weights",
+                    weights,
+                    "a mapping name -> weight or an rd.WeightSchedule",
+                    "pass weights={'web': 0.7, 'code': 0.3}",
+                )
+            )
         self.schedule.resolve(self.names)  # validated now, not at the first batch
         self.block_size = int(block_size) if not isinstance(block_size, bool) and isinstance(block_size, int) else -1
         if not 1 <= self.block_size <= 1 << 24:
-            raise ConfigError(describe("block_size", block_size, "an integer in [1, 2**24]", "pass e.g. block_size=1024"))
+            raise ConfigError(
+                describe("block_size", block_size, "an integer in [1, 2**24]", "pass e.g. block_size=1024")
+            )
         if not isinstance(shuffle, bool):
             raise ConfigError(describe("shuffle", shuffle, "True or False", "pass a bool"))
         self.shuffle = shuffle
@@ -127,10 +171,17 @@ class Mixture:
         self.sizes = tuple(len(s) for s in self.sources)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         total = int(self.offsets[-1])
-        if epoch_len is not None and (isinstance(epoch_len, bool) or not isinstance(epoch_len, int)
-                                      or not 1 <= epoch_len <= MAX_POSITION):
-            raise ConfigError(describe("epoch_len", epoch_len, "an integer in [1, 2**62] (positions of an epoch) or None",
-                                       "drop epoch_len= (default: the sources' total records)"))
+        if epoch_len is not None and (
+            isinstance(epoch_len, bool) or not isinstance(epoch_len, int) or not 1 <= epoch_len <= MAX_POSITION
+        ):
+            raise ConfigError(
+                describe(
+                    "epoch_len",
+                    epoch_len,
+                    "an integer in [1, 2**62] (positions of an epoch) or None",
+                    "drop epoch_len= (default: the sources' total records)",
+                )
+            )
         self.epoch_len = total if epoch_len is None else epoch_len
         versions = [s.version.hash if s.pinned else "unpinned" for s in self.sources]
         self._versions = tuple(versions)
@@ -165,7 +216,9 @@ class Mixture:
         """(source index, record id inside it) of concatenated ids."""
         ids = np.asarray(ids, dtype=np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= len(self)):
-            raise ConfigError(describe("record_ids", int(ids.max()), f"ids in [0, {len(self)})", "pass ids of this mixture"))
+            raise ConfigError(
+                describe("record_ids", int(ids.max()), f"ids in [0, {len(self)})", "pass ids of this mixture")
+            )
         src = np.searchsorted(self.offsets, ids, side="right") - 1
         return src, ids - self.offsets[src]
 
@@ -213,15 +266,32 @@ class Mixture:
         return np.concatenate([s.column_lengths(column) for s in self.sources])
 
     # -- the order ----------------------------------------------------------------------------------
-    def plan(self, seed: int, position_of_step: Callable[[int], int] | None = None,
-             rebase: Rebase | None = None) -> MixturePlan:
+    def plan(
+        self, seed: int, position_of_step: Callable[[int], int] | None = None, rebase: Rebase | None = None
+    ) -> MixturePlan:
         """The pure plan of this mixture's stream under ``seed``."""
-        return MixturePlan(self.names, self.sizes, self._versions, self.schedule, block=self.block_size, seed=seed,
-                           version_hash=self._version.hash, shuffle=self.shuffle, position_of_step=position_of_step,
-                           rebase=rebase, windows=self.windows)
+        return MixturePlan(
+            self.names,
+            self.sizes,
+            self._versions,
+            self.schedule,
+            block=self.block_size,
+            seed=seed,
+            version_hash=self._version.hash,
+            shuffle=self.shuffle,
+            position_of_step=position_of_step,
+            rebase=rebase,
+            windows=self.windows,
+        )
 
-    def sampler(self, seed: int, global_batch: int, *, packed: bool = False,
-                position_of_step: Callable[[int], int] | None = None) -> MixtureSampler:
+    def sampler(
+        self,
+        seed: int,
+        global_batch: int,
+        *,
+        packed: bool = False,
+        position_of_step: Callable[[int], int] | None = None,
+    ) -> MixtureSampler:
         """The positional sampler ``rd.DataLoader`` orders this mixture with. ``position_of_step``:
         the loader's step -> position map under a batch schedule (the epoch is then the nominal
         ``epoch_len``, not rounded to whole batches: schedules run on the continuous tail)."""
@@ -231,9 +301,15 @@ class Mixture:
             return PackedMixtureSampler(self, seed, self.epoch_len, None)
         length = -(-self.epoch_len // global_batch) * global_batch
         if length > MAX_POSITION:  # rounding up to whole global batches passed the position limit
-            raise ConfigError(describe("epoch_len", self.epoch_len, f"at most {MAX_POSITION // global_batch * global_batch} "
-                                       f"(2**62 rounded down to a multiple of the global batch {global_batch})",
-                                       "pass a smaller epoch_len"))
+            raise ConfigError(
+                describe(
+                    "epoch_len",
+                    self.epoch_len,
+                    f"at most {MAX_POSITION // global_batch * global_batch} "
+                    f"(2**62 rounded down to a multiple of the global batch {global_batch})",
+                    "pass a smaller epoch_len",
+                )
+            )
         return MixtureSampler(self, seed, length, StepPositions(global_batch))
 
 
@@ -276,10 +352,15 @@ class MixtureSampler:
 
     def fingerprint(self) -> str:
         m = self.mixture
-        windows = "" if not any(w is not None for w in m.windows) else \
-            ", windows=" + ",".join("-" if w is None else str(w) for w in m.windows)  # absent: as before, byte for byte
-        return (f"rd.Mixture(sources={len(m.names)}, epoch_len={self._len}, block={m.block_size}, "
-                f"shuffle={m.shuffle}{windows})")
+        windows = (
+            ""
+            if not any(w is not None for w in m.windows)
+            else ", windows=" + ",".join("-" if w is None else str(w) for w in m.windows)
+        )  # absent: as before, byte for byte
+        return (
+            f"rd.Mixture(sources={len(m.names)}, epoch_len={self._len}, block={m.block_size}, "
+            f"shuffle={m.shuffle}{windows})"
+        )
 
     def state_section(self) -> dict[str, Any]:
         return self.plan.to_dict()
@@ -300,22 +381,39 @@ def _windows(shuffle_window: Any, names: tuple[str, ...], shuffle: bool) -> tupl
     if shuffle_window is None:
         return (None,) * len(names)
     if not shuffle:
-        raise ConfigError(describe("shuffle_window", shuffle_window, "None with shuffle=False (a window shuffles)",
-                                   "drop shuffle_window= or drop shuffle=False"))
+        raise ConfigError(
+            describe(
+                "shuffle_window",
+                shuffle_window,
+                "None with shuffle=False (a window shuffles)",
+                "drop shuffle_window= or drop shuffle=False",
+            )
+        )
     given = dict(shuffle_window) if isinstance(shuffle_window, Mapping) else {n: shuffle_window for n in names}
     unknown = sorted(set(given) - set(names), key=str)
     if unknown:
-        raise ConfigError(describe("shuffle_window", unknown[0], f"a source name (one of {list(names)})",
-                                   "key the windows by the Mixture's source names"))
+        raise ConfigError(
+            describe(
+                "shuffle_window",
+                unknown[0],
+                f"a source name (one of {list(names)})",
+                "key the windows by the Mixture's source names",
+            )
+        )
     out = []
     for n in names:
         w = given.get(n)
         if w is not None and (isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 1 << 40):
-            raise ConfigError(describe(f"shuffle_window[{n!r}]", w, "a window of at least 1 record, or None",
-                                       "pass e.g. shuffle_window=4096"))
+            raise ConfigError(
+                describe(
+                    f"shuffle_window[{n!r}]",
+                    w,
+                    "a window of at least 1 record, or None",
+                    "pass e.g. shuffle_window=4096",
+                )
+            )
         out.append(w)
     return tuple(out)
-
 
 
 class PackedMixtureSampler(MixtureSampler):
@@ -345,10 +443,15 @@ class PackedMixtureSampler(MixtureSampler):
         runs = list(rebase.earlier) if isinstance(rebase, PackedRebase) else []
         start = 0 if rebase is None else rebase.position
         if position > start:  # the current run holds documents: it becomes an earlier one
-            runs.append(EarlierRun(start, (0,) * len(counts) if rebase is None else rebase.counts,
-                                   tuple(self.plan.segments[0][2])))
-        self.plan = self._plan_of(weights, PackedRebase(position, counts, tuple(runs)) if runs
-                                  else Rebase(position, counts) if position else None)
+            runs.append(
+                EarlierRun(
+                    start, (0,) * len(counts) if rebase is None else rebase.counts, tuple(self.plan.segments[0][2])
+                )
+            )
+        self.plan = self._plan_of(
+            weights,
+            PackedRebase(position, counts, tuple(runs)) if runs else Rebase(position, counts) if position else None,
+        )
         self.pending = self.pending[1:]
 
     @property
@@ -359,8 +462,14 @@ class PackedMixtureSampler(MixtureSampler):
     def rebase(self, rebase: Rebase | None) -> None:
         if self.scheduled:
             if rebase is not None:
-                raise ResumeError(describe("rebase", rebase.to_list(), "none with a declared weight schedule (its runs "
-                                           "follow from the plan)", "resume with the saved schedule"))
+                raise ResumeError(
+                    describe(
+                        "rebase",
+                        rebase.to_list(),
+                        "none with a declared weight schedule (its runs follow from the plan)",
+                        "resume with the saved schedule",
+                    )
+                )
             return
         super().rebase(rebase)
 
@@ -379,10 +488,22 @@ class PackedMixtureSampler(MixtureSampler):
 
     def _plan_of(self, weights: Any, rebase: Rebase | None) -> MixturePlan:
         m = self.mixture
-        schedule = weights if isinstance(weights, WeightSchedule) else WeightSchedule.constant(dict(zip(m.names, weights)))
-        return MixturePlan(m.names, m.sizes, m._versions, schedule, block=m.block_size, seed=self.seed,
-                           version_hash=m.version.hash, shuffle=m.shuffle, position_of_step=None, rebase=rebase,
-                           windows=m.windows)
+        schedule = (
+            weights if isinstance(weights, WeightSchedule) else WeightSchedule.constant(dict(zip(m.names, weights)))
+        )
+        return MixturePlan(
+            m.names,
+            m.sizes,
+            m._versions,
+            schedule,
+            block=m.block_size,
+            seed=self.seed,
+            version_hash=m.version.hash,
+            shuffle=m.shuffle,
+            position_of_step=None,
+            rebase=rebase,
+            windows=m.windows,
+        )
 
     def earlier_runs(self) -> tuple[tuple[int, MixturePlan], ...]:
         """(start, plan) of each earlier run, oldest first (empty without a mid-epoch rebase)."""
@@ -390,8 +511,10 @@ class PackedMixtureSampler(MixtureSampler):
         if self._runs_of is not rebase:
             runs = ()
             if isinstance(rebase, PackedRebase) and rebase.earlier:
-                runs = tuple((r.position, self._plan_of(r.weights, Rebase(r.position, r.counts) if r.position else None))
-                             for r in rebase.earlier)
+                runs = tuple(
+                    (r.position, self._plan_of(r.weights, Rebase(r.position, r.counts) if r.position else None))
+                    for r in rebase.earlier
+                )
             self._runs, self._runs_of = runs, rebase
         return self._runs
 
@@ -446,9 +569,15 @@ class PackedMixtureSampler(MixtureSampler):
             have = rebase.earlier[k].counts if k < len(runs) - 1 else rebase.counts
             if tuple(have) != want:
                 field = f"state.mixture.earlier[{k}]" if k < len(runs) - 1 else "state.mixture.rebase"
-                raise ResumeError(describe(field, [start, list(have)], f"the counts the run before leaves at position "
-                                           f"{start}: {list(want)} (each run continues every source)",
-                                           "pass an unmodified state"))
+                raise ResumeError(
+                    describe(
+                        field,
+                        [start, list(have)],
+                        f"the counts the run before leaves at position "
+                        f"{start}: {list(want)} (each run continues every source)",
+                        "pass an unmodified state",
+                    )
+                )
 
     def state_section(self) -> dict[str, Any]:
         section = self.plan.to_dict()
@@ -478,7 +607,9 @@ def change_rebase(order: PackedMixtureSampler, epoch_start: int, position: int) 
     counts = tuple(int(x) for x in order.counts_before(position))
     runs = [order.run_at(s) for s in [s for s, _ in order.earlier_runs()] + [order.plan.first_position]]
     ends = [r[0] for r in runs[1:]] + [position]
-    earlier = tuple(EarlierRun(start, tuple(int(c) for c in counts_at), tuple(weights))
-                    for (start, counts_at, weights, _), end in zip(runs, ends)
-                    if end > epoch_start and end > start and start < position)
+    earlier = tuple(
+        EarlierRun(start, tuple(int(c) for c in counts_at), tuple(weights))
+        for (start, counts_at, weights, _), end in zip(runs, ends)
+        if end > epoch_start and end > start and start < position
+    )
     return PackedRebase(position, counts, earlier) if earlier else Rebase(position, counts)

@@ -76,25 +76,29 @@ def with_layouts(version: DatasetVersion, store: ShardStore) -> tuple[DatasetVer
 
     for k, layout in zip(built, pool_map(store, build, built)):
         found[k] = layout
-    shards = tuple(replace(s, layout=found[k]) if k in found and found[k] is not None
-                   and found[k].num_rows == s.num_rows else s
-                   for k, s in enumerate(version.shards))
+    shards = tuple(
+        replace(s, layout=found[k]) if k in found and found[k] is not None and found[k].num_rows == s.num_rows else s
+        for k, s in enumerate(version.shards)
+    )
     return replace(version, shards=shards), [k for k in built if shards[k].layout is not None]
 
 
-def open_shards(root: str, rel: list[str], version: DatasetVersion | None,
-                store: ShardStore) -> list[OpenShard]:
+def open_shards(root: str, rel: list[str], version: DatasetVersion | None, store: ShardStore) -> list[OpenShard]:
     """Every shard ``root/rel[k]`` opened (with the version's layouts), in order."""
-    layouts = ([s.layout for s in version.shards] if version is not None
-               else [None] * len(rel))
+    layouts = [s.layout for s in version.shards] if version is not None else [None] * len(rel)
 
     def one(k: int) -> OpenShard:
         shard = open_shard(join(root, rel[k]), store, layout=layouts[k])
         if version is not None and not store.local and canonical_schema(shard.schema) != version.schema:
             shard.close()
-            raise DatasetIntegrityError(describe(
-                "shard", rel[k], f"the pinned schema {version.schema!r}",
-                f"{FIX} (on the store: {canonical_schema(shard.schema)!r})"))
+            raise DatasetIntegrityError(
+                describe(
+                    "shard",
+                    rel[k],
+                    f"the pinned schema {version.schema!r}",
+                    f"{FIX} (on the store: {canonical_schema(shard.schema)!r})",
+                )
+            )
         return shard
 
     if store.local or len(rel) < 2:
@@ -105,7 +109,7 @@ def open_shards(root: str, rel: list[str], version: DatasetVersion | None,
         for fut in futures:
             try:
                 shards.append(fut.result())
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, after closing the rest
+            except BaseException as exc:
                 error = error or exc
         if error is not None:
             for shard in shards:

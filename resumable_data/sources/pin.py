@@ -54,10 +54,15 @@ _MAX_WORKERS = 8  # local: disk- and CPU-bound
 _REMOTE_WORKERS = 16  # remote: requests wait on the network
 
 
-def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
-        hash: HashMode | str = HashMode.CONTENT, max_workers: int | None = None,
-        filesystem: Any = None, save: bool | str = True,
-        lineage: dict[str, Any] | None = None) -> DatasetVersion:
+def pin(
+    path: str | os.PathLike | Sequence[str | os.PathLike],
+    *,
+    hash: HashMode | str = HashMode.CONTENT,
+    max_workers: int | None = None,
+    filesystem: Any = None,
+    save: bool | str = True,
+    lineage: dict[str, Any] | None = None,
+) -> DatasetVersion:
     """Pin the shards at ``path`` (a directory, searched recursively, or a list of files).
 
     Writes the manifest and returns the :class:`DatasetVersion`. ``save``: True (default) writes
@@ -75,8 +80,14 @@ def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
     """
     mode = coerce_enum(hash, HashMode, "hash")
     if save not in (True, False, "folder", "cache"):
-        raise ConfigError(describe("save", save, "True, False, 'folder' or 'cache'",
-                                   "pass save='cache' to keep the manifest out of the data folder"))
+        raise ConfigError(
+            describe(
+                "save",
+                save,
+                "True, False, 'folder' or 'cache'",
+                "pass save='cache' to keep the manifest out of the data folder",
+            )
+        )
     store = store_for(filesystem)
     if isinstance(path, (str, os.PathLike)):
         root = store.resolve(path)
@@ -84,16 +95,26 @@ def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
         refuse_hive_partitions(root, rel)
         selection = Selection.DIRECTORY
         if not rel:
-            raise ConfigError(describe("path", str(path), "a directory (or prefix) with at least one shard "
-                                       f"file ({', '.join(SHARD_SUFFIXES)})",
-                                       "write shards first (e.g. rd.write_arrow_shards), or upload them"))
+            raise ConfigError(
+                describe(
+                    "path",
+                    str(path),
+                    f"a directory (or prefix) with at least one shard file ({', '.join(SHARD_SUFFIXES)})",
+                    "write shards first (e.g. rd.write_arrow_shards), or upload them",
+                )
+            )
     else:
         root, rel = resolve_files(list(path), store)
         selection = Selection.FILES
         if save == "folder":
-            raise ConfigError(describe("save", save, "'cache' (or True) for a list of files",
-                                       "a list of files is never pinned into its common parent; "
-                                       "pass save=True, or pin their directory"))
+            raise ConfigError(
+                describe(
+                    "save",
+                    save,
+                    "'cache' (or True) for a list of files",
+                    "a list of files is never pinned into its common parent; pass save=True, or pin their directory",
+                )
+            )
     full = [join(root, r) for r in rel]
     # local hashing is disk- and CPU-bound (one worker per core); remote reads wait on the network
     cap = min(os.cpu_count() or 1, _MAX_WORKERS) if store.local else _REMOTE_WORKERS
@@ -112,24 +133,47 @@ def pin(path: str | os.PathLike | Sequence[str | os.PathLike], *,
     if mode is HashMode.ETAG:  # the store's ETags, no byte read (the trust model of .verified)
         for r, st in zip(rel, stats):
             if st.etag is None:
-                raise ConfigError(describe(
-                    "hash", "etag", f"a store that gives every object an ETag ({r!r} has none on "
-                    f"{store!r})", "pin with hash='content' (every byte hashed, in parallel)"))
+                raise ConfigError(
+                    describe(
+                        "hash",
+                        "etag",
+                        f"a store that gives every object an ETag ({r!r} has none on {store!r})",
+                        "pin with hash='content' (every byte hashed, in parallel)",
+                    )
+                )
         hashes = [etag_digest(st.etag) for st in stats]
     elif mode is HashMode.CONTENT:
-        with tqdm(total=sum(sizes), unit="B", unit_scale=True, unit_divisor=1024, delay=0.5,
-                  desc="rd.pin", file=sys.stderr, leave=False, disable=None) as bar:  # no bar into logs
+        with tqdm(
+            total=sum(sizes),
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            delay=0.5,
+            desc="rd.pin",
+            file=sys.stderr,
+            leave=False,
+            disable=None,
+        ) as bar:  # no bar into logs
             keys = [verified.file_key(store, p, None if store.local else st) for p, st in zip(full, stats)]
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 hashes = list(pool.map(lambda p: store.hash_file(p, bar.update), full))
         for key, h in zip(keys, hashes):
             verified.remember(key, h)
 
-    shards = [ShardInfo(path=r, size=st.size, num_rows=m.num_rows, content_hash=h, layout=m.layout,
-                        etag=st.etag if h is not None else None)
-              for r, st, m, h in zip(rel, stats, metas, hashes)]
-    version = DatasetVersion.build(shards, schema, mode, selection, Path(root),
-                                   filesystem=store.filesystem, lineage=lineage)
+    shards = [
+        ShardInfo(
+            path=r,
+            size=st.size,
+            num_rows=m.num_rows,
+            content_hash=h,
+            layout=m.layout,
+            etag=st.etag if h is not None else None,
+        )
+        for r, st, m, h in zip(rel, stats, metas, hashes)
+    ]
+    version = DatasetVersion.build(
+        shards, schema, mode, selection, Path(root), filesystem=store.filesystem, lineage=lineage
+    )
     if save:
         version.save(to_cache=save == "cache" or selection is Selection.FILES)
     return version

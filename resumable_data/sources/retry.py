@@ -46,12 +46,37 @@ K_MAX_DELAY = "max_delay"
 # Substrings of the messages pyarrow's filesystems (AWS SDK, Google Cloud, curl) give transient
 # failures. Matched case-insensitively against the exception text.
 _TRANSIENT = (
-    "http status 429", "http status 500", "http status 502", "http status 503", "http status 504",
-    "slowdown", "slow_down", "slow down", "throttl", "service_unavailable", "serviceunavailable",
-    "toomanyrequests", "too many requests", "requesttimeout", "request_timeout", "internal_failure",
-    "network_connection", "curlcode", "could not connect", "couldn't connect", "connection refused",
-    "connection reset", "connection aborted", "connection closed", "broken pipe", "timed out",
-    "timeout was reached", "empty reply", "recv failure", "send failure", "unreachable",
+    "http status 429",
+    "http status 500",
+    "http status 502",
+    "http status 503",
+    "http status 504",
+    "slowdown",
+    "slow_down",
+    "slow down",
+    "throttl",
+    "service_unavailable",
+    "serviceunavailable",
+    "toomanyrequests",
+    "too many requests",
+    "requesttimeout",
+    "request_timeout",
+    "internal_failure",
+    "network_connection",
+    "curlcode",
+    "could not connect",
+    "couldn't connect",
+    "connection refused",
+    "connection reset",
+    "connection aborted",
+    "connection closed",
+    "broken pipe",
+    "timed out",
+    "timeout was reached",
+    "empty reply",
+    "recv failure",
+    "send failure",
+    "unreachable",
     "temporarily unavailable",
 )
 
@@ -69,13 +94,15 @@ class Retries:
 
     def __post_init__(self) -> None:
         if type(self.attempts) is not int or self.attempts < 1:
-            raise ConfigError(describe("attempts", self.attempts, "an integer >= 1 (1: no retry)",
-                                       "pass e.g. rd.Retries(attempts=6)"))
+            raise ConfigError(
+                describe("attempts", self.attempts, "an integer >= 1 (1: no retry)", "pass e.g. rd.Retries(attempts=6)")
+            )
         for name in (K_BASE_DELAY, K_MAX_DELAY):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
-                raise ConfigError(describe(name, v, "a finite number of seconds >= 0",
-                                           f"pass e.g. rd.Retries({name}=1.0)"))
+                raise ConfigError(
+                    describe(name, v, "a finite number of seconds >= 0", f"pass e.g. rd.Retries({name}=1.0)")
+                )
 
     def delay(self, retry: int) -> float:
         """Seconds to wait before retry number ``retry`` (0-based): full jitter."""
@@ -83,7 +110,7 @@ class Retries:
 
     def worst_wait(self) -> float:
         """The most seconds of waiting before a store that stays down is reported."""
-        return sum(min(self.max_delay, self.base_delay * 2 ** k) for k in range(self.attempts - 1))
+        return sum(min(self.max_delay, self.base_delay * 2**k) for k in range(self.attempts - 1))
 
     def to_dict(self) -> dict[str, Any]:
         return {K_ATTEMPTS: self.attempts, K_BASE_DELAY: self.base_delay, K_MAX_DELAY: self.max_delay}
@@ -91,8 +118,14 @@ class Retries:
     @classmethod
     def from_dict(cls, d: Any) -> Retries:
         if not isinstance(d, dict) or set(d) != {K_ATTEMPTS, K_BASE_DELAY, K_MAX_DELAY}:
-            raise ConfigError(describe("retries", d, f"an object with keys {[K_ATTEMPTS, K_BASE_DELAY, K_MAX_DELAY]}",
-                                       "pickle and unpickle with the same resumable_data version"))
+            raise ConfigError(
+                describe(
+                    "retries",
+                    d,
+                    f"an object with keys {[K_ATTEMPTS, K_BASE_DELAY, K_MAX_DELAY]}",
+                    "pickle and unpickle with the same resumable_data version",
+                )
+            )
         return cls(d[K_ATTEMPTS], d[K_BASE_DELAY], d[K_MAX_DELAY])
 
 
@@ -122,11 +155,13 @@ def unavailable(what: str, operation: str, exc: BaseException, retries: Retries)
         f"(about {retries.worst_wait():.1f} s of backoff): {cause}. The data is not known to be damaged "
         "and nothing was delivered from this read; fix: check the store's endpoint, network and "
         "credentials, then iterate again (or resume from the saved state) once it answers; to wait "
-        "longer for a flaky store pass retries=rd.Retries(attempts=..., max_delay=...)")
+        "longer for a flaky store pass retries=rd.Retries(attempts=..., max_delay=...)"
+    )
 
 
-def call(retries: Retries, what: str, operation: str, fn: Callable[[], T],
-         sleep: Callable[[float], Any] = time.sleep) -> T:
+def call(
+    retries: Retries, what: str, operation: str, fn: Callable[[], T], sleep: Callable[[float], Any] = time.sleep
+) -> T:
     """``fn()``, retried on transient failures (module docstring); raises
     :class:`~resumable_data.StoreUnavailableError` when the attempts run out."""
     for k in range(retries.attempts):

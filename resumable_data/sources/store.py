@@ -146,9 +146,14 @@ def join(root: str, rel: str) -> str:
 
 
 def _too_large(path: str, max_bytes: int) -> DatasetIntegrityError:
-    return DatasetIntegrityError(describe(
-        "path", path, f"a small file of at most {max_bytes} bytes (a manifest is about 150 bytes "
-        "per shard)", "check that the path names the dataset's manifest; re-pin with rd.pin(path)"))
+    return DatasetIntegrityError(
+        describe(
+            "path",
+            path,
+            f"a small file of at most {max_bytes} bytes (a manifest is about 150 bytes per shard)",
+            "check that the path names the dataset's manifest; re-pin with rd.pin(path)",
+        )
+    )
 
 
 class LocalStore:
@@ -192,8 +197,14 @@ class LocalStore:
             held, got = os.fstat(fd), os.fstat(f.fileno())
             if (held.st_dev, held.st_ino) != (got.st_dev, got.st_ino):  # no /proc: swapped meanwhile
                 f.close()
-                raise DatasetIntegrityError(describe("path", _posix(path), "the same file from check to open",
-                                                     "do not replace shard files while rd opens them; retry"))
+                raise DatasetIntegrityError(
+                    describe(
+                        "path",
+                        _posix(path),
+                        "the same file from check to open",
+                        "do not replace shard files while rd opens them; retry",
+                    )
+                )
             return f
         finally:
             os.close(fd)
@@ -305,8 +316,9 @@ class FileSystemStore:
 
     def list_files(self, root: Any) -> list[str]:
         base = self.resolve(root)
-        infos = self.retrying(root, "listing", lambda: self.filesystem.get_file_info(
-            pafs.FileSelector(base, recursive=True)))
+        infos = self.retrying(
+            root, "listing", lambda: self.filesystem.get_file_info(pafs.FileSelector(base, recursive=True))
+        )
         return sorted(posixpath.relpath(i.path, base) for i in infos if i.type == pafs.FileType.File)
 
     def open_input_file(self, path: Any) -> pa.NativeFile:
@@ -334,6 +346,7 @@ class FileSystemStore:
                 return None
             with f:
                 return f.read(max_bytes + 1)
+
         data = self.retrying(path, "read", read)
         if data is not None and len(data) > max_bytes:
             raise _too_large(self.resolve(path), max_bytes)
@@ -343,12 +356,14 @@ class FileSystemStore:
         def write() -> None:
             with self.filesystem.open_output_stream(self.resolve(path)) as f:
                 f.write(data)
+
         self.retrying(path, "write", write)
 
     def hash_file(self, path: Any, progress: Progress | None = None) -> str:
         def digest() -> str:  # a retry restarts the stream (and the bar counts those bytes again)
             with self.filesystem.open_input_stream(self.resolve(path)) as f:
                 return _io.hash_stream(f, progress)
+
         return self.retrying(path, "hash", digest)
 
     def read_range(self, path: Any, offset: int, length: int) -> bytes:
@@ -356,11 +371,17 @@ class FileSystemStore:
             with self.filesystem.open_input_file(self.resolve(path)) as f:
                 data = f.read_at(length, offset)
             if len(data) != length:
-                raise DatasetIntegrityError(describe(
-                    "path", self.resolve(path), f"{length} bytes at offset {offset} (got {len(data)}: "
-                    "the object is shorter than its pinned layout)",
-                    "restore the object, or re-pin deliberately with rd.pin(prefix, filesystem=...)"))
+                raise DatasetIntegrityError(
+                    describe(
+                        "path",
+                        self.resolve(path),
+                        f"{length} bytes at offset {offset} (got {len(data)}: "
+                        "the object is shorter than its pinned layout)",
+                        "restore the object, or re-pin deliberately with rd.pin(prefix, filesystem=...)",
+                    )
+                )
             return data
+
         return self.retrying(path, f"read of bytes [{offset}, {offset + length})", read)
 
     def __repr__(self) -> str:
@@ -377,6 +398,7 @@ def _http_time(value: str | None) -> float | None:
         return None
     from datetime import datetime
     from email.utils import parsedate_to_datetime
+
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:
@@ -396,7 +418,13 @@ def store_for(filesystem: Any, retries: Retries = DEFAULT_RETRIES) -> ShardStore
     if filesystem is None or isinstance(filesystem, pafs.LocalFileSystem):
         return LOCAL
     if not isinstance(filesystem, pafs.FileSystem):
-        raise ConfigError(describe("filesystem", type(filesystem).__name__, "a pyarrow.fs.FileSystem",
-                                   "pass e.g. pyarrow.fs.S3FileSystem(...) (fsspec filesystems: wrap in "
-                                   "pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(fs)))"))
+        raise ConfigError(
+            describe(
+                "filesystem",
+                type(filesystem).__name__,
+                "a pyarrow.fs.FileSystem",
+                "pass e.g. pyarrow.fs.S3FileSystem(...) (fsspec filesystems: wrap in "
+                "pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(fs)))",
+            )
+        )
     return FileSystemStore(filesystem, retries)

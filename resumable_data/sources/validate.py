@@ -39,8 +39,10 @@ __all__ = ["FIX", "guard", "integrity_error", "validate_batch"]
 T = TypeVar("T")
 
 #: The one fix for a damaged shard.
-FIX = ("re-download or restore the file (rd.DatasetVersion.verify(level='content') lists every "
-       "damaged shard), then re-pin deliberately with rd.pin(directory) if the change is intended")
+FIX = (
+    "re-download or restore the file (rd.DatasetVersion.verify(level='content') lists every "
+    "damaged shard), then re-pin deliberately with rd.pin(directory) if the change is intended"
+)
 
 
 def integrity_error(shard: str, where: str, exc: BaseException) -> DatasetIntegrityError:
@@ -48,8 +50,7 @@ def integrity_error(shard: str, where: str, exc: BaseException) -> DatasetIntegr
     cause = f"{type(exc).__name__}: {exc}"
     if len(cause) > 300:
         cause = cause[:297] + "..."
-    return DatasetIntegrityError(f"shard {shard!r}, {where}: damaged or not a valid shard ({cause}); "
-                                 f"fix: {FIX}")
+    return DatasetIntegrityError(f"shard {shard!r}, {where}: damaged or not a valid shard ({cause}); fix: {FIX}")
 
 
 def guard(shard: str, where: str, fn: Callable[[], T]) -> T:

@@ -56,8 +56,7 @@ def file_key(store: ShardStore, path: str, info: FileStat | None = None) -> str 
             st = os.stat(path)
         except OSError:
             return None
-        parts = ["local", os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev,
-                 st.st_ctime_ns]
+        parts = ["local", os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns]
     else:
         info = info if info is not None else store.stat(path)
         if info is None:

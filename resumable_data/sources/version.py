@@ -50,13 +50,13 @@ from resumable_data._cache import cache_dir
 from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
 from resumable_data.sources import verified
-from resumable_data.sources.layout import LayoutMismatch, ShardLayout
 from resumable_data.sources.files import (
     MANIFEST_NAME,
     canonical_schema,
     discover_shards,
     read_shard_meta,
 )
+from resumable_data.sources.layout import LayoutMismatch, ShardLayout
 from resumable_data.sources.manifests import MANIFEST_NAMES, cached_manifest
 from resumable_data.sources.store import LOCAL, ShardStore, join, store_for
 
@@ -67,9 +67,9 @@ __all__ = [
     "DatasetVersion",
     "HashMode",
     "Selection",
-    "etag_digest",
     "ShardInfo",
     "VerifyLevel",
+    "etag_digest",
 ]
 
 MANIFEST_FORMAT = "resumable_data.dataset_version"
@@ -104,8 +104,7 @@ K_DERIVED_HASH = "derived_hash"  # schema 2
 #: without it, whose hash is therefore unchanged.
 K_LINEAGE = "lineage"
 
-_ROOT_KEYS_V1 = {K_FORMAT, K_SCHEMA_VERSION, K_SHARDS, K_SCHEMA, K_NUM_RECORDS, K_HASH, K_HASH_MODE,
-                 K_SELECTION}
+_ROOT_KEYS_V1 = {K_FORMAT, K_SCHEMA_VERSION, K_SHARDS, K_SCHEMA, K_NUM_RECORDS, K_HASH, K_HASH_MODE, K_SELECTION}
 _SHARD_KEYS_V1 = {K_PATH, K_SIZE, K_NUM_ROWS, K_CONTENT_HASH}
 _ROOT_KEYS = {1: _ROOT_KEYS_V1, 2: _ROOT_KEYS_V1 | {K_DERIVED_HASH}}
 _SHARD_KEYS = {1: _SHARD_KEYS_V1, 2: _SHARD_KEYS_V1 | {K_LAYOUT, K_ETAG}}
@@ -152,12 +151,15 @@ _PIN_FIX = "re-create the manifest with rd.pin(directory)"
 
 
 def _cache_fix(where: str) -> str:
-    return (f"delete {where} (a manifest rd keeps in its cache), then open the folder again "
-            "(rd.ArrowShards pins it anew) or pin it with rd.pin(directory, save='cache')")
+    return (
+        f"delete {where} (a manifest rd keeps in its cache), then open the folder again "
+        "(rd.ArrowShards pins it anew) or pin it with rd.pin(directory, save='cache')"
+    )
 
 
-def _manifest_error(root: Path | None, what: str, value: Any, expected: str,
-                    where: str | None = None) -> DatasetIntegrityError:
+def _manifest_error(
+    root: Path | None, what: str, value: Any, expected: str, where: str | None = None
+) -> DatasetIntegrityError:
     """``where``: the manifest file when it is not ``root/.rd-manifest.json`` (a cached one)."""
     if where is None:
         where = str(Path(root) / MANIFEST_NAME) if root is not None else "manifest"
@@ -169,8 +171,14 @@ def _manifest_error(root: Path | None, what: str, value: Any, expected: str,
 
 def _write_error(param: str, where: Any, exc: OSError, fix: str) -> ConfigError:
     """A manifest that could not be written (no space, read-only, a broken cache directory)."""
-    return ConfigError(describe(param, str(where), f"a location rd can write its manifest to "
-                                f"({type(exc).__name__}: {exc.strerror or exc})", fix))
+    return ConfigError(
+        describe(
+            param,
+            str(where),
+            f"a location rd can write its manifest to ({type(exc).__name__}: {exc.strerror or exc})",
+            fix,
+        )
+    )
 
 
 def _check_int(root: Path | None, key: str, value: Any) -> int:
@@ -194,14 +202,17 @@ class ShardInfo:
     etag: str | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {K_PATH: self.path, K_SIZE: self.size, K_NUM_ROWS: self.num_rows,
-                K_CONTENT_HASH: self.content_hash,
-                K_LAYOUT: self.layout.to_dict() if self.layout is not None else None,
-                K_ETAG: self.etag}
+        return {
+            K_PATH: self.path,
+            K_SIZE: self.size,
+            K_NUM_ROWS: self.num_rows,
+            K_CONTENT_HASH: self.content_hash,
+            K_LAYOUT: self.layout.to_dict() if self.layout is not None else None,
+            K_ETAG: self.etag,
+        }
 
     @classmethod
-    def from_dict(cls, d: Any, *, root: Path | None = None, schema_version: int = MANIFEST_SCHEMA_VERSION
-                  ) -> ShardInfo:
+    def from_dict(cls, d: Any, *, root: Path | None = None, schema_version: int = MANIFEST_SCHEMA_VERSION) -> ShardInfo:
         keys = _SHARD_KEYS[schema_version]
         if not isinstance(d, dict) or set(d) != keys:
             raise _manifest_error(root, "shards[i]", d, f"an object with keys {sorted(keys)}")
@@ -210,8 +221,9 @@ class ShardInfo:
             raise _manifest_error(root, "shards[i].path", path, "a relative POSIX path inside the root")
         ch = d[K_CONTENT_HASH]
         if ch is not None and (not isinstance(ch, str) or len(ch) != 32):
-            raise _manifest_error(root, f"shards[{path}].content_hash", ch,
-                                  "null or a 32-character xxh3-128 hex digest")
+            raise _manifest_error(
+                root, f"shards[{path}].content_hash", ch, "null or a 32-character xxh3-128 hex digest"
+            )
         size = _check_int(root, f"shards[{path}].size", d[K_SIZE])
         num_rows = _check_int(root, f"shards[{path}].num_rows", d[K_NUM_ROWS])
         layout = None
@@ -234,8 +246,9 @@ def compute_hash(body: dict[str, Any]) -> str:
     payload[K_SCHEMA_VERSION] = IDENTITY_SCHEMA_VERSION
     shards = payload.get(K_SHARDS)
     if isinstance(shards, list):
-        payload[K_SHARDS] = [{k: v for k, v in sh.items() if k in _SHARD_KEYS_V1} if isinstance(sh, dict)
-                             else sh for sh in shards]
+        payload[K_SHARDS] = [
+            {k: v for k, v in sh.items() if k in _SHARD_KEYS_V1} if isinstance(sh, dict) else sh for sh in shards
+        ]
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
 
@@ -253,11 +266,16 @@ def lineage_text(lineage: Any) -> str:
     try:
         if not isinstance(lineage, dict):
             raise TypeError(type(lineage).__name__)
-        return json.dumps(lineage, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                          allow_nan=False)
+        return json.dumps(lineage, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(describe("lineage", repr(lineage)[:200], "a dict of JSON values",
-                                   f"pass plain str/int/float/bool/None/list/dict values ({exc})")) from None
+        raise ConfigError(
+            describe(
+                "lineage",
+                repr(lineage)[:200],
+                "a dict of JSON values",
+                f"pass plain str/int/float/bool/None/list/dict values ({exc})",
+            )
+        ) from None
 
 
 def _checked_lineage(root: Path | None, lineage: Any) -> str:
@@ -308,8 +326,7 @@ class DatasetVersion:
         }
 
     @classmethod
-    def from_dict(cls, d: Any, *, root: str | os.PathLike | None = None,
-                  source: str | None = None) -> DatasetVersion:
+    def from_dict(cls, d: Any, *, root: str | os.PathLike | None = None, source: str | None = None) -> DatasetVersion:
         """Validate and build; a malformed or tampered manifest raises DatasetIntegrityError
         (naming ``source``, the manifest file, when it is not ``root/.rd-manifest.json``)."""
         root = Path(root) if root is not None else None
@@ -329,13 +346,16 @@ class DatasetVersion:
         saved = d.get(K_SCHEMA_VERSION)
         if saved not in MANIFEST_READ_VERSIONS or type(saved) is not int:
             raise _manifest_error(
-                root, K_SCHEMA_VERSION, saved,
+                root,
+                K_SCHEMA_VERSION,
+                saved,
                 f"{MANIFEST_SCHEMA_VERSION} (saved {saved!r}, this version reads "
                 f"{', '.join(map(str, MANIFEST_READ_VERSIONS))})",
             )
         if set(d) - {K_LINEAGE} != _ROOT_KEYS[saved]:
-            raise _manifest_error(root, "manifest keys", sorted(d),
-                                  f"exactly {sorted(_ROOT_KEYS[saved])} (and optionally {K_LINEAGE!r})")
+            raise _manifest_error(
+                root, "manifest keys", sorted(d), f"exactly {sorted(_ROOT_KEYS[saved])} (and optionally {K_LINEAGE!r})"
+            )
         lineage = d.get(K_LINEAGE)
         if K_LINEAGE in d and not isinstance(lineage, dict):
             raise _manifest_error(root, K_LINEAGE, lineage, "a JSON object")
@@ -343,8 +363,9 @@ class DatasetVersion:
             hash_mode = HashMode(d[K_HASH_MODE])
             selection = Selection(d[K_SELECTION])
         except ValueError as exc:
-            raise _manifest_error(root, "hash_mode/selection", (d[K_HASH_MODE], d[K_SELECTION]),
-                                  f"known values ({exc})") from None
+            raise _manifest_error(
+                root, "hash_mode/selection", (d[K_HASH_MODE], d[K_SELECTION]), f"known values ({exc})"
+            ) from None
         if not isinstance(d[K_SCHEMA], str):
             raise _manifest_error(root, K_SCHEMA, d[K_SCHEMA], "the canonical schema text")
         if not isinstance(d[K_SHARDS], list):
@@ -354,68 +375,118 @@ class DatasetVersion:
             raise _manifest_error(root, K_SHARDS, [s.path for s in shards], "unique shard paths")
         for s in shards:
             if hash_mode is HashMode.ETAG and (s.etag is None or s.content_hash != etag_digest(s.etag)):
-                raise _manifest_error(root, f"shards[{s.path}].etag", s.etag,
-                                      "the ETag whose digest is the shard's content_hash (hash_mode='etag')")
+                raise _manifest_error(
+                    root,
+                    f"shards[{s.path}].etag",
+                    s.etag,
+                    "the ETag whose digest is the shard's content_hash (hash_mode='etag')",
+                )
             if (s.content_hash is None) != (hash_mode is HashMode.SIZE):
-                raise _manifest_error(root, f"shards[{s.path}].content_hash", s.content_hash,
-                                      f"{'null' if hash_mode is HashMode.SIZE else 'a digest'} "
-                                      f"in hash_mode={hash_mode.value!r}")
+                raise _manifest_error(
+                    root,
+                    f"shards[{s.path}].content_hash",
+                    s.content_hash,
+                    f"{'null' if hash_mode is HashMode.SIZE else 'a digest'} in hash_mode={hash_mode.value!r}",
+                )
         num_records = _check_int(root, K_NUM_RECORDS, d[K_NUM_RECORDS])
         if num_records != sum(s.num_rows for s in shards):
-            raise _manifest_error(root, K_NUM_RECORDS, num_records,
-                                  f"the sum of shard rows ({sum(s.num_rows for s in shards)})")
+            raise _manifest_error(
+                root, K_NUM_RECORDS, num_records, f"the sum of shard rows ({sum(s.num_rows for s in shards)})"
+            )
         stored = d[K_HASH]
         recomputed = compute_hash(d)
         if stored != recomputed:
-            raise _manifest_error(root, K_HASH, stored,
-                                  f"{recomputed!r}, the hash of the manifest's fields (the manifest "
-                                  "was edited by hand or damaged)")
+            raise _manifest_error(
+                root,
+                K_HASH,
+                stored,
+                f"{recomputed!r}, the hash of the manifest's fields (the manifest was edited by hand or damaged)",
+            )
         if saved >= 2:
             want = compute_derived_hash(d[K_SHARDS])
             if d[K_DERIVED_HASH] != want:
-                raise _manifest_error(root, K_DERIVED_HASH, d[K_DERIVED_HASH],
-                                      f"{want!r}, the hash of the shards' layouts and ETags (the "
-                                      "manifest was edited by hand or damaged)")
+                raise _manifest_error(
+                    root,
+                    K_DERIVED_HASH,
+                    d[K_DERIVED_HASH],
+                    f"{want!r}, the hash of the shards' layouts and ETags (the manifest was edited by hand or damaged)",
+                )
         for s in shards:
             if s.layout is not None and s.layout.num_rows != s.num_rows:
-                raise _manifest_error(root, f"shards[{s.path}].layout", f"{s.layout.num_rows} rows",
-                                      f"the shard's {s.num_rows} rows")
-        return cls(shards=shards, schema=d[K_SCHEMA], num_records=num_records, hash=stored,
-                   hash_mode=hash_mode, selection=selection, root=root,
-                   lineage_json=None if lineage is None else _checked_lineage(root, lineage))
+                raise _manifest_error(
+                    root, f"shards[{s.path}].layout", f"{s.layout.num_rows} rows", f"the shard's {s.num_rows} rows"
+                )
+        return cls(
+            shards=shards,
+            schema=d[K_SCHEMA],
+            num_records=num_records,
+            hash=stored,
+            hash_mode=hash_mode,
+            selection=selection,
+            root=root,
+            lineage_json=None if lineage is None else _checked_lineage(root, lineage),
+        )
 
     @classmethod
-    def build(cls, shards: list[ShardInfo], schema: str, hash_mode: HashMode,
-              selection: Selection, root: Path | None, filesystem: Any = None,
-              lineage: dict[str, Any] | None = None) -> DatasetVersion:
+    def build(
+        cls,
+        shards: list[ShardInfo],
+        schema: str,
+        hash_mode: HashMode,
+        selection: Selection,
+        root: Path | None,
+        filesystem: Any = None,
+        lineage: dict[str, Any] | None = None,
+    ) -> DatasetVersion:
         """A version from its fields, computing ``num_records`` and ``hash``."""
         shards_t = tuple(shards)
         num = sum(s.num_rows for s in shards_t)
         text = None if lineage is None else lineage_text(lineage)
-        proto = cls(shards=shards_t, schema=schema, num_records=num, hash="", hash_mode=hash_mode,
-                    selection=selection, root=root, lineage_json=text)
-        return cls(shards=shards_t, schema=schema, num_records=num,
-                   hash=compute_hash(proto.to_dict()), hash_mode=hash_mode, selection=selection,
-                   root=root, filesystem=filesystem, lineage_json=text)
+        proto = cls(
+            shards=shards_t,
+            schema=schema,
+            num_records=num,
+            hash="",
+            hash_mode=hash_mode,
+            selection=selection,
+            root=root,
+            lineage_json=text,
+        )
+        return cls(
+            shards=shards_t,
+            schema=schema,
+            num_records=num,
+            hash=compute_hash(proto.to_dict()),
+            hash_mode=hash_mode,
+            selection=selection,
+            root=root,
+            filesystem=filesystem,
+            lineage_json=text,
+        )
 
     @classmethod
-    def load(cls, directory: str | os.PathLike, filesystem: Any = None, *,
-             files: list[str] | None = None) -> DatasetVersion:
+    def load(
+        cls, directory: str | os.PathLike, filesystem: Any = None, *, files: list[str] | None = None
+    ) -> DatasetVersion:
         """Read and validate the manifest of ``directory`` (on ``filesystem`` when given):
         ``.rd-manifest.json`` in it, else the legacy ``rd-manifest.json``, else the one the cache
         keeps for it (auto-pinned folders, pinned file lists ``files``; see :mod:`.manifests`)."""
         found = cls.locate(directory, filesystem, files=files)
         if found is None:
             raise ConfigError(
-                describe("directory", str(directory), f"a directory (or prefix) holding {MANIFEST_NAME} "
-                         "(or pinned into the cache)",
-                         "pin it first with rd.pin(directory) (remote: rd.pin(path, filesystem=...))")
+                describe(
+                    "directory",
+                    str(directory),
+                    f"a directory (or prefix) holding {MANIFEST_NAME} (or pinned into the cache)",
+                    "pin it first with rd.pin(directory) (remote: rd.pin(path, filesystem=...))",
+                )
             )
         return found
 
     @classmethod
-    def locate(cls, directory: str | os.PathLike, filesystem: Any = None, *,
-               files: list[str] | None = None) -> DatasetVersion | None:
+    def locate(
+        cls, directory: str | os.PathLike, filesystem: Any = None, *, files: list[str] | None = None
+    ) -> DatasetVersion | None:
         """Like :meth:`load`, but None when no manifest exists anywhere."""
         store = store_for(filesystem)
         root = Path(directory) if store.local else Path(store.resolve(directory))
@@ -440,14 +511,16 @@ class DatasetVersion:
         try:
             d = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-            raise _manifest_error(Path(where).parent, "manifest", str(exc) or "nested too deeply",
-                                  "valid UTF-8 JSON", where=source) from None
+            raise _manifest_error(
+                Path(where).parent, "manifest", str(exc) or "nested too deeply", "valid UTF-8 JSON", where=source
+            ) from None
         if store.local:
             return cls.from_dict(d, root=root.resolve(), source=source)
         return replace(cls.from_dict(d, root=root, source=source), filesystem=store.filesystem)
 
-    def save(self, directory: str | os.PathLike | None = None, filesystem: Any = None, *,
-             to_cache: bool = False) -> Path:
+    def save(
+        self, directory: str | os.PathLike | None = None, filesystem: Any = None, *, to_cache: bool = False
+    ) -> Path:
         """Write the manifest atomically (local: tmp file, fsync, ``os.replace``, directory fsync;
         on a remote ``filesystem``: one whole-object upload); returns its path.
 
@@ -455,8 +528,9 @@ class DatasetVersion:
         instead (``cache_dir()/manifests/<key>``, see :mod:`.manifests`), never into the folder."""
         root = Path(directory) if directory is not None else self.root
         if root is None:
-            raise ConfigError(describe("directory", None, "a directory to write the manifest to",
-                                       "pass save(directory)"))
+            raise ConfigError(
+                describe("directory", None, "a directory to write the manifest to", "pass save(directory)")
+            )
         store = store_for(filesystem if filesystem is not None else self.filesystem)
         text = (json.dumps(self.to_dict(), sort_keys=True, indent=1) + "\n").encode("utf-8")
         if to_cache:
@@ -465,22 +539,34 @@ class DatasetVersion:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 LOCAL.write_atomic(path, text)
             except OSError as exc:
-                raise _write_error("RD_CACHE_DIR", cache_dir(), exc, (
-                    f"free space on the disk holding {cache_dir()} (or remove what blocks {path}), or "
-                    "set RD_CACHE_DIR to a writable directory with free space; or pin into the data folder "
-                    "with rd.pin(directory), or read it unpinned with rd.ArrowShards(..., unpinned='allow')"
-                )) from None
+                raise _write_error(
+                    "RD_CACHE_DIR",
+                    cache_dir(),
+                    exc,
+                    (
+                        f"free space on the disk holding {cache_dir()} (or remove what blocks {path}), or "
+                        "set RD_CACHE_DIR to a writable directory with free space; or pin into the data folder "
+                        "with rd.pin(directory), or read it unpinned with rd.ArrowShards(..., unpinned='allow')"
+                    ),
+                ) from None
             return path
         path = root / MANIFEST_NAME
         try:
             store.write_atomic(join(root.as_posix(), MANIFEST_NAME), text)
         except OSError as exc:
             denied = isinstance(exc, PermissionError) or exc.errno == errno.EROFS
-            raise _write_error("directory", root, exc, (
-                "pin into the cache instead: rd.pin(directory, save='cache') (rd.ArrowShards(directory) "
-                "does that by itself)" if denied else
-                f"free space on the disk holding {root} (or remove what blocks {path}), or pin into the "
-                "cache instead: rd.pin(directory, save='cache')")) from None
+            raise _write_error(
+                "directory",
+                root,
+                exc,
+                (
+                    "pin into the cache instead: rd.pin(directory, save='cache') (rd.ArrowShards(directory) "
+                    "does that by itself)"
+                    if denied
+                    else f"free space on the disk holding {root} (or remove what blocks {path}), or pin into the "
+                    "cache instead: rd.pin(directory, save='cache')"
+                ),
+            ) from None
         return path
 
     @property
@@ -498,19 +584,29 @@ class DatasetVersion:
         """
         level = coerce_enum(level, VerifyLevel, "level")
         if self.root is None:
-            raise ConfigError(describe("root", None, "the directory this version was loaded from",
-                                       "use DatasetVersion.load(directory) or rd.pin(directory)"))
+            raise ConfigError(
+                describe(
+                    "root",
+                    None,
+                    "the directory this version was loaded from",
+                    "use DatasetVersion.load(directory) or rd.pin(directory)",
+                )
+            )
         if level is VerifyLevel.CACHED and self.hash_mode is HashMode.SIZE:
             level = VerifyLevel.SIZE  # no digest to compare: sizes, rows and schema only
         if level is VerifyLevel.CONTENT and self.hash_mode is not HashMode.CONTENT:
             raise ConfigError(
-                describe("level", level.value, f"'size' or 'cached' for a version pinned with "
-                         f"hash={self.hash_mode.value!r} (it holds no digest of the bytes)",
-                         "verify(level='cached'), or re-pin with rd.pin(directory, hash='content')")
+                describe(
+                    "level",
+                    level.value,
+                    f"'size' or 'cached' for a version pinned with "
+                    f"hash={self.hash_mode.value!r} (it holds no digest of the bytes)",
+                    "verify(level='cached'), or re-pin with rd.pin(directory, hash='content')",
+                )
             )
         store = self.store
         root = self.root.as_posix()
-        check = lambda s: self._check_shard(store, root, s, level)  # noqa: E731
+        check = lambda s: self._check_shard(store, root, s, level)
         listing = self.selection is Selection.DIRECTORY
         if store.local:
             found = [check(s) for s in self.shards]
@@ -564,16 +660,21 @@ class DatasetVersion:
                 problems.append(f"shard {s.path!r}: rows {meta.num_rows} on disk, pinned {s.num_rows}")
             got_schema = canonical_schema(meta.schema)
             if got_schema != self.schema:
-                problems.append(f"shard {s.path!r}: schema differs from the pinned schema "
-                                f"(on disk: {got_schema!r}; pinned: {self.schema!r})")
+                problems.append(
+                    f"shard {s.path!r}: schema differs from the pinned schema "
+                    f"(on disk: {got_schema!r}; pinned: {self.schema!r})"
+                )
         if level is not VerifyLevel.SIZE and self.hash_mode is HashMode.ETAG:  # the store's word, no bytes read
             if st.etag != s.etag:
-                problems.append(f"shard {s.path!r}: ETag {st.etag} on the store, pinned {s.etag} (the "
-                                "object was replaced, or copied to a store that gives other ETags)")
+                problems.append(
+                    f"shard {s.path!r}: ETag {st.etag} on the store, pinned {s.etag} (the "
+                    "object was replaced, or copied to a store that gives other ETags)"
+                )
         elif level is not VerifyLevel.SIZE:
             key = verified.file_key(store, p, None if store.local else st)  # before hashing (.verified)
-            if level is VerifyLevel.CACHED and (verified.is_verified(key, s.content_hash) or (
-                    s.etag is not None and st.etag == s.etag)):  # the ETag trust model (.verified)
+            if level is VerifyLevel.CACHED and (
+                verified.is_verified(key, s.content_hash) or (s.etag is not None and st.etag == s.etag)
+            ):  # the ETag trust model (.verified)
                 return problems
             h = store.hash_file(p)
             if h == s.content_hash:

@@ -40,20 +40,32 @@ def _positive(param: str, value: int | None) -> None:
         raise ConfigError(describe(param, value, "a positive integer or None", f"pass {param}>=1"))
 
 
-def write_arrow_shards(table: pa.Table, directory: str | os.PathLike, *, num_shards: int | None = None,
-                       rows_per_shard: int | None = None, rows_per_batch: int | None = None,
-                       format: ShardWriteFormat | str = ShardWriteFormat.ARROW) -> list[Path]:
+def write_arrow_shards(
+    table: pa.Table,
+    directory: str | os.PathLike,
+    *,
+    num_shards: int | None = None,
+    rows_per_shard: int | None = None,
+    rows_per_batch: int | None = None,
+    format: ShardWriteFormat | str = ShardWriteFormat.ARROW,
+) -> list[Path]:
     """Write ``table`` as shards under ``directory``; returns the file paths in order."""
     fmt = coerce_enum(format, ShardWriteFormat, "format")
     if not isinstance(table, pa.Table):
-        raise ConfigError(describe("table", type(table).__name__, "a pyarrow.Table",
-                                   "convert with pa.table(...) first"))
-    for name, v in (("num_shards", num_shards), ("rows_per_shard", rows_per_shard),
-                    ("rows_per_batch", rows_per_batch)):
+        raise ConfigError(
+            describe("table", type(table).__name__, "a pyarrow.Table", "convert with pa.table(...) first")
+        )
+    for name, v in (("num_shards", num_shards), ("rows_per_shard", rows_per_shard), ("rows_per_batch", rows_per_batch)):
         _positive(name, v)
     if num_shards is not None and rows_per_shard is not None:
-        raise ConfigError(describe("rows_per_shard", rows_per_shard, "None when num_shards is given",
-                                   "pass only one of num_shards / rows_per_shard"))
+        raise ConfigError(
+            describe(
+                "rows_per_shard",
+                rows_per_shard,
+                "None when num_shards is given",
+                "pass only one of num_shards / rows_per_shard",
+            )
+        )
     n = table.num_rows
     if rows_per_shard is not None:
         bounds = list(range(0, n, rows_per_shard)) + [n]

@@ -28,10 +28,20 @@ from typing import Any
 import numpy as np
 
 from resumable_data.labels import RecoveryLabel
-from resumable_data.loader.mixture.packed import PackedSourceCount, packed_progress, resolve_schedule, \
-    without_ended_runs
-from resumable_data.loader.mixture.state import TokenStart, check_mixture, check_saved_tokens, mixture_progress, \
-    saved_plan, with_source_tokens
+from resumable_data.loader.mixture.packed import (
+    PackedSourceCount,
+    packed_progress,
+    resolve_schedule,
+    without_ended_runs,
+)
+from resumable_data.loader.mixture.state import (
+    TokenStart,
+    check_mixture,
+    check_saved_tokens,
+    mixture_progress,
+    saved_plan,
+    with_source_tokens,
+)
 from resumable_data.loader.order import DocumentOrder, OrderCheck
 from resumable_data.loader.state import LoaderState, OnUncommitted
 from resumable_data.plan.mixture.tokens import SourceTokens
@@ -51,8 +61,9 @@ class MixtureOrder:
     mixture's positional sampler; ``token_column``: the column counted per source (unpacked);
     ``lengths``: the documents' token lengths (packed); ``packed``: the loader packs sequences."""
 
-    def __init__(self, sampler: Any, *, token_column: str | None = None, lengths: np.ndarray | None = None,
-                 packed: bool = False) -> None:
+    def __init__(
+        self, sampler: Any, *, token_column: str | None = None, lengths: np.ndarray | None = None, packed: bool = False
+    ) -> None:
         self.sampler = sampler
         self.token_column = token_column
         self.packed = packed
@@ -106,8 +117,9 @@ class MixtureOrder:
     def move_to(self, point: Any) -> None:
         self.sampler.rebase(point)
 
-    def check_restore(self, saved: LoaderState, current: LoaderState, label: RecoveryLabel,
-                      choice: OnUncommitted | None, stream: Any) -> OrderCheck:
+    def check_restore(
+        self, saved: LoaderState, current: LoaderState, label: RecoveryLabel, choice: OnUncommitted | None, stream: Any
+    ) -> OrderCheck:
         found = check_mixture(saved, current, label, choice, stream if self.packed else None)
         return OrderCheck(found.diffs, found.rebase, found.section, found.plan)
 
@@ -123,8 +135,9 @@ class MixtureOrder:
             mixture = self.sampler.mixture
             lengths = self._lengths if self.packed else mixture.column_lengths(self.token_column)
             offsets = mixture.offsets
-            self._tokens = SourceTokens(self.sampler.plan, [lengths[offsets[s]:offsets[s + 1]]
-                                                            for s in range(len(offsets) - 1)])
+            self._tokens = SourceTokens(
+                self.sampler.plan, [lengths[offsets[s] : offsets[s + 1]] for s in range(len(offsets) - 1)]
+            )
         return self._tokens
 
     def _packed(self) -> PackedSourceCount:

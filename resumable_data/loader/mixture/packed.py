@@ -49,12 +49,32 @@ from resumable_data.loader.mixture.progress import MixtureProgress
 from resumable_data.loader.state import LoaderState
 from resumable_data.plan import Tail
 from resumable_data.plan.mixture.plan import SourceProgress
-from resumable_data.plan.mixture.section import EARLIER_SCHEMA_VERSION, K_EARLIER, K_NAMES, K_REBASE, K_SCHEMA, \
-    K_TOKENS, MAX_EARLIER, MIXTURE_SCHEMA_VERSION, TOKENS_SCHEMA_VERSION, PackedRebase
+from resumable_data.plan.mixture.section import (
+    EARLIER_SCHEMA_VERSION,
+    K_EARLIER,
+    K_NAMES,
+    K_REBASE,
+    K_SCHEMA,
+    K_TOKENS,
+    MAX_EARLIER,
+    MIXTURE_SCHEMA_VERSION,
+    TOKENS_SCHEMA_VERSION,
+    PackedRebase,
+)
 from resumable_data.plan.packing import PackMode, best_fit_bins
 
-__all__ = ["PackedPrefix", "PackedSourceCount", "change_position", "packed_change", "packed_progress", "prefix",
-           "resolve_schedule", "step_documents", "window_boundary", "without_ended_runs"]
+__all__ = [
+    "PackedPrefix",
+    "PackedSourceCount",
+    "change_position",
+    "packed_change",
+    "packed_progress",
+    "prefix",
+    "resolve_schedule",
+    "step_documents",
+    "window_boundary",
+    "without_ended_runs",
+]
 
 
 @dataclass(frozen=True)
@@ -140,8 +160,10 @@ class PackedSourceCount:
             count = stream.index(epoch).num_sequences
             delivered = stream.steps_in_epoch(epoch) * g
             if tail is Tail.DROP and delivered < count:
-                hit = prefix(stream, plan, self.tokens, self.offsets, epoch, delivered).tokens \
+                hit = (
+                    prefix(stream, plan, self.tokens, self.offsets, epoch, delivered).tokens
                     - prefix(stream, plan, self.tokens, self.offsets, epoch, count).tokens
+                )
             elif tail is Tail.WRAP and delivered > count:
                 hit = self._wrapped(stream, plan, epoch, delivered - count)
             else:
@@ -150,8 +172,10 @@ class PackedSourceCount:
         return hit
 
     def _wrapped(self, stream: Any, plan: Any, epoch: int, extra: int) -> np.ndarray:
-        return prefix(stream, plan, self.tokens, self.offsets, epoch, extra).tokens \
+        return (
+            prefix(stream, plan, self.tokens, self.offsets, epoch, extra).tokens
             - prefix(stream, plan, self.tokens, self.offsets, epoch, 0).tokens
+        )
 
     def _before(self, stream: Any, plan: Any, epoch: int) -> np.ndarray | None:
         """Sum of the corrections of the epochs before ``epoch`` (None: not known, see the module)."""
@@ -209,15 +233,21 @@ class PackedSourceCount:
         ok = {Tail.PARTIAL: (corr == 0).all(), Tail.DROP: (corr <= 0).all(), Tail.WRAP: (corr >= 0).all()}[tail]
         if not ok:
             expected = {Tail.PARTIAL: "equal to", Tail.DROP: "at most", Tail.WRAP: "at least"}[tail]
-            raise ResumeError(describe("state.mixture.tokens", dict(zip(section[K_NAMES], section[K_TOKENS])),
-                                       f"per source {expected} the tokens of the packed sequences before the committed "
-                                       f"step on the {tail.value} tail ({[int(x) for x in here]})",
-                                       "pass an unmodified state"))
+            raise ResumeError(
+                describe(
+                    "state.mixture.tokens",
+                    dict(zip(section[K_NAMES], section[K_TOKENS])),
+                    f"per source {expected} the tokens of the packed sequences before the committed "
+                    f"step on the {tail.value} tail ({[int(x) for x in here]})",
+                    "pass an unmodified state",
+                )
+            )
         return (plan.plan.rebase, epoch, corr)
 
 
-def packed_progress(state: LoaderState, stream: Any, plan: Any, count: PackedSourceCount,
-                    ledger: dict[int, int]) -> MixtureProgress:
+def packed_progress(
+    state: LoaderState, stream: Any, plan: Any, count: PackedSourceCount, ledger: dict[int, int]
+) -> MixtureProgress:
     """Per-source progress of a packed mixture loader at ``state``'s committed cursor."""
     here, tokens = count.at(state, stream, plan)
     step = state.cursor.committed
@@ -225,10 +255,17 @@ def packed_progress(state: LoaderState, stream: Any, plan: Any, count: PackedSou
     start, stop, n_seq = stream.epoch_positions(epoch, step - first)
     nxt = step_documents(stream, count.offsets, epoch, np.arange(start, stop, dtype=np.int64) % n_seq)
     names, sizes = plan.plan.names, plan.plan.sizes
-    sources = tuple(SourceProgress(name, int(c), int(c) // size, int(c) % size, size)
-                    for name, c, size in zip(names, here.documents, sizes))
-    return MixtureProgress(step, here.position, sources, {n: int(x) for n, x in zip(names, nxt)},
-                           None if tokens is None else {n: int(t) for n, t in zip(names, tokens)})
+    sources = tuple(
+        SourceProgress(name, int(c), int(c) // size, int(c) % size, size)
+        for name, c, size in zip(names, here.documents, sizes)
+    )
+    return MixtureProgress(
+        step,
+        here.position,
+        sources,
+        {n: int(x) for n, x in zip(names, nxt)},
+        None if tokens is None else {n: int(t) for n, t in zip(names, tokens)},
+    )
 
 
 def change_position(saved: LoaderState, stream: Any, step: int) -> tuple[int, int]:
@@ -268,9 +305,14 @@ def packed_change(saved: LoaderState, stream: Any, step: int, change: bool, sect
     if rebase is not None:
         _, limit = change_position(saved, old, saved.cursor.committed)
         if rebase.position > limit:
-            raise ResumeError(describe("state.mixture.rebase", rebase.to_list(), f"a position <= {limit}, the first "
-                                       "packing-window boundary at or after the committed cursor",
-                                       "pass an unmodified state"))
+            raise ResumeError(
+                describe(
+                    "state.mixture.rebase",
+                    rebase.to_list(),
+                    f"a position <= {limit}, the first packing-window boundary at or after the committed cursor",
+                    "pass an unmodified state",
+                )
+            )
     if not change:
         return rebase
     epoch, position = change_position(saved, old, step)
@@ -279,10 +321,16 @@ def packed_change(saved: LoaderState, stream: Any, step: int, change: bool, sect
     new = change_rebase(order, min(saved.epoch_base[0], epoch) * stream.plan.num_records, position)
     runs = len(new.earlier) if isinstance(new, PackedRebase) else 0
     if runs > MAX_EARLIER:
-        raise ResumeError(describe("label", "data_change", f"a weight change that leaves at most {MAX_EARLIER} earlier "
-                                   f"runs in the loader epoch (this one would leave {runs}: the weights changed in "
-                                   f"{runs} packing windows of epoch {saved.epoch_base[0]})", "resume with the saved "
-                                   "weights (no label) and declare the change from the next loader epoch on"))
+        raise ResumeError(
+            describe(
+                "label",
+                "data_change",
+                f"a weight change that leaves at most {MAX_EARLIER} earlier "
+                f"runs in the loader epoch (this one would leave {runs}: the weights changed in "
+                f"{runs} packing windows of epoch {saved.epoch_base[0]})",
+                "resume with the saved weights (no label) and declare the change from the next loader epoch on",
+            )
+        )
     return new
 
 

@@ -36,8 +36,17 @@ class MixtureProgress:
     def to_dict(self) -> dict[str, Any]:
         tokens = self.tokens or {}
         return {
-            "step": self.step, "position": self.position, "next_step": dict(self.next_step),
-            "sources": {p.name: {"consumed": p.consumed, "epoch": p.epoch, "position": p.position, "size": p.size,
-                                 **({"tokens": tokens[p.name]} if p.name in tokens else {})}
-                        for p in self.sources},
+            "step": self.step,
+            "position": self.position,
+            "next_step": dict(self.next_step),
+            "sources": {
+                p.name: {
+                    "consumed": p.consumed,
+                    "epoch": p.epoch,
+                    "position": p.position,
+                    "size": p.size,
+                    **({"tokens": tokens[p.name]} if p.name in tokens else {}),
+                }
+                for p in self.sources
+            },
         }

@@ -54,12 +54,37 @@ from resumable_data.loader.mixture.packed import packed_change
 from resumable_data.loader.mixture.progress import MixtureProgress
 from resumable_data.loader.state import LoaderState, OnUncommitted
 from resumable_data.plan.mixture.plan import MixturePlan, StepPositions
-from resumable_data.plan.mixture.section import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
-    K_EARLIER, K_TOKEN_COLUMN, K_TOKENS, K_TOKENS_BASE, TOKENS_SCHEMA_VERSION, Rebase, Section, parse_section
+from resumable_data.plan.mixture.section import (
+    K_BLOCK,
+    K_EARLIER,
+    K_NAMES,
+    K_REBASE,
+    K_SCHEDULE,
+    K_SCHEMA,
+    K_SHUFFLE,
+    K_SIZES,
+    K_TOKEN_COLUMN,
+    K_TOKENS,
+    K_TOKENS_BASE,
+    TOKENS_SCHEMA_VERSION,
+    Rebase,
+    Section,
+    parse_section,
+)
 from resumable_data.plan.mixture.tokens import SourceTokens
 
-__all__ = ["MixtureCheck", "MixtureProgress", "TokenStart", "check_mixture", "check_saved_tokens", "check_section", "mixture_progress",
-           "saved_plan", "saved_tokens", "with_source_tokens"]
+__all__ = [
+    "MixtureCheck",
+    "MixtureProgress",
+    "TokenStart",
+    "check_mixture",
+    "check_saved_tokens",
+    "check_section",
+    "mixture_progress",
+    "saved_plan",
+    "saved_tokens",
+    "with_source_tokens",
+]
 
 _FIXED = (K_NAMES, K_SIZES, K_BLOCK, K_SHUFFLE)
 
@@ -70,13 +95,15 @@ def saved_plan(state: LoaderState, section: Section | None = None) -> MixturePla
     ``section``: the state's section as :func:`check_section` returned it (a restore validates it
     once and passes it on), else it is validated here."""
     if state.mixture is None:
-        raise ResumeError("state.mixture is missing: the state is not of an rd.Mixture loader; fix: pass a mixture "
-                          "loader's state")
+        raise ResumeError(
+            "state.mixture is missing: the state is not of an rd.Mixture loader; fix: pass a mixture loader's state"
+        )
     if section is None:
         section = check_section(state)
     pos = None if state.packing is not None else _positions_of_steps(state.plan)
-    plan = MixturePlan.from_section(section, seed=state.plan.seed, version_hash=state.plan.version_hash,
-                                    position_of_step=pos)
+    plan = MixturePlan.from_section(
+        section, seed=state.plan.seed, version_hash=state.plan.version_hash, position_of_step=pos
+    )
     if plan.rebase is not None:
         packed = state.packing is not None  # a packed epoch e holds the documents at positions [e*n, (e+1)*n)
         n = state.plan.num_records
@@ -84,11 +111,20 @@ def saved_plan(state: LoaderState, section: Section | None = None) -> MixturePla
         window = state.packing.window if packed else None
         aligned = not (packed and isinstance(window, int) and window > 0 and (plan.rebase.position % n) % window)
         if plan.rebase.position > resume or not aligned:  # packed: checked exactly against the index on a restore
-            where = f"a packing-window start (a multiple of window={window} from an epoch's first document, a multiple " \
-                f"of {n}) within the epoch of epoch_base={list(state.epoch_base)}" if packed else \
-                f"the position of cursor.committed={state.cursor.committed}"
-            raise ResumeError(describe("state.mixture.rebase", plan.rebase.to_list(), f"a position <= {resume}, {where}",
-                                       "pass an unmodified state"))
+            where = (
+                f"a packing-window start (a multiple of window={window} from an epoch's first document, a multiple "
+                f"of {n}) within the epoch of epoch_base={list(state.epoch_base)}"
+                if packed
+                else f"the position of cursor.committed={state.cursor.committed}"
+            )
+            raise ResumeError(
+                describe(
+                    "state.mixture.rebase",
+                    plan.rebase.to_list(),
+                    f"a position <= {resume}, {where}",
+                    "pass an unmodified state",
+                )
+            )
     return plan
 
 
@@ -99,12 +135,25 @@ def check_section(state: LoaderState) -> Section:
     section = parse_section(state.mixture)
     if K_EARLIER in state.mixture and (state.packing is None or len(section.segments) > 1):
         kind = "an unpacked mixture" if state.packing is None else "a packed weight schedule"
-        raise ResumeError(describe("state.mixture.earlier", state.mixture[K_EARLIER], f"absent in a state of {kind} "
-                                   "(earlier runs are written only by a packed mixture with constant weights changed "
-                                   "inside an epoch)", "pass an unmodified state"))
+        raise ResumeError(
+            describe(
+                "state.mixture.earlier",
+                state.mixture[K_EARLIER],
+                f"absent in a state of {kind} "
+                "(earlier runs are written only by a packed mixture with constant weights changed "
+                "inside an epoch)",
+                "pass an unmodified state",
+            )
+        )
     if state.packing is not None and len(section.segments) > 1 and section.rebase is not None:
-        raise ResumeError(describe("state.mixture.rebase", section.rebase.to_list(), "null in a state of a packed "
-                                   "weight schedule (its runs follow from the plan)", "pass an unmodified state"))
+        raise ResumeError(
+            describe(
+                "state.mixture.rebase",
+                section.rebase.to_list(),
+                "null in a state of a packed weight schedule (its runs follow from the plan)",
+                "pass an unmodified state",
+            )
+        )
     return section
 
 
@@ -125,7 +174,8 @@ def _no_steps_after_a_batch_change(step: int) -> int:
 
 _SCHEDULE_AND_BATCH_CHANGE = (
     "mixture weight schedule with a global batch change: its steps would map to other positions; fix: resume with "
-    "the saved batch, or declare the weights as a mapping and change them by a data_change resume")
+    "the saved batch, or declare the weights as a mapping and change them by a data_change resume"
+)
 
 
 @dataclass(frozen=True)
@@ -141,8 +191,9 @@ class MixtureCheck:
     plan: MixturePlan | None = None
 
 
-def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel,
-                  choice: OnUncommitted | None, stream: Any = None) -> MixtureCheck:
+def check_mixture(
+    saved: LoaderState, current: LoaderState, label: RecoveryLabel, choice: OnUncommitted | None, stream: Any = None
+) -> MixtureCheck:
     """The differences that forbid the resume and the rebase the current loader continues from
     (:class:`MixtureCheck`); ``stream``: a packed loader's (it locates the change in the saved
     epoch's index), None for an unpacked one. The saved section is validated once, before any key is read."""
@@ -150,15 +201,25 @@ def check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel
         return MixtureCheck([])
     if saved.mixture is None or current.mixture is None:
         side = "saved run" if saved.mixture is None else "current loader"
-        return MixtureCheck([f"mixture: the {side} is not an rd.Mixture loader; fix: resume a mixture's state into a "
-                             "loader over the same rd.Mixture"])
+        return MixtureCheck(
+            [
+                f"mixture: the {side} is not an rd.Mixture loader; fix: resume a mixture's state into a "
+                "loader over the same rd.Mixture"
+            ]
+        )
     section = check_section(saved)  # every saved key checked before any is read
     diffs, rebase, plan = _check_mixture(saved, current, label, choice, stream, section)
     return MixtureCheck(diffs, rebase, section, plan)
 
 
-def _check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabel, choice: OnUncommitted | None,
-                   stream: Any, section: Section) -> tuple[list[str], Rebase | None, MixturePlan | None]:
+def _check_mixture(
+    saved: LoaderState,
+    current: LoaderState,
+    label: RecoveryLabel,
+    choice: OnUncommitted | None,
+    stream: Any,
+    section: Section,
+) -> tuple[list[str], Rebase | None, MixturePlan | None]:
     s, c = saved.mixture, current.mixture
     batch_changed = saved.plan.batch_dict() != current.plan.batch_dict()
     if (batch_changed or saved.plan.origin is not None) and len(c[K_SCHEDULE]) > 1:
@@ -169,15 +230,24 @@ def _check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabe
         same = all(s.get(k) == c.get(k) for k in _FIXED + (K_SCHEDULE,)) and s.get(K_REBASE) is None
         if same:  # a packed weight schedule: its runs follow from the plan, nothing saved to adopt
             return [], None, None
-        return [f"mixture weights with packing and a weight schedule: saved {_shown(s)} vs current {_shown(c)}; a "
+        return (
+            [
+                f"mixture weights with packing and a weight schedule: saved {_shown(s)} vs current {_shown(c)}; a "
                 "packed schedule's segments are placed at packing-window boundaries from its first step, so it is "
                 "not changed by a data_change; fix: resume with the saved schedule (or, with constant weights, "
-                "declare the change by load_state_dict(state, label='data_change'))"], None, None
+                "declare the change by load_state_dict(state, label='data_change'))"
+            ],
+            None,
+            None,
+        )
     plan = saved_plan(saved, section)  # the section validated by check_mixture, not again
     if batch_changed and len(s[K_SCHEDULE]) > 1:
         return [_SCHEDULE_AND_BATCH_CHANGE], None, plan
-    diffs = [f"mixture {k}: saved {s[k]!r} vs current {c[k]!r}; fix: build the rd.Mixture with the saved {k}"
-             for k in _FIXED if s[k] != c[k]]
+    diffs = [
+        f"mixture {k}: saved {s[k]!r} vs current {c[k]!r}; fix: build the rd.Mixture with the saved {k}"
+        for k in _FIXED
+        if s[k] != c[k]
+    ]
     if diffs:
         return diffs, None, plan
     packed = saved.packing is not None and stream is not None  # the stream is given to a packed loader's check only
@@ -186,9 +256,15 @@ def _check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabe
             return [], packed_change(saved, stream, saved.cursor.committed, change=False, section=section), plan
         return [], plan.rebase, plan
     if label is not RecoveryLabel.DATA_CHANGE:
-        return [f"mixture weights: saved {_shown(s)} vs current {_shown(c)}; fix: build the rd.Mixture with the saved "
+        return (
+            [
+                f"mixture weights: saved {_shown(s)} vs current {_shown(c)}; fix: build the rd.Mixture with the saved "
                 "weights, or declare the change: load_state_dict(state, label='data_change') (each source continues "
-                "from its consumed position)"], None, plan
+                "from its consumed position)"
+            ],
+            None,
+            plan,
+        )
     step = saved.cursor.delivered if choice is OnUncommitted.SKIP else saved.cursor.committed
     if packed:
         return [], packed_change(saved, stream, step, change=True, section=section), plan
@@ -198,22 +274,30 @@ def _check_mixture(saved: LoaderState, current: LoaderState, label: RecoveryLabe
 
 def _shown(section: dict) -> str:
     names = section[K_NAMES]
-    return "; ".join(f"from step {step}: " + ", ".join(f"{n}={_number(w)}" for n, w in zip(names, ws))
-                     for step, ws in section[K_SCHEDULE])
+    return "; ".join(
+        f"from step {step}: " + ", ".join(f"{n}={_number(w)}" for n, w in zip(names, ws))
+        for step, ws in section[K_SCHEDULE]
+    )
 
 
 def _number(w: Any) -> str:
     return f"{w:g}" if isinstance(w, float) else str(w)
 
 
-def with_source_tokens(state: LoaderState, plan: MixturePlan, tokens: SourceTokens, column: str,
-                       base: int = 0) -> LoaderState:
+def with_source_tokens(
+    state: LoaderState, plan: MixturePlan, tokens: SourceTokens, column: str, base: int = 0
+) -> LoaderState:
     """``state`` with its mixture section at schema 2, holding each source's tokens consumed
     before the committed cursor (unpacked mixture loaders that count tokens), the column counted
     and, when not 0, the tokens among them that ``counters.tokens`` does not hold."""
     counts = plan.counts_before(state.plan.step_start(state.cursor.committed))
-    section = {**state.mixture, K_SCHEMA: TOKENS_SCHEMA_VERSION, K_TOKENS: tokens.before(counts).tolist(),
-               K_TOKEN_COLUMN: column, **({K_TOKENS_BASE: base} if base else {})}
+    section = {
+        **state.mixture,
+        K_SCHEMA: TOKENS_SCHEMA_VERSION,
+        K_TOKENS: tokens.before(counts).tolist(),
+        K_TOKEN_COLUMN: column,
+        **({K_TOKENS_BASE: base} if base else {}),
+    }
     return replace(state, mixture=section)
 
 
@@ -228,8 +312,14 @@ class TokenStart:
     base: int
 
 
-def check_saved_tokens(saved: LoaderState, counter: SourceTokens, plan: MixturePlan, *, column: str | None,
-                       packed_epoch_end: int | None = None) -> TokenStart:
+def check_saved_tokens(
+    saved: LoaderState,
+    counter: SourceTokens,
+    plan: MixturePlan,
+    *,
+    column: str | None,
+    packed_epoch_end: int | None = None,
+) -> TokenStart:
     """Check a saved state's per-source tokens against the current loader before anything changes
     (``ResumeError`` naming the field): the counted column must be the current ``token_column``; every
     source's tokens must fit 2**62 through its current epoch; each count must lie within the source
@@ -244,13 +334,24 @@ def check_saved_tokens(saved: LoaderState, counter: SourceTokens, plan: MixtureP
     try:
         counter.check_range(counts)
     except ConfigError as e:
-        raise ResumeError(describe("state.cursor", saved.cursor.to_dict(), "a position whose per-source token counts "
-                                   f"fit int64 ({e})", "pass an unmodified state")) from None
+        raise ResumeError(
+            describe(
+                "state.cursor",
+                saved.cursor.to_dict(),
+                f"a position whose per-source token counts fit int64 ({e})",
+                "pass an unmodified state",
+            )
+        ) from None
     saved_column = section.get(K_TOKEN_COLUMN)
     if K_TOKENS in section and saved_column is not None and saved_column != column:
-        raise ResumeError(describe("state.mixture.token_column", saved_column, f"the current loader's token_column="
-                                   f"{column!r} (its counts and counters.tokens are of that column)",
-                                   f"build the loader with token_column={saved_column!r}, as saved"))
+        raise ResumeError(
+            describe(
+                "state.mixture.token_column",
+                saved_column,
+                f"the current loader's token_column={column!r} (its counts and counters.tokens are of that column)",
+                f"build the loader with token_column={saved_column!r}, as saved",
+            )
+        )
     base = section.get(K_TOKENS_BASE, 0)
     if K_TOKENS in section:
         tokens = [int(t) for t in section[K_TOKENS]]
@@ -263,19 +364,32 @@ def check_saved_tokens(saved: LoaderState, counter: SourceTokens, plan: MixtureP
         tokens = [int(t) for t in counter.before(counts)]
         base = sum(tokens) - saved.counters.tokens
         if base < 0:
-            raise ResumeError(describe("state.counters.tokens", saved.counters.tokens, f"at most {sum(tokens)}, the "
-                                       f"tokens of column {column!r} in the records consumed", "build the loader with "
-                                       "the token_column the run counted (or without token_column=)"))
+            raise ResumeError(
+                describe(
+                    "state.counters.tokens",
+                    saved.counters.tokens,
+                    f"at most {sum(tokens)}, the tokens of column {column!r} in the records consumed",
+                    "build the loader with the token_column the run counted (or without token_column=)",
+                )
+            )
         return TokenStart(counts, tokens, base)
     else:
         return TokenStart(None, None, 0)
     if not saved.skipped and sum(tokens) != saved.counters.tokens + base:
-        raise ResumeError(describe("state.mixture.tokens", dict(zip(names, tokens)),
-                                   f"per-source counts summing to counters.tokens={saved.counters.tokens}"
-                                   + (f" + tokens_base={base}" if base else "") + f" (they sum to {sum(tokens)}; "
-                                   "the state has no skipped steps)", "pass an unmodified state"))
-    return TokenStart(None if packed_epoch_end is not None else counts, None if packed_epoch_end is not None
-                      else tokens, base)
+        raise ResumeError(
+            describe(
+                "state.mixture.tokens",
+                dict(zip(names, tokens)),
+                f"per-source counts summing to counters.tokens={saved.counters.tokens}"
+                + (f" + tokens_base={base}" if base else "")
+                + f" (they sum to {sum(tokens)}; "
+                "the state has no skipped steps)",
+                "pass an unmodified state",
+            )
+        )
+    return TokenStart(
+        None if packed_epoch_end is not None else counts, None if packed_epoch_end is not None else tokens, base
+    )
 
 
 def saved_tokens(state: LoaderState) -> dict[str, int] | None:
@@ -286,16 +400,19 @@ def saved_tokens(state: LoaderState) -> dict[str, int] | None:
     return dict(zip(m[K_NAMES], m[K_TOKENS]))
 
 
-def mixture_progress(state: LoaderState, plan: MixturePlan | None = None, step: int | None = None,
-                     tokens: SourceTokens | None = None) -> MixtureProgress:
+def mixture_progress(
+    state: LoaderState, plan: MixturePlan | None = None, step: int | None = None, tokens: SourceTokens | None = None
+) -> MixtureProgress:
     """Each source's progress before ``step`` (default: ``state``'s committed cursor; unpacked
     mixture loaders). Tokens per source come from ``tokens`` (the loader's length index), else
     from the state when ``step`` is its committed cursor, else are None."""
     if state.packing is not None:
-        raise ResumeError("mixture progress of a packed state: positions are packed sequences, whose documents "
-                          "follow from the packing index (built from the documents' lengths), not the state alone; "
-                          "fix: load the state into a loader over the same rd.Mixture and packing and call "
-                          "loader.mixture_progress()")
+        raise ResumeError(
+            "mixture progress of a packed state: positions are packed sequences, whose documents "
+            "follow from the packing index (built from the documents' lengths), not the state alone; "
+            "fix: load the state into a loader over the same rd.Mixture and packing and call "
+            "loader.mixture_progress()"
+        )
     plan = plan or saved_plan(state)
     step = state.cursor.committed if step is None else step
     p, stop = state.plan.step_span(step)
@@ -305,5 +422,6 @@ def mixture_progress(state: LoaderState, plan: MixturePlan | None = None, step: 
         per_source = dict(zip(plan.names, tokens.before(here).tolist()))
     else:
         per_source = saved_tokens(state) if step == state.cursor.committed else None
-    return MixtureProgress(step, p, tuple(plan.progress(p)),
-                           {n: int(x) for n, x in zip(plan.names, np.asarray(after - here))}, per_source)
+    return MixtureProgress(
+        step, p, tuple(plan.progress(p)), {n: int(x) for n, x in zip(plan.names, np.asarray(after - here))}, per_source
+    )

@@ -60,15 +60,29 @@ import sys
 import numpy as np
 import torch
 
-from resumable_data.loader.seeding import torch_rng_memory
-from resumable_data.loader.seeding.mt19937 import N as _N, NP_COL, PYNP_WORDS, fill_rows, mt_states, seed_rows
 from resumable_data.errors import ConfigError, describe
-from resumable_data.loader.seeding.sample_seeding import HASHED_VERSIONS, READABLE_SEEDING_VERSIONS, SEEDING_VERSION, numpy_seed_words
+from resumable_data.loader.seeding import torch_rng_memory
+from resumable_data.loader.seeding.mt19937 import NP_COL, PYNP_WORDS, fill_rows, mt_states, seed_rows
+from resumable_data.loader.seeding.mt19937 import N as _N
+from resumable_data.loader.seeding.sample_seeding import (
+    HASHED_VERSIONS,
+    READABLE_SEEDING_VERSIONS,
+    SEEDING_VERSION,
+    numpy_seed_words,
+)
 from resumable_data.loader.seeding.seed_copy import RowBuffer, seed_function, seed_globals_reference
 
-__all__ = ["GlobalRNGGuard", "GlobalSeeder", "UnseededWatch", "layout", "lazy_seeding_available", "mt_states", "seed_globals",
-           "seed_globals_reference", "warm_seeding"]
-
+__all__ = [
+    "GlobalRNGGuard",
+    "GlobalSeeder",
+    "UnseededWatch",
+    "layout",
+    "lazy_seeding_available",
+    "mt_states",
+    "seed_globals",
+    "seed_globals_reference",
+    "warm_seeding",
+]
 
 
 def _view(address: int, count: int) -> np.ndarray:
@@ -105,11 +119,17 @@ class _Layout:
         self.pool: dict[tuple[int, int], list[RowBuffer]] = {}
         #: every generator reached through its memory: (torch's rows spec, row width, torch's bytes,
         #: the pools of that width by key count), what :class:`GlobalSeeder`'s short route needs; else None
-        self.rows = None if self.py is None or self.np is None or self.torch is None else (
-            self.torch.rows_spec, PYNP_WORDS + self.torch.template.size, self.torch.size, {})
+        self.rows = (
+            None
+            if self.py is None or self.np is None or self.torch is None
+            else (self.torch.rows_spec, PYNP_WORDS + self.torch.template.size, self.torch.size, {})
+        )
         #: numpy's cached Gaussian as two 64-bit words (flag word, value): read before clearing
-        self.gauss_bytes = None if self.gauss is None else memoryview(
-            np.ctypeslib.as_array((ctypes.c_uint8 * 16).from_address(ctypes.addressof(self.gauss))))
+        self.gauss_bytes = (
+            None
+            if self.gauss is None
+            else memoryview(np.ctypeslib.as_array((ctypes.c_uint8 * 16).from_address(ctypes.addressof(self.gauss))))
+        )
         self.gauss_words = None if self.gauss is None else self.gauss_bytes.cast("Q")
 
     @property
@@ -120,8 +140,12 @@ class _Layout:
     def current(self) -> bool:
         """Whether the probed generators are still the global ones."""
         rs = np.random.mtrand._rand
-        return (random._inst is self.py_owner and rs is self.rs_owner and rs._bit_generator is self.np_owner
-                and (self.torch is None or self.torch.current()))
+        return (
+            random._inst is self.py_owner
+            and rs is self.rs_owner
+            and rs._bit_generator is self.np_owner
+            and (self.torch is None or self.torch.current())
+        )
 
     def _probe_python(self) -> None:
         inst = random._inst
@@ -135,7 +159,7 @@ class _Layout:
             for key, row in zip(keys, rows):
                 random.seed(key)
                 st = inst.getstate()[1]
-                if view[0] != st[_N] or view[1:].tolist() != list(st[:_N]) or not np.array_equal(view, row[:_N + 1]):
+                if view[0] != st[_N] or view[1:].tolist() != list(st[:_N]) or not np.array_equal(view, row[: _N + 1]):
                     return
             self.py = view
         finally:
@@ -155,7 +179,7 @@ class _Layout:
                 if int(view[_N]) != pos or not np.array_equal(view[:_N], st):
                     return
                 row = seed_rows(np.array([key], np.uint64), version=version)[0]
-                if not np.array_equal(view, row[NP_COL:NP_COL + _N + 1]):
+                if not np.array_equal(view, row[NP_COL : NP_COL + _N + 1]):
                     return
                 if version == 1 and not np.array_equal(view[:_N], mt_states(np.array([key], np.uint64))[0]):
                     return
@@ -178,8 +202,11 @@ class _Layout:
             for value in (1.2345678e-3, -7.5e10, 3.25):
                 rs.set_state(("MT19937", key, _N, 1, value))
                 raw = ctypes.string_at(id(rs), size)
-                hits = {off for off in range(16, size - 15, 8)
-                        if struct.unpack_from("=i", raw, off)[0] == 1 and struct.unpack_from("=d", raw, off + 8)[0] == value}
+                hits = {
+                    off
+                    for off in range(16, size - 15, 8)
+                    if struct.unpack_from("=i", raw, off)[0] == 1 and struct.unpack_from("=d", raw, off + 8)[0] == value
+                }
                 offsets = hits if offsets is None else offsets & hits
             if not offsets or len(offsets) != 1:
                 return
@@ -231,10 +258,18 @@ def seed_globals(key: int, version: int = SEEDING_VERSION) -> None:
 
     Raises :class:`~resumable_data.ConfigError` for a key outside ``[0, 2**64)`` or an unknown version."""
     if type(key) is bool or not isinstance(key, (int, np.integer)) or not 0 <= int(key) < 1 << 64:
-        raise ConfigError(describe("key", key, "an integer in [0, 2**64)", "pass a sample's key (rd.sample_context().key)"))
+        raise ConfigError(
+            describe("key", key, "an integer in [0, 2**64)", "pass a sample's key (rd.sample_context().key)")
+        )
     if type(version) is not int or version not in READABLE_SEEDING_VERSIONS:
-        raise ConfigError(describe("version", version, f"one of {list(READABLE_SEEDING_VERSIONS)}",
-                                   "pass the run's seeding version (rd inspect shows it), or leave the default"))
+        raise ConfigError(
+            describe(
+                "version",
+                version,
+                f"one of {list(READABLE_SEEDING_VERSIONS)}",
+                "pass the run's seeding version (rd inspect shows it), or leave the default",
+            )
+        )
     seeder = GlobalSeeder(np.array([int(key)], dtype=np.uint64), version=version)
     seeder.seed(0)
     seeder.release()
@@ -253,7 +288,7 @@ class GlobalSeeder:
     :meth:`release` gives the buffer back once no more ``seed`` calls follow (optional: an
     unreleased buffer is simply freed)."""
 
-    __slots__ = ("seed", "_buf", "_pool", "_lay")
+    __slots__ = ("_buf", "_lay", "_pool", "seed")
 
     def __init__(self, keys: np.ndarray, torch_only: bool = False, version: int = SEEDING_VERSION) -> None:
         if type(keys) is not np.ndarray or keys.dtype != np.uint64 or keys.ndim != 1:
@@ -261,8 +296,14 @@ class GlobalSeeder:
         lay = self._lay = _layout()  # the views point into the probed generators, which it keeps alive
         n = keys.shape[0]
         rows = lay.rows
-        if (rows is not None and n and version in HASHED_VERSIONS  # the usual case, in fewer steps
-                and lay.py_mv is not None and lay.np_mv is not None and lay.torch is not None):
+        if (
+            rows is not None
+            and n
+            and version in HASHED_VERSIONS  # the usual case, in fewer steps
+            and lay.py_mv is not None
+            and lay.np_mv is not None
+            and lay.torch is not None
+        ):
             spec, width, tbytes, pools = rows
             pool = self._pool = pools.get(n)
             if pool is None:
@@ -296,7 +337,7 @@ class _PyNp:
     (:meth:`save`) and written back (:meth:`restore`) through the probed memory, or through
     ``getstate``/``get_state`` where the probe failed."""
 
-    __slots__ = ("_lay", "_py", "_pyg", "_np", "_npg")
+    __slots__ = ("_lay", "_np", "_npg", "_py", "_pyg")
 
     def save(self) -> None:
         lay = self._lay = _layout()
@@ -335,7 +376,7 @@ class GlobalRNGGuard:
     and numpy's as :class:`_PyNp`, torch's as the bytes of its region (``torch_rng_memory``),
     written back (unconditionally: cheaper than a comparison), or through ``get_state``/``set_state``."""
 
-    __slots__ = ("saved", "_torch", "_tlay", "python_numpy_clean")
+    __slots__ = ("_tlay", "_torch", "python_numpy_clean", "saved")
 
     def __enter__(self) -> GlobalRNGGuard:
         #: Python's and numpy's saved states (an :class:`UnseededWatch` started before any other
@@ -381,7 +422,13 @@ class UnseededWatch(_PyNp):
         if saved is None:
             self.save()
         else:
-            self._lay, self._py, self._pyg, self._np, self._npg = saved._lay, saved._py, saved._pyg, saved._np, saved._npg
+            self._lay, self._py, self._pyg, self._np, self._npg = (
+                saved._lay,
+                saved._py,
+                saved._pyg,
+                saved._np,
+                saved._npg,
+            )
         lay = self._lay
         lay.py_owner.gauss_next = None
         lay.gauss.has_gauss = 0
@@ -389,9 +436,13 @@ class UnseededWatch(_PyNp):
     def finish(self) -> bool:
         """Whether user code drew since construction; either way the saved states are back."""
         lay = self._lay
-        drew = (not lay.current()  # a generator was swapped meanwhile: assume the worst
-                or lay.py_owner.gauss_next is not None or lay.gauss.has_gauss != 0
-                or lay.py.tobytes() != self._py or lay.np.tobytes() != self._np)
+        drew = (
+            not lay.current()  # a generator was swapped meanwhile: assume the worst
+            or lay.py_owner.gauss_next is not None
+            or lay.gauss.has_gauss != 0
+            or lay.py.tobytes() != self._py
+            or lay.np.tobytes() != self._np
+        )
         if drew:
             self.restore()
         else:  # the states are untouched: only the cleared caches go back

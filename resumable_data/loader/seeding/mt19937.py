@@ -36,7 +36,7 @@ from numba import njit
 
 from resumable_data.loader.seeding.sample_seeding import HASHED_VERSIONS, STREAMS, numpy_key_xor
 
-__all__ = ["N", "NP_COL", "PYNP_WORDS", "fill_rows", "hash_state", "init_genrand", "mt_states", "seed_rows"]
+__all__ = ["NP_COL", "PYNP_WORDS", "N", "fill_rows", "hash_state", "init_genrand", "mt_states", "seed_rows"]
 
 N = 624
 NP_COL = N + 1  # numpy's [state[624], pos] starts after CPython's [index, state[624]]
@@ -82,7 +82,7 @@ def _kernel(keys, out, pynp, xlo, xhi, tmpl, tcol, tseed, tstate):  # pragma: no
         ct = np.uint32(1812433253)
         w = tmpl.shape[0]
         region = out[:, tcol:]  # views: their indices are provably >= 0 (no wraparound code)
-        state = out[:, tcol + tstate:]
+        state = out[:, tcol + tstate :]
         for b in range(nb):  # the template's words around the state, the seed (key & (2**63 - 1))
             for t in range(tstate):
                 region[b, t] = tmpl[t]
@@ -187,8 +187,7 @@ def fill_rows(keys: np.ndarray, out: np.ndarray, pynp: bool, torch: tuple | None
 def mt_states(keys: np.ndarray) -> np.ndarray:
     """MT19937 states (``[len(keys), 624]`` uint32) after ``init_by_array`` of each 64-bit key
     as two words (numpy's ``seed([lo, hi])``; Python's ``random.seed(key)`` for ``key >= 2**32``)."""
-    return seed_rows(keys)[:, 1:N + 1]
-
+    return seed_rows(keys)[:, 1 : N + 1]
 
 
 # -- version 3: SplitMix64 streams (see :mod:`.sample_seeding`) ----------------------------------
@@ -224,7 +223,7 @@ def _hash_kernel(keys, out, pynp, tmpl, tcol, tseed, tstate, spy, snp, storch): 
                 continue
             at = 1 if g == 0 else NP_COL if g == 1 else tcol + tstate
             s = _mix(k ^ (spy if g == 0 else snp if g == 1 else storch))
-            dst = row[at:at + N]
+            dst = row[at : at + N]
             for i in range(N // 2):
                 z = _mix(s + np.uint64(i + 1) * _GAMMA)
                 dst[2 * i] = np.uint32(z & _LOW)
@@ -248,7 +247,11 @@ def hash_state(key: int, stream: int) -> np.ndarray:
     with np.errstate(over="ignore"):
         s = _mix_np(np.uint64(key) ^ np.uint64(stream))
         z = _mix_np(s + np.arange(1, N // 2 + 1, dtype=np.uint64) * _GAMMA)
-    return z.view(np.uint32).copy() if sys.byteorder == "little" else np.stack([z & _LOW, z >> _S32], 1).astype(np.uint32).reshape(-1)
+    return (
+        z.view(np.uint32).copy()
+        if sys.byteorder == "little"
+        else np.stack([z & _LOW, z >> _S32], 1).astype(np.uint32).reshape(-1)
+    )
 
 
 def _mix_np(z):

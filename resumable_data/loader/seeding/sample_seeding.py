@@ -49,10 +49,24 @@ from typing import Any
 from resumable_data._schema import coerce_enum, expect_enum, expect_int, expect_mapping
 from resumable_data.errors import ResumeError, describe
 
-__all__ = ["DEFAULT_SEEDING", "HASHED_VERSIONS", "K_FINGERPRINT_MODE", "NUMPY_KEY_XOR", "READABLE_SEEDING_VERSIONS",
-           "SCHEMA_DEFAULT_SEEDING", "SEEDING_VERSION", "STREAMS", "UNRECORDED_SEEDING_VERSION", "SampleSeeding",
-           "SeedingRecord", "fingerprint_mode", "fingerprint_section", "numpy_key_xor", "numpy_seed_words",
-           "sample_seeding"]
+__all__ = [
+    "DEFAULT_SEEDING",
+    "HASHED_VERSIONS",
+    "K_FINGERPRINT_MODE",
+    "NUMPY_KEY_XOR",
+    "READABLE_SEEDING_VERSIONS",
+    "SCHEMA_DEFAULT_SEEDING",
+    "SEEDING_VERSION",
+    "STREAMS",
+    "UNRECORDED_SEEDING_VERSION",
+    "SampleSeeding",
+    "SeedingRecord",
+    "fingerprint_mode",
+    "fingerprint_section",
+    "numpy_key_xor",
+    "numpy_seed_words",
+    "sample_seeding",
+]
 
 #: The seeding version a fresh run uses.
 SEEDING_VERSION = 3
@@ -110,9 +124,14 @@ def fingerprint_mode(data: Any, where: str = "data") -> SampleSeeding | None:
         return None
     v = data[K_FINGERPRINT_MODE]
     if type(v) is not str or v not in _MODES:
-        raise ResumeError(describe(f"{where}.{K_FINGERPRINT_MODE}", v, f"one of {list(_MODES)} (the loader's "
-                                   "seed_per_sample mode)", "pass an unmodified checkpoint (meta.json) or "
-                                   "TrainingState.meta() of the current run"))
+        raise ResumeError(
+            describe(
+                f"{where}.{K_FINGERPRINT_MODE}",
+                v,
+                f"one of {list(_MODES)} (the loader's seed_per_sample mode)",
+                "pass an unmodified checkpoint (meta.json) or TrainingState.meta() of the current run",
+            )
+        )
     return _MODES[v]
 
 
@@ -148,9 +167,14 @@ class SeedingRecord:
         mode = expect_enum(d[K_MODE], SampleSeeding, f"{where}.{K_MODE}")
         version = expect_int(d[K_VERSION], f"{where}.{K_VERSION}")
         if version not in READABLE_SEEDING_VERSIONS:
-            raise ResumeError(describe(f"{where}.{K_VERSION}", version, f"one of {list(READABLE_SEEDING_VERSIONS)}",
-                                       "pass a state written by this or an earlier rd version (a newer rd wrote "
-                                       "this one: resume with it)"))
+            raise ResumeError(
+                describe(
+                    f"{where}.{K_VERSION}",
+                    version,
+                    f"one of {list(READABLE_SEEDING_VERSIONS)}",
+                    "pass a state written by this or an earlier rd version (a newer rd wrote this one: resume with it)",
+                )
+            )
         return cls(mode, version)
 
 

@@ -36,7 +36,8 @@ import numpy as np
 import torch
 
 from resumable_data.errors import ConfigError, describe
-from resumable_data.loader.seeding.mt19937 import N as _N, NP_COL, PYNP_WORDS, hash_state
+from resumable_data.loader.seeding.mt19937 import NP_COL, PYNP_WORDS, hash_state
+from resumable_data.loader.seeding.mt19937 import N as _N
 from resumable_data.loader.seeding.sample_seeding import HASHED_VERSIONS, SEEDING_VERSION, STREAMS, numpy_seed_words
 from resumable_data.loader.seeding.torch_rng_memory import check_state_layout, state_tensor
 
@@ -60,10 +61,15 @@ def check_numpy_generator() -> None:
     (what every seeding version writes: ``np.random.set_bit_generator`` may have put another there)."""
     bg = np.random.mtrand._rand._bit_generator
     if type(bg) is not np.random.MT19937:
-        raise ConfigError(describe(
-            "numpy's global bit generator", type(bg).__name__, "MT19937, the generator seed_per_sample seeds before "
-            "every sample", "call np.random.set_bit_generator(np.random.MT19937()) before the loader runs, or pass "
-            "seed_per_sample=False and draw from rd.sample_context().rng"))
+        raise ConfigError(
+            describe(
+                "numpy's global bit generator",
+                type(bg).__name__,
+                "MT19937, the generator seed_per_sample seeds before every sample",
+                "call np.random.set_bit_generator(np.random.MT19937()) before the loader runs, or pass "
+                "seed_per_sample=False and draw from rd.sample_context().rng",
+            )
+        )
 
 
 def _seed_numpy(key: int, version: int) -> None:
@@ -105,7 +111,7 @@ class RowBuffer:
     were last filled for; ``fns``: the seed functions made for this buffer's rows (by torch-only
     flag and version), reused while the buffer is (they read ``keys`` from it)."""
 
-    __slots__ = ("rows", "py", "np", "torch", "keys", "fns")
+    __slots__ = ("fns", "keys", "np", "py", "rows", "torch")
 
     def __init__(self, n: int, width: int, torch_bytes: int) -> None:
         self.keys: np.ndarray | None = None
@@ -113,13 +119,14 @@ class RowBuffer:
         self.rows = np.empty((n, width), np.uint32)
         src = memoryview(self.rows).cast("B")
         starts = range(0, n * width * 4, width * 4)
-        self.py = [src[o:o + _PY_BYTES] for o in starts]  # [index, state]
-        self.np = [src[o + _NP_AT:o + _NP_AT + _PY_BYTES] for o in starts]  # [state, pos]
-        self.torch = [src[o + _PYNP_BYTES:o + _PYNP_BYTES + torch_bytes] for o in starts] if torch_bytes else []
+        self.py = [src[o : o + _PY_BYTES] for o in starts]  # [index, state]
+        self.np = [src[o + _NP_AT : o + _NP_AT + _PY_BYTES] for o in starts]  # [state, pos]
+        self.torch = [src[o + _PYNP_BYTES : o + _PYNP_BYTES + torch_bytes] for o in starts] if torch_bytes else []
 
 
-def seed_function(lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only: bool, small: int,
-                  version: int) -> Callable[[int], None]:
+def seed_function(
+    lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only: bool, small: int, version: int
+) -> Callable[[int], None]:
     """``seed(j)``: the globals seeded from ``keys[j]`` as seeding ``version`` does, from ``buf``'s
     row ``j`` (filled by ``fill_rows`` for these keys, this layout and ``version``). ``lay``: the
     probed layout (``global_rng``'s); ``torch_only``: torch's generator only; ``small``: how many
@@ -162,8 +169,12 @@ def seed_function(lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only:
         return seed_torch
 
     def seed_each(j: int) -> None:  # a generator whose memory was not found, or a key < 2**32
-        if (rmod._inst is not py_owner or mtrand._rand is not rs_owner or rs_owner._bit_generator is not np_owner
-                or (t_owner is not None and trand.default_generator is not t_owner)):
+        if (
+            rmod._inst is not py_owner
+            or mtrand._rand is not rs_owner
+            or rs_owner._bit_generator is not np_owner
+            or (t_owner is not None and trand.default_generator is not t_owner)
+        ):
             return by_functions(j)
         key = key_list[j]
         if py_mv is not None and (key >> 32 or version in HASHED_VERSIONS):
@@ -198,6 +209,7 @@ def _copy_function(lay: Any, buf: RowBuffer, torch_only: bool, version: int) -> 
         _reference(int(buf.keys[j]), torch_only, version)
 
     if torch_only:
+
         def seed_torch(j: int) -> None:
             if trand.default_generator is not t_owner:
                 return by_functions(j)

@@ -114,12 +114,16 @@ def check_state_layout() -> None:
     layout :func:`state_tensor` writes."""
     size = torch.random.default_generator.get_state().numel()
     if size != _STATE_SIZE:
-        raise ConfigError(describe(
-            "torch.random.default_generator.get_state()", f"{size} bytes",
-            f"the {_STATE_SIZE}-byte layout rd knows, so that seeding version 3 writes every field exactly "
-            f"(torch {torch.__version__})",
-            "in rd.DataLoader pass seed_per_sample=False and seed augmentation from rd.sample_context().torch_generator; "
-            "in rd.seed_globals pass version=2; or use torch 2.x as pinned in constraints.txt"))
+        raise ConfigError(
+            describe(
+                "torch.random.default_generator.get_state()",
+                f"{size} bytes",
+                f"the {_STATE_SIZE}-byte layout rd knows, so that seeding version 3 writes every field exactly "
+                f"(torch {torch.__version__})",
+                "in rd.DataLoader pass seed_per_sample=False and seed augmentation from rd.sample_context().torch_generator; "
+                "in rd.seed_globals pass version=2; or use torch 2.x as pinned in constraints.txt",
+            )
+        )
 
 
 def _with_caches(base: bytes, fvalue: float | None, dvalue: float | None) -> torch.Tensor:
@@ -131,17 +135,27 @@ def _with_caches(base: bytes, fvalue: float | None, dvalue: float | None) -> tor
 
 
 def _draws(gen) -> tuple:
-    return (gen.initial_seed(), torch.rand(5, generator=gen).tolist(), torch.randn(1, dtype=torch.float64, generator=gen).item(),
-            torch.randn(3, generator=gen).tolist(), torch.randint(0, 2**62, (3,), generator=gen).tolist(),
-            torch.randn(1, generator=gen).item())
+    return (
+        gen.initial_seed(),
+        torch.rand(5, generator=gen).tolist(),
+        torch.randn(1, dtype=torch.float64, generator=gen).item(),
+        torch.randn(3, generator=gen).tolist(),
+        torch.randint(0, 2**62, (3,), generator=gen).tolist(),
+        torch.randn(1, generator=gen).item(),
+    )
 
 
 def probe() -> TorchLayout | None:
     """The layout of ``torch.random.default_generator``, verified; None where anything differs."""
     gen = torch.random.default_generator
-    if (sys.implementation.name != "cpython" or getattr(sys, "_is_gil_enabled", lambda: True)() is False
-            or sys.byteorder != "little" or type(gen) is not torch.Generator or gen.device.type != "cpu"
-            or type(gen).__basicsize__ < object.__basicsize__ + 8):
+    if (
+        sys.implementation.name != "cpython"
+        or getattr(sys, "_is_gil_enabled", lambda: True)() is False
+        or sys.byteorder != "little"
+        or type(gen) is not torch.Generator
+        or gen.device.type != "cpu"
+        or type(gen).__basicsize__ < object.__basicsize__ + 8
+    ):
         return None
     saved = gen.get_state()
     if saved.numel() != _STATE_SIZE:
@@ -191,7 +205,7 @@ def _probe(gen) -> TorchLayout | None:
     regions = [bytearray(r) for r in after]
     for r in regions:
         for a, b in ((seed_off, seed_off + 8), (state_at, end_state)):
-            r[a - seed_off:b - seed_off] = bytes(b - a)
+            r[a - seed_off : b - seed_off] = bytes(b - a)
     table = np.frombuffer(b"".join(regions), dtype=np.uint8).reshape(len(regions), size)
     if int((table != table[0]).any(axis=0).sum()) > _PADDING_MAX:
         return None
@@ -208,8 +222,16 @@ def _cache_flags(gen, impl: int, base: bytes, end_state: int) -> tuple[int, int]
     for fv, dv in ((0.375, -2.75e10), (-7.25, 0.3125), (123.0625, 6.02e23)):  # float32-exact
         gen.set_state(_with_caches(base, fv, dv))
         raw = ctypes.string_at(impl, end_state + _TAIL_MAX)
-        fh = {o + 4 for o in range(end_state, len(raw) - 4, 4) if struct.unpack_from("<f", raw, o)[0] == fv and raw[o + 4] == 1}
-        dh = {o + 8 for o in range(end_state, len(raw) - 8, 4) if struct.unpack_from("<d", raw, o)[0] == dv and raw[o + 8] == 1}
+        fh = {
+            o + 4
+            for o in range(end_state, len(raw) - 4, 4)
+            if struct.unpack_from("<f", raw, o)[0] == fv and raw[o + 4] == 1
+        }
+        dh = {
+            o + 8
+            for o in range(end_state, len(raw) - 8, 4)
+            if struct.unpack_from("<d", raw, o)[0] == dv and raw[o + 8] == 1
+        }
         fl = fh if fl is None else fl & fh
         dl = dh if dl is None else dl & dh
     if not fl or not dl or len(fl) != 1 or len(dl) != 1:
@@ -228,7 +250,7 @@ def _verified(gen, lay: TorchLayout, base: bytes) -> bool:
     keys = np.array(_CHECK_KEYS, dtype=np.uint64)
     mv = memoryview(lay.view)
     for version in (2, 3):  # the seeding functions' states, and version 3's hashed ones
-        rows = seed_rows(keys, False, lay.rows_spec, version)[:, -lay.template.size:]
+        rows = seed_rows(keys, False, lay.rows_spec, version)[:, -lay.template.size :]
         for key, row in zip(_CHECK_KEYS, rows):
             if version == 3:
                 gen.set_state(state_tensor(key & _MASK63, hash_state(key, STREAMS[2])))
@@ -237,7 +259,7 @@ def _verified(gen, lay: TorchLayout, base: bytes) -> bool:
             want_state = _state_bytes(gen)
             want = _draws(gen)
             gen.set_state(_with_caches(base, 0.5, -1.25))
-            mv[:] = memoryview(row.view(np.uint8))[:lay.size]
+            mv[:] = memoryview(row.view(np.uint8))[: lay.size]
             if _state_bytes(gen) != want_state or _draws(gen) != want:
                 return False
     return True

@@ -53,8 +53,29 @@ _NO_TABLES = np.zeros(1, dtype=_TABLE)
 
 
 @njit(cache=True, nogil=True)
-def _block_into(counts, before, shuffle, block_half, btab, with_records, full, sizes, offsets, halves, row0, epoch0,
-                keys, tables, table_at, src, pos, rec, ids, scratch, small):  # pragma: no cover - compiled
+def _block_into(
+    counts,
+    before,
+    shuffle,
+    block_half,
+    btab,
+    with_records,
+    full,
+    sizes,
+    offsets,
+    halves,
+    row0,
+    epoch0,
+    keys,
+    tables,
+    table_at,
+    src,
+    pos,
+    rec,
+    ids,
+    scratch,
+    small,
+):  # pragma: no cover - compiled
     """One block into ``src``/``pos`` (and ``rec``/``ids`` with records; ``full`` False: ``ids``
     only), ``btab`` the block permutation's round table (filled by the caller). ``scratch``: int64
     rows of at least the block's length (owner, order, slots, inputs, outputs, ``iota`` =
@@ -67,7 +88,7 @@ def _block_into(counts, before, shuffle, block_half, btab, with_records, full, s
         start[s + 1] = start[s] + counts[s]
     owner = scratch[0]  # slots laid out source by source
     for s in range(ns):
-        owner[start[s]:start[s + 1]] = s
+        owner[start[s] : start[s + 1]] = s
     fill = small[1]
     fill[:ns] = start[:ns]
     order = scratch[1]  # in-block positions grouped by source, in position order
@@ -107,8 +128,13 @@ def _block_into(counts, before, shuffle, block_half, btab, with_records, full, s
                     xin[u] = o + u
                 row = row0[s] + e - epoch0[s]
                 if table_at[row] >= 0:
-                    forward_table_into(xin[:take], got[:take], np.uint64(n), halves[s],
-                                       tables[table_at[row]:table_at[row] + (ROUNDS << np.int64(halves[s]))])
+                    forward_table_into(
+                        xin[:take],
+                        got[:take],
+                        np.uint64(n),
+                        halves[s],
+                        tables[table_at[row] : table_at[row] + (ROUNDS << np.int64(halves[s]))],
+                    )
                 else:
                     forward_into(xin[:take], got[:take], np.uint64(n), halves[s], keys[row])
                 if full:
@@ -146,8 +172,28 @@ def _scratch(b: int, ns: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit(cache=True, nogil=True)
-def _span_kernel(counts, before, shuffle, block_keys, block_half, full, sizes, offsets, halves, row0, epoch0, keys,
-                 tables, table_at, src, pos, rec, ids, scratch, small):  # pragma: no cover - compiled
+def _span_kernel(
+    counts,
+    before,
+    shuffle,
+    block_keys,
+    block_half,
+    full,
+    sizes,
+    offsets,
+    halves,
+    row0,
+    epoch0,
+    keys,
+    tables,
+    table_at,
+    src,
+    pos,
+    rec,
+    ids,
+    scratch,
+    small,
+):  # pragma: no cover - compiled
     """Consecutive blocks (row ``k`` of ``counts``) one after another: block ``k + 1`` starts
     where block ``k`` left each source (``before + counts[k]``)."""
     at = 0
@@ -158,12 +204,53 @@ def _span_kernel(counts, before, shuffle, block_keys, block_half, full, sizes, o
         if shuffle:
             _block_table(block_keys[k], block_half, btab)
         if full:
-            _block_into(counts[k], here, shuffle, block_half, btab, True, True, sizes, offsets, halves, row0, epoch0,
-                        keys, tables, table_at, src[at:at + b], pos[at:at + b], rec[at:at + b], ids[at:at + b],
-                        scratch, small)
+            _block_into(
+                counts[k],
+                here,
+                shuffle,
+                block_half,
+                btab,
+                True,
+                True,
+                sizes,
+                offsets,
+                halves,
+                row0,
+                epoch0,
+                keys,
+                tables,
+                table_at,
+                src[at : at + b],
+                pos[at : at + b],
+                rec[at : at + b],
+                ids[at : at + b],
+                scratch,
+                small,
+            )
         else:
-            _block_into(counts[k], here, shuffle, block_half, btab, True, False, sizes, offsets, halves, row0, epoch0,
-                        keys, tables, table_at, src, pos, rec, ids[at:at + b], scratch, small)
+            _block_into(
+                counts[k],
+                here,
+                shuffle,
+                block_half,
+                btab,
+                True,
+                False,
+                sizes,
+                offsets,
+                halves,
+                row0,
+                epoch0,
+                keys,
+                tables,
+                table_at,
+                src,
+                pos,
+                rec,
+                ids[at : at + b],
+                scratch,
+                small,
+            )
         here += counts[k]
         at += b
 
@@ -171,7 +258,7 @@ def _span_kernel(counts, before, shuffle, block_keys, block_half, full, sizes, o
 @njit(cache=True, nogil=True)
 def is_span(pos):  # pragma: no cover - compiled
     """Whether ``pos`` (int64, non-empty) holds consecutive positions in increasing order."""
-    for i in range(1, pos.shape[0]):
+    for i in range(1, pos.shape[0]):  # noqa: SIM110 (numba compiles loops, not generators)
         if pos[i] != pos[i - 1] + 1:
             return False
     return True
@@ -185,8 +272,13 @@ class SourceKeys:
 
     __slots__ = ("epoch0", "halves", "hi", "keys", "lo", "row0", "table_at", "tables")
 
-    def __init__(self, counts: np.ndarray, before: np.ndarray, sizes: np.ndarray,
-                 order: Callable[[int, int], Permutation | None] | None) -> None:
+    def __init__(
+        self,
+        counts: np.ndarray,
+        before: np.ndarray,
+        sizes: np.ndarray,
+        order: Callable[[int, int], Permutation | None] | None,
+    ) -> None:
         ns = len(sizes)
         self.row0 = np.zeros(ns, dtype=np.int64)
         self.epoch0 = np.zeros(ns, dtype=np.int64)
@@ -233,13 +325,19 @@ def _tables(keys: np.ndarray, row_halves: list[int]) -> tuple[np.ndarray, np.nda
     tables = np.empty(size, dtype=_TABLE)
     for r, h in enumerate(row_halves):
         if table_at[r] >= 0:
-            round_table_into(keys[r], np.uint64(h), tables[table_at[r]:table_at[r] + (ROUNDS << h)])
+            round_table_into(keys[r], np.uint64(h), tables[table_at[r] : table_at[r] + (ROUNDS << h)])
     return tables, table_at
 
 
-def block_arrays(counts: np.ndarray, before: np.ndarray, block_key: int | None, block_half: int,
-                 sizes: np.ndarray | None = None, offsets: np.ndarray | None = None,
-                 keys: SourceKeys | None = None) -> tuple[np.ndarray, ...]:
+def block_arrays(
+    counts: np.ndarray,
+    before: np.ndarray,
+    block_key: int | None,
+    block_half: int,
+    sizes: np.ndarray | None = None,
+    offsets: np.ndarray | None = None,
+    keys: SourceKeys | None = None,
+) -> tuple[np.ndarray, ...]:
     """(source, source position) of each in-block position, plus (record in the source,
     concatenated id) when ``sizes``, ``offsets`` and ``keys`` are given. ``block_key``: the key of
     the block's permutation (``block_half`` bits per Feistel half), None for the identity."""
@@ -259,14 +357,43 @@ def block_arrays(counts: np.ndarray, before: np.ndarray, block_key: int | None, 
     if shuffle:
         _block_table(np.uint64(block_key), half, btab)
     scratch, small = _scratch(b, len(counts))
-    _block_into(counts, np.ascontiguousarray(before, dtype=np.int64), shuffle, half, btab, records, True, sizes,
-                offsets, keys.halves, keys.row0, keys.epoch0, keys.keys, keys.tables, keys.table_at, src, pos, rec,
-                ids, scratch, small)
+    _block_into(
+        counts,
+        np.ascontiguousarray(before, dtype=np.int64),
+        shuffle,
+        half,
+        btab,
+        records,
+        True,
+        sizes,
+        offsets,
+        keys.halves,
+        keys.row0,
+        keys.epoch0,
+        keys.keys,
+        keys.tables,
+        keys.table_at,
+        src,
+        pos,
+        rec,
+        ids,
+        scratch,
+        small,
+    )
     return (src, pos, rec, ids) if records else (src, pos)
 
 
-def span_arrays(counts: np.ndarray, before: np.ndarray, block_keys: np.ndarray | None, block_half: int,
-                sizes: np.ndarray, offsets: np.ndarray, keys: SourceKeys, *, full: bool = True) -> tuple[np.ndarray, ...]:
+def span_arrays(
+    counts: np.ndarray,
+    before: np.ndarray,
+    block_keys: np.ndarray | None,
+    block_half: int,
+    sizes: np.ndarray,
+    offsets: np.ndarray,
+    keys: SourceKeys,
+    *,
+    full: bool = True,
+) -> tuple[np.ndarray, ...]:
     """:func:`block_arrays` (with records) of consecutive blocks in one compiled call: row ``k`` of
     ``counts`` is block ``k``'s counts, ``before`` the sources' counts before the first block
     (each later block starts where the one before left them), ``block_keys[k]`` block ``k``'s
@@ -280,7 +407,26 @@ def span_arrays(counts: np.ndarray, before: np.ndarray, block_keys: np.ndarray |
     ids = np.empty(b, dtype=np.int64)
     src, pos, rec = (np.empty(b if full else 0, dtype=np.int64) for _ in range(3))
     scratch, small = _scratch(int(counts.sum(axis=1).max(initial=0)), counts.shape[1])
-    _span_kernel(counts, np.ascontiguousarray(before, dtype=np.int64), shuffle, bkeys,
-                 np.uint64(block_half if shuffle else 1), full, sizes, offsets, keys.halves, keys.row0, keys.epoch0,
-                 keys.keys, keys.tables, keys.table_at, src, pos, rec, ids, scratch, small)
+    _span_kernel(
+        counts,
+        np.ascontiguousarray(before, dtype=np.int64),
+        shuffle,
+        bkeys,
+        np.uint64(block_half if shuffle else 1),
+        full,
+        sizes,
+        offsets,
+        keys.halves,
+        keys.row0,
+        keys.epoch0,
+        keys.keys,
+        keys.tables,
+        keys.table_at,
+        src,
+        pos,
+        rec,
+        ids,
+        scratch,
+        small,
+    )
     return src, pos, rec, ids

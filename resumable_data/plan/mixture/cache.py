@@ -47,8 +47,15 @@ class Block:
 
     __slots__ = ("before", "counts", "ids", "pos", "rec", "src")
 
-    def __init__(self, counts: np.ndarray, before: np.ndarray, src: np.ndarray, pos: np.ndarray,
-                 rec: np.ndarray | None = None, ids: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        counts: np.ndarray,
+        before: np.ndarray,
+        src: np.ndarray,
+        pos: np.ndarray,
+        rec: np.ndarray | None = None,
+        ids: np.ndarray | None = None,
+    ) -> None:
         self.counts, self.before, self.src, self.pos, self.rec, self.ids = counts, before, src, pos, rec, ids
 
 
@@ -119,13 +126,15 @@ class BlockCache:
         block_keys = None
         if self.shuffle:
             tag = f"mixture.block@{run.start}"
-            block_keys = np.array([permutation_key(self.version_hash, self.seed, k, tag) for k in range(j, j + nb)],
-                                  dtype=np.uint64)
+            block_keys = np.array(
+                [permutation_key(self.version_hash, self.seed, k, tag) for k in range(j, j + nb)], dtype=np.uint64
+            )
         if self._block_half is None:
             self._block_half = Permutation(self.block, 0).half
         keys = self._source_keys(total, before)
-        arrays = span_arrays(counts, before, block_keys, self._block_half, self._sizes, self._offsets, keys,
-                             full=full or self._windowed)
+        arrays = span_arrays(
+            counts, before, block_keys, self._block_half, self._sizes, self._offsets, keys, full=full or self._windowed
+        )
         if self._windowed:
             self._window_records(*arrays)
         self._span_end = ((run.start, j + nb), before + total)
@@ -172,7 +181,9 @@ class BlockCache:
         the window shuffle (:mod:`.order`) when the source has a window."""
         spec = self._orders[s]
         if spec is not None:
-            return EpochOrder(self.sizes[s], spec, f"{self.versions[s]}|mixture.source.{self.names[s]}", self.seed, epoch)
+            return EpochOrder(
+                self.sizes[s], spec, f"{self.versions[s]}|mixture.source.{self.names[s]}", self.seed, epoch
+            )
         return _source_perm(self.sizes[s], self.versions[s], self.seed, epoch, self.names[s])
 
     def __getstate__(self) -> dict[str, Any]:

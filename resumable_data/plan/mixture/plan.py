@@ -48,13 +48,24 @@ import xxhash
 from resumable_data._schema import check_int
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.plan.mixture.block import is_span
-from resumable_data.plan.mixture.cache import BlockCache, Block
+from resumable_data.plan.mixture.cache import Block, BlockCache
 from resumable_data.plan.mixture.runs import Run, floor_sum
-from resumable_data.plan.mixture.section import K_BLOCK, K_NAMES, K_REBASE, K_SCHEDULE, K_SCHEMA, K_SHUFFLE, K_SIZES, \
-    MIXTURE_SCHEMA_VERSION, Rebase, Section, parse_section
+from resumable_data.plan.mixture.section import (
+    K_BLOCK,
+    K_NAMES,
+    K_REBASE,
+    K_SCHEDULE,
+    K_SCHEMA,
+    K_SHUFFLE,
+    K_SIZES,
+    MIXTURE_SCHEMA_VERSION,
+    Rebase,
+    Section,
+    parse_section,
+)
+from resumable_data.plan.mixture.weights import StepPositions, WeightSchedule
 from resumable_data.plan.order import Order, OrderSpec
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
-from resumable_data.plan.mixture.weights import StepPositions, WeightSchedule
 
 __all__ = ["MixturePlan", "Rebase", "SourceProgress", "StepPositions", "WeightSchedule", "floor_sum", "mixture_version"]
 
@@ -92,10 +103,21 @@ class MixturePlan(BlockCache):
     loader's workers are processes, each with its own).
     """
 
-    def __init__(self, names: Sequence[str], sizes: Sequence[int], versions: Sequence[str], schedule: WeightSchedule,
-                 *, block: int, seed: int, version_hash: str, shuffle: bool = True,
-                 position_of_step: Callable[[int], int] | None = None, rebase: Rebase | None = None,
-                 windows: Sequence[int | None] | None = None) -> None:
+    def __init__(
+        self,
+        names: Sequence[str],
+        sizes: Sequence[int],
+        versions: Sequence[str],
+        schedule: WeightSchedule,
+        *,
+        block: int,
+        seed: int,
+        version_hash: str,
+        shuffle: bool = True,
+        position_of_step: Callable[[int], int] | None = None,
+        rebase: Rebase | None = None,
+        windows: Sequence[int | None] | None = None,
+    ) -> None:
         self.names = tuple(names)
         self.sizes = tuple(int(n) for n in sizes)
         self.versions = tuple(versions)
@@ -106,15 +128,27 @@ class MixturePlan(BlockCache):
         self.schedule = schedule
         self.segments = schedule.resolve(self.names)
         if len(self.segments) > 1 and position_of_step is None:
-            raise ConfigError(describe("weights", schedule, "a constant mapping here (no step -> position map)",
-                                       "pass a mapping of weights, or use the mixture through rd.DataLoader"))
+            raise ConfigError(
+                describe(
+                    "weights",
+                    schedule,
+                    "a constant mapping here (no step -> position map)",
+                    "pass a mapping of weights, or use the mixture through rd.DataLoader",
+                )
+            )
         self._pos = position_of_step
         self.rebase = rebase
         #: Per source, a shuffle window (its epochs in window-shuffle order) or None (a global shuffle).
         self.windows = tuple(windows) if windows is not None else (None,) * len(self.names)
         if len(self.windows) != len(self.names):
-            raise ConfigError(describe("windows", self.windows, f"one entry per source ({len(self.names)})",
-                                       "pass a window or None per source"))
+            raise ConfigError(
+                describe(
+                    "windows",
+                    self.windows,
+                    f"one entry per source ({len(self.names)})",
+                    "pass a window or None per source",
+                )
+            )
         self._orders = tuple(None if w is None else OrderSpec(Order.WINDOW, w) for w in self.windows)
         self._windowed = self.shuffle and any(w is not None for w in self.windows)  # a source ordered by its window
         self._init_cache()
@@ -131,9 +165,14 @@ class MixturePlan(BlockCache):
         for step, w, _ in self.segments[1:]:
             start = self._pos(step)
             if not 0 <= start <= MAX_POSITION:
-                raise ConfigError(describe("weights", f"a segment from step {step} (position {start})",
-                                           f"segments starting below position 2**62={MAX_POSITION}",
-                                           "drop the schedule entries that start that late"))
+                raise ConfigError(
+                    describe(
+                        "weights",
+                        f"a segment from step {step} (position {start})",
+                        f"segments starting below position 2**62={MAX_POSITION}",
+                        "drop the schedule entries that start that late",
+                    )
+                )
             starts.append((start, w))
         if self.rebase is None:
             runs = [self._new_run(0, starts[0][1], tuple(0 for _ in self.names))]
@@ -142,7 +181,9 @@ class MixturePlan(BlockCache):
         else:
             rb = self.rebase
             if len(rb.counts) != len(self.names):
-                raise ResumeError(describe("mixture.rebase", rb.to_list(), f"{len(self.names)} counts", "pass an unmodified state"))
+                raise ResumeError(
+                    describe("mixture.rebase", rb.to_list(), f"{len(self.names)} counts", "pass an unmodified state")
+                )
             w = [seg for (start, seg) in starts if start <= rb.position][-1]
             runs = [self._new_run(rb.position, w, rb.counts)]
             for start, w2 in starts:
@@ -170,8 +211,14 @@ class MixturePlan(BlockCache):
         """Records of each source in positions ``[0, position)`` (from the first run on)."""
         p = check_int(position, "position", 0)
         if p < self._runs[0].start:
-            raise ConfigError(describe("position", p, f"at least {self._runs[0].start} (the rebase position)",
-                                       "ask about positions after the data change"))
+            raise ConfigError(
+                describe(
+                    "position",
+                    p,
+                    f"at least {self._runs[0].start} (the rebase position)",
+                    "ask about positions after the data change",
+                )
+            )
         return self._run_counts(self._runs, int(self._run_of(np.array([p]))[0]), p)
 
     def block_counts(self, run: int, j: int) -> np.ndarray:
@@ -203,14 +250,18 @@ class MixturePlan(BlockCache):
         only (``_span_records(full=False)``); anything else is :meth:`concatenated_ids`."""
         runs = self._runs
         k = bisect_right(self._run_starts, start) - 1
-        if (k < 0 or self._windowed or not self.block <= stop - start <= _SPAN_MAX
-                or (k + 1 < len(runs) and stop > runs[k + 1].start)):
+        if (
+            k < 0
+            or self._windowed
+            or not self.block <= stop - start <= _SPAN_MAX
+            or (k + 1 < len(runs) and stop > runs[k + 1].start)
+        ):
             return self.concatenated_ids(np.arange(start, stop, dtype=np.int64))
         run = runs[k]
         j = (start - run.start) // self.block
         origin = run.start + j * self.block
         b = self._span_records(run, j, (stop - 1 - origin) // self.block + 1, full=False)
-        return b.ids[start - origin:stop - origin]
+        return b.ids[start - origin : stop - origin]
 
     def _lookup(self, positions, block: Callable[[Run, int], Block], fields: tuple[str, ...]) -> tuple:
         """Per position, ``fields`` of its block's cached arrays; a batch inside one block (the
@@ -221,8 +272,11 @@ class MixturePlan(BlockCache):
         span = is_span(pos)  # consecutive positions in order (a run of upcoming positions)
         lo, hi = (int(pos[0]), int(pos[-1])) if span else (int(pos.min()), int(pos.max()))
         if lo < self._runs[0].start:
-            raise ConfigError(describe("positions", lo, f"at least {self._runs[0].start}",
-                                       "ask about positions after the data change"))
+            raise ConfigError(
+                describe(
+                    "positions", lo, f"at least {self._runs[0].start}", "ask about positions after the data change"
+                )
+            )
         k = bisect_right(self._run_starts, lo) - 1
         run = self._runs[k]
         j = (lo - run.start) // self.block
@@ -238,14 +292,14 @@ class MixturePlan(BlockCache):
                 step = max(1, _SPAN_POSITIONS // self.block)  # blocks per call: memory stays O(run), not O(query)
                 if nb <= step:
                     arrays = self._span_records(run, j, nb)
-                    return tuple(getattr(arrays, f)[lo - origin:hi + 1 - origin] for f in fields)
+                    return tuple(getattr(arrays, f)[lo - origin : hi + 1 - origin] for f in fields)
                 out = tuple(np.empty_like(pos) for _ in fields)
                 for c in range(0, nb, step):
                     arrays = self._span_records(run, j + c, min(step, nb - c))
                     first = origin + c * self.block  # the chunk's first position
                     a, b = max(lo, first), min(hi + 1, first + arrays.src.shape[0])
                     for o, f in zip(out, fields):
-                        o[a - lo:b - lo] = getattr(arrays, f)[a - first:b - first]
+                        o[a - lo : b - lo] = getattr(arrays, f)[a - first : b - first]
                 return out
             out = tuple(np.empty_like(pos) for _ in fields)
             at = lo
@@ -253,7 +307,7 @@ class MixturePlan(BlockCache):
                 b = block(run, j)
                 end = min(hi + 1, origin + self.block)
                 for o, f in zip(out, fields):
-                    o[at - lo:end - lo] = getattr(b, f)[at - origin:end - origin]
+                    o[at - lo : end - lo] = getattr(b, f)[at - origin : end - origin]
                 at, j, origin = end, j + 1, origin + self.block
             return out
         out = tuple(np.empty_like(pos) for _ in fields)
@@ -271,41 +325,75 @@ class MixturePlan(BlockCache):
     def progress(self, position: int) -> list[SourceProgress]:
         """Each source's consumed count, epoch and in-epoch position before ``position``."""
         counts = self.counts_before(position)
-        return [SourceProgress(n, int(c), int(c) // size, int(c) % size, size)
-                for n, c, size in zip(self.names, counts, self.sizes)]
+        return [
+            SourceProgress(n, int(c), int(c) // size, int(c) % size, size)
+            for n, c, size in zip(self.names, counts, self.sizes)
+        ]
 
     # -- state ------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The mixture's part of a loader state (names, sizes, declared schedule, block, rebase)."""
         return {
-            K_SCHEMA: MIXTURE_SCHEMA_VERSION, K_NAMES: list(self.names), K_SIZES: list(self.sizes),
-            K_SCHEDULE: [[step, list(raw)] for step, _, raw in self.segments], K_BLOCK: self.block,
-            K_SHUFFLE: self.shuffle, K_REBASE: None if self.rebase is None else self.rebase.to_list(),
+            K_SCHEMA: MIXTURE_SCHEMA_VERSION,
+            K_NAMES: list(self.names),
+            K_SIZES: list(self.sizes),
+            K_SCHEDULE: [[step, list(raw)] for step, _, raw in self.segments],
+            K_BLOCK: self.block,
+            K_SHUFFLE: self.shuffle,
+            K_REBASE: None if self.rebase is None else self.rebase.to_list(),
         }
 
     def with_rebase(self, rebase: Rebase | None) -> MixturePlan:
-        return MixturePlan(self.names, self.sizes, self.versions, self.schedule, block=self.block, seed=self.seed,
-                           version_hash=self.version_hash, shuffle=self.shuffle, position_of_step=self._pos,
-                           rebase=rebase, windows=self.windows)
+        return MixturePlan(
+            self.names,
+            self.sizes,
+            self.versions,
+            self.schedule,
+            block=self.block,
+            seed=self.seed,
+            version_hash=self.version_hash,
+            shuffle=self.shuffle,
+            position_of_step=self._pos,
+            rebase=rebase,
+            windows=self.windows,
+        )
 
     @classmethod
-    def from_dict(cls, d: Any, *, seed: int, version_hash: str, position_of_step: Callable[[int], int] | None,
-                  where: str = "state.mixture") -> MixturePlan:
+    def from_dict(
+        cls,
+        d: Any,
+        *,
+        seed: int,
+        version_hash: str,
+        position_of_step: Callable[[int], int] | None,
+        where: str = "state.mixture",
+    ) -> MixturePlan:
         """The counting plan a saved mixture section describes (source versions are not saved:
         it answers counts and progress, not record ids); the section is validated first
         (:func:`.section.parse_section`)."""
-        return cls.from_section(parse_section(d, where), seed=seed, version_hash=version_hash,
-                                position_of_step=position_of_step)
+        return cls.from_section(
+            parse_section(d, where), seed=seed, version_hash=version_hash, position_of_step=position_of_step
+        )
 
     @classmethod
-    def from_section(cls, sec: Section, *, seed: int, version_hash: str,
-                     position_of_step: Callable[[int], int] | None) -> MixturePlan:
+    def from_section(
+        cls, sec: Section, *, seed: int, version_hash: str, position_of_step: Callable[[int], int] | None
+    ) -> MixturePlan:
         """:meth:`from_dict` of a section already validated (:func:`.section.parse_section`):
         a restore parses the saved section once and passes the typed result on."""
         try:
-            return cls(sec.names, sec.sizes, ["?"] * len(sec.names), WeightSchedule(sec.segments), block=sec.block,
-                       seed=seed, version_hash=version_hash, shuffle=sec.shuffle, position_of_step=position_of_step,
-                       rebase=sec.rebase)
+            return cls(
+                sec.names,
+                sec.sizes,
+                ["?"] * len(sec.names),
+                WeightSchedule(sec.segments),
+                block=sec.block,
+                seed=seed,
+                version_hash=version_hash,
+                shuffle=sec.shuffle,
+                position_of_step=position_of_step,
+                rebase=sec.rebase,
+            )
         except ConfigError as e:
             raise ResumeError(f"state.mixture is inconsistent: {e}") from None
 

@@ -55,7 +55,6 @@ def floor_sum(n: int, m: int, a: int, b: int) -> int:
             ans += q * n
 
 
-
 @dataclass(frozen=True)
 class Run:
     """A run of the mixed stream: from ``start``, weights ``w_s`` and the sources' counts before it."""

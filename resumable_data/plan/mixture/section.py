@@ -17,8 +17,8 @@ from typing import Any
 
 from resumable_data._schema import MAX_INT, expect_int, expect_mapping, expect_str, field_int
 from resumable_data.errors import ResumeError, describe
-from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 from resumable_data.plan.mixture.weights import WEIGHT_TEXT, is_weight
+from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 
 __all__ = ["EarlierRun", "PackedRebase", "Rebase", "Section", "parse_section"]
 
@@ -108,42 +108,67 @@ def parse_section(d: Any, where: str = "state.mixture") -> Section:
         keys = _KEYS
     expect_mapping(d, where, keys)
     if field_int(d, K_SCHEMA, where) not in (MIXTURE_SCHEMA_VERSION, TOKENS_SCHEMA_VERSION, EARLIER_SCHEMA_VERSION):
-        raise ResumeError(describe(f"{where}.schema_version", d[K_SCHEMA],
-                                   f"{MIXTURE_SCHEMA_VERSION}, {TOKENS_SCHEMA_VERSION} (with per-source tokens) or "
-                                   f"{EARLIER_SCHEMA_VERSION} (a packed change of weights inside an epoch)",
-                                   "load it with the resumable_data version that wrote it"))
+        raise ResumeError(
+            describe(
+                f"{where}.schema_version",
+                d[K_SCHEMA],
+                f"{MIXTURE_SCHEMA_VERSION}, {TOKENS_SCHEMA_VERSION} (with per-source tokens) or "
+                f"{EARLIER_SCHEMA_VERSION} (a packed change of weights inside an epoch)",
+                "load it with the resumable_data version that wrote it",
+            )
+        )
     names, sizes, sched = d[K_NAMES], d[K_SIZES], d[K_SCHEDULE]
     for key, v in ((K_NAMES, names), (K_SIZES, sizes), (K_SCHEDULE, sched)):
         if not isinstance(v, list) or not 0 < len(v) <= MAX_SOURCES:
-            raise ResumeError(describe(f"{where}.{key}", v, f"a list of 1 to {MAX_SOURCES} entries", "pass an unmodified state"))
+            raise ResumeError(
+                describe(f"{where}.{key}", v, f"a list of 1 to {MAX_SOURCES} entries", "pass an unmodified state")
+            )
     # each list checked in one pass; the per-entry readers (and their names) only to word a refusal
     if not all(type(n) is str and len(n) <= 256 for n in names):
         names = [expect_str(n, f"{where}.sources[{i}]", max_len=256) for i, n in enumerate(names)]
     if not all(type(n) is int and 1 <= n <= MAX_INT for n in sizes):
         sizes = [expect_int(n, f"{where}.sizes[{i}]", 1) for i, n in enumerate(sizes)]
     if len(sizes) != len(names) or len(set(names)) != len(names):
-        raise ResumeError(describe(f"{where}.sizes", sizes, "one size per distinct source name", "pass an unmodified state"))
+        raise ResumeError(
+            describe(f"{where}.sizes", sizes, "one size per distinct source name", "pass an unmodified state")
+        )
     segs = []
     for i, seg in enumerate(sched):
         if not (isinstance(seg, list) and len(seg) == 2 and isinstance(seg[1], list) and len(seg[1]) == len(names)):
-            raise ResumeError(describe(f"{where}.schedule[{i}]", seg, "[step, [one weight per source]]", "pass an unmodified state"))
+            raise ResumeError(
+                describe(f"{where}.schedule[{i}]", seg, "[step, [one weight per source]]", "pass an unmodified state")
+            )
         step, weights = seg
         if not (type(step) is int and 0 <= step <= MAX_POSITION):
             expect_int(step, f"{where}.schedule[{i}][0]", 0, MAX_POSITION)
         for k, w in enumerate(weights):
             if not is_weight(w):
-                raise ResumeError(describe(f"{where}.schedule[{i}][1][{k}]", w, WEIGHT_TEXT, "pass an unmodified state"))
+                raise ResumeError(
+                    describe(f"{where}.schedule[{i}][1][{k}]", w, WEIGHT_TEXT, "pass an unmodified state")
+                )
         segs.append((step, dict(zip(names, weights))))
     rb = d[K_REBASE]
     rebase = None
     if rb is not None:
         if not (isinstance(rb, list) and len(rb) == 2 and isinstance(rb[1], list) and len(rb[1]) == len(names)):
-            raise ResumeError(describe(f"{where}.rebase", rb, "null or [position, [one count per source]]", "pass an unmodified state"))
-        rebase = Rebase(expect_int(rb[0], f"{where}.rebase[0]", 0, MAX_POSITION),
-                        tuple(expect_int(c, f"{where}.rebase[1][{i}]", 0, MAX_POSITION) for i, c in enumerate(rb[1])))
+            raise ResumeError(
+                describe(
+                    f"{where}.rebase", rb, "null or [position, [one count per source]]", "pass an unmodified state"
+                )
+            )
+        rebase = Rebase(
+            expect_int(rb[0], f"{where}.rebase[0]", 0, MAX_POSITION),
+            tuple(expect_int(c, f"{where}.rebase[1][{i}]", 0, MAX_POSITION) for i, c in enumerate(rb[1])),
+        )
         if sum(rebase.counts) != rebase.position:
-            raise ResumeError(describe(f"{where}.rebase", rb, "[position, counts] with the counts summing to the "
-                                       "position (each position holds one record)", "pass an unmodified state"))
+            raise ResumeError(
+                describe(
+                    f"{where}.rebase",
+                    rb,
+                    "[position, counts] with the counts summing to the position (each position holds one record)",
+                    "pass an unmodified state",
+                )
+            )
     if K_EARLIER in d:
         rebase = _packed_rebase(d[K_EARLIER], rebase, len(names), f"{where}.earlier")
     tokens = d.get(K_TOKENS, [])
@@ -166,25 +191,52 @@ def _packed_rebase(raw: Any, rebase: Rebase | None, sources: int, where: str) ->
     """The section's rebase with its earlier runs (validated: 1 to 64 runs, increasing positions
     before the rebase's, counts summing to their position, one numeric weight per source)."""
     if rebase is None or not isinstance(raw, list) or not 0 < len(raw) <= MAX_EARLIER:
-        raise ResumeError(describe(where, raw, f"1 to {MAX_EARLIER} runs [position, [counts], [weights]] before a "
-                                   "rebase", "pass an unmodified state"))
+        raise ResumeError(
+            describe(
+                where,
+                raw,
+                f"1 to {MAX_EARLIER} runs [position, [counts], [weights]] before a rebase",
+                "pass an unmodified state",
+            )
+        )
     runs = []
     for i, run in enumerate(raw):
-        if not (isinstance(run, list) and len(run) == 3 and all(isinstance(x, list) and len(x) == sources
-                                                                 for x in run[1:])):
-            raise ResumeError(describe(f"{where}[{i}]", run, "[position, [one count per source], [one weight per "
-                                       "source]]", "pass an unmodified state"))
+        if not (
+            isinstance(run, list) and len(run) == 3 and all(isinstance(x, list) and len(x) == sources for x in run[1:])
+        ):
+            raise ResumeError(
+                describe(
+                    f"{where}[{i}]",
+                    run,
+                    "[position, [one count per source], [one weight per source]]",
+                    "pass an unmodified state",
+                )
+            )
         position = expect_int(run[0], f"{where}[{i}][0]", 0, MAX_POSITION)
         counts = tuple(expect_int(c, f"{where}[{i}][1][{k}]", 0, MAX_POSITION) for k, c in enumerate(run[1]))
         for k, w in enumerate(run[2]):
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < float("inf"):
-                raise ResumeError(describe(f"{where}[{i}][2][{k}]", w, "a finite weight >= 0", "pass an unmodified state"))
+                raise ResumeError(
+                    describe(f"{where}[{i}][2][{k}]", w, "a finite weight >= 0", "pass an unmodified state")
+                )
         if not any(w > 0 for w in run[2]):
-            raise ResumeError(describe(f"{where}[{i}][2]", run[2], "weights with at least one > 0 (the run drew "
-                                       "records)", "pass an unmodified state"))
+            raise ResumeError(
+                describe(
+                    f"{where}[{i}][2]",
+                    run[2],
+                    "weights with at least one > 0 (the run drew records)",
+                    "pass an unmodified state",
+                )
+            )
         before = runs[-1].position if runs else -1
         if sum(counts) != position or not before < position < rebase.position:
-            raise ResumeError(describe(f"{where}[{i}]", run, f"counts summing to the position, positions increasing "
-                                       f"and below the rebase's {rebase.position}", "pass an unmodified state"))
+            raise ResumeError(
+                describe(
+                    f"{where}[{i}]",
+                    run,
+                    f"counts summing to the position, positions increasing and below the rebase's {rebase.position}",
+                    "pass an unmodified state",
+                )
+            )
         runs.append(EarlierRun(position, counts, tuple(run[2])))
     return PackedRebase(rebase.position, rebase.counts, tuple(runs))

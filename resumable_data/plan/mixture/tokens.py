@@ -48,15 +48,27 @@ class SourceTokens:
 
     def __init__(self, plan, lengths: Sequence[np.ndarray]) -> None:
         if len(lengths) != len(plan.sizes):
-            raise ConfigError(describe("lengths", len(lengths), f"one length array per source ({len(plan.sizes)})",
-                                       "pass the token lengths of every source"))
+            raise ConfigError(
+                describe(
+                    "lengths",
+                    len(lengths),
+                    f"one length array per source ({len(plan.sizes)})",
+                    "pass the token lengths of every source",
+                )
+            )
         self._plan = plan
         self._lengths = []
         for s, (n, ln) in enumerate(zip(plan.sizes, lengths)):
             ln = np.asarray(ln, dtype=np.int64)
             if ln.shape != (n,) or (n and int(ln.min()) < 0):
-                raise ConfigError(describe(f"lengths[{s}]", f"shape {ln.shape}", f"{n} non-negative token counts",
-                                           "pass source.column_lengths(token_column)"))
+                raise ConfigError(
+                    describe(
+                        f"lengths[{s}]",
+                        f"shape {ln.shape}",
+                        f"{n} non-negative token counts",
+                        "pass source.column_lengths(token_column)",
+                    )
+                )
             self._lengths.append(ln)
         self.totals = tuple(int(ln.sum()) for ln in self._lengths)
         self._memo: dict[int, tuple[int, int, int]] = {}  # source -> (epoch, offset, tokens before offset)
@@ -82,9 +94,15 @@ class SourceTokens:
                 raise ConfigError(describe(f"counts[{s}]", c, "a count >= 0", "pass records consumed"))
             most = (c // self._plan.sizes[s] + 1) * self.totals[s]
             if most > MAX_TOKENS:
-                raise ConfigError(describe(f"counts[{s}]", c, f"records whose tokens stay within 2**62 (up to {most} "
-                                           f"at {self.totals[s]} tokens an epoch of {self._plan.sizes[s]} records)",
-                                           "pass a position whose source epochs hold fewer than 2**62 tokens"))
+                raise ConfigError(
+                    describe(
+                        f"counts[{s}]",
+                        c,
+                        f"records whose tokens stay within 2**62 (up to {most} "
+                        f"at {self.totals[s]} tokens an epoch of {self._plan.sizes[s]} records)",
+                        "pass a position whose source epochs hold fewer than 2**62 tokens",
+                    )
+                )
 
     def seed(self, counts: Sequence[int], tokens: Sequence[int]) -> None:
         """Take ``tokens`` (a saved state's, at ``counts``) as known, so the next query costs the
@@ -99,12 +117,19 @@ class SourceTokens:
         if len(counts) != len(self._lengths) or len(tokens) != len(self._lengths):
             raise ConfigError(describe("tokens", list(tokens), f"{len(self._lengths)} counts", "pass one per source"))
         for s, (c, t) in enumerate(zip(counts, tokens)):
-            e, o = divmod(int(c), self._plan.sizes[s])
+            e = int(c) // self._plan.sizes[s]
             prefix = int(t) - e * self.totals[s]
             if not 0 <= prefix <= self.totals[s]:
-                raise ConfigError(describe(f"tokens[{s}]", int(t), f"between {e * self.totals[s]} and "
-                                           f"{(e + 1) * self.totals[s]} ({c} records consumed, {self.totals[s]} tokens "
-                                           "an epoch)", "pass an unmodified state"))
+                raise ConfigError(
+                    describe(
+                        f"tokens[{s}]",
+                        int(t),
+                        f"between {e * self.totals[s]} and "
+                        f"{(e + 1) * self.totals[s]} ({c} records consumed, {self.totals[s]} tokens "
+                        "an epoch)",
+                        "pass an unmodified state",
+                    )
+                )
 
     def _prefix(self, s: int, e: int, o: int) -> int:
         """Tokens of in-epoch offsets ``[0, o)`` of source ``s``'s epoch ``e``."""
@@ -131,8 +156,9 @@ class SourceTokens:
             sums = self._block_sums.get(s)
             if sums is None:
                 sums = self._block_sums[s] = np.add.reduceat(ln, np.arange(0, len(ln), spec.block)) if len(ln) else ln
-            return window_sum(perm.n, spec, ln, sums, a, b, version_hash=perm.version_hash, seed=perm.seed,
-                              epoch=perm.epoch)
+            return window_sum(
+                perm.n, spec, ln, sums, a, b, version_hash=perm.version_hash, seed=perm.seed, epoch=perm.epoch
+            )
         total = 0
         for start in range(a, b, _CHUNK):
             offsets = np.arange(start, min(start + _CHUNK, b), dtype=np.int64)

@@ -15,6 +15,7 @@ Cost. O(segments x sources) exact-rational arithmetic, once per plan; nothing on
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -50,8 +51,7 @@ def _weight(v: Any, where: str) -> Fraction:
     if is_weight(v):
         return Fraction(int(v)) if isinstance(v, (int, np.integer)) else Fraction(float(v))
     shown = v if not isinstance(v, int) or v.bit_length() <= 64 else f"an integer of {v.bit_length()} bits"
-    raise ConfigError(describe(where, shown, WEIGHT_TEXT,
-                               "pass weights such as {'web': 0.7, 'code': 0.3}"))
+    raise ConfigError(describe(where, shown, WEIGHT_TEXT, "pass weights such as {'web': 0.7, 'code': 0.3}"))
 
 
 def _given(v: Any) -> int | float:
@@ -70,22 +70,43 @@ class WeightSchedule:
 
     def __init__(self, segments: Sequence[tuple[int, Mapping[str, float]]]) -> None:
         if not isinstance(segments, (list, tuple)) or not segments:
-            raise ConfigError(describe("WeightSchedule", segments, "a non-empty list of (step, {source: weight})",
-                                       "pass [(0, {'web': 0.7, 'code': 0.3}), (10_000, {...})]"))
+            raise ConfigError(
+                describe(
+                    "WeightSchedule",
+                    segments,
+                    "a non-empty list of (step, {source: weight})",
+                    "pass [(0, {'web': 0.7, 'code': 0.3}), (10_000, {...})]",
+                )
+            )
         steps, maps = [], []
         for i, seg in enumerate(segments):
             if not isinstance(seg, (list, tuple)) or len(seg) != 2 or not isinstance(seg[1], Mapping):
-                raise ConfigError(describe(f"WeightSchedule[{i}]", seg, "a pair (step, {source: weight})",
-                                           "pass (step, mapping) pairs"))
+                raise ConfigError(
+                    describe(
+                        f"WeightSchedule[{i}]", seg, "a pair (step, {source: weight})", "pass (step, mapping) pairs"
+                    )
+                )
             steps.append(check_int(seg[0], f"WeightSchedule[{i}] step", 0, MAX_POSITION))
             bad = [k for k in seg[1] if not isinstance(k, str)]
             if bad:
-                raise ConfigError(describe(f"WeightSchedule[{i}] source name", bad[0], "a string (a source's name)",
-                                           "key the weights by the Mixture's source names"))
+                raise ConfigError(
+                    describe(
+                        f"WeightSchedule[{i}] source name",
+                        bad[0],
+                        "a string (a source's name)",
+                        "key the weights by the Mixture's source names",
+                    )
+                )
             maps.append(MappingProxyType(dict(seg[1])))
-        if steps[0] != 0 or any(b <= a for a, b in zip(steps, steps[1:])):
-            raise ConfigError(describe("WeightSchedule steps", steps, "strictly increasing steps starting at 0",
-                                       "start the schedule at step 0 and sort it"))
+        if steps[0] != 0 or any(b <= a for a, b in itertools.pairwise(steps)):
+            raise ConfigError(
+                describe(
+                    "WeightSchedule steps",
+                    steps,
+                    "strictly increasing steps starting at 0",
+                    "start the schedule at step 0 and sort it",
+                )
+            )
         self._steps = tuple(steps)
         self._maps = tuple(maps)
 
@@ -107,13 +128,21 @@ class WeightSchedule:
         out = []
         for step, m in zip(self.steps, self.maps):
             if set(m) != set(names):
-                raise ConfigError(describe("weights", sorted(m), f"one weight for each source {sorted(names)}",
-                                           "name every source of the Mixture once (0 leaves one out)"))
+                raise ConfigError(
+                    describe(
+                        "weights",
+                        sorted(m),
+                        f"one weight for each source {sorted(names)}",
+                        "name every source of the Mixture once (0 leaves one out)",
+                    )
+                )
             raw = tuple(m[k] for k in names)
             ws = [_weight(v, f"weights[{k!r}]") for k, v in zip(names, raw)]
             total = sum(ws)
             if total == 0:
-                raise ConfigError(describe("weights", m, "at least one weight > 0", "give some source a positive weight"))
+                raise ConfigError(
+                    describe("weights", m, "at least one weight > 0", "give some source a positive weight")
+                )
             out.append((step, tuple(w / total for w in ws), tuple(_given(v) for v in raw)))
         return tuple(out)
 

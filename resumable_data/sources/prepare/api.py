@@ -89,19 +89,28 @@ class PrepareResult:
     def summary(self) -> str:
         rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
         dropped = "?" if self.dropped is None else f"{self.dropped:,}"
-        return (f"rd.prepare: {self.documents:,} documents ({dropped} dropped), {self.tokens:,} tokens, "
-                f"{self.shards} shard(s) in {self.seconds:.1f} s ({rate / 1e6:.2f} M tokens/s"
-                + (f"; {self.reused_pieces} piece(s) reused" if self.reused_pieces else "")
-                + f") -> version {self.version.hash}")
+        return (
+            f"rd.prepare: {self.documents:,} documents ({dropped} dropped), {self.tokens:,} tokens, "
+            f"{self.shards} shard(s) in {self.seconds:.1f} s ({rate / 1e6:.2f} M tokens/s"
+            + (f"; {self.reused_pieces} piece(s) reused" if self.reused_pieces else "")
+            + f") -> version {self.version.hash}"
+        )
 
 
-def _check_options(num_proc: Any, bytes_per_shard: Any, min_tokens: Any, max_tokens: Any,
-                   keep_columns: Any, text_column: Any) -> None:
+def _check_options(
+    num_proc: Any, bytes_per_shard: Any, min_tokens: Any, max_tokens: Any, keep_columns: Any, text_column: Any
+) -> None:
     if num_proc is not None and (type(num_proc) is not int or num_proc < 1):
         raise ConfigError(describe("num_proc", num_proc, "a positive integer or None (= the CPUs)", "pass num_proc=2"))
     if type(bytes_per_shard) is not int or bytes_per_shard < 1:
-        raise ConfigError(describe("bytes_per_shard", bytes_per_shard, "a positive integer (input bytes per shard)",
-                                   f"pass bytes_per_shard={DEFAULT_BYTES_PER_SHARD}"))
+        raise ConfigError(
+            describe(
+                "bytes_per_shard",
+                bytes_per_shard,
+                "a positive integer (input bytes per shard)",
+                f"pass bytes_per_shard={DEFAULT_BYTES_PER_SHARD}",
+            )
+        )
     for name, v in (("min_tokens", min_tokens), ("max_tokens", max_tokens)):
         if v is not None and (type(v) is not int or v < 0):
             raise ConfigError(describe(name, v, "None or an integer >= 0", f"pass {name}=None"))
@@ -110,8 +119,9 @@ def _check_options(num_proc: Any, bytes_per_shard: Any, min_tokens: Any, max_tok
     if not isinstance(text_column, str):
         raise ConfigTypeError(describe("text_column", text_column, "a column name", "pass text_column='text'"))
     if isinstance(keep_columns, str) or not all(isinstance(c, str) for c in keep_columns):
-        raise ConfigTypeError(describe("keep_columns", keep_columns, "a list of column names",
-                                       "pass keep_columns=['id']"))
+        raise ConfigTypeError(
+            describe("keep_columns", keep_columns, "a list of column names", "pass keep_columns=['id']")
+        )
 
 
 def _lineage_diff(saved: dict[str, Any], current: dict[str, Any]) -> str:
@@ -120,10 +130,15 @@ def _lineage_diff(saved: dict[str, Any], current: dict[str, Any]) -> str:
 
 
 def _other_lineage(out: str, saved: dict[str, Any] | None, lineage: dict[str, Any]) -> ConfigError:
-    return ConfigError(describe(
-        "out", out, "an empty folder, or one holding shards prepared with this very lineage",
-        f"pass another out folder, or delete {out!r} to prepare it again (differences: "
-        f"{_lineage_diff(saved or {}, lineage) if saved else 'the folder holds data rd.prepare did not write'})"))
+    return ConfigError(
+        describe(
+            "out",
+            out,
+            "an empty folder, or one holding shards prepared with this very lineage",
+            f"pass another out folder, or delete {out!r} to prepare it again (differences: "
+            f"{_lineage_diff(saved or {}, lineage) if saved else 'the folder holds data rd.prepare did not write'})",
+        )
+    )
 
 
 def _listing(store: ShardStore, out: str) -> list[str]:
@@ -156,28 +171,50 @@ class _Bar:
     def __init__(self, total: int | None, initial: int, enabled: bool) -> None:
         self.t0 = time.perf_counter()
         self.tokens = self.nbytes = 0
-        self.bar = tqdm(total=total, initial=initial, unit="rec", unit_scale=True, desc="rd.prepare",
-                        file=sys.stderr, disable=not enabled, dynamic_ncols=True)
+        self.bar = tqdm(
+            total=total,
+            initial=initial,
+            unit="rec",
+            unit_scale=True,
+            desc="rd.prepare",
+            file=sys.stderr,
+            disable=not enabled,
+            dynamic_ncols=True,
+        )
 
     def __call__(self, records: int, tokens: int, nbytes: int) -> None:
         self.tokens += tokens
         self.nbytes += nbytes
         dt = max(time.perf_counter() - self.t0, 1e-9)
-        self.bar.set_postfix_str(f"{self.tokens / dt / 1e6:.2f} M tok/s, {self.nbytes / dt / 2**20:.1f} MiB/s",
-                                 refresh=False)
+        self.bar.set_postfix_str(
+            f"{self.tokens / dt / 1e6:.2f} M tok/s, {self.nbytes / dt / 2**20:.1f} MiB/s", refresh=False
+        )
         self.bar.update(records)
 
     def close(self) -> None:
         self.bar.close()
 
 
-def prepare(source: Any, out: str | os.PathLike, *, tokenizer: Any = None,
-            map_fn: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None, version: str | None = None,
-            text_column: str = "text", keep_columns: tuple[str, ...] | list[str] = (),
-            add_special_tokens: bool = False, schema: pa.Schema | None = None, drop_empty: bool = True,
-            min_tokens: int | None = None, max_tokens: int | None = None,
-            bytes_per_shard: int = DEFAULT_BYTES_PER_SHARD, engine: Engine | str = Engine.PROCESSES,
-            num_proc: int | None = None, filesystem: Any = None, progress: bool = True) -> PrepareResult:
+def prepare(
+    source: Any,
+    out: str | os.PathLike,
+    *,
+    tokenizer: Any = None,
+    map_fn: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
+    version: str | None = None,
+    text_column: str = "text",
+    keep_columns: tuple[str, ...] | list[str] = (),
+    add_special_tokens: bool = False,
+    schema: pa.Schema | None = None,
+    drop_empty: bool = True,
+    min_tokens: int | None = None,
+    max_tokens: int | None = None,
+    bytes_per_shard: int = DEFAULT_BYTES_PER_SHARD,
+    engine: Engine | str = Engine.PROCESSES,
+    num_proc: int | None = None,
+    filesystem: Any = None,
+    progress: bool = True,
+) -> PrepareResult:
     """Turn ``source`` into pinned Arrow shards under ``out`` and return the result.
 
     ``source``: a folder, file or list of Arrow/Parquet shards or ``.jsonl`` files, an
@@ -196,18 +233,32 @@ def prepare(source: Any, out: str | os.PathLike, *, tokenizer: Any = None,
     eng = coerce_enum(engine, Engine, "engine")
     keep = tuple(keep_columns) if not isinstance(keep_columns, str) else keep_columns
     _check_options(num_proc, bytes_per_shard, min_tokens, max_tokens, keep, text_column)
-    fn = record_function(tokenizer, map_fn, version=version, text_column=text_column,
-                         add_special_tokens=add_special_tokens, keep_columns=keep, schema=schema,
-                         picklable=eng is Engine.PROCESSES)
+    fn = record_function(
+        tokenizer,
+        map_fn,
+        version=version,
+        text_column=text_column,
+        add_special_tokens=add_special_tokens,
+        keep_columns=keep,
+        schema=schema,
+        picklable=eng is Engine.PROCESSES,
+    )
     filters = Filters(bool(drop_empty), min_tokens, max_tokens)
     inp = open_input(source)
     inp.check(fn.input_columns, text_column if isinstance(fn, Tokenize) else None)
     pieces = inp.pieces(bytes_per_shard)
     lineage = {
-        "format": LINEAGE_FORMAT, "schema_version": LINEAGE_SCHEMA_VERSION, "input": inp.version(),
-        "function": fn.fingerprint(), "filters": filters.to_dict(),
-        "layout": {"bytes_per_shard": bytes_per_shard, "rows_per_batch": ROWS_PER_BATCH,
-                   "tokens_per_batch": TOKENS_PER_BATCH, "format": "arrow_ipc_file"},
+        "format": LINEAGE_FORMAT,
+        "schema_version": LINEAGE_SCHEMA_VERSION,
+        "input": inp.version(),
+        "function": fn.fingerprint(),
+        "filters": filters.to_dict(),
+        "layout": {
+            "bytes_per_shard": bytes_per_shard,
+            "rows_per_batch": ROWS_PER_BATCH,
+            "tokens_per_batch": TOKENS_PER_BATCH,
+            "format": "arrow_ipc_file",
+        },
         "package_version": __version__,
     }
     store = store_for(filesystem)
@@ -215,8 +266,14 @@ def prepare(source: Any, out: str | os.PathLike, *, tokenizer: Any = None,
     names = [shard_name(p.index, len(pieces)) for p in pieces]
 
     if store.filesystem is None and Path(out_s).resolve().is_relative_to(Path(inp.where).resolve()):
-        raise ConfigError(describe("out", out_s, f"a folder outside the input folder {inp.where!r}",
-                                   "pass an out folder beside the input, not inside it"))
+        raise ConfigError(
+            describe(
+                "out",
+                out_s,
+                f"a folder outside the input folder {inp.where!r}",
+                "pass an out folder beside the input, not inside it",
+            )
+        )
     if not store.is_dir(out_s) and store.stat(out_s) is not None:
         raise ConfigError(describe("out", out_s, "a folder (or a path where one can be made)", "pass a folder path"))
     prog = Progress.load(store, out_s) if store.is_dir(out_s) else None
@@ -227,8 +284,15 @@ def prepare(source: Any, out: str | os.PathLike, *, tokenizer: Any = None,
             if done.lineage != lineage:
                 raise _other_lineage(out_s, done.lineage, lineage)
             done.verify("size")
-            res = PrepareResult(done, done.num_records, inp.version().get("records"),
-                                _tokens(done), len(done.shards), time.perf_counter() - t0, len(pieces))
+            res = PrepareResult(
+                done,
+                done.num_records,
+                inp.version().get("records"),
+                _tokens(done),
+                len(done.shards),
+                time.perf_counter() - t0,
+                len(pieces),
+            )
             if progress:
                 tqdm.write(res.summary() + " (already prepared)", file=sys.stderr)  # progress=True: beside its bar
             return res
@@ -248,8 +312,14 @@ def prepare(source: Any, out: str | os.PathLike, *, tokenizer: Any = None,
             if rel.endswith(".tmp") and (rel.startswith(".shard-") or rel.startswith(f".{PROGRESS_NAME}.")):
                 _remove(store, join(out_s, rel))  # a temporary file of a killed write (a shard's or the record's)
             elif rel not in expected:
-                raise ConfigError(describe("out", out_s, f"only this run's files (found {rel!r})",
-                                           f"move {rel!r} out of the folder, then re-run"))
+                raise ConfigError(
+                    describe(
+                        "out",
+                        out_s,
+                        f"only this run's files (found {rel!r})",
+                        f"move {rel!r} out of the folder, then re-run",
+                    )
+                )
         prog.done = prog.verified(store, out_s)
         prog.save(store, out_s)
     reused = len(prog.done)
@@ -261,8 +331,11 @@ def prepare(source: Any, out: str | os.PathLike, *, tokenizer: Any = None,
         prog.done[result.index] = result
         prog.save(store, out_s)
 
-    jobs = [PieceJob(inp, fn, filters, p, out_s, names[p.index], store.filesystem)
-            for p in pieces if p.index not in prog.done]
+    jobs = [
+        PieceJob(inp, fn, filters, p, out_s, names[p.index], store.filesystem)
+        for p in pieces
+        if p.index not in prog.done
+    ]
     try:
         run_jobs(jobs, eng, num_proc or _cpus(), on_done, bar)
     finally:
@@ -271,17 +344,36 @@ def prepare(source: Any, out: str | os.PathLike, *, tokenizer: Any = None,
     results = [prog.done[i] for i in range(len(pieces))]
     written = [r for r in results if r.name is not None]
     if not written:
-        raise ConfigError(describe("min_tokens/max_tokens/drop_empty", filters.to_dict(),
-                                   "filters that keep at least one document", "loosen the filters"))
+        raise ConfigError(
+            describe(
+                "min_tokens/max_tokens/drop_empty",
+                filters.to_dict(),
+                "filters that keep at least one document",
+                "loosen the filters",
+            )
+        )
     version_ = pin(out_s, lineage=lineage, filesystem=filesystem)
     got = [(s.path, s.content_hash) for s in version_.shards]
     want = [(r.name, r.content_hash) for r in written]
     if got != want:
-        raise DatasetIntegrityError(describe("out", out_s, f"exactly the shards this run wrote ({len(want)})",
-                                             f"delete {out_s!r} and prepare again (pinned {len(got)} shard(s))"))
+        raise DatasetIntegrityError(
+            describe(
+                "out",
+                out_s,
+                f"exactly the shards this run wrote ({len(want)})",
+                f"delete {out_s!r} and prepare again (pinned {len(got)} shard(s))",
+            )
+        )
     _remove(store, join(out_s, PROGRESS_NAME))
-    res = PrepareResult(version_, version_.num_records, sum(r.records_in for r in results),
-                        sum(r.tokens for r in results), len(written), time.perf_counter() - t0, reused)
+    res = PrepareResult(
+        version_,
+        version_.num_records,
+        sum(r.records_in for r in results),
+        sum(r.tokens for r in results),
+        len(written),
+        time.perf_counter() - t0,
+        reused,
+    )
     if progress:
         tqdm.write(res.summary(), file=sys.stderr)  # progress=True: beside its bar
     return res

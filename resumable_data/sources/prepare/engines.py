@@ -65,13 +65,17 @@ def _pool_piece(job: PieceJob) -> PieceResult:
 def _failed(job: PieceJob, exc: BaseException) -> BaseException:
     if isinstance(exc, ResumableDataError):
         return exc
-    return WorkerError(describe("piece", f"{job.name} (input file {job.piece.file}, range "
-                                f"[{job.piece.start}, {job.piece.stop}))", "to prepare without error",
-                                f"see the cause below ({type(exc).__name__}: {exc})"))
+    return WorkerError(
+        describe(
+            "piece",
+            f"{job.name} (input file {job.piece.file}, range [{job.piece.start}, {job.piece.stop}))",
+            "to prepare without error",
+            f"see the cause below ({type(exc).__name__}: {exc})",
+        )
+    )
 
 
-def _run_pool(jobs: list[PieceJob], num_proc: int, on_done: Callable[[PieceResult], None],
-              report: Report) -> None:
+def _run_pool(jobs: list[PieceJob], num_proc: int, on_done: Callable[[PieceResult], None], report: Report) -> None:
     ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     counters = ctx.Array("q", 3)
     seen = [0, 0, 0]
@@ -88,8 +92,9 @@ def _run_pool(jobs: list[PieceJob], num_proc: int, on_done: Callable[[PieceResul
             drain()
 
     poller = threading.Thread(target=poll, daemon=True)
-    with ProcessPoolExecutor(max_workers=num_proc, mp_context=ctx, initializer=_init_worker,
-                             initargs=(counters,)) as pool:
+    with ProcessPoolExecutor(
+        max_workers=num_proc, mp_context=ctx, initializer=_init_worker, initargs=(counters,)
+    ) as pool:
         futures = {pool.submit(_pool_piece, j): j for j in jobs}
         poller.start()  # after the fork: a child must not inherit the counters' lock held
         pending = set(futures)
@@ -115,8 +120,9 @@ def _run_ray(jobs: list[PieceJob], on_done: Callable[[PieceResult], None], repor
     try:
         import ray
     except ImportError:
-        raise ConfigError(describe("engine", "ray", "Ray installed", "pip install 'resumable-data[ray]' "
-                                   "(or engine='processes')")) from None
+        raise ConfigError(
+            describe("engine", "ray", "Ray installed", "pip install 'resumable-data[ray]' (or engine='processes')")
+        ) from None
     task = ray.remote(num_cpus=1)(run_piece)
     refs = {task.remote(j): j for j in jobs}
     pending = list(refs)
@@ -137,8 +143,9 @@ def _run_ray(jobs: list[PieceJob], on_done: Callable[[PieceResult], None], repor
         raise
 
 
-def run_jobs(jobs: list[PieceJob], engine: Engine, num_proc: int, on_done: Callable[[PieceResult], None],
-             report: Report) -> None:
+def run_jobs(
+    jobs: list[PieceJob], engine: Engine, num_proc: int, on_done: Callable[[PieceResult], None], report: Report
+) -> None:
     """Run every job; ``on_done`` per finished piece, ``report(records, tokens, bytes)`` as work advances."""
     if not jobs:
         return

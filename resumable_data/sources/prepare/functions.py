@@ -50,8 +50,11 @@ def _load_tokenizer(tokenizer: Any) -> Any:
     try:
         from tokenizers import Tokenizer
     except ImportError:  # pragma: no cover - tokenizers comes with datasets/transformers
-        raise ConfigError(describe("tokenizer", type(tokenizer).__name__, "the `tokenizers` package installed",
-                                   "pip install tokenizers")) from None
+        raise ConfigError(
+            describe(
+                "tokenizer", type(tokenizer).__name__, "the `tokenizers` package installed", "pip install tokenizers"
+            )
+        ) from None
     if isinstance(tokenizer, Tokenizer):
         return tokenizer
     if isinstance(tokenizer, (str, os.PathLike)):
@@ -59,31 +62,59 @@ def _load_tokenizer(tokenizer: Any) -> Any:
         if path.is_dir():
             path = path / "tokenizer.json"
         if not path.is_file():
-            raise ConfigError(describe("tokenizer", str(tokenizer), "a tokenizer.json file or a folder holding one",
-                                       "pass the path of a saved tokenizer (Tokenizer.save(path), or "
-                                       "transformers' tokenizer.save_pretrained(folder)), or the tokenizer object"))
+            raise ConfigError(
+                describe(
+                    "tokenizer",
+                    str(tokenizer),
+                    "a tokenizer.json file or a folder holding one",
+                    "pass the path of a saved tokenizer (Tokenizer.save(path), or "
+                    "transformers' tokenizer.save_pretrained(folder)), or the tokenizer object",
+                )
+            )
         try:
             return Tokenizer.from_file(str(path))
         except Exception as exc:  # the Rust side raises plain Exception
-            raise ConfigError(describe("tokenizer", str(path), "a tokenizer.json written by Hugging Face tokenizers",
-                                       f"re-save it with tokenizer.save(path) ({exc})")) from None
+            raise ConfigError(
+                describe(
+                    "tokenizer",
+                    str(path),
+                    "a tokenizer.json written by Hugging Face tokenizers",
+                    f"re-save it with tokenizer.save(path) ({exc})",
+                )
+            ) from None
     transformers = sys.modules.get("transformers")  # never imported here: the user's object brings it
     if transformers is not None and isinstance(tokenizer, transformers.PreTrainedTokenizerFast):
         return tokenizer.backend_tokenizer
     if transformers is not None and isinstance(tokenizer, transformers.PreTrainedTokenizerBase):
-        raise ConfigError(describe("tokenizer", type(tokenizer).__name__, "a fast (Rust) tokenizer",
-                                   "load it with AutoTokenizer.from_pretrained(path, use_fast=True), or pass "
-                                   "map_fn=... with version=..."))
-    raise ConfigTypeError(describe("tokenizer", type(tokenizer).__name__,
-                                   "a tokenizers.Tokenizer, a transformers fast tokenizer, or a local path",
-                                   "pass Tokenizer.from_file('tokenizer.json') or the path itself"))
+        raise ConfigError(
+            describe(
+                "tokenizer",
+                type(tokenizer).__name__,
+                "a fast (Rust) tokenizer",
+                "load it with AutoTokenizer.from_pretrained(path, use_fast=True), or pass map_fn=... with version=...",
+            )
+        )
+    raise ConfigTypeError(
+        describe(
+            "tokenizer",
+            type(tokenizer).__name__,
+            "a tokenizers.Tokenizer, a transformers fast tokenizer, or a local path",
+            "pass Tokenizer.from_file('tokenizer.json') or the path itself",
+        )
+    )
 
 
 def _text_column(table: pa.Table, column: str) -> list[str]:
     col = table.column(column)
     if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-        raise ConfigError(describe("text_column", column, f"a string column (it is {col.type})",
-                                   "pass text_column= naming the text column, or map_fn= to build the text"))
+        raise ConfigError(
+            describe(
+                "text_column",
+                column,
+                f"a string column (it is {col.type})",
+                "pass text_column= naming the text column, or map_fn= to build the text",
+            )
+        )
     return [t if t is not None else "" for t in col.to_pylist()]
 
 
@@ -101,10 +132,13 @@ class Tokenize:
         return (self.text_column, *self.keep_columns)
 
     def fingerprint(self) -> dict[str, Any]:
-        return {"kind": "tokenizer",
-                "tokenizer_xxh3_128": xxhash.xxh3_128_hexdigest(self.tokenizer_json.encode("utf-8")),
-                "text_column": self.text_column, "add_special_tokens": self.add_special_tokens,
-                "keep_columns": list(self.keep_columns)}
+        return {
+            "kind": "tokenizer",
+            "tokenizer_xxh3_128": xxhash.xxh3_128_hexdigest(self.tokenizer_json.encode("utf-8")),
+            "text_column": self.text_column,
+            "add_special_tokens": self.add_special_tokens,
+            "keep_columns": list(self.keep_columns),
+        }
 
     def _tokenizer(self) -> Any:
         key = xxhash.xxh3_128_hexdigest(self.tokenizer_json.encode("utf-8"))
@@ -142,54 +176,102 @@ class MapRecords:
 
     def fingerprint(self) -> dict[str, Any]:
         name = f"{getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', type(self.fn).__name__)}"
-        return {"kind": "function", "name": name, "version": self.version,
-                "schema": None if self.schema is None else self.schema.to_string(show_schema_metadata=False)}
+        return {
+            "kind": "function",
+            "name": name,
+            "version": self.version,
+            "schema": None if self.schema is None else self.schema.to_string(show_schema_metadata=False),
+        }
 
     def apply(self, table: pa.Table) -> pa.Table:
         rows = [r for r in map(self.fn, table.to_pylist()) if r is not None]
         for r in rows[:1]:
             if not isinstance(r, dict):
-                raise ConfigTypeError(describe("map_fn", type(r).__name__, "a function returning a dict (or None)",
-                                               "return {'column': value, ...} per record"))
+                raise ConfigTypeError(
+                    describe(
+                        "map_fn",
+                        type(r).__name__,
+                        "a function returning a dict (or None)",
+                        "return {'column': value, ...} per record",
+                    )
+                )
         try:
             return pa.Table.from_pylist(rows, schema=self.schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise ConfigError(describe("schema", self.schema, "an Arrow schema matching map_fn's output",
-                                       f"pass schema=pa.schema([...]) for map_fn's columns ({exc})")) from None
+            raise ConfigError(
+                describe(
+                    "schema",
+                    self.schema,
+                    "an Arrow schema matching map_fn's output",
+                    f"pass schema=pa.schema([...]) for map_fn's columns ({exc})",
+                )
+            ) from None
 
 
 RecordFunction = Tokenize | MapRecords
 
 
-def record_function(tokenizer: Any, map_fn: Any, *, version: str | None, text_column: str,
-                    add_special_tokens: bool, keep_columns: tuple[str, ...], schema: pa.Schema | None,
-                    picklable: bool) -> RecordFunction:
+def record_function(
+    tokenizer: Any,
+    map_fn: Any,
+    *,
+    version: str | None,
+    text_column: str,
+    add_special_tokens: bool,
+    keep_columns: tuple[str, ...],
+    schema: pa.Schema | None,
+    picklable: bool,
+) -> RecordFunction:
     """Validate the choice of function and build it (errors before any work starts)."""
     if (tokenizer is None) == (map_fn is None):
-        raise ConfigError(describe("tokenizer/map_fn", (tokenizer is not None, map_fn is not None),
-                                   "exactly one of tokenizer= and map_fn=",
-                                   "pass tokenizer=Tokenizer or path, or map_fn=fn with version='v1'"))
+        raise ConfigError(
+            describe(
+                "tokenizer/map_fn",
+                (tokenizer is not None, map_fn is not None),
+                "exactly one of tokenizer= and map_fn=",
+                "pass tokenizer=Tokenizer or path, or map_fn=fn with version='v1'",
+            )
+        )
     if tokenizer is not None:
         if version is not None:
-            raise ConfigError(describe("version", version, "None with tokenizer= (the tokenizer is hashed)",
-                                       "drop version="))
+            raise ConfigError(
+                describe("version", version, "None with tokenizer= (the tokenizer is hashed)", "drop version=")
+            )
         if schema is not None:
             raise ConfigError(describe("schema", schema, "None with tokenizer= (tokens: list<int32>)", "drop schema="))
         return Tokenize(_load_tokenizer(tokenizer).to_str(), text_column, bool(add_special_tokens), keep_columns)
     if not callable(map_fn):
-        raise ConfigTypeError(describe("map_fn", type(map_fn).__name__, "a callable fn(record) -> dict | None",
-                                       "pass a function"))
+        raise ConfigTypeError(
+            describe("map_fn", type(map_fn).__name__, "a callable fn(record) -> dict | None", "pass a function")
+        )
     if not isinstance(version, str) or not version:
-        raise ConfigError(describe("version", version, "a non-empty string naming this map_fn's behaviour "
-                                   "(recorded in the lineage; rd cannot hash code)",
-                                   "pass version='v1' and change it whenever map_fn's output changes"))
+        raise ConfigError(
+            describe(
+                "version",
+                version,
+                "a non-empty string naming this map_fn's behaviour (recorded in the lineage; rd cannot hash code)",
+                "pass version='v1' and change it whenever map_fn's output changes",
+            )
+        )
     if schema is not None and not isinstance(schema, pa.Schema):
-        raise ConfigTypeError(describe("schema", type(schema).__name__, "a pyarrow.Schema or None",
-                                       "pass pa.schema([('tokens', pa.list_(pa.int32()))])"))
+        raise ConfigTypeError(
+            describe(
+                "schema",
+                type(schema).__name__,
+                "a pyarrow.Schema or None",
+                "pass pa.schema([('tokens', pa.list_(pa.int32()))])",
+            )
+        )
     if picklable:
         try:
             pickle.dumps(map_fn)
         except Exception as exc:
-            raise ConfigError(describe("map_fn", repr(map_fn)[:80], "a picklable function (defined at module level)",
-                                       f"move it to module level, or use engine='ray' (cloudpickle) ({exc})")) from None
+            raise ConfigError(
+                describe(
+                    "map_fn",
+                    repr(map_fn)[:80],
+                    "a picklable function (defined at module level)",
+                    f"move it to module level, or use engine='ray' (cloudpickle) ({exc})",
+                )
+            ) from None
     return MapRecords(map_fn, version, schema)

@@ -61,8 +61,14 @@ def _select(table: pa.Table, columns: tuple[str, ...] | None, where: str) -> pa.
         return table
     missing = [c for c in columns if c not in table.column_names]
     if missing:
-        raise ConfigError(describe("text_column/keep_columns", missing, f"columns of the input {where} "
-                                   f"(it has {table.column_names})", "name existing columns (text_column=...)"))
+        raise ConfigError(
+            describe(
+                "text_column/keep_columns",
+                missing,
+                f"columns of the input {where} (it has {table.column_names})",
+                "name existing columns (text_column=...)",
+            )
+        )
     return table.select(list(columns))
 
 
@@ -87,8 +93,14 @@ class ArrowInput:
         if text_column is not None:
             t = schema.field(text_column).type
             if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
-                raise ConfigError(describe("text_column", text_column, f"a string column (it is {t})",
-                                           "pass text_column= naming the text column, or map_fn=..."))
+                raise ConfigError(
+                    describe(
+                        "text_column",
+                        text_column,
+                        f"a string column (it is {t})",
+                        "pass text_column= naming the text column, or map_fn=...",
+                    )
+                )
 
     def pieces(self, bytes_per_shard: int) -> list[Piece]:
         out: list[Piece] = []
@@ -129,8 +141,14 @@ class JsonlInput:
             if text_column is not None and len(chunk):
                 t = chunk.schema.field(text_column).type
                 if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)):
-                    raise ConfigError(describe("text_column", text_column, f"a string field (it is {t})",
-                                               "pass text_column= naming the text field, or map_fn=..."))
+                    raise ConfigError(
+                        describe(
+                            "text_column",
+                            text_column,
+                            f"a string field (it is {t})",
+                            "pass text_column= naming the text field, or map_fn=...",
+                        )
+                    )
 
     def pieces(self, bytes_per_shard: int) -> list[Piece]:
         out: list[Piece] = []
@@ -140,8 +158,9 @@ class JsonlInput:
                     out.append(Piece(len(out), f, a, b))
         return out
 
-    def read(self, piece: Piece, columns: tuple[str, ...] | None,
-             limit: int | None = None) -> Iterator[tuple[pa.Table, int]]:
+    def read(
+        self, piece: Piece, columns: tuple[str, ...] | None, limit: int | None = None
+    ) -> Iterator[tuple[pa.Table, int]]:
         path = os.path.join(self.root, self.files[piece.file])
         with open(path, "rb") as f:
             if piece.start > 0:
@@ -161,17 +180,34 @@ class JsonlInput:
                 try:
                     rec = json.loads(line)
                 except ValueError as exc:
-                    raise DatasetIntegrityError(describe("source", f"{path} (byte {at})", "one JSON object per line",
-                                                         f"fix or remove that line ({exc})")) from None
+                    raise DatasetIntegrityError(
+                        describe(
+                            "source",
+                            f"{path} (byte {at})",
+                            "one JSON object per line",
+                            f"fix or remove that line ({exc})",
+                        )
+                    ) from None
                 if not isinstance(rec, dict):
-                    raise DatasetIntegrityError(describe("source", f"{path} (byte {at})", "a JSON object per line",
-                                                         f"wrap the value in an object (got {type(rec).__name__})"))
+                    raise DatasetIntegrityError(
+                        describe(
+                            "source",
+                            f"{path} (byte {at})",
+                            "a JSON object per line",
+                            f"wrap the value in an object (got {type(rec).__name__})",
+                        )
+                    )
                 if columns is not None:
                     missing = [c for c in columns if c not in rec]
                     if missing:
-                        raise ConfigError(describe("text_column/keep_columns", missing,
-                                                   f"fields of every record ({path}, byte {at} has {sorted(rec)[:10]})",
-                                                   "name existing fields (text_column=...), or fix the record"))
+                        raise ConfigError(
+                            describe(
+                                "text_column/keep_columns",
+                                missing,
+                                f"fields of every record ({path}, byte {at} has {sorted(rec)[:10]})",
+                                "name existing fields (text_column=...), or fix the record",
+                            )
+                        )
                     rec = {c: rec[c] for c in columns}
                 rows.append(rec)
                 nbytes += len(line)
@@ -196,8 +232,14 @@ def _jsonl(root: str, rel: list[str]) -> JsonlInput:
         sizes.append(size)
         h.update(json.dumps([r, size, hash_file(p)]).encode("utf-8"))
     if not rel or sum(sizes) == 0:
-        raise ConfigError(describe("source", root, "JSONL files holding at least one record",
-                                   "pass a folder or list of non-empty .jsonl files"))
+        raise ConfigError(
+            describe(
+                "source",
+                root,
+                "JSONL files holding at least one record",
+                "pass a folder or list of non-empty .jsonl files",
+            )
+        )
     return JsonlInput(root, tuple(rel), tuple(sizes), h.hexdigest())
 
 
@@ -209,27 +251,41 @@ def open_input(source: Any) -> PrepareInput:
     """The prepare input for ``source`` (see :func:`resumable_data.prepare`)."""
     if isinstance(source, ArrowShards):
         if source.version is None:
-            raise ConfigError(describe("source", repr(source), "a pinned source (rd.prepare records its version)",
-                                       "open it with rd.ArrowShards(path) (the default unpinned='pin')"))
+            raise ConfigError(
+                describe(
+                    "source",
+                    repr(source),
+                    "a pinned source (rd.prepare records its version)",
+                    "open it with rd.ArrowShards(path) (the default unpinned='pin')",
+                )
+            )
         return ArrowInput(source)
     if isinstance(source, DatasetVersion):
         return ArrowInput(ArrowShards(source))
     datasets = sys.modules.get("datasets")  # never imported here: a user's Dataset brings it
-    if datasets is not None and isinstance(source, (datasets.Dataset, datasets.DatasetDict,
-                                                    datasets.IterableDataset)):
+    if datasets is not None and isinstance(source, (datasets.Dataset, datasets.DatasetDict, datasets.IterableDataset)):
         return ArrowInput(ArrowShards.from_hf(source))
     if isinstance(source, (str, os.PathLike)):
         p = Path(source)
         if p.is_file() and _is_jsonl(p):
             return _jsonl(str(p.parent), [p.name])
         if p.is_dir():
-            found = sorted(q.relative_to(p).as_posix() for q in p.rglob("*")
-                           if q.is_file() and _is_jsonl(q) and not q.name.startswith("."))
+            found = sorted(
+                q.relative_to(p).as_posix()
+                for q in p.rglob("*")
+                if q.is_file() and _is_jsonl(q) and not q.name.startswith(".")
+            )
             if found:
                 return _jsonl(str(p), found)
         if not p.exists():
-            raise ConfigError(describe("source", str(source), "an existing folder or file",
-                                       "check the path (Arrow/Parquet shards or .jsonl files)"))
+            raise ConfigError(
+                describe(
+                    "source",
+                    str(source),
+                    "an existing folder or file",
+                    "check the path (Arrow/Parquet shards or .jsonl files)",
+                )
+            )
         return ArrowInput(ArrowShards(source))
     if isinstance(source, Sequence) and source and all(isinstance(s, (str, os.PathLike)) for s in source):
         if all(_is_jsonl(s) for s in source):
@@ -240,7 +296,12 @@ def open_input(source: Any) -> PrepareInput:
             root = os.path.commonpath([str(q.parent) for q in paths])
             return _jsonl(root, [q.relative_to(root).as_posix() for q in paths])
         return ArrowInput(ArrowShards(list(source)))
-    raise ConfigTypeError(describe("source", type(source).__name__,
-                                   "a folder or list of Arrow/Parquet shards or .jsonl files, an rd.ArrowShards, "
-                                   "a DatasetVersion or a datasets.Dataset",
-                                   "pass the folder path"))
+    raise ConfigTypeError(
+        describe(
+            "source",
+            type(source).__name__,
+            "a folder or list of Arrow/Parquet shards or .jsonl files, an rd.ArrowShards, "
+            "a DatasetVersion or a datasets.Dataset",
+            "pass the folder path",
+        )
+    )

@@ -43,10 +43,13 @@ def _result_from_dict(d: Any, where: str) -> PieceResult:
     d = expect_mapping(d, where, _RESULT_KEYS, error=DatasetIntegrityError)
     name, h = d["name"], d["content_hash"]
     if not (name is None or isinstance(name, str)) or not (h is None or isinstance(h, str)):
-        raise DatasetIntegrityError(describe(where, d, "name and content_hash strings or null",
-                                             "delete the folder and prepare again"))
-    ints = {k: field_int(d, k, where, error=DatasetIntegrityError)
-            for k in ("index", "size", "rows", "records_in", "tokens", "bytes_in")}
+        raise DatasetIntegrityError(
+            describe(where, d, "name and content_hash strings or null", "delete the folder and prepare again")
+        )
+    ints = {
+        k: field_int(d, k, where, error=DatasetIntegrityError)
+        for k in ("index", "size", "rows", "records_in", "tokens", "bytes_in")
+    }
     return PieceResult(name=name, content_hash=h, **ints)
 
 
@@ -59,8 +62,13 @@ class Progress:
     done: dict[int, PieceResult] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {K_FORMAT: FORMAT, K_SCHEMA_VERSION: SCHEMA_VERSION, K_LINEAGE: self.lineage, K_PIECES: self.pieces,
-                K_DONE: [_result_to_dict(self.done[i]) for i in sorted(self.done)]}
+        return {
+            K_FORMAT: FORMAT,
+            K_SCHEMA_VERSION: SCHEMA_VERSION,
+            K_LINEAGE: self.lineage,
+            K_PIECES: self.pieces,
+            K_DONE: [_result_to_dict(self.done[i]) for i in sorted(self.done)],
+        }
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> Progress:
@@ -68,8 +76,9 @@ class Progress:
         expect_header(d, FORMAT, SCHEMA_VERSION, where, error=DatasetIntegrityError)
         pieces = expect_int(d[K_PIECES], f"{where}.pieces", error=DatasetIntegrityError)
         if not isinstance(d[K_LINEAGE], dict) or not isinstance(d[K_DONE], list):
-            raise DatasetIntegrityError(describe(where, "lineage/done", "an object and a list",
-                                                 "delete the folder and prepare again"))
+            raise DatasetIntegrityError(
+                describe(where, "lineage/done", "an object and a list", "delete the folder and prepare again")
+            )
         done = [_result_from_dict(r, f"{where}.done[]") for r in d[K_DONE]]
         return cls(d[K_LINEAGE], pieces, {r.index: r for r in done})
 
@@ -82,9 +91,14 @@ class Progress:
         try:
             return cls.from_dict(json.loads(data.decode("utf-8")), path)
         except (UnicodeDecodeError, ValueError, DatasetIntegrityError) as exc:
-            raise DatasetIntegrityError(describe(
-                "out", out, f"a readable progress record of an interrupted rd.prepare in {PROGRESS_NAME} ({exc})",
-                f"delete the folder {out!r} and prepare again")) from None
+            raise DatasetIntegrityError(
+                describe(
+                    "out",
+                    out,
+                    f"a readable progress record of an interrupted rd.prepare in {PROGRESS_NAME} ({exc})",
+                    f"delete the folder {out!r} and prepare again",
+                )
+            ) from None
 
     def save(self, store: ShardStore, out: str) -> None:
         text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode("utf-8")

@@ -37,8 +37,16 @@ from resumable_data.sources.prepare.functions import TOKENS, RecordFunction
 from resumable_data.sources.prepare.inputs import Piece, PrepareInput
 from resumable_data.sources.store import join, store_for
 
-__all__ = ["ROWS_PER_BATCH", "TOKENS_PER_BATCH", "Filters", "PieceJob", "PieceResult", "batch_bounds",
-           "run_piece", "shard_name"]
+__all__ = [
+    "ROWS_PER_BATCH",
+    "TOKENS_PER_BATCH",
+    "Filters",
+    "PieceJob",
+    "PieceResult",
+    "batch_bounds",
+    "run_piece",
+    "shard_name",
+]
 
 ROWS_PER_BATCH = 16_384
 TOKENS_PER_BATCH = 1 << 22
@@ -60,10 +68,14 @@ class Filters:
     def apply(self, table: pa.Table) -> pa.Table:
         if TOKENS not in table.column_names:
             if self.min_tokens is not None or self.max_tokens is not None:
-                raise ConfigError(describe("min_tokens/max_tokens", (self.min_tokens, self.max_tokens),
-                                           f"None when the output has no {TOKENS!r} list column "
-                                           f"(it has {table.column_names})",
-                                           f"drop them, or return a {TOKENS!r} list from map_fn"))
+                raise ConfigError(
+                    describe(
+                        "min_tokens/max_tokens",
+                        (self.min_tokens, self.max_tokens),
+                        f"None when the output has no {TOKENS!r} list column (it has {table.column_names})",
+                        f"drop them, or return a {TOKENS!r} list from map_fn",
+                    )
+                )
             return table
         col = table.column(TOKENS)
         if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
@@ -147,8 +159,7 @@ def run_piece(job: PieceJob, report: Report = _no_report) -> PieceResult:
     records = tokens = nbytes = 0
     for chunk, chunk_bytes in job.source.read(job.piece, job.function.input_columns):
         out = job.filters.apply(job.function.apply(chunk))
-        n_tok = int(pc.sum(pc.list_value_length(out.column(TOKENS))).as_py() or 0) \
-            if TOKENS in out.column_names else 0
+        n_tok = int(pc.sum(pc.list_value_length(out.column(TOKENS))).as_py() or 0) if TOKENS in out.column_names else 0
         parts.append(out)
         records += chunk.num_rows
         tokens += n_tok
@@ -157,12 +168,26 @@ def run_piece(job: PieceJob, report: Report = _no_report) -> PieceResult:
     try:
         table = pa.concat_tables(parts) if parts else None
     except pa.ArrowInvalid as exc:
-        raise ConfigError(describe("schema", None, "one Arrow schema for every record map_fn returns",
-                                   f"pass schema=pa.schema([...]) ({exc})")) from None
+        raise ConfigError(
+            describe(
+                "schema",
+                None,
+                "one Arrow schema for every record map_fn returns",
+                f"pass schema=pa.schema([...]) ({exc})",
+            )
+        ) from None
     if table is None or table.num_rows == 0:
         return PieceResult(job.piece.index, None, 0, None, 0, records, 0, nbytes)
     buf = _serialize(table)
     store = store_for(job.filesystem)
     store.write_atomic(join(job.out, job.name), buf)
-    return PieceResult(job.piece.index, job.name, buf.size, xxhash.xxh3_128_hexdigest(memoryview(buf)),
-                       table.num_rows, records, tokens, nbytes)
+    return PieceResult(
+        job.piece.index,
+        job.name,
+        buf.size,
+        xxhash.xxh3_128_hexdigest(memoryview(buf)),
+        table.num_rows,
+        records,
+        tokens,
+        nbytes,
+    )
