@@ -379,6 +379,8 @@ class Plan:
 
     # -- state ------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        """The plan as the state's JSON object; ``pad_to``, ``batch_schedule`` and ``origin`` appear
+        only when they are not the defaults (so a fixed-batch plan's bytes never change)."""
         d = {
             K_NUM_RECORDS: self.num_records,
             K_GLOBAL_BATCH: self.global_batch,
@@ -397,6 +399,10 @@ class Plan:
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "plan") -> Plan:
+        """The plan ``d`` (from :meth:`to_dict`) describes; ``where`` names it in errors.
+
+        Raises :class:`rd.ResumeError` on other keys or a field of the wrong type or range, and
+        :class:`rd.ConfigError` on a combination the plan refuses (see the constructor)."""
         if type(d) is dict and d.keys() == _KEYS and d[K_TAIL] != Tail.PAD.value:  # no pad_to, schedule or origin
             padded = False
         else:
