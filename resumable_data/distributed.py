@@ -43,7 +43,12 @@ class LoaderStateful:
         self.allow_unpinned = allow_unpinned
 
     def state_dict(self) -> dict[str, Any]:
+        """The wrapped loader's ``state_dict()`` (what ``dcp.save`` writes)."""
         return self.loader.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the wrapped loader from ``state_dict`` with the options given at construction.
+
+        Raises :class:`rd.ResumeError` (nothing changed) when the loader refuses the state, e.g. one with
+        uncommitted batches and ``on_uncommitted=None``."""
         self.loader.load_state_dict(state_dict, on_uncommitted=self.on_uncommitted, allow_unpinned=self.allow_unpinned)

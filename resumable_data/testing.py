@@ -112,6 +112,7 @@ class ResumeReport:
 
     @property
     def ok(self) -> bool:
+        """Whether every compared batch matched (no divergence)."""
         return self.divergence is None
 
     def __str__(self) -> str:

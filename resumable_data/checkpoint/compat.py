@@ -52,6 +52,9 @@ MAX_LISTED = 60
 
 
 class Severity(str, enum.Enum):
+    """How a difference weighs under a recovery label: ``info`` (expected), ``warning`` (allowed,
+    reported), ``error`` (refused)."""
+
     INFO = "info"
     WARNING = "warning"
     ERROR = "error"
@@ -199,6 +202,8 @@ class CompatibilityReport:
             raise CompatibilityError(f"cannot resume this checkpoint: {self}", self)
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON: ``label``, ``contract_version`` and every difference (path, saved,
+        current, severity, fix)."""
         return {
             "label": self.label.value,
             "contract_version": self.contract_version,

@@ -46,6 +46,9 @@ class InventoryEntry:
 
 @dataclass(frozen=True)
 class Inventory:
+    """The training-state inventory: one :class:`InventoryEntry` per state category, iterable and
+    indexed by category (``inventory["optimizer"]``; a missing category raises ``KeyError``)."""
+
     entries: tuple[InventoryEntry, ...]
 
     def __iter__(self) -> Iterator[InventoryEntry]:
@@ -61,6 +64,7 @@ class Inventory:
         raise KeyError(category)
 
     def to_dict(self) -> dict[str, Any]:
+        """The inventory as ``inventory.json``'s JSON object (``format``, ``schema_version``, ``entries``)."""
         return {
             "format": INVENTORY_FORMAT,
             "schema_version": INVENTORY_SCHEMA_VERSION,
@@ -69,6 +73,10 @@ class Inventory:
 
     @classmethod
     def from_dict(cls, d: Any) -> Inventory:
+        """The inventory ``d`` (from :meth:`to_dict`) describes.
+
+        Raises :class:`rd.CheckpointError` on another format or schema version, other keys, or an entry
+        that is not an object of strings."""
         expect_mapping(d, "inventory", {"format", "schema_version", K_ENTRIES}, error=CheckpointError)
         expect_header(d, INVENTORY_FORMAT, INVENTORY_SCHEMA_VERSION, "inventory", error=CheckpointError)
         if not isinstance(d[K_ENTRIES], list):
@@ -76,6 +84,8 @@ class Inventory:
         return cls(tuple(InventoryEntry.from_dict(e, f"inventory.entries[{i}]") for i, e in enumerate(d[K_ENTRIES])))
 
     def to_markdown(self) -> str:
+        """The inventory as a Markdown table, one row per category (``|`` and newlines in cells escaped)."""
+
         def cell(s: str) -> str:
             return s.replace("|", "\\|").replace("\n", " ")
 

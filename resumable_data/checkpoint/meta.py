@@ -270,6 +270,7 @@ class CheckpointMeta:
             )
 
     def to_dict(self) -> dict[str, Any]:
+        """The metadata as ``meta.json``'s JSON object (``format``, ``schema_version`` and every field)."""
         return {
             K_FORMAT: META_FORMAT,
             K_SCHEMA: META_SCHEMA_VERSION,

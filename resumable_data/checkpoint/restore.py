@@ -509,7 +509,8 @@ def _apply(
             warnings.warn(
                 f"label='data_change': the data stream starts afresh at step 0, since the saved cursor "
                 f"cannot continue in the current loader ({fresh_data}); to continue an rd.Mixture per "
-                "source instead, keep its sources and change the weights (docs/mixtures.md)",
+                "source instead, keep its sources and change the weights (docs/mixtures.md); an unpacked single "
+                "source over a new dataset version continues at the same epoch and fraction (docs/checkpoints.md)",
                 RuntimeWarning,
                 stacklevel=6,
             )

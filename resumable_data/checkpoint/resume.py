@@ -81,7 +81,9 @@ def resume_or_start(
     :func:`~resumable_data.load_checkpoint` (``faithful_continuation`` by default), as are
     ``allow_unpinned`` and ``on_batch_change``. Under ``label="data_change"`` the data stream
     continues from the saved cursor (an ``rd.Mixture`` per source, from each source's consumed
-    position) when the current loader can continue it, else starts afresh with a warning."""
+    position; a single unpacked source over a new dataset version at the same step, epoch and
+    fraction of the epoch, :mod:`resumable_data.plan.rebase`) when the current loader can continue
+    it, else starts afresh with a warning."""
     newest = latest_checkpoint(directory)
     if newest is None:
         return 0

@@ -409,8 +409,9 @@ class DataLoader:
         ``on_uncommitted`` (``"repeat"``/``"skip"``) decides what happens to delivered but
         uncommitted batches (required when the state has any), ``allow_unpinned=True`` accepts a
         dataset without a pinned version, ``label="data_change"`` declares a deliberate change
-        (an ``rd.Mixture``'s weights, the seeding mode), ``on_batch_change="continue"`` another
-        global batch. See :meth:`reset` for the details."""
+        (an ``rd.Mixture``'s weights, the seeding mode, a single source's dataset version:
+        rebased at the same step, epoch and fraction of the epoch), ``on_batch_change="continue"``
+        another global batch. See :meth:`reset` for the details."""
         if state is None:
             raise ResumeError(describe("state", None, "a dict from state_dict()", "call reset() for a fresh start"))
         self.reset(
@@ -491,7 +492,10 @@ class DataLoader:
         ``on_uncommitted="repeat"`` (deliver them again) or ``"skip"`` (record them as skipped).
         Prefetched batches are always fetched again. ``label="data_change"`` declares a deliberate
         change an ``rd.Mixture`` resume may then accept (other weights: each source continues from
-        its consumed position); the state then records that label. A restore, fresh start or
+        its consumed position) or a single unpacked source's new dataset version (the stream
+        continues at the same step, epoch and fraction of the new version's epoch, recorded as the
+        state's ``batch_origin``: see :mod:`resumable_data.plan.rebase`); the state then records
+        that label. A restore, fresh start or
         :meth:`undo_point` rollback that changes an ``rd.Mixture``'s rebase shuts a persistent
         worker pool down (its workers hold the old stream): the next ``iter()`` starts a new one.
 

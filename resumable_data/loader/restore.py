@@ -19,6 +19,14 @@ first sample under the saved plan: the current plan gets the :class:`~resumable_
 skipped. Skipped ranges after that step name steps of the saved batch, so they are refused.
 Without a change the current plan takes the saved origin (a segment a previous change began).
 
+A dataset change. Under ``label="data_change"`` a single source (no ``rd.Mixture``, no packing)
+whose dataset version or record count changed is *rebased*: the saved version and count are
+not compared, and the current plan continues at the :class:`~resumable_data.plan.BatchOrigin`
+``rebase_origin(saved.plan, step, current.plan)`` (:mod:`resumable_data.plan.rebase`: the same
+step, epoch and fraction of the epoch) for the first step the resume delivers. Skipped ranges
+after that step name the saved version's steps, so they are refused, as under a batch change.
+Without the label the change is refused (``dataset_version``, ``num_records``).
+
 Seeding. A saved ``seed_per_sample`` mode other than the loader's is refused (the globals would be
 seeded otherwise than the run was) unless the caller declares ``label="data_change"``; the run
 keeps the saved seeding version either way (:mod:`.sample_seeding`). A state without a seeding
@@ -44,9 +52,10 @@ from resumable_data.loader.state import LoaderState, OnBatchChange, OnUncommitte
 from resumable_data.plan import Plan, Tail
 from resumable_data.plan.mixture.section import K_SIZES
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
+from resumable_data.plan.rebase import rebase_origin
 from resumable_data.plan.sharding import world_sizes_text
 
-__all__ = ["Restore", "compare", "rounded_epoch_fix", "validate_restore"]
+__all__ = ["Restore", "compare", "dataset_changed", "rounded_epoch_fix", "validate_restore"]
 
 
 @dataclass(frozen=True)
@@ -126,7 +135,10 @@ def validate_restore(
         if on_batch_change is None
         else coerce_enum(on_batch_change, OnBatchChange, "on_batch_change")
     )
-    diffs, label = compare(saved, current, allow_unpinned=allow_unpinned, on_batch_change=change)
+    rebased = declared is RecoveryLabel.DATA_CHANGE and dataset_changed(saved, current)
+    diffs, label = compare(
+        saved, current, allow_unpinned=allow_unpinned, on_batch_change=change, dataset_change=rebased
+    )
     choice = None if on_uncommitted is None else coerce_enum(on_uncommitted, OnUncommitted, "on_uncommitted")
     check = order.check_restore(saved, current, declared or RecoveryLabel.FAITHFUL_CONTINUATION, choice, stream)
     diffs += check.diffs
@@ -151,11 +163,20 @@ def validate_restore(
             f"skipped steps {[[r.start, r.stop] for r in later][:5]} lie after the resume step {resume} and name steps "
             "of the saved batch, which a global batch change renumbers; fix: resume with the saved batch"
         )
+    elif rebased and later:
+        diffs.append(
+            f"skipped steps {[[r.start, r.stop] for r in later][:5]} lie after the resume step {resume} and name steps "
+            "of the saved dataset version, which a data_change rebases; fix: resume with the saved dataset version, "
+            "or from a checkpoint committed past those steps"
+        )
     if diffs:
         raise ResumeError("cannot resume this loader from the given state:\n  - " + "\n  - ".join(diffs))
     stream = order.restore_stream(stream, check.point)  # a packed mixture: indexes of the order it continues from
     ledger = _epoch_ledger(saved, stream)
-    new_origin = saved.plan.origin_at(resume) if changed else origin
+    if rebased:
+        new_origin = rebase_origin(saved.plan, resume, current.plan)
+    else:
+        new_origin = saved.plan.origin_at(resume) if changed else origin
     plan = current.plan if new_origin is None else replace(current.plan, origin=new_origin)
     return Restore(saved, ledger, label, choice, plan, check)
 
@@ -195,19 +216,32 @@ def _epoch_ledger(saved: LoaderState, stream: Any) -> dict[int, int]:
     return {0: 0, epoch: first}
 
 
+def dataset_changed(saved: LoaderState, current: LoaderState) -> bool:
+    """Whether a single source's dataset changed (version or record count) where a ``data_change``
+    can rebase the stream onto it: neither loader is an ``rd.Mixture`` (its sources continue per
+    source) nor packed (packed epochs are cut by their packing index)."""
+    sp, cp = saved.plan, current.plan
+    single = saved.mixture is None and current.mixture is None
+    unpacked = saved.packing is None and current.packing is None
+    return single and unpacked and (sp.version_hash != cp.version_hash or sp.num_records != cp.num_records)
+
+
 def compare(
     saved: LoaderState,
     current: LoaderState,
     *,
     allow_unpinned: bool,
     on_batch_change: OnBatchChange = OnBatchChange.REFUSE,
+    dataset_change: bool = False,
 ) -> tuple[list[str], RecoveryLabel]:
     """Every difference that forbids the resume (saved vs current, with the fix), and the label.
 
     A different global batch (or schedule) is refused unless ``on_batch_change`` is
     ``continue``; then it is allowed where the stream can continue at the committed sample (a
     tail whose epoch length does not depend on the batch, no packing) and labelled
-    ``elastic_reshard``, like a change of layout."""
+    ``elastic_reshard``, like a change of layout. ``dataset_change=True`` (a declared
+    ``data_change`` the caller rebases, see :func:`dataset_changed`) leaves the dataset version
+    and record count uncompared."""
     diffs: list[str] = []
     sp, cp = saved.plan, current.plan
 
@@ -215,18 +249,26 @@ def compare(
         if a != b:
             diffs.append(f"{name}: saved {a!r} vs current {b!r}; fix: {fix}")
 
-    differ(
-        "dataset_version",
-        sp.version_hash,
-        cp.version_hash,
-        "open the dataset version the run was trained on (rd.ArrowShards on the pinned directory)",
-    )
+    if not dataset_change:
+        differ(
+            "dataset_version",
+            sp.version_hash,
+            cp.version_hash,
+            "open the dataset version the run was trained on (rd.ArrowShards on the pinned directory), or declare "
+            "the change with label='data_change' (the stream continues at the same epoch and fraction of the new "
+            "version's epoch)",
+        )
     batch_changed = sp.batch_dict() != cp.batch_dict()
     rounded = batch_changed and sp.num_records != cp.num_records and _same_mixture_sizes(saved, current)
     if rounded:  # the epoch length follows the batch: on_batch_change='continue' cannot continue it
         diffs.append(_rounded_epoch_text(sp, cp))
-    else:
-        differ("num_records", sp.num_records, cp.num_records, "open the same dataset")
+    elif not dataset_change:
+        differ(
+            "num_records",
+            sp.num_records,
+            cp.num_records,
+            "open the same dataset, or declare the change with label='data_change'",
+        )
     differ("seed", sp.seed, cp.seed, "pass seed= as saved")
     differ("order", sp.order.to_dict(), cp.order.to_dict(), "pass the same shuffle / shuffle_window")
     differ(

@@ -180,10 +180,15 @@ class Cursor:
     fetched: int = 0
 
     def to_dict(self) -> dict[str, int]:
+        """The cursor as the state's JSON object ``{committed, delivered, fetched}``."""
         return {"committed": self.committed, "delivered": self.delivered, "fetched": self.fetched}
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "cursor") -> Cursor:
+        """The cursor ``d`` (from :meth:`to_dict`) describes; ``where`` names it in errors.
+
+        Raises :class:`rd.ResumeError` on other keys, a non-integer or negative count, or counts not
+        ordered ``committed <= delivered <= fetched``."""
         expect_mapping(d, where, _CURSOR_KEYS)
         c, dl, f = field_int(d, "committed", where), field_int(d, "delivered", where), field_int(d, "fetched", where)
         if not c <= dl <= f:
@@ -243,6 +248,7 @@ class CounterView:
     skipped_steps: int
 
     def to_dict(self) -> dict[str, int]:
+        """The counters as a JSON object, one integer per field."""
         return dict(vars(self))
 
 
@@ -341,6 +347,8 @@ class LoaderState:
         return 3 if p.schedule is not None or p.origin is not None or p.tail is Tail.CONTINUOUS else 2
 
     def to_dict(self) -> dict[str, Any]:
+        """The state as the JSON dict ``loader.state_dict()`` returns (``format``, ``schema_version``,
+        plan, layout, cursor, counters, skips, label; optional sections only when present)."""
         version = self.schema_version
         d = {
             K_FORMAT: FORMAT,

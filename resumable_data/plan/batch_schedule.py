@@ -87,6 +87,7 @@ class BatchSchedule:
         raise NotImplementedError
 
     def to_dict(self) -> dict[str, Any]:  # pragma: no cover
+        """The schedule as the state's JSON object (``kind`` and its parameters); each subclass defines it."""
         raise NotImplementedError
 
     @cached_property
@@ -103,14 +104,17 @@ class BatchSchedule:
 
     @property
     def is_constant(self) -> bool:
+        """Whether every segment has the same batch (stored as a fixed-batch plan)."""
         return len({s.batch for s in self.segments}) == 1
 
     @property
     def max_batch(self) -> int:
+        """The largest global batch of any segment (the plan's ``global_batch``)."""
         return max(s.batch for s in self.segments)
 
     @property
     def first_batch(self) -> int:
+        """The batch of step 0."""
         return self.segments[0].batch
 
     def _segment_of_step(self, step: int) -> Segment:
@@ -243,9 +247,11 @@ class BatchSteps(BatchSchedule):
         return tuple(segs)
 
     def scaled(self, factor: int) -> BatchSteps:
+        """This schedule with every batch multiplied by ``factor`` (per rank to global: the world size)."""
         return BatchSteps(tuple((s, b * factor) for s, b in self.points))
 
     def to_dict(self) -> dict[str, Any]:
+        """The schedule as ``{kind: "steps", points: [[step, batch], ...]}``."""
         return {K_KIND: ScheduleKind.STEPS.value, K_POINTS: [[s, b] for s, b in self.points]}
 
 
@@ -287,6 +293,7 @@ class BatchRamp(BatchSchedule):
 
     @property
     def increments(self) -> int:
+        """How many times the batch grows by ``increment`` on its way from ``start`` to ``final``."""
         return (self.final - self.start) // self.increment
 
     def _compile(self) -> tuple[Segment, ...]:
@@ -305,9 +312,11 @@ class BatchRamp(BatchSchedule):
         return tuple(segs)
 
     def scaled(self, factor: int) -> BatchRamp:
+        """This ramp with ``start``, ``increment``, ``ramp_samples`` and ``final`` multiplied by ``factor``."""
         return BatchRamp(self.start * factor, self.increment * factor, self.ramp_samples * factor, self.final * factor)
 
     def to_dict(self) -> dict[str, Any]:
+        """The ramp as ``{kind: "ramp", start, increment, ramp_samples, final}``."""
         return {
             K_KIND: ScheduleKind.RAMP.value,
             K_START: self.start,
@@ -334,10 +343,15 @@ class BatchOrigin:
         )
 
     def to_dict(self) -> dict[str, int]:
+        """The origin as the state's JSON object ``{step, position, epoch_first_step}``."""
         return {K_STEP: self.step, K_POSITION: self.position, K_EPOCH_FIRST: self.epoch_first_step}
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "origin") -> BatchOrigin:
+        """The origin ``d`` (from :meth:`to_dict`) describes; ``where`` names it in errors.
+
+        Raises :class:`rd.ResumeError` on other keys, a non-integer or out-of-range value, or
+        ``epoch_first_step`` above ``step``."""
         expect_mapping(d, where, _ORIGIN_KEYS)
         step = expect_int(d[K_STEP], f"{where}.step", 0, MAX_STEP)
         return cls(

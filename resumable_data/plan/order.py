@@ -86,13 +86,19 @@ class OrderSpec:
 
     @property
     def blocks_per_window(self) -> int:
+        """Blocks in one shuffle window (``window // block``, at least 1) for a window order; 0 otherwise."""
         return max(1, self.window // self.block) if self.kind is Order.WINDOW else 0
 
     def to_dict(self) -> dict[str, Any]:
+        """The order as the state's JSON object ``{kind, window, block}``."""
         return {K_KIND: self.kind.value, K_WINDOW: self.window, K_BLOCK: self.block}
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "order") -> OrderSpec:
+        """The order ``d`` (from :meth:`to_dict`) describes; ``where`` names it in errors.
+
+        Raises :class:`rd.ResumeError` on other keys, an unknown kind or a bad integer, and
+        :class:`rd.ConfigError` on a window or block the order does not accept."""
         expect_mapping(d, where, _KEYS)
         return cls(field_enum(d, K_KIND, Order, where), field_int(d, K_WINDOW, where), field_int(d, K_BLOCK, where))
 

@@ -117,6 +117,7 @@ class Packing:
             )
 
     def to_dict(self) -> dict[str, Any]:
+        """The packing spec as the state's JSON object (every field; enums by value)."""
         return {
             K_SEQ_LEN: self.seq_len,
             K_MODE: self.mode.value,
@@ -130,6 +131,9 @@ class Packing:
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "packing") -> Packing:
+        """The spec ``d`` (from :meth:`to_dict`) describes; ``where`` names it in errors.
+
+        Raises :class:`rd.ResumeError` on other keys or a field of the wrong type or range."""
         expect_mapping(d, where, _KEYS)
         eos = d[K_EOS]
         try:

@@ -169,10 +169,15 @@ class Sharding:
         return np.arange(start + self.rank, stop, self.world_size, dtype=np.int64)
 
     def to_dict(self) -> dict[str, Any]:
+        """The sharding as the state's JSON object ``{world_size, rank, policy}``."""
         return {K_WORLD_SIZE: self.world_size, K_RANK: self.rank, K_POLICY: self.policy.value}
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "sharding") -> Sharding:
+        """The sharding ``d`` (from :meth:`to_dict`) describes; ``where`` names it in errors.
+
+        Raises :class:`rd.ResumeError` on other keys, a world size outside ``[1, 2**20]``, a rank
+        outside ``[0, world_size)`` or an unknown policy."""
         expect_mapping(d, where, _KEYS)
         world = expect_int(d[K_WORLD_SIZE], f"{where}.world_size", 1, 1 << 20)
         rank = expect_int(d[K_RANK], f"{where}.rank", 0, world - 1)

@@ -26,7 +26,9 @@ batch from ``origin.position``. Under ``continuous`` the shift is ``origin.posit
 schedule_start(origin.step)``; under ``partial`` / ``pad`` (whose epoch length does not depend
 on the batch) the rest of the origin's epoch is cut into batches of ``G`` from the origin (the
 last one short), and later epochs follow the usual grid. ``drop`` / ``wrap`` epochs are shaped by
-the batch, so they take no origin. Steps before the origin are not addressable by this plan.
+the batch, so they take an origin only at a whole batch of their epoch (where a ``data_change``
+rebase, :mod:`.rebase`, puts it: the rest of the epoch is then whole batches). Steps before the
+origin are not addressable by this plan.
 
 Guarantee. Everything here is a function of (num_records, version hash, seed, order, G or the
 schedule, tail, origin) and the step, so a loader's state is a step counter and a restore is a
@@ -153,13 +155,14 @@ class Plan:
                 raise ConfigError(
                     describe("origin", self.origin, "an rd.BatchOrigin or None", "pass Plan.origin_at(step)")
                 )
-            if tail not in _REBASABLE:
+            if tail not in _REBASABLE and not self._aligned(self.origin.position, n, g):
                 raise ConfigError(
                     describe(
                         "tail",
                         tail.value,
                         f"one of {[t.value for t in _REBASABLE]} with a batch "
-                        "origin (drop and wrap shape each epoch by the batch)",
+                        "origin (drop and wrap shape each epoch by the batch; they take an origin only at a "
+                        "multiple of the batch within its epoch: a data_change rebase)",
                         "start the run with tail='continuous' to change the global batch on resume",
                     )
                 )
@@ -172,6 +175,11 @@ class Plan:
                     "use a smaller batch_size, drop_last=False, or more data",
                 )
             )
+
+    def _aligned(self, position: int, n: int, g: int) -> bool:
+        """Whether ``position`` starts a whole batch of a ``drop`` / ``wrap`` epoch grid."""
+        steps = n // g if self.tail is Tail.DROP else -(-n // g)
+        return steps > 0 and position % (steps * g) % g == 0
 
     # -- shape of an epoch ------------------------------------------------------------------------
     @property
@@ -371,6 +379,8 @@ class Plan:
 
     # -- state ------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        """The plan as the state's JSON object; ``pad_to``, ``batch_schedule`` and ``origin`` appear
+        only when they are not the defaults (so a fixed-batch plan's bytes never change)."""
         d = {
             K_NUM_RECORDS: self.num_records,
             K_GLOBAL_BATCH: self.global_batch,
@@ -389,6 +399,10 @@ class Plan:
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "plan") -> Plan:
+        """The plan ``d`` (from :meth:`to_dict`) describes; ``where`` names it in errors.
+
+        Raises :class:`rd.ResumeError` on other keys or a field of the wrong type or range, and
+        :class:`rd.ConfigError` on a combination the plan refuses (see the constructor)."""
         if type(d) is dict and d.keys() == _KEYS and d[K_TAIL] != Tail.PAD.value:  # no pad_to, schedule or origin
             padded = False
         else:

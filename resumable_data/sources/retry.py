@@ -113,10 +113,14 @@ class Retries:
         return sum(min(self.max_delay, self.base_delay * 2**k) for k in range(self.attempts - 1))
 
     def to_dict(self) -> dict[str, Any]:
+        """The policy as a JSON object ``{attempts, base_delay, max_delay}`` (how it travels to workers)."""
         return {K_ATTEMPTS: self.attempts, K_BASE_DELAY: self.base_delay, K_MAX_DELAY: self.max_delay}
 
     @classmethod
     def from_dict(cls, d: Any) -> Retries:
+        """The policy ``d`` (from :meth:`to_dict`) describes.
+
+        Raises :class:`rd.ConfigError` on other keys or values the constructor refuses."""
         if not isinstance(d, dict) or set(d) != {K_ATTEMPTS, K_BASE_DELAY, K_MAX_DELAY}:
             raise ConfigError(
                 describe(

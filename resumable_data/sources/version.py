@@ -202,6 +202,7 @@ class ShardInfo:
     etag: str | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
+        """The shard as a manifest entry: path, size, row count, content hash, layout and ETag."""
         return {
             K_PATH: self.path,
             K_SIZE: self.size,
@@ -213,6 +214,11 @@ class ShardInfo:
 
     @classmethod
     def from_dict(cls, d: Any, *, root: Path | None = None, schema_version: int = MANIFEST_SCHEMA_VERSION) -> ShardInfo:
+        """The shard a manifest entry ``d`` describes (``root``: the dataset directory, named in errors;
+        ``schema_version``: the manifest's, which decides the keys).
+
+        Raises :class:`rd.DatasetIntegrityError` on other keys, a path outside the root, a malformed
+        content hash, or a size or row count that is not a non-negative integer."""
         keys = _SHARD_KEYS[schema_version]
         if not isinstance(d, dict) or set(d) != keys:
             raise _manifest_error(root, "shards[i]", d, f"an object with keys {sorted(keys)}")

@@ -1,14 +1,19 @@
 """Checkpoint-level behaviour that real training scripts rely on: ``label="data_change"`` through
 ``rd.resume_or_start`` continues an ``rd.Mixture`` per source (as the loader's own restore does),
-a changed single source starts afresh with a warning, and a learning rate set by hand every
+a changed single source continues at the same epoch and fraction of the new version (a packed
+one starts afresh with a warning), and a learning rate set by hand every
 iteration (nanoGPT) is progress, not configuration."""
 
 from __future__ import annotations
 
+import warnings
+
+import numpy as np
 import pytest
 import torch
 
 import resumable_data as rd
+from resumable_data.plan import epoch_records
 from tests.mixture_data import WEIGHTS, open_sources, write_sources
 
 W2 = {"web": 0.2, "code": 0.2, "math": 0.6}
@@ -30,10 +35,10 @@ def _mix_loader(dirs, weights):
     return rd.DataLoader(rd.Mixture(open_sources(dirs), weights=weights, block_size=16), batch_size=4, seed=11)
 
 
-def _ids(loader, n):
+def _ids(loader, n, key="id"):
     out, it = [], iter(loader)
     for _ in range(n):
-        out.append(next(it)["id"].tolist())
+        out.append(next(it)[key].tolist())
     return out
 
 
@@ -56,27 +61,55 @@ def test_data_change_through_resume_or_start_continues_each_source(dirs, tmp_pat
     assert want != _ids(_mix_loader(dirs, W2), 6)
 
 
-def test_data_change_over_a_changed_single_source_starts_afresh_and_says_so(tmp_path):
+def _versions(tmp_path, sizes=(("a", 40), ("b", 44))):
     import pyarrow as pa
 
-    for name, n in (("a", 40), ("b", 44)):
-        rd.write_arrow_shards(pa.table({"id": list(range(n))}), tmp_path / name, num_shards=1)
+    for name, n in sizes:
+        rd.write_arrow_shards(pa.table({"id": list(range(n)), "tokens": [[i + 1] * (1 + i % 5) for i in range(n)]}),
+                              tmp_path / name, num_shards=1)
         rd.pin(tmp_path / name)
+
+
+def test_data_change_over_a_changed_single_source_continues_at_the_same_epoch_and_fraction(tmp_path):
+    _versions(tmp_path)
     loader = rd.DataLoader(rd.ArrowShards(tmp_path / "a"), batch_size=4, shuffle=True, seed=0)
     state, _ = _state(loader)
     _ids(loader, 3)
     rd.save_checkpoint(tmp_path / "ck", state, step=3)
-    other = rd.DataLoader(rd.ArrowShards(tmp_path / "b"), batch_size=4, shuffle=True, seed=0)
+    for attempt in range(2):  # a second resume from the same checkpoint gives the same stream
+        other = rd.DataLoader(rd.ArrowShards(tmp_path / "b"), batch_size=4, shuffle=True, seed=0)
+        state2, _ = _state(other)
+        if attempt == 0:
+            with pytest.raises(rd.CompatibilityError, match="label='data_change'"):
+                rd.resume_or_start(tmp_path / "ck", state2)  # a faithful resume refuses the other dataset
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # continued, not restarted
+            assert rd.resume_or_start(tmp_path / "ck", state2, label="data_change") == 3
+        assert other.cursor.committed == 3 and other.recovery_label is rd.RecoveryLabel.DATA_CHANGE
+        # step 3 of 10 per epoch: epoch 0, offset 12 of 40 -> offset floor(12 * 44 / 40) = 13 of the new epoch
+        plan = other.plan
+        want = epoch_records(44, plan.order, np.arange(13, 44), version_hash=plan.version_hash, seed=0, epoch=0)
+        got = _ids(other, 8)  # the rest of epoch 0 (31 records: 7 batches of 4 and one of 3)
+        assert got == [want[i:i + 4].tolist() for i in range(0, 31, 4)]
+        assert [len(b) for b in got] == [4] * 7 + [3]
+
+
+def test_data_change_of_a_packed_single_source_starts_afresh_and_says_so(tmp_path):
+    _versions(tmp_path)
+    pack = dict(batch_size=2, seed=0, packing=rd.Packing(8, tokens="tokens", eos_id=0), drop_last=True)
+    loader = rd.DataLoader(rd.ArrowShards(tmp_path / "a"), **pack)
+    state, _ = _state(loader)
+    _ids(loader, 3, "input_ids")
+    rd.save_checkpoint(tmp_path / "ck", state, step=3)
+    other = rd.DataLoader(rd.ArrowShards(tmp_path / "b"), **pack)
     state2, _ = _state(other)
-    with pytest.raises(rd.CompatibilityError):
-        rd.resume_or_start(tmp_path / "ck", state2)  # a faithful resume refuses the other dataset
     with pytest.warns(RuntimeWarning, match="starts afresh at step 0"):
         step = rd.resume_or_start(tmp_path / "ck", state2, label="data_change")
     assert other.cursor.delivered == 0
     # the documented way to keep the step count over the edited data: skip the steps already taken
     other.skip_steps(0, step, "data edit: continue the new data at the step count")
-    want = rd.DataLoader(rd.ArrowShards(tmp_path / "b"), batch_size=4, shuffle=True, seed=0)
-    assert _ids(other, 2) == _ids(want, step + 2)[step:]
+    want = rd.DataLoader(rd.ArrowShards(tmp_path / "b"), **pack)
+    assert _ids(other, 2, "input_ids") == _ids(want, step + 2, "input_ids")[step:]
     assert other.state_dict()["skipped"][0][:2] == [0, 3]
 
 

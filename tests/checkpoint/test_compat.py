@@ -4,7 +4,10 @@ what each non-continuation label restores and how it records lineage."""
 from __future__ import annotations
 
 import copy
+import itertools
+import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -12,6 +15,7 @@ import _train as T
 import resumable_data as rd
 from resumable_data.checkpoint import read_checkpoint
 from resumable_data.checkpoint.compat import RULES, Category
+from resumable_data.plan import epoch_records
 
 
 @pytest.fixture(scope="module")
@@ -106,10 +110,30 @@ def test_dataset_change_needs_data_change_label(ckpt, tmp_path):
     o = _fresh(new, tmp_path)
     msg = _refused(o, ckpt)
     assert "data.plan.dataset_version" in msg and "label='data_change'" in msg
-    info = rd.load_checkpoint(ckpt, o.state, label="data_change", step=14)
-    assert info.report.ok and o.loader.cursor.delivered == 0  # a fresh stream over the new data
-    assert o.opt.state[next(o.model.parameters())]  # optimizer continued
+    saved = read_checkpoint(ckpt, 14).tree["loader"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # rebased, not restarted: no "starts afresh" warning
+        info = rd.load_checkpoint(ckpt, o.state, label="data_change", step=14)
+    assert info.report.ok and o.opt.state[next(o.model.parameters())]  # optimizer continued
     assert o.state.recovery_label is rd.RecoveryLabel.DATA_CHANGE
+    # the stream continues at the same step, epoch and fraction of the new version's epoch
+    # (docs/checkpoints.md), every batch as that rule predicts
+    step = o.loader.cursor.delivered
+    assert step == saved["cursor"]["committed"] > 0
+    plan = o.loader.plan
+    n_old, n_new, steps = T.N_RECORDS, T.N_RECORDS + 1, -(-T.N_RECORDS // T.BATCH)
+    epoch, offset = step // steps, (step % steps) * T.BATCH
+    p = epoch * n_new + offset * n_new // n_old
+    for batch in itertools.islice(itertools.chain(o.loader, o.loader), 50):  # the rest of the epoch, then the next
+        stop = min(p + T.BATCH, (p // n_new + 1) * n_new)
+        e, off = divmod(p, n_new)
+        want = epoch_records(n_new, plan.order, np.arange(off, off + stop - p), version_hash=plan.version_hash,
+                                seed=7, epoch=e)
+        assert batch["id"].tolist() == [r if r < n_old else 0 for r in want.tolist()]  # record 158: a copy of 0
+        p = stop
+        if o.loader.microstep_is_last:
+            o.loader.commit(applied=True)
+    assert p > (epoch + 1) * n_new  # the check ran past the rebased epoch into the next
 
 
 def test_warm_start_restores_weights_only(ckpt, data_dir, tmp_path):

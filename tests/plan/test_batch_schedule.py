@@ -133,7 +133,7 @@ def test_schedules_demand_the_continuous_tail():
     with pytest.raises(rd.ConfigError, match=r"global_batch.*largest batch 32"):
         ramp_plan(global_batch=8)
     with pytest.raises(rd.ConfigError, match=r"drop and wrap shape each epoch"):
-        Plan(37, 8, "v", tail="drop", origin=BatchOrigin(3, 24, 0))
+        Plan(37, 8, "v", tail="drop", origin=BatchOrigin(3, 25, 0))
 
 
 @settings(derandomize=True, max_examples=60, deadline=None)

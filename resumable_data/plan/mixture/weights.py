@@ -112,6 +112,7 @@ class WeightSchedule:
 
     @property
     def steps(self) -> tuple[int, ...]:
+        """The first step of each segment: strictly increasing, starting at 0."""
         return self._steps
 
     @property
@@ -121,6 +122,9 @@ class WeightSchedule:
 
     @classmethod
     def constant(cls, weights: Mapping[str, float]) -> WeightSchedule:
+        """A schedule of one segment: ``weights`` (source name -> weight) from step 0 on.
+
+        Raises :class:`rd.ConfigError` as the constructor does (a non-string name, a bad weight)."""
         return cls([(0, weights)])
 
     def resolve(self, names: Sequence[str]) -> tuple[tuple[int, tuple[Fraction, ...], tuple[float, ...]], ...]:

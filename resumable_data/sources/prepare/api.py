@@ -84,9 +84,13 @@ class PrepareResult:
 
     @property
     def dropped(self) -> int | None:
+        """Input records the filters dropped (records read minus documents written); None when the
+        input count was not kept."""
         return None if self.records_read is None else self.records_read - self.documents
 
     def summary(self) -> str:
+        """One line for a log: documents, dropped, tokens, shards, time, throughput, reused pieces
+        and the version hash."""
         rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
         dropped = "?" if self.dropped is None else f"{self.dropped:,}"
         return (
