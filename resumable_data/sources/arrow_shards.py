@@ -76,7 +76,7 @@ from resumable_data.sources.files import (
     refuse_hive_partitions,
     resolve_files,
 )
-from resumable_data.sources.gather import ColumnGather, Unit, group_segments, plan_column
+from resumable_data.sources.gather import ColumnGather, Unit, concat_columns, group_segments, plan_column
 from resumable_data.sources.identity import FileIdentity, changed_error
 from resumable_data.sources.layout import remember_layout
 from resumable_data.sources.opening import open_shards, with_layouts
@@ -258,9 +258,12 @@ class ArrowShards:
         version: DatasetVersion | None,
         store: ShardStore = LOCAL,
         expected: list[FileIdentity | None] | None = None,
+        members: Sequence[ArrowShards] | None = None,
     ) -> None:
-        """Open the shards; ``expected``: the identity each must still have (an unpickled source)."""
+        """Open the shards; ``expected``: the identity each must still have (an unpickled source);
+        ``members``: a view over these open sources' shards (:meth:`concatenated`), opened by them."""
         self._broken: ResumableDataError | None = None
+        self._members = None if members is None else tuple(members)
         self._store = store
         self._cache_units = _LOCAL_CACHE_UNITS if store.local else _REMOTE_CACHE_UNITS
         self._root = Path(root)
@@ -272,7 +275,11 @@ class ArrowShards:
         self._rg_cache: OrderedDict[tuple[int, int], pa.RecordBatch] = OrderedDict()
         self._fast: list[ColumnGather | None] | None = None
         start = 0
-        self._shards = open_shards(root, self._rel, version, store)
+        self._shards = (
+            open_shards(root, self._rel, version, store)
+            if members is None
+            else [shard for m in members for shard in m._shards]
+        )
         for k, (r, shard) in enumerate(zip(self._rel, self._shards)):
             if expected is not None and expected[k] is not None and shard.identity != expected[k]:
                 self.close()
@@ -301,9 +308,17 @@ class ArrowShards:
         self._num_records = start
         self._starts = np.fromiter((u.start for u in self._units), dtype=np.int64, count=len(self._units))
         # memory-mapped batches are validated lazily, once (see .validate); read units on each read
-        self._valid = np.fromiter((u.batch is None for u in self._units), dtype=bool, count=len(self._units))
+        self._valid = (
+            np.fromiter((u.batch is None for u in self._units), dtype=bool, count=len(self._units))
+            if members is None
+            else np.concatenate([m._valid for m in members])  # the same mapped batches: what they validated holds
+        )
         self._unvalidated = int((~self._valid).sum())
         self._all_valid = self._unvalidated == 0
+        #: a view's first unit of each source (:meth:`_validate_unit`)
+        self._member_first = (
+            None if members is None else np.cumsum([0] + [len(m._units) for m in members[:-1]], dtype=np.int64)
+        )
 
     def close(self) -> None:
         """Close the shard files (the source is unusable afterwards)."""
@@ -315,6 +330,7 @@ class ArrowShards:
     ) -> None:
         """An unpickled source whose files failed their checks: every read raises ``exc``."""
         self._broken = exc
+        self._members = None
         self._store, self._root, self._rel, self._version = store, Path(root), list(rel), version
         self._shards, self._units = [], []
         self._unit_shard = self._mapped = np.zeros(0, dtype=np.int64)
@@ -349,7 +365,13 @@ class ArrowShards:
             self._validate_unit(int(k))
 
     def _validate_unit(self, k: int) -> None:
-        validate_batch(self._units[k].batch, self._rel[self._units[k].shard], self._unit_index[k])
+        if self._members is not None:  # a view: the source holding the unit validates it, once for both
+            s = int(np.searchsorted(self._member_first, k, side="right")) - 1
+            m, j = self._members[s], k - int(self._member_first[s])
+            if not m._valid[j]:
+                m._validate_unit(j)
+        else:
+            validate_batch(self._units[k].batch, self._rel[self._units[k].shard], self._unit_index[k])
         self._valid[k] = True
         self._unvalidated -= 1
         self._all_valid = self._unvalidated == 0
@@ -427,7 +449,11 @@ class ArrowShards:
     def concatenated(cls, sources: Sequence[ArrowShards]) -> ArrowShards | None:
         """One gather engine over several local sources' shards, in order (record ids follow on),
         for ``rd.Mixture``: each source was verified when it was opened, so the view carries no
-        version of its own. None when a source is remote (each then gathers on its own)."""
+        version of its own. The view reads the sources' open shards (it opens nothing: closing a
+        source closes them for the view too) and its gather plan is the sources' plans rebased
+        (``gather.concat_columns``: one array operation per column and source, each source's plan
+        built once and kept by it), so a fresh view costs about what its sources already paid.
+        None when a source is remote (each then gathers on its own)."""
         if any(not s._store.local for s in sources):
             return None
         paths = [join(s._root.as_posix(), r) for s in sources for r in s._rel]
@@ -438,9 +464,8 @@ class ArrowShards:
         if broken is not None:
             view._closed_because(broken, root, rel, None, sources[0]._store)
             return view
-        expected = [shard.identity for s in sources for shard in s._shards]  # the files the sources opened
-        try:
-            view._init(root, rel, None, sources[0]._store, expected)
+        try:  # the sources' open shards (no second opening) and, on first use, their gather plans
+            view._init(root, rel, None, sources[0]._store, members=sources)
         except ResumableDataError as exc:
             view._closed_because(exc, root, rel, None, sources[0]._store)
         return view
@@ -551,9 +576,15 @@ class ArrowShards:
 
     def _plan(self) -> list[ColumnGather | None]:
         if self._fast is None:
-            self._fast = [
-                plan_column(i, f.type, self._units, self._wholes, self._num_records) for i, f in enumerate(self._schema)
-            ]
+            if self._members is not None:  # a concatenated view: its sources' plans, rebased (cached on them)
+                parts = [m._plan() for m in self._members]
+                counts = [len(m._units) for m in self._members]
+                self._fast = [concat_columns([p[i] for p in parts], counts, self._wholes) for i in range(len(parts[0]))]
+            else:
+                self._fast = [
+                    plan_column(i, f.type, self._units, self._wholes, self._num_records)
+                    for i, f in enumerate(self._schema)
+                ]
         return self._fast
 
     def take(self, record_ids: Sequence[int] | np.ndarray) -> pa.Table:

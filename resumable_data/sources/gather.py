@@ -58,7 +58,7 @@ from numba import njit
 
 from resumable_data.errors import DatasetIntegrityError
 
-__all__ = ["ColumnGather", "Unit", "group_segments", "plan_column"]
+__all__ = ["ColumnGather", "Unit", "concat_columns", "group_segments", "plan_column"]
 
 _INT32_MAX = 2**31 - 1
 
@@ -199,7 +199,7 @@ class _Validity:
     """A level's null bitmaps: bit ``base[unit] + local`` of the span; ``base`` -1: no nulls there."""
 
     def __init__(self, span: _Span, base: np.ndarray) -> None:
-        self.view, self.base = span.view(np.uint8), base
+        self.span, self.view, self.base = span, span.view(np.uint8), base
 
     def take(self, unit: np.ndarray, local: np.ndarray) -> tuple[pa.Buffer | None, int]:
         b = self.base[unit]
@@ -250,7 +250,7 @@ class _BoolNode(_Node):
 
     def __init__(self, span: _Span, bit_base: np.ndarray) -> None:
         super().__init__(pa.bool_())
-        self.view, self.base = span.view(np.uint8), bit_base
+        self.span, self.view, self.base = span, span.view(np.uint8), bit_base
 
     def take(self, unit: np.ndarray, local: np.ndarray) -> pa.Array:
         bit = self.base[unit] + local
@@ -516,3 +516,80 @@ def plan_column(
         return ColumnGather(_plan(dtype, [u.batch.column(index) for u in units], units, span, index))
     except _Fail:
         return None
+
+
+def concat_columns(
+    parts: Sequence[ColumnGather | None], counts: Sequence[int], wholes: Sequence[pa.Buffer | None]
+) -> ColumnGather | None:
+    """One column's plan over several sources' units in order, from each source's own plan
+    (``parts``, built over its ``counts`` units and its maps): every per-unit base is moved from the part's
+    span onto one span over ``wholes`` (all the sources' maps, in order) and the bases are
+    concatenated. Equals :func:`plan_column` over the concatenated units (the same nodes, bases
+    and checks: a unit's buffers were checked inside its map when its part was planned; a shift
+    that is not a whole number of items, or dictionaries that differ, fail here as they fail
+    there), at a cost of one array operation per node and part instead of Python steps per unit."""
+    if not parts or any(p is None for p in parts):
+        return None
+    span = _Span(address_span([w for w in wholes if w is not None]), wholes)
+    try:
+        return ColumnGather(_concat([p.root for p in parts], counts, span))
+    except _Fail:
+        return None
+
+
+def _shifted(bases: list[np.ndarray], spans: list[_Span], span: _Span, scale: int, width: int) -> np.ndarray:
+    """``bases`` (items of ``width`` bytes, times ``scale`` for bit indices) moved onto ``span``;
+    negative entries (no bitmap) stay -1."""
+    out = []
+    for b, s in zip(bases, spans):
+        delta = s.buffer.address - span.buffer.address
+        if delta < 0 or delta % width:
+            raise _Fail
+        out.append(np.where(b >= 0, b + delta // width * scale, b) if scale == 8 else b + delta // width)
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
+def _concat_valid(nodes: Sequence[_Node], counts: Sequence[int], span: _Span) -> _Validity | None:
+    valids = [n.valid for n in nodes]
+    if all(v is None for v in valids):
+        return None
+    bases = [np.full(c, -1, dtype=np.int64) if v is None else v.base for c, v in zip(counts, valids)]
+    spans = [span if v is None else v.span for v in valids]
+    return _Validity(span, _shifted(bases, spans, span, 8, 1))
+
+
+def _concat(nodes: Sequence[_Node], counts: Sequence[int], span: _Span) -> _Node:
+    """The node of ``nodes`` (the same type level of each part's plan) over ``span``."""
+    first = nodes[0]
+    if any(type(n) is not type(first) for n in nodes):
+        raise _Fail
+    node: _Node
+    if isinstance(first, _FixedNode):
+        node = _FixedNode(
+            first.dtype,
+            first.width,
+            span,
+            _shifted([n.base for n in nodes], [n.span for n in nodes], span, 1, first.width),
+        )
+    elif isinstance(first, _BoolNode):
+        node = _BoolNode(span, _shifted([n.base for n in nodes], [n.span for n in nodes], span, 8, 1))
+    elif isinstance(first, _VarNode):
+        ow = 8 if first.offset_np is np.int64 else 4
+        base = _shifted([n.base for n in nodes], [n.span for n in nodes], span, 1, ow)
+        node = _VarNode(first.dtype, span, ow, base, _concat([n.child for n in nodes], counts, span), first.is_bytes)
+    elif isinstance(first, _FixedListNode):
+        node = _FixedListNode(first.dtype, _concat([n.child for n in nodes], counts, span))
+    elif isinstance(first, _StructNode):
+        node = _StructNode(
+            first.dtype, [_concat([n.children[i] for n in nodes], counts, span) for i in range(len(first.children))]
+        )
+    elif isinstance(first, _DictionaryNode):
+        if any(not n.dictionary.equals(first.dictionary) for n in nodes[1:]):
+            raise _Fail
+        indices = _concat([n.indices for n in nodes], counts, span)
+        assert isinstance(indices, _FixedNode)
+        return _DictionaryNode(first.dtype, indices, first.dictionary)
+    else:
+        raise _Fail
+    node.valid = _concat_valid(nodes, counts, span)
+    return node

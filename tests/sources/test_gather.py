@@ -196,3 +196,46 @@ def test_fixed_size_list_numpy_is_the_default_collate(typed_sources):
         got = g.to_numpy(ids, unit, local, 0)
         assert got.flags.writeable and got.shape == (6, 16)
         np.testing.assert_array_equal(got, arrow_to_numpy(sub.take(ids))["vec"])
+
+
+def _bases(node):
+    """Every per-unit base array of a plan's node tree, in a fixed walk order (None: no bitmap)."""
+    out = [getattr(node, "base", None), None if node.valid is None else node.valid.base]
+    for child in [getattr(node, "child", None), getattr(node, "indices", None), *getattr(node, "children", [])]:
+        if child is not None:
+            out += _bases(child)
+    return out
+
+
+def test_concatenated_plan_equals_planning_the_concatenation(typed_sources):
+    # rd.Mixture's view rebases its sources' plans (gather.concat_columns): the same nodes and
+    # bases as planning the concatenated units directly, and the same records as Table.take
+    from resumable_data.sources.arrow_shards import ArrowShards
+    from resumable_data.sources.gather import plan_column
+
+    table, srcs = typed_sources
+    members = [rd.ArrowShards(srcs[k]._root, unpinned="allow") for k in (2, 0, 1)]
+    view = ArrowShards.concatenated(members)
+    assert view._shards[0] is members[0]._shards[0]  # the sources' open shards: nothing opened twice
+    got = view._plan()
+    direct = [plan_column(i, f.type, view._units, view._wholes, view._num_records) for i, f in enumerate(view.schema)]
+    for name, g, d in zip(view.schema.names, got, direct):
+        assert (g.kind if g is not None else None) == (d.kind if d is not None else None) == FAST_KINDS[name], name
+        for a, b in zip(_bases(g.root), _bases(d.root), strict=True):
+            assert (a is None and b is None) or np.array_equal(a, b), name
+    whole = pa.concat_tables([table] * 3)
+    ids = [0, 7499, 2500, 2499, 5000, 1234, 1234, 6000]
+    assert view.take(ids).equals(whole.take(pa.array(ids)))
+
+
+def test_a_view_validates_each_record_batch_once_for_its_sources(typed_sources):
+    from resumable_data.sources.arrow_shards import ArrowShards
+
+    _, srcs = typed_sources
+    members = [rd.ArrowShards(srcs[2]._root, unpinned="allow") for _ in range(2)]
+    view = ArrowShards.concatenated(members)
+    n0 = len(members[0]._units)
+    view.take([1, 2503])  # a record batch of each source (2,500 records each)
+    assert members[0]._valid[0] and members[1]._valid[0]
+    again = ArrowShards.concatenated(members)
+    assert again._valid[0] and again._valid[n0]  # a fresh view starts from what its sources validated

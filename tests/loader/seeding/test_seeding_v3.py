@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import resumable_data as rd
-from resumable_data.loader.seeding import global_rng as G, seed_copy
+from resumable_data.loader.seeding import global_rng as G, raw_memory, seed_copy
 from resumable_data.loader.seeding.mt19937 import seed_rows
 from resumable_data.plan import sample_key
 from tests.golden import seeding_v1_gen as g
@@ -153,8 +153,10 @@ def test_copy_route_takes_no_seeding_function(monkeypatch):
                       (torch.random, "set_rng_state")):
         monkeypatch.setattr(mod, name, refuse)
     # torch.Generator's own methods cannot be patched: the functions of rd's that call them can
-    for name in ("_seed_torch", "_seed_python", "_seed_numpy", "seed_globals_reference"):
+    for name in ("reference_torch", "reference_python", "reference_numpy", "reference_route", "seed_globals_reference"):
         monkeypatch.setattr(seed_copy, name, refuse)
+    for name in ("reference_torch", "reference_python", "reference_numpy", "reference_route"):
+        monkeypatch.setattr(raw_memory, name, refuse)  # the names the copy functions (raw_memory.py) call
     seeder = G.GlobalSeeder(np.array(EDGE_KEYS, dtype=np.uint64), version=3)
     got = []
     for i in range(len(EDGE_KEYS)):

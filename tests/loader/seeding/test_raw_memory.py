@@ -1,4 +1,4 @@
-"""torch's CPU generator seeded, saved and restored through its probed memory (``torch_rng_memory``).
+"""torch's CPU generator seeded, saved and restored through its probed memory (``raw_memory``).
 
 Every check compares the memory route with ``torch.manual_seed`` (seeding version 2) or
 ``set_state`` of version 3's state built independently (``tests/loader/v3_formula.py``; version 3
@@ -17,7 +17,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import resumable_data as rd
-from resumable_data.loader.seeding import global_rng as G, torch_rng_memory as T
+from resumable_data.loader.seeding import global_rng as G, raw_memory as T, torch_state as TS
 from tests.loader.seeding import v3_formula as F
 
 GEN = torch.random.default_generator
@@ -50,7 +50,7 @@ def tdraws() -> tuple:
 
 def engage_caches(f: float = 0.75, d: float = -3.5) -> None:
     """Leave both cached normals engaged (valid, with these values) in the default generator."""
-    GEN.set_state(T._with_caches(tstate(), f, d))
+    GEN.set_state(TS.with_caches(tstate(), f, d))
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ def test_the_probe_leaves_the_generator_as_it_was():
     torch.randn(3)
     engage_caches(0.125, 9.5)
     before, saved = tstate(), torch.get_rng_state()
-    assert T.probe() is not None
+    assert T.probe_torch() is not None
     assert tstate() == before
     after_probe = tdraws()
     torch.set_rng_state(saved)
@@ -207,11 +207,12 @@ def test_torch_own_functions_work_after_memory_writes():
 
 def _probe_failure(monkeypatch, how: str) -> None:
     if how == "probe":
-        monkeypatch.setattr(T, "probe", lambda: None)
+        monkeypatch.setattr(T, "probe_torch", lambda: None)
     elif how == "verification":
         monkeypatch.setattr(T, "_verified", lambda *a: False)
     else:  # a get_state of another size: another torch
-        monkeypatch.setattr(T, "_STATE_SIZE", T._STATE_SIZE + 8)
+        monkeypatch.setattr(TS, "_STATE_SIZE", TS.STATE_SIZE + 8)  # what check_state_layout knows
+        monkeypatch.setattr(T, "STATE_SIZE", TS.STATE_SIZE + 8)  # what the probe knows
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -248,12 +249,12 @@ def test_the_probe_refuses_a_layout_that_does_not_verify(monkeypatch):
     real = T._verified
     seen = []
     monkeypatch.setattr(T, "_verified", lambda *a: seen.append(real(*a)) or False)
-    assert T.probe() is None and seen == [True]
+    assert T.probe_torch() is None and seen == [True]
 
 
 def test_a_corrupt_template_fails_the_verification():
     """The verification compares real state bytes: a template with a wrong word is refused."""
-    lay = T.probe()
+    lay = T.probe_torch()
     bad = lay.template.copy()
     bad[2] ^= 0xFF  # left_ (or whatever the probe found after the seed): not what manual_seed writes
     broken = T.TorchLayout(lay.owner, lay.impl, lay.offset, lay.size, bad, lay.seed_word, lay.state_word, lay.view)
@@ -283,3 +284,22 @@ def test_a_replaced_default_generator_is_probed_again_and_the_old_one_left_alone
         assert got == ref_gen.get_state().numpy().tobytes()
     assert G._layout().torch.owner is other
     assert GEN.get_state().numpy().tobytes() == real_before  # the real default generator: untouched
+
+
+def test_only_raw_memory_touches_the_generators_memory():
+    # the quarantine: ctypes, addresses and the views onto the generators live in raw_memory.py;
+    # every other module of the package reaches them through its functions
+    import pathlib
+
+    import resumable_data
+
+    root = pathlib.Path(resumable_data.__file__).parent
+    needles = ("ctypes", "from_address", "string_at", "py_mv", "np_mv", "torch_mv", "gauss_bytes", "gauss_words")
+    offenders = sorted(
+        f"{p.relative_to(root)}: {n}"
+        for p in root.rglob("*.py")
+        if p.name != "raw_memory.py"
+        for n in needles
+        if n in p.read_text(encoding="utf-8")
+    )
+    assert offenders == []
