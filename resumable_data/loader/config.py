@@ -49,6 +49,9 @@ __all__ = ["UNPINNED", "FetchMode", "LoaderConfig", "SampleSeeding", "check_work
 UNPINNED = "unpinned"
 #: The deepest per-worker prefetch accepted (torch fills prefetch_factor * num_workers slots in a loop at each iter()).
 MAX_PREFETCH_FACTOR = 1 << 16
+#: The most worker processes one loader starts (torch forks num_workers processes in a loop at each iter(): 2**63
+#: forks until the machine gives out, never reaching a batch).
+MAX_NUM_WORKERS = 1 << 10
 
 
 class FetchMode(str, enum.Enum):
@@ -428,6 +431,15 @@ def _torch_rules(dataset: Any, batch_size: Any, shuffle: Any, sampler: Any, batc
             "False with batch_size=None (there are no batches to drop)",
             "drop drop_last=",
         )
+    if batch_size is not None and batch_sampler is None and not isinstance(drop_last, bool):
+        # torch's BatchSampler refuses it at construction; rd's own tail logic must not see a truthy 2 or "no"
+        raise _torch_rule(
+            f"drop_last should be a boolean value, but got drop_last={drop_last}",
+            "drop_last",
+            drop_last,
+            "True or False",
+            "pass drop_last=True or drop_last=False",
+        )
 
 
 def check_snapshot_every(value: Any) -> int | None:
@@ -459,6 +471,15 @@ def check_worker_options(
             num_workers,
             "an integer >= 0",
             "use num_workers=0 to load in the main process",
+        )
+    if num_workers > MAX_NUM_WORKERS:
+        raise ConfigError(
+            describe(
+                "num_workers",
+                num_workers,
+                f"an integer in [0, {MAX_NUM_WORKERS}] (worker processes this loader starts)",
+                "pass num_workers=min(os.cpu_count(), 8)",
+            )
         )
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or timeout != timeout:  # NaN too
         raise ConfigError(
