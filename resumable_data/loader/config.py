@@ -179,6 +179,7 @@ def resolve_config(
         )
     if transform is not None and not callable(transform):
         raise ConfigError(describe("transform", transform, "a function of one sample", "pass a callable or None"))
+    _check_kinds(collate_fn, generator, elastic)
     if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
         raise ConfigError(
             describe(
@@ -587,6 +588,25 @@ def check_worker_options(
             "pass multiprocessing_context='spawn' or multiprocessing.get_context('spawn')",
             ConfigTypeError,
         )
+
+
+def _check_kinds(collate_fn: Any, generator: Any, elastic: Any) -> None:
+    """Arguments torch would only trip over at the first batch (or, for ``elastic``, a truthy string
+    silently read as True) are refused here, before anything is built (torch is imported only to check a
+    generator that was passed: the resolver stays torch-free otherwise)."""
+    if collate_fn is not None and not callable(collate_fn):
+        raise ConfigTypeError(
+            describe("collate_fn", collate_fn, "a function of a list of samples, or None", "pass a callable or None")
+        )
+    if generator is not None:
+        import torch
+
+        if not isinstance(generator, torch.Generator):
+            raise ConfigTypeError(
+                describe("generator", generator, "a torch.Generator or None", "pass seed=1234 (or a torch.Generator)")
+            )
+    if not isinstance(elastic, (bool, np.bool_)):
+        raise ConfigTypeError(describe("elastic", elastic, "True or False", "pass elastic=True or elastic=False"))
 
 
 def _is_iterable_dataset(dataset: Any) -> bool:
