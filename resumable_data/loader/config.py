@@ -49,6 +49,9 @@ __all__ = ["UNPINNED", "FetchMode", "LoaderConfig", "SampleSeeding", "check_work
 UNPINNED = "unpinned"
 #: The deepest per-worker prefetch accepted (torch fills prefetch_factor * num_workers slots in a loop at each iter()).
 MAX_PREFETCH_FACTOR = 1 << 16
+#: The most worker processes one loader starts (torch forks num_workers processes in a loop at each iter(): 2**63
+#: forks until the machine gives out, never reaching a batch).
+MAX_NUM_WORKERS = 1 << 10
 
 
 class FetchMode(str, enum.Enum):
@@ -176,6 +179,7 @@ def resolve_config(
         )
     if transform is not None and not callable(transform):
         raise ConfigError(describe("transform", transform, "a function of one sample", "pass a callable or None"))
+    _check_kinds(collate_fn, generator, elastic)
     if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
         raise ConfigError(
             describe(
@@ -428,6 +432,15 @@ def _torch_rules(dataset: Any, batch_size: Any, shuffle: Any, sampler: Any, batc
             "False with batch_size=None (there are no batches to drop)",
             "drop drop_last=",
         )
+    if batch_size is not None and batch_sampler is None and not isinstance(drop_last, bool):
+        # torch's BatchSampler refuses it at construction; rd's own tail logic must not see a truthy 2 or "no"
+        raise _torch_rule(
+            f"drop_last should be a boolean value, but got drop_last={drop_last}",
+            "drop_last",
+            drop_last,
+            "True or False",
+            "pass drop_last=True or drop_last=False",
+        )
 
 
 def check_snapshot_every(value: Any) -> int | None:
@@ -459,6 +472,15 @@ def check_worker_options(
             num_workers,
             "an integer >= 0",
             "use num_workers=0 to load in the main process",
+        )
+    if num_workers > MAX_NUM_WORKERS:
+        raise ConfigError(
+            describe(
+                "num_workers",
+                num_workers,
+                f"an integer in [0, {MAX_NUM_WORKERS}] (worker processes this loader starts)",
+                "pass num_workers=min(os.cpu_count(), 8)",
+            )
         )
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or timeout != timeout:  # NaN too
         raise ConfigError(
@@ -566,6 +588,25 @@ def check_worker_options(
             "pass multiprocessing_context='spawn' or multiprocessing.get_context('spawn')",
             ConfigTypeError,
         )
+
+
+def _check_kinds(collate_fn: Any, generator: Any, elastic: Any) -> None:
+    """Arguments torch would only trip over at the first batch (or, for ``elastic``, a truthy string
+    silently read as True) are refused here, before anything is built (torch is imported only to check a
+    generator that was passed: the resolver stays torch-free otherwise)."""
+    if collate_fn is not None and not callable(collate_fn):
+        raise ConfigTypeError(
+            describe("collate_fn", collate_fn, "a function of a list of samples, or None", "pass a callable or None")
+        )
+    if generator is not None:
+        import torch
+
+        if not isinstance(generator, torch.Generator):
+            raise ConfigTypeError(
+                describe("generator", generator, "a torch.Generator or None", "pass seed=1234 (or a torch.Generator)")
+            )
+    if not isinstance(elastic, (bool, np.bool_)):
+        raise ConfigTypeError(describe("elastic", elastic, "True or False", "pass elastic=True or elastic=False"))
 
 
 def _is_iterable_dataset(dataset: Any) -> bool:

@@ -35,7 +35,7 @@ import torch
 import torch.utils.data as tud
 
 from resumable_data._schema import check_int
-from resumable_data.errors import ConfigError, ResumeError, describe
+from resumable_data.errors import ConfigError, ConfigTypeError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader import torch_compat
 from resumable_data.loader.config import LoaderConfig, check_snapshot_every, check_worker_options, resolve_config
@@ -161,6 +161,10 @@ class DataLoader:
         snapshot_every_n_steps: int | None = 1,
     ) -> None:
         check_worker_options(num_workers, timeout, multiprocessing_context, prefetch_factor, persistent_workers)
+        if worker_init_fn is not None and not callable(worker_init_fn):  # torch calls it in each worker
+            raise ConfigTypeError(
+                describe("worker_init_fn", worker_init_fn, "a function of the worker id, or None", "pass a callable")
+            )
         snapshot_every_n_steps = check_snapshot_every(snapshot_every_n_steps)
         cfg = resolve_config(
             dataset,

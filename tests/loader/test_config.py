@@ -76,6 +76,11 @@ def test_torch_defaults_are_resolved():
     (dict(arrow_collate=lambda t: t), "arrow_collate"),
     (dict(token_column="ids"), "token_column"),
     (dict(sharding="rank0"), "sharding"),
+    # found by the attack sweep: torch trips over these only at the first batch (or reads "no" as True)
+    (dict(collate_fn=3), "collate_fn"),
+    (dict(generator=3, shuffle=True), "generator"),
+    (dict(elastic="no"), "elastic"),
+    (dict(elastic=None), "elastic"),
 ])
 def test_bad_arguments_are_config_errors_naming_the_parameter(kwargs, param):
     kwargs.setdefault("sharding", Sharding())
@@ -111,3 +116,11 @@ def test_worker_options_of_the_wrong_type_are_config_errors(kw, param):
 
     with pytest.raises(rd.ConfigError, match=rf"^{param}=.*expected .*fix: "):
         rd.DataLoader(list(range(4)), batch_size=2, **kw)
+
+
+def test_a_worker_init_fn_that_is_not_callable_is_refused_at_construction():
+    """Found by the attack sweep: torch raised its TypeError inside the worker, at the first batch."""
+    import resumable_data as rd
+
+    with pytest.raises(rd.ConfigTypeError, match=r"^worker_init_fn=3: expected .*fix: "):
+        rd.DataLoader(list(range(4)), batch_size=2, num_workers=1, worker_init_fn=3)

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 import resumable_data as rd
-from resumable_data.loader.config import MAX_PREFETCH_FACTOR
+from resumable_data.loader.config import MAX_NUM_WORKERS, MAX_PREFETCH_FACTOR
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +77,14 @@ def test_prefetch_factor_out_of_range_with_workers(value):
     """torch accepts 0 and asserts in its worker iterator; 2**40 loops for ever filling the queue."""
     with pytest.raises(rd.ConfigError, match=f"prefetch_factor={value}"):
         rd.DataLoader(list(range(10)), batch_size=2, num_workers=1, prefetch_factor=value)
+
+
+@pytest.mark.parametrize("value", [MAX_NUM_WORKERS + 1, 2 ** 63])
+def test_num_workers_out_of_range(value):
+    """Found by the attack sweep: torch forks num_workers processes in a loop at iter(), so 2**63 forked
+    until the machine gave out and never reached a batch; now refused at construction."""
+    with pytest.raises(rd.ConfigError, match=f"num_workers={value}"):
+        rd.DataLoader(list(range(10)), batch_size=2, num_workers=value)
 
 
 @pytest.mark.parametrize("value", [1e300, float("inf")])

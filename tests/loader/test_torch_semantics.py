@@ -2,6 +2,7 @@
 an exception from __getitem__ ends only its batch, a changed dataset length, torch's public
 attributes (read-only) and rd.DataLoader[T]."""
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DistributedSampler
@@ -201,6 +202,11 @@ _CTX = torch.multiprocessing.get_all_start_methods()[-1]
      "batch_sampler='list'"),
     (dict(drop_last=3, batch_sampler=[[0, 1]]), ValueError, "batch_sampler option is mutually exclusive with",
      "batch_sampler='list'"),
+    # found by the attack sweep: torch's BatchSampler ValueError escaped rd (a non-rd exception)
+    (dict(drop_last=1), ValueError, "drop_last should be a boolean value", "drop_last=1"),
+    (dict(drop_last=None), ValueError, "drop_last should be a boolean value", "drop_last=None"),
+    (dict(drop_last=np.bool_(True)), ValueError, "drop_last should be a boolean value", "drop_last="),
+    (dict(drop_last="no", sampler=range(10)), ValueError, "drop_last should be a boolean value", "drop_last='no'"),
 ])
 def test_torch_argument_rules_raise_rd_errors_with_torchs_text(kwargs, error, text, param):
     with pytest.raises(rd.ConfigError) as e:
