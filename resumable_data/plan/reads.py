@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -49,28 +48,25 @@ def step_units(records: np.ndarray, unit_starts: np.ndarray) -> np.ndarray:
     return unit[np.sort(first)].astype(np.int64, copy=False)
 
 
-@dataclass(frozen=True)
 class ReadSchedule:
     """The units of steps ``[first, first + len(steps))``: per step, and once each in fetch order."""
 
-    first: int
-    steps: tuple[np.ndarray, ...]
-    _uses: dict[int, list[int]] = field(default_factory=dict, repr=False, compare=False)
+    __slots__ = ("_keys", "_uses", "first", "order", "steps")
 
-    def __post_init__(self) -> None:
-        for i, units in enumerate(self.steps):
-            for u in units.tolist():
-                self._uses.setdefault(u, []).append(self.first + i)
+    def __init__(self, first: int, steps: tuple[np.ndarray, ...]) -> None:
+        self.first, self.steps = int(first), tuple(steps)
+        every = np.concatenate(self.steps) if self.steps else np.zeros(0, dtype=np.int64)
+        step_of = np.repeat(np.arange(self.first, self.first + len(self.steps)), [len(u) for u in self.steps])
+        _, at = np.unique(every, return_index=True)
+        #: every unit of the window once, in the order of its first use
+        self.order = every[np.sort(at)]
+        by = np.lexsort((step_of, every))  # by unit, then step
+        self._keys, self._uses = every[by], step_of[by]
 
     @property
     def stop(self) -> int:
         """The step after the window."""
         return self.first + len(self.steps)
-
-    @property
-    def order(self) -> np.ndarray:
-        """Every unit of the window once, in the order of its first use."""
-        return np.fromiter(self._uses, dtype=np.int64, count=len(self._uses))
 
     def units_between(self, start: int, stop: int) -> set[int]:
         """The units read by steps ``[start, stop)`` (clipped to the window)."""
@@ -79,11 +75,10 @@ class ReadSchedule:
 
     def next_use(self, unit: int, at: int) -> int | None:
         """The first step ``>= at`` of the window that reads ``unit``; None if none does."""
-        uses = self._uses.get(int(unit))
-        if not uses:
-            return None
-        k = int(np.searchsorted(uses, at, side="left"))
-        return uses[k] if k < len(uses) else None
+        lo = int(np.searchsorted(self._keys, unit, side="left"))
+        hi = int(np.searchsorted(self._keys, unit, side="right"))
+        k = lo + int(np.searchsorted(self._uses[lo:hi], at, side="left"))
+        return int(self._uses[k]) if k < hi else None
 
 
 def read_schedule(first: int, step_records: Sequence[np.ndarray], unit_starts: np.ndarray) -> ReadSchedule:

@@ -76,7 +76,7 @@ from resumable_data.sources.files import (
     refuse_hive_partitions,
     resolve_files,
 )
-from resumable_data.sources.gather import ColumnGather, Unit, group_segments, plan_column
+from resumable_data.sources.gather import ColumnGather, Unit, gather_loaded_numpy, group_segments, plan_column
 from resumable_data.sources.identity import FileIdentity, changed_error
 from resumable_data.sources.layout import remember_layout
 from resumable_data.sources.opening import open_shards, with_layouts
@@ -630,6 +630,10 @@ class ArrowShards:
         ``(padded, lengths)`` for a list column), straight from the maps; None unless every column
         is an integer/float (or list of them) column on the fast path (then use :meth:`take`)."""
         ids = self._check_ids(record_ids)
+        if len(ids) and not self._store.local:  # units read by range: gathered from the loaded batches
+            unit, local = self._locate(ids)
+            n = len(self._units)
+            return gather_loaded_numpy(self._unit_data, self._schema, unit, local, n, pad_value)
         fast = self._plan()
         if len(ids) == 0 or any(g is None or g.numpy_dtype is None for g in fast):
             return None

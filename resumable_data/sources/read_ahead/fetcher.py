@@ -2,9 +2,9 @@
 
 Algorithm. The loader's main process tells the :class:`Prefetcher` each step it hands to a worker
 (:meth:`Prefetcher.plan`, with the oldest step not yet delivered). It computes, with
-:func:`resumable_data.plan.reads.read_schedule`, the units of steps ``[delivered, handed +
+:class:`resumable_data.plan.reads.ReadSchedule`, the units of steps ``[delivered, handed +
 lookahead)`` from their record ids (``records_of(step)``, the loader's pure order; each step's
-ids computed once per pass), promises the units of the steps already handed out (a ``want`` file:
+units computed once per pass), promises the units of the steps already handed out (a ``want`` file:
 :mod:`.cache`) and wakes its scheduler thread, which walks the units in order of first use and
 keeps at most ``concurrency`` ranged reads in flight (a thread pool; each read is
 :meth:`ReadAheadSource.fetch_unit`: a HEAD whose size and ETag must match the pinned identity,
@@ -45,7 +45,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from resumable_data.plan.reads import ReadSchedule, read_schedule
+from resumable_data.plan.reads import ReadSchedule, step_units
 from resumable_data.sources.read_ahead.cache import UnitCache
 from resumable_data.sources.read_ahead.config import ReadAhead
 
@@ -77,10 +77,11 @@ class Prefetcher:
         self._starts = source.unit_starts()
         self._sizes = [s[1] if s is not None else None for s in source.unit_spans()]
         self.cache = UnitCache(tempfile.mkdtemp(prefix="rd-read-ahead-", dir=config.cache_dir))
-        self._records: dict[int, np.ndarray] = {}
+        self._units: dict[int, np.ndarray] = {}  # step -> its units (plan/reads.step_units)
         self._cond = threading.Condition()
         self._schedule: ReadSchedule | None = None
         self._handed = -1  # newest step handed out
+        self._replan_at = 0
         self._resident: dict[int, int] = {}  # unit -> bytes
         self._inflight: set[int] = set()
         self._promised: set[int] = set()
@@ -96,30 +97,46 @@ class Prefetcher:
 
     # -- the loader's side (main thread) -------------------------------------------------------------
     def new_pass(self) -> None:
-        """A new pass (a resume, another plan): the step -> records map is computed again."""
-        self._records.clear()
+        """A new pass (a resume, another plan): each step's units are computed again."""
+        self._units.clear()
+        with self._cond:
+            self._schedule = None
 
     def plan(self, step: int, delivered: int) -> None:
-        """Step ``step`` is handed to a worker; steps before ``delivered`` reached the loop."""
-        lo, hi = min(delivered, step), step + self.config.lookahead
-        for s in [s for s in self._records if s < lo]:
-            del self._records[s]
-        recs = []
-        for s in range(lo, hi):
-            r = self._records.get(s)
-            if r is None:
-                r = self._records[s] = np.asarray(self._records_of(s), dtype=np.int64)
-            recs.append(r)
-        schedule = read_schedule(lo, recs, self._starts)
+        """Step ``step`` is handed to a worker; steps before ``delivered`` reached the loop. The
+        window is planned again every ``lookahead // 4`` steps (the units of each handed-out step
+        are promised at once)."""
+        lo = min(delivered, step)
+        sched = self._schedule
+        replan = sched is None or step >= self._replan_at or lo < sched.first or step not in self._units
+        if replan:
+            for s in [s for s in self._units if s < lo]:
+                del self._units[s]
+            units = []
+            for s in range(lo, step + self.config.lookahead):
+                u = self._units.get(s)
+                if u is None:
+                    u = self._units[s] = step_units(self._records_of(s), self._starts)
+                units.append(u)
+            sched = ReadSchedule(lo, tuple(units))
+            self._replan_at = step + max(1, self.config.lookahead // 4)
+        wake = replan
         with self._cond:
-            for u in schedule.units_between(lo, step + 1):  # in flight: promised before a worker asks
+            for u in self._units[step].tolist():  # in flight: promised before a worker asks for it
                 if self._sizes[u] is None or u in self._resident or u in self._promised:
                     continue
                 self._promised.add(u)
+                self._failed.discard(u)  # a promised unit is fetched (again)
                 _touch(self.cache.want_path(u))
-            self._failed.clear()  # a new step: failed units are tried again
-            self._schedule, self._handed = schedule, step
-            self._cond.notify_all()
+                wake = True
+            self._schedule, self._handed = sched, step
+            if replan:
+                self._failed.clear()  # failed units are tried again
+            if wake and any(
+                u not in self._resident and u not in self._inflight and self._sizes[u] is not None
+                for u in sched.order.tolist()
+            ):
+                self._cond.notify_all()  # something to fetch (a wake-up costs the loop the GIL)
 
     def close(self) -> None:
         """Stop fetching and remove the cache directory (processes that mapped units keep them)."""
