@@ -54,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "DatasetVersion": "resumable_data.sources",
     "HashMode": "resumable_data.sources",
     "Mixture": "resumable_data.sources.mixture",
+    "ReadAhead": "resumable_data.sources",
     "RecordIdError": "resumable_data.sources",
     "Retries": "resumable_data.sources",
     "ShardInfo": "resumable_data.sources",

@@ -42,12 +42,14 @@ from resumable_data.loader.config import LoaderConfig, check_snapshot_every, che
 from resumable_data.loader.fetch import StepFetcher, StepSampler
 from resumable_data.loader.iterator import LoaderIterator
 from resumable_data.loader.ledger import CounterView, ProgressLedger
+from resumable_data.loader.read_ahead import start_read_ahead
 from resumable_data.loader.restore import validate_restore
 from resumable_data.loader.state import CommitMode, Cursor, LoaderState, OnBatchChange, OnUncommitted
 from resumable_data.loader.stream import StepInfo, describe_step, make_stream
 from resumable_data.loader.translate import torch_views
 from resumable_data.loader.transport import WorkerCollate
 from resumable_data.plan import Plan, Sharding, Tail
+from resumable_data.sources.read_ahead import ReadAhead
 
 __all__ = ["CounterView", "DataLoader"]
 
@@ -120,7 +122,10 @@ class DataLoader:
       ``collate_fn``: augmentation independent of batch size, workers and world size;
     * ``snapshot_every_n_steps``: torchdata ``StatefulDataLoader``'s argument (None or an integer >= 0; torchdata checks nothing),
       accepted so that code written for it runs unchanged; it changes nothing, since the state
-      here is a cursor, exact after every batch at any worker count.
+      here is a cursor, exact after every batch at any worker count;
+    * ``read_ahead``: an :class:`rd.ReadAhead` for an ``rd.ArrowShards`` on a remote store: the
+      units the coming steps need are fetched ahead, concurrently, into a shared cache (off by
+      default; ``docs/object-storage.md#reading-ahead``). Batches and state are unchanged.
     """
 
     __class_getitem__ = classmethod(types.GenericAlias)
@@ -159,6 +164,7 @@ class DataLoader:
         token_column: str | None = None,
         transform: Callable | None = None,
         snapshot_every_n_steps: int | None = 1,
+        read_ahead: ReadAhead | None = None,
     ) -> None:
         check_worker_options(num_workers, timeout, multiprocessing_context, prefetch_factor, persistent_workers)
         if worker_init_fn is not None and not callable(worker_init_fn):  # torch calls it in each worker
@@ -227,13 +233,14 @@ class DataLoader:
         self._fingerprint = cfg.fingerprint()
         self._ledger = ProgressLedger(self._stream, cfg.commit, cfg.accumulation_steps)
         self._fetcher = StepFetcher(dataset, cfg, self._stream, pin_memory=pin_memory)
+        self._read_ahead = start_read_ahead(self, read_ahead, dataset, cfg, self._ledger)
         private = torch.Generator().manual_seed(
             cfg.plan.seed
         )  # torch draws a base seed per iter(): never the global one
         self._torch = tud.DataLoader(
             self._fetcher,
             batch_size=None,
-            sampler=StepSampler(self._ledger),
+            sampler=StepSampler(self._ledger, self._read_ahead),
             num_workers=num_workers,
             collate_fn=WorkerCollate(),
             pin_memory=pin_memory,

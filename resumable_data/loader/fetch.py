@@ -60,6 +60,7 @@ from resumable_data.loader.torch_compat import default_convert
 from resumable_data.plan import sample_key, sample_keys
 from resumable_data.plan.packing import PackMode, best_fit_bins
 from resumable_data.plan.record_runs import RecordRuns
+from resumable_data.sources.read_ahead import Prefetcher
 
 __all__ = ["FetchMode", "NumpyBatch", "StepFetcher", "StepSampler"]  # FetchMode: re-exported from .config
 
@@ -364,8 +365,9 @@ class StepSampler(Sampler[int]):
     dropped loader shuts its workers down at once).
     """
 
-    def __init__(self, ledger: Any) -> None:
+    def __init__(self, ledger: Any, read_ahead: Prefetcher | None = None) -> None:
         self._ledger = ledger
+        self._ahead = read_ahead  # told each step handed out (rd.ReadAhead: remote units fetched ahead)
 
     def __len__(self) -> int:
         return self._ledger.steps_in_current_epoch()
@@ -373,8 +375,13 @@ class StepSampler(Sampler[int]):
     def __iter__(self) -> Iterator[tuple[int, int, int, Any, int]]:
         ledger = self._ledger
         epoch, first, start, stop = ledger.start_pass()
+        ahead = self._ahead
+        if ahead is not None:
+            ahead.new_pass()
         for step in range(start, stop):
             if ledger.is_skipped(step):
                 continue
             ledger.on_fetch(step)
+            if ahead is not None:
+                ahead.plan(step, ledger.delivered)
             yield step, epoch, first, ledger.span(step), ledger.seeding_version

@@ -4,7 +4,7 @@ Modules: :mod:`.permutation` (keyed bijections), :mod:`.order` (epoch orders), :
 (rank slices of a global batch), :mod:`.steps` (:class:`Plan`: step -> positions -> records), :mod:`.record_runs` (a run of
 upcoming record ids served from one call),
 :mod:`.batch_schedule` (global-batch schedules), :mod:`.sample_keys` (per-sample keys and
-generators), :mod:`.packing` (sequence packing).
+generators), :mod:`.packing` (sequence packing), :mod:`.reads` (the units coming steps read, for read-ahead).
 """
 
 from resumable_data.plan.batch_schedule import BatchOrigin, BatchRamp, BatchSchedule, BatchSteps

@@ -76,13 +76,21 @@ from resumable_data.sources.files import (
     refuse_hive_partitions,
     resolve_files,
 )
-from resumable_data.sources.gather import ColumnGather, Unit, concat_columns, group_segments, plan_column
+from resumable_data.sources.gather import (
+    ColumnGather,
+    Unit,
+    concat_columns,
+    gather_loaded_numpy,
+    group_segments,
+    plan_column,
+)
 from resumable_data.sources.identity import FileIdentity, changed_error
 from resumable_data.sources.layout import remember_layout
 from resumable_data.sources.opening import open_shards, with_layouts
 from resumable_data.sources.pin import pin
+from resumable_data.sources.read_ahead.cache import UnitCache
 from resumable_data.sources.retry import DEFAULT_RETRIES, Retries
-from resumable_data.sources.store import LOCAL, ShardStore, join, store_for
+from resumable_data.sources.store import LOCAL, FileSystemStore, ShardStore, join, store_for
 from resumable_data.sources.validate import validate_batch
 from resumable_data.sources.version import DatasetVersion, VerifyLevel
 
@@ -100,6 +108,7 @@ K_FILES = "files"
 K_VERSION = "version"
 K_FILESYSTEM = "filesystem"
 K_IDENTITIES = "identities"
+K_READ_AHEAD = "read_ahead"
 
 
 class UnpinnedPolicy(str, enum.Enum):
@@ -264,6 +273,7 @@ class ArrowShards:
         ``members``: a view over these open sources' shards (:meth:`concatenated`), opened by them."""
         self._broken: ResumableDataError | None = None
         self._members = None if members is None else tuple(members)
+        self._ahead: UnitCache | None = None
         self._store = store
         self._cache_units = _LOCAL_CACHE_UNITS if store.local else _REMOTE_CACHE_UNITS
         self._root = Path(root)
@@ -390,6 +400,8 @@ class ArrowShards:
         if self._store.filesystem is not None:
             state[K_FILESYSTEM] = self._store.filesystem  # pyarrow filesystems pickle their configuration
             state[K_RETRIES] = self._store.retries.to_dict()
+        if self._ahead is not None:
+            state[K_READ_AHEAD] = self._ahead.root  # a worker reads the units its rank's fetcher wrote
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -417,6 +429,9 @@ class ArrowShards:
             # raised at the first read, where a loader worker reports it with the batch it was
             # fetching (an exception while unpickling only says the worker exited)
             self._closed_because(exc, root, state[K_FILES], version, store)
+            return
+        if state.get(K_READ_AHEAD) is not None:
+            self._ahead = UnitCache(state[K_READ_AHEAD])
 
     @classmethod
     def from_hf(
@@ -520,12 +535,51 @@ class ArrowShards:
         if hit is not None:
             self._rg_cache.move_to_end(key)
             return hit
-        batch = self._shards[u.shard].read_unit(u.row_group).replace_schema_metadata(self._schema.metadata)
+        shard = self._shards[u.shard]
+        if self._ahead is not None and shard.unit_span(u.row_group) is not None:
+            data = self._ahead.get(k)  # read ahead by the rank's fetcher (.read_ahead), else read here
+            batch = shard.decode_unit(u.row_group, data if data is not None else pa.py_buffer(self.fetch_unit(k)))
+        else:
+            batch = shard.read_unit(u.row_group)
+        batch = batch.replace_schema_metadata(self._schema.metadata)
         validate_batch(batch, self._rel[u.shard], u.row_group)
         self._rg_cache[key] = batch
         if len(self._rg_cache) > self._cache_units:
             self._rg_cache.popitem(last=False)
         return batch
+
+    # -- read-ahead (.read_ahead): units by index, their byte spans, a checked ranged read ----------
+    def unit_starts(self) -> np.ndarray:
+        """The first record id of every unit (record batch / row group holding records), in order."""
+        return self._starts.copy()
+
+    def unit_spans(self) -> list[tuple[int, int] | None]:
+        """Per unit: (offset, length) of the bytes one ranged read fetches ahead, None where the
+        unit is not read by range (memory-mapped, or a shard without a layout)."""
+        return [self._shards[u.shard].unit_span(u.row_group) for u in self._units]
+
+    def fetch_unit(self, k: int) -> bytes:
+        """The bytes of unit ``k``'s span, from an object that still has the identity recorded at
+        open (size and ETag: :meth:`FileSystemStore.read_range_checked`); a store that does not
+        answer is a :class:`~resumable_data.StoreUnavailableError`."""
+        u = self._units[k]
+        shard = self._shards[u.shard]
+        offset, length = shard.unit_span(u.row_group)
+        if not isinstance(self._store, FileSystemStore):
+            return self._store.read_range(join(self._root.as_posix(), self._rel[u.shard]), offset, length)
+        return self._store.read_range_checked(
+            join(self._root.as_posix(), self._rel[u.shard]), offset, length, shard.identity
+        )
+
+    def attach_read_ahead(self, cache: UnitCache | None) -> None:
+        """Read units through ``cache`` (filled ahead by one fetcher per rank), or directly (None)."""
+        self._ahead = cache
+        self._rg_cache.clear()
+
+    @property
+    def remote(self) -> bool:
+        """Whether the shards are read from a remote store (nothing memory-mapped)."""
+        return not self._store.local
 
     def _locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         unit = np.searchsorted(self._starts, ids, side="right") - 1
@@ -614,6 +668,10 @@ class ArrowShards:
         ``(padded, lengths)`` for a list column), straight from the maps; None unless every column
         is an integer/float (or list of them) column on the fast path (then use :meth:`take`)."""
         ids = self._check_ids(record_ids)
+        if len(ids) and not self._store.local:  # units read by range: gathered from the loaded batches
+            unit, local = self._locate(ids)
+            n = len(self._units)
+            return gather_loaded_numpy(self._unit_data, self._schema, unit, local, n, pad_value)
         fast = self._plan()
         if len(ids) == 0 or any(g is None or g.numpy_dtype is None for g in fast):
             return None

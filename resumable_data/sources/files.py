@@ -49,6 +49,7 @@ every byte once.
 
 from __future__ import annotations
 
+import io
 import os
 import posixpath
 import re
@@ -446,6 +447,38 @@ class OpenShard:
             )
         return batch
 
+    def unit_span(self, k: int) -> tuple[int, int] | None:
+        """(offset, length) of unit ``k``'s bytes where one ranged read holds all it needs (a remote
+        shard with a layout: an IPC message, a Parquet row group's column chunks); else None."""
+        if self.layout is None or self.batches is not None:
+            return None
+        offset, length, _ = self.layout.units[k]
+        return offset, length
+
+    def decode_unit(self, k: int, data: pa.Buffer) -> pa.RecordBatch:
+        """Unit ``k`` decoded from ``data``, the bytes of :meth:`unit_span` (read ahead): the IPC
+        message with the schema read at open, or the row group through the footer read at open
+        (the bytes outside the span are never asked for). Checked as :meth:`read_unit` checks."""
+        offset, _ = self.unit_span(k)
+        batch = guard(str(self._path), f"record batch {k}", lambda: self._decode_unit(k, offset, data))
+        if batch.num_rows != self.unit_rows[k]:
+            raise integrity_error(
+                str(self._path),
+                f"record batch {k}",
+                ValueError(f"it holds {batch.num_rows} rows, its metadata claims {self.unit_rows[k]}"),
+            )
+        return batch
+
+    def _decode_unit(self, k: int, offset: int, data: pa.Buffer) -> pa.RecordBatch:
+        if self.format is not ShardFormat.PARQUET:
+            return read_ipc_unit(data, self.schema, self.unit_rows[k])
+        span = pa.PythonFile(_SpanFile(offset, data, self._reader.metadata.serialized_size, self._file), mode="r")
+        table = pq.ParquetFile(span, metadata=self._reader.metadata, page_checksum_verification=True).read_row_group(k)
+        table = table.combine_chunks()
+        if table.num_rows:
+            return table.to_batches()[0]
+        return pa.RecordBatch.from_pylist([], schema=table.schema)
+
     def _read_unit(self, k: int) -> pa.RecordBatch:
         if self.layout is not None and self.format is not ShardFormat.PARQUET:
             offset, length, rows = self.layout.units[k]
@@ -465,6 +498,36 @@ class OpenShard:
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
+
+
+class _SpanFile(io.RawIOBase):
+    """The bytes ``[offset, offset + len(data))`` of a file, read-only and seekable: reads outside
+    the span raise (a Parquet row group decoded from its column chunks alone)."""
+
+    def __init__(self, offset: int, data: pa.Buffer, footer_size: int, file: Any) -> None:
+        self._offset, self._data, self._pos = offset, memoryview(data), 0
+        self._size = file.size() if file is not None else offset + len(data) + footer_size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        self._pos = pos if whence == 0 else self._pos + pos if whence == 1 else self._size + pos
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, b: Any) -> int:
+        a = self._pos - self._offset
+        if a < 0 or a + len(b) > len(self._data):
+            raise OSError(f"read of bytes [{self._pos}, {self._pos + len(b)}) outside the unit's span")
+        b[: len(b)] = self._data[a : a + len(b)]
+        self._pos += len(b)
+        return len(b)
 
 
 def _try_layout(path: Any, store: ShardStore, fmt: ShardFormat, f: Any) -> ShardLayout | None:

@@ -32,6 +32,10 @@ unit row counts (a unit is an IPC record batch or a Parquet row group). Then, co
   written straight into the ``[B, max length]`` padded array by one compiled loop; a
   ``fixed_size_list`` is the ``[B, L]`` rows. A column with nulls has no numpy layout (the
   collate makes Python lists of it, from the Arrow result).
+- loaded units (:func:`gather_loaded_numpy`: units read by range from a remote store, each its
+  own decoded record batch): the default collate's numpy layout for integer/float columns and
+  lists of them, ids grouped by unit, per touched unit one indexed read (fixed width) or one
+  compiled padded copy (lists) into the batch's rows, then one reorder; no per-row Python.
 - fallback (Parquet, compressed IPC, ``decimal``, ``map``, unions, extension types, buffers not
   inside the map or misaligned, a ``string`` batch over 2 GiB): ids are grouped
   by unit, each unit does an Arrow ``take``, the pieces are concatenated and reordered with one
@@ -50,7 +54,8 @@ per node, built once (the plan reads buffer addresses, never data).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -58,7 +63,7 @@ from numba import njit
 
 from resumable_data.errors import DatasetIntegrityError
 
-__all__ = ["ColumnGather", "Unit", "concat_columns", "group_segments", "plan_column"]
+__all__ = ["ColumnGather", "Unit", "concat_columns", "gather_loaded_numpy", "group_segments", "plan_column"]
 
 _INT32_MAX = 2**31 - 1
 
@@ -71,6 +76,20 @@ def _pad_rows(values, starts, lengths, pad, out):  # pragma: no cover - compiled
         s = starts[b]
         n = lengths[b]
         row = out[b]
+        for t in range(n):
+            row[t] = values[s + t]
+        for t in range(n, width):
+            row[t] = pad
+
+
+@njit(cache=True, nogil=True)
+def _pad_rows_at(values, starts, lengths, rows, pad, out):  # pragma: no cover - compiled
+    """``out[rows[j], :lengths[j]] = values[starts[j]:starts[j] + lengths[j]]``, the rest ``pad``."""
+    width = out.shape[1]
+    for j in range(starts.shape[0]):
+        s = starts[j]
+        n = lengths[j]
+        row = out[rows[j]]
         for t in range(n):
             row[t] = values[s + t]
         for t in range(n, width):
@@ -593,3 +612,67 @@ def _concat(nodes: Sequence[_Node], counts: Sequence[int], span: _Span) -> _Node
         raise _Fail
     node.valid = _concat_valid(nodes, counts, span)
     return node
+
+
+def gather_loaded_numpy(
+    unit_batch: Callable[[int], pa.RecordBatch],
+    schema: pa.Schema,
+    unit: np.ndarray,
+    local: np.ndarray,
+    num_units: int,
+    pad_value: Any,
+) -> list[Any] | None:
+    """Per column, the default collate's numpy layout of rows ``local`` of units ``unit`` (a 1-D
+    array, or ``(padded, lengths)`` for a list column), from the loaded record batches
+    ``unit_batch(k)``; None when a column is not an integer/float (or list of them) column or a
+    touched unit holds nulls in it (then use ``take``)."""
+    kinds = []
+    for f in schema:
+        t = f.type
+        if _numeric(t) is not None:
+            kinds.append((False, _numeric(t)))
+        elif (pa.types.is_list(t) or pa.types.is_large_list(t)) and _numeric(t.value_type) is not None:
+            kinds.append((True, _numeric(t.value_type)))
+        else:
+            return None
+    order, bounds = group_segments(unit, num_units)
+    local_s = local[order]
+    touched = np.flatnonzero(np.diff(bounds))
+    batches = {int(k): unit_batch(int(k)) for k in touched}
+    n = len(unit)
+    out: list[Any] = []
+    for i, (is_list, dtype) in enumerate(kinds):
+        if not is_list:
+            res = np.empty(n, dtype=dtype)
+            for k in touched:
+                a, b = bounds[k], bounds[k + 1]
+                col = batches[int(k)].column(i)
+                if col.null_count:
+                    return None
+                res[order[a:b]] = col.to_numpy(zero_copy_only=False)[local_s[a:b]]
+            out.append(res)
+            continue
+        starts = np.empty(n, dtype=np.int64)
+        lengths = np.empty(n, dtype=np.int64)
+        values = {}
+        for k in touched:
+            a, b = bounds[k], bounds[k + 1]
+            col = batches[int(k)].column(i)
+            flat = col.values
+            if col.null_count or flat.null_count:
+                return None
+            offs = col.offsets.to_numpy(zero_copy_only=False)
+            rows = local_s[a:b]
+            starts[a:b] = offs[rows]
+            lengths[a:b] = offs[rows + 1] - starts[a:b]
+            values[int(k)] = flat.to_numpy(zero_copy_only=False)
+        width = int(lengths.max()) if n else 0
+        res = np.empty((n, width), dtype=dtype)
+        pad = res.dtype.type(pad_value)
+        for k in touched:
+            a, b = bounds[k], bounds[k + 1]
+            _pad_rows_at(values[int(k)], starts[a:b], lengths[a:b], order[a:b], pad, res)
+        ln = np.empty(n, dtype=np.int64)
+        ln[order] = lengths
+        out.append((res, ln))
+    return out

@@ -59,7 +59,7 @@ import pyarrow.fs as pafs
 
 from resumable_data import _io
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
-from resumable_data.sources.identity import FileIdentity, identity_of_stat
+from resumable_data.sources.identity import FileIdentity, changed_error, identity_of_stat
 from resumable_data.sources.retry import DEFAULT_RETRIES, Retries, call
 
 __all__ = ["LOCAL", "FileStat", "FileSystemStore", "LocalStore", "ShardStore", "join", "store_for"]
@@ -304,12 +304,7 @@ class FileSystemStore:
                 return None
             raise
         with f:
-            size, meta = f.size(), f.metadata()
-        meta = {k.lower(): v.decode("utf-8", "replace") for k, v in meta.items()}
-        etag = meta.get("etag") or None
-        if etag is not None and meta.get("x-amz-version-id"):
-            etag = f"{etag}@{meta['x-amz-version-id']}"
-        return FileStat(size, _http_time(meta.get("last-modified")), etag)
+            return _stat_of_open(f)
 
     def is_dir(self, path: Any) -> bool:
         return self._info(path).type == pafs.FileType.Directory
@@ -384,8 +379,52 @@ class FileSystemStore:
 
         return self.retrying(path, f"read of bytes [{offset}, {offset + length})", read)
 
+    def read_range_checked(self, path: Any, offset: int, length: int, recorded: FileIdentity | None) -> bytes:
+        """``length`` bytes at ``offset`` of the object that is still ``recorded`` (its size and, where
+        the store gives one, its ETag): one open (a HEAD on S3, whose answer carries both) and one
+        ranged GET on the same handle. An object replaced since it was opened is a
+        :class:`~resumable_data.DatasetIntegrityError` (:func:`~.identity.changed_error`), never
+        its new bytes; the window left is the one request between the HEAD and the GET (pyarrow
+        sends no ``If-Match``)."""
+
+        def read() -> bytes:
+            with self.filesystem.open_input_file(self.resolve(path)) as f:
+                if recorded is not None:
+                    now = _stat_of_open(f)
+                    if now.size != recorded.size or (recorded.etag is not None and now.etag != recorded.etag):
+                        mtime = round(now.mtime * 1e9) if now.mtime is not None else None
+                        raise changed_error(
+                            self.resolve(path),
+                            f"before reading bytes [{offset}, {offset + length})",
+                            recorded,
+                            FileIdentity(now.size, mtime, etag=now.etag),
+                        )
+                data = f.read_at(length, offset)
+            if len(data) != length:
+                raise DatasetIntegrityError(
+                    describe(
+                        "path",
+                        self.resolve(path),
+                        f"{length} bytes at offset {offset} (got {len(data)})",
+                        "restore the object, or re-pin deliberately with rd.pin(prefix, filesystem=...)",
+                    )
+                )
+            return data
+
+        return self.retrying(path, f"read of bytes [{offset}, {offset + length})", read)
+
     def __repr__(self) -> str:
         return f"FileSystemStore({self.filesystem.type_name})"
+
+
+def _stat_of_open(f: pa.NativeFile) -> FileStat:
+    """Size, Last-Modified and ETag (with the version id where kept) of an opened remote file."""
+    size, meta = f.size(), f.metadata()
+    meta = {k.lower(): v.decode("utf-8", "replace") for k, v in meta.items()}
+    etag = meta.get("etag") or None
+    if etag is not None and meta.get("x-amz-version-id"):
+        etag = f"{etag}@{meta['x-amz-version-id']}"
+    return FileStat(size, _http_time(meta.get("last-modified")), etag)
 
 
 # Filesystems whose opened files carry the object's HTTP metadata (ETag, Last-Modified).

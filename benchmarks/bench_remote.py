@@ -1,0 +1,218 @@
+"""Training from S3 with read-ahead vs the same loader on local disk: samples/s ratios, read
+amplification, requests per step, the first batch after a resume, and the projected hit rate.
+
+Run: ``.venv/bin/python -m benchmarks.bench_remote [--quick] [--rows N] [--rounds R]``.
+A moto S3 server on 127.0.0.1 behind :class:`benchmarks.s3_proxy.S3Proxy` (``--latency-ms``,
+default 30, added to every request; requests and bytes counted). Data: ``--rows`` rows (default
+65,536; ``--quick`` 16,384) of ``tokens: list<int32>`` of 256..512 values and ``id: int64``, in
+record batches (row groups) of 1,024 rows, 8,192 rows per shard, written as Arrow IPC files and
+as Parquet. Loader: batch 256, ``rd.DataLoader(..., read_ahead=rd.ReadAhead(lookahead=16,
+concurrency=16, cache_bytes=25% of the dataset's unit bytes))`` over S3 against the same loader
+over the local files (memory-mapped IPC, Parquet by row group), global shuffle, window shuffle
+(``shuffle_window=10_000``) and sequential, 0 and 2 workers. Each round builds both loaders afresh
+and times, one after the other (interleaved), the batches after the first (the steady state; the
+first batch's own time is reported apart): 64 steps (global shuffle: 8).
+
+Columns: ``ratio`` = remote samples/s / local samples/s (median over rounds); ``amplification`` =
+bytes the proxy sent / bytes of the delivered records (a record's bytes: its unit's span over its
+rows, so a unit fetched once and used whole is 1.0); ``GET/step`` and ``HEAD/step``: requests per
+step. ``resume``: first batch of a loader restored at step 40 / first batch of a fresh loader,
+both with read-ahead, sources already open. ``projected hit rate``: Belady over the steps timed,
+from ``plan/reads.py`` (``belady_misses``), at the 25% budget and at a budget holding the dataset.
+
+Writes ``benchmarks/results/remote.json`` and ``remote.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from benchmarks._common import write_results
+from benchmarks.s3_proxy import S3Proxy
+
+ROWS_PER_BATCH, ROWS_PER_SHARD, BATCH = 1024, 8192, 256
+ORDERS = {"global": dict(shuffle=True), "window": dict(shuffle=True, shuffle_window=10_000), "sequential": {}}
+
+
+def s3(endpoint: str) -> pafs.S3FileSystem:
+    return pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key="testing",
+                             secret_key="testing", region="us-east-1", allow_bucket_creation=True)
+
+
+def build_table(n: int) -> pa.Table:
+    rng = np.random.default_rng(0)
+    lens = rng.integers(256, 513, n)
+    off = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(lens, out=off[1:])
+    tokens = pa.ListArray.from_arrays(pa.array(off), pa.array(rng.integers(0, 50_000, off[-1]).astype(np.int32)))
+    return pa.table({"id": pa.array(np.arange(n, dtype=np.int64)), "tokens": tokens})
+
+
+def loader(src, order: str, workers: int, ahead=None):
+    import resumable_data as rd
+    return rd.DataLoader(src, batch_size=BATCH, seed=1, sharding=rd.Sharding(1, 0), num_workers=workers,
+                         read_ahead=ahead, **ORDERS[order])
+
+
+def run(ld, steps: int) -> tuple[float, float, np.ndarray]:
+    """(first batch seconds, seconds for the next ``steps`` batches, record ids delivered)."""
+    it = iter(ld)
+    t0 = time.perf_counter()
+    b = next(it)
+    first = time.perf_counter() - t0
+    ids = [b["id"].numpy()]
+    t1 = time.perf_counter()
+    for _ in range(steps):
+        ids.append(next(it)["id"].numpy())
+    return first, time.perf_counter() - t1, np.concatenate(ids)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="16,384 rows, 1 round (writes results/quick/)")
+    ap.add_argument("--rows", type=int, default=65_536)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--latency-ms", type=float, default=30.0)
+    ap.add_argument("--formats", default="ipc_file,parquet")
+    ap.add_argument("--orders", default="window,sequential,global")
+    ap.add_argument("--workers", default="0,2")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.rows, args.rounds = 16_384, 1
+    from moto.server import ThreadedMotoServer
+
+    import resumable_data as rd
+    from resumable_data.plan.reads import belady_misses, read_schedule
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    work = Path(tempfile.mkdtemp(prefix="rd-bench-remote-"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    proxy = S3Proxy(f"127.0.0.1:{port}")
+    direct, fs = s3(f"127.0.0.1:{port}"), s3(proxy.endpoint)
+    table = build_table(args.rows)
+    rows_out: list[dict] = []
+    resume_rows: list[dict] = []
+    try:
+        for fmt in args.formats.split(","):
+            local = work / fmt
+            rd.write_arrow_shards(table, local, num_shards=max(1, args.rows // ROWS_PER_SHARD),
+                                  rows_per_batch=ROWS_PER_BATCH, format="arrow" if fmt == "ipc_file" else "parquet")
+            rd.pin(local)
+            prefix = f"bench-{fmt.replace('_', '-')}/data"
+            direct.create_dir(prefix.split("/")[0])
+            for p in sorted(local.iterdir()):
+                with direct.open_output_stream(f"{prefix}/{p.name}") as f:
+                    f.write(p.read_bytes())
+            rd.pin(prefix, filesystem=direct)
+            proxy.latency_s = args.latency_ms / 1e3
+            probe = rd.ArrowShards(prefix, filesystem=fs)
+            starts, spans = probe.unit_starts(), probe.unit_spans()
+            sizes = np.array([s[1] for s in spans], dtype=np.int64)
+            rows = np.diff(np.append(starts, len(probe)))
+            per_record = np.repeat(sizes / rows, rows)  # a record's share of its unit's bytes
+            budget = int(sizes.sum() // 4)
+            ahead = rd.ReadAhead(lookahead=16, concurrency=16, cache_bytes=budget)
+            for order in args.orders.split(","):
+                steps = 8 if order == "global" else min(64, args.rows // BATCH - 1)
+                for workers in (int(w) for w in args.workers.split(",")):
+                    local_t, remote_t, firsts, amp, gets, heads = [], [], [], [], [], []
+                    for _ in range(args.rounds):
+                        ref = loader(rd.ArrowShards(local), order, workers)
+                        _, t_local, ids_local = run(ref, steps)
+                        del ref
+                        src = rd.ArrowShards(prefix, filesystem=fs)
+                        ld = loader(src, order, workers, ahead)
+                        proxy.reset()
+                        first, t_remote, ids = run(ld, steps)
+                        sent, by = proxy.bytes_out, dict(proxy.counts)
+                        del ld
+                        assert np.array_equal(ids, ids_local)
+                        local_t.append(steps * BATCH / t_local)
+                        remote_t.append(steps * BATCH / t_remote)
+                        firsts.append(first)
+                        amp.append(sent / per_record[ids].sum())
+                        gets.append(by.get("GET", 0) / (steps + 1))
+                        heads.append(by.get("HEAD", 0) / (steps + 1))
+                    ratios = [r / lo for r, lo in zip(remote_t, local_t)]
+                    planner = loader(rd.ArrowShards(local), order, 0)
+                    recs = [np.asarray(planner.step_info(s).records) for s in range(steps + 1)]
+                    sched = read_schedule(0, recs, starts)
+                    reads = sum(len(u) for u in sched.steps)
+                    hit25 = 1 - belady_misses(sched.steps, sizes, budget) / reads
+                    hit100 = 1 - belady_misses(sched.steps, sizes, int(sizes.sum())) / reads
+                    row = {"format": fmt, "order": order, "workers": workers,
+                           "local_samples_s": statistics.median(local_t),
+                           "remote_samples_s": statistics.median(remote_t),
+                           "ratio": statistics.median(ratios), "ratios": ratios,
+                           "first_batch_s": statistics.median(firsts),
+                           "amplification": statistics.median(amp),
+                           "get_per_step": statistics.median(gets), "head_per_step": statistics.median(heads),
+                           "projected_hit_rate_25": hit25, "projected_hit_rate_100": hit100}
+                    rows_out.append(row)
+                    print(row, flush=True)
+            resume_rows.append(resume_figures(rd, prefix, fs, ahead, fmt, args.rounds))
+            print(resume_rows[-1], flush=True)
+    finally:
+        proxy.close()
+        server.stop()
+    md = [f"# Remote training with read-ahead (moto behind S3Proxy at {args.latency_ms:g} ms, {args.rows} rows of "
+          f"256-512 int32 tokens, units of {ROWS_PER_BATCH} rows, batch {BATCH}, cache 25% of the dataset)", "",
+          "| format | order | workers | local samples/s | remote samples/s | ratio | amplification | GET/step "
+          "| HEAD/step | first batch s | projected hit rate (25% / 100%) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows_out:
+        md.append(f"| {r['format']} | {r['order']} | {r['workers']} | {r['local_samples_s']:,.0f} | "
+                  f"{r['remote_samples_s']:,.0f} | {r['ratio']:.2f} | {r['amplification']:.2f} | "
+                  f"{r['get_per_step']:.1f} | {r['head_per_step']:.1f} | {r['first_batch_s']:.2f} | "
+                  f"{r['projected_hit_rate_25']:.2f} / {r['projected_hit_rate_100']:.2f} |")
+    md += ["", "| format | fresh first batch s | resumed first batch s | ratio |", "|---|---|---|---|"]
+    for r in resume_rows:
+        md.append(f"| {r['format']} | {r['fresh_s']:.3f} | {r['resumed_s']:.3f} | {r['ratio']:.2f} |")
+    path = write_results("remote", {"rows": rows_out, "resume": resume_rows, "args": vars(args)}, "\n".join(md))
+    print("\n".join(md))
+    print(f"wrote {path}")
+    return {"rows": rows_out, "resume": resume_rows}
+
+
+def resume_figures(rd, prefix: str, fs, ahead, fmt: str, rounds: int) -> dict:
+    """First batch of a restored loader (window shuffle, 0 workers, at step 40) vs a fresh one."""
+    src = rd.ArrowShards(prefix, filesystem=fs)
+    base = loader(src, "window", 0, ahead)
+    it = iter(base)
+    for _ in range(40):
+        next(it)
+    state = base.state_dict()
+    del it, base
+    fresh, resumed = [], []
+    for _ in range(rounds):
+        a = loader(src, "window", 0, ahead)
+        t0 = time.perf_counter()
+        next(iter(a))
+        fresh.append(time.perf_counter() - t0)
+        del a
+        b = loader(src, "window", 0, ahead)
+        b.load_state_dict(state)
+        t0 = time.perf_counter()
+        next(iter(b))
+        resumed.append(time.perf_counter() - t0)
+        del b
+    f, r = statistics.median(fresh), statistics.median(resumed)
+    return {"format": fmt, "fresh_s": f, "resumed_s": r, "ratio": r / f}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""Wiring ``rd.DataLoader(read_ahead=rd.ReadAhead(...))`` to the rank's fetcher.
+
+Algorithm: checked at construction (an ``rd.ReadAhead``; an ``rd.ArrowShards`` over a remote
+store; a loader whose batches are the plan's records, not packed sequences), then a
+:class:`~resumable_data.sources.read_ahead.Prefetcher` is started with ``records_of(step)``: this
+rank's record ids of global step ``step`` (the ledger's span, the sharding's positions, a private
+copy of the loader's order), the same function the workers fetch with. The step sampler tells it
+each step it hands out (:class:`~.fetch.StepSampler`).
+
+Guarantee: the loader's state is untouched (the cursor): a resume seeks, and the next pass plans
+from the resumed step. Cost: a copy of the order (a plan: a few integers).
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from typing import Any
+
+import numpy as np
+
+from resumable_data.errors import ConfigError, describe
+from resumable_data.loader.config import FetchMode, LoaderConfig
+from resumable_data.sources.arrow_shards import ArrowShards
+from resumable_data.sources.read_ahead import Prefetcher, ReadAhead
+
+__all__ = ["start_read_ahead"]
+
+
+def start_read_ahead(owner: Any, read_ahead: Any, dataset: Any, cfg: LoaderConfig, ledger: Any) -> Prefetcher | None:
+    """The fetcher of ``read_ahead`` (None when off); stopped when ``owner`` (the loader) goes away."""
+    if read_ahead is None:
+        return None
+    if not isinstance(read_ahead, ReadAhead):
+        raise ConfigError(
+            describe("read_ahead", read_ahead, "None or an rd.ReadAhead", "pass read_ahead=rd.ReadAhead(lookahead=...)")
+        )
+    if not isinstance(dataset, ArrowShards) or not dataset.remote:
+        raise ConfigError(
+            describe(
+                "read_ahead",
+                read_ahead,
+                "a dataset that is an rd.ArrowShards over a remote store (local shards are memory-mapped: "
+                "nothing to read ahead)",
+                "drop read_ahead= for local files, or open the shards with filesystem=pyarrow.fs.S3FileSystem(...)",
+            )
+        )
+    if cfg.mode is FetchMode.PACKED:
+        raise ConfigError(
+            describe(
+                "read_ahead",
+                read_ahead,
+                "a loader without packing= (packed steps are not planned ahead yet)",
+                "drop read_ahead= or packing=",
+            )
+        )
+    order, sharding = copy.deepcopy(cfg.order), cfg.sharding
+
+    def records_of(step: int) -> np.ndarray:
+        start, stop = ledger.span(step)
+        return order.batch_records(start, stop, sharding.local_positions(start, stop))
+
+    prefetcher = Prefetcher(dataset, read_ahead, records_of)
+    weakref.finalize(owner, prefetcher.close)
+    return prefetcher

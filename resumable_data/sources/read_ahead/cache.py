@@ -1,0 +1,85 @@
+"""The unit cache a rank's processes share: one file per unit, written once, read memory-mapped.
+
+Algorithm: a directory (made fresh per loader by :class:`~.fetcher.Prefetcher`) holds, for
+unit ``k`` (its index among the source's units), ``k.unit`` (the unit's bytes, exactly its
+span, written to a temporary name and renamed: a reader sees the whole file or none), ``k.want``
+(the fetcher promised ``k``: it is needed by a step already handed to a worker) and ``k.err`` (the
+fetcher's read of ``k`` failed). :meth:`UnitCache.get` returns the memory-mapped bytes of
+``k.unit``; while ``k.want`` exists it waits for them; otherwise (never planned, failed, evicted,
+or waited for longer than :data:`WAIT_S`) it returns None and the caller reads the unit itself,
+through the same checked ranged read the fetcher uses, so an error (a store that is down, an
+object that changed) is raised by the step that needs the unit, with its own class and message.
+
+Why files, not shared memory: torch's workers are separate processes that start and stop with
+each pass; a file per unit needs no handle passing, no lifetime protocol with the workers and no
+cleanup after a killed worker, and a mapped file is the page cache's bytes (read without a copy).
+An evicted unit is unlinked: a process that mapped it keeps valid bytes (the inode lives on while
+mapped); files are never written in place, so a map can never be truncated under a reader.
+
+Guarantee: :meth:`UnitCache.get` returns the bytes the fetcher wrote for unit ``k`` (read from an
+object whose size and ETag were checked against the pinned identity) or None; the caller decodes
+and validates them before any record is used (:meth:`~..files.OpenShard.decode_unit`).
+
+Cost: a hit is one ``open`` + ``mmap`` (a few microseconds); a wait polls every 0.5 to 5 ms.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pyarrow as pa
+
+__all__ = ["WAIT_S", "UnitCache"]
+
+#: The longest a reader waits for a promised unit before reading it itself.
+WAIT_S = 120.0
+
+
+class UnitCache:
+    """The cache directory ``root`` (see the module docstring); pickles as its path."""
+
+    def __init__(self, root: str) -> None:
+        self.root = str(root)
+
+    def unit_path(self, k: int) -> str:
+        return os.path.join(self.root, f"{k}.unit")
+
+    def want_path(self, k: int) -> str:
+        return os.path.join(self.root, f"{k}.want")
+
+    def err_path(self, k: int) -> str:
+        return os.path.join(self.root, f"{k}.err")
+
+    def _mapped(self, k: int) -> pa.Buffer | None:
+        try:
+            f = pa.memory_map(self.unit_path(k), "r")
+        except (FileNotFoundError, OSError):
+            return None
+        try:
+            return f.read_buffer()  # the buffer keeps the map alive
+        finally:
+            f.close()
+
+    def get(self, k: int) -> pa.Buffer | None:
+        """The bytes of unit ``k`` (waiting while the fetcher has promised them), or None."""
+        data = self._mapped(k)
+        if data is not None:
+            return data
+        deadline, pause = time.monotonic() + WAIT_S, 0.0005
+        while os.path.exists(self.want_path(k)) and time.monotonic() < deadline:
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.005)
+            data = self._mapped(k)
+            if data is not None:
+                return data
+        return self._mapped(k)  # written just as the promise was dropped, or None: read it yourself
+
+    def __getstate__(self) -> dict[str, str]:
+        return {"root": self.root}
+
+    def __setstate__(self, d: dict[str, str]) -> None:
+        self.root = d["root"]
+
+    def __repr__(self) -> str:
+        return f"UnitCache({self.root!r})"

@@ -1,0 +1,58 @@
+"""``rd.ReadAhead``: how far, how wide and into how much space a rank reads remote units ahead.
+
+Algorithm: a frozen value, validated at construction (:class:`~resumable_data.ConfigError`
+naming the parameter, the value and the fix); ``rd.DataLoader(..., read_ahead=rd.ReadAhead())``
+turns it on for a remote ``rd.ArrowShards`` (off by default; local files are memory-mapped and
+never use it).
+
+Guarantee: the knobs change only speed and memory, never a batch: what a step delivers is a
+function of the plan, the step and the rank alone (:mod:`.fetcher`).
+
+Cost: none until a loader starts a :class:`~.fetcher.Prefetcher` with it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from resumable_data._schema import check_int
+from resumable_data.errors import ConfigError, describe
+
+__all__ = ["ReadAhead"]
+
+
+@dataclass(frozen=True)
+class ReadAhead:
+    """Read remote units ahead of the steps that need them (``docs/object-storage.md``).
+
+    * ``lookahead``: steps planned ahead of the newest step handed to a worker (default 16);
+    * ``concurrency``: ranged requests in flight at once (default 16; S3 serves far more per
+      prefix, the limit is this host's bandwidth and cores);
+    * ``cache_bytes``: the byte budget of the unit cache (default 2 GiB); the units of steps
+      already handed to workers are never evicted, and are fetched even past the budget;
+    * ``cache_dir``: where the cache directory is made (default: the system's temporary
+      directory); a fresh subdirectory per loader, removed when the loader goes away.
+    """
+
+    lookahead: int = 16
+    concurrency: int = 16
+    cache_bytes: int = 2 << 30
+    cache_dir: str | os.PathLike | None = None
+
+    def __post_init__(self) -> None:
+        check_int(self.lookahead, "lookahead", 1, 1 << 20)
+        check_int(self.concurrency, "concurrency", 1, 1024)
+        check_int(self.cache_bytes, "cache_bytes", 1)
+        d: Any = self.cache_dir
+        if d is not None and (not isinstance(d, (str, os.PathLike)) or not Path(d).is_dir()):
+            raise ConfigError(
+                describe(
+                    "cache_dir",
+                    d,
+                    "None or an existing directory on a local disk",
+                    "create the directory first, or pass cache_dir=None for the system's temporary directory",
+                )
+            )

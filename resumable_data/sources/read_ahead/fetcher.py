@@ -1,0 +1,247 @@
+"""One fetcher per rank: reads the units the coming steps need, in the order they will be used.
+
+Algorithm. The loader's main process tells the :class:`Prefetcher` each step it hands to a worker
+(:meth:`Prefetcher.plan`, with the oldest step not yet delivered). It computes, with
+:class:`resumable_data.plan.reads.ReadSchedule`, the units of steps ``[delivered, handed +
+lookahead)`` from their record ids (``records_of(step)``, the loader's pure order; each step's
+units computed once per pass), promises the units of the steps already handed out (a ``want`` file:
+:mod:`.cache`) and wakes its scheduler thread, which walks the units in order of first use and
+keeps at most ``concurrency`` ranged reads in flight (a thread pool; each read is
+:meth:`ReadAheadSource.fetch_unit`: a HEAD whose size and ETag must match the pinned identity,
+then one GET of the unit's span). Each unit is written to the cache directory (temporary name,
+then rename) and its promise dropped.
+
+Eviction (Belady). The cache holds at most ``cache_bytes`` (fetches in flight count): before
+fetching a unit that does not fit, the resident unit whose next use is furthest (none in the
+window counts as infinitely far) is evicted, unless it is needed sooner than the unit to fetch,
+in which case fetching waits for the loader to move on. A unit needed by a step already handed to
+a worker (in flight) is never evicted, and is fetched even past the budget (the budget is then
+exceeded by at most the units of the steps in flight).
+
+Faults. A fetch that fails (a store still down after its retries, an object that changed) writes
+``k.err`` and drops the promise; the worker that needs unit ``k`` reads it itself and raises the
+error with its step (:mod:`.cache`). The unit is fetched again when the next step is planned.
+
+Guarantee: nothing here decides what a step delivers: a unit is the same bytes whether it came
+from the cache or from the worker's own read (both checked against the pinned identity, then
+decoded and validated before use), so batches and the loader's state (its cursor) are those of a
+loader without read-ahead, at any worker count, before and after a resume (the planner starts at
+the resumed step).
+
+Cost: per handed-out step, ``records_of`` of one new step and one schedule over the window
+(``O(lookahead * batch)``); per unit, two requests (HEAD, GET); memory: the window's record ids.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from resumable_data.plan.reads import ReadSchedule, step_units
+from resumable_data.sources.read_ahead.cache import UnitCache
+from resumable_data.sources.read_ahead.config import ReadAhead
+
+__all__ = ["Prefetcher", "ReadAheadSource"]
+
+_log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class ReadAheadSource(Protocol):
+    """What a source offers read-ahead (``rd.ArrowShards`` over a remote store)."""
+
+    def unit_starts(self) -> np.ndarray: ...
+
+    def unit_spans(self) -> list[tuple[int, int] | None]: ...
+
+    def fetch_unit(self, k: int) -> bytes: ...
+
+    def attach_read_ahead(self, cache: UnitCache | None) -> None: ...
+
+
+class Prefetcher:
+    """The rank's fetcher (module docstring); :meth:`close` stops it and removes its directory."""
+
+    def __init__(self, source: ReadAheadSource, config: ReadAhead, records_of: Callable[[int], np.ndarray]) -> None:
+        self.config = config
+        self._source = source
+        self._records_of = records_of
+        self._starts = source.unit_starts()
+        self._sizes = [s[1] if s is not None else None for s in source.unit_spans()]
+        self.cache = UnitCache(tempfile.mkdtemp(prefix="rd-read-ahead-", dir=config.cache_dir))
+        self._units: dict[int, np.ndarray] = {}  # step -> its units (plan/reads.step_units)
+        self._cond = threading.Condition()
+        self._schedule: ReadSchedule | None = None
+        self._handed = -1  # newest step handed out
+        self._replan_at = 0
+        self._resident: dict[int, int] = {}  # unit -> bytes
+        self._inflight: set[int] = set()
+        self._promised: set[int] = set()
+        self._failed: set[int] = set()
+        self._used = 0
+        self._closed = False
+        #: counters: units and bytes fetched, units evicted, fetches failed
+        self.stats = {"units": 0, "bytes": 0, "evicted": 0, "failed": 0}
+        self._pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="rd-read-ahead")
+        self._thread = threading.Thread(target=self._run, name="rd-read-ahead", daemon=True)
+        self._thread.start()
+        source.attach_read_ahead(self.cache)
+
+    # -- the loader's side (main thread) -------------------------------------------------------------
+    def new_pass(self) -> None:
+        """A new pass (a resume, another plan): each step's units are computed again."""
+        self._units.clear()
+        with self._cond:
+            self._schedule = None
+
+    def plan(self, step: int, delivered: int) -> None:
+        """Step ``step`` is handed to a worker; steps before ``delivered`` reached the loop. The
+        window is planned again every ``lookahead // 4`` steps (the units of each handed-out step
+        are promised at once)."""
+        lo = min(delivered, step)
+        sched = self._schedule
+        replan = sched is None or step >= self._replan_at or lo < sched.first or step not in self._units
+        if replan:
+            for s in [s for s in self._units if s < lo]:
+                del self._units[s]
+            units = []
+            for s in range(lo, step + self.config.lookahead):
+                u = self._units.get(s)
+                if u is None:
+                    u = self._units[s] = step_units(self._records_of(s), self._starts)
+                units.append(u)
+            sched = ReadSchedule(lo, tuple(units))
+            self._replan_at = step + max(1, self.config.lookahead // 4)
+        wake = replan
+        with self._cond:
+            for u in self._units[step].tolist():  # in flight: promised before a worker asks for it
+                if self._sizes[u] is None or u in self._resident or u in self._promised:
+                    continue
+                self._promised.add(u)
+                self._failed.discard(u)  # a promised unit is fetched (again)
+                _touch(self.cache.want_path(u))
+                wake = True
+            self._schedule, self._handed = sched, step
+            if replan:
+                self._failed.clear()  # failed units are tried again
+            if wake and any(
+                u not in self._resident and u not in self._inflight and self._sizes[u] is not None
+                for u in sched.order.tolist()
+            ):
+                self._cond.notify_all()  # something to fetch (a wake-up costs the loop the GIL)
+
+    def close(self) -> None:
+        """Stop fetching and remove the cache directory (processes that mapped units keep them)."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        self._source.attach_read_ahead(None)
+        self._pool.shutdown(wait=False, cancel_futures=True)  # a read in its retries ends on its own
+        shutil.rmtree(self.cache.root, ignore_errors=True)
+
+    # -- the scheduler thread ------------------------------------------------------------------------
+    def _run(self) -> None:
+        with self._cond:
+            while not self._closed:
+                self._schedule_fetches()
+                self._cond.wait()
+
+    def _schedule_fetches(self) -> None:
+        """Under the lock: start fetches in order of first use while the budget (Belady) allows."""
+        sched = self._schedule
+        if sched is None:
+            return
+        at, budget = sched.first, self.config.cache_bytes
+        protected = sched.units_between(at, self._handed + 1)
+        for u in sched.order.tolist():
+            if len(self._inflight) >= self.config.concurrency:
+                return
+            size = self._sizes[u]
+            if size is None or u in self._resident or u in self._inflight or u in self._failed:
+                continue
+            when = sched.next_use(u, at)
+            while self._used + size > budget:
+                victim = self._victim(sched, at, protected)
+                if victim is None:
+                    break
+                v_when = sched.next_use(victim, at)
+                if v_when is not None and when is not None and v_when <= when:
+                    break  # everything resident is needed sooner than u
+                self._evict(victim)
+            if self._used + size > budget and u not in protected:
+                return  # wait for the loader to move on
+            self._used += size
+            self._inflight.add(u)
+            self._pool.submit(self._fetch, u)
+
+    def _victim(self, sched: ReadSchedule, at: int, protected: set[int]) -> int | None:
+        """The resident unit, not needed by a step in flight, whose next use is furthest."""
+        best, best_when = None, -1
+        for v in self._resident:
+            if v in protected:
+                continue
+            w = sched.next_use(v, at)
+            w = 1 << 62 if w is None else w
+            if w > best_when:
+                best, best_when = v, w
+        return best
+
+    def _evict(self, v: int) -> None:
+        self._used -= self._resident.pop(v)
+        self.stats["evicted"] += 1
+        _unlink(self.cache.unit_path(v))
+
+    def _fetch(self, u: int) -> None:
+        """In a pool thread: read unit ``u``, write it to the cache, drop its promise."""
+        ok = False
+        try:
+            data = self._source.fetch_unit(u)
+            tmp = os.path.join(self.cache.root, f".{u}.{threading.get_ident()}.tmp")
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.cache.unit_path(u))
+            ok = True
+        except Exception as exc:  # the worker that needs u reads it itself and raises the error there
+            _log.debug("resumable_data: read-ahead of unit %d failed (%s); the step that needs it reads it", u, exc)
+            _touch(self.cache.err_path(u))
+        with self._cond:
+            self._inflight.discard(u)
+            if ok:
+                self._resident[u] = self._sizes[u]
+                self.stats["units"] += 1
+                self.stats["bytes"] += self._sizes[u]
+                _unlink(self.cache.err_path(u))
+            else:
+                self._used -= self._sizes[u]
+                self._failed.add(u)
+                self.stats["failed"] += 1
+            self._promised.discard(u)
+            _unlink(self.cache.want_path(u))
+            if self._closed and ok:
+                _unlink(self.cache.unit_path(u))
+            self._cond.notify_all()
+
+
+def _touch(path: str) -> None:
+    try:
+        with open(path, "wb"):
+            pass
+    except OSError:
+        pass
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
