@@ -226,6 +226,17 @@ def hf_dataset_files(root: Any, store: ShardStore, listed: list[str], found: lis
                         f"{missing} missing: restore them, or save the dataset again with save_to_disk",
                     )
                 )
+            twice = sorted({f for f in files if files.count(f) > 1})
+            if twice:  # HF would read such a file twice; a set of names would silently read it once
+                raise ConfigError(
+                    describe(
+                        "path",
+                        str(root),
+                        f"each data file listed once in {state_rel!r} (Hugging Face save_to_disk)",
+                        f"{twice} listed more than once (a damaged or hand-edited file): save the dataset again "
+                        "with save_to_disk, or restore state.json",
+                    )
+                )
             keep[d] = set(files)
         elif info_rel in names:
             keep[d] = None

@@ -228,10 +228,19 @@ class LocalStore:
     def read_small(self, path: Any, max_bytes: int) -> bytes | None:
         try:
             fd = _io.open_regular(path)
+            with os.fdopen(fd, "rb") as f:
+                data = f.read(max_bytes + 1)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        with os.fdopen(fd, "rb") as f:
-            data = f.read(max_bytes + 1)
+        except OSError as e:  # a symlink loop, no permission, an I/O error: not left to escape as OSError
+            raise ConfigError(
+                describe(
+                    "path",
+                    _posix(path),
+                    f"a readable regular file ({e.strerror or e})",
+                    "remove or repair it (a symlink must lead to a regular file rd may read)",
+                )
+            ) from None
         if len(data) > max_bytes:
             raise _too_large(_posix(path), max_bytes)
         return data

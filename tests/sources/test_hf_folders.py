@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -78,6 +79,20 @@ def test_state_json_lists_a_missing_file(tmp_path):
     victim = sorted(folder.glob("data-*.arrow"))[-1]
     victim.rename(folder / "moved.bin")
     with pytest.raises(rd.ConfigError, match=r"state\.json.*" + victim.name + ".*missing"):
+        rd.ArrowShards(folder, unpinned="allow")
+
+
+def test_state_json_that_lists_a_file_twice_is_refused(tmp_path):
+    """Found by the attack sweep (every byte of state.json flipped): "data-00001" -> "data-00000" made HF read
+    the first shard twice while rd silently read the folder without the second shard (a third of the rows)."""
+    folder = tmp_path / "ds"
+    _save(folder)
+    state = json.loads((folder / "state.json").read_text())
+    names = [f["filename"] for f in state["_data_files"]]
+    assert len(names) >= 2
+    state["_data_files"][1]["filename"] = names[0]
+    (folder / "state.json").write_text(json.dumps(state))
+    with pytest.raises(rd.ConfigError, match=r"state\.json.*" + re.escape(names[0]) + ".*more than once"):
         rd.ArrowShards(folder, unpinned="allow")
 
 

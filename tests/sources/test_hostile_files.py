@@ -122,6 +122,18 @@ def test_a_symlink_to_a_regular_file_elsewhere_is_followed(tmp_path):
     assert sorted(x.name for x in d.iterdir()) == sorted(p.name for p in paths)  # nothing written there
 
 
+@pytest.mark.parametrize("name", [".rd-manifest.json", "state.json"])
+def test_a_symlink_loop_where_a_manifest_or_state_json_belongs_is_an_rd_error(tmp_path, name):
+    """Found by the attack sweep: ELOOP from the manifest's (or HF state.json's) small read escaped as OSError."""
+    d = tmp_path / "d"
+    _folder(d)
+    rd.pin(d)
+    (d / name).unlink(missing_ok=True)
+    (d / name).symlink_to(name)  # a loop of one
+    with pytest.raises(rd.ConfigError, match=r"^path=.*" + re.escape(name) + ".*a readable regular file.*fix: "):
+        rd.ArrowShards(d)
+
+
 # -- item 6: damaged shards that were never pinned clean ---------------------------------------------
 def _struct_table() -> pa.Table:
     return pa.table({"name": pa.array([f"n{i}" for i in range(64)]),
