@@ -221,9 +221,13 @@ def dataset_changed(saved: LoaderState, current: LoaderState) -> bool:
     can rebase the stream onto it: neither loader is an ``rd.Mixture`` (its sources continue per
     source) nor packed (packed epochs are cut by their packing index)."""
     sp, cp = saved.plan, current.plan
+    return _rebasable(saved, current) and (sp.version_hash != cp.version_hash or sp.num_records != cp.num_records)
+
+
+def _rebasable(saved: LoaderState, current: LoaderState) -> bool:
+    """Single, unpacked sources on both sides: what a ``data_change`` rebases onto a new version."""
     single = saved.mixture is None and current.mixture is None
-    unpacked = saved.packing is None and current.packing is None
-    return single and unpacked and (sp.version_hash != cp.version_hash or sp.num_records != cp.num_records)
+    return single and saved.packing is None and current.packing is None
 
 
 def compare(
@@ -249,14 +253,18 @@ def compare(
         if a != b:
             diffs.append(f"{name}: saved {a!r} vs current {b!r}; fix: {fix}")
 
+    declare = (
+        ", or declare the change with label='data_change' (the stream continues at the same epoch and fraction "
+        "of the new version's epoch)"
+        if _rebasable(saved, current)
+        else ""
+    )
     if not dataset_change:
         differ(
             "dataset_version",
             sp.version_hash,
             cp.version_hash,
-            "open the dataset version the run was trained on (rd.ArrowShards on the pinned directory), or declare "
-            "the change with label='data_change' (the stream continues at the same epoch and fraction of the new "
-            "version's epoch)",
+            "open the dataset version the run was trained on (rd.ArrowShards on the pinned directory)" + declare,
         )
     batch_changed = sp.batch_dict() != cp.batch_dict()
     rounded = batch_changed and sp.num_records != cp.num_records and _same_mixture_sizes(saved, current)
@@ -267,7 +275,7 @@ def compare(
             "num_records",
             sp.num_records,
             cp.num_records,
-            "open the same dataset, or declare the change with label='data_change'",
+            "open the same dataset" + declare,
         )
     differ("seed", sp.seed, cp.seed, "pass seed= as saved")
     differ("order", sp.order.to_dict(), cp.order.to_dict(), "pass the same shuffle / shuffle_window")

@@ -74,3 +74,63 @@ def test_superseded_iterators_refuse_to_continue(shards):
 def test_len_is_steps_per_epoch(shards):
     assert len(rd.DataLoader(shards, batch_size=8)) == -(-N_RECORDS // 8)
     assert len(rd.DataLoader(shards, batch_size=8, drop_last=True)) == N_RECORDS // 8
+
+
+# -- the batch in hand under commit="auto" (docs/how-it-works.md, the example and its table) -----------
+def _watched(shards):
+    import torch
+
+    ld = rd.DataLoader(shards, batch_size=8, shuffle=True, seed=3)
+    model = torch.nn.Linear(1, 1)
+    ld.watch(model)
+    return ld, model
+
+
+def _forward(model):
+    import torch
+
+    return model(torch.zeros(1, 1)).sum()
+
+
+def _first_after_resume(shards, state):
+    ld = rd.DataLoader(shards, batch_size=8, shuffle=True, seed=3)
+    ld.load_state_dict(state)
+    return canon(next(iter(ld)))
+
+
+@pytest.mark.parametrize("watched", [True, False])
+def test_the_fetch_ahead_loop_of_the_docs_saves_the_cursor_its_table_states(shards, watched):
+    ld, model = _watched(shards) if watched else (rd.DataLoader(shards, batch_size=8, shuffle=True, seed=3), None)
+    reference = [canon(b) for b in rd.DataLoader(shards, batch_size=8, shuffle=True, seed=3)][:6]
+    it = iter(ld)
+    x = next(it)
+    saves = {}
+    for k in range(5):
+        if k in (0, 3):
+            saves[k] = ld.state_dict()
+        if model is not None:
+            _forward(model)
+        assert canon(x) == reference[k]
+        x = next(it)
+    for k, state in saves.items():
+        want = k if watched else k + 1  # unwatched, the batch in hand counts: step k would be lost
+        assert state["cursor"]["committed"] == state["cursor"]["delivered"] == want
+        assert _first_after_resume(shards, state) == reference[want]
+
+
+def test_the_plain_loop_counts_the_batch_it_trained_on_and_a_break_commits_nothing(shards):
+    ld, model = _watched(shards)
+    reference = [canon(b) for b in rd.DataLoader(shards, batch_size=8, shuffle=True, seed=3)][:6]
+    for k, x in enumerate(ld):
+        _forward(model)  # the forward (and, in a real loop, the update) of step k
+        if k == 3:
+            break
+    assert (ld.cursor.committed, ld.cursor.delivered) == (3, 4)  # a break commits nothing: step 3 in hand
+    state = ld.state_dict()  # trained: counted
+    assert state["cursor"]["committed"] == 4 and _first_after_resume(shards, state) == reference[4]
+    it = iter(ld)
+    assert canon(next(it)) == reference[4]  # a new iterator continues: nothing repeated
+    assert (ld.cursor.committed, ld.cursor.delivered) == (4, 5)  # step 4 in hand, not trained
+    assert ld.state_dict()["cursor"]["committed"] == 4  # left out of a state
+    next(it)
+    assert ld.cursor.committed == 5  # the next next() commits it, trained or not (rule 1)

@@ -162,3 +162,33 @@ def test_a_declared_batch_change_at_the_same_time_cuts_the_rebased_stream_by_the
     ld.load_state_dict(state, label="data_change", on_batch_change="continue")
     assert ld.recovery_label is rd.RecoveryLabel.DATA_CHANGE
     assert ids(take(ld, AFTER)) == predicted(tail, N_RECORDS, ld.plan, 25, AFTER, g=12)
+
+
+@pytest.mark.parametrize("policy", ["contiguous", "strided"])
+def test_two_ranks_under_wrap_each_continue_their_share_of_the_rebased_stream(versions, policy):
+    """World size 2 (tail 'wrap', each epoch whole global batches): a rebase at a whole batch, each
+    rank delivering its share of every rebased global batch."""
+    def rank_loader(source, rank):
+        return rd.DataLoader(source, batch_size=G // 2, shuffle=True, seed=7, sharding=rd.Sharding(2, rank, policy))
+
+    k = 25
+    for rank in (0, 1):
+        first = rank_loader(versions["a"], rank)
+        take(first, k)
+        state = first.state_dict()
+        ld = rank_loader(versions["b"], rank)
+        ld.load_state_dict(state, label="data_change")
+        plan, n_b = ld.plan, len(versions["b"])
+        assert plan.tail is rd.Tail.WRAP and plan.global_batch == G
+        steps_a, len_b = -(-N_RECORDS // G), -(-n_b // G) * G
+        epoch, offset = divmod(k, steps_a)[0], (k % steps_a) * G
+        f = offset * len_b // (steps_a * G)
+        p = epoch * len_b + f - f % G
+        want = []
+        for _ in range(AFTER):
+            mine = rd.Sharding(2, rank, policy).local_positions(p, p + G)
+            e, o = np.divmod(mine, len_b)
+            want.append([int(epoch_records(n_b, plan.order, np.array([x % n_b]), version_hash=plan.version_hash,
+                                           seed=7, epoch=int(y))[0]) for x, y in zip(o, e)])
+            p += G
+        assert ids(take(ld, AFTER)) == want
