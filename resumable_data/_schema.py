@@ -41,7 +41,8 @@ class _NotJson(Exception):
 
     def __init__(self, value: Any, why: str) -> None:
         super().__init__(why)
-        self.value, self.why, self.path = value, why, []
+        self.value, self.why = value, why
+        self.path: list[str | int] = []
 
 
 def check_json(value: Any, where: str, *, error: type[ResumableDataError] = ResumeError) -> None:
@@ -163,7 +164,7 @@ def expect_enum(value: Any, enum_type: type[E], where: str, *, error: type[Resum
     members = _ENUM_MEMBERS.get(enum_type)
     if members is None:
         try:
-            members = {m.value: m for m in enum_type}  # type: ignore[attr-defined]
+            members = {m.value: m for m in enum_type}
         except TypeError:  # unhashable values: the metaclass call alone
             members = {}
         _ENUM_MEMBERS[enum_type] = members
@@ -174,7 +175,7 @@ def expect_enum(value: Any, enum_type: type[E], where: str, *, error: type[Resum
     try:
         return enum_type(value)  # _missing_ hooks, and the refusal
     except (ValueError, TypeError):
-        allowed = [m.value for m in enum_type]  # type: ignore[attr-defined]
+        allowed = [m.value for m in enum_type]
         raise error(describe(where, value, f"one of {allowed}", "use one of the listed values")) from None
 
 

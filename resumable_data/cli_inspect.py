@@ -100,8 +100,8 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(fit(_dataset_report(args.checkpoint), width)))
         return 0
     if Path(args.checkpoint).is_file():
-        rc, out = loader_state_report(args.checkpoint, args.data, args.verify, args.records, _check_data)
-        print("\n".join(fit(out, width)))
+        rc, lines = loader_state_report(args.checkpoint, args.data, args.verify, args.records, _check_data)
+        print("\n".join(fit(lines, width)))
         return rc
     raw = read_checkpoint(args.checkpoint, args.step)
     meta = raw.meta

@@ -114,6 +114,7 @@ def next_step_lines(out: list[str], state: Any, step: int, data: str | None, rec
         )
         return
     info = describe_step(stream, ledger, Sharding(), step)
+    assert info.span is not None and info.records is not None  # describe_step knows both of a step
     start, stop = info.span
     ids = info.records[: max(0, records)].tolist()
     more = " ..." if len(info.records) > len(ids) else ""
@@ -127,20 +128,20 @@ def mixture_lines(out: list[str], state: Any, step: int | None = None) -> None:
     """Per-source progress of an ``rd.Mixture`` loader state, from the state alone."""
     from resumable_data.loader.mixture.state import mixture_progress
 
-    m = state.mixture
-    names = m["sources"]
+    m = state.mixture_section()  # a LoaderState (imported where used: the CLI starts without torch)
+    names = m.names
     kv(
         out,
         "mixture",
-        f"{len(names)} sources, block {m['block']}, version {state.plan.version_hash}"
-        + ("" if m["rebase"] is None else f", rebased at position {m['rebase'][0]} (data_change)")
-        + (f", {len(m['earlier'])} earlier run(s) in its packed epoch" if m.get("earlier") else ""),
+        f"{len(names)} sources, block {m.block}, version {state.plan.version_hash}"
+        + ("" if m.rebase is None else f", rebased at position {m.rebase.position} (data_change)")
+        + (f", {len(m.earlier)} earlier run(s) in its packed epoch" if m.earlier else ""),
     )
     kv(
         out,
         "weights",
         "; ".join(
-            f"from step {step}: " + ", ".join(f"{n}={w:g}" for n, w in zip(names, ws)) for step, ws in m["schedule"]
+            f"from step {step}: " + ", ".join(f"{n}={w:g}" for n, w in zip(names, ws)) for step, ws in m.schedule
         ),
     )
     if state.packing is not None:
@@ -150,12 +151,12 @@ def mixture_lines(out: list[str], state: Any, step: int | None = None) -> None:
             "packed: documents per step follow from the packing index (the documents' "
             "lengths); load the state into the loader and call loader.mixture_progress()",
         )
-        if "tokens" in m:
+        if m.tokens is not None:
             kv(
                 out,
                 "tokens per source",
                 f"at the committed step {state.cursor.committed}: "
-                + ", ".join(f"{n}={t}" for n, t in zip(names, m["tokens"])),
+                + ", ".join(f"{n}={t}" for n, t in zip(names, m.tokens)),
             )
         return
     prog = mixture_progress(state, step=state.next_step(rewound=bool(state.uncommitted)) if step is None else step)
@@ -169,12 +170,12 @@ def mixture_lines(out: list[str], state: Any, step: int | None = None) -> None:
             + (f" ({tokens[p.name]} tokens)" if tokens else "")
             + f", epoch {p.epoch}, position {p.position} of {p.size}, next step {prog.next_step[p.name]}",
         )
-    if not tokens and "tokens" in m:
+    if not tokens and m.tokens is not None:
         kv(
             out,
             "tokens per source",
             f"at the committed step {state.cursor.committed}: "
-            + ", ".join(f"{n}={t}" for n, t in zip(names, m["tokens"])),
+            + ", ".join(f"{n}={t}" for n, t in zip(names, m.tokens)),
         )
 
 

@@ -42,7 +42,7 @@ from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.restore import rounded_epoch_fix
 from resumable_data.loader.seeding.sample_seeding import K_FINGERPRINT_MODE, fingerprint_mode
 from resumable_data.loader.state import K_MIXTURE, K_PLAN, OnBatchChange
-from resumable_data.plan.mixture.section import K_REBASE
+from resumable_data.plan.mixture.section import K_REBASE, K_SIZES
 from resumable_data.plan.steps import K_GLOBAL_BATCH, K_SCHEDULE
 
 __all__ = ["CONTRACT_VERSION", "RULES", "Category", "CompatibilityReport", "Difference", "Severity", "check_compatible"]
@@ -333,7 +333,7 @@ def _rounded_mixture_epoch(sd: dict, cd: dict, raw: list[tuple[list[str], Any, A
     if _NUM_RECORDS not in paths or not paths & _BATCH:
         return None
     sm, cm = (d["data"].get(K_MIXTURE) if isinstance(d.get("data"), dict) else None for d in (sd, cd))
-    if not isinstance(sm, dict) or not isinstance(cm, dict) or sm.get("sizes") != cm.get("sizes"):
+    if not isinstance(sm, dict) or not isinstance(cm, dict) or sm.get(K_SIZES) != cm.get(K_SIZES):
         return None
     sp, cp = sd["data"][K_PLAN], cd["data"][K_PLAN]
     batches = (sp.get("num_records"), sp.get(K_GLOBAL_BATCH), cp.get(K_GLOBAL_BATCH))

@@ -40,6 +40,7 @@ handed to ``Optimizer.load_state_dict`` (which copies them to the parameter's de
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -163,13 +164,13 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, names: dict[int, str]
     optimizer.load_state_dict({K_STATE: torch_state, K_GROUPS: torch_groups})
 
 
-def _match_groups(current: list[list[str]], saved: dict[str, Any]) -> list[dict[str, Any]]:
+def _match_groups(current: list[list[str]], saved: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The saved group holding exactly each current group's names; refuses any mismatch."""
     by_set: dict[frozenset[str], dict[str, Any]] = {}
     for g in saved[K_GROUPS]:
         by_set[frozenset(g[K_PARAMS])] = g
     problems = []
-    ordered = []
+    ordered: list[dict[str, Any]] = []
     for gi, fq in enumerate(current):
         g = by_set.get(frozenset(fq))
         if g is None:
@@ -177,7 +178,8 @@ def _match_groups(current: list[list[str]], saved: dict[str, Any]) -> list[dict[
                 f"optimizer.param_groups[{gi}] holds {sorted(fq)[:6]}{'...' if len(fq) > 6 else ''}, "
                 "which no saved group holds exactly"
             )
-        ordered.append(g)
+        else:
+            ordered.append(g)
     known = set().union(*current) if current else set()
     extra = sorted(set(saved[K_STATE]) - known)
     if extra:
@@ -272,7 +274,9 @@ def _torch_layout(
     finally:
         for p in added:
             optimizer.state.pop(p, None)
-    return {K_STATE: {k: dict(v) for k, v in osd[K_STATE].items() if v}, K_GROUPS: [dict(g) for g in osd[K_GROUPS]]}
+    state: Any = osd[K_STATE]  # torch types the whole dict loosely: per-parameter dicts here
+    groups: Any = osd[K_GROUPS]
+    return {K_STATE: {k: dict(v) for k, v in state.items() if v}, K_GROUPS: [dict(g) for g in groups]}
 
 
 def dense_optimizer_state(
@@ -335,7 +339,7 @@ def load_dense_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Op
     if saved[K_STATE]:
         # every parameter presents state (a no-op entry where it has none), so torch's _init_optim_state
         # does not step; load_state_dict replaces the whole state
-        probes = {p: {} for p in params if not optimizer.state.get(p)}
+        probes: dict[torch.Tensor, dict[str, Any]] = {p: {} for p in params if not optimizer.state.get(p)}
         optimizer.state.update(probes)
         try:
             set_optimizer_state_dict(

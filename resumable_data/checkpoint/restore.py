@@ -373,7 +373,12 @@ def _snapshot(ts: Any) -> list:
     rng = rng_mod.capture()
     undo.append(lambda: rng_mod.restore(rng))
     own = {k: getattr(ts, k) for k in ("run_id", "parent_checkpoint_id", "recovery_label", "_window", "last_report")}
-    undo.append(lambda: [setattr(ts, k, v) for k, v in own.items()])
+
+    def put_back() -> None:
+        for k, v in own.items():
+            setattr(ts, k, v)
+
+    undo.append(put_back)
     if ts.metrics is not None:
         mattrs = dict(ts.metrics.__dict__)
         undo.append(lambda: (ts.metrics.__dict__.clear(), ts.metrics.__dict__.update(mattrs)))

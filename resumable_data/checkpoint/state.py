@@ -397,7 +397,8 @@ class TrainingState:
         snap = self.loader.snapshot() if self.loader is not None else None
         mid = self._mid_window()
         rewind = mid and self.accumulation is AccumulationPolicy.REWIND and snap is not None
-        if rewind:
+        window = self._window or {}  # read only when rewinding, where it is checked first
+        if rewind and snap is not None:
             if snap.commit is not CommitMode.EXPLICIT:
                 raise CheckpointError(
                     describe(
@@ -407,7 +408,7 @@ class TrainingState:
                         "pass commit='explicit' to rd.DataLoader, or accumulation='save_gradients'",
                     )
                 )
-            if self._window is None or self._window["committed"] != snap.cursor.committed:
+            if self._window is None or window["committed"] != snap.cursor.committed:
                 raise CheckpointError(
                     describe(
                         "accumulation",
@@ -421,16 +422,16 @@ class TrainingState:
         if self.model is not None:
             model_sd = dict(self.model.state_dict())
             if rewind:
-                model_sd.update(self._window["buffers"])
+                model_sd.update(window["buffers"])
         rng = None
         if self.capture_rng:
-            rng = self._window["rng"] if rewind else rng_mod.capture()
+            rng = window["rng"] if rewind else rng_mod.capture()
         grads = None
         if mid and not rewind and self.model is not None:
             grads = {n: p.grad for n, p in self.model.named_parameters() if p.grad is not None}
         grad_names = sorted(grads or {})
         if dcp:
-            if self._grad_slots():
+            if self._grad_slots() and self.model is not None:  # slots only with a model
                 have = grads or {}
                 grads = {
                     n: have[n] if n in have else torch.zeros_like(p)
@@ -458,7 +459,7 @@ class TrainingState:
             K_SCHEMA: STATE_SCHEMA_VERSION,
             K_MODEL: model_sd,
             K_OPTIMIZER: None
-            if self.optimizer is None
+            if self.optimizer is None or self.model is None  # an optimizer comes with its model (checked)
             else (
                 dense_optimizer_state(self.model, self.optimizer, placeholders=placeholders)
                 if dcp
@@ -498,10 +499,6 @@ class TrainingState:
     # -- oracles ----------------------------------------------------------------------------------
     def _oracles(self, state: dict[str, Any], next_step: int | None) -> dict[str, str]:
         return oracles_of(self, state, next_step)
-
-    def _next_records(self, step: int, limit: int | None = None):
-        ids = self.loader.step_info(step).records  # records, or a packed batch's documents
-        return ids if limit is None else ids[:limit]
 
     def oracles(self) -> dict[str, str]:
         """The oracles of the live state (what a checkpoint written now would record)."""
@@ -543,6 +540,7 @@ class TrainingState:
             )
         if not isinstance(state, Mapping):
             raise CheckpointError(describe("state", type(state).__name__, "the dict state_dict() returned", "pass it"))
+        tree: Mapping[str, Any]
         try:
             if state.get(K_LAYOUT) == LAYOUT_DCP:
                 tree, entries, saved_world = dcp_layout.unpack(state)

@@ -259,7 +259,7 @@ def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
 
 def _loadable(root: Path) -> dict[int, Path]:
     """step -> complete checkpoint: step directories, plus complete leftovers of steps without one."""
-    out = {int(STEP_RE.match(p.name).group(1)): p for p in list_checkpoints(root)}
+    out = {int(m.group(1)): p for p in list_checkpoints(root) if (m := STEP_RE.match(p.name))}  # all match
     for step, p in _orphans(root, sorted(os.listdir(root))).items():
         out.setdefault(step, p)
     return out

@@ -39,6 +39,7 @@ from resumable_data.errors import ConfigError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.state import LoaderState, OnUncommitted
 from resumable_data.plan import Plan, epoch_records
+from resumable_data.plan.mixture.section import MixtureSection
 from resumable_data.plan.record_runs import RecordRuns
 
 __all__ = ["DocumentOrder", "OrderCheck", "PlanOrder", "SamplerOrder", "StreamOrder"]
@@ -75,7 +76,7 @@ class StreamOrder(Protocol):
         """The state's ``sampler`` (None: the plan's own order)."""
         ...
 
-    def state_section(self) -> dict[str, Any] | None:
+    def state_section(self) -> MixtureSection | None:
         """The state's ``mixture`` section (None: not a mixture)."""
         ...
 
@@ -152,7 +153,7 @@ class StreamOrder(Protocol):
 class _Plain:
     """What the plain orders share: no point to move, no section, nothing counted."""
 
-    def state_section(self) -> dict[str, Any] | None:
+    def state_section(self) -> MixtureSection | None:
         return None
 
     def batch_records(self, start: int, stop: int, positions: np.ndarray) -> np.ndarray:

@@ -50,7 +50,6 @@ from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.order import OrderCheck, StreamOrder
 from resumable_data.loader.state import LoaderState, OnBatchChange, OnUncommitted
 from resumable_data.plan import Plan, Tail
-from resumable_data.plan.mixture.section import K_SIZES
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 from resumable_data.plan.rebase import rebase_origin
 from resumable_data.plan.sharding import world_sizes_text
@@ -344,11 +343,7 @@ def _spec(packing: Any) -> dict[str, Any] | None:
 
 def _same_mixture_sizes(saved: LoaderState, current: LoaderState) -> bool:
     """Both are ``rd.Mixture`` loaders over sources of the same sizes."""
-    return (
-        saved.mixture is not None
-        and current.mixture is not None
-        and saved.mixture.get(K_SIZES) == current.mixture.get(K_SIZES)
-    )
+    return saved.mixture is not None and current.mixture is not None and saved.mixture.sizes == current.mixture.sizes
 
 
 def _rounded_epoch_text(sp: Plan, cp: Plan) -> str:

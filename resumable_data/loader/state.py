@@ -2,7 +2,9 @@
 
 Schema (``format = "resumable_data.loader"``, integer ``schema_version``): a JSON object with
 exactly the keys below (plus ``mixture``, with its own ``schema_version``, in the state of an
-``rd.Mixture`` loader only, so other states are unchanged); every value is checked for type and range on load, so a forged or
+``rd.Mixture`` loader only, so other states are unchanged: typed as
+:class:`~resumable_data.plan.mixture.section.MixtureSection`, which writes back the JSON it was
+read from byte for byte); every value is checked for type and range on load, so a forged or
 malformed state raises :class:`~resumable_data.ResumeError` and nothing else. Loading never
 unpickles. Typical size: 500-700 bytes, independent of dataset size, window and worker count.
 
@@ -57,7 +59,7 @@ from resumable_data.loader.seeding.sample_seeding import (
 )
 from resumable_data.loader.skips import SkipIndex
 from resumable_data.plan import BatchOrigin, Plan, ShardingPolicy, Tail
-from resumable_data.plan.mixture import section as mixture_plan
+from resumable_data.plan.mixture.section import MixtureSection
 from resumable_data.plan.packing import Packing
 
 __all__ = [
@@ -98,7 +100,8 @@ K_LABEL = "recovery_label"
 K_SAMPLER = "sampler"
 K_EPOCH_BASE = "epoch_base"
 K_END_OF_PASS = "end_of_pass"
-#: Only in states of an ``rd.Mixture`` loader (validated by :mod:`resumable_data.loader.mixture.state`).
+#: Only in states of an ``rd.Mixture`` loader (:class:`~resumable_data.plan.mixture.section.MixtureSection`;
+#: its resume checks: :mod:`resumable_data.loader.mixture.state`).
 K_MIXTURE = "mixture"
 K_BATCH_ORIGIN = "batch_origin"
 K_SAMPLE_SEEDING = "sample_seeding"
@@ -333,8 +336,9 @@ class LoaderState:
     recovery_label: RecoveryLabel = RecoveryLabel.FAITHFUL_CONTINUATION
     #: Taken after an epoch's last batch, inside the pass (see the module docs).
     end_of_pass: bool = False
-    #: An ``rd.Mixture``'s section (names, sizes, schedule, block, rebase); None otherwise.
-    mixture: dict | None = None
+    #: An ``rd.Mixture``'s section (names, sizes, schedule, block, rebase, per-source tokens), typed;
+    #: None otherwise.
+    mixture: MixtureSection | None = None
     #: The seeding mode and version (schema 4); None: a state written before it (version 1).
     sample_seeding: SeedingRecord | None = None
 
@@ -367,11 +371,11 @@ class LoaderState:
             K_SKIPPED: [r.to_list() for r in self.skipped],
             K_LABEL: self.recovery_label.value,
             K_END_OF_PASS: self.end_of_pass,
-            **({} if self.mixture is None else {K_MIXTURE: self.mixture}),
+            **({} if self.mixture is None else {K_MIXTURE: self.mixture.to_dict()}),
         }
         if version == 3 or self.plan.origin is not None:
             d[K_BATCH_ORIGIN] = None if self.plan.origin is None else self.plan.origin.to_dict()
-        if version >= 4 and self.sample_seeding != DEFAULT_SEEDING:
+        if self.sample_seeding is not None and self.sample_seeding != DEFAULT_SEEDING:  # version 5
             d[K_SAMPLE_SEEDING] = self.sample_seeding.to_dict()
         return d
 
@@ -393,6 +397,14 @@ class LoaderState:
             skipped_before(self.skipped, c),
         )
 
+    def mixture_section(self) -> MixtureSection:
+        """The ``rd.Mixture`` section (``ResumeError`` when this is not a mixture loader's state)."""
+        if self.mixture is None:
+            raise ResumeError(
+                "state.mixture is missing: the state is not of an rd.Mixture loader; fix: pass a mixture loader's state"
+            )
+        return self.mixture
+
     @property
     def uncommitted(self) -> int:
         """Steps delivered but not committed."""
@@ -401,16 +413,10 @@ class LoaderState:
     def fingerprint_dict(self) -> dict[str, Any]:
         """The keys that identify the stream (what a checkpoint's metadata compares), no progress; the seeding mode, no version."""
         d = self.to_dict()
-        out = {k: d[k] for k in FINGERPRINT_KEYS + (K_MIXTURE,) if k in d} | fingerprint_section(self.sample_seeding)
-        if K_MIXTURE in out and mixture_plan.K_TOKENS in out[K_MIXTURE]:  # progress, not identity: the plain section
-            earlier = mixture_plan.K_EARLIER in out[K_MIXTURE]  # identity: the runs of the epoch's earlier documents
-            out[K_MIXTURE] = {
-                **{k: v for k, v in out[K_MIXTURE].items() if k not in mixture_plan.TOKENS_KEYS},
-                mixture_plan.K_SCHEMA: mixture_plan.EARLIER_SCHEMA_VERSION
-                if earlier
-                else mixture_plan.MIXTURE_SCHEMA_VERSION,
-            }
-        return out
+        out = {k: d[k] for k in FINGERPRINT_KEYS if k in d}
+        if self.mixture is not None:  # its per-source tokens are progress, not identity (earlier runs: identity)
+            out[K_MIXTURE] = self.mixture.without_tokens().to_dict()
+        return out | fingerprint_section(self.sample_seeding)
 
     @classmethod
     def from_fingerprint(cls, data: Any, epoch_base: tuple[int, int] = (0, 0)) -> LoaderState:
@@ -447,12 +453,12 @@ class LoaderState:
             version = SCHEMA_VERSION
         if d.get(K_FORMAT) == FORMAT and K_SCHEMA in d and (type(d[K_SCHEMA]) is not int or d[K_SCHEMA] != version):
             expect_header(d, FORMAT, SCHEMA_VERSION, "state")  # a clear version message first (1.0, True, 4)
-        mixture = d.get(K_MIXTURE)
+        raw_mixture = d.get(K_MIXTURE)
         keys = _KEYS_OF[version][K_MIXTURE in d]
         expect_mapping(d, "state", keys if version < 4 else keys | (_OPTIONAL_V4 & d.keys()))
-        if K_MIXTURE in d and not isinstance(mixture, dict):
+        if K_MIXTURE in d and not isinstance(raw_mixture, dict):
             raise ResumeError(
-                describe("state.mixture", mixture, "a mixture section object", "pass an unmodified state")
+                describe("state.mixture", raw_mixture, "a mixture section object", "pass an unmodified state")
             )
         expect_header(d, FORMAT, version, "state")
         try:
@@ -507,7 +513,7 @@ class LoaderState:
             skipped=skipped,
             recovery_label=expect_enum(d[K_LABEL], RecoveryLabel, "state.recovery_label"),
             end_of_pass=expect_bool(d[K_END_OF_PASS], "state.end_of_pass") if version >= 2 else False,
-            mixture=mixture,
+            mixture=None if raw_mixture is None else MixtureSection.from_dict(raw_mixture, "state.mixture"),
             sample_seeding=None
             if version < 4
             else SeedingRecord.from_dict(d[K_SAMPLE_SEEDING])

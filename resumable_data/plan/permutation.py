@@ -25,7 +25,7 @@ of one permutation, such as the mixture's block kernel). A restore needs nothing
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import xxhash
@@ -202,6 +202,9 @@ class Permutation:
 
     n: int
     key: int
+    #: Derived in ``__post_init__``: the round keys and the bits per Feistel half.
+    _keys: np.ndarray = field(init=False, repr=False, compare=False)
+    _half: np.uint64 = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.n, bool) or not isinstance(self.n, (int, np.integer)) or not 0 <= self.n <= MAX_DOMAIN:

@@ -140,7 +140,7 @@ class Sharding:
                 )
         world, rank = group or from_env or (1, 0)
         _check_local(seen, ints, world)
-        return cls(world, rank, policy)
+        return cls(world, rank, coerce_enum(policy, ShardingPolicy, "sharding policy"))
 
     def check_global_batch(self, global_batch: int) -> None:
         """Raise unless ``world_size`` divides ``global_batch``."""
@@ -187,7 +187,7 @@ class Sharding:
 _TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
 
-def _check_group(group: object) -> tuple[int, int] | None:
+def _check_group(group: Any) -> tuple[int, int] | None:
     """``None`` or ``(world_size, rank)`` with ``0 <= rank < world_size``."""
     if group is None:
         return None

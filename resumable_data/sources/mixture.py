@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -50,15 +51,7 @@ import pyarrow as pa
 
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.plan.mixture.plan import MAX_POSITION, MixturePlan, Rebase, mixture_version
-from resumable_data.plan.mixture.section import (
-    EARLIER_SCHEMA_VERSION,
-    K_EARLIER,
-    K_SCHEMA,
-    EarlierRun,
-    PackedRebase,
-    Section,
-    parse_section,
-)
+from resumable_data.plan.mixture.section import EarlierRun, MixtureSection, PackedRebase
 from resumable_data.plan.mixture.weights import StepPositions, WeightSchedule
 from resumable_data.sources.arrow_shards import ArrowShards
 
@@ -362,8 +355,8 @@ class MixtureSampler:
             f"shuffle={m.shuffle}{windows})"
         )
 
-    def state_section(self) -> dict[str, Any]:
-        return self.plan.to_dict()
+    def state_section(self) -> MixtureSection:
+        return self.plan.section()
 
     @property
     def declared_rebase(self) -> Rebase | None:
@@ -373,7 +366,7 @@ class MixtureSampler:
 
     def index_key(self) -> str:
         """What a packing index of this stream depends on: its state section."""
-        return repr(self.state_section())
+        return repr(self.state_section().to_dict())
 
 
 def _windows(shuffle_window: Any, names: tuple[str, ...], shuffle: bool) -> tuple[int | None, ...]:
@@ -432,7 +425,7 @@ class PackedMixtureSampler(MixtureSampler):
             super().__init__(mixture, seed, length, position_of_step)
             return
         self.mixture, self.seed, self._len, self.position_of_step = mixture, seed, length, None
-        self._declared = [[step, list(raw)] for step, _, raw in segments]
+        self._declared = tuple((step, tuple(raw)) for step, _, raw in segments)
         self.plan = self._plan_of(tuple(segments[0][2]), None)
 
     def add_run(self, position: int, weights: tuple[Any, ...]) -> None:
@@ -481,7 +474,7 @@ class PackedMixtureSampler(MixtureSampler):
     def index_key(self) -> str:
         """What a packing index of this stream depends on: the section, or a schedule's runs."""
         if not self.scheduled:
-            return repr(self.state_section())
+            return repr(self.state_section().to_dict())
         rebase = self.plan.rebase
         earlier = [r.to_list() for r in rebase.earlier] if isinstance(rebase, PackedRebase) else []
         return repr((self.plan.to_dict(), earlier, self.pending))
@@ -579,21 +572,18 @@ class PackedMixtureSampler(MixtureSampler):
                     )
                 )
 
-    def state_section(self) -> dict[str, Any]:
-        section = self.plan.to_dict()
+    def state_section(self) -> MixtureSection:
+        section = self.plan.section()
         if self.scheduled:  # the declared schedule: its runs are a pure function of the plan
-            return {**section, "schedule": self._declared, "rebase": None}
+            return replace(section, schedule=self._declared, rebase=None)
         rebase = self.plan.rebase
         if isinstance(rebase, PackedRebase) and rebase.earlier:
-            section[K_SCHEMA] = EARLIER_SCHEMA_VERSION
-            section[K_EARLIER] = [r.to_list() for r in rebase.earlier]
+            return replace(section, rebase=rebase)
         return section
 
-    def saved(self, section: dict[str, Any] | Section) -> PackedMixtureSampler:
+    def saved(self, sec: MixtureSection) -> PackedMixtureSampler:
         """A copy ordering the stream a saved (validated) mixture section describes: its weights and
-        its rebase with the earlier runs (for the saved epoch's packing index). ``section``: the
-        saved dict, or the :class:`~resumable_data.plan.mixture.section.Section` a restore parsed."""
-        sec = section if isinstance(section, Section) else parse_section(section)
+        its rebase with the earlier runs (for the saved epoch's packing index)."""
         other = copy.copy(self)
         other.plan = self._plan_of(WeightSchedule(sec.segments), sec.rebase)
         other._runs_of = None

@@ -44,6 +44,7 @@ from resumable_data.loader.mixture.state import (
 )
 from resumable_data.loader.order import DocumentOrder, OrderCheck
 from resumable_data.loader.state import LoaderState, OnUncommitted
+from resumable_data.plan.mixture.section import MixtureSection
 from resumable_data.plan.mixture.tokens import SourceTokens
 from resumable_data.plan.record_runs import RUN, RecordRuns
 
@@ -80,7 +81,7 @@ class MixtureOrder:
     def fingerprint(self) -> str | None:
         return self.sampler.fingerprint()
 
-    def state_section(self) -> dict[str, Any] | None:
+    def state_section(self) -> MixtureSection | None:
         return self.sampler.state_section()
 
     # -- positions -> records --------------------------------------------------------------------

@@ -49,18 +49,7 @@ from resumable_data.loader.mixture.progress import MixtureProgress
 from resumable_data.loader.state import LoaderState
 from resumable_data.plan import Tail
 from resumable_data.plan.mixture.plan import SourceProgress
-from resumable_data.plan.mixture.section import (
-    EARLIER_SCHEMA_VERSION,
-    K_EARLIER,
-    K_NAMES,
-    K_REBASE,
-    K_SCHEMA,
-    K_TOKENS,
-    MAX_EARLIER,
-    MIXTURE_SCHEMA_VERSION,
-    TOKENS_SCHEMA_VERSION,
-    PackedRebase,
-)
+from resumable_data.plan.mixture.section import MAX_EARLIER, MixtureSection, PackedRebase, Rebase
 from resumable_data.plan.packing import PackMode, best_fit_bins
 
 __all__ = [
@@ -212,15 +201,14 @@ class PackedSourceCount:
         _, tokens = self.at(state, stream, plan)
         if tokens is None:
             return state
-        schema = EARLIER_SCHEMA_VERSION if K_EARLIER in state.mixture else TOKENS_SCHEMA_VERSION
-        section = {**state.mixture, K_SCHEMA: schema, K_TOKENS: [int(x) for x in tokens]}
+        section = replace(state.mixture_section(), tokens=tuple(int(x) for x in tokens))
         return replace(state, mixture=section)
 
     def seed_from(self, saved: LoaderState, stream: Any, plan: Any) -> tuple[Any, int, np.ndarray] | None:
         """The seed a restore of ``saved`` takes (``stream`` and ``plan``: the current loader's,
         rebased as the restore will be); checked, nothing changed. None: the state has no counts."""
-        section = saved.mixture
-        if K_TOKENS not in section:
+        section = saved.mixture_section()
+        if section.tokens is None:
             return None
         epoch, first = saved.epoch_base
         count = stream.index(epoch).num_sequences
@@ -229,14 +217,14 @@ class PackedSourceCount:
         here = prefix(stream, plan, self.tokens, self.offsets, epoch, min(j, count)).tokens
         if j > count and tail is Tail.WRAP:  # after the epoch's last step: its wrapped head
             here = here + self._wrapped(stream, plan, epoch, j - count)
-        corr = np.asarray(section[K_TOKENS], dtype=np.int64) - here
+        corr = np.asarray(section.tokens, dtype=np.int64) - here
         ok = {Tail.PARTIAL: (corr == 0).all(), Tail.DROP: (corr <= 0).all(), Tail.WRAP: (corr >= 0).all()}[tail]
         if not ok:
             expected = {Tail.PARTIAL: "equal to", Tail.DROP: "at most", Tail.WRAP: "at least"}[tail]
             raise ResumeError(
                 describe(
                     "state.mixture.tokens",
-                    dict(zip(section[K_NAMES], section[K_TOKENS])),
+                    dict(zip(section.names, section.tokens)),
                     f"per source {expected} the tokens of the packed sequences before the committed "
                     f"step on the {tail.value} tail ({[int(x) for x in here]})",
                     "pass an unmodified state",
@@ -287,7 +275,9 @@ def window_boundary(stream: Any, step: int, ledger: dict[int, int]) -> tuple[int
     return epoch, epoch * n + min(boundary * stream.spec.window, n)
 
 
-def packed_change(saved: LoaderState, stream: Any, step: int, change: bool, section: Any = None) -> Any:
+def packed_change(
+    saved: LoaderState, stream: Any, step: int, change: bool, section: MixtureSection | None = None
+) -> Rebase | None:
     """The rebase a packed mixture continues from after a restore of ``saved`` at ``step``: with
     ``change`` (other weights, ``data_change``) a new one at :func:`change_position` (the sequences
     of the window holding the cursor stay the old plan's; each source continues from its count
@@ -295,10 +285,10 @@ def packed_change(saved: LoaderState, stream: Any, step: int, change: bool, sect
     kept; ``ResumeError`` when they would be more than ``MAX_EARLIER``, before anything changes),
     else the saved one, which must lie at or before the window boundary of the committed cursor
     (``ResumeError``). ``section``: ``saved``'s mixture section as :func:`~.state.check_section`
-    parsed it (else it is parsed here)."""
+    checked it (else ``saved.mixture``)."""
     from resumable_data.sources.mixture import change_rebase
 
-    order = stream.order.saved(saved.mixture if section is None else section)
+    order = stream.order.saved(saved.mixture_section() if section is None else section)
     order.check_runs()
     old = stream.with_order(order)
     rebase = order.plan.rebase
@@ -339,20 +329,16 @@ def without_ended_runs(state: LoaderState) -> LoaderState:
     ``epoch_base``'s epoch (a restore needs only the runs that hold that epoch's documents); schema
     3 only while some remain (then 2 with per-source tokens, else 1)."""
     section = state.mixture
-    if section is None or K_EARLIER not in section:
+    rebase = None if section is None else section.rebase
+    if section is None or not isinstance(rebase, PackedRebase):
         return state
     start = state.epoch_base[0] * state.plan.num_records
-    runs = section[K_EARLIER]
-    ends = [r[0] for r in runs[1:]] + [section[K_REBASE][0]]
-    kept = [r for r, end in zip(runs, ends) if end > start]
+    runs = rebase.earlier
+    ends = [r.position for r in runs[1:]] + [rebase.position]
+    kept = tuple(r for r, end in zip(runs, ends) if end > start)
     if len(kept) == len(runs):
         return state
-    rest = {k: v for k, v in section.items() if k != K_EARLIER}
-    if kept:
-        rest[K_EARLIER] = kept
-    else:
-        rest[K_SCHEMA] = TOKENS_SCHEMA_VERSION if K_TOKENS in rest else MIXTURE_SCHEMA_VERSION
-    return replace(state, mixture=rest)
+    return replace(state, mixture=replace(section, rebase=PackedRebase(rebase.position, rebase.counts, kept)))
 
 
 def resolve_schedule(order: Any, stream: Any) -> None:

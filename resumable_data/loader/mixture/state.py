@@ -7,9 +7,11 @@ hash and global batch, :func:`saved_plan` rebuilds the pure counting plan of the
 each source's consumed count, epoch and position at the cursor follow in O(S log + B), without
 the sources and without replay.
 
-Resume rules (:func:`check_mixture`). The saved section is validated first, every key before
-any is compared (:func:`check_section`: ``earlier`` only in a packed constant-weights state, no
-rebase in a packed schedule's). Sources, sizes, block and shuffle must match. Different
+Resume rules (:func:`check_mixture`). The saved section is validated when the state is loaded,
+every key before any is compared (``LoaderState.mixture``, a typed
+:class:`~resumable_data.plan.mixture.section.MixtureSection`), then against the state
+(:func:`check_section`: ``earlier`` only in a packed constant-weights state, no rebase in a
+packed schedule's). Sources, sizes, block and shuffle must match. Different
 weights are refused under the default (a faithful continuation) with both schedules named; with
 ``label="data_change"`` they are accepted and the new loader continues every source from its
 consumed count at the resume position (a new rebase), so no record of any source is repeated or
@@ -54,23 +56,7 @@ from resumable_data.loader.mixture.packed import packed_change
 from resumable_data.loader.mixture.progress import MixtureProgress
 from resumable_data.loader.state import LoaderState, OnUncommitted
 from resumable_data.plan.mixture.plan import MixturePlan, StepPositions
-from resumable_data.plan.mixture.section import (
-    K_BLOCK,
-    K_EARLIER,
-    K_NAMES,
-    K_REBASE,
-    K_SCHEDULE,
-    K_SCHEMA,
-    K_SHUFFLE,
-    K_SIZES,
-    K_TOKEN_COLUMN,
-    K_TOKENS,
-    K_TOKENS_BASE,
-    TOKENS_SCHEMA_VERSION,
-    Rebase,
-    Section,
-    parse_section,
-)
+from resumable_data.plan.mixture.section import K_BLOCK, K_NAMES, K_SHUFFLE, K_SIZES, MixtureSection, Rebase
 from resumable_data.plan.mixture.tokens import SourceTokens
 
 __all__ = [
@@ -89,15 +75,11 @@ __all__ = [
 _FIXED = (K_NAMES, K_SIZES, K_BLOCK, K_SHUFFLE)
 
 
-def saved_plan(state: LoaderState, section: Section | None = None) -> MixturePlan:
+def saved_plan(state: LoaderState, section: MixtureSection | None = None) -> MixturePlan:
     """The counting plan of a saved mixture state (raises ``ResumeError`` on a malformed section,
     a rebase past the state's cursor, or a weight schedule after a global-batch change).
     ``section``: the state's section as :func:`check_section` returned it (a restore validates it
     once and passes it on), else it is validated here."""
-    if state.mixture is None:
-        raise ResumeError(
-            "state.mixture is missing: the state is not of an rd.Mixture loader; fix: pass a mixture loader's state"
-        )
     if section is None:
         section = check_section(state)
     pos = None if state.packing is not None else _positions_of_steps(state.plan)
@@ -128,24 +110,25 @@ def saved_plan(state: LoaderState, section: Section | None = None) -> MixturePla
     return plan
 
 
-def check_section(state: LoaderState) -> Section:
-    """``state``'s mixture section validated (:func:`parse_section`), or ``ResumeError`` unless it
-    is well formed and holds only what its loader writes: ``earlier`` runs only with packing and
-    constant weights, no rebase with a packed weight schedule (its runs follow from the plan)."""
-    section = parse_section(state.mixture)
-    if K_EARLIER in state.mixture and (state.packing is None or len(section.segments) > 1):
+def check_section(state: LoaderState) -> MixtureSection:
+    """``state``'s mixture section (validated on load, :meth:`MixtureSection.from_dict`), or
+    ``ResumeError`` unless the state is a mixture's and the section holds only what its loader
+    writes: ``earlier`` runs only with packing and constant weights, no rebase with a packed weight
+    schedule (its runs follow from the plan)."""
+    section = state.mixture_section()
+    if section.earlier and (state.packing is None or len(section.schedule) > 1):
         kind = "an unpacked mixture" if state.packing is None else "a packed weight schedule"
         raise ResumeError(
             describe(
                 "state.mixture.earlier",
-                state.mixture[K_EARLIER],
+                [r.to_list() for r in section.earlier],
                 f"absent in a state of {kind} "
                 "(earlier runs are written only by a packed mixture with constant weights changed "
                 "inside an epoch)",
                 "pass an unmodified state",
             )
         )
-    if state.packing is not None and len(section.segments) > 1 and section.rebase is not None:
+    if state.packing is not None and len(section.schedule) > 1 and section.rebase is not None:
         raise ResumeError(
             describe(
                 "state.mixture.rebase",
@@ -187,7 +170,7 @@ class MixtureCheck:
 
     diffs: list[str]
     rebase: Rebase | None = None
-    section: Section | None = None
+    section: MixtureSection | None = None
     plan: MixturePlan | None = None
 
 
@@ -208,7 +191,7 @@ def check_mixture(
             ]
         )
     section = check_section(saved)  # every saved key checked before any is read
-    diffs, rebase, plan = _check_mixture(saved, current, label, choice, stream, section)
+    diffs, rebase, plan = _check_mixture(saved, current, label, choice, stream, section, current.mixture)
     return MixtureCheck(diffs, rebase, section, plan)
 
 
@@ -218,16 +201,17 @@ def _check_mixture(
     label: RecoveryLabel,
     choice: OnUncommitted | None,
     stream: Any,
-    section: Section,
+    section: MixtureSection,
+    current_section: MixtureSection,
 ) -> tuple[list[str], Rebase | None, MixturePlan | None]:
-    s, c = saved.mixture, current.mixture
+    s, c = section, current_section
     batch_changed = saved.plan.batch_dict() != current.plan.batch_dict()
-    if (batch_changed or saved.plan.origin is not None) and len(c[K_SCHEDULE]) > 1:
+    if (batch_changed or saved.plan.origin is not None) and len(c.schedule) > 1:
         return [_SCHEDULE_AND_BATCH_CHANGE], None, None
-    if s == c and s[K_REBASE] is None:  # the current loader's own section, byte for byte: nothing to check
+    if s == c and s.rebase is None:  # the current loader's own section, field for field: nothing to check
         return [], None, None
-    if saved.packing is not None and (len(s[K_SCHEDULE]) > 1 or len(c[K_SCHEDULE]) > 1):
-        same = all(s.get(k) == c.get(k) for k in _FIXED + (K_SCHEDULE,)) and s.get(K_REBASE) is None
+    if saved.packing is not None and (len(s.schedule) > 1 or len(c.schedule) > 1):
+        same = _fixed(s) == _fixed(c) and s.schedule == c.schedule and s.rebase is None
         if same:  # a packed weight schedule: its runs follow from the plan, nothing saved to adopt
             return [], None, None
         return (
@@ -241,17 +225,19 @@ def _check_mixture(
             None,
         )
     plan = saved_plan(saved, section)  # the section validated by check_mixture, not again
-    if batch_changed and len(s[K_SCHEDULE]) > 1:
+    if batch_changed and len(s.schedule) > 1:
         return [_SCHEDULE_AND_BATCH_CHANGE], None, plan
+    saved_fixed, current_fixed = _fixed(s), _fixed(c)
     diffs = [
-        f"mixture {k}: saved {s[k]!r} vs current {c[k]!r}; fix: build the rd.Mixture with the saved {k}"
+        f"mixture {k}: saved {saved_fixed[k]!r} vs current {current_fixed[k]!r}; fix: build the rd.Mixture with "
+        f"the saved {k}"
         for k in _FIXED
-        if s[k] != c[k]
+        if saved_fixed[k] != current_fixed[k]
     ]
     if diffs:
         return diffs, None, plan
     packed = saved.packing is not None and stream is not None  # the stream is given to a packed loader's check only
-    if s[K_SCHEDULE] == c[K_SCHEDULE]:
+    if s.schedule == c.schedule:
         if packed and plan.rebase is not None and not batch_changed:  # a batch change: refused (or continued) there
             return [], packed_change(saved, stream, saved.cursor.committed, change=False, section=section), plan
         return [], plan.rebase, plan
@@ -272,11 +258,21 @@ def _check_mixture(
     return [], Rebase(position, tuple(int(x) for x in plan.counts_before(position))), plan
 
 
-def _shown(section: dict) -> str:
-    names = section[K_NAMES]
+def _fixed(section: MixtureSection) -> dict[str, Any]:
+    """The keys a resume never changes, as the state writes them (how a difference is shown)."""
+    return {
+        K_NAMES: list(section.names),
+        K_SIZES: list(section.sizes),
+        K_BLOCK: section.block,
+        K_SHUFFLE: section.shuffle,
+    }
+
+
+def _shown(section: MixtureSection) -> str:
+    names = section.names
     return "; ".join(
         f"from step {step}: " + ", ".join(f"{n}={_number(w)}" for n, w in zip(names, ws))
-        for step, ws in section[K_SCHEDULE]
+        for step, ws in section.schedule
     )
 
 
@@ -291,13 +287,13 @@ def with_source_tokens(
     before the committed cursor (unpacked mixture loaders that count tokens), the column counted
     and, when not 0, the tokens among them that ``counters.tokens`` does not hold."""
     counts = plan.counts_before(state.plan.step_start(state.cursor.committed))
-    section = {
-        **state.mixture,
-        K_SCHEMA: TOKENS_SCHEMA_VERSION,
-        K_TOKENS: tokens.before(counts).tolist(),
-        K_TOKEN_COLUMN: column,
-        **({K_TOKENS_BASE: base} if base else {}),
-    }
+    section = state.mixture_section()
+    section = replace(
+        section,
+        tokens=tuple(tokens.before(counts).tolist()),
+        token_column=column,
+        tokens_base=base if base else section.tokens_base,
+    )
     return replace(state, mixture=section)
 
 
@@ -328,7 +324,8 @@ def check_saved_tokens(
     prefix) and the difference to its ``counters.tokens`` becomes the base. ``plan``: the saved plan
     (unpacked: counts at the committed cursor) or the rebased current plan (packed, with
     ``packed_epoch_end``, the mixed position the epoch ends at: only the range and the sum apply)."""
-    section, names = saved.mixture, saved.mixture[K_NAMES]
+    section = saved.mixture_section()
+    names = section.names
     at = saved.plan.step_start(saved.cursor.committed) if packed_epoch_end is None else packed_epoch_end
     counts = [int(x) for x in plan.counts_before(at)]
     try:
@@ -342,8 +339,8 @@ def check_saved_tokens(
                 "pass an unmodified state",
             )
         ) from None
-    saved_column = section.get(K_TOKEN_COLUMN)
-    if K_TOKENS in section and saved_column is not None and saved_column != column:
+    saved_column = section.token_column
+    if section.tokens is not None and saved_column is not None and saved_column != column:
         raise ResumeError(
             describe(
                 "state.mixture.token_column",
@@ -352,9 +349,9 @@ def check_saved_tokens(
                 f"build the loader with token_column={saved_column!r}, as saved",
             )
         )
-    base = section.get(K_TOKENS_BASE, 0)
-    if K_TOKENS in section:
-        tokens = [int(t) for t in section[K_TOKENS]]
+    base = section.tokens_base or 0
+    if section.tokens is not None:
+        tokens = [int(t) for t in section.tokens]
         if packed_epoch_end is None:
             try:
                 counter.check(counts, tokens)
@@ -395,9 +392,9 @@ def check_saved_tokens(
 def saved_tokens(state: LoaderState) -> dict[str, int] | None:
     """The per-source tokens a state holds (at its committed cursor), else None."""
     m = state.mixture
-    if m is None or K_TOKENS not in m:
+    if m is None or m.tokens is None:
         return None
-    return dict(zip(m[K_NAMES], m[K_TOKENS]))
+    return dict(zip(m.names, m.tokens))
 
 
 def mixture_progress(

@@ -299,6 +299,7 @@ class SourceKeys:
                     continue
                 for e in range(first, last + 1):
                     p = order(s, e)
+                    assert p is not None  # an order that keys a source's first epoch keys all of them
                     self.halves[s] = p.half
                     rows.append(p.round_keys)
                     row_halves.append(int(p.half))
@@ -333,7 +334,7 @@ def block_arrays(
     counts: np.ndarray,
     before: np.ndarray,
     block_key: int | None,
-    block_half: int,
+    block_half: int | np.integer,
     sizes: np.ndarray | None = None,
     offsets: np.ndarray | None = None,
     keys: SourceKeys | None = None,
@@ -347,14 +348,14 @@ def block_arrays(
     pos = np.empty(b, dtype=np.int64)
     shuffle = block_key is not None and b > 1
     records = keys is not None
-    if not records:
+    if keys is None:
         sizes = offsets = np.zeros(len(counts), dtype=np.int64)
         keys = SourceKeys(counts, sizes, sizes + 1, None)
     rec = np.empty(b if records else 0, dtype=np.int64)
     ids = np.empty(b if records else 0, dtype=np.int64)
     half = np.uint64(block_half if shuffle else 1)
     btab = np.empty(ROUNDS << int(half), dtype=_TABLE)
-    if shuffle:
+    if shuffle and block_key is not None:
         _block_table(np.uint64(block_key), half, btab)
     scratch, small = _scratch(b, len(counts))
     _block_into(
@@ -387,7 +388,7 @@ def span_arrays(
     counts: np.ndarray,
     before: np.ndarray,
     block_keys: np.ndarray | None,
-    block_half: int,
+    block_half: int | np.integer,
     sizes: np.ndarray,
     offsets: np.ndarray,
     keys: SourceKeys,

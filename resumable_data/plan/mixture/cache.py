@@ -32,7 +32,7 @@ import numpy as np
 
 from resumable_data.plan.mixture.block import SourceKeys, block_arrays, span_arrays
 from resumable_data.plan.mixture.runs import Run
-from resumable_data.plan.order import EpochOrder
+from resumable_data.plan.order import EpochOrder, OrderSpec
 from resumable_data.plan.permutation import Permutation, permutation_key
 
 __all__ = ["BlockCache"]
@@ -64,6 +64,16 @@ class BlockCache:
     plan supplies ``names``, ``sizes``, ``versions``, ``block``, ``seed``, ``version_hash``,
     ``shuffle``, ``_orders`` and ``_windowed``, and calls :meth:`_init_cache` once they are set)."""
 
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
+    versions: tuple[str, ...]
+    block: int
+    seed: int
+    version_hash: str
+    shuffle: bool
+    _orders: tuple[OrderSpec | None, ...]
+    _windowed: bool
+
     def _init_cache(self) -> None:
         self._blocks: OrderedDict[tuple[int, int], Block] = OrderedDict()
         self._cache_entries = max(2, min(32, _CACHE_BYTES // (32 * self.block)))  # 4 arrays of B int64 per block
@@ -91,7 +101,7 @@ class BlockCache:
         if self._block_half is None:
             self._block_half = Permutation(self.block, 0).half
         if records:
-            keys = self._source_keys(counts, before)
+            keys = self._source_keys(counts, before)  # sets the sizes and offsets
             arrays = block_arrays(counts, before, block_key, self._block_half, self._sizes, self._offsets, keys)
             if self._windowed:
                 self._window_records(*arrays)
@@ -132,6 +142,7 @@ class BlockCache:
         if self._block_half is None:
             self._block_half = Permutation(self.block, 0).half
         keys = self._source_keys(total, before)
+        assert self._sizes is not None and self._offsets is not None  # set by _source_keys
         arrays = span_arrays(
             counts, before, block_keys, self._block_half, self._sizes, self._offsets, keys, full=full or self._windowed
         )
@@ -154,11 +165,17 @@ class BlockCache:
     def _kernel_order(self, s: int, epoch: int) -> Permutation | None:
         """The keyed permutation the block kernel applies to source ``s``; None for a windowed
         source (the kernel leaves its records in id order and :meth:`_window_records` orders them)."""
-        return None if self._orders[s] is not None else self.source_order(s, epoch)
+        return (
+            None
+            if self._orders[s] is not None
+            else _source_perm(self.sizes[s], self.versions[s], self.seed, epoch, self.names[s])
+        )
 
     def _window_records(self, src: np.ndarray, pos: np.ndarray, rec: np.ndarray, ids: np.ndarray) -> None:
         """Put each windowed source's in-epoch offsets (left by the kernel in id order) through
         that source epoch's window shuffle, in place: one ``forward`` per source epoch in the block."""
+        offsets = self._offsets
+        assert offsets is not None  # set with the records' source keys
         for s in range(len(self.names)):
             if self._orders[s] is None:
                 continue
@@ -170,7 +187,7 @@ class BlockCache:
             for e in np.unique(epochs).tolist():
                 sel = at[epochs == e]
                 rec[sel] = self.source_order(s, e).forward(rec[sel])
-            ids[at] = self._offsets[s] + rec[at]
+            ids[at] = offsets[s] + rec[at]
 
     def _block_records(self, run: Run, j: int) -> Block:
         """Block ``j`` with its record ids (per source, and in the sources' concatenated id space)."""

@@ -51,16 +51,8 @@ from resumable_data.plan.mixture.block import is_span
 from resumable_data.plan.mixture.cache import Block, BlockCache
 from resumable_data.plan.mixture.runs import Run, floor_sum
 from resumable_data.plan.mixture.section import (
-    K_BLOCK,
-    K_NAMES,
-    K_REBASE,
-    K_SCHEDULE,
-    K_SCHEMA,
-    K_SHUFFLE,
-    K_SIZES,
-    MIXTURE_SCHEMA_VERSION,
+    MixtureSection,
     Rebase,
-    Section,
     parse_section,
 )
 from resumable_data.plan.mixture.weights import StepPositions, WeightSchedule
@@ -163,6 +155,7 @@ class MixturePlan(BlockCache):
     def _build_runs(self) -> list[Run]:
         starts = [(0, self.segments[0][1])]  # segment 0 starts the stream (no step -> position call)
         for step, w, _ in self.segments[1:]:
+            assert self._pos is not None  # a schedule without a step map is refused in __init__
             start = self._pos(step)
             if not 0 <= start <= MAX_POSITION:
                 raise ConfigError(
@@ -261,6 +254,7 @@ class MixturePlan(BlockCache):
         j = (start - run.start) // self.block
         origin = run.start + j * self.block
         b = self._span_records(run, j, (stop - 1 - origin) // self.block + 1, full=False)
+        assert b.ids is not None  # a span's concatenated ids are always computed
         return b.ids[start - origin : stop - origin]
 
     def _lookup(self, positions, block: Callable[[Run, int], Block], fields: tuple[str, ...]) -> tuple:
@@ -314,12 +308,12 @@ class MixturePlan(BlockCache):
         runs = self._run_of(pos) if len(self._runs) > 1 else np.zeros(pos.shape, dtype=np.int64)
         for k, sel_k in _groups(runs):
             run = self._runs[k]
-            at = np.flatnonzero(sel_k) if isinstance(sel_k, np.ndarray) else np.arange(pos.size)
-            blocks, inner = np.divmod(pos[at] - run.start, self.block)
+            where = np.flatnonzero(sel_k) if isinstance(sel_k, np.ndarray) else np.arange(pos.size)
+            blocks, inner = np.divmod(pos[where] - run.start, self.block)
             for j, sel in _groups(blocks):
                 b = block(run, j)
                 for o, f in zip(out, fields):
-                    o[at[sel]] = getattr(b, f)[inner[sel]]
+                    o[where[sel]] = getattr(b, f)[inner[sel]]
         return out
 
     def progress(self, position: int) -> list[SourceProgress]:
@@ -331,17 +325,22 @@ class MixturePlan(BlockCache):
         ]
 
     # -- state ------------------------------------------------------------------------------------
+    def section(self) -> MixtureSection:
+        """The mixture's part of a loader state (names, sizes, declared schedule, block, rebase),
+        typed; the rebase as a plain one (a packed sampler adds its earlier runs)."""
+        rebase = None if self.rebase is None else Rebase(self.rebase.position, self.rebase.counts)
+        return MixtureSection(
+            self.names,
+            self.sizes,
+            tuple((step, tuple(raw)) for step, _, raw in self.segments),
+            self.block,
+            self.shuffle,
+            rebase,
+        )
+
     def to_dict(self) -> dict[str, Any]:
-        """The mixture's part of a loader state (names, sizes, declared schedule, block, rebase)."""
-        return {
-            K_SCHEMA: MIXTURE_SCHEMA_VERSION,
-            K_NAMES: list(self.names),
-            K_SIZES: list(self.sizes),
-            K_SCHEDULE: [[step, list(raw)] for step, _, raw in self.segments],
-            K_BLOCK: self.block,
-            K_SHUFFLE: self.shuffle,
-            K_REBASE: None if self.rebase is None else self.rebase.to_list(),
-        }
+        """:meth:`section` as a state holds it."""
+        return self.section().to_dict()
 
     def with_rebase(self, rebase: Rebase | None) -> MixturePlan:
         return MixturePlan(
@@ -377,7 +376,7 @@ class MixturePlan(BlockCache):
 
     @classmethod
     def from_section(
-        cls, sec: Section, *, seed: int, version_hash: str, position_of_step: Callable[[int], int] | None
+        cls, sec: MixtureSection, *, seed: int, version_hash: str, position_of_step: Callable[[int], int] | None
     ) -> MixturePlan:
         """:meth:`from_dict` of a section already validated (:func:`.section.parse_section`):
         a restore parses the saved section once and passes the typed result on."""

@@ -7,12 +7,12 @@ shuffled, and a data-change ``rebase`` (``[position, [records consumed per sourc
 
 Guarantee. :func:`parse_section` reads nothing it has not checked: every key, type, length and
 range is validated (a ``ResumeError`` naming the field, the value, what was expected and the fix)
-before a :class:`Section` is returned; it never builds a plan and costs O(sources + segments).
+before a :class:`MixtureSection` is returned; it never builds a plan and costs O(sources + segments).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from resumable_data._schema import MAX_INT, expect_int, expect_mapping, expect_str, field_int
@@ -20,7 +20,7 @@ from resumable_data.errors import ResumeError, describe
 from resumable_data.plan.mixture.weights import WEIGHT_TEXT, is_weight
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 
-__all__ = ["EarlierRun", "PackedRebase", "Rebase", "Section", "parse_section"]
+__all__ = ["EarlierRun", "MixtureSection", "PackedRebase", "Rebase", "parse_section"]
 
 MIXTURE_SCHEMA_VERSION = 1
 K_SCHEMA = "schema_version"
@@ -86,18 +86,80 @@ class PackedRebase(Rebase):
 
 
 @dataclass(frozen=True)
-class Section:
-    """A validated mixture section (the weights as saved: numbers, not yet exact fractions)."""
+class MixtureSection:
+    """A validated mixture section, typed: what :attr:`LoaderState.mixture
+    <resumable_data.loader.state.LoaderState.mixture>` holds (None: not a mixture loader).
+
+    ``schedule`` holds the weights as saved (numbers, not yet exact fractions: ``1`` and ``1.0``
+    stay what they were, so :meth:`to_dict` writes the JSON it was read from, byte for byte); the
+    earlier runs of a packed mid-epoch rebase are ``rebase.earlier`` (a :class:`PackedRebase`).
+    ``tokens`` / ``token_column`` / ``tokens_base``: None when the key is absent. The schema
+    version is not stored: it follows from the keys (:attr:`schema_version`)."""
 
     names: tuple[str, ...]
     sizes: tuple[int, ...]
-    segments: tuple[tuple[int, dict], ...]
+    #: ``(step, (weight per source, as given))`` per declared segment, in step order.
+    schedule: tuple[tuple[int, tuple[Any, ...]], ...]
     block: int
     shuffle: bool
-    rebase: Rebase | None
+    rebase: Rebase | None = None
+    tokens: tuple[int, ...] | None = None
+    token_column: str | None = None
+    tokens_base: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rebase, PackedRebase) and not self.rebase.earlier:  # written as a plain rebase
+            object.__setattr__(self, "rebase", Rebase(self.rebase.position, self.rebase.counts))
+
+    @property
+    def schema_version(self) -> int:
+        """3 with earlier runs, 2 with per-source tokens, else 1 (what each key set is written at)."""
+        if self.earlier:
+            return EARLIER_SCHEMA_VERSION
+        return TOKENS_SCHEMA_VERSION if self.tokens is not None else MIXTURE_SCHEMA_VERSION
+
+    @property
+    def earlier(self) -> tuple[EarlierRun, ...]:
+        """The runs before a packed mid-epoch rebase, oldest first (empty: none)."""
+        return self.rebase.earlier if isinstance(self.rebase, PackedRebase) else ()
+
+    @property
+    def segments(self) -> tuple[tuple[int, dict[str, Any]], ...]:
+        """``(step, {source name: weight as given})`` per segment (what a ``WeightSchedule`` takes)."""
+        return tuple((step, dict(zip(self.names, weights))) for step, weights in self.schedule)
+
+    def without_tokens(self) -> MixtureSection:
+        """The section without its per-source tokens (progress, not identity: a fingerprint's)."""
+        return replace(self, tokens=None, token_column=None, tokens_base=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The section as a state holds it (keys in the order rd has always written them)."""
+        d: dict[str, Any] = {
+            K_SCHEMA: self.schema_version,
+            K_NAMES: list(self.names),
+            K_SIZES: list(self.sizes),
+            K_SCHEDULE: [[step, list(weights)] for step, weights in self.schedule],
+            K_BLOCK: self.block,
+            K_SHUFFLE: self.shuffle,
+            K_REBASE: None if self.rebase is None else self.rebase.to_list(),
+        }
+        if self.earlier:
+            d[K_EARLIER] = [r.to_list() for r in self.earlier]
+        if self.tokens is not None:
+            d[K_TOKENS] = list(self.tokens)
+        if self.token_column is not None:
+            d[K_TOKEN_COLUMN] = self.token_column
+        if self.tokens_base is not None:
+            d[K_TOKENS_BASE] = self.tokens_base
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "state.mixture") -> MixtureSection:
+        """The validated contents of a saved mixture section ``d`` (a ``ResumeError`` on anything else)."""
+        return parse_section(d, where)
 
 
-def parse_section(d: Any, where: str = "state.mixture") -> Section:
+def parse_section(d: Any, where: str = "state.mixture") -> MixtureSection:
     """The validated contents of a saved mixture section ``d`` (a ``ResumeError`` on anything else)."""
     version = d.get(K_SCHEMA) if isinstance(d, dict) else None
     if version == EARLIER_SCHEMA_VERSION:
@@ -132,7 +194,7 @@ def parse_section(d: Any, where: str = "state.mixture") -> Section:
         raise ResumeError(
             describe(f"{where}.sizes", sizes, "one size per distinct source name", "pass an unmodified state")
         )
-    segs = []
+    segs: list[tuple[int, tuple[Any, ...]]] = []
     for i, seg in enumerate(sched):
         if not (isinstance(seg, list) and len(seg) == 2 and isinstance(seg[1], list) and len(seg[1]) == len(names)):
             raise ResumeError(
@@ -146,9 +208,9 @@ def parse_section(d: Any, where: str = "state.mixture") -> Section:
                 raise ResumeError(
                     describe(f"{where}.schedule[{i}][1][{k}]", w, WEIGHT_TEXT, "pass an unmodified state")
                 )
-        segs.append((step, dict(zip(names, weights))))
+        segs.append((step, tuple(weights)))
     rb = d[K_REBASE]
-    rebase = None
+    rebase: Rebase | None = None
     if rb is not None:
         if not (isinstance(rb, list) and len(rb) == 2 and isinstance(rb[1], list) and len(rb[1]) == len(names)):
             raise ResumeError(
@@ -177,14 +239,22 @@ def parse_section(d: Any, where: str = "state.mixture") -> Section:
     if not all(type(t) is int and 0 <= t <= MAX_POSITION for t in tokens):
         for i, t in enumerate(tokens):
             expect_int(t, f"{where}.tokens[{i}]", 0, MAX_POSITION)
-    if K_TOKEN_COLUMN in d:
-        expect_str(d[K_TOKEN_COLUMN], f"{where}.token_column", max_len=256)
-    if K_TOKENS_BASE in d:
-        expect_int(d[K_TOKENS_BASE], f"{where}.tokens_base", 0, MAX_POSITION)
+    column = expect_str(d[K_TOKEN_COLUMN], f"{where}.token_column", max_len=256) if K_TOKEN_COLUMN in d else None
+    base = expect_int(d[K_TOKENS_BASE], f"{where}.tokens_base", 0, MAX_POSITION) if K_TOKENS_BASE in d else None
     shuffle = d[K_SHUFFLE]
     if not isinstance(shuffle, bool):
         raise ResumeError(describe(f"{where}.shuffle", shuffle, "true or false", "pass an unmodified state"))
-    return Section(tuple(names), tuple(sizes), tuple(segs), field_int(d, K_BLOCK, where, 1, 1 << 24), shuffle, rebase)
+    return MixtureSection(
+        tuple(names),
+        tuple(sizes),
+        tuple(segs),
+        field_int(d, K_BLOCK, where, 1, 1 << 24),
+        shuffle,
+        rebase,
+        tuple(tokens) if K_TOKENS in d else None,
+        column,
+        base,
+    )
 
 
 def _packed_rebase(raw: Any, rebase: Rebase | None, sources: int, where: str) -> PackedRebase:
@@ -199,7 +269,7 @@ def _packed_rebase(raw: Any, rebase: Rebase | None, sources: int, where: str) ->
                 "pass an unmodified state",
             )
         )
-    runs = []
+    runs: list[EarlierRun] = []
     for i, run in enumerate(raw):
         if not (
             isinstance(run, list) and len(run) == 3 and all(isinstance(x, list) and len(x) == sources for x in run[1:])

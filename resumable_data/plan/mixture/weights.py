@@ -37,8 +37,8 @@ MAX_INT_WEIGHT = 1 << 4096  # integer weights below it (Python's int <-> str lim
 def is_weight(v: Any) -> bool:
     """Whether ``v`` is a weight: an integer (not a bool) in ``[0, 2**4096)`` or a finite float >= 0."""
     if isinstance(v, (int, np.integer)):
-        return not isinstance(v, bool) and 0 <= v < MAX_INT_WEIGHT
-    return isinstance(v, (float, np.floating)) and math.isfinite(v) and v >= 0
+        return not isinstance(v, bool) and bool(0 <= v < MAX_INT_WEIGHT)
+    return isinstance(v, (float, np.floating)) and math.isfinite(v) and bool(v >= 0)
 
 
 #: What a weight must be (the text of every refusal of one).

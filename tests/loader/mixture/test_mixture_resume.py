@@ -341,13 +341,11 @@ def test_a_mixture_sampler_pickles(dirs, packed):
 
 @pytest.mark.parametrize("case", ["same", "data_change", "packed_same", "packed_data_change"])
 def test_a_restore_validates_the_saved_section_once(dirs, monkeypatch, case):
-    """Every restore path parses the saved mixture section exactly once (``check_section``) and
-    passes the typed section on: the saved plan, the packed change and the token check do not
-    parse it again; the resumed batches are the uninterrupted (or the changed) loader's."""
-    from resumable_data.loader.mixture import state as mixture_state
+    """Every restore path parses the saved mixture section exactly once (on load, into the typed
+    ``LoaderState.mixture``) and passes the typed section on: the saved plan, the packed change and
+    the token check do not parse it again; the resumed batches are the uninterrupted (or the changed) loader's."""
     from resumable_data.plan.mixture import plan as plan_mixture
     from resumable_data.plan.mixture import section as mixture_section
-    from resumable_data.sources import mixture as mixture_packed
 
     packing = rd.Packing(16) if case.startswith("packed") else None
     weights = W2 if case.endswith("data_change") else WEIGHTS
@@ -355,12 +353,13 @@ def test_a_restore_validates_the_saved_section_once(dirs, monkeypatch, case):
     expected, _ = continue_from(loader_for(dirs, weights, packing=packing), states[5], H,
                                 **({"label": "data_change"} if weights is W2 else {}))
     calls = []
+    parse = mixture_section.parse_section
 
     def counted(d, where="state.mixture"):
         calls.append(where)
-        return mixture_section.parse_section(d, where)
+        return parse(d, where)
 
-    for module in (mixture_state, plan_mixture, mixture_packed):
+    for module in (mixture_section, plan_mixture):
         monkeypatch.setattr(module, "parse_section", counted)
     loader = loader_for(dirs, weights, packing=packing)
     loader.load_state_dict(states[5], **({"label": "data_change"} if weights is W2 else {}))
