@@ -49,7 +49,7 @@ from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.order import OrderCheck, StreamOrder
 from resumable_data.loader.state import LoaderState, OnBatchChange, OnUncommitted
-from resumable_data.plan import Plan, Tail
+from resumable_data.plan import BatchOrigin, Plan, Tail
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 from resumable_data.plan.rebase import rebase_origin
 from resumable_data.plan.sharding import world_sizes_text
@@ -172,6 +172,7 @@ def validate_restore(
         raise ResumeError("cannot resume this loader from the given state:\n  - " + "\n  - ".join(diffs))
     stream = order.restore_stream(stream, check.point)  # a packed mixture: indexes of the order it continues from
     ledger = _epoch_ledger(saved, stream)
+    new_origin: BatchOrigin | None
     if rebased:
         new_origin = rebase_origin(saved.plan, resume, current.plan)
     else:
