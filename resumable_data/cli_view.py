@@ -256,12 +256,14 @@ def loader_state_report(
 
 
 def _batch_text(plan) -> str:
-    """The global batch, or the schedule (and the origin of a declared batch change)."""
+    """The global batch, or the schedule (and the origin of a declared batch change or data_change rebase)."""
     sched = getattr(plan, "schedule", None)
     text = f"{plan.global_batch}" if sched is None else f"schedule {sched.to_dict()}"
     origin = getattr(plan, "origin", None)
     if origin is not None:
-        text += f" from step {origin.step} (position {origin.position}, a declared batch change)"
+        text += (
+            f" from step {origin.step} (position {origin.position}: a declared batch change or a data_change rebase)"
+        )
     return text
 
 
