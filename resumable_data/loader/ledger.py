@@ -81,6 +81,11 @@ class EpochStream(Protocol):
 class ProgressLedger:
     """Cursor, counters, skips, epoch ledger and label of one loader (see the module docs)."""
 
+    #: Epoch -> its first step; the skipped ranges; their merged index (None: rebuilt on the next lookup).
+    _ledger: dict[int, int]
+    _skipped: list[SkippedRange]
+    _skip_index: SkipIndex | None
+
     def __init__(self, stream: EpochStream, commit: CommitMode, accumulation_steps: int) -> None:
         self._base = stream
         self._stream = stream
@@ -232,9 +237,9 @@ class ProgressLedger:
         self._committed = self._delivered = self._fetched = 0
         self._attempted = self._applied = self._skipped_updates = self._tokens = self._samples = 0
         self._pending_tokens = self._pending_samples = self._pending_mb = 0
-        self._ledger: dict[int, int] = {0: 0}
-        self._skipped: list[SkippedRange] = []
-        self._skip_index: SkipIndex | None = None
+        self._ledger = {0: 0}
+        self._skipped = []
+        self._skip_index = None
         self._label = RecoveryLabel.FAITHFUL_CONTINUATION
         self._pass_epoch: int | None = None
         self._resumed_at_end = False  # restored from a state taken at the end of a pass

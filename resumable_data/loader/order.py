@@ -30,6 +30,7 @@ span touches. A restore costs nothing here (the first span computes a run).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -150,18 +151,27 @@ class StreamOrder(Protocol):
         ...
 
 
-class _Plain:
+class _Plain(ABC):
     """What the plain orders share: no point to move, no section, nothing counted."""
+
+    @abstractmethod
+    def fingerprint(self) -> str | None: ...
+
+    @abstractmethod
+    def records(self, positions: np.ndarray) -> np.ndarray: ...
+
+    @abstractmethod
+    def span_records(self, start: int, stop: int) -> np.ndarray: ...
 
     def state_section(self) -> MixtureSection | None:
         return None
 
     def batch_records(self, start: int, stop: int, positions: np.ndarray) -> np.ndarray:
-        ids = self.span_records(start, stop)  # type: ignore[attr-defined]
+        ids = self.span_records(start, stop)
         return ids if len(positions) == stop - start else ids[positions - start]
 
     def warm_ids(self) -> np.ndarray:
-        return self.records(np.zeros(1, dtype=np.int64))  # type: ignore[attr-defined]
+        return self.records(np.zeros(1, dtype=np.int64))
 
     def bind(self, stream: Any) -> None:
         return None
@@ -215,7 +225,7 @@ class _Plain:
             "a dataset ordered by the plan"
             if self.fingerprint() is None
             else f"a dataset ordered by the sampler {self.fingerprint()}"
-        )  # type: ignore[attr-defined]
+        )
         raise ConfigError(
             describe(
                 "dataset",
@@ -264,7 +274,7 @@ class SamplerOrder(_Plain):
         self.sampler = sampler
         self.epoch_len = int(epoch_len)
 
-    def fingerprint(self) -> str | None:
+    def fingerprint(self) -> str:
         return self.sampler.fingerprint()
 
     def records(self, positions: np.ndarray) -> np.ndarray:

@@ -135,6 +135,7 @@ class MixtureOrder:
         if self._tokens is None:
             mixture = self.sampler.mixture
             lengths = self._lengths if self.packed else mixture.column_lengths(self.token_column)
+            assert lengths is not None  # a packed order is built with its documents' lengths
             offsets = mixture.offsets
             self._tokens = SourceTokens(
                 self.sampler.plan, [lengths[offsets[s] : offsets[s + 1]] for s in range(len(offsets) - 1)]
@@ -153,6 +154,7 @@ class MixtureOrder:
             return state
         if self.packed:
             return self._packed().with_tokens(without_ended_runs(state), stream, self.sampler)
+        assert self.token_column is not None  # unpacked, tokens are counted of the token_column only
         return with_source_tokens(state, self.sampler.plan, counter, self.token_column, self._tokens_base)
 
     def prepare_restore(self, saved: LoaderState, check: OrderCheck, stream: Any) -> Any:
@@ -192,8 +194,9 @@ class MixtureOrder:
         tokens, seed = prepared
         if tokens is not None:
             self._tokens_base = tokens.base
-            if tokens.counts is not None:
-                self._source_tokens().seed(tokens.counts, tokens.tokens)
+            counter = self._source_tokens()  # a token start is prepared only where tokens are counted
+            if tokens.counts is not None and tokens.tokens is not None and counter is not None:
+                counter.seed(tokens.counts, tokens.tokens)
         if self.packed:
             self._packed().seed = seed
 

@@ -90,7 +90,7 @@ def saved_plan(state: LoaderState, section: MixtureSection | None = None) -> Mix
         packed = state.packing is not None  # a packed epoch e holds the documents at positions [e*n, (e+1)*n)
         n = state.plan.num_records
         resume = (state.epoch_base[0] + 1) * n if packed else state.plan.step_start(state.cursor.committed)
-        window = state.packing.window if packed else None
+        window = state.packing.window if state.packing is not None else None
         aligned = not (packed and isinstance(window, int) and window > 0 and (plan.rebase.position % n) % window)
         if plan.rebase.position > resume or not aligned:  # packed: checked exactly against the index on a restore
             where = (
@@ -415,6 +415,7 @@ def mixture_progress(
     p, stop = state.plan.step_span(step)
     here = plan.counts_before(p)
     after = plan.counts_before(stop)
+    per_source: dict[str, int] | None
     if tokens is not None:
         per_source = dict(zip(plan.names, tokens.before(here).tolist()))
     else:

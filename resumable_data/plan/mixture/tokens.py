@@ -74,7 +74,7 @@ class SourceTokens:
         self._memo: dict[int, tuple[int, int, int]] = {}  # source -> (epoch, offset, tokens before offset)
         self._block_sums: dict[int, np.ndarray] = {}  # windowed source -> its tokens per block
 
-    def before(self, counts: Sequence[int]) -> np.ndarray:
+    def before(self, counts: Sequence[int] | np.ndarray) -> np.ndarray:
         """Tokens of each source's first ``counts[s]`` records (int64, one per source); a
         ``ConfigError`` when one would exceed ``2**62`` (:meth:`check_range` first)."""
         self.check_range(counts)
@@ -84,7 +84,7 @@ class SourceTokens:
             out[s] = e * self.totals[s] + self._prefix(s, e, o)
         return out
 
-    def check_range(self, counts: Sequence[int]) -> None:
+    def check_range(self, counts: Sequence[int] | np.ndarray) -> None:
         """``ConfigError`` unless every source's tokens through the end of the epoch its count
         is in stay within ``2**62`` (so :meth:`before` fits int64 there); O(S), no prefix."""
         if len(counts) != len(self._lengths):
