@@ -10,8 +10,9 @@ Side by side in one process, interleaved rounds, on the same three pinned source
 * loader state size (JSON bytes) for 3 and 64 sources;
 * start of a fresh ``rd.Mixture`` (build it over the opened sources, build its loader, first
   batch) over one source's start (build the loader over the opened source, first batch), and the
-  same from closed directories (every source opened too): medians of per-pair ratios
-  (:func:`start_ratio`; ``--start`` runs only this, on sources of 1,024-row record batches, the
+  same from closed directories (every source opened too): medians of per-pair ratios of wall
+  and of CPU time (``time.process_time``: the process's own work, which waiting for a CPU on a
+  loaded machine does not inflate) (:func:`start_ratio`; ``--start`` runs only this, on sources of 1,024-row record batches, the
   layout Hugging Face ``datasets`` writes, and on the default layout);
 * time to the first batch of a restarted job (build the loader, ``load_state_dict``, first batch)
   at step 10**2, 10**4, 10**6, over a fresh start's (build, first batch): the median of per-pair
@@ -154,15 +155,19 @@ def start_ratio(dirs: dict, single_dir: str, pairs: int) -> dict:
     out = {}
     for name, (a, b) in {"opened": (mix_opened, one_opened), "closed": (mix_closed, one_closed)}.items():
         secs: dict[str, list[float]] = {"mixture": [], "single": []}
+        cpu: dict[str, list[float]] = {"mixture": [], "single": []}
         a(), b()  # warm-up pair: kernels compiled, maps touched
         for k in range(pairs):
             for side, fn in (("mixture", a), ("single", b)) if k % 2 == 0 else (("single", b), ("mixture", a)):
                 gc.collect()  # millisecond timings: keep collector pauses out of both sides
-                t0 = time.perf_counter()
+                c0, t0 = time.process_time(), time.perf_counter()
                 fn()
                 secs[side].append(time.perf_counter() - t0)
+                cpu[side].append(time.process_time() - c0)  # the process's own work: no wait for a CPU
         out[name] = {"mixture_s": summarize(secs["mixture"]), "single_s": summarize(secs["single"]),
-                     "ratio": summarize([m / o for m, o in zip(secs["mixture"], secs["single"])])}
+                     "ratio": summarize([m / o for m, o in zip(secs["mixture"], secs["single"])]),
+                     "mixture_cpu_s": summarize(cpu["mixture"]), "single_cpu_s": summarize(cpu["single"]),
+                     "cpu_ratio": summarize([m / o for m, o in zip(cpu["mixture"], cpu["single"]) if o > 0])}
     return out
 
 
@@ -178,11 +183,14 @@ def start_only(pairs: int) -> dict:
         out["rb1024" if rows else "default"] = start_ratio({k: s.root for k, s in dirs.items()}, single.root, pairs)
     md = [f"Fresh mixture start over one source's (sources of {sizes}, batch {BATCH}, {pairs} pairs, "
           "median of per-pair ratios, min..max; ms: medians).", "",
-          "| layout | sources | mixture ms | one source ms | ratio |", "|---|---|---|---|---|"]
+          "| layout | sources | mixture ms | one source ms | ratio (wall) | mixture CPU ms | one source CPU ms | "
+          "ratio (CPU) |", "|---|---|---|---|---|---|---|---|"]
     for lay, r in out.items():
         for k, v in r.items():
             md.append(f"| {lay} | {k} | {v['mixture_s']['median'] * 1e3:.2f} | {v['single_s']['median'] * 1e3:.2f} | "
-                      f"{v['ratio']['median']:.2f} ({v['ratio']['min']:.2f}..{v['ratio']['max']:.2f}) |")
+                      f"{v['ratio']['median']:.2f} ({v['ratio']['min']:.2f}..{v['ratio']['max']:.2f}) | "
+                      f"{v['mixture_cpu_s']['median'] * 1e3:.2f} | {v['single_cpu_s']['median'] * 1e3:.2f} | "
+                      f"{v['cpu_ratio']['median']:.2f} ({v['cpu_ratio']['min']:.2f}..{v['cpu_ratio']['max']:.2f}) |")
     path = write_results("mixture_start", out, "\n".join(md))
     print(path.read_text())
     return out
