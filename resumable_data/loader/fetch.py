@@ -200,7 +200,7 @@ class StepFetcher(Dataset):
         pos, recs = positions.tolist(), records.tolist()
         if not self.seed_per_sample:
             return self._samples(pos, recs, None, samples, None)
-        keys, version = self._keys(positions), self.seeding
+        keys, version = None, self.seeding  # computed when a seeder needs them (the slot makes its own)
         while (
             samples is None
             and self.lazy_globals
@@ -210,6 +210,7 @@ class StepFetcher(Dataset):
             if self.lazy_torch:  # torch's watched too: nothing seeded
                 tw, seeder = (guard.torch_watch() if guard is not None else torch_watch()), None
             else:
+                keys = self._keys(positions) if keys is None else keys
                 tw, seeder = None, GlobalSeeder(keys, torch_only=True, version=version)
             try:
                 out = self._samples(pos, recs, keys, None, seeder)
@@ -229,8 +230,10 @@ class StepFetcher(Dataset):
                 break
             self.lazy_torch = False  # user code draws from torch's only (so far): seeded from now on, here
         else:
+            keys = self._keys(positions)
             return self._samples(pos, recs, keys, samples, GlobalSeeder(keys, version=version))
         self.lazy_globals = self.lazy_torch = False  # user code draws from the globals: eager from now on, here
+        keys = self._keys(positions) if keys is None else keys
         return self._samples(pos, recs, keys, samples, GlobalSeeder(keys, version=version))
 
     def _samples(

@@ -270,7 +270,7 @@ class Layout:
         #: where the probe failed (``np`` is then None too: the numpy route needs both)
         self.gauss: _Gauss | None = None
         # the objects the views point into, held so that they stay alive, and compared with the
-        # current ones on every use (np.random.set_bit_generator swaps numpy's; see _layout)
+        # current ones on every use (np.random.set_bit_generator swaps numpy's; see global_rng._layout)
         self.py_owner = random._inst
         self.rs_owner = np.random.mtrand._rand
         self.np_owner = self.rs_owner._bit_generator
