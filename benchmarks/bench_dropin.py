@@ -127,8 +127,13 @@ def batch_size_case(n: int, batch_size: int, samples: int, rounds: int) -> dict[
         "rd_lazy": lambda: rd.DataLoader(ds, batch_size=batch_size, shuffle=True, seed=SEED, seed_per_sample="lazy"),
         "rd_unseeded": lambda: rd.DataLoader(ds, batch_size=batch_size, shuffle=True, seed=SEED, seed_per_sample=False),
     }
-    r = interleaved(makers, max(1, samples // batch_size), rounds, batch_size)
-    r.pop("_seconds")
+    batches = max(1, samples // batch_size)
+    r = interleaved(makers, batches, rounds, batch_size)
+    sec = r.pop("_seconds")
+    per = batches * batch_size / 1e6  # seconds of a round -> us a sample
+    for name, key in (("rd", "seeding_us_per_sample"), ("rd_lazy", "lazy_us_per_sample")):
+        r[key] = summarize([(a - b) / per for a, b in zip(sec[name], sec["rd_unseeded"])])
+    r["torch_us_per_sample"] = summarize([t / per for t in sec["torch"]])
     return r
 
 
@@ -177,6 +182,10 @@ def workers_case(n: int, batches: int, rounds: int) -> dict[str, Any]:
 
 def _r(x: dict) -> str:
     return f"{x['median']:.2f}x ({x['min']:.2f}..{x['max']:.2f})"
+
+
+def _us(x: dict) -> str:
+    return f"{x['median']:.2f} ({x['min']:.2f}..{x['max']:.2f})"
 
 
 def _rate(x: dict) -> str:
@@ -233,11 +242,13 @@ def main(argv: list[str] | None = None) -> dict:
         out = {bs: batch_size_case(1_000_000, bs, 8_000 if args.quick else 32_000, rounds) for bs in (16, 256)}
         lines = ["# Drop-in, trivial dataset, 0 workers: rd's seeding modes against torch by batch size", "",
                  f"Interleaved rounds ({rounds}), median (min..max) of the per-round ratio to torch.", "",
-                 "| batch | torch samples/s | rd default (eager seeding) | rd lazy | rd seed_per_sample=False |",
-                 "|---:|---:|---:|---:|---:|"]
+                 "| batch | torch samples/s | rd default (eager seeding) | rd lazy | rd seed_per_sample=False | "
+                 "eager seeding us a sample | lazy us a sample | torch's whole loader us a sample |",
+                 "|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for bs, r in out.items():
             lines.append(f"| {bs} | {_rate(r['torch'])} | {_r(r['rd']['vs_torch'])} | {_r(r['rd_lazy']['vs_torch'])} | "
-                         f"{_r(r['rd_unseeded']['vs_torch'])} |")
+                         f"{_r(r['rd_unseeded']['vs_torch'])} | {_us(r['seeding_us_per_sample'])} | "
+                         f"{_us(r['lazy_us_per_sample'])} | {_us(r['torch_us_per_sample'])} |")
         path = write_results("dropin_batch_sizes", {"rounds": rounds, "by_batch": {str(k): v for k, v in out.items()}},
                              "\n".join(lines))
         print("\n".join(lines), f"\n[dropin] wrote {path}", flush=True)

@@ -8,6 +8,12 @@ Side by side in one process, interleaved rounds, on the same three pinned source
   ``batches`` batches of a loader already past its first 5 (construction and first batch are the
   start-up cost, measured below as the resume/fresh ratio);
 * loader state size (JSON bytes) for 3 and 64 sources;
+* start of a fresh ``rd.Mixture`` (build it over the opened sources, build its loader, first
+  batch) over one source's start (build the loader over the opened source, first batch), and the
+  same from closed directories (every source opened too): medians of per-pair ratios of wall
+  and of CPU time (``time.process_time``: the process's own work, which waiting for a CPU on a
+  loaded machine does not inflate) (:func:`start_ratio`; ``--start`` runs only this, on sources of 1,024-row record batches, the
+  layout Hugging Face ``datasets`` writes, and on the default layout);
 * time to the first batch of a restarted job (build the loader, ``load_state_dict``, first batch)
   at step 10**2, 10**4, 10**6, over a fresh start's (build, first batch): the median of per-pair
   ratios (a fresh start and a restart back to back, the order alternating; 300 pairs a step), with min..max;
@@ -38,10 +44,10 @@ WEIGHTS = {"web": 0.5, "code": 0.3, "math": 0.2}
 BATCH = 256
 
 
-def write(root: str, name: str, ids: np.ndarray) -> rd.ArrowShards:
+def write(root: str, name: str, ids: np.ndarray, rows_per_batch: int | None = None) -> rd.ArrowShards:
     d = os.path.join(root, name)
     rd.write_arrow_shards(pa.table({"id": pa.array(ids, pa.int64()), "x": pa.array(ids % 7919, pa.int32())}), d,
-                         num_shards=4)
+                         num_shards=4, rows_per_batch=rows_per_batch)
     rd.pin(d)
     return rd.ArrowShards(d)
 
@@ -123,6 +129,71 @@ def resume_ratio(make, step: int, pairs: int) -> dict:
     ratios = summarize([r / f for r, f in zip(resumed, fresh)])
     return {"fresh_s": summarize(fresh), "resumed_s": summarize(resumed), "load_state_dict_s": summarize(load),
             "pairs": ratios, "ratio": ratios["median"]}
+
+
+def start_ratio(dirs: dict, single_dir: str, pairs: int) -> dict:
+    """A fresh mixture's start over one source's, median of per-pair ratios (min..max), the order
+    alternating: ``opened``: ``rd.Mixture`` over sources opened once + ``rd.DataLoader`` + first
+    batch, against ``rd.DataLoader`` over the opened single source + first batch; ``closed``: the
+    same with every source opened inside the timing (both sides)."""
+    srcs = {k: rd.ArrowShards(d) for k, d in dirs.items()}
+    single = rd.ArrowShards(single_dir)
+
+    def mix_opened() -> None:
+        next(iter(rd.DataLoader(rd.Mixture(srcs, weights=WEIGHTS), batch_size=BATCH, seed=0)))
+
+    def one_opened() -> None:
+        next(iter(rd.DataLoader(single, batch_size=BATCH, shuffle=True, seed=0)))
+
+    def mix_closed() -> None:
+        m = rd.Mixture({k: rd.ArrowShards(d) for k, d in dirs.items()}, weights=WEIGHTS)
+        next(iter(rd.DataLoader(m, batch_size=BATCH, seed=0)))
+
+    def one_closed() -> None:
+        next(iter(rd.DataLoader(rd.ArrowShards(single_dir), batch_size=BATCH, shuffle=True, seed=0)))
+
+    out = {}
+    for name, (a, b) in {"opened": (mix_opened, one_opened), "closed": (mix_closed, one_closed)}.items():
+        secs: dict[str, list[float]] = {"mixture": [], "single": []}
+        cpu: dict[str, list[float]] = {"mixture": [], "single": []}
+        a(), b()  # warm-up pair: kernels compiled, maps touched
+        for k in range(pairs):
+            for side, fn in (("mixture", a), ("single", b)) if k % 2 == 0 else (("single", b), ("mixture", a)):
+                gc.collect()  # millisecond timings: keep collector pauses out of both sides
+                c0, t0 = time.process_time(), time.perf_counter()
+                fn()
+                secs[side].append(time.perf_counter() - t0)
+                cpu[side].append(time.process_time() - c0)  # the process's own work: no wait for a CPU
+        out[name] = {"mixture_s": summarize(secs["mixture"]), "single_s": summarize(secs["single"]),
+                     "ratio": summarize([m / o for m, o in zip(secs["mixture"], secs["single"])]),
+                     "mixture_cpu_s": summarize(cpu["mixture"]), "single_cpu_s": summarize(cpu["single"]),
+                     "cpu_ratio": summarize([m / o for m, o in zip(cpu["mixture"], cpu["single"]) if o > 0])}
+    return out
+
+
+def start_only(pairs: int) -> dict:
+    """``--start``: :func:`start_ratio` on 1,024-row record batches and on the default layout."""
+    sizes = {"web": 400_000, "code": 200_000, "math": 20_000}
+    out = {}
+    for rows in (1024, None):
+        root = tempfile.mkdtemp(prefix="rd-bench-mixstart-")
+        arrays = {k: np.arange(n, dtype=np.int64) + 10_000_000 * i for i, (k, n) in enumerate(sizes.items())}
+        dirs = {k: write(root, k, a, rows) for k, a in arrays.items()}
+        single = write(root, "single", np.concatenate(list(arrays.values())), rows)
+        out["rb1024" if rows else "default"] = start_ratio({k: s.root for k, s in dirs.items()}, single.root, pairs)
+    md = [f"Fresh mixture start over one source's (sources of {sizes}, batch {BATCH}, {pairs} pairs, "
+          "median of per-pair ratios, min..max; ms: medians).", "",
+          "| layout | sources | mixture ms | one source ms | ratio (wall) | mixture CPU ms | one source CPU ms | "
+          "ratio (CPU) |", "|---|---|---|---|---|---|---|---|"]
+    for lay, r in out.items():
+        for k, v in r.items():
+            md.append(f"| {lay} | {k} | {v['mixture_s']['median'] * 1e3:.2f} | {v['single_s']['median'] * 1e3:.2f} | "
+                      f"{v['ratio']['median']:.2f} ({v['ratio']['min']:.2f}..{v['ratio']['max']:.2f}) | "
+                      f"{v['mixture_cpu_s']['median'] * 1e3:.2f} | {v['single_cpu_s']['median'] * 1e3:.2f} | "
+                      f"{v['cpu_ratio']['median']:.2f} ({v['cpu_ratio']['min']:.2f}..{v['cpu_ratio']['max']:.2f}) |")
+    path = write_results("mixture_start", out, "\n".join(md))
+    print(path.read_text())
+    return out
 
 
 def state_size(root: str, sources: int) -> int:
@@ -235,7 +306,11 @@ def props(ids: np.ndarray) -> dict:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--start", action="store_true", help="only the fresh-mixture start ratio (mixture_start.md)")
     args = ap.parse_args(argv)
+    if args.start:
+        start_only(20 if args.quick else 60)
+        return
     sizes = {"web": 60_000, "code": 30_000, "math": 3_000} if args.quick else {"web": 400_000, "code": 200_000, "math": 20_000}
     batches = 40 if args.quick else 400  # proportions and peers
     round_batches = 40 if args.quick else 2000  # ~0.1 s a throughput round at ~5M samples/s: shorter ones are mostly noise

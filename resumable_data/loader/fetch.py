@@ -17,16 +17,18 @@ batch and restored after it (:class:`GlobalRNGGuard`), so the training loop's dr
 on the loader. Cost: one hash per sample (served from a run of upcoming positions) and one per batch.
 
 Lazy seeding (``seed_per_sample=rd.SampleSeeding.LAZY``, an opt-in: ``__getitem__`` datasets,
-:meth:`StepFetcher._per_sample`). torch's generator is
-seeded before every sample; Python's and numpy's are left unseeded and watched
-(:class:`UnseededWatch`). If user code drew from either (or an exception was raised after a
-draw), their states are put back, the fetcher seeds all three eagerly from then on in this
-process, and the batch is fetched again seeded: the delivered batch is the eager one, bit for
-bit. A dataset that never draws from them is called once per sample and pays for torch's
-seeding only; one that draws is called twice for one batch per process (the first drawing
-one). Code that reads those two states without drawing sees the unseeded ones until then, and
-state a ``__getitem__`` keeps between calls (a generator made on first use, a cache of augmented
-records) survives the discarded pass: that is why it is not the default.
+:meth:`StepFetcher._per_sample`). The three generators are left unseeded and watched
+(:class:`UnseededWatch` for Python's and numpy's, ``torch_watch`` for torch's). If user code drew
+from torch's alone, its state is put back, the fetcher seeds torch's before every sample from
+then on in this process and the batch is fetched again (Python's and numpy's still watched); if
+it drew from Python's or numpy's (or an exception was raised after a draw), the states are put
+back, the fetcher seeds all three eagerly from then on in this process and the batch is fetched
+again seeded: the delivered batch is the eager one, bit for bit. A dataset that never draws is
+called once per sample and pays for no seeding; one that draws is called twice for at most two
+batches per process. Code that reads a generator's state without drawing (``torch.initial_seed()``
+included) sees the unseeded one until then, and state a ``__getitem__`` keeps between calls (a
+generator made on first use, a cache of augmented records) survives the discarded pass: that is
+why it is not the default.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from resumable_data.loader.context import (
 from resumable_data.loader.order import PlanOrder
 from resumable_data.loader.packed import pack_sequences, packed_tokens
 from resumable_data.loader.sample_collate import default_collate  # torch's, faster for int and float leaves
-from resumable_data.loader.seeding.global_rng import UnseededWatch, lazy_seeding_available, warm_seeding
+from resumable_data.loader.seeding.global_rng import UnseededWatch, lazy_seeding_available, torch_watch, warm_seeding
 from resumable_data.loader.seeding.sample_seeding import SEEDING_VERSION
 from resumable_data.loader.torch_compat import default_convert
 from resumable_data.plan import sample_key, sample_keys
@@ -94,6 +96,8 @@ class StepFetcher(Dataset):
         #: lazy seeding of Python's and numpy's generators (SampleSeeding.LAZY, see _per_sample);
         #: False in this process for good once user code was seen drawing from them
         self.lazy_globals = config.lazy_seeding
+        #: torch's generator left unseeded and watched too (lazy seeding), until user code is seen drawing from it
+        self.lazy_torch = config.lazy_seeding
         #: the seeding version of the request being fetched (set from each request)
         self.seeding = SEEDING_VERSION
 
@@ -184,34 +188,53 @@ class StepFetcher(Dataset):
         ``transform(samples[i])``. One seeding kernel and one context slot per batch.
 
         Lazy seeding (``samples is None``, ``SampleSeeding.LAZY``): Python's ``random`` and
-        numpy's global generator are left unseeded and watched (:class:`UnseededWatch`), torch's
-        is seeded per sample as always; if user code drew from either (or an exception left a
-        draw behind), the states are put back, this fetcher seeds eagerly from now on (in this
-        process) and the batch is fetched again, seeded: what it delivers is the eager batch,
-        bit for bit, and a dataset that never draws is called once per sample. ``guard``: the
+        numpy's global generator are left unseeded and watched (:class:`UnseededWatch`), and so
+        is torch's until user code is seen drawing from it (then it is seeded per sample); if
+        user code drew from torch's alone, its state is put back, torch's is seeded from now on
+        (in this process) and the batch goes round once more; if it drew from Python's or
+        numpy's (or an exception left a draw behind), the states are put back, this fetcher seeds
+        all three from now on (in this process) and the batch is fetched again, seeded: what it
+        delivers is the eager batch, bit for bit, and a dataset that never draws is called once
+        per sample. ``guard``: the
         main process's guard entered just before (no user code since), whose saved states the
         watch reuses."""
         pos, recs = positions.tolist(), records.tolist()
         if not self.seed_per_sample:
             return self._samples(pos, recs, None, samples, None)
-        keys, version = self._keys(positions), self.seeding
-        if (
+        keys, version = None, self.seeding  # computed when a seeder needs them (the slot makes its own)
+        while (
             samples is None
             and self.lazy_globals
             and (guard.saved.fast if guard is not None else lazy_seeding_available())
-        ):
+        ):  # at most twice: torch's alone seen drawing sends the batch round once more, torch's seeded
             watch = UnseededWatch(None if guard is None else guard.saved)
+            if self.lazy_torch:  # torch's watched too: nothing seeded
+                tw, seeder = (guard.torch_watch() if guard is not None else torch_watch()), None
+            else:
+                keys = self._keys(positions) if keys is None else keys
+                tw, seeder = None, GlobalSeeder(keys, torch_only=True, version=version)
             try:
-                out = self._samples(pos, recs, keys, None, GlobalSeeder(keys, torch_only=True, version=version))
+                out = self._samples(pos, recs, keys, None, seeder)
             except Exception:
-                if not watch.finish():
+                drew_torch = tw is not None and tw.finish()
+                drew = watch.finish()
+                if not drew and not drew_torch:
                     raise
             else:
-                if not watch.finish():
+                drew_torch = tw is not None and tw.finish()
+                drew = watch.finish()
+                if not drew and not drew_torch:
                     if guard is not None:  # Python's and numpy's states are the saved ones again
                         guard.python_numpy_clean = True
                     return out
-            self.lazy_globals = False  # user code draws from the globals: eager from now on, here
+            if drew:
+                break
+            self.lazy_torch = False  # user code draws from torch's only (so far): seeded from now on, here
+        else:
+            keys = self._keys(positions)
+            return self._samples(pos, recs, keys, samples, GlobalSeeder(keys, version=version))
+        self.lazy_globals = self.lazy_torch = False  # user code draws from the globals: eager from now on, here
+        keys = self._keys(positions) if keys is None else keys
         return self._samples(pos, recs, keys, samples, GlobalSeeder(keys, version=version))
 
     def _samples(

@@ -23,9 +23,11 @@ the probed layout cached per process); every read and write of the generators' m
 Lazy seeding. :class:`UnseededWatch` leaves Python's and numpy's generators unseeded while user
 code runs and tells afterwards whether anything drew from them (:class:`.raw_memory.UnseededStates`:
 both states saved, both cached Gaussians cleared, the whole states and caches compared
-afterwards, states and caches put back either way). The fetcher (``fetch.py``) uses it to fetch a
-batch unseeded first and to fetch it again seeded, once per process, when a draw is seen;
-torch's generator is seeded per sample meanwhile (``GlobalSeeder(keys, torch_only=True)``).
+afterwards, states and caches put back either way), and :func:`torch_watch` does the same for
+torch's (:class:`.raw_memory.TorchWatch`: its whole region compared). The fetcher (``fetch.py``)
+uses them to fetch a batch unseeded first and to fetch it again seeded when a draw is seen (once
+per process for torch's, once for Python's and numpy's); once torch's was seen drawing it is
+seeded per sample (``GlobalSeeder(keys, torch_only=True)``) while the other two are still watched.
 
 Safety. The memory layouts are probed once per process (:class:`.raw_memory.Layout`, whose
 docstring says what is checked) and re-probed at the next batch when a global generator was
@@ -57,6 +59,7 @@ from resumable_data.loader.seeding.mt19937 import PYNP_WORDS, fill_rows, mt_stat
 from resumable_data.loader.seeding.raw_memory import (
     Layout,
     PyNpStates,
+    TorchWatch,
     UnseededStates,
     restore_torch,
     save_torch,
@@ -74,6 +77,7 @@ __all__ = [
     "mt_states",
     "seed_globals",
     "seed_globals_reference",
+    "torch_watch",
     "warm_seeding",
 ]
 
@@ -208,6 +212,15 @@ class GlobalRNGGuard:
     def restore_torch_only(self) -> None:
         """Exit when Python's and numpy's states are known to be the saved ones: torch's only."""
         restore_torch(self.saved._lay, self._torch)
+
+    def torch_watch(self) -> TorchWatch:
+        """A watch of torch's generator starting from the state saved on enter (no code run since)."""
+        return TorchWatch(self.saved._lay, self._torch)
+
+
+def torch_watch() -> TorchWatch:
+    """A watch of torch's default generator from its current state (lazy seeding in a worker)."""
+    return TorchWatch(_layout())
 
 
 def lazy_seeding_available() -> bool:

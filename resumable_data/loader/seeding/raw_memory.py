@@ -74,6 +74,7 @@ __all__ = [
     "Layout",
     "PyNpStates",
     "TorchLayout",
+    "TorchWatch",
     "UnseededStates",
     "probe_torch",
     "restore_torch",
@@ -269,7 +270,7 @@ class Layout:
         #: where the probe failed (``np`` is then None too: the numpy route needs both)
         self.gauss: _Gauss | None = None
         # the objects the views point into, held so that they stay alive, and compared with the
-        # current ones on every use (np.random.set_bit_generator swaps numpy's; see _layout)
+        # current ones on every use (np.random.set_bit_generator swaps numpy's; see global_rng._layout)
         self.py_owner = random._inst
         self.rs_owner = np.random.mtrand._rand
         self.np_owner = self.rs_owner._bit_generator
@@ -495,6 +496,31 @@ def restore_torch(lay: Layout, saved: object) -> None:
         torch.random.default_generator.set_state(saved)
     else:
         lay.torch_mv[:] = saved
+
+
+class TorchWatch:
+    """torch's default generator left unseeded while user code runs, and watched: its state is
+    saved on construction (or taken from ``saved``, :func:`save_torch`'s bytes taken just before
+    with nothing run since); :meth:`finish` says whether anything drew from (or reseeded, or
+    swapped) it since, comparing the whole region (seed, engine, both cached normals: a draw of a
+    cached normal clears its flag, so it shows too), and writes the saved state back if so."""
+
+    __slots__ = ("_lay", "_saved")
+
+    def __init__(self, lay: Layout, saved: object = None) -> None:
+        self._lay = lay
+        self._saved = save_torch(lay) if saved is None else saved
+
+    def finish(self) -> bool:
+        """Whether user code drew since construction; either way the saved state is back."""
+        lay = self._lay
+        if lay.torch is None:
+            drew = not torch.equal(torch.random.default_generator.get_state(), self._saved)
+        else:
+            drew = not lay.torch.current() or lay.torch.view.tobytes() != self._saved
+        if drew:
+            restore_torch(lay, self._saved)
+        return drew
 
 
 # -- seeding: a row's bytes into the generators ------------------------------------------------

@@ -95,10 +95,11 @@ class SampleSeeding(str, enum.Enum):
 
     #: All three seeded from the sample's key before every sample (the default): exact for any code.
     EAGER = "eager"
-    #: torch's seeded before every sample; Python's and numpy's left unseeded and watched, and
-    #: seeded eagerly (in that process, for good) once user code is seen drawing from them, that
-    #: batch fetched again seeded. Cheaper for datasets that never draw from them; exact only for
-    #: a ``__getitem__`` that keeps no state between calls (docs/dropin.md).
+    #: The three left unseeded and watched; each seeded before every sample (in that process, for
+    #: good) once user code is seen drawing from it (Python's or numpy's: all three), that batch
+    #: fetched again seeded. Cheaper for datasets that do not draw from every generator; exact
+    #: only for a ``__getitem__`` that keeps no state between calls and reads no generator's state
+    #: without drawing (docs/dropin.md).
     LAZY = "lazy"
     #: Nothing seeded (torch's behaviour).
     OFF = "off"

@@ -1,8 +1,9 @@
-"""Lazy seeding of Python's ``random`` and numpy's global generator (``seed_per_sample="lazy"``, an opt-in).
+"""Lazy seeding of the global generators (``seed_per_sample="lazy"``, an opt-in).
 
-A ``__getitem__`` batch is first fetched with those two left unseeded and watched; only when
-user code drew from them is the batch fetched again, seeded, and the fetcher (in that process)
-seeds eagerly from then on. What is delivered must be the eager batch, bit for bit, at any
+A ``__getitem__`` batch is first fetched with the three left unseeded and watched; only when
+user code drew from one is the batch fetched again, seeded, and the fetcher (in that process)
+seeds it eagerly from then on (torch's alone seen drawing: torch's seeded, Python's and
+numpy's still watched; Python's or numpy's: all three). What is delivered must be the eager batch, bit for bit, at any
 worker count and after a resume; a dataset that never draws is called once per sample; one that
 draws is called once more for its first drawing batch per process only."""
 
@@ -29,8 +30,8 @@ _CALLS = mp.Value("i", 0)  # shared with forked workers: every __getitem__ call 
 class Sparse(torch.utils.data.Dataset):
     """Draws from the global generators only for record ``at`` (``what``: which draws)."""
 
-    def __init__(self, at: int | None = 37, what: str = "all", fail_at: int | None = None):
-        self.at, self.what, self.fail_at = at, what, fail_at
+    def __init__(self, at: int | None = 37, what: str = "all", fail_at: int | None = None, torch_draws: bool = True):
+        self.at, self.what, self.fail_at, self.torch_draws = at, what, fail_at, torch_draws
 
     def __len__(self):
         return N
@@ -39,7 +40,9 @@ class Sparse(torch.utils.data.Dataset):
         with _CALLS.get_lock():
             _CALLS.value += 1
         ctx = rd.sample_context()
-        row = {"record": i, "position": ctx.position, "torch": torch.rand(1).item(), "seed": torch.initial_seed()}
+        row = {"record": i, "position": ctx.position}
+        if self.torch_draws:  # every record draws from torch's generator (and reads its seed)
+            row.update(torch=torch.rand(1).item(), seed=torch.initial_seed())
         if i == self.at:
             if self.what in ("all", "python"):
                 row["py"] = (random.random(), random.gauss(0, 1))
@@ -49,6 +52,8 @@ class Sparse(torch.utils.data.Dataset):
                 row["np_gauss"] = float(np.random.standard_normal())
             if self.what == "python_gauss":
                 row["py_gauss"] = random.gauss(0, 1)
+            if self.what == "torch":
+                row["t"] = (torch.randn(3).tolist(), torch.randint(0, 2**40, (1,)).item(), torch.initial_seed())
         if i == self.fail_at:
             raise ValueError(f"bad record {i}")
         return row
@@ -120,10 +125,24 @@ def test_a_resume_after_the_drawing_batch_continues_with_the_eager_batches(worke
 
 def test_a_dataset_that_never_draws_is_called_once_per_sample_and_stays_lazy():
     _reset_calls()
-    loader = _loader(Sparse(at=None))
+    loader = _loader(Sparse(at=None, torch_draws=False))
     rows = [r for b in loader for r in b]
     assert len(rows) == N and _CALLS.value == N
-    assert loader._fetcher.lazy_globals
+    assert loader._fetcher.lazy_globals and loader._fetcher.lazy_torch
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_dataset_drawing_from_torch_only_is_refetched_for_its_first_batch_only(workers):
+    """torch's generator drawn on every record: each process fetches its first batch twice (the
+    unseeded pass, then torch's seeded), then seeds torch's only; Python's and numpy's stay lazy;
+    the batches are the eager ones."""
+    _reset_calls()
+    loader = _loader(Sparse(at=None), num_workers=workers)
+    lazy = [canon(b) for b in loader]
+    assert _CALLS.value == N + BATCH * max(workers, 1)  # one first batch per process
+    if workers == 0:
+        assert loader._fetcher.lazy_globals and not loader._fetcher.lazy_torch
+    assert lazy == [canon(b) for b in _loader(Sparse(at=None), eager=True, num_workers=workers)]
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -138,7 +157,7 @@ def test_a_drawing_dataset_is_fetched_again_only_for_its_first_drawing_batch(wor
             return row
 
     _reset_calls()
-    loader = _loader(Two(), num_workers=workers)
+    loader = _loader(Two(torch_draws=False), num_workers=workers)
     order = [[r["record"] for r in b] for b in loader]
     drawing = [k for k, b in enumerate(order) if 37 in b or 5 in b]
     if workers == 0:
@@ -152,7 +171,7 @@ def test_a_drawing_dataset_is_fetched_again_only_for_its_first_drawing_batch(wor
 
 def test_an_exception_without_a_draw_is_raised_as_before_and_the_pass_goes_on():
     _reset_calls()
-    loader = _loader(Sparse(at=None, fail_at=5))
+    loader = _loader(Sparse(at=None, fail_at=5, torch_draws=False))
     it = iter(loader)
     seen, errors = [], 0
     while True:
@@ -176,7 +195,7 @@ def test_an_exception_after_a_draw_refetches_seeded_and_raises_the_eager_error()
     _with_cached_gaussians()
     expect = (random.getstate(), repr(np.random.get_state()), torch.get_rng_state().tolist())
     _reset_calls()
-    loader = _loader(Sparse(at=37, fail_at=37))
+    loader = _loader(Sparse(at=37, fail_at=37, torch_draws=False))
     it = iter(loader)
     with pytest.raises(ValueError, match="bad record 37"):
         while True:
@@ -265,3 +284,21 @@ def test_seed_per_sample_takes_the_enum_its_values_and_bools_only():
     assert rd.DataLoader(Sparse(), seed_per_sample="lazy", **kw)._fetcher.lazy_globals is True
     with pytest.raises(rd.ConfigError, match="seed_per_sample"):
         rd.DataLoader(Sparse(), seed_per_sample="sometimes", **kw)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_torch_draw_on_one_record_gives_the_eager_batches_and_one_refetch(workers):
+    """Only record 37 draws (from torch's generator): its batch is fetched unseeded, then again
+    with torch's seeded (Python's and numpy's still watched), and equals the eager batch; every
+    other batch is fetched once, nothing seeded."""
+    _reset_calls()
+    loader = _loader(Sparse(what="torch", torch_draws=False), num_workers=workers)
+    lazy = [canon(b) for b in loader]
+    assert _CALLS.value == N + BATCH  # record 37's batch twice
+    assert lazy == [canon(b) for b in _loader(Sparse(what="torch", torch_draws=False), eager=True, num_workers=workers)]
+    row = next(r for b in lazy for r in b if r["record"] == 37)
+    key = rd.plan.sample_key(ds_plan_hash(), 11, row["position"])
+    G.seed_globals_reference(key)
+    assert row["t"] == [torch.randn(3).tolist(), torch.randint(0, 2**40, (1,)).item(), key & (2**63 - 1)]
+    if workers == 0:
+        assert loader._fetcher.lazy_globals and not loader._fetcher.lazy_torch
