@@ -264,6 +264,7 @@ class ArrowShards:
         """Open the shards; ``expected``: the identity each must still have (an unpickled source)."""
         self._broken: ResumableDataError | None = None
         self._ahead: UnitCache | None = None
+        self._ahead_valid: set[int] = set()  # units validated in this process (read-ahead)
         self._store = store
         self._cache_units = _LOCAL_CACHE_UNITS if store.local else _REMOTE_CACHE_UNITS
         self._root = Path(root)
@@ -402,7 +403,7 @@ class ArrowShards:
             self._closed_because(exc, root, state[K_FILES], version, store)
             return
         if state.get(K_READ_AHEAD) is not None:
-            self._ahead = UnitCache(state[K_READ_AHEAD])
+            self.attach_read_ahead(UnitCache(state[K_READ_AHEAD]))
 
     @classmethod
     def from_hf(
@@ -507,10 +508,13 @@ class ArrowShards:
         if self._ahead is not None and shard.unit_span(u.row_group) is not None:
             data = self._ahead.get(k)  # read ahead by the rank's fetcher (.read_ahead), else read here
             batch = shard.decode_unit(u.row_group, data if data is not None else pa.py_buffer(self.fetch_unit(k)))
+            batch = batch.replace_schema_metadata(self._schema.metadata)
+            if k not in self._ahead_valid:  # a unit's bytes are the same at every read (size and ETag checked)
+                validate_batch(batch, self._rel[u.shard], u.row_group)
+                self._ahead_valid.add(k)
         else:
-            batch = shard.read_unit(u.row_group)
-        batch = batch.replace_schema_metadata(self._schema.metadata)
-        validate_batch(batch, self._rel[u.shard], u.row_group)
+            batch = shard.read_unit(u.row_group).replace_schema_metadata(self._schema.metadata)
+            validate_batch(batch, self._rel[u.shard], u.row_group)
         self._rg_cache[key] = batch
         if len(self._rg_cache) > self._cache_units:
             self._rg_cache.popitem(last=False)
@@ -542,7 +546,10 @@ class ArrowShards:
     def attach_read_ahead(self, cache: UnitCache | None) -> None:
         """Read units through ``cache`` (filled ahead by one fetcher per rank), or directly (None)."""
         self._ahead = cache
+        self._ahead_valid = set()
         self._rg_cache.clear()
+        # the cache holds the bytes (its budget is the memory): keep few decoded units per process
+        self._cache_units = _LOCAL_CACHE_UNITS if cache is not None or self._store.local else _REMOTE_CACHE_UNITS
 
     @property
     def remote(self) -> bool:
