@@ -125,6 +125,20 @@ def test_sequential_reads_every_unit_once_per_epoch(data, endpoint, proxy, refer
     assert proxy.counts["GET"] <= units + 1  # no unit also read by the loop itself
 
 
+@pytest.mark.parametrize("order", ["window", "global"])
+def test_every_unit_the_loop_reads_was_read_ahead(data, proxy, reference, order):
+    """Under a budget smaller than the dataset, no step reads a unit itself (each GET is the
+    fetcher's): the units of steps in flight are fetched first, whatever else waits."""
+    _, prefix = data["arrow"]
+    loader = loader_over(remote(proxy.endpoint, prefix), order, rd.ReadAhead(lookahead=16, cache_bytes=10_000))
+    proxy.reset()
+    steps = N // 32
+    assert batches(loader, steps) == reference("arrow", order, STEPS)[:steps]
+    loader.read_ahead.wait_idle(30)
+    assert proxy.counts["GET"] == loader.read_ahead.stats["units"]
+    assert loader.read_ahead.stats["evicted"] > 0
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("fmt", ["arrow", "parquet"])
 def test_resume_is_bit_exact(data, endpoint, reference, workers, fmt):

@@ -5,8 +5,9 @@ Algorithm. The loader's main process tells the :class:`Prefetcher` each step it 
 :class:`resumable_data.plan.reads.ReadSchedule`, the units of steps ``[delivered, handed +
 lookahead)`` from their record ids (``records_of(step)``, the loader's pure order; each step's
 units computed once per pass), promises the units of the steps already handed out (a ``want`` file:
-:mod:`.cache`) and wakes its scheduler thread, which walks the units in order of first use and
-keeps at most ``concurrency`` ranged reads in flight (a thread pool; each read is
+:mod:`.cache`) and wakes its scheduler thread, which walks the units still needed (from the oldest undelivered step) and
+keeps at most ``concurrency`` ranged reads in flight, the unit needed soonest first (a thread
+pool; each read is
 :meth:`ReadAheadSource.fetch_unit`: a HEAD whose size and ETag must match the pinned identity,
 then one GET of the unit's span). Each unit is written to the cache directory (temporary name,
 then rename) and its promise dropped.
@@ -174,19 +175,24 @@ class Prefetcher:
         at, budget = max(sched.first, self._delivered), self.config.cache_bytes
         protected = sched.units_between(at, self._handed + 1)
         self._stalled = False
+        todo = []  # (next use, unit): the units still to fetch that a step from `at` on reads
         for u in sched.order.tolist():
+            if self._sizes[u] is None or u in self._resident or u in self._inflight or u in self._failed:
+                continue
+            when = sched.next_use(u, at)
+            if when is not None:  # else read only by steps the loop already has
+                todo.append((when, u))
+        todo.sort()  # soonest first: the units of steps in flight lead
+        for when, u in todo:
             if len(self._inflight) >= self.config.concurrency:
                 return
             size = self._sizes[u]
-            if size is None or u in self._resident or u in self._inflight or u in self._failed:
-                continue
-            when = sched.next_use(u, at)
             while self._used + size > budget:
                 victim = self._victim(sched, at, protected)
                 if victim is None:
                     break
                 v_when = sched.next_use(victim, at)
-                if v_when is not None and when is not None and v_when <= when:
+                if v_when is not None and v_when <= when:
                     break  # everything resident is needed sooner than u
                 self._evict(victim)
             if self._used + size > budget and u not in protected:
