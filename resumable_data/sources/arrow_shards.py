@@ -23,7 +23,12 @@ same code for local files and for a ``pyarrow.fs.FileSystem`` (``filesystem=``, 
 ``s3://``-style URI, which picks its filesystem itself). Where the store memory-maps (local files)
 IPC batches are zero-copy views of the map; on a remote store record batches (by one ranged read
 each, through the pinned layout: :mod:`.layout`) and Parquet row groups are read on demand into a
-small LRU cache and nothing is memory-mapped (see :mod:`.files`). Transient store failures are
+small LRU cache and nothing is memory-mapped (see :mod:`.files`); ``take_numpy`` gathers remote
+units into the collate's numpy layout without an Arrow table (:func:`.gather.gather_loaded_numpy`).
+With read-ahead attached (:meth:`ArrowShards.attach_read_ahead`, what ``rd.DataLoader(read_ahead=)``
+does: :mod:`.read_ahead`) a unit is decoded from the bytes the rank's fetcher wrote to its cache
+directory, else read by the step itself through :meth:`ArrowShards.fetch_unit` (size and ETag
+checked against the identity recorded at open), validated once per process. Transient store failures are
 retried (``retries=rd.Retries(...)``, :mod:`.retry`); a store that stays down is an
 :class:`~resumable_data.StoreUnavailableError`.
 
@@ -634,8 +639,9 @@ class ArrowShards:
 
     def take_numpy(self, record_ids: Sequence[int] | np.ndarray, pad_value: Any = 0) -> list[Any] | None:
         """Per column, the default collate's numpy layout of ``take(record_ids)`` (a 1-D array, or
-        ``(padded, lengths)`` for a list column), straight from the maps; None unless every column
-        is an integer/float (or list of them) column on the fast path (then use :meth:`take`)."""
+        ``(padded, lengths)`` for a list column), straight from the maps (remote: from the loaded
+        units); None unless every column is an integer/float (or list of them) column on the fast
+        path (then use :meth:`take`)."""
         ids = self._check_ids(record_ids)
         if len(ids) and not self._store.local:  # units read by range: gathered from the loaded batches
             unit, local = self._locate(ids)
