@@ -6,19 +6,26 @@ A moto S3 server on 127.0.0.1 behind :class:`benchmarks.s3_proxy.S3Proxy` (``--l
 default 30, added to every request; requests and bytes counted). Data: ``--rows`` rows (default
 65,536; ``--quick`` 16,384) of ``tokens: list<int32>`` of 256..512 values and ``id: int64``, in
 record batches (row groups) of 1,024 rows, 8,192 rows per shard, written as Arrow IPC files and
-as Parquet. Loader: batch 256, ``rd.DataLoader(..., read_ahead=rd.ReadAhead(lookahead=16,
-concurrency=16, cache_bytes=25% of the dataset's unit bytes))`` over S3 against the same loader
+as Parquet. Loader: batch 256, ``rd.DataLoader(..., read_ahead=rd.ReadAhead(lookahead=64,
+concurrency=16, cache_bytes=...))`` with ``cache_bytes`` 25% of the dataset's unit bytes for the
+global shuffle (``--global-budget``) and 50% for the others (``--budget``: the 10,000-record
+window's blocks are scattered over about 22 of the 64 units, 34% of this small dataset) over S3 against the same loader
 over the local files (memory-mapped IPC, Parquet by row group), global shuffle, window shuffle
 (``shuffle_window=10_000``) and sequential, 0 and 2 workers. Each round builds both loaders afresh
 and times, one after the other (interleaved), the batches after the first (the steady state; the
-first batch's own time is reported apart): 64 steps (global shuffle: 8).
+first batch's own time is reported apart): one epoch (global shuffle: 9 steps).
 
 Columns: ``ratio`` = remote samples/s / local samples/s (median over rounds); ``amplification`` =
 bytes the proxy sent / bytes of the delivered records (a record's bytes: its unit's span over its
-rows, so a unit fetched once and used whole is 1.0); ``GET/step`` and ``HEAD/step``: requests per
+rows, so a unit fetched once and used whole is 1.0; the units read ahead for the next epoch's
+first steps, at most ``lookahead`` steps' worth, are counted too); ``GET/step`` and ``HEAD/step``: requests per
 step. ``resume``: first batch of a loader restored at step 40 / first batch of a fresh loader,
 both with read-ahead, sources already open. ``projected hit rate``: Belady over the steps timed,
-from ``plan/reads.py`` (``belady_misses``), at the 25% budget and at a budget holding the dataset.
+from ``plan/reads.py`` (``belady_misses``), at the budget and at a budget holding the dataset.
+``Belady fetches/unit``: the projected fetches of each unit at the budget (the amplification's
+lower bound for that budget); ``cache peak``: the most bytes the cache held over the dataset's
+(units of steps in flight are fetched past the budget). ``store ceiling``: rows/s of the store alone (every unit read once, 16 requests in flight, no
+loader): moto and the proxy share this machine's cores, so no remote figure here can exceed it.
 
 Writes ``benchmarks/results/remote.json`` and ``remote.md``.
 """
@@ -86,6 +93,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--formats", default="ipc_file,parquet")
     ap.add_argument("--orders", default="window,sequential,global")
     ap.add_argument("--workers", default="0,2")
+    ap.add_argument("--budget", type=float, default=0.5, help="cache_bytes / dataset bytes, window and sequential")
+    ap.add_argument("--global-budget", type=float, default=0.25, help="cache_bytes / dataset bytes, global shuffle")
     args = ap.parse_args(argv)
     if args.quick:
         args.rows, args.rounds = 16_384, 1
@@ -124,12 +133,15 @@ def main(argv: list[str] | None = None) -> dict:
             sizes = np.array([s[1] for s in spans], dtype=np.int64)
             rows = np.diff(np.append(starts, len(probe)))
             per_record = np.repeat(sizes / rows, rows)  # a record's share of its unit's bytes
-            budget = int(sizes.sum() // 4)
-            ahead = rd.ReadAhead(lookahead=16, concurrency=16, cache_bytes=budget)
+            total = int(sizes.sum())
+            ceiling = store_ceiling(probe, len(sizes))
+            print({"format": fmt, "store_ceiling_rows_s": ceiling}, flush=True)
             for order in args.orders.split(","):
-                steps = 8 if order == "global" else min(64, args.rows // BATCH - 1)
+                budget = int(total * (args.global_budget if order == "global" else args.budget))
+                ahead = rd.ReadAhead(lookahead=64, concurrency=16, cache_bytes=budget)
+                steps = 8 if order == "global" else args.rows // BATCH - 1  # a whole epoch
                 for workers in (int(w) for w in args.workers.split(",")):
-                    local_t, remote_t, firsts, amp, gets, heads = [], [], [], [], [], []
+                    local_t, remote_t, firsts, amp, gets, heads, peaks = [], [], [], [], [], [], []
                     for _ in range(args.rounds):
                         ref = loader(rd.ArrowShards(local), order, workers)
                         _, t_local, ids_local = run(ref, steps)
@@ -138,7 +150,9 @@ def main(argv: list[str] | None = None) -> dict:
                         ld = loader(src, order, workers, ahead)
                         proxy.reset()
                         first, t_remote, ids = run(ld, steps)
+                        ld.read_ahead.wait_idle(60)  # the reads in flight count (their bytes arrive late)
                         sent, by = proxy.bytes_out, dict(proxy.counts)
+                        peaks.append(ld.read_ahead.stats["peak_bytes"] / sizes.sum())
                         del ld
                         assert np.array_equal(ids, ids_local)
                         local_t.append(steps * BATCH / t_local)
@@ -152,8 +166,10 @@ def main(argv: list[str] | None = None) -> dict:
                     recs = [np.asarray(planner.step_info(s).records) for s in range(steps + 1)]
                     sched = read_schedule(0, recs, starts)
                     reads = sum(len(u) for u in sched.steps)
-                    hit25 = 1 - belady_misses(sched.steps, sizes, budget) / reads
-                    hit100 = 1 - belady_misses(sched.steps, sizes, int(sizes.sum())) / reads
+                    misses25 = belady_misses(sched.steps, sizes, budget)  # at this order's budget
+                    hit25 = 1 - misses25 / reads
+                    distinct = len(sched.order)
+                    hit100 = 1 - belady_misses(sched.steps, sizes, total) / reads
                     row = {"format": fmt, "order": order, "workers": workers,
                            "local_samples_s": statistics.median(local_t),
                            "remote_samples_s": statistics.median(remote_t),
@@ -161,24 +177,32 @@ def main(argv: list[str] | None = None) -> dict:
                            "first_batch_s": statistics.median(firsts),
                            "amplification": statistics.median(amp),
                            "get_per_step": statistics.median(gets), "head_per_step": statistics.median(heads),
-                           "projected_hit_rate_25": hit25, "projected_hit_rate_100": hit100}
+                           "projected_hit_rate_25": hit25, "projected_hit_rate_100": hit100,
+                           "store_ceiling_rows_s": ceiling, "ratio_to_ceiling": statistics.median(remote_t) /
+                           min(ceiling, statistics.median(local_t)),
+                           "belady_fetches_per_unit_25": misses25 / distinct,
+                           "cache_peak_fraction": statistics.median(peaks)}
                     rows_out.append(row)
                     print(row, flush=True)
+            ahead = rd.ReadAhead(lookahead=64, concurrency=16, cache_bytes=int(total * args.budget))
             resume_rows.append(resume_figures(rd, prefix, fs, ahead, fmt, args.rounds))
             print(resume_rows[-1], flush=True)
     finally:
         proxy.close()
         server.stop()
     md = [f"# Remote training with read-ahead (moto behind S3Proxy at {args.latency_ms:g} ms, {args.rows} rows of "
-          f"256-512 int32 tokens, units of {ROWS_PER_BATCH} rows, batch {BATCH}, cache 25% of the dataset)", "",
+          f"256-512 int32 tokens, units of {ROWS_PER_BATCH} rows, batch {BATCH}, cache {args.global_budget:.0%} of the dataset for global shuffle, {args.budget:.0%} otherwise)", "",
           "| format | order | workers | local samples/s | remote samples/s | ratio | amplification | GET/step "
-          "| HEAD/step | first batch s | projected hit rate (25% / 100%) |",
-          "|---|---|---|---|---|---|---|---|---|---|---|"]
+          "| HEAD/step | first batch s | projected hit rate (budget / 100%) | Belady fetches/unit (budget) "
+          "| cache peak / dataset | store ceiling rows/s | remote / min(local, ceiling) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows_out:
         md.append(f"| {r['format']} | {r['order']} | {r['workers']} | {r['local_samples_s']:,.0f} | "
                   f"{r['remote_samples_s']:,.0f} | {r['ratio']:.2f} | {r['amplification']:.2f} | "
                   f"{r['get_per_step']:.1f} | {r['head_per_step']:.1f} | {r['first_batch_s']:.2f} | "
-                  f"{r['projected_hit_rate_25']:.2f} / {r['projected_hit_rate_100']:.2f} |")
+                  f"{r['projected_hit_rate_25']:.2f} / {r['projected_hit_rate_100']:.2f} | "
+                  f"{r['belady_fetches_per_unit_25']:.2f} | {r['cache_peak_fraction']:.2f} | "
+                  f"{r['store_ceiling_rows_s']:,.0f} | {r['ratio_to_ceiling']:.2f} |")
     md += ["", "| format | fresh first batch s | resumed first batch s | ratio |", "|---|---|---|---|"]
     for r in resume_rows:
         md.append(f"| {r['format']} | {r['fresh_s']:.3f} | {r['resumed_s']:.3f} | {r['ratio']:.2f} |")
@@ -186,6 +210,16 @@ def main(argv: list[str] | None = None) -> dict:
     print("\n".join(md))
     print(f"wrote {path}")
     return {"rows": rows_out, "resume": resume_rows}
+
+
+def store_ceiling(src, units: int) -> float:
+    """Rows/s of the store itself: every unit read once, 16 at a time (no loader): what moto and the
+    proxy serve on this machine, the bound on any remote figure here."""
+    from concurrent.futures import ThreadPoolExecutor
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(src.fetch_unit, range(units)))
+    return len(src) / (time.perf_counter() - t0)
 
 
 def resume_figures(rd, prefix: str, fs, ahead, fmt: str, rounds: int) -> dict:

@@ -49,7 +49,7 @@ from resumable_data.loader.stream import StepInfo, describe_step, make_stream
 from resumable_data.loader.translate import torch_views
 from resumable_data.loader.transport import WorkerCollate
 from resumable_data.plan import Plan, Sharding, Tail
-from resumable_data.sources.read_ahead import ReadAhead
+from resumable_data.sources.read_ahead import Prefetcher, ReadAhead
 
 __all__ = ["CounterView", "DataLoader"]
 
@@ -341,6 +341,12 @@ class DataLoader:
     def plan(self) -> Plan:
         """The plan the cursor walks: the constructed one, at the batch origin a restore set."""
         return self._ledger.stream.plan
+
+    @property
+    def read_ahead(self) -> Prefetcher | None:
+        """This rank's read-ahead fetcher (``stats``: units and bytes fetched, units evicted, failed
+        fetches; ``wait_idle()``), None without ``read_ahead=``."""
+        return self._read_ahead
 
     @property
     def sharding(self) -> Sharding:

@@ -23,7 +23,12 @@ same code for local files and for a ``pyarrow.fs.FileSystem`` (``filesystem=``, 
 ``s3://``-style URI, which picks its filesystem itself). Where the store memory-maps (local files)
 IPC batches are zero-copy views of the map; on a remote store record batches (by one ranged read
 each, through the pinned layout: :mod:`.layout`) and Parquet row groups are read on demand into a
-small LRU cache and nothing is memory-mapped (see :mod:`.files`). Transient store failures are
+small LRU cache and nothing is memory-mapped (see :mod:`.files`); ``take_numpy`` gathers remote
+units into the collate's numpy layout without an Arrow table (:func:`.gather.gather_loaded_numpy`).
+With read-ahead attached (:meth:`ArrowShards.attach_read_ahead`, what ``rd.DataLoader(read_ahead=)``
+does: :mod:`.read_ahead`) a unit is decoded from the bytes the rank's fetcher wrote to its cache
+directory, else read by the step itself through :meth:`ArrowShards.fetch_unit` (size and ETag
+checked against the identity recorded at open), validated once per process. Transient store failures are
 retried (``retries=rd.Retries(...)``, :mod:`.retry`); a store that stays down is an
 :class:`~resumable_data.StoreUnavailableError`.
 
@@ -274,6 +279,7 @@ class ArrowShards:
         self._broken: ResumableDataError | None = None
         self._members = None if members is None else tuple(members)
         self._ahead: UnitCache | None = None
+        self._ahead_valid: set[int] = set()  # units validated in this process (read-ahead)
         self._store = store
         self._cache_units = _LOCAL_CACHE_UNITS if store.local else _REMOTE_CACHE_UNITS
         self._root = Path(root)
@@ -431,7 +437,7 @@ class ArrowShards:
             self._closed_because(exc, root, state[K_FILES], version, store)
             return
         if state.get(K_READ_AHEAD) is not None:
-            self._ahead = UnitCache(state[K_READ_AHEAD])
+            self.attach_read_ahead(UnitCache(state[K_READ_AHEAD]))
 
     @classmethod
     def from_hf(
@@ -539,10 +545,13 @@ class ArrowShards:
         if self._ahead is not None and shard.unit_span(u.row_group) is not None:
             data = self._ahead.get(k)  # read ahead by the rank's fetcher (.read_ahead), else read here
             batch = shard.decode_unit(u.row_group, data if data is not None else pa.py_buffer(self.fetch_unit(k)))
+            batch = batch.replace_schema_metadata(self._schema.metadata)
+            if k not in self._ahead_valid:  # a unit's bytes are the same at every read (size and ETag checked)
+                validate_batch(batch, self._rel[u.shard], u.row_group)
+                self._ahead_valid.add(k)
         else:
-            batch = shard.read_unit(u.row_group)
-        batch = batch.replace_schema_metadata(self._schema.metadata)
-        validate_batch(batch, self._rel[u.shard], u.row_group)
+            batch = shard.read_unit(u.row_group).replace_schema_metadata(self._schema.metadata)
+            validate_batch(batch, self._rel[u.shard], u.row_group)
         self._rg_cache[key] = batch
         if len(self._rg_cache) > self._cache_units:
             self._rg_cache.popitem(last=False)
@@ -574,7 +583,10 @@ class ArrowShards:
     def attach_read_ahead(self, cache: UnitCache | None) -> None:
         """Read units through ``cache`` (filled ahead by one fetcher per rank), or directly (None)."""
         self._ahead = cache
+        self._ahead_valid = set()
         self._rg_cache.clear()
+        # the cache holds the bytes (its budget is the memory): keep few decoded units per process
+        self._cache_units = _LOCAL_CACHE_UNITS if cache is not None or self._store.local else _REMOTE_CACHE_UNITS
 
     @property
     def remote(self) -> bool:
@@ -665,8 +677,9 @@ class ArrowShards:
 
     def take_numpy(self, record_ids: Sequence[int] | np.ndarray, pad_value: Any = 0) -> list[Any] | None:
         """Per column, the default collate's numpy layout of ``take(record_ids)`` (a 1-D array, or
-        ``(padded, lengths)`` for a list column), straight from the maps; None unless every column
-        is an integer/float (or list of them) column on the fast path (then use :meth:`take`)."""
+        ``(padded, lengths)`` for a list column), straight from the maps (remote: from the loaded
+        units); None unless every column is an integer/float (or list of them) column on the fast
+        path (then use :meth:`take`)."""
         ids = self._check_ids(record_ids)
         if len(ids) and not self._store.local:  # units read by range: gathered from the loaded batches
             unit, local = self._locate(ids)

@@ -109,7 +109,7 @@ def test_same_batches_as_local_files(data, endpoint, reference, fmt, order):
     steps = STEPS // 2 if order == "global" else STEPS  # a global shuffle reads most units every step
     loader = loader_over(remote(endpoint, prefix), order, AHEAD)
     assert batches(loader, steps) == reference(fmt, order, steps)
-    stats = loader._read_ahead.stats
+    stats = loader.read_ahead.stats
     assert stats["units"] > 0 and stats["failed"] == 0
     assert stats["evicted"] > 0  # the budget is smaller than the dataset: Belady evicted
 
@@ -121,8 +121,22 @@ def test_sequential_reads_every_unit_once_per_epoch(data, endpoint, proxy, refer
     proxy.reset()
     assert batches(loader, N // 32) == reference("arrow", "sequential", N // 32)
     units = N // 20
-    assert loader._read_ahead.stats["units"] <= units  # each unit fetched at most once
+    assert loader.read_ahead.stats["units"] <= units  # each unit fetched at most once
     assert proxy.counts["GET"] <= units + 1  # no unit also read by the loop itself
+
+
+@pytest.mark.parametrize("order", ["window", "global"])
+def test_every_unit_the_loop_reads_was_read_ahead(data, proxy, reference, order):
+    """Under a budget smaller than the dataset, no step reads a unit itself (each GET is the
+    fetcher's): the units of steps in flight are fetched first, whatever else waits."""
+    _, prefix = data["arrow"]
+    loader = loader_over(remote(proxy.endpoint, prefix), order, rd.ReadAhead(lookahead=16, cache_bytes=10_000))
+    proxy.reset()
+    steps = N // 32
+    assert batches(loader, steps) == reference("arrow", order, STEPS)[:steps]
+    loader.read_ahead.wait_idle(30)
+    assert proxy.counts["GET"] == loader.read_ahead.stats["units"]
+    assert loader.read_ahead.stats["evicted"] > 0
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -208,7 +222,7 @@ def test_read_ahead_needs_remote_shards_without_packing(data, endpoint):
 def test_cache_directory_is_fresh_and_removed(data, endpoint, tmp_path):
     _, prefix = data["arrow"]
     loader = loader_over(remote(endpoint, prefix), "sequential", rd.ReadAhead(cache_dir=tmp_path))
-    root = loader._read_ahead.cache.root
+    root = loader.read_ahead.cache.root
     assert os.path.dirname(root) == str(tmp_path)
     batches(loader, 5)
     assert any(n.endswith(".unit") for n in os.listdir(root))

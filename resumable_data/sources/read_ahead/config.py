@@ -28,7 +28,8 @@ __all__ = ["ReadAhead"]
 class ReadAhead:
     """Read remote units ahead of the steps that need them (``docs/object-storage.md``).
 
-    * ``lookahead``: steps planned ahead of the newest step handed to a worker (default 16);
+    * ``lookahead``: steps planned ahead of the newest step handed to a worker (default 64:
+      enough units to keep ``concurrency`` requests busy in a sequential or windowed order);
     * ``concurrency``: ranged requests in flight at once (default 16; S3 serves far more per
       prefix, the limit is this host's bandwidth and cores);
     * ``cache_bytes``: the byte budget of the unit cache (default 2 GiB); the units of steps
@@ -37,7 +38,7 @@ class ReadAhead:
       directory); a fresh subdirectory per loader, removed when the loader goes away.
     """
 
-    lookahead: int = 16
+    lookahead: int = 64
     concurrency: int = 16
     cache_bytes: int = 2 << 30
     cache_dir: str | os.PathLike | None = None

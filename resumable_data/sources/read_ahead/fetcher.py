@@ -5,8 +5,9 @@ Algorithm. The loader's main process tells the :class:`Prefetcher` each step it 
 :class:`resumable_data.plan.reads.ReadSchedule`, the units of steps ``[delivered, handed +
 lookahead)`` from their record ids (``records_of(step)``, the loader's pure order; each step's
 units computed once per pass), promises the units of the steps already handed out (a ``want`` file:
-:mod:`.cache`) and wakes its scheduler thread, which walks the units in order of first use and
-keeps at most ``concurrency`` ranged reads in flight (a thread pool; each read is
+:mod:`.cache`) and wakes its scheduler thread, which walks the units still needed (from the oldest undelivered step) and
+keeps at most ``concurrency`` ranged reads in flight, the unit needed soonest first (a thread
+pool; each read is
 :meth:`ReadAheadSource.fetch_unit`: a HEAD whose size and ETag must match the pinned identity,
 then one GET of the unit's span). Each unit is written to the cache directory (temporary name,
 then rename) and its promise dropped.
@@ -81,6 +82,8 @@ class Prefetcher:
         self._cond = threading.Condition()
         self._schedule: ReadSchedule | None = None
         self._handed = -1  # newest step handed out
+        self._delivered = 0  # steps before it reached the loop
+        self._stalled = False  # the budget stopped the fetcher: wake it when the loop moves on
         self._replan_at = 0
         self._resident: dict[int, int] = {}  # unit -> bytes
         self._inflight: set[int] = set()
@@ -89,7 +92,8 @@ class Prefetcher:
         self._used = 0
         self._closed = False
         #: counters: units and bytes fetched, units evicted, fetches failed
-        self.stats = {"units": 0, "bytes": 0, "evicted": 0, "failed": 0}
+        #: and the most bytes the cache held (fetches in flight included)
+        self.stats = {"units": 0, "bytes": 0, "evicted": 0, "failed": 0, "peak_bytes": 0}
         self._pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="rd-read-ahead")
         self._thread = threading.Thread(target=self._run, name="rd-read-ahead", daemon=True)
         self._thread.start()
@@ -130,6 +134,8 @@ class Prefetcher:
                 _touch(self.cache.want_path(u))
                 wake = True
             self._schedule, self._handed = sched, step
+            moved, self._delivered = delivered > self._delivered, delivered
+            wake = wake or (self._stalled and moved)
             if replan:
                 self._failed.clear()  # failed units are tried again
             if wake and any(
@@ -137,6 +143,11 @@ class Prefetcher:
                 for u in sched.order.tolist()
             ):
                 self._cond.notify_all()  # something to fetch (a wake-up costs the loop the GIL)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no fetch is in flight (at most ``timeout`` seconds); whether it is idle."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._inflight or self._closed, timeout)
 
     def close(self) -> None:
         """Stop fetching and remove the cache directory (processes that mapped units keep them)."""
@@ -161,26 +172,34 @@ class Prefetcher:
         sched = self._schedule
         if sched is None:
             return
-        at, budget = sched.first, self.config.cache_bytes
+        at, budget = max(sched.first, self._delivered), self.config.cache_bytes
         protected = sched.units_between(at, self._handed + 1)
+        self._stalled = False
+        todo = []  # (next use, unit): the units still to fetch that a step from `at` on reads
         for u in sched.order.tolist():
+            if self._sizes[u] is None or u in self._resident or u in self._inflight or u in self._failed:
+                continue
+            when = sched.next_use(u, at)
+            if when is not None:  # else read only by steps the loop already has
+                todo.append((when, u))
+        todo.sort()  # soonest first: the units of steps in flight lead
+        for when, u in todo:
             if len(self._inflight) >= self.config.concurrency:
                 return
             size = self._sizes[u]
-            if size is None or u in self._resident or u in self._inflight or u in self._failed:
-                continue
-            when = sched.next_use(u, at)
             while self._used + size > budget:
                 victim = self._victim(sched, at, protected)
                 if victim is None:
                     break
                 v_when = sched.next_use(victim, at)
-                if v_when is not None and when is not None and v_when <= when:
+                if v_when is not None and v_when <= when:
                     break  # everything resident is needed sooner than u
                 self._evict(victim)
             if self._used + size > budget and u not in protected:
+                self._stalled = True
                 return  # wait for the loader to move on
             self._used += size
+            self.stats["peak_bytes"] = max(self.stats["peak_bytes"], self._used)
             self._inflight.add(u)
             self._pool.submit(self._fetch, u)
 
