@@ -80,6 +80,7 @@ __all__ = [
     "read_checkpoint",
     "resolve_checkpoint",
     "save_checkpoint",
+    "survey_checkpoints",
 ]
 
 CHECKPOINT_FORMAT = "resumable_data.checkpoint"
@@ -263,6 +264,26 @@ def _loadable(root: Path) -> dict[int, Path]:
     for step, p in _orphans(root, sorted(os.listdir(root))).items():
         out.setdefault(step, p)
     return out
+
+
+def survey_checkpoints(directory: str | os.PathLike) -> tuple[Path | None, dict[str, str]]:
+    """(the newest loadable checkpoint: a complete step directory or the complete leftover of an
+    interrupted re-save of a step that has none, as saving recovers it; None if there is none),
+    and ``{name: why}`` for each step directory newer than it that is not complete (damaged,
+    truncated, or not written by rd's atomic save, which never publishes an incomplete one)."""
+    root = Path(directory)
+    if not root.is_dir():
+        return None, {}
+    done = _loadable(root)
+    floor = max(done) if done else -1
+    bad = {}
+    for name in sorted(os.listdir(root)):
+        m = STEP_RE.match(name)
+        if m and int(m.group(1)) > floor:
+            why = _why_incomplete(root / name)
+            if why is not None:
+                bad[name] = why
+    return (done[floor] if done else None), bad
 
 
 def _read_latest(root: Path) -> tuple[str | None, str]:
