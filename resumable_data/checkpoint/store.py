@@ -69,7 +69,7 @@ from resumable_data.checkpoint.codec import decode, encode
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.checkpoint.files import LIMITS, hash_regular, is_regular, read_regular, writer_lock
 from resumable_data.checkpoint.meta import CheckpointMeta, new_id
-from resumable_data.errors import ConfigError, ResumableDataError, describe
+from resumable_data.errors import ConfigError, ConfigTypeError, ResumableDataError, describe
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -300,10 +300,18 @@ def _read_latest(root: Path) -> tuple[str | None, str]:
     return name, f"names {name!r}"
 
 
+def _path(value: Any, param: str) -> Path:
+    if not isinstance(value, (str, os.PathLike)):  # Path(None) raised a bare TypeError
+        raise ConfigTypeError(
+            describe(param, value, "a path (str or os.PathLike) to a checkpoint directory", f"pass {param}='ckpt'")
+        )
+    return Path(value)
+
+
 def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path:
     """The step directory to load: ``path`` itself if it is one, else ``step``, else ``latest``
     (falling back to the newest complete one if ``latest`` is missing, unreadable or incomplete)."""
-    p = Path(path)
+    p = _path(path, "directory")
     if os.path.lexists(p / MARKER) or STEP_RE.match(p.name):
         why = _why_incomplete(p)
         if why is not None:
@@ -390,7 +398,7 @@ def save_checkpoint(
                 "and dcp.load(...) to resume: it keeps every rank's RNG and data cursor",
             )
         )
-    root = Path(directory)
+    root = _path(directory, "directory")
     if step is None:
         loader = getattr(state, "loader", None)
         if loader is None:
