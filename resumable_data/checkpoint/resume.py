@@ -15,9 +15,10 @@ compatibility contract is checked before anything is restored; a damaged checkpo
 :class:`~resumable_data.checkpoint.errors.CheckpointError`, it is never silently skipped: only an
 *absent* checkpoint means "start"). Interrupted saves are never candidates, except the complete
 copy of a step whose re-save was killed between its two renames (the one the next save restores).
-A step directory newer than the newest complete one that is itself not complete (truncated, a file
-missing or replaced: rd's save never publishes one) is a :class:`CheckpointError`, never skipped
-for an older checkpoint or for a fresh start.
+A step directory newer than the newest complete one whose ``COMMITTED`` marker is there but which
+is not complete (truncated, a file missing or replaced, the marker damaged: rd's save never
+publishes one) is a :class:`CheckpointError`, never skipped for an older checkpoint or for a fresh
+start; one without a marker is a write that never finished and is skipped.
 
 Cost: one directory listing plus a marker read per step directory; loading costs what
 ``load_checkpoint`` costs (the state is read and hashed once).

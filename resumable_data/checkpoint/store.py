@@ -269,8 +269,10 @@ def _loadable(root: Path) -> dict[int, Path]:
 def survey_checkpoints(directory: str | os.PathLike) -> tuple[Path | None, dict[str, str]]:
     """(the newest loadable checkpoint: a complete step directory or the complete leftover of an
     interrupted re-save of a step that has none, as saving recovers it; None if there is none),
-    and ``{name: why}`` for each step directory newer than it that is not complete (damaged,
-    truncated, or not written by rd's atomic save, which never publishes an incomplete one)."""
+    and ``{name: why}`` for each step directory newer than it that has a ``COMMITTED`` marker but is
+    not complete: a checkpoint that was complete once (rd's atomic save never publishes an
+    incomplete one) and is now damaged, truncated or missing a file. A step directory without a
+    marker is a write that never finished (or a copy still under way) and is not listed."""
     root = Path(directory)
     if not root.is_dir():
         return None, {}
@@ -279,7 +281,7 @@ def survey_checkpoints(directory: str | os.PathLike) -> tuple[Path | None, dict[
     bad = {}
     for name in sorted(os.listdir(root)):
         m = STEP_RE.match(name)
-        if m and int(m.group(1)) > floor:
+        if m and int(m.group(1)) > floor and os.path.lexists(root / name / MARKER):
             why = _why_incomplete(root / name)
             if why is not None:
                 bad[name] = why

@@ -38,7 +38,7 @@ def test_a_resave_killed_between_its_renames_resumes_the_complete_copy(tmp_path)
                                                                 "step-000000000004"]
 
 
-@pytest.mark.parametrize("damage", ["truncated", "file_missing", "marker_missing"])
+@pytest.mark.parametrize("damage", ["truncated", "file_missing", "marker_damaged"])
 @pytest.mark.parametrize("older", [True, False], ids=["older-complete", "only-one"])
 def test_a_damaged_newest_checkpoint_is_an_error_not_an_older_step_or_a_fresh_start(tmp_path, damage, older):
     if older:
@@ -49,8 +49,8 @@ def test_a_damaged_newest_checkpoint_is_an_error_not_an_older_step_or_a_fresh_st
         os.truncate(f, f.stat().st_size - 10)
     elif damage == "file_missing":
         (newest / "state.json").unlink()
-    else:
-        (newest / "COMMITTED").unlink()
+    else:  # the marker itself damaged (still there: a step directory without one never finished writing)
+        (newest / "COMMITTED").write_bytes(b"\x00" * 40)
     before = sorted(os.listdir(tmp_path))
     s = _state(7.0)
     want = _weights(s)
@@ -62,6 +62,7 @@ def test_a_damaged_newest_checkpoint_is_an_error_not_an_older_step_or_a_fresh_st
 
 def test_only_an_interrupted_first_save_means_start(tmp_path):
     (tmp_path / ".tmp-step-000000000005-1-ab").mkdir()  # a first save killed before its marker
+    (tmp_path / "step-000000000006").mkdir()  # a step directory without a marker: a write that never finished
     assert rd.latest_checkpoint(tmp_path) is None
     assert rd.resume_or_start(tmp_path, _state()) == 0
     assert rd.resume_or_start(tmp_path / "missing", _state()) == 0
