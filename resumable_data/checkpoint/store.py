@@ -307,6 +307,8 @@ def _path(value: Any, param: str) -> Path:
         raise ConfigTypeError(
             describe(param, value, "a path (str or os.PathLike) to a checkpoint directory", f"pass {param}='ckpt'")
         )
+    if os.fspath(value) == "":  # Path("") is the working directory: checkpoints written among the user's files
+        raise ConfigError(describe(param, value, "a non-empty path to a checkpoint directory", f"pass {param}='ckpt'"))
     return Path(value)
 
 

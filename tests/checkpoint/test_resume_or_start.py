@@ -68,10 +68,13 @@ def test_only_an_interrupted_first_save_means_start(tmp_path):
     assert rd.resume_or_start(tmp_path / "missing", _state()) == 0
 
 
-@pytest.mark.parametrize("bad", [None, 3, b"ckpt"])
-def test_a_directory_that_is_not_a_path_is_an_rd_error(bad):
-    """Attack sweep: ``Path(None)``'s TypeError escaped from save_checkpoint and load_checkpoint."""
-    with pytest.raises(rd.ConfigTypeError, match="^directory="):
+@pytest.mark.parametrize("bad", [None, 3, b"ckpt", ""])
+def test_a_directory_that_is_not_a_path_is_an_rd_error(bad, tmp_path, monkeypatch):
+    """Attack sweep: ``Path(None)``'s TypeError escaped from save_checkpoint and load_checkpoint, and
+    ``save_checkpoint("", ...)`` wrote a checkpoint among the files of the working directory."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(rd.ConfigError, match="^directory="):
         rd.save_checkpoint(bad, _state(), step=1)
-    with pytest.raises(rd.ConfigTypeError, match="^directory="):
+    with pytest.raises(rd.ConfigError, match="^directory="):
         rd.load_checkpoint(bad, _state())
+    assert not list(tmp_path.iterdir())
