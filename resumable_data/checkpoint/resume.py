@@ -13,7 +13,12 @@ it was saved at, or returns 0 and changes nothing when the directory holds no co
 Guarantee: the same as :func:`~resumable_data.checkpoint.load.load_checkpoint` (the
 compatibility contract is checked before anything is restored; a damaged checkpoint raises
 :class:`~resumable_data.checkpoint.errors.CheckpointError`, it is never silently skipped: only an
-*absent* checkpoint means "start"). Interrupted saves are never candidates.
+*absent* checkpoint means "start"). Interrupted saves are never candidates, except the complete
+copy of a step whose re-save was killed between its two renames (the one the next save restores).
+A step directory newer than the newest complete one whose ``COMMITTED`` marker is there but which
+is not complete (truncated, a file missing or replaced, the marker damaged: rd's save never
+publishes one) is a :class:`CheckpointError`, never skipped for an older checkpoint or for a fresh
+start; one without a marker is a write that never finished and is skipped.
 
 Cost: one directory listing plus a marker read per step directory; loading costs what
 ``load_checkpoint`` costs (the state is read and hashed once).
@@ -27,8 +32,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.checkpoint.load import load_checkpoint
-from resumable_data.checkpoint.store import list_checkpoints
+from resumable_data.checkpoint.store import survey_checkpoints
 from resumable_data.errors import ConfigError, describe
 from resumable_data.labels import RecoveryLabel
 
@@ -60,9 +66,10 @@ def _root(directory: str | os.PathLike) -> Path:
 
 def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
     """The newest complete step directory under ``directory`` (``step-N`` with a valid
-    ``COMMITTED`` marker), or ``None`` when there is none (or the directory does not exist)."""
-    done = list_checkpoints(_root(directory))
-    return done[-1] if done else None
+    ``COMMITTED`` marker; for a step whose re-save was killed between its two renames, the complete
+    copy beside it, which the next save renames back), or ``None`` when there is none (or the
+    directory does not exist)."""
+    return survey_checkpoints(_root(directory))[0]
 
 
 def resume_or_start(
@@ -84,7 +91,21 @@ def resume_or_start(
     position; a single unpacked source over a new dataset version at the same step, epoch and
     fraction of the epoch, :mod:`resumable_data.plan.rebase`) when the current loader can continue
     it, else starts afresh with a warning."""
-    newest = latest_checkpoint(directory)
+    root = _root(directory)
+    newest, damaged = survey_checkpoints(root)
+    if damaged:  # never published incomplete by a save: loading an older one (or none) would lose steps unsaid
+        name, why = next(reversed(damaged.items()))
+        fallback = f"rd.load_checkpoint({str(newest)!r}, state)" if newest else "start afresh"
+        raise CheckpointError(
+            describe(
+                "directory",
+                str(root),
+                f"complete checkpoints, but {sorted(damaged)} {'is' if len(damaged) == 1 else 'are'} newer than "
+                f"{newest.name if newest else 'any complete one'} and not complete ({name}: {why})",
+                f"restore {name} from a copy; or move it out of {root} (a save would delete it) and resume again "
+                f"(or {fallback})",
+            )
+        )
     if newest is None:
         return 0
     return int(

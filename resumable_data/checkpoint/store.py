@@ -69,7 +69,7 @@ from resumable_data.checkpoint.codec import decode, encode
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.checkpoint.files import LIMITS, hash_regular, is_regular, read_regular, writer_lock
 from resumable_data.checkpoint.meta import CheckpointMeta, new_id
-from resumable_data.errors import ConfigError, ResumableDataError, describe
+from resumable_data.errors import ConfigError, ConfigTypeError, ResumableDataError, describe
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -80,6 +80,7 @@ __all__ = [
     "read_checkpoint",
     "resolve_checkpoint",
     "save_checkpoint",
+    "survey_checkpoints",
 ]
 
 CHECKPOINT_FORMAT = "resumable_data.checkpoint"
@@ -265,6 +266,28 @@ def _loadable(root: Path) -> dict[int, Path]:
     return out
 
 
+def survey_checkpoints(directory: str | os.PathLike) -> tuple[Path | None, dict[str, str]]:
+    """(the newest loadable checkpoint: a complete step directory or the complete leftover of an
+    interrupted re-save of a step that has none, as saving recovers it; None if there is none),
+    and ``{name: why}`` for each step directory newer than it that has a ``COMMITTED`` marker but is
+    not complete: a checkpoint that was complete once (rd's atomic save never publishes an
+    incomplete one) and is now damaged, truncated or missing a file. A step directory without a
+    marker is a write that never finished (or a copy still under way) and is not listed."""
+    root = Path(directory)
+    if not root.is_dir():
+        return None, {}
+    done = _loadable(root)
+    floor = max(done) if done else -1
+    bad = {}
+    for name in sorted(os.listdir(root)):
+        m = STEP_RE.match(name)
+        if m and int(m.group(1)) > floor and os.path.lexists(root / name / MARKER):
+            why = _why_incomplete(root / name)
+            if why is not None:
+                bad[name] = why
+    return (done[floor] if done else None), bad
+
+
 def _read_latest(root: Path) -> tuple[str | None, str]:
     """(the step directory ``latest`` names, or None; why not)."""
     latest = root / LATEST
@@ -279,10 +302,20 @@ def _read_latest(root: Path) -> tuple[str | None, str]:
     return name, f"names {name!r}"
 
 
+def _path(value: Any, param: str) -> Path:
+    if not isinstance(value, (str, os.PathLike)):  # Path(None) raised a bare TypeError
+        raise ConfigTypeError(
+            describe(param, value, "a path (str or os.PathLike) to a checkpoint directory", f"pass {param}='ckpt'")
+        )
+    if os.fspath(value) == "":  # Path("") is the working directory: checkpoints written among the user's files
+        raise ConfigError(describe(param, value, "a non-empty path to a checkpoint directory", f"pass {param}='ckpt'"))
+    return Path(value)
+
+
 def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path:
     """The step directory to load: ``path`` itself if it is one, else ``step``, else ``latest``
     (falling back to the newest complete one if ``latest`` is missing, unreadable or incomplete)."""
-    p = Path(path)
+    p = _path(path, "directory")
     if os.path.lexists(p / MARKER) or STEP_RE.match(p.name):
         why = _why_incomplete(p)
         if why is not None:
@@ -369,7 +402,7 @@ def save_checkpoint(
                 "and dcp.load(...) to resume: it keeps every rank's RNG and data cursor",
             )
         )
-    root = Path(directory)
+    root = _path(directory, "directory")
     if step is None:
         loader = getattr(state, "loader", None)
         if loader is None:

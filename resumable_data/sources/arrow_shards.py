@@ -71,13 +71,14 @@ import pyarrow as pa
 
 from resumable_data._cache import cache_dir
 from resumable_data._schema import coerce_enum
-from resumable_data.errors import ConfigError, ResumableDataError, describe
+from resumable_data.errors import ConfigError, ConfigTypeError, ResumableDataError, describe
 from resumable_data.sources.files import (
     MANIFEST_NAME,
     OpenShard,
     canonical_schema,
     check_same_schema,
     discover_shards,
+    file_list,
     refuse_hive_partitions,
     resolve_files,
 )
@@ -232,7 +233,7 @@ class ArrowShards:
                     describe("path_or_files", str(src), "an existing directory or shard file", "check the path")
                 )
             src = [src]
-        root, rel = resolve_files(list(src), store)
+        root, rel = resolve_files(file_list(src), store)
         found = DatasetVersion.locate(root, filesystem=store.filesystem)  # a pinned parent folder
         if found is not None and [s.path for s in found.shards] == rel:
             return found, root, rel
@@ -601,15 +602,17 @@ class ArrowShards:
         self._usable()
         try:
             i = operator.index(index)
-        except TypeError:
-            raise TypeError(
+        except TypeError:  # rd errors that are still the TypeError / IndexError a Python sequence raises
+            raise ConfigTypeError(
                 describe("index", index, "an integer record id", "use take(ids) for arrays of ids")
             ) from None
         n = self._num_records
         if i < 0:
             i += n
         if not 0 <= i < n:
-            raise IndexError(describe("index", index, f"a record id in [-{n}, {n})", "pass an id within the dataset"))
+            raise RecordIdError(
+                describe("index", index, f"a record id in [-{n}, {n})", "pass an id within the dataset")
+            )
         unit, local = self._locate(np.array([i], dtype=np.int64))
         return self._read(unit, lambda: self._unit_data(int(unit[0])).slice(int(local[0]), 1).to_pylist()[0])
 

@@ -62,7 +62,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from resumable_data._io import HASH_CHUNK_BYTES, hash_file
-from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
+from resumable_data.errors import ConfigError, ConfigTypeError, DatasetIntegrityError, describe
 from resumable_data.sources.identity import FileIdentity, changed_error, unchanged, unchanged_at
 from resumable_data.sources.layout import (
     ARROW_FILE_MAGIC,
@@ -300,6 +300,26 @@ def refuse_hive_partitions(root: Any, rel_paths: list[str]) -> None:
                 "or, to read the files without those columns, pass the list of files instead of the directory",
             )
         )
+
+
+def file_list(files: Any) -> list[str | os.PathLike]:
+    """``files`` (anything but a path: a list, tuple or other iterable of shard paths) as a list, or
+    :class:`ConfigTypeError` when it is not an iterable of ``str`` / ``os.PathLike`` (``None``, a number,
+    bytes, a tensor: a dataset path mistyped)."""
+    try:
+        out = None if isinstance(files, (bytes, bytearray)) else list(files)
+    except TypeError:
+        out = None
+    if out is None or not all(isinstance(f, (str, os.PathLike)) for f in out):
+        raise ConfigTypeError(
+            describe(
+                "path",
+                files,
+                "a directory or shard file (str or os.PathLike), or a list of shard files",
+                "pass the dataset's folder, e.g. 'data/' or pathlib.Path('data')",
+            )
+        )
+    return out
 
 
 def resolve_files(files: Sequence[str | os.PathLike], store: ShardStore = LOCAL) -> tuple[str, list[str]]:

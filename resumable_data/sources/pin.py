@@ -41,6 +41,7 @@ from resumable_data.sources.files import (
     canonical_schema,
     check_same_schema,
     discover_shards,
+    file_list,
     read_shard_meta,
     refuse_hive_partitions,
     resolve_files,
@@ -104,7 +105,7 @@ def pin(
                 )
             )
     else:
-        root, rel = resolve_files(list(path), store)
+        root, rel = resolve_files(file_list(path), store)
         selection = Selection.FILES
         if save == "folder":
             raise ConfigError(

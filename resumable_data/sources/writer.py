@@ -67,6 +67,15 @@ def write_arrow_shards(
             )
         )
     n = table.num_rows
+    if num_shards is not None and num_shards > max(n, 1):  # 2**64 looped building bounds; past n: empty files
+        raise ConfigError(
+            describe(
+                "num_shards",
+                num_shards,
+                f"at most one shard per row (the table has {n} rows)",
+                f"pass num_shards={max(n, 1)} or fewer",
+            )
+        )
     if rows_per_shard is not None:
         bounds = list(range(0, n, rows_per_shard)) + [n]
     else:

@@ -24,11 +24,20 @@ def test_basics(src, table):
     assert src[0] == table.slice(0, 1).to_pylist()[0]
     assert src[-1] == table.slice(999, 1).to_pylist()[0]
     assert src.__getitems__([5, 3]) == table.take([5, 3]).to_pylist()
-    for bad in (1000, -1001):
-        with pytest.raises(IndexError, match="index="):
+    for bad in (1000, -1001, 2 ** 64):  # rd errors (attack sweep: plain IndexError / TypeError) that stay
+        with pytest.raises(rd.RecordIdError, match="index="):  # the IndexError / TypeError of a sequence
             src[bad]
-    with pytest.raises(TypeError, match="index="):
-        src[1.5]
+    for bad in (1.5, None, "0", [0, 1], np.array([0])):
+        with pytest.raises(rd.ConfigTypeError, match="index="):
+            src[bad]
+
+
+@pytest.mark.parametrize("bad", [None, 0, 1.5, b"data", True])
+def test_a_path_that_is_not_a_path_is_an_rd_error(bad):
+    """Found by the attack sweep: ``TypeError: 'NoneType' object is not iterable`` escaped from both."""
+    for call in (rd.ArrowShards, rd.pin):
+        with pytest.raises(rd.ConfigTypeError, match=r"^path=.*expected a directory or shard file.*fix: "):
+            call(bad)
 
 
 def test_take_matches_table_take(src, table):

@@ -19,6 +19,7 @@ def test_split_and_roundtrip(tmp_path, table):
     ({"rows_per_batch": -1}, "rows_per_batch="),
     ({"num_shards": 2, "rows_per_shard": 3}, "rows_per_shard="),
     ({"format": "csv"}, "format="),
+    ({"num_shards": 2 ** 64}, "num_shards=.*at most one shard per row"),  # attack sweep: looped for ever
 ])
 def test_bad_args(tmp_path, table, kwargs, param):
     with pytest.raises(rd.ConfigError, match=param):
@@ -28,3 +29,11 @@ def test_bad_args(tmp_path, table, kwargs, param):
 def test_not_a_table(tmp_path):
     with pytest.raises(rd.ConfigError, match="table="):
         rd.write_arrow_shards({"a": [1]}, tmp_path)
+
+
+def test_more_shards_than_rows_is_refused(tmp_path):
+    """Attack sweep: num_shards past the row count wrote empty files (and 2**64 never returned)."""
+    with pytest.raises(rd.ConfigError, match="num_shards=4: expected at most one shard per row"):
+        rd.write_arrow_shards(pa.table({"x": [1, 2, 3]}), tmp_path, num_shards=4)
+    assert not list(tmp_path.iterdir())
+    assert len(rd.write_arrow_shards(pa.table({"x": [1, 2, 3]}), tmp_path, num_shards=3)) == 3
