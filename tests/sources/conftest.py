@@ -11,6 +11,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
+import resumable_data as rd
+
 
 def make_table(n: int, seed: int = 0, *, strings: bool = False) -> pa.Table:
     rng = np.random.default_rng(seed)
@@ -59,3 +61,46 @@ def endpoint():
 def s3_fs(endpoint) -> pafs.S3FileSystem:
     return pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key="testing",
                              secret_key="testing", region="us-east-1", allow_bucket_creation=True)
+
+
+def s3_client(endpoint: str) -> pafs.S3FileSystem:
+    """An S3 client of ``endpoint`` whose own retries are off (rd's retries are the ones under test),
+    with short timeouts so a store that went away fails fast."""
+    return pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key="testing",
+                             secret_key="testing", region="us-east-1", allow_bucket_creation=True,
+                             retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1),
+                             connect_timeout=1, request_timeout=5)
+
+
+def upload(fs: pafs.FileSystem, local_dir, prefix: str) -> None:
+    """Copy the regular files of ``local_dir`` to ``prefix`` (``bucket/path``), creating the bucket."""
+    fs.create_dir(prefix.split("/")[0])
+    for p in sorted(local_dir.iterdir()):
+        if p.is_file():
+            with fs.open_output_stream(f"{prefix}/{p.name}") as out:
+                out.write(p.read_bytes())
+
+
+def remote_copies(endpoint: str, table: pa.Table, tmp_path_factory, name: str, formats) -> dict:
+    """{format: (local dir, prefix)}: ``table`` written as 4 shards of 20-row units per format,
+    uploaded under ``<name>-<format>/data`` and pinned there."""
+    fs = s3_client(endpoint)
+    out = {}
+    for fmt in formats:
+        d = tmp_path_factory.mktemp(fmt)
+        rd.write_arrow_shards(table, d, num_shards=4, rows_per_batch=20, format=fmt)
+        prefix = f"{name}-{fmt.replace('_', '-')}/data"
+        upload(fs, d, prefix)
+        rd.pin(prefix, filesystem=fs)
+        out[fmt] = (d, prefix)
+    return out
+
+
+@pytest.fixture
+def proxy(endpoint):
+    """A latency / fault proxy (benchmarks/s3_proxy.py) in front of this module's moto server."""
+    from benchmarks.s3_proxy import S3Proxy
+
+    p = S3Proxy(endpoint)
+    yield p
+    p.close()

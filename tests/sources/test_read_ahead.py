@@ -15,18 +15,13 @@ import pytest
 import resumable_data as rd
 
 pytest.importorskip("moto.server")
-from benchmarks.s3_proxy import S3Proxy  # noqa: E402
+from tests.sources.conftest import remote_copies, s3_client  # noqa: E402
 
 N = 2000
 FAST = rd.Retries(attempts=3, base_delay=0.01, max_delay=0.02)
 FORMATS = ("arrow", "arrow_stream", "parquet")
 
 
-def fs_at(endpoint: str) -> pafs.S3FileSystem:
-    return pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key="testing",
-                             secret_key="testing", region="us-east-1", allow_bucket_creation=True,
-                             retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1),
-                             connect_timeout=1, request_timeout=5)
 
 
 def table(n: int = N) -> pa.Table:
@@ -40,26 +35,9 @@ def table(n: int = N) -> pa.Table:
 @pytest.fixture(scope="module")
 def data(endpoint, tmp_path_factory):
     """{format: (local dir, prefix)}: 100 units of 20 rows in 4 shards, pinned on S3."""
-    fs = fs_at(endpoint)
-    out = {}
-    for fmt in FORMATS:
-        d = tmp_path_factory.mktemp(fmt)
-        rd.write_arrow_shards(table(), d, num_shards=4, rows_per_batch=20, format=fmt)
-        prefix = f"ahead-{fmt.replace('_', '-')}/data"
-        fs.create_dir(prefix.split("/")[0])
-        for p in sorted(d.iterdir()):
-            with fs.open_output_stream(f"{prefix}/{p.name}") as f:
-                f.write(p.read_bytes())
-        rd.pin(prefix, filesystem=fs)
-        out[fmt] = (d, prefix)
-    return out
+    return remote_copies(endpoint, table(), tmp_path_factory, "ahead", FORMATS)
 
 
-@pytest.fixture
-def proxy(endpoint):
-    p = S3Proxy(endpoint)
-    yield p
-    p.close()
 
 
 def batches(loader, n, out=None):
@@ -82,7 +60,7 @@ def loader_over(src, order="window", ahead=None, workers=0, **kw):
 
 
 def remote(endpoint, prefix, retries=FAST):
-    return rd.ArrowShards(prefix, filesystem=fs_at(endpoint), retries=retries)
+    return rd.ArrowShards(prefix, filesystem=s3_client(endpoint), retries=retries)
 
 
 STEPS = 2 * N // 32  # two epochs (the tail dropped)
@@ -178,7 +156,7 @@ def test_store_down_then_back_continues_exactly(data, proxy, reference, workers)
 @pytest.mark.parametrize("workers", [0, 2])
 def test_object_replaced_mid_run_is_refused(data, endpoint, reference, workers):
     local, prefix = data["parquet"]
-    fs = fs_at(endpoint)
+    fs = s3_client(endpoint)
     bucket = f"replaced-{workers}"
     fs.create_dir(bucket)
     for p in sorted(local.iterdir()):

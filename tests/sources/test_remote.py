@@ -16,6 +16,7 @@ import pytest
 
 import resumable_data as rd
 from resumable_data.sources import remote
+from tests.sources.conftest import upload
 
 moto_server = pytest.importorskip("moto.server")
 
@@ -37,14 +38,6 @@ def table(n=N, seed=0):
                            type=pa.list_(pa.int32())),
         "text": pa.array([f"doc {i}" for i in range(n)]),
     })
-
-
-def upload(fs, local_dir, prefix):
-    fs.create_dir(prefix.split("/")[0])
-    for p in sorted(local_dir.iterdir()):
-        if p.is_file():
-            with fs.open_output_stream(f"{prefix}/{p.name}") as out:
-                out.write(p.read_bytes())
 
 
 @pytest.fixture(scope="module")

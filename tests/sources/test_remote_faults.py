@@ -11,28 +11,19 @@ import time
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pytest
 
 import resumable_data as rd
 from resumable_data.sources import retry
-from resumable_data.sources.store import store_for
 
 moto_server = pytest.importorskip("moto.server")
-from benchmarks.s3_proxy import S3Proxy  # noqa: E402
-
-from tests.sources.conftest import free_port  # noqa: E402
+from tests.sources.conftest import free_port, remote_copies, s3_client  # noqa: E402
 
 N = 2000
 FAST = rd.Retries(attempts=3, base_delay=0.01, max_delay=0.02)
+FORMATS = ("arrow", "arrow_stream", "parquet")
 
 
-def fs_at(endpoint: str) -> pafs.S3FileSystem:
-    """An S3 client whose own retries are off, so rd's retries are the ones under test."""
-    return pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key="testing",
-                             secret_key="testing", region="us-east-1", allow_bucket_creation=True,
-                             retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1),
-                             connect_timeout=1, request_timeout=5)
 
 
 def table(n: int = N) -> pa.Table:
@@ -44,26 +35,9 @@ def table(n: int = N) -> pa.Table:
 @pytest.fixture(scope="module")
 def data(endpoint, tmp_path_factory):
     """{format: (local dir, prefix)}: 100 units of 20 rows in 4 shards, pinned on S3."""
-    fs = fs_at(endpoint)
-    out = {}
-    for fmt in ("arrow", "arrow_stream", "parquet"):
-        d = tmp_path_factory.mktemp(fmt)
-        rd.write_arrow_shards(table(), d, num_shards=4, rows_per_batch=20, format=fmt)
-        prefix = f"faults-{fmt.replace('_', '-')}/data"
-        fs.create_dir(prefix.split("/")[0])
-        for p in sorted(d.iterdir()):
-            with fs.open_output_stream(f"{prefix}/{p.name}") as f:
-                f.write(p.read_bytes())
-        rd.pin(prefix, filesystem=fs)
-        out[fmt] = (d, prefix)
-    return out
+    return remote_copies(endpoint, table(), tmp_path_factory, "faults", FORMATS)
 
 
-@pytest.fixture
-def proxy(endpoint):
-    p = S3Proxy(endpoint)
-    yield p
-    p.close()
 
 
 # -- the retry policy ------------------------------------------------------------------------------
@@ -127,7 +101,7 @@ def test_retries_round_trip_and_pickle(data, endpoint):
     _, prefix = data["arrow"]
     policy = rd.Retries(attempts=9, base_delay=0.1, max_delay=2.0)
     assert rd.Retries.from_dict(policy.to_dict()) == policy
-    src = rd.ArrowShards(prefix, filesystem=fs_at(endpoint), retries=policy)
+    src = rd.ArrowShards(prefix, filesystem=s3_client(endpoint), retries=policy)
     assert pickle.loads(pickle.dumps(src))._store.retries == policy
 
 
@@ -136,7 +110,7 @@ def test_retries_round_trip_and_pickle(data, endpoint):
 def test_throttled_requests_are_retried_and_exact(data, proxy, fmt):
     local, prefix = data[fmt]
     ref = rd.ArrowShards(local, unpinned="allow")
-    fs = fs_at(proxy.endpoint)
+    fs = s3_client(proxy.endpoint)
     proxy.fail_next = 2  # the open's first requests are throttled
     src = rd.ArrowShards(prefix, filesystem=fs, retries=rd.Retries(attempts=4, base_delay=0.01))
     assert proxy.failed == 2
@@ -149,21 +123,21 @@ def test_throttled_requests_are_retried_and_exact(data, proxy, fmt):
 def test_a_store_that_is_down_is_reported_as_such_and_reads_resume(data, proxy):
     local, prefix = data["arrow"]
     ref = rd.ArrowShards(local, unpinned="allow")
-    src = rd.ArrowShards(prefix, filesystem=fs_at(proxy.endpoint), retries=FAST)
+    src = rd.ArrowShards(prefix, filesystem=s3_client(proxy.endpoint), retries=FAST)
     proxy.down = True
     with pytest.raises(rd.StoreUnavailableError, match="store did not answer after 3 attempt") as exc:
         src.take([5, 1500])
     assert "damaged or not a valid shard" not in str(exc.value) and "re-download" not in str(exc.value)
     assert not isinstance(exc.value, rd.DatasetIntegrityError)
     with pytest.raises(rd.StoreUnavailableError):  # opening too
-        rd.ArrowShards(prefix, filesystem=fs_at(proxy.endpoint), retries=FAST)
+        rd.ArrowShards(prefix, filesystem=s3_client(proxy.endpoint), retries=FAST)
     proxy.down = False
     assert src.take([5, 1500]).equals(ref.take([5, 1500]))
 
 
 def test_throttling_past_the_retries_is_unavailable_not_damaged(data, proxy):
     _, prefix = data["parquet"]
-    src = rd.ArrowShards(prefix, filesystem=fs_at(proxy.endpoint), retries=FAST)
+    src = rd.ArrowShards(prefix, filesystem=s3_client(proxy.endpoint), retries=FAST)
     proxy.fail_next = 3
     with pytest.raises(rd.StoreUnavailableError, match="SERVICE_UNAVAILABLE|503|SLOW_DOWN|SlowDown"):
         src.take([0])
@@ -211,8 +185,8 @@ STEPS = 2 * N // 16
 def test_server_restarted_within_the_retries_is_invisible(data, killable):
     endpoint, stop, start = killable
     _, prefix = data["arrow"]
-    ref = batches(rd.DataLoader(rd.ArrowShards(prefix, filesystem=fs_at(endpoint)), **KW), STEPS)
-    loader = rd.DataLoader(rd.ArrowShards(prefix, filesystem=fs_at(endpoint),
+    ref = batches(rd.DataLoader(rd.ArrowShards(prefix, filesystem=s3_client(endpoint)), **KW), STEPS)
+    loader = rd.DataLoader(rd.ArrowShards(prefix, filesystem=s3_client(endpoint),
                                           retries=rd.Retries(attempts=12, base_delay=0.1, max_delay=0.5)), **KW)
     got = batches(loader, 40)
     stop()
@@ -230,8 +204,8 @@ def test_server_down_past_the_retries_then_back_resumes_exactly(data, killable, 
     endpoint, stop, start = killable
     _, prefix = data["arrow_stream"]  # what datasets.save_to_disk writes
     kw = {**KW, "num_workers": num_workers}
-    ref = batches(rd.DataLoader(rd.ArrowShards(prefix, filesystem=fs_at(endpoint)), **KW), STEPS)
-    loader = rd.DataLoader(rd.ArrowShards(prefix, filesystem=fs_at(endpoint), retries=FAST), **kw)
+    ref = batches(rd.DataLoader(rd.ArrowShards(prefix, filesystem=s3_client(endpoint)), **KW), STEPS)
+    loader = rd.DataLoader(rd.ArrowShards(prefix, filesystem=s3_client(endpoint), retries=FAST), **kw)
     got = batches(loader, 40)
     stop()
     with pytest.raises(rd.StoreUnavailableError):
@@ -242,6 +216,6 @@ def test_server_down_past_the_retries_then_back_resumes_exactly(data, killable, 
     batches(loader, STEPS, got)  # a new iter(loader) continues from the cursor
     assert got == ref
     # and a fresh process resuming from the state saved while the store was down agrees
-    fresh = rd.DataLoader(rd.ArrowShards(prefix, filesystem=fs_at(endpoint)), **kw)
+    fresh = rd.DataLoader(rd.ArrowShards(prefix, filesystem=s3_client(endpoint)), **kw)
     fresh.load_state_dict(state)
     assert batches(fresh, STEPS - len(ref[:state["cursor"]["delivered"]])) == ref[state["cursor"]["delivered"]:]
