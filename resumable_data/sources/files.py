@@ -470,13 +470,7 @@ class OpenShard:
             lambda: self._store.retrying(self._path, f"read of unit {k}", lambda: self._read_unit(k)),
         )
         self.check(f"after reading record batch {k}")
-        if batch.num_rows != self.unit_rows[k]:
-            raise integrity_error(
-                str(self._path),
-                f"record batch {k}",
-                ValueError(f"it holds {batch.num_rows} rows, its metadata claims {self.unit_rows[k]}"),
-            )
-        return batch
+        return self._rows_checked(k, batch)
 
     def unit_span(self, k: int) -> tuple[int, int] | None:
         """(offset, length) of unit ``k``'s bytes where one ranged read holds all it needs (a remote
@@ -492,6 +486,10 @@ class OpenShard:
         (the bytes outside the span are never asked for). Checked as :meth:`read_unit` checks."""
         offset, _ = self.unit_span(k)
         batch = guard(str(self._path), f"record batch {k}", lambda: self._decode_unit(k, offset, data))
+        return self._rows_checked(k, batch)
+
+    def _rows_checked(self, k: int, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` (unit ``k``), unless its row count is not the one its metadata claims."""
         if batch.num_rows != self.unit_rows[k]:
             raise integrity_error(
                 str(self._path),

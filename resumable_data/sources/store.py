@@ -371,22 +371,7 @@ class FileSystemStore:
         return self.retrying(path, "hash", digest)
 
     def read_range(self, path: Any, offset: int, length: int) -> bytes:
-        def read() -> bytes:
-            with self.filesystem.open_input_file(self.resolve(path)) as f:
-                data = f.read_at(length, offset)
-            if len(data) != length:
-                raise DatasetIntegrityError(
-                    describe(
-                        "path",
-                        self.resolve(path),
-                        f"{length} bytes at offset {offset} (got {len(data)}: "
-                        "the object is shorter than its pinned layout)",
-                        "restore the object, or re-pin deliberately with rd.pin(prefix, filesystem=...)",
-                    )
-                )
-            return data
-
-        return self.retrying(path, f"read of bytes [{offset}, {offset + length})", read)
+        return self.read_range_checked(path, offset, length, None)
 
     def read_range_checked(self, path: Any, offset: int, length: int, recorded: FileIdentity | None) -> bytes:
         """``length`` bytes at ``offset`` of the object that is still ``recorded`` (its size and, where
@@ -414,7 +399,8 @@ class FileSystemStore:
                     describe(
                         "path",
                         self.resolve(path),
-                        f"{length} bytes at offset {offset} (got {len(data)})",
+                        f"{length} bytes at offset {offset} (got {len(data)}: "
+                        "the object is shorter than its pinned layout)",
                         "restore the object, or re-pin deliberately with rd.pin(prefix, filesystem=...)",
                     )
                 )
