@@ -10,6 +10,7 @@ Cost: one pass over the bytes.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +22,8 @@ __all__ = ["batch_digests", "tree_digest"]
 
 def _digest_value(value: Any) -> str:
     h = xxhash.xxh3_64()
-    if hasattr(value, "detach") and hasattr(value, "numpy"):
+    torch = sys.modules.get("torch")  # a tensor exists only once torch is imported; never import it here
+    if torch is not None and isinstance(value, torch.Tensor):
         arr = value.detach().cpu().contiguous().numpy()
         h.update(f"tensor:{arr.dtype}:{arr.shape}".encode())
         h.update(arr.tobytes())

@@ -10,6 +10,7 @@ Guarantee: with a width, no output line is longer than it. Cost: linear in the o
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 import textwrap
@@ -24,6 +25,11 @@ __all__ = ["WIDTH", "fit", "inventory_blocks", "kv", "loader_state_report", "mix
 WIDTH = 100
 KEY = 22  # ``kv`` pads keys to this width, the value starts at column KEY + 1
 _KV = re.compile(r"^(\s*)(\S[^:]{0,40}:\s+)")
+
+
+def _value(option: Any) -> Any:
+    """An option's saved value: an enum member's ``value``, anything else as it is."""
+    return option.value if isinstance(option, enum.Enum) else option
 
 
 def kv(out: list[str], key: str, value: Any) -> None:
@@ -230,8 +236,8 @@ def loader_state_report(
     kv(
         out,
         "stream",
-        f"seed {plan.seed}, {plan.order.kind.value if hasattr(plan.order.kind, 'value') else plan.order.kind}, "
-        f"global batch {_batch_text(plan)}, tail {getattr(plan.tail, 'value', plan.tail)}, "
+        f"seed {plan.seed}, {_value(plan.order.kind)}, "
+        f"global batch {_batch_text(plan)}, tail {_value(plan.tail)}, "
         f"commit {state.commit.value} x{state.accumulation_steps}"
         + (f", packed {state.packing.seq_len}" if state.packing else ", unpacked"),
     )

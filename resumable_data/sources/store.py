@@ -50,7 +50,7 @@ import os
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from stat import S_ISDIR, S_ISREG
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -137,7 +137,7 @@ class ShardStore(Protocol):
 
 
 def _posix(path: Any) -> str:
-    return path.as_posix() if hasattr(path, "as_posix") else os.fspath(path)
+    return path.as_posix() if isinstance(path, PurePath) else os.fspath(path)
 
 
 def join(root: str, rel: str) -> str:
