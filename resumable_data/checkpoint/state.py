@@ -107,42 +107,15 @@ __all__ = ["STATE_FORMAT", "STATE_SCHEMA_VERSION", "AccumulationPolicy", "NewRan
 
 L = RecoveryLabel
 #: What each label restores (everything else keeps the fresh object's state).
+_EVERYTHING = frozenset(
+    {K_MODEL, K_OPTIMIZER, K_SCHEDULER, K_SCALER, K_LOADER, K_EMA, K_CALLBACKS, K_RNG, K_GRADIENTS, K_MODES, K_METRICS}
+)
 RESTORES: dict[RecoveryLabel, frozenset[str]] = {
-    L.FAITHFUL_CONTINUATION: frozenset(
-        {
-            K_MODEL,
-            K_OPTIMIZER,
-            K_SCHEDULER,
-            K_SCALER,
-            K_LOADER,
-            K_EMA,
-            K_CALLBACKS,
-            K_RNG,
-            K_GRADIENTS,
-            K_MODES,
-            K_METRICS,
-        }
-    ),
-    L.ELASTIC_RESHARD: frozenset(
-        {
-            K_MODEL,
-            K_OPTIMIZER,
-            K_SCHEDULER,
-            K_SCALER,
-            K_LOADER,
-            K_EMA,
-            K_CALLBACKS,
-            K_RNG,
-            K_GRADIENTS,
-            K_MODES,
-            K_METRICS,
-        }
-    ),
+    L.FAITHFUL_CONTINUATION: _EVERYTHING,
+    L.ELASTIC_RESHARD: _EVERYTHING,  # the same run on another world size: every category continues
     L.OPTIMIZER_RESET: frozenset({K_MODEL, K_LOADER, K_EMA, K_CALLBACKS, K_RNG, K_MODES}),
     L.WARM_START: frozenset({K_MODEL, K_EMA}),
-    L.DATA_CHANGE: frozenset(
-        {K_MODEL, K_OPTIMIZER, K_SCHEDULER, K_SCALER, K_LOADER, K_EMA, K_CALLBACKS, K_RNG, K_MODES}
-    ),
+    L.DATA_CHANGE: _EVERYTHING - {K_GRADIENTS, K_METRICS},
 }
 CONTINUES_RUN = frozenset({L.FAITHFUL_CONTINUATION, L.ELASTIC_RESHARD})
 
