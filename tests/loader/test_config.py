@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from resumable_data.errors import ConfigError
-from resumable_data.loader.config import UNPINNED, FetchMode, resolve_config
+from resumable_data.loader.config import UNPINNED, FetchMode
+from resumable_data.loader.resolve import resolve_config
 from resumable_data.loader.state import CommitMode
 from resumable_data.plan import Order, Sharding, Tail
 
@@ -33,7 +34,7 @@ class Batched(Items):
 
 def test_resolver_and_ledger_import_without_torch():
     code = ("import sys\n"
-            "from resumable_data.loader.config import resolve_config\n"
+            "from resumable_data.loader.resolve import resolve_config\n"
             "from resumable_data.loader.ledger import ProgressLedger\n"
             "from resumable_data.loader.stream import RecordStream\n"
             "class D:\n  __len__ = lambda s: 10\n  __getitem__ = lambda s, i: i\n"

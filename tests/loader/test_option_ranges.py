@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 import resumable_data as rd
-from resumable_data.loader.config import MAX_NUM_WORKERS, MAX_PREFETCH_FACTOR
+from resumable_data.loader.worker_options import MAX_NUM_WORKERS, MAX_PREFETCH_FACTOR
 
 
 @pytest.fixture(scope="module")
