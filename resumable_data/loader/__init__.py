@@ -26,7 +26,7 @@ _NAMES = {
     "SampleSeeding": "seeding.sample_seeding",
     "ProgressLedger": "ledger",
     "ResumableLoader": "protocol",
-    "PositionalSampler": "translate",
+    "PositionalSampler": "positional",
     "sharding_from_environment": "environment",
 }
 

@@ -50,7 +50,7 @@ from resumable_data.loader.stream import StepInfo, describe_step, make_stream
 from resumable_data.loader.translate import torch_views
 from resumable_data.loader.transport import WorkerCollate
 from resumable_data.loader.worker_options import check_snapshot_every, check_worker_options
-from resumable_data.plan import Plan, Sharding, Tail
+from resumable_data.plan import BatchSchedule, Plan, Sharding, Tail
 from resumable_data.sources.read_ahead import Prefetcher, ReadAhead
 
 __all__ = ["CounterView", "DataLoader"]
@@ -130,7 +130,26 @@ class DataLoader:
       default; ``docs/object-storage.md#reading-ahead``). Batches and state are unchanged.
     """
 
-    __class_getitem__ = classmethod(types.GenericAlias)
+    __class_getitem__: classmethod[Any, ..., types.GenericAlias] = classmethod(types.GenericAlias)
+
+    # torch's DataLoader attributes, read-only (set once in __init__; __setattr__ refuses them)
+    dataset: Any
+    batch_size: int | BatchSchedule | None
+    sampler: Any
+    batch_sampler: Any
+    drop_last: bool
+    num_workers: int
+    collate_fn: Callable[..., Any]
+    pin_memory: bool
+    timeout: float
+    worker_init_fn: Callable[[int], None] | None
+    multiprocessing_context: Any
+    generator: Any
+    prefetch_factor: int | None
+    persistent_workers: bool
+    pin_memory_device: str
+    in_order: bool
+    snapshot_every_n_steps: int | None
 
     def __init__(
         self,

@@ -34,7 +34,8 @@ def resolve_version(dataset: Any, dataset_version: Any) -> tuple[str, bool]:
     from resumable_data.sources.mixture import Mixture
 
     if isinstance(dataset, (ArrowShards, Mixture)):
-        own = dataset.version.hash if dataset.pinned else None
+        version = dataset.version if dataset.pinned else None
+        own = None if version is None else version.hash
         if given is not None and own is not None and given != own:
             raise ConfigError(
                 describe(

@@ -16,14 +16,30 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from resumable_data.errors import ConfigError, describe
 from resumable_data.loader.packing_check import check_packing
 
-__all__ = ["FetchMode", "resolve_fetch_mode"]
+__all__ = ["BatchedDataset", "FetchMode", "MapDataset", "resolve_fetch_mode"]
+
+
+@runtime_checkable
+class MapDataset(Protocol):
+    """torch's map-style dataset: ``len(dataset)`` records, ``dataset[record]`` each."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> Any: ...
+
+
+@runtime_checkable
+class BatchedDataset(Protocol):
+    """torch's batched protocol: ``dataset.__getitems__(records)`` -> the samples, in order."""
+
+    def __getitems__(self, indices: list[int]) -> Any: ...
 
 
 class FetchMode(str, enum.Enum):
@@ -60,7 +76,6 @@ def resolve_fetch_mode(
         lengths = check_packing(
             packing,
             dataset,
-            (ArrowShards, Mixture),
             collate_fn,
             arrow_collate,
             token_column,
@@ -73,7 +88,7 @@ def resolve_fetch_mode(
         raise ConfigError(
             describe("arrow_collate", arrow_collate, "an rd.ArrowShards dataset", "use collate_fn instead")
         )
-    elif hasattr(dataset, "__getitems__"):
+    elif isinstance(dataset, BatchedDataset):
         mode = FetchMode.GETITEMS
     else:
         mode = FetchMode.GETITEM

@@ -28,7 +28,6 @@ __all__ = ["check_packing", "check_token_ids"]
 def check_packing(
     packing: Any,
     dataset: Any,
-    arrow_type: type,
     collate_fn: Any,
     arrow_collate: Any,
     token_column: Any,
@@ -37,9 +36,12 @@ def check_packing(
     """Validate a packing spec against the source before any batch; returns the token lengths."""
     import pyarrow as pa
 
+    from resumable_data.sources import ArrowShards  # sources import pyarrow only
+    from resumable_data.sources.mixture import Mixture
+
     if not isinstance(packing, Packing):
         raise ConfigError(describe("packing", packing, "an rd.Packing", "pass rd.Packing(seq_len=...)"))
-    if not isinstance(dataset, arrow_type):
+    if not isinstance(dataset, (ArrowShards, Mixture)):
         raise ConfigError(
             describe(
                 "dataset",

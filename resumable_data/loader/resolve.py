@@ -36,9 +36,10 @@ from resumable_data._schema import check_int, coerce_enum
 from resumable_data.errors import ConfigError, describe
 from resumable_data.loader.config import LoaderConfig
 from resumable_data.loader.dataset_version import resolve_version
-from resumable_data.loader.fetch_mode import resolve_fetch_mode
+from resumable_data.loader.fetch_mode import MapDataset, resolve_fetch_mode
 from resumable_data.loader.mixture.options import check_mixture_options
 from resumable_data.loader.order import PlanOrder, SamplerOrder, StreamOrder
+from resumable_data.loader.positional import Translated
 from resumable_data.loader.samplers import PositionalRandomSampler, PositionalWeightedSampler
 from resumable_data.loader.seeding.sample_seeding import SampleSeeding, sample_seeding
 from resumable_data.loader.state import CommitMode
@@ -51,7 +52,7 @@ from resumable_data.plan.packing import Packing
 __all__ = ["resolve_config"]
 
 
-def _translate(sampler: Any, batch_sampler: Any, n: int) -> Any:
+def _translate(sampler: Any, batch_sampler: Any, n: int) -> Translated | None:
     if sampler is None and batch_sampler is None:
         return None
     from resumable_data.loader.translate import translate_sampler  # torch's sampler classes
@@ -118,7 +119,7 @@ def resolve_config(
     if transform is not None and not callable(transform):
         raise ConfigError(describe("transform", transform, "a function of one sample", "pass a callable or None"))
     check_kinds(collate_fn, generator, elastic)
-    if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+    if not isinstance(dataset, MapDataset):
         raise ConfigError(
             describe(
                 "dataset",
@@ -141,7 +142,7 @@ def resolve_config(
     tr_sharding = tr.sharding if tr is not None else None
     tr_tail = tr.tail if tr is not None else None
     positional = tr.positional if tr is not None else None
-    if batch_sampler is not None:
+    if tr is not None and batch_sampler is not None:
         batch_size = tr.batch_size
     do_shuffle = bool(shuffle) if tr_shuffle is None else tr_shuffle
     if sharding is not None and tr_sharding is not None:
@@ -162,11 +163,11 @@ def resolve_config(
         generator,
         do_shuffle or bool(shuffle_window) or keyed or (mixture is not None and mixture.shuffle),
     )
-    if keyed:
+    if isinstance(positional, (PositionalRandomSampler, PositionalWeightedSampler)):
         positional = positional.with_seed(seed)
     order = order_spec(shuffle_window, do_shuffle, shuffle, positional)
-    scheduled = schedule is not None and not schedule.is_constant
-    tail = resolve_tail(tail, drop_last, packing, tr_tail, world, scheduled)
+    changing = None if schedule is None or schedule.is_constant else schedule  # a schedule whose batch changes
+    tail = resolve_tail(tail, drop_last, packing, tr_tail, world, changing is not None)
 
     from resumable_data.plan.mixture.plan import StepPositions
 
@@ -174,7 +175,7 @@ def resolve_config(
     if mixture is not None:  # the mixture orders the records (see rd.Mixture)
         steps_map = None  # a fixed batch on an epoch tail: step * global batch, epochs of whole batches
         if tail is Tail.CONTINUOUS:  # one continuous stream: the nominal epoch, steps mapped by the schedule
-            steps_map = schedule.scaled(world).step_start if scheduled else StepPositions(per_rank * world)
+            steps_map = changing.scaled(world).step_start if changing is not None else StepPositions(per_rank * world)
         positional = mixture.sampler(seed, per_rank * world, packed=packing is not None, position_of_step=steps_map)
     mode, lengths, token_column = resolve_fetch_mode(
         dataset,
@@ -192,7 +193,7 @@ def resolve_config(
     global_schedule = None if schedule is None else schedule.scaled(world)
     plan = Plan(
         epoch_records,
-        per_rank * world if schedule is None else global_schedule.max_batch,
+        per_rank * world if global_schedule is None else global_schedule.max_batch,
         version_hash,
         seed,
         order,

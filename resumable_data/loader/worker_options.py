@@ -18,6 +18,7 @@ Cost. O(1); torch is imported only when a ``multiprocessing_context`` is given.
 from __future__ import annotations
 
 import numbers
+import operator
 import threading
 from typing import Any
 
@@ -91,7 +92,7 @@ def check_worker_options(
             "seconds >= 0 (0: wait forever)",
             "pass timeout=0 or a positive number of seconds",
         )
-    if timeout > threading.TIMEOUT_MAX:  # the worker queue's get() raises OverflowError past it
+    if not timeout <= threading.TIMEOUT_MAX:  # the worker queue's get() raises OverflowError past it (NaN: refused)
         raise ConfigError(
             describe(
                 "timeout",
@@ -119,7 +120,8 @@ def check_worker_options(
                 "pass prefetch_factor=2",
             )
         )
-    if prefetch_factor is not None and prefetch_factor < 0:
+    factor = None if prefetch_factor is None else operator.index(prefetch_factor)  # an Integral: exact
+    if factor is not None and factor < 0:
         raise torch_rule(
             "prefetch_factor option should be non-negative",
             "prefetch_factor",
@@ -127,7 +129,7 @@ def check_worker_options(
             "an integer >= 0 (batches loaded in advance per worker)",
             "pass prefetch_factor=2",
         )
-    if prefetch_factor is not None and not 1 <= prefetch_factor <= MAX_PREFETCH_FACTOR:
+    if factor is not None and not 1 <= factor <= MAX_PREFETCH_FACTOR:
         # torch accepts 0 and then asserts in its worker iterator; a huge depth loops for ever filling the queue
         raise ConfigError(
             describe(
