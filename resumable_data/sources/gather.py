@@ -55,7 +55,7 @@ per node, built once (the plan reads buffer addresses, never data).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -76,7 +76,7 @@ def _memcpy(typingctx, out, at, values, start, count):  # pragma: no cover - com
     arrays of one item type; no bounds check, as numba's slices have none: callers pass runs
     checked against their buffers). Numba's slice assignment is a per-item loop, ~8x slower."""
 
-    def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, sig, args):
         out_, at_, values_, start_, count_ = args
         dst = builder.gep(context.make_array(sig.args[0])(context, builder, out_).data, [at_])
         src = builder.gep(context.make_array(sig.args[2])(context, builder, values_).data, [start_])
@@ -365,6 +365,7 @@ class _FixedListNode(_Node):
     def rows(self, unit: np.ndarray, local: np.ndarray) -> np.ndarray:
         """``[B, size]`` raw values (child fixed width only): one compiled copy per row."""
         c = self.child
+        assert isinstance(c, _FixedNode)  # ColumnGather and take call it only then
         out = np.empty((len(unit), self.size), dtype=c.view.dtype)
         _copy_rows(c.view, c.base[unit] + local * self.size, out)
         return out
@@ -558,11 +559,12 @@ def plan_column(
     index: int, dtype: pa.DataType, units: Sequence[Unit], wholes: Sequence[pa.Buffer | None], num_records: int
 ) -> ColumnGather | None:
     """A :class:`ColumnGather` for column ``index`` if every unit qualifies, else None."""
-    if not units or any(u.batch is None or wholes[u.shard] is None for u in units):
+    batches = [u.batch for u in units]
+    if not units or any(b is None or wholes[u.shard] is None for b, u in zip(batches, units)):
         return None
     span = _Span(address_span([w for w in wholes if w is not None]), wholes)
     try:
-        return ColumnGather(_plan(dtype, [u.batch.column(index) for u in units], units, span, index))
+        return ColumnGather(_plan(dtype, [b.column(index) for b in batches if b is not None], units, span, index))
     except _Fail:
         return None
 
@@ -577,11 +579,12 @@ def concat_columns(
     and checks: a unit's buffers were checked inside its map when its part was planned; a shift
     that is not a whole number of items, or dictionaries that differ, fail here as they fail
     there), at a cost of one array operation per node and part instead of Python steps per unit."""
-    if not parts or any(p is None for p in parts):
+    roots = [p.root for p in parts if p is not None]
+    if not parts or len(roots) < len(parts):
         return None
     span = _Span(address_span([w for w in wholes if w is not None]), wholes)
     try:
-        return ColumnGather(_concat([p.root for p in parts], counts, span))
+        return ColumnGather(_concat(roots, counts, span))
     except _Fail:
         return None
 
@@ -607,35 +610,46 @@ def _concat_valid(nodes: Sequence[_Node], counts: Sequence[int], span: _Span) ->
     return _Validity(span, _shifted(bases, spans, span, 8, 1))
 
 
+_N = TypeVar("_N", bound=_Node)
+
+
+def _same(nodes: Sequence[_Node], cls: type[_N]) -> list[_N]:
+    """``nodes``, each exactly a ``cls`` (the same type level in every part), else _Fail."""
+    out = [n for n in nodes if isinstance(n, cls)]  # no node class derives from another
+    if len(out) < len(nodes):
+        raise _Fail
+    return out
+
+
 def _concat(nodes: Sequence[_Node], counts: Sequence[int], span: _Span) -> _Node:
     """The node of ``nodes`` (the same type level of each part's plan) over ``span``."""
     first = nodes[0]
-    if any(type(n) is not type(first) for n in nodes):
-        raise _Fail
     node: _Node
     if isinstance(first, _FixedNode):
+        fx = _same(nodes, _FixedNode)
         node = _FixedNode(
-            first.dtype,
-            first.width,
-            span,
-            _shifted([n.base for n in nodes], [n.span for n in nodes], span, 1, first.width),
+            first.dtype, first.width, span, _shifted([n.base for n in fx], [n.span for n in fx], span, 1, first.width)
         )
     elif isinstance(first, _BoolNode):
-        node = _BoolNode(span, _shifted([n.base for n in nodes], [n.span for n in nodes], span, 8, 1))
+        bo = _same(nodes, _BoolNode)
+        node = _BoolNode(span, _shifted([n.base for n in bo], [n.span for n in bo], span, 8, 1))
     elif isinstance(first, _VarNode):
+        va = _same(nodes, _VarNode)
         ow = 8 if first.offset_np is np.int64 else 4
-        base = _shifted([n.base for n in nodes], [n.span for n in nodes], span, 1, ow)
-        node = _VarNode(first.dtype, span, ow, base, _concat([n.child for n in nodes], counts, span), first.is_bytes)
+        base = _shifted([n.base for n in va], [n.span for n in va], span, 1, ow)
+        node = _VarNode(first.dtype, span, ow, base, _concat([n.child for n in va], counts, span), first.is_bytes)
     elif isinstance(first, _FixedListNode):
-        node = _FixedListNode(first.dtype, _concat([n.child for n in nodes], counts, span))
+        node = _FixedListNode(first.dtype, _concat([n.child for n in _same(nodes, _FixedListNode)], counts, span))
     elif isinstance(first, _StructNode):
+        st = _same(nodes, _StructNode)
         node = _StructNode(
-            first.dtype, [_concat([n.children[i] for n in nodes], counts, span) for i in range(len(first.children))]
+            first.dtype, [_concat([n.children[i] for n in st], counts, span) for i in range(len(first.children))]
         )
     elif isinstance(first, _DictionaryNode):
-        if any(not n.dictionary.equals(first.dictionary) for n in nodes[1:]):
+        di = _same(nodes, _DictionaryNode)
+        if any(not n.dictionary.equals(first.dictionary) for n in di[1:]):
             raise _Fail
-        indices = _concat([n.indices for n in nodes], counts, span)
+        indices = _concat([n.indices for n in di], counts, span)
         assert isinstance(indices, _FixedNode)
         return _DictionaryNode(first.dtype, indices, first.dictionary)
     else:
