@@ -140,7 +140,7 @@ class ArrowShards:
         if version is not None:
             version.verify(level)
         self._init(root, rel, version, store)
-        if level is not VerifyLevel.SIZE:  # the bytes the layouts were built from are the pinned ones
+        if version is not None and level is not VerifyLevel.SIZE:  # the layouts' bytes are the pinned ones
             for k in built:
                 remember_layout(version.shards[k].content_hash, version.shards[k].layout)
 
@@ -177,12 +177,13 @@ class ArrowShards:
             else [shard for m in members for shard in m._shards]
         )
         for k, (r, shard) in enumerate(zip(self._rel, self._shards)):
-            if expected is not None and expected[k] is not None and shard.identity != expected[k]:
+            want = expected[k] if expected is not None else None
+            if want is not None and shard.identity != want:
                 self.close()
                 raise changed_error(
                     join(root, r),
                     "when a worker (or another process) opened the pickled source",
-                    expected[k],
+                    want,
                     shard.identity,
                 )
             if k:
@@ -204,7 +205,7 @@ class ArrowShards:
         self._num_records = start
         self._starts = np.fromiter((u.start for u in self._units), dtype=np.int64, count=len(self._units))
         # memory-mapped batches are validated lazily, once (see .validate); read units on each read
-        self._valid = (
+        self._valid: np.ndarray = (
             np.fromiter((u.batch is None for u in self._units), dtype=bool, count=len(self._units))
             if members is None
             else np.concatenate([m._valid for m in members])  # the same mapped batches: what they validated holds
@@ -261,7 +262,7 @@ class ArrowShards:
             self._validate_unit(int(k))
 
     def _validate_unit(self, k: int) -> None:
-        if self._members is not None:  # a view: the source holding the unit validates it, once for both
+        if self._members is not None and self._member_first is not None:  # a view: the member validates it
             s = int(np.searchsorted(self._member_first, k, side="right")) - 1
             m, j = self._members[s], k - int(self._member_first[s])
             if not m._valid[j]:
@@ -388,22 +389,23 @@ class ArrowShards:
             if not self._valid[k]:
                 self._validate_unit(k)
             return u.batch
-        key = (u.shard, u.row_group)
+        g = self._unit_index[k]  # the unit's row group / record batch in its shard (u.row_group, not None here)
+        key = (u.shard, g)
         hit = self._rg_cache.get(key)
         if hit is not None:
             self._rg_cache.move_to_end(key)
             return hit
         shard = self._shards[u.shard]
-        if self._ahead is not None and shard.unit_span(u.row_group) is not None:
+        if self._ahead is not None and shard.unit_span(g) is not None:
             data = self._ahead.get(k)  # read ahead by the rank's fetcher (.read_ahead), else read here
-            batch = shard.decode_unit(u.row_group, data if data is not None else pa.py_buffer(self.fetch_unit(k)))
+            batch = shard.decode_unit(g, data if data is not None else pa.py_buffer(self.fetch_unit(k)))
             batch = batch.replace_schema_metadata(self._schema.metadata)
             if k not in self._ahead_valid:  # a unit's bytes are the same at every read (size and ETag checked)
-                validate_batch(batch, self._rel[u.shard], u.row_group)
+                validate_batch(batch, self._rel[u.shard], g)
                 self._ahead_valid.add(k)
         else:
-            batch = shard.read_unit(u.row_group).replace_schema_metadata(self._schema.metadata)
-            validate_batch(batch, self._rel[u.shard], u.row_group)
+            batch = shard.read_unit(g).replace_schema_metadata(self._schema.metadata)
+            validate_batch(batch, self._rel[u.shard], g)
         self._rg_cache[key] = batch
         if len(self._rg_cache) > self._cache_units:
             self._rg_cache.popitem(last=False)
@@ -417,7 +419,7 @@ class ArrowShards:
     def unit_spans(self) -> list[tuple[int, int] | None]:
         """Per unit: (offset, length) of the bytes one ranged read fetches ahead, None where the
         unit is not read by range (memory-mapped, or a shard without a layout)."""
-        return [self._shards[u.shard].unit_span(u.row_group) for u in self._units]
+        return [self._shards[u.shard].unit_span(g) for u, g in zip(self._units, self._unit_index)]
 
     def fetch_unit(self, k: int) -> bytes:
         """The bytes of unit ``k``'s span, from an object that still has the identity recorded at
@@ -425,7 +427,12 @@ class ArrowShards:
         answer is a :class:`~resumable_data.StoreUnavailableError`."""
         u = self._units[k]
         shard = self._shards[u.shard]
-        offset, length = shard.unit_span(u.row_group)
+        span = shard.unit_span(self._unit_index[k])
+        if span is None:
+            raise ConfigError(
+                describe("k", k, "a unit read by range (unit_spans()[k] is not None)", "fetch only such units")
+            )
+        offset, length = span
         if not isinstance(self._store, FileSystemStore):
             return self._store.read_range(join(self._root.as_posix(), self._rel[u.shard]), offset, length)
         return self._store.read_range_checked(
@@ -507,8 +514,8 @@ class ArrowShards:
             unit, local = self._locate(ids)
             n = len(self._units)
             return gather_loaded_numpy(self._unit_data, self._schema, unit, local, n, pad_value)
-        fast = self._plan()
-        if len(ids) == 0 or any(g is None or g.numpy_dtype is None for g in fast):
+        fast = [g for g in self._plan() if g is not None and g.numpy_dtype is not None]
+        if len(ids) == 0 or len(fast) != len(self._schema):
             return None
         unit, local = self._locate(ids)
 

@@ -134,11 +134,13 @@ def hf_dataset_files(root: Any, store: ShardStore, listed: list[str], found: lis
         d, name = posixpath.split(r)
         if d not in keep:
             out.append(r)
-        elif keep[d] is None:
-            if not _HF_CACHE_FILE.fullmatch(name):
+        else:
+            kept = keep[d]
+            if kept is None:
+                if not _HF_CACHE_FILE.fullmatch(name):
+                    out.append(r)
+            elif name in kept:
                 out.append(r)
-        elif name in keep[d]:
-            out.append(r)
     return out
 
 
@@ -157,7 +159,7 @@ def _hf_state_files(store: ShardStore, path: str) -> list[str] | None:
     names = [f.get("filename") if isinstance(f, dict) else None for f in files]
     if not all(isinstance(n, str) and n and "/" not in n and n.endswith(SHARD_SUFFIXES) for n in names):
         return None
-    return names
+    return [n for n in names if isinstance(n, str)]  # every one is (checked above)
 
 
 def refuse_hive_partitions(root: Any, rel_paths: list[str]) -> None:

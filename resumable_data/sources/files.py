@@ -200,7 +200,11 @@ def _open_shard(
         if layout.units and layout.units[-1][0] + layout.units[-1][1] > f.size():
             f.close()
             raise LayoutMismatch(f"the object has {f.size()} bytes, fewer than its layout spans")
-        schema = pa.ipc.read_schema(pa.py_buffer(f.read_at(layout.schema[1], layout.schema[0])))
+        message = layout.schema  # (offset, length) of the IPC schema message; None only for Parquet
+        if message is None:
+            f.close()
+            raise LayoutMismatch("an IPC layout without its schema message")
+        schema = pa.ipc.read_schema(pa.py_buffer(f.read_at(message[1], message[0])))
         check_schema_names(schema)
         return OpenShard(
             fmt,

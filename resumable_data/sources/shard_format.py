@@ -80,7 +80,7 @@ def build_layout(
                 parquet_metadata = pq.ParquetFile(f).metadata
         return parquet_layout(parquet_metadata)
     own = file is None
-    f = store.open_input_file(path) if own else file
+    f = file if file is not None else store.open_input_file(path)
     try:
         size = f.size()
         read_at = lambda offset, length: store.retrying(

@@ -70,15 +70,18 @@ class OpenShard:
         """Raise :func:`~.identity.changed_error` if the open file is no longer what was opened
         (local files: ``fstat`` of the reader's descriptor, or ``stat`` of a memory-mapped file's
         name; remote ones are checked by their store)."""
+        recorded = self.identity
+        if recorded is None:  # nothing recorded, nothing watched (see __init__)
+            return
         if self._fileno is not None:
-            same = unchanged(self._fileno, self.identity)
+            same = unchanged(self._fileno, recorded)
         elif self._mapped_path is not None:
-            same = unchanged_at(self._mapped_path, self.identity)
+            same = unchanged_at(self._mapped_path, recorded)
         else:
             return
         if same:
             return
-        raise changed_error(str(self._path), when, self.identity, self._store.identity(self._path, self._file))
+        raise changed_error(str(self._path), when, recorded, self._store.identity(self._path, self._file))
 
     def read_unit(self, k: int) -> pa.RecordBatch:
         """Unit ``k`` as one record batch (read from the store unless memory-mapped); a read or
@@ -110,7 +113,9 @@ class OpenShard:
         """Unit ``k`` decoded from ``data``, the bytes of :meth:`unit_span` (read ahead): the IPC
         message with the schema read at open, or the row group through the footer read at open
         (the bytes outside the span are never asked for). Checked as :meth:`read_unit` checks."""
-        offset, _ = self.unit_span(k)
+        span = self.unit_span(k)
+        assert span is not None, "decode_unit: unit k is read by range (the caller checked unit_span)"
+        offset = span[0]
         batch = guard(str(self._path), f"record batch {k}", lambda: self._decode_unit(k, offset, data))
         return self._rows_checked(k, batch)
 

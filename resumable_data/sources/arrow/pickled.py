@@ -24,7 +24,7 @@ from typing import Any
 from resumable_data.errors import ConfigError, describe
 from resumable_data.sources.identity import FileIdentity
 from resumable_data.sources.retry import DEFAULT_RETRIES, Retries
-from resumable_data.sources.store import ShardStore, store_for
+from resumable_data.sources.store import FileSystemStore, ShardStore, store_for
 from resumable_data.sources.version import DatasetVersion
 
 __all__ = ["STATE_FORMAT", "STATE_SCHEMA_VERSION", "SourceState", "read_state", "source_state"]
@@ -73,7 +73,8 @@ def source_state(
     }
     if store.filesystem is not None:
         state[K_FILESYSTEM] = store.filesystem  # pyarrow filesystems pickle their configuration
-        state[K_RETRIES] = store.retries.to_dict()
+        retries = store.retries if isinstance(store, FileSystemStore) else DEFAULT_RETRIES
+        state[K_RETRIES] = retries.to_dict()
     if read_ahead is not None:
         state[K_READ_AHEAD] = read_ahead  # a worker reads the units its rank's fetcher wrote
     return state

@@ -83,7 +83,8 @@ def source_store(path_or_files: Any, filesystem: Any, retries: Retries) -> tuple
 def resolve_source(store: ShardStore, src: Any, policy: UnpinnedPolicy) -> tuple[DatasetVersion | None, str, list[str]]:
     """(version or None, root, relative shard paths) of ``src`` on ``store``."""
     if isinstance(src, DatasetVersion):
-        if src.root is None:
+        src_root = src.root
+        if src_root is None:
             raise ConfigError(
                 describe(
                     "path_or_files",
@@ -94,13 +95,13 @@ def resolve_source(store: ShardStore, src: Any, policy: UnpinnedPolicy) -> tuple
                 )
             )
         version = src if src.filesystem is store.filesystem else replace(src, filesystem=store.filesystem)
-        return version, version.root.as_posix(), [s.path for s in version.shards]
+        return version, src_root.as_posix(), [s.path for s in version.shards]
     if isinstance(src, (str, os.PathLike)) and store.is_dir(src):
         root = store.resolve(src)
-        version = DatasetVersion.locate(root, filesystem=store.filesystem)
-        if version is not None:
-            refuse_hive_partitions(root, [s.path for s in version.shards])
-            return version, root, [s.path for s in version.shards]
+        located = DatasetVersion.locate(root, filesystem=store.filesystem)
+        if located is not None:
+            refuse_hive_partitions(root, [s.path for s in located.shards])
+            return located, root, [s.path for s in located.shards]
         rel = discover_shards(root, store)
         refuse_hive_partitions(root, rel)
         if not rel:
@@ -112,8 +113,8 @@ def resolve_source(store: ShardStore, src: Any, policy: UnpinnedPolicy) -> tuple
                     "check the path",
                 )
             )
-        version = _unpinned(store, root, policy, str(src))
-        return version, root, ([s.path for s in version.shards] if version is not None else rel)
+        pinned = _unpinned(store, root, policy, str(src))
+        return pinned, root, ([s.path for s in pinned.shards] if pinned is not None else rel)
     if isinstance(src, (str, os.PathLike)):
         if store.stat(src) is None:
             raise ConfigError(
