@@ -65,7 +65,15 @@ from numba.extending import intrinsic
 
 from resumable_data.errors import DatasetIntegrityError
 
-__all__ = ["ColumnGather", "Unit", "concat_columns", "gather_loaded_numpy", "group_segments", "plan_column"]
+__all__ = [
+    "ColumnGather",
+    "Unit",
+    "concat_columns",
+    "gather_loaded_numpy",
+    "group_segments",
+    "locate",
+    "plan_column",
+]
 
 _INT32_MAX = 2**31 - 1
 
@@ -148,6 +156,52 @@ def _gather_bits(data, base, unit, local, out):  # pragma: no cover - compiled
             out[j >> 3] |= np.uint8(1 << (j & 7))
             ones += 1
     return ones
+
+
+@njit(cache=True, nogil=True)
+def _locate_ids(ids, starts, unit_shard, mapped, unit, local, touched):  # pragma: no cover - compiled
+    """Per id: its unit (the last ``starts`` entry <= id, by binary search) and row in it; marks
+    ``touched[s]`` for every mapped shard ``s`` read. Returns (min id, max id); ids outside
+    the records get some unit: the caller refuses them from that range before any read."""
+    n = starts.shape[0]
+    lo = ids[0]
+    hi = ids[0]
+    for j in range(ids.shape[0]):
+        i = ids[j]
+        if i < lo:
+            lo = i
+        if i > hi:
+            hi = i
+        a, b = 0, n  # the first start > i
+        while a < b:
+            m = (a + b) >> 1
+            if starts[m] <= i:
+                a = m + 1
+            else:
+                b = m
+        k = a - 1
+        if k < 0:
+            k = 0
+        unit[j] = k
+        local[j] = i - starts[k]
+        s = unit_shard[k]
+        if mapped[s]:
+            touched[s] = True
+    return lo, hi
+
+
+def locate(
+    ids: np.ndarray, starts: np.ndarray, unit_shard: np.ndarray, mapped: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """``(unit, local, touched mapped shards, min id, max id)`` of non-empty int64 ``ids``: one
+    compiled pass (``starts``: every unit's first record id, ascending; ``unit_shard``: each
+    unit's shard; ``mapped``: per shard, whether it is memory-mapped, bool). The caller refuses
+    ids outside its range from the returned min and max before reading anything."""
+    unit = np.empty(len(ids), dtype=np.int64)
+    local = np.empty(len(ids), dtype=np.int64)
+    touched = np.zeros(len(mapped), dtype=np.bool_)
+    lo, hi = _locate_ids(ids, starts, unit_shard, mapped, unit, local, touched)
+    return unit, local, np.flatnonzero(touched), int(lo), int(hi)
 
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
