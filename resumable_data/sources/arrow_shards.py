@@ -88,9 +88,10 @@ from resumable_data.sources.gather import (
     concat_columns,
     gather_loaded_numpy,
     group_segments,
+    locate,
     plan_column,
 )
-from resumable_data.sources.identity import FileIdentity, changed_error
+from resumable_data.sources.identity import FileIdentity, changed_error, first_changed_at, watch_entry
 from resumable_data.sources.layout import remember_layout
 from resumable_data.sources.opening import open_shards, with_layouts
 from resumable_data.sources.pin import pin
@@ -320,6 +321,11 @@ class ArrowShards:
         self._mapped = np.fromiter(
             (s.batches is not None for s in self._shards), dtype=np.int64, count=len(self._shards)
         )  # read around every read (zero-copy views)
+        self._mapped_bool = self._mapped.astype(bool)
+        self._watch = [  # what OpenShard.check compares, by name, for the mapped shards (one loop a read)
+            watch_entry(s.mapped_path, s.identity) if s.mapped_path is not None and s.identity is not None else None
+            for s in self._shards
+        ]
         self._schema = self._shards[0].schema
         self._wholes = [s.whole for s in self._shards]
         self._num_records = start
@@ -351,6 +357,7 @@ class ArrowShards:
         self._store, self._root, self._rel, self._version = store, Path(root), list(rel), version
         self._shards, self._units = [], []
         self._unit_shard = self._mapped = np.zeros(0, dtype=np.int64)
+        self._mapped_bool, self._watch = np.zeros(0, dtype=bool), []
         self._num_records = version.num_records if version is not None else 0
         self._schema = pa.schema([])
 
@@ -359,13 +366,21 @@ class ArrowShards:
             raise self._broken
 
     def _check_files(self, shards: np.ndarray, when: str) -> None:
-        """:meth:`OpenShard.check` of the shards ``shards``."""
-        for s in shards:
-            self._shards[s].check(when)
+        """:meth:`OpenShard.check` of the shards ``shards`` (those checked by name in one loop,
+        :func:`~.identity.first_changed_at`; the shard found changed raises its own error)."""
+        which = shards.tolist()
+        bad = first_changed_at(self._watch, which)
+        if bad >= 0:
+            self._shards[bad].check(when)
+        for s in which:
+            if self._watch[s] is None:
+                self._shards[s].check(when)
 
-    def _read(self, unit: np.ndarray, fn: Any) -> Any:
-        """``fn()``, which reads units ``unit``, between identity checks of their mapped shards."""
-        touched = np.flatnonzero(np.bincount(self._unit_shard[unit], minlength=len(self._shards)) * self._mapped)
+    def _read(self, unit: np.ndarray, fn: Any, touched: np.ndarray | None = None) -> Any:
+        """``fn()``, which reads units ``unit``, between identity checks of their mapped shards
+        (``touched``, when the caller located them already)."""
+        if touched is None:
+            touched = np.flatnonzero(np.bincount(self._unit_shard[unit], minlength=len(self._shards)) * self._mapped)
         self._check_files(touched, "before a read")
         out = fn()
         self._check_files(touched, "after a read (the rows read are not returned)")
@@ -620,12 +635,15 @@ class ArrowShards:
         """One row dict per id (torch's batched fetch protocol)."""
         return self.take(record_ids).to_pylist()
 
-    def _check_ids(self, record_ids: Any) -> np.ndarray:
+    def _check_ids(self, record_ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(ids, unit, local, touched mapped shards)`` of ``record_ids`` (one compiled pass:
+        :func:`.gather.locate`), which must be a 1-D integer sequence of ids in ``[0, len)``."""
         self._usable()
         ids = np.asarray(record_ids)
         n = self._num_records
         if ids.size == 0:
-            return np.zeros(0, dtype=np.int64)
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty, empty
         if ids.ndim != 1 or ids.dtype.kind not in "iu":
             raise RecordIdError(
                 describe(
@@ -635,13 +653,17 @@ class ArrowShards:
                     f"pass integers (got dtype {ids.dtype}, ndim {ids.ndim})",
                 )
             )
-        lo, hi = int(ids.min()), int(ids.max())
+        if n == 0 or (ids.dtype == np.uint64 and int(ids.max()) >= n):  # nothing to locate in / past int64
+            lo, hi = int(ids.min()), int(ids.max())
+        else:
+            ids = np.ascontiguousarray(ids, dtype=np.int64)
+            unit, local, touched, lo, hi = locate(ids, self._starts, self._unit_shard, self._mapped_bool)
         if lo < 0 or hi >= n:
             bad = lo if lo < 0 else hi
             raise RecordIdError(
                 describe("record_ids", bad, f"record ids in [0, {n})", "pass ids of this dataset's records")
             )
-        return ids.astype(np.int64, copy=False)
+        return ids, unit, local, touched
 
     def _plan(self) -> list[ColumnGather | None]:
         if self._fast is None:
@@ -658,11 +680,10 @@ class ArrowShards:
 
     def take(self, record_ids: Sequence[int] | np.ndarray) -> pa.Table:
         """The records ``record_ids`` (requested order, duplicates allowed) as one-chunk Table."""
-        ids = self._check_ids(record_ids)
+        ids, unit, local, touched = self._check_ids(record_ids)
         if len(ids) == 0:
             return self._schema.empty_table()
-        unit, local = self._locate(ids)
-        return self._read(unit, lambda: self._take(ids, unit, local))
+        return self._read(unit, lambda: self._take(ids, unit, local), touched)
 
     def _take(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray) -> pa.Table:
         self._validate_units(unit)
@@ -683,21 +704,21 @@ class ArrowShards:
         ``(padded, lengths)`` for a list column), straight from the maps (remote: from the loaded
         units); None unless every column is an integer/float (or list of them) column on the fast
         path (then use :meth:`take`)."""
-        ids = self._check_ids(record_ids)
-        if len(ids) and not self._store.local:  # units read by range: gathered from the loaded batches
-            unit, local = self._locate(ids)
-            n = len(self._units)
-            return gather_loaded_numpy(self._unit_data, self._schema, unit, local, n, pad_value)
-        fast = self._plan()
-        if len(ids) == 0 or any(g is None or g.numpy_dtype is None for g in fast):
+        self._usable()
+        fast = self._plan() if self._store.local else None
+        if fast is not None and any(g is None or g.numpy_dtype is None for g in fast):
+            return None  # before checking the ids: take() checks them
+        ids, unit, local, touched = self._check_ids(record_ids)
+        if len(ids) == 0:
             return None
-        unit, local = self._locate(ids)
+        if fast is None:  # units read by range: gathered from the loaded batches
+            return gather_loaded_numpy(self._unit_data, self._schema, unit, local, len(self._units), pad_value)
 
         def gather() -> list[Any]:
             self._validate_units(unit)
             return [g.to_numpy(ids, unit, local, pad_value) for g in fast]
 
-        return self._read(unit, gather)
+        return self._read(unit, gather, touched)
 
     def _fallback(self, unit: np.ndarray, local: np.ndarray, cols: list[int]) -> list[pa.Array]:
         """Per-unit Arrow takes for columns ``cols``, then one reorder take on the small result."""
