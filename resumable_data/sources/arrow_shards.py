@@ -85,6 +85,7 @@ from resumable_data.sources.files import (
 from resumable_data.sources.gather import (
     ColumnGather,
     Unit,
+    UnitsView,
     concat_columns,
     gather_loaded_numpy,
     group_segments,
@@ -288,7 +289,7 @@ class ArrowShards:
         self._rel = list(rel)
         self._version = version
         self._shards: list[OpenShard] = []
-        self._units: list[Unit] = []
+        self._units: Sequence[Unit] = []
         self._unit_index: list[int] = []  # the unit's record batch / row group index in its shard
         self._rg_cache: OrderedDict[tuple[int, int], pa.RecordBatch] = OrderedDict()
         self._fast: list[ColumnGather | None] | None = None
@@ -298,6 +299,10 @@ class ArrowShards:
             if members is None
             else [shard for m in members for shard in m._shards]
         )
+        if members is not None:  # a view: its sources' units and arrays, shifted (no Python step per unit)
+            self._init_view(members)
+            return
+        units: list[Unit] = []
         for k, (r, shard) in enumerate(zip(self._rel, self._shards)):
             if expected is not None and expected[k] is not None and shard.identity != expected[k]:
                 self.close()
@@ -314,10 +319,11 @@ class ArrowShards:
             for g, n in enumerate(shard.unit_rows):
                 if n:  # empty units hold no record id
                     batch = shard.batches[g] if shard.batches is not None else None
-                    self._units.append(Unit(k, start, n, batch, None if batch is not None else g))
+                    units.append(Unit(k, start, n, batch, None if batch is not None else g))
                     self._unit_index.append(g)
                     start += n
-        self._unit_shard = np.fromiter((u.shard for u in self._units), dtype=np.int64, count=len(self._units))
+        self._units = units
+        self._unit_shard = np.fromiter((u.shard for u in units), dtype=np.int64, count=len(units))
         self._mapped = np.fromiter(
             (s.batches is not None for s in self._shards), dtype=np.int64, count=len(self._shards)
         )  # read around every read (zero-copy views)
@@ -331,17 +337,34 @@ class ArrowShards:
         self._num_records = start
         self._starts = np.fromiter((u.start for u in self._units), dtype=np.int64, count=len(self._units))
         # memory-mapped batches are validated lazily, once (see .validate); read units on each read
-        self._valid = (
-            np.fromiter((u.batch is None for u in self._units), dtype=bool, count=len(self._units))
-            if members is None
-            else np.concatenate([m._valid for m in members])  # the same mapped batches: what they validated holds
-        )
+        self._valid = np.fromiter((u.batch is None for u in units), dtype=bool, count=len(units))
         self._unvalidated = int((~self._valid).sum())
         self._all_valid = self._unvalidated == 0
-        #: a view's first unit of each source (:meth:`_validate_unit`)
-        self._member_first = (
-            None if members is None else np.cumsum([0] + [len(m._units) for m in members[:-1]], dtype=np.int64)
-        )
+        self._member_first: np.ndarray | None = None  # a view's first unit of each source (_validate_unit)
+
+    def _init_view(self, members: Sequence[ArrowShards]) -> None:
+        """The rest of :meth:`_init` for a view over open sources (``_shards`` set): their units,
+        starts and flags concatenated and shifted; the schemas compared source by source (each
+        source compared its own shards)."""
+        shard_off = np.cumsum([0] + [len(m._shards) for m in members[:-1]], dtype=np.int64)
+        first = canonical_schema(members[0]._schema)
+        for m, o in zip(members[1:], shard_off[1:].tolist()):
+            check_same_schema(self._rel[0], first, self._rel[o], canonical_schema(m._schema))
+        record_off = np.cumsum([0] + [m._num_records for m in members[:-1]], dtype=np.int64)
+        self._units = UnitsView([m._units for m in members], shard_off.tolist(), record_off.tolist())
+        self._unit_index = [g for m in members for g in m._unit_index]
+        self._unit_shard = np.concatenate([m._unit_shard + o for m, o in zip(members, shard_off)])
+        self._mapped = np.concatenate([m._mapped for m in members])
+        self._mapped_bool = self._mapped.astype(bool)
+        self._watch = [e for m in members for e in m._watch]
+        self._schema = self._shards[0].schema
+        self._wholes = [s.whole for s in self._shards]
+        self._num_records = sum(m._num_records for m in members)
+        self._starts = np.concatenate([m._starts + o for m, o in zip(members, record_off)])
+        self._valid = np.concatenate([m._valid for m in members])  # the same mapped batches: what they validated holds
+        self._unvalidated = int((~self._valid).sum())
+        self._all_valid = self._unvalidated == 0
+        self._member_first = np.cumsum([0] + [len(m._units) for m in members[:-1]], dtype=np.int64)
 
     def close(self) -> None:
         """Close the shard files (the source is unusable afterwards)."""

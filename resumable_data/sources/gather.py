@@ -55,7 +55,7 @@ per node, built once (the plan reads buffer addresses, never data).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import numpy as np
 import pyarrow as pa
@@ -68,6 +68,7 @@ from resumable_data.errors import DatasetIntegrityError
 __all__ = [
     "ColumnGather",
     "Unit",
+    "UnitsView",
     "concat_columns",
     "gather_loaded_numpy",
     "group_segments",
@@ -218,6 +219,39 @@ class Unit:
         self.rows = rows
         self.batch = batch
         self.row_group = row_group
+
+
+class UnitsView(Sequence[Unit]):
+    """The units of several sources' unit lists in order (``rd.Mixture``'s gather view): unit
+    ``k`` is its source's unit with the shard index and first record id shifted by the shards and
+    records of the sources before it, made on access (building the view costs no Python step per
+    unit; the loader's batches never touch it: they use the view's arrays)."""
+
+    def __init__(self, parts: Sequence[Sequence[Unit]], shard_offsets: Sequence[int], record_offsets: Sequence[int]):
+        self._parts = list(parts)
+        self._first = np.cumsum([0] + [len(p) for p in self._parts], dtype=np.int64)
+        self._shard, self._record = list(shard_offsets), list(record_offsets)
+
+    def __len__(self) -> int:
+        return int(self._first[-1])
+
+    @overload
+    def __getitem__(self, k: int) -> Unit: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[Unit]: ...
+
+    def __getitem__(self, k: int | slice) -> Unit | list[Unit]:
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        n = len(self)
+        if k < 0:
+            k += n
+        if not 0 <= k < n:
+            raise IndexError(k)
+        p = int(np.searchsorted(self._first, k, side="right")) - 1
+        u = self._parts[p][k - int(self._first[p])]
+        return Unit(u.shard + self._shard[p], u.start + self._record[p], u.rows, u.batch, u.row_group)
 
 
 def group_segments(keys: np.ndarray, num_keys: int) -> tuple[np.ndarray, np.ndarray]:

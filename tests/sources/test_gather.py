@@ -226,6 +226,19 @@ def test_concatenated_plan_equals_planning_the_concatenation(typed_sources):
     whole = pa.concat_tables([table] * 3)
     ids = [0, 7499, 2500, 2499, 5000, 1234, 1234, 6000]
     assert view.take(ids).equals(whole.take(pa.array(ids)))
+    # the view's units and arrays (shifted from its sources', no Python step per unit) equal those
+    # of the same shards opened as one source
+    opened = ArrowShards.__new__(ArrowShards)
+    opened._init(view._root.as_posix(), view._rel, None, view._store)
+    fields = ("shard", "start", "rows", "row_group")
+    assert [[getattr(u, f) for f in fields] for u in view._units] == \
+        [[getattr(u, f) for f in fields] for u in opened._units]
+    assert all(u.batch is m.batch for u, m in zip(view._units, [u for s in members for u in s._units], strict=True))
+    assert [u.start for u in view._units[-3:]] == [u.start for u in opened._units[-3:]]
+    for name in ("_starts", "_unit_shard", "_mapped", "_mapped_bool"):
+        assert np.array_equal(getattr(view, name), getattr(opened, name)), name
+    assert view._unit_index == opened._unit_index and view._num_records == opened._num_records
+    assert [e[1:] if e else e for e in view._watch] == [e[1:] if e else e for e in opened._watch]
 
 
 def test_a_view_validates_each_record_batch_once_for_its_sources(typed_sources):
