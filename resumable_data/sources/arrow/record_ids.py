@@ -10,7 +10,8 @@ Guarantee: an id that is not an integer in range is a :class:`RecordIdError` (a
 :class:`~resumable_data.ConfigError` that is also the ``IndexError`` a Python sequence raises) or
 a :class:`~resumable_data.ConfigTypeError` naming the value and the range; nothing is read.
 
-Cost: one vectorized min/max and one ``searchsorted`` per batch of ids; no state to restore.
+Cost: one ``searchsorted`` per batch of ids; no state to restore. (Batches of ids are checked and
+located by one compiled pass, :func:`resumable_data.sources.gather.locate`.)
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 
 from resumable_data.errors import ConfigError, ConfigTypeError, describe
 
-__all__ = ["RecordIdError", "check_ids", "locate", "record_index"]
+__all__ = ["RecordIdError", "locate", "record_index"]
 
 
 class RecordIdError(ConfigError, IndexError):
@@ -42,29 +43,6 @@ def record_index(index: Any, n: int) -> int:
     if not 0 <= i < n:
         raise RecordIdError(describe("index", index, f"a record id in [-{n}, {n})", "pass an id within the dataset"))
     return i
-
-
-def check_ids(record_ids: Any, n: int) -> np.ndarray:
-    """``record_ids`` as a 1-D int64 array of ids in ``[0, n)``."""
-    ids = np.asarray(record_ids)
-    if ids.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if ids.ndim != 1 or ids.dtype.kind not in "iu":
-        raise RecordIdError(
-            describe(
-                "record_ids",
-                record_ids,
-                f"a 1-D sequence of integer record ids in [0, {n})",
-                f"pass integers (got dtype {ids.dtype}, ndim {ids.ndim})",
-            )
-        )
-    lo, hi = int(ids.min()), int(ids.max())
-    if lo < 0 or hi >= n:
-        bad = lo if lo < 0 else hi
-        raise RecordIdError(
-            describe("record_ids", bad, f"record ids in [0, {n})", "pass ids of this dataset's records")
-        )
-    return ids.astype(np.int64, copy=False)
 
 
 def locate(starts: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
