@@ -76,7 +76,8 @@ class FileIdentity:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FileIdentity:
-        return cls(**{k: d.get(k) for k in _KEYS})
+        values: dict[str, Any] = {k: d.get(k) for k in _KEYS}  # a key missing: None (differences() names it)
+        return cls(**values)
 
     def differences(self, now: FileIdentity | None) -> list[str]:
         """What differs between this (recorded) identity and ``now`` (empty when they match)."""

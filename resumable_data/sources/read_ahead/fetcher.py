@@ -113,7 +113,7 @@ class Prefetcher:
         lo = min(delivered, step)
         sched = self._schedule
         replan = sched is None or step >= self._replan_at or lo < sched.first or step not in self._units
-        if replan:
+        if sched is None or replan:
             for s in [s for s in self._units if s < lo]:
                 del self._units[s]
             units = []
@@ -175,18 +175,18 @@ class Prefetcher:
         at, budget = max(sched.first, self._delivered), self.config.cache_bytes
         protected = sched.units_between(at, self._handed + 1)
         self._stalled = False
-        todo = []  # (next use, unit): the units still to fetch that a step from `at` on reads
+        todo = []  # (next use, unit, bytes): the units still to fetch that a step from `at` on reads
         for u in sched.order.tolist():
-            if self._sizes[u] is None or u in self._resident or u in self._inflight or u in self._failed:
+            size = self._sizes[u]
+            if size is None or u in self._resident or u in self._inflight or u in self._failed:
                 continue
             when = sched.next_use(u, at)
             if when is not None:  # else read only by steps the loop already has
-                todo.append((when, u))
+                todo.append((when, u, size))
         todo.sort()  # soonest first: the units of steps in flight lead
-        for when, u in todo:
+        for when, u, size in todo:
             if len(self._inflight) >= self.config.concurrency:
                 return
-            size = self._sizes[u]
             while self._used + size > budget:
                 victim = self._victim(sched, at, protected)
                 if victim is None:
@@ -201,7 +201,7 @@ class Prefetcher:
             self._used += size
             self.stats["peak_bytes"] = max(self.stats["peak_bytes"], self._used)
             self._inflight.add(u)
-            self._pool.submit(self._fetch, u)
+            self._pool.submit(self._fetch, u, size)
 
     def _victim(self, sched: ReadSchedule, at: int, protected: set[int]) -> int | None:
         """The resident unit, not needed by a step in flight, whose next use is furthest."""
@@ -220,8 +220,8 @@ class Prefetcher:
         self.stats["evicted"] += 1
         _unlink(self.cache.unit_path(v))
 
-    def _fetch(self, u: int) -> None:
-        """In a pool thread: read unit ``u``, write it to the cache, drop its promise."""
+    def _fetch(self, u: int, size: int) -> None:
+        """In a pool thread: read unit ``u`` (``size`` bytes), write it to the cache, drop its promise."""
         ok = False
         try:
             data = self._source.fetch_unit(u)
@@ -236,12 +236,12 @@ class Prefetcher:
         with self._cond:
             self._inflight.discard(u)
             if ok:
-                self._resident[u] = self._sizes[u]
+                self._resident[u] = size
                 self.stats["units"] += 1
-                self.stats["bytes"] += self._sizes[u]
+                self.stats["bytes"] += size
                 _unlink(self.cache.err_path(u))
             else:
-                self._used -= self._sizes[u]
+                self._used -= size
                 self._failed.add(u)
                 self.stats["failed"] += 1
             self._promised.discard(u)
