@@ -56,6 +56,7 @@ import enum
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -218,7 +219,8 @@ def _harmless(replay: Any) -> bool:
     """Whether an in-memory operation datasets replays on a memory-mapped file leaves its rows and
     column values as the file holds them: schema metadata, rechunking, and dropping no column
     (``remove_columns([])``, which the Trainer calls when every column is used)."""
-    name, args = replay[0], replay[1] if len(replay) > 1 else ()
+    name = replay[0]
+    args: Sequence[Any] = replay[1] if len(replay) > 1 else ()
     if name in _HARMLESS_REPLAYS:
         return True
     return name == "drop" and len(args) == 1 and not args[0]
@@ -296,7 +298,7 @@ class _HashSink:
         return True
 
 
-def _shard_parts(table: pa.Table):
+def _shard_parts(table: pa.Table) -> Iterator[tuple[str, pa.Table, pa.Schema]]:
     """``(file name, rows as one chunk, schema)`` of each shard (same rows => same bytes)."""
     n = table.num_rows
     bounds = list(range(0, n, _ROWS_PER_SHARD)) + [n] if n else [0, 0]
@@ -322,12 +324,12 @@ def _write_shards(table: pa.Table, directory: Path) -> None:
 def _predicted_version(table: pa.Table) -> DatasetVersion:
     """The version :func:`pin` would give the shards :func:`_write_shards` writes, computed by
     serializing them into a hashing sink: no disk, one pass over the bytes."""
-    shards, schema = [], None
+    shards = []
     for name, part, part_schema in _shard_parts(table):
         sink = _HashSink()
         _write_ipc(part, part_schema, pa.PythonFile(sink, mode="w"))
         shards.append(ShardInfo(path=name, size=sink.size, num_rows=part.num_rows, content_hash=sink.h.hexdigest()))
-        schema = schema or canonical_schema(part_schema)
+    schema = canonical_schema(table.schema.remove_metadata())  # every part's (_shard_parts)
     return DatasetVersion.build(shards, schema, HashMode.CONTENT, Selection.DIRECTORY, None)
 
 
@@ -349,7 +351,7 @@ def _in_memory_shards(
             )
         )
     explicit = cache_dir is not None
-    target = Path(cache_dir).expanduser().absolute() if explicit else None
+    target = Path(cache_dir).expanduser().absolute() if cache_dir is not None else None
     parent = target.parent if target is not None else default_cache_root()
     shown = str(cache_dir) if explicit else f"None (default: {parent}/<version hash>)"
     # every row as Arrow, in the dataset's order (indices mapping and in-memory edits applied)

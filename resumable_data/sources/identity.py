@@ -77,7 +77,8 @@ class FileIdentity:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FileIdentity:
-        return cls(**{k: d.get(k) for k in _KEYS})
+        values: dict[str, Any] = {k: d.get(k) for k in _KEYS}  # a key missing: None (differences() names it)
+        return cls(**values)
 
     def differences(self, now: FileIdentity | None) -> list[str]:
         """What differs between this (recorded) identity and ``now`` (empty when they match)."""
@@ -127,12 +128,16 @@ def unchanged_at(path: str, recorded: FileIdentity) -> bool:
     return st.st_mtime_ns == recorded.mtime_ns and st.st_size == recorded.size
 
 
-def watch_entry(path: str, recorded: FileIdentity) -> tuple[str, int, int, int, int]:
+#: (path, device, inode, mtime in ns, size) of a memory-mapped file (None: a field its store keeps none of)
+WatchEntry = tuple[str, int | None, int | None, int | None, int]
+
+
+def watch_entry(path: str, recorded: FileIdentity) -> WatchEntry:
     """What :func:`first_changed_at` compares for one memory-mapped file (made once, at open)."""
     return (path, recorded.dev, recorded.ino, recorded.mtime_ns, recorded.size)
 
 
-def first_changed_at(entries: Sequence[tuple[str, int, int, int, int] | None], which: Sequence[int]) -> int:
+def first_changed_at(entries: Sequence[WatchEntry | None], which: Sequence[int]) -> int:
     """The first of ``which`` whose file :func:`unchanged_at` would find changed, else -1 (None
     entries: not watched by name). The same test as :func:`unchanged_at`, in one loop over
     prepared tuples: the check that runs around every read of a batch touching many shards."""

@@ -123,14 +123,18 @@ class ShardLayout:
             fmt = ShardFormat(d[K_FORMAT])
         except ValueError:
             raise LayoutMismatch(f"format one of {[f.value for f in ShardFormat]}") from None
-        schema = d[K_SCHEMA]
-        if (schema is None) != (fmt is ShardFormat.PARQUET):
+        if (d[K_SCHEMA] is None) != (fmt is ShardFormat.PARQUET):
             raise LayoutMismatch("a schema range for IPC shards, null for Parquet")
-        if schema is not None:
-            schema = _range(schema, size, 2)
+        schema: tuple[int, int] | None = None
+        if d[K_SCHEMA] is not None:
+            offset, length = _range(d[K_SCHEMA], size, 2)
+            schema = (offset, length)
         if not isinstance(d[K_UNITS], list):
             raise LayoutMismatch("a list of units")
-        units = tuple(_range(u, size, 3) for u in d[K_UNITS])
+        units: list[tuple[int, int, int]] = []
+        for u in d[K_UNITS]:
+            offset, length, rows = _range(u, size, 3)
+            units.append((offset, length, rows))
         if schema is not None:  # IPC messages follow each other: no unit overlaps another or the schema
             end = schema[0] + schema[1]
             for off, length, _ in units:
@@ -139,7 +143,7 @@ class ShardLayout:
                         f"units in file order, each after the previous one (unit at {off} starts before byte {end})"
                     )
                 end = off + length
-        return cls(fmt, schema, units)
+        return cls(fmt, schema, tuple(units))
 
 
 def _range(v: Any, size: int, n: int) -> tuple[int, ...]:

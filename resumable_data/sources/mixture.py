@@ -502,7 +502,7 @@ class PackedMixtureSampler(MixtureSampler):
         """(start, plan) of each earlier run, oldest first (empty without a mid-epoch rebase)."""
         rebase = self.plan.rebase
         if self._runs_of is not rebase:
-            runs = ()
+            runs: tuple[tuple[int, MixturePlan], ...] = ()
             if isinstance(rebase, PackedRebase) and rebase.earlier:
                 runs = tuple(
                     (r.position, self._plan_of(r.weights, Rebase(r.position, r.counts) if r.position else None))
@@ -543,7 +543,7 @@ class PackedMixtureSampler(MixtureSampler):
         which, plans = self._which(np.array([position], dtype=np.int64))
         k = max(int(which[0]), 0)
         rebase = self.plan.rebase
-        if k < len(self.earlier_runs()):
+        if isinstance(rebase, PackedRebase) and k < len(self.earlier_runs()):  # earlier runs: a packed rebase's
             r = rebase.earlier[k]
             return r.position, r.counts, r.weights, plans[k]
         start = 0 if rebase is None else rebase.position
@@ -556,6 +556,8 @@ class PackedMixtureSampler(MixtureSampler):
         source would repeat or skip records."""
         runs = list(self.earlier_runs()) + [(self.plan.first_position, self.plan)]
         rebase = self.plan.rebase
+        if not isinstance(rebase, PackedRebase):  # no earlier run (earlier_runs): one run, nothing to chain
+            return
         for k in range(1, len(runs)):
             start, _ = runs[k]
             want = tuple(int(x) for x in runs[k - 1][1].counts_before(start))

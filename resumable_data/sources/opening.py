@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TypeVar
 
-from resumable_data.errors import DatasetIntegrityError, describe
+from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
 from resumable_data.sources.files import OpenShard, canonical_schema, open_shard
 from resumable_data.sources.layout import ShardLayout, cached_layout
 from resumable_data.sources.store import ShardStore, join
@@ -60,6 +60,15 @@ def with_layouts(version: DatasetVersion, store: ShardStore) -> tuple[DatasetVer
     missing = [k for k, s in enumerate(version.shards) if s.layout is None]
     if not missing:
         return version, []
+    if version.root is None:  # built in memory, never saved: no directory to read the shards from
+        raise ConfigError(
+            describe(
+                "version",
+                version.hash,
+                "a version with the directory it was pinned in (its root)",
+                "use DatasetVersion.load(directory) or rd.pin(directory)",
+            )
+        )
     root = version.root.as_posix()
     found: dict[int, ShardLayout | None] = {}
     built = []
@@ -77,7 +86,7 @@ def with_layouts(version: DatasetVersion, store: ShardStore) -> tuple[DatasetVer
     for k, layout in zip(built, pool_map(store, build, built)):
         found[k] = layout
     shards = tuple(
-        replace(s, layout=found[k]) if k in found and found[k] is not None and found[k].num_rows == s.num_rows else s
+        replace(s, layout=layout) if (layout := found.get(k)) is not None and layout.num_rows == s.num_rows else s
         for k, s in enumerate(version.shards)
     )
     return replace(version, shards=shards), [k for k in built if shards[k].layout is not None]

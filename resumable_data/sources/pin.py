@@ -46,7 +46,7 @@ from resumable_data.sources.files import (
     refuse_hive_partitions,
     resolve_files,
 )
-from resumable_data.sources.store import join, store_for
+from resumable_data.sources.store import FileStat, join, store_for
 from resumable_data.sources.version import DatasetVersion, HashMode, Selection, ShardInfo, etag_digest
 
 __all__ = ["pin", "resolve_files"]
@@ -127,11 +127,24 @@ def pin(
     for r, m in zip(rel, metas):
         check_same_schema(rel[0], schema, r, canonical_schema(m.schema))
     with ThreadPoolExecutor(max_workers=workers) as pool:  # before hashing (see .verified)
-        stats = list(pool.map(store.stat, full))
+        found = list(pool.map(store.stat, full))
+    stats: list[FileStat] = []
+    for r, st in zip(rel, found):
+        if st is None:  # listed and read a moment ago, gone (or now a directory) before its stat
+            raise ConfigError(
+                describe(
+                    "path",
+                    r,
+                    f"a shard file that stays in place while it is pinned (it is gone from {store!r})",
+                    "pin again once nothing is writing or deleting shards under the path",
+                )
+            )
+        stats.append(st)
     sizes = [st.size for st in stats]
 
     hashes: list[str | None] = [None] * len(rel)
     if mode is HashMode.ETAG:  # the store's ETags, no byte read (the trust model of .verified)
+        hashes = []
         for r, st in zip(rel, stats):
             if st.etag is None:
                 raise ConfigError(
@@ -142,7 +155,7 @@ def pin(
                         "pin with hash='content' (every byte hashed, in parallel)",
                     )
                 )
-        hashes = [etag_digest(st.etag) for st in stats]
+            hashes.append(etag_digest(st.etag))
     elif mode is HashMode.CONTENT:
         with tqdm(
             total=sum(sizes),
@@ -157,9 +170,10 @@ def pin(
         ) as bar:  # no bar into logs
             keys = [verified.file_key(store, p, None if store.local else st) for p, st in zip(full, stats)]
             with ThreadPoolExecutor(max_workers=workers) as pool:
-                hashes = list(pool.map(lambda p: store.hash_file(p, bar.update), full))
-        for key, h in zip(keys, hashes):
+                digests = list(pool.map(lambda p: store.hash_file(p, bar.update), full))
+        for key, h in zip(keys, digests):
             verified.remember(key, h)
+        hashes = list(digests)
 
     shards = [
         ShardInfo(

@@ -59,12 +59,13 @@ def file_key(store: ShardStore, path: str, info: FileStat | None = None) -> str 
         parts = ["local", os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns]
     else:
         info = info if info is not None else store.stat(path)
-        if info is None:
+        if info is None or store.filesystem is None:  # a store not local names its filesystem
             return None
+        kind = store.filesystem.type_name
         if info.etag is not None:
-            parts = [store.filesystem.type_name, store.resolve(path), info.size, "etag", info.etag]
+            parts = [kind, store.resolve(path), info.size, "etag", info.etag]
         elif info.mtime is not None:
-            parts = [store.filesystem.type_name, store.resolve(path), info.size, info.mtime]
+            parts = [kind, store.resolve(path), info.size, info.mtime]
         else:
             return None
     return json.dumps(parts)

@@ -676,7 +676,7 @@ class DatasetVersion:
                     f"shard {s.path!r}: ETag {st.etag} on the store, pinned {s.etag} (the "
                     "object was replaced, or copied to a store that gives other ETags)"
                 )
-        elif level is not VerifyLevel.SIZE:
+        elif level is not VerifyLevel.SIZE and s.content_hash is not None:  # hash_mode='content' (a digest each)
             key = verified.file_key(store, p, None if store.local else st)  # before hashing (.verified)
             if level is VerifyLevel.CACHED and (
                 verified.is_verified(key, s.content_hash) or (s.etag is not None and st.etag == s.etag)

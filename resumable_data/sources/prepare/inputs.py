@@ -21,7 +21,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,20 @@ class ArrowInput:
     """Pinned Arrow IPC / Parquet shards (a folder, a file list or a Hugging Face dataset)."""
 
     source: ArrowShards
+    #: the source's version (set from ``source``; an unpinned source is refused here)
+    pinned: DatasetVersion = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.source.version is None:
+            raise ConfigError(
+                describe(
+                    "source",
+                    repr(self.source),
+                    "a pinned source (rd.prepare records its version)",
+                    "open it with rd.ArrowShards(path) (the default unpinned='pin')",
+                )
+            )
+        object.__setattr__(self, "pinned", self.source.version)  # a frozen dataclass sets it once here
 
     @property
     def where(self) -> str:
@@ -84,7 +98,7 @@ class ArrowInput:
         return str(self.source.root)
 
     def version(self) -> dict[str, Any]:
-        v = self.source.version
+        v = self.pinned
         return {"kind": "arrow", "version": v.hash, "records": v.num_records}
 
     def check(self, columns: tuple[str, ...] | None, text_column: str | None) -> None:
@@ -105,7 +119,7 @@ class ArrowInput:
     def pieces(self, bytes_per_shard: int) -> list[Piece]:
         out: list[Piece] = []
         first = 0
-        for f, s in enumerate(self.source.version.shards):
+        for f, s in enumerate(self.pinned.shards):
             for a, b in _split(s.num_rows, s.size, bytes_per_shard):
                 if b > a:
                     out.append(Piece(len(out), f, first + a, first + b))
@@ -250,16 +264,7 @@ def _is_jsonl(p: Any) -> bool:
 def open_input(source: Any) -> PrepareInput:
     """The prepare input for ``source`` (see :func:`resumable_data.prepare`)."""
     if isinstance(source, ArrowShards):
-        if source.version is None:
-            raise ConfigError(
-                describe(
-                    "source",
-                    repr(source),
-                    "a pinned source (rd.prepare records its version)",
-                    "open it with rd.ArrowShards(path) (the default unpinned='pin')",
-                )
-            )
-        return ArrowInput(source)
+        return ArrowInput(source)  # refuses an unpinned source
     if isinstance(source, DatasetVersion):
         return ArrowInput(ArrowShards(source))
     datasets = sys.modules.get("datasets")  # never imported here: a user's Dataset brings it

@@ -104,12 +104,13 @@ class Prefetcher:
         self._starts = starts[first]
         self._sizes: list[int | None] = []
         for g, members in enumerate(self._members):
-            if any(self._spans[k] is None for k in members):
+            span = self._spans[members[0]]
+            if span is None or any(self._spans[k] is None for k in members):
                 self._sizes.append(None)  # not read by range: the step reads it itself
             elif self._shard is not None:
                 self._sizes.append(source.shard_size(self._shard[g]))
             else:
-                self._sizes.append(self._spans[members[0]][1])
+                self._sizes.append(span[1])
         self.cache = UnitCache(tempfile.mkdtemp(prefix="rd-read-ahead-", dir=config.cache_dir))
         self._units: dict[int, np.ndarray] = {}  # step -> its units (plan/reads.step_units)
         self._cond = threading.Condition()
@@ -146,7 +147,7 @@ class Prefetcher:
         lo = min(delivered, step)
         sched = self._schedule
         replan = sched is None or step >= self._replan_at or lo < sched.first or step not in self._units
-        if replan:
+        if sched is None or replan:
             for s in [s for s in self._units if s < lo]:
                 del self._units[s]
             units = []
