@@ -206,7 +206,7 @@ def _refuse_packing_change(saved: LoaderState, current: LoaderState) -> None:
             f"the saved packing spec {_spec(saved.packing)} under label='data_change' (the dataset changed too, "
             "and no rule maps one packing of an epoch onto another)",
             f"build the loader with packing={want} to continue the stream over the new dataset version; or "
-            "start the new packing's stream afresh with label='warm_start' (it keeps the weights)",
+            "start the new packing's stream at step 0 with label='warm_start' (it keeps the weights)",
         )
     )
 
