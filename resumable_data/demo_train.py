@@ -18,6 +18,7 @@ prints one JSON object per line on stdout (events ``start``, ``resumed``, ``step
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import random
@@ -32,6 +33,7 @@ import torch.nn.functional as F
 import xxhash
 
 import resumable_data as rd
+from resumable_data.errors import UsageError, describe
 from resumable_data.plan.packing import IGNORE_INDEX
 from resumable_data.testing import batch_digests
 
@@ -268,7 +270,12 @@ def train(job: Job, ckpt_dir: Path) -> None:
             if loader.microstep_is_last:
                 attempted = loader.counters.attempted_updates
                 if attempted == cfg.inf_update:  # a scaler-style overflow: the found-inf check skips it
-                    job.model.head.weight.grad[0, 0] = float("inf")
+                    grad = job.model.head.weight.grad
+                    if grad is None:  # backward() ran on this microbatch: the head has a gradient
+                        raise UsageError(
+                            describe("head.weight.grad", None, "a gradient after backward()", "run backward() first")
+                        )
+                    grad[0, 0] = float("inf")
                 lr = job.opt.param_groups[0]["lr"]
                 applied = rd.scaler_step(job.scaler, job.opt)
                 job.sched.step()
@@ -293,11 +300,9 @@ def summary(job: Job) -> dict[str, Any]:
         ),
         "lr": job.opt.param_groups[0]["lr"],
         "scale": job.scaler.get_scale(),
-        "counters": dict(vars(c)) if hasattr(c, "__dict__") else {},
+        "counters": dataclasses.asdict(c),
         "label": job.state.recovery_label.value,
-        "metrics": [{"step": r["step"], "metrics": r["metrics"]} for r in job.metrics.records()]
-        if hasattr(job.metrics, "records")
-        else [],
+        "metrics": [{"step": r["step"], "metrics": r["metrics"]} for r in job.metrics.records()],
     }
 
 

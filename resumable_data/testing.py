@@ -46,6 +46,7 @@ world sizes.
 from __future__ import annotations
 
 import copy
+import enum
 import json
 import random
 import tempfile
@@ -56,7 +57,10 @@ from typing import Any
 from resumable_data._schema import coerce_enum
 from resumable_data.batch_digest import batch_digests
 from resumable_data.batch_digest import tree_digest as _tree_digest
+from resumable_data.checkpoint import TrainingState
 from resumable_data.errors import ConfigError, describe
+from resumable_data.loader.iterator import LoaderIterator
+from resumable_data.loader.protocol import ResumableLoader
 from resumable_data.loader.state import CommitMode, LoaderState
 from resumable_data.plan import Sharding, ShardingPolicy
 
@@ -121,11 +125,20 @@ class ResumeReport:
         return text + "".join(f"\nnote: {n}" for n in self.notes)
 
 
+class _Kind(enum.Enum):
+    """What the harness carries beside the data (from the arguments of :func:`assert_resumes`)."""
+
+    DATA = "data"  #: no train_step: the data only
+    MODEL = "model"  #: make_model + train_step(model, batch)
+    STATE = "state"  #: make_state + train_step(state, batch)
+    FUNCTIONAL = "functional"  #: train_step(state, batch) -> state alone
+
+
 @dataclass(frozen=True)
 class _Spec:
     make_loader: Callable[..., Any]
     policy: ShardingPolicy
-    kind: str  # "data" | "model" | "state" | "functional"
+    kind: _Kind
     make_state: Callable[[], Mapping[str, Any]] | None
     train_step: Callable[..., Any] | None
     on_uncommitted: str
@@ -152,12 +165,10 @@ class _Run:
             spec.make_loader(num_workers=workers, sharding=Sharding(world, r, spec.policy)) for r in range(world)
         ]
         self.iters: list[Any] = [None] * world
-        self.ts = None
+        self.ts: TrainingState | None = None
         self.fstate: Any = None  # a functional train_step's state
         self.committed: Any = None  # ... as of the last commit
-        if spec.kind in ("model", "state"):
-            from resumable_data.checkpoint import TrainingState
-
+        if spec.make_state is not None:  # _Kind.MODEL or _Kind.STATE
             kwargs = dict(spec.make_state())
             self.ts = TrainingState(**kwargs, loader=self.loaders[0])
 
@@ -170,13 +181,12 @@ class _Run:
         for r, loader in enumerate(self.loaders):
             batch = _next_batch(self.iters, r, loader)
             digests = batch_digests(batch)
-            if r == 0 and self.spec.kind != "data":
-                if self.spec.kind == "model":
-                    self.spec.train_step(self.ts.model, batch)
-                elif self.spec.kind == "state":
-                    self.spec.train_step(self.ts, batch)
+            train_step = self.spec.train_step  # None: the data only
+            if r == 0 and train_step is not None:
+                if self.ts is not None:  # make_model / make_state: the rd.TrainingState on rank 0
+                    train_step(self.ts.model if self.spec.kind is _Kind.MODEL else self.ts, batch)
                 else:
-                    self.fstate = self.spec.train_step(self.fstate, batch)
+                    self.fstate = train_step(self.fstate, batch)
                     digests["state"] = _tree_digest(self.fstate)
                 if self.ts is not None:
                     oracles = self.ts.oracles()
@@ -201,7 +211,7 @@ class _Run:
 
         if self.ts is not None:
             saved["checkpoint"] = save_checkpoint(directory, self.ts, step=n, keep_last=1)
-        elif self.spec.kind == "functional":
+        elif self.spec.kind is _Kind.FUNCTIONAL:
             state = self.committed if self.spec.on_uncommitted == "repeat" else self.fstate
             saved["checkpoint"] = save_checkpoint(directory, _Tree({"state": state}), step=n, keep_last=1)
         return saved
@@ -230,7 +240,7 @@ class _Run:
             loader.load_state_dict(
                 states[r % len(states)], on_uncommitted=spec.on_uncommitted, allow_unpinned=spec.allow_unpinned
             )
-        if spec.kind == "functional":
+        if spec.kind is _Kind.FUNCTIONAL:
             from resumable_data.checkpoint import read_checkpoint
 
             self.fstate = read_checkpoint(saved["checkpoint"]).tree["state"]
@@ -240,7 +250,7 @@ class _Run:
 
     def close(self) -> None:
         for it in self.iters:
-            if it is not None and hasattr(it, "close"):
+            if isinstance(it, LoaderIterator):
                 it.close()
 
 
@@ -288,11 +298,11 @@ def _spec(make_loader, make_model, make_state, train_step, on_uncommitted, allow
             )
         )
     kind = (
-        "data"
+        _Kind.DATA
         if train_step is None
-        else ("functional" if factory is None else "model" if make_model is not None else "state")
+        else (_Kind.FUNCTIONAL if factory is None else _Kind.MODEL if make_model is not None else _Kind.STATE)
     )
-    if kind in ("model", "state") and on_uncommitted is not None:
+    if kind in (_Kind.MODEL, _Kind.STATE) and on_uncommitted is not None:
         raise ConfigError(
             describe(
                 "on_uncommitted",
@@ -305,13 +315,16 @@ def _spec(make_loader, make_model, make_state, train_step, on_uncommitted, allow
     if choice not in ("repeat", "skip"):
         raise ConfigError(describe("on_uncommitted", on_uncommitted, "'repeat' or 'skip'", "pick one"))
     policy = coerce_enum(policy, ShardingPolicy, "sharding_policy")
+    build: Callable[[], dict[str, Any]] | None = None  # the training state's arguments (None: no state)
     if make_model is not None:
 
-        def build() -> dict[str, Any]:
+        def build_model() -> dict[str, Any]:
             return {"model": make_model()}
+
+        build = build_model
     elif make_state is not None:
 
-        def build() -> dict[str, Any]:
+        def build_state() -> dict[str, Any]:
             kwargs = make_state()
             if not isinstance(kwargs, Mapping) or "loader" in kwargs:
                 raise ConfigError(
@@ -323,8 +336,8 @@ def _spec(make_loader, make_model, make_state, train_step, on_uncommitted, allow
                     )
                 )
             return dict(kwargs)
-    else:
-        build = None
+
+        build = build_state
     return _Spec(make_loader, policy, kind, build, train_step, choice, bool(allow_unpinned))
 
 
@@ -411,7 +424,16 @@ def check_resume(
     worlds = list(dict.fromkeys(world_sizes))
     probe = make_loader(num_workers=0, sharding=Sharding(worlds[0], 0, spec.policy))
     epoch = len(probe)
-    elastic = bool(probe.state_dict().get("elastic", True)) if hasattr(probe, "state_dict") else True
+    if not isinstance(probe, ResumableLoader):
+        raise ConfigError(
+            describe(
+                "make_loader()",
+                type(probe).__name__,
+                "an rd.DataLoader (the rd.ResumableLoader protocol: snapshot, state_dict, load_state_dict, ...)",
+                "return rd.DataLoader(dataset, ..., num_workers=num_workers, sharding=sharding)",
+            )
+        )
+    elastic = bool(probe.state_dict().get("elastic", True))
     notes: list[str] = []
     reshard = len(worlds) > 1
     if reshard and not elastic:
@@ -420,7 +442,7 @@ def check_resume(
             f"world-size changes skipped: the loader was built with elastic=False (its policy forbids "
             f"resuming on another world size); each of the world sizes {worlds} was checked on its own"
         )
-    elif reshard and spec.kind != "data":
+    elif reshard and spec.kind is not _Kind.DATA:
         reshard = False
         notes.append(
             f"world-size changes skipped: the training state is compared bit for bit, and a data-parallel "
@@ -434,7 +456,7 @@ def check_resume(
         references[world] = [run.step() for _ in range(steps)]
         run.close()
     rng = random.Random(seed)
-    if isinstance(interrupts, int) and not isinstance(interrupts, bool):
+    if isinstance(interrupts, int):  # a count (a bool was refused above)
         candidates = sorted(
             {rng.randrange(1, steps) for _ in range(interrupts)} | {e for e in range(epoch, steps, epoch)}
         )

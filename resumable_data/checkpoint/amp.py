@@ -10,7 +10,7 @@ disabled scaler it is a plain ``optimizer.step()`` and returns True. Cost: one h
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -18,6 +18,13 @@ from resumable_data.checkpoint.torch_compat import found_inf
 from resumable_data.errors import ConfigError, describe
 
 __all__ = ["scaler_step", "step_was_applied"]
+
+
+@runtime_checkable
+class _Steps(Protocol):
+    """What a disabled scaler must have to stand for a ``torch.amp.GradScaler``: ``step``."""
+
+    def step(self, optimizer: torch.optim.Optimizer) -> Any: ...
 
 
 def step_was_applied(scale_before: float, scale_after: float) -> bool:
@@ -28,7 +35,7 @@ def step_was_applied(scale_before: float, scale_after: float) -> bool:
 def scaler_step(scaler: Any, optimizer: torch.optim.Optimizer) -> bool:
     """``scaler.step(optimizer)``; ``scaler.update()``; return True iff the update was applied."""
     if scaler is None or not getattr(scaler, "is_enabled", lambda: False)():
-        if scaler is not None and not hasattr(scaler, "step"):
+        if scaler is not None and not isinstance(scaler, _Steps):
             raise ConfigError(describe("scaler", type(scaler).__name__, "a torch.amp.GradScaler", "pass one or None"))
         optimizer.step()
         return True

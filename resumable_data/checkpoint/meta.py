@@ -24,7 +24,8 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import CodeType
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -126,11 +127,11 @@ def fingerprint(obj: Any) -> str:
         data = obj
     elif isinstance(obj, str):
         data = obj.encode()
-    elif hasattr(obj, "get_vocab"):
+    elif isinstance(obj, _Vocabulary):
         vocab = obj.get_vocab()
         special = getattr(obj, "all_special_tokens", None)
         data = _canonical({"class": type(obj).__name__, "vocab": vocab, "special": list(special or [])})
-    elif type(obj).__module__.startswith("pyarrow") and hasattr(obj, "to_string"):
+    elif type(obj).__module__.startswith("pyarrow") and isinstance(obj, _ArrowText):
         data = obj.to_string(show_field_metadata=True, show_schema_metadata=True).encode()
     elif isinstance(obj, (Mapping, list, tuple)):
         data = _canonical(obj)
@@ -166,9 +167,39 @@ def module_modes(module: torch.nn.Module) -> dict[str, bool]:
     return {n: bool(m.training) for n, m in module.named_modules()}
 
 
+@runtime_checkable
+class _Vocabulary(Protocol):
+    """A tokenizer (Hugging Face's): its vocabulary as a mapping."""
+
+    def get_vocab(self) -> Mapping[str, int]: ...
+
+
+@runtime_checkable
+class _ArrowText(Protocol):
+    """A pyarrow object with a full text form (``pyarrow.Schema``)."""
+
+    def to_string(self, *, show_field_metadata: bool, show_schema_metadata: bool) -> str: ...
+
+
+@runtime_checkable
+class _Code(Protocol):
+    """Python code with its bytecode, closure and defaults (a function, a lambda, a bound method)."""
+
+    __code__: CodeType
+    __closure__: tuple[Any, ...] | None
+    __defaults__: tuple[Any, ...] | None
+
+
+@runtime_checkable
+class _OneLambda(Protocol):
+    """A scheduler with a single schedule function (torch's own keep a list, ``lr_lambdas``)."""
+
+    lr_lambda: Any
+
+
 def _code_fingerprint(fn: Any) -> str:
     """Best-effort fingerprint of a schedule function: bytecode, constants, closure values, defaults."""
-    if hasattr(fn, "__code__"):
+    if isinstance(fn, _Code):  # a function, a lambda or a bound method
         code = fn.__code__
         cells = []
         for c in fn.__closure__ or ():
@@ -178,15 +209,17 @@ def _code_fingerprint(fn: Any) -> str:
                 cells.append("<empty>")
         parts = [code.co_code.hex(), repr(code.co_consts), repr(code.co_names), repr(cells), repr(fn.__defaults__)]
         return xxhash.xxh3_64_hexdigest("|".join(parts).encode())
-    if hasattr(fn, "__dict__"):
-        return xxhash.xxh3_64_hexdigest(_canonical({"class": type(fn).__qualname__, **vars(fn)}))
-    return xxhash.xxh3_64_hexdigest(repr(fn).encode())
+    try:
+        attrs = vars(fn)
+    except TypeError:  # no __dict__: its repr
+        return xxhash.xxh3_64_hexdigest(repr(fn).encode())
+    return xxhash.xxh3_64_hexdigest(_canonical({"class": type(fn).__qualname__, **attrs}))
 
 
 def scheduler_meta(scheduler: Any, convention: SchedulerConvention) -> dict[str, Any]:
     """Class, convention and a fingerprint of the schedule (lambdas included: the transition rule)."""
     fns = getattr(scheduler, "lr_lambdas", None)
-    if fns is None and hasattr(scheduler, "lr_lambda"):
+    if fns is None and isinstance(scheduler, _OneLambda):
         fns = [scheduler.lr_lambda]
     settings = {k: _jsonable(v, k) for k, v in scheduler.state_dict().items() if k not in SCHEDULER_PROGRESS_KEYS}
     return {

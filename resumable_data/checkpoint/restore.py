@@ -325,7 +325,10 @@ def _snapshot(ts: Any) -> list:
         """load_state_dict(a deep copy) where it works, then the attributes and their tensors' values
         (exact even for an object whose load_state_dict refuses or is not exact)."""
         sd = copy.deepcopy(obj.state_dict())
-        attrs = dict(vars(obj)) if hasattr(obj, "__dict__") else None
+        try:
+            attrs: dict[str, Any] | None = dict(vars(obj))
+        except TypeError:  # no __dict__ (slots or a builtin): load_state_dict alone
+            attrs = None
         values = {k: v.detach().clone() for k, v in (attrs or {}).items() if isinstance(v, torch.Tensor)}
 
         def back() -> None:

@@ -33,7 +33,7 @@ import inspect
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sized
 from typing import Any
 
 import transformers
@@ -77,6 +77,7 @@ class ResumableTrainer(transformers.Trainer):
         rd_resume_options: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        # transformers' Trainer hooks differ by version: the ones this subclass overrides must exist
         missing = [h for h in _HOOKS if not hasattr(transformers.Trainer, h)]
         if missing or not hasattr(hf_trainer, "skip_first_batches"):
             raise ConfigError(
@@ -181,7 +182,7 @@ class ResumableTrainer(transformers.Trainer):
                 self.data_collator, description="training"
             )
         if isinstance(dataset, datasets.IterableDataset) or (
-            hasattr(dataset, "__iter__") and not hasattr(dataset, "__len__")
+            isinstance(dataset, Iterable) and not isinstance(dataset, Sized)
         ):
             raise ConfigError(
                 describe(
@@ -225,7 +226,8 @@ class ResumableTrainer(transformers.Trainer):
         always passes ``True``). A folder given by path that is incomplete is refused, naming the
         newest complete one."""
         if resume_from_checkpoint is True:
-            resume_from_checkpoint = latest_complete_checkpoint(self.args.output_dir)
+            output_dir = self.args.output_dir  # typed Optional; TrainingArguments fills in a default
+            resume_from_checkpoint = None if output_dir is None else latest_complete_checkpoint(output_dir)
             if resume_from_checkpoint is None:
                 log.info("resumable_data: no complete checkpoint in %s: training starts fresh", self.args.output_dir)
         elif (

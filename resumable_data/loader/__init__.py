@@ -1,6 +1,6 @@
 """The torch layer: the drop-in DataLoader, the commit protocol, per-sample randomness.
 
-Names load lazily, so the torch-free modules of this layer (``config``, ``order``, ``ledger``, ``state``,
+Names load lazily, so the torch-free modules of this layer (``config``, ``resolve``, ``order``, ``ledger``, ``state``,
 ``protocol``) can be imported and tested without importing torch."""
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ _NAMES = {
     "OnBatchChange": "state",
     "OnUncommitted": "state",
     "LoaderConfig": "config",
-    "resolve_config": "config",
+    "resolve_config": "resolve",
     "SampleSeeding": "seeding.sample_seeding",
     "ProgressLedger": "ledger",
     "ResumableLoader": "protocol",
-    "PositionalSampler": "translate",
+    "PositionalSampler": "positional",
     "sharding_from_environment": "environment",
 }
 

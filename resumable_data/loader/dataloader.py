@@ -1,6 +1,6 @@
 """``rd.DataLoader``: a drop-in for ``torch.utils.data.DataLoader`` whose state is a cursor.
 
-Algorithm. :func:`~resumable_data.loader.config.resolve_config` turns the arguments into a frozen
+Algorithm. :func:`~resumable_data.loader.resolve.resolve_config` turns the arguments into a frozen
 config (plan, sharding, order, tail, fetch mode, packing, commit mode, accumulation); torch's own
 ``DataLoader`` gets a step sampler and a fetching dataset (:mod:`.fetch`), so the batch of step
 ``s`` on rank ``r`` is a pure function of (plan, s, r). All progress lives in one torch-free
@@ -38,17 +38,19 @@ from resumable_data._schema import check_int
 from resumable_data.errors import ConfigError, ConfigTypeError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader import torch_compat
-from resumable_data.loader.config import LoaderConfig, check_snapshot_every, check_worker_options, resolve_config
+from resumable_data.loader.config import LoaderConfig
 from resumable_data.loader.fetch import StepFetcher, StepSampler
 from resumable_data.loader.iterator import LoaderIterator
 from resumable_data.loader.ledger import CounterView, ProgressLedger
 from resumable_data.loader.read_ahead import start_read_ahead
+from resumable_data.loader.resolve import resolve_config
 from resumable_data.loader.restore import validate_restore
 from resumable_data.loader.state import CommitMode, Cursor, LoaderState, OnBatchChange, OnUncommitted
 from resumable_data.loader.stream import StepInfo, describe_step, make_stream
 from resumable_data.loader.translate import torch_views
 from resumable_data.loader.transport import WorkerCollate
-from resumable_data.plan import Plan, Sharding, Tail
+from resumable_data.loader.worker_options import check_snapshot_every, check_worker_options
+from resumable_data.plan import BatchSchedule, Plan, Sharding, Tail
 from resumable_data.sources.read_ahead import Prefetcher, ReadAhead
 
 __all__ = ["CounterView", "DataLoader"]
@@ -128,7 +130,26 @@ class DataLoader:
       default; ``docs/object-storage.md#reading-ahead``). Batches and state are unchanged.
     """
 
-    __class_getitem__ = classmethod(types.GenericAlias)
+    __class_getitem__: classmethod[Any, ..., types.GenericAlias] = classmethod(types.GenericAlias)
+
+    # torch's DataLoader attributes, read-only (set once in __init__; __setattr__ refuses them)
+    dataset: Any
+    batch_size: int | BatchSchedule | None
+    sampler: Any
+    batch_sampler: Any
+    drop_last: bool
+    num_workers: int
+    collate_fn: Callable[..., Any]
+    pin_memory: bool
+    timeout: float
+    worker_init_fn: Callable[[int], None] | None
+    multiprocessing_context: Any
+    generator: Any
+    prefetch_factor: int | None
+    persistent_workers: bool
+    pin_memory_device: str
+    in_order: bool
+    snapshot_every_n_steps: int | None
 
     def __init__(
         self,

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset, Sampler, get_worker_info
 
+from resumable_data.errors import UsageError, describe
 from resumable_data.loader.collate import PAD_VALUE, arrow_to_numpy, gathered_to_numpy, to_torch
 from resumable_data.loader.config import FetchMode, LoaderConfig
 from resumable_data.loader.context import (
@@ -53,18 +54,26 @@ from resumable_data.loader.context import (
     reset_sample,
     seed_globals,
 )
+from resumable_data.loader.ledger import ProgressLedger
 from resumable_data.loader.order import PlanOrder
 from resumable_data.loader.packed import pack_sequences, packed_tokens
 from resumable_data.loader.sample_collate import default_collate  # torch's, faster for int and float leaves
 from resumable_data.loader.seeding.global_rng import UnseededWatch, lazy_seeding_available, torch_watch, warm_seeding
 from resumable_data.loader.seeding.sample_seeding import SEEDING_VERSION
+from resumable_data.loader.stream import PackedStream, RecordStream
 from resumable_data.loader.torch_compat import default_convert
 from resumable_data.plan import sample_key, sample_keys
 from resumable_data.plan.packing import PackMode, best_fit_bins
 from resumable_data.plan.record_runs import RecordRuns
+from resumable_data.sources import ArrowShards
+from resumable_data.sources.mixture import Mixture
 from resumable_data.sources.read_ahead import Prefetcher
 
-__all__ = ["FetchMode", "NumpyBatch", "StepFetcher", "StepSampler"]  # FetchMode: re-exported from .config
+__all__ = ["FetchMode", "NumpyBatch", "Request", "StepFetcher", "StepSampler"]  # FetchMode: re-exported
+
+#: What the sampler hands a worker: (step, epoch, the epoch's first step, the step's global positions
+#: ``(start, stop)`` (None when packed), the seeding version).
+Request = tuple[int, int, int, tuple[int, int] | None, int]
 
 
 class StepFetcher(Dataset):
@@ -76,7 +85,9 @@ class StepFetcher(Dataset):
     with the request, so workers (persistent ones too) never hold a batch origin or a version
     that a restore may change."""
 
-    def __init__(self, dataset: Any, config: LoaderConfig, stream: Any, *, pin_memory: bool = False) -> None:
+    def __init__(
+        self, dataset: Any, config: LoaderConfig, stream: RecordStream | PackedStream, *, pin_memory: bool = False
+    ) -> None:
         self.dataset = dataset
         self.plan = config.plan
         self.sharding = config.sharding
@@ -88,7 +99,8 @@ class StepFetcher(Dataset):
         self.token_column = config.token_column
         self.unbatched = config.unbatched
         self.order = config.order
-        self.stream = stream if config.mode is FetchMode.PACKED else None
+        #: the packed stream (FetchMode.PACKED: a packing was given, so make_stream built one), else None
+        self.stream = stream if isinstance(stream, PackedStream) else None
         self.pin_memory = pin_memory
         self._lengths: np.ndarray | None = None
         self._key_runs = self._new_key_runs()
@@ -109,7 +121,7 @@ class StepFetcher(Dataset):
         if self.mode in (FetchMode.ARROW, FetchMode.PACKED):
             ids = self.order.warm_ids()
             self.dataset.take(ids)
-            if hasattr(self.dataset, "take_numpy"):
+            if isinstance(self.dataset, (ArrowShards, Mixture)):
                 self.dataset.take_numpy(ids, PAD_VALUE)
         elif isinstance(self.order, PlanOrder):  # a user dataset in the plan's order, sample keys, the seeding
             first = np.zeros(1, dtype=np.int64)
@@ -135,10 +147,14 @@ class StepFetcher(Dataset):
         """Record ids at stream ``positions`` (the loader's order: :class:`~.order.StreamOrder`)."""
         return self.order.records(positions)
 
-    def __getitem__(self, request: tuple[int, int, int, Any, int]) -> tuple[int, Any, int, int]:
+    def __getitem__(self, request: Request) -> tuple[int, Any, int, int]:
         step, epoch, first, span, self.seeding = request
-        if self.mode is FetchMode.PACKED:
-            return step, *self._packed(epoch, step - first)
+        if self.stream is not None:  # FetchMode.PACKED
+            return step, *self._packed(self.stream, epoch, step - first)
+        if span is None:
+            raise UsageError(
+                describe("span", None, "a record step's (start, stop) positions", "pass ledger.span(step)")
+            )
         start, stop = span
         positions = self.sharding.local_positions(start, stop)
         records = self.order.batch_records(start, stop, positions)
@@ -250,7 +266,7 @@ class StepFetcher(Dataset):
         seed = None if seeder is None else seeder.seed
         i = -1
         try:
-            if samples is None and transform is None:
+            if transform is None:  # dataset[record] (samples are given only to transform them)
                 if seed is None:
                     for i, r in enumerate(recs):
                         slot.i = i
@@ -298,7 +314,8 @@ class StepFetcher(Dataset):
     def _arrow(self, span: tuple[int, int], positions: np.ndarray, records: np.ndarray) -> tuple[Any, int]:
         tokens = 0 if self.token_column is None else self.global_tokens(span)
         if self.arrow_collate is None and self.collate_fn is None and self.transform is None:
-            columns = self.dataset.take_numpy(records, PAD_VALUE) if hasattr(self.dataset, "take_numpy") else None
+            arrow = self.dataset if isinstance(self.dataset, (ArrowShards, Mixture)) else None
+            columns = None if arrow is None else arrow.take_numpy(records, PAD_VALUE)
             if columns is not None:  # the default collate's arrays, straight from the source's maps
                 batch = gathered_to_numpy(self.dataset.schema.names, columns)
                 if self.unbatched:
@@ -332,13 +349,13 @@ class StepFetcher(Dataset):
             return to_torch(batch)
         return NumpyBatch(batch)
 
-    def _packed(self, epoch: int, k: int) -> tuple[dict[str, Any], int, int]:
-        start, stop, count = self.stream.epoch_positions(epoch, k)
+    def _packed(self, stream: PackedStream, epoch: int, k: int) -> tuple[Any, int, int]:
+        start, stop, count = stream.epoch_positions(epoch, k)
         local = self.sharding.local_positions(start, stop) % count  # the wrap tail re-reads the epoch's first
         everything = np.arange(start, stop, dtype=np.int64) % count
-        batch, real = pack_sequences(self.stream, self.dataset, epoch, local)
+        batch, real = pack_sequences(stream, self.dataset, epoch, local)
         if self.sharding.world_size > 1:  # count the whole global batch, so every rank agrees
-            real = packed_tokens(self.stream, epoch, everything)
+            real = packed_tokens(stream, epoch, everything)
         return self._transport(batch), real, stop - start
 
     def _keys(self, positions: np.ndarray) -> np.ndarray:
@@ -370,15 +387,14 @@ class StepFetcher(Dataset):
 
 
 def _note(e: BaseException, text: str) -> None:
-    if hasattr(e, "add_note"):
-        e.add_note(text)
+    e.add_note(text)
 
 
 class NumpyBatch(dict):
     """A batch of numpy arrays sent by a worker; the loader turns it into tensors (zero-copy)."""
 
 
-class StepSampler(Sampler[int]):
+class StepSampler(Sampler[Request]):
     """Yields the requests (step, epoch, its first step, the step's span, the seeding version)
     from the ledger's cursor to the end of its epoch, minus skipped ranges; ``len()`` is the
     current epoch's step count.
@@ -388,14 +404,14 @@ class StepSampler(Sampler[int]):
     dropped loader shuts its workers down at once).
     """
 
-    def __init__(self, ledger: Any, read_ahead: Prefetcher | None = None) -> None:
+    def __init__(self, ledger: ProgressLedger, read_ahead: Prefetcher | None = None) -> None:
         self._ledger = ledger
         self._ahead = read_ahead  # told each step handed out (rd.ReadAhead: remote units fetched ahead)
 
     def __len__(self) -> int:
         return self._ledger.steps_in_current_epoch()
 
-    def __iter__(self) -> Iterator[tuple[int, int, int, Any, int]]:
+    def __iter__(self) -> Iterator[Request]:
         ledger = self._ledger
         epoch, first, start, stop = ledger.start_pass()
         ahead = self._ahead

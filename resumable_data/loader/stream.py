@@ -27,7 +27,8 @@ import xxhash
 
 from resumable_data import _io
 from resumable_data._cache import cache_dir
-from resumable_data.errors import ConfigError, describe
+from resumable_data.errors import ConfigError, UsageError, describe
+from resumable_data.loader.ledger import EpochStream
 from resumable_data.loader.order import DocumentOrder
 from resumable_data.loader.state import LoaderState
 from resumable_data.plan import Plan, Sharding, Tail, epoch_records
@@ -293,6 +294,10 @@ def make_stream(
     token length; ``order``: what orders the documents, None for the plan), else records."""
     if packing is None:
         return RecordStream(plan)
+    if lengths is None:
+        raise UsageError(
+            describe("lengths", None, "every document's token length when packing", "pass LoaderConfig.lengths")
+        )
     return PackedStream(plan, packing, lengths, pinned=pinned, order=order)
 
 
@@ -314,10 +319,12 @@ class StepInfo:
     records: np.ndarray | None
 
 
-def describe_step(
-    stream: RecordStream | PackedStream, ledger: dict[int, int], sharding: Sharding, step: int
-) -> StepInfo:
+def describe_step(stream: EpochStream, ledger: dict[int, int], sharding: Sharding, step: int) -> StepInfo:
     """The :class:`StepInfo` of ``step`` (pure: nothing is fetched but packed documents' lengths)."""
+    if not isinstance(stream, (RecordStream, PackedStream)):
+        raise UsageError(
+            describe("stream", type(stream).__name__, "a RecordStream or a PackedStream", "pass make_stream's")
+        )
     epoch, first = stream.locate(step, dict(ledger))
     steps = stream.steps_in_epoch(epoch)
     if isinstance(stream, RecordStream):

@@ -65,6 +65,8 @@ from torch.utils.data._utils import signal_handling as _signal_handling
 from torch.utils.data._utils.collate import collate, collate_float_fn, collate_int_fn, default_collate_fn_map
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
+from resumable_data.errors import UsageError, describe
+
 __all__ = [
     "WorkerInit",
     "collate",
@@ -100,12 +102,21 @@ class WorkerInit:
 
     def __call__(self, worker_id: int) -> None:
         info = get_worker_info()
+        if info is None:  # torch calls worker_init_fn in its worker processes only
+            raise UsageError(
+                describe(
+                    "get_worker_info()",
+                    None,
+                    "a torch WorkerInfo (this worker_init_fn runs in torch's worker processes)",
+                    "let a torch DataLoader with num_workers > 0 call it",
+                )
+            )
         fetcher = info.dataset
         object.__setattr__(info, "dataset", getattr(fetcher, "dataset", fetcher))
         caller = sys._getframe(1)  # torch's _worker_loop, which holds the result queue
         if caller.f_code.co_name == "_worker_loop" and "data_queue" in caller.f_locals:
             q = caller.f_locals["data_queue"]
-            if hasattr(q, "_writer") and hasattr(q, "_sem"):
+            if hasattr(q, "_writer") and hasattr(q, "_sem"):  # multiprocessing's Queue internals: CPython's, by version
                 q.put = _sync_put(q)  # results leave without a feeder-thread hand-off
         if self.user_fn is not None:
             self.user_fn(worker_id)
@@ -201,8 +212,10 @@ class _Pickled:
 try:
     import fcntl as _fcntl
     import termios as _termios
+
+    _IOCTL = True
 except ImportError:  # not POSIX: a synchronous put never writes itself (see _pipe_room)
-    _fcntl = _termios = None
+    _IOCTL = False
 
 
 def _pipe_room(fd: int, cap: list[int], need: int) -> bool:
@@ -211,7 +224,7 @@ def _pipe_room(fd: int, cap: list[int], need: int) -> bool:
     leaves partly used is not filled by the next header); False where that cannot be known.
     ``cap`` caches the capacity, a lower bound re-read only when ``need`` does not fit (the main
     process may widen the pipe after this worker started)."""
-    if _fcntl is None:
+    if not _IOCTL:
         return False
     try:
         unread = int.from_bytes(_fcntl.ioctl(fd, _termios.FIONREAD, b"\0\0\0\0"), sys.byteorder, signed=True)
@@ -339,6 +352,7 @@ def install_sigchld_handler() -> bool:
     global _installed
     if _installed:
         return True
+    # the signal module has SIGCHLD on POSIX only (its names differ by platform)
     if not hasattr(signal, "SIGCHLD") or threading.current_thread() is not threading.main_thread():
         return False
     previous = signal.getsignal(signal.SIGCHLD)

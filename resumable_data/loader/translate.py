@@ -1,4 +1,4 @@
-"""Translating torch samplers into plan settings, and the positional-sampler protocol.
+"""Translating torch samplers into plan settings (the positional-sampler protocol: :mod:`.positional`).
 
 A sampler that draws from a generator as it goes (history-dependent) cannot be resumed by
 seeking, so ``rd.DataLoader`` accepts only samplers it can express as a pure function of the
@@ -18,8 +18,7 @@ attributes torch's ``DataLoader`` exposes (for code that reads them; rd never it
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 from torch.utils.data import (
@@ -31,42 +30,12 @@ from torch.utils.data import (
 )
 
 from resumable_data.errors import ConfigError, describe
+from resumable_data.loader.positional import PositionalSampler, Translated
 from resumable_data.loader.torch_compat import default_collate, default_convert
 from resumable_data.plan import Sharding, ShardingPolicy, Tail
 
+# PositionalSampler and Translated: re-exported from .positional (torch-free)
 __all__ = ["PositionalSampler", "Translated", "torch_views", "translate_sampler"]
-
-
-@runtime_checkable
-class PositionalSampler(Protocol):
-    """A sampler that can be resumed by seeking: a pure function of (epoch, offset).
-
-    * ``len(sampler)``: positions per epoch;
-    * ``sampler.indices(epoch, offsets)``: the dataset indices at ``offsets`` (an int64 array with
-      values in ``[0, len(sampler))``) of epoch ``epoch``; it must not depend on call history;
-    * ``sampler.fingerprint()``: a short string naming the sampler and its settings; it is stored
-      in the loader state and a resume with another fingerprint is refused.
-    """
-
-    def __len__(self) -> int: ...
-
-    def indices(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
-        """The dataset indices at ``offsets`` of ``epoch``: a pure function of its arguments."""
-
-    def fingerprint(self) -> str:
-        """A string that changes whenever ``indices`` would (recorded in the state, compared on resume)."""
-
-
-@dataclass(frozen=True)
-class Translated:
-    """What a torch sampler means in plan terms (``None``: not implied by the sampler)."""
-
-    shuffle: bool | None = None
-    seed: int | None = None
-    sharding: Sharding | None = None
-    tail: Tail | None = None
-    batch_size: int | None = None
-    positional: Any = None
 
 
 def _reject(sampler: Any, param: str) -> ConfigError:
@@ -113,8 +82,9 @@ def _batch_lists(batch_sampler: Any, dataset_len: int) -> Translated | None:
     be shorter (torch's partial last batch)."""
     if not isinstance(batch_sampler, (list, tuple)) or not batch_sampler:
         return None
-    rows = [_int_sequence(b) for b in batch_sampler]
-    if any(r is None for r in rows):
+    maybe = [_int_sequence(b) for b in batch_sampler]
+    rows = [r for r in maybe if r is not None]
+    if len(rows) != len(maybe):  # not all index lists
         return None
     size = len(rows[0])
     if size == 0 or any(len(r) != size for r in rows[:-1]) or len(rows[-1]) > size:

@@ -113,6 +113,10 @@ class _BatchPickler(ForkingPickler):
     """``ForkingPickler`` (torch's reductions for anything not handled here), protocol 5, with
     plain tensors' data handed out of band as raw bytes."""
 
+    # ForkingPickler's class attributes (CPython's multiprocessing.reduction; typeshed leaves them out)
+    _copyreg_dispatch_table: dict[Any, Any]
+    _extra_reducers: dict[type, Any]
+
     def __init__(self, file: Any, buffers: list[pickle.PickleBuffer]) -> None:
         pickle.Pickler.__init__(self, file, protocol=5, buffer_callback=buffers.append)
         self.dispatch_table = self._copyreg_dispatch_table.copy()  # as ForkingPickler.__init__ does
@@ -121,7 +125,7 @@ class _BatchPickler(ForkingPickler):
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, torch.Tensor) and _plain_tensor(obj):
             raw = obj.detach().reshape(-1).view(torch.uint8).numpy()
-            return _rebuild_tensor, (obj.dtype, tuple(obj.shape), pickle.PickleBuffer(raw))
+            return _rebuild_tensor, (obj.dtype, tuple(obj.shape), pickle.PickleBuffer(raw.data))
         return NotImplemented
 
 
@@ -131,16 +135,16 @@ class _Ring:
     def __init__(self, main_pid: int) -> None:
         self.pid = os.getpid()
         self.main_pid = main_pid
-        self.slots: list[tuple[int, shared_memory.SharedMemory]] = []  # (generation, segment)
+        self.slots: list[tuple[int, _Segment]] = []  # (generation, segment)
 
-    def acquire(self, need: int) -> tuple[int, int, shared_memory.SharedMemory] | None:
+    def acquire(self, need: int) -> tuple[int, int, _Segment] | None:
         """A free slot of at least ``need`` bytes, marked busy: ``(index, gen, segment)``; None
         when :data:`MAX_SLOTS` are busy. Raises ``OSError`` when a new segment does not fit."""
         grow = None
         for i, (gen, shm) in enumerate(self.slots):
-            if shm.buf[0] == _FREE:
+            if shm.view[0] == _FREE:
                 if shm.size >= need:
-                    shm.buf[0] = _BUSY
+                    shm.view[0] = _BUSY
                     return i, gen, shm
                 grow = i if grow is None else grow
         if grow is None and len(self.slots) >= MAX_SLOTS:
@@ -153,16 +157,30 @@ class _Ring:
         else:  # the main process unlinked the old name when it mapped it
             self.slots[grow][1].close()
             self.slots[grow] = (gen, shm)
-        shm.buf[0] = _BUSY
+        shm.view[0] = _BUSY
         return index, gen, shm
 
 
-def _create(name: str, size: int) -> shared_memory.SharedMemory:
+class _Segment(shared_memory.SharedMemory):
+    """A shared-memory segment with its mapping typed: :attr:`view` is ``buf`` while open."""
+
+    _fd: int  # SharedMemory's file descriptor (CPython's; typeshed leaves it out): -1 once closed
+
+    @property
+    def view(self) -> memoryview:
+        """The mapping (``buf``); a closed segment raises ``ValueError``."""
+        buf = self.buf
+        if buf is None:
+            raise ValueError(f"the shared-memory segment {self.name!r} is closed")
+        return buf
+
+
+def _create(name: str, size: int) -> _Segment:
     """A new segment with its pages reserved: a full ``/dev/shm`` is an ``OSError`` here, never a
     ``SIGBUS`` when the batch is written."""
-    shm = shared_memory.SharedMemory(name, create=True, size=size)
+    shm = _Segment(name, create=True, size=size)
     try:
-        if hasattr(os, "posix_fallocate"):
+        if hasattr(os, "posix_fallocate"):  # the os module has it on Linux and most POSIX builds, not macOS
             os.posix_fallocate(shm._fd, 0, size)
     except OSError:
         shm.close()
@@ -202,7 +220,9 @@ def _flat(batch: Any) -> tuple[Any, list[Any]] | None:
     none): that object travels once and arrives as one object under both keys, as through pickle."""
     if type(batch) is not dict and type(batch) is not NumpyBatch:
         return None
-    spec, raws, seen = [], [], {}
+    spec: list[tuple[Any, Any, tuple[int, ...] | None, bool, int]] = []  # (key, dtype, shape, is_tensor, same)
+    raws: list[np.ndarray] = []
+    seen: dict[int, int] = {}  # id(value) -> its entry
     for k, v in batch.items():
         same = seen.get(id(v))
         if same is not None:
@@ -235,7 +255,8 @@ def _rebuild(header: Any, buffers: list[np.ndarray]) -> Any:
     if isinstance(header, bytes):  # a batch this loader's own forked worker pickled (torch's result
         return pickle.loads(header, buffers=buffers)  # queue unpickles the same); never a state or a file
     cls, spec = header
-    out, values, payloads = cls(), [], iter(buffers)
+    out, payloads = cls(), iter(buffers)
+    values: list[Any] = []
     for k, dtype, shape, tensor, same in spec:
         if same >= 0:
             v = values[same]
@@ -261,7 +282,7 @@ def pack(batch: Any, main_pid: int, pool: int = 0) -> Wire:
     if got is None:
         return Wire(_from_inline, (header, [r.tobytes() for r in raws]))
     index, gen, shm = got
-    dst = np.frombuffer(shm.buf, dtype=np.uint8)
+    dst = np.frombuffer(shm.view, dtype=np.uint8)
     offsets, at = [], _HEADER
     for r in raws:
         n = r.nbytes
@@ -289,7 +310,9 @@ class WorkerCollate:
         _pools += 1
         self.main_pid, self.pool = os.getpid(), _pools
 
-    def __call__(self, item: tuple[int, Any, int, int]) -> tuple[int, Any, int, int]:
+    def __call__(self, item: Any) -> tuple[int, Any, int, int]:
+        """``item``: the fetcher's ``(step, batch, tokens, samples)`` (torch, with ``batch_size=None``, passes
+        one dataset item; it types ``collate_fn`` for lists)."""
         if get_worker_info() is None:
             return item
         step, batch, tokens, samples = item
@@ -297,7 +320,7 @@ class WorkerCollate:
 
 
 # -- the main side -------------------------------------------------------------------------------
-class _Mapped(shared_memory.SharedMemory):
+class _Mapped(_Segment):
     """A slot as the main process maps it: closing it while a delivered batch still views it
     leaves the mapping to that batch (unmapped when the batch dies) instead of raising."""
 
@@ -306,7 +329,7 @@ class _Mapped(shared_memory.SharedMemory):
         """The mapping's start address (computed once)."""
         addr = self.__dict__.get("_address")
         if addr is None:
-            addr = self.__dict__["_address"] = np.frombuffer(self.buf, dtype=np.uint8).__array_interface__["data"][0]
+            addr = self.__dict__["_address"] = np.frombuffer(self.view, dtype=np.uint8).__array_interface__["data"][0]
         return addr
 
     def close(self) -> None:
@@ -326,7 +349,7 @@ def _from_inline(header: Any, payloads: list[bytes]) -> Any:
     return _rebuild(header, [np.frombuffer(bytearray(p), dtype=np.uint8) for p in payloads])
 
 
-def _attach(name: str, worker_pid: int, pool: int, index: int, gen: int) -> shared_memory.SharedMemory:
+def _attach(name: str, worker_pid: int, pool: int, index: int, gen: int) -> _Mapped:
     key = (worker_pid, index)
     known = _attached.get(key)
     if known is not None and known[0] == pool and known[1] == gen:
@@ -350,7 +373,7 @@ class _SlotView:
     __slots__ = ("__array_interface__", "__weakref__", "_mv")
 
     def __init__(self, shm: _Mapped, total: int) -> None:
-        self._mv = shm.buf[_HEADER : _HEADER + total]  # keeps the mapping alive while views exist
+        self._mv = shm.view[_HEADER : _HEADER + total]  # keeps the mapping alive while views exist
         self.__array_interface__ = {
             "shape": (total,),
             "typestr": "|u1",
@@ -359,10 +382,10 @@ class _SlotView:
         }
 
 
-def _release(shm: shared_memory.SharedMemory) -> None:
+def _release(shm: _Segment) -> None:
     try:
-        shm.buf[0] = _FREE  # the batch's last view is gone: the worker may reuse the slot
-    except (TypeError, ValueError):  # the mapping was closed (its pool is gone): nothing to free
+        shm.view[0] = _FREE  # the batch's last view is gone: the worker may reuse the slot
+    except ValueError:  # the mapping was closed (its pool is gone): nothing to free
         pass
 
 
@@ -370,7 +393,7 @@ def _from_slot(
     header: Any, name: str, worker_pid: int, pool: int, index: int, gen: int, total: int, offsets: list[tuple[int, int]]
 ) -> Any:
     shm = _attach(name, worker_pid, pool, index, gen)
-    if shm.buf[0] != _BUSY or shm.size < _HEADER + total:
+    if shm.view[0] != _BUSY or shm.size < _HEADER + total:
         raise ConnectionError(f"the shared-memory slot {name!r} of worker pid {worker_pid} holds no batch")
     view = _SlotView(shm, total)
     weakref.finalize(view, _release, shm)

@@ -32,6 +32,12 @@ checked against the identity recorded at open), validated once per process. Tran
 retried (``retries=rd.Retries(...)``, :mod:`.retry`); a store that stays down is an
 :class:`~resumable_data.StoreUnavailableError`.
 
+Its concepts are one module each: resolving what the argument names and the unpinned policy
+(:mod:`.arrow.resolve`), record ids (:mod:`.arrow.record_ids`), the pickled state
+(:mod:`.arrow.pickled`), opening one shard (:mod:`.files`), the gather (:mod:`.gather`); this
+module holds the class: the unit index, validation once, identity checks around reads, the
+read-ahead hooks and the concatenated view ``rd.Mixture`` gathers through.
+
 Hugging Face ``datasets``: :meth:`ArrowShards.from_hf` reads a ``datasets.Dataset``'s own Arrow
 cache files (zero copy), versioned by their content (:mod:`.hf`).
 
@@ -56,47 +62,38 @@ the figure is in ``docs/data.md``).
 
 from __future__ import annotations
 
-import enum
-import logging
-import operator
 import os
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from resumable_data._cache import cache_dir
 from resumable_data._schema import coerce_enum
-from resumable_data.errors import ConfigError, ConfigTypeError, ResumableDataError, describe
-from resumable_data.sources.files import (
-    MANIFEST_NAME,
-    OpenShard,
-    canonical_schema,
-    check_same_schema,
-    discover_shards,
-    file_list,
-    refuse_hive_partitions,
-    resolve_files,
-)
+from resumable_data.errors import ConfigError, ResumableDataError, describe
+from resumable_data.sources.arrow.pickled import read_state, source_state
+from resumable_data.sources.arrow.record_ids import RecordIdError, record_index
+from resumable_data.sources.arrow.record_ids import locate as locate_ids
+from resumable_data.sources.arrow.resolve import UnpinnedPolicy, resolve_source, source_store
+from resumable_data.sources.files import OpenShard, canonical_schema, check_same_schema
 from resumable_data.sources.gather import (
     ColumnGather,
     Unit,
+    UnitsView,
     concat_columns,
     gather_loaded_numpy,
     group_segments,
+    locate,
     plan_column,
 )
-from resumable_data.sources.identity import FileIdentity, changed_error
+from resumable_data.sources.identity import FileIdentity, changed_error, first_changed_at, watch_entry
 from resumable_data.sources.layout import remember_layout
 from resumable_data.sources.opening import open_shards, with_layouts
-from resumable_data.sources.pin import pin
 from resumable_data.sources.read_ahead.cache import UnitCache
 from resumable_data.sources.retry import DEFAULT_RETRIES, Retries
-from resumable_data.sources.store import LOCAL, FileSystemStore, ShardStore, join, store_for
+from resumable_data.sources.store import LOCAL, FileSystemStore, ShardStore, join
 from resumable_data.sources.validate import validate_batch
 from resumable_data.sources.version import DatasetVersion, VerifyLevel
 
@@ -104,29 +101,6 @@ __all__ = ["ArrowShards", "RecordIdError", "UnpinnedPolicy"]
 
 _LOCAL_CACHE_UNITS = 8  # Parquet row groups decoded from local files
 _REMOTE_CACHE_UNITS = 32  # remote reads are slow: keep more record batches / row groups
-_STATE_FORMAT = "resumable_data.arrow_shards"
-_STATE_SCHEMA_VERSION = 3  # 2: the files' identities; 3: the remote store's retries
-K_RETRIES = "retries"
-K_FORMAT = "format"
-K_SCHEMA_VERSION = "schema_version"
-K_ROOT = "root"
-K_FILES = "files"
-K_VERSION = "version"
-K_FILESYSTEM = "filesystem"
-K_IDENTITIES = "identities"
-K_READ_AHEAD = "read_ahead"
-
-
-class UnpinnedPolicy(str, enum.Enum):
-    """What :class:`ArrowShards` does with shards that have no manifest."""
-
-    PIN = "pin"  # pin them now (content hash), report on stderr
-    ALLOW = "allow"  # read them unpinned: no version, resume cannot verify
-    ERROR = "error"  # refuse
-
-
-class RecordIdError(ConfigError, IndexError):
-    """A record id passed to ``take``/``__getitems__`` is not an integer in ``[0, N)``."""
 
 
 class ArrowShards:
@@ -161,25 +135,8 @@ class ArrowShards:
                     "pass retries=rd.Retries(attempts=..., base_delay=..., max_delay=...)",
                 )
             )
-        store = store_for(filesystem, retries)
-        if isinstance(path_or_files, DatasetVersion) and store.filesystem is None:
-            store = store_for(path_or_files.filesystem, retries)
-        elif store.filesystem is None and isinstance(path_or_files, str) and "://" in path_or_files:
-            import pyarrow.fs as pafs
-
-            try:
-                raw_fs, path_or_files = pafs.FileSystem.from_uri(path_or_files)
-            except (pa.ArrowInvalid, OSError) as exc:
-                raise ConfigError(
-                    describe(
-                        "path_or_files",
-                        path_or_files,
-                        f"a filesystem URI ({exc})",
-                        "fix the URI, or pass filesystem=pyarrow.fs.S3FileSystem(...) and a bucket/prefix path",
-                    )
-                ) from None
-            store = store_for(raw_fs, retries)
-        version, root, rel = self._resolve(store, path_or_files, policy)
+        store, path_or_files = source_store(path_or_files, filesystem, retries)
+        version, root, rel = resolve_source(store, path_or_files, policy)
         built: list[int] = []
         if version is not None and not store.local:
             version, built = with_layouts(version, store)
@@ -189,81 +146,6 @@ class ArrowShards:
         if level is not VerifyLevel.SIZE:  # the bytes the layouts were built from are the pinned ones
             for k in built:
                 remember_layout(version.shards[k].content_hash, version.shards[k].layout)
-
-    @classmethod
-    def _resolve(
-        cls, store: ShardStore, src: Any, policy: UnpinnedPolicy
-    ) -> tuple[DatasetVersion | None, str, list[str]]:
-        """(version or None, root, relative shard paths) of ``src`` on ``store``."""
-        if isinstance(src, DatasetVersion):
-            if src.root is None:
-                raise ConfigError(
-                    describe(
-                        "path_or_files",
-                        src.hash,
-                        "a DatasetVersion with a root",
-                        "use DatasetVersion.load(directory) or rd.pin(directory) "
-                        "(remote: DatasetVersion.load(prefix, filesystem=...))",
-                    )
-                )
-            version = src if src.filesystem is store.filesystem else replace(src, filesystem=store.filesystem)
-            return version, version.root.as_posix(), [s.path for s in version.shards]
-        if isinstance(src, (str, os.PathLike)) and store.is_dir(src):
-            root = store.resolve(src)
-            version = DatasetVersion.locate(root, filesystem=store.filesystem)
-            if version is not None:
-                refuse_hive_partitions(root, [s.path for s in version.shards])
-                return version, root, [s.path for s in version.shards]
-            rel = discover_shards(root, store)
-            refuse_hive_partitions(root, rel)
-            if not rel:
-                raise ConfigError(
-                    describe(
-                        "path_or_files",
-                        str(src),
-                        "a directory (or prefix) with shard files or a manifest",
-                        "check the path",
-                    )
-                )
-            version = cls._unpinned(store, root, policy, str(src))
-            return version, root, ([s.path for s in version.shards] if version is not None else rel)
-        if isinstance(src, (str, os.PathLike)):
-            if store.stat(src) is None:
-                raise ConfigError(
-                    describe("path_or_files", str(src), "an existing directory or shard file", "check the path")
-                )
-            src = [src]
-        root, rel = resolve_files(file_list(src), store)
-        found = DatasetVersion.locate(root, filesystem=store.filesystem)  # a pinned parent folder
-        if found is not None and [s.path for s in found.shards] == rel:
-            return found, root, rel
-        found = DatasetVersion.locate(root, filesystem=store.filesystem, files=rel)  # in the cache
-        if found is not None:
-            return found, root, rel
-        return cls._unpinned(store, root, policy, rel, files=[join(root, r) for r in rel]), root, rel
-
-    @staticmethod
-    def _unpinned(
-        store: ShardStore, root: str, policy: UnpinnedPolicy, shown: Any, files: list[str] | None = None
-    ) -> DatasetVersion | None:
-        if policy is UnpinnedPolicy.ERROR:
-            raise ConfigError(
-                describe(
-                    "path_or_files",
-                    shown,
-                    f"pinned shards ({MANIFEST_NAME})",
-                    "run rd.pin(path) first, or pass unpinned='pin'/'allow'",
-                )
-            )
-        if policy is UnpinnedPolicy.ALLOW:
-            return None
-        logging.getLogger(__name__).warning(
-            "resumable_data: %s is not pinned; pinning it now (content hash) into the cache (%s; the folder is "
-            "not written). Pass unpinned='allow' to read it unpinned.",
-            root,
-            cache_dir() / "manifests",
-        )
-        return pin(files if files is not None else root, filesystem=store.filesystem, save="cache")
 
     # -- opening ---------------------------------------------------------------------------
     def _init(
@@ -287,7 +169,7 @@ class ArrowShards:
         self._rel = list(rel)
         self._version = version
         self._shards: list[OpenShard] = []
-        self._units: list[Unit] = []
+        self._units: Sequence[Unit] = []
         self._unit_index: list[int] = []  # the unit's record batch / row group index in its shard
         self._rg_cache: OrderedDict[tuple[int, int], pa.RecordBatch] = OrderedDict()
         self._fast: list[ColumnGather | None] | None = None
@@ -297,6 +179,10 @@ class ArrowShards:
             if members is None
             else [shard for m in members for shard in m._shards]
         )
+        if members is not None:  # a view: its sources' units and arrays, shifted (no Python step per unit)
+            self._init_view(members)
+            return
+        units: list[Unit] = []
         for k, (r, shard) in enumerate(zip(self._rel, self._shards)):
             if expected is not None and expected[k] is not None and shard.identity != expected[k]:
                 self.close()
@@ -313,29 +199,52 @@ class ArrowShards:
             for g, n in enumerate(shard.unit_rows):
                 if n:  # empty units hold no record id
                     batch = shard.batches[g] if shard.batches is not None else None
-                    self._units.append(Unit(k, start, n, batch, None if batch is not None else g))
+                    units.append(Unit(k, start, n, batch, None if batch is not None else g))
                     self._unit_index.append(g)
                     start += n
-        self._unit_shard = np.fromiter((u.shard for u in self._units), dtype=np.int64, count=len(self._units))
+        self._units = units
+        self._unit_shard = np.fromiter((u.shard for u in units), dtype=np.int64, count=len(units))
         self._mapped = np.fromiter(
             (s.batches is not None for s in self._shards), dtype=np.int64, count=len(self._shards)
         )  # read around every read (zero-copy views)
+        self._mapped_bool = self._mapped.astype(bool)
+        self._watch = [  # what OpenShard.check compares, by name, for the mapped shards (one loop a read)
+            watch_entry(s.mapped_path, s.identity) if s.mapped_path is not None and s.identity is not None else None
+            for s in self._shards
+        ]
         self._schema = self._shards[0].schema
         self._wholes = [s.whole for s in self._shards]
         self._num_records = start
         self._starts = np.fromiter((u.start for u in self._units), dtype=np.int64, count=len(self._units))
         # memory-mapped batches are validated lazily, once (see .validate); read units on each read
-        self._valid = (
-            np.fromiter((u.batch is None for u in self._units), dtype=bool, count=len(self._units))
-            if members is None
-            else np.concatenate([m._valid for m in members])  # the same mapped batches: what they validated holds
-        )
+        self._valid = np.fromiter((u.batch is None for u in units), dtype=bool, count=len(units))
         self._unvalidated = int((~self._valid).sum())
         self._all_valid = self._unvalidated == 0
-        #: a view's first unit of each source (:meth:`_validate_unit`)
-        self._member_first = (
-            None if members is None else np.cumsum([0] + [len(m._units) for m in members[:-1]], dtype=np.int64)
-        )
+        self._member_first: np.ndarray | None = None  # a view's first unit of each source (_validate_unit)
+
+    def _init_view(self, members: Sequence[ArrowShards]) -> None:
+        """The rest of :meth:`_init` for a view over open sources (``_shards`` set): their units,
+        starts and flags concatenated and shifted; the schemas compared source by source (each
+        source compared its own shards)."""
+        shard_off = np.cumsum([0] + [len(m._shards) for m in members[:-1]], dtype=np.int64)
+        first = canonical_schema(members[0]._schema)
+        for m, o in zip(members[1:], shard_off[1:].tolist()):
+            check_same_schema(self._rel[0], first, self._rel[o], canonical_schema(m._schema))
+        record_off = np.cumsum([0] + [m._num_records for m in members[:-1]], dtype=np.int64)
+        self._units = UnitsView([m._units for m in members], shard_off.tolist(), record_off.tolist())
+        self._unit_index = [g for m in members for g in m._unit_index]
+        self._unit_shard = np.concatenate([m._unit_shard + o for m, o in zip(members, shard_off)])
+        self._mapped = np.concatenate([m._mapped for m in members])
+        self._mapped_bool = self._mapped.astype(bool)
+        self._watch = [e for m in members for e in m._watch]
+        self._schema = self._shards[0].schema
+        self._wholes = [s.whole for s in self._shards]
+        self._num_records = sum(m._num_records for m in members)
+        self._starts = np.concatenate([m._starts + o for m, o in zip(members, record_off)])
+        self._valid = np.concatenate([m._valid for m in members])  # the same mapped batches: what they validated holds
+        self._unvalidated = int((~self._valid).sum())
+        self._all_valid = self._unvalidated == 0
+        self._member_first = np.cumsum([0] + [len(m._units) for m in members[:-1]], dtype=np.int64)
 
     def close(self) -> None:
         """Close the shard files (the source is unusable afterwards)."""
@@ -351,6 +260,7 @@ class ArrowShards:
         self._store, self._root, self._rel, self._version = store, Path(root), list(rel), version
         self._shards, self._units = [], []
         self._unit_shard = self._mapped = np.zeros(0, dtype=np.int64)
+        self._mapped_bool, self._watch = np.zeros(0, dtype=bool), []
         self._num_records = version.num_records if version is not None else 0
         self._schema = pa.schema([])
 
@@ -359,13 +269,21 @@ class ArrowShards:
             raise self._broken
 
     def _check_files(self, shards: np.ndarray, when: str) -> None:
-        """:meth:`OpenShard.check` of the shards ``shards``."""
-        for s in shards:
-            self._shards[s].check(when)
+        """:meth:`OpenShard.check` of the shards ``shards`` (those checked by name in one loop,
+        :func:`~.identity.first_changed_at`; the shard found changed raises its own error)."""
+        which = shards.tolist()
+        bad = first_changed_at(self._watch, which)
+        if bad >= 0:
+            self._shards[bad].check(when)
+        for s in which:
+            if self._watch[s] is None:
+                self._shards[s].check(when)
 
-    def _read(self, unit: np.ndarray, fn: Any) -> Any:
-        """``fn()``, which reads units ``unit``, between identity checks of their mapped shards."""
-        touched = np.flatnonzero(np.bincount(self._unit_shard[unit], minlength=len(self._shards)) * self._mapped)
+    def _read(self, unit: np.ndarray, fn: Any, touched: np.ndarray | None = None) -> Any:
+        """``fn()``, which reads units ``unit``, between identity checks of their mapped shards
+        (``touched``, when the caller located them already)."""
+        if touched is None:
+            touched = np.flatnonzero(np.bincount(self._unit_shard[unit], minlength=len(self._shards)) * self._mapped)
         self._check_files(touched, "before a read")
         out = fn()
         self._check_files(touched, "after a read (the rows read are not returned)")
@@ -396,49 +314,21 @@ class ArrowShards:
     # -- pickling (no pickled Arrow data: each process maps its own files) -------------------
     def __getstate__(self) -> dict[str, Any]:
         self._usable()  # a source whose files failed their checks is not passed on
-        state = {
-            K_FORMAT: _STATE_FORMAT,
-            K_SCHEMA_VERSION: _STATE_SCHEMA_VERSION,
-            K_ROOT: str(self._root),
-            K_FILES: list(self._rel),
-            K_VERSION: self._version.to_dict() if self._version is not None else None,
-            K_IDENTITIES: [s.identity.to_dict() if s.identity is not None else None for s in self._shards],
-        }
-        if self._store.filesystem is not None:
-            state[K_FILESYSTEM] = self._store.filesystem  # pyarrow filesystems pickle their configuration
-            state[K_RETRIES] = self._store.retries.to_dict()
-        if self._ahead is not None:
-            state[K_READ_AHEAD] = self._ahead.root  # a worker reads the units its rank's fetcher wrote
-        return state
+        identities = [s.identity for s in self._shards]
+        ahead = self._ahead.root if self._ahead is not None else None
+        return source_state(self._root, self._rel, self._version, identities, self._store, ahead)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        if state.get(K_FORMAT) != _STATE_FORMAT or state.get(K_SCHEMA_VERSION) != _STATE_SCHEMA_VERSION:
-            raise ConfigError(
-                describe(
-                    "state",
-                    {k: state.get(k) for k in (K_FORMAT, K_SCHEMA_VERSION)},
-                    f"format {_STATE_FORMAT!r} schema_version {_STATE_SCHEMA_VERSION}",
-                    "pickle and unpickle with the same resumable_data version",
-                )
-            )
-        retries = Retries.from_dict(state[K_RETRIES]) if K_RETRIES in state else DEFAULT_RETRIES
-        store = store_for(state.get(K_FILESYSTEM), retries)
-        version = None
-        if state[K_VERSION] is not None:
-            version = DatasetVersion.from_dict(state[K_VERSION], root=state[K_ROOT])
-            if store.filesystem is not None:
-                version = replace(version, filesystem=store.filesystem)
-        root = Path(state[K_ROOT]).as_posix()
-        expected = [FileIdentity.from_dict(d) if d is not None else None for d in state[K_IDENTITIES]]
+        got = read_state(state)
         try:
-            self._init(root, state[K_FILES], version, store, expected)
+            self._init(got.root, got.files, got.version, got.store, got.expected)
         except ResumableDataError as exc:
             # raised at the first read, where a loader worker reports it with the batch it was
             # fetching (an exception while unpickling only says the worker exited)
-            self._closed_because(exc, root, state[K_FILES], version, store)
+            self._closed_because(exc, got.root, got.files, got.version, got.store)
             return
-        if state.get(K_READ_AHEAD) is not None:
-            self.attach_read_ahead(UnitCache(state[K_READ_AHEAD]))
+        if got.read_ahead is not None:
+            self.attach_read_ahead(UnitCache(got.read_ahead))
 
     @classmethod
     def from_hf(
@@ -581,6 +471,31 @@ class ArrowShards:
             join(self._root.as_posix(), self._rel[u.shard]), offset, length, shard.identity
         )
 
+    def unit_shards(self) -> np.ndarray:
+        """The shard (index into the source's files) holding every unit, in unit order."""
+        return np.array([u.shard for u in self._units], dtype=np.int64)
+
+    def shard_size(self, j: int) -> int | None:
+        """The byte size of shard ``j``'s object as recorded at open (None where none was)."""
+        identity = self._shards[j].identity
+        return identity.size if identity is not None else None
+
+    def fetch_shard(self, j: int) -> bytes:
+        """Every byte of shard ``j``'s object, checked as :meth:`fetch_unit` checks (read ahead by
+        ``rd.ReadUnit.SHARD``)."""
+        identity = self._shards[j].identity
+        size = self.shard_size(j)
+        if size is None or not isinstance(self._store, FileSystemStore):
+            raise ConfigError(
+                describe(
+                    "shard",
+                    j,
+                    "a shard of a remote store whose size was recorded at open",
+                    "read it by record batch: rd.ReadAhead(unit=rd.ReadUnit.RECORD_BATCH)",
+                )
+            )
+        return self._store.read_range_checked(join(self._root.as_posix(), self._rel[j]), 0, size, identity)
+
     def attach_read_ahead(self, cache: UnitCache | None) -> None:
         """Read units through ``cache`` (filled ahead by one fetcher per rank), or directly (None)."""
         self._ahead = cache
@@ -595,24 +510,11 @@ class ArrowShards:
         return not self._store.local
 
     def _locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        unit = np.searchsorted(self._starts, ids, side="right") - 1
-        return unit, ids - self._starts[unit]
+        return locate_ids(self._starts, ids)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         self._usable()
-        try:
-            i = operator.index(index)
-        except TypeError:  # rd errors that are still the TypeError / IndexError a Python sequence raises
-            raise ConfigTypeError(
-                describe("index", index, "an integer record id", "use take(ids) for arrays of ids")
-            ) from None
-        n = self._num_records
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise RecordIdError(
-                describe("index", index, f"a record id in [-{n}, {n})", "pass an id within the dataset")
-            )
+        i = record_index(index, self._num_records)
         unit, local = self._locate(np.array([i], dtype=np.int64))
         return self._read(unit, lambda: self._unit_data(int(unit[0])).slice(int(local[0]), 1).to_pylist()[0])
 
@@ -620,12 +522,15 @@ class ArrowShards:
         """One row dict per id (torch's batched fetch protocol)."""
         return self.take(record_ids).to_pylist()
 
-    def _check_ids(self, record_ids: Any) -> np.ndarray:
+    def _check_ids(self, record_ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(ids, unit, local, touched mapped shards)`` of ``record_ids`` (one compiled pass:
+        :func:`.gather.locate`), which must be a 1-D integer sequence of ids in ``[0, len)``."""
         self._usable()
         ids = np.asarray(record_ids)
         n = self._num_records
         if ids.size == 0:
-            return np.zeros(0, dtype=np.int64)
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty, empty
         if ids.ndim != 1 or ids.dtype.kind not in "iu":
             raise RecordIdError(
                 describe(
@@ -635,13 +540,17 @@ class ArrowShards:
                     f"pass integers (got dtype {ids.dtype}, ndim {ids.ndim})",
                 )
             )
-        lo, hi = int(ids.min()), int(ids.max())
+        if n == 0 or (ids.dtype == np.uint64 and int(ids.max()) >= n):  # nothing to locate in / past int64
+            lo, hi = int(ids.min()), int(ids.max())
+        else:
+            ids = np.ascontiguousarray(ids, dtype=np.int64)
+            unit, local, touched, lo, hi = locate(ids, self._starts, self._unit_shard, self._mapped_bool)
         if lo < 0 or hi >= n:
             bad = lo if lo < 0 else hi
             raise RecordIdError(
                 describe("record_ids", bad, f"record ids in [0, {n})", "pass ids of this dataset's records")
             )
-        return ids.astype(np.int64, copy=False)
+        return ids, unit, local, touched
 
     def _plan(self) -> list[ColumnGather | None]:
         if self._fast is None:
@@ -658,11 +567,10 @@ class ArrowShards:
 
     def take(self, record_ids: Sequence[int] | np.ndarray) -> pa.Table:
         """The records ``record_ids`` (requested order, duplicates allowed) as one-chunk Table."""
-        ids = self._check_ids(record_ids)
+        ids, unit, local, touched = self._check_ids(record_ids)
         if len(ids) == 0:
             return self._schema.empty_table()
-        unit, local = self._locate(ids)
-        return self._read(unit, lambda: self._take(ids, unit, local))
+        return self._read(unit, lambda: self._take(ids, unit, local), touched)
 
     def _take(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray) -> pa.Table:
         self._validate_units(unit)
@@ -683,21 +591,21 @@ class ArrowShards:
         ``(padded, lengths)`` for a list column), straight from the maps (remote: from the loaded
         units); None unless every column is an integer/float (or list of them) column on the fast
         path (then use :meth:`take`)."""
-        ids = self._check_ids(record_ids)
-        if len(ids) and not self._store.local:  # units read by range: gathered from the loaded batches
-            unit, local = self._locate(ids)
-            n = len(self._units)
-            return gather_loaded_numpy(self._unit_data, self._schema, unit, local, n, pad_value)
-        fast = self._plan()
-        if len(ids) == 0 or any(g is None or g.numpy_dtype is None for g in fast):
+        self._usable()
+        fast = self._plan() if self._store.local else None
+        if fast is not None and any(g is None or g.numpy_dtype is None for g in fast):
+            return None  # before checking the ids: take() checks them
+        ids, unit, local, touched = self._check_ids(record_ids)
+        if len(ids) == 0:
             return None
-        unit, local = self._locate(ids)
+        if fast is None:  # units read by range: gathered from the loaded batches
+            return gather_loaded_numpy(self._unit_data, self._schema, unit, local, len(self._units), pad_value)
 
         def gather() -> list[Any]:
             self._validate_units(unit)
             return [g.to_numpy(ids, unit, local, pad_value) for g in fast]
 
-        return self._read(unit, gather)
+        return self._read(unit, gather, touched)
 
     def _fallback(self, unit: np.ndarray, local: np.ndarray, cols: list[int]) -> list[pa.Array]:
         """Per-unit Arrow takes for columns ``cols``, then one reorder take on the small result."""

@@ -12,7 +12,7 @@ unit row counts (a unit is an IPC record batch or a Parquet row group). Then, co
   one integer per unit (where that unit's buffer starts in the span):
 
   * fixed width (integers, floats, temporal): ``view[base[unit] + local]``;
-  * ``bool``: the same on bit indices, repacked with ``np.packbits``;
+  * ``bool``: the same on bit indices, read and packed by one compiled loop;
   * variable length (``list``, ``large_list``, ``string``, ``large_string``, ``binary``,
     ``large_binary``): the requested rows' start and end offsets are read from the mapped offsets
     buffer (``offsets[base[unit] + local]`` and ``+ 1``; nothing is precomputed per record). When
@@ -55,29 +55,58 @@ per node, built once (the plan reads buffer addresses, never data).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import numpy as np
 import pyarrow as pa
-from numba import njit
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from resumable_data.errors import DatasetIntegrityError
 
-__all__ = ["ColumnGather", "Unit", "concat_columns", "gather_loaded_numpy", "group_segments", "plan_column"]
+__all__ = [
+    "ColumnGather",
+    "Unit",
+    "UnitsView",
+    "concat_columns",
+    "gather_loaded_numpy",
+    "group_segments",
+    "locate",
+    "plan_column",
+]
 
 _INT32_MAX = 2**31 - 1
+
+
+@intrinsic
+def _memcpy(typingctx, out, at, values, start, count):  # pragma: no cover - compiled
+    """``out[at:at + count] = values[start:start + count]`` as one ``memcpy`` (1-D contiguous
+    arrays of one item type; no bounds check, as numba's slices have none: callers pass runs
+    checked against their buffers). Numba's slice assignment is a per-item loop, ~8x slower."""
+
+    def codegen(context, builder, sig, args):
+        out_, at_, values_, start_, count_ = args
+        dst = builder.gep(context.make_array(sig.args[0])(context, builder, out_).data, [at_])
+        src = builder.gep(context.make_array(sig.args[2])(context, builder, values_).data, [start_])
+        item = context.get_abi_sizeof(context.get_data_type(sig.args[0].dtype))
+        cgutils.raw_memcpy(builder, dst, src, count_, item)
+        return context.get_dummy_value()
+
+    if not (out.layout == values.layout == "C" and out.dtype == values.dtype):
+        return None  # not one contiguous block of one item type: a typing error, never a wrong copy
+    return types.void(out, types.int64, values, types.int64, types.int64), codegen
 
 
 @njit(cache=True, nogil=True)
 def _pad_rows(values, starts, lengths, pad, out):  # pragma: no cover - compiled
     """``out[b, :lengths[b]] = values[starts[b]:starts[b] + lengths[b]]``, the rest ``pad``."""
     width = out.shape[1]
+    flat = out.reshape(out.size)
     for b in range(starts.shape[0]):
-        s = starts[b]
         n = lengths[b]
+        _memcpy(flat, np.int64(b * width), values, np.int64(starts[b]), np.int64(n))
         row = out[b]
-        for t in range(n):
-            row[t] = values[s + t]
         for t in range(n, width):
             row[t] = pad
 
@@ -86,12 +115,11 @@ def _pad_rows(values, starts, lengths, pad, out):  # pragma: no cover - compiled
 def _pad_rows_at(values, starts, lengths, rows, pad, out):  # pragma: no cover - compiled
     """``out[rows[j], :lengths[j]] = values[starts[j]:starts[j] + lengths[j]]``, the rest ``pad``."""
     width = out.shape[1]
+    flat = out.reshape(out.size)
     for j in range(starts.shape[0]):
-        s = starts[j]
         n = lengths[j]
+        _memcpy(flat, np.int64(rows[j] * width), values, np.int64(starts[j]), np.int64(n))
         row = out[rows[j]]
-        for t in range(n):
-            row[t] = values[s + t]
         for t in range(n, width):
             row[t] = pad
 
@@ -100,19 +128,81 @@ def _pad_rows_at(values, starts, lengths, rows, pad, out):  # pragma: no cover -
 def _copy_runs(values, starts, lengths, offsets, out):  # pragma: no cover - compiled
     """``out[offsets[b]:offsets[b] + lengths[b]] = values[starts[b]:starts[b] + lengths[b]]``."""
     for b in range(starts.shape[0]):
-        s = starts[b]
-        o = offsets[b]
-        n = lengths[b]
-        out[o : o + n] = values[s : s + n]
+        _memcpy(out, np.int64(offsets[b]), values, np.int64(starts[b]), np.int64(lengths[b]))
 
 
 @njit(cache=True, nogil=True)
 def _copy_rows(values, starts, out):  # pragma: no cover - compiled
     """``out[b] = values[starts[b]:starts[b] + out.shape[1]]`` (fixed-size rows)."""
     m = out.shape[1]
+    flat = out.reshape(out.size)
     for b in range(starts.shape[0]):
-        s = starts[b]
-        out[b, :] = values[s : s + m]
+        _memcpy(flat, np.int64(b * m), values, np.int64(starts[b]), np.int64(m))
+
+
+@njit(cache=True, nogil=True)
+def _gather_bits(data, base, unit, local, out):  # pragma: no cover - compiled
+    """Bit ``j`` of ``out`` (zeroed, LSB first, Arrow's order) = bit ``base[unit[j]] + local[j]``
+    of ``data``, or 1 where that base is negative (a unit without a bitmap); returns the count of
+    set bits. One pass, no intermediate array of bits."""
+    ones = 0
+    for j in range(unit.shape[0]):
+        b = base[unit[j]]
+        if b < 0:
+            bit = 1
+        else:
+            b += local[j]
+            bit = (data[b >> 3] >> (b & 7)) & 1
+        if bit:
+            out[j >> 3] |= np.uint8(1 << (j & 7))
+            ones += 1
+    return ones
+
+
+@njit(cache=True, nogil=True)
+def _locate_ids(ids, starts, unit_shard, mapped, unit, local, touched):  # pragma: no cover - compiled
+    """Per id: its unit (the last ``starts`` entry <= id, by binary search) and row in it; marks
+    ``touched[s]`` for every mapped shard ``s`` read. Returns (min id, max id); ids outside
+    the records get some unit: the caller refuses them from that range before any read."""
+    n = starts.shape[0]
+    lo = ids[0]
+    hi = ids[0]
+    for j in range(ids.shape[0]):
+        i = ids[j]
+        if i < lo:
+            lo = i
+        if i > hi:
+            hi = i
+        a, b = 0, n  # the first start > i
+        while a < b:
+            m = (a + b) >> 1
+            if starts[m] <= i:
+                a = m + 1
+            else:
+                b = m
+        k = a - 1
+        if k < 0:
+            k = 0
+        unit[j] = k
+        local[j] = i - starts[k]
+        s = unit_shard[k]
+        if mapped[s]:
+            touched[s] = True
+    return lo, hi
+
+
+def locate(
+    ids: np.ndarray, starts: np.ndarray, unit_shard: np.ndarray, mapped: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """``(unit, local, touched mapped shards, min id, max id)`` of non-empty int64 ``ids``: one
+    compiled pass (``starts``: every unit's first record id, ascending; ``unit_shard``: each
+    unit's shard; ``mapped``: per shard, whether it is memory-mapped, bool). The caller refuses
+    ids outside its range from the returned min and max before reading anything."""
+    unit = np.empty(len(ids), dtype=np.int64)
+    local = np.empty(len(ids), dtype=np.int64)
+    touched = np.zeros(len(mapped), dtype=np.bool_)
+    lo, hi = _locate_ids(ids, starts, unit_shard, mapped, unit, local, touched)
+    return unit, local, np.flatnonzero(touched), int(lo), int(hi)
 
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -129,6 +219,39 @@ class Unit:
         self.rows = rows
         self.batch = batch
         self.row_group = row_group
+
+
+class UnitsView(Sequence[Unit]):
+    """The units of several sources' unit lists in order (``rd.Mixture``'s gather view): unit
+    ``k`` is its source's unit with the shard index and first record id shifted by the shards and
+    records of the sources before it, made on access (building the view costs no Python step per
+    unit; the loader's batches never touch it: they use the view's arrays)."""
+
+    def __init__(self, parts: Sequence[Sequence[Unit]], shard_offsets: Sequence[int], record_offsets: Sequence[int]):
+        self._parts = list(parts)
+        self._first = np.cumsum([0] + [len(p) for p in self._parts], dtype=np.int64)
+        self._shard, self._record = list(shard_offsets), list(record_offsets)
+
+    def __len__(self) -> int:
+        return int(self._first[-1])
+
+    @overload
+    def __getitem__(self, k: int) -> Unit: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[Unit]: ...
+
+    def __getitem__(self, k: int | slice) -> Unit | list[Unit]:
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        n = len(self)
+        if k < 0:
+            k += n
+        if not 0 <= k < n:
+            raise IndexError(k)
+        p = int(np.searchsorted(self._first, k, side="right")) - 1
+        u = self._parts[p][k - int(self._first[p])]
+        return Unit(u.shard + self._shard[p], u.start + self._record[p], u.rows, u.batch, u.row_group)
 
 
 def group_segments(keys: np.ndarray, num_keys: int) -> tuple[np.ndarray, np.ndarray]:
@@ -221,13 +344,9 @@ class _Validity:
         self.span, self.view, self.base = span, span.view(np.uint8), base
 
     def take(self, unit: np.ndarray, local: np.ndarray) -> tuple[pa.Buffer | None, int]:
-        b = self.base[unit]
-        has = b >= 0
-        bit = (b + local)[has]
-        bits = np.ones(len(unit), dtype=bool)
-        bits[has] = (self.view[bit >> 3] >> (bit & 7).astype(np.uint8)) & 1
-        nulls = len(unit) - int(np.count_nonzero(bits))
-        return (pa.py_buffer(np.packbits(bits, bitorder="little")) if nulls else None), nulls
+        packed = np.zeros((len(unit) + 7) // 8, dtype=np.uint8)
+        nulls = len(unit) - int(_gather_bits(self.view, self.base, unit, local, packed))
+        return (pa.py_buffer(packed) if nulls else None), nulls
 
 
 class _Node:
@@ -272,11 +391,10 @@ class _BoolNode(_Node):
         self.span, self.view, self.base = span, span.view(np.uint8), bit_base
 
     def take(self, unit: np.ndarray, local: np.ndarray) -> pa.Array:
-        bit = self.base[unit] + local
-        bits = (self.view[bit >> 3] >> (bit & 7).astype(np.uint8)) & 1
-        packed = np.packbits(bits.astype(bool), bitorder="little")
+        packed = np.zeros((len(unit) + 7) // 8, dtype=np.uint8)
+        _gather_bits(self.view, self.base, unit, local, packed)  # the base of every unit is >= 0
         vb, nulls = self.nulls(unit, local)
-        return pa.Array.from_buffers(pa.bool_(), len(bit), [vb, pa.py_buffer(packed)], null_count=nulls)
+        return pa.Array.from_buffers(pa.bool_(), len(unit), [vb, pa.py_buffer(packed)], null_count=nulls)
 
 
 class _VarNode(_Node):
@@ -335,6 +453,7 @@ class _FixedListNode(_Node):
     def rows(self, unit: np.ndarray, local: np.ndarray) -> np.ndarray:
         """``[B, size]`` raw values (child fixed width only): one compiled copy per row."""
         c = self.child
+        assert isinstance(c, _FixedNode)  # ColumnGather and take call it only then
         out = np.empty((len(unit), self.size), dtype=c.view.dtype)
         _copy_rows(c.view, c.base[unit] + local * self.size, out)
         return out
@@ -528,11 +647,12 @@ def plan_column(
     index: int, dtype: pa.DataType, units: Sequence[Unit], wholes: Sequence[pa.Buffer | None], num_records: int
 ) -> ColumnGather | None:
     """A :class:`ColumnGather` for column ``index`` if every unit qualifies, else None."""
-    if not units or any(u.batch is None or wholes[u.shard] is None for u in units):
+    batches = [u.batch for u in units]
+    if not units or any(b is None or wholes[u.shard] is None for b, u in zip(batches, units)):
         return None
     span = _Span(address_span([w for w in wholes if w is not None]), wholes)
     try:
-        return ColumnGather(_plan(dtype, [u.batch.column(index) for u in units], units, span, index))
+        return ColumnGather(_plan(dtype, [b.column(index) for b in batches if b is not None], units, span, index))
     except _Fail:
         return None
 
@@ -547,11 +667,12 @@ def concat_columns(
     and checks: a unit's buffers were checked inside its map when its part was planned; a shift
     that is not a whole number of items, or dictionaries that differ, fail here as they fail
     there), at a cost of one array operation per node and part instead of Python steps per unit."""
-    if not parts or any(p is None for p in parts):
+    roots = [p.root for p in parts if p is not None]
+    if not parts or len(roots) < len(parts):
         return None
     span = _Span(address_span([w for w in wholes if w is not None]), wholes)
     try:
-        return ColumnGather(_concat([p.root for p in parts], counts, span))
+        return ColumnGather(_concat(roots, counts, span))
     except _Fail:
         return None
 
@@ -577,35 +698,46 @@ def _concat_valid(nodes: Sequence[_Node], counts: Sequence[int], span: _Span) ->
     return _Validity(span, _shifted(bases, spans, span, 8, 1))
 
 
+_N = TypeVar("_N", bound=_Node)
+
+
+def _same(nodes: Sequence[_Node], cls: type[_N]) -> list[_N]:
+    """``nodes``, each exactly a ``cls`` (the same type level in every part), else _Fail."""
+    out = [n for n in nodes if isinstance(n, cls)]  # no node class derives from another
+    if len(out) < len(nodes):
+        raise _Fail
+    return out
+
+
 def _concat(nodes: Sequence[_Node], counts: Sequence[int], span: _Span) -> _Node:
     """The node of ``nodes`` (the same type level of each part's plan) over ``span``."""
     first = nodes[0]
-    if any(type(n) is not type(first) for n in nodes):
-        raise _Fail
     node: _Node
     if isinstance(first, _FixedNode):
+        fx = _same(nodes, _FixedNode)
         node = _FixedNode(
-            first.dtype,
-            first.width,
-            span,
-            _shifted([n.base for n in nodes], [n.span for n in nodes], span, 1, first.width),
+            first.dtype, first.width, span, _shifted([n.base for n in fx], [n.span for n in fx], span, 1, first.width)
         )
     elif isinstance(first, _BoolNode):
-        node = _BoolNode(span, _shifted([n.base for n in nodes], [n.span for n in nodes], span, 8, 1))
+        bo = _same(nodes, _BoolNode)
+        node = _BoolNode(span, _shifted([n.base for n in bo], [n.span for n in bo], span, 8, 1))
     elif isinstance(first, _VarNode):
+        va = _same(nodes, _VarNode)
         ow = 8 if first.offset_np is np.int64 else 4
-        base = _shifted([n.base for n in nodes], [n.span for n in nodes], span, 1, ow)
-        node = _VarNode(first.dtype, span, ow, base, _concat([n.child for n in nodes], counts, span), first.is_bytes)
+        base = _shifted([n.base for n in va], [n.span for n in va], span, 1, ow)
+        node = _VarNode(first.dtype, span, ow, base, _concat([n.child for n in va], counts, span), first.is_bytes)
     elif isinstance(first, _FixedListNode):
-        node = _FixedListNode(first.dtype, _concat([n.child for n in nodes], counts, span))
+        node = _FixedListNode(first.dtype, _concat([n.child for n in _same(nodes, _FixedListNode)], counts, span))
     elif isinstance(first, _StructNode):
+        st = _same(nodes, _StructNode)
         node = _StructNode(
-            first.dtype, [_concat([n.children[i] for n in nodes], counts, span) for i in range(len(first.children))]
+            first.dtype, [_concat([n.children[i] for n in st], counts, span) for i in range(len(first.children))]
         )
     elif isinstance(first, _DictionaryNode):
-        if any(not n.dictionary.equals(first.dictionary) for n in nodes[1:]):
+        di = _same(nodes, _DictionaryNode)
+        if any(not n.dictionary.equals(first.dictionary) for n in di[1:]):
             raise _Fail
-        indices = _concat([n.indices for n in nodes], counts, span)
+        indices = _concat([n.indices for n in di], counts, span)
         assert isinstance(indices, _FixedNode)
         return _DictionaryNode(first.dtype, indices, first.dictionary)
     else:

@@ -304,8 +304,8 @@ def test_parameter_dtype_change_is_a_weights_refusal(ckpt, data_dir, tmp_path):
 
 # -- the seeding mode (contract v2): data.seed_per_sample ----------------------------------------------
 def _everything(o) -> dict[str, str]:
-    """A digest of every training object (test_all_or_nothing.digest; the callbacks: a fresh counter)."""
-    from test_all_or_nothing import digest
+    """A digest of every training object (test_restore.digest; the callbacks: a fresh counter)."""
+    from test_restore import digest
 
     o.cb = _Counter()
     return digest(o)

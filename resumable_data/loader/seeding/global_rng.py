@@ -52,6 +52,8 @@ of ``benchmarks/bench_dropin.py``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from resumable_data.errors import ConfigError, describe
@@ -143,6 +145,10 @@ class GlobalSeeder:
     unreleased buffer is simply freed)."""
 
     __slots__ = ("_buf", "_lay", "_pool", "seed")
+    _buf: RowBuffer | None
+    _pool: list[RowBuffer] | None
+    #: ``seed(i)``: seeds the generators from the i-th key
+    seed: Callable[[int], None]
 
     def __init__(self, keys: np.ndarray, torch_only: bool = False, version: int = SEEDING_VERSION) -> None:
         if type(keys) is not np.ndarray or keys.dtype != np.uint64 or keys.ndim != 1:
@@ -182,8 +188,9 @@ class GlobalSeeder:
     def release(self) -> None:
         """Give the rows buffer back to the pool: ``seed`` must not be called afterwards."""
         buf, self._buf = self._buf, None
-        if buf is not None and len(self._pool) < _POOL_MAX:
-            self._pool.append(buf)
+        pool = self._pool  # set with the buffer
+        if buf is not None and pool is not None and len(pool) < _POOL_MAX:
+            pool.append(buf)
 
 
 class GlobalRNGGuard:

@@ -53,11 +53,12 @@ import struct
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
+from resumable_data.errors import UsageError, describe
 from resumable_data.loader.seeding.mt19937 import NP_COL, PYNP_WORDS, N, hash_state, init_genrand, mt_states, seed_rows
 from resumable_data.loader.seeding.sample_seeding import HASHED_VERSIONS, STREAMS, numpy_seed_words
 from resumable_data.loader.seeding.seed_copy import (
@@ -84,6 +85,21 @@ __all__ = [
 
 _N = N
 _MASK63 = (1 << 63) - 1
+
+
+class _CPythonRandom(Protocol):
+    """``random.Random`` as CPython implements it: ``gauss_next`` is its cached Gaussian."""
+
+    gauss_next: float | None
+
+    def getstate(self) -> tuple[Any, ...]: ...
+
+    def setstate(self, state: tuple[Any, ...]) -> None: ...
+
+
+def _python_random() -> _CPythonRandom:
+    """``random._inst`` (the generator ``random``'s module functions are bound to), with ``gauss_next``."""
+    return random._inst  # type: ignore[return-value]  # CPython's Random has gauss_next; typeshed leaves it out
 
 
 # -- torch's default CPU generator ------------------------------------------------------------
@@ -123,11 +139,11 @@ def _impl(gen: object) -> int:
     return ctypes.c_void_p.from_address(id(gen) + object.__basicsize__).value or 0
 
 
-def _state_bytes(gen) -> bytes:
+def _state_bytes(gen: torch.Generator) -> bytes:
     return gen.get_state().numpy().tobytes()
 
 
-def _draws(gen) -> tuple:
+def _draws(gen: torch.Generator) -> tuple[Any, ...]:
     return (
         gen.initial_seed(),
         torch.rand(5, generator=gen).tolist(),
@@ -161,7 +177,7 @@ def probe_torch() -> TorchLayout | None:
         gen.set_state(saved)
 
 
-def _probe(gen) -> TorchLayout | None:
+def _probe(gen: torch.Generator) -> TorchLayout | None:
     impl = _impl(gen)
     if not impl:
         return None
@@ -178,7 +194,7 @@ def _probe(gen) -> TorchLayout | None:
         state_at = pos
         hits = {o for o in range(0, pos - 7, 4) if struct.unpack_from("<Q", raw, o)[0] == key}
         seed_at = hits if seed_at is None else seed_at & hits
-    if not seed_at or len(seed_at) != 1:
+    if state_at is None or not seed_at or len(seed_at) != 1:
         return None
     seed_off = seed_at.pop()
     end_state = state_at + _STATE_BYTES
@@ -209,7 +225,7 @@ def _probe(gen) -> TorchLayout | None:
     return lay if _verified(gen, lay, base) else None
 
 
-def _cache_flags(gen, impl: int, base: bytes, end_state: int) -> tuple[int, int] | None:
+def _cache_flags(gen: torch.Generator, impl: int, base: bytes, end_state: int) -> tuple[int, int] | None:
     """Offsets of the float and the double cache's engaged flags (each right after its value)."""
     fl = dl = None
     for fv, dv in ((0.375, -2.75e10), (-7.25, 0.3125), (123.0625, 6.02e23)):  # float32-exact
@@ -235,10 +251,10 @@ def _cache_flags(gen, impl: int, base: bytes, end_state: int) -> tuple[int, int]
     return (f, d) if raw[f] == 0 and raw[d] == 0 else None
 
 
-def _verified(gen, lay: TorchLayout, base: bytes) -> bool:
+def _verified(gen: torch.Generator, lay: TorchLayout, base: bytes) -> bool:
     """Writing the region equals ``manual_seed``: state bytes, seed and draws, caches engaged before."""
     keys = np.array(_CHECK_KEYS, dtype=np.uint64)
-    mv = memoryview(lay.view)
+    mv = lay.view.data
     for version in (2, 3):  # the seeding functions' states, and version 3's hashed ones
         rows = seed_rows(keys, False, lay.rows_spec, version)[:, -lay.template.size :]
         for key, row in zip(_CHECK_KEYS, rows):
@@ -249,7 +265,7 @@ def _verified(gen, lay: TorchLayout, base: bytes) -> bool:
             want_state = _state_bytes(gen)
             want = _draws(gen)
             gen.set_state(with_caches(base, 0.5, -1.25))
-            mv[:] = memoryview(row.view(np.uint8))[: lay.size]
+            mv[:] = row.view(np.uint8).data[: lay.size]
             if _state_bytes(gen) != want_state or _draws(gen) != want:
                 return False
     return True
@@ -271,7 +287,7 @@ class Layout:
         self.gauss: _Gauss | None = None
         # the objects the views point into, held so that they stay alive, and compared with the
         # current ones on every use (np.random.set_bit_generator swaps numpy's; see global_rng._layout)
-        self.py_owner = random._inst
+        self.py_owner = _python_random()
         self.rs_owner = np.random.mtrand._rand
         self.np_owner = self.rs_owner._bit_generator
         self._probe_python()
@@ -285,7 +301,7 @@ class Layout:
         # byte views written by one slice assignment each (what a seeding costs)
         self.py_mv = None if self.py is None else memoryview(self.py.view(np.uint8))
         self.np_mv = None if self.np is None else memoryview(self.np.view(np.uint8))
-        self.torch_mv = None if self.torch is None else memoryview(self.torch.view)
+        self.torch_mv = None if self.torch is None else self.torch.view.data
         #: reusable row buffers by (keys, words per row): see :class:`~.seed_copy.RowBuffer`
         self.pool: dict[tuple[int, int], list[RowBuffer]] = {}
         #: every generator reached through its memory: (torch's rows spec, row width, torch's bytes,
@@ -296,12 +312,14 @@ class Layout:
             else (self.torch.rows_spec, PYNP_WORDS + self.torch.template.size, self.torch.size, {})
         )
         #: numpy's cached Gaussian as two 64-bit words (flag word, value): read before clearing
-        self.gauss_bytes = (
-            None
-            if self.gauss is None
-            else memoryview(np.ctypeslib.as_array((ctypes.c_uint8 * 16).from_address(ctypes.addressof(self.gauss))))
-        )
-        self.gauss_words = None if self.gauss is None else self.gauss_bytes.cast("Q")
+        self.gauss_bytes: memoryview | None = None
+        #: the same two words as integers (``gauss_words[0]``: the flag word)
+        self.gauss_words: memoryview | None = None
+        if self.gauss is not None:
+            self.gauss_bytes = np.ctypeslib.as_array(
+                (ctypes.c_uint8 * 16).from_address(ctypes.addressof(self.gauss))
+            ).data
+            self.gauss_words = self.gauss_bytes.cast("Q")
 
     @property
     def fast(self) -> bool:
@@ -365,7 +383,9 @@ class Layout:
         rs = self.rs_owner
         if self.np is None:
             return
-        saved = rs.get_state()
+        saved = rs.get_state(legacy=True)  # the default, spelled out: the legacy tuple of an MT19937
+        if not isinstance(saved, tuple):
+            return
         try:
             size = type(rs).__basicsize__
             key = saved[1]
@@ -383,14 +403,20 @@ class Layout:
                 return
             view = _Gauss.from_address(id(rs) + offsets.pop())
             view.has_gauss, view.gauss = 1, 0.625
-            if rs.get_state()[3:] != (1, 0.625) or rs.standard_normal() != 0.625 or view.has_gauss != 0:
+            if _legacy_cache(rs) != (1, 0.625) or rs.standard_normal() != 0.625 or view.has_gauss != 0:
                 return
             view.has_gauss, view.gauss = 0, 0.0
-            if rs.get_state()[3:] != (0, 0.0):
+            if _legacy_cache(rs) != (0, 0.0):
                 return
             self.gauss = view
         finally:
             rs.set_state(saved)
+
+
+def _legacy_cache(rs: np.random.RandomState) -> tuple[Any, ...]:
+    """``(has_gauss, gauss)`` of ``rs``'s legacy state (empty if it has none: not an MT19937)."""
+    state = rs.get_state(legacy=True)
+    return state[3:] if isinstance(state, tuple) else ()
 
 
 class _Gauss(ctypes.Structure):
@@ -406,20 +432,27 @@ class PyNpStates:
     ``getstate``/``get_state`` where the probe failed."""
 
     __slots__ = ("_lay", "_np", "_npg", "_py", "_pyg")
+    _lay: Layout
+    #: Python's state: the view's bytes (probed), or ``random.getstate()``; its cached Gaussian
+    _py: bytes | tuple[Any, ...]
+    _pyg: float | None
+    #: numpy's state: the view's bytes (probed), or ``np.random.get_state()``; its cache's 16 bytes
+    _np: bytes | dict[str, Any] | tuple[Any, ...]
+    _npg: bytes
 
     def save(self, lay: Layout) -> None:
         """Save both states (and caches) of the generators ``lay`` was probed on."""
         self._lay = lay
         if lay.py is not None:
             self._py = lay.py.tobytes()
-            self._pyg = random._inst.gauss_next
+            self._pyg = _python_random().gauss_next
         else:
             self._py = random.getstate()
-        if lay.np is not None:
+        if lay.np is not None and lay.gauss_bytes is not None:  # (np is None without the cache's view)
             self._np = lay.np.tobytes()
             self._npg = lay.gauss_bytes.tobytes()  # has_gauss, padding, gauss
         else:
-            self._np = np.random.get_state()
+            self._np = np.random.get_state(legacy=True)
 
     @property
     def fast(self) -> bool:
@@ -429,16 +462,16 @@ class PyNpStates:
     def restore(self) -> None:
         """Write the saved states (and caches) back."""
         lay = self._lay
-        if lay.py is not None:
+        if isinstance(self._py, tuple):  # saved by getstate (no probed view)
+            random.setstate(self._py)
+        elif lay.py_mv is not None:
             lay.py_mv[:] = self._py  # writing 2.5 KB back is cheaper than comparing them first
             lay.py_owner.gauss_next = self._pyg
-        else:
-            random.setstate(self._py)
-        if lay.np is not None:
+        if not isinstance(self._np, bytes):  # saved by get_state (no probed view)
+            np.random.set_state(self._np)
+        elif lay.np_mv is not None and lay.gauss_bytes is not None:
             lay.np_mv[:] = self._np
             lay.gauss_bytes[:] = self._npg
-        else:
-            np.random.set_state(self._np)
 
 
 class UnseededStates(PyNpStates):
@@ -463,38 +496,54 @@ class UnseededStates(PyNpStates):
                 saved._npg,
             )
         lay = self._lay
+        _, _, gauss, _ = _fast_views(lay)
         lay.py_owner.gauss_next = None
-        lay.gauss.has_gauss = 0
+        gauss.has_gauss = 0
 
     def finish(self) -> bool:
         """Whether user code drew since construction; either way the saved states are back."""
         lay = self._lay
+        py, npv, gauss, gauss_bytes = _fast_views(lay)
         drew = (
             not lay.current()  # a generator was swapped meanwhile: assume the worst
             or lay.py_owner.gauss_next is not None
-            or lay.gauss.has_gauss != 0
-            or lay.py.tobytes() != self._py
-            or lay.np.tobytes() != self._np
+            or gauss.has_gauss != 0
+            or py.tobytes() != self._py
+            or npv.tobytes() != self._np
         )
         if drew:
             self.restore()
         else:  # the states are untouched: only the cleared caches go back
             lay.py_owner.gauss_next = self._pyg
-            lay.gauss_bytes[:] = self._npg
+            gauss_bytes[:] = self._npg
         return drew
 
 
-def save_torch(lay: Layout) -> object:
+def _fast_views(lay: Layout) -> tuple[np.ndarray, np.ndarray, _Gauss, memoryview]:
+    """Python's and numpy's state views and numpy's cache (its structure and bytes), which watching needs."""
+    if lay.py is None or lay.np is None or lay.gauss is None or lay.gauss_bytes is None:
+        raise UsageError(
+            describe(
+                "Layout.fast",
+                False,
+                "True: Python's and numpy's generators reached through their memory (lazy seeding watches them)",
+                "check lazy_seeding_available() before watching the generators",
+            )
+        )
+    return lay.py, lay.np, lay.gauss, lay.gauss_bytes
+
+
+def save_torch(lay: Layout) -> bytes | torch.Tensor:
     """torch's default generator's state: its region's bytes, or ``get_state()`` without a layout."""
     tlay = lay.torch
     return torch.random.default_generator.get_state() if tlay is None else tlay.view.tobytes()
 
 
-def restore_torch(lay: Layout, saved: object) -> None:
+def restore_torch(lay: Layout, saved: bytes | torch.Tensor) -> None:
     """Write :func:`save_torch`'s ``saved`` back (one slice assignment, or ``set_state``)."""
-    if lay.torch is None:
+    if isinstance(saved, torch.Tensor):  # saved by get_state (no probed region)
         torch.random.default_generator.set_state(saved)
-    else:
+    elif lay.torch_mv is not None:
         lay.torch_mv[:] = saved
 
 
@@ -507,17 +556,17 @@ class TorchWatch:
 
     __slots__ = ("_lay", "_saved")
 
-    def __init__(self, lay: Layout, saved: object = None) -> None:
+    def __init__(self, lay: Layout, saved: bytes | torch.Tensor | None = None) -> None:
         self._lay = lay
         self._saved = save_torch(lay) if saved is None else saved
 
     def finish(self) -> bool:
         """Whether user code drew since construction; either way the saved state is back."""
-        lay = self._lay
-        if lay.torch is None:
-            drew = not torch.equal(torch.random.default_generator.get_state(), self._saved)
+        lay, saved, tlay = self._lay, self._saved, self._lay.torch
+        if isinstance(saved, torch.Tensor):  # saved by get_state (no probed region)
+            drew = not torch.equal(torch.random.default_generator.get_state(), saved)
         else:
-            drew = not lay.torch.current() or lay.torch.view.tobytes() != self._saved
+            drew = tlay is None or not tlay.current() or tlay.view.tobytes() != saved
         if drew:
             restore_torch(lay, self._saved)
         return drew
@@ -525,7 +574,7 @@ class TorchWatch:
 
 # -- seeding: a row's bytes into the generators ------------------------------------------------
 def seed_function(
-    lay: Any, buf: RowBuffer | None, keys: np.ndarray, torch_only: bool, small: int, version: int
+    lay: Layout, buf: RowBuffer | None, keys: np.ndarray, torch_only: bool, small: int, version: int
 ) -> Callable[[int], None]:
     """``seed(j)``: the globals seeded from ``keys[j]`` as seeding ``version`` does, from ``buf``'s
     row ``j`` (filled by ``fill_rows`` for these keys, this layout and ``version``). ``lay``: the
@@ -548,7 +597,7 @@ def seed_function(
     if not torch_only and lay.np is None:
         check_numpy_generator()
     key_list = keys.tolist()  # for the functions' routes
-    inst = random._inst
+    inst = _python_random()
     gw, gauss = lay.gauss_words, lay.gauss
     rmod, mtrand, trand = random, np.random.mtrand, torch.random
     py_owner, rs_owner, np_owner = lay.py_owner, lay.rs_owner, lay.np_owner
@@ -594,19 +643,35 @@ def seed_function(
     return seed_each
 
 
-def _copy_function(lay: Any, buf: RowBuffer, torch_only: bool, version: int) -> Callable[[int], None]:
+def _unprobed(which: str) -> UsageError:
+    return UsageError(
+        describe(
+            "Layout",
+            f"{which} generator memory not found",
+            "every generator's memory probed (the copy route writes through it)",
+            "take seed_function's route, which checks the layout first",
+        )
+    )
+
+
+def _copy_function(lay: Layout, buf: RowBuffer, torch_only: bool, version: int) -> Callable[[int], None]:
     """``seed(j)`` through the generators' memory from ``buf``'s row ``j`` (every generator's layout
     found; versions 1-2: no key below 2**32), the keys read from ``buf.keys``; a generator swapped
     meanwhile sends the call through the reference route."""
-    py_mv, np_mv, t_mv = lay.py_mv, lay.np_mv, lay.torch_mv
+    py_mv, np_mv, t_mv, tlay = lay.py_mv, lay.np_mv, lay.torch_mv, lay.torch
     pys, nps, ts = buf.py, buf.np, buf.torch
     inst = lay.py_owner  # the probed instance: the one random's module functions are bound to
     gw, gauss = lay.gauss_words, lay.gauss
     trand = torch.random
-    rs_owner, np_owner, t_owner = lay.rs_owner, lay.np_owner, lay.torch.owner
+    if t_mv is None or tlay is None:
+        raise _unprobed("torch")
+    rs_owner, np_owner, t_owner = lay.rs_owner, lay.np_owner, tlay.owner
 
     def by_functions(j: int) -> None:  # a generator was swapped during this batch
-        reference_route(int(buf.keys[j]), torch_only, version)
+        keys = buf.keys  # this batch's (seed_function sets them before each batch)
+        if keys is None:
+            raise UsageError(describe("RowBuffer.keys", None, "the batch's keys", "call seed_function first"))
+        reference_route(int(keys[j]), torch_only, version)
 
     if torch_only:
 
@@ -616,6 +681,8 @@ def _copy_function(lay: Any, buf: RowBuffer, torch_only: bool, version: int) -> 
             t_mv[:] = ts[j]
 
         return seed_torch
+    if py_mv is None or np_mv is None or gw is None or gauss is None:
+        raise _unprobed("Python's and numpy's")
 
     def seed_all(j: int) -> None:  # the usual case: every generator through its memory
         # what user code can swap in the middle of a batch and draw from: numpy's bit generator

@@ -116,7 +116,7 @@ class RowBuffer:
         self.keys: np.ndarray | None = None
         self.fns: dict[tuple[bool, int], Callable[[int], None]] = {}
         self.rows = np.empty((n, width), np.uint32)
-        src = memoryview(self.rows).cast("B")
+        src = self.rows.data.cast("B")  # the rows' memory (ndarray.data: its memoryview)
         starts = range(0, n * width * 4, width * 4)
         self.py = [src[o : o + _PY_BYTES] for o in starts]  # [index, state]
         self.np = [src[o + _NP_AT : o + _NP_AT + _PY_BYTES] for o in starts]  # [state, pos]

@@ -238,7 +238,7 @@ def test_kept_differences_are_refused_with_a_fix_that_works_and_are_documented()
     again = rd.DataLoader(list(range(10)), batch_size=2)
     again.load_state_dict(state, allow_unpinned=True)  # the fix
     assert [b.tolist() for b in again] == [[2, 3], [4, 5], [6, 7], [8, 9]]
-    page = (Path(__file__).parents[2] / "docs" / "dropin.md").read_text()
+    page = (Path(__file__).parents[3] / "docs" / "dropin.md").read_text()
     section = page.split("## Other differences a torch user may notice", 1)[1].split("\n## ", 1)[0]
     for phrase in ("after a `break`", "an empty dataset", "`drop_last=True` with fewer samples",
                    "allow_unpinned=True", "`prefetch_factor=0`"):
