@@ -274,7 +274,7 @@ def _validate(
         except ResumeError as e:
             if loader_options.get("label") is None:
                 raise
-            fresh_data = str(e)  # data_change: a stream the cursor cannot continue (another dataset) starts afresh
+            fresh_data = str(e)  # data_change: a stream the cursor cannot continue (another kind of loader) restarts
     if want(K_METRICS, ts.metrics) and callable(getattr(ts.metrics, "validate_state_dict", None)):
         ts.metrics.validate_state_dict(state[K_METRICS])
     oracles = state[K_ORACLES]
@@ -515,10 +515,11 @@ def _apply(
         if want(K_LOADER, ts.loader) and fresh_data is not None:
             ts.loader.reset()
             warnings.warn(
-                f"label='data_change': the data stream starts afresh at step 0, since the saved cursor "
+                f"label='data_change': the data stream restarts at step 0, since the saved cursor "
                 f"cannot continue in the current loader ({fresh_data}); to continue an rd.Mixture per "
-                "source instead, keep its sources and change the weights (docs/mixtures.md); an unpacked single "
-                "source over a new dataset version continues at the same epoch and fraction (docs/checkpoints.md)",
+                "source instead, keep its sources and change the weights (docs/mixtures.md); a single source "
+                "over a new dataset version (packed or not, with the saved loader settings) continues at the "
+                "same epoch (docs/checkpoints.md)",
                 RuntimeWarning,
                 stacklevel=6,
             )

@@ -88,9 +88,10 @@ def resume_or_start(
     :func:`~resumable_data.load_checkpoint` (``faithful_continuation`` by default), as are
     ``allow_unpinned`` and ``on_batch_change``. Under ``label="data_change"`` the data stream
     continues from the saved cursor (an ``rd.Mixture`` per source, from each source's consumed
-    position; a single unpacked source over a new dataset version at the same step, epoch and
-    fraction of the epoch, :mod:`resumable_data.plan.rebase`) when the current loader can continue
-    it, else starts afresh with a warning."""
+    position; a single source over a new dataset version at the same step and epoch: unpacked at the
+    same fraction of the epoch, packed at the same in-epoch step of the new version's packing,
+    :mod:`resumable_data.plan.rebase`) when the current loader can continue it (a packing change
+    with it is an ``rd.ConfigError``), else restarts the stream at step 0 with a warning."""
     root = _root(directory)
     newest, damaged = survey_checkpoints(root)
     if damaged:  # never published incomplete by a save: loading an older one (or none) would lose steps unsaid

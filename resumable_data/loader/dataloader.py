@@ -530,10 +530,11 @@ class DataLoader:
         ``on_uncommitted="repeat"`` (deliver them again) or ``"skip"`` (record them as skipped).
         Prefetched batches are always fetched again. ``label="data_change"`` declares a deliberate
         change an ``rd.Mixture`` resume may then accept (other weights: each source continues from
-        its consumed position) or a single unpacked source's new dataset version (the stream
-        continues at the same step, epoch and fraction of the new version's epoch, recorded as the
-        state's ``batch_origin``: see :mod:`resumable_data.plan.rebase`); the state then records
-        that label. A restore, fresh start or
+        its consumed position) or a single source's new dataset version (the stream continues at
+        the same step and epoch: unpacked at the same fraction of the new version's epoch, recorded
+        as the state's ``batch_origin``; packed at the same in-epoch step of the new version's
+        packing, in the state's ``epoch_base``: see :mod:`resumable_data.plan.rebase`); the state
+        then records that label. A restore, fresh start or
         :meth:`undo_point` rollback that changes an ``rd.Mixture``'s rebase shuts a persistent
         worker pool down (its workers hold the old stream): the next ``iter()`` starts a new one.
 

@@ -19,13 +19,17 @@ first sample under the saved plan: the current plan gets the :class:`~resumable_
 skipped. Skipped ranges after that step name steps of the saved batch, so they are refused.
 Without a change the current plan takes the saved origin (a segment a previous change began).
 
-A dataset change. Under ``label="data_change"`` a single source (no ``rd.Mixture``, no packing)
-whose dataset version or record count changed is *rebased*: the saved version and count are
-not compared, and the current plan continues at the :class:`~resumable_data.plan.BatchOrigin`
+A dataset change. Under ``label="data_change"`` a single source (no ``rd.Mixture``) whose
+dataset version or record count changed is *rebased*: the saved version and count are not
+compared. Unpacked, the current plan continues at the :class:`~resumable_data.plan.BatchOrigin`
 ``rebase_origin(saved.plan, step, current.plan)`` (:mod:`resumable_data.plan.rebase`: the same
-step, epoch and fraction of the epoch) for the first step the resume delivers. Skipped ranges
-after that step name the saved version's steps, so they are refused, as under a batch change.
-Without the label the change is refused (``dataset_version``, ``num_records``).
+step, epoch and fraction of the epoch) for the first step the resume delivers. Packed (the same
+packing spec on both sides), the epoch ledger continues from ``rebase_packed(saved.epoch_base,
+step, ...)`` (the same step, epoch and in-epoch step of the new version's packing, or the next
+epoch when the new version's epoch is shorter); a changed packing spec with it is a
+:class:`rd.ConfigError` naming ``packing`` (no rule maps one packing onto another). Skipped
+ranges after that step name the saved version's steps, so they are refused, as under a batch
+change. Without the label the change is refused (``dataset_version``, ``num_records``).
 
 Seeding. A saved ``seed_per_sample`` mode other than the loader's is refused (the globals would be
 seeded otherwise than the run was) unless the caller declares ``label="data_change"``; the run
@@ -51,7 +55,7 @@ from resumable_data.loader.order import OrderCheck, StreamOrder
 from resumable_data.loader.state import LoaderState, OnBatchChange, OnUncommitted
 from resumable_data.plan import BatchOrigin, Plan, Tail
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
-from resumable_data.plan.rebase import rebase_origin
+from resumable_data.plan.rebase import rebase_origin, rebase_packed
 from resumable_data.plan.sharding import world_sizes_text
 
 __all__ = ["Restore", "compare", "dataset_changed", "rounded_epoch_fix", "validate_restore"]
@@ -135,6 +139,8 @@ def validate_restore(
         else coerce_enum(on_batch_change, OnBatchChange, "on_batch_change")
     )
     rebased = declared is RecoveryLabel.DATA_CHANGE and dataset_changed(saved, current)
+    if declared is RecoveryLabel.DATA_CHANGE:
+        _refuse_packing_change(saved, current)
     diffs, label = compare(
         saved, current, allow_unpinned=allow_unpinned, on_batch_change=change, dataset_change=rebased
     )
@@ -171,14 +177,56 @@ def validate_restore(
     if diffs:
         raise ResumeError("cannot resume this loader from the given state:\n  - " + "\n  - ".join(diffs))
     stream = order.restore_stream(stream, check.point)  # a packed mixture: indexes of the order it continues from
-    ledger = _epoch_ledger(saved, stream)
+    if rebased and saved.packing is not None:  # the saved epochs' step counts were the old version's
+        ledger = _rebased_ledger(saved, stream, resume)
+    else:
+        ledger = _epoch_ledger(saved, stream)
     new_origin: BatchOrigin | None
-    if rebased:
+    if rebased and saved.packing is None:
         new_origin = rebase_origin(saved.plan, resume, current.plan)
     else:
         new_origin = saved.plan.origin_at(resume) if changed else origin
     plan = current.plan if new_origin is None else replace(current.plan, origin=new_origin)
     return Restore(saved, ledger, label, choice, plan, check)
+
+
+def _refuse_packing_change(saved: LoaderState, current: LoaderState) -> None:
+    """A declared ``data_change`` of a single source whose dataset and packing spec both changed:
+    refused (``rd.ConfigError``), since no rule maps one packing of an epoch onto another."""
+    single = saved.mixture is None and current.mixture is None
+    sp, cp = saved.plan, current.plan
+    changed = sp.version_hash != cp.version_hash or sp.num_records != cp.num_records
+    if not (single and changed and _spec(saved.packing) != _spec(current.packing)):
+        return
+    want = "None" if saved.packing is None else f"rd.Packing(**{saved.packing.to_dict()!r})"
+    raise ConfigError(
+        describe(
+            "packing",
+            _spec(current.packing),
+            f"the saved packing spec {_spec(saved.packing)} under label='data_change' (the dataset changed too, "
+            "and no rule maps one packing of an epoch onto another)",
+            f"build the loader with packing={want} to continue the stream over the new dataset version; or "
+            "start the new packing's stream at step 0 with label='warm_start' (it keeps the weights)",
+        )
+    )
+
+
+def _rebased_ledger(saved: LoaderState, stream: Any, step: int) -> dict[int, int]:
+    """The epoch ledger a packed single source continues from over a new dataset version
+    (:func:`~resumable_data.plan.rebase.rebase_packed`), after checking the saved epoch base's
+    own shape (its step counts were the saved version's, which cannot be rebuilt)."""
+    epoch, first = saved.epoch_base
+    if first > saved.cursor.committed or (epoch == 0 and first != 0):
+        raise ResumeError(
+            describe(
+                "state.epoch_base",
+                [epoch, first],
+                f"the epoch and first step that hold cursor.committed={saved.cursor.committed}",
+                "pass an unmodified state",
+            )
+        )
+    rebased = rebase_packed((epoch, first), step, stream.steps_in_epoch(epoch), stream.plan.num_records)
+    return {0: 0, rebased[0]: rebased[1]}
 
 
 def _seeding_mode_change(saved: LoaderState, current: LoaderState) -> list[str]:
@@ -219,15 +267,16 @@ def _epoch_ledger(saved: LoaderState, stream: Any) -> dict[int, int]:
 def dataset_changed(saved: LoaderState, current: LoaderState) -> bool:
     """Whether a single source's dataset changed (version or record count) where a ``data_change``
     can rebase the stream onto it: neither loader is an ``rd.Mixture`` (its sources continue per
-    source) nor packed (packed epochs are cut by their packing index)."""
+    source) and both have the same packing spec (or none)."""
     sp, cp = saved.plan, current.plan
     return _rebasable(saved, current) and (sp.version_hash != cp.version_hash or sp.num_records != cp.num_records)
 
 
 def _rebasable(saved: LoaderState, current: LoaderState) -> bool:
-    """Single, unpacked sources on both sides: what a ``data_change`` rebases onto a new version."""
+    """Single sources on both sides, the same packing spec (or none): what a ``data_change``
+    rebases onto a new version."""
     single = saved.mixture is None and current.mixture is None
-    return single and saved.packing is None and current.packing is None
+    return single and _spec(saved.packing) == _spec(current.packing)
 
 
 def compare(
@@ -253,9 +302,10 @@ def compare(
         if a != b:
             diffs.append(f"{name}: saved {a!r} vs current {b!r}; fix: {fix}")
 
+    where = "fraction of" if saved.packing is None else "in-epoch step of the packing of"
     declare = (
-        ", or declare the change with label='data_change' (the stream continues at the same epoch and fraction "
-        "of the new version's epoch)"
+        f", or declare the change with label='data_change' (the stream continues at the same epoch and {where} "
+        "the new version's epoch)"
         if _rebasable(saved, current)
         else ""
     )

@@ -1,6 +1,6 @@
 """Rebasing a single source's cursor onto a new dataset version (a ``data_change`` resume).
 
-Algorithm. A run trained on version A (``saved``: ``N_A`` records, epoch length ``L_A``) resumes
+Algorithm (unpacked, :func:`rebase_origin`). A run trained on version A (``saved``: ``N_A`` records, epoch length ``L_A``) resumes
 over version B (``current``: ``N_B`` records, epoch length ``L_B``) at step ``s`` (the first step
 the resume delivers). The saved stream stood at position ``p = saved.step_start(s)``, i.e.
 ``epoch e, offset o = divmod(p, L_A)``. The rebased stream keeps the step number, the epoch and
@@ -27,17 +27,45 @@ between versions nothing tells them apart). At an epoch boundary nothing is repe
 epochs from ``e`` (``o = 0``) or ``e + 1`` on hold every record of version B exactly once
 (``partial`` / ``continuous``; ``drop`` / ``wrap`` / ``pad`` shape them as usual).
 
-Cost. O(1): a few integer operations (one :meth:`~.steps.Plan.step_start` of the saved plan).
+Algorithm (packed, :func:`rebase_packed`). A packed stream's positions are packed sequences,
+and epoch ``e``'s step ``k`` holds its in-epoch sequences ``[k*G, (k+1)*G)`` of the epoch's
+packing index (:mod:`.packing`); an epoch's step count comes from that index, which only the
+version's own documents give (version A's are gone after the change). The saved state holds the
+epoch ``e`` and first step ``f`` of the committed step (``epoch_base``), so the resume's step
+``s`` is in-epoch step ``k = s - f``. The rebased stream keeps the step number, the epoch and the
+in-epoch step, hence the count of packed sequences (tokens) already delivered in the epoch:
+
+    epoch_base = (e, f)        when k < S_B(e), version B's steps in epoch e
+                 (e + 1, s)    otherwise (version B's epoch e is shorter: it ends at the resume)
+
+Steps ``s, s+1, ...`` deliver version B's epoch ``e`` from its in-epoch step ``k`` (sequences
+``[k*G, S_B(e)*G)`` of its index, the tail as the plan says), then epochs ``e+1, ...`` of B
+whole; in the second case epoch ``e+1`` of B whole from step ``s``. The epoch grid (epoch, first
+step) stays what the loader's ledger counts, as an ``rd.Mixture``'s packed rebase keeps it, so
+the state needs no origin: a state written after the rebase is an ordinary state of version B.
+
+Guarantee. Pure: the epoch base is a function of (saved epoch base, step, B's step count of
+epoch ``e``), so every resume from the same checkpoint into the same version delivers the same
+stream, on any worker count, and a later faithful resume continues it exactly. Mid-epoch, version
+B's packing of epoch ``e`` is unrelated to version A's: its first ``k*G`` sequences are not
+delivered in epoch ``e`` (their documents are missed there), and documents epoch ``e`` delivered
+from version A may be delivered again in its rest (each about the fraction ``k*G`` of the
+epoch's sequences); the sequences of version A's epoch ``e`` from ``s`` on are never delivered.
+At an epoch boundary (``k = 0``) nothing is repeated or missed: epoch ``e`` of version B starts at
+its first sequence.
+
+Cost. O(1): a few integer operations (one :meth:`~.steps.Plan.step_start` of the saved plan);
+the packed rule needs version B's packing index of epoch ``e`` (cached on disk), as any resume.
 """
 
 from __future__ import annotations
 
-from resumable_data.errors import ResumeError, describe
+from resumable_data.errors import ResumeError, UsageError, describe
 from resumable_data.plan.batch_schedule import BatchOrigin
 from resumable_data.plan.permutation import MAX_DOMAIN
 from resumable_data.plan.steps import Plan, Tail
 
-__all__ = ["rebase_origin"]
+__all__ = ["rebase_origin", "rebase_packed"]
 
 
 def rebase_origin(saved: Plan, step: int, current: Plan) -> BatchOrigin:
@@ -69,3 +97,40 @@ def rebase_origin(saved: Plan, step: int, current: Plan) -> BatchOrigin:
     if current.tail in (Tail.DROP, Tail.WRAP):
         fraction -= fraction % current.global_batch
     return BatchOrigin(step, epoch * length + fraction, saved.epoch_first_step(epoch))
+
+
+def rebase_packed(epoch_base: tuple[int, int], step: int, steps_in_epoch: int, num_records: int) -> tuple[int, int]:
+    """The epoch base ``(epoch, first step)`` from which a packed stream over the new dataset
+    version continues the saved stream at ``step`` (see the module docs).
+
+    Args:
+        epoch_base: the saved state's ``(epoch, first step)`` of its committed step.
+        step: the first step the resume delivers (``>= epoch_base[1]``).
+        steps_in_epoch: the new version's step count of that epoch (its packing index).
+        num_records: the new version's document count (an epoch's documents are ``[e*n, (e+1)*n)``).
+
+    Raises:
+        rd.ResumeError: the rebased epoch's documents would reach past the position limit 2**62.
+        rd.UsageError: ``step`` lies before the epoch's first step, or the epoch has no step.
+    """
+    epoch, first = epoch_base
+    if step < first or steps_in_epoch < 1:
+        raise UsageError(
+            describe(
+                "step",
+                step,
+                f">= the epoch's first step {first}, in an epoch with steps ({steps_in_epoch})",
+                "pass the resume step and the new version's step count of the saved epoch",
+            )
+        )
+    rebased = (epoch, first) if step - first < steps_in_epoch else (epoch + 1, step)
+    if (rebased[0] + 1) * num_records > MAX_DOMAIN:
+        raise ResumeError(
+            describe(
+                "state.epoch_base",
+                list(epoch_base),
+                f"an epoch whose documents over the new version ({num_records} an epoch) stay below 2**62",
+                "resume with the saved dataset version",
+            )
+        )
+    return rebased

@@ -1,7 +1,8 @@
 """Checkpoint-level behaviour that real training scripts rely on: ``label="data_change"`` through
 ``rd.resume_or_start`` continues an ``rd.Mixture`` per source (as the loader's own restore does),
 a changed single source continues at the same epoch and fraction of the new version (a packed
-one starts afresh with a warning), and a learning rate set by hand every
+one at the same epoch and in-epoch step of the new version's packing; with a packing change too it
+is refused), and a learning rate set by hand every
 iteration (nanoGPT) is progress, not configuration."""
 
 from __future__ import annotations
@@ -94,23 +95,64 @@ def test_data_change_over_a_changed_single_source_continues_at_the_same_epoch_an
         assert [len(b) for b in got] == [4] * 7 + [3]
 
 
-def test_data_change_of_a_packed_single_source_starts_afresh_and_says_so(tmp_path):
-    _versions(tmp_path)
+def _packed_run(tmp_path, name, **kw):
     pack = dict(batch_size=2, seed=0, packing=rd.Packing(8, tokens="tokens", eos_id=0), drop_last=True)
-    loader = rd.DataLoader(rd.ArrowShards(tmp_path / "a"), **pack)
+    return rd.DataLoader(rd.ArrowShards(tmp_path / name), **{**pack, **kw})
+
+
+def _passes(loader, n):
+    return [[b["input_ids"].tolist() for b in loader] for _ in range(n)]
+
+
+@pytest.mark.parametrize("k", [3, 0])  # mid-epoch, and the epoch boundary (after epoch 0's pass)
+def test_data_change_of_a_packed_single_source_continues_the_stream(tmp_path, k):
+    _versions(tmp_path)
+    loader = _packed_run(tmp_path, "a")
+    state, _ = _state(loader)
+    for _ in loader:  # epoch 0
+        pass
+    _ids(loader, k, "input_ids")
+    rd.save_checkpoint(tmp_path / "ck", state, step=7)
+    saved = loader.state_dict()
+    first = saved["epoch_base"][1]
+    ref = _passes(_packed_run(tmp_path, "b"), 3)  # the new version, uninterrupted, epoch by epoch
+    # the loader-level data_change: the reference the checkpoint level must deliver
+    own = _packed_run(tmp_path, "b")
+    own.load_state_dict(saved, label="data_change")
+    want = _passes(own, 2)
+    assert want == [ref[1][k:], ref[2]]  # epoch 1 of the new version from its in-epoch step k, then epoch 2
+    for workers in (0, 2):
+        other = _packed_run(tmp_path, "b", num_workers=workers)
+        state2, _ = _state(other)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # continued, not restarted: no warning at all
+            assert rd.resume_or_start(tmp_path / "ck", state2, label="data_change") == 7
+        assert other.cursor.committed == first + k and other.recovery_label is rd.RecoveryLabel.DATA_CHANGE
+        it = iter(other)
+        head = [next(it)["input_ids"].tolist() for _ in range(2)]
+        rd.save_checkpoint(tmp_path / f"ck2_{workers}", state2, step=9)
+        # a second resume, from a checkpoint written after the rebase: faithful and exact
+        again = _packed_run(tmp_path, "b", num_workers=workers)
+        state3, _ = _state(again)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert rd.resume_or_start(tmp_path / f"ck2_{workers}", state3) == 9
+        assert head + sum(_passes(again, 2), []) == want[0] + want[1]
+
+
+def test_data_change_with_a_packing_change_is_refused_naming_packing(tmp_path):
+    _versions(tmp_path)
+    loader = _packed_run(tmp_path, "a")
     state, _ = _state(loader)
     _ids(loader, 3, "input_ids")
     rd.save_checkpoint(tmp_path / "ck", state, step=3)
-    other = rd.DataLoader(rd.ArrowShards(tmp_path / "b"), **pack)
+    other = _packed_run(tmp_path, "b", packing=rd.Packing(16, tokens="tokens", eos_id=0))
     state2, _ = _state(other)
-    with pytest.warns(RuntimeWarning, match="starts afresh at step 0"):
-        step = rd.resume_or_start(tmp_path / "ck", state2, label="data_change")
-    assert other.cursor.delivered == 0
-    # the documented way to keep the step count over the edited data: skip the steps already taken
-    other.skip_steps(0, step, "data edit: continue the new data at the step count")
-    want = rd.DataLoader(rd.ArrowShards(tmp_path / "b"), **pack)
-    assert _ids(other, 2, "input_ids") == _ids(want, step + 2, "input_ids")[step:]
-    assert other.state_dict()["skipped"][0][:2] == [0, 3]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # refused, never a silent (or warned) restart
+        with pytest.raises(rd.ConfigError, match=r"packing=.*fix: build the loader with packing=rd.Packing"):
+            rd.resume_or_start(tmp_path / "ck", state2, label="data_change")
+    assert other.cursor.committed == 0
 
 
 def test_a_learning_rate_set_by_hand_each_iteration_resumes(tmp_path):

@@ -1,5 +1,6 @@
 """plan.rebase: a data_change moves a single source's cursor onto a new dataset version at the same
-step, epoch and fraction of the epoch (floor; a whole batch under drop / wrap)."""
+step, epoch and fraction of the epoch (floor; a whole batch under drop / wrap); packed, at the same
+step, epoch and in-epoch step (the next epoch when the new version's epoch is shorter)."""
 
 import pytest
 from hypothesis import given, settings
@@ -70,3 +71,30 @@ def test_a_rebase_past_the_position_limit_is_refused():
     saved, current = plan(2, 1, "partial"), plan(1 << 61, 1, "partial", "b")
     with pytest.raises(rd.ResumeError, match=r"state.cursor.*2\*\*62"):
         rebase_origin(saved, 10, current)
+
+
+# -- packed: the epoch base (rebase_packed) -----------------------------------------------------------
+from resumable_data.plan.rebase import rebase_packed  # noqa: E402
+
+
+@settings(derandomize=True, max_examples=150, deadline=None)
+@given(epoch=st.integers(0, 5), first=st.integers(0, 40), k=st.integers(0, 30), steps=st.integers(1, 30))
+def test_packed_keeps_the_epoch_and_in_epoch_step_else_starts_the_next_epoch(epoch, first, k, steps):
+    first = max(first, epoch) if epoch else 0
+    step = first + k
+    got = rebase_packed((epoch, first), step, steps, 100)
+    assert got == ((epoch, first) if k < steps else (epoch + 1, step))
+
+
+def test_packed_at_an_epoch_boundary_starts_the_same_epoch_of_the_new_version():
+    assert rebase_packed((3, 17), 17, 1, 10) == (3, 17)
+    assert rebase_packed((0, 0), 0, 5, 10) == (0, 0)
+
+
+def test_packed_refuses_a_step_before_the_epoch_and_an_epoch_past_the_limit():
+    with pytest.raises(rd.UsageError, match="step=4"):
+        rebase_packed((1, 5), 4, 3, 10)
+    with pytest.raises(rd.UsageError, match="steps"):
+        rebase_packed((1, 5), 6, 0, 10)
+    with pytest.raises(rd.ResumeError, match=r"state.epoch_base.*2\*\*62"):
+        rebase_packed((1 << 40, 1 << 40), 1 << 40, 2, 1 << 30)
