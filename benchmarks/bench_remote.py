@@ -32,7 +32,7 @@ lower bound for that budget); ``cache peak``: the most bytes the cache held over
 (units of steps in flight are fetched past the budget). ``store ceiling``: rows/s of the store alone (every unit read once, 16 requests in flight, no
 loader): moto and the proxy share this machine's cores, so no remote figure here can exceed it.
 
-Writes ``benchmarks/results/remote.json`` and ``remote.md``.
+Writes ``benchmarks/results/remote.json`` and ``remote.md`` (``--results NAME``: ``NAME.json``, ``NAME.md``).
 """
 
 from __future__ import annotations
@@ -85,7 +85,12 @@ def run(ld, steps: int) -> tuple[float, float, np.ndarray]:
     ids = [b["id"].numpy()]
     t1 = time.perf_counter()
     for _ in range(steps):
-        ids.append(next(it)["id"].numpy())
+        try:
+            b = next(it)
+        except StopIteration:  # the next epoch: a new pass continues from the cursor
+            it = iter(ld)
+            b = next(it)
+        ids.append(b["id"].numpy())
     return first, time.perf_counter() - t1, np.concatenate(ids)
 
 
@@ -103,6 +108,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--units", default="record_batch", help="rd.ReadUnit values, comma-separated")
     ap.add_argument("--epochs", type=int, default=1, help="epochs timed (window and sequential)")
     ap.add_argument("--no-resume", action="store_true", help="skip the resume figures")
+    ap.add_argument("--results", default="remote", help="name of the results files (benchmarks/results/NAME.md)")
     args = ap.parse_args(argv)
     if args.quick:
         args.rows, args.rounds = 16_384, 1
@@ -237,7 +243,7 @@ def main(argv: list[str] | None = None) -> dict:
     md += ["", "| format | fresh first batch s | resumed first batch s | ratio |", "|---|---|---|---|"]
     for r in resume_rows:
         md.append(f"| {r['format']} | {r['fresh_s']:.3f} | {r['resumed_s']:.3f} | {r['ratio']:.2f} |")
-    path = write_results("remote", {"rows": rows_out, "resume": resume_rows, "args": vars(args)}, "\n".join(md))
+    path = write_results(args.results, {"rows": rows_out, "resume": resume_rows, "args": vars(args)}, "\n".join(md))
     print("\n".join(md))
     print(f"wrote {path}")
     return {"rows": rows_out, "resume": resume_rows}
