@@ -85,12 +85,14 @@ from resumable_data.sources.files import (
 from resumable_data.sources.gather import (
     ColumnGather,
     Unit,
+    UnitsView,
     concat_columns,
     gather_loaded_numpy,
     group_segments,
+    locate,
     plan_column,
 )
-from resumable_data.sources.identity import FileIdentity, changed_error
+from resumable_data.sources.identity import FileIdentity, changed_error, first_changed_at, watch_entry
 from resumable_data.sources.layout import remember_layout
 from resumable_data.sources.opening import open_shards, with_layouts
 from resumable_data.sources.pin import pin
@@ -287,7 +289,7 @@ class ArrowShards:
         self._rel = list(rel)
         self._version = version
         self._shards: list[OpenShard] = []
-        self._units: list[Unit] = []
+        self._units: Sequence[Unit] = []
         self._unit_index: list[int] = []  # the unit's record batch / row group index in its shard
         self._rg_cache: OrderedDict[tuple[int, int], pa.RecordBatch] = OrderedDict()
         self._fast: list[ColumnGather | None] | None = None
@@ -297,6 +299,10 @@ class ArrowShards:
             if members is None
             else [shard for m in members for shard in m._shards]
         )
+        if members is not None:  # a view: its sources' units and arrays, shifted (no Python step per unit)
+            self._init_view(members)
+            return
+        units: list[Unit] = []
         for k, (r, shard) in enumerate(zip(self._rel, self._shards)):
             if expected is not None and expected[k] is not None and shard.identity != expected[k]:
                 self.close()
@@ -313,29 +319,52 @@ class ArrowShards:
             for g, n in enumerate(shard.unit_rows):
                 if n:  # empty units hold no record id
                     batch = shard.batches[g] if shard.batches is not None else None
-                    self._units.append(Unit(k, start, n, batch, None if batch is not None else g))
+                    units.append(Unit(k, start, n, batch, None if batch is not None else g))
                     self._unit_index.append(g)
                     start += n
-        self._unit_shard = np.fromiter((u.shard for u in self._units), dtype=np.int64, count=len(self._units))
+        self._units = units
+        self._unit_shard = np.fromiter((u.shard for u in units), dtype=np.int64, count=len(units))
         self._mapped = np.fromiter(
             (s.batches is not None for s in self._shards), dtype=np.int64, count=len(self._shards)
         )  # read around every read (zero-copy views)
+        self._mapped_bool = self._mapped.astype(bool)
+        self._watch = [  # what OpenShard.check compares, by name, for the mapped shards (one loop a read)
+            watch_entry(s.mapped_path, s.identity) if s.mapped_path is not None and s.identity is not None else None
+            for s in self._shards
+        ]
         self._schema = self._shards[0].schema
         self._wholes = [s.whole for s in self._shards]
         self._num_records = start
         self._starts = np.fromiter((u.start for u in self._units), dtype=np.int64, count=len(self._units))
         # memory-mapped batches are validated lazily, once (see .validate); read units on each read
-        self._valid = (
-            np.fromiter((u.batch is None for u in self._units), dtype=bool, count=len(self._units))
-            if members is None
-            else np.concatenate([m._valid for m in members])  # the same mapped batches: what they validated holds
-        )
+        self._valid = np.fromiter((u.batch is None for u in units), dtype=bool, count=len(units))
         self._unvalidated = int((~self._valid).sum())
         self._all_valid = self._unvalidated == 0
-        #: a view's first unit of each source (:meth:`_validate_unit`)
-        self._member_first = (
-            None if members is None else np.cumsum([0] + [len(m._units) for m in members[:-1]], dtype=np.int64)
-        )
+        self._member_first: np.ndarray | None = None  # a view's first unit of each source (_validate_unit)
+
+    def _init_view(self, members: Sequence[ArrowShards]) -> None:
+        """The rest of :meth:`_init` for a view over open sources (``_shards`` set): their units,
+        starts and flags concatenated and shifted; the schemas compared source by source (each
+        source compared its own shards)."""
+        shard_off = np.cumsum([0] + [len(m._shards) for m in members[:-1]], dtype=np.int64)
+        first = canonical_schema(members[0]._schema)
+        for m, o in zip(members[1:], shard_off[1:].tolist()):
+            check_same_schema(self._rel[0], first, self._rel[o], canonical_schema(m._schema))
+        record_off = np.cumsum([0] + [m._num_records for m in members[:-1]], dtype=np.int64)
+        self._units = UnitsView([m._units for m in members], shard_off.tolist(), record_off.tolist())
+        self._unit_index = [g for m in members for g in m._unit_index]
+        self._unit_shard = np.concatenate([m._unit_shard + o for m, o in zip(members, shard_off)])
+        self._mapped = np.concatenate([m._mapped for m in members])
+        self._mapped_bool = self._mapped.astype(bool)
+        self._watch = [e for m in members for e in m._watch]
+        self._schema = self._shards[0].schema
+        self._wholes = [s.whole for s in self._shards]
+        self._num_records = sum(m._num_records for m in members)
+        self._starts = np.concatenate([m._starts + o for m, o in zip(members, record_off)])
+        self._valid = np.concatenate([m._valid for m in members])  # the same mapped batches: what they validated holds
+        self._unvalidated = int((~self._valid).sum())
+        self._all_valid = self._unvalidated == 0
+        self._member_first = np.cumsum([0] + [len(m._units) for m in members[:-1]], dtype=np.int64)
 
     def close(self) -> None:
         """Close the shard files (the source is unusable afterwards)."""
@@ -351,6 +380,7 @@ class ArrowShards:
         self._store, self._root, self._rel, self._version = store, Path(root), list(rel), version
         self._shards, self._units = [], []
         self._unit_shard = self._mapped = np.zeros(0, dtype=np.int64)
+        self._mapped_bool, self._watch = np.zeros(0, dtype=bool), []
         self._num_records = version.num_records if version is not None else 0
         self._schema = pa.schema([])
 
@@ -359,13 +389,21 @@ class ArrowShards:
             raise self._broken
 
     def _check_files(self, shards: np.ndarray, when: str) -> None:
-        """:meth:`OpenShard.check` of the shards ``shards``."""
-        for s in shards:
-            self._shards[s].check(when)
+        """:meth:`OpenShard.check` of the shards ``shards`` (those checked by name in one loop,
+        :func:`~.identity.first_changed_at`; the shard found changed raises its own error)."""
+        which = shards.tolist()
+        bad = first_changed_at(self._watch, which)
+        if bad >= 0:
+            self._shards[bad].check(when)
+        for s in which:
+            if self._watch[s] is None:
+                self._shards[s].check(when)
 
-    def _read(self, unit: np.ndarray, fn: Any) -> Any:
-        """``fn()``, which reads units ``unit``, between identity checks of their mapped shards."""
-        touched = np.flatnonzero(np.bincount(self._unit_shard[unit], minlength=len(self._shards)) * self._mapped)
+    def _read(self, unit: np.ndarray, fn: Any, touched: np.ndarray | None = None) -> Any:
+        """``fn()``, which reads units ``unit``, between identity checks of their mapped shards
+        (``touched``, when the caller located them already)."""
+        if touched is None:
+            touched = np.flatnonzero(np.bincount(self._unit_shard[unit], minlength=len(self._shards)) * self._mapped)
         self._check_files(touched, "before a read")
         out = fn()
         self._check_files(touched, "after a read (the rows read are not returned)")
@@ -645,12 +683,15 @@ class ArrowShards:
         """One row dict per id (torch's batched fetch protocol)."""
         return self.take(record_ids).to_pylist()
 
-    def _check_ids(self, record_ids: Any) -> np.ndarray:
+    def _check_ids(self, record_ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(ids, unit, local, touched mapped shards)`` of ``record_ids`` (one compiled pass:
+        :func:`.gather.locate`), which must be a 1-D integer sequence of ids in ``[0, len)``."""
         self._usable()
         ids = np.asarray(record_ids)
         n = self._num_records
         if ids.size == 0:
-            return np.zeros(0, dtype=np.int64)
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty, empty
         if ids.ndim != 1 or ids.dtype.kind not in "iu":
             raise RecordIdError(
                 describe(
@@ -660,13 +701,17 @@ class ArrowShards:
                     f"pass integers (got dtype {ids.dtype}, ndim {ids.ndim})",
                 )
             )
-        lo, hi = int(ids.min()), int(ids.max())
+        if n == 0 or (ids.dtype == np.uint64 and int(ids.max()) >= n):  # nothing to locate in / past int64
+            lo, hi = int(ids.min()), int(ids.max())
+        else:
+            ids = np.ascontiguousarray(ids, dtype=np.int64)
+            unit, local, touched, lo, hi = locate(ids, self._starts, self._unit_shard, self._mapped_bool)
         if lo < 0 or hi >= n:
             bad = lo if lo < 0 else hi
             raise RecordIdError(
                 describe("record_ids", bad, f"record ids in [0, {n})", "pass ids of this dataset's records")
             )
-        return ids.astype(np.int64, copy=False)
+        return ids, unit, local, touched
 
     def _plan(self) -> list[ColumnGather | None]:
         if self._fast is None:
@@ -683,11 +728,10 @@ class ArrowShards:
 
     def take(self, record_ids: Sequence[int] | np.ndarray) -> pa.Table:
         """The records ``record_ids`` (requested order, duplicates allowed) as one-chunk Table."""
-        ids = self._check_ids(record_ids)
+        ids, unit, local, touched = self._check_ids(record_ids)
         if len(ids) == 0:
             return self._schema.empty_table()
-        unit, local = self._locate(ids)
-        return self._read(unit, lambda: self._take(ids, unit, local))
+        return self._read(unit, lambda: self._take(ids, unit, local), touched)
 
     def _take(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray) -> pa.Table:
         self._validate_units(unit)
@@ -708,21 +752,21 @@ class ArrowShards:
         ``(padded, lengths)`` for a list column), straight from the maps (remote: from the loaded
         units); None unless every column is an integer/float (or list of them) column on the fast
         path (then use :meth:`take`)."""
-        ids = self._check_ids(record_ids)
-        if len(ids) and not self._store.local:  # units read by range: gathered from the loaded batches
-            unit, local = self._locate(ids)
-            n = len(self._units)
-            return gather_loaded_numpy(self._unit_data, self._schema, unit, local, n, pad_value)
-        fast = self._plan()
-        if len(ids) == 0 or any(g is None or g.numpy_dtype is None for g in fast):
+        self._usable()
+        fast = self._plan() if self._store.local else None
+        if fast is not None and any(g is None or g.numpy_dtype is None for g in fast):
+            return None  # before checking the ids: take() checks them
+        ids, unit, local, touched = self._check_ids(record_ids)
+        if len(ids) == 0:
             return None
-        unit, local = self._locate(ids)
+        if fast is None:  # units read by range: gathered from the loaded batches
+            return gather_loaded_numpy(self._unit_data, self._schema, unit, local, len(self._units), pad_value)
 
         def gather() -> list[Any]:
             self._validate_units(unit)
             return [g.to_numpy(ids, unit, local, pad_value) for g in fast]
 
-        return self._read(unit, gather)
+        return self._read(unit, gather, touched)
 
     def _fallback(self, unit: np.ndarray, local: np.ndarray, cols: list[int]) -> list[pa.Array]:
         """Per-unit Arrow takes for columns ``cols``, then one reorder take on the small result."""

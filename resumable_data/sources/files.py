@@ -440,6 +440,11 @@ class OpenShard:
         self._fileno = file.fileno() if watched and file is not None else None
         self._mapped_path = str(path) if watched and file is None and batches is not None else None
 
+    @property
+    def mapped_path(self) -> str | None:
+        """The name :meth:`check` stats (a memory-mapped local file with an identity), else None."""
+        return self._mapped_path
+
     def check(self, when: str) -> None:
         """Raise :func:`~.identity.changed_error` if the open file is no longer what was opened
         (local files: ``fstat`` of the reader's descriptor, or ``stat`` of a memory-mapped file's

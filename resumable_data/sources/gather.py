@@ -55,7 +55,7 @@ per node, built once (the plan reads buffer addresses, never data).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import numpy as np
 import pyarrow as pa
@@ -65,7 +65,16 @@ from numba.extending import intrinsic
 
 from resumable_data.errors import DatasetIntegrityError
 
-__all__ = ["ColumnGather", "Unit", "concat_columns", "gather_loaded_numpy", "group_segments", "plan_column"]
+__all__ = [
+    "ColumnGather",
+    "Unit",
+    "UnitsView",
+    "concat_columns",
+    "gather_loaded_numpy",
+    "group_segments",
+    "locate",
+    "plan_column",
+]
 
 _INT32_MAX = 2**31 - 1
 
@@ -150,6 +159,52 @@ def _gather_bits(data, base, unit, local, out):  # pragma: no cover - compiled
     return ones
 
 
+@njit(cache=True, nogil=True)
+def _locate_ids(ids, starts, unit_shard, mapped, unit, local, touched):  # pragma: no cover - compiled
+    """Per id: its unit (the last ``starts`` entry <= id, by binary search) and row in it; marks
+    ``touched[s]`` for every mapped shard ``s`` read. Returns (min id, max id); ids outside
+    the records get some unit: the caller refuses them from that range before any read."""
+    n = starts.shape[0]
+    lo = ids[0]
+    hi = ids[0]
+    for j in range(ids.shape[0]):
+        i = ids[j]
+        if i < lo:
+            lo = i
+        if i > hi:
+            hi = i
+        a, b = 0, n  # the first start > i
+        while a < b:
+            m = (a + b) >> 1
+            if starts[m] <= i:
+                a = m + 1
+            else:
+                b = m
+        k = a - 1
+        if k < 0:
+            k = 0
+        unit[j] = k
+        local[j] = i - starts[k]
+        s = unit_shard[k]
+        if mapped[s]:
+            touched[s] = True
+    return lo, hi
+
+
+def locate(
+    ids: np.ndarray, starts: np.ndarray, unit_shard: np.ndarray, mapped: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """``(unit, local, touched mapped shards, min id, max id)`` of non-empty int64 ``ids``: one
+    compiled pass (``starts``: every unit's first record id, ascending; ``unit_shard``: each
+    unit's shard; ``mapped``: per shard, whether it is memory-mapped, bool). The caller refuses
+    ids outside its range from the returned min and max before reading anything."""
+    unit = np.empty(len(ids), dtype=np.int64)
+    local = np.empty(len(ids), dtype=np.int64)
+    touched = np.zeros(len(mapped), dtype=np.bool_)
+    lo, hi = _locate_ids(ids, starts, unit_shard, mapped, unit, local, touched)
+    return unit, local, np.flatnonzero(touched), int(lo), int(hi)
+
+
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
@@ -164,6 +219,39 @@ class Unit:
         self.rows = rows
         self.batch = batch
         self.row_group = row_group
+
+
+class UnitsView(Sequence[Unit]):
+    """The units of several sources' unit lists in order (``rd.Mixture``'s gather view): unit
+    ``k`` is its source's unit with the shard index and first record id shifted by the shards and
+    records of the sources before it, made on access (building the view costs no Python step per
+    unit; the loader's batches never touch it: they use the view's arrays)."""
+
+    def __init__(self, parts: Sequence[Sequence[Unit]], shard_offsets: Sequence[int], record_offsets: Sequence[int]):
+        self._parts = list(parts)
+        self._first = np.cumsum([0] + [len(p) for p in self._parts], dtype=np.int64)
+        self._shard, self._record = list(shard_offsets), list(record_offsets)
+
+    def __len__(self) -> int:
+        return int(self._first[-1])
+
+    @overload
+    def __getitem__(self, k: int) -> Unit: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[Unit]: ...
+
+    def __getitem__(self, k: int | slice) -> Unit | list[Unit]:
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        n = len(self)
+        if k < 0:
+            k += n
+        if not 0 <= k < n:
+            raise IndexError(k)
+        p = int(np.searchsorted(self._first, k, side="right")) - 1
+        u = self._parts[p][k - int(self._first[p])]
+        return Unit(u.shard + self._shard[p], u.start + self._record[p], u.rows, u.batch, u.row_group)
 
 
 def group_segments(keys: np.ndarray, num_keys: int) -> tuple[np.ndarray, np.ndarray]:

@@ -226,6 +226,19 @@ def test_concatenated_plan_equals_planning_the_concatenation(typed_sources):
     whole = pa.concat_tables([table] * 3)
     ids = [0, 7499, 2500, 2499, 5000, 1234, 1234, 6000]
     assert view.take(ids).equals(whole.take(pa.array(ids)))
+    # the view's units and arrays (shifted from its sources', no Python step per unit) equal those
+    # of the same shards opened as one source
+    opened = ArrowShards.__new__(ArrowShards)
+    opened._init(view._root.as_posix(), view._rel, None, view._store)
+    fields = ("shard", "start", "rows", "row_group")
+    assert [[getattr(u, f) for f in fields] for u in view._units] == \
+        [[getattr(u, f) for f in fields] for u in opened._units]
+    assert all(u.batch is m.batch for u, m in zip(view._units, [u for s in members for u in s._units], strict=True))
+    assert [u.start for u in view._units[-3:]] == [u.start for u in opened._units[-3:]]
+    for name in ("_starts", "_unit_shard", "_mapped", "_mapped_bool"):
+        assert np.array_equal(getattr(view, name), getattr(opened, name)), name
+    assert view._unit_index == opened._unit_index and view._num_records == opened._num_records
+    assert [e[1:] if e else e for e in view._watch] == [e[1:] if e else e for e in opened._watch]
 
 
 def test_a_view_validates_each_record_batch_once_for_its_sources(typed_sources):
@@ -239,3 +252,41 @@ def test_a_view_validates_each_record_batch_once_for_its_sources(typed_sources):
     assert members[0]._valid[0] and members[1]._valid[0]
     again = ArrowShards.concatenated(members)
     assert again._valid[0] and again._valid[n0]  # a fresh view starts from what its sources validated
+
+
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(rows=st.lists(st.integers(1, 40), min_size=1, max_size=12),
+       picks=st.lists(st.integers(-5, 500), min_size=1, max_size=100), data=st.data())
+def test_locate_equals_searchsorted(rows, picks, data):
+    from resumable_data.sources.gather import locate
+
+    starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
+    shards = len(rows) // 2 + 1
+    unit_shard = np.sort(np.array(data.draw(st.lists(st.integers(0, shards - 1), min_size=len(rows),
+                                                     max_size=len(rows))), dtype=np.int64))
+    mapped = np.array(data.draw(st.lists(st.booleans(), min_size=shards, max_size=shards)), dtype=bool)
+    ids = np.array(picks, dtype=np.int64)
+    unit, local, touched, lo, hi = locate(ids, starts, unit_shard, mapped)
+    assert (lo, hi) == (ids.min(), ids.max())
+    inside = (ids >= 0) & (ids < sum(rows))
+    want = np.searchsorted(starts, ids, side="right") - 1
+    assert np.array_equal(unit[inside], want[inside]) and np.array_equal(local[inside], (ids - starts[want])[inside])
+    want_touched = sorted({int(unit_shard[u]) for u in want[inside] if mapped[unit_shard[u]]})
+    assert set(want_touched) <= set(touched.tolist()) <= set(np.flatnonzero(mapped).tolist())
+    if inside.all():
+        assert touched.tolist() == want_touched
+
+
+def test_copy_kernels_refuse_strided_arrays():
+    # the memcpy copy needs one contiguous block: a strided view is a typing error, never a wrong copy
+    from numba.core.errors import TypingError
+
+    from resumable_data.sources.gather import _copy_runs
+
+    values = np.arange(20, dtype=np.uint8)[::2]
+    one = np.ones(1, dtype=np.int64)
+    with pytest.raises(TypingError):
+        _copy_runs(values, one * 0, one, one * 0, np.empty(1, dtype=np.uint8))
+    out = np.empty(3, dtype=np.uint8)
+    _copy_runs(np.ascontiguousarray(values), np.array([2]), np.array([3]), np.array([0]), out)
+    assert out.tolist() == [4, 6, 8]

@@ -157,3 +157,23 @@ def test_memory_mapped_shards_hold_no_file_descriptors(tmp_path):
     src = rd.ArrowShards(tmp_path / "d")
     assert src.take([0, 599]).column("x").to_pylist() == [0, 599]
     assert len(os.listdir("/proc/self/fd")) - before < 10
+
+
+def test_first_changed_at_agrees_with_unchanged_at(tmp_path):
+    from resumable_data.sources.identity import first_changed_at, identity_of_stat, unchanged_at, watch_entry
+
+    paths = []
+    for k in range(4):
+        p = tmp_path / f"f{k}"
+        p.write_bytes(b"x" * 10)
+        paths.append(str(p))
+    ids = [identity_of_stat(os.stat(p)) for p in paths]
+    entries = [watch_entry(p, i) for p, i in zip(paths, ids)]
+    assert first_changed_at(entries, [0, 1, 2, 3]) == -1
+    os.utime(paths[2], ns=(ids[2].mtime_ns + 10**9, ids[2].mtime_ns + 10**9))  # written to: mtime moves
+    Path(paths[3]).write_bytes(b"y" * 3)  # shorter
+    os.replace(paths[0], str(tmp_path / "gone"))  # a name that now gives nothing: the mapped inode is safe
+    for which in ([0, 1, 2, 3], [3, 2], [0, 1]):
+        want = next((k for k in which if not unchanged_at(paths[k], ids[k])), -1)
+        assert first_changed_at(entries, which) == want
+    assert first_changed_at([None, *entries[1:]], [1, 3]) == 3
