@@ -18,7 +18,9 @@ subprocess of its own venv's python
 (:mod:`benchmarks.peers.remote_peer`; its interpreter start and imports are outside the timing)
 with a fresh local cache per run; in each round the three tools run one after the other for each
 case (interleaved). Timed: one epoch's batches after the first (the steady state); the first
-batch's time is reported apart. ``rd / peer``: median over rounds of the per-round ratio.
+batch's time is reported apart. ``rd / peer``: median over rounds of the per-round ratio of those
+rates; ``whole epoch``: the same ratio for the whole epoch, first batch included (LitData waits for
+a whole chunk before its first sample).
 
 A peer whose venv is missing is skipped with a message. Writes ``benchmarks/results/remote_peers.json``
 and ``remote_peers.md``.
@@ -107,6 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
             for order, rd_order in ORDERS.items():
                 rates: dict[str, list[float]] = {t: [] for t in (*rds, *peers)}
                 firsts: dict[str, list[float]] = {t: [] for t in (*rds, *peers)}
+                epochs: dict[str, list[float]] = {t: [] for t in (*rds, *peers)}  # samples/s, first batch included
                 for _ in range(args.rounds):
                     for tool, unit in rds.items():
                         ld = loader(rd.ArrowShards(prefix, filesystem=fs), rd_order, workers, rd.ReadAhead(unit=unit))
@@ -115,6 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
                         assert len(ids) == (steps + 1) * BATCH
                         rates[tool].append(steps * BATCH / t)
                         firsts[tool].append(first)
+                        epochs[tool].append(len(ids) / (first + t))
                     for name in peers:
                         flags = ["--shuffle"] if order == "shuffled" else []
                         r = peer(name, "read", "--tool", name, "--endpoint", proxy_url, "--bucket", BUCKET,
@@ -123,12 +127,15 @@ def main(argv: list[str] | None = None) -> dict:
                             raise RuntimeError(f"{name} delivered {r['distinct']} distinct rows of {args.rows}")
                         rates[name].append(r["samples_s"])
                         firsts[name].append(r["first_s"])
+                        epochs[name].append(r["samples"] / (r["first_s"] + (r["samples"] - BATCH) / r["samples_s"]))
                 row = {"order": order, "workers": workers,
                        **{f"{t}_samples_s": statistics.median(v) for t, v in rates.items()},
                        **{f"{t}_first_s": statistics.median(v) for t, v in firsts.items()},
                        **{f"{t}_vs_{p}": statistics.median(a / b for a, b in zip(rates[t], rates[p]))
                           for t in rds for p in peers},
-                       "rounds": {t: v for t, v in rates.items()}}
+                       **{f"{t}_vs_{p}_epoch": statistics.median(a / b for a, b in zip(epochs[t], epochs[p]))
+                          for t in rds for p in peers},
+                       "rounds": {t: v for t, v in rates.items()}, "epoch_rounds": epochs}
                 results.append(row)
                 print(row, flush=True)
     finally:
@@ -137,14 +144,16 @@ def main(argv: list[str] | None = None) -> dict:
     tools = [t for t in ("rd", "rd_shard") if f"{t}_samples_s" in (results[0] if results else {})]
     head = "| order | workers | " + " | ".join(f"{t} samples/s" for t in (*tools, *peers))
     head += " | " + " | ".join(f"{t} / {p}" for t in tools for p in peers)
-    head += " | first batch s (" + " / ".join((*tools, *peers)) + ") |"
+    head += " | first batch s (" + " / ".join((*tools, *peers)) + ") | "
+    head += " | ".join(f"{t} / {p}, whole epoch" for t in tools for p in peers) + " |"
     md = [f"# rd vs LitData and Streaming over S3 (moto behind S3Proxy at {args.latency_ms:g} ms; {args.rows} rows; "
           f"batch {BATCH}; median of {args.rounds} interleaved rounds; rd: record batches, rd_shard: whole shards)",
-          "", head, "|" + "---|" * (3 + len(tools) + len(peers) + len(tools) * len(peers))]
+          "", head, "|" + "---|" * (3 + len(tools) + len(peers) + 2 * len(tools) * len(peers))]
     for r in results:
         cells = [r["order"], str(r["workers"])] + [f"{r[f'{t}_samples_s']:,.0f}" for t in (*tools, *peers)]
         cells += [f"{r[f'{t}_vs_{p}']:.2f}x" for t in tools for p in peers]
         cells.append(" / ".join(f"{r[f'{t}_first_s']:.2f}" for t in (*tools, *peers)))
+        cells += [f"{r[f'{t}_vs_{p}_epoch']:.2f}x" for t in tools for p in peers]
         md.append("| " + " | ".join(cells) + " |")
     path = write_results(args.results, {"rows": results, "args": vars(args), "peers": peers}, "\n".join(md))
     print("\n".join(md))

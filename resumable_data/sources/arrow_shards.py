@@ -32,6 +32,12 @@ checked against the identity recorded at open), validated once per process. Tran
 retried (``retries=rd.Retries(...)``, :mod:`.retry`); a store that stays down is an
 :class:`~resumable_data.StoreUnavailableError`.
 
+Its concepts are one module each: resolving what the argument names and the unpinned policy
+(:mod:`.arrow.resolve`), record ids (:mod:`.arrow.record_ids`), the pickled state
+(:mod:`.arrow.pickled`), opening one shard (:mod:`.files`), the gather (:mod:`.gather`); this
+module holds the class: the unit index, validation once, identity checks around reads, the
+read-ahead hooks and the concatenated view ``rd.Mixture`` gathers through.
+
 Hugging Face ``datasets``: :meth:`ArrowShards.from_hf` reads a ``datasets.Dataset``'s own Arrow
 cache files (zero copy), versioned by their content (:mod:`.hf`).
 
@@ -56,32 +62,22 @@ the figure is in ``docs/data.md``).
 
 from __future__ import annotations
 
-import enum
-import logging
-import operator
 import os
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from resumable_data._cache import cache_dir
 from resumable_data._schema import coerce_enum
-from resumable_data.errors import ConfigError, ConfigTypeError, ResumableDataError, describe
-from resumable_data.sources.files import (
-    MANIFEST_NAME,
-    OpenShard,
-    canonical_schema,
-    check_same_schema,
-    discover_shards,
-    file_list,
-    refuse_hive_partitions,
-    resolve_files,
-)
+from resumable_data.errors import ConfigError, ResumableDataError, describe
+from resumable_data.sources.arrow.pickled import read_state, source_state
+from resumable_data.sources.arrow.record_ids import RecordIdError, record_index
+from resumable_data.sources.arrow.record_ids import locate as locate_ids
+from resumable_data.sources.arrow.resolve import UnpinnedPolicy, resolve_source, source_store
+from resumable_data.sources.files import OpenShard, canonical_schema, check_same_schema
 from resumable_data.sources.gather import (
     ColumnGather,
     Unit,
@@ -95,10 +91,9 @@ from resumable_data.sources.gather import (
 from resumable_data.sources.identity import FileIdentity, changed_error, first_changed_at, watch_entry
 from resumable_data.sources.layout import remember_layout
 from resumable_data.sources.opening import open_shards, with_layouts
-from resumable_data.sources.pin import pin
 from resumable_data.sources.read_ahead.cache import UnitCache
 from resumable_data.sources.retry import DEFAULT_RETRIES, Retries
-from resumable_data.sources.store import LOCAL, FileSystemStore, ShardStore, join, store_for
+from resumable_data.sources.store import LOCAL, FileSystemStore, ShardStore, join
 from resumable_data.sources.validate import validate_batch
 from resumable_data.sources.version import DatasetVersion, VerifyLevel
 
@@ -106,29 +101,6 @@ __all__ = ["ArrowShards", "RecordIdError", "UnpinnedPolicy"]
 
 _LOCAL_CACHE_UNITS = 8  # Parquet row groups decoded from local files
 _REMOTE_CACHE_UNITS = 32  # remote reads are slow: keep more record batches / row groups
-_STATE_FORMAT = "resumable_data.arrow_shards"
-_STATE_SCHEMA_VERSION = 3  # 2: the files' identities; 3: the remote store's retries
-K_RETRIES = "retries"
-K_FORMAT = "format"
-K_SCHEMA_VERSION = "schema_version"
-K_ROOT = "root"
-K_FILES = "files"
-K_VERSION = "version"
-K_FILESYSTEM = "filesystem"
-K_IDENTITIES = "identities"
-K_READ_AHEAD = "read_ahead"
-
-
-class UnpinnedPolicy(str, enum.Enum):
-    """What :class:`ArrowShards` does with shards that have no manifest."""
-
-    PIN = "pin"  # pin them now (content hash), report on stderr
-    ALLOW = "allow"  # read them unpinned: no version, resume cannot verify
-    ERROR = "error"  # refuse
-
-
-class RecordIdError(ConfigError, IndexError):
-    """A record id passed to ``take``/``__getitems__`` is not an integer in ``[0, N)``."""
 
 
 class ArrowShards:
@@ -163,25 +135,8 @@ class ArrowShards:
                     "pass retries=rd.Retries(attempts=..., base_delay=..., max_delay=...)",
                 )
             )
-        store = store_for(filesystem, retries)
-        if isinstance(path_or_files, DatasetVersion) and store.filesystem is None:
-            store = store_for(path_or_files.filesystem, retries)
-        elif store.filesystem is None and isinstance(path_or_files, str) and "://" in path_or_files:
-            import pyarrow.fs as pafs
-
-            try:
-                raw_fs, path_or_files = pafs.FileSystem.from_uri(path_or_files)
-            except (pa.ArrowInvalid, OSError) as exc:
-                raise ConfigError(
-                    describe(
-                        "path_or_files",
-                        path_or_files,
-                        f"a filesystem URI ({exc})",
-                        "fix the URI, or pass filesystem=pyarrow.fs.S3FileSystem(...) and a bucket/prefix path",
-                    )
-                ) from None
-            store = store_for(raw_fs, retries)
-        version, root, rel = self._resolve(store, path_or_files, policy)
+        store, path_or_files = source_store(path_or_files, filesystem, retries)
+        version, root, rel = resolve_source(store, path_or_files, policy)
         built: list[int] = []
         if version is not None and not store.local:
             version, built = with_layouts(version, store)
@@ -191,81 +146,6 @@ class ArrowShards:
         if level is not VerifyLevel.SIZE:  # the bytes the layouts were built from are the pinned ones
             for k in built:
                 remember_layout(version.shards[k].content_hash, version.shards[k].layout)
-
-    @classmethod
-    def _resolve(
-        cls, store: ShardStore, src: Any, policy: UnpinnedPolicy
-    ) -> tuple[DatasetVersion | None, str, list[str]]:
-        """(version or None, root, relative shard paths) of ``src`` on ``store``."""
-        if isinstance(src, DatasetVersion):
-            if src.root is None:
-                raise ConfigError(
-                    describe(
-                        "path_or_files",
-                        src.hash,
-                        "a DatasetVersion with a root",
-                        "use DatasetVersion.load(directory) or rd.pin(directory) "
-                        "(remote: DatasetVersion.load(prefix, filesystem=...))",
-                    )
-                )
-            version = src if src.filesystem is store.filesystem else replace(src, filesystem=store.filesystem)
-            return version, version.root.as_posix(), [s.path for s in version.shards]
-        if isinstance(src, (str, os.PathLike)) and store.is_dir(src):
-            root = store.resolve(src)
-            version = DatasetVersion.locate(root, filesystem=store.filesystem)
-            if version is not None:
-                refuse_hive_partitions(root, [s.path for s in version.shards])
-                return version, root, [s.path for s in version.shards]
-            rel = discover_shards(root, store)
-            refuse_hive_partitions(root, rel)
-            if not rel:
-                raise ConfigError(
-                    describe(
-                        "path_or_files",
-                        str(src),
-                        "a directory (or prefix) with shard files or a manifest",
-                        "check the path",
-                    )
-                )
-            version = cls._unpinned(store, root, policy, str(src))
-            return version, root, ([s.path for s in version.shards] if version is not None else rel)
-        if isinstance(src, (str, os.PathLike)):
-            if store.stat(src) is None:
-                raise ConfigError(
-                    describe("path_or_files", str(src), "an existing directory or shard file", "check the path")
-                )
-            src = [src]
-        root, rel = resolve_files(file_list(src), store)
-        found = DatasetVersion.locate(root, filesystem=store.filesystem)  # a pinned parent folder
-        if found is not None and [s.path for s in found.shards] == rel:
-            return found, root, rel
-        found = DatasetVersion.locate(root, filesystem=store.filesystem, files=rel)  # in the cache
-        if found is not None:
-            return found, root, rel
-        return cls._unpinned(store, root, policy, rel, files=[join(root, r) for r in rel]), root, rel
-
-    @staticmethod
-    def _unpinned(
-        store: ShardStore, root: str, policy: UnpinnedPolicy, shown: Any, files: list[str] | None = None
-    ) -> DatasetVersion | None:
-        if policy is UnpinnedPolicy.ERROR:
-            raise ConfigError(
-                describe(
-                    "path_or_files",
-                    shown,
-                    f"pinned shards ({MANIFEST_NAME})",
-                    "run rd.pin(path) first, or pass unpinned='pin'/'allow'",
-                )
-            )
-        if policy is UnpinnedPolicy.ALLOW:
-            return None
-        logging.getLogger(__name__).warning(
-            "resumable_data: %s is not pinned; pinning it now (content hash) into the cache (%s; the folder is "
-            "not written). Pass unpinned='allow' to read it unpinned.",
-            root,
-            cache_dir() / "manifests",
-        )
-        return pin(files if files is not None else root, filesystem=store.filesystem, save="cache")
 
     # -- opening ---------------------------------------------------------------------------
     def _init(
@@ -434,49 +314,21 @@ class ArrowShards:
     # -- pickling (no pickled Arrow data: each process maps its own files) -------------------
     def __getstate__(self) -> dict[str, Any]:
         self._usable()  # a source whose files failed their checks is not passed on
-        state = {
-            K_FORMAT: _STATE_FORMAT,
-            K_SCHEMA_VERSION: _STATE_SCHEMA_VERSION,
-            K_ROOT: str(self._root),
-            K_FILES: list(self._rel),
-            K_VERSION: self._version.to_dict() if self._version is not None else None,
-            K_IDENTITIES: [s.identity.to_dict() if s.identity is not None else None for s in self._shards],
-        }
-        if self._store.filesystem is not None:
-            state[K_FILESYSTEM] = self._store.filesystem  # pyarrow filesystems pickle their configuration
-            state[K_RETRIES] = self._store.retries.to_dict()
-        if self._ahead is not None:
-            state[K_READ_AHEAD] = self._ahead.root  # a worker reads the units its rank's fetcher wrote
-        return state
+        identities = [s.identity for s in self._shards]
+        ahead = self._ahead.root if self._ahead is not None else None
+        return source_state(self._root, self._rel, self._version, identities, self._store, ahead)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        if state.get(K_FORMAT) != _STATE_FORMAT or state.get(K_SCHEMA_VERSION) != _STATE_SCHEMA_VERSION:
-            raise ConfigError(
-                describe(
-                    "state",
-                    {k: state.get(k) for k in (K_FORMAT, K_SCHEMA_VERSION)},
-                    f"format {_STATE_FORMAT!r} schema_version {_STATE_SCHEMA_VERSION}",
-                    "pickle and unpickle with the same resumable_data version",
-                )
-            )
-        retries = Retries.from_dict(state[K_RETRIES]) if K_RETRIES in state else DEFAULT_RETRIES
-        store = store_for(state.get(K_FILESYSTEM), retries)
-        version = None
-        if state[K_VERSION] is not None:
-            version = DatasetVersion.from_dict(state[K_VERSION], root=state[K_ROOT])
-            if store.filesystem is not None:
-                version = replace(version, filesystem=store.filesystem)
-        root = Path(state[K_ROOT]).as_posix()
-        expected = [FileIdentity.from_dict(d) if d is not None else None for d in state[K_IDENTITIES]]
+        got = read_state(state)
         try:
-            self._init(root, state[K_FILES], version, store, expected)
+            self._init(got.root, got.files, got.version, got.store, got.expected)
         except ResumableDataError as exc:
             # raised at the first read, where a loader worker reports it with the batch it was
             # fetching (an exception while unpickling only says the worker exited)
-            self._closed_because(exc, root, state[K_FILES], version, store)
+            self._closed_because(exc, got.root, got.files, got.version, got.store)
             return
-        if state.get(K_READ_AHEAD) is not None:
-            self.attach_read_ahead(UnitCache(state[K_READ_AHEAD]))
+        if got.read_ahead is not None:
+            self.attach_read_ahead(UnitCache(got.read_ahead))
 
     @classmethod
     def from_hf(
@@ -658,24 +510,11 @@ class ArrowShards:
         return not self._store.local
 
     def _locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        unit = np.searchsorted(self._starts, ids, side="right") - 1
-        return unit, ids - self._starts[unit]
+        return locate_ids(self._starts, ids)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         self._usable()
-        try:
-            i = operator.index(index)
-        except TypeError:  # rd errors that are still the TypeError / IndexError a Python sequence raises
-            raise ConfigTypeError(
-                describe("index", index, "an integer record id", "use take(ids) for arrays of ids")
-            ) from None
-        n = self._num_records
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise RecordIdError(
-                describe("index", index, f"a record id in [-{n}, {n})", "pass an id within the dataset")
-            )
+        i = record_index(index, self._num_records)
         unit, local = self._locate(np.array([i], dtype=np.int64))
         return self._read(unit, lambda: self._unit_data(int(unit[0])).slice(int(local[0]), 1).to_pylist()[0])
 

@@ -1,0 +1,190 @@
+"""One opened shard and its units: a unit read whole, by one ranged read, or decoded from bytes read ahead.
+
+Algorithm: a shard is a list of units (an IPC record batch, a Parquet row group). Where the store
+memory-maps (local files) every IPC batch is a zero-copy view of the map and :meth:`OpenShard.read_unit`
+returns it. Elsewhere, with a :class:`~.layout.ShardLayout`, unit ``k`` is one ranged read of
+exactly its message (IPC) or its column chunks (Parquet, decoded through :class:`_SpanFile`, which
+refuses any read outside the span); without a layout an IPC file is read through its footer, an
+IPC stream whole (one unit), a Parquet row group by ``read_row_group``.
+
+Guarantee: a read or decode failure, or a unit holding other than the rows its metadata claimed,
+is a :class:`~resumable_data.DatasetIntegrityError` naming the shard and unit; a store that does
+not answer, after its retries, a :class:`~resumable_data.StoreUnavailableError`. The file's
+identity (:mod:`.identity`) is checked before and after every read from a file (local: ``fstat``
+of the descriptor, or ``stat`` of a memory-mapped file's name; remote: by the store), so a file
+that changed is never read as the one opened. Parquet page CRCs are verified where the writer
+stored them.
+
+Cost: a memory-mapped unit: nothing; a ranged unit: one read of its bytes; two identity checks per
+read from a file. A restore reopens the shard (see :mod:`.files`); no unit is read until used.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from resumable_data.sources.identity import FileIdentity, changed_error, unchanged, unchanged_at
+from resumable_data.sources.layout import ShardFormat, ShardLayout, read_ipc_unit
+from resumable_data.sources.store import LOCAL, ShardStore
+from resumable_data.sources.validate import guard, integrity_error
+
+__all__ = ["OpenShard"]
+
+
+class OpenShard:
+    """One opened shard: format, schema, rows per unit and, where memory-mapped, the units'
+    zero-copy record batches (``batches``) and the whole map (``whole``); :meth:`read_unit` loads
+    unit ``k`` otherwise (by range where the shard has a ``layout``)."""
+
+    def __init__(
+        self,
+        fmt: ShardFormat,
+        schema: pa.Schema,
+        unit_rows: list[int],
+        *,
+        batches: list[pa.RecordBatch] | None = None,
+        whole: pa.Buffer | None = None,
+        file: Any = None,
+        reader: Any = None,
+        store: ShardStore = LOCAL,
+        path: str = "",
+        identity: FileIdentity | None = None,
+        layout: ShardLayout | None = None,
+    ) -> None:
+        self.format, self.schema, self.unit_rows = fmt, schema, unit_rows
+        self.batches, self.whole, self.layout = batches, whole, layout
+        #: the file's identity when it was opened (:mod:`.identity`)
+        self.identity = identity
+        self._file, self._reader, self._store, self._path = file, reader, store, path
+        # local files: fstat of the descriptor a reader holds, stat of a memory-mapped file's name
+        # (a map keeps no descriptor: no limit on shards); remote ones are checked by their store
+        watched = store.local and identity is not None
+        self._fileno = file.fileno() if watched and file is not None else None
+        self._mapped_path = str(path) if watched and file is None and batches is not None else None
+
+    @property
+    def mapped_path(self) -> str | None:
+        """The name :meth:`check` stats (a memory-mapped local file with an identity), else None."""
+        return self._mapped_path
+
+    def check(self, when: str) -> None:
+        """Raise :func:`~.identity.changed_error` if the open file is no longer what was opened
+        (local files: ``fstat`` of the reader's descriptor, or ``stat`` of a memory-mapped file's
+        name; remote ones are checked by their store)."""
+        if self._fileno is not None:
+            same = unchanged(self._fileno, self.identity)
+        elif self._mapped_path is not None:
+            same = unchanged_at(self._mapped_path, self.identity)
+        else:
+            return
+        if same:
+            return
+        raise changed_error(str(self._path), when, self.identity, self._store.identity(self._path, self._file))
+
+    def read_unit(self, k: int) -> pa.RecordBatch:
+        """Unit ``k`` as one record batch (read from the store unless memory-mapped); a read or
+        decode failure, or a unit holding other than the rows its metadata claimed, is a
+        DatasetIntegrityError naming the shard and unit (not yet validated: see :mod:`.validate`);
+        a store that does not answer, after its retries, a
+        :class:`~resumable_data.StoreUnavailableError`. The file's identity is checked before and
+        after the read."""
+        if self.batches is not None:
+            return self.batches[k]
+        self.check(f"before reading record batch {k}")
+        batch = guard(
+            str(self._path),
+            f"record batch {k}",
+            lambda: self._store.retrying(self._path, f"read of unit {k}", lambda: self._read_unit(k)),
+        )
+        self.check(f"after reading record batch {k}")
+        return self._rows_checked(k, batch)
+
+    def unit_span(self, k: int) -> tuple[int, int] | None:
+        """(offset, length) of unit ``k``'s bytes where one ranged read holds all it needs (a remote
+        shard with a layout: an IPC message, a Parquet row group's column chunks); else None."""
+        if self.layout is None or self.batches is not None:
+            return None
+        offset, length, _ = self.layout.units[k]
+        return offset, length
+
+    def decode_unit(self, k: int, data: pa.Buffer) -> pa.RecordBatch:
+        """Unit ``k`` decoded from ``data``, the bytes of :meth:`unit_span` (read ahead): the IPC
+        message with the schema read at open, or the row group through the footer read at open
+        (the bytes outside the span are never asked for). Checked as :meth:`read_unit` checks."""
+        offset, _ = self.unit_span(k)
+        batch = guard(str(self._path), f"record batch {k}", lambda: self._decode_unit(k, offset, data))
+        return self._rows_checked(k, batch)
+
+    def _rows_checked(self, k: int, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` (unit ``k``), unless its row count is not the one its metadata claims."""
+        if batch.num_rows != self.unit_rows[k]:
+            raise integrity_error(
+                str(self._path),
+                f"record batch {k}",
+                ValueError(f"it holds {batch.num_rows} rows, its metadata claims {self.unit_rows[k]}"),
+            )
+        return batch
+
+    def _decode_unit(self, k: int, offset: int, data: pa.Buffer) -> pa.RecordBatch:
+        if self.format is not ShardFormat.PARQUET:
+            return read_ipc_unit(data, self.schema, self.unit_rows[k])
+        span = pa.PythonFile(_SpanFile(offset, data, self._reader.metadata.serialized_size, self._file), mode="r")
+        table = pq.ParquetFile(span, metadata=self._reader.metadata, page_checksum_verification=True).read_row_group(k)
+        table = table.combine_chunks()
+        if table.num_rows:
+            return table.to_batches()[0]
+        return pa.RecordBatch.from_pylist([], schema=table.schema)
+
+    def _read_unit(self, k: int) -> pa.RecordBatch:
+        if self.layout is not None and self.format is not ShardFormat.PARQUET:
+            offset, length, rows = self.layout.units[k]
+            return read_ipc_unit(self._file.read_at(length, offset), self.schema, rows)
+        if self.format is ShardFormat.IPC_FILE:
+            return self._reader.get_batch(k)
+        if self.format is ShardFormat.PARQUET:
+            table = self._reader.read_row_group(k)
+        else:
+            with self._store.open_input_stream(self._path) as f:
+                table = pa.ipc.open_stream(f).read_all()
+        table = table.combine_chunks()
+        if table.num_rows:
+            return table.to_batches()[0]
+        return pa.RecordBatch.from_pylist([], schema=table.schema)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+class _SpanFile(io.RawIOBase):
+    """The bytes ``[offset, offset + len(data))`` of a file, read-only and seekable: reads outside
+    the span raise (a Parquet row group decoded from its column chunks alone)."""
+
+    def __init__(self, offset: int, data: pa.Buffer, footer_size: int, file: Any) -> None:
+        self._offset, self._data, self._pos = offset, memoryview(data), 0
+        self._size = file.size() if file is not None else offset + len(data) + footer_size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        self._pos = pos if whence == 0 else self._pos + pos if whence == 1 else self._size + pos
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, b: Any) -> int:
+        a = self._pos - self._offset
+        if a < 0 or a + len(b) > len(self._data):
+            raise OSError(f"read of bytes [{self._pos}, {self._pos + len(b)}) outside the unit's span")
+        b[: len(b)] = self._data[a : a + len(b)]
+        self._pos += len(b)
+        return len(b)
