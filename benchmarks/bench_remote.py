@@ -1,7 +1,8 @@
 """Training from S3 with read-ahead vs the same loader on local disk: samples/s ratios, read
 amplification, requests per step, the first batch after a resume, and the projected hit rate.
 
-Run: ``.venv/bin/python -m benchmarks.bench_remote [--quick] [--rows N] [--rounds R]``.
+Run: ``.venv/bin/python -m benchmarks.bench_remote [--quick] [--rows N] [--rounds R] [--units record_batch,shard]
+[--budget default,0.5,0.25] [--epochs E]``.
 A moto S3 server on 127.0.0.1 behind :class:`benchmarks.s3_proxy.S3Proxy` (``--latency-ms``,
 default 30, added to every request; requests and bytes counted). Data: ``--rows`` rows (default
 65,536; ``--quick`` 16,384) of ``tokens: list<int32>`` of 256..512 values and ``id: int64``, in
@@ -13,7 +14,11 @@ window's blocks are scattered over about 22 of the 64 units, 34% of this small d
 over the local files (memory-mapped IPC, Parquet by row group), global shuffle, window shuffle
 (``shuffle_window=10_000``) and sequential, 0 and 2 workers. Each round builds both loaders afresh
 and times, one after the other (interleaved), the batches after the first (the steady state; the
-first batch's own time is reported apart): one epoch (global shuffle: 9 steps).
+first batch's own time is reported apart): ``--epochs`` epochs (default 1; global shuffle: 9 steps).
+``--units``: the fetch unit, ``rd.ReadUnit`` (``record_batch``: one ranged GET per record batch or
+row group; ``shard``: the whole object per GET). ``--budget`` and ``--global-budget`` take
+comma-separated fractions of the dataset's bytes, or ``default`` (``rd.ReadAhead()``'s 2 GiB,
+which holds this dataset whole); every (unit, budget) pair is a row.
 
 Columns: ``ratio`` = remote samples/s / local samples/s (median over rounds); ``amplification`` =
 bytes the proxy sent / bytes of the delivered records (a record's bytes: its unit's span over its
@@ -27,7 +32,7 @@ lower bound for that budget); ``cache peak``: the most bytes the cache held over
 (units of steps in flight are fetched past the budget). ``store ceiling``: rows/s of the store alone (every unit read once, 16 requests in flight, no
 loader): moto and the proxy share this machine's cores, so no remote figure here can exceed it.
 
-Writes ``benchmarks/results/remote.json`` and ``remote.md``.
+Writes ``benchmarks/results/remote.json`` and ``remote.md`` (``--results NAME``: ``NAME.json``, ``NAME.md``).
 """
 
 from __future__ import annotations
@@ -80,7 +85,12 @@ def run(ld, steps: int) -> tuple[float, float, np.ndarray]:
     ids = [b["id"].numpy()]
     t1 = time.perf_counter()
     for _ in range(steps):
-        ids.append(next(it)["id"].numpy())
+        try:
+            b = next(it)
+        except StopIteration:  # the next epoch: a new pass continues from the cursor
+            it = iter(ld)
+            b = next(it)
+        ids.append(b["id"].numpy())
     return first, time.perf_counter() - t1, np.concatenate(ids)
 
 
@@ -93,15 +103,19 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--formats", default="ipc_file,parquet")
     ap.add_argument("--orders", default="window,sequential,global")
     ap.add_argument("--workers", default="0,2")
-    ap.add_argument("--budget", type=float, default=0.5, help="cache_bytes / dataset bytes, window and sequential")
-    ap.add_argument("--global-budget", type=float, default=0.25, help="cache_bytes / dataset bytes, global shuffle")
+    ap.add_argument("--budget", default="0.5", help="cache_bytes / dataset bytes (or default), window and sequential")
+    ap.add_argument("--global-budget", default="0.25", help="cache_bytes / dataset bytes (or default), global shuffle")
+    ap.add_argument("--units", default="record_batch", help="rd.ReadUnit values, comma-separated")
+    ap.add_argument("--epochs", type=int, default=1, help="epochs timed (window and sequential)")
+    ap.add_argument("--no-resume", action="store_true", help="skip the resume figures")
+    ap.add_argument("--results", default="remote", help="name of the results files (benchmarks/results/NAME.md)")
     args = ap.parse_args(argv)
     if args.quick:
         args.rows, args.rounds = 16_384, 1
     from moto.server import ThreadedMotoServer
 
     import resumable_data as rd
-    from resumable_data.plan.reads import belady_misses, read_schedule
+    from resumable_data.plan.reads import belady_fetches, belady_misses, read_schedule
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     work = Path(tempfile.mkdtemp(prefix="rd-bench-remote-"))
@@ -134,13 +148,24 @@ def main(argv: list[str] | None = None) -> dict:
             rows = np.diff(np.append(starts, len(probe)))
             per_record = np.repeat(sizes / rows, rows)  # a record's share of its unit's bytes
             total = int(sizes.sum())
+            shard_of = probe.unit_shards()
+            first_unit = np.flatnonzero(np.r_[True, shard_of[1:] != shard_of[:-1]])
+            fetch_units = {"record_batch": (starts, sizes),  # planner input per rd.ReadUnit
+                           "shard": (starts[first_unit],
+                                     np.array([probe.shard_size(int(j)) for j in shard_of[first_unit]]))}
             ceiling = store_ceiling(probe, len(sizes))
             print({"format": fmt, "store_ceiling_rows_s": ceiling}, flush=True)
-            for order in args.orders.split(","):
-                budget = int(total * (args.global_budget if order == "global" else args.budget))
-                ahead = rd.ReadAhead(lookahead=64, concurrency=16, cache_bytes=budget)
-                steps = 8 if order == "global" else args.rows // BATCH - 1  # a whole epoch
-                for workers in (int(w) for w in args.workers.split(",")):
+            for order, unit_name, budget_s, workers in (
+                (o, u, b, int(w))
+                for o in args.orders.split(",")
+                for u in args.units.split(",")
+                for b in (args.global_budget if o == "global" else args.budget).split(",")
+                for w in args.workers.split(",")
+            ):
+                budget = rd.ReadAhead().cache_bytes if budget_s == "default" else int(total * float(budget_s))
+                ahead = rd.ReadAhead(lookahead=64, concurrency=16, cache_bytes=budget, unit=rd.ReadUnit(unit_name))
+                steps = 8 if order == "global" else args.epochs * args.rows // BATCH - 1
+                if True:
                     local_t, remote_t, firsts, amp, gets, heads, peaks = [], [], [], [], [], [], []
                     for _ in range(args.rounds):
                         ref = loader(rd.ArrowShards(local), order, workers)
@@ -164,13 +189,17 @@ def main(argv: list[str] | None = None) -> dict:
                     ratios = [r / lo for r, lo in zip(remote_t, local_t)]
                     planner = loader(rd.ArrowShards(local), order, 0)
                     recs = [np.asarray(planner.step_info(s).records) for s in range(steps + 1)]
-                    sched = read_schedule(0, recs, starts)
+                    f_starts, f_sizes = fetch_units[unit_name]
+                    sched = read_schedule(0, recs, f_starts)
                     reads = sum(len(u) for u in sched.steps)
-                    misses25 = belady_misses(sched.steps, sizes, budget)  # at this order's budget
+                    misses25 = belady_misses(sched.steps, f_sizes, budget)  # at this order's budget
                     hit25 = 1 - misses25 / reads
                     distinct = len(sched.order)
-                    hit100 = 1 - belady_misses(sched.steps, sizes, total) / reads
-                    row = {"format": fmt, "order": order, "workers": workers,
+                    hit100 = 1 - belady_misses(sched.steps, f_sizes, int(f_sizes.sum())) / reads
+                    # the amplification Belady projects at this budget: bytes fetched / bytes delivered
+                    belady_amp = f_sizes[belady_fetches(sched.steps, f_sizes, budget)].sum() / per_record[ids].sum()
+                    row = {"format": fmt, "order": order, "workers": workers, "unit": unit_name,
+                           "budget": budget_s, "belady_amplification": belady_amp,
                            "local_samples_s": statistics.median(local_t),
                            "remote_samples_s": statistics.median(remote_t),
                            "ratio": statistics.median(ratios), "ratios": ratios,
@@ -184,21 +213,29 @@ def main(argv: list[str] | None = None) -> dict:
                            "cache_peak_fraction": statistics.median(peaks)}
                     rows_out.append(row)
                     print(row, flush=True)
-            ahead = rd.ReadAhead(lookahead=64, concurrency=16, cache_bytes=int(total * args.budget))
+            if args.no_resume:
+                continue
+            b0 = args.budget.split(",")[0]
+            ahead = rd.ReadAhead(lookahead=64, concurrency=16,
+                                 cache_bytes=rd.ReadAhead().cache_bytes if b0 == "default" else int(total * float(b0)))
             resume_rows.append(resume_figures(rd, prefix, fs, ahead, fmt, args.rounds))
             print(resume_rows[-1], flush=True)
     finally:
         proxy.close()
         server.stop()
     md = [f"# Remote training with read-ahead (moto behind S3Proxy at {args.latency_ms:g} ms, {args.rows} rows of "
-          f"256-512 int32 tokens, units of {ROWS_PER_BATCH} rows, batch {BATCH}, cache {args.global_budget:.0%} of the dataset for global shuffle, {args.budget:.0%} otherwise)", "",
-          "| format | order | workers | local samples/s | remote samples/s | ratio | amplification | GET/step "
-          "| HEAD/step | first batch s | projected hit rate (budget / 100%) | Belady fetches/unit (budget) "
+          f"256-512 int32 tokens, units of {ROWS_PER_BATCH} rows, batch {BATCH}, {args.epochs} epoch(s); budget: "
+          "cache_bytes over the dataset's bytes, default = rd.ReadAhead()'s 2 GiB)", "",
+          "| format | order | workers | unit | budget | local samples/s | remote samples/s | ratio | amplification "
+          "| Belady amplification (budget) | GET/step | HEAD/step | first batch s "
+          "| projected hit rate (budget / 100%) | Belady fetches/unit (budget) "
           "| cache peak / dataset | store ceiling rows/s | remote / min(local, ceiling) |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows_out:
-        md.append(f"| {r['format']} | {r['order']} | {r['workers']} | {r['local_samples_s']:,.0f} | "
+        md.append(f"| {r['format']} | {r['order']} | {r['workers']} | {r['unit']} | {r['budget']} | "
+                  f"{r['local_samples_s']:,.0f} | "
                   f"{r['remote_samples_s']:,.0f} | {r['ratio']:.2f} | {r['amplification']:.2f} | "
+                  f"{r['belady_amplification']:.2f} | "
                   f"{r['get_per_step']:.1f} | {r['head_per_step']:.1f} | {r['first_batch_s']:.2f} | "
                   f"{r['projected_hit_rate_25']:.2f} / {r['projected_hit_rate_100']:.2f} | "
                   f"{r['belady_fetches_per_unit_25']:.2f} | {r['cache_peak_fraction']:.2f} | "
@@ -206,7 +243,7 @@ def main(argv: list[str] | None = None) -> dict:
     md += ["", "| format | fresh first batch s | resumed first batch s | ratio |", "|---|---|---|---|"]
     for r in resume_rows:
         md.append(f"| {r['format']} | {r['fresh_s']:.3f} | {r['resumed_s']:.3f} | {r['ratio']:.2f} |")
-    path = write_results("remote", {"rows": rows_out, "resume": resume_rows, "args": vars(args)}, "\n".join(md))
+    path = write_results(args.results, {"rows": rows_out, "resume": resume_rows, "args": vars(args)}, "\n".join(md))
     print("\n".join(md))
     print(f"wrote {path}")
     return {"rows": rows_out, "resume": resume_rows}

@@ -11,7 +11,10 @@ shards of 8,192 rows in 1,024-row record batches, ~12.6 MB; LitData ``BinaryWrit
 workers; sequential and shuffled, each tool's own shuffle: rd ``shuffle_window=10_000`` (its order
 for object stores), LitData ``shuffle=True`` (chunk order shuffled, samples within each chunk
 shuffled), Streaming ``shuffle=True`` (its default ``py1e`` algorithm). rd reads with
-``rd.ReadAhead()`` at its defaults. Each peer runs as a subprocess of its own venv's python
+``rd.ReadAhead()`` at its defaults (``rd``: record batches) and, with ``--rd-units
+record_batch,shard`` (the default), also with ``rd.ReadAhead(unit=rd.ReadUnit.SHARD)``
+(``rd_shard``: whole shard objects, as the peers read whole chunks). Each peer runs as a
+subprocess of its own venv's python
 (:mod:`benchmarks.peers.remote_peer`; its interpreter start and imports are outside the timing)
 with a fresh local cache per run; in each round the three tools run one after the other for each
 case (interleaved). Timed: one epoch's batches after the first (the steady state); the first
@@ -63,6 +66,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--latency-ms", type=float, default=30.0)
     ap.add_argument("--workers", default="0,2")
+    ap.add_argument("--rd-units", default="record_batch,shard",
+                    help="rd.ReadUnit values rd reads with (rd: record batches; rd_shard: whole shards)")
+    ap.add_argument("--results", default="remote_peers", help="name of the results files")
     args = ap.parse_args(argv)
     from moto.server import ThreadedMotoServer
 
@@ -98,19 +104,21 @@ def main(argv: list[str] | None = None) -> dict:
                                       "--prefix", name, "--rows", str(args.rows)), flush=True)
         proxy.latency_s = args.latency_ms / 1e3
         steps = args.rows // BATCH - 1
+        rds = {"rd" if u == "record_batch" else f"rd_{u}": rd.ReadUnit(u) for u in args.rd_units.split(",")}
         for workers in (int(w) for w in args.workers.split(",")):
             for order, rd_order in ORDERS.items():
-                rates: dict[str, list[float]] = {t: [] for t in ("rd", *peers)}
-                firsts: dict[str, list[float]] = {t: [] for t in ("rd", *peers)}
-                epochs: dict[str, list[float]] = {t: [] for t in ("rd", *peers)}  # samples/s, first batch included
+                rates: dict[str, list[float]] = {t: [] for t in (*rds, *peers)}
+                firsts: dict[str, list[float]] = {t: [] for t in (*rds, *peers)}
+                epochs: dict[str, list[float]] = {t: [] for t in (*rds, *peers)}  # samples/s, first batch included
                 for _ in range(args.rounds):
-                    ld = loader(rd.ArrowShards(prefix, filesystem=fs), rd_order, workers, rd.ReadAhead())
-                    first, t, ids = run(ld, steps)
-                    del ld
-                    assert len(ids) == (steps + 1) * BATCH
-                    rates["rd"].append(steps * BATCH / t)
-                    firsts["rd"].append(first)
-                    epochs["rd"].append(len(ids) / (first + t))
+                    for tool, unit in rds.items():
+                        ld = loader(rd.ArrowShards(prefix, filesystem=fs), rd_order, workers, rd.ReadAhead(unit=unit))
+                        first, t, ids = run(ld, steps)
+                        del ld
+                        assert len(ids) == (steps + 1) * BATCH
+                        rates[tool].append(steps * BATCH / t)
+                        firsts[tool].append(first)
+                        epochs[tool].append(len(ids) / (first + t))
                     for name in peers:
                         flags = ["--shuffle"] if order == "shuffled" else []
                         r = peer(name, "read", "--tool", name, "--endpoint", proxy_url, "--bucket", BUCKET,
@@ -123,29 +131,31 @@ def main(argv: list[str] | None = None) -> dict:
                 row = {"order": order, "workers": workers,
                        **{f"{t}_samples_s": statistics.median(v) for t, v in rates.items()},
                        **{f"{t}_first_s": statistics.median(v) for t, v in firsts.items()},
-                       **{f"rd_vs_{p}": statistics.median(a / b for a, b in zip(rates["rd"], rates[p])) for p in peers},
-                       **{f"rd_vs_{p}_epoch": statistics.median(a / b for a, b in zip(epochs["rd"], epochs[p]))
-                          for p in peers},
+                       **{f"{t}_vs_{p}": statistics.median(a / b for a, b in zip(rates[t], rates[p]))
+                          for t in rds for p in peers},
+                       **{f"{t}_vs_{p}_epoch": statistics.median(a / b for a, b in zip(epochs[t], epochs[p]))
+                          for t in rds for p in peers},
                        "rounds": {t: v for t, v in rates.items()}, "epoch_rounds": epochs}
                 results.append(row)
                 print(row, flush=True)
     finally:
         proxy.close()
         server.stop()
-    head = "| order | workers | rd samples/s | " + " | ".join(f"{p} samples/s | rd / {p}" for p in peers)
-    head += " | first batch s (rd / " + " / ".join(peers) + ") | " + " | ".join(f"rd / {p}, whole epoch" for p in peers)
-    head += " |"
+    tools = [t for t in ("rd", "rd_shard") if f"{t}_samples_s" in (results[0] if results else {})]
+    head = "| order | workers | " + " | ".join(f"{t} samples/s" for t in (*tools, *peers))
+    head += " | " + " | ".join(f"{t} / {p}" for t in tools for p in peers)
+    head += " | first batch s (" + " / ".join((*tools, *peers)) + ") | "
+    head += " | ".join(f"{t} / {p}, whole epoch" for t in tools for p in peers) + " |"
     md = [f"# rd vs LitData and Streaming over S3 (moto behind S3Proxy at {args.latency_ms:g} ms; {args.rows} rows; "
-          f"batch {BATCH}; median of {args.rounds} interleaved rounds)", "", head,
-          "|" + "---|" * (4 + 3 * len(peers))]
+          f"batch {BATCH}; median of {args.rounds} interleaved rounds; rd: record batches, rd_shard: whole shards)",
+          "", head, "|" + "---|" * (3 + len(tools) + len(peers) + 2 * len(tools) * len(peers))]
     for r in results:
-        cells = [r["order"], str(r["workers"]), f"{r['rd_samples_s']:,.0f}"]
-        for p in peers:
-            cells += [f"{r[f'{p}_samples_s']:,.0f}", f"{r[f'rd_vs_{p}']:.2f}x"]
-        cells.append(" / ".join(f"{r[f'{t}_first_s']:.2f}" for t in ("rd", *peers)))
-        cells += [f"{r[f'rd_vs_{p}_epoch']:.2f}x" for p in peers]
+        cells = [r["order"], str(r["workers"])] + [f"{r[f'{t}_samples_s']:,.0f}" for t in (*tools, *peers)]
+        cells += [f"{r[f'{t}_vs_{p}']:.2f}x" for t in tools for p in peers]
+        cells.append(" / ".join(f"{r[f'{t}_first_s']:.2f}" for t in (*tools, *peers)))
+        cells += [f"{r[f'{t}_vs_{p}_epoch']:.2f}x" for t in tools for p in peers]
         md.append("| " + " | ".join(cells) + " |")
-    path = write_results("remote_peers", {"rows": results, "args": vars(args), "peers": peers}, "\n".join(md))
+    path = write_results(args.results, {"rows": results, "args": vars(args), "peers": peers}, "\n".join(md))
     print("\n".join(md))
     print(f"wrote {path}")
     return {"rows": results}

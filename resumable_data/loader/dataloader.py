@@ -127,7 +127,8 @@ class DataLoader:
       here is a cursor, exact after every batch at any worker count;
     * ``read_ahead``: an :class:`rd.ReadAhead` for an ``rd.ArrowShards`` on a remote store: the
       units the coming steps need are fetched ahead, concurrently, into a shared cache (off by
-      default; ``docs/object-storage.md#reading-ahead``). Batches and state are unchanged.
+      default; ``docs/object-storage.md#reading-ahead``; with ``packing=`` too). Batches and state are
+      unchanged.
     """
 
     __class_getitem__: classmethod[Any, ..., types.GenericAlias] = classmethod(types.GenericAlias)

@@ -1,11 +1,12 @@
 """Wiring ``rd.DataLoader(read_ahead=rd.ReadAhead(...))`` to the rank's fetcher.
 
 Algorithm: checked at construction (an ``rd.ReadAhead``; an ``rd.ArrowShards`` over a remote
-store; a loader whose batches are the plan's records, not packed sequences), then a
-:class:`~resumable_data.sources.read_ahead.Prefetcher` is started with ``records_of(step)``: this
-rank's record ids of global step ``step`` (the ledger's span, the sharding's positions, a private
-copy of the loader's order), the same function the workers fetch with. The step sampler tells it
-each step it hands out (:class:`~.fetch.StepSampler`).
+store), then a :class:`~resumable_data.sources.read_ahead.Prefetcher` is started with
+``records_of(step)``: this rank's record ids of global step ``step`` (the ledger's span, the
+sharding's positions, a private copy of the loader's order), the same function the workers fetch
+with; with ``packing=``, the documents the step's packed sequences hold
+(:func:`~.stream.describe_step`: the packer's step -> documents mapping, pure, from the documents'
+lengths only). The step sampler tells it each step it hands out (:class:`~.fetch.StepSampler`).
 
 Guarantee: the loader's state is untouched (the cursor): a resume seeks, and the next pass plans
 from the resumed step. Cost: a copy of the order (a plan: a few integers).
@@ -21,6 +22,7 @@ import numpy as np
 
 from resumable_data.errors import ConfigError, describe
 from resumable_data.loader.config import FetchMode, LoaderConfig
+from resumable_data.loader.stream import describe_step
 from resumable_data.sources.arrow_shards import ArrowShards
 from resumable_data.sources.read_ahead import Prefetcher, ReadAhead
 
@@ -45,21 +47,18 @@ def start_read_ahead(owner: Any, read_ahead: Any, dataset: Any, cfg: LoaderConfi
                 "drop read_ahead= for local files, or open the shards with filesystem=pyarrow.fs.S3FileSystem(...)",
             )
         )
-    if cfg.mode is FetchMode.PACKED:
-        raise ConfigError(
-            describe(
-                "read_ahead",
-                read_ahead,
-                "a loader without packing= (packed steps are not planned ahead yet)",
-                "drop read_ahead= or packing=",
-            )
-        )
     order, sharding = copy.deepcopy(cfg.order), cfg.sharding
 
     def records_of(step: int) -> np.ndarray:
         start, stop = ledger.span(step)
         return order.batch_records(start, stop, sharding.local_positions(start, stop))
 
-    prefetcher = Prefetcher(dataset, read_ahead, records_of)
+    def documents_of(step: int) -> np.ndarray:
+        # packed sequences: the documents the step's sequences hold (the packer's pure mapping),
+        # from the ledger's current stream (a resume or a new plan replaces it)
+        info = describe_step(ledger.stream, ledger.epoch_ledger(), sharding, step)
+        return np.zeros(0, dtype=np.int64) if info.records is None else info.records
+
+    prefetcher = Prefetcher(dataset, read_ahead, documents_of if cfg.mode is FetchMode.PACKED else records_of)
     weakref.finalize(owner, prefetcher.close)
     return prefetcher

@@ -12,7 +12,7 @@ function of the position, so the record ids of every future step are known; for 
 * :meth:`ReadSchedule.next_use`: the first step at or after a given step that reads a unit (None
   past the window): what Belady's rule evicts by (the resident unit used furthest in the future).
 
-:func:`belady_misses` replays a window's reads against a cache of ``capacity`` bytes under
+:func:`belady_misses` (and :func:`belady_fetches`, the units it fetches) replays a window's reads against a cache of ``capacity`` bytes under
 Belady's rule (evict the unit whose next use is furthest; a unit whose own next use is further
 than every resident one's is read without being kept): the projected fetches of a cache of that
 size, the lower bound of every eviction policy (``hit rate = 1 - fetches / reads``).
@@ -35,7 +35,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["ReadSchedule", "belady_misses", "read_schedule", "step_units"]
+__all__ = ["ReadSchedule", "belady_fetches", "belady_misses", "read_schedule", "step_units"]
 
 
 def step_units(records: np.ndarray, unit_starts: np.ndarray) -> np.ndarray:
@@ -90,6 +90,12 @@ def read_schedule(first: int, step_records: Sequence[np.ndarray], unit_starts: n
 def belady_misses(reads: Sequence[np.ndarray], sizes: np.ndarray, capacity: int) -> int:
     """Units fetched when the unit reads ``reads`` (one array per step, in order) go through a cache
     of ``capacity`` bytes (unit ``u`` is ``sizes[u]`` bytes) under Belady's rule (module docstring)."""
+    return len(belady_fetches(reads, sizes, capacity))
+
+
+def belady_fetches(reads: Sequence[np.ndarray], sizes: np.ndarray, capacity: int) -> np.ndarray:
+    """The units fetched, in order, by the replay of :func:`belady_misses` (``sizes[fetched].sum()``:
+    the bytes a cache of ``capacity`` bytes reads, the lower bound of the read amplification)."""
     seq = np.concatenate([np.asarray(r, dtype=np.int64) for r in reads]) if len(reads) else np.zeros(0, np.int64)
     n = len(seq)
     nxt = np.full(n, n, dtype=np.int64)  # index of the next read of the same unit (n: never)
@@ -100,14 +106,15 @@ def belady_misses(reads: Sequence[np.ndarray], sizes: np.ndarray, capacity: int)
         last[u] = t
     resident: dict[int, int] = {}  # unit -> its next read
     heap: list[tuple[int, int]] = []  # (-next read, unit), stale entries skipped
-    used = misses = 0
+    used = 0
+    fetched: list[int] = []
     for t in range(n):
         u, then = int(seq[t]), int(nxt[t])
         if u in resident:
             resident[u] = then
             heapq.heappush(heap, (-then, u))
             continue
-        misses += 1
+        fetched.append(u)
         size = int(sizes[u])
         if size > capacity:
             continue
@@ -124,4 +131,4 @@ def belady_misses(reads: Sequence[np.ndarray], sizes: np.ndarray, capacity: int)
             resident[u] = then
             used += size
             heapq.heappush(heap, (-then, u))
-    return misses
+    return np.asarray(fetched, dtype=np.int64)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from resumable_data.plan import OrderSpec, Plan
-from resumable_data.plan.reads import belady_misses, read_schedule, step_units
+from resumable_data.plan.reads import belady_fetches, belady_misses, read_schedule, step_units
 
 STARTS = np.arange(0, 200, 16)  # 13 units of 16 records (the last one 8)
 
@@ -38,6 +38,7 @@ def test_golden_global_shuffle_and_belady():
     sch = _schedule(OrderSpec("global"), 0, 3)
     assert [s.tolist() for s in sch.steps] == [[11, 9, 10, 0, 5, 3], [11, 12, 0, 7, 5, 10], [0, 9, 7, 10, 1]]
     assert belady_misses(sch.steps, np.full(13, 10), 40) == 10
+    assert belady_fetches(sch.steps, np.full(13, 10), 40).tolist() == [11, 9, 10, 0, 5, 3, 12, 7, 9, 1]
 
 
 def test_sequential_reads_each_unit_once_in_order():
@@ -74,8 +75,11 @@ def test_schedule_properties(unit_rows, raw_steps, first, capacity):
     got = belady_misses(sch.steps, sizes, capacity)
     assert len(seen) <= got <= reads
     assert got <= _lru_misses(sch.steps, sizes, capacity)
+    fetched = belady_fetches(sch.steps, sizes, capacity)
+    assert len(fetched) == got and set(fetched.tolist()) == set(seen)  # every unit read is fetched at least once
     if capacity >= int(sizes.sum()):
         assert got == len(seen)  # a cache that holds everything fetches each unit once
+        assert fetched.tolist() == seen  # in the order of first use
 
 
 def _lru_misses(reads, sizes, capacity):

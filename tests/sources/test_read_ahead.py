@@ -256,6 +256,49 @@ def test_whole_shard_prefetch_refuses_an_object_replaced_mid_run(data, endpoint,
     assert len(got) > 3 and got == ref[: len(got)]  # every batch delivered is right; none from the new bytes
 
 
+PACKING = rd.Packing(16, "best_fit", window=40, eos_id=0)
+PACKED_KEYS = ("input_ids", "labels", "position_ids", "document_ids", "cu_seqlens")
+
+
+def packed_batches(loader, n, out=None):
+    """The next ``n`` packed batches (every tensor as a list), appended to ``out``."""
+    out = [] if out is None else out
+    while len(out) < n:
+        for b in loader:
+            out.append(tuple(b[k].tolist() for k in PACKED_KEYS))
+            if len(out) == n:
+                break
+    return out
+
+
+@pytest.fixture(scope="module")
+def packed_reference(data):
+    return packed_batches(loader_over(rd.ArrowShards(data["arrow"][0]), "window", packing=PACKING), 40)
+
+
+@pytest.mark.parametrize("unit", list(rd.ReadUnit))
+@pytest.mark.parametrize("workers", [0, 2])
+def test_packed_steps_are_read_ahead_and_resume_bit_exact(data, proxy, packed_reference, unit, workers):
+    """With packing=, the units of future steps come from the packer's step -> documents mapping:
+    the same batches as the local copy, every GET the fetcher's, and a resume at step 17 equal to
+    the uninterrupted run batch for batch."""
+    _, prefix = data["arrow"]
+    ahead = rd.ReadAhead(lookahead=4, concurrency=4, cache_bytes=60_000, unit=unit)
+    loader = loader_over(remote(proxy.endpoint, prefix), "window", ahead, workers, packing=PACKING)
+    proxy.reset()
+    got = packed_batches(loader, 17)
+    loader.read_ahead.wait_idle(30)
+    assert loader.read_ahead.stats["units"] > 0
+    assert proxy.counts["GET"] == loader.read_ahead.stats["units"]  # no step read a unit itself
+    state = loader.state_dict()
+    del loader
+    resumed = loader_over(remote(proxy.endpoint, prefix), "window", ahead, workers, packing=PACKING)
+    resumed.load_state_dict(state)
+    rest = packed_batches(resumed, 40 - 17)
+    assert got == packed_reference[:17]
+    assert rest == packed_reference[17:]  # every remaining batch, in order
+
+
 def test_read_unit_must_be_the_enum():
     with pytest.raises(rd.ConfigError, match="unit"):
         rd.ReadAhead(unit="shard")
@@ -268,15 +311,12 @@ def test_knobs_are_validated(bad):
         rd.ReadAhead(**bad)
 
 
-def test_read_ahead_needs_remote_shards_without_packing(data, endpoint):
+def test_read_ahead_needs_remote_shards(data, endpoint):
     local, prefix = data["arrow"]
     with pytest.raises(rd.ConfigError, match="read_ahead="):
         loader_over(rd.ArrowShards(local), ahead=rd.ReadAhead())
     with pytest.raises(rd.ConfigError, match="an rd.ReadAhead"):
         loader_over(remote(endpoint, prefix), ahead=dict(lookahead=4))
-    with pytest.raises(rd.ConfigError, match="packing"):
-        loader_over(remote(endpoint, prefix), ahead=rd.ReadAhead(),
-                    packing=rd.Packing(seq_len=16, tokens="tokens"))
 
 
 def test_cache_directory_is_fresh_and_removed(data, endpoint, tmp_path):
