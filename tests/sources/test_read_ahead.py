@@ -22,8 +22,6 @@ FAST = rd.Retries(attempts=3, base_delay=0.01, max_delay=0.02)
 FORMATS = ("arrow", "arrow_stream", "parquet")
 
 
-
-
 def table(n: int = N) -> pa.Table:
     rng = np.random.default_rng(5)
     lens = rng.integers(1, 9, n)
@@ -36,8 +34,6 @@ def table(n: int = N) -> pa.Table:
 def data(endpoint, tmp_path_factory):
     """{format: (local dir, prefix)}: 100 units of 20 rows in 4 shards, pinned on S3."""
     return remote_copies(endpoint, table(), tmp_path_factory, "ahead", FORMATS)
-
-
 
 
 def batches(loader, n, out=None):
@@ -65,6 +61,7 @@ def remote(endpoint, prefix, retries=FAST):
 
 STEPS = 2 * N // 32  # two epochs (the tail dropped)
 AHEAD = rd.ReadAhead(lookahead=4, concurrency=4, cache_bytes=60_000)  # about 70 of the 100 units
+SHARDS = rd.ReadAhead(lookahead=4, concurrency=4, cache_bytes=30_000, unit=rd.ReadUnit.SHARD)  # one of the 4 shards
 
 
 @pytest.fixture(scope="module")
@@ -118,15 +115,16 @@ def test_every_unit_the_loop_reads_was_read_ahead(data, proxy, reference, order)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
-def test_resume_is_bit_exact(data, endpoint, reference, workers, fmt):
+@pytest.mark.parametrize(("fmt", "ahead"), [("arrow", AHEAD), ("parquet", AHEAD), ("arrow", SHARDS)],
+                         ids=["arrow-record_batch", "parquet-record_batch", "arrow-shard"])
+def test_resume_is_bit_exact(data, endpoint, reference, workers, fmt, ahead):
     _, prefix = data[fmt]
     ref = reference(fmt, "window")
-    first = loader_over(remote(endpoint, prefix), "window", AHEAD, workers)
+    first = loader_over(remote(endpoint, prefix), "window", ahead, workers)
     got = batches(first, 37)
     state = first.state_dict()
     del first
-    resumed = loader_over(remote(endpoint, prefix), "window", AHEAD, workers)
+    resumed = loader_over(remote(endpoint, prefix), "window", ahead, workers)
     resumed.load_state_dict(state)
     rest = batches(resumed, STEPS - 37)
     assert got == ref[:37]
@@ -179,9 +177,6 @@ def test_object_replaced_mid_run_is_refused(data, endpoint, reference, workers):
     assert len(got) > 3 and got == ref[: len(got)]  # every batch delivered is right; none from the new bytes
 
 
-SHARDS = rd.ReadAhead(lookahead=4, concurrency=4, cache_bytes=30_000, unit=rd.ReadUnit.SHARD)  # one of the 4 shards
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("order", list(ORDERS))
 def test_whole_shard_prefetch_same_batches_as_local_files(data, endpoint, reference, fmt, order):
@@ -213,21 +208,6 @@ def test_whole_shard_prefetch_reads_each_object_once_per_sequential_epoch(data, 
     assert proxy.counts["GET"] == loader.read_ahead.stats["units"]  # one GET per object, none by the loop
     size = sum(p.stat().st_size for p in local.iterdir() if p.suffix in (".arrow", ".parquet"))
     assert size <= proxy.bytes_out <= size + max(p.stat().st_size for p in local.iterdir())
-
-
-@pytest.mark.parametrize("workers", [0, 2])
-def test_whole_shard_prefetch_resume_is_bit_exact(data, endpoint, reference, workers):
-    _, prefix = data["arrow"]
-    ref = reference("arrow", "window")
-    first = loader_over(remote(endpoint, prefix), "window", SHARDS, workers)
-    got = batches(first, 37)
-    state = first.state_dict()
-    del first
-    resumed = loader_over(remote(endpoint, prefix), "window", SHARDS, workers)
-    resumed.load_state_dict(state)
-    rest = batches(resumed, STEPS - 37)
-    assert got == ref[:37]
-    assert rest == ref[37:]  # every remaining batch, in order
 
 
 @pytest.mark.parametrize("workers", [0, 2])
