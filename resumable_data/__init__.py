@@ -55,6 +55,7 @@ _EXPORTS: dict[str, str] = {
     "HashMode": "resumable_data.sources",
     "Mixture": "resumable_data.sources.mixture",
     "ReadAhead": "resumable_data.sources",
+    "ReadUnit": "resumable_data.sources",
     "RecordIdError": "resumable_data.sources",
     "Retries": "resumable_data.sources",
     "ShardInfo": "resumable_data.sources",

@@ -14,7 +14,7 @@ datasets), :mod:`.writer` (:func:`write_arrow_shards`), :mod:`.read_ahead` (remo
 from resumable_data.sources.arrow_shards import ArrowShards, RecordIdError, UnpinnedPolicy
 from resumable_data.sources.files import MANIFEST_NAME
 from resumable_data.sources.pin import pin
-from resumable_data.sources.read_ahead import ReadAhead
+from resumable_data.sources.read_ahead import ReadAhead, ReadUnit
 from resumable_data.sources.retry import Retries
 from resumable_data.sources.store import ShardStore
 from resumable_data.sources.version import (
@@ -32,6 +32,7 @@ __all__ = [
     "DatasetVersion",
     "HashMode",
     "ReadAhead",
+    "ReadUnit",
     "RecordIdError",
     "Retries",
     "Selection",

@@ -619,6 +619,31 @@ class ArrowShards:
             join(self._root.as_posix(), self._rel[u.shard]), offset, length, shard.identity
         )
 
+    def unit_shards(self) -> np.ndarray:
+        """The shard (index into the source's files) holding every unit, in unit order."""
+        return np.array([u.shard for u in self._units], dtype=np.int64)
+
+    def shard_size(self, j: int) -> int | None:
+        """The byte size of shard ``j``'s object as recorded at open (None where none was)."""
+        identity = self._shards[j].identity
+        return identity.size if identity is not None else None
+
+    def fetch_shard(self, j: int) -> bytes:
+        """Every byte of shard ``j``'s object, checked as :meth:`fetch_unit` checks (read ahead by
+        ``rd.ReadUnit.SHARD``)."""
+        identity = self._shards[j].identity
+        size = self.shard_size(j)
+        if size is None or not isinstance(self._store, FileSystemStore):
+            raise ConfigError(
+                describe(
+                    "shard",
+                    j,
+                    "a shard of a remote store whose size was recorded at open",
+                    "read it by record batch: rd.ReadAhead(unit=rd.ReadUnit.RECORD_BATCH)",
+                )
+            )
+        return self._store.read_range_checked(join(self._root.as_posix(), self._rel[j]), 0, size, identity)
+
     def attach_read_ahead(self, cache: UnitCache | None) -> None:
         """Read units through ``cache`` (filled ahead by one fetcher per rank), or directly (None)."""
         self._ahead = cache

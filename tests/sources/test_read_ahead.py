@@ -179,6 +179,88 @@ def test_object_replaced_mid_run_is_refused(data, endpoint, reference, workers):
     assert len(got) > 3 and got == ref[: len(got)]  # every batch delivered is right; none from the new bytes
 
 
+SHARDS = rd.ReadAhead(lookahead=4, concurrency=4, cache_bytes=30_000, unit=rd.ReadUnit.SHARD)  # one of the 4 shards
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_whole_shard_prefetch_same_batches_as_local_files(data, endpoint, reference, fmt, order):
+    _, prefix = data[fmt]
+    steps = STEPS // 2 if order == "global" else STEPS
+    loader = loader_over(remote(endpoint, prefix), order, SHARDS)
+    assert batches(loader, steps) == reference(fmt, order, steps)
+    stats = loader.read_ahead.stats
+    assert stats["units"] > 0 and stats["failed"] == 0
+    if order == "sequential":
+        assert stats["evicted"] > 0  # one shard fits: Belady evicted whole shards
+    # (here every step of a window or global shuffle reads all four shards: those of steps in flight
+    # are never evicted, so the cache holds all four past its budget)
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_whole_shard_prefetch_reads_each_object_once_per_sequential_epoch(data, proxy, reference, fmt):
+    local, prefix = data[fmt]
+    loader = loader_over(remote(proxy.endpoint, prefix), "sequential",
+                         rd.ReadAhead(lookahead=8, concurrency=4, cache_bytes=1 << 20, unit=rd.ReadUnit.SHARD))
+    proxy.reset()
+    steps = N // 32
+    assert batches(loader, steps) == reference(fmt, "sequential", STEPS)[:steps]
+    loader.read_ahead.wait_idle(30)
+    shards = len([p for p in local.iterdir() if p.suffix in (".arrow", ".parquet")])
+    assert shards == 4
+    # the next epoch's first steps are read ahead too (their shard again): at most one extra
+    assert shards <= loader.read_ahead.stats["units"] <= shards + 1
+    assert proxy.counts["GET"] == loader.read_ahead.stats["units"]  # one GET per object, none by the loop
+    size = sum(p.stat().st_size for p in local.iterdir() if p.suffix in (".arrow", ".parquet"))
+    assert size <= proxy.bytes_out <= size + max(p.stat().st_size for p in local.iterdir())
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_whole_shard_prefetch_resume_is_bit_exact(data, endpoint, reference, workers):
+    _, prefix = data["arrow"]
+    ref = reference("arrow", "window")
+    first = loader_over(remote(endpoint, prefix), "window", SHARDS, workers)
+    got = batches(first, 37)
+    state = first.state_dict()
+    del first
+    resumed = loader_over(remote(endpoint, prefix), "window", SHARDS, workers)
+    resumed.load_state_dict(state)
+    rest = batches(resumed, STEPS - 37)
+    assert got == ref[:37]
+    assert rest == ref[37:]  # every remaining batch, in order
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_whole_shard_prefetch_refuses_an_object_replaced_mid_run(data, endpoint, reference, workers):
+    local, prefix = data["arrow"]
+    fs = s3_client(endpoint)
+    bucket = f"replaced-shard-{workers}"
+    fs.create_dir(bucket)
+    for p in sorted(local.iterdir()):
+        if not p.name.startswith("."):
+            pafs.copy_files(f"{prefix}/{p.name}", f"{bucket}/data/{p.name}", source_filesystem=fs, destination_filesystem=fs)
+    rd.pin(f"{bucket}/data", filesystem=fs)
+    ref = reference("arrow", "sequential")
+    loader = loader_over(remote(endpoint, f"{bucket}/data"), "sequential",
+                         rd.ReadAhead(lookahead=2, concurrency=1, cache_bytes=1, unit=rd.ReadUnit.SHARD), workers)
+    got = batches(loader, 3)
+    shards = sorted(p.name for p in local.iterdir() if p.suffix == ".arrow")
+    victim = f"{bucket}/data/{shards[-1]}"  # the last shard: not yet read ahead
+    with fs.open_input_stream(victim) as f:
+        raw = bytearray(f.read())
+    raw[len(raw) // 2] ^= 0xFF  # same size, other bytes: another ETag
+    with fs.open_output_stream(victim) as f:
+        f.write(bytes(raw))
+    with pytest.raises(rd.DatasetIntegrityError, match="changed after this source opened it"):
+        batches(loader, STEPS, got)
+    assert len(got) > 3 and got == ref[: len(got)]  # every batch delivered is right; none from the new bytes
+
+
+def test_read_unit_must_be_the_enum():
+    with pytest.raises(rd.ConfigError, match="unit"):
+        rd.ReadAhead(unit="shard")
+
+
 @pytest.mark.parametrize("bad", [dict(lookahead=0), dict(concurrency=0), dict(cache_bytes=0),
                                  dict(lookahead=1.5), dict(cache_dir="/nonexistent/dir"), dict(concurrency=True)])
 def test_knobs_are_validated(bad):

@@ -9,7 +9,7 @@ the measured figures.
 """
 
 from resumable_data.sources.read_ahead.cache import UnitCache
-from resumable_data.sources.read_ahead.config import ReadAhead
+from resumable_data.sources.read_ahead.config import ReadAhead, ReadUnit
 from resumable_data.sources.read_ahead.fetcher import Prefetcher, ReadAheadSource
 
-__all__ = ["Prefetcher", "ReadAhead", "ReadAheadSource", "UnitCache"]
+__all__ = ["Prefetcher", "ReadAhead", "ReadAheadSource", "ReadUnit", "UnitCache"]

@@ -15,13 +15,23 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from resumable_data._schema import check_int
 from resumable_data.errors import ConfigError, describe
 
-__all__ = ["ReadAhead"]
+__all__ = ["ReadAhead", "ReadUnit"]
+
+
+class ReadUnit(Enum):
+    """What one fetch reads: one unit (an IPC record batch, a Parquet row group) by a ranged
+    request, or a whole shard object (every unit of it at once, one request), for datasets of
+    small objects where a request costs more than the bytes a step does not need."""
+
+    RECORD_BATCH = "record_batch"
+    SHARD = "shard"
 
 
 @dataclass(frozen=True)
@@ -35,18 +45,31 @@ class ReadAhead:
     * ``cache_bytes``: the byte budget of the unit cache (default 2 GiB); the units of steps
       already handed to workers are never evicted, and are fetched even past the budget;
     * ``cache_dir``: where the cache directory is made (default: the system's temporary
-      directory); a fresh subdirectory per loader, removed when the loader goes away.
+      directory); a fresh subdirectory per loader, removed when the loader goes away;
+    * ``unit``: what one fetch reads, a :class:`ReadUnit` (default ``RECORD_BATCH``: one ranged
+      read per record batch or row group; ``SHARD``: the whole object of a shard per read, its
+      object size counted against ``cache_bytes``).
     """
 
     lookahead: int = 64
     concurrency: int = 16
     cache_bytes: int = 2 << 30
     cache_dir: str | os.PathLike | None = None
+    unit: ReadUnit = ReadUnit.RECORD_BATCH
 
     def __post_init__(self) -> None:
         check_int(self.lookahead, "lookahead", 1, 1 << 20)
         check_int(self.concurrency, "concurrency", 1, 1024)
         check_int(self.cache_bytes, "cache_bytes", 1)
+        if not isinstance(self.unit, ReadUnit):
+            raise ConfigError(
+                describe(
+                    "unit",
+                    self.unit,
+                    "an rd.ReadUnit (RECORD_BATCH or SHARD)",
+                    "pass unit=rd.ReadUnit.SHARD or unit=rd.ReadUnit.RECORD_BATCH",
+                )
+            )
         d: Any = self.cache_dir
         if d is not None and (not isinstance(d, (str, os.PathLike)) or not Path(d).is_dir()):
             raise ConfigError(

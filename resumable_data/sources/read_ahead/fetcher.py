@@ -12,6 +12,15 @@ pool; each read is
 then one GET of the unit's span). Each unit is written to the cache directory (temporary name,
 then rename) and its promise dropped.
 
+Fetch units (:class:`~.config.ReadUnit`). ``RECORD_BATCH``: one fetch per unit (an IPC record
+batch, a Parquet row group). ``SHARD``: one fetch per shard object, the whole object in one
+request, every unit of it written to the cache from those bytes (for small objects, where a
+request costs more than the bytes a step does not need). Both are planned by the same
+:mod:`resumable_data.plan.reads` over *fetch units*: a fetch unit's first record id is its
+first unit's (for ``SHARD`` the shard's first record id), so a step's fetch units are
+``step_units(records, fetch_starts)``; the cache, the promises, Belady's rule and the checks
+below work on fetch units (a shard is promised, evicted and counted whole, at its object size).
+
 Eviction (Belady). The cache holds at most ``cache_bytes`` (fetches in flight count): before
 fetching a unit that does not fit, the resident unit whose next use is furthest (none in the
 window counts as infinitely far) is evicted, unless it is needed sooner than the unit to fetch,
@@ -48,7 +57,7 @@ import numpy as np
 
 from resumable_data.plan.reads import ReadSchedule, step_units
 from resumable_data.sources.read_ahead.cache import UnitCache
-from resumable_data.sources.read_ahead.config import ReadAhead
+from resumable_data.sources.read_ahead.config import ReadAhead, ReadUnit
 
 __all__ = ["Prefetcher", "ReadAheadSource"]
 
@@ -65,6 +74,12 @@ class ReadAheadSource(Protocol):
 
     def fetch_unit(self, k: int) -> bytes: ...
 
+    def unit_shards(self) -> np.ndarray: ...
+
+    def shard_size(self, j: int) -> int | None: ...
+
+    def fetch_shard(self, j: int) -> bytes: ...
+
     def attach_read_ahead(self, cache: UnitCache | None) -> None: ...
 
 
@@ -75,8 +90,26 @@ class Prefetcher:
         self.config = config
         self._source = source
         self._records_of = records_of
-        self._starts = source.unit_starts()
-        self._sizes = [s[1] if s is not None else None for s in source.unit_spans()]
+        starts, self._spans = source.unit_starts(), source.unit_spans()
+        if config.unit is ReadUnit.SHARD:
+            shard = source.unit_shards()
+            first = np.flatnonzero(np.r_[True, shard[1:] != shard[:-1]]) if len(shard) else np.zeros(0, np.int64)
+            self._shard: list[int] | None = [int(shard[f]) for f in first.tolist()]
+        else:
+            first = np.arange(len(starts), dtype=np.int64)
+            self._shard = None
+        bounds = np.append(first, len(starts)).tolist()
+        #: fetch unit g: the units ``members[g]``, from record id ``starts[g]`` on
+        self._members = [list(range(bounds[g], bounds[g + 1])) for g in range(len(first))]
+        self._starts = starts[first]
+        self._sizes: list[int | None] = []
+        for g, members in enumerate(self._members):
+            if any(self._spans[k] is None for k in members):
+                self._sizes.append(None)  # not read by range: the step reads it itself
+            elif self._shard is not None:
+                self._sizes.append(source.shard_size(self._shard[g]))
+            else:
+                self._sizes.append(self._spans[members[0]][1])
         self.cache = UnitCache(tempfile.mkdtemp(prefix="rd-read-ahead-", dir=config.cache_dir))
         self._units: dict[int, np.ndarray] = {}  # step -> its units (plan/reads.step_units)
         self._cond = threading.Condition()
@@ -131,7 +164,8 @@ class Prefetcher:
                     continue
                 self._promised.add(u)
                 self._failed.discard(u)  # a promised unit is fetched (again)
-                _touch(self.cache.want_path(u))
+                for k in self._members[u]:
+                    _touch(self.cache.want_path(k))
                 wake = True
             self._schedule, self._handed = sched, step
             moved, self._delivered = delivered > self._delivered, delivered
@@ -186,7 +220,7 @@ class Prefetcher:
         for when, u in todo:
             if len(self._inflight) >= self.config.concurrency:
                 return
-            size = self._sizes[u]
+            size = self._sizes[u] or 0
             while self._used + size > budget:
                 victim = self._victim(sched, at, protected)
                 if victim is None:
@@ -218,37 +252,52 @@ class Prefetcher:
     def _evict(self, v: int) -> None:
         self._used -= self._resident.pop(v)
         self.stats["evicted"] += 1
-        _unlink(self.cache.unit_path(v))
+        for k in self._members[v]:
+            _unlink(self.cache.unit_path(k))
 
     def _fetch(self, u: int) -> None:
-        """In a pool thread: read unit ``u``, write it to the cache, drop its promise."""
+        """In a pool thread: read fetch unit ``u``, write its units to the cache, drop its promise."""
         ok = False
+        members = self._members[u]
         try:
-            data = self._source.fetch_unit(u)
-            tmp = os.path.join(self.cache.root, f".{u}.{threading.get_ident()}.tmp")
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, self.cache.unit_path(u))
+            if self._shard is None:
+                self._write(members[0], self._source.fetch_unit(u))
+            else:
+                whole = memoryview(self._source.fetch_shard(self._shard[u]))
+                for k in members:
+                    offset, length = self._spans[k]  # type: ignore[misc]  # None was excluded at init
+                    self._write(k, whole[offset : offset + length])
             ok = True
         except Exception as exc:  # the worker that needs u reads it itself and raises the error there
             _log.debug("resumable_data: read-ahead of unit %d failed (%s); the step that needs it reads it", u, exc)
-            _touch(self.cache.err_path(u))
+            for k in members:
+                _touch(self.cache.err_path(k))
         with self._cond:
             self._inflight.discard(u)
+            size = self._sizes[u] or 0
             if ok:
-                self._resident[u] = self._sizes[u]
+                self._resident[u] = size
                 self.stats["units"] += 1
-                self.stats["bytes"] += self._sizes[u]
-                _unlink(self.cache.err_path(u))
+                self.stats["bytes"] += size
             else:
-                self._used -= self._sizes[u]
+                self._used -= size
                 self._failed.add(u)
                 self.stats["failed"] += 1
             self._promised.discard(u)
-            _unlink(self.cache.want_path(u))
-            if self._closed and ok:
-                _unlink(self.cache.unit_path(u))
+            for k in members:
+                if ok:
+                    _unlink(self.cache.err_path(k))
+                _unlink(self.cache.want_path(k))
+                if self._closed and ok:
+                    _unlink(self.cache.unit_path(k))
             self._cond.notify_all()
+
+    def _write(self, k: int, data: bytes | memoryview) -> None:
+        """Unit ``k``'s bytes into the cache: a temporary name, then renamed (readers see all or none)."""
+        tmp = os.path.join(self.cache.root, f".{k}.{threading.get_ident()}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, self.cache.unit_path(k))
 
 
 def _touch(path: str) -> None:

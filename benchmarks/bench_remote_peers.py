@@ -1,0 +1,146 @@
+"""rd with read-ahead against LitData and MosaicML Streaming, over the same S3 server at 30 ms.
+
+Run: ``benchmarks/peers/setup_remote_peers.sh`` once (the peers' own venvs, CPU torch), then
+``.venv/bin/python -m benchmarks.bench_remote_peers [--rows N] [--rounds R] [--latency-ms MS]``.
+
+The same rows as :mod:`benchmarks.bench_remote` (``--rows``, default 65,536, of 256-512 int32 tokens
+and an id), written by each tool's own writer into objects of about the same size (rd: Arrow IPC
+shards of 8,192 rows in 1,024-row record batches, ~12.6 MB; LitData ``BinaryWriter`` and Streaming
+``MDSWriter`` chunks of 12 MiB), uploaded to one moto server and read through
+:class:`benchmarks.s3_proxy.S3Proxy` adding ``--latency-ms`` to every request. Batch 256; 0 and 2
+workers; sequential and shuffled, each tool's own shuffle: rd ``shuffle_window=10_000`` (its order
+for object stores), LitData ``shuffle=True`` (chunk order shuffled, samples within each chunk
+shuffled), Streaming ``shuffle=True`` (its default ``py1e`` algorithm). rd reads with
+``rd.ReadAhead()`` at its defaults. Each peer runs as a subprocess of its own venv's python
+(:mod:`benchmarks.peers.remote_peer`; its interpreter start and imports are outside the timing)
+with a fresh local cache per run; in each round the three tools run one after the other for each
+case (interleaved). Timed: one epoch's batches after the first (the steady state); the first
+batch's time is reported apart. ``rd / peer``: median over rounds of the per-round ratio.
+
+A peer whose venv is missing is skipped with a message. Writes ``benchmarks/results/remote_peers.json``
+and ``remote_peers.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks._common import write_results
+from benchmarks.bench_remote import BATCH, ROWS_PER_BATCH, ROWS_PER_SHARD, build_table, loader, run, s3
+from benchmarks.s3_proxy import S3Proxy
+
+PEERS = ("litdata", "streaming")
+BUCKET = "peers"
+ORDERS = {"sequential": "sequential", "shuffled": "window"}  # this benchmark's name -> bench_remote's order
+
+
+def peer_python(name: str) -> Path | None:
+    py = Path(f"/tmp/venv-{name}/bin/python")
+    return py if py.exists() else None
+
+
+def peer(name: str, *args: str) -> dict:
+    script = Path(__file__).parent / "peers" / "remote_peer.py"
+    out = subprocess.run([str(peer_python(name)), str(script), *args], capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"{name} {args[0]} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=65_536)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--latency-ms", type=float, default=30.0)
+    ap.add_argument("--workers", default="0,2")
+    args = ap.parse_args(argv)
+    from moto.server import ThreadedMotoServer
+
+    import resumable_data as rd
+
+    peers = [p for p in PEERS if peer_python(p)]
+    for p in PEERS:
+        if p not in peers:
+            print(f"{p}: /tmp/venv-{p} is missing, skipped (run benchmarks/peers/setup_remote_peers.sh)", flush=True)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    proxy = S3Proxy(f"127.0.0.1:{port}")
+    direct_url, proxy_url = f"http://127.0.0.1:{port}", f"http://{proxy.endpoint}"
+    direct, fs = s3(f"127.0.0.1:{port}"), s3(proxy.endpoint)
+    results: list[dict] = []
+    try:
+        local = Path(tempfile.mkdtemp(prefix="rd-bench-peers-")) / "ipc"
+        rd.write_arrow_shards(build_table(args.rows), local, num_shards=max(1, args.rows // ROWS_PER_SHARD),
+                              rows_per_batch=ROWS_PER_BATCH)
+        rd.pin(local)
+        direct.create_dir(BUCKET)
+        prefix = f"{BUCKET}/rd"
+        for p in sorted(local.iterdir()):
+            with direct.open_output_stream(f"{prefix}/{p.name}") as f:
+                f.write(p.read_bytes())
+        rd.pin(prefix, filesystem=direct)
+        for name in peers:
+            print(name, "write", peer(name, "write", "--tool", name, "--endpoint", direct_url, "--bucket", BUCKET,
+                                      "--prefix", name, "--rows", str(args.rows)), flush=True)
+        proxy.latency_s = args.latency_ms / 1e3
+        steps = args.rows // BATCH - 1
+        for workers in (int(w) for w in args.workers.split(",")):
+            for order, rd_order in ORDERS.items():
+                rates: dict[str, list[float]] = {t: [] for t in ("rd", *peers)}
+                firsts: dict[str, list[float]] = {t: [] for t in ("rd", *peers)}
+                for _ in range(args.rounds):
+                    ld = loader(rd.ArrowShards(prefix, filesystem=fs), rd_order, workers, rd.ReadAhead())
+                    first, t, ids = run(ld, steps)
+                    del ld
+                    assert len(ids) == (steps + 1) * BATCH
+                    rates["rd"].append(steps * BATCH / t)
+                    firsts["rd"].append(first)
+                    for name in peers:
+                        flags = ["--shuffle"] if order == "shuffled" else []
+                        r = peer(name, "read", "--tool", name, "--endpoint", proxy_url, "--bucket", BUCKET,
+                                 "--prefix", name, "--workers", str(workers), *flags)
+                        if r["distinct"] != args.rows:
+                            raise RuntimeError(f"{name} delivered {r['distinct']} distinct rows of {args.rows}")
+                        rates[name].append(r["samples_s"])
+                        firsts[name].append(r["first_s"])
+                row = {"order": order, "workers": workers,
+                       **{f"{t}_samples_s": statistics.median(v) for t, v in rates.items()},
+                       **{f"{t}_first_s": statistics.median(v) for t, v in firsts.items()},
+                       **{f"rd_vs_{p}": statistics.median(a / b for a, b in zip(rates["rd"], rates[p])) for p in peers},
+                       "rounds": {t: v for t, v in rates.items()}}
+                results.append(row)
+                print(row, flush=True)
+    finally:
+        proxy.close()
+        server.stop()
+    head = "| order | workers | rd samples/s | " + " | ".join(f"{p} samples/s | rd / {p}" for p in peers)
+    head += " | first batch s (rd / " + " / ".join(peers) + ") |"
+    md = [f"# rd vs LitData and Streaming over S3 (moto behind S3Proxy at {args.latency_ms:g} ms; {args.rows} rows; "
+          f"batch {BATCH}; median of {args.rounds} interleaved rounds)", "", head,
+          "|" + "---|" * (4 + 2 * len(peers))]
+    for r in results:
+        cells = [r["order"], str(r["workers"]), f"{r['rd_samples_s']:,.0f}"]
+        for p in peers:
+            cells += [f"{r[f'{p}_samples_s']:,.0f}", f"{r[f'rd_vs_{p}']:.2f}x"]
+        cells.append(" / ".join(f"{r[f'{t}_first_s']:.2f}" for t in ("rd", *peers)))
+        md.append("| " + " | ".join(cells) + " |")
+    path = write_results("remote_peers", {"rows": results, "args": vars(args), "peers": peers}, "\n".join(md))
+    print("\n".join(md))
+    print(f"wrote {path}")
+    return {"rows": results}
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
