@@ -15,7 +15,9 @@ shuffled), Streaming ``shuffle=True`` (its default ``py1e`` algorithm). rd reads
 (:mod:`benchmarks.peers.remote_peer`; its interpreter start and imports are outside the timing)
 with a fresh local cache per run; in each round the three tools run one after the other for each
 case (interleaved). Timed: one epoch's batches after the first (the steady state); the first
-batch's time is reported apart. ``rd / peer``: median over rounds of the per-round ratio.
+batch's time is reported apart. ``rd / peer``: median over rounds of the per-round ratio of those
+rates; ``whole epoch``: the same ratio for the whole epoch, first batch included (LitData waits for
+a whole chunk before its first sample).
 
 A peer whose venv is missing is skipped with a message. Writes ``benchmarks/results/remote_peers.json``
 and ``remote_peers.md``.
@@ -100,6 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
             for order, rd_order in ORDERS.items():
                 rates: dict[str, list[float]] = {t: [] for t in ("rd", *peers)}
                 firsts: dict[str, list[float]] = {t: [] for t in ("rd", *peers)}
+                epochs: dict[str, list[float]] = {t: [] for t in ("rd", *peers)}  # samples/s, first batch included
                 for _ in range(args.rounds):
                     ld = loader(rd.ArrowShards(prefix, filesystem=fs), rd_order, workers, rd.ReadAhead())
                     first, t, ids = run(ld, steps)
@@ -107,6 +110,7 @@ def main(argv: list[str] | None = None) -> dict:
                     assert len(ids) == (steps + 1) * BATCH
                     rates["rd"].append(steps * BATCH / t)
                     firsts["rd"].append(first)
+                    epochs["rd"].append(len(ids) / (first + t))
                     for name in peers:
                         flags = ["--shuffle"] if order == "shuffled" else []
                         r = peer(name, "read", "--tool", name, "--endpoint", proxy_url, "--bucket", BUCKET,
@@ -115,26 +119,31 @@ def main(argv: list[str] | None = None) -> dict:
                             raise RuntimeError(f"{name} delivered {r['distinct']} distinct rows of {args.rows}")
                         rates[name].append(r["samples_s"])
                         firsts[name].append(r["first_s"])
+                        epochs[name].append(r["samples"] / (r["first_s"] + (r["samples"] - BATCH) / r["samples_s"]))
                 row = {"order": order, "workers": workers,
                        **{f"{t}_samples_s": statistics.median(v) for t, v in rates.items()},
                        **{f"{t}_first_s": statistics.median(v) for t, v in firsts.items()},
                        **{f"rd_vs_{p}": statistics.median(a / b for a, b in zip(rates["rd"], rates[p])) for p in peers},
-                       "rounds": {t: v for t, v in rates.items()}}
+                       **{f"rd_vs_{p}_epoch": statistics.median(a / b for a, b in zip(epochs["rd"], epochs[p]))
+                          for p in peers},
+                       "rounds": {t: v for t, v in rates.items()}, "epoch_rounds": epochs}
                 results.append(row)
                 print(row, flush=True)
     finally:
         proxy.close()
         server.stop()
     head = "| order | workers | rd samples/s | " + " | ".join(f"{p} samples/s | rd / {p}" for p in peers)
-    head += " | first batch s (rd / " + " / ".join(peers) + ") |"
+    head += " | first batch s (rd / " + " / ".join(peers) + ") | " + " | ".join(f"rd / {p}, whole epoch" for p in peers)
+    head += " |"
     md = [f"# rd vs LitData and Streaming over S3 (moto behind S3Proxy at {args.latency_ms:g} ms; {args.rows} rows; "
           f"batch {BATCH}; median of {args.rounds} interleaved rounds)", "", head,
-          "|" + "---|" * (4 + 2 * len(peers))]
+          "|" + "---|" * (4 + 3 * len(peers))]
     for r in results:
         cells = [r["order"], str(r["workers"]), f"{r['rd_samples_s']:,.0f}"]
         for p in peers:
             cells += [f"{r[f'{p}_samples_s']:,.0f}", f"{r[f'rd_vs_{p}']:.2f}x"]
         cells.append(" / ".join(f"{r[f'{t}_first_s']:.2f}" for t in ("rd", *peers)))
+        cells += [f"{r[f'rd_vs_{p}_epoch']:.2f}x" for p in peers]
         md.append("| " + " | ".join(cells) + " |")
     path = write_results("remote_peers", {"rows": results, "args": vars(args), "peers": peers}, "\n".join(md))
     print("\n".join(md))
