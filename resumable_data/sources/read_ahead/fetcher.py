@@ -125,6 +125,7 @@ class Prefetcher:
         self._failed: set[int] = set()
         self._used = 0
         self._closed = False
+        self._release_on_exit = False  # close() ran in the scheduler thread: the loop releases
         #: counters: units and bytes fetched, units evicted, fetches failed
         #: and the most bytes the cache held (fetches in flight included)
         self.stats = {"units": 0, "bytes": 0, "evicted": 0, "failed": 0, "peak_bytes": 0}
@@ -191,6 +192,15 @@ class Prefetcher:
                 return
             self._closed = True
             self._cond.notify_all()
+        if threading.current_thread() is self._thread:
+            # a finalizer the garbage collector ran in the scheduler thread, possibly inside the pool's
+            # ``submit`` (which holds the pool's locks: shutting it down here would deadlock); the
+            # loop ends at its next check and releases the pool and the cache from there
+            self._release_on_exit = True
+            return
+        self._release()
+
+    def _release(self) -> None:
         self._source.attach_read_ahead(None)
         self._pool.shutdown(wait=False, cancel_futures=True)  # a read in its retries ends on its own
         shutil.rmtree(self.cache.root, ignore_errors=True)
@@ -201,6 +211,8 @@ class Prefetcher:
             while not self._closed:
                 self._schedule_fetches()
                 self._cond.wait()
+        if self._release_on_exit:
+            self._release()
 
     def _schedule_fetches(self) -> None:
         """Under the lock: start fetches in order of first use while the budget (Belady) allows."""
