@@ -12,7 +12,7 @@ import resumable_data as rd
 from resumable_data.plan import ReadUnits
 from resumable_data.plan.unit_window import unit_window_records
 from tests.loader.conftest import N_RECORDS, Augmented, canon
-from tests.loader.dataloader.test_resume import interrupted, run
+from tests.loader.dataloader.test_resume import TOTAL, interrupted, run
 
 BATCH = 8
 UNITS = dict(shuffle=True, seed=11, shuffle_window=40, window_blocks=rd.WindowBlocks.READ_UNITS)
@@ -50,7 +50,7 @@ def test_each_unit_is_delivered_within_one_window(shards):
 @pytest.mark.parametrize("workers", [(0, 2, 0), (2, 0, 2)])
 def test_bit_exact_resume_at_other_worker_counts(shards, workers):
     make = lambda w: _loader(shards, w)
-    reference = run(make(0), 49, False)
+    reference = run(make(0), TOTAL, False)
     for points in ([3, 20, 33], [1, 19, 40]):
         got = interrupted(make, points, workers, False, "repeat")
         assert got == reference, f"diverged with interrupts at {points}"
@@ -93,3 +93,21 @@ def test_a_dataset_without_read_units_is_refused_naming_the_option():
     with pytest.raises(rd.ConfigError, match="window_blocks") as e:
         _loader(Augmented())
     assert "drop window_blocks" in str(e.value)
+
+
+@pytest.mark.parametrize("workers", [(0, 2), (2, 0)])
+def test_packed_batches_over_read_units_resume_bit_exact(shards, workers):
+    """Packing reads the documents in the plan's order: the read-unit window reaches it too."""
+
+    def make(w):
+        return _loader(shards, w, packing=rd.Packing(16, window=32, eos_id=0), token_column="tokens")
+
+    reference = run(make(0), TOTAL, False)
+    default = run(
+        _loader(shards, packing=rd.Packing(16, window=32, eos_id=0), token_column="tokens", window_blocks="records"),
+        30,
+        False,
+    )
+    assert reference[:30] != default  # the blocks change which documents are packed together
+    got = interrupted(make, [4, 17], workers, False, "repeat")
+    assert got == reference
