@@ -76,7 +76,7 @@ from resumable_data.sources.arrow.pickled import read_state, source_state
 from resumable_data.sources.arrow.record_ids import RecordIdError, record_index
 from resumable_data.sources.arrow.record_ids import locate as locate_ids
 from resumable_data.sources.arrow.resolve import UnpinnedPolicy, resolve_source, source_store
-from resumable_data.sources.decoded_units import DEFAULT_DECODED_BYTES, READ_AHEAD_DECODED_BYTES, DecodedUnits
+from resumable_data.sources.decoded_units import DEFAULT_DECODED_BYTES, DecodedUnits
 from resumable_data.sources.files import OpenShard, canonical_schema, check_same_schema
 from resumable_data.sources.gather import (
     ColumnGather,
@@ -500,8 +500,7 @@ class ArrowShards:
         """Read units through ``cache`` (filled ahead by one fetcher per rank), or directly (None)."""
         self._ahead = cache
         self._ahead_valid = set()
-        # the cache holds the bytes (its budget is the memory): keep fewer decoded units per process
-        self._rg_cache.clear(READ_AHEAD_DECODED_BYTES if cache is not None else DEFAULT_DECODED_BYTES)
+        self._rg_cache.clear()  # units decoded from other bytes
 
     @property
     def remote(self) -> bool:
