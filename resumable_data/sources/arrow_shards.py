@@ -586,18 +586,23 @@ class ArrowShards:
 
     def take_numpy(self, record_ids: Sequence[int] | np.ndarray, pad_value: Any = 0) -> list[Any] | None:
         """Per column, the default collate's numpy layout of ``take(record_ids)`` (a 1-D array, or
-        ``(padded, lengths)`` for a list column), straight from the maps (remote: from the loaded
-        units); None unless every column is an integer/float (or list of them) column on the fast
+        ``(padded, lengths)`` for a list column), straight from the maps (remote units and local
+        Parquet row groups: from the decoded units); None unless every column is an integer/float (or list of them) column on the fast
         path (then use :meth:`take`)."""
         self._usable()
-        fast = self._plan() if self._store.local else None
+        # every unit decoded when read (remote units, local Parquet row groups): from the loaded batches
+        loaded = not self._store.local or not self._mapped_bool.any()
+        fast = None if loaded else self._plan()
         if fast is not None and any(g is None or g.numpy_dtype is None for g in fast):
             return None  # before checking the ids: take() checks them
         ids, unit, local, touched = self._check_ids(record_ids)
         if len(ids) == 0:
             return None
-        if fast is None:  # units read by range: gathered from the loaded batches
-            return gather_loaded_numpy(self._unit_data, self._schema, unit, local, len(self._units), pad_value)
+        if fast is None:
+            n = len(self._units)
+            return self._read(
+                unit, lambda: gather_loaded_numpy(self._unit_data, self._schema, unit, local, n, pad_value), touched
+            )
 
         plans = [g for g in fast if g is not None]  # every one (checked above)
 
