@@ -87,6 +87,7 @@ from resumable_data.sources.gather import (
     group_segments,
     locate,
     plan_column,
+    unit_buckets,
 )
 from resumable_data.sources.identity import FileIdentity, changed_error, first_changed_at, watch_entry
 from resumable_data.sources.layout import remember_layout
@@ -217,6 +218,7 @@ class ArrowShards:
         self._wholes = [s.whole for s in self._shards]
         self._num_records = start
         self._starts = np.fromiter((u.start for u in self._units), dtype=np.int64, count=len(self._units))
+        self._buckets = unit_buckets(self._starts, self._num_records)
         # memory-mapped batches are validated lazily, once (see .validate); read units on each read
         self._valid: np.ndarray = np.fromiter((u.batch is None for u in units), dtype=bool, count=len(units))
         self._unvalidated = int((~self._valid).sum())
@@ -242,6 +244,7 @@ class ArrowShards:
         self._wholes = [s.whole for s in self._shards]
         self._num_records = sum(m._num_records for m in members)
         self._starts = np.concatenate([m._starts + o for m, o in zip(members, record_off)])
+        self._buckets = unit_buckets(self._starts, self._num_records)
         self._valid = np.concatenate([m._valid for m in members])  # the same mapped batches: what they validated holds
         self._unvalidated = int((~self._valid).sum())
         self._all_valid = self._unvalidated == 0
@@ -551,7 +554,9 @@ class ArrowShards:
             lo, hi = int(ids.min()), int(ids.max())
         else:
             ids = np.ascontiguousarray(ids, dtype=np.int64)
-            unit, local, touched, lo, hi = locate(ids, self._starts, self._unit_shard, self._mapped_bool)
+            unit, local, touched, lo, hi = locate(
+                ids, self._starts, self._unit_shard, self._mapped_bool, n, self._buckets
+            )
         if lo < 0 or hi >= n:
             bad = lo if lo < 0 else hi
             raise RecordIdError(
