@@ -56,8 +56,8 @@ one read of its schema message, 16 shards at a time, :mod:`.opening`; a manifest
 adds the footer and batch headers once per machine); pickling carries only paths, the manifest dict, the files' identities and
 (remote) the filesystem's configuration, and each process opens its own files when unpickled
 (fork and spawn workers alike), comparing each file's identity with the pickled one. Each read
-costs two ``stat`` calls per memory-mapped shard it touches (``benchmarks/bench_identity.py``;
-the figure is in ``docs/data.md``).
+costs two ``stat`` calls per memory-mapped shard it touches, each one ``statx`` of a compiled loop
+over the shards (:mod:`.watch`; ``benchmarks/bench_identity.py``; the figure is in ``docs/data.md``).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ from resumable_data.sources.gather import (
     plan_column,
     unit_buckets,
 )
-from resumable_data.sources.identity import FileIdentity, changed_error, first_changed_at, watch_entry
+from resumable_data.sources.identity import FileIdentity, changed_error, watch_entry
 from resumable_data.sources.layout import remember_layout
 from resumable_data.sources.opening import open_shards, with_layouts
 from resumable_data.sources.read_ahead.cache import UnitCache
@@ -97,6 +97,7 @@ from resumable_data.sources.retry import DEFAULT_RETRIES, Retries
 from resumable_data.sources.store import LOCAL, FileSystemStore, ShardStore, join
 from resumable_data.sources.validate import validate_batch
 from resumable_data.sources.version import DatasetVersion, VerifyLevel
+from resumable_data.sources.watch import ShardWatch
 
 __all__ = ["ArrowShards", "RecordIdError", "UnpinnedPolicy"]
 
@@ -210,10 +211,13 @@ class ArrowShards:
             (s.batches is not None for s in self._shards), dtype=np.int64, count=len(self._shards)
         )  # read around every read (zero-copy views)
         self._mapped_bool = self._mapped.astype(bool)
-        self._watch = [  # what OpenShard.check compares, by name, for the mapped shards (one loop a read)
-            watch_entry(s.mapped_path, s.identity) if s.mapped_path is not None and s.identity is not None else None
-            for s in self._shards
-        ]
+        self._watch = ShardWatch(  # what OpenShard.check compares, by name, for the mapped shards (one call a read)
+            [
+                watch_entry(s.mapped_path, s.identity) if s.mapped_path is not None and s.identity is not None else None
+                for s in self._shards
+            ]
+        )
+        self._unwatched = any(e is None for e, m in zip(self._watch.entries, self._mapped_bool) if m)
         self._schema = self._shards[0].schema
         self._wholes = [s.whole for s in self._shards]
         self._num_records = start
@@ -239,7 +243,8 @@ class ArrowShards:
         self._unit_shard = np.concatenate([m._unit_shard + o for m, o in zip(members, shard_off)])
         self._mapped = np.concatenate([m._mapped for m in members])
         self._mapped_bool = self._mapped.astype(bool)
-        self._watch = [e for m in members for e in m._watch]
+        self._watch = ShardWatch([e for m in members for e in m._watch.entries])
+        self._unwatched = any(m._unwatched for m in members)
         self._schema = self._shards[0].schema
         self._wholes = [s.whole for s in self._shards]
         self._num_records = sum(m._num_records for m in members)
@@ -264,7 +269,7 @@ class ArrowShards:
         self._store, self._root, self._rel, self._version = store, Path(root), list(rel), version
         self._shards, self._units = [], []
         self._unit_shard = self._mapped = np.zeros(0, dtype=np.int64)
-        self._mapped_bool, self._watch = np.zeros(0, dtype=bool), []
+        self._mapped_bool, self._watch, self._unwatched = np.zeros(0, dtype=bool), ShardWatch([]), False
         self._num_records = version.num_records if version is not None else 0
         self._schema = pa.schema([])
 
@@ -273,15 +278,16 @@ class ArrowShards:
             raise self._broken
 
     def _check_files(self, shards: np.ndarray, when: str) -> None:
-        """:meth:`OpenShard.check` of the shards ``shards`` (those checked by name in one loop,
-        :func:`~.identity.first_changed_at`; the shard found changed raises its own error)."""
-        which = shards.tolist()
-        bad = first_changed_at(self._watch, which)
+        """:meth:`OpenShard.check` of the mapped shards ``shards`` (int64: those watched by name in
+        one call, :meth:`.watch.ShardWatch.first_changed`; the shard found changed raises its own error)."""
+        bad = self._watch.first_changed(shards)
         if bad >= 0:
             self._shards[bad].check(when)
-        for s in which:
-            if self._watch[s] is None:
-                self._shards[s].check(when)
+        if self._unwatched:
+            entries = self._watch.entries
+            for s in shards.tolist():
+                if entries[s] is None:
+                    self._shards[s].check(when)
 
     def _read(self, unit: np.ndarray, fn: Any, touched: np.ndarray | None = None) -> Any:
         """``fn()``, which reads units ``unit``, between identity checks of their mapped shards

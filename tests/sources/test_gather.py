@@ -238,7 +238,7 @@ def test_concatenated_plan_equals_planning_the_concatenation(typed_sources):
     for name in ("_starts", "_unit_shard", "_mapped", "_mapped_bool"):
         assert np.array_equal(getattr(view, name), getattr(opened, name)), name
     assert view._unit_index == opened._unit_index and view._num_records == opened._num_records
-    assert [e[1:] if e else e for e in view._watch] == [e[1:] if e else e for e in opened._watch]
+    assert [e[1:] if e else e for e in view._watch.entries] == [e[1:] if e else e for e in opened._watch.entries]
 
 
 def test_a_view_validates_each_record_batch_once_for_its_sources(typed_sources):
