@@ -162,6 +162,7 @@ class ArrowShards:
         """Open the shards; ``expected``: the identity each must still have (an unpickled source);
         ``members``: a view over these open sources' shards (:meth:`concatenated`), opened by them."""
         self._broken: ResumableDataError | None = None
+        self._watch = ShardWatch([])  # the mapped shards' names, once opened
         self._members = None if members is None else tuple(members)
         self._ahead: UnitCache | None = None
         self._ahead_valid: set[int] = set()  # units validated in this process (read-ahead)
@@ -215,7 +216,8 @@ class ArrowShards:
             [
                 watch_entry(s.mapped_path, s.identity) if s.mapped_path is not None and s.identity is not None else None
                 for s in self._shards
-            ]
+            ],
+            root,
         )
         self._unwatched = any(e is None for e, m in zip(self._watch.entries, self._mapped_bool) if m)
         self._schema = self._shards[0].schema
@@ -243,7 +245,7 @@ class ArrowShards:
         self._unit_shard = np.concatenate([m._unit_shard + o for m, o in zip(members, shard_off)])
         self._mapped = np.concatenate([m._mapped for m in members])
         self._mapped_bool = self._mapped.astype(bool)
-        self._watch = ShardWatch([e for m in members for e in m._watch.entries])
+        self._watch = ShardWatch.joined([m._watch for m in members])
         self._unwatched = any(m._unwatched for m in members)
         self._schema = self._shards[0].schema
         self._wholes = [s.whole for s in self._shards]
@@ -259,6 +261,7 @@ class ArrowShards:
         """Close the shard files (the source is unusable afterwards)."""
         for shard in self._shards:
             shard.close()
+        self._watch.close()
 
     def _closed_because(
         self, exc: ResumableDataError, root: str, rel: list[str], version: DatasetVersion | None, store: ShardStore

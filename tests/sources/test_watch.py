@@ -17,6 +17,7 @@ from resumable_data.sources.watch import ShardWatch, _first_unclear, statx_addre
 
 LINUX = sys.platform.startswith("linux")
 MODES = [pytest.param(True, id="compiled"), pytest.param(False, id="python")]
+ROOTS = [pytest.param(True, id="names-from-root"), pytest.param(False, id="full-paths")]
 
 
 def _files(tmp_path: Path, n: int = 6) -> tuple[list[str], list]:
@@ -35,10 +36,11 @@ def _arr(which: list[int]) -> np.ndarray:
     return np.array(which, dtype=np.int64)
 
 
+@pytest.mark.parametrize("from_root", ROOTS)
 @pytest.mark.parametrize("compiled", MODES)
-def test_first_changed_agrees_with_the_python_check(tmp_path, compiled):
+def test_first_changed_agrees_with_the_python_check(tmp_path, compiled, from_root):
     paths, entries = _files(tmp_path)
-    watch = ShardWatch(entries, compiled=compiled)
+    watch = ShardWatch(entries, str(tmp_path) if from_root else None, compiled=compiled)
     assert watch.compiled == (compiled and LINUX)
     everything = list(range(len(paths)))
     assert watch.first_changed(_arr(everything)) == -1
@@ -61,7 +63,7 @@ def test_first_changed_agrees_with_the_python_check(tmp_path, compiled):
 def test_entries_without_a_name_or_an_inode_are_never_found_changed(tmp_path, compiled):
     paths, entries = _files(tmp_path, 3)
     no_inode = (entries[2][0], None, None, entries[2][3], entries[2][4])
-    watch = ShardWatch([None, entries[1], no_inode], compiled=compiled)
+    watch = ShardWatch([None, entries[1], no_inode], str(tmp_path), compiled=compiled)
     Path(paths[0]).write_bytes(b"y")
     Path(paths[2]).write_bytes(b"y")
     assert watch.first_changed(_arr([0, 2])) == -1 == first_changed_at(watch.entries, [0, 2])
@@ -75,21 +77,43 @@ def test_the_compiled_loop_clears_unchanged_files_itself(tmp_path):
     reported by it: the compiled loop is the check that runs, not a pass-through."""
     assert statx_address() != 0
     paths, entries = _files(tmp_path, 3)
-    watch = ShardWatch(entries)
-    args = (watch._paths, watch._at, watch._want)
+    watch = ShardWatch(entries, str(tmp_path))
+    assert (watch._want[:, 1] == watch._dirs[0].fd).all()  # names looked up from the root held open
+    args = (watch._paths, watch._want)
     assert _first_unclear(watch._fn, _arr([0, 1, 2]), *args) == -1
     Path(paths[1]).write_bytes(b"x" * 11)
     assert _first_unclear(watch._fn, _arr([0, 1, 2]), *args) == 1
     assert _first_unclear(watch._fn, _arr([2, 0]), *args) == -1
+    os.replace(paths[1], str(tmp_path / "away"))  # not cleared (the name is gone): Python decides
+    assert _first_unclear(watch._fn, _arr([0, 1]), *args) == 1 and watch.first_changed(_arr([0, 1])) == -1
+    watch.close()  # the directory closed: nothing is cleared, the Python check by full path goes on
+    assert _first_unclear(watch._fn or statx_address(), _arr([0]), *args) == 0
+    assert watch.first_changed(_arr([0, 2])) == -1 and not watch.compiled
+    Path(paths[2]).write_bytes(b"x")
+    assert watch.first_changed(_arr([0, 2])) == 2
 
 
 @pytest.mark.skipif(not LINUX, reason="statx is Linux's")
-def test_a_source_checks_its_mapped_shards_in_the_compiled_loop(tmp_path):
+def test_a_source_and_a_mixture_view_check_its_mapped_shards_in_the_compiled_loop(tmp_path):
     rd.write_arrow_shards(
         pa.table({"x": np.arange(100)}), tmp_path / "d", num_shards=4, format="arrow"
     )
     rd.pin(tmp_path / "d")
     src = rd.ArrowShards(tmp_path / "d")
     assert src._watch.compiled and all(e is not None for e in src._watch.entries)
-    view = rd.ArrowShards.concatenated([src, src])
-    assert view is not None and view._watch.compiled and len(view._watch.entries) == 8
+    other = tmp_path / "e"
+    rd.write_arrow_shards(pa.table({"x": np.arange(100, 130)}), other, num_shards=2, format="arrow")
+    rd.pin(other)
+    second = rd.ArrowShards(other)
+    view = rd.ArrowShards.concatenated([src, second])
+    assert view is not None and view._watch.compiled and len(view._watch.entries) == 6
+    assert view.take([0, 129]).column("x").to_pylist() == [0, 129]
+    shard = sorted(other.glob("shard-*"))[1]
+    with open(shard, "r+b") as f:  # an in-place write to the second source's last shard
+        f.write(f.read(8))
+    os.utime(shard, ns=(time_ns := os.stat(shard).st_mtime_ns + 10**9, time_ns))
+    assert view.take([0, 99]).column("x").to_pylist() == [0, 99]  # the first source's shards read on
+    with pytest.raises(rd.DatasetIntegrityError, match="changed after"):
+        view.take([129])
+    with pytest.raises(rd.DatasetIntegrityError, match="changed after"):
+        second.take([29])
