@@ -176,6 +176,7 @@ class ArrowShards:
         self._unit_index: list[int] = []  # the unit's record batch / row group index in its shard
         self._rg_cache: OrderedDict[tuple[int, int], pa.RecordBatch] = OrderedDict()
         self._fast: list[ColumnGather | None] | None = None
+        self._numpy_plans: list[ColumnGather] | None = None  # _fast when every column has a numpy layout
         start = 0
         self._shards = (
             open_shards(root, self._rel, version, store)
@@ -584,6 +585,8 @@ class ArrowShards:
                     plan_column(i, f.type, self._units, self._wholes, self._num_records)
                     for i, f in enumerate(self._schema)
                 ]
+            if all(g is not None and g.numpy_dtype is not None for g in self._fast):
+                self._numpy_plans = [g for g in self._fast if g is not None]
         return self._fast
 
     def take(self, record_ids: Sequence[int] | np.ndarray) -> pa.Table:
@@ -613,16 +616,17 @@ class ArrowShards:
         units); None unless every column is an integer/float (or list of them) column on the fast
         path (then use :meth:`take`)."""
         self._usable()
-        fast = self._plan() if self._store.local else None
-        if fast is not None and any(g is None or g.numpy_dtype is None for g in fast):
-            return None  # before checking the ids: take() checks them
+        local_store = self._store.local
+        if local_store:
+            self._plan()  # built once, with _numpy_plans where every column has a numpy layout
+            if self._numpy_plans is None:
+                return None  # before checking the ids: take() checks them
         ids, unit, local, touched = self._check_ids(record_ids)
         if len(ids) == 0:
             return None
-        if fast is None:  # units read by range: gathered from the loaded batches
+        plans = self._numpy_plans
+        if not local_store or plans is None:  # units read by range: gathered from the loaded batches
             return gather_loaded_numpy(self._unit_data, self._schema, unit, local, len(self._units), pad_value)
-
-        plans = [g for g in fast if g is not None]  # every one (checked above)
 
         def gather() -> list[Any]:
             self._validate_units(unit)

@@ -60,7 +60,6 @@ __all__ = ["ShardWatch", "statx_address"]
 _AT_FDCWD = -100
 _STATX_WANT = 0x40 | 0x100 | 0x200  # STATX_MTIME | STATX_INO | STATX_SIZE
 _BUF_WORDS = 32  # struct statx is 256 bytes on every architecture
-_NONE = -1  # no entry: the shard is not watched by name
 
 
 def statx_address() -> int:
