@@ -117,3 +117,15 @@ def test_a_source_and_a_mixture_view_check_its_mapped_shards_in_the_compiled_loo
         view.take([129])
     with pytest.raises(rd.DatasetIntegrityError, match="changed after"):
         second.take([29])
+
+
+@pytest.mark.skipif(not LINUX, reason="statx is Linux's; /proc/self/fd")
+def test_a_source_of_many_shards_holds_one_descriptor_and_close_releases_it(tmp_path):
+    rd.write_arrow_shards(pa.table({"x": np.arange(600)}), tmp_path / "d", num_shards=300, format="arrow")
+    rd.pin(tmp_path / "d")
+    before = len(os.listdir("/proc/self/fd"))
+    src = rd.ArrowShards(tmp_path / "d")
+    assert src.take([0, 599]).column("x").to_pylist() == [0, 599]
+    assert len(os.listdir("/proc/self/fd")) - before == 1  # the root directory, not one per shard
+    src.close()
+    assert len(os.listdir("/proc/self/fd")) == before
