@@ -56,8 +56,8 @@ one read of its schema message, 16 shards at a time, :mod:`.opening`; a manifest
 adds the footer and batch headers once per machine); pickling carries only paths, the manifest dict, the files' identities and
 (remote) the filesystem's configuration, and each process opens its own files when unpickled
 (fork and spawn workers alike), comparing each file's identity with the pickled one. Each read
-costs two ``stat`` calls per memory-mapped shard it touches (``benchmarks/bench_identity.py``;
-the figure is in ``docs/data.md``).
+costs two ``stat`` calls per memory-mapped shard it touches, each one ``statx`` of a compiled loop
+over the shards (:mod:`.watch`; ``benchmarks/bench_identity.py``; the figure is in ``docs/data.md``).
 """
 
 from __future__ import annotations
@@ -87,8 +87,9 @@ from resumable_data.sources.gather import (
     group_segments,
     locate,
     plan_column,
+    unit_buckets,
 )
-from resumable_data.sources.identity import FileIdentity, changed_error, first_changed_at, watch_entry
+from resumable_data.sources.identity import FileIdentity, changed_error, watch_entry
 from resumable_data.sources.layout import remember_layout
 from resumable_data.sources.opening import open_shards, with_layouts
 from resumable_data.sources.read_ahead.cache import UnitCache
@@ -96,6 +97,7 @@ from resumable_data.sources.retry import DEFAULT_RETRIES, Retries
 from resumable_data.sources.store import LOCAL, FileSystemStore, ShardStore, join
 from resumable_data.sources.validate import validate_batch
 from resumable_data.sources.version import DatasetVersion, VerifyLevel
+from resumable_data.sources.watch import ShardWatch
 
 __all__ = ["ArrowShards", "RecordIdError", "UnpinnedPolicy"]
 
@@ -157,6 +159,7 @@ class ArrowShards:
         """Open the shards; ``expected``: the identity each must still have (an unpickled source);
         ``members``: a view over these open sources' shards (:meth:`concatenated`), opened by them."""
         self._broken: ResumableDataError | None = None
+        self._watch = ShardWatch([])  # the mapped shards' names, once opened
         self._members = None if members is None else tuple(members)
         self._ahead: UnitCache | None = None
         self._ahead_valid: set[int] = set()  # units validated in this process (read-ahead)
@@ -169,6 +172,7 @@ class ArrowShards:
         self._unit_index: list[int] = []  # the unit's record batch / row group index in its shard
         self._rg_cache = DecodedUnits(DEFAULT_DECODED_BYTES)
         self._fast: list[ColumnGather | None] | None = None
+        self._numpy_plans: list[ColumnGather] | None = None  # _fast when every column has a numpy layout
         start = 0
         self._shards = (
             open_shards(root, self._rel, version, store)
@@ -205,14 +209,19 @@ class ArrowShards:
             (s.batches is not None for s in self._shards), dtype=np.int64, count=len(self._shards)
         )  # read around every read (zero-copy views)
         self._mapped_bool = self._mapped.astype(bool)
-        self._watch = [  # what OpenShard.check compares, by name, for the mapped shards (one loop a read)
-            watch_entry(s.mapped_path, s.identity) if s.mapped_path is not None and s.identity is not None else None
-            for s in self._shards
-        ]
+        self._watch = ShardWatch(  # what OpenShard.check compares, by name, for the mapped shards (one call a read)
+            [
+                watch_entry(s.mapped_path, s.identity) if s.mapped_path is not None and s.identity is not None else None
+                for s in self._shards
+            ],
+            root,
+        )
+        self._unwatched = any(e is None for e, m in zip(self._watch.entries, self._mapped_bool) if m)
         self._schema = self._shards[0].schema
         self._wholes = [s.whole for s in self._shards]
         self._num_records = start
         self._starts = np.fromiter((u.start for u in self._units), dtype=np.int64, count=len(self._units))
+        self._buckets = unit_buckets(self._starts, self._num_records)
         # memory-mapped batches are validated lazily, once (see .validate); read units on each read
         self._valid: np.ndarray = np.fromiter((u.batch is None for u in units), dtype=bool, count=len(units))
         self._unvalidated = int((~self._valid).sum())
@@ -233,11 +242,13 @@ class ArrowShards:
         self._unit_shard = np.concatenate([m._unit_shard + o for m, o in zip(members, shard_off)])
         self._mapped = np.concatenate([m._mapped for m in members])
         self._mapped_bool = self._mapped.astype(bool)
-        self._watch = [e for m in members for e in m._watch]
+        self._watch = ShardWatch.joined([m._watch for m in members])
+        self._unwatched = any(m._unwatched for m in members)
         self._schema = self._shards[0].schema
         self._wholes = [s.whole for s in self._shards]
         self._num_records = sum(m._num_records for m in members)
         self._starts = np.concatenate([m._starts + o for m, o in zip(members, record_off)])
+        self._buckets = unit_buckets(self._starts, self._num_records)
         self._valid = np.concatenate([m._valid for m in members])  # the same mapped batches: what they validated holds
         self._unvalidated = int((~self._valid).sum())
         self._all_valid = self._unvalidated == 0
@@ -247,6 +258,7 @@ class ArrowShards:
         """Close the shard files (the source is unusable afterwards)."""
         for shard in self._shards:
             shard.close()
+        self._watch.close()
 
     def _closed_because(
         self, exc: ResumableDataError, root: str, rel: list[str], version: DatasetVersion | None, store: ShardStore
@@ -257,7 +269,7 @@ class ArrowShards:
         self._store, self._root, self._rel, self._version = store, Path(root), list(rel), version
         self._shards, self._units = [], []
         self._unit_shard = self._mapped = np.zeros(0, dtype=np.int64)
-        self._mapped_bool, self._watch = np.zeros(0, dtype=bool), []
+        self._mapped_bool, self._watch, self._unwatched = np.zeros(0, dtype=bool), ShardWatch([]), False
         self._num_records = version.num_records if version is not None else 0
         self._schema = pa.schema([])
 
@@ -266,15 +278,16 @@ class ArrowShards:
             raise self._broken
 
     def _check_files(self, shards: np.ndarray, when: str) -> None:
-        """:meth:`OpenShard.check` of the shards ``shards`` (those checked by name in one loop,
-        :func:`~.identity.first_changed_at`; the shard found changed raises its own error)."""
-        which = shards.tolist()
-        bad = first_changed_at(self._watch, which)
+        """:meth:`OpenShard.check` of the mapped shards ``shards`` (int64: those watched by name in
+        one call, :meth:`.watch.ShardWatch.first_changed`; the shard found changed raises its own error)."""
+        bad = self._watch.first_changed(shards)
         if bad >= 0:
             self._shards[bad].check(when)
-        for s in which:
-            if self._watch[s] is None:
-                self._shards[s].check(when)
+        if self._unwatched:
+            entries = self._watch.entries
+            for s in shards.tolist():
+                if entries[s] is None:
+                    self._shards[s].check(when)
 
     def _read(self, unit: np.ndarray, fn: Any, touched: np.ndarray | None = None) -> Any:
         """``fn()``, which reads units ``unit``, between identity checks of their mapped shards
@@ -542,7 +555,9 @@ class ArrowShards:
             lo, hi = int(ids.min()), int(ids.max())
         else:
             ids = np.ascontiguousarray(ids, dtype=np.int64)
-            unit, local, touched, lo, hi = locate(ids, self._starts, self._unit_shard, self._mapped_bool)
+            unit, local, touched, lo, hi = locate(
+                ids, self._starts, self._unit_shard, self._mapped_bool, n, self._buckets
+            )
         if lo < 0 or hi >= n:
             bad = lo if lo < 0 else hi
             raise RecordIdError(
@@ -561,6 +576,8 @@ class ArrowShards:
                     plan_column(i, f.type, self._units, self._wholes, self._num_records)
                     for i, f in enumerate(self._schema)
                 ]
+            if all(g is not None and g.numpy_dtype is not None for g in self._fast):
+                self._numpy_plans = [g for g in self._fast if g is not None]
         return self._fast
 
     def take(self, record_ids: Sequence[int] | np.ndarray) -> pa.Table:
@@ -592,19 +609,19 @@ class ArrowShards:
         self._usable()
         # every unit decoded when read (remote units, local Parquet row groups): from the loaded batches
         loaded = not self._store.local or not self._mapped_bool.any()
-        fast = None if loaded else self._plan()
-        if fast is not None and any(g is None or g.numpy_dtype is None for g in fast):
-            return None  # before checking the ids: take() checks them
+        if not loaded:
+            self._plan()  # built once, with _numpy_plans where every column has a numpy layout
+            if self._numpy_plans is None:
+                return None  # before checking the ids: take() checks them
         ids, unit, local, touched = self._check_ids(record_ids)
         if len(ids) == 0:
             return None
-        if fast is None:
+        plans = self._numpy_plans
+        if loaded or plans is None:
             n = len(self._units)
             return self._read(
                 unit, lambda: gather_loaded_numpy(self._unit_data, self._schema, unit, local, n, pad_value), touched
             )
-
-        plans = [g for g in fast if g is not None]  # every one (checked above)
 
         def gather() -> list[Any]:
             self._validate_units(unit)
