@@ -20,6 +20,10 @@ request costs more than the bytes a step does not need). Both are planned by the
 first unit's (for ``SHARD`` the shard's first record id), so a step's fetch units are
 ``step_units(records, fetch_starts)``; the cache, the promises, Belady's rule and the checks
 below work on fetch units (a shard is promised, evicted and counted whole, at its object size).
+``AUTO`` is resolved to one of the two at construction, by :func:`.unit_choice.choose_unit` from
+the object sizes of the shards that steps ``[0, lookahead)`` read and ``cache_bytes``; the
+result is :attr:`Prefetcher.unit` (with :attr:`Prefetcher.choice`, the reason) and stays for
+the loader's life.
 
 Eviction (Belady). The cache holds at most ``cache_bytes`` (fetches in flight count): before
 fetching a unit that does not fit, the resident unit whose next use is furthest (none in the
@@ -58,6 +62,7 @@ import numpy as np
 from resumable_data.plan.reads import ReadSchedule, step_units
 from resumable_data.sources.read_ahead.cache import UnitCache
 from resumable_data.sources.read_ahead.config import ReadAhead, ReadUnit
+from resumable_data.sources.read_ahead.unit_choice import UnitChoice, choose_unit
 
 __all__ = ["Prefetcher", "ReadAheadSource"]
 
@@ -91,10 +96,29 @@ class Prefetcher:
         self._source = source
         self._records_of = records_of
         starts, self._spans = source.unit_starts(), source.unit_spans()
-        if config.unit is ReadUnit.SHARD:
-            shard = source.unit_shards()
-            first = np.flatnonzero(np.r_[True, shard[1:] != shard[:-1]]) if len(shard) else np.zeros(0, np.int64)
-            self._shard: list[int] | None = [int(shard[f]) for f in first.tolist()]
+        shard = source.unit_shards()
+        by_shard = np.flatnonzero(np.r_[True, shard[1:] != shard[:-1]]) if len(shard) else np.zeros(0, np.int64)
+        shard_ids = [int(shard[f]) for f in by_shard.tolist()]
+        ends = np.append(by_shard, len(starts)).tolist()
+        whole: list[int | None] = [  # per shard: its object size, None where it cannot be read whole
+            None
+            if any(self._spans[k] is None for k in range(ends[g], ends[g + 1]))
+            else source.shard_size(shard_ids[g])
+            for g in range(len(shard_ids))
+        ]
+        #: how :class:`~.config.ReadUnit` ``AUTO`` was resolved (None: the unit was given)
+        self.choice: UnitChoice | None = None
+        if config.unit is ReadUnit.AUTO:
+            window: set[int] = set()  # the shards the first `lookahead` steps read
+            for s in range(config.lookahead):
+                window.update(step_units(records_of(s), starts[by_shard]).tolist())
+            self.choice = choose_unit([whole[g] for g in sorted(window)], config.cache_bytes)
+            _log.debug("resumable_data: read-ahead reads by %s (auto: %s)", self.choice.unit.value, self.choice.reason)
+        #: the fetch unit in use: ``config.unit``, or what ``AUTO`` resolved to
+        self.unit = config.unit if self.choice is None else self.choice.unit
+        if self.unit is ReadUnit.SHARD:
+            first = by_shard
+            self._shard: list[int] | None = shard_ids
         else:
             first = np.arange(len(starts), dtype=np.int64)
             self._shard = None
@@ -102,15 +126,10 @@ class Prefetcher:
         #: fetch unit g: the units ``members[g]``, from record id ``starts[g]`` on
         self._members = [list(range(bounds[g], bounds[g + 1])) for g in range(len(first))]
         self._starts = starts[first]
-        self._sizes: list[int | None] = []
-        for g, members in enumerate(self._members):
+        self._sizes: list[int | None] = list(whole) if self._shard is not None else []
+        for members in self._members if self._shard is None else []:
             span = self._spans[members[0]]
-            if span is None or any(self._spans[k] is None for k in members):
-                self._sizes.append(None)  # not read by range: the step reads it itself
-            elif self._shard is not None:
-                self._sizes.append(source.shard_size(self._shard[g]))
-            else:
-                self._sizes.append(span[1])
+            self._sizes.append(None if span is None else span[1])  # None: not read by range, the step reads it
         self.cache = UnitCache(tempfile.mkdtemp(prefix="rd-read-ahead-", dir=config.cache_dir))
         self._units: dict[int, np.ndarray] = {}  # step -> its units (plan/reads.step_units)
         self._cond = threading.Condition()
@@ -133,6 +152,14 @@ class Prefetcher:
         self._thread = threading.Thread(target=self._run, name="rd-read-ahead", daemon=True)
         self._thread.start()
         source.attach_read_ahead(self.cache)
+
+    def __repr__(self) -> str:
+        how = "" if self.choice is None else f" (auto: {self.choice.reason})"
+        c = self.config
+        return (
+            f"Prefetcher(unit={self.unit.value}{how}, lookahead={c.lookahead}, concurrency={c.concurrency}, "
+            f"cache_bytes={c.cache_bytes}, stats={self.stats})"
+        )
 
     # -- the loader's side (main thread) -------------------------------------------------------------
     def new_pass(self) -> None:
@@ -186,7 +213,8 @@ class Prefetcher:
             return self._cond.wait_for(lambda: not self._inflight or self._closed, timeout)
 
     def close(self) -> None:
-        """Stop fetching and remove the cache directory (processes that mapped units keep them)."""
+        """Stop fetching and remove the cache directory (processes that mapped units keep them; a read
+        still in flight removes what it wrote when it ends)."""
         with self._cond:
             if self._closed:
                 return
@@ -301,8 +329,10 @@ class Prefetcher:
                 if ok:
                     _unlink(self.cache.err_path(k))
                 _unlink(self.cache.want_path(k))
-                if self._closed and ok:
-                    _unlink(self.cache.unit_path(k))
+            if self._closed:
+                # closed while this read ran: its files may have landed after (or during) close()'s
+                # removal of the directory; the last read to end removes what is left
+                shutil.rmtree(self.cache.root, ignore_errors=True)
             self._cond.notify_all()
 
     def _write(self, k: int, data: bytes | memoryview) -> None:
