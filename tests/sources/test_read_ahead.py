@@ -133,8 +133,22 @@ def test_sequential_reads_every_unit_once_per_epoch(data, endpoint, proxy, refer
     proxy.reset()
     assert batches(loader, N // 32) == reference("arrow", "sequential", N // 32)
     units = N // 20
-    assert loader.read_ahead.stats["units"] <= units  # each unit fetched at most once
-    assert proxy.counts["GET"] <= units + 1  # no unit also read by the loop itself
+    loader.read_ahead.wait_idle(30)
+    stats = loader.read_ahead.stats
+    assert stats["units"] <= units  # each unit fetched at most once
+    assert proxy.counts["GET"] == stats["requests"]  # no unit also read by the loop itself
+    # neighbouring record batches needed within lookahead // 4 steps share one ranged GET
+    assert stats["requests"] * 2 <= stats["units"]
+
+
+def test_a_joined_request_reads_the_neighbours_bytes(data, endpoint):
+    _, prefix = data["parquet"]
+    src = remote(endpoint, prefix)
+    assert src.fetch_run(3, 6) == b"".join(src.fetch_unit(k) for k in range(3, 7))
+    assert src.fetch_run(4, 4) == src.fetch_unit(4)
+    for first, last in [(24, 25), (6, 3), (-1, 2)]:  # 25 units per shard: 24 and 25 lie in two shards
+        with pytest.raises(rd.ConfigError, match="first, last"):
+            src.fetch_run(first, last)
 
 
 @pytest.mark.parametrize("order", ["window", "global"])
@@ -147,7 +161,7 @@ def test_every_unit_the_loop_reads_was_read_ahead(data, proxy, reference, order)
     steps = N // 32
     assert batches(loader, steps) == reference("arrow", order, STEPS)[:steps]
     loader.read_ahead.wait_idle(30)
-    assert proxy.counts["GET"] == loader.read_ahead.stats["units"]
+    assert proxy.counts["GET"] == loader.read_ahead.stats["requests"]
     assert loader.read_ahead.stats["evicted"] > 0
 
 
@@ -234,7 +248,7 @@ def test_whole_shard_prefetch_reads_each_object_once_per_sequential_epoch(data, 
     assert shards == 4
     # the next epoch's first steps are read ahead too (their shard again): at most one extra
     assert shards <= loader.read_ahead.stats["units"] <= shards + 1
-    assert proxy.counts["GET"] == loader.read_ahead.stats["units"]  # one GET per object, none by the loop
+    assert proxy.counts["GET"] == loader.read_ahead.stats["units"] == loader.read_ahead.stats["requests"]
     size = sum(p.stat().st_size for p in local.iterdir() if p.suffix in (".arrow", ".parquet"))
     assert size <= proxy.bytes_out <= size + max(p.stat().st_size for p in local.iterdir())
 
@@ -272,7 +286,7 @@ def test_packed_steps_are_read_ahead_and_resume_bit_exact(data, proxy, packed_re
     got = packed_batches(loader, 17)
     loader.read_ahead.wait_idle(30)
     assert loader.read_ahead.stats["units"] > 0
-    assert proxy.counts["GET"] == loader.read_ahead.stats["units"]  # no step read a unit itself
+    assert proxy.counts["GET"] == loader.read_ahead.stats["requests"]  # no step read a unit itself
     state = loader.state_dict()
     del loader
     resumed = loader_over(remote(proxy.endpoint, prefix), "window", ahead, workers, packing=PACKING)

@@ -25,6 +25,16 @@ the object sizes of the shards that steps ``[0, lookahead)`` read and ``cache_by
 result is :attr:`Prefetcher.unit` (with :attr:`Prefetcher.choice`, the reason) and stays for
 the loader's life.
 
+Joined requests (``RECORD_BATCH``). When the scheduler starts the read of unit ``u`` (next needed
+by step ``s``), it joins to the same request the units on either side of ``u`` while each is: of
+the same shard, with a span that starts where its neighbour's ends (no byte in between), still to
+fetch and next needed by step ``s + max(1, lookahead // 4)`` at the latest, within the budget
+without evicting (or needed by a step in flight), and the request stays within
+:data:`MAX_REQUEST_BYTES`. One checked read (:meth:`ReadAheadSource.fetch_run`: a HEAD, then one
+GET of the joined span) then writes each unit's own bytes, so the cache, promises and Belady's
+rule see the same units as before; only the count of requests falls (a sequential or window order
+reads runs of neighbouring record batches). ``concurrency`` bounds requests in flight.
+
 Eviction (Belady). The cache holds at most ``cache_bytes`` (fetches in flight count): before
 fetching a unit that does not fit, the resident unit whose next use is furthest (none in the
 window counts as infinitely far) is evicted, unless it is needed sooner than the unit to fetch,
@@ -43,7 +53,8 @@ loader without read-ahead, at any worker count, before and after a resume (the p
 the resumed step).
 
 Cost: per handed-out step, ``records_of`` of one new step and one schedule over the window
-(``O(lookahead * batch)``); per unit, two requests (HEAD, GET); memory: the window's record ids.
+(``O(lookahead * batch)``); per read (a unit, a run of neighbouring units, or a shard), two
+requests (HEAD, GET); memory: the window's record ids.
 """
 
 from __future__ import annotations
@@ -64,9 +75,13 @@ from resumable_data.sources.read_ahead.cache import UnitCache
 from resumable_data.sources.read_ahead.config import ReadAhead, ReadUnit
 from resumable_data.sources.read_ahead.unit_choice import UnitChoice, choose_unit
 
-__all__ = ["Prefetcher", "ReadAheadSource"]
+__all__ = ["MAX_REQUEST_BYTES", "Prefetcher", "ReadAheadSource"]
 
 _log = logging.getLogger(__name__)
+
+#: The most bytes one request joining neighbouring record batches reads (16 MiB: object stores
+#: serve ranged GETs of 8-16 MB at full speed; a guard, not a measured optimum).
+MAX_REQUEST_BYTES = 16 << 20
 
 
 @runtime_checkable
@@ -85,6 +100,8 @@ class ReadAheadSource(Protocol):
 
     def fetch_shard(self, j: int) -> bytes: ...
 
+    def fetch_run(self, first: int, last: int) -> bytes: ...
+
     def attach_read_ahead(self, cache: UnitCache | None) -> None: ...
 
 
@@ -97,6 +114,7 @@ class Prefetcher:
         self._records_of = records_of
         starts, self._spans = source.unit_starts(), source.unit_spans()
         shard = source.unit_shards()
+        self._unit_shard: list[int] = shard.tolist()
         by_shard = np.flatnonzero(np.r_[True, shard[1:] != shard[:-1]]) if len(shard) else np.zeros(0, np.int64)
         shard_ids = [int(shard[f]) for f in by_shard.tolist()]
         ends = np.append(by_shard, len(starts)).tolist()
@@ -140,14 +158,15 @@ class Prefetcher:
         self._replan_at = 0
         self._resident: dict[int, int] = {}  # unit -> bytes
         self._inflight: set[int] = set()
+        self._busy = 0  # requests in flight (a request may read several neighbouring units)
         self._promised: set[int] = set()
         self._failed: set[int] = set()
         self._used = 0
         self._closed = False
         self._release_on_exit = False  # close() ran in the scheduler thread: the loop releases
-        #: counters: units and bytes fetched, units evicted, fetches failed
-        #: and the most bytes the cache held (fetches in flight included)
-        self.stats = {"units": 0, "bytes": 0, "evicted": 0, "failed": 0, "peak_bytes": 0}
+        #: counters: fetch units and bytes fetched, the requests that read them, units evicted,
+        #: fetch units whose read failed and the most bytes the cache held (fetches in flight included)
+        self.stats = {"units": 0, "bytes": 0, "requests": 0, "evicted": 0, "failed": 0, "peak_bytes": 0}
         self._pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="rd-read-ahead")
         self._thread = threading.Thread(target=self._run, name="rd-read-ahead", daemon=True)
         self._thread.start()
@@ -258,8 +277,12 @@ class Prefetcher:
             if when is not None:  # else read only by steps the loop already has
                 todo.append((when, u))
         todo.sort()  # soonest first: the units of steps in flight lead
+        pending = {u: when for when, u in todo}  # unit -> next use: what a request may join
+        taken: set[int] = set()
         for when, u in todo:
-            if len(self._inflight) >= self.config.concurrency:
+            if u in taken:
+                continue  # read with a neighbour
+            if self._busy >= self.config.concurrency:
                 return
             size = self._sizes[u] or 0
             while self._used + size > budget:
@@ -274,9 +297,41 @@ class Prefetcher:
                 self._stalled = True
                 return  # wait for the loader to move on
             self._used += size
+            run = [u] if self._shard is not None else self._join_neighbours(u, when, pending, taken, protected)
             self.stats["peak_bytes"] = max(self.stats["peak_bytes"], self._used)
-            self._inflight.add(u)
-            self._pool.submit(self._fetch, u)
+            self._inflight.update(run)
+            taken.update(run)
+            self._busy += 1
+            self._pool.submit(self._fetch, run)
+
+    def _join_neighbours(
+        self, u: int, when: int, pending: dict[int, int], taken: set[int], protected: set[int]
+    ) -> list[int]:
+        """Under the lock, ``u``'s bytes counted: ``u`` with the neighbouring units read by the same
+        request (the module docstring's rule), their bytes counted too; in file order."""
+        run, total = [u], self._sizes[u] or 0
+        horizon = when + max(1, self.config.lookahead // 4)
+        for direction in (1, -1):
+            k = u
+            while True:
+                n = k + direction
+                lo, hi = (k, n) if direction == 1 else (n, k)
+                size = self._sizes[n] if 0 <= n < len(self._sizes) else None
+                if (
+                    size is None
+                    or n in taken
+                    or pending.get(n, horizon + 1) > horizon
+                    or self._unit_shard[lo] != self._unit_shard[hi]
+                    or _end(self._spans[lo]) != _start(self._spans[hi])
+                    or total + size > MAX_REQUEST_BYTES
+                    or (self._used + size > self.config.cache_bytes and n not in protected)
+                ):
+                    break
+                self._used += size
+                total += size
+                run.append(n)
+                k = n
+        return sorted(run)
 
     def _victim(self, sched: ReadSchedule, at: int, protected: set[int]) -> int | None:
         """The resident unit, not needed by a step in flight, whose next use is furthest."""
@@ -296,36 +351,43 @@ class Prefetcher:
         for k in self._members[v]:
             _unlink(self.cache.unit_path(k))
 
-    def _fetch(self, u: int) -> None:
-        """In a pool thread: read fetch unit ``u``, write its units to the cache, drop its promise."""
+    def _fetch(self, run: list[int]) -> None:
+        """In a pool thread: read fetch units ``run`` (one, or neighbouring units of one shard) by one
+        request, write their units to the cache, drop their promises."""
         ok = False
-        members = self._members[u]
+        ks = [k for u in run for k in self._members[u]]
         try:
-            if self._shard is None:
-                self._write(members[0], self._source.fetch_unit(u))
+            if self._shard is not None:
+                data, base = self._source.fetch_shard(self._shard[run[0]]), 0
+            elif len(ks) == 1:
+                data, base = self._source.fetch_unit(ks[0]), _start(self._spans[ks[0]])
             else:
-                whole = memoryview(self._source.fetch_shard(self._shard[u]))
-                for k in members:
-                    offset, length = self._spans[k]  # type: ignore[misc]  # None was excluded at init
-                    self._write(k, whole[offset : offset + length])
+                data, base = self._source.fetch_run(ks[0], ks[-1]), _start(self._spans[ks[0]])
+            view = memoryview(data)
+            for k in ks:
+                offset, length = self._spans[k]  # type: ignore[misc]  # None was excluded at init
+                self._write(k, view[offset - base : offset - base + length])
             ok = True
-        except Exception as exc:  # the worker that needs u reads it itself and raises the error there
-            _log.debug("resumable_data: read-ahead of unit %d failed (%s); the step that needs it reads it", u, exc)
-            for k in members:
+        except Exception as exc:  # the worker that needs a unit reads it itself and raises the error there
+            _log.debug("resumable_data: read-ahead of units %s failed (%s); the step that needs one reads it", run, exc)
+            for k in ks:
                 _touch(self.cache.err_path(k))
         with self._cond:
-            self._inflight.discard(u)
-            size = self._sizes[u] or 0
-            if ok:
-                self._resident[u] = size
-                self.stats["units"] += 1
-                self.stats["bytes"] += size
-            else:
-                self._used -= size
-                self._failed.add(u)
-                self.stats["failed"] += 1
-            self._promised.discard(u)
-            for k in members:
+            self._busy -= 1
+            self.stats["requests"] += 1
+            for u in run:
+                self._inflight.discard(u)
+                size = self._sizes[u] or 0
+                if ok:
+                    self._resident[u] = size
+                    self.stats["units"] += 1
+                    self.stats["bytes"] += size
+                else:
+                    self._used -= size
+                    self._failed.add(u)
+                    self.stats["failed"] += 1
+                self._promised.discard(u)
+            for k in ks:
                 if ok:
                     _unlink(self.cache.err_path(k))
                 _unlink(self.cache.want_path(k))
@@ -341,6 +403,14 @@ class Prefetcher:
         with open(tmp, "wb") as f:
             f.write(data)
         os.replace(tmp, self.cache.unit_path(k))
+
+
+def _start(span: tuple[int, int] | None) -> int:
+    return -1 if span is None else span[0]
+
+
+def _end(span: tuple[int, int] | None) -> int:
+    return -2 if span is None else span[0] + span[1]
 
 
 def _touch(path: str) -> None:
