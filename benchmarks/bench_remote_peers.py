@@ -53,12 +53,15 @@ def peer_python(name: str) -> Path | None:
     return py if py.exists() else None
 
 
-def peer(name: str, *args: str) -> dict:
+def peer(name: str, *args: str, attempts: int = 2) -> dict:
+    """One run of a peer's script; a run that fails is run again once (said on stdout), then raised."""
     script = Path(__file__).parent / "peers" / "remote_peer.py"
-    out = subprocess.run([str(peer_python(name)), str(script), *args], capture_output=True, text=True, timeout=900)
-    if out.returncode != 0:
-        raise RuntimeError(f"{name} {args[0]} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    for attempt in range(attempts):
+        out = subprocess.run([str(peer_python(name)), str(script), *args], capture_output=True, text=True, timeout=900)
+        if out.returncode == 0:
+            return json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"{name} {args[0]} failed (attempt {attempt + 1} of {attempts}): {out.stderr.strip()[-300:]}", flush=True)
+    raise RuntimeError(f"{name} {args[0]} failed {attempts} times:\n{out.stderr[-3000:]}")
 
 
 def main(argv: list[str] | None = None) -> dict:
