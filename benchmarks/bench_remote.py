@@ -12,7 +12,8 @@ concurrency=16, cache_bytes=...))`` with ``cache_bytes`` 25% of the dataset's un
 global shuffle (``--global-budget``) and 50% for the others (``--budget``: the 10,000-record
 window's blocks are scattered over about 22 of the 64 units, 34% of this small dataset) over S3 against the same loader
 over the local files (memory-mapped IPC, Parquet by row group), global shuffle, window shuffle
-(``shuffle_window=10_000``) and sequential, 0 and 2 workers. Each round builds both loaders afresh
+(``shuffle_window=10_000``; ``window_units``: the same window over read units,
+``window_blocks="read_units"``) and sequential, 0 and 2 workers. Each round builds both loaders afresh
 and times, one after the other (interleaved), the batches after the first (the steady state; the
 first batch's own time is reported apart): ``--epochs`` epochs (default 1; global shuffle: 9 steps).
 ``--units``: the fetch unit, ``rd.ReadUnit`` (``record_batch``: one ranged GET per record batch or
@@ -55,7 +56,12 @@ from benchmarks._common import write_results
 from benchmarks.s3_proxy import S3Proxy
 
 ROWS_PER_BATCH, ROWS_PER_SHARD, BATCH = 1024, 8192, 256
-ORDERS = {"global": dict(shuffle=True), "window": dict(shuffle=True, shuffle_window=10_000), "sequential": {}}
+ORDERS = {
+    "global": dict(shuffle=True),
+    "window": dict(shuffle=True, shuffle_window=10_000),
+    "window_units": dict(shuffle=True, shuffle_window=10_000, window_blocks="read_units"),
+    "sequential": {},
+}
 
 
 def s3(endpoint: str) -> pafs.S3FileSystem:
@@ -103,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--latency-ms", type=float, default=30.0)
     ap.add_argument("--formats", default="ipc_file,parquet")
-    ap.add_argument("--orders", default="window,sequential,global")
+    ap.add_argument("--orders", default="window,window_units,sequential,global")
     ap.add_argument("--workers", default="0,2")
     ap.add_argument("--budget", default="0.5", help="cache_bytes / dataset bytes (or default), window and sequential")
     ap.add_argument("--global-budget", default="0.25", help="cache_bytes / dataset bytes (or default), global shuffle")

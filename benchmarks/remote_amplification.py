@@ -5,7 +5,8 @@ Belady's fetches per unit over one epoch at 100%, 50% and 25% of the dataset (un
 Run: ``.venv/bin/python -m benchmarks.remote_amplification`` (a few seconds; writes nothing). Data:
 an ``id`` column of 65,536 rows (``bench_remote``'s size) and of 524,288 rows (issue 26's), shards
 of 8,192 rows in 1,024-row record batches; batch 256, seed 1, window shuffle
-(``shuffle_window=10_000``) and sequential; ``lookahead`` 64 (``rd.ReadAhead()``'s default).
+(``shuffle_window=10_000``), the same window over read units (``window_units``:
+``window_blocks="read_units"``) and sequential; ``lookahead`` 64 (``rd.ReadAhead()``'s default).
 """
 
 from __future__ import annotations
@@ -30,7 +31,11 @@ def main() -> list[dict]:
         src = rd.ArrowShards(d, unpinned="allow")
         starts = src.unit_starts()
         units = len(starts)
-        for order, kw in (("window", dict(shuffle=True, shuffle_window=10_000)), ("sequential", {})):
+        for order, kw in (
+            ("window", dict(shuffle=True, shuffle_window=10_000)),
+            ("window_units", dict(shuffle=True, shuffle_window=10_000, window_blocks="read_units")),
+            ("sequential", {}),
+        ):
             ld = rd.DataLoader(src, batch_size=256, seed=1, sharding=rd.Sharding(1, 0), **kw)
             epoch = n // 256
             recs = [np.asarray(ld.step_info(s).records) for s in range(epoch + 64)]

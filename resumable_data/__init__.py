@@ -47,6 +47,7 @@ _EXPORTS: dict[str, str] = {
     "Sharding": "resumable_data.plan",
     "ShardingPolicy": "resumable_data.plan",
     "Tail": "resumable_data.plan",
+    "WindowBlocks": "resumable_data.plan",
     "WeightSchedule": "resumable_data.plan.mixture.weights",
     "sample_key": "resumable_data.plan",
     # -- sources (pinned Arrow shards; pyarrow, no torch) --

@@ -103,21 +103,22 @@ def next_step_lines(out: list[str], state: Any, step: int, data: str | None, rec
     """The epoch, positions and first record ids (or packed documents) of ``step`` of the stream
     that the loader state ``state`` describes (packed streams need the dataset ``data``)."""
     from resumable_data.loader.stream import describe_step, stream_from_state
-    from resumable_data.plan import Sharding
+    from resumable_data.plan import Sharding, WindowBlocks
 
     source = None
-    if state.packing is not None and data is not None:
+    units = state.plan.order.blocks is WindowBlocks.READ_UNITS
+    if (state.packing is not None or units) and data is not None:
         from resumable_data.sources import ArrowShards
 
         source = ArrowShards(data)
     stream, ledger = stream_from_state(state, source)
     if stream is None:
-        kv(
-            out,
-            "next step",
-            f"{step} (packed sequences, epoch >= {state.epoch_base[0]}; pass --data DIR "
-            "to resolve its sequences and documents)",
+        what, resolves = (
+            ("packed sequences", "its sequences and documents")
+            if state.packing is not None
+            else ("a window shuffle over read units", "its records")
         )
+        kv(out, "next step", f"{step} ({what}, epoch >= {state.epoch_base[0]}; pass --data DIR to resolve {resolves})")
         return
     info = describe_step(stream, ledger, Sharding(), step)
     assert info.span is not None and info.records is not None  # describe_step knows both of a step

@@ -50,7 +50,7 @@ from resumable_data.loader.stream import StepInfo, describe_step, make_stream
 from resumable_data.loader.translate import torch_views
 from resumable_data.loader.transport import WorkerCollate
 from resumable_data.loader.worker_options import check_snapshot_every, check_worker_options
-from resumable_data.plan import BatchSchedule, Plan, Sharding, Tail
+from resumable_data.plan import BatchSchedule, Plan, Sharding, Tail, WindowBlocks
 from resumable_data.sources.read_ahead import Prefetcher, ReadAhead
 
 __all__ = ["CounterView", "DataLoader"]
@@ -91,7 +91,10 @@ class DataLoader:
     * ``seed``: the stream's seed (else ``generator.initial_seed()``; shuffling without either is
       an error, since a loader without a known seed cannot resume);
     * ``shuffle_window``: shuffle inside windows of this many records (a shuffle buffer computed
-      as a pure function) instead of a global shuffle;
+      as a pure function) instead of a global shuffle; ``window_blocks``: what the window shuffle
+      permutes, ``rd.WindowBlocks.RECORDS`` (default: blocks of ``shuffle_window // 16`` records)
+      or ``rd.WindowBlocks.READ_UNITS`` (an ``rd.ArrowShards``' record batches / row groups: each
+      unit lies in one window, so a read-ahead over an object store fetches it once an epoch);
     * ``sharding``: an :class:`rd.Sharding` (default: the process group, else torchrun's
       ``RANK``/``WORLD_SIZE``, else a single process);
     * ``elastic``: allow resuming on another world size with the same global batch (default True);
@@ -174,6 +177,7 @@ class DataLoader:
         in_order: bool = True,
         seed: int | None = None,
         shuffle_window: int | None = None,
+        window_blocks: WindowBlocks | str = WindowBlocks.RECORDS,
         sharding: Sharding | None = None,
         elastic: bool = True,
         tail: Tail | str | None = None,
@@ -206,6 +210,7 @@ class DataLoader:
             in_order=in_order,
             seed=seed,
             shuffle_window=shuffle_window,
+            window_blocks=window_blocks,
             sharding=sharding,
             elastic=elastic,
             tail=tail,

@@ -45,7 +45,7 @@ from resumable_data.loader.seeding.sample_seeding import SampleSeeding, sample_s
 from resumable_data.loader.state import CommitMode
 from resumable_data.loader.stream_options import order_spec, resolve_seed, resolve_tail
 from resumable_data.loader.torch_rules import check_kinds, check_sampling_rules, is_iterable_dataset
-from resumable_data.plan import BatchSchedule, Plan, Sharding, Tail
+from resumable_data.plan import BatchSchedule, HasReadUnits, OrderSpec, Plan, ReadUnits, Sharding, Tail, WindowBlocks
 from resumable_data.plan.batch_schedule import as_schedule
 from resumable_data.plan.packing import Packing
 
@@ -88,6 +88,7 @@ def resolve_config(
     in_order: bool = True,
     seed: int | None = None,
     shuffle_window: int | None = None,
+    window_blocks: WindowBlocks | str = WindowBlocks.RECORDS,
     sharding: Sharding | None = None,
     elastic: bool = True,
     tail: Tail | str | None = None,
@@ -165,7 +166,8 @@ def resolve_config(
     )
     if isinstance(positional, (PositionalRandomSampler, PositionalWeightedSampler)):
         positional = positional.with_seed(seed)
-    order = order_spec(shuffle_window, do_shuffle, shuffle, positional)
+    order = order_spec(shuffle_window, do_shuffle, shuffle, positional, window_blocks)
+    units = _read_units(dataset, order, n)
     changing = None if schedule is None or schedule.is_constant else schedule  # a schedule whose batch changes
     tail = resolve_tail(tail, drop_last, packing, tr_tail, world, changing is not None)
 
@@ -200,6 +202,7 @@ def resolve_config(
         tail,
         world if tail is Tail.PAD else 1,
         schedule=global_schedule,
+        units=units,
     )
     sharding.check_global_batch(plan.global_batch)
     return LoaderConfig(
@@ -224,6 +227,22 @@ def resolve_config(
         dataset_len=n,
         batch_schedule=schedule,
     )
+
+
+def _read_units(dataset: Any, order: OrderSpec, n: int) -> ReadUnits | None:
+    """The dataset's read units for a window shuffle over read units (else None)."""
+    if order.blocks is not WindowBlocks.READ_UNITS:
+        return None
+    if not isinstance(dataset, HasReadUnits):
+        raise ConfigError(
+            describe(
+                "window_blocks",
+                order.blocks.value,
+                f"a dataset read in units (rd.ArrowShards), not a {type(dataset).__name__}",
+                "drop window_blocks (blocks of records: the default) for this dataset",
+            )
+        )
+    return ReadUnits.of(dataset.unit_starts(), n)
 
 
 def _stream_order(

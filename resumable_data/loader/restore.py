@@ -328,7 +328,7 @@ def compare(
             "open the same dataset" + declare,
         )
     differ("seed", sp.seed, cp.seed, "pass seed= as saved")
-    differ("order", sp.order.to_dict(), cp.order.to_dict(), "pass the same shuffle / shuffle_window")
+    differ("order", sp.order.to_dict(), cp.order.to_dict(), "pass the same shuffle / shuffle_window / window_blocks")
     differ(
         "tail",
         sp.tail.value,

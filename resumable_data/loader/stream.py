@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,7 @@ from resumable_data.errors import ConfigError, UsageError, describe
 from resumable_data.loader.ledger import EpochStream
 from resumable_data.loader.order import DocumentOrder
 from resumable_data.loader.state import LoaderState
-from resumable_data.plan import Plan, Sharding, Tail, epoch_records
+from resumable_data.plan import Plan, ReadUnits, Sharding, Tail, WindowBlocks
 from resumable_data.plan.packing import Packing, window_counts
 
 __all__ = [
@@ -160,14 +160,7 @@ class PackedStream:
     def _records(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
         if self.order is not None:
             return np.asarray(self.order.indices(epoch, offsets), dtype=np.int64)
-        return epoch_records(
-            self.plan.num_records,
-            self.plan.order,
-            offsets,
-            version_hash=self.plan.version_hash,
-            seed=self.plan.seed,
-            epoch=epoch,
-        )
+        return self.plan.epoch_records(epoch, offsets)
 
     def _build(self, epoch: int) -> np.ndarray:
         n, w = self.plan.num_records, self.spec.window
@@ -343,13 +336,19 @@ def describe_step(stream: EpochStream, ledger: dict[int, int], sharding: Shardin
 def stream_from_state(
     state: LoaderState, source: Any = None
 ) -> tuple[RecordStream | PackedStream | None, dict[int, int]]:
-    """Rebuild the stream of a saved loader state (packed streams need the ``source``'s lengths);
-    returns ``(None, ledger)`` for a packed state without a source."""
+    """Rebuild the stream of a saved loader state (packed streams need the ``source``'s lengths, a
+    window shuffle over read units its unit starts); returns ``(None, ledger)`` for such a state
+    without a source."""
     epoch, first = state.epoch_base
     ledger = {0: 0, epoch: first}
+    plan = state.plan
+    if plan.order.blocks is WindowBlocks.READ_UNITS:
+        if source is None:
+            return None, ledger
+        plan = replace(plan, units=ReadUnits.of(source.unit_starts(), plan.num_records))
     if state.packing is None:
-        return RecordStream(state.plan), ledger
+        return RecordStream(plan), ledger
     if source is None:
         return None, ledger
     spec = state.packing
-    return PackedStream(state.plan, spec, source.column_lengths(spec.tokens), pinned=state.pinned), ledger
+    return PackedStream(plan, spec, source.column_lengths(spec.tokens), pinned=state.pinned), ledger

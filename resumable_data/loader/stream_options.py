@@ -22,7 +22,7 @@ from typing import Any
 
 from resumable_data._schema import check_int, coerce_enum
 from resumable_data.errors import ConfigError, describe
-from resumable_data.plan import Order, OrderSpec, Tail
+from resumable_data.plan import Order, OrderSpec, Tail, WindowBlocks
 
 __all__ = ["order_spec", "resolve_seed", "resolve_tail"]
 
@@ -48,13 +48,29 @@ def resolve_seed(seed: int | None, sampler_seed: int | None, generator: Any, shu
     return check_int(0 if seed is None else seed, "seed", 0, (1 << 64) - 1)
 
 
-def order_spec(shuffle_window: int | None, do_shuffle: bool, shuffle: bool | None, positional: Any) -> OrderSpec:
+def order_spec(
+    shuffle_window: int | None,
+    do_shuffle: bool,
+    shuffle: bool | None,
+    positional: Any,
+    window_blocks: WindowBlocks | str = WindowBlocks.RECORDS,
+) -> OrderSpec:
     """The plan's order; a positional sampler (which orders the records itself) excludes shuffling."""
+    blocks = coerce_enum(window_blocks, WindowBlocks, "window_blocks")
     if shuffle_window is not None:
         if not do_shuffle and shuffle is not None:
             raise ConfigError(describe("shuffle_window", shuffle_window, "shuffle=True or unset", "drop shuffle=False"))
-        order = OrderSpec(Order.WINDOW, shuffle_window)
+        order = OrderSpec(Order.WINDOW, shuffle_window, blocks=blocks)
     else:
+        if blocks is not WindowBlocks.RECORDS:
+            raise ConfigError(
+                describe(
+                    "window_blocks",
+                    blocks.value,
+                    "the default 'records' without shuffle_window (blocks belong to the window shuffle)",
+                    "pass shuffle_window=N too, or drop window_blocks",
+                )
+            )
         order = OrderSpec(Order.GLOBAL if do_shuffle else Order.SEQUENTIAL)
     if positional is not None and (do_shuffle or shuffle_window):
         raise ConfigError(

@@ -8,18 +8,20 @@ generators), :mod:`.packing` (sequence packing), :mod:`.reads` (the units coming
 """
 
 from resumable_data.plan.batch_schedule import BatchOrigin, BatchRamp, BatchSchedule, BatchSteps
-from resumable_data.plan.order import Order, OrderSpec, epoch_records
+from resumable_data.plan.order import Order, OrderSpec, WindowBlocks, epoch_records
 from resumable_data.plan.packing import Overlong, Packing, PackMode
 from resumable_data.plan.permutation import Permutation, permutation_key
 from resumable_data.plan.sample_keys import numpy_generator, python_random, sample_key, sample_keys
 from resumable_data.plan.sharding import Sharding, ShardingPolicy
 from resumable_data.plan.steps import Plan, Tail
+from resumable_data.plan.unit_window import HasReadUnits, ReadUnits
 
 __all__ = [
     "BatchOrigin",
     "BatchRamp",
     "BatchSchedule",
     "BatchSteps",
+    "HasReadUnits",
     "Order",
     "OrderSpec",
     "Overlong",
@@ -27,9 +29,11 @@ __all__ = [
     "Packing",
     "Permutation",
     "Plan",
+    "ReadUnits",
     "Sharding",
     "ShardingPolicy",
     "Tail",
+    "WindowBlocks",
     "epoch_records",
     "numpy_generator",
     "permutation_key",

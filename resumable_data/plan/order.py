@@ -26,10 +26,11 @@ from typing import Any
 import numpy as np
 
 from resumable_data._schema import check_int, coerce_enum, expect_mapping, field_enum, field_int
-from resumable_data.errors import ConfigError, describe
+from resumable_data.errors import ConfigError, ResumeError, UsageError, describe
 from resumable_data.plan.permutation import Permutation
+from resumable_data.plan.unit_window import ReadUnits, unit_window_records
 
-__all__ = ["EpochOrder", "Order", "OrderSpec", "epoch_records", "window_sum"]
+__all__ = ["EpochOrder", "Order", "OrderSpec", "WindowBlocks", "epoch_records", "window_sum"]
 
 _TAG_GLOBAL = "global"
 _TAG_BLOCKS = "window.blocks"
@@ -37,6 +38,7 @@ _TAG_BLOCKS = "window.blocks"
 K_KIND = "kind"
 K_WINDOW = "window"
 K_BLOCK = "block"
+K_BLOCKS = "blocks"
 _KEYS = frozenset({K_KIND, K_WINDOW, K_BLOCK})
 
 
@@ -48,22 +50,50 @@ class Order(str, enum.Enum):
     WINDOW = "window"
 
 
+class WindowBlocks(str, enum.Enum):
+    """What the window shuffle permutes and groups into windows.
+
+    * ``RECORDS`` (default): blocks of ``block`` consecutive records (``window // 16`` unless given).
+    * ``READ_UNITS``: the source's read units (an ``rd.ArrowShards``' record batches / row groups),
+      so every unit lies in exactly one window: read by range from an object store, each unit is
+      fetched once per epoch with a cache of a few windows (:mod:`.unit_window`).
+    """
+
+    RECORDS = "records"
+    READ_UNITS = "read_units"
+
+
 @dataclass(frozen=True)
 class OrderSpec:
     """An order and, for ``window``, its window and block sizes in records.
 
     ``block`` defaults to ``max(1, window // 16)``; the effective window is
-    ``block * max(1, window // block)`` records.
+    ``block * max(1, window // block)`` records. With ``blocks=WindowBlocks.READ_UNITS`` the blocks
+    are the source's read units (``block`` is 0) and a window holds ``window`` records on average.
     """
 
     kind: Order = Order.SEQUENTIAL
     window: int = 0
     block: int = 0
+    blocks: WindowBlocks = WindowBlocks.RECORDS
 
     def __post_init__(self) -> None:
         kind = coerce_enum(self.kind, Order, "order")
         object.__setattr__(self, "kind", kind)
-        if kind is Order.WINDOW:
+        blocks = coerce_enum(self.blocks, WindowBlocks, "window_blocks")
+        object.__setattr__(self, "blocks", blocks)
+        if blocks is WindowBlocks.READ_UNITS:
+            if kind is not Order.WINDOW or self.block:
+                raise ConfigError(
+                    describe(
+                        "window_blocks",
+                        blocks.value,
+                        f"the window shuffle without a block size (got order {kind.value!r}, block {self.block})",
+                        "pass shuffle_window= with window_blocks='read_units', or drop window_blocks",
+                    )
+                )
+            object.__setattr__(self, "window", check_int(self.window, "shuffle_window", 1))
+        elif kind is Order.WINDOW:
             window = check_int(self.window, "shuffle_window", 1)
             block = check_int(self.block, "block", 0) or max(1, window // 16)
             if block > window:
@@ -86,12 +116,17 @@ class OrderSpec:
 
     @property
     def blocks_per_window(self) -> int:
-        """Blocks in one shuffle window (``window // block``, at least 1) for a window order; 0 otherwise."""
-        return max(1, self.window // self.block) if self.kind is Order.WINDOW else 0
+        """Blocks in one shuffle window (``window // block``, at least 1) for a window order of
+        record blocks; 0 otherwise (read-unit windows: :func:`.unit_window.units_per_window`)."""
+        return max(1, self.window // self.block) if self.kind is Order.WINDOW and self.block else 0
 
     def to_dict(self) -> dict[str, Any]:
-        """The order as the state's JSON object ``{kind, window, block}``."""
-        return {K_KIND: self.kind.value, K_WINDOW: self.window, K_BLOCK: self.block}
+        """The order as the state's JSON object ``{kind, window, block}``, plus ``blocks`` when
+        it is not the default (so the bytes of every earlier order are unchanged)."""
+        d: dict[str, Any] = {K_KIND: self.kind.value, K_WINDOW: self.window, K_BLOCK: self.block}
+        if self.blocks is not WindowBlocks.RECORDS:
+            d[K_BLOCKS] = self.blocks.value
+        return d
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "order") -> OrderSpec:
@@ -99,19 +134,49 @@ class OrderSpec:
 
         Raises :class:`rd.ResumeError` on other keys, an unknown kind or a bad integer, and
         :class:`rd.ConfigError` on a window or block the order does not accept."""
-        expect_mapping(d, where, _KEYS)
-        return cls(field_enum(d, K_KIND, Order, where), field_int(d, K_WINDOW, where), field_int(d, K_BLOCK, where))
+        keys = _KEYS | {K_BLOCKS} if isinstance(d, dict) and K_BLOCKS in d else _KEYS
+        expect_mapping(d, where, keys)
+        blocks = field_enum(d, K_BLOCKS, WindowBlocks, where) if K_BLOCKS in d else WindowBlocks.RECORDS
+        if K_BLOCKS in d and blocks is WindowBlocks.RECORDS:  # the default is written by omission only
+            raise ResumeError(
+                describe(f"{where}.{K_BLOCKS}", d[K_BLOCKS], "absent for record blocks", "pass an unmodified state")
+            )
+        kind, window, block = (
+            field_enum(d, K_KIND, Order, where),
+            field_int(d, K_WINDOW, where),
+            field_int(d, K_BLOCK, where),
+        )
+        return cls(kind, window, block, blocks)
 
 
 def epoch_records(
-    n: int, spec: OrderSpec, offsets: np.ndarray, *, version_hash: str, seed: int, epoch: int
+    n: int,
+    spec: OrderSpec,
+    offsets: np.ndarray,
+    *,
+    version_hash: str,
+    seed: int,
+    epoch: int,
+    units: ReadUnits | None = None,
 ) -> np.ndarray:
-    """Record ids visited at in-epoch ``offsets`` (int64 array with values in ``[0, n)``)."""
+    """Record ids visited at in-epoch ``offsets`` (int64 array with values in ``[0, n)``);
+    ``units``: the source's read units, needed by (and only by) a read-unit window order."""
     offsets = np.asarray(offsets, dtype=np.int64)
     if spec.kind is Order.SEQUENTIAL:
         return offsets.copy()
     if spec.kind is Order.GLOBAL:
         return _keyed(n, version_hash, seed, epoch, _TAG_GLOBAL).forward(offsets)
+    if spec.blocks is WindowBlocks.READ_UNITS:
+        if units is None or units.n != n:
+            raise UsageError(
+                describe(
+                    "units",
+                    None if units is None else f"read units of {units.n} records",
+                    f"the read units of the source's {n} records (a read-unit window shuffle)",
+                    "open the source and pass ReadUnits.of(source.unit_starts(), len(source))",
+                )
+            )
+        return unit_window_records(units, spec.window, offsets, version_hash=version_hash, seed=seed, epoch=epoch)
     return _window_records(n, spec, offsets, version_hash=version_hash, seed=seed, epoch=epoch)
 
 

@@ -53,6 +53,7 @@ from resumable_data.plan.batch_schedule import BatchOrigin, BatchSchedule
 from resumable_data.plan.order import OrderSpec, epoch_records
 from resumable_data.plan.permutation import MAX_DOMAIN
 from resumable_data.plan.sharding import Sharding
+from resumable_data.plan.unit_window import ReadUnits
 
 __all__ = ["Plan", "Tail"]
 
@@ -102,6 +103,9 @@ class Plan:
     schedule: BatchSchedule | None = None
     #: The segment start of a declared global-batch change on resume (see the module docs).
     origin: BatchOrigin | None = None
+    #: The source's read units, for a window order over read units (``WindowBlocks.READ_UNITS``);
+    #: not part of the state (a function of the pinned files): a plan parsed from a state has none.
+    units: ReadUnits | None = None
 
     def __post_init__(self) -> None:
         n = check_int(self.num_records, "num_records", 1, MAX_DOMAIN)
@@ -113,6 +117,15 @@ class Plan:
             )
         if not isinstance(self.order, OrderSpec):
             raise ConfigError(describe("order", self.order, "an OrderSpec", "build one with OrderSpec(kind, window)"))
+        if self.units is not None and (not isinstance(self.units, ReadUnits) or self.units.n != n):
+            raise ConfigError(
+                describe(
+                    "units",
+                    self.units,
+                    f"None or the rd.plan ReadUnits of {n} records",
+                    "pass ReadUnits.of(source.unit_starts(), num_records)",
+                )
+            )
         tail = coerce_enum(self.tail, Tail, "tail")
         object.__setattr__(self, "tail", tail)
         pad = check_int(self.pad_to, "pad_to", 1, 1 << 20)
@@ -372,10 +385,20 @@ class Plan:
         else:
             groups = [(int(e), epochs == e) for e in np.unique(epochs)]
         for epoch, sel in groups:
-            out[sel] = epoch_records(
-                self.num_records, self.order, offsets[sel], version_hash=self.version_hash, seed=self.seed, epoch=epoch
-            )
+            out[sel] = self.epoch_records(epoch, offsets[sel])
         return out.reshape(pos.shape)
+
+    def epoch_records(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
+        """Record ids at in-epoch ``offsets`` of ``epoch`` (the order, with this plan's units)."""
+        return epoch_records(
+            self.num_records,
+            self.order,
+            offsets,
+            version_hash=self.version_hash,
+            seed=self.seed,
+            epoch=epoch,
+            units=self.units,
+        )
 
     # -- state ------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

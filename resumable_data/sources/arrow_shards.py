@@ -3,7 +3,7 @@
 Algorithm: record id ``r`` in ``[0, N)`` is the ``r``-th row of the shards in manifest order
 (shard, then row). Arrow IPC shards (file or stream format) are memory-mapped and their record
 batches stay zero-copy views of the map; Parquet shards are read one row group at a time on
-demand through a small LRU cache. ``take`` is the vectorized gather of
+demand, decoded units kept per process up to a byte budget (:mod:`.decoded_units`). ``take`` is the vectorized gather of
 :mod:`resumable_data.sources.gather`.
 
 Guarantee: ``take(ids)`` equals ``Table.take(ids)`` on the shards concatenated in manifest order.
@@ -22,8 +22,8 @@ Storage: every shard is read through a :class:`~resumable_data.sources.store.Sha
 same code for local files and for a ``pyarrow.fs.FileSystem`` (``filesystem=``, e.g. S3, or an
 ``s3://``-style URI, which picks its filesystem itself). Where the store memory-maps (local files)
 IPC batches are zero-copy views of the map; on a remote store record batches (by one ranged read
-each, through the pinned layout: :mod:`.layout`) and Parquet row groups are read on demand into a
-small LRU cache and nothing is memory-mapped (see :mod:`.files`); ``take_numpy`` gathers remote
+each, through the pinned layout: :mod:`.layout`) and Parquet row groups are read on demand into the
+per-process decoded-unit cache and nothing is memory-mapped (see :mod:`.files`); ``take_numpy`` gathers remote
 units into the collate's numpy layout without an Arrow table (:func:`.gather.gather_loaded_numpy`).
 With read-ahead attached (:meth:`ArrowShards.attach_read_ahead`, what ``rd.DataLoader(read_ahead=)``
 does: :mod:`.read_ahead`) a unit is decoded from the bytes the rank's fetcher wrote to its cache
@@ -63,7 +63,6 @@ the figure is in ``docs/data.md``).
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -77,6 +76,7 @@ from resumable_data.sources.arrow.pickled import read_state, source_state
 from resumable_data.sources.arrow.record_ids import RecordIdError, record_index
 from resumable_data.sources.arrow.record_ids import locate as locate_ids
 from resumable_data.sources.arrow.resolve import UnpinnedPolicy, resolve_source, source_store
+from resumable_data.sources.decoded_units import DEFAULT_DECODED_BYTES, DecodedUnits
 from resumable_data.sources.files import OpenShard, canonical_schema, check_same_schema
 from resumable_data.sources.gather import (
     ColumnGather,
@@ -98,9 +98,6 @@ from resumable_data.sources.validate import validate_batch
 from resumable_data.sources.version import DatasetVersion, VerifyLevel
 
 __all__ = ["ArrowShards", "RecordIdError", "UnpinnedPolicy"]
-
-_LOCAL_CACHE_UNITS = 8  # Parquet row groups decoded from local files
-_REMOTE_CACHE_UNITS = 32  # remote reads are slow: keep more record batches / row groups
 
 
 class ArrowShards:
@@ -164,14 +161,13 @@ class ArrowShards:
         self._ahead: UnitCache | None = None
         self._ahead_valid: set[int] = set()  # units validated in this process (read-ahead)
         self._store = store
-        self._cache_units = _LOCAL_CACHE_UNITS if store.local else _REMOTE_CACHE_UNITS
         self._root = Path(root)
         self._rel = list(rel)
         self._version = version
         self._shards: list[OpenShard] = []
         self._units: Sequence[Unit] = []
         self._unit_index: list[int] = []  # the unit's record batch / row group index in its shard
-        self._rg_cache: OrderedDict[tuple[int, int], pa.RecordBatch] = OrderedDict()
+        self._rg_cache = DecodedUnits(DEFAULT_DECODED_BYTES)
         self._fast: list[ColumnGather | None] | None = None
         start = 0
         self._shards = (
@@ -432,7 +428,6 @@ class ArrowShards:
         key = (u.shard, g)
         hit = self._rg_cache.get(key)
         if hit is not None:
-            self._rg_cache.move_to_end(key)
             return hit
         shard = self._shards[u.shard]
         if self._ahead is not None and shard.unit_span(g) is not None:
@@ -445,9 +440,7 @@ class ArrowShards:
         else:
             batch = shard.read_unit(g).replace_schema_metadata(self._schema.metadata)
             validate_batch(batch, self._rel[u.shard], g)
-        self._rg_cache[key] = batch
-        if len(self._rg_cache) > self._cache_units:
-            self._rg_cache.popitem(last=False)
+        self._rg_cache.put(key, batch)
         return batch
 
     # -- read-ahead (.read_ahead): units by index, their byte spans, a checked ranged read ----------
@@ -534,9 +527,7 @@ class ArrowShards:
         """Read units through ``cache`` (filled ahead by one fetcher per rank), or directly (None)."""
         self._ahead = cache
         self._ahead_valid = set()
-        self._rg_cache.clear()
-        # the cache holds the bytes (its budget is the memory): keep few decoded units per process
-        self._cache_units = _LOCAL_CACHE_UNITS if cache is not None or self._store.local else _REMOTE_CACHE_UNITS
+        self._rg_cache.clear()  # units decoded from other bytes
 
     @property
     def remote(self) -> bool:

@@ -225,3 +225,25 @@ def test_latest_checkpoint_and_resume_or_start(tmp_path):
         rd.latest_checkpoint(root / "step-000000000010" / "COMMITTED")
     with pytest.raises(rd.ConfigError, match="directory"):
         rd.latest_checkpoint(42)
+
+
+def test_inspect_a_read_unit_window_state_needs_and_uses_the_data(tmp_path, capsys):
+    """A window shuffle over read units is a function of the files' unit layout: without --data
+    inspect says so; with it, the predicted record ids are the ones a resumed loader delivers."""
+    data = _shards(tmp_path / "data", 300)
+    rd.pin(data)
+    kw = dict(batch_size=8, shuffle=True, seed=5, shuffle_window=64, window_blocks=rd.WindowBlocks.READ_UNITS)
+    loader = rd.DataLoader(rd.ArrowShards(data), **kw)
+    it = iter(loader)
+    for _ in range(5):
+        next(it)
+    state = loader.state_dict()
+    (tmp_path / "loader.json").write_text(json.dumps(state))
+    rc, out, _ = _cli(capsys, "inspect", tmp_path / "loader.json", "--wide")
+    assert rc == 0 and "a window shuffle over read units" in out and "pass --data DIR to resolve its records" in out, out
+    rc, out, _ = _cli(capsys, "inspect", tmp_path / "loader.json", "--data", data, "--records", "100")
+    assert rc == 0
+    resumed = rd.DataLoader(rd.ArrowShards(data), **kw)
+    resumed.load_state_dict(state)
+    ids = json.loads(out.split("next record ids:", 1)[1].split("\n", 1)[0].strip())
+    assert ids == next(iter(resumed))["id"].tolist()

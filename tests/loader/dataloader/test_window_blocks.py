@@ -1,0 +1,113 @@
+"""``window_blocks=rd.WindowBlocks.READ_UNITS``: the window shuffle over an ``rd.ArrowShards``'
+record batches through the drop-in loader: the plan's order, every unit inside one window,
+bit-exact resume at other worker counts, the state's record, refusals with rd errors."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import resumable_data as rd
+from resumable_data.plan import ReadUnits
+from resumable_data.plan.unit_window import unit_window_records
+from tests.loader.conftest import N_RECORDS, Augmented, canon
+from tests.loader.dataloader.test_resume import TOTAL, interrupted, run
+
+BATCH = 8
+UNITS = dict(shuffle=True, seed=11, shuffle_window=40, window_blocks=rd.WindowBlocks.READ_UNITS)
+
+
+def _loader(source, workers=0, **kw):
+    extra = dict(num_workers=workers, persistent_workers=True) if workers else {}
+    return rd.DataLoader(source, batch_size=BATCH, **{**UNITS, **kw}, **extra)
+
+
+def test_the_loader_delivers_the_unit_window_order(shards):
+    loader = _loader(shards)
+    ids = torch.cat([b["id"] for b in loader]).numpy()
+    units = ReadUnits.of(shards.unit_starts(), len(shards))
+    want = unit_window_records(units, 40, np.arange(N_RECORDS), version_hash=loader.plan.version_hash, seed=11, epoch=0)
+    assert ids.tolist() == want.tolist()
+    # 157 records in 3 shards of 20-row batches: units of 20 and the shards' short tails
+    sizes = np.diff(np.append(shards.unit_starts(), len(shards)))
+    assert len(set(sizes.tolist())) > 1
+
+
+def test_each_unit_is_delivered_within_one_window(shards):
+    ids = torch.cat([b["id"] for b in _loader(shards)]).numpy()
+    unit_of = np.searchsorted(shards.unit_starts(), ids, side="right") - 1
+    first = {u: i for i, u in reversed(list(enumerate(unit_of.tolist())))}
+    last = {u: i for i, u in enumerate(unit_of.tolist())}
+    # a unit's records are contiguous in windows of ~40 records: its span stays under two windows
+    assert max(last[u] - first[u] for u in first) < 80
+    default = torch.cat([b["id"] for b in _loader(shards, window_blocks=rd.WindowBlocks.RECORDS)]).numpy()
+    unit_d = np.searchsorted(shards.unit_starts(), default, side="right") - 1
+    spans = [np.ptp(np.flatnonzero(unit_d == u)) for u in np.unique(unit_d)]
+    assert max(spans) >= 80  # the record-block default spreads a unit over windows far apart
+
+
+@pytest.mark.parametrize("workers", [(0, 2, 0), (2, 0, 2)])
+def test_bit_exact_resume_at_other_worker_counts(shards, workers):
+    make = lambda w: _loader(shards, w)
+    reference = run(make(0), TOTAL, False)
+    for points in ([3, 20, 33], [1, 19, 40]):
+        got = interrupted(make, points, workers, False, "repeat")
+        assert got == reference, f"diverged with interrupts at {points}"
+
+
+def test_the_state_records_the_blocks_and_other_blocks_are_refused(shards):
+    loader = _loader(shards)
+    it = iter(loader)
+    next(it)
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert state["plan"]["order"] == {"kind": "window", "window": 40, "block": 0, "blocks": "read_units"}
+    other = _loader(shards, window_blocks=rd.WindowBlocks.RECORDS)
+    before = canon(other.state_dict())
+    with pytest.raises(rd.ResumeError, match="order"):
+        other.load_state_dict(state)
+    assert canon(other.state_dict()) == before  # a refused load changes nothing
+    back = _loader(shards)
+    with pytest.raises(rd.ResumeError, match="order"):
+        back.load_state_dict(json.loads(json.dumps(other.state_dict())))
+
+
+def test_the_string_spelling_is_accepted(shards):
+    a = [canon(b) for b in _loader(shards, window_blocks="read_units")]
+    assert a == [canon(b) for b in _loader(shards)]
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(shuffle_window=None), "window_blocks"),
+        (dict(window_blocks="pages"), "window_blocks"),
+    ],
+)
+def test_bad_window_blocks_are_config_errors(shards, kw, match):
+    with pytest.raises(rd.ConfigError, match=match):
+        _loader(shards, **kw)
+
+
+def test_a_dataset_without_read_units_is_refused_naming_the_option():
+    with pytest.raises(rd.ConfigError, match="window_blocks") as e:
+        _loader(Augmented())
+    assert "drop window_blocks" in str(e.value)
+
+
+@pytest.mark.parametrize("workers", [(0, 2), (2, 0)])
+def test_packed_batches_over_read_units_resume_bit_exact(shards, workers):
+    """Packing reads the documents in the plan's order: the read-unit window reaches it too."""
+
+    def make(w):
+        return _loader(shards, w, packing=rd.Packing(16, window=32, eos_id=0), token_column="tokens")
+
+    reference = run(make(0), TOTAL, False)
+    default = run(
+        _loader(shards, packing=rd.Packing(16, window=32, eos_id=0), token_column="tokens", window_blocks="records"),
+        30,
+        False,
+    )
+    assert reference[:30] != default  # the blocks change which documents are packed together
+    got = interrupted(make, [4, 17], workers, False, "repeat")
+    assert got == reference

@@ -1,0 +1,55 @@
+"""The per-process decoded-unit cache: least recently used first out, bounded by bytes, the
+newest unit always kept; and a Parquet source under the window shuffle decodes each unit of a
+window once, not once per batch."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import resumable_data as rd
+from resumable_data.sources.decoded_units import DecodedUnits
+
+
+def _batch(rows):
+    return pa.record_batch({"x": pa.array(np.zeros(rows, dtype=np.int64))})  # 8 bytes a row
+
+
+def test_least_recently_used_goes_first_within_the_byte_budget():
+    c = DecodedUnits(budget=8 * 300)
+    for k in range(3):
+        c.put((0, k), _batch(100))
+    assert len(c) == 3 and c.nbytes == 2400
+    assert c.get((0, 0)) is not None  # 0 is now the newest
+    c.put((0, 3), _batch(100))
+    assert c.get((0, 1)) is None and all(c.get((0, k)) is not None for k in (0, 2, 3))
+    assert c.nbytes == 2400
+
+
+def test_the_newest_unit_is_kept_whatever_its_size_and_a_replaced_key_is_counted_once():
+    c = DecodedUnits(budget=100)
+    c.put((1, 0), _batch(50))
+    c.put((1, 1), _batch(1000))
+    assert len(c) == 1 and c.get((1, 1)) is not None and c.nbytes == 8000
+    c.put((1, 1), _batch(10))
+    assert len(c) == 1 and c.nbytes == 80
+    c.clear(budget=5)
+    assert len(c) == 0 and c.nbytes == 0 and c.budget == 5
+
+
+@pytest.mark.parametrize("blocks", ["records", "read_units"])
+def test_a_parquet_window_reads_each_unit_about_once(tmp_path, monkeypatch, blocks):
+    """A batch of a 400-record window over 64-row row groups needs ~7-13 units; with a cache of
+    8 units every batch decoded them all again (one epoch: ~9x the units)."""
+    n = 4096
+    rd.write_arrow_shards(pa.table({"id": np.arange(n)}), tmp_path, num_shards=4, rows_per_batch=64, format="parquet")
+    src = rd.ArrowShards(tmp_path, unpinned="allow")
+    from resumable_data.sources import shard_units
+
+    reads = []
+    real = shard_units.OpenShard.read_unit
+    monkeypatch.setattr(shard_units.OpenShard, "read_unit", lambda self, g: reads.append(g) or real(self, g))
+    loader = rd.DataLoader(src, batch_size=32, shuffle=True, seed=0, shuffle_window=400, window_blocks=blocks)
+    ids = np.concatenate([b["id"].numpy() for b in loader])
+    assert np.array_equal(np.sort(ids), np.arange(n))
+    units = len(src.unit_starts())
+    assert units == 64 and len(reads) <= units * 1.05
