@@ -484,6 +484,33 @@ class ArrowShards:
             join(self._root.as_posix(), self._rel[u.shard]), offset, length, shard.identity
         )
 
+    def fetch_run(self, first: int, last: int) -> bytes:
+        """The bytes from unit ``first``'s span start to unit ``last``'s span end, one read checked as
+        :meth:`fetch_unit` checks: neighbouring units of one shard read ahead by one request
+        (:mod:`.read_ahead.fetcher` joins units whose spans touch)."""
+        if not 0 <= first <= last < len(self._units) or self._units[first].shard != self._units[last].shard:
+            raise ConfigError(
+                describe(
+                    "first, last",
+                    (first, last),
+                    "unit indexes first <= last of one shard",
+                    "pass two units of the same shard, or read each with fetch_unit(k)",
+                )
+            )
+        spans = [self._shards[self._units[k].shard].unit_span(self._unit_index[k]) for k in (first, last)]
+        if spans[0] is None or spans[1] is None:
+            raise ConfigError(
+                describe(
+                    "first, last", (first, last), "units read by range (unit_spans() not None)", "fetch only such units"
+                )
+            )
+        u = self._units[first]
+        offset, end = spans[0][0], spans[1][0] + spans[1][1]
+        path = join(self._root.as_posix(), self._rel[u.shard])
+        if not isinstance(self._store, FileSystemStore):
+            return self._store.read_range(path, offset, end - offset)
+        return self._store.read_range_checked(path, offset, end - offset, self._shards[u.shard].identity)
+
     def unit_shards(self) -> np.ndarray:
         """The shard (index into the source's files) holding every unit, in unit order."""
         return np.array([u.shard for u in self._units], dtype=np.int64)
