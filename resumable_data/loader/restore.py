@@ -329,6 +329,14 @@ def compare(
         )
     differ("seed", sp.seed, cp.seed, "pass seed= as saved")
     differ("order", sp.order.to_dict(), cp.order.to_dict(), "pass the same shuffle / shuffle_window / window_blocks")
+    if not dataset_change:  # a declared data_change reads another version: its units may differ
+        differ(
+            "unit_layout",
+            sp.unit_layout,
+            cp.unit_layout,
+            "read the records in the units the run was trained on (the same files; for a dataset of your own, "
+            "the same unit_starts()): the window over read units permutes those units",
+        )
     differ(
         "tail",
         sp.tail.value,

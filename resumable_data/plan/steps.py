@@ -50,7 +50,7 @@ import numpy as np
 from resumable_data._schema import check_int, coerce_enum, expect_mapping, field_enum, field_int, field_str
 from resumable_data.errors import ConfigError, UsageError, describe
 from resumable_data.plan.batch_schedule import BatchOrigin, BatchSchedule
-from resumable_data.plan.order import OrderSpec, epoch_records
+from resumable_data.plan.order import OrderSpec, WindowBlocks, epoch_records
 from resumable_data.plan.permutation import MAX_DOMAIN
 from resumable_data.plan.sharding import Sharding
 from resumable_data.plan.unit_window import ReadUnits
@@ -67,6 +67,7 @@ K_TAIL = "tail"
 K_PAD_TO = "pad_to"  # only with tail "pad"
 K_SCHEDULE = "batch_schedule"  # only with a schedule whose batch changes
 K_ORIGIN = "origin"  # only after a declared global-batch change
+K_UNIT_LAYOUT = "unit_layout"  # only with a window order over read units: the units' digest
 _KEYS = frozenset({K_NUM_RECORDS, K_GLOBAL_BATCH, K_VERSION, K_SEED, K_ORDER, K_TAIL})
 MAX_SEED = (1 << 64) - 1
 
@@ -104,8 +105,11 @@ class Plan:
     #: The segment start of a declared global-batch change on resume (see the module docs).
     origin: BatchOrigin | None = None
     #: The source's read units, for a window order over read units (``WindowBlocks.READ_UNITS``);
-    #: not part of the state (a function of the pinned files): a plan parsed from a state has none.
+    #: not part of the state: a plan parsed from a state has none, only their ``unit_layout``.
     units: ReadUnits | None = None
+    #: The digest of those units (``ReadUnits.digest``), which the state records: a resume over
+    #: another unit layout of the same records would continue another order (set from ``units``).
+    unit_layout: str | None = None
 
     def __post_init__(self) -> None:
         n = check_int(self.num_records, "num_records", 1, MAX_DOMAIN)
@@ -124,6 +128,28 @@ class Plan:
                     self.units,
                     f"None or the rd.plan ReadUnits of {n} records",
                     "pass ReadUnits.of(source.unit_starts(), num_records)",
+                )
+            )
+        if self.units is not None:
+            if self.unit_layout is None:
+                object.__setattr__(self, "unit_layout", self.units.digest)
+            elif self.unit_layout != self.units.digest:
+                raise ConfigError(
+                    describe(
+                        "units",
+                        f"read units with digest {self.units.digest}",
+                        f"the unit layout {self.unit_layout} the plan records",
+                        "open the dataset whose read units the run was trained on",
+                    )
+                )
+        over_units = self.order.blocks is WindowBlocks.READ_UNITS
+        if over_units != (self.unit_layout is not None):
+            raise ConfigError(
+                describe(
+                    "unit_layout",
+                    self.unit_layout,
+                    "the read units' digest exactly when the order is a window over read units",
+                    "build the plan with units=ReadUnits.of(source.unit_starts(), num_records)",
                 )
             )
         tail = coerce_enum(self.tail, Tail, "tail")
@@ -402,8 +428,9 @@ class Plan:
 
     # -- state ------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """The plan as the state's JSON object; ``pad_to``, ``batch_schedule`` and ``origin`` appear
-        only when they are not the defaults (so a fixed-batch plan's bytes never change)."""
+        """The plan as the state's JSON object; ``pad_to``, ``batch_schedule``, ``origin`` and
+        ``unit_layout`` appear only when they are not the defaults (so a fixed-batch plan's bytes
+        never change)."""
         d = {
             K_NUM_RECORDS: self.num_records,
             K_GLOBAL_BATCH: self.global_batch,
@@ -418,6 +445,8 @@ class Plan:
             d[K_SCHEDULE] = self.schedule.to_dict()
         if self.origin is not None:
             d[K_ORIGIN] = self.origin.to_dict()
+        if self.unit_layout is not None:
+            d[K_UNIT_LAYOUT] = self.unit_layout
         return d
 
     @classmethod
@@ -430,7 +459,7 @@ class Plan:
             padded = False
         else:
             padded = isinstance(d, dict) and d.get(K_TAIL) == Tail.PAD.value
-            optional = {k for k in (K_SCHEDULE, K_ORIGIN) if isinstance(d, dict) and k in d}
+            optional = {k for k in (K_SCHEDULE, K_ORIGIN, K_UNIT_LAYOUT) if isinstance(d, dict) and k in d}
             expect_mapping(d, where, (_KEYS | {K_PAD_TO} if padded else _KEYS) | optional)
         return cls(
             num_records=field_int(d, K_NUM_RECORDS, where, 1, MAX_DOMAIN),
@@ -442,4 +471,5 @@ class Plan:
             pad_to=field_int(d, K_PAD_TO, where, 1, 1 << 20) if padded else 1,
             schedule=BatchSchedule.from_dict(d[K_SCHEDULE], f"{where}.batch_schedule") if K_SCHEDULE in d else None,
             origin=BatchOrigin.from_dict(d[K_ORIGIN], f"{where}.origin") if K_ORIGIN in d else None,
+            unit_layout=field_str(d, K_UNIT_LAYOUT, where, max_len=64) if K_UNIT_LAYOUT in d else None,
         )
