@@ -111,3 +111,30 @@ def test_packed_batches_over_read_units_resume_bit_exact(shards, workers):
     assert reference[:30] != default  # the blocks change which documents are packed together
     got = interrupted(make, [4, 17], workers, False, "repeat")
     assert got == reference
+
+
+class _UserUnits(Augmented):
+    """A user's map-style dataset that declares read units (rd.plan.HasReadUnits)."""
+
+    def __init__(self, starts):
+        super().__init__()
+        self.starts = starts
+
+    def unit_starts(self):
+        return self.starts
+
+
+def test_a_user_dataset_with_read_units_gets_the_unit_window():
+    starts = np.arange(0, N_RECORDS, 10)
+    loader = _loader(_UserUnits(starts))
+    got = torch.cat([b["record"] for b in loader]).numpy()
+    units = ReadUnits.of(starts, N_RECORDS)
+    want = unit_window_records(units, 40, np.arange(N_RECORDS), version_hash=loader.plan.version_hash, seed=11, epoch=0)
+    assert got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("starts", [np.arange(0, N_RECORDS, 10) + 0.5, None, [[0, 10]], ["0", "10"]])
+def test_a_user_dataset_with_unit_starts_of_another_type_is_a_config_error(starts):
+    """Floats were truncated (another layout than the dataset's), None raised a TypeError."""
+    with pytest.raises(rd.ConfigError, match="unit starts"):
+        _loader(_UserUnits(starts))
