@@ -10,8 +10,8 @@ import pytest
 import resumable_data as rd
 
 pytest.importorskip("moto.server")
-from tests.sources.conftest import remote_copies, s3_client  # noqa: E402
-from tests.sources.test_read_ahead import FAST, N, batches, table  # noqa: E402
+from tests.sources.conftest import remote_copies, s3_client
+from tests.sources.test_read_ahead import FAST, N, batches, table
 
 UNITS = 100  # 20-row record batches in 4 shards (the data fixture)
 BUDGET = rd.ReadAhead(lookahead=4, concurrency=4, cache_bytes=20_000)  # about 24 units: 4-5 windows
