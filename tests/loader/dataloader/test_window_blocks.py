@@ -166,3 +166,33 @@ def test_a_resume_over_another_unit_layout_of_the_same_version_is_exact_or_refus
         return  # refused: fine
     rest = [canon(x)["record"] for x in resumed]
     assert got + rest == reference
+
+
+class _UnitStartsArray(Augmented):
+    """A dataset whose ``unit_starts`` is an array attribute, not the method HasReadUnits names."""
+
+    unit_starts = np.arange(0, N_RECORDS, 10)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect (review): loader/resolve.py _read_units calls dataset.unit_starts() on a runtime Protocol "
+    "match (attribute presence only): a non-callable unit_starts raises TypeError, not an rd error",
+)
+def test_a_dataset_whose_unit_starts_is_not_a_method_is_a_config_error():
+    with pytest.raises(rd.ConfigError, match="unit_starts|window_blocks"):
+        _loader(_UnitStartsArray())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect (review): over an rd.Mixture the window_blocks refusal's fix says 'pass shuffle_window=N "
+    "too', which a Mixture refuses next (house rule: a fix that works); check window_blocks with the mixture options",
+)
+def test_window_blocks_over_a_mixture_is_refused_with_a_fix_that_works(tmp_path):
+    from tests.mixture_data import WEIGHTS, open_sources, write_sources
+
+    mix = rd.Mixture(open_sources(write_sources(tmp_path)), weights=WEIGHTS)
+    with pytest.raises(rd.ConfigError, match="window_blocks") as e:
+        rd.DataLoader(mix, batch_size=4, seed=0, window_blocks=rd.WindowBlocks.READ_UNITS)
+    assert "shuffle_window" not in str(e.value).split("fix:", 1)[1]
