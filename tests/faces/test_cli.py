@@ -268,3 +268,22 @@ def test_inspect_a_read_unit_window_state_against_another_version_resolves_no_re
     assert rc == 1 and "MISMATCH" in out, (out, err)
     assert "next record ids" not in out and "not resolved" in out, out
     assert "window 64 over read units" in out
+
+
+def test_check_resume_checks_the_window_over_read_units(tmp_path, capsys, monkeypatch):
+    data = _shards(tmp_path / "data", 300)
+    rd.pin(data)
+    built, real = [], rd.DataLoader
+
+    def spy(*a, **kw):
+        built.append(kw.get("window_blocks"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(rd, "DataLoader", spy)
+    rc, out, _ = _cli(capsys, "check-resume", data, "--batch-size", "8", "--shuffle", "--window", "64",
+                      "--window-blocks", "read_units", "--steps", "8", "--interrupts", "2", "--workers", "0",
+                      "--world-sizes", "1,2")
+    assert rc == 0 and "window 64 over read units" in out and "bit-exact" in out, out
+    assert built and set(built) == {"read_units"}  # every loader the check built reads the unit window
+    rc, _, err = _cli(capsys, "check-resume", data, "--window-blocks", "read_units", "--steps", "4")
+    assert rc == 2 and "--window-blocks" in err and "--window N" in err, err
