@@ -196,3 +196,47 @@ def test_window_blocks_over_a_mixture_is_refused_with_a_fix_that_works(tmp_path)
     with pytest.raises(rd.ConfigError, match="window_blocks") as e:
         rd.DataLoader(mix, batch_size=4, seed=0, window_blocks=rd.WindowBlocks.READ_UNITS)
     assert "shuffle_window" not in str(e.value).split("fix:", 1)[1]
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        {"blocks": 1},
+        {"blocks": None},
+        {"blocks": ["read_units"]},
+        {"blocks": "pages"},
+        {"blocks": "records"},  # the default is written by omission only
+        {"kind": "global"},
+        {"kind": "sequential"},
+        {"block": 4},
+        {"window": 0},
+        {"window": -1},
+        {"window": True},
+        {"window": 1 << 70},
+        {"window": 41},  # a valid order, not this loader's
+    ],
+)
+def test_a_forged_read_unit_order_is_refused_and_changes_nothing(shards, order):
+    loader = _loader(shards)
+    it = iter(loader)
+    next(it)
+    state = json.loads(json.dumps(loader.state_dict()))
+    state["plan"]["order"].update(order)
+    target = _loader(shards)
+    before = json.dumps(target.state_dict(), sort_keys=True)
+    with pytest.raises(rd.ResumeError):
+        target.load_state_dict(state)
+    assert json.dumps(target.state_dict(), sort_keys=True) == before
+    assert [canon(b) for b in target][:3] == [canon(b) for b in _loader(shards)][:3]  # still at its start
+
+
+def test_a_record_block_state_given_read_unit_blocks_is_refused(shards):
+    loader = _loader(shards, window_blocks=rd.WindowBlocks.RECORDS)
+    next(iter(loader))
+    state = json.loads(json.dumps(loader.state_dict()))
+    state["plan"]["order"]["blocks"] = "read_units"  # block stays > 0: no such order
+    target = _loader(shards)
+    before = json.dumps(target.state_dict(), sort_keys=True)
+    with pytest.raises(rd.ResumeError, match="window_blocks"):
+        target.load_state_dict(state)
+    assert json.dumps(target.state_dict(), sort_keys=True) == before
