@@ -240,3 +240,71 @@ def test_a_record_block_state_given_read_unit_blocks_is_refused(shards):
     with pytest.raises(rd.ResumeError, match="window_blocks"):
         target.load_state_dict(state)
     assert json.dumps(target.state_dict(), sort_keys=True) == before
+
+
+def _odd_layout(root, layout):
+    """A pinned folder of ``layout``: one unit, 1-row units, empty record batches (IPC file and
+    stream), Parquet row groups of uneven sizes (one empty), an empty shard, a HF save_to_disk."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+    import pyarrow.parquet as pq
+
+    def tab(n, off=0):
+        return pa.table({"id": pa.array(np.arange(off, off + n, dtype=np.int64))})
+
+    root.mkdir()
+    empty = pa.RecordBatch.from_pylist([], schema=tab(0).schema)
+    cuts = [(0, 0), (0, 10), (10, 10), (10, 15), (15, 15), (15, 60), (60, 60)]
+    if layout == "one_unit":
+        pq.write_table(tab(50), root / "a.parquet", row_group_size=1000)
+    elif layout == "one_row_units":
+        pq.write_table(tab(30), root / "a.parquet", row_group_size=1)
+    elif layout in ("empty_batches_file", "empty_batches_stream"):
+        new = ipc.new_file if layout == "empty_batches_file" else ipc.new_stream
+        with new(str(root / "a.arrow"), tab(0).schema) as w:
+            for a, b in cuts:
+                w.write_batch(tab(b - a, a).to_batches()[0] if b > a else empty)
+    elif layout == "uneven_row_groups":
+        with pq.ParquetWriter(str(root / "a.parquet"), tab(0).schema) as w:
+            off = 0
+            for k in [1, 50, 3, 17, 0, 2, 90]:
+                w.write_table(tab(k, off), row_group_size=max(k, 1))
+                off += k
+    elif layout == "empty_shard":
+        pq.write_table(tab(0), root / "a.parquet")
+        pq.write_table(tab(20), root / "b.parquet", row_group_size=7)
+    elif layout == "hf_save_to_disk":
+        datasets = pytest.importorskip("datasets")
+        datasets.Dataset.from_dict({"id": list(range(100))}).save_to_disk(str(root / "hf"), num_shards=3)
+        root = root / "hf"
+    rd.pin(root)
+    return root
+
+
+#: layout -> units holding records (empty batches / row groups / shards hold none)
+LAYOUTS = {"one_unit": 1, "one_row_units": 30, "empty_batches_file": 3, "empty_batches_stream": 3,
+           "uneven_row_groups": 6, "empty_shard": 3, "hf_save_to_disk": 3}
+
+
+@pytest.mark.parametrize("window", [1, 40, 10**6])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_odd_layouts_deliver_the_unit_window_and_resume_exactly(tmp_path, layout, window):
+    src = rd.ArrowShards(_odd_layout(tmp_path / layout, layout))
+    n = len(src)
+    assert len(src.unit_starts()) == LAYOUTS[layout]
+
+    def make():
+        return rd.DataLoader(src, batch_size=4, shuffle=True, seed=7, shuffle_window=window,
+                             window_blocks=rd.WindowBlocks.READ_UNITS, tail="partial")
+
+    reference = [b["id"].tolist() for b in make()]
+    units = ReadUnits.of(src.unit_starts(), n)
+    want = unit_window_records(units, window, np.arange(n), version_hash=make().plan.version_hash, seed=7, epoch=0)
+    assert sum(reference, []) == want.tolist() and sorted(want.tolist()) == list(range(n))
+    first = make()
+    it = iter(first)
+    got = [next(it)["id"].tolist() for _ in range(3)]
+    state = json.loads(json.dumps(first.state_dict()))
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert got + [b["id"].tolist() for b in resumed] == reference
