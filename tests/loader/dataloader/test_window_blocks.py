@@ -308,3 +308,26 @@ def test_odd_layouts_deliver_the_unit_window_and_resume_exactly(tmp_path, layout
     resumed = make()
     resumed.load_state_dict(state)
     assert got + [b["id"].tolist() for b in resumed] == reference
+
+
+@pytest.mark.parametrize("tail", ["wrap", "drop", "continuous"])
+def test_elastic_resumes_onto_other_world_sizes_are_bit_exact(shards, tail):
+    """rd.testing's harness: interrupted runs resume onto world sizes 1, 2 and 4 (same global batch)."""
+    from resumable_data.testing import check_resume
+
+    def make(**kw):
+        return rd.DataLoader(shards, batch_size=8 // kw["sharding"].world_size, tail=tail, **UNITS, **kw)
+
+    report = check_resume(make, steps=30, interrupts=3, num_workers=(0,), world_sizes=(1, 2, 4))
+    assert report.ok, str(report)
+    assert make(sharding=rd.Sharding(2, 0)).plan.order.blocks is rd.WindowBlocks.READ_UNITS
+
+
+def test_a_batch_ramp_over_read_units_resumes_bit_exact(shards):
+    def make(w):
+        extra = dict(num_workers=w, persistent_workers=True) if w else {}
+        return rd.DataLoader(shards, batch_size=rd.BatchRamp(2, 2, 60, 8), **UNITS, **extra)
+
+    reference = run(make(0), TOTAL, False)
+    assert len({b["id"][2] for b in reference}) > 1  # the batch grows (shapes differ)
+    assert interrupted(make, [2, 9, 31], (0, 0), False, "repeat") == reference
