@@ -88,3 +88,17 @@ def test_units_of_two_sources_at_the_same_shard_and_index_are_kept_apart(tmp_pat
     for _ in range(2):
         assert a.take([3]).column("x").to_pylist() == [3]
         assert b.take([3]).column("x").to_pylist() == [1003]
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_parquet_worker_processes_deliver_what_one_process_does(tmp_path, context):
+    """Each worker keeps its own decoded units (a forked one starts from the parent's map, with a
+    fresh lock); the batches equal those of the loading process itself."""
+    n = 2048
+    rd.write_arrow_shards(pa.table({"id": np.arange(n)}), tmp_path, num_shards=4, rows_per_batch=64, format="parquet")
+    src = rd.ArrowShards(tmp_path, unpinned="allow")
+    kw = dict(batch_size=32, shuffle=True, seed=1, shuffle_window=300, window_blocks="read_units")
+    src.take(np.arange(0, n, 64))  # the parent's map holds decoded units when the workers fork
+    want = [b["id"].tolist() for b in rd.DataLoader(src, **kw)]
+    got = [b["id"].tolist() for b in rd.DataLoader(src, num_workers=2, multiprocessing_context=context, **kw)]
+    assert got == want
