@@ -17,9 +17,11 @@ over the local files (memory-mapped IPC, Parquet by row group), global shuffle, 
 and times, one after the other (interleaved), the batches after the first (the steady state; the
 first batch's own time is reported apart): ``--epochs`` epochs (default 1; global shuffle: 9 steps).
 ``--units``: the fetch unit, ``rd.ReadUnit`` (``record_batch``: one ranged GET per record batch or
-row group; ``shard``: the whole object per GET). ``--budget`` and ``--global-budget`` take
-comma-separated fractions of the dataset's bytes, or ``default`` (``rd.ReadAhead()``'s 2 GiB,
-which holds this dataset whole); every (unit, budget) pair is a row.
+row group; ``shard``: the whole object per GET; ``auto``: the one ``rd.ReadUnit.AUTO`` resolves to,
+shown as ``auto->shard`` or ``auto->record_batch``; the resume figures read by the first of them).
+``--budget`` and ``--global-budget`` take comma-separated fractions of the dataset's bytes, or
+``default`` (``rd.ReadAhead()``'s 2 GiB, which holds this dataset whole); every (unit, budget) pair
+is a row.
 
 Columns: ``ratio`` = remote samples/s / local samples/s (median over rounds); ``amplification`` =
 bytes the proxy sent / bytes of the delivered records (a record's bytes: its unit's span over its
@@ -179,6 +181,7 @@ def main(argv: list[str] | None = None) -> dict:
                         del ref
                         src = rd.ArrowShards(prefix, filesystem=fs)
                         ld = loader(src, order, workers, ahead)
+                        chosen = ld.read_ahead.unit.value  # the unit AUTO resolved to (else the one given)
                         proxy.reset()
                         first, t_remote, ids = run(ld, steps)
                         ld.read_ahead.wait_idle(60)  # the reads in flight count (their bytes arrive late)
@@ -195,7 +198,7 @@ def main(argv: list[str] | None = None) -> dict:
                     ratios = [r / lo for r, lo in zip(remote_t, local_t)]
                     planner = loader(rd.ArrowShards(local), order, 0)
                     recs = [np.asarray(planner.step_info(s).records) for s in range(steps + 1)]
-                    f_starts, f_sizes = fetch_units[unit_name]
+                    f_starts, f_sizes = fetch_units[chosen]
                     sched = read_schedule(0, recs, f_starts)
                     reads = sum(len(u) for u in sched.steps)
                     misses25 = belady_misses(sched.steps, f_sizes, budget)  # at this order's budget
@@ -204,7 +207,8 @@ def main(argv: list[str] | None = None) -> dict:
                     hit100 = 1 - belady_misses(sched.steps, f_sizes, int(f_sizes.sum())) / reads
                     # the amplification Belady projects at this budget: bytes fetched / bytes delivered
                     belady_amp = f_sizes[belady_fetches(sched.steps, f_sizes, budget)].sum() / per_record[ids].sum()
-                    row = {"format": fmt, "order": order, "workers": workers, "unit": unit_name,
+                    unit_label = unit_name if unit_name == chosen else f"{unit_name}->{chosen}"
+                    row = {"format": fmt, "order": order, "workers": workers, "unit": unit_label,
                            "budget": budget_s, "belady_amplification": belady_amp,
                            "local_samples_s": statistics.median(local_t),
                            "remote_samples_s": statistics.median(remote_t),
@@ -222,7 +226,7 @@ def main(argv: list[str] | None = None) -> dict:
             if args.no_resume:
                 continue
             b0 = args.budget.split(",")[0]
-            ahead = rd.ReadAhead(lookahead=64, concurrency=16,
+            ahead = rd.ReadAhead(lookahead=64, concurrency=16, unit=rd.ReadUnit(args.units.split(",")[0]),
                                  cache_bytes=rd.ReadAhead().cache_bytes if b0 == "default" else int(total * float(b0)))
             resume_rows.append(resume_figures(rd, prefix, fs, ahead, fmt, args.rounds))
             print(resume_rows[-1], flush=True)

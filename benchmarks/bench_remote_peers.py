@@ -11,9 +11,10 @@ shards of 8,192 rows in 1,024-row record batches, ~12.6 MB; LitData ``BinaryWrit
 workers; sequential and shuffled, each tool's own shuffle: rd ``shuffle_window=10_000`` (its order
 for object stores), LitData ``shuffle=True`` (chunk order shuffled, samples within each chunk
 shuffled), Streaming ``shuffle=True`` (its default ``py1e`` algorithm). rd reads with
-``rd.ReadAhead()`` at its defaults (``rd``: record batches) and, with ``--rd-units
-record_batch,shard`` (the default), also with ``rd.ReadAhead(unit=rd.ReadUnit.SHARD)``
-(``rd_shard``: whole shard objects, as the peers read whole chunks). Each peer runs as a
+``rd.ReadAhead(unit=...)`` for each ``--rd-units`` value (default ``auto,record_batch,shard``):
+``rd`` is ``rd.ReadAhead()`` at its defaults (``unit=rd.ReadUnit.AUTO``; the unit it resolved to
+is the ``rd chose`` column), ``rd_record_batch`` one ranged GET per record batch, ``rd_shard``
+whole shard objects (as the peers read whole chunks). Each peer runs as a
 subprocess of its own venv's python
 (:mod:`benchmarks.peers.remote_peer`; its interpreter start and imports are outside the timing)
 with a fresh local cache per run; in each round the three tools run one after the other for each
@@ -52,12 +53,15 @@ def peer_python(name: str) -> Path | None:
     return py if py.exists() else None
 
 
-def peer(name: str, *args: str) -> dict:
+def peer(name: str, *args: str, attempts: int = 2) -> dict:
+    """One run of a peer's script; a run that fails is run again once (said on stdout), then raised."""
     script = Path(__file__).parent / "peers" / "remote_peer.py"
-    out = subprocess.run([str(peer_python(name)), str(script), *args], capture_output=True, text=True, timeout=900)
-    if out.returncode != 0:
-        raise RuntimeError(f"{name} {args[0]} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    for attempt in range(attempts):
+        out = subprocess.run([str(peer_python(name)), str(script), *args], capture_output=True, text=True, timeout=900)
+        if out.returncode == 0:
+            return json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"{name} {args[0]} failed (attempt {attempt + 1} of {attempts}): {out.stderr.strip()[-300:]}", flush=True)
+    raise RuntimeError(f"{name} {args[0]} failed {attempts} times:\n{out.stderr[-3000:]}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -66,8 +70,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--latency-ms", type=float, default=30.0)
     ap.add_argument("--workers", default="0,2")
-    ap.add_argument("--rd-units", default="record_batch,shard",
-                    help="rd.ReadUnit values rd reads with (rd: record batches; rd_shard: whole shards)")
+    ap.add_argument("--rd-units", default="auto,record_batch,shard",
+                    help="rd.ReadUnit values rd reads with (rd: auto, the default; rd_<unit> for the others)")
     ap.add_argument("--results", default="remote_peers", help="name of the results files")
     args = ap.parse_args(argv)
     from moto.server import ThreadedMotoServer
@@ -104,15 +108,18 @@ def main(argv: list[str] | None = None) -> dict:
                                       "--prefix", name, "--rows", str(args.rows)), flush=True)
         proxy.latency_s = args.latency_ms / 1e3
         steps = args.rows // BATCH - 1
-        rds = {"rd" if u == "record_batch" else f"rd_{u}": rd.ReadUnit(u) for u in args.rd_units.split(",")}
+        rds = {"rd" if u == "auto" else f"rd_{u}": rd.ReadUnit(u) for u in args.rd_units.split(",")}
         for workers in (int(w) for w in args.workers.split(",")):
             for order, rd_order in ORDERS.items():
                 rates: dict[str, list[float]] = {t: [] for t in (*rds, *peers)}
                 firsts: dict[str, list[float]] = {t: [] for t in (*rds, *peers)}
                 epochs: dict[str, list[float]] = {t: [] for t in (*rds, *peers)}  # samples/s, first batch included
+                chose: set[str] = set()  # what rd.ReadUnit.AUTO resolved to (one value: the rule is pure)
                 for _ in range(args.rounds):
                     for tool, unit in rds.items():
                         ld = loader(rd.ArrowShards(prefix, filesystem=fs), rd_order, workers, rd.ReadAhead(unit=unit))
+                        if unit is rd.ReadUnit.AUTO:
+                            chose.add(ld.read_ahead.unit.value)
                         first, t, ids = run(ld, steps)
                         del ld
                         assert len(ids) == (steps + 1) * BATCH
@@ -128,7 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
                         rates[name].append(r["samples_s"])
                         firsts[name].append(r["first_s"])
                         epochs[name].append(r["samples"] / (r["first_s"] + (r["samples"] - BATCH) / r["samples_s"]))
-                row = {"order": order, "workers": workers,
+                row = {"order": order, "workers": workers, "rd_chose": ",".join(sorted(chose)),
                        **{f"{t}_samples_s": statistics.median(v) for t, v in rates.items()},
                        **{f"{t}_first_s": statistics.median(v) for t, v in firsts.items()},
                        **{f"{t}_vs_{p}": statistics.median(a / b for a, b in zip(rates[t], rates[p]))
@@ -141,16 +148,20 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         proxy.close()
         server.stop()
-    tools = [t for t in ("rd", "rd_shard") if f"{t}_samples_s" in (results[0] if results else {})]
-    head = "| order | workers | " + " | ".join(f"{t} samples/s" for t in (*tools, *peers))
+    tools = [t for t in ("rd", "rd_record_batch", "rd_shard") if f"{t}_samples_s" in (results[0] if results else {})]
+    auto = "rd" in tools
+    head = "| order | workers | " + ("rd chose | " if auto else "")
+    head += " | ".join(f"{t} samples/s" for t in (*tools, *peers))
     head += " | " + " | ".join(f"{t} / {p}" for t in tools for p in peers)
     head += " | first batch s (" + " / ".join((*tools, *peers)) + ") | "
     head += " | ".join(f"{t} / {p}, whole epoch" for t in tools for p in peers) + " |"
     md = [f"# rd vs LitData and Streaming over S3 (moto behind S3Proxy at {args.latency_ms:g} ms; {args.rows} rows; "
-          f"batch {BATCH}; median of {args.rounds} interleaved rounds; rd: record batches, rd_shard: whole shards)",
-          "", head, "|" + "---|" * (3 + len(tools) + len(peers) + 2 * len(tools) * len(peers))]
+          f"batch {BATCH}; median of {args.rounds} interleaved rounds; rd: rd.ReadAhead() with unit AUTO, "
+          "rd_record_batch: record batches, rd_shard: whole shards)",
+          "", head, "|" + "---|" * (3 + auto + len(tools) + len(peers) + 2 * len(tools) * len(peers))]
     for r in results:
-        cells = [r["order"], str(r["workers"])] + [f"{r[f'{t}_samples_s']:,.0f}" for t in (*tools, *peers)]
+        cells = [r["order"], str(r["workers"])] + ([r["rd_chose"]] if auto else [])
+        cells += [f"{r[f'{t}_samples_s']:,.0f}" for t in (*tools, *peers)]
         cells += [f"{r[f'{t}_vs_{p}']:.2f}x" for t in tools for p in peers]
         cells.append(" / ".join(f"{r[f'{t}_first_s']:.2f}" for t in (*tools, *peers)))
         cells += [f"{r[f'{t}_vs_{p}_epoch']:.2f}x" for t in tools for p in peers]

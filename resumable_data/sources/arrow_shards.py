@@ -56,8 +56,8 @@ one read of its schema message, 16 shards at a time, :mod:`.opening`; a manifest
 adds the footer and batch headers once per machine); pickling carries only paths, the manifest dict, the files' identities and
 (remote) the filesystem's configuration, and each process opens its own files when unpickled
 (fork and spawn workers alike), comparing each file's identity with the pickled one. Each read
-costs two ``stat`` calls per memory-mapped shard it touches (``benchmarks/bench_identity.py``;
-the figure is in ``docs/data.md``).
+costs two ``stat`` calls per memory-mapped shard it touches, each one ``statx`` of a compiled loop
+over the shards (:mod:`.watch`; ``benchmarks/bench_identity.py``; the figure is in ``docs/data.md``).
 """
 
 from __future__ import annotations
@@ -87,8 +87,9 @@ from resumable_data.sources.gather import (
     group_segments,
     locate,
     plan_column,
+    unit_buckets,
 )
-from resumable_data.sources.identity import FileIdentity, changed_error, first_changed_at, watch_entry
+from resumable_data.sources.identity import FileIdentity, changed_error, watch_entry
 from resumable_data.sources.layout import remember_layout
 from resumable_data.sources.opening import open_shards, with_layouts
 from resumable_data.sources.read_ahead.cache import UnitCache
@@ -96,6 +97,7 @@ from resumable_data.sources.retry import DEFAULT_RETRIES, Retries
 from resumable_data.sources.store import LOCAL, FileSystemStore, ShardStore, join
 from resumable_data.sources.validate import validate_batch
 from resumable_data.sources.version import DatasetVersion, VerifyLevel
+from resumable_data.sources.watch import ShardWatch
 
 __all__ = ["ArrowShards", "RecordIdError", "UnpinnedPolicy"]
 
@@ -157,6 +159,7 @@ class ArrowShards:
         """Open the shards; ``expected``: the identity each must still have (an unpickled source);
         ``members``: a view over these open sources' shards (:meth:`concatenated`), opened by them."""
         self._broken: ResumableDataError | None = None
+        self._watch = ShardWatch([])  # the mapped shards' names, once opened
         self._members = None if members is None else tuple(members)
         self._ahead: UnitCache | None = None
         self._ahead_valid: set[int] = set()  # units validated in this process (read-ahead)
@@ -168,8 +171,9 @@ class ArrowShards:
         self._units: Sequence[Unit] = []
         self._unit_index: list[int] = []  # the unit's record batch / row group index in its shard
         self._owner = new_owner()  # keys this source's units in the process's decoded-unit map
-        self._rg_cache = process_units(read_ahead=False)
+        self._rg_cache = process_units()
         self._fast: list[ColumnGather | None] | None = None
+        self._numpy_plans: list[ColumnGather] | None = None  # _fast when every column has a numpy layout
         start = 0
         self._shards = (
             open_shards(root, self._rel, version, store)
@@ -206,14 +210,19 @@ class ArrowShards:
             (s.batches is not None for s in self._shards), dtype=np.int64, count=len(self._shards)
         )  # read around every read (zero-copy views)
         self._mapped_bool = self._mapped.astype(bool)
-        self._watch = [  # what OpenShard.check compares, by name, for the mapped shards (one loop a read)
-            watch_entry(s.mapped_path, s.identity) if s.mapped_path is not None and s.identity is not None else None
-            for s in self._shards
-        ]
+        self._watch = ShardWatch(  # what OpenShard.check compares, by name, for the mapped shards (one call a read)
+            [
+                watch_entry(s.mapped_path, s.identity) if s.mapped_path is not None and s.identity is not None else None
+                for s in self._shards
+            ],
+            root,
+        )
+        self._unwatched = any(e is None for e, m in zip(self._watch.entries, self._mapped_bool) if m)
         self._schema = self._shards[0].schema
         self._wholes = [s.whole for s in self._shards]
         self._num_records = start
         self._starts = np.fromiter((u.start for u in self._units), dtype=np.int64, count=len(self._units))
+        self._buckets = unit_buckets(self._starts, self._num_records)
         # memory-mapped batches are validated lazily, once (see .validate); read units on each read
         self._valid: np.ndarray = np.fromiter((u.batch is None for u in units), dtype=bool, count=len(units))
         self._unvalidated = int((~self._valid).sum())
@@ -234,11 +243,13 @@ class ArrowShards:
         self._unit_shard = np.concatenate([m._unit_shard + o for m, o in zip(members, shard_off)])
         self._mapped = np.concatenate([m._mapped for m in members])
         self._mapped_bool = self._mapped.astype(bool)
-        self._watch = [e for m in members for e in m._watch]
+        self._watch = ShardWatch.joined([m._watch for m in members])
+        self._unwatched = any(m._unwatched for m in members)
         self._schema = self._shards[0].schema
         self._wholes = [s.whole for s in self._shards]
         self._num_records = sum(m._num_records for m in members)
         self._starts = np.concatenate([m._starts + o for m, o in zip(members, record_off)])
+        self._buckets = unit_buckets(self._starts, self._num_records)
         self._valid = np.concatenate([m._valid for m in members])  # the same mapped batches: what they validated holds
         self._unvalidated = int((~self._valid).sum())
         self._all_valid = self._unvalidated == 0
@@ -248,6 +259,7 @@ class ArrowShards:
         """Close the shard files and drop its decoded units (the source is unusable afterwards)."""
         for shard in self._shards:
             shard.close()
+        self._watch.close()
         self._rg_cache.drop(self._owner)
 
     def _closed_because(
@@ -256,11 +268,11 @@ class ArrowShards:
         """An unpickled source whose files failed their checks: every read raises ``exc``."""
         self._broken = exc
         self._members = None
-        self._owner, self._rg_cache = new_owner(), process_units(read_ahead=False)
+        self._owner, self._rg_cache = new_owner(), process_units()
         self._store, self._root, self._rel, self._version = store, Path(root), list(rel), version
         self._shards, self._units = [], []
         self._unit_shard = self._mapped = np.zeros(0, dtype=np.int64)
-        self._mapped_bool, self._watch = np.zeros(0, dtype=bool), []
+        self._mapped_bool, self._watch, self._unwatched = np.zeros(0, dtype=bool), ShardWatch([]), False
         self._num_records = version.num_records if version is not None else 0
         self._schema = pa.schema([])
 
@@ -269,15 +281,16 @@ class ArrowShards:
             raise self._broken
 
     def _check_files(self, shards: np.ndarray, when: str) -> None:
-        """:meth:`OpenShard.check` of the shards ``shards`` (those checked by name in one loop,
-        :func:`~.identity.first_changed_at`; the shard found changed raises its own error)."""
-        which = shards.tolist()
-        bad = first_changed_at(self._watch, which)
+        """:meth:`OpenShard.check` of the mapped shards ``shards`` (int64: those watched by name in
+        one call, :meth:`.watch.ShardWatch.first_changed`; the shard found changed raises its own error)."""
+        bad = self._watch.first_changed(shards)
         if bad >= 0:
             self._shards[bad].check(when)
-        for s in which:
-            if self._watch[s] is None:
-                self._shards[s].check(when)
+        if self._unwatched:
+            entries = self._watch.entries
+            for s in shards.tolist():
+                if entries[s] is None:
+                    self._shards[s].check(when)
 
     def _read(self, unit: np.ndarray, fn: Any, touched: np.ndarray | None = None) -> Any:
         """``fn()``, which reads units ``unit``, between identity checks of their mapped shards
@@ -474,6 +487,33 @@ class ArrowShards:
             join(self._root.as_posix(), self._rel[u.shard]), offset, length, shard.identity
         )
 
+    def fetch_run(self, first: int, last: int) -> bytes:
+        """The bytes from unit ``first``'s span start to unit ``last``'s span end, one read checked as
+        :meth:`fetch_unit` checks: neighbouring units of one shard read ahead by one request
+        (:mod:`.read_ahead.fetcher` joins units whose spans touch)."""
+        if not 0 <= first <= last < len(self._units) or self._units[first].shard != self._units[last].shard:
+            raise ConfigError(
+                describe(
+                    "first, last",
+                    (first, last),
+                    "unit indexes first <= last of one shard",
+                    "pass two units of the same shard, or read each with fetch_unit(k)",
+                )
+            )
+        spans = [self._shards[self._units[k].shard].unit_span(self._unit_index[k]) for k in (first, last)]
+        if spans[0] is None or spans[1] is None:
+            raise ConfigError(
+                describe(
+                    "first, last", (first, last), "units read by range (unit_spans() not None)", "fetch only such units"
+                )
+            )
+        u = self._units[first]
+        offset, end = spans[0][0], spans[1][0] + spans[1][1]
+        path = join(self._root.as_posix(), self._rel[u.shard])
+        if not isinstance(self._store, FileSystemStore):
+            return self._store.read_range(path, offset, end - offset)
+        return self._store.read_range_checked(path, offset, end - offset, self._shards[u.shard].identity)
+
     def unit_shards(self) -> np.ndarray:
         """The shard (index into the source's files) holding every unit, in unit order."""
         return np.array([u.shard for u in self._units], dtype=np.int64)
@@ -503,9 +543,7 @@ class ArrowShards:
         """Read units through ``cache`` (filled ahead by one fetcher per rank), or directly (None)."""
         self._ahead = cache
         self._ahead_valid = set()
-        # the cache holds the bytes (its budget is the memory): its sources keep fewer decoded units
-        self._rg_cache.drop(self._owner)
-        self._rg_cache = process_units(read_ahead=cache is not None)
+        self._rg_cache.drop(self._owner)  # units decoded from other bytes
 
     @property
     def remote(self) -> bool:
@@ -547,7 +585,9 @@ class ArrowShards:
             lo, hi = int(ids.min()), int(ids.max())
         else:
             ids = np.ascontiguousarray(ids, dtype=np.int64)
-            unit, local, touched, lo, hi = locate(ids, self._starts, self._unit_shard, self._mapped_bool)
+            unit, local, touched, lo, hi = locate(
+                ids, self._starts, self._unit_shard, self._mapped_bool, n, self._buckets
+            )
         if lo < 0 or hi >= n:
             bad = lo if lo < 0 else hi
             raise RecordIdError(
@@ -566,6 +606,8 @@ class ArrowShards:
                     plan_column(i, f.type, self._units, self._wholes, self._num_records)
                     for i, f in enumerate(self._schema)
                 ]
+            if all(g is not None and g.numpy_dtype is not None for g in self._fast):
+                self._numpy_plans = [g for g in self._fast if g is not None]
         return self._fast
 
     def take(self, record_ids: Sequence[int] | np.ndarray) -> pa.Table:
@@ -591,20 +633,25 @@ class ArrowShards:
 
     def take_numpy(self, record_ids: Sequence[int] | np.ndarray, pad_value: Any = 0) -> list[Any] | None:
         """Per column, the default collate's numpy layout of ``take(record_ids)`` (a 1-D array, or
-        ``(padded, lengths)`` for a list column), straight from the maps (remote: from the loaded
-        units); None unless every column is an integer/float (or list of them) column on the fast
+        ``(padded, lengths)`` for a list column), straight from the maps (remote units and local
+        Parquet row groups: from the decoded units); None unless every column is an integer/float (or list of them) column on the fast
         path (then use :meth:`take`)."""
         self._usable()
-        fast = self._plan() if self._store.local else None
-        if fast is not None and any(g is None or g.numpy_dtype is None for g in fast):
-            return None  # before checking the ids: take() checks them
+        # every unit decoded when read (remote units, local Parquet row groups): from the loaded batches
+        loaded = not self._store.local or not self._mapped_bool.any()
+        if not loaded:
+            self._plan()  # built once, with _numpy_plans where every column has a numpy layout
+            if self._numpy_plans is None:
+                return None  # before checking the ids: take() checks them
         ids, unit, local, touched = self._check_ids(record_ids)
         if len(ids) == 0:
             return None
-        if fast is None:  # units read by range: gathered from the loaded batches
-            return gather_loaded_numpy(self._unit_data, self._schema, unit, local, len(self._units), pad_value)
-
-        plans = [g for g in fast if g is not None]  # every one (checked above)
+        plans = self._numpy_plans
+        if loaded or plans is None:
+            n = len(self._units)
+            return self._read(
+                unit, lambda: gather_loaded_numpy(self._unit_data, self._schema, unit, local, n, pad_value), touched
+            )
 
         def gather() -> list[Any]:
             self._validate_units(unit)

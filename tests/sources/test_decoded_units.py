@@ -62,7 +62,7 @@ def test_the_budget_bounds_the_process_not_each_source(tmp_path, monkeypatch):
     from resumable_data.sources.decoded_units import process_units
 
     budget, unit = 1 << 20, 80_000  # 10,000 int64 rows a row group
-    monkeypatch.setattr(process_units(read_ahead=False), "budget", budget)
+    monkeypatch.setattr(process_units(), "budget", budget)
     sources = []
     for k in range(4):
         table = pa.table({"x": np.arange(400_000, dtype=np.int64)})
@@ -74,9 +74,11 @@ def test_the_budget_bounds_the_process_not_each_source(tmp_path, monkeypatch):
             assert src.take([i]).column("x").to_pylist() == [i]
     held = pa.total_allocated_bytes() - base
     assert held <= budget + 2 * unit, f"{held / 2**20:.2f} MiB of decoded units held, budget 1 MiB"
+    shared = process_units()
+    assert 0 < shared.nbytes <= budget + unit  # ours only: the budget evicted every earlier unit
     for src in sources:  # a closed source's units go with it
         src.close()
-    assert pa.total_allocated_bytes() - base <= 2 * unit
+    assert shared.nbytes == 0 and len(shared) == 0
 
 
 def test_units_of_two_sources_at_the_same_shard_and_index_are_kept_apart(tmp_path):

@@ -238,7 +238,7 @@ def test_concatenated_plan_equals_planning_the_concatenation(typed_sources):
     for name in ("_starts", "_unit_shard", "_mapped", "_mapped_bool"):
         assert np.array_equal(getattr(view, name), getattr(opened, name)), name
     assert view._unit_index == opened._unit_index and view._num_records == opened._num_records
-    assert [e[1:] if e else e for e in view._watch] == [e[1:] if e else e for e in opened._watch]
+    assert [e[1:] if e else e for e in view._watch.entries] == [e[1:] if e else e for e in opened._watch.entries]
 
 
 def test_a_view_validates_each_record_batch_once_for_its_sources(typed_sources):
@@ -266,7 +266,7 @@ def test_locate_equals_searchsorted(rows, picks, data):
                                                      max_size=len(rows))), dtype=np.int64))
     mapped = np.array(data.draw(st.lists(st.booleans(), min_size=shards, max_size=shards)), dtype=bool)
     ids = np.array(picks, dtype=np.int64)
-    unit, local, touched, lo, hi = locate(ids, starts, unit_shard, mapped)
+    unit, local, touched, lo, hi = locate(ids, starts, unit_shard, mapped, sum(rows))
     assert (lo, hi) == (ids.min(), ids.max())
     inside = (ids >= 0) & (ids < sum(rows))
     want = np.searchsorted(starts, ids, side="right") - 1
@@ -290,3 +290,19 @@ def test_copy_kernels_refuse_strided_arrays():
     out = np.empty(3, dtype=np.uint8)
     _copy_runs(np.ascontiguousarray(values), np.array([2]), np.array([3]), np.array([0]), out)
     assert out.tolist() == [4, 6, 8]
+
+
+@pytest.mark.parametrize("rows", [[1] * 300 + [5000], [5000] + [1] * 300, [7] * 64, [1000] * 3 + [1] + [999] * 2])
+def test_locate_with_skewed_units_equals_searchsorted(rows):
+    """Buckets sized by the average unit: a bucket spanning many small units, or a unit spanning
+    many buckets, still gives every id its searchsorted unit (every id tried, and the edges)."""
+    from resumable_data.sources.gather import locate, unit_buckets
+
+    n = sum(rows)
+    starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
+    unit_shard = np.zeros(len(rows), dtype=np.int64)
+    ids = np.concatenate([np.arange(n), [-1, n, n + 10**6, -(10**6)]]).astype(np.int64)
+    unit, local, _, lo, hi = locate(ids, starts, unit_shard, np.ones(1, dtype=bool), n, unit_buckets(starts, n))
+    want = np.searchsorted(starts, ids[:n], side="right") - 1
+    assert np.array_equal(unit[:n], want) and np.array_equal(local[:n], ids[:n] - starts[want])
+    assert (lo, hi) == (-(10**6), n + 10**6) and np.array_equal(unit[n:], [0, 0, 0, 0])

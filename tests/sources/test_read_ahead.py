@@ -60,7 +60,8 @@ def remote(endpoint, prefix, retries=FAST):
 
 
 STEPS = 2 * N // 32  # two epochs (the tail dropped)
-AHEAD = rd.ReadAhead(lookahead=4, concurrency=4, cache_bytes=60_000)  # about 70 of the 100 units
+RB = rd.ReadUnit.RECORD_BATCH
+AHEAD = rd.ReadAhead(lookahead=4, concurrency=4, cache_bytes=60_000, unit=RB)  # about 70 of the 100 units
 SHARDS = rd.ReadAhead(lookahead=4, concurrency=4, cache_bytes=30_000, unit=rd.ReadUnit.SHARD)  # one of the 4 shards
 
 
@@ -77,7 +78,7 @@ def reference(data):
     return ref
 
 
-@pytest.mark.parametrize("unit", list(rd.ReadUnit))
+@pytest.mark.parametrize("unit", [rd.ReadUnit.RECORD_BATCH, rd.ReadUnit.SHARD])
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("order", list(ORDERS))
 def test_same_batches_as_local_files(data, endpoint, reference, fmt, order, unit):
@@ -93,15 +94,61 @@ def test_same_batches_as_local_files(data, endpoint, reference, fmt, order, unit
     # in flight are never evicted, so the cache holds all four past its budget)
 
 
+# AUTO under AHEAD's budget: the 4 shards (about 22 KB each) of a window or global shuffle's first
+# 4 steps take more than half of it, a sequential order's first 4 steps read one shard
+AUTO_PICKS = {"global": rd.ReadUnit.RECORD_BATCH, "window": rd.ReadUnit.RECORD_BATCH, "sequential": rd.ReadUnit.SHARD}
+
+
+@pytest.mark.parametrize("budget", ["small", "whole"])
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_auto_unit_gives_the_same_batches_as_local_files(data, endpoint, reference, fmt, order, budget):
+    """``rd.ReadUnit.AUTO`` (the default) resolves to whole shards or record batches by the rule
+    (``unit_choice``), shows its choice, and delivers the local copy's batches either way."""
+    _, prefix = data[fmt]
+    cache_bytes = AHEAD.cache_bytes if budget == "small" else 1 << 20  # 1 MiB: half of it holds the dataset
+    ahead = rd.ReadAhead(lookahead=4, concurrency=4, cache_bytes=cache_bytes)
+    assert ahead.unit is rd.ReadUnit.AUTO
+    steps = STEPS // 2 if order == "global" else STEPS
+    loader = loader_over(remote(endpoint, prefix), order, ahead)
+    want = AUTO_PICKS[order] if budget == "small" else rd.ReadUnit.SHARD
+    fetcher = loader.read_ahead
+    assert fetcher.unit is want and fetcher.choice is not None and fetcher.choice.unit is want
+    assert f"unit={want.value} (auto: " in repr(fetcher)
+    assert batches(loader, steps) == reference(fmt, order, steps)
+    assert fetcher.stats["units"] > 0 and fetcher.stats["failed"] == 0
+
+
+def test_explicit_unit_is_kept(data, endpoint):
+    _, prefix = data["arrow"]
+    for unit in (rd.ReadUnit.RECORD_BATCH, rd.ReadUnit.SHARD):
+        fetcher = loader_over(remote(endpoint, prefix), "global", rd.ReadAhead(lookahead=4, unit=unit)).read_ahead
+        assert fetcher.unit is unit and fetcher.choice is None
+
+
 def test_sequential_reads_every_unit_once_per_epoch(data, endpoint, proxy, reference):
     _, prefix = data["arrow"]
     src = remote(proxy.endpoint, prefix)
-    loader = loader_over(src, "sequential", rd.ReadAhead(lookahead=8, concurrency=8, cache_bytes=1 << 20))
+    loader = loader_over(src, "sequential", rd.ReadAhead(lookahead=8, concurrency=8, cache_bytes=1 << 20, unit=RB))
     proxy.reset()
     assert batches(loader, N // 32) == reference("arrow", "sequential", N // 32)
     units = N // 20
-    assert loader.read_ahead.stats["units"] <= units  # each unit fetched at most once
-    assert proxy.counts["GET"] <= units + 1  # no unit also read by the loop itself
+    loader.read_ahead.wait_idle(30)
+    stats = loader.read_ahead.stats
+    assert stats["units"] <= units  # each unit fetched at most once
+    assert proxy.counts["GET"] == stats["requests"]  # no unit also read by the loop itself
+    # neighbouring record batches needed within lookahead // 4 steps share one ranged GET
+    assert stats["requests"] * 2 <= stats["units"]
+
+
+def test_a_joined_request_reads_the_neighbours_bytes(data, endpoint):
+    _, prefix = data["parquet"]
+    src = remote(endpoint, prefix)
+    assert src.fetch_run(3, 6) == b"".join(src.fetch_unit(k) for k in range(3, 7))
+    assert src.fetch_run(4, 4) == src.fetch_unit(4)
+    for first, last in [(24, 25), (6, 3), (-1, 2)]:  # 25 units per shard: 24 and 25 lie in two shards
+        with pytest.raises(rd.ConfigError, match="first, last"):
+            src.fetch_run(first, last)
 
 
 @pytest.mark.parametrize("order", ["window", "global"])
@@ -109,12 +156,12 @@ def test_every_unit_the_loop_reads_was_read_ahead(data, proxy, reference, order)
     """Under a budget smaller than the dataset, no step reads a unit itself (each GET is the
     fetcher's): the units of steps in flight are fetched first, whatever else waits."""
     _, prefix = data["arrow"]
-    loader = loader_over(remote(proxy.endpoint, prefix), order, rd.ReadAhead(lookahead=16, cache_bytes=10_000))
+    loader = loader_over(remote(proxy.endpoint, prefix), order, rd.ReadAhead(lookahead=16, cache_bytes=10_000, unit=RB))
     proxy.reset()
     steps = N // 32
     assert batches(loader, steps) == reference("arrow", order, STEPS)[:steps]
     loader.read_ahead.wait_idle(30)
-    assert proxy.counts["GET"] == loader.read_ahead.stats["units"]
+    assert proxy.counts["GET"] == loader.read_ahead.stats["requests"]
     assert loader.read_ahead.stats["evicted"] > 0
 
 
@@ -159,7 +206,7 @@ def test_store_down_then_back_continues_exactly(data, proxy, reference, workers)
 @pytest.mark.parametrize(
     ("fmt", "ahead"),
     [
-        ("parquet", rd.ReadAhead(lookahead=2, concurrency=2, cache_bytes=4_000)),
+        ("parquet", rd.ReadAhead(lookahead=2, concurrency=2, cache_bytes=4_000, unit=RB)),
         ("arrow", rd.ReadAhead(lookahead=2, concurrency=1, cache_bytes=1, unit=rd.ReadUnit.SHARD)),
     ],
     ids=["record_batch", "shard"],
@@ -201,7 +248,7 @@ def test_whole_shard_prefetch_reads_each_object_once_per_sequential_epoch(data, 
     assert shards == 4
     # the next epoch's first steps are read ahead too (their shard again): at most one extra
     assert shards <= loader.read_ahead.stats["units"] <= shards + 1
-    assert proxy.counts["GET"] == loader.read_ahead.stats["units"]  # one GET per object, none by the loop
+    assert proxy.counts["GET"] == loader.read_ahead.stats["units"] == loader.read_ahead.stats["requests"]
     size = sum(p.stat().st_size for p in local.iterdir() if p.suffix in (".arrow", ".parquet"))
     assert size <= proxy.bytes_out <= size + max(p.stat().st_size for p in local.iterdir())
 
@@ -239,7 +286,7 @@ def test_packed_steps_are_read_ahead_and_resume_bit_exact(data, proxy, packed_re
     got = packed_batches(loader, 17)
     loader.read_ahead.wait_idle(30)
     assert loader.read_ahead.stats["units"] > 0
-    assert proxy.counts["GET"] == loader.read_ahead.stats["units"]  # no step read a unit itself
+    assert proxy.counts["GET"] == loader.read_ahead.stats["requests"]  # no step read a unit itself
     state = loader.state_dict()
     del loader
     resumed = loader_over(remote(proxy.endpoint, prefix), "window", ahead, workers, packing=PACKING)
@@ -278,5 +325,9 @@ def test_cache_directory_is_fresh_and_removed(data, endpoint, tmp_path):
     assert any(n.endswith(".unit") for n in os.listdir(root))
     del loader
     import gc
+    import time
     gc.collect()
+    deadline = time.monotonic() + 60  # reads still in flight at close end on their own, then remove it
+    while os.path.exists(root) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not os.path.exists(root)

@@ -37,9 +37,10 @@ def _table(rng):
 def sources(tmp_path_factory):
     table = _table(np.random.default_rng(3))
     out = []
-    for shards, batch in [(8, 1024), (3, 1024), (2, 97), (1, None)]:
-        d = tmp_path_factory.mktemp(f"tn{shards}_{batch}")
-        rd.write_arrow_shards(table, d, num_shards=shards, rows_per_batch=batch)
+    for shards, batch, fmt in [(8, 1024, "arrow"), (3, 1024, "arrow"), (2, 97, "arrow"), (1, None, "arrow"),
+                               (4, 1024, "parquet"), (2, 97, "parquet")]:
+        d = tmp_path_factory.mktemp(f"tn{shards}_{batch}_{fmt}")
+        rd.write_arrow_shards(table, d, num_shards=shards, rows_per_batch=batch, format=fmt)
         out.append(rd.ArrowShards(d))
     return table, out
 
@@ -52,7 +53,7 @@ def _same(a: dict, b: dict) -> None:
 
 
 @settings(derandomize=True, max_examples=80, deadline=None)
-@given(ids=st.lists(st.integers(0, N - 1), min_size=1, max_size=600), which=st.integers(0, 3),
+@given(ids=st.lists(st.integers(0, N - 1), min_size=1, max_size=600), which=st.integers(0, 5),
        pad=st.sampled_from([0, -1, 7]))
 def test_take_numpy_equals_the_collate_of_take(sources, ids, which, pad):
     table, srcs = sources
@@ -66,6 +67,23 @@ def test_the_1024_row_layout_has_many_units_and_uses_the_fast_path(sources):
     _, srcs = sources
     assert len(srcs[0]._units) >= N // 1024
     assert all(g is not None and g.numpy_dtype is not None for g in srcs[0]._plan())
+
+
+def test_local_parquet_is_gathered_from_its_decoded_row_groups(sources):
+    """Parquet row groups are decoded when read, like remote units: the same numpy layout from
+    the decoded batches (not the per-row-group Arrow take, concatenation and collate)."""
+    table, srcs = sources
+    for src in srcs[4:]:
+        ids = np.random.default_rng(1).integers(0, N, 256)
+        got = src.take_numpy(ids, 0)
+        assert got is not None
+        _same(gathered_to_numpy(src.schema.names, got), arrow_to_numpy(table.take(pa.array(ids)), 0))
+
+
+def test_local_parquet_with_nulls_gives_none(tmp_path):
+    t = pa.table({"id": pa.array([1, None, 3] * 10, pa.int64())})
+    rd.write_arrow_shards(t, tmp_path / "n", num_shards=1, format="parquet")
+    assert rd.ArrowShards(tmp_path / "n", unpinned="allow").take_numpy([0, 1, 2]) is None
 
 
 def test_empty_and_unservable_columns_give_none(sources, tmp_path):

@@ -28,10 +28,13 @@ __all__ = ["ReadAhead", "ReadUnit"]
 class ReadUnit(Enum):
     """What one fetch reads: one unit (an IPC record batch, a Parquet row group) by a ranged
     request, or a whole shard object (every unit of it at once, one request), for datasets of
-    small objects where a request costs more than the bytes a step does not need."""
+    small objects where a request costs more than the bytes a step does not need; ``AUTO`` (the
+    default) picks one of the two once, when read-ahead starts, from the object sizes of the
+    shards the first ``lookahead`` steps read and ``cache_bytes`` (:mod:`.unit_choice`)."""
 
     RECORD_BATCH = "record_batch"
     SHARD = "shard"
+    AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -46,16 +49,19 @@ class ReadAhead:
       already handed to workers are never evicted, and are fetched even past the budget;
     * ``cache_dir``: where the cache directory is made (default: the system's temporary
       directory); a fresh subdirectory per loader, removed when the loader goes away;
-    * ``unit``: what one fetch reads, a :class:`ReadUnit` (default ``RECORD_BATCH``: one ranged
-      read per record batch or row group; ``SHARD``: the whole object of a shard per read, its
-      object size counted against ``cache_bytes``).
+    * ``unit``: what one fetch reads, a :class:`ReadUnit`: ``RECORD_BATCH``, one ranged read per
+      record batch or row group; ``SHARD``, the whole object of a shard per read, its object size
+      counted against ``cache_bytes``; ``AUTO`` (default), ``SHARD`` where the shards the first
+      ``lookahead`` steps read take at most half of ``cache_bytes`` (objects up to 64 MiB, each
+      with a byte layout), else ``RECORD_BATCH`` (:mod:`.unit_choice`; the choice is the
+      fetcher's ``unit``).
     """
 
     lookahead: int = 64
     concurrency: int = 16
     cache_bytes: int = 2 << 30
     cache_dir: str | os.PathLike | None = None
-    unit: ReadUnit = ReadUnit.RECORD_BATCH
+    unit: ReadUnit = ReadUnit.AUTO
 
     def __post_init__(self) -> None:
         check_int(self.lookahead, "lookahead", 1, 1 << 20)
@@ -66,8 +72,8 @@ class ReadAhead:
                 describe(
                     "unit",
                     self.unit,
-                    "an rd.ReadUnit (RECORD_BATCH or SHARD)",
-                    "pass unit=rd.ReadUnit.SHARD or unit=rd.ReadUnit.RECORD_BATCH",
+                    "an rd.ReadUnit (AUTO, RECORD_BATCH or SHARD)",
+                    "pass unit=rd.ReadUnit.AUTO (the default), rd.ReadUnit.RECORD_BATCH or rd.ReadUnit.SHARD",
                 )
             )
         d: Any = self.cache_dir

@@ -20,6 +20,20 @@ request costs more than the bytes a step does not need). Both are planned by the
 first unit's (for ``SHARD`` the shard's first record id), so a step's fetch units are
 ``step_units(records, fetch_starts)``; the cache, the promises, Belady's rule and the checks
 below work on fetch units (a shard is promised, evicted and counted whole, at its object size).
+``AUTO`` is resolved to one of the two at construction, by :func:`.unit_choice.choose_unit` from
+the object sizes of the shards that steps ``[0, lookahead)`` read and ``cache_bytes``; the
+result is :attr:`Prefetcher.unit` (with :attr:`Prefetcher.choice`, the reason) and stays for
+the loader's life.
+
+Joined requests (``RECORD_BATCH``). When the scheduler starts the read of unit ``u`` (next needed
+by step ``s``), it joins to the same request the units on either side of ``u`` while each is: of
+the same shard, with a span that starts where its neighbour's ends (no byte in between), still to
+fetch and next needed by step ``s + max(1, lookahead // 4)`` at the latest, within the budget
+without evicting (or needed by a step in flight), and the request stays within
+:data:`MAX_REQUEST_BYTES`. One checked read (:meth:`ReadAheadSource.fetch_run`: a HEAD, then one
+GET of the joined span) then writes each unit's own bytes, so the cache, promises and Belady's
+rule see the same units as before; only the count of requests falls (a sequential or window order
+reads runs of neighbouring record batches). ``concurrency`` bounds requests in flight.
 
 Eviction (Belady). The cache holds at most ``cache_bytes`` (fetches in flight count): before
 fetching a unit that does not fit, the resident unit whose next use is furthest (none in the
@@ -39,7 +53,8 @@ loader without read-ahead, at any worker count, before and after a resume (the p
 the resumed step).
 
 Cost: per handed-out step, ``records_of`` of one new step and one schedule over the window
-(``O(lookahead * batch)``); per unit, two requests (HEAD, GET); memory: the window's record ids.
+(``O(lookahead * batch)``); per read (a unit, a run of neighbouring units, or a shard), two
+requests (HEAD, GET); memory: the window's record ids.
 """
 
 from __future__ import annotations
@@ -58,10 +73,15 @@ import numpy as np
 from resumable_data.plan.reads import ReadSchedule, step_units
 from resumable_data.sources.read_ahead.cache import UnitCache
 from resumable_data.sources.read_ahead.config import ReadAhead, ReadUnit
+from resumable_data.sources.read_ahead.unit_choice import UnitChoice, choose_unit
 
-__all__ = ["Prefetcher", "ReadAheadSource"]
+__all__ = ["MAX_REQUEST_BYTES", "Prefetcher", "ReadAheadSource"]
 
 _log = logging.getLogger(__name__)
+
+#: The most bytes one request joining neighbouring record batches reads (16 MiB: object stores
+#: serve ranged GETs of 8-16 MB at full speed; a guard, not a measured optimum).
+MAX_REQUEST_BYTES = 16 << 20
 
 
 @runtime_checkable
@@ -80,6 +100,8 @@ class ReadAheadSource(Protocol):
 
     def fetch_shard(self, j: int) -> bytes: ...
 
+    def fetch_run(self, first: int, last: int) -> bytes: ...
+
     def attach_read_ahead(self, cache: UnitCache | None) -> None: ...
 
 
@@ -91,10 +113,30 @@ class Prefetcher:
         self._source = source
         self._records_of = records_of
         starts, self._spans = source.unit_starts(), source.unit_spans()
-        if config.unit is ReadUnit.SHARD:
-            shard = source.unit_shards()
-            first = np.flatnonzero(np.r_[True, shard[1:] != shard[:-1]]) if len(shard) else np.zeros(0, np.int64)
-            self._shard: list[int] | None = [int(shard[f]) for f in first.tolist()]
+        shard = source.unit_shards()
+        self._unit_shard: list[int] = shard.tolist()
+        by_shard = np.flatnonzero(np.r_[True, shard[1:] != shard[:-1]]) if len(shard) else np.zeros(0, np.int64)
+        shard_ids = [int(shard[f]) for f in by_shard.tolist()]
+        ends = np.append(by_shard, len(starts)).tolist()
+        whole: list[int | None] = [  # per shard: its object size, None where it cannot be read whole
+            None
+            if any(self._spans[k] is None for k in range(ends[g], ends[g + 1]))
+            else source.shard_size(shard_ids[g])
+            for g in range(len(shard_ids))
+        ]
+        #: how :class:`~.config.ReadUnit` ``AUTO`` was resolved (None: the unit was given)
+        self.choice: UnitChoice | None = None
+        if config.unit is ReadUnit.AUTO:
+            window: set[int] = set()  # the shards the first `lookahead` steps read
+            for s in range(config.lookahead):
+                window.update(step_units(records_of(s), starts[by_shard]).tolist())
+            self.choice = choose_unit([whole[g] for g in sorted(window)], config.cache_bytes)
+            _log.debug("resumable_data: read-ahead reads by %s (auto: %s)", self.choice.unit.value, self.choice.reason)
+        #: the fetch unit in use: ``config.unit``, or what ``AUTO`` resolved to
+        self.unit = config.unit if self.choice is None else self.choice.unit
+        if self.unit is ReadUnit.SHARD:
+            first = by_shard
+            self._shard: list[int] | None = shard_ids
         else:
             first = np.arange(len(starts), dtype=np.int64)
             self._shard = None
@@ -102,15 +144,10 @@ class Prefetcher:
         #: fetch unit g: the units ``members[g]``, from record id ``starts[g]`` on
         self._members = [list(range(bounds[g], bounds[g + 1])) for g in range(len(first))]
         self._starts = starts[first]
-        self._sizes: list[int | None] = []
-        for g, members in enumerate(self._members):
+        self._sizes: list[int | None] = list(whole) if self._shard is not None else []
+        for members in self._members if self._shard is None else []:
             span = self._spans[members[0]]
-            if span is None or any(self._spans[k] is None for k in members):
-                self._sizes.append(None)  # not read by range: the step reads it itself
-            elif self._shard is not None:
-                self._sizes.append(source.shard_size(self._shard[g]))
-            else:
-                self._sizes.append(span[1])
+            self._sizes.append(None if span is None else span[1])  # None: not read by range, the step reads it
         self.cache = UnitCache(tempfile.mkdtemp(prefix="rd-read-ahead-", dir=config.cache_dir))
         self._units: dict[int, np.ndarray] = {}  # step -> its units (plan/reads.step_units)
         self._cond = threading.Condition()
@@ -121,18 +158,27 @@ class Prefetcher:
         self._replan_at = 0
         self._resident: dict[int, int] = {}  # unit -> bytes
         self._inflight: set[int] = set()
+        self._busy = 0  # requests in flight (a request may read several neighbouring units)
         self._promised: set[int] = set()
         self._failed: set[int] = set()
         self._used = 0
         self._closed = False
         self._release_on_exit = False  # close() ran in the scheduler thread: the loop releases
-        #: counters: units and bytes fetched, units evicted, fetches failed
-        #: and the most bytes the cache held (fetches in flight included)
-        self.stats = {"units": 0, "bytes": 0, "evicted": 0, "failed": 0, "peak_bytes": 0}
+        #: counters: fetch units and bytes fetched, the requests that read them, units evicted,
+        #: fetch units whose read failed and the most bytes the cache held (fetches in flight included)
+        self.stats = {"units": 0, "bytes": 0, "requests": 0, "evicted": 0, "failed": 0, "peak_bytes": 0}
         self._pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="rd-read-ahead")
         self._thread = threading.Thread(target=self._run, name="rd-read-ahead", daemon=True)
         self._thread.start()
         source.attach_read_ahead(self.cache)
+
+    def __repr__(self) -> str:
+        how = "" if self.choice is None else f" (auto: {self.choice.reason})"
+        c = self.config
+        return (
+            f"Prefetcher(unit={self.unit.value}{how}, lookahead={c.lookahead}, concurrency={c.concurrency}, "
+            f"cache_bytes={c.cache_bytes}, stats={self.stats})"
+        )
 
     # -- the loader's side (main thread) -------------------------------------------------------------
     def new_pass(self) -> None:
@@ -186,7 +232,8 @@ class Prefetcher:
             return self._cond.wait_for(lambda: not self._inflight or self._closed, timeout)
 
     def close(self) -> None:
-        """Stop fetching and remove the cache directory (processes that mapped units keep them)."""
+        """Stop fetching and remove the cache directory (processes that mapped units keep them; a read
+        still in flight removes what it wrote when it ends)."""
         with self._cond:
             if self._closed:
                 return
@@ -230,8 +277,12 @@ class Prefetcher:
             if when is not None:  # else read only by steps the loop already has
                 todo.append((when, u))
         todo.sort()  # soonest first: the units of steps in flight lead
+        pending = {u: when for when, u in todo}  # unit -> next use: what a request may join
+        taken: set[int] = set()
         for when, u in todo:
-            if len(self._inflight) >= self.config.concurrency:
+            if u in taken:
+                continue  # read with a neighbour
+            if self._busy >= self.config.concurrency:
                 return
             size = self._sizes[u] or 0
             while self._used + size > budget:
@@ -246,9 +297,41 @@ class Prefetcher:
                 self._stalled = True
                 return  # wait for the loader to move on
             self._used += size
+            run = [u] if self._shard is not None else self._join_neighbours(u, when, pending, taken, protected)
             self.stats["peak_bytes"] = max(self.stats["peak_bytes"], self._used)
-            self._inflight.add(u)
-            self._pool.submit(self._fetch, u)
+            self._inflight.update(run)
+            taken.update(run)
+            self._busy += 1
+            self._pool.submit(self._fetch, run)
+
+    def _join_neighbours(
+        self, u: int, when: int, pending: dict[int, int], taken: set[int], protected: set[int]
+    ) -> list[int]:
+        """Under the lock, ``u``'s bytes counted: ``u`` with the neighbouring units read by the same
+        request (the module docstring's rule), their bytes counted too; in file order."""
+        run, total = [u], self._sizes[u] or 0
+        horizon = when + max(1, self.config.lookahead // 4)
+        for direction in (1, -1):
+            k = u
+            while True:
+                n = k + direction
+                lo, hi = (k, n) if direction == 1 else (n, k)
+                size = self._sizes[n] if 0 <= n < len(self._sizes) else None
+                if (
+                    size is None
+                    or n in taken
+                    or pending.get(n, horizon + 1) > horizon
+                    or self._unit_shard[lo] != self._unit_shard[hi]
+                    or _end(self._spans[lo]) != _start(self._spans[hi])
+                    or total + size > MAX_REQUEST_BYTES
+                    or (self._used + size > self.config.cache_bytes and n not in protected)
+                ):
+                    break
+                self._used += size
+                total += size
+                run.append(n)
+                k = n
+        return sorted(run)
 
     def _victim(self, sched: ReadSchedule, at: int, protected: set[int]) -> int | None:
         """The resident unit, not needed by a step in flight, whose next use is furthest."""
@@ -268,41 +351,50 @@ class Prefetcher:
         for k in self._members[v]:
             _unlink(self.cache.unit_path(k))
 
-    def _fetch(self, u: int) -> None:
-        """In a pool thread: read fetch unit ``u``, write its units to the cache, drop its promise."""
+    def _fetch(self, run: list[int]) -> None:
+        """In a pool thread: read fetch units ``run`` (one, or neighbouring units of one shard) by one
+        request, write their units to the cache, drop their promises."""
         ok = False
-        members = self._members[u]
+        ks = [k for u in run for k in self._members[u]]
         try:
-            if self._shard is None:
-                self._write(members[0], self._source.fetch_unit(u))
+            if self._shard is not None:
+                data, base = self._source.fetch_shard(self._shard[run[0]]), 0
+            elif len(ks) == 1:
+                data, base = self._source.fetch_unit(ks[0]), _start(self._spans[ks[0]])
             else:
-                whole = memoryview(self._source.fetch_shard(self._shard[u]))
-                for k in members:
-                    offset, length = self._spans[k]  # type: ignore[misc]  # None was excluded at init
-                    self._write(k, whole[offset : offset + length])
+                data, base = self._source.fetch_run(ks[0], ks[-1]), _start(self._spans[ks[0]])
+            view = memoryview(data)
+            for k in ks:
+                offset, length = self._spans[k]  # type: ignore[misc]  # None was excluded at init
+                self._write(k, view[offset - base : offset - base + length])
             ok = True
-        except Exception as exc:  # the worker that needs u reads it itself and raises the error there
-            _log.debug("resumable_data: read-ahead of unit %d failed (%s); the step that needs it reads it", u, exc)
-            for k in members:
+        except Exception as exc:  # the worker that needs a unit reads it itself and raises the error there
+            _log.debug("resumable_data: read-ahead of units %s failed (%s); the step that needs one reads it", run, exc)
+            for k in ks:
                 _touch(self.cache.err_path(k))
         with self._cond:
-            self._inflight.discard(u)
-            size = self._sizes[u] or 0
-            if ok:
-                self._resident[u] = size
-                self.stats["units"] += 1
-                self.stats["bytes"] += size
-            else:
-                self._used -= size
-                self._failed.add(u)
-                self.stats["failed"] += 1
-            self._promised.discard(u)
-            for k in members:
+            self._busy -= 1
+            self.stats["requests"] += 1
+            for u in run:
+                self._inflight.discard(u)
+                size = self._sizes[u] or 0
+                if ok:
+                    self._resident[u] = size
+                    self.stats["units"] += 1
+                    self.stats["bytes"] += size
+                else:
+                    self._used -= size
+                    self._failed.add(u)
+                    self.stats["failed"] += 1
+                self._promised.discard(u)
+            for k in ks:
                 if ok:
                     _unlink(self.cache.err_path(k))
                 _unlink(self.cache.want_path(k))
-                if self._closed and ok:
-                    _unlink(self.cache.unit_path(k))
+            if self._closed:
+                # closed while this read ran: its files may have landed after (or during) close()'s
+                # removal of the directory; the last read to end removes what is left
+                shutil.rmtree(self.cache.root, ignore_errors=True)
             self._cond.notify_all()
 
     def _write(self, k: int, data: bytes | memoryview) -> None:
@@ -311,6 +403,14 @@ class Prefetcher:
         with open(tmp, "wb") as f:
             f.write(data)
         os.replace(tmp, self.cache.unit_path(k))
+
+
+def _start(span: tuple[int, int] | None) -> int:
+    return -1 if span is None else span[0]
+
+
+def _end(span: tuple[int, int] | None) -> int:
+    return -2 if span is None else span[0] + span[1]
 
 
 def _touch(path: str) -> None:
