@@ -15,6 +15,7 @@ from the resumed step. Cost: a copy of the order (a plan: a few integers).
 from __future__ import annotations
 
 import copy
+import logging
 import weakref
 from typing import Any
 
@@ -23,8 +24,11 @@ import numpy as np
 from resumable_data.errors import ConfigError, describe
 from resumable_data.loader.config import FetchMode, LoaderConfig
 from resumable_data.loader.stream import describe_step
+from resumable_data.plan import Order, WindowBlocks
 from resumable_data.sources.arrow_shards import ArrowShards
 from resumable_data.sources.read_ahead import Prefetcher, ReadAhead
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["start_read_ahead"]
 
@@ -46,6 +50,16 @@ def start_read_ahead(owner: Any, read_ahead: Any, dataset: Any, cfg: LoaderConfi
                 "nothing to read ahead)",
                 "drop read_ahead= for local files, or open the shards with filesystem=pyarrow.fs.S3FileSystem(...)",
             )
+        )
+    spec = cfg.plan.order
+    if spec.kind is Order.WINDOW and spec.blocks is WindowBlocks.RECORDS:
+        _log.info(
+            "read_ahead with shuffle_window=%d over blocks of %d records: a record batch split between blocks of "
+            "windows far apart is fetched again by a cache smaller than the dataset (1.4-1.9x the bytes at 25-50%%); "
+            "window_blocks=rd.WindowBlocks.READ_UNITS makes each record batch belong to one window "
+            "(docs/object-storage.md#window-shuffle-over-read-units)",
+            spec.window,
+            spec.block,
         )
     order, sharding = copy.deepcopy(cfg.order), cfg.sharding
 

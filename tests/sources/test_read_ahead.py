@@ -5,6 +5,8 @@ replaced mid-run refused (never a wrong sample), and its knobs validated. moto's
 
 from __future__ import annotations
 
+import logging
+
 import os
 
 import numpy as np
@@ -47,7 +49,12 @@ def batches(loader, n, out=None):
     return out
 
 
-ORDERS = {"global": dict(shuffle=True), "window": dict(shuffle=True, shuffle_window=300), "sequential": {}}
+ORDERS = {
+    "global": dict(shuffle=True),
+    "window": dict(shuffle=True, shuffle_window=300),
+    "window_units": dict(shuffle=True, shuffle_window=300, window_blocks="read_units"),
+    "sequential": {},
+}
 
 
 def loader_over(src, order="window", ahead=None, workers=0, **kw):
@@ -80,7 +87,7 @@ def reference(data):
 
 @pytest.mark.parametrize("unit", [rd.ReadUnit.RECORD_BATCH, rd.ReadUnit.SHARD])
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("order", list(ORDERS))
+@pytest.mark.parametrize("order", ["global", "window", "sequential"])
 def test_same_batches_as_local_files(data, endpoint, reference, fmt, order, unit):
     _, prefix = data[fmt]
     steps = STEPS // 2 if order == "global" else STEPS  # a global shuffle reads most units every step
@@ -94,6 +101,28 @@ def test_same_batches_as_local_files(data, endpoint, reference, fmt, order, unit
     # in flight are never evicted, so the cache holds all four past its budget)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_window_over_read_units_fetches_each_unit_once_an_epoch(data, endpoint, reference, fmt, caplog):
+    """A 300-record window is 15 of the 100 units: with a cache of about 25 units, the window over
+    read units fetches each unit once an epoch (plus the next epoch's lookahead), same batches as
+    the local copy; over record blocks of 18 records the same budget fetches units again."""
+    _, prefix = data[fmt]
+    small = rd.ReadAhead(lookahead=4, concurrency=4, cache_bytes=22_000, unit=RB)
+    fetched = {}
+    for order in ("window", "window_units"):
+        with caplog.at_level(logging.INFO, logger="resumable_data.loader.read_ahead"):
+            caplog.clear()
+            loader = loader_over(remote(endpoint, prefix), order, small)
+        advised = "window_blocks=rd.WindowBlocks.READ_UNITS" in caplog.text
+        assert advised == (order == "window")  # the notice names the option, only where it applies
+        assert batches(loader, STEPS) == reference(fmt, order)
+        fetched[order] = loader.read_ahead.stats["units"]
+        loader.read_ahead.close()
+    units = len(rd.ArrowShards(data[fmt][0]).unit_starts())
+    assert fetched["window_units"] <= 2 * units + 20  # two epochs, each unit once, + the lookahead past them
+    assert fetched["window"] > 1.15 * fetched["window_units"]  # measured 1.31-1.56
+
+
 # AUTO under AHEAD's budget: the 4 shards (about 22 KB each) of a window or global shuffle's first
 # 4 steps take more than half of it, a sequential order's first 4 steps read one shard
 AUTO_PICKS = {"global": rd.ReadUnit.RECORD_BATCH, "window": rd.ReadUnit.RECORD_BATCH, "sequential": rd.ReadUnit.SHARD}
@@ -101,7 +130,7 @@ AUTO_PICKS = {"global": rd.ReadUnit.RECORD_BATCH, "window": rd.ReadUnit.RECORD_B
 
 @pytest.mark.parametrize("budget", ["small", "whole"])
 @pytest.mark.parametrize("fmt", ["arrow", "parquet"])
-@pytest.mark.parametrize("order", list(ORDERS))
+@pytest.mark.parametrize("order", ["global", "window", "sequential"])
 def test_auto_unit_gives_the_same_batches_as_local_files(data, endpoint, reference, fmt, order, budget):
     """``rd.ReadUnit.AUTO`` (the default) resolves to whole shards or record batches by the rule
     (``unit_choice``), shows its choice, and delivers the local copy's batches either way."""
