@@ -331,3 +331,32 @@ def test_a_batch_ramp_over_read_units_resumes_bit_exact(shards):
     reference = run(make(0), TOTAL, False)
     assert len({b["id"][2] for b in reference}) > 1  # the batch grows (shapes differ)
     assert interrupted(make, [2, 9, 31], (0, 0), False, "repeat") == reference
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_data_change_onto_another_unit_layout_continues_in_the_new_units(tmp_path, workers):
+    """label='data_change' onto the same records in other units (another version): the stream
+    continues at the same step in the new version's unit window, as its step_info says."""
+    import pyarrow as pa
+
+    table = pa.table({"id": pa.array(np.arange(N_RECORDS, dtype=np.int64))})
+    rd.write_arrow_shards(table, tmp_path / "a", num_shards=3, rows_per_batch=20)
+    rd.write_arrow_shards(table, tmp_path / "b", num_shards=2, rows_per_batch=7, format="parquet")
+    rd.pin(tmp_path / "a")
+    rd.pin(tmp_path / "b")
+    first = _loader(rd.ArrowShards(tmp_path / "a"))
+    it = iter(first)
+    for _ in range(5):
+        next(it)
+    state = json.loads(json.dumps(first.state_dict()))
+    b = rd.ArrowShards(tmp_path / "b")
+    resumed = _loader(b, workers)
+    with pytest.raises(rd.ResumeError):
+        resumed.load_state_dict(state)  # a changed dataset needs the label
+    resumed.load_state_dict(state, label="data_change")
+    got = [x["id"].tolist() for x in resumed]
+    assert len(got) == len(range(5, -(-N_RECORDS // BATCH)))
+    assert got == [resumed.step_info(s).records.tolist() for s in range(5, 5 + len(got))]
+    units = ReadUnits.of(b.unit_starts(), N_RECORDS)
+    assert sum(got, []) == unit_window_records(units, 40, np.arange(5 * BATCH, N_RECORDS),
+                                               version_hash=resumed.plan.version_hash, seed=11, epoch=0).tolist()
