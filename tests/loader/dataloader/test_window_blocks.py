@@ -360,3 +360,17 @@ def test_a_data_change_onto_another_unit_layout_continues_in_the_new_units(tmp_p
     units = ReadUnits.of(b.unit_starts(), N_RECORDS)
     assert sum(got, []) == unit_window_records(units, 40, np.arange(5 * BATCH, N_RECORDS),
                                                version_hash=resumed.plan.version_hash, seed=11, epoch=0).tolist()
+
+
+def test_a_training_state_checkpoint_resumes_the_unit_window_and_refuses_other_blocks(shards, tmp_path):
+    reference = [canon(b) for b in _loader(shards)]
+    loader = _loader(shards)
+    it = iter(loader)
+    got = [canon(next(it)) for _ in range(5)]
+    rd.save_checkpoint(tmp_path / "ck", rd.TrainingState(model=torch.nn.Linear(1, 1), loader=loader), step=5)
+    other = _loader(shards, window_blocks=rd.WindowBlocks.RECORDS)
+    with pytest.raises(rd.ResumableDataError, match="order"):
+        rd.load_checkpoint(tmp_path / "ck", rd.TrainingState(model=torch.nn.Linear(1, 1), loader=other))
+    resumed = _loader(shards)
+    rd.load_checkpoint(tmp_path / "ck", rd.TrainingState(model=torch.nn.Linear(1, 1), loader=resumed))
+    assert got + [canon(b) for b in resumed] == reference
