@@ -61,7 +61,7 @@ def test_the_budget_bounds_the_process_not_each_source(tmp_path, monkeypatch):
     rd.Mixture, train + eval sets) held four budgets."""
     from resumable_data.sources.decoded_units import process_units
 
-    budget, unit = 1 << 20, 80_000  # 10,000 int64 rows a row group
+    budget, unit = 4 << 20, 80_000  # 10,000 int64 rows a row group; each source decodes 3.2 MB
     monkeypatch.setattr(process_units(), "budget", budget)
     sources = []
     for k in range(4):
@@ -73,7 +73,8 @@ def test_the_budget_bounds_the_process_not_each_source(tmp_path, monkeypatch):
         for i in range(0, 400_000, 10_000):
             assert src.take([i]).column("x").to_pylist() == [i]
     held = pa.total_allocated_bytes() - base
-    assert held <= budget + 2 * unit, f"{held / 2**20:.2f} MiB of decoded units held, budget 1 MiB"
+    # one map a source held all 12.8 MB; the slack is the sources' own arrays (footers, gather plans)
+    assert held <= budget + (1 << 20), f"{held / 2**20:.2f} MiB of decoded units held, budget 4 MiB"
     shared = process_units()
     assert 0 < shared.nbytes <= budget + unit  # ours only: the budget evicted every earlier unit
     for src in sources:  # a closed source's units go with it
