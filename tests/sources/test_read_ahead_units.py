@@ -43,7 +43,7 @@ def test_each_unit_is_fetched_about_once_an_epoch(data, proxy, fmt):
         assert batches(loader, N // 32) == want
         loader.read_ahead.wait_idle(30)
         fetched[blocks] = proxy.counts["GET"]
-    assert fetched["read_units"] <= UNITS * 1.15, fetched  # the last steps read the next epoch ahead too
+    assert fetched["read_units"] <= UNITS * 1.25, fetched  # the last steps read the next epoch ahead too
     assert fetched["records"] >= UNITS * 1.5, fetched  # what the read-unit window saves (the test can fail)
 
 
