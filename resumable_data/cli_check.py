@@ -44,6 +44,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shuffle", action="store_true", help="global shuffle (keyed permutation per epoch)")
     p.add_argument("--seed", type=int, default=0, help="the stream's seed")
     p.add_argument("--window", type=int, default=None, help="shuffle inside windows of N records instead")
+    p.add_argument(
+        "--window-blocks",
+        choices=["records", "read_units"],
+        default="records",
+        help="what --window permutes: blocks of records, or the shards' record batches / row groups",
+    )
     p.add_argument("--drop-last", action="store_true", help="drop each epoch's incomplete last batch")
     p.add_argument("--packing-seq-len", type=int, default=None, help="pack documents into sequences of L tokens")
     p.add_argument("--packing-mode", choices=["concat", "best_fit"], default="concat")
@@ -129,6 +135,12 @@ def _maker(args: argparse.Namespace):
         extra["token_column"] = args.tokens
     if args.window is not None:
         extra["shuffle_window"] = args.window
+    if args.window_blocks != "records":
+        if args.window is None:
+            raise ConfigError(
+                describe("--window-blocks", args.window_blocks, "--window N as well", "add --shuffle --window N")
+            )
+        extra["window_blocks"] = args.window_blocks
     tail = "drop" if args.drop_last else ("wrap" if max(args.world_sizes) > 1 else "partial")
 
     def make(**kw):
@@ -167,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
     if args.packing_seq_len and args.eos_id is not None:
         what += f" eos {args.eos_id}"
     order = f"window {args.window}" if args.window else ("global shuffle" if args.shuffle else "sequential")
+    if args.window and args.window_blocks == "read_units":
+        order += " over read units"
     _say(
         f"pipeline:    {what}, global batch {args.batch_size}, {order}, seed {args.seed}, tail {tail}, "
         f"commit {args.commit} x{args.accumulation_steps}, sharding {args.sharding_policy}"
@@ -204,4 +218,5 @@ EXAMPLES = """examples:
   resumable-data pin data/                    # once: check-resume needs a pinned dataset (or pass --pin)
   resumable-data check-resume data/ --batch-size 8 --shuffle --seed 0 --steps 40 --interrupts 3
   resumable-data check-resume data/ --batch-size 8 --shuffle --window 64 --workers 0,2 --world-sizes 1,2
+  resumable-data check-resume data/ --batch-size 8 --shuffle --window 64 --window-blocks read_units
   resumable-data check-resume data/ --batch-size 8 --packing-seq-len 2048 --tokens tokens --eos-id 2"""

@@ -111,6 +111,15 @@ def next_step_lines(out: list[str], state: Any, step: int, data: str | None, rec
         from resumable_data.sources import ArrowShards
 
         source = ArrowShards(data)
+        other = None if source.version is None else source.version.hash
+        if state.pinned and other != state.plan.version_hash:  # its lengths / units are not the run's
+            kv(
+                out,
+                "next step",
+                f"{step} (not resolved: {data} is {'unpinned' if other is None else f'pinned as {other}'}, "
+                f"the run trained on {state.plan.version_hash}; pass the run's dataset as --data)",
+            )
+            return
     stream, ledger = stream_from_state(state, source)
     if stream is None:
         what, resolves = (
@@ -237,7 +246,7 @@ def loader_state_report(
     kv(
         out,
         "stream",
-        f"seed {plan.seed}, {_value(plan.order.kind)}, "
+        f"seed {plan.seed}, {_value(plan.order.kind)}{_blocks_text(plan)}, "
         f"global batch {_batch_text(plan)}, tail {_value(plan.tail)}, "
         f"commit {state.commit.value} x{state.accumulation_steps}"
         + (f", packed {state.packing.seq_len}" if state.packing else ", unpacked"),
@@ -260,6 +269,15 @@ def loader_state_report(
     else:
         kv(out, "dataset", f"pinned version {plan.version_hash} (pass --data DIR to check the files)")
     return rc, out
+
+
+def _blocks_text(plan) -> str:
+    """What a window shuffle's window holds: `` 64 over read units`` (else the window, or nothing)."""
+    from resumable_data.plan import Order, WindowBlocks
+
+    if plan.order.kind is not Order.WINDOW:
+        return ""
+    return f" {plan.order.window}" + (" over read units" if plan.order.blocks is WindowBlocks.READ_UNITS else "")
 
 
 def _batch_text(plan) -> str:

@@ -39,7 +39,7 @@ import numpy as np
 from resumable_data.errors import ConfigError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.state import LoaderState, OnUncommitted
-from resumable_data.plan import Plan, epoch_records
+from resumable_data.plan import Plan
 from resumable_data.plan.mixture.section import MixtureSection
 from resumable_data.plan.record_runs import RecordRuns
 
@@ -262,8 +262,7 @@ class PlanOrder(_Plain):
         return None
 
     def epoch_records(self, epoch: int, offsets: np.ndarray) -> np.ndarray:
-        p = self.plan
-        return epoch_records(p.num_records, p.order, offsets, version_hash=p.version_hash, seed=p.seed, epoch=epoch)
+        return self.plan.epoch_records(epoch, offsets)  # the plan's read units too (a read-unit window)
 
 
 class SamplerOrder(_Plain):

@@ -67,10 +67,20 @@ class ReadUnits:
 
     @classmethod
     def of(cls, starts: object, n: int) -> ReadUnits:
-        """Check and freeze ``starts``; :class:`rd.ConfigError` unless it starts at 0, increases
-        strictly and stays below ``n``."""
-        a = np.array(starts, dtype=np.int64).reshape(-1)
-        if not n >= 1 or a.size == 0 or a[0] != 0 or (a.size > 1 and not (np.diff(a) > 0).all()) or a[-1] >= n:
+        """Check and freeze ``starts``; :class:`rd.ConfigError` unless it is a flat array of
+        integers that starts at 0, increases strictly and stays below ``n`` (an integer >= 1)."""
+        a = _integer_starts(starts)
+        whole = isinstance(n, (int, np.integer)) and not isinstance(n, bool) and 1 <= n < _MAX_N
+        if a is None or not whole:
+            raise ConfigError(
+                describe(
+                    "unit starts",
+                    f"{type(starts).__name__} {starts!r:.80}, n={n!r}",
+                    "a flat array of integer record ids and an integer record count n in [1, 2**63)",
+                    "return the first record id of every unit from unit_starts() as integers (an int64 array)",
+                )
+            )
+        if a.size == 0 or a[0] != 0 or (a.size > 1 and not (np.diff(a) > 0).all()) or a[-1] >= n:
             raise ConfigError(
                 describe(
                     "unit starts",
@@ -90,6 +100,25 @@ class ReadUnits:
 
     def __len__(self) -> int:
         return int(self.starts.size)
+
+
+_MAX_N = 1 << 63
+
+
+def _integer_starts(starts: object) -> np.ndarray | None:
+    """``starts`` as an int64 array when it is a flat array of integers that fit (an empty one
+    included), else None: floats are never truncated, nothing else is coerced."""
+    try:
+        raw = np.asarray(starts)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if raw.ndim != 1:
+        return None
+    if raw.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if raw.dtype.kind not in "iu" or (raw.dtype.kind == "u" and int(raw.max()) >= _MAX_N):
+        return None
+    return raw.astype(np.int64)
 
 
 def units_per_window(window: int, units: ReadUnits) -> int:

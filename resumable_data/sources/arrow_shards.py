@@ -76,7 +76,7 @@ from resumable_data.sources.arrow.pickled import read_state, source_state
 from resumable_data.sources.arrow.record_ids import RecordIdError, record_index
 from resumable_data.sources.arrow.record_ids import locate as locate_ids
 from resumable_data.sources.arrow.resolve import UnpinnedPolicy, resolve_source, source_store
-from resumable_data.sources.decoded_units import DEFAULT_DECODED_BYTES, DecodedUnits
+from resumable_data.sources.decoded_units import new_owner, process_units
 from resumable_data.sources.files import OpenShard, canonical_schema, check_same_schema
 from resumable_data.sources.gather import (
     ColumnGather,
@@ -170,7 +170,8 @@ class ArrowShards:
         self._shards: list[OpenShard] = []
         self._units: Sequence[Unit] = []
         self._unit_index: list[int] = []  # the unit's record batch / row group index in its shard
-        self._rg_cache = DecodedUnits(DEFAULT_DECODED_BYTES)
+        self._owner = new_owner()  # keys this source's units in the process's decoded-unit map
+        self._rg_cache = process_units()
         self._fast: list[ColumnGather | None] | None = None
         self._numpy_plans: list[ColumnGather] | None = None  # _fast when every column has a numpy layout
         start = 0
@@ -255,10 +256,11 @@ class ArrowShards:
         self._member_first = np.cumsum([0] + [len(m._units) for m in members[:-1]], dtype=np.int64)
 
     def close(self) -> None:
-        """Close the shard files (the source is unusable afterwards)."""
+        """Close the shard files and drop its decoded units (the source is unusable afterwards)."""
         for shard in self._shards:
             shard.close()
         self._watch.close()
+        self._rg_cache.drop(self._owner)
 
     def _closed_because(
         self, exc: ResumableDataError, root: str, rel: list[str], version: DatasetVersion | None, store: ShardStore
@@ -266,6 +268,7 @@ class ArrowShards:
         """An unpickled source whose files failed their checks: every read raises ``exc``."""
         self._broken = exc
         self._members = None
+        self._owner, self._rg_cache = new_owner(), process_units()
         self._store, self._root, self._rel, self._version = store, Path(root), list(rel), version
         self._shards, self._units = [], []
         self._unit_shard = self._mapped = np.zeros(0, dtype=np.int64)
@@ -438,7 +441,7 @@ class ArrowShards:
                 self._validate_unit(k)
             return u.batch
         g = self._unit_index[k]  # the unit's row group / record batch in its shard (u.row_group, not None here)
-        key = (u.shard, g)
+        key = (self._owner, u.shard, g)
         hit = self._rg_cache.get(key)
         if hit is not None:
             return hit
@@ -540,7 +543,7 @@ class ArrowShards:
         """Read units through ``cache`` (filled ahead by one fetcher per rank), or directly (None)."""
         self._ahead = cache
         self._ahead_valid = set()
-        self._rg_cache.clear()  # units decoded from other bytes
+        self._rg_cache.drop(self._owner)  # units decoded from other bytes
 
     @property
     def remote(self) -> bool:

@@ -1,4 +1,4 @@
-"""Decoded units kept per process: a least-recently-used map bounded by bytes.
+"""Decoded units kept per process: a least-recently-used map bounded by bytes, shared by the sources.
 
 What. A unit that is not memory-mapped (a Parquet row group; a record batch read from a remote
 store or from the read-ahead cache) is decoded into an Arrow record batch when a batch first
@@ -8,62 +8,112 @@ not units). A cache of a fixed number of units smaller than that decodes every u
 every batch (Parquet with the window shuffle ran at 1.5-3k samples/s with 8 units kept); this
 one keeps the units of the last batches up to a byte budget instead.
 
-Algorithm. An ordered map from ``(shard, unit index)`` to the decoded batch; a hit moves the
-entry to the end; an insert adds the batch's buffer bytes and evicts from the front until the
-total fits ``budget`` (the newest entry is always kept, whatever its size).
+Algorithm. An ordered map from ``(source, shard, unit index)`` to the decoded batch (``source``:
+:func:`new_owner`, a number no other source of this process gets); a hit moves the entry to the
+end; an insert adds the batch's buffer bytes and evicts from the front until the total fits
+``budget`` (the newest entry is always kept, whatever its size). A process holds one map
+(:func:`process_units`) that all its sources share, so the budget bounds the process whatever the
+number of sources (an ``rd.Mixture`` of remote sources, a train and an eval set); a source's
+entries leave with it (:meth:`DecodedUnits.drop` on close or when read-ahead is attached). Operations hold a lock
+(a user may read sources from threads); a forked child starts with a fresh lock.
 
 Guarantee. Only decoding is saved: a batch here is the decode of bytes whose identity was checked
-when they were read, and the map is per process (never shared, never written to disk).
+when they were read, under a key no other source shares, and the map is per process (never
+shared across processes, never written to disk).
 
-Cost. O(1) per lookup and insert; memory at most ``budget`` plus one unit per process.
+Cost. O(1) per lookup and insert, O(entries) per drop; memory at most ``budget`` plus one unit per
+process.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
+import sys
+import threading
 from collections import OrderedDict
+from collections.abc import Hashable
 
 import pyarrow as pa
 
-__all__ = ["DEFAULT_DECODED_BYTES", "DecodedUnits"]
+__all__ = ["DEFAULT_DECODED_BYTES", "DecodedUnits", "new_owner", "process_units"]
 
-#: Decoded bytes kept per process (local Parquet, remote units, units read ahead). The same with
-#: read-ahead: its shared cache holds the fetched bytes, but decoding a Parquet row group again
-#: costs as much as without it (a global shuffle over 64 row groups kept in 64 MiB: 953 samples/s).
+#: Decoded bytes kept per process (local Parquet, remote units, units read ahead), all sources
+#: together. The same with read-ahead: its shared cache holds the fetched bytes, but decoding a
+#: Parquet row group again costs as much as without it (a global shuffle over 64 row groups kept in
+#: 64 MiB: 953 samples/s).
 DEFAULT_DECODED_BYTES = 256 << 20
 
 
 class DecodedUnits:
-    """The per-process map of decoded units, bounded by ``budget`` bytes."""
+    """A map of decoded units bounded by ``budget`` bytes (see the module docs)."""
 
     def __init__(self, budget: int = DEFAULT_DECODED_BYTES) -> None:
         self.budget = budget
         self.nbytes = 0
-        self._map: OrderedDict[tuple[int, int], tuple[pa.RecordBatch, int]] = OrderedDict()
+        self._map: OrderedDict[Hashable, tuple[pa.RecordBatch, int]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._map)
 
-    def get(self, key: tuple[int, int]) -> pa.RecordBatch | None:
-        hit = self._map.get(key)
-        if hit is None:
-            return None
-        self._map.move_to_end(key)
-        return hit[0]
+    def get(self, key: Hashable) -> pa.RecordBatch | None:
+        """The batch kept under ``key`` (now the most recently used), or None."""
+        with self._lock:
+            hit = self._map.get(key)
+            if hit is None:
+                return None
+            self._map.move_to_end(key)
+            return hit[0]
 
-    def put(self, key: tuple[int, int], batch: pa.RecordBatch) -> None:
+    def put(self, key: Hashable, batch: pa.RecordBatch) -> None:
+        """Keep ``batch`` under ``key``, evicting the least recently used beyond the budget."""
         size = batch.get_total_buffer_size()
-        old = self._map.pop(key, None)
-        if old is not None:
-            self.nbytes -= old[1]
-        self._map[key] = (batch, size)
-        self.nbytes += size
-        while self.nbytes > self.budget and len(self._map) > 1:
-            _, (_, freed) = self._map.popitem(last=False)
-            self.nbytes -= freed
+        with self._lock:
+            old = self._map.pop(key, None)
+            if old is not None:
+                self.nbytes -= old[1]
+            self._map[key] = (batch, size)
+            self.nbytes += size
+            while self.nbytes > self.budget and len(self._map) > 1:
+                _, (_, freed) = self._map.popitem(last=False)
+                self.nbytes -= freed
+
+    def drop(self, owner: int) -> None:
+        """Drop the units of source ``owner`` (keys ``(owner, ...)``)."""
+        with self._lock:
+            for key in [k for k in self._map if isinstance(k, tuple) and k and k[0] == owner]:
+                self.nbytes -= self._map.pop(key)[1]
 
     def clear(self, budget: int | None = None) -> None:
         """Drop every unit (and set a new ``budget`` if given)."""
-        self._map.clear()
-        self.nbytes = 0
-        if budget is not None:
-            self.budget = budget
+        with self._lock:
+            self._map.clear()
+            self.nbytes = 0
+            if budget is not None:
+                self.budget = budget
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # a thread of the parent may have held it at the fork
+
+
+_OWNERS = itertools.count()
+_PROCESS = DecodedUnits(DEFAULT_DECODED_BYTES)
+
+
+def new_owner() -> int:
+    """A number that keys one source's units in this process's maps (never given twice)."""
+    return next(_OWNERS)
+
+
+def process_units() -> DecodedUnits:
+    """This process's map, shared by all its sources."""
+    return _PROCESS
+
+
+def _reset_locks() -> None:
+    _PROCESS._after_fork()
+
+
+if sys.platform != "win32":  # Windows has no fork, hence nothing to reset
+    os.register_at_fork(after_in_child=_reset_locks)

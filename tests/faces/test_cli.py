@@ -247,3 +247,43 @@ def test_inspect_a_read_unit_window_state_needs_and_uses_the_data(tmp_path, caps
     resumed.load_state_dict(state)
     ids = json.loads(out.split("next record ids:", 1)[1].split("\n", 1)[0].strip())
     assert ids == next(iter(resumed))["id"].tolist()
+
+
+@pytest.mark.parametrize("other_rows", [300, 200, 400])
+def test_inspect_a_read_unit_window_state_against_another_version_resolves_no_records(tmp_path, capsys, other_rows):
+    """--data of another version has other units (and maybe other records): the record ids
+    predicted from it are not the run's, so inspect names the mismatch and predicts none."""
+    data, other = _shards(tmp_path / "data", 300), tmp_path / "other"
+    rd.write_arrow_shards(pa.table({"id": pa.array(range(other_rows), pa.int64()),
+                                    "x": pa.array(range(other_rows), pa.int32())}), other, num_shards=3)
+    rd.pin(data)
+    rd.pin(other)
+    kw = dict(batch_size=8, shuffle=True, seed=5, shuffle_window=64, window_blocks=rd.WindowBlocks.READ_UNITS)
+    loader = rd.DataLoader(rd.ArrowShards(data), **kw)
+    it = iter(loader)
+    for _ in range(5):
+        next(it)
+    (tmp_path / "loader.json").write_text(json.dumps(loader.state_dict()))
+    rc, out, err = _cli(capsys, "inspect", tmp_path / "loader.json", "--data", other, "--wide")
+    assert rc == 1 and "MISMATCH" in out, (out, err)
+    assert "next record ids" not in out and "not resolved" in out, out
+    assert "window 64 over read units" in out
+
+
+def test_check_resume_checks_the_window_over_read_units(tmp_path, capsys, monkeypatch):
+    data = _shards(tmp_path / "data", 300)
+    rd.pin(data)
+    built, real = [], rd.DataLoader
+
+    def spy(*a, **kw):
+        built.append(kw.get("window_blocks"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(rd, "DataLoader", spy)
+    rc, out, _ = _cli(capsys, "check-resume", data, "--batch-size", "8", "--shuffle", "--window", "64",
+                      "--window-blocks", "read_units", "--steps", "8", "--interrupts", "2", "--workers", "0",
+                      "--world-sizes", "1,2")
+    assert rc == 0 and "window 64 over read units" in out and "bit-exact" in out, out
+    assert built and set(built) == {"read_units"}  # every loader the check built reads the unit window
+    rc, _, err = _cli(capsys, "check-resume", data, "--window-blocks", "read_units", "--steps", "4")
+    assert rc == 2 and "--window-blocks" in err and "--window N" in err, err

@@ -102,3 +102,16 @@ def test_plain_orders_have_no_point_no_section_and_no_progress(make):
         order.move_to(("not", "a", "rebase"))
     with pytest.raises(rd.ConfigError, match="rd.Mixture"):
         order.progress(None, None, {})
+
+
+def test_a_plan_order_over_read_units_answers_with_the_plans_units():
+    """PlanOrder.epoch_records called the order function without the plan's units: a window
+    shuffle over read units raised rd.UsageError there (and a pickled order must keep them)."""
+    from resumable_data.plan import ReadUnits, WindowBlocks
+
+    units = ReadUnits.of([0, 20, 40, 45, 60, 100, 120, 140], 157)
+    plan = Plan(157, 8, "v" * 32, 3, OrderSpec("window", 40, blocks=WindowBlocks.READ_UNITS), units=units)
+    offsets = np.arange(157, dtype=np.int64)
+    for order in (PlanOrder(plan), pickle.loads(pickle.dumps(PlanOrder(plan)))):
+        assert np.array_equal(order.epoch_records(2, offsets), plan.epoch_records(2, offsets))
+        assert np.array_equal(order.records(offsets + 2 * 157), plan.epoch_records(2, offsets))

@@ -101,6 +101,34 @@ def test_bad_unit_starts_are_config_errors(starts, n):
         ReadUnits.of(starts, n)
 
 
+@pytest.mark.parametrize(
+    "starts,n",
+    [
+        ([0, 2.7], 5),  # a float start was truncated to 2: another layout than the source's
+        ([0.5], 5),
+        (["0", "3"], 5),
+        ([[0, 3]], 5),  # not a flat list of starts
+        (None, 5),  # a TypeError
+        ([0, 1 << 70], 5),  # an OverflowError
+        ([0], 1 << 70),  # an OverflowError
+        ([0], 4.0),
+        ([0], True),
+    ],
+)
+def test_unit_starts_that_are_not_integers_are_config_errors(starts, n):
+    """A source's unit_starts() (rd.plan.HasReadUnits: a user's dataset may implement it) of
+    another type is refused with an rd error, never truncated or passed on as a Python error."""
+    with pytest.raises(rd.ConfigError, match="unit starts"):
+        ReadUnits.of(starts, n)
+
+
+def test_unit_starts_of_any_integer_array_type_are_accepted():
+    import torch
+
+    for starts in ([0, 3], np.array([0, 3], dtype=np.uint16), torch.tensor([0, 3]), (0, 3)):
+        assert ReadUnits.of(starts, np.int64(7)) == _units([3, 4])
+
+
 def test_read_units_compare_by_layout_not_identity():
     assert _units([3, 4]) == _units([3, 4]) and hash(_units([3, 4])) == hash(_units([3, 4]))
     assert _units([3, 4]) != _units([4, 3])

@@ -53,3 +53,55 @@ def test_a_parquet_window_reads_each_unit_about_once(tmp_path, monkeypatch, bloc
     assert np.array_equal(np.sort(ids), np.arange(n))
     units = len(src.unit_starts())
     assert units == 64 and len(reads) <= units * 1.05
+
+
+def test_the_budget_bounds_the_process_not_each_source(tmp_path, monkeypatch):
+    """Decoded units are kept up to the budget per process (docs/object-storage.md: 256 MiB per
+    process): with one map per source, four Parquet sources read in one process (a remote
+    rd.Mixture, train + eval sets) held four budgets."""
+    from resumable_data.sources.decoded_units import process_units
+
+    budget, unit = 4 << 20, 80_000  # 10,000 int64 rows a row group; each source decodes 3.2 MB
+    monkeypatch.setattr(process_units(), "budget", budget)
+    sources = []
+    for k in range(4):
+        table = pa.table({"x": np.arange(400_000, dtype=np.int64)})
+        rd.write_arrow_shards(table, tmp_path / f"d{k}", num_shards=1, rows_per_batch=10_000, format="parquet")
+        sources.append(rd.ArrowShards(tmp_path / f"d{k}", unpinned="allow"))
+    base = pa.total_allocated_bytes()
+    for src in sources:
+        for i in range(0, 400_000, 10_000):
+            assert src.take([i]).column("x").to_pylist() == [i]
+    held = pa.total_allocated_bytes() - base
+    # one map a source held all 12.8 MB; the slack is the sources' own arrays (footers, gather plans)
+    assert held <= budget + (1 << 20), f"{held / 2**20:.2f} MiB of decoded units held, budget 4 MiB"
+    shared = process_units()
+    assert 0 < shared.nbytes <= budget + unit  # ours only: the budget evicted every earlier unit
+    for src in sources:  # a closed source's units go with it
+        src.close()
+    assert shared.nbytes == 0 and len(shared) == 0
+
+
+def test_units_of_two_sources_at_the_same_shard_and_index_are_kept_apart(tmp_path):
+    """The process map is keyed by source too: shard 0, row group 0 of two sources differ."""
+    for k in range(2):
+        rd.write_arrow_shards(pa.table({"x": np.arange(100) + 1000 * k}), tmp_path / f"d{k}", num_shards=1,
+                              rows_per_batch=10, format="parquet")
+    a, b = (rd.ArrowShards(tmp_path / f"d{k}", unpinned="allow") for k in range(2))
+    for _ in range(2):
+        assert a.take([3]).column("x").to_pylist() == [3]
+        assert b.take([3]).column("x").to_pylist() == [1003]
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_parquet_worker_processes_deliver_what_one_process_does(tmp_path, context):
+    """Each worker keeps its own decoded units (a forked one starts from the parent's map, with a
+    fresh lock); the batches equal those of the loading process itself."""
+    n = 2048
+    rd.write_arrow_shards(pa.table({"id": np.arange(n)}), tmp_path, num_shards=4, rows_per_batch=64, format="parquet")
+    src = rd.ArrowShards(tmp_path, unpinned="allow")
+    kw = dict(batch_size=32, shuffle=True, seed=1, shuffle_window=300, window_blocks="read_units")
+    src.take(np.arange(0, n, 64))  # the parent's map holds decoded units when the workers fork
+    want = [b["id"].tolist() for b in rd.DataLoader(src, **kw)]
+    got = [b["id"].tolist() for b in rd.DataLoader(src, num_workers=2, multiprocessing_context=context, **kw)]
+    assert got == want
