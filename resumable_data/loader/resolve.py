@@ -133,7 +133,7 @@ def resolve_config(
 
     mixture = dataset if isinstance(dataset, Mixture) else None
     if mixture is not None:
-        check_mixture_options(shuffle, shuffle_window, sampler, batch_sampler, dataset_version)
+        check_mixture_options(shuffle, shuffle_window, sampler, batch_sampler, dataset_version, window_blocks)
     n = len(dataset)
     if n < 1:
         raise ConfigError(describe("dataset", f"len {n}", "at least one record", "pass a non-empty dataset"))
@@ -242,7 +242,18 @@ def _read_units(dataset: Any, order: OrderSpec, n: int) -> ReadUnits | None:
                 "drop window_blocks (blocks of records: the default) for this dataset",
             )
         )
-    return ReadUnits.of(dataset.unit_starts(), n)
+    unit_starts = dataset.unit_starts
+    if not callable(unit_starts):  # a runtime protocol checks that the name exists, not that it is a method
+        raise ConfigError(
+            describe(
+                "window_blocks",
+                order.blocks.value,
+                f"a dataset whose unit_starts is a method returning its units' first record ids "
+                f"(got a {type(unit_starts).__name__})",
+                "define unit_starts(self) returning the array, or drop window_blocks",
+            )
+        )
+    return ReadUnits.of(unit_starts(), n)
 
 
 def _stream_order(

@@ -14,15 +14,31 @@ from __future__ import annotations
 
 from typing import Any
 
+from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, describe
+from resumable_data.plan import WindowBlocks
 
 __all__ = ["check_mixture_options"]
 
 
 def check_mixture_options(
-    shuffle: Any, shuffle_window: Any, sampler: Any, batch_sampler: Any, dataset_version: Any
+    shuffle: Any,
+    shuffle_window: Any,
+    sampler: Any,
+    batch_sampler: Any,
+    dataset_version: Any,
+    window_blocks: Any = WindowBlocks.RECORDS,
 ) -> None:
     """A mixture defines its own order: the loader's order options must stay unset."""
+    if coerce_enum(window_blocks, WindowBlocks, "window_blocks") is not WindowBlocks.RECORDS:
+        raise ConfigError(
+            describe(
+                "window_blocks",
+                window_blocks,
+                "unset for an rd.Mixture (its sources' windows are blocks of records)",
+                "drop window_blocks=",
+            )
+        )
     for name, value in (
         ("shuffle", shuffle),
         ("shuffle_window", shuffle_window),

@@ -140,11 +140,6 @@ def test_a_user_dataset_with_unit_starts_of_another_type_is_a_config_error(start
         _loader(_UserUnits(starts))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect (review): the unit layout is not in the state; a dataset_version covers the records, not "
-    "the reader's units, so a resume over another layout continues another order without a word",
-)
 def test_a_resume_over_another_unit_layout_of_the_same_version_is_exact_or_refused():
     """A user dataset declares its version (dataset_version=) and read units; the next run reads
     the same records in other units (its reader chunks them otherwise). Resuming must continue
@@ -174,21 +169,11 @@ class _UnitStartsArray(Augmented):
     unit_starts = np.arange(0, N_RECORDS, 10)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect (review): loader/resolve.py _read_units calls dataset.unit_starts() on a runtime Protocol "
-    "match (attribute presence only): a non-callable unit_starts raises TypeError, not an rd error",
-)
 def test_a_dataset_whose_unit_starts_is_not_a_method_is_a_config_error():
     with pytest.raises(rd.ConfigError, match="unit_starts|window_blocks"):
         _loader(_UnitStartsArray())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect (review): over an rd.Mixture the window_blocks refusal's fix says 'pass shuffle_window=N "
-    "too', which a Mixture refuses next (house rule: a fix that works); check window_blocks with the mixture options",
-)
 def test_window_blocks_over_a_mixture_is_refused_with_a_fix_that_works(tmp_path):
     from tests.mixture_data import WEIGHTS, open_sources, write_sources
 
