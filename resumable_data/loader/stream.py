@@ -31,7 +31,7 @@ from resumable_data.errors import ConfigError, UsageError, describe
 from resumable_data.loader.ledger import EpochStream
 from resumable_data.loader.order import DocumentOrder
 from resumable_data.loader.state import LoaderState
-from resumable_data.plan import Plan, ReadUnits, Sharding, Tail, WindowBlocks
+from resumable_data.plan import HasReadUnits, Plan, ReadUnits, Sharding, Tail, WindowBlocks
 from resumable_data.plan.packing import Packing, window_counts
 
 __all__ = [
@@ -343,7 +343,7 @@ def stream_from_state(
     ledger = {0: 0, epoch: first}
     plan = state.plan
     if plan.order.blocks is WindowBlocks.READ_UNITS:
-        if source is None:
+        if not isinstance(source, HasReadUnits):
             return None, ledger
         plan = replace(plan, units=ReadUnits.of(source.unit_starts(), plan.num_records))
     if state.packing is None:
