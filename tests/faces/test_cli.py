@@ -227,23 +227,31 @@ def test_latest_checkpoint_and_resume_or_start(tmp_path):
         rd.latest_checkpoint(42)
 
 
-def test_inspect_a_read_unit_window_state_needs_and_uses_the_data(tmp_path, capsys):
-    """A window shuffle over read units is a function of the files' unit layout: without --data
-    inspect says so; with it, the predicted record ids are the ones a resumed loader delivers."""
-    data = _shards(tmp_path / "data", 300)
+READ_UNIT_KW = dict(batch_size=8, shuffle=True, seed=5, shuffle_window=64, window_blocks=rd.WindowBlocks.READ_UNITS)
+
+
+def _read_unit_state(data: Path, path: Path) -> dict:
+    """Pin ``data``, run a read-unit window loader over it for 5 batches, write its state to ``path``."""
     rd.pin(data)
-    kw = dict(batch_size=8, shuffle=True, seed=5, shuffle_window=64, window_blocks=rd.WindowBlocks.READ_UNITS)
-    loader = rd.DataLoader(rd.ArrowShards(data), **kw)
+    loader = rd.DataLoader(rd.ArrowShards(data), **READ_UNIT_KW)
     it = iter(loader)
     for _ in range(5):
         next(it)
     state = loader.state_dict()
-    (tmp_path / "loader.json").write_text(json.dumps(state))
+    path.write_text(json.dumps(state))
+    return state
+
+
+def test_inspect_a_read_unit_window_state_needs_and_uses_the_data(tmp_path, capsys):
+    """A window shuffle over read units is a function of the files' unit layout: without --data
+    inspect says so; with it, the predicted record ids are the ones a resumed loader delivers."""
+    data = _shards(tmp_path / "data", 300)
+    state = _read_unit_state(data, tmp_path / "loader.json")
     rc, out, _ = _cli(capsys, "inspect", tmp_path / "loader.json", "--wide")
     assert rc == 0 and "a window shuffle over read units" in out and "pass --data DIR to resolve its records" in out, out
     rc, out, _ = _cli(capsys, "inspect", tmp_path / "loader.json", "--data", data, "--records", "100")
     assert rc == 0
-    resumed = rd.DataLoader(rd.ArrowShards(data), **kw)
+    resumed = rd.DataLoader(rd.ArrowShards(data), **READ_UNIT_KW)
     resumed.load_state_dict(state)
     ids = json.loads(out.split("next record ids:", 1)[1].split("\n", 1)[0].strip())
     assert ids == next(iter(resumed))["id"].tolist()
@@ -256,14 +264,8 @@ def test_inspect_a_read_unit_window_state_against_another_version_resolves_no_re
     data, other = _shards(tmp_path / "data", 300), tmp_path / "other"
     rd.write_arrow_shards(pa.table({"id": pa.array(range(other_rows), pa.int64()),
                                     "x": pa.array(range(other_rows), pa.int32())}), other, num_shards=3)
-    rd.pin(data)
     rd.pin(other)
-    kw = dict(batch_size=8, shuffle=True, seed=5, shuffle_window=64, window_blocks=rd.WindowBlocks.READ_UNITS)
-    loader = rd.DataLoader(rd.ArrowShards(data), **kw)
-    it = iter(loader)
-    for _ in range(5):
-        next(it)
-    (tmp_path / "loader.json").write_text(json.dumps(loader.state_dict()))
+    _read_unit_state(data, tmp_path / "loader.json")
     rc, out, err = _cli(capsys, "inspect", tmp_path / "loader.json", "--data", other, "--wide")
     assert rc == 1 and "MISMATCH" in out, (out, err)
     assert "next record ids" not in out and "not resolved" in out, out
