@@ -24,7 +24,7 @@ same code for local files and for a ``pyarrow.fs.FileSystem`` (``filesystem=``, 
 IPC batches are zero-copy views of the map; on a remote store record batches (by one ranged read
 each, through the pinned layout: :mod:`.layout`) and Parquet row groups are read on demand into the
 per-process decoded-unit cache and nothing is memory-mapped (see :mod:`.files`); ``take_numpy`` gathers remote
-units into the collate's numpy layout without an Arrow table (:func:`.gather.gather_loaded_numpy`).
+units into the collate's numpy layout without an Arrow table (:func:`.gather_loaded.gather_loaded_numpy`).
 With read-ahead attached (:meth:`ArrowShards.attach_read_ahead`, what ``rd.DataLoader(read_ahead=)``
 does: :mod:`.read_ahead`) a unit is decoded from the bytes the rank's fetcher wrote to its cache
 directory, else read by the step itself through :meth:`ArrowShards.fetch_unit` (size and ETag
@@ -78,23 +78,15 @@ from resumable_data.sources.arrow.record_ids import locate as locate_ids
 from resumable_data.sources.arrow.resolve import UnpinnedPolicy, resolve_source, source_store
 from resumable_data.sources.decoded_units import new_owner, process_units
 from resumable_data.sources.files import OpenShard, canonical_schema, check_same_schema
-from resumable_data.sources.gather import (
-    ColumnGather,
-    Unit,
-    UnitsView,
-    concat_columns,
-    gather_loaded_numpy,
-    group_segments,
-    locate,
-    plan_column,
-    unit_buckets,
-)
+from resumable_data.sources.gather import ColumnGather, concat_columns, plan_column
+from resumable_data.sources.gather_loaded import gather_loaded_numpy
 from resumable_data.sources.identity import FileIdentity, changed_error, watch_entry
 from resumable_data.sources.layout import remember_layout
 from resumable_data.sources.opening import open_shards, with_layouts
 from resumable_data.sources.read_ahead.cache import UnitCache
 from resumable_data.sources.retry import DEFAULT_RETRIES, Retries
 from resumable_data.sources.store import LOCAL, FileSystemStore, ShardStore, join
+from resumable_data.sources.unit_index import Unit, UnitsView, group_segments, locate, unit_buckets
 from resumable_data.sources.validate import validate_batch
 from resumable_data.sources.version import DatasetVersion, VerifyLevel
 from resumable_data.sources.watch import ShardWatch
@@ -565,7 +557,7 @@ class ArrowShards:
 
     def _check_ids(self, record_ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(ids, unit, local, touched mapped shards)`` of ``record_ids`` (one compiled pass:
-        :func:`.gather.locate`), which must be a 1-D integer sequence of ids in ``[0, len)``."""
+        :func:`.unit_index.locate`), which must be a 1-D integer sequence of ids in ``[0, len)``."""
         self._usable()
         ids = np.asarray(record_ids)
         n = self._num_records

@@ -2,7 +2,8 @@
 
 Algorithm: record ids map to (unit, local row) by one compiled pass over the prefix sum of unit
 row counts (a unit is an IPC record batch or a Parquet row group), each id searched only among the
-units of its bucket of records (:func:`unit_buckets`). Then, column by column:
+units of its bucket of records (:mod:`.unit_index`). Then, column by column, with the compiled
+copies of :mod:`.copy_kernels`:
 
 - one address space: the shards' memory maps all live in this process's address space, so one
   Arrow buffer spans from the lowest to the highest mapped address (kept alive by the maps). Every
@@ -33,7 +34,7 @@ units of its bucket of records (:func:`unit_buckets`). Then, column by column:
   written straight into the ``[B, max length]`` padded array by one compiled loop; a
   ``fixed_size_list`` is the ``[B, L]`` rows. A column with nulls has no numpy layout (the
   collate makes Python lists of it, from the Arrow result).
-- loaded units (:func:`gather_loaded_numpy`: units read by range from a remote store, each its
+- loaded units (:func:`.gather_loaded.gather_loaded_numpy`: units read by range from a remote store, each its
   own decoded record batch): the default collate's numpy layout for integer/float columns and
   lists of them, ids grouped by unit, per touched unit one indexed read (fixed width) or one
   compiled padded copy (lists) into the batch's rows, then one reorder; no per-row Python.
@@ -55,234 +56,22 @@ per node, built once (the plan reads buffer addresses, never data).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, overload
+from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from resumable_data.errors import DatasetIntegrityError
+from resumable_data.sources.copy_kernels import copy_rows, copy_runs, gather_bits, pad_rows
+from resumable_data.sources.unit_index import Unit
 
-__all__ = [
-    "ColumnGather",
-    "Unit",
-    "UnitsView",
-    "concat_columns",
-    "gather_loaded_numpy",
-    "group_segments",
-    "locate",
-    "plan_column",
-    "unit_buckets",
-]
+__all__ = ["ColumnGather", "address_span", "concat_columns", "numeric_dtype", "plan_column"]
 
 _INT32_MAX = 2**31 - 1
 
 
-@intrinsic
-def _memcpy(typingctx, out, at, values, start, count):  # pragma: no cover - compiled
-    """``out[at:at + count] = values[start:start + count]`` as one ``memcpy`` (1-D contiguous
-    arrays of one item type; no bounds check, as numba's slices have none: callers pass runs
-    checked against their buffers). Numba's slice assignment is a per-item loop, ~8x slower."""
-
-    def codegen(context, builder, sig, args):
-        out_, at_, values_, start_, count_ = args
-        dst = builder.gep(context.make_array(sig.args[0])(context, builder, out_).data, [at_])
-        src = builder.gep(context.make_array(sig.args[2])(context, builder, values_).data, [start_])
-        item = context.get_abi_sizeof(context.get_data_type(sig.args[0].dtype))
-        cgutils.raw_memcpy(builder, dst, src, count_, item)
-        return context.get_dummy_value()
-
-    if not (out.layout == values.layout == "C" and out.dtype == values.dtype):
-        return None  # not one contiguous block of one item type: a typing error, never a wrong copy
-    return types.void(out, types.int64, values, types.int64, types.int64), codegen
-
-
-@njit(cache=True, nogil=True)
-def _pad_rows(values, starts, lengths, pad, out):  # pragma: no cover - compiled
-    """``out[b, :lengths[b]] = values[starts[b]:starts[b] + lengths[b]]``, the rest ``pad``."""
-    width = out.shape[1]
-    flat = out.reshape(out.size)
-    for b in range(starts.shape[0]):
-        n = lengths[b]
-        _memcpy(flat, np.int64(b * width), values, np.int64(starts[b]), np.int64(n))
-        row = out[b]
-        for t in range(n, width):
-            row[t] = pad
-
-
-@njit(cache=True, nogil=True)
-def _pad_rows_at(values, starts, lengths, rows, pad, out):  # pragma: no cover - compiled
-    """``out[rows[j], :lengths[j]] = values[starts[j]:starts[j] + lengths[j]]``, the rest ``pad``."""
-    width = out.shape[1]
-    flat = out.reshape(out.size)
-    for j in range(starts.shape[0]):
-        n = lengths[j]
-        _memcpy(flat, np.int64(rows[j] * width), values, np.int64(starts[j]), np.int64(n))
-        row = out[rows[j]]
-        for t in range(n, width):
-            row[t] = pad
-
-
-@njit(cache=True, nogil=True)
-def _copy_runs(values, starts, lengths, offsets, out):  # pragma: no cover - compiled
-    """``out[offsets[b]:offsets[b] + lengths[b]] = values[starts[b]:starts[b] + lengths[b]]``."""
-    for b in range(starts.shape[0]):
-        _memcpy(out, np.int64(offsets[b]), values, np.int64(starts[b]), np.int64(lengths[b]))
-
-
-@njit(cache=True, nogil=True)
-def _copy_rows(values, starts, out):  # pragma: no cover - compiled
-    """``out[b] = values[starts[b]:starts[b] + out.shape[1]]`` (fixed-size rows)."""
-    m = out.shape[1]
-    flat = out.reshape(out.size)
-    for b in range(starts.shape[0]):
-        _memcpy(flat, np.int64(b * m), values, np.int64(starts[b]), np.int64(m))
-
-
-@njit(cache=True, nogil=True)
-def _gather_bits(data, base, unit, local, out):  # pragma: no cover - compiled
-    """Bit ``j`` of ``out`` (zeroed, LSB first, Arrow's order) = bit ``base[unit[j]] + local[j]``
-    of ``data``, or 1 where that base is negative (a unit without a bitmap); returns the count of
-    set bits. One pass, no intermediate array of bits."""
-    ones = 0
-    for j in range(unit.shape[0]):
-        b = base[unit[j]]
-        if b < 0:
-            bit = 1
-        else:
-            b += local[j]
-            bit = (data[b >> 3] >> (b & 7)) & 1
-        if bit:
-            out[j >> 3] |= np.uint8(1 << (j & 7))
-            ones += 1
-    return ones
-
-
-@njit(cache=True, nogil=True)
-def _locate_ids(ids, starts, buckets, shift, n, unit_shard, mapped, unit, local, touched):  # pragma: no cover
-    """Per id: its unit (the last ``starts`` entry <= id) and row in it; marks ``touched[s]`` for
-    every mapped shard ``s`` read. The unit is searched only among the units that share the id's
-    bucket (``buckets``, :func:`unit_buckets`): usually none or one step, where a binary search over
-    every unit mispredicts a branch per level (~3x slower on shuffled ids). Returns (min id, max
-    id); an id outside ``[0, n)`` gets unit 0: the caller refuses it from that range before any read."""
-    lo = ids[0]
-    hi = ids[0]
-    for j in range(ids.shape[0]):
-        i = ids[j]
-        if i < lo:
-            lo = i
-        if i > hi:
-            hi = i
-        k = 0
-        if 0 <= i < n:
-            b = i >> shift
-            k = buckets[b]
-            e = buckets[b + 1]
-            while k < e:  # the last start <= i among units k..e
-                m = (k + e + 1) >> 1
-                if starts[m] <= i:
-                    k = m
-                else:
-                    e = m - 1
-        unit[j] = k
-        local[j] = i - starts[k]
-        s = unit_shard[k]
-        if mapped[s]:
-            touched[s] = True
-    return lo, hi
-
-
-def unit_buckets(starts: np.ndarray, n: int) -> tuple[np.ndarray, int]:
-    """``(buckets, shift)`` for :func:`locate` over ``n`` records in units starting at ``starts``:
-    ``buckets[b]`` is the unit holding record ``min(b << shift, n - 1)``, for buckets of ``2**shift``
-    records, no more than the units' average, so a bucket spans about two units (8 bytes per
-    bucket: about 16 per unit). Built once per source."""
-    if n <= 0 or not len(starts):
-        return np.zeros(2, dtype=np.int64), 0
-    shift = max(0, (n // len(starts)).bit_length() - 1)
-    firsts = np.minimum(np.arange(((n - 1) >> shift) + 2, dtype=np.int64) << shift, n - 1)
-    return np.searchsorted(starts, firsts, side="right").astype(np.int64) - 1, shift
-
-
-def locate(
-    ids: np.ndarray,
-    starts: np.ndarray,
-    unit_shard: np.ndarray,
-    mapped: np.ndarray,
-    n: int,
-    buckets: tuple[np.ndarray, int] | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
-    """``(unit, local, touched mapped shards, min id, max id)`` of non-empty int64 ``ids``: one
-    compiled pass (``starts``: every unit's first record id, ascending, the first 0; ``unit_shard``:
-    each unit's shard; ``mapped``: per shard, whether it is memory-mapped, bool; ``n``: the
-    records; ``buckets``: :func:`unit_buckets` of ``starts`` and ``n``, built here when None). The
-    caller refuses ids outside ``[0, n)`` from the returned min and max before reading anything."""
-    table, shift = unit_buckets(starts, n) if buckets is None else buckets
-    unit = np.empty(len(ids), dtype=np.int64)
-    local = np.empty(len(ids), dtype=np.int64)
-    touched = np.zeros(len(mapped), dtype=np.bool_)
-    lo, hi = _locate_ids(ids, starts, table, shift, n, unit_shard, mapped, unit, local, touched)
-    return unit, local, np.flatnonzero(touched), int(lo), int(hi)
-
-
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-class Unit:
-    """A contiguous run of records: one IPC record batch (``batch``) or a Parquet row group."""
-
-    __slots__ = ("batch", "row_group", "rows", "shard", "start")
-
-    def __init__(self, shard: int, start: int, rows: int, batch: pa.RecordBatch | None, row_group: int | None) -> None:
-        self.shard = shard
-        self.start = start
-        self.rows = rows
-        self.batch = batch
-        self.row_group = row_group
-
-
-class UnitsView(Sequence[Unit]):
-    """The units of several sources' unit lists in order (``rd.Mixture``'s gather view): unit
-    ``k`` is its source's unit with the shard index and first record id shifted by the shards and
-    records of the sources before it, made on access (building the view costs no Python step per
-    unit; the loader's batches never touch it: they use the view's arrays)."""
-
-    def __init__(self, parts: Sequence[Sequence[Unit]], shard_offsets: Sequence[int], record_offsets: Sequence[int]):
-        self._parts = list(parts)
-        self._first = np.cumsum([0] + [len(p) for p in self._parts], dtype=np.int64)
-        self._shard, self._record = list(shard_offsets), list(record_offsets)
-
-    def __len__(self) -> int:
-        return int(self._first[-1])
-
-    @overload
-    def __getitem__(self, k: int) -> Unit: ...
-
-    @overload
-    def __getitem__(self, k: slice) -> list[Unit]: ...
-
-    def __getitem__(self, k: int | slice) -> Unit | list[Unit]:
-        if isinstance(k, slice):
-            return [self[j] for j in range(*k.indices(len(self)))]
-        n = len(self)
-        if k < 0:
-            k += n
-        if not 0 <= k < n:
-            raise IndexError(k)
-        p = int(np.searchsorted(self._first, k, side="right")) - 1
-        u = self._parts[p][k - int(self._first[p])]
-        return Unit(u.shard + self._shard[p], u.start + self._record[p], u.rows, u.batch, u.row_group)
-
-
-def group_segments(keys: np.ndarray, num_keys: int) -> tuple[np.ndarray, np.ndarray]:
-    """Stable order grouping ``keys`` and the segment bounds (length ``num_keys + 1``)."""
-    order = np.argsort(keys, kind="stable")
-    bounds = np.zeros(num_keys + 1, dtype=np.int64)
-    np.cumsum(np.bincount(keys, minlength=num_keys), out=bounds[1:])
-    return order, bounds
 
 
 def _fixed_width(t: pa.DataType) -> int | None:
@@ -297,7 +86,7 @@ def _fixed_width(t: pa.DataType) -> int | None:
     return bits // 8 if bits in (8, 16, 32, 64) else None
 
 
-def _numeric(t: pa.DataType) -> np.dtype | None:
+def numeric_dtype(t: pa.DataType) -> np.dtype | None:
     """The numpy dtype the default collate gives ``t`` (integers and floats only), else None."""
     if pa.types.is_integer(t) or pa.types.is_floating(t):
         return np.dtype(t.to_pandas_dtype())
@@ -368,7 +157,7 @@ class _Validity:
 
     def take(self, unit: np.ndarray, local: np.ndarray) -> tuple[pa.Buffer | None, int]:
         packed = np.zeros((len(unit) + 7) // 8, dtype=np.uint8)
-        nulls = len(unit) - int(_gather_bits(self.view, self.base, unit, local, packed))
+        nulls = len(unit) - int(gather_bits(self.view, self.base, unit, local, packed))
         return (pa.py_buffer(packed) if nulls else None), nulls
 
 
@@ -415,7 +204,7 @@ class _BoolNode(_Node):
 
     def take(self, unit: np.ndarray, local: np.ndarray) -> pa.Array:
         packed = np.zeros((len(unit) + 7) // 8, dtype=np.uint8)
-        _gather_bits(self.view, self.base, unit, local, packed)  # the base of every unit is >= 0
+        gather_bits(self.view, self.base, unit, local, packed)  # the base of every unit is >= 0
         vb, nulls = self.nulls(unit, local)
         return pa.Array.from_buffers(pa.bool_(), len(unit), [vb, pa.py_buffer(packed)], null_count=nulls)
 
@@ -453,7 +242,7 @@ class _VarNode(_Node):
         vb, nulls = self.nulls(unit, local)
         if isinstance(self.child, _FixedNode) and self.child.valid is None:  # one compiled copy, in order
             data = np.empty(total, dtype=_UINT[self.child.width])
-            _copy_runs(self.child.view, self.child.base[unit] + starts, lengths, off64, data)
+            copy_runs(self.child.view, self.child.base[unit] + starts, lengths, off64, data)
             if self.is_bytes:
                 return pa.Array.from_buffers(self.dtype, n, [vb, offsets, pa.py_buffer(data)], null_count=nulls)
             flat = pa.Array.from_buffers(self.child.dtype, total, [None, pa.py_buffer(data)], null_count=0)
@@ -478,7 +267,7 @@ class _FixedListNode(_Node):
         c = self.child
         assert isinstance(c, _FixedNode)  # ColumnGather and take call it only then
         out = np.empty((len(unit), self.size), dtype=c.view.dtype)
-        _copy_rows(c.view, c.base[unit] + local * self.size, out)
+        copy_rows(c.view, c.base[unit] + local * self.size, out)
         return out
 
     def take(self, unit: np.ndarray, local: np.ndarray) -> pa.Array | None:
@@ -633,14 +422,14 @@ class ColumnGather:
         r = root
         self.numpy_dtype = None  # nulls anywhere: the collate's Python lists, from take()
         if isinstance(r, _FixedNode) and r.valid is None:
-            self.numpy_dtype = _numeric(r.dtype)
+            self.numpy_dtype = numeric_dtype(r.dtype)
         elif (
             ((isinstance(r, _VarNode) and not r.is_bytes) or isinstance(r, _FixedListNode))
             and isinstance(r.child, _FixedNode)
             and r.valid is None
             and r.child.valid is None
         ):
-            self.numpy_dtype = _numeric(r.child.dtype)
+            self.numpy_dtype = numeric_dtype(r.child.dtype)
 
     def to_numpy(
         self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray, pad_value: object
@@ -658,7 +447,7 @@ class ColumnGather:
         assert isinstance(r, _VarNode) and isinstance(r.child, _FixedNode)
         starts, ln = r.bounds(unit, local)
         out = np.empty((len(ids), int(ln.max()) if len(ids) else 0), dtype=self.numpy_dtype)
-        _pad_rows(r.child.span.view(self.numpy_dtype), r.child.base[unit] + starts, ln, out.dtype.type(pad_value), out)
+        pad_rows(r.child.span.view(self.numpy_dtype), r.child.base[unit] + starts, ln, out.dtype.type(pad_value), out)
         return out, ln.astype(np.int64, copy=False)
 
     def gather(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray) -> pa.Array | None:
@@ -767,67 +556,3 @@ def _concat(nodes: Sequence[_Node], counts: Sequence[int], span: _Span) -> _Node
         raise _Fail
     node.valid = _concat_valid(nodes, counts, span)
     return node
-
-
-def gather_loaded_numpy(
-    unit_batch: Callable[[int], pa.RecordBatch],
-    schema: pa.Schema,
-    unit: np.ndarray,
-    local: np.ndarray,
-    num_units: int,
-    pad_value: Any,
-) -> list[Any] | None:
-    """Per column, the default collate's numpy layout of rows ``local`` of units ``unit`` (a 1-D
-    array, or ``(padded, lengths)`` for a list column), from the loaded record batches
-    ``unit_batch(k)``; None when a column is not an integer/float (or list of them) column or a
-    touched unit holds nulls in it (then use ``take``)."""
-    kinds = []
-    for f in schema:
-        t = f.type
-        if _numeric(t) is not None:
-            kinds.append((False, _numeric(t)))
-        elif (pa.types.is_list(t) or pa.types.is_large_list(t)) and _numeric(t.value_type) is not None:
-            kinds.append((True, _numeric(t.value_type)))
-        else:
-            return None
-    order, bounds = group_segments(unit, num_units)
-    local_s = local[order]
-    touched = np.flatnonzero(np.diff(bounds))
-    batches = {int(k): unit_batch(int(k)) for k in touched}
-    n = len(unit)
-    out: list[Any] = []
-    for i, (is_list, dtype) in enumerate(kinds):
-        if not is_list:
-            res = np.empty(n, dtype=dtype)
-            for k in touched:
-                a, b = bounds[k], bounds[k + 1]
-                col = batches[int(k)].column(i)
-                if col.null_count:
-                    return None
-                res[order[a:b]] = col.to_numpy(zero_copy_only=False)[local_s[a:b]]
-            out.append(res)
-            continue
-        starts = np.empty(n, dtype=np.int64)
-        lengths = np.empty(n, dtype=np.int64)
-        values = {}
-        for k in touched:
-            a, b = bounds[k], bounds[k + 1]
-            col = batches[int(k)].column(i)
-            flat = col.values
-            if col.null_count or flat.null_count:
-                return None
-            offs = col.offsets.to_numpy(zero_copy_only=False)
-            rows = local_s[a:b]
-            starts[a:b] = offs[rows]
-            lengths[a:b] = offs[rows + 1] - starts[a:b]
-            values[int(k)] = flat.to_numpy(zero_copy_only=False)
-        width = int(lengths.max()) if n else 0
-        res = np.empty((n, width), dtype=dtype)
-        pad = res.dtype.type(pad_value)
-        for k in touched:
-            a, b = bounds[k], bounds[k + 1]
-            _pad_rows_at(values[int(k)], starts[a:b], lengths[a:b], order[a:b], pad, res)
-        ln = np.empty(n, dtype=np.int64)
-        ln[order] = lengths
-        out.append((res, ln))
-    return out

@@ -258,7 +258,7 @@ def test_a_view_validates_each_record_batch_once_for_its_sources(typed_sources):
 @given(rows=st.lists(st.integers(1, 40), min_size=1, max_size=12),
        picks=st.lists(st.integers(-5, 500), min_size=1, max_size=100), data=st.data())
 def test_locate_equals_searchsorted(rows, picks, data):
-    from resumable_data.sources.gather import locate
+    from resumable_data.sources.unit_index import locate
 
     starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
     shards = len(rows) // 2 + 1
@@ -281,14 +281,14 @@ def test_copy_kernels_refuse_strided_arrays():
     # the memcpy copy needs one contiguous block: a strided view is a typing error, never a wrong copy
     from numba.core.errors import TypingError
 
-    from resumable_data.sources.gather import _copy_runs
+    from resumable_data.sources.copy_kernels import copy_runs
 
     values = np.arange(20, dtype=np.uint8)[::2]
     one = np.ones(1, dtype=np.int64)
     with pytest.raises(TypingError):
-        _copy_runs(values, one * 0, one, one * 0, np.empty(1, dtype=np.uint8))
+        copy_runs(values, one * 0, one, one * 0, np.empty(1, dtype=np.uint8))
     out = np.empty(3, dtype=np.uint8)
-    _copy_runs(np.ascontiguousarray(values), np.array([2]), np.array([3]), np.array([0]), out)
+    copy_runs(np.ascontiguousarray(values), np.array([2]), np.array([3]), np.array([0]), out)
     assert out.tolist() == [4, 6, 8]
 
 
@@ -296,7 +296,7 @@ def test_copy_kernels_refuse_strided_arrays():
 def test_locate_with_skewed_units_equals_searchsorted(rows):
     """Buckets sized by the average unit: a bucket spanning many small units, or a unit spanning
     many buckets, still gives every id its searchsorted unit (every id tried, and the edges)."""
-    from resumable_data.sources.gather import locate, unit_buckets
+    from resumable_data.sources.unit_index import locate, unit_buckets
 
     n = sum(rows)
     starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)

@@ -11,7 +11,7 @@ Guarantee: an id that is not an integer in range is a :class:`RecordIdError` (a
 a :class:`~resumable_data.ConfigTypeError` naming the value and the range; nothing is read.
 
 Cost: one ``searchsorted`` per batch of ids; no state to restore. (Batches of ids are checked and
-located by one compiled pass, :func:`resumable_data.sources.gather.locate`.)
+located by one compiled pass, :func:`resumable_data.sources.unit_index.locate`.)
 """
 
 from __future__ import annotations
