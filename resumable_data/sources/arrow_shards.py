@@ -472,12 +472,7 @@ class ArrowShards:
             raise ConfigError(
                 describe("k", k, "a unit read by range (unit_spans()[k] is not None)", "fetch only such units")
             )
-        offset, length = span
-        if not isinstance(self._store, FileSystemStore):
-            return self._store.read_range(join(self._root.as_posix(), self._rel[u.shard]), offset, length)
-        return self._store.read_range_checked(
-            join(self._root.as_posix(), self._rel[u.shard]), offset, length, shard.identity
-        )
+        return self._read_span(u.shard, *span)
 
     def fetch_run(self, first: int, last: int) -> bytes:
         """The bytes from unit ``first``'s span start to unit ``last``'s span end, one read checked as
@@ -499,12 +494,16 @@ class ArrowShards:
                     "first, last", (first, last), "units read by range (unit_spans() not None)", "fetch only such units"
                 )
             )
-        u = self._units[first]
         offset, end = spans[0][0], spans[1][0] + spans[1][1]
-        path = join(self._root.as_posix(), self._rel[u.shard])
+        return self._read_span(self._units[first].shard, offset, end - offset)
+
+    def _read_span(self, j: int, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` of shard ``j``, from an object with the identity recorded
+        at open where the store can tell (a remote store: size and ETag)."""
+        path = join(self._root.as_posix(), self._rel[j])
         if not isinstance(self._store, FileSystemStore):
-            return self._store.read_range(path, offset, end - offset)
-        return self._store.read_range_checked(path, offset, end - offset, self._shards[u.shard].identity)
+            return self._store.read_range(path, offset, length)
+        return self._store.read_range_checked(path, offset, length, self._shards[j].identity)
 
     def unit_shards(self) -> np.ndarray:
         """The shard (index into the source's files) holding every unit, in unit order."""
@@ -518,7 +517,6 @@ class ArrowShards:
     def fetch_shard(self, j: int) -> bytes:
         """Every byte of shard ``j``'s object, checked as :meth:`fetch_unit` checks (read ahead by
         ``rd.ReadUnit.SHARD``)."""
-        identity = self._shards[j].identity
         size = self.shard_size(j)
         if size is None or not isinstance(self._store, FileSystemStore):
             raise ConfigError(
@@ -529,7 +527,7 @@ class ArrowShards:
                     "read it by record batch: rd.ReadAhead(unit=rd.ReadUnit.RECORD_BATCH)",
                 )
             )
-        return self._store.read_range_checked(join(self._root.as_posix(), self._rel[j]), 0, size, identity)
+        return self._read_span(j, 0, size)
 
     def attach_read_ahead(self, cache: UnitCache | None) -> None:
         """Read units through ``cache`` (filled ahead by one fetcher per rank), or directly (None)."""
