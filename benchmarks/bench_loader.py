@@ -840,7 +840,7 @@ def main(argv: list[str] | None = None) -> dict:
         from benchmarks import loader_columns
 
         n = records_for(args.quick)
-        rows = loader_columns.run(n, batches=10 if args.quick else 40, rounds=5, parquet_batches=1)
+        rows = loader_columns.run(n, batches=10 if args.quick else 40, rounds=5, parquet_batches=10)
         md = loader_columns.markdown(rows, n)
         write_results("loader_columns", {"quick": args.quick, "records": n, "rows": rows}, md)
         print(md)

@@ -23,8 +23,9 @@ same code for local files and for a ``pyarrow.fs.FileSystem`` (``filesystem=``, 
 ``s3://``-style URI, which picks its filesystem itself). Where the store memory-maps (local files)
 IPC batches are zero-copy views of the map; on a remote store record batches (by one ranged read
 each, through the pinned layout: :mod:`.layout`) and Parquet row groups are read on demand into the
-per-process decoded-unit cache and nothing is memory-mapped (see :mod:`.files`); ``take_numpy`` gathers remote
-units into the collate's numpy layout without an Arrow table (:func:`.gather_loaded.gather_loaded_numpy`).
+per-process decoded-unit cache and nothing is memory-mapped (see :mod:`.files`); ``take`` and ``take_numpy``
+gather decoded units with the same column plans as mapped ones, rebuilt over the units a batch touches
+(:mod:`.gather_decoded`).
 With read-ahead attached (:meth:`ArrowShards.attach_read_ahead`, what ``rd.DataLoader(read_ahead=)``
 does: :mod:`.read_ahead`) a unit is decoded from the bytes the rank's fetcher wrote to its cache
 directory, else read by the step itself through :meth:`ArrowShards.fetch_unit` (size and ETag
@@ -78,8 +79,8 @@ from resumable_data.sources.arrow.record_ids import locate as locate_ids
 from resumable_data.sources.arrow.resolve import UnpinnedPolicy, resolve_source, source_store
 from resumable_data.sources.decoded_units import new_owner, process_units
 from resumable_data.sources.files import OpenShard, canonical_schema, check_same_schema
-from resumable_data.sources.gather import ColumnGather, concat_columns, plan_column
-from resumable_data.sources.gather_loaded import gather_loaded_numpy
+from resumable_data.sources.gather import ColumnGather, concat_columns, has_numpy_layout, plan_column
+from resumable_data.sources.gather_decoded import DecodedUnit, plan_touched
 from resumable_data.sources.identity import FileIdentity, changed_error, watch_entry
 from resumable_data.sources.layout import remember_layout
 from resumable_data.sources.opening import open_shards, with_layouts
@@ -164,6 +165,7 @@ class ArrowShards:
         self._unit_index: list[int] = []  # the unit's record batch / row group index in its shard
         self._owner = new_owner()  # keys this source's units in the process's decoded-unit map
         self._rg_cache = process_units()
+        self._unit_bytes = 0  # the largest decoded unit so far: how many a batch may hold (_touched_plans)
         self._fast: list[ColumnGather | None] | None = None
         self._numpy_plans: list[ColumnGather] | None = None  # _fast when every column has a numpy layout
         start = 0
@@ -432,11 +434,17 @@ class ArrowShards:
             if not self._valid[k]:
                 self._validate_unit(k)
             return u.batch
+        return self._decoded(k).batch
+
+    def _decoded(self, k: int) -> DecodedUnit:
+        """Unit ``k`` (not memory-mapped) decoded and validated, from this process's map of decoded
+        units or read now."""
+        u = self._units[k]
         g = self._unit_index[k]  # the unit's row group / record batch in its shard (u.row_group, not None here)
         key = (self._owner, u.shard, g)
-        hit = self._rg_cache.get(key)
+        hit = self._rg_cache.entry(key)
         if hit is not None:
-            return hit
+            return hit[1]
         shard = self._shards[u.shard]
         if self._ahead is not None and shard.unit_span(g) is not None:
             data = self._ahead.get(k)  # read ahead by the rank's fetcher (.read_ahead), else read here
@@ -448,8 +456,10 @@ class ArrowShards:
         else:
             batch = shard.read_unit(g).replace_schema_metadata(self._schema.metadata)
             validate_batch(batch, self._rel[u.shard], g)
-        self._rg_cache.put(key, batch)
-        return batch
+        unit = DecodedUnit(batch)
+        self._unit_bytes = max(self._unit_bytes, unit.nbytes)
+        self._rg_cache.put(key, batch, unit)
+        return unit
 
     # -- read-ahead (.read_ahead): units by index, their byte spans, a checked ranged read ----------
     def unit_starts(self) -> np.ndarray:
@@ -540,6 +550,12 @@ class ArrowShards:
         """Whether the shards are read from a remote store (nothing memory-mapped)."""
         return not self._store.local
 
+    @property
+    def _loaded(self) -> bool:
+        """Whether every unit is decoded when read (a remote store, or local Parquet row groups):
+        gathered through :meth:`_touched_plans`, not through plans over the maps."""
+        return not self._store.local or not self._mapped_bool.any()
+
     def _locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return locate_ids(self._starts, ids)
 
@@ -608,18 +624,53 @@ class ArrowShards:
         return self._read(unit, lambda: self._take(ids, unit, local), touched)
 
     def _take(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray) -> pa.Table:
-        self._validate_units(unit)
-        fast = self._plan()
-        columns: list[pa.Array | None] = [None] * len(fast)
-        for i, g in enumerate(fast):
+        held: list[DecodedUnit] | None = None  # the touched decoded units, in unit order
+        plans: list[ColumnGather | None]
+        if self._loaded:
+            touched = self._touched_plans(unit)
+            if touched is None:
+                plans, planned = [None] * len(self._schema), unit
+            else:
+                plans, planned, held = touched
+        else:
+            self._validate_units(unit)
+            plans, planned = self._plan(), unit
+        columns: list[pa.Array | None] = [None] * len(plans)
+        for i, g in enumerate(plans):
             if g is not None:
-                columns[i] = g.gather(ids, unit, local)
+                columns[i] = g.gather(ids, planned, local)
         slow = [i for i, c in enumerate(columns) if c is None]
         if slow:
-            got = self._fallback(unit, local, slow)
+            taken = self._fallback(unit, local, slow, held)
             for j, i in enumerate(slow):
-                columns[i] = got[j]
+                columns[i] = taken[j]
         return pa.Table.from_arrays(columns, schema=self._schema)
+
+    def _touched_plans(
+        self, unit: np.ndarray
+    ) -> tuple[list[ColumnGather | None], np.ndarray, list[DecodedUnit]] | None:
+        """Decoded units (:attr:`_loaded`): the column plans over the units ``unit`` touches,
+        ``unit`` renumbered to them (:func:`.gather_decoded.plan_touched`) and the touched units
+        (in unit order); the plans' span keeps them alive while they are read. None when their
+        decoded bytes exceed the decoded-unit budget (known before decoding any from the largest
+        unit decoded so far, else found while collecting them): the caller then takes unit by
+        unit, holding one, so a batch never holds more than the budget beyond what the map keeps."""
+        touched, renumbered = np.unique(unit, return_inverse=True)
+        ks = touched.tolist()
+        limit = self._rg_cache.budget
+        if len(ks) * self._unit_bytes > limit:
+            return None
+        owner, shard_of, index_of = self._owner, self._unit_shard, self._unit_index
+        hits = self._rg_cache.extras([(owner, int(shard_of[k]), index_of[k]) for k in ks])  # _decoded's keys
+        held, units = 0, []
+        for k, got in zip(ks, hits):
+            if got is None:
+                got = self._decoded(k)
+            held += got.nbytes
+            if held > limit:
+                return None
+            units.append(got)
+        return plan_touched(units), renumbered.astype(np.int64, copy=False), units
 
     def take_numpy(self, record_ids: Sequence[int] | np.ndarray, pad_value: Any = 0) -> list[Any] | None:
         """Per column, the default collate's numpy layout of ``take(record_ids)`` (a 1-D array, or
@@ -627,21 +678,29 @@ class ArrowShards:
         Parquet row groups: from the decoded units); None unless every column is an integer/float (or list of them) column on the fast
         path (then use :meth:`take`)."""
         self._usable()
-        # every unit decoded when read (remote units, local Parquet row groups): from the loaded batches
-        loaded = not self._store.local or not self._mapped_bool.any()
-        if not loaded:
+        if not self._loaded:
             self._plan()  # built once, with _numpy_plans where every column has a numpy layout
             if self._numpy_plans is None:
                 return None  # before checking the ids: take() checks them
+        elif not all(has_numpy_layout(f.type) for f in self._schema):
+            return None
         ids, unit, local, touched = self._check_ids(record_ids)
         if len(ids) == 0:
             return None
+        if self._loaded:
+
+            def gather_decoded() -> list[Any] | None:
+                got = self._touched_plans(unit)
+                if got is None:
+                    return None
+                plans, renumbered, _ = got
+                if any(g is None or g.numpy_dtype is None for g in plans):
+                    return None
+                return [g.to_numpy(ids, renumbered, local, pad_value) for g in plans if g is not None]
+
+            return self._read(unit, gather_decoded, touched)
         plans = self._numpy_plans
-        if loaded or plans is None:
-            n = len(self._units)
-            return self._read(
-                unit, lambda: gather_loaded_numpy(self._unit_data, self._schema, unit, local, n, pad_value), touched
-            )
+        assert plans is not None
 
         def gather() -> list[Any]:
             self._validate_units(unit)
@@ -649,14 +708,18 @@ class ArrowShards:
 
         return self._read(unit, gather, touched)
 
-    def _fallback(self, unit: np.ndarray, local: np.ndarray, cols: list[int]) -> list[pa.Array]:
-        """Per-unit Arrow takes for columns ``cols``, then one reorder take on the small result."""
+    def _fallback(
+        self, unit: np.ndarray, local: np.ndarray, cols: list[int], held: list[DecodedUnit] | None = None
+    ) -> list[pa.Array]:
+        """Per-unit Arrow takes for columns ``cols``, then one reorder take on the small result
+        (``held``: the touched units already decoded, in unit order)."""
         order, bounds = group_segments(unit, len(self._units))
         local_s = local[order]
         pieces = []
-        for k in np.flatnonzero(np.diff(bounds)):
+        for j, k in enumerate(np.flatnonzero(np.diff(bounds))):
             a, b = bounds[k], bounds[k + 1]
-            pieces.append(self._unit_data(int(k)).select(cols).take(pa.array(local_s[a:b])))
+            data = self._unit_data(int(k)) if held is None else held[j].batch
+            pieces.append(data.select(cols).take(pa.array(local_s[a:b])))
         inverse = np.empty(len(order), dtype=np.int64)
         inverse[order] = np.arange(len(order), dtype=np.int64)
         inverse_pa = pa.array(inverse)

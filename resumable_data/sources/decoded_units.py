@@ -8,7 +8,8 @@ not units). A cache of a fixed number of units smaller than that decodes every u
 every batch (Parquet with the window shuffle ran at 1.5-3k samples/s with 8 units kept); this
 one keeps the units of the last batches up to a byte budget instead.
 
-Algorithm. An ordered map from ``(source, shard, unit index)`` to the decoded batch (``source``:
+Algorithm. An ordered map from ``(source, shard, unit index)`` to the decoded batch and what its
+source derived from it once (its gather plan rows, :mod:`.gather_decoded`) (``source``:
 :func:`new_owner`, a number no other source of this process gets); a hit moves the entry to the
 end; an insert adds the batch's buffer bytes and evicts from the front until the total fits
 ``budget`` (the newest entry is always kept, whatever its size). A process holds one map
@@ -33,6 +34,7 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
+from typing import Any
 
 import pyarrow as pa
 
@@ -51,7 +53,7 @@ class DecodedUnits:
     def __init__(self, budget: int = DEFAULT_DECODED_BYTES) -> None:
         self.budget = budget
         self.nbytes = 0
-        self._map: OrderedDict[Hashable, tuple[pa.RecordBatch, int]] = OrderedDict()
+        self._map: OrderedDict[Hashable, tuple[pa.RecordBatch, int, Any]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -59,24 +61,47 @@ class DecodedUnits:
 
     def get(self, key: Hashable) -> pa.RecordBatch | None:
         """The batch kept under ``key`` (now the most recently used), or None."""
+        hit = self.entry(key)
+        return None if hit is None else hit[0]
+
+    def entry(self, key: Hashable) -> tuple[pa.RecordBatch, Any] | None:
+        """``(batch, extra)`` kept under ``key`` (now the most recently used), or None."""
         with self._lock:
             hit = self._map.get(key)
             if hit is None:
                 return None
             self._map.move_to_end(key)
-            return hit[0]
+            return hit[0], hit[2]
 
-    def put(self, key: Hashable, batch: pa.RecordBatch) -> None:
-        """Keep ``batch`` under ``key``, evicting the least recently used beyond the budget."""
+    def extras(self, keys: list[Hashable]) -> list[Any]:
+        """The ``extra`` kept under each of ``keys`` (each now among the most recently used, in
+        this order), None where the key has no entry: one lock for all of them."""
+        out: list[Any] = []
+        append = out.append
+        with self._lock:
+            m = self._map
+            get, to_end = m.get, m.move_to_end
+            for key in keys:
+                hit = get(key)
+                if hit is None:
+                    append(None)
+                else:
+                    to_end(key)
+                    append(hit[2])
+        return out
+
+    def put(self, key: Hashable, batch: pa.RecordBatch, extra: Any = None) -> None:
+        """Keep ``batch`` (and ``extra``, what its owner derived from it: its plan rows) under
+        ``key``, evicting the least recently used beyond the budget."""
         size = batch.get_total_buffer_size()
         with self._lock:
             old = self._map.pop(key, None)
             if old is not None:
                 self.nbytes -= old[1]
-            self._map[key] = (batch, size)
+            self._map[key] = (batch, size, extra)
             self.nbytes += size
             while self.nbytes > self.budget and len(self._map) > 1:
-                _, (_, freed) = self._map.popitem(last=False)
+                _, (_, freed, _) = self._map.popitem(last=False)
                 self.nbytes -= freed
 
     def drop(self, owner: int) -> None:

@@ -34,11 +34,12 @@ copies of :mod:`.copy_kernels`:
   written straight into the ``[B, max length]`` padded array by one compiled loop; a
   ``fixed_size_list`` is the ``[B, L]`` rows. A column with nulls has no numpy layout (the
   collate makes Python lists of it, from the Arrow result).
-- loaded units (:func:`.gather_loaded.gather_loaded_numpy`: units read by range from a remote store, each its
-  own decoded record batch): the default collate's numpy layout for integer/float columns and
-  lists of them, ids grouped by unit, per touched unit one indexed read (fixed width) or one
-  compiled padded copy (lists) into the batch's rows, then one reorder; no per-row Python.
-- fallback (Parquet, compressed IPC, ``decimal``, ``map``, unions, extension types, buffers not
+- decoded units (Parquet row groups, record batches read by range from a remote store: each its
+  own record batch in the heap, :mod:`.gather_decoded`): each unit's plan is built once when it is
+  decoded and kept as a row of absolute addresses (:func:`flatten_plan`); per batch the touched
+  units' rows become the same tree over one span covering their buffers (:func:`rebuild_plan`),
+  so they are gathered by the same nodes and kernels as mapped shards.
+- fallback (dictionaries whose units differ (Parquet row groups), compressed IPC, ``decimal``, ``map``, unions, extension types, buffers not
   inside the map or misaligned, a ``string`` batch over 2 GiB): ids are grouped
   by unit, each unit does an Arrow ``take``, the pieces are concatenated and reordered with one
   ``take`` on the small result. Never a ``take`` over a multi-chunk table.
@@ -56,7 +57,7 @@ per node, built once (the plan reads buffer addresses, never data).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -66,7 +67,16 @@ from resumable_data.errors import DatasetIntegrityError
 from resumable_data.sources.copy_kernels import copy_rows, copy_runs, gather_bits, pad_rows
 from resumable_data.sources.unit_index import Unit
 
-__all__ = ["ColumnGather", "address_span", "concat_columns", "numeric_dtype", "plan_column"]
+__all__ = [
+    "ColumnGather",
+    "address_span",
+    "concat_columns",
+    "flatten_plan",
+    "has_numpy_layout",
+    "numeric_dtype",
+    "plan_column",
+    "rebuild_plan",
+]
 
 _INT32_MAX = 2**31 - 1
 
@@ -91,6 +101,14 @@ def numeric_dtype(t: pa.DataType) -> np.dtype | None:
     if pa.types.is_integer(t) or pa.types.is_floating(t):
         return np.dtype(t.to_pandas_dtype())
     return None
+
+
+def has_numpy_layout(t: pa.DataType) -> bool:
+    """Whether a column of type ``t`` can have the default collate's numpy layout: integers and
+    floats, and (large / fixed-size) lists of them (its nulls, known per batch, may still rule it out)."""
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        t = t.value_type
+    return numeric_dtype(t) is not None
 
 
 def _element_base(buf: pa.Buffer | None, whole: pa.Buffer, width: int) -> int | None:
@@ -556,3 +574,83 @@ def _concat(nodes: Sequence[_Node], counts: Sequence[int], span: _Span) -> _Node
         raise _Fail
     node.valid = _concat_valid(nodes, counts, span)
     return node
+
+
+# -- plans as rows of addresses (decoded units: :mod:`.gather_decoded`) ---------------------------
+def _item_bytes(node: _Node) -> int:
+    """Bytes per item of the buffer a node's base indexes (1 for bit-indexed nodes)."""
+    if isinstance(node, _FixedNode):
+        return node.width
+    if isinstance(node, _VarNode):
+        return 8 if node.offset_np is np.int64 else 4
+    return 1
+
+
+def _children(node: _Node) -> list[_Node]:
+    if isinstance(node, (_VarNode, _FixedListNode)):
+        return [node.child]
+    if isinstance(node, _StructNode):
+        return node.children
+    return []
+
+
+def _flatten(node: _Node, out: list[int]) -> bool:
+    """Append ``node``'s absolute addresses (its bitmap's first bit or -1, then its own first item
+    in bytes, or first bit for ``bool``; then its children's) to ``out``; False for a dictionary or
+    an item not aligned to its width."""
+    if isinstance(node, _DictionaryNode):
+        return False
+    v = node.valid
+    out.append(-1 if v is None or v.base[0] < 0 else v.span.buffer.address * 8 + int(v.base[0]))
+    if isinstance(node, _BoolNode):
+        out.append(node.span.buffer.address * 8 + int(node.base[0]))
+    elif isinstance(node, (_FixedNode, _VarNode)):
+        w = _item_bytes(node)
+        address = node.span.buffer.address + int(node.base[0]) * w
+        if address % w:
+            return False
+        out.append(address)
+    return all(_flatten(c, out) for c in _children(node))
+
+
+def flatten_plan(plan: ColumnGather) -> np.ndarray | None:
+    """A plan over one unit as a row of absolute addresses, one per node and bitmap in depth-first
+    order (:func:`rebuild_plan` reads them back), or None where it has none (a dictionary, an item
+    not aligned to its width). The addresses are only valid while the unit's buffers live."""
+    out: list[int] = []
+    return np.array(out, dtype=np.int64) if _flatten(plan.root, out) else None
+
+
+def _rebuild(template: _Node, cols: Iterator[np.ndarray], span: _Span, lo: int) -> _Node:
+    valid = next(cols)
+    node: _Node
+    if isinstance(template, _BoolNode):
+        node = _BoolNode(span, next(cols) - lo * 8)
+    elif isinstance(template, _FixedNode):
+        node = _FixedNode(template.dtype, template.width, span, (next(cols) - lo) // template.width)
+    elif isinstance(template, _VarNode):
+        ow = _item_bytes(template)
+        base = (next(cols) - lo) // ow
+        node = _VarNode(template.dtype, span, ow, base, _rebuild(template.child, cols, span, lo), template.is_bytes)
+    elif isinstance(template, _FixedListNode):
+        node = _FixedListNode(template.dtype, _rebuild(template.child, cols, span, lo))
+    elif isinstance(template, _StructNode):
+        node = _StructNode(template.dtype, [_rebuild(c, cols, span, lo) for c in template.children])
+    else:  # flatten_plan gives no row to any other node
+        raise AssertionError(f"no row for {type(template).__name__}")
+    has = valid >= 0
+    if has.any():
+        node.valid = _Validity(span, np.where(has, valid - lo * 8, -1))
+    return node
+
+
+def rebuild_plan(template: ColumnGather, rows: np.ndarray, span: pa.Buffer) -> ColumnGather:
+    """The plan of ``template``'s type over the units whose :func:`flatten_plan` rows are the
+    columns of ``rows`` (``[nodes, units]``), on ``span``: a buffer covering every unit's buffers,
+    its address a multiple of 64 (so every item width divides each base's offset) and whose
+    ``base`` keeps the units alive. Equals :func:`plan_column` over those units (same nodes; each
+    base moved onto the span with one array operation)."""
+    lo = span.address
+    if lo % 64:
+        raise ValueError(f"span address {lo:#x}: expected a multiple of 64")
+    return ColumnGather(_rebuild(template.root, iter(rows), _Span(span, [None]), lo))
