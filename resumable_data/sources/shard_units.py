@@ -13,7 +13,10 @@ not answer, after its retries, a :class:`~resumable_data.StoreUnavailableError`.
 identity (:mod:`.identity`) is checked before and after every read from a file (local: ``fstat``
 of the descriptor, or ``stat`` of a memory-mapped file's name; remote: by the store), so a file
 that changed is never read as the one opened. Parquet page CRCs are verified where the writer
-stored them.
+stored them. Reads through the shard's one reader (a Parquet row group, an IPC file's batch) hold
+the shard's lock: a ``pyarrow.parquet.ParquetFile`` is not thread-safe (two threads reading row
+groups of one file at once crashed the interpreter or hung), and a user may take from one source in
+several threads; a forked child starts with fresh locks.
 
 Cost: a memory-mapped unit: nothing; a ranged unit: one read of its bytes; two identity checks per
 read from a file. A restore reopens the shard (see :mod:`.files`); no unit is read until used.
@@ -22,6 +25,10 @@ read from a file. A restore reopens the shard (see :mod:`.files`); no unit is re
 from __future__ import annotations
 
 import io
+import os
+import sys
+import threading
+import weakref
 from typing import Any
 
 import pyarrow as pa
@@ -60,6 +67,8 @@ class OpenShard:
         #: the file's identity when it was opened (:mod:`.identity`)
         self.identity = identity
         self._file, self._reader, self._store, self._path = file, reader, store, path
+        self._lock = threading.Lock()  # held around reads through the shared reader (not thread-safe)
+        _OPEN.add(self)
         # local files: fstat of the descriptor a reader holds, stat of a memory-mapped file's name
         # (a map keeps no descriptor: no limit on shards); remote ones are checked by their store
         watched = store.local and identity is not None
@@ -149,9 +158,11 @@ class OpenShard:
             offset, length, rows = self.layout.units[k]
             return read_ipc_unit(self._file.read_at(length, offset), self.schema, rows)
         if self.format is ShardFormat.IPC_FILE:
-            return self._reader.get_batch(k)
+            with self._lock:
+                return self._reader.get_batch(k)
         if self.format is ShardFormat.PARQUET:
-            table = self._reader.read_row_group(k)
+            with self._lock:
+                table = self._reader.read_row_group(k)
         else:
             with self._store.open_input_stream(self._path) as f:
                 table = pa.ipc.open_stream(f).read_all()
@@ -163,6 +174,20 @@ class OpenShard:
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
+
+
+#: every open shard of this process, whose locks a forked child replaces (a thread of the parent
+#: may have held one at the fork)
+_OPEN: weakref.WeakSet[OpenShard] = weakref.WeakSet()
+
+
+def _reset_locks() -> None:
+    for shard in list(_OPEN):
+        shard._lock = threading.Lock()
+
+
+if sys.platform != "win32":  # Windows has no fork, hence nothing to reset
+    os.register_at_fork(after_in_child=_reset_locks)
 
 
 class _SpanFile(io.RawIOBase):
