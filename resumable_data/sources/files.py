@@ -57,6 +57,7 @@ from resumable_data.sources.discovery import (
     resolve_files,
 )
 from resumable_data.sources.layout import LayoutMismatch, ShardFormat, ShardLayout, parquet_layout
+from resumable_data.sources.parquet_footer import check_column_chunks
 from resumable_data.sources.shard_format import build_layout, detect_format, ipc_file_batch_rows
 from resumable_data.sources.shard_schema import canonical_schema, check_same_schema, check_schema_names
 from resumable_data.sources.shard_units import OpenShard
@@ -133,6 +134,7 @@ def open_shard(
 def _parquet_rows(pf: pq.ParquetFile) -> list[int]:
     """Rows per row group, checked against the footer's other counts (ValueError if they differ)."""
     md = pf.metadata
+    check_column_chunks(md)  # before RowGroupMetaData.column(i), which aborts on what C++ refuses there
     rows = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
     if md.num_rows != sum(rows) or any(n < 0 for n in rows):
         raise ValueError(f"the footer claims {md.num_rows} rows, its row groups {rows}")
