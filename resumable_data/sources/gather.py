@@ -148,8 +148,13 @@ class _Span:
         return v
 
     def base(self, buf: pa.Buffer | None, shard: int, width: int) -> int | None:
-        """Element index (``width``-byte items) of ``buf`` in the span, if inside shard's map."""
+        """Element index (``width``-byte items) of ``buf`` in the span, if inside shard's map. An
+        empty buffer (a unit whose strings or lists are all empty or null: Arrow gives it a static
+        address outside any map) is never read (every run in it is empty, and every other read is
+        checked against its size): it is placed at the start of the map."""
         whole = self.wholes[shard]
+        if buf is not None and whole is not None and buf.size == 0:
+            buf = whole
         if buf is None or whole is None or _element_base(buf, whole, 1) is None:
             return None  # not inside this shard's map (e.g. decompressed IPC)
         return _element_base(buf, self.buffer, width)

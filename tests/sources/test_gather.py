@@ -259,3 +259,30 @@ def test_locate_with_skewed_units_equals_searchsorted(rows):
     want = np.searchsorted(starts, ids[:n], side="right") - 1
     assert np.array_equal(unit[:n], want) and np.array_equal(local[:n], ids[:n] - starts[want])
     assert (lo, hi) == (-(10**6), n + 10**6) and np.array_equal(unit[n:], [0, 0, 0, 0])
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_a_unit_of_only_empty_or_null_strings_and_lists_keeps_the_plan(tmp_path, fmt):
+    """Arrow gives an empty buffer (a unit whose strings or lists are all empty, or all null) a
+    static address outside every map and decoded batch: planned where it is (outside), the column
+    took the per-unit fallback for every batch of the source (mapped) or touching the unit
+    (decoded). Nothing is ever read from it, so it keeps the plan; values equal ``Table.take``."""
+    n = 120
+    empty = lambda i: i < 40  # the first of three 40-row units
+    table = pa.table({
+        "text": pa.array(["" if empty(i) else f"t{i}" for i in range(n)]),
+        "opt": pa.array([None if empty(i) else "x" * (i % 5) for i in range(n)], type=pa.large_string()),
+        "tokens": pa.array([[] if empty(i) else list(range(i % 4)) for i in range(n)], type=pa.list_(pa.int32())),
+        "nested": pa.array([[] if empty(i) else [[i], []] for i in range(n)], type=pa.list_(pa.list_(pa.int64()))),
+        "recs": pa.array([[] if empty(i) else [{"a": "q" * (i % 3)}] for i in range(n)],
+                         type=pa.list_(pa.struct([("a", pa.string())]))),
+    })
+    rd.write_arrow_shards(table, tmp_path, num_shards=1, rows_per_batch=40, format=fmt)
+    src = rd.ArrowShards(tmp_path, unpinned="allow")
+    ids = np.random.default_rng(3).integers(0, n, 200)
+    unit, _ = src._locate(ids)
+    plans = src._touched_plans(unit)[0] if src._loaded else src._plan()
+    assert [g.kind if g is not None else None for g in plans] == ["bytes", "bytes", "list", "list", "list"]
+    got = src.take(ids)
+    for name in table.column_names:
+        assert got.column(name).equals(table.column(name).take(pa.array(ids))), name

@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from resumable_data.sources.parquet_footer import _walk, check_column_chunks
 
