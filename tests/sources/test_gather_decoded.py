@@ -29,15 +29,20 @@ N = 2500
 DECODED_KINDS = {**FAST_KINDS, "label": None, "opt_label": None}
 
 
-@pytest.fixture(scope="module")
-def parquet_sources(tmp_path_factory):
-    table = types_table(N)
+def _as_parquet(factory, table, name):
+    """``table`` as Parquet shards in three layouts: 4 shards of 1,000-row row groups, 3 of 61-row
+    ones, one shard of one row group."""
     out = {}
     for k, (shards, rows) in enumerate([(4, 1000), (3, 61), (1, None)]):
-        d = tmp_path_factory.mktemp(f"pq{k}")
+        d = factory.mktemp(f"{name}{k}")
         rd.write_arrow_shards(table, d, num_shards=shards, rows_per_batch=rows, format="parquet")
         out[k] = rd.ArrowShards(d, unpinned="allow")
     return table, out
+
+
+@pytest.fixture(scope="module")
+def parquet_sources(tmp_path_factory):
+    return _as_parquet(tmp_path_factory, types_table(N), "pq")
 
 
 def _fallback_take(src, ids):
@@ -46,7 +51,7 @@ def _fallback_take(src, ids):
 
 
 def test_parquet_units_are_decoded_and_every_type_but_dictionaries_takes_its_plan(parquet_sources):
-    table, srcs = parquet_sources
+    _, srcs = parquet_sources
     for src in srcs.values():
         assert src._loaded and not src.remote
         unit, _ = src._locate(np.arange(0, N, 7, dtype=np.int64))
@@ -79,12 +84,7 @@ def numeric_sources(tmp_path_factory):
         "id": pa.array(np.arange(N, dtype=np.int64)),
         "score": pa.array(rng.random(N).astype(np.float32)),
     })
-    out = {}
-    for k, (shards, rows) in enumerate([(4, 1000), (3, 61), (1, None)]):
-        d = tmp_path_factory.mktemp(f"num{k}")
-        rd.write_arrow_shards(table, d, num_shards=shards, rows_per_batch=rows, format="parquet")
-        out[k] = rd.ArrowShards(d, unpinned="allow")
-    return table, out
+    return _as_parquet(tmp_path_factory, table, "num")
 
 
 @settings(derandomize=True, max_examples=30, deadline=None)
