@@ -178,3 +178,56 @@ def test_a_span_off_64_bytes_is_refused():
     span = pa.foreign_buffer(rows.lo // 64 * 64 + 8, 64, base=batch)
     with pytest.raises(ValueError, match="multiple of 64"):
         rebuild_plan(rows.templates[0], rows.rows[0][:, None], span)
+
+
+def test_threads_taking_while_the_map_is_cleared_and_shrunk_get_the_right_rows(parquet_sources, monkeypatch):
+    """The plans read raw addresses of the touched units' batches: a batch must stay alive while
+    any thread reads it, whatever another thread does to the process map (clear it, shrink the
+    budget under one batch, drop the source's units). Three threads take from two sources over
+    the same files (one map, other owners) while a fourth churns the map; every result equals
+    ``Table.take`` (a unit freed under a reader: wrong values or a crash)."""
+    import threading
+    import time
+
+    table, srcs = parquet_sources
+    other = rd.ArrowShards(srcs[1].root, unpinned="allow")  # same 61-row row groups, its own keys
+    monkeypatch.setattr(process_units(), "budget", process_units().budget)  # restored after the test
+    rounds, failures, done = 6, [], threading.Event()
+
+    def take(src, seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(rounds):
+                ids = rng.integers(0, N, 300)
+                got = src.take(ids)
+                for name in ("text", "nested", "recs", "opt_items", "image", "flag"):
+                    if not got.column(name).equals(table.column(name).take(pa.array(ids))):
+                        failures.append((seed, name))
+        except Exception as exc:  # reported below with the seed
+            failures.append((seed, repr(exc)))
+
+    def churn():
+        rng = np.random.default_rng(9)
+        while not done.is_set():
+            step = int(rng.integers(0, 4))
+            if step == 0:
+                process_units().clear()
+            elif step == 1:
+                process_units().clear(budget=int(rng.integers(1, 200_000)))
+            elif step == 2:
+                process_units().clear(budget=1 << 30)
+            else:
+                process_units().drop(srcs[1]._owner)
+            time.sleep(0.002)
+
+    readers = [threading.Thread(target=take, args=(s, k)) for k, s in enumerate([srcs[1], srcs[1], other])]
+    churner = threading.Thread(target=churn)
+    churner.start()
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join()
+    done.set()
+    churner.join()
+    other.close()
+    assert failures == []
