@@ -57,7 +57,7 @@ from resumable_data.sources.discovery import (
     resolve_files,
 )
 from resumable_data.sources.layout import LayoutMismatch, ShardFormat, ShardLayout, parquet_layout
-from resumable_data.sources.parquet_footer import check_column_chunks
+from resumable_data.sources.parquet_footer import open_parquet
 from resumable_data.sources.shard_format import build_layout, detect_format, ipc_file_batch_rows
 from resumable_data.sources.shard_schema import canonical_schema, check_same_schema, check_schema_names
 from resumable_data.sources.shard_units import OpenShard
@@ -134,7 +134,6 @@ def open_shard(
 def _parquet_rows(pf: pq.ParquetFile) -> list[int]:
     """Rows per row group, checked against the footer's other counts (ValueError if they differ)."""
     md = pf.metadata
-    check_column_chunks(md)  # before RowGroupMetaData.column(i), which aborts on what C++ refuses there
     rows = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
     if md.num_rows != sum(rows) or any(n < 0 for n in rows):
         raise ValueError(f"the footer claims {md.num_rows} rows, its row groups {rows}")
@@ -157,7 +156,7 @@ def _open_shard(
     if fmt is ShardFormat.PARQUET:
         f = store.open_input_file(path)
         identity = store.identity(path, f)
-        pf = pq.ParquetFile(f, page_checksum_verification=True)
+        pf = open_parquet(f, page_checksum_verification=True)  # its footer checked (.parquet_footer)
         check_schema_names(pf.schema_arrow)
         rows = _parquet_rows(pf)
         if layout is not None and layout.unit_rows != rows:

@@ -50,7 +50,6 @@ import xxhash
 
 from resumable_data import _io
 from resumable_data._cache import cache_dir
-from resumable_data.sources.parquet_footer import check_column_chunks
 
 __all__ = [
     "ShardFormat",
@@ -302,9 +301,8 @@ def ipc_file_layout(read_at: ReadAt, size: int, concurrency: int = 1) -> ShardLa
 
 
 def parquet_layout(metadata: Any) -> ShardLayout:
-    """Row groups of a ``pyarrow.parquet.FileMetaData``: the span of their column chunks, rows
-    (ValueError for column chunks ``RowGroupMetaData.column`` cannot read: :mod:`.parquet_footer`)."""
-    check_column_chunks(metadata)
+    """Row groups of a ``pyarrow.parquet.FileMetaData`` (from :func:`.parquet_footer.open_parquet`,
+    whose footer check makes ``RowGroupMetaData.column`` safe): the span of their column chunks, rows."""
     units = []
     for g in range(metadata.num_row_groups):
         rg = metadata.row_group(g)

@@ -9,10 +9,13 @@ row group with fewer column chunks than the schema has columns, an encrypted col
 Opening a Parquet shard reads its row counts and byte ranges through that accessor (:mod:`.files`,
 :mod:`.layout`), so a damaged never-pinned file crashed the interpreter.
 
-Algorithm. The footer's Thrift bytes (the ones pyarrow parsed: ``FileMetaData.__reduce__``) are
-walked once by a compiled loop over the Thrift compact protocol (an explicit stack of the structs,
-lists and maps it is inside, each value skipped unless it is on the path row groups -> column
-chunks -> column metadata -> size statistics), which records per column chunk its level
+Algorithm. :func:`open_parquet` reads the footer itself (one read of the file's last 64 KiB, as
+pyarrow does, and one more for a longer footer), has pyarrow parse it (``pq.read_metadata`` of those
+bytes) and hands the metadata to ``pq.ParquetFile``, so the file's tail is read once (and pyarrow's
+``FileMetaData.__reduce__``, which re-serializes a damaged footer, segfaulted: never called). The
+footer's Thrift bytes are walked once by a compiled loop over the Thrift compact protocol (an
+explicit stack of the structs, lists and maps it is inside, each value skipped unless it is on the
+path row groups -> column chunks -> column metadata -> size statistics), which records per column chunk its level
 histograms' lengths, whether it carries unencoded byte-array bytes or encrypted metadata, and per
 row group its column chunk count. Then, per row group, the chunk count must equal the schema's
 leaf columns and each chunk must fit its column (histogram lengths, byte-array bytes) and carry no
@@ -23,18 +26,24 @@ Guarantee: a footer that passes never makes ``RowGroupMetaData.column(i)`` throw
 conditions above (the ones C++ checks when it builds a column chunk's metadata); a footer the
 decoder cannot read (truncated, a list running past the end) raises ``ValueError``.
 
-Cost: one compiled pass over the footer's bytes at open (a 660 KB footer of 200 row groups of 30
-columns: about 1 ms, where walking it through pyarrow's accessors takes 3 ms); a restore reopens
-the shard at that cost.
+Cost: the footer read as before (one read of the last 64 KiB) and one compiled pass over its bytes
+at open (a 660 KB footer of 200 row groups of 30 columns: a few ms, as walking it through pyarrow's
+accessors); a restore reopens the shard at that cost.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 from numba import njit
 
-__all__ = ["check_column_chunks"]
+__all__ = ["check_column_chunks", "open_parquet"]
+
+_TAIL = 64 << 10  # the footer read size pyarrow uses
+_MAGIC = b"PAR1"
 
 # Thrift compact protocol types
 _STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(13)
@@ -186,16 +195,33 @@ def _walk(data, sizes, chunks):  # pragma: no cover - compiled
     return True
 
 
-def check_column_chunks(metadata: pq.FileMetaData) -> None:
-    """Raise ``ValueError`` unless every column chunk of the footer ``metadata`` can be read
-    through ``RowGroupMetaData.column(i)`` (see the module docs)."""
-    serialized = metadata.__reduce__()[1][0]  # the footer's Thrift bytes, as pyarrow parsed them
+def open_parquet(f: Any, **options: Any) -> pq.ParquetFile:
+    """``pq.ParquetFile(f, **options)`` over the random-access file ``f`` (``read_at``, ``size``),
+    its footer checked by :func:`check_column_chunks` first (``ValueError`` where it fails)."""
+    size = f.size()
+    tail = f.read_at(min(size, _TAIL), max(0, size - _TAIL))
+    if size < 12 or tail[-4:] != _MAGIC:
+        raise ValueError(f"not a Parquet file: {size} bytes, ending {bytes(tail[-4:])!r} (expected {_MAGIC!r})")
+    length = int.from_bytes(tail[-8:-4], "little")
+    if length <= 0 or length + 12 > size:
+        raise ValueError(f"a footer of {length} bytes in a file of {size}")
+    if length + 8 > len(tail):  # a footer longer than the first read
+        tail = f.read_at(length + 8 - len(tail), size - length - 8) + tail
+    footer = bytes(tail[len(tail) - length - 8 : len(tail) - 8])
+    metadata = pq.read_metadata(pa.BufferReader(_MAGIC + footer + tail[-8:]))
+    check_column_chunks(metadata, footer)
+    return pq.ParquetFile(f, metadata=metadata, **options)
+
+
+def check_column_chunks(metadata: pq.FileMetaData, footer: bytes) -> None:
+    """Raise ``ValueError`` unless every column chunk of the footer ``metadata`` (parsed from the
+    Thrift bytes ``footer``) can be read through ``RowGroupMetaData.column(i)`` (see the module docs)."""
     leaves = [metadata.schema.column(i) for i in range(len(metadata.schema))]
     groups = metadata.num_row_groups
     sizes = np.full((groups, len(leaves), 3), -1, dtype=np.int64)
     sizes[:, :, 2] = 0
     chunks = np.zeros(groups, dtype=np.int64)
-    if not _walk(np.frombuffer(serialized, dtype=np.uint8), sizes, chunks):
+    if not _walk(np.frombuffer(footer, dtype=np.uint8), sizes, chunks):
         raise ValueError("the footer's metadata is not well-formed Thrift")
     short = np.flatnonzero(chunks != len(leaves))
     if short.size:

@@ -23,7 +23,6 @@ import struct
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from resumable_data.sources.layout import (
     ARROW_FILE_MAGIC,
@@ -35,6 +34,7 @@ from resumable_data.sources.layout import (
     message_info,
     parquet_layout,
 )
+from resumable_data.sources.parquet_footer import open_parquet
 from resumable_data.sources.store import LOCAL, ShardStore
 
 __all__ = ["build_layout", "detect_format", "ipc_file_batch_rows"]
@@ -77,7 +77,7 @@ def build_layout(
     if fmt is ShardFormat.PARQUET:
         if parquet_metadata is None:
             with store.open_input_file(path) as f:
-                parquet_metadata = pq.ParquetFile(f).metadata
+                parquet_metadata = open_parquet(f).metadata
         return parquet_layout(parquet_metadata)
     own = file is None
     f = file if file is not None else store.open_input_file(path)

@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
-from resumable_data.sources.parquet_footer import _walk, check_column_chunks
+from resumable_data.sources.parquet_footer import _walk, check_column_chunks, open_parquet
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,11 +79,16 @@ def test_every_footer_bit_flip_is_refused_or_read_never_a_crash(tmp_path):
 
 def test_a_clean_footer_passes_and_a_truncated_one_is_refused(tmp_path):
     path = tmp_path / "a.parquet"
-    _write(path)
-    md = pq.ParquetFile(path).metadata
-    check_column_chunks(md)  # nothing to refuse
-    data = np.frombuffer(md.__reduce__()[1][0], dtype=np.uint8)
+    first = _write(path)
+    raw = path.read_bytes()
+    footer = raw[first:-8]
+    pf = open_parquet(pa.OSFile(str(path)))
+    assert pf.metadata.serialized_size == len(footer) and pf.read_row_group(0).num_rows == 4
+    check_column_chunks(pf.metadata, footer)  # nothing to refuse
+    data = np.frombuffer(footer, dtype=np.uint8)
     sizes = np.full((1, 1, 3), -1, dtype=np.int64)
     assert _walk(data, sizes, np.zeros(1, dtype=np.int64)) and sizes[0, 0, :2].tolist() == [2, 4]
     for cut in range(len(data)):  # every prefix ends inside the struct
         assert not _walk(data[:cut], np.full((1, 1, 3), -1, dtype=np.int64), np.zeros(1, dtype=np.int64))
+    with pytest.raises(ValueError, match="not a Parquet file"):
+        open_parquet(pa.BufferReader(raw[:-1]))
