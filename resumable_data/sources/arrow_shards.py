@@ -28,8 +28,9 @@ gather decoded units with the same column plans as mapped ones, rebuilt over the
 (:mod:`.gather_decoded`).
 With read-ahead attached (:meth:`ArrowShards.attach_read_ahead`, what ``rd.DataLoader(read_ahead=)``
 does: :mod:`.read_ahead`) a unit is decoded from the bytes the rank's fetcher wrote to its cache
-directory, else read by the step itself through :meth:`ArrowShards.fetch_unit` (size and ETag
-checked against the identity recorded at open), validated once per process. Transient store failures are
+directory, else (and without read-ahead) read by the step itself through :meth:`ArrowShards.fetch_unit`
+(a HEAD whose size and ETag must equal the identity recorded at open, then the ranged GET), and
+validated at every decode. Transient store failures are
 retried (``retries=rd.Retries(...)``, :mod:`.retry`); a store that stays down is an
 :class:`~resumable_data.StoreUnavailableError`.
 
@@ -155,7 +156,6 @@ class ArrowShards:
         self._watch = ShardWatch([])  # the mapped shards' names, once opened
         self._members = None if members is None else tuple(members)
         self._ahead: UnitCache | None = None
-        self._ahead_valid: set[int] = set()  # units validated in this process (read-ahead)
         self._store = store
         self._root = Path(root)
         self._rel = list(rel)
@@ -446,16 +446,17 @@ class ArrowShards:
         if hit is not None:
             return hit[1]
         shard = self._shards[u.shard]
-        if self._ahead is not None and shard.unit_span(g) is not None:
-            data = self._ahead.get(k)  # read ahead by the rank's fetcher (.read_ahead), else read here
+        if shard.unit_span(g) is not None and (self._ahead is not None or not self._store.local):
+            # read ahead by the rank's fetcher (.read_ahead), else read here; either way through a read
+            # checked against the identity recorded at open (size and ETag: fetch_unit / fetch_run)
+            data = self._ahead.get(k) if self._ahead is not None else None
             batch = shard.decode_unit(g, data if data is not None else pa.py_buffer(self.fetch_unit(k)))
-            batch = batch.replace_schema_metadata(self._schema.metadata)
-            if k not in self._ahead_valid:  # a unit's bytes are the same at every read (size and ETag checked)
-                validate_batch(batch, self._rel[u.shard], g)
-                self._ahead_valid.add(k)
         else:
-            batch = shard.read_unit(g).replace_schema_metadata(self._schema.metadata)
-            validate_batch(batch, self._rel[u.shard], g)
+            batch = shard.read_unit(g)
+        # validated at every decode: the bytes of an object replaced between its check and its read
+        # (the one request pyarrow leaves open) are refused here, never gathered by raw offsets
+        batch = batch.replace_schema_metadata(self._schema.metadata)
+        validate_batch(batch, self._rel[u.shard], g)
         unit = DecodedUnit(batch)
         self._unit_bytes = max(self._unit_bytes, unit.nbytes)
         self._rg_cache.put(key, batch, unit)
@@ -542,7 +543,6 @@ class ArrowShards:
     def attach_read_ahead(self, cache: UnitCache | None) -> None:
         """Read units through ``cache`` (filled ahead by one fetcher per rank), or directly (None)."""
         self._ahead = cache
-        self._ahead_valid = set()
         self._rg_cache.drop(self._owner)  # units decoded from other bytes
 
     @property

@@ -177,9 +177,9 @@ def test_remote_open_is_o_shards_and_reads_by_range(remote, fmt, tmp_path, monke
     ids = np.random.default_rng(2).permutation(len(ref))
     proxy.reset()
     assert src.take(ids).equals(ref.take(ids))
-    if fmt != "parquet":  # one ranged GET per unit, of exactly its message: no byte read twice
-        units = len(src._units)
-        assert proxy.counts["GET"] == units and proxy.requests == units
+    if fmt != "parquet":  # one ranged GET per unit, of exactly its message (no byte read twice),
+        units = len(src._units)  # after a HEAD checking the object is still the one opened
+        assert proxy.counts["GET"] == units and proxy.counts["HEAD"] == units and proxy.requests == 2 * units
         assert proxy.bytes_out < total
 
 
