@@ -372,8 +372,12 @@ class ArrowShards:
         source closes them for the view too) and its gather plan is the sources' plans rebased
         (``gather.concat_columns``: one array operation per column and source, each source's plan
         built once and kept by it), so a fresh view costs about what its sources already paid.
-        None when a source is remote (each then gathers on its own)."""
+        None when a source is remote, or the sources' canonical schemas differ where ``rd.Mixture``
+        accepts them as equal (a list's child named ``item`` by Arrow IPC, ``element`` by Parquet):
+        each then gathers on its own."""
         if any(not s._store.local for s in sources):
+            return None
+        if len({canonical_schema(s._schema) for s in sources}) > 1:
             return None
         paths = [join(s._root.as_posix(), r) for s in sources for r in s._rel]
         root = os.path.commonpath([os.path.dirname(p) for p in paths])

@@ -224,9 +224,10 @@ class Mixture:
             return self._gather.take(np.asarray(record_ids, dtype=np.int64))
         used = np.unique(src)
         if used.size == 1:
-            return self.sources[int(used[0])].take(local)
+            return self.sources[int(used[0])].take(local).cast(self.schema)
         order = np.argsort(src, kind="stable")
-        pieces = [self.sources[int(s)].take(local[src == s]) for s in used]
+        schema = self.schema  # the first source's (the others equal it up to a list child's name)
+        pieces = [self.sources[int(s)].take(local[src == s]).cast(schema) for s in used]
         table = pa.concat_tables(pieces).combine_chunks()
         inverse = np.empty(len(order), dtype=np.int64)
         inverse[order] = np.arange(len(order), dtype=np.int64)

@@ -123,3 +123,24 @@ def test_loader_batches_equal_the_definition_and_the_arrow_path(dirs):
     assert cols[0].tolist() == [3010, 1000, 1005, 3010]
     with pytest.raises(rd.ConfigError, match="record ids in"):
         mix.take_numpy(np.array([191]))
+
+
+def test_an_arrow_and_a_parquet_source_with_list_columns_mix(tmp_path):
+    """Arrow IPC names a list's child ``item``, Parquet ``element``: the mixture accepts the two
+    (their schemas are equal to Arrow) and gathers each source apart, every record equal to the
+    concatenated table's, in the requested order, with the first source's schema."""
+    rng = np.random.default_rng(4)
+    tables = [pa.table({"tok": pa.array([rng.integers(0, 9, rng.integers(0, 5)).tolist() for _ in range(n)]),
+                        "id": pa.array(np.arange(n, dtype=np.int64))}) for n in (700, 500)]
+    for t, fmt, d in zip(tables, ("arrow", "parquet"), ("a", "p")):
+        rd.write_arrow_shards(t, tmp_path / d, num_shards=2, rows_per_batch=100, format=fmt)
+    a, p = rd.ArrowShards(tmp_path / "a"), rd.ArrowShards(tmp_path / "p")
+    m = rd.Mixture({"a": a, "p": p}, weights={"a": 0.5, "p": 0.5})
+    whole = pa.concat_tables([tables[0], tables[1].cast(tables[0].schema)])
+    for ids in ([0, 1], [1199, 3, 700, 699, 700], rng.permutation(1200)[:300].tolist()):
+        got = m.take(ids)
+        assert got.schema == a.schema
+        assert got.equals(whole.take(pa.array(ids, type=pa.int64())))
+    loader = rd.DataLoader(m, batch_size=64, seed=0)
+    batch = next(iter(loader))
+    assert len(batch["id"]) == 64
