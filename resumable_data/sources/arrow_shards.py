@@ -165,7 +165,7 @@ class ArrowShards:
         self._unit_index: list[int] = []  # the unit's record batch / row group index in its shard
         self._owner = new_owner()  # keys this source's units in the process's decoded-unit map
         self._rg_cache = process_units()
-        self._unit_bytes = 0  # the largest decoded unit so far: how many a batch may hold (_touched_plans)
+        self._decoded_bytes = [0, 0]  # bytes and count of the units decoded so far (_touched_plans' estimate)
         self._fast: list[ColumnGather | None] | None = None
         self._numpy_plans: list[ColumnGather] | None = None  # _fast when every column has a numpy layout
         start = 0
@@ -462,7 +462,8 @@ class ArrowShards:
         batch = batch.replace_schema_metadata(self._schema.metadata)
         validate_batch(batch, self._rel[u.shard], g)
         unit = DecodedUnit(batch)
-        self._unit_bytes = max(self._unit_bytes, unit.nbytes)
+        self._decoded_bytes[0] += unit.nbytes
+        self._decoded_bytes[1] += 1
         self._rg_cache.put(key, batch, unit)
         return unit
 
@@ -656,13 +657,14 @@ class ArrowShards:
         """Decoded units (:attr:`_loaded`): the column plans over the units ``unit`` touches,
         ``unit`` renumbered to them (:func:`.gather_decoded.plan_touched`) and the touched units
         (in unit order); the plans' span keeps them alive while they are read. None when their
-        decoded bytes exceed the decoded-unit budget (known before decoding any from the largest
-        unit decoded so far, else found while collecting them): the caller then takes unit by
+        decoded bytes exceed the decoded-unit budget (estimated before decoding any from the mean
+        size of the units decoded so far, then checked while collecting them): the caller then takes unit by
         unit, holding one, so a batch never holds more than the budget beyond what the map keeps."""
         touched, renumbered = np.unique(unit, return_inverse=True)
         ks = touched.tolist()
         limit = self._rg_cache.budget
-        if len(ks) * self._unit_bytes > limit:
+        total, count = self._decoded_bytes
+        if count and len(ks) * total > limit * count:  # the touched units at the mean size so far
             return None
         owner, shard_of, index_of = self._owner, self._unit_shard, self._unit_index
         hits = self._rg_cache.extras([(owner, int(shard_of[k]), index_of[k]) for k in ks])  # _decoded's keys
