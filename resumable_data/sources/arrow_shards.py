@@ -64,6 +64,7 @@ over the shards (:mod:`.watch`; ``benchmarks/bench_identity.py``; the figure is 
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -555,10 +556,11 @@ class ArrowShards:
         """Whether the shards are read from a remote store (nothing memory-mapped)."""
         return not self._store.local
 
-    @property
+    @functools.cached_property
     def _loaded(self) -> bool:
         """Whether every unit is decoded when read (a remote store, or local Parquet row groups):
-        gathered through :meth:`_touched_plans`, not through plans over the maps."""
+        gathered through :meth:`_touched_plans`, not through plans over the maps (fixed once the
+        shards are open: asked once, not per batch)."""
         return not self._store.local or not self._mapped_bool.any()
 
     def _locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
