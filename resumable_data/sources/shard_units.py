@@ -2,7 +2,9 @@
 
 Algorithm: a shard is a list of units (an IPC record batch, a Parquet row group). Where the store
 memory-maps (local files) every IPC batch is a zero-copy view of the map and :meth:`OpenShard.read_unit`
-returns it. Elsewhere, with a :class:`~.layout.ShardLayout`, unit ``k`` is one ranged read of
+returns it; a mapped IPC shard whose bodies are compressed (LZ4/ZSTD: ``pyarrow.feather``'s default)
+keeps the map and its layout, and unit ``k`` is its message sliced from the map and decompressed on
+each read (the caller keeps decoded units: :mod:`.decoded_units`). Elsewhere, with a :class:`~.layout.ShardLayout`, unit ``k`` is one ranged read of
 exactly its message (IPC) or its column chunks (Parquet, decoded through :class:`_SpanFile`, which
 refuses any read outside the span); without a layout an IPC file is read through its footer, an
 IPC stream whole (one unit), a Parquet row group by ``read_row_group``.
@@ -18,7 +20,7 @@ the shard's lock: a ``pyarrow.parquet.ParquetFile`` is not thread-safe (two thre
 groups of one file at once crashed the interpreter or hung), and a user may take from one source in
 several threads; a forked child starts with fresh locks.
 
-Cost: a memory-mapped unit: nothing; a ranged unit: one read of its bytes; two identity checks per
+Cost: a memory-mapped unit: nothing; a compressed mapped unit: its decompression; a ranged unit: one read of its bytes; two identity checks per
 read from a file. A restore reopens the shard (see :mod:`.files`); no unit is read until used.
 """
 
@@ -73,7 +75,7 @@ class OpenShard:
         # (a map keeps no descriptor: no limit on shards); remote ones are checked by their store
         watched = store.local and identity is not None
         self._fileno = file.fileno() if watched and file is not None else None
-        self._mapped_path = str(path) if watched and file is None and batches is not None else None
+        self._mapped_path = str(path) if watched and file is None and whole is not None else None
 
     @property
     def mapped_path(self) -> str | None:
@@ -156,6 +158,8 @@ class OpenShard:
     def _read_unit(self, k: int) -> pa.RecordBatch:
         if self.layout is not None and self.format is not ShardFormat.PARQUET:
             offset, length, rows = self.layout.units[k]
+            if self.whole is not None:  # a compressed IPC shard's map: the message, decompressed here
+                return read_ipc_unit(self.whole.slice(offset, length), self.schema, rows)
             return read_ipc_unit(self._file.read_at(length, offset), self.schema, rows)
         if self.format is ShardFormat.IPC_FILE:
             with self._lock:
