@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,7 @@ from resumable_data.sources.arrow.pickled import read_state, source_state
 from resumable_data.sources.arrow.record_ids import RecordIdError, record_index
 from resumable_data.sources.arrow.record_ids import locate as locate_ids
 from resumable_data.sources.arrow.resolve import UnpinnedPolicy, resolve_source, source_store
-from resumable_data.sources.decoded_units import new_owner, process_units
+from resumable_data.sources.decoded_units import check_budget, new_owner, over_budget_warning, process_units
 from resumable_data.sources.files import OpenShard, canonical_schema, check_same_schema
 from resumable_data.sources.gather import ColumnGather, concat_columns, has_numpy_layout, plan_column
 from resumable_data.sources.gather_decoded import DecodedUnit, plan_touched
@@ -106,7 +107,10 @@ class ArrowShards:
     (re-hash every open).
     ``unpinned``: ``"pin"`` (default), ``"allow"`` or ``"error"``. ``filesystem``: a
     ``pyarrow.fs.FileSystem`` the paths live on (e.g. ``pyarrow.fs.S3FileSystem(...)``); a URI such
-    as ``"s3://bucket/prefix"`` picks its filesystem itself.
+    as ``"s3://bucket/prefix"`` picks its filesystem itself. ``decoded_cache_bytes``: bytes of
+    decoded units (Parquet row groups, compressed IPC record batches, remote units) this process
+    keeps, at least (default None: 256 MiB; the process keeps the largest budget its sources ask
+    for): a global shuffle over such units needs one that holds the decoded dataset.
     """
 
     def __init__(
@@ -117,8 +121,10 @@ class ArrowShards:
         unpinned: UnpinnedPolicy | str = UnpinnedPolicy.PIN,
         filesystem: Any = None,
         retries: Retries = DEFAULT_RETRIES,
+        decoded_cache_bytes: int | None = None,
     ) -> None:
         level = coerce_enum(verify, VerifyLevel, "verify")
+        decoded = check_budget(decoded_cache_bytes)
         policy = coerce_enum(unpinned, UnpinnedPolicy, "unpinned")
         if not isinstance(retries, Retries):
             raise ConfigError(
@@ -136,7 +142,7 @@ class ArrowShards:
             version, built = with_layouts(version, store)
         if version is not None:
             version.verify(level)
-        self._init(root, rel, version, store)
+        self._init(root, rel, version, store, decoded=decoded)
         if version is not None and level is not VerifyLevel.SIZE:  # the layouts' bytes are the pinned ones
             for k in built:
                 remember_layout(version.shards[k].content_hash, version.shards[k].layout)
@@ -150,9 +156,11 @@ class ArrowShards:
         store: ShardStore = LOCAL,
         expected: list[FileIdentity | None] | None = None,
         members: Sequence[ArrowShards] | None = None,
+        decoded: int | None = None,
     ) -> None:
         """Open the shards; ``expected``: the identity each must still have (an unpickled source);
-        ``members``: a view over these open sources' shards (:meth:`concatenated`), opened by them."""
+        ``members``: a view over these open sources' shards (:meth:`concatenated`), opened by them;
+        ``decoded``: the ``decoded_cache_bytes`` asked for."""
         self._broken: ResumableDataError | None = None
         self._watch = ShardWatch([])  # the mapped shards' names, once opened
         self._members = None if members is None else tuple(members)
@@ -166,6 +174,10 @@ class ArrowShards:
         self._unit_index: list[int] = []  # the unit's record batch / row group index in its shard
         self._owner = new_owner()  # keys this source's units in the process's decoded-unit map
         self._rg_cache = process_units()
+        self._decoded_request = decoded
+        if decoded is not None:
+            self._rg_cache.reserve(decoded)
+        self._warned_budget = False  # _touched_plans warns once per source when a batch's units exceed the budget
         self._decoded_bytes = [0, 0]  # bytes and count of the units decoded so far (_touched_plans' estimate)
         self._fast: list[ColumnGather | None] | None = None
         self._numpy_plans: list[ColumnGather] | None = None  # _fast when every column has a numpy layout
@@ -324,12 +336,14 @@ class ArrowShards:
         self._usable()  # a source whose files failed their checks is not passed on
         identities = [s.identity for s in self._shards]
         ahead = self._ahead.root if self._ahead is not None else None
-        return source_state(self._root, self._rel, self._version, identities, self._store, ahead)
+        return source_state(self._root, self._rel, self._version, identities, self._store, ahead, self._decoded_request)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         got = read_state(state)
         try:
-            self._init(got.root, got.files, got.version, got.store, got.expected)
+            self._init(
+                got.root, got.files, got.version, got.store, got.expected, decoded=check_budget(got.decoded_bytes)
+            )
         except ResumableDataError as exc:
             # raised at the first read, where a loader worker reports it with the batch it was
             # fetching (an exception while unpickling only says the worker exited)
@@ -389,7 +403,8 @@ class ArrowShards:
             view._closed_because(broken, root, rel, None, sources[0]._store)
             return view
         try:  # the sources' open shards (no second opening) and, on first use, their gather plans
-            view._init(root, rel, None, sources[0]._store, members=sources)
+            asked = [s._decoded_request for s in sources if s._decoded_request is not None]
+            view._init(root, rel, None, sources[0]._store, members=sources, decoded=max(asked, default=None))
         except ResumableDataError as exc:
             view._closed_because(exc, root, rel, None, sources[0]._store)
         return view
@@ -667,6 +682,7 @@ class ArrowShards:
         limit = self._rg_cache.budget
         total, count = self._decoded_bytes
         if count and len(ks) * total > limit * count:  # the touched units at the mean size so far
+            self._over_budget(len(ks), len(ks) * total // count)
             return None
         owner, shard_of, index_of = self._owner, self._unit_shard, self._unit_index
         hits = self._rg_cache.extras([(owner, int(shard_of[k]), index_of[k]) for k in ks])  # _decoded's keys
@@ -676,9 +692,21 @@ class ArrowShards:
                 got = self._decoded(k)
             held += got.nbytes
             if held > limit:
+                self._over_budget(len(ks), held * len(ks) // (len(units) + 1))
                 return None
             units.append(got)
         return plan_touched(units), renumbered.astype(np.int64, copy=False), units
+
+    def _over_budget(self, units: int, need: int) -> None:
+        """Warn once for this source: a batch's ``units`` touched units (about ``need`` decoded
+        bytes) exceed the decoded-unit budget, so such batches decode their units again."""
+        if self._warned_budget:
+            return
+        self._warned_budget = True
+        total, count = self._decoded_bytes
+        dataset = total * len(self._units) // max(count, 1)
+        message = over_budget_warning(repr(self), units, need, self._rg_cache.budget, dataset)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
 
     def take_numpy(self, record_ids: Sequence[int] | np.ndarray, pad_value: Any = 0) -> list[Any] | None:
         """Per column, the default collate's numpy layout of ``take(record_ids)`` (a 1-D array, or

@@ -22,6 +22,9 @@ Guarantee. Only decoding is saved: a batch here is the decode of bytes whose ide
 when they were read, under a key no other source shares, and the map is per process (never
 shared across processes, never written to disk).
 
+Budget. ``DEFAULT_DECODED_BYTES`` unless a source asks for more (``rd.ArrowShards(...,
+decoded_cache_bytes=N)``, :meth:`DecodedUnits.reserve`): the largest request of the process wins.
+
 Cost. O(1) per lookup and insert, O(entries) per drop; memory at most ``budget`` plus one unit per
 process.
 """
@@ -38,13 +41,56 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["DEFAULT_DECODED_BYTES", "DecodedUnits", "new_owner", "process_units"]
+from resumable_data.errors import ConfigError, describe
+
+__all__ = [
+    "DEFAULT_DECODED_BYTES",
+    "DecodedUnits",
+    "check_budget",
+    "new_owner",
+    "over_budget_warning",
+    "process_units",
+]
 
 #: Decoded bytes kept per process (local Parquet, remote units, units read ahead), all sources
 #: together. The same with read-ahead: its shared cache holds the fetched bytes, but decoding a
 #: Parquet row group again costs as much as without it (a global shuffle over 64 row groups kept in
 #: 64 MiB: 953 samples/s).
 DEFAULT_DECODED_BYTES = 256 << 20
+
+
+def check_budget(value: Any) -> int | None:
+    """``decoded_cache_bytes`` checked: None (the default budget) or a positive int of bytes."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        return value
+    raise ConfigError(
+        describe(
+            "decoded_cache_bytes",
+            value,
+            "None (256 MiB a process) or a positive int of bytes",
+            "pass e.g. decoded_cache_bytes=4 << 30 for 4 GiB of decoded units a process",
+        )
+    )
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} bytes"
+
+
+def over_budget_warning(source: str, units: int, need: int, budget: int, dataset: int) -> str:
+    """What a source says once when a batch's touched units exceed the budget (each such batch
+    then decodes its units again, one at a time): the figures and the two fixes."""
+    return (
+        f"{source}: a batch touches {units} units (record batches / row groups) whose decoded bytes, "
+        f"about {_size(need)}, exceed the decoded-unit budget of {_size(budget)}, so every such batch "
+        f"decodes them again (a global shuffle over Parquet or compressed Arrow IPC: slow). The dataset "
+        f"decodes to about {_size(dataset)}: pass rd.ArrowShards(..., decoded_cache_bytes=N) with N at "
+        f"least that (e.g. {max(dataset, need) * 5 // 4}), or a shuffle_window= so that a batch touches "
+        f"fewer units"
+    )
 
 
 class DecodedUnits:
@@ -109,6 +155,12 @@ class DecodedUnits:
         with self._lock:
             for key in [k for k in self._map if isinstance(k, tuple) and k and k[0] == owner]:
                 self.nbytes -= self._map.pop(key)[1]
+
+    def reserve(self, nbytes: int) -> None:
+        """Raise the budget to ``nbytes`` if it is lower (a source asking for more: the process
+        keeps the largest budget asked for; never lowered by a source)."""
+        with self._lock:
+            self.budget = max(self.budget, nbytes)
 
     def clear(self, budget: int | None = None) -> None:
         """Drop every unit (and set a new ``budget`` if given)."""

@@ -98,7 +98,7 @@ def _take_in_child(s, ids):
 
 def test_pickle_roundtrip_spawn(src):
     state = src.__getstate__()
-    assert set(state) == {"format", "schema_version", "root", "files", "version", "identities"}
+    assert set(state) == {"format", "schema_version", "root", "files", "version", "identities", "decoded_cache_bytes"}
     ids = [5, 999, 5, 0, 512]
     again = pickle.loads(pickle.dumps(src))
     assert again.take(ids).equals(src.take(ids)) and again.version == src.version

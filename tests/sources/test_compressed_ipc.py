@@ -6,6 +6,8 @@ sources/shard_units.py). Every read equals the same records written uncompressed
 from __future__ import annotations
 
 import os
+import pickle
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -178,3 +180,26 @@ def test_dictionary_columns_are_decompressed_at_open_and_read_right(tmp_path):
     src = rd.ArrowShards(tmp_path, unpinned="allow")
     ids = np.random.default_rng(0).integers(0, 600, 100)
     assert src.take(ids).equals(t.take(pa.array(ids)).combine_chunks())
+
+
+def test_a_global_shuffle_past_the_budget_says_so_and_decoded_cache_bytes_fixes_it(tokens, monkeypatch):
+    """A global shuffle touches every unit in every batch: with a budget below the decoded dataset
+    every batch decodes its units again, which the source says once; ``decoded_cache_bytes`` raises
+    the process's budget (kept by a pickled copy, which is what a loader worker opens)."""
+    units = process_units()
+    monkeypatch.setattr(units, "budget", 64 << 10)  # restored after the test
+    units.clear()
+    loader = rd.DataLoader(rd.ArrowShards(tokens["lz4"]), batch_size=64, shuffle=True, seed=2)
+    with pytest.warns(RuntimeWarning, match=r"decoded-unit budget of 64\.0 KiB.*decoded_cache_bytes="):
+        slow = batches(loader, 5)
+
+    src = rd.ArrowShards(tokens["lz4"], decoded_cache_bytes=8 << 20)
+    assert units.budget == 8 << 20
+    copy = pickle.loads(pickle.dumps(src))
+    monkeypatch.setattr(units, "budget", 64 << 10)
+    copy2 = pickle.loads(pickle.dumps(copy))  # unpickling asks for the budget again
+    assert units.budget == 8 << 20 and len(copy2) == len(src)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        fast = batches(rd.DataLoader(src, batch_size=64, shuffle=True, seed=2), 5)
+    same(fast, slow)

@@ -105,3 +105,18 @@ def test_parquet_worker_processes_deliver_what_one_process_does(tmp_path, contex
     want = [b["id"].tolist() for b in rd.DataLoader(src, **kw)]
     got = [b["id"].tolist() for b in rd.DataLoader(src, num_workers=2, multiprocessing_context=context, **kw)]
     assert got == want
+
+
+def test_reserve_only_raises_the_budget():
+    c = DecodedUnits(budget=1_000)
+    c.reserve(500)
+    assert c.budget == 1_000
+    c.reserve(5_000)
+    assert c.budget == 5_000
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "1GiB", True])
+def test_decoded_cache_bytes_is_checked_at_construction(tmp_path, bad):
+    pa.ipc.new_file(str(tmp_path / "a.arrow"), pa.schema([("x", pa.int64())])).close()
+    with pytest.raises(rd.ConfigError, match=r"decoded_cache_bytes.*positive int of bytes.*decoded_cache_bytes=4 << 30"):
+        rd.ArrowShards(tmp_path, unpinned="allow", decoded_cache_bytes=bad)

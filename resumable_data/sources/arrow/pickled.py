@@ -9,7 +9,8 @@ process opens its own files, refusing a shard whose identity differs from the pi
 
 Guarantee: a state of another format or schema version is a :class:`~resumable_data.ConfigError`
 before anything is opened; a source never pickles record data, so a worker never reads stale bytes.
-Schema versions: 2 added the files' identities, 3 the remote store's retries.
+Schema versions: 2 added the files' identities, 3 the remote store's retries, 4 the decoded-unit
+budget the source asked for (``decoded_cache_bytes``, None for the default).
 
 Cost: the state is the size of the manifest; a restore (unpickling, in every loader worker) opens
 each shard again (see :mod:`..files`) and compares its identity: one ``stat`` per local shard.
@@ -30,7 +31,7 @@ from resumable_data.sources.version import DatasetVersion
 __all__ = ["STATE_FORMAT", "STATE_SCHEMA_VERSION", "SourceState", "read_state", "source_state"]
 
 STATE_FORMAT = "resumable_data.arrow_shards"
-STATE_SCHEMA_VERSION = 3  # 2: the files' identities; 3: the remote store's retries
+STATE_SCHEMA_VERSION = 4  # 2: the files' identities; 3: the remote store's retries; 4: decoded_cache_bytes
 K_RETRIES = "retries"
 K_FORMAT = "format"
 K_SCHEMA_VERSION = "schema_version"
@@ -40,6 +41,7 @@ K_VERSION = "version"
 K_FILESYSTEM = "filesystem"
 K_IDENTITIES = "identities"
 K_READ_AHEAD = "read_ahead"
+K_DECODED_BYTES = "decoded_cache_bytes"
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class SourceState:
     store: ShardStore
     expected: list[FileIdentity | None]
     read_ahead: str | None
+    decoded_bytes: int | None
 
 
 def source_state(
@@ -61,8 +64,10 @@ def source_state(
     identities: list[FileIdentity | None],
     store: ShardStore,
     read_ahead: Any,
+    decoded_bytes: int | None,
 ) -> dict[str, Any]:
-    """The pickled state of a source (``read_ahead``: the attached cache's root, or None)."""
+    """The pickled state of a source (``read_ahead``: the attached cache's root, or None;
+    ``decoded_bytes``: its ``decoded_cache_bytes``)."""
     state: dict[str, Any] = {
         K_FORMAT: STATE_FORMAT,
         K_SCHEMA_VERSION: STATE_SCHEMA_VERSION,
@@ -70,6 +75,7 @@ def source_state(
         K_FILES: list(rel),
         K_VERSION: version.to_dict() if version is not None else None,
         K_IDENTITIES: [i.to_dict() if i is not None else None for i in identities],
+        K_DECODED_BYTES: decoded_bytes,
     }
     if store.filesystem is not None:
         state[K_FILESYSTEM] = store.filesystem  # pyarrow filesystems pickle their configuration
@@ -100,4 +106,6 @@ def read_state(state: dict[str, Any]) -> SourceState:
             version = replace(version, filesystem=store.filesystem)
     root = Path(state[K_ROOT]).as_posix()
     expected = [FileIdentity.from_dict(d) if d is not None else None for d in state[K_IDENTITIES]]
-    return SourceState(root, list(state[K_FILES]), version, store, expected, state.get(K_READ_AHEAD))
+    return SourceState(
+        root, list(state[K_FILES]), version, store, expected, state.get(K_READ_AHEAD), state[K_DECODED_BYTES]
+    )
