@@ -686,7 +686,7 @@ class ArrowShards:
             return None
         owner, shard_of, index_of = self._owner, self._unit_shard, self._unit_index
         hits = self._rg_cache.extras([(owner, int(shard_of[k]), index_of[k]) for k in ks])  # _decoded's keys
-        held, units = 0, []
+        held, units = 0, list[DecodedUnit]()
         for k, got in zip(ks, hits):
             if got is None:
                 got = self._decoded(k)
