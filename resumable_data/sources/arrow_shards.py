@@ -213,10 +213,12 @@ class ArrowShards:
                     start += n
         self._units = units
         self._unit_shard = np.fromiter((u.shard for u in units), dtype=np.int64, count=len(units))
-        self._mapped = np.fromiter(
-            (s.batches is not None for s in self._shards), dtype=np.int64, count=len(self._shards)
-        )  # read around every read (zero-copy views)
+        # checked around every read: a shard whose map a read touches (its zero-copy batches, or a
+        # compressed shard's units, whose decoded buffers may still be views of the map: a body
+        # stored uncompressed, the -1 length prefix other writers use), cached units included
+        self._mapped = np.fromiter((s.whole is not None for s in self._shards), dtype=np.int64, count=len(self._shards))
         self._mapped_bool = self._mapped.astype(bool)
+        self._views = any(s.batches is not None for s in self._shards)  # gathered by plans over the maps
         self._watch = ShardWatch(  # what OpenShard.check compares, by name, for the mapped shards (one call a read)
             [
                 watch_entry(s.mapped_path, s.identity) if s.mapped_path is not None and s.identity is not None else None
@@ -250,6 +252,7 @@ class ArrowShards:
         self._unit_shard = np.concatenate([m._unit_shard + o for m, o in zip(members, shard_off)])
         self._mapped = np.concatenate([m._mapped for m in members])
         self._mapped_bool = self._mapped.astype(bool)
+        self._views = any(m._views for m in members)
         self._watch = ShardWatch.joined([m._watch for m in members])
         self._unwatched = any(m._unwatched for m in members)
         self._schema = self._shards[0].schema
@@ -280,6 +283,7 @@ class ArrowShards:
         self._shards, self._units = [], []
         self._unit_shard = self._mapped = np.zeros(0, dtype=np.int64)
         self._mapped_bool, self._watch, self._unwatched = np.zeros(0, dtype=bool), ShardWatch([]), False
+        self._views = False
         self._num_records = version.num_records if version is not None else 0
         self._schema = pa.schema([])
 
@@ -576,7 +580,7 @@ class ArrowShards:
         """Whether every unit is decoded when read (a remote store, or local Parquet row groups):
         gathered through :meth:`_touched_plans`, not through plans over the maps (fixed once the
         shards are open: asked once, not per batch)."""
-        return not self._store.local or not self._mapped_bool.any()
+        return not self._store.local or not self._views
 
     def _locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return locate_ids(self._starts, ids)
