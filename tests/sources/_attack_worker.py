@@ -8,9 +8,11 @@ Attacks (``arg`` is a byte offset or a length):
 
 * ``flip``: the shard replaced (new inode) by a copy with byte ``arg`` XOR 0xFF, then opened.
 * ``truncate``: the shard replaced by its first ``arg`` bytes, then opened.
-* ``inplace_flip`` / ``inplace_truncate``: a source opened on the clean shard and its first
-  record read (a loader: its first batch delivered), then byte ``arg`` flipped *in place* (same inode; ``r+b`` write) or the file truncated in
-  place to ``arg`` bytes, then every record read again.
+* ``inplace_flip`` / ``inplace_truncate``: a source opened on the clean shard and its first and
+  last records read (their units decoded and kept where the shard is decoded unit by unit; a
+  loader: its first batch delivered), then byte ``arg`` flipped *in place* (same inode; ``r+b``
+  write) or the file truncated in place to ``arg`` bytes, then (direct) the first and last
+  records read again (only units read before) and every record read again.
 * ``swap_same_size``: a loader built on the clean shard, then the shard atomically replaced by a
   copy with byte ``arg`` flipped (same size, new inode), then the loader iterated.
 
@@ -95,9 +97,12 @@ def run_case(folder: Path, name: str, clean: bytes, clean_rows: list, attack: st
     try:
         src = rd.ArrowShards(folder)
         if reader == "direct":
-            if attack.startswith("inplace"):  # running: the first record read, the rest not yet
-                assert src.take([0]).to_pylist() == clean_rows[:1]
+            if attack.startswith("inplace"):  # running: the first and last records read, the rest not yet
+                ends = [clean_rows[0], clean_rows[-1]]
+                assert src.take([0, len(src) - 1]).to_pylist() == ends
                 mutate(target, attack, arg, clean)
+                if src.take([0, len(src) - 1]).to_pylist() != ends:  # the units read (and kept) before
+                    return "wrong"
             rows = read_direct(src)
         else:
             loader = rd.DataLoader(src, batch_size=512, num_workers=1, multiprocessing_context=reader,

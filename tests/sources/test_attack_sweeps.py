@@ -4,7 +4,8 @@ in-place changes under a running source or loader, and a same-size swap under sp
 Layouts: a Hugging Face ``save_to_disk`` file (Arrow IPC *stream*, 1,024-row record batches,
 ``huggingface`` schema metadata); Parquet with dictionary-encoded strings, a page index, small
 data pages, ``list<int32>``, a ``struct``, ``large_string``, 1,024-row row groups; Arrow IPC
-files compressed with zstd and with lz4. Each case runs in a worker subprocess
+files compressed with zstd and with lz4; an IPC stream whose first record batch is LZ4 and whose
+later ones are uncompressed (decoded unit by unit, its later units views of the map). Each case runs in a worker subprocess
 (``_attack_worker.py``, which documents the attacks, modes, readers and outcomes); a worker that
 dies is a ``crash``, one that prints nothing for ``CASE_TIMEOUT_S`` (300 s) a ``hang`` (the loaders run
 with ``timeout=150``, so a stuck loader worker surfaces first as torch's timeout error: ``non-rd``).
@@ -33,13 +34,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from tests.reliability._counts import SCALE, count
+from tests.sources.test_compressed_flips import mixed_stream
 
 WORKER = Path(__file__).with_name("_attack_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
 PROCS = 2
 CASE_TIMEOUT_S = 300.0  # > the loaders' timeout=150: a stuck loader worker surfaces as torch's timeout error
 N_ROWS = 2500
-LAYOUTS = ("hf_stream", "parquet_rich", "ipc_zstd", "ipc_lz4")
+LAYOUTS = ("hf_stream", "parquet_rich", "ipc_zstd", "ipc_lz4", "stream_mixed_codecs")
 DIRECT = ("flip", "truncate", "inplace_flip", "inplace_truncate")
 
 
@@ -71,6 +73,8 @@ def write_layout(layout: str, directory: Path) -> Path:
             for b in t.to_batches(max_chunksize=1024):
                 w.write_batch(b)
         return path
+    if layout == "stream_mixed_codecs":  # the first record batch LZ4, the later ones uncompressed
+        return mixed_stream(directory / "shard-00000.arrow", t, 1024)
     codec = {"ipc_zstd": "zstd", "ipc_lz4": "lz4"}[layout]
     path = directory / "shard-00000.arrow"
     options = pa.ipc.IpcWriteOptions(compression=codec)

@@ -197,3 +197,186 @@ def test_concurrent_takes_and_reserves_agree_with_one_thread(tmp_path):
     assert not errors, errors[:3]
     assert units.budget >= 8 << 10
     units.clear(DEFAULT_DECODED_BYTES)
+
+
+# -- folders mixing codecs, empty batches, mixtures, packing: every read as the plain copy's ------
+ROWS = 240  # 4 shards of 60 rows, 10-row record batches
+
+
+def token_table(offset: int = 0) -> pa.Table:
+    rng = np.random.default_rng(11 + offset)
+    n = ROWS
+    return pa.table({
+        "tokens": pa.array([rng.integers(1, 1_000, int(k)).astype(np.int32) for k in rng.integers(1, 12, n)],
+                           type=pa.list_(pa.int32())),
+        "id": pa.array(np.arange(offset, offset + n, dtype=np.int64)),
+        "text": pa.array([f"t{i}" * (i % 4) for i in range(offset, offset + n)]),
+    })
+
+
+def _ipc(path: Path, t: pa.Table, codec, *, stream: bool = False, empty_at: int | None = None) -> None:
+    with pa.OSFile(str(path), "wb") as f, (pa.ipc.new_stream if stream else pa.ipc.new_file)(
+            f, t.schema, options=pa.ipc.IpcWriteOptions(compression=codec)) as w:
+        for k, b in enumerate(t.to_batches(max_chunksize=10)):
+            if k == empty_at:
+                w.write_batch(b.slice(0, 0))
+            w.write_batch(b)
+
+
+def write_mixed_folder(d: Path, t: pa.Table, hostile: bool) -> Path:
+    """Four shards of ``t``: uncompressed IPC files (``hostile`` False), else an LZ4 feather file, a
+    ZSTD stream with an empty record batch inside, a mixed-codec stream and a plain IPC file."""
+    d.mkdir()
+    parts = [t.slice(60 * k, 60) for k in range(4)]
+    if not hostile:
+        for k, p in enumerate(parts):
+            _ipc(d / f"s{k}.arrow", p, None)
+        return d
+    feather.write_feather(parts[0], d / "s0.arrow", chunksize=10)
+    _ipc(d / "s1.arrow", parts[1], "zstd", stream=True, empty_at=2)
+    mixed_stream(d / "s2.arrow", parts[2], 10, compressed=2)
+    _ipc(d / "s3.arrow", parts[3], None, empty_at=0)
+    return d
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mixed")
+    t = token_table()
+    plain, hostile = write_mixed_folder(root / "plain", t, False), write_mixed_folder(root / "hostile", t, True)
+    rd.pin(plain)
+    rd.pin(hostile)
+    return t, plain, hostile
+
+
+def test_a_folder_mixing_codecs_and_empty_batches_reads_as_its_plain_copy(pair):
+    t, plain, hostile = pair
+    src, ref = rd.ArrowShards(hostile), rd.ArrowShards(plain)
+    assert [s.batches is None for s in src._shards] == [True, True, True, False]
+    rng = np.random.default_rng(1)
+    for ids in (rng.integers(0, ROWS, 100), np.arange(ROWS), rng.permutation(ROWS)[:7], np.array([ROWS - 1, 0])):
+        assert src.take(ids).equals(ref.take(ids))
+        assert src.take_numpy(ids) is None  # a string column: take() instead
+    assert np.array_equal(src.column_lengths("tokens"), ref.column_lengths("tokens"))
+    assert src[ROWS - 1] == ref[ROWS - 1] and src[125] == ref[125]
+
+
+def collect(loader, n=None) -> list:
+    out = []
+    for b in loader:
+        out.append({k: v.clone() if hasattr(v, "clone") else v for k, v in b.items()})
+        if n is not None and len(out) == n:
+            break
+    return out
+
+
+def same_batches(a: list, b: list) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            assert np.array_equal(np.asarray(x[k]), np.asarray(y[k])), k
+
+
+@pytest.mark.parametrize("how", ["seq", "global", "window"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loaders_over_a_mixed_folder_deliver_the_right_rows_and_resume_exactly(pair, how, workers):
+    t, _, hostile = pair
+    kw = {"seq": {"shuffle": False}, "global": {"shuffle": True}, "window": {"shuffle": True, "shuffle_window": 50}}
+
+    def loader():
+        return rd.DataLoader(rd.ArrowShards(hostile), batch_size=16, seed=4, num_workers=workers, **kw[how])
+
+    whole = collect(loader())
+    assert sum(len(b["id"]) for b in whole) == ROWS
+    for b in whole:
+        rows = t.take(pa.array(b["id"].numpy()))
+        want = rows.column("tokens").to_pylist()
+        got = b["tokens"].numpy()
+        assert [got[i, : len(r)].tolist() for i, r in enumerate(want)] == want
+    first = loader()
+    same_batches(collect(first, 5), whole[:5])
+    state = first.state_dict()
+    resumed = loader()
+    resumed.load_state_dict(state)
+    same_batches(collect(resumed), whole[5:])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_packing_over_a_mixed_folder_resumes_exactly(pair, workers):
+    _, plain, hostile = pair
+
+    def loader(folder):
+        return rd.DataLoader(rd.ArrowShards(folder), batch_size=4, seed=5, shuffle=True, num_workers=workers,
+                             packing=rd.Packing(32, "concat", window=20, eos_id=0))
+
+    whole = collect(loader(hostile))
+    assert len(whole) > 5
+    first = loader(hostile)
+    same_batches(collect(first, 3), whole[:3])
+    state = first.state_dict()
+    resumed = loader(hostile)
+    resumed.load_state_dict(state)
+    same_batches(collect(resumed), whole[3:])
+    # the packed tokens are the documents' tokens: the same multiset as the plain copy's run
+    tokens = lambda run: np.sort(np.concatenate([b["input_ids"].numpy().ravel() for b in run]))  # noqa: E731
+    assert np.array_equal(tokens(whole), tokens(collect(loader(plain))))
+
+
+def test_a_mixture_over_compressed_and_plain_sources_delivers_the_right_rows(tmp_path):
+    a, b = token_table(), token_table(10_000)
+    fa = write_mixed_folder(tmp_path / "a", a, True)
+    fb = write_mixed_folder(tmp_path / "b", b, False)
+    rd.pin(fa)
+    rd.pin(fb)
+    both = {int(i): r for t in (a, b) for i, r in zip(t.column("id").to_pylist(), t.to_pylist())}
+
+    def loader():
+        mix = rd.Mixture({"a": rd.ArrowShards(fa), "b": rd.ArrowShards(fb)}, weights={"a": 0.6, "b": 0.4},
+                         block_size=32)
+        return rd.DataLoader(mix, batch_size=8, seed=2, collate_fn=lambda rows: rows)
+
+    whole = [list(x) for x in loader()]
+    assert whole and all(row == both[row["id"]] for batch in whole for row in batch)
+    assert {row["id"] < 10_000 for batch in whole for row in batch} == {True, False}
+    first = loader()
+    it = iter(first)
+    head = [list(next(it)) for _ in range(4)]
+    assert head == whole[:4]
+    state = first.state_dict()
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert [list(x) for x in resumed] == whole[4:]
+
+
+def test_take_numpy_over_a_mixed_folder_equals_the_plain_copy(tmp_path):
+    t = token_table().select(["tokens", "id"])
+    plain, hostile = write_mixed_folder(tmp_path / "p", t, False), write_mixed_folder(tmp_path / "h", t, True)
+    src, ref = rd.ArrowShards(hostile, unpinned="allow"), rd.ArrowShards(plain, unpinned="allow")
+    for ids in (np.arange(ROWS), np.random.default_rng(2).integers(0, ROWS, 50)):
+        want = ref.take_numpy(ids)
+        got = src.take_numpy(ids)
+        assert want is not None
+        assert got is not None  # before: None (a folder mixing codecs took the per-unit Arrow path)
+        (tok, lens), ident = got
+        (tok_ref, lens_ref), ident_ref = want
+        assert np.array_equal(tok, tok_ref) and np.array_equal(lens, lens_ref) and np.array_equal(ident, ident_ref)
+
+
+def budget_collate(rows):
+    return process_units().budget
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_worker_keeps_the_budget_its_source_asked_for(tmp_path, context):
+    feather.write_feather(table(), tmp_path / "a.arrow", chunksize=50)
+    rd.pin(tmp_path)
+    units = process_units()
+    before = units.budget
+    try:
+        src = rd.ArrowShards(tmp_path, decoded_cache_bytes=DEFAULT_DECODED_BYTES + 12345)
+        loader = rd.DataLoader(src, batch_size=100, num_workers=1, multiprocessing_context=context,
+                               collate_fn=budget_collate, timeout=120)
+        assert list(loader) == [DEFAULT_DECODED_BYTES + 12345] * 3
+    finally:
+        units.clear(before)
