@@ -218,7 +218,9 @@ class ArrowShards:
         # stored uncompressed, the -1 length prefix other writers use), cached units included
         self._mapped = np.fromiter((s.whole is not None for s in self._shards), dtype=np.int64, count=len(self._shards))
         self._mapped_bool = self._mapped.astype(bool)
-        self._views = any(s.batches is not None for s in self._shards)  # gathered by plans over the maps
+        # per unit: a zero-copy batch of the map (else decoded when read); plans over the maps serve
+        # only a source whose every unit is one (a folder mixing codecs gathers through _touched_plans)
+        self._unit_view = np.fromiter((u.batch is not None for u in units), dtype=bool, count=len(units))
         self._watch = ShardWatch(  # what OpenShard.check compares, by name, for the mapped shards (one call a read)
             [
                 watch_entry(s.mapped_path, s.identity) if s.mapped_path is not None and s.identity is not None else None
@@ -252,7 +254,7 @@ class ArrowShards:
         self._unit_shard = np.concatenate([m._unit_shard + o for m, o in zip(members, shard_off)])
         self._mapped = np.concatenate([m._mapped for m in members])
         self._mapped_bool = self._mapped.astype(bool)
-        self._views = any(m._views for m in members)
+        self._unit_view = np.concatenate([m._unit_view for m in members])
         self._watch = ShardWatch.joined([m._watch for m in members])
         self._unwatched = any(m._unwatched for m in members)
         self._schema = self._shards[0].schema
@@ -283,7 +285,7 @@ class ArrowShards:
         self._shards, self._units = [], []
         self._unit_shard = self._mapped = np.zeros(0, dtype=np.int64)
         self._mapped_bool, self._watch, self._unwatched = np.zeros(0, dtype=bool), ShardWatch([]), False
-        self._views = False
+        self._unit_view = np.zeros(0, dtype=bool)
         self._num_records = version.num_records if version is not None else 0
         self._schema = pa.schema([])
 
@@ -469,6 +471,13 @@ class ArrowShards:
         hit = self._rg_cache.entry(key)
         if hit is not None:
             return hit[1]
+        if u.batch is not None:  # a zero-copy batch of a map (a folder mixing codecs): validated once, no bytes held
+            if not self._valid[k]:
+                self._validate_unit(k)
+            view = DecodedUnit(u.batch)
+            view.nbytes = 0
+            self._rg_cache.put(key, u.batch, view, size=0)
+            return view
         shard = self._shards[u.shard]
         if shard.unit_span(g) is not None and (self._ahead is not None or not self._store.local):
             # read ahead by the rank's fetcher (.read_ahead), else read here; either way through a read
@@ -577,10 +586,11 @@ class ArrowShards:
 
     @functools.cached_property
     def _loaded(self) -> bool:
-        """Whether every unit is decoded when read (a remote store, or local Parquet row groups):
-        gathered through :meth:`_touched_plans`, not through plans over the maps (fixed once the
-        shards are open: asked once, not per batch)."""
-        return not self._store.local or not self._views
+        """Whether units are decoded when read (a remote store, local Parquet row groups, compressed
+        IPC record batches; a folder mixing them with zero-copy batches too): gathered through
+        :meth:`_touched_plans`, not through plans over the maps (fixed once the shards are open:
+        asked once, not per batch)."""
+        return not self._store.local or not self._unit_view.all()
 
     def _locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return locate_ids(self._starts, ids)
@@ -685,8 +695,9 @@ class ArrowShards:
         ks = touched.tolist()
         limit = self._rg_cache.budget
         total, count = self._decoded_bytes
-        if count and len(ks) * total > limit * count:  # the touched units at the mean size so far
-            self._over_budget(len(ks), len(ks) * total // count)
+        decoding = len(ks) - int(self._unit_view[touched].sum())  # zero-copy batches of a map hold nothing
+        if count and decoding * total > limit * count:  # the touched units at the mean size so far
+            self._over_budget(decoding, decoding * total // count)
             return None
         owner, shard_of, index_of = self._owner, self._unit_shard, self._unit_index
         hits = self._rg_cache.extras([(owner, int(shard_of[k]), index_of[k]) for k in ks])  # _decoded's keys
@@ -696,7 +707,7 @@ class ArrowShards:
                 got = self._decoded(k)
             held += got.nbytes
             if held > limit:
-                self._over_budget(len(ks), held * len(ks) // (len(units) + 1))
+                self._over_budget(decoding, held * decoding // (len(units) + 1))
                 return None
             units.append(got)
         return plan_touched(units), renumbered.astype(np.int64, copy=False), units

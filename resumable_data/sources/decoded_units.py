@@ -136,10 +136,12 @@ class DecodedUnits:
                     append(hit[2])
         return out
 
-    def put(self, key: Hashable, batch: pa.RecordBatch, extra: Any = None) -> None:
+    def put(self, key: Hashable, batch: pa.RecordBatch, extra: Any = None, size: int | None = None) -> None:
         """Keep ``batch`` (and ``extra``, what its owner derived from it: its plan rows) under
-        ``key``, evicting the least recently used beyond the budget."""
-        size = batch.get_total_buffer_size()
+        ``key``, evicting the least recently used beyond the budget. ``size``: the bytes it holds
+        (default: its buffers'; 0 for a zero-copy batch of a memory map, which holds no memory)."""
+        if size is None:
+            size = batch.get_total_buffer_size()
         with self._lock:
             old = self._map.pop(key, None)
             if old is not None:

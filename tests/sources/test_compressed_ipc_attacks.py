@@ -380,3 +380,15 @@ def test_a_worker_keeps_the_budget_its_source_asked_for(tmp_path, context):
         assert list(loader) == [DEFAULT_DECODED_BYTES + 12345] * 3
     finally:
         units.clear(before)
+
+
+def test_zero_copy_units_of_a_mixed_folder_cost_nothing_in_the_budget(tmp_path):
+    hostile = write_mixed_folder(tmp_path / "h", token_table(), True)
+    src = rd.ArrowShards(hostile, unpinned="allow")
+    units = process_units()
+    units.clear()
+    got = src.take(np.arange(180, ROWS))  # s3: the uncompressed shard
+    assert got.equals(token_table().slice(180))
+    assert len(units) == 6 and units.nbytes == 0  # its six record batches, views of the map
+    src.take(np.arange(0, 10))  # a compressed unit of s0: decoded bytes
+    assert len(units) == 7 and units.nbytes > 0
