@@ -39,11 +39,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    t = pa.table({
-        "tokens": pa.array([rng.integers(0, 50_000, int(k)).astype(np.int32) for k in rng.integers(1, 40, N)],
-                           type=pa.list_(pa.int32())),
-        "id": pa.array(np.arange(N)),
-    })
+    t = pa.table(
+        {
+            "tokens": pa.array(
+                [rng.integers(0, 50_000, int(k)).astype(np.int32) for k in rng.integers(1, 40, N)],
+                type=pa.list_(pa.int32()),
+            ),
+            "id": pa.array(np.arange(N)),
+        }
+    )
     times: dict[str, dict[str, list[float]]] = {k: {"take": [], "take_numpy": []} for k in FOLDERS}
     none: dict[str, bool] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -52,8 +56,9 @@ def main() -> None:
             d = Path(tmp) / name.replace(" ", "_")
             d.mkdir()
             for s, codec in enumerate(codecs):
-                feather.write_feather(t.slice(s * 10_000, 10_000), d / f"s{s}.arrow", compression=codec,
-                                      chunksize=1_000)
+                feather.write_feather(
+                    t.slice(s * 10_000, 10_000), d / f"s{s}.arrow", compression=codec, chunksize=1_000
+                )
             srcs[name] = rd.ArrowShards(d, unpinned="allow", decoded_cache_bytes=1 << 30)
             srcs[name].take(np.arange(N))
         ids = [rng.integers(0, N, IDS) for _ in range(CALLS)]
@@ -73,7 +78,9 @@ def main() -> None:
     lines = ["| folder | take of 256 ids, us | take_numpy of 256 ids, us |", "|---|---:|---:|"]
     for name in FOLDERS:
         tk, tn = times[name]["take"], times[name]["take_numpy"]
-        numpy_cell = "None (take instead)" if none[name] else f"{statistics.median(tn):.0f} ({min(tn):.0f}..{max(tn):.0f})"
+        numpy_cell = (
+            "None (take instead)" if none[name] else f"{statistics.median(tn):.0f} ({min(tn):.0f}..{max(tn):.0f})"
+        )
         lines.append(f"| {name} | {statistics.median(tk):.0f} ({min(tk):.0f}..{max(tk):.0f}) | {numpy_cell} |")
     md = "\n".join(lines)
     print(md)
