@@ -335,7 +335,9 @@ class ArrowShards:
             validate_batch(self._units[k].batch, self._rel[self._units[k].shard], self._unit_index[k])
         self._valid[k] = True
         self._unvalidated -= 1
-        self._all_valid = self._unvalidated == 0
+        if self._unvalidated <= 0:  # threads that validated one unit at once each counted it: count again
+            self._unvalidated = int((~self._valid).sum())
+            self._all_valid = self._unvalidated == 0
 
     # -- pickling (no pickled Arrow data: each process maps its own files) -------------------
     def __getstate__(self) -> dict[str, Any]:
