@@ -42,6 +42,10 @@ in which case fetching waits for the loader to move on. A unit needed by a step 
 a worker (in flight) is never evicted, and is fetched even past the budget (the budget is then
 exceeded by at most the units of the steps in flight).
 
+Progress. The first step of each pass (a fresh loader, a resume, a new epoch) waits for its
+units from the store; a tqdm bar over their bytes appears on stderr if that takes more than two
+seconds (:mod:`.progress`; never where stderr is not a terminal).
+
 Faults. A fetch that fails (a store still down after its retries, an object that changed) writes
 ``k.err`` and drops the promise; the worker that needs unit ``k`` reads it itself and raises the
 error with its step (:mod:`.cache`). The unit is fetched again when the next step is planned.
@@ -73,6 +77,7 @@ import numpy as np
 from resumable_data.plan.reads import ReadSchedule, step_units
 from resumable_data.sources.read_ahead.cache import UnitCache
 from resumable_data.sources.read_ahead.config import ReadAhead, ReadUnit
+from resumable_data.sources.read_ahead.progress import FirstUnits
 from resumable_data.sources.read_ahead.unit_choice import UnitChoice, choose_unit
 
 __all__ = ["MAX_REQUEST_BYTES", "Prefetcher", "ReadAheadSource"]
@@ -164,6 +169,7 @@ class Prefetcher:
         self._used = 0
         self._closed = False
         self._release_on_exit = False  # close() ran in the scheduler thread: the loop releases
+        self._progress: FirstUnits | None = None  # the bar of a pass's first step (.progress)
         #: counters: fetch units and bytes fetched, the requests that read them, units evicted,
         #: fetch units whose read failed and the most bytes the cache held (fetches in flight included)
         self.stats = {"units": 0, "bytes": 0, "requests": 0, "evicted": 0, "failed": 0, "peak_bytes": 0}
@@ -207,6 +213,19 @@ class Prefetcher:
             self._replan_at = step + max(1, self.config.lookahead // 4)
         wake = replan
         with self._cond:
+            if self._progress is not None and delivered > self._progress.step:
+                self._progress.close()  # the loop has that step: nothing left to show
+                self._progress = None
+            if sched is not None and self._schedule is None:  # a pass's first step: a bar if it waits long
+                waiting = {
+                    u: size
+                    for u in self._units[step].tolist()
+                    if (size := self._sizes[u]) is not None and u not in self._resident
+                }
+                if waiting:
+                    if self._progress is not None:
+                        self._progress.close()
+                    self._progress = FirstUnits(step, waiting)
             for u in self._units[step].tolist():  # in flight: promised before a worker asks for it
                 if self._sizes[u] is None or u in self._resident or u in self._promised:
                     continue
@@ -238,6 +257,9 @@ class Prefetcher:
             if self._closed:
                 return
             self._closed = True
+            if self._progress is not None:
+                self._progress.close()
+                self._progress = None
             self._cond.notify_all()
         if threading.current_thread() is self._thread:
             # a finalizer the garbage collector ran in the scheduler thread, possibly inside the pool's
@@ -379,6 +401,8 @@ class Prefetcher:
                 self._inflight.discard(u)
                 size = self._sizes[u] or 0
                 if ok:
+                    if self._progress is not None:
+                        self._progress.landed(u)
                     self._resident[u] = size
                     self.stats["units"] += 1
                     self.stats["bytes"] += size
