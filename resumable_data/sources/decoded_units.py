@@ -11,8 +11,9 @@ one keeps the units of the last batches up to a byte budget instead.
 Algorithm. An ordered map from ``(source, shard, unit index)`` to the decoded batch and what its
 source derived from it once (its gather plan rows, :mod:`.gather_decoded`) (``source``:
 :func:`new_owner`, a number no other source of this process gets); a hit moves the entry to the
-end; an insert adds the batch's buffer bytes and evicts from the front until the total fits
-``budget`` (the newest entry is always kept, whatever its size). A process holds one map
+end; an insert adds the batch's buffer bytes (none for a zero-copy batch of a memory map, kept
+for its plan rows in a folder that mixes such batches with decoded ones) and evicts from the
+front until the total fits ``budget`` (the newest entry is always kept, whatever its size). A process holds one map
 (:func:`process_units`) that all its sources share, so the budget bounds the process whatever the
 number of sources (an ``rd.Mixture`` of remote sources, a train and an eval set); a source's
 entries leave with it (:meth:`DecodedUnits.drop` on close or when read-ahead is attached). Operations hold a lock

@@ -250,7 +250,7 @@ def pair(tmp_path_factory):
 
 
 def test_a_folder_mixing_codecs_and_empty_batches_reads_as_its_plain_copy(pair):
-    t, plain, hostile = pair
+    _, plain, hostile = pair
     src, ref = rd.ArrowShards(hostile), rd.ArrowShards(plain)
     assert [s.batches is None for s in src._shards] == [True, True, True, False]
     rng = np.random.default_rng(1)
