@@ -15,7 +15,10 @@ checkout of the package to run the same cases over (e.g. the commit before compr
 decoded per record batch), side by side in the same rounds; ``--pools mimalloc,jemalloc,system``:
 the same cases (this package, default budget) under each of pyarrow's allocators
 (``ARROW_DEFAULT_MEMORY_POOL``), plus the uncompressed shards as Parquet (1,024-row row groups,
-decoded like compressed record batches); ``--orders``: a subset of the orders.
+decoded like compressed record batches); ``--orders``: a subset of the orders; ``--alloc``: only
+the allocator microbenchmark (200 fresh 1 MiB buffers written and kept, per allocator and with
+mimalloc's transparent huge pages off, each in a fresh process: ms per buffer, minor page faults,
+system seconds).
 
 Run: ``python -m benchmarks.bench_compressed [--shards 2] [--rounds 3] [--budget 1200000000]
 [--before /path/to/old/checkout] [--pools mimalloc,jemalloc,system]``; results in
@@ -103,7 +106,10 @@ def main() -> None:
     ap.add_argument("--before", default=None, help="a checkout of an older package to run side by side")
     ap.add_argument("--pools", default="", help="comma-separated ARROW_DEFAULT_MEMORY_POOL values to compare")
     ap.add_argument("--orders", default=",".join(ORDERS))
+    ap.add_argument("--alloc", action="store_true", help="only the allocator microbenchmark")
     args = ap.parse_args()
+    if args.alloc:
+        return alloc(args.rounds)
     folders = build(args.shards)
     orders = args.orders.split(",")
     if args.pools:
@@ -128,7 +134,8 @@ def main() -> None:
     rows = []
     for case, rs in runs.items():
         med = {k: statistics.median(x[k] for x in rs) for k in rs[0]}
-        rows.append({"tree": case[0], "codec": case[1], "order": case[2], "budget": case[3], "runs": len(rs), **med})
+        rows.append({"tree": case[0], "codec": case[1], "order": case[2], "budget": case[3], "runs": len(rs),
+                     "samples_per_s_runs": [x["samples_per_s"] for x in rs], **med})
     size = sum(f.stat().st_size for f in folders["lz4"].glob("*.arrow"))
     lines = [f"# Compressed Arrow IPC: {args.shards} shards x {ROWS:,} records, {size / 1e6:,.0f} MB as LZ4 "
              f"(batch 256, 0 workers, {args.rounds} rounds, medians)", "",
@@ -137,7 +144,51 @@ def main() -> None:
     for x in rows:
         lines.append(f"| {x['tree']} | {x['codec']} | {x['order']} | {x['budget']} | {x['open_s']:.2f} | "
                      f"{x['anon_open_mb']:,.0f} | {x['first_ms']:,.1f} | {x['samples_per_s']:,.0f} | {x['anon_end_mb']:,.0f} |")
+    lines += ["", "## Per run (samples/s, in the order run)", "", "| package | shards | order | decoded_cache_bytes | runs |",
+              "|---|---|---|---|---|"]
+    lines += [f"| {x['tree']} | {x['codec']} | {x['order']} | {x['budget']} | "
+              + ", ".join(f"{v:,.0f}" for v in x["samples_per_s_runs"]) + " |" for x in rows]
     path = write_results("compressed_ipc", {"rows": rows, "shards": args.shards, "lz4_bytes": size}, "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"-> {path}")
+
+
+ALLOC_CHILD = r"""
+import json, resource, time
+import numpy as np, pyarrow as pa
+pool = pa.default_memory_pool()
+ru0 = resource.getrusage(resource.RUSAGE_SELF)
+held, t0 = [], time.perf_counter()
+for _ in range(200):
+    b = pa.allocate_buffer(1 << 20, memory_pool=pool)
+    np.frombuffer(b, dtype=np.uint8)[:] = 1
+    held.append(b)
+dt = (time.perf_counter() - t0) / 200
+ru = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"pool": pool.backend_name, "ms": dt * 1e3, "minflt": ru.ru_minflt - ru0.ru_minflt,
+                  "sys_s": ru.ru_stime - ru0.ru_stime}))
+"""
+
+
+def alloc(rounds: int) -> None:
+    """200 fresh 1 MiB buffers from pyarrow's default pool, written and kept, per allocator."""
+    cases = {"mimalloc": {"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"},
+             "mimalloc, MIMALLOC_ALLOW_THP=0": {"ARROW_DEFAULT_MEMORY_POOL": "mimalloc", "MIMALLOC_ALLOW_THP": "0"},
+             "jemalloc": {"ARROW_DEFAULT_MEMORY_POOL": "jemalloc"}, "system": {"ARROW_DEFAULT_MEMORY_POOL": "system"}}
+    runs: dict[str, list[dict]] = {k: [] for k in cases}
+    for r in range(rounds):
+        for name in cases if r % 2 == 0 else list(cases)[::-1]:
+            got = subprocess.run([sys.executable, "-c", ALLOC_CHILD], env=dict(os.environ, **cases[name]),
+                                 capture_output=True, text=True, check=True)
+            runs[name].append(json.loads(got.stdout))
+    lines = [f"# 200 fresh 1 MiB buffers from pyarrow's default pool, written and kept ({rounds} fresh processes "
+             "each; median (min..max))", "", "| allocator | ms per buffer | minor page faults | system s |",
+             "|---|---:|---:|---:|"]
+    for name, rs in runs.items():
+        ms = [x["ms"] for x in rs]
+        lines.append(f"| {name} | {statistics.median(ms):.2f} ({min(ms):.2f}..{max(ms):.2f}) | "
+                     f"{statistics.median(x['minflt'] for x in rs):,.0f} | {statistics.median(x['sys_s'] for x in rs):.2f} |")
+    path = write_results("allocator", {"runs": runs}, "\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"-> {path}")
 

@@ -235,3 +235,63 @@ def markdown(rows: list[dict], n: int) -> str:
                      f"{r['ceiling_samples_per_s']:,.0f} | {r['vs_ceiling']:.2f}x | {r['gather_vs_take']:.2f}x | "
                      f"{r['cpu_vs_ceiling']:.2f}x | {r['cpu_gather_vs_take']:.2f}x |")
     return "\n".join(lines) + "\n"
+
+
+IMAGE = "struct<bytes: binary, path: string> (HF Image)"
+_BUDGET_CHILD = r"""
+import json, sys
+from resumable_data.sources.decoded_units import process_units
+if sys.argv[1] != "default":
+    process_units().reserve(int(sys.argv[1]))  # what rd.ArrowShards(..., decoded_cache_bytes=N) asks for
+from benchmarks import loader_columns as lc
+r = lc.measure(lc.IMAGE, int(sys.argv[2]), "parquet", 10, 3, warm=20)
+print(json.dumps(r))
+"""
+
+
+def image_budget(n: int, budget: int, rounds: int) -> str:
+    """The HF ``Image`` column as Parquet (global shuffle) at the default decoded-unit budget and at
+    ``budget``, each round a fresh process per budget (alternating order): the column whose decoded
+    row groups exceed the default budget."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from benchmarks._common import write_results
+
+    build(IMAGE, n)
+    root = str(Path(__file__).resolve().parents[1])
+    runs: dict[str, list[dict]] = {"default": [], str(budget): []}
+    for r in range(rounds):
+        for b in list(runs) if r % 2 == 0 else list(runs)[::-1]:
+            env = dict(os.environ, PYTHONPATH=root)
+            got = subprocess.run([sys.executable, "-c", _BUDGET_CHILD, b, str(n)], env=env, capture_output=True,
+                                 text=True, cwd=root)
+            if got.returncode:
+                raise SystemExit(got.stderr[-3000:])
+            runs[b].append(json.loads(got.stdout.strip().splitlines()[-1]))
+            print(b, {k: runs[b][-1][k] for k in ("rd_samples_per_s", "vs_ceiling", "cpu_vs_ceiling")}, flush=True)
+    lines = [f"# HF Image column as Parquet, global shuffle: decoded-unit budget ({n:,} records, batch {BATCH}, "
+             f"0 workers, {rounds} fresh processes per budget)", "",
+             "| decoded_cache_bytes | rd samples/s | ceiling samples/s | vs ceiling | vs ceiling, cpu |",
+             "|---|---:|---:|---:|---:|"]
+    for b, rs in runs.items():
+        med = {k: statistics.median(x[k] for x in rs) for k in ("rd_samples_per_s", "ceiling_samples_per_s",
+                                                                 "vs_ceiling", "cpu_vs_ceiling")}
+        lines.append(f"| {b} | {med['rd_samples_per_s']:,.0f} | {med['ceiling_samples_per_s']:,.0f} | "
+                     f"{med['vs_ceiling']:.3f}x | {med['cpu_vs_ceiling']:.3f}x |")
+    md = "\n".join(lines) + "\n"
+    write_results("columns_image_budget", {"records": n, "budget": budget, "runs": runs}, md)
+    return md
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="the HF Image column as Parquet at two decoded-unit budgets")
+    ap.add_argument("--image-budget", type=int, default=2_000_000_000)
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--rounds", type=int, default=2)
+    a = ap.parse_args()
+    print(image_budget(a.records, a.image_budget, a.rounds))

@@ -66,7 +66,6 @@ from __future__ import annotations
 
 import functools
 import os
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -80,7 +79,13 @@ from resumable_data.sources.arrow.pickled import read_state, source_state
 from resumable_data.sources.arrow.record_ids import RecordIdError, record_index
 from resumable_data.sources.arrow.record_ids import locate as locate_ids
 from resumable_data.sources.arrow.resolve import UnpinnedPolicy, resolve_source, source_store
-from resumable_data.sources.decoded_units import check_budget, new_owner, over_budget_warning, process_units
+from resumable_data.sources.decoded_units import (
+    check_budget,
+    new_owner,
+    over_budget_warning,
+    process_units,
+    warn_once,
+)
 from resumable_data.sources.files import OpenShard, canonical_schema, check_same_schema
 from resumable_data.sources.gather import ColumnGather, concat_columns, has_numpy_layout, plan_column
 from resumable_data.sources.gather_decoded import DecodedUnit, plan_touched
@@ -177,7 +182,6 @@ class ArrowShards:
         self._decoded_request = decoded
         if decoded is not None:
             self._rg_cache.reserve(decoded)
-        self._warned_budget = False  # _touched_plans warns once per source when a batch's units exceed the budget
         self._decoded_bytes = [0, 0]  # bytes and count of the units decoded so far (_touched_plans' estimate)
         self._fast: list[ColumnGather | None] | None = None
         self._numpy_plans: list[ColumnGather] | None = None  # _fast when every column has a numpy layout
@@ -703,27 +707,31 @@ class ArrowShards:
             return None
         owner, shard_of, index_of = self._owner, self._unit_shard, self._unit_index
         hits = self._rg_cache.extras([(owner, int(shard_of[k]), index_of[k]) for k in ks])  # _decoded's keys
-        held, units = 0, list[DecodedUnit]()
+        held, held_units, units = 0, 0, list[DecodedUnit]()
         for k, got in zip(ks, hits):
             if got is None:
                 got = self._decoded(k)
             held += got.nbytes
+            held_units += got.nbytes > 0  # zero-copy batches of a map hold nothing
             if held > limit:
-                self._over_budget(decoding, held * decoding // (len(units) + 1))
+                self._over_budget(decoding, held * decoding // max(held_units, 1))
                 return None
             units.append(got)
         return plan_touched(units), renumbered.astype(np.int64, copy=False), units
 
     def _over_budget(self, units: int, need: int) -> None:
-        """Warn once for this source: a batch's ``units`` touched units (about ``need`` decoded
-        bytes) exceed the decoded-unit budget, so such batches decode their units again."""
-        if self._warned_budget:
+        """Warn once per process and dataset (every copy of this source: the loader's workers open
+        their own): a batch's ``units`` touched decoded units (about ``need`` bytes) exceed the
+        decoded-unit budget, so such batches decode their units again. Not for one unit alone:
+        the map always keeps the newest unit, whatever its size."""
+        if units <= 1:
             return
-        self._warned_budget = True
         total, count = self._decoded_bytes
-        dataset = total * len(self._units) // max(count, 1)
+        decoded = int((~self._unit_view).sum())  # the units decoded when read (not zero-copy views)
+        dataset = total * decoded // max(count, 1)
         message = over_budget_warning(repr(self), units, need, self._rg_cache.budget, dataset)
-        warnings.warn(message, RuntimeWarning, stacklevel=4)
+        key = (str(self._root), tuple(self._rel), self._version.hash if self._version is not None else None)
+        warn_once(key, message)
 
     def take_numpy(self, record_ids: Sequence[int] | np.ndarray, pad_value: Any = 0) -> list[Any] | None:
         """Per column, the default collate's numpy layout of ``take(record_ids)`` (a 1-D array, or
@@ -782,8 +790,10 @@ class ArrowShards:
     def column_lengths(self, column: str) -> np.ndarray:
         """Per-record list lengths (int64) of list column ``column``, from offsets buffers only.
 
-        IPC shards read only the offsets buffers (no values). Parquet stores no offsets buffer,
-        so a Parquet row group's column is decoded to get them.
+        Uncompressed IPC shards read only the offsets buffers (no values). Parquet stores no
+        offsets buffer and compressed IPC stores them compressed, so each such unit is decoded to
+        get them (through the decoded-unit map: a dataset larger than its budget is decoded once
+        here, then again by the batches that need it).
         """
         self._usable()
         if column not in self._schema.names:

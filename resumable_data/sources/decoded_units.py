@@ -36,6 +36,7 @@ import itertools
 import os
 import sys
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
@@ -51,6 +52,7 @@ __all__ = [
     "new_owner",
     "over_budget_warning",
     "process_units",
+    "warn_once",
 ]
 
 #: Decoded bytes kept per process (local Parquet, remote units, units read ahead), all sources
@@ -92,6 +94,18 @@ def over_budget_warning(source: str, units: int, need: int, budget: int, dataset
         f"least that (e.g. {max(dataset, need) * 5 // 4}), or a shuffle_window= so that a batch touches "
         f"fewer units"
     )
+
+
+_WARNED: set[Hashable] = set()  # the datasets this process has warned about (warn_once)
+
+
+def warn_once(key: Hashable, message: str) -> None:
+    """``message`` as a RuntimeWarning, once per ``key`` (a dataset) in this process (a forked
+    worker inherits what its parent said)."""
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 class DecodedUnits:

@@ -8,10 +8,11 @@ importable from here too.
 
 Algorithm: :func:`open_shard` splits a shard into units (an IPC record batch, a Parquet row
 group): where the store memory-maps (local files) every IPC batch is a zero-copy view of the map,
-unless its bodies are compressed (the first batch is not a view of the map: LZ4/ZSTD, what
-``pyarrow.feather.write_feather`` writes by default): such a shard keeps its map and its layout
-(pinned, or built from the map) and each unit is decompressed when a record in it is requested,
-never the whole shard at open; elsewhere an IPC shard with a :class:`~.layout.ShardLayout` (pinned in the manifest, or built by
+unless a body is compressed (LZ4/ZSTD, what ``pyarrow.feather.write_feather`` writes by default).
+Opening walks the batches while each is a view of the map (free); at the first that is not (its
+body was decompressed into memory of its own, then dropped) the shard keeps its map and its
+layout (pinned, or built from the map) and each unit is decompressed when a record in it is
+requested, never the whole shard at open; elsewhere an IPC shard with a :class:`~.layout.ShardLayout` (pinned in the manifest, or built by
 :func:`~.shard_format.build_layout`, file and stream format alike) costs one open and one read of
 its schema message, and each unit is one ranged read of exactly its message, decoded when a record
 in it is first requested. Parquet is read by row group on demand everywhere. IPC shards without a
@@ -187,31 +188,33 @@ def _open_shard(
         mapped.close()  # the buffer keeps the map alive; no descriptor held per shard
         if fmt is ShardFormat.IPC_FILE:
             reader = pa.ipc.open_file(pa.BufferReader(whole))
-            count = reader.num_record_batches
-            batches = [reader.get_batch(0)] if count else []
-            rest = (reader.get_batch(i) for i in range(1, count))
+            each = (reader.get_batch(i) for i in range(reader.num_record_batches))
         else:
             reader = pa.ipc.open_stream(pa.BufferReader(whole))
-            rest = iter(reader)
-            batches = [b for b in (next(rest, None),) if b is not None]
+            each = iter(reader)
         check_schema_names(reader.schema)
-        if batches and not _views_of(batches[0], whole):  # compressed bodies: decode per unit, on demand
-            if layout is None:
-                layout = _try_layout(path, store, fmt, pa.BufferReader(whole))
-            if layout is not None:
-                if layout.units and layout.units[-1][0] + layout.units[-1][1] > whole.size:
-                    raise LayoutMismatch(f"the file has {whole.size} bytes, fewer than its layout spans")
-                return OpenShard(
-                    fmt,
-                    reader.schema,
-                    layout.unit_rows,
-                    whole=whole,
-                    store=store,
-                    path=path,
-                    identity=identity,
-                    layout=layout,
-                )
-        batches.extend(rest)
+        batches: list[pa.RecordBatch] = []
+        for batch in each:
+            if not _views_of(batch, whole):  # a compressed body: every unit decoded on demand instead
+                if layout is None:
+                    layout = _try_layout(path, store, fmt, pa.BufferReader(whole))
+                if layout is not None:
+                    if layout.units and layout.units[-1][0] + layout.units[-1][1] > whole.size:
+                        raise LayoutMismatch(f"the file has {whole.size} bytes, fewer than its layout spans")
+                    return OpenShard(
+                        fmt,
+                        reader.schema,
+                        layout.unit_rows,
+                        whole=whole,
+                        store=store,
+                        path=path,
+                        identity=identity,
+                        layout=layout,
+                    )
+                batches.append(batch)  # no layout (dictionaries): every batch decoded now and held
+                batches.extend(each)
+                break
+            batches.append(batch)
         if layout is None and with_layout:
             layout = _try_layout(path, store, fmt, pa.BufferReader(whole))
         return OpenShard(

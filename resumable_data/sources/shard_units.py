@@ -120,7 +120,7 @@ class OpenShard:
     def unit_span(self, k: int) -> tuple[int, int] | None:
         """(offset, length) of unit ``k``'s bytes where one ranged read holds all it needs (a remote
         shard with a layout: an IPC message, a Parquet row group's column chunks); else None."""
-        if self.layout is None or self.batches is not None:
+        if self.layout is None or self.whole is not None:  # no layout, or memory-mapped (read from the map)
             return None
         offset, length, _ = self.layout.units[k]
         return offset, length

@@ -189,6 +189,7 @@ def test_compressed_byte_flips_are_refused_or_harmless(tmp_path, kind):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(SCALE < 20, reason="every byte through 7 readers takes minutes: `make test-long` (scale 20)")
 @pytest.mark.parametrize("kind", SHARDS)
 def test_compressed_byte_flips_every_byte(tmp_path, kind):
     check_and_count(kind, sweep(kind, tmp_path, per=None))

@@ -15,6 +15,7 @@ import pyarrow.feather as feather
 import pytest
 
 import resumable_data as rd
+from resumable_data.sources import decoded_units
 from resumable_data.sources.decoded_units import process_units
 from resumable_data.sources.files import open_shard
 from tests.sources.typed_columns import types_table
@@ -50,7 +51,7 @@ def folders(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["lz4", "zstd_stream"])
-def test_opening_decompresses_nothing_and_take_decodes_only_the_units_touched(folders, name):
+def test_opening_holds_nothing_decompressed_and_take_decodes_only_the_units_touched(folders, name):
     before = pa.total_allocated_bytes()
     shard = open_shard(folders[name] / "part-0.arrow")
     assert shard.batches is None and shard.whole is not None and shard.layout is not None
@@ -188,6 +189,7 @@ def test_a_global_shuffle_past_the_budget_says_so_and_decoded_cache_bytes_fixes_
     the process's budget (kept by a pickled copy, which is what a loader worker opens)."""
     units = process_units()
     monkeypatch.setattr(units, "budget", 64 << 10)  # restored after the test
+    monkeypatch.setattr(decoded_units, "_WARNED", set())  # nothing said yet in this process
     units.clear()
     loader = rd.DataLoader(rd.ArrowShards(tokens["lz4"]), batch_size=64, shuffle=True, seed=2)
     with pytest.warns(RuntimeWarning, match=r"decoded-unit budget of 64\.0 KiB.*decoded_cache_bytes="):

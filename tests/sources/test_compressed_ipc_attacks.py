@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.feather as feather
 import pytest
+import torch
 
 import resumable_data as rd
 from resumable_data.sources.decoded_units import DEFAULT_DECODED_BYTES, process_units
@@ -96,6 +97,40 @@ def test_a_mixed_stream_reads_as_written_and_its_later_units_stay_unread(tmp_pat
     assert src[N - 1] == {"x": N - 1, "s": f"row{N - 1}"}
 
 
+def plain_first_stream(path: Path, t: pa.Table, rows: int, plain: int) -> Path:
+    """A stream whose first ``plain`` record batches are uncompressed, the rest LZ4 bodies."""
+    from tests.sources.test_compressed_flips import stream_messages
+
+    head = stream_messages(t.slice(0, plain * rows), None, rows)
+    tail = stream_messages(t.slice(plain * rows), "lz4", rows)
+    sink = pa.BufferOutputStream()
+    for m in head + tail[1:]:
+        m.serialize_to(sink)
+    sink.write(b"\xff\xff\xff\xff\x00\x00\x00\x00")  # end of stream
+    path.write_bytes(sink.getvalue().to_pybytes())
+    return path
+
+
+@pytest.mark.parametrize("how", ["plain_first_stream", "empty_first_feather"])
+def test_a_shard_whose_first_batches_are_views_is_still_read_unit_by_unit(tmp_path, how):
+    """Opening walks the batches while they are views of the map: a compressed batch after plain
+    or empty ones still sends the shard to the per-unit route (before: the whole shard was
+    decompressed at open and its batches counted as zero-copy)."""
+    t = pa.table({"x": pa.array(np.arange(N, dtype=np.int64)), "y": pa.array(np.arange(N, dtype=np.float64))})
+    if how == "plain_first_stream":
+        plain_first_stream(tmp_path / "m.arrow", t, 50, plain=2)
+    else:
+        with pa.OSFile(str(tmp_path / "m.arrow"), "wb") as f, pa.ipc.new_file(
+                f, t.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as w:
+            w.write_batch(pa.RecordBatch.from_pylist([], schema=t.schema))  # fixed-width columns: no buffer bytes
+            for b in t.to_batches(max_chunksize=50):
+                w.write_batch(b)
+    src = rd.ArrowShards(tmp_path, unpinned="allow")
+    assert src._shards[0].batches is None and src._shards[0].layout is not None
+    ids = np.random.default_rng(1).permutation(N)
+    assert src.take(ids).equals(t.take(ids))
+
+
 # -- forged layouts (the manifest's derived hash re-computed): refused at open or at the read ----
 def _forge(d: dict) -> None:
     d["derived_hash"] = compute_derived_hash(d["shards"])
@@ -135,7 +170,9 @@ def test_a_forged_layout_is_refused_never_read(tmp_path, forgery, stream):
         got = src.take(np.arange(len(src)))
     except rd.ResumableDataError:
         return
-    assert got.equals(t), got.to_pydict()  # a harmless forgery (the same messages) reads the file's rows
+    # only a forgery that still names the same messages may read, and it reads the file's rows
+    assert forgery not in ("past_the_end", "dropped_unit"), "a layout past the file or missing a unit was read"
+    assert got.equals(t), got.to_pydict()
 
 
 # -- decoded_cache_bytes -----------------------------------------------------------------------
@@ -170,6 +207,7 @@ def test_concurrent_takes_and_reserves_agree_with_one_thread(tmp_path):
         feather.write_feather(table().slice(k * 150, 150), tmp_path / f"p{k}.arrow", chunksize=10)
     units = process_units()
     units.clear(DEFAULT_DECODED_BYTES)
+    asked: list[int] = []
     small = rd.ArrowShards(tmp_path, unpinned="allow", decoded_cache_bytes=4 << 10)
     big = rd.ArrowShards(tmp_path, unpinned="allow", decoded_cache_bytes=DEFAULT_DECODED_BYTES + 1)
     assert units.budget == DEFAULT_DECODED_BYTES + 1
@@ -185,18 +223,22 @@ def test_concurrent_takes_and_reserves_agree_with_one_thread(tmp_path):
                 src = (small, big)[seed % 2]
                 if not src.take(ids).equals(ref.take(ids)):
                     errors.append(("wrong", seed))
-                units.reserve(int(rng.integers(1, 16 << 10)))
+                nbytes = int(rng.integers(1, 16 << 10))
+                asked.append(nbytes)
+                units.reserve(nbytes)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[:3]
-    assert units.budget >= 8 << 10
-    units.clear(DEFAULT_DECODED_BYTES)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[:3]
+        assert units.budget == max([8 << 10, *asked])  # the largest asked for since the reset, no other
+    finally:
+        units.clear(DEFAULT_DECODED_BYTES)
 
 
 # -- folders mixing codecs, empty batches, mixtures, packing: every read as the plain copy's ------
@@ -264,7 +306,7 @@ def test_a_folder_mixing_codecs_and_empty_batches_reads_as_its_plain_copy(pair):
 def collect(loader, n=None) -> list:
     out = []
     for b in loader:
-        out.append({k: v.clone() if hasattr(v, "clone") else v for k, v in b.items()})
+        out.append({k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in b.items()})
         if n is not None and len(out) == n:
             break
     return out

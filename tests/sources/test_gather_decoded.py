@@ -10,6 +10,8 @@ decodes again, units evicted while a batch is planned) changes nothing."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -18,6 +20,7 @@ from hypothesis import strategies as st
 
 import resumable_data as rd
 from resumable_data.loader.collate import arrow_to_numpy, gathered_to_numpy
+from resumable_data.sources import decoded_units
 from resumable_data.sources.decoded_units import process_units
 from resumable_data.sources.gather import flatten_plan, plan_column, rebuild_plan
 from resumable_data.sources.gather_decoded import unit_rows
@@ -123,11 +126,16 @@ def test_touched_units_over_the_budget_are_taken_one_at_a_time(parquet_sources, 
     expected = table.take(pa.array(ids))
     calls = _counting(monkeypatch)
     monkeypatch.setattr(process_units(), "budget", 1)
+    monkeypatch.setattr(decoded_units, "_WARNED", set())  # nothing said yet in this process
     process_units().clear()
     with pytest.warns(RuntimeWarning, match=r"a batch touches \d+ units .* budget of 1 bytes.*decoded_cache_bytes") as seen:
         for _ in range(3):
             assert src.take(ids).equals(expected)
-    assert len(seen) == 1  # said once per source
+    assert len(seen) == 1  # said once per dataset and process
+    again = rd.ArrowShards(src.root, unpinned="allow")  # another copy (a worker's) of the same dataset
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert again.take(ids).equals(expected)
     assert calls == []  # never planned: the fallback decoded and took one unit at a time
     assert len(process_units()) == 1  # every unit but the last one decoded was evicted
 

@@ -2,37 +2,40 @@
 
 Algorithm. When the fetcher plans the first step of a pass (a fresh loader, a resume, a new epoch:
 the first :meth:`~.fetcher.Prefetcher.plan` after a new schedule), the fetch units that step needs
-and the cache does not hold are counted, with their bytes. A :class:`FirstUnits` opens a tqdm bar
-on stderr over those bytes, which advances as each unit lands, and closes when the last one has
-landed, when the loop has received that step (it read a unit itself, e.g. after a failed fetch),
-or when the fetcher closes. tqdm shows it only after :data:`DELAY_S` seconds, and never where
-stderr is not a terminal (the same rule as ``rd.pin``'s bar): a quick start prints nothing and a
-log file gets no bar.
+and the cache does not hold are counted, with their bytes, into a :class:`FirstUnits`. The
+fetcher only counts (:meth:`FirstUnits.landed`, under its own lock: no I/O there); a display
+thread of the bar's own waits :data:`DELAY_S` seconds and, if the step is still waiting, draws a
+tqdm bar on stderr over those bytes, redrawn every :data:`REFRESH_S` seconds whether or not a unit
+landed (a long wait on one large unit still shows), until the last unit has landed, the loop has
+received the step (it read a unit itself, e.g. after a failed fetch) or the fetcher closes. Where
+stderr is not a terminal no thread is started and nothing is drawn (the same rule as ``rd.pin``'s
+bar): a log file gets no bar.
 
-Guarantee: display only. It reads the fetcher's own counts under the fetcher's lock, so it never
-changes what is fetched, when, or what a step delivers.
+Guarantee: display only. The fetcher's side is a dict update under its lock; the bar's writes
+happen in the display thread, which takes no lock of the fetcher, so a stalled terminal never
+stalls a fetch.
 
-Cost: one dict of the step's units and one tqdm object per pass; an update per unit landed.
+Cost: one dict of the step's units per pass, and on a terminal one short-lived thread.
 """
 
 from __future__ import annotations
 
 import sys
-import time
+import threading
 from typing import Any
 
 from tqdm import tqdm
 
-__all__ = ["DELAY_S", "FirstUnits"]
+__all__ = ["DELAY_S", "REFRESH_S", "FirstUnits"]
 
-#: seconds before the bar is shown (a start faster than this prints nothing)
+#: seconds before the bar is drawn (a start faster than this prints nothing)
 DELAY_S = 2.0
+#: seconds between redraws once it is drawn
+REFRESH_S = 0.25
 #: tqdm's ``disable``: None hides the bar where stderr is not a terminal (tests set False to see it)
 DISABLE: bool | None = None
 #: where the bar is written (tests pass a buffer)
 FILE: Any = None
-#: tqdm's ``mininterval``: seconds between redraws (tests set 0 to see every update)
-MININTERVAL = 0.1
 
 
 class FirstUnits:
@@ -41,37 +44,65 @@ class FirstUnits:
     def __init__(self, step: int, sizes: dict[int, int]) -> None:
         self.step = step
         self._left = dict(sizes)
-        self._start, self._delay = time.monotonic(), DELAY_S
-        self._bar = tqdm(
-            total=sum(sizes.values()),
-            unit="B",
-            unit_scale=True,
-            unit_divisor=1024,
-            delay=DELAY_S,
-            mininterval=MININTERVAL,
-            desc=f"rd read-ahead: the {len(sizes)} units of step {step}",
-            file=FILE if FILE is not None else sys.stderr,
-            leave=False,
-            disable=DISABLE,
-        )
+        self._count, self._total, self._landed = len(sizes), sum(sizes.values()), 0
+        self._lock = threading.Lock()
+        self._finished = threading.Event()
+        self._file = FILE if FILE is not None else sys.stderr
+        shown = DISABLE is False or (DISABLE is None and _is_terminal(self._file))
+        self._thread: threading.Thread | None = None
+        if shown and self._left:
+            self._thread = threading.Thread(target=self._show, name="rd-read-ahead-progress", daemon=True)
+            self._thread.start()
 
     @property
     def done(self) -> bool:
-        """Whether every unit landed (the bar is then closed)."""
-        return not self._left
+        """Whether every unit landed or the bar was closed."""
+        return self._finished.is_set()
 
     def landed(self, unit: int) -> None:
-        """Fetch unit ``unit`` is in the cache; the bar closes with the last one."""
-        size = self._left.pop(unit, None)
-        if size is None:
-            return
-        self._bar.update(size)
-        if not self._left:
-            if time.monotonic() - self._start >= self._delay:  # shown: the full count drawn before it clears
-                self._bar.refresh()
-            self._bar.close()
+        """Fetch unit ``unit`` is in the cache (counted once; the bar ends with the last one)."""
+        with self._lock:
+            size = self._left.pop(unit, None)
+            if size is None:
+                return
+            self._landed += size
+            if not self._left:
+                self._finished.set()
 
     def close(self) -> None:
         """Stop showing the bar (the step was received, or the fetcher closed)."""
-        self._left.clear()
-        self._bar.close()
+        self._finished.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the display thread to end (tests; the fetcher never waits for it)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _show(self) -> None:
+        if self._finished.wait(DELAY_S):
+            return  # the step's units came sooner than the delay: nothing drawn
+        bar = tqdm(
+            total=self._total,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            desc=f"rd read-ahead: the {self._count} units of step {self.step}",
+            file=self._file,
+            leave=False,
+            disable=False,
+        )
+        while True:
+            finished = self._finished.wait(REFRESH_S)
+            with self._lock:
+                bar.n = self._landed
+            bar.refresh()
+            if finished:
+                bar.close()
+                return
+
+
+def _is_terminal(file: Any) -> bool:
+    try:
+        return bool(file.isatty())
+    except (AttributeError, ValueError):  # a closed or file-like stream without isatty: not a terminal
+        return False

@@ -36,8 +36,20 @@ def shown(monkeypatch):
     monkeypatch.setattr(progress, "FILE", buf)
     monkeypatch.setattr(progress, "DISABLE", False)
     monkeypatch.setattr(progress, "DELAY_S", 0.0)
-    monkeypatch.setattr(progress, "MININTERVAL", 0.0)
+    monkeypatch.setattr(progress, "REFRESH_S", 0.01)
     return buf
+
+
+def drawn(buf, text, timeout=10.0):
+    """Whether ``text`` shows up in ``buf`` within ``timeout`` s (the display thread draws it)."""
+    import time
+
+    end = time.monotonic() + timeout
+    while text not in buf.getvalue():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def loader(proxy, prefix, **kw):
@@ -46,6 +58,7 @@ def loader(proxy, prefix, **kw):
 
 
 def ids(loader_, n):
+    """The ids of the next ``n`` batches (None: to the end of the epoch)."""
     out = []
     for b in loader_:
         out.append(b["id"].tolist())
@@ -61,19 +74,18 @@ def test_the_first_step_of_a_fresh_loader_and_of_a_resume_shows_its_units_arrivi
         first = loader(proxy, prefix)
         head = ids(first, 3)
         state = first.state_dict()
-        rest = ids(first, 5)
-        out = shown.getvalue()
-        assert "rd read-ahead: the " in out and " units of step 0" in out
-        assert "100%" in out  # advanced to all of the step's bytes
+        rest = ids(first, None)  # the rest of the epoch
+        assert drawn(shown, " units of step 0")
+        assert drawn(shown, "100%")  # advanced to all of the step's bytes
         shown.seek(0)
         shown.truncate()
         resumed = loader(proxy, prefix)
         resumed.load_state_dict(state)
-        assert ids(resumed, 5) == rest  # the bar changes nothing delivered
-        assert " units of step 3" in shown.getvalue()
+        assert ids(resumed, None) == rest  # every remaining batch, in order: the bar changes nothing delivered
+        assert drawn(shown, " units of step 3")
     finally:
         proxy.latency_s = 0.0
-    assert len(head) == 3
+    assert len(head) == 3 and len(rest) == N // 40 - 3
 
 
 def test_a_start_quicker_than_the_delay_prints_nothing(data, proxy, shown, monkeypatch):
@@ -98,7 +110,17 @@ def test_the_bar_counts_each_unit_once_and_closes_with_the_last(shown):
     bar.landed(3)  # twice: counted once
     bar.landed(9)  # not the step's
     assert not bar.done
+    assert drawn(shown, "100/150")
     bar.landed(5)
     assert bar.done
-    out = shown.getvalue()
-    assert "the 2 units of step 7" in out and "150/150" in out
+    bar.join(5)
+    assert "the 2 units of step 7" in shown.getvalue() and "150/150" in shown.getvalue()
+
+
+def test_a_long_wait_with_nothing_landing_still_shows(shown):
+    """One large unit that takes long: the bar is drawn by its own thread, not by a unit landing."""
+    bar = FirstUnits(0, {1: 10 << 20})
+    assert drawn(shown, "0.00/10.0M")  # drawn while nothing has landed
+    bar.close()
+    bar.join(5)
+    assert bar.done
