@@ -20,24 +20,19 @@ when its damage is well-formed (``undetectable``: no reference exists), counted 
 from __future__ import annotations
 
 import json
-import os
-import selectors
-import subprocess
-import sys
-import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from tests.reliability._counts import SCALE, count
+from tests.sources._case_runner import fan_out, run_cases
 from tests.sources.test_compressed_flips import mixed_stream
 
 WORKER = Path(__file__).with_name("_attack_worker.py")
-ROOT = Path(__file__).resolve().parents[2]
 PROCS = 2
 CASE_TIMEOUT_S = 300.0  # > the loaders' timeout=150: a stuck loader worker surfaces as torch's timeout error
 N_ROWS = 2500
@@ -110,50 +105,18 @@ def cases_for(layout: str, size: int, per: int) -> list[list]:
 
 def _run_slice(clean: Path, work: Path, cases: list) -> list:
     """Results for ``cases``; a dead or hung worker is restarted after the case it stopped on."""
-    results, todo = [], list(cases)
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               RD_CACHE_DIR=str(work / "cache"))
-    while todo:
-        run_dir = work / f"run{len(results)}"
-        run_dir.mkdir(parents=True)
-        job = json.dumps({"clean": str(clean), "name": clean.name, "work": str(run_dir), "cases": todo})
-        proc = subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, env=env, text=True)
-        proc.stdin.write(job)
-        proc.stdin.close()
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        done, hung = 0, False
-        deadline = time.monotonic() + 60.0 + CASE_TIMEOUT_S
-        while done < len(todo):
-            if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
-                hung = True
-                break
-            line = proc.stdout.readline()
-            if not line:
-                break
-            results.append(json.loads(line))
-            done += 1
-            deadline = time.monotonic() + CASE_TIMEOUT_S
-        if hung:
-            proc.kill()
-        rc = proc.wait()
-        if done < len(todo):
-            results.append([*todo[done], "hang" if hung else f"crash:rc={rc}"])
-            done += 1
-        todo = todo[done:]
-    return results
+    return run_cases(
+        WORKER, work, cases,
+        lambda run_dir, todo: {"clean": str(clean), "name": clean.name, "work": str(run_dir), "cases": todo},
+        lambda case, what: [*case, what],
+        case_timeout_s=CASE_TIMEOUT_S, startup_s=60.0 + CASE_TIMEOUT_S,
+    )
 
 
 def sweep(layout: str, tmp_path: Path, per: int) -> list:
     clean = write_layout(layout, tmp_path)
     cases = cases_for(layout, clean.stat().st_size, per)
-    slices = [cases[k::PROCS] for k in range(PROCS)]
-    with ThreadPoolExecutor(PROCS) as pool:
-        got = [r for part in pool.map(lambda k: _run_slice(clean, tmp_path / f"w{k}", slices[k]), range(PROCS))
-               for r in part]
-    assert len(got) == len(cases)
-    return got
+    return fan_out(cases, PROCS, lambda k, part: _run_slice(clean, tmp_path / f"w{k}", part))
 
 
 def check_and_count(layout: str, got: list) -> None:

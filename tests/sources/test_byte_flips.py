@@ -14,24 +14,19 @@ different rows: that is the content check's job, and it is the default.
 from __future__ import annotations
 
 import json
-import os
-import selectors
-import subprocess
-import sys
-import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from tests.reliability._counts import count
+from tests.sources._case_runner import fan_out, run_cases
 
 WORKER = Path(__file__).with_name("_byte_flip_worker.py")
 WORKERS = 8
 CASE_TIMEOUT_S = 10.0
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _table() -> pa.Table:
@@ -59,42 +54,14 @@ def _write(path: Path, fmt: str) -> Path:
 
 def _run_slice(clean: Path, name: str, work: Path, cases: list, via_filesystem: bool = False) -> list:
     """Results for ``cases``; a dead or hung worker is restarted after the case it stopped on."""
-    results, todo = [], list(cases)
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               RD_CACHE_DIR=str(work / "cache"))
-    while todo:
-        run_dir = work / f"run{len(results)}"
-        run_dir.mkdir(parents=True)
-        job = json.dumps({"clean": str(clean), "name": name, "work": str(run_dir), "cases": todo,
-                          "via_filesystem": via_filesystem})
-        proc = subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
-        proc.stdin.write(job)
-        proc.stdin.close()
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        done, hung = 0, False
-        deadline = time.monotonic() + 60.0  # start-up and pinning, then CASE_TIMEOUT_S per case
-        while done < len(todo):
-            if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
-                hung = True
-                break
-            line = proc.stdout.readline()
-            if not line:
-                break
-            results.append(tuple(json.loads(line)))
-            done += 1
-            deadline = time.monotonic() + CASE_TIMEOUT_S
-        if hung:
-            proc.kill()
-        rc = proc.wait()
-        if done < len(todo):
-            offset, xor = todo[done]
-            what = "hang" if hung else f"crash:rc={rc}"
-            results.append((offset, xor, what, what))
-            done += 1
-        todo = todo[done:]
-    return results
+    return run_cases(
+        WORKER, work, cases,
+        lambda run_dir, todo: {"clean": str(clean), "name": name, "work": str(run_dir), "cases": todo,
+                               "via_filesystem": via_filesystem},
+        lambda case, what: (case[0], case[1], what, what),
+        case_timeout_s=CASE_TIMEOUT_S, startup_s=60.0,  # start-up and pinning, then CASE_TIMEOUT_S per case
+        parse=lambda line: tuple(json.loads(line)),
+    )
 
 
 #: (shard format, read through a pyarrow.fs filesystem (the remote store's code path), XOR masks):
@@ -117,11 +84,7 @@ def test_every_byte_flip_is_refused_or_harmless(tmp_path, sweep):
     size = clean.stat().st_size
     assert 300 < size < 8192
     cases = [(i, x) for x in xors for i in range(size)]
-    slices = [cases[k::WORKERS] for k in range(WORKERS)]
-    with ThreadPoolExecutor(WORKERS) as pool:
-        got = [r for part in pool.map(lambda k: _run_slice(clean, name, tmp_path / f"w{k}", slices[k],
-                                                           via_filesystem), range(WORKERS)) for r in part]
-    assert len(got) == len(cases)
+    got = fan_out(cases, WORKERS, lambda k, part: _run_slice(clean, name, tmp_path / f"w{k}", part, via_filesystem))
     default = Counter(r[2].split(":")[0] for r in got)
     structural = Counter(r[3].split(":")[0] for r in got)
     print(f"\n{sweep}: {size} bytes, {len(cases)} cases; default: {dict(default)}; "

@@ -20,23 +20,18 @@ replaces every byte both ways.
 from __future__ import annotations
 
 import json
-import os
-import selectors
-import subprocess
-import sys
-import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.feather as feather
 import pytest
+
 from tests.reliability._counts import SCALE, count
+from tests.sources._case_runner import fan_out, run_cases
 
 WORKER = Path(__file__).with_name("_compressed_flip_worker.py")
-ROOT = Path(__file__).resolve().parents[2]
 PROCS = 2
 CASE_TIMEOUT_S = 60.0
 SHARDS = ("feather_lz4", "zstd_stream", "mixed_stream")
@@ -65,16 +60,23 @@ def stream_messages(t: pa.Table, codec: str | None, rows: int) -> list:
             return out
 
 
-def mixed_stream(path: Path, t: pa.Table, rows: int, compressed: int = 1) -> Path:
-    """A stream whose first ``compressed`` record batches are LZ4 bodies, the rest uncompressed."""
-    head = stream_messages(t.slice(0, compressed * rows), "lz4", rows)
-    tail = stream_messages(t.slice(compressed * rows), None, rows)
+def codec_stream(path: Path, t: pa.Table, rows: int, first: int, first_codec: str | None, rest_codec: str | None) -> Path:
+    """A stream of ``rows``-row record batches: the first ``first`` with ``first_codec`` bodies, the
+    rest with ``rest_codec`` (None: uncompressed), written message by message (pyarrow's writers
+    take one codec per stream)."""
+    head = stream_messages(t.slice(0, first * rows), first_codec, rows)
+    tail = stream_messages(t.slice(first * rows), rest_codec, rows)
     sink = pa.BufferOutputStream()
     for m in head + tail[1:]:
         m.serialize_to(sink)
     sink.write(b"\xff\xff\xff\xff\x00\x00\x00\x00")  # end of stream
     path.write_bytes(sink.getvalue().to_pybytes())
     return path
+
+
+def mixed_stream(path: Path, t: pa.Table, rows: int, compressed: int = 1) -> Path:
+    """A stream whose first ``compressed`` record batches are LZ4 bodies, the rest uncompressed."""
+    return codec_stream(path, t, rows, compressed, "lz4", None)
 
 
 def write_shard(kind: str, path: Path) -> Path:
@@ -92,40 +94,12 @@ def write_shard(kind: str, path: Path) -> Path:
 
 
 def _run_slice(clean: Path, work: Path, cases: list) -> list:
-    results, todo = [], list(cases)
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               RD_CACHE_DIR=str(work / "cache"))
-    while todo:
-        run_dir = work / f"run{len(results)}"
-        run_dir.mkdir(parents=True)
-        job = json.dumps({"clean": str(clean), "name": "shard.arrow", "work": str(run_dir), "cases": todo})
-        proc = subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, env=env, text=True)
-        proc.stdin.write(job)
-        proc.stdin.close()
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        done, hung = 0, False
-        deadline = time.monotonic() + 60.0 + CASE_TIMEOUT_S  # start-up (torch) and the clean reads
-        while done < len(todo):
-            if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
-                hung = True
-                break
-            line = proc.stdout.readline()
-            if not line:
-                break
-            results.append(json.loads(line))
-            done += 1
-            deadline = time.monotonic() + CASE_TIMEOUT_S
-        if hung:
-            proc.kill()
-        rc = proc.wait()
-        if done < len(todo):
-            what = "hang" if hung else f"crash:rc={rc}"
-            results.append([*todo[done], {"all": what}])
-            done += 1
-        todo = todo[done:]
-    return results
+    return run_cases(
+        WORKER, work, cases,
+        lambda run_dir, todo: {"clean": str(clean), "name": "shard.arrow", "work": str(run_dir), "cases": todo},
+        lambda case, what: [*case, {"all": what}],
+        case_timeout_s=CASE_TIMEOUT_S, startup_s=60.0 + CASE_TIMEOUT_S,  # start-up (torch), the clean reads
+    )
 
 
 def cases_for(kind: str, size: int, per: int | None) -> list:
@@ -150,12 +124,7 @@ def sweep(kind: str, tmp_path: Path, per: int | None) -> list:
         value = int(rng.integers(0, 256))
         if value != data[offset]:
             cases.append([offset, value])
-    slices = [cases[k::PROCS] for k in range(PROCS)]
-    with ThreadPoolExecutor(PROCS) as pool:
-        got = [r for part in pool.map(lambda k: _run_slice(clean, tmp_path / f"w{k}", slices[k]), range(PROCS))
-               for r in part]
-    assert len(got) == len(cases)
-    return got
+    return fan_out(cases, PROCS, lambda k, part: _run_slice(clean, tmp_path / f"w{k}", part))
 
 
 def check_and_count(kind: str, got: list) -> None:

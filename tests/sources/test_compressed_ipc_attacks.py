@@ -29,7 +29,7 @@ import resumable_data as rd
 from resumable_data.sources.decoded_units import DEFAULT_DECODED_BYTES, process_units
 from resumable_data.sources.discovery import MANIFEST_NAME
 from resumable_data.sources.version import compute_derived_hash
-from tests.sources.test_compressed_flips import mixed_stream
+from tests.sources.test_compressed_flips import codec_stream, mixed_stream
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 300
@@ -99,16 +99,7 @@ def test_a_mixed_stream_reads_as_written_and_its_later_units_stay_unread(tmp_pat
 
 def plain_first_stream(path: Path, t: pa.Table, rows: int, plain: int) -> Path:
     """A stream whose first ``plain`` record batches are uncompressed, the rest LZ4 bodies."""
-    from tests.sources.test_compressed_flips import stream_messages
-
-    head = stream_messages(t.slice(0, plain * rows), None, rows)
-    tail = stream_messages(t.slice(plain * rows), "lz4", rows)
-    sink = pa.BufferOutputStream()
-    for m in head + tail[1:]:
-        m.serialize_to(sink)
-    sink.write(b"\xff\xff\xff\xff\x00\x00\x00\x00")  # end of stream
-    path.write_bytes(sink.getvalue().to_pybytes())
-    return path
+    return codec_stream(path, t, rows, plain, None, "lz4")
 
 
 @pytest.mark.parametrize("how", ["plain_first_stream", "empty_first_feather"])
