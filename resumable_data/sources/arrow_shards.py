@@ -726,12 +726,19 @@ class ArrowShards:
         the map always keeps the newest unit, whatever its size."""
         if units <= 1:
             return
-        total, count = self._decoded_bytes
-        decoded = int((~self._unit_view).sum())  # the units decoded when read (not zero-copy views)
-        dataset = total * decoded // max(count, 1)
-        message = over_budget_warning(repr(self), units, need, self._rg_cache.budget, dataset)
-        key = (str(self._root), tuple(self._rel), self._version.hash if self._version is not None else None)
-        warn_once(key, message)
+
+        def message() -> str:  # composed only the first time (an over-budget batch comes every step)
+            total, count = self._decoded_bytes
+            decoded = int((~self._unit_view).sum())  # the units decoded when read (not zero-copy views)
+            dataset = total * decoded // max(count, 1)
+            return over_budget_warning(repr(self), units, need, self._rg_cache.budget, dataset)
+
+        warn_once(self._dataset_key, message)
+
+    @functools.cached_property
+    def _dataset_key(self) -> tuple[Any, ...]:
+        """What names this dataset in the process (root, shards, version): :func:`.decoded_units.warn_once`'s key."""
+        return (str(self._root), tuple(self._rel), self._version.hash if self._version is not None else None)
 
     def take_numpy(self, record_ids: Sequence[int] | np.ndarray, pad_value: Any = 0) -> list[Any] | None:
         """Per column, the default collate's numpy layout of ``take(record_ids)`` (a 1-D array, or

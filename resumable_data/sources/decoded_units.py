@@ -38,7 +38,7 @@ import sys
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import pyarrow as pa
@@ -99,13 +99,13 @@ def over_budget_warning(source: str, units: int, need: int, budget: int, dataset
 _WARNED: set[Hashable] = set()  # the datasets this process has warned about (warn_once)
 
 
-def warn_once(key: Hashable, message: str) -> None:
-    """``message`` as a RuntimeWarning, once per ``key`` (a dataset) in this process (a forked
-    worker inherits what its parent said)."""
+def warn_once(key: Hashable, message: Callable[[], str]) -> None:
+    """``message()`` as a RuntimeWarning, once per ``key`` (a dataset) in this process (a forked
+    worker inherits what its parent said); composed only when it is said."""
     if key in _WARNED:
         return
     _WARNED.add(key)
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
+    warnings.warn(message(), RuntimeWarning, stacklevel=3)
 
 
 class DecodedUnits:
