@@ -36,9 +36,10 @@ retried (``retries=rd.Retries(...)``, :mod:`.retry`); a store that stays down is
 
 Its concepts are one module each: resolving what the argument names and the unpinned policy
 (:mod:`.arrow.resolve`), record ids (:mod:`.arrow.record_ids`), the pickled state
-(:mod:`.arrow.pickled`), opening one shard (:mod:`.files`), the gather (:mod:`.gather`); this
-module holds the class: the unit index, validation once, identity checks around reads, the
-read-ahead hooks and the concatenated view ``rd.Mixture`` gathers through.
+(:mod:`.arrow.pickled`), opening one shard (:mod:`.files`), the gather (:mod:`.gather`), the
+units decoded when read, their ranged reads and the read-ahead hooks (:mod:`.unit_reads`); this
+module holds the class: the unit index, validation once, identity checks around reads and the
+concatenated view ``rd.Mixture`` gathers through.
 
 Hugging Face ``datasets``: :meth:`ArrowShards.from_hf` reads a ``datasets.Dataset``'s own Arrow
 cache files (zero copy), versioned by their content (:mod:`.hf`).
@@ -64,7 +65,6 @@ over the shards (:mod:`.watch`; ``benchmarks/bench_identity.py``; the figure is 
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -79,23 +79,18 @@ from resumable_data.sources.arrow.pickled import read_state, source_state
 from resumable_data.sources.arrow.record_ids import RecordIdError, record_index
 from resumable_data.sources.arrow.record_ids import locate as locate_ids
 from resumable_data.sources.arrow.resolve import UnpinnedPolicy, resolve_source, source_store
-from resumable_data.sources.decoded_units import (
-    check_budget,
-    new_owner,
-    over_budget_warning,
-    process_units,
-    warn_once,
-)
+from resumable_data.sources.decoded_units import check_budget
 from resumable_data.sources.files import OpenShard, canonical_schema, check_same_schema
 from resumable_data.sources.gather import ColumnGather, concat_columns, has_numpy_layout, plan_column
-from resumable_data.sources.gather_decoded import DecodedUnit, plan_touched
+from resumable_data.sources.gather_decoded import DecodedUnit
 from resumable_data.sources.identity import FileIdentity, changed_error, watch_entry
 from resumable_data.sources.layout import remember_layout
 from resumable_data.sources.opening import open_shards, with_layouts
 from resumable_data.sources.read_ahead.cache import UnitCache
 from resumable_data.sources.retry import DEFAULT_RETRIES, Retries
-from resumable_data.sources.store import LOCAL, FileSystemStore, ShardStore, join
+from resumable_data.sources.store import LOCAL, ShardStore, join
 from resumable_data.sources.unit_index import Unit, UnitsView, group_segments, locate, unit_buckets
+from resumable_data.sources.unit_reads import UnitReads
 from resumable_data.sources.validate import validate_batch
 from resumable_data.sources.version import DatasetVersion, VerifyLevel
 from resumable_data.sources.watch import ShardWatch
@@ -169,7 +164,6 @@ class ArrowShards:
         self._broken: ResumableDataError | None = None
         self._watch = ShardWatch([])  # the mapped shards' names, once opened
         self._members = None if members is None else tuple(members)
-        self._ahead: UnitCache | None = None
         self._store = store
         self._root = Path(root)
         self._rel = list(rel)
@@ -177,12 +171,7 @@ class ArrowShards:
         self._shards: list[OpenShard] = []
         self._units: Sequence[Unit] = []
         self._unit_index: list[int] = []  # the unit's record batch / row group index in its shard
-        self._owner = new_owner()  # keys this source's units in the process's decoded-unit map
-        self._rg_cache = process_units()
         self._decoded_request = decoded
-        if decoded is not None:
-            self._rg_cache.reserve(decoded)
-        self._decoded_bytes = [0, 0]  # bytes and count of the units decoded so far (_touched_plans' estimate)
         self._fast: list[ColumnGather | None] | None = None
         self._numpy_plans: list[ColumnGather] | None = None  # _fast when every column has a numpy layout
         start = 0
@@ -198,7 +187,7 @@ class ArrowShards:
         for k, (r, shard) in enumerate(zip(self._rel, self._shards)):
             want = expected[k] if expected is not None else None
             if want is not None and shard.identity != want:
-                self.close()
+                self._close_shards()
                 raise changed_error(
                     join(root, r),
                     "when a worker (or another process) opened the pickled source",
@@ -223,8 +212,9 @@ class ArrowShards:
         self._mapped = np.fromiter((s.whole is not None for s in self._shards), dtype=np.int64, count=len(self._shards))
         self._mapped_bool = self._mapped.astype(bool)
         # per unit: a zero-copy batch of the map (else decoded when read); plans over the maps serve
-        # only a source whose every unit is one (a folder mixing codecs gathers through _touched_plans)
+        # only a source whose every unit is one (a folder mixing codecs gathers through UnitReads.touched)
         self._unit_view = np.fromiter((u.batch is not None for u in units), dtype=bool, count=len(units))
+        self._reads = self._unit_reads()
         self._watch = ShardWatch(  # what OpenShard.check compares, by name, for the mapped shards (one call a read)
             [
                 watch_entry(s.mapped_path, s.identity) if s.mapped_path is not None and s.identity is not None else None
@@ -259,6 +249,7 @@ class ArrowShards:
         self._mapped = np.concatenate([m._mapped for m in members])
         self._mapped_bool = self._mapped.astype(bool)
         self._unit_view = np.concatenate([m._unit_view for m in members])
+        self._reads = self._unit_reads()
         self._watch = ShardWatch.joined([m._watch for m in members])
         self._unwatched = any(m._unwatched for m in members)
         self._schema = self._shards[0].schema
@@ -271,12 +262,34 @@ class ArrowShards:
         self._all_valid = self._unvalidated == 0
         self._member_first = np.cumsum([0] + [len(m._units) for m in members[:-1]], dtype=np.int64)
 
+    def _unit_reads(self) -> UnitReads:
+        """The units decoded when read (:mod:`.unit_reads`), over the unit table just built."""
+        v = self._version
+        return UnitReads(
+            units=self._units,
+            unit_index=self._unit_index,
+            unit_shard=self._unit_shard,
+            unit_view=self._unit_view,
+            shards=self._shards,
+            store=self._store,
+            root=self._root.as_posix(),
+            rel=self._rel,
+            metadata=self._shards[0].schema.metadata if self._shards else None,
+            ensure_valid=self._ensure_valid,
+            name=self.__repr__,
+            key=(str(self._root), tuple(self._rel), v.hash if v is not None else None),
+            budget=self._decoded_request,
+        )
+
     def close(self) -> None:
         """Close the shard files and drop its decoded units (the source is unusable afterwards)."""
+        self._close_shards()
+        self._reads.close()
+
+    def _close_shards(self) -> None:
         for shard in self._shards:
             shard.close()
         self._watch.close()
-        self._rg_cache.drop(self._owner)
 
     def _closed_because(
         self, exc: ResumableDataError, root: str, rel: list[str], version: DatasetVersion | None, store: ShardStore
@@ -284,14 +297,14 @@ class ArrowShards:
         """An unpickled source whose files failed their checks: every read raises ``exc``."""
         self._broken = exc
         self._members = None
-        self._owner, self._rg_cache = new_owner(), process_units()
         self._store, self._root, self._rel, self._version = store, Path(root), list(rel), version
-        self._shards, self._units = [], []
+        self._shards, self._units, self._unit_index, self._decoded_request = [], [], [], None
         self._unit_shard = self._mapped = np.zeros(0, dtype=np.int64)
         self._mapped_bool, self._watch, self._unwatched = np.zeros(0, dtype=bool), ShardWatch([]), False
         self._unit_view = np.zeros(0, dtype=bool)
         self._num_records = version.num_records if version is not None else 0
         self._schema = pa.schema([])
+        self._reads = self._unit_reads()
 
     def _usable(self) -> None:
         if self._broken is not None:
@@ -329,6 +342,11 @@ class ArrowShards:
         for k in np.unique(todo):
             self._validate_unit(int(k))
 
+    def _ensure_valid(self, k: int) -> None:
+        """Validate unit ``k``, a zero-copy batch of a map, unless it was already."""
+        if not self._valid[k]:
+            self._validate_unit(k)
+
     def _validate_unit(self, k: int) -> None:
         if self._members is not None and self._member_first is not None:  # a view: the member validates it
             s = int(np.searchsorted(self._member_first, k, side="right")) - 1
@@ -347,7 +365,7 @@ class ArrowShards:
     def __getstate__(self) -> dict[str, Any]:
         self._usable()  # a source whose files failed their checks is not passed on
         identities = [s.identity for s in self._shards]
-        ahead = self._ahead.root if self._ahead is not None else None
+        ahead = self._reads.ahead.root if self._reads.ahead is not None else None
         return source_state(self._root, self._rel, self._version, identities, self._store, ahead, self._decoded_request)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -463,44 +481,9 @@ class ArrowShards:
     def _unit_data(self, k: int) -> pa.RecordBatch:
         u = self._units[k]
         if u.batch is not None:
-            if not self._valid[k]:
-                self._validate_unit(k)
+            self._ensure_valid(k)
             return u.batch
-        return self._decoded(k).batch
-
-    def _decoded(self, k: int) -> DecodedUnit:
-        """Unit ``k`` (not memory-mapped) decoded and validated, from this process's map of decoded
-        units or read now."""
-        u = self._units[k]
-        g = self._unit_index[k]  # the unit's row group / record batch in its shard (u.row_group, not None here)
-        key = (self._owner, u.shard, g)
-        hit = self._rg_cache.entry(key)
-        if hit is not None:
-            return hit[1]
-        if u.batch is not None:  # a zero-copy batch of a map (a folder mixing codecs): validated once, no bytes held
-            if not self._valid[k]:
-                self._validate_unit(k)
-            view = DecodedUnit(u.batch)
-            view.nbytes = 0
-            self._rg_cache.put(key, u.batch, view, size=0)
-            return view
-        shard = self._shards[u.shard]
-        if shard.unit_span(g) is not None and (self._ahead is not None or not self._store.local):
-            # read ahead by the rank's fetcher (.read_ahead), else read here; either way through a read
-            # checked against the identity recorded at open (size and ETag: fetch_unit / fetch_run)
-            data = self._ahead.get(k) if self._ahead is not None else None
-            batch = shard.decode_unit(g, data if data is not None else pa.py_buffer(self.fetch_unit(k)))
-        else:
-            batch = shard.read_unit(g)
-        # validated at every decode: the bytes of an object replaced between its check and its read
-        # (the one request pyarrow leaves open) are refused here, never gathered by raw offsets
-        batch = batch.replace_schema_metadata(self._schema.metadata)
-        validate_batch(batch, self._rel[u.shard], g)
-        unit = DecodedUnit(batch)
-        self._decoded_bytes[0] += unit.nbytes
-        self._decoded_bytes[1] += 1
-        self._rg_cache.put(key, batch, unit)
-        return unit
+        return self._reads.decoded(k).batch
 
     # -- read-ahead (.read_ahead): units by index, their byte spans, a checked ranged read ----------
     def unit_starts(self) -> np.ndarray:
@@ -509,94 +492,40 @@ class ArrowShards:
 
     def unit_spans(self) -> list[tuple[int, int] | None]:
         """Per unit: (offset, length) of the bytes one ranged read fetches ahead, None where the
-        unit is not read by range (memory-mapped, or a shard without a layout)."""
-        return [self._shards[u.shard].unit_span(g) for u, g in zip(self._units, self._unit_index)]
+        unit is not read by range (:meth:`.unit_reads.UnitReads.spans`)."""
+        return self._reads.spans()
 
     def fetch_unit(self, k: int) -> bytes:
-        """The bytes of unit ``k``'s span, from an object that still has the identity recorded at
-        open (size and ETag: :meth:`FileSystemStore.read_range_checked`); a store that does not
-        answer is a :class:`~resumable_data.StoreUnavailableError`."""
-        u = self._units[k]
-        shard = self._shards[u.shard]
-        span = shard.unit_span(self._unit_index[k])
-        if span is None:
-            raise ConfigError(
-                describe("k", k, "a unit read by range (unit_spans()[k] is not None)", "fetch only such units")
-            )
-        return self._read_span(u.shard, *span)
+        """The bytes of unit ``k``'s span, checked against the identity recorded at open
+        (:meth:`.unit_reads.UnitReads.fetch_unit`)."""
+        return self._reads.fetch_unit(k)
 
     def fetch_run(self, first: int, last: int) -> bytes:
-        """The bytes from unit ``first``'s span start to unit ``last``'s span end, one read checked as
-        :meth:`fetch_unit` checks: neighbouring units of one shard read ahead by one request
-        (:mod:`.read_ahead.fetcher` joins units whose spans touch)."""
-        if not 0 <= first <= last < len(self._units) or self._units[first].shard != self._units[last].shard:
-            raise ConfigError(
-                describe(
-                    "first, last",
-                    (first, last),
-                    "unit indexes first <= last of one shard",
-                    "pass two units of the same shard, or read each with fetch_unit(k)",
-                )
-            )
-        spans = [self._shards[self._units[k].shard].unit_span(self._unit_index[k]) for k in (first, last)]
-        if spans[0] is None or spans[1] is None:
-            raise ConfigError(
-                describe(
-                    "first, last", (first, last), "units read by range (unit_spans() not None)", "fetch only such units"
-                )
-            )
-        offset, end = spans[0][0], spans[1][0] + spans[1][1]
-        return self._read_span(self._units[first].shard, offset, end - offset)
-
-    def _read_span(self, j: int, offset: int, length: int) -> bytes:
-        """``length`` bytes at ``offset`` of shard ``j``, from an object with the identity recorded
-        at open where the store can tell (a remote store: size and ETag)."""
-        path = join(self._root.as_posix(), self._rel[j])
-        if not isinstance(self._store, FileSystemStore):
-            return self._store.read_range(path, offset, length)
-        return self._store.read_range_checked(path, offset, length, self._shards[j].identity)
+        """The bytes of units ``first..last`` of one shard, one checked read
+        (:meth:`.unit_reads.UnitReads.fetch_run`)."""
+        return self._reads.fetch_run(first, last)
 
     def unit_shards(self) -> np.ndarray:
         """The shard (index into the source's files) holding every unit, in unit order."""
-        return np.array([u.shard for u in self._units], dtype=np.int64)
+        return self._unit_shard.copy()
 
     def shard_size(self, j: int) -> int | None:
         """The byte size of shard ``j``'s object as recorded at open (None where none was)."""
-        identity = self._shards[j].identity
-        return identity.size if identity is not None else None
+        return self._reads.shard_size(j)
 
     def fetch_shard(self, j: int) -> bytes:
-        """Every byte of shard ``j``'s object, checked as :meth:`fetch_unit` checks (read ahead by
-        ``rd.ReadUnit.SHARD``)."""
-        size = self.shard_size(j)
-        if size is None or not isinstance(self._store, FileSystemStore):
-            raise ConfigError(
-                describe(
-                    "shard",
-                    j,
-                    "a shard of a remote store whose size was recorded at open",
-                    "read it by record batch: rd.ReadAhead(unit=rd.ReadUnit.RECORD_BATCH)",
-                )
-            )
-        return self._read_span(j, 0, size)
+        """Every byte of shard ``j``'s object, checked (:meth:`.unit_reads.UnitReads.fetch_shard`;
+        read ahead by ``rd.ReadUnit.SHARD``)."""
+        return self._reads.fetch_shard(j)
 
     def attach_read_ahead(self, cache: UnitCache | None) -> None:
         """Read units through ``cache`` (filled ahead by one fetcher per rank), or directly (None)."""
-        self._ahead = cache
-        self._rg_cache.drop(self._owner)  # units decoded from other bytes
+        self._reads.attach(cache)
 
     @property
     def remote(self) -> bool:
         """Whether the shards are read from a remote store (nothing memory-mapped)."""
         return not self._store.local
-
-    @functools.cached_property
-    def _loaded(self) -> bool:
-        """Whether units are decoded when read (a remote store, local Parquet row groups, compressed
-        IPC record batches; a folder mixing them with zero-copy batches too): gathered through
-        :meth:`_touched_plans`, not through plans over the maps (fixed once the shards are open:
-        asked once, not per batch)."""
-        return not self._store.local or not self._unit_view.all()
 
     def _locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return locate_ids(self._starts, ids)
@@ -668,8 +597,8 @@ class ArrowShards:
     def _take(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray) -> pa.Table:
         held: list[DecodedUnit] | None = None  # the touched decoded units, in unit order
         plans: list[ColumnGather | None]
-        if self._loaded:
-            touched = self._touched_plans(unit)
+        if self._reads.loaded:
+            touched = self._reads.touched(unit)
             if touched is None:
                 plans, planned = [None] * len(self._schema), unit
             else:
@@ -688,65 +617,13 @@ class ArrowShards:
                 columns[i] = taken[j]
         return pa.Table.from_arrays(columns, schema=self._schema)
 
-    def _touched_plans(
-        self, unit: np.ndarray
-    ) -> tuple[list[ColumnGather | None], np.ndarray, list[DecodedUnit]] | None:
-        """Decoded units (:attr:`_loaded`): the column plans over the units ``unit`` touches,
-        ``unit`` renumbered to them (:func:`.gather_decoded.plan_touched`) and the touched units
-        (in unit order); the plans' span keeps them alive while they are read. None when their
-        decoded bytes exceed the decoded-unit budget (estimated before decoding any from the mean
-        size of the units decoded so far, then checked while collecting them): the caller then takes unit by
-        unit, holding one, so a batch never holds more than the budget beyond what the map keeps."""
-        touched, renumbered = np.unique(unit, return_inverse=True)
-        ks = touched.tolist()
-        limit = self._rg_cache.budget
-        total, count = self._decoded_bytes
-        decoding = len(ks) - int(self._unit_view[touched].sum())  # zero-copy batches of a map hold nothing
-        if count and decoding * total > limit * count:  # the touched units at the mean size so far
-            self._over_budget(decoding, decoding * total // count)
-            return None
-        owner, shard_of, index_of = self._owner, self._unit_shard, self._unit_index
-        hits = self._rg_cache.extras([(owner, int(shard_of[k]), index_of[k]) for k in ks])  # _decoded's keys
-        held, held_units, units = 0, 0, list[DecodedUnit]()
-        for k, got in zip(ks, hits):
-            if got is None:
-                got = self._decoded(k)
-            held += got.nbytes
-            held_units += got.nbytes > 0  # zero-copy batches of a map hold nothing
-            if held > limit:
-                self._over_budget(decoding, held * decoding // max(held_units, 1))
-                return None
-            units.append(got)
-        return plan_touched(units), renumbered.astype(np.int64, copy=False), units
-
-    def _over_budget(self, units: int, need: int) -> None:
-        """Warn once per process and dataset (every copy of this source: the loader's workers open
-        their own): a batch's ``units`` touched decoded units (about ``need`` bytes) exceed the
-        decoded-unit budget, so such batches decode their units again. Not for one unit alone:
-        the map always keeps the newest unit, whatever its size."""
-        if units <= 1:
-            return
-
-        def message() -> str:  # composed only the first time (an over-budget batch comes every step)
-            total, count = self._decoded_bytes
-            decoded = int((~self._unit_view).sum())  # the units decoded when read (not zero-copy views)
-            dataset = total * decoded // max(count, 1)
-            return over_budget_warning(repr(self), units, need, self._rg_cache.budget, dataset)
-
-        warn_once(self._dataset_key, message)
-
-    @functools.cached_property
-    def _dataset_key(self) -> tuple[Any, ...]:
-        """What names this dataset in the process (root, shards, version): :func:`.decoded_units.warn_once`'s key."""
-        return (str(self._root), tuple(self._rel), self._version.hash if self._version is not None else None)
-
     def take_numpy(self, record_ids: Sequence[int] | np.ndarray, pad_value: Any = 0) -> list[Any] | None:
         """Per column, the default collate's numpy layout of ``take(record_ids)`` (a 1-D array, or
         ``(padded, lengths)`` for a list column), straight from the maps (remote units and local
         Parquet row groups: from the decoded units); None unless every column is an integer/float (or list of them) column on the fast
         path (then use :meth:`take`)."""
         self._usable()
-        if not self._loaded:
+        if not self._reads.loaded:
             self._plan()  # built once, with _numpy_plans where every column has a numpy layout
             if self._numpy_plans is None:
                 return None  # before checking the ids: take() checks them
@@ -755,10 +632,10 @@ class ArrowShards:
         ids, unit, local, touched = self._check_ids(record_ids)
         if len(ids) == 0:
             return None
-        if self._loaded:
+        if self._reads.loaded:
 
             def gather_decoded() -> list[Any] | None:
-                got = self._touched_plans(unit)
+                got = self._reads.touched(unit)
                 if got is None:
                     return None
                 plans, renumbered, _ = got

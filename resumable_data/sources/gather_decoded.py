@@ -23,7 +23,7 @@ Algorithm.
   rows moved onto the span (``(address - span start) / item width``, one array operation) and the
   tree is rebuilt with the same node classes. Record ids are renumbered to the touched units
   (``0..t-1``), so the plan is the one :func:`.gather.plan_column` would build over those units.
-  The caller (``ArrowShards._touched_plans``) holds a batch's touched units only while their
+  The caller (:meth:`.unit_reads.UnitReads.touched`) holds a batch's touched units only while their
   decoded bytes fit the decoded-unit budget; a batch needing more takes them one at a time.
 
 Guarantee: the result equals ``Table.take`` of the ids (tested against it and against the

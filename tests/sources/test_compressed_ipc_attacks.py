@@ -1,5 +1,5 @@
 """Attacks on compressed Arrow IPC shards read unit by unit (sources/files.py ``_open_shard``,
-sources/shard_units.py ``_read_unit``, sources/arrow_shards.py ``_decoded``): files changed after
+sources/shard_units.py ``_read_unit``, sources/unit_reads.py ``UnitReads.decoded``): files changed after
 some units were decoded, a stream mixing compressed and uncompressed record batches, forged
 layouts in a re-hashed manifest, ``decoded_cache_bytes`` values and budgets.
 
@@ -436,7 +436,7 @@ def test_two_threads_validating_one_unit_never_mark_another_validated(tmp_path, 
         for b in t.to_batches(max_chunksize=10):
             w.write_batch(b)
     src = rd.ArrowShards(tmp_path, unpinned="allow")
-    assert len(src._units) == 2 and not src._loaded
+    assert len(src._units) == 2 and not src._reads.loaded
     import resumable_data.sources.arrow_shards as module
 
     barrier = threading.Barrier(2, timeout=10)

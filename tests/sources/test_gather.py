@@ -281,7 +281,7 @@ def test_a_unit_of_only_empty_or_null_strings_and_lists_keeps_the_plan(tmp_path,
     src = rd.ArrowShards(tmp_path, unpinned="allow")
     ids = np.random.default_rng(3).integers(0, n, 200)
     unit, _ = src._locate(ids)
-    plans = src._touched_plans(unit)[0] if src._loaded else src._plan()
+    plans = src._reads.touched(unit)[0] if src._reads.loaded else src._plan()
     assert [g.kind if g is not None else None for g in plans] == ["bytes", "bytes", "list", "list", "list"]
     got = src.take(ids)
     for name in table.column_names:

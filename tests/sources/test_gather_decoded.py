@@ -56,9 +56,9 @@ def _fallback_take(src, ids):
 def test_parquet_units_are_decoded_and_every_type_but_dictionaries_takes_its_plan(parquet_sources):
     _, srcs = parquet_sources
     for src in srcs.values():
-        assert src._loaded and not src.remote
+        assert src._reads.loaded and not src.remote
         unit, _ = src._locate(np.arange(0, N, 7, dtype=np.int64))
-        plans, renumbered, _ = src._touched_plans(unit)
+        plans, renumbered, _ = src._reads.touched(unit)
         kinds = {n: (g.kind if g is not None else None) for n, g in zip(src.schema.names, plans)}
         assert kinds == DECODED_KINDS
         assert renumbered.max() == len(np.unique(unit)) - 1
@@ -106,7 +106,7 @@ def test_take_numpy_equals_the_collate_of_take(numeric_sources, ids, which, pad)
 
 
 def _counting(monkeypatch):
-    import resumable_data.sources.arrow_shards as mod
+    import resumable_data.sources.unit_reads as mod
 
     calls = []
     real = mod.plan_touched
@@ -228,7 +228,7 @@ def test_threads_taking_while_the_map_is_cleared_and_shrunk_get_the_right_rows(p
             elif step == 2:
                 process_units().clear(budget=1 << 30)
             else:
-                process_units().drop(srcs[1]._owner)
+                srcs[1]._reads.close()
             time.sleep(0.002)
 
     readers = [threading.Thread(target=take, args=(s, k)) for k, s in enumerate([srcs[1], srcs[1], other])]

@@ -1,0 +1,261 @@
+"""A source's units that are decoded when read: where their bytes come from, where they are kept,
+how a batch gathers them.
+
+What. ``rd.ArrowShards`` holds two kinds of units (record batches / row groups holding records).
+A zero-copy record batch of a memory-mapped, uncompressed IPC shard is read in place, through the
+column plans over the maps (:mod:`.gather`). Every other unit (a local Parquet row group, a
+compressed IPC record batch, any unit of a remote store) is decoded when a batch first needs it.
+This module is that second path, for one open source: :class:`UnitReads`.
+
+Algorithm.
+
+* Unit ``k`` (:meth:`UnitReads.decoded`) is looked up in the process's decoded-unit map
+  (:mod:`.decoded_units`) under ``(owner, shard, index in shard)``, ``owner`` a number no other
+  source of the process holds. A miss reads the unit: from the read-ahead cache when one is
+  attached (:mod:`.read_ahead`, filled by the rank's fetcher), else on a remote store by one
+  ranged read of its span (:meth:`UnitReads.fetch_unit`), else from the local shard
+  (:meth:`.files.OpenShard.read_unit`); the batch is validated and put in the map. A zero-copy
+  batch of a map in a folder that also holds decoded units is kept at 0 bytes, for its plan rows.
+* A batch's touched units (:meth:`UnitReads.touched`) are gathered together through
+  :func:`.gather_decoded.plan_touched` when their decoded bytes fit the budget: estimated from
+  the mean unit size so far before decoding any, then checked while collecting them. Past the
+  budget the caller takes unit by unit (one held at a time), and the process is told once per
+  dataset (a ``RuntimeWarning`` with the figures and the ``decoded_cache_bytes=`` that fixes it).
+
+Guarantee. Every decoded unit comes from bytes whose identity was checked when they were read (a
+remote object's size and ETag as recorded at open: :meth:`.store.FileSystemStore.read_range_checked`;
+a local shard's, around the read, by the source) and is structurally validated at every decode
+(:func:`.validate.validate_batch`): the bytes of an object replaced between its check and its
+read (the one request pyarrow leaves open) are refused, never gathered by raw offsets. A batch
+never holds more decoded bytes than the budget beyond what the map keeps.
+
+Cost. A hit: one map lookup. A miss: one decode, plus (remote, not read ahead) a HEAD and a ranged
+GET. A restored or unpickled source starts with nothing here (the map is per process); its units
+are read again when first needed, which is what read-ahead hides.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Hashable, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from resumable_data.errors import ConfigError, describe
+from resumable_data.sources.decoded_units import new_owner, over_budget_warning, process_units, warn_once
+from resumable_data.sources.files import OpenShard
+from resumable_data.sources.gather import ColumnGather
+from resumable_data.sources.gather_decoded import DecodedUnit, plan_touched
+from resumable_data.sources.read_ahead.cache import UnitCache
+from resumable_data.sources.store import FileSystemStore, ShardStore, join
+from resumable_data.sources.unit_index import Unit
+from resumable_data.sources.validate import validate_batch
+
+__all__ = ["UnitReads"]
+
+#: What :meth:`UnitReads.touched` returns: the column plans over the touched units, the batch's
+#: unit numbers renumbered to them, and the touched units (in unit order; the plans' span keeps
+#: them alive while they are read).
+Touched = tuple[list[ColumnGather | None], np.ndarray, list[DecodedUnit]]
+
+
+class UnitReads:
+    """The units of one open source that are decoded when read (see the module docstring).
+
+    ``units``, ``unit_index``, ``unit_shard``, ``unit_view``: the source's unit table (per unit: its
+    :class:`.unit_index.Unit`, its index in its shard, its shard, whether it is a zero-copy batch of
+    a map); ``shards``: the open shards; ``root``/``rel``: where they are; ``metadata``: the schema
+    metadata decoded batches get; ``ensure_valid(k)``: validates a zero-copy batch once (the
+    source's bookkeeping); ``name()``: the source as the budget warning names it; ``key``: the
+    dataset in the process (the warning is said once per key); ``budget``: the
+    ``decoded_cache_bytes`` asked for (None: the process's default)."""
+
+    def __init__(
+        self,
+        *,
+        units: Sequence[Unit],
+        unit_index: Sequence[int],
+        unit_shard: np.ndarray,
+        unit_view: np.ndarray,
+        shards: Sequence[OpenShard],
+        store: ShardStore,
+        root: str,
+        rel: Sequence[str],
+        metadata: dict[bytes, bytes] | None,
+        ensure_valid: Callable[[int], None],
+        name: Callable[[], str],
+        key: Hashable,
+        budget: int | None,
+    ) -> None:
+        self._units, self._unit_index, self._unit_shard, self._unit_view = units, unit_index, unit_shard, unit_view
+        self._shards, self._store, self._rel, self._metadata = shards, store, rel, metadata
+        self._paths = [join(root, r) for r in rel]
+        self._ensure_valid, self._name, self._key = ensure_valid, name, key
+        self._owner = new_owner()  # keys this source's units in the process's decoded-unit map
+        self._map = process_units()
+        if budget is not None:
+            self._map.reserve(budget)
+        self._estimate = [0, 0]  # bytes and count of the units decoded so far (touched()'s estimate)
+        self.ahead: UnitCache | None = None  # the read-ahead cache attached (attach())
+
+    @functools.cached_property
+    def loaded(self) -> bool:
+        """Whether units are decoded when read (a remote store, local Parquet row groups, compressed
+        IPC record batches; a folder mixing them with zero-copy batches too): a batch is then
+        gathered through :meth:`touched`, not through plans over the maps (fixed once the shards
+        are open: asked once, not per batch)."""
+        return not self._store.local or not bool(self._unit_view.all())
+
+    def close(self) -> None:
+        """Drop this source's decoded units from the process's map."""
+        self._map.drop(self._owner)
+
+    def attach(self, cache: UnitCache | None) -> None:
+        """Read units through ``cache`` (filled ahead by one fetcher per rank), or directly (None);
+        the units decoded from other bytes are dropped."""
+        self.ahead = cache
+        self._map.drop(self._owner)
+
+    # -- one unit --------------------------------------------------------------------------------
+    def decoded(self, k: int) -> DecodedUnit:
+        """Unit ``k`` decoded and validated, from this process's map of decoded units or read now."""
+        u = self._units[k]
+        g = self._unit_index[k]  # the unit's row group / record batch in its shard
+        key = (self._owner, u.shard, g)
+        hit = self._map.entry(key)
+        if hit is not None:
+            return hit[1]
+        if u.batch is not None:  # a zero-copy batch of a map (a folder mixing codecs): validated once, no bytes held
+            self._ensure_valid(k)
+            view = DecodedUnit(u.batch)
+            view.nbytes = 0
+            self._map.put(key, u.batch, view, size=0)
+            return view
+        shard = self._shards[u.shard]
+        if shard.unit_span(g) is not None and (self.ahead is not None or not self._store.local):
+            # read ahead by the rank's fetcher (.read_ahead), else read here; either way through a read
+            # checked against the identity recorded at open (size and ETag: fetch_unit / fetch_run)
+            data = self.ahead.get(k) if self.ahead is not None else None
+            batch = shard.decode_unit(g, data if data is not None else pa.py_buffer(self.fetch_unit(k)))
+        else:
+            batch = shard.read_unit(g)
+        # validated at every decode: the bytes of an object replaced between its check and its read
+        # (the one request pyarrow leaves open) are refused here, never gathered by raw offsets
+        batch = batch.replace_schema_metadata(self._metadata)
+        validate_batch(batch, self._rel[u.shard], g)
+        unit = DecodedUnit(batch)
+        self._estimate[0] += unit.nbytes
+        self._estimate[1] += 1
+        self._map.put(key, batch, unit)
+        return unit
+
+    # -- the units of one batch ----------------------------------------------------------------
+    def touched(self, unit: np.ndarray) -> Touched | None:
+        """The column plans over the units ``unit`` (the batch's unit of every record) touches,
+        ``unit`` renumbered to them and the touched units; None when their decoded bytes exceed the
+        decoded-unit budget (the caller then takes unit by unit, holding one)."""
+        touched, renumbered = np.unique(unit, return_inverse=True)
+        ks = touched.tolist()
+        limit = self._map.budget
+        total, count = self._estimate
+        decoding = len(ks) - int(self._unit_view[touched].sum())  # zero-copy batches of a map hold nothing
+        if count and decoding * total > limit * count:  # the touched units at the mean size so far
+            self._over_budget(decoding, decoding * total // count)
+            return None
+        owner, shard_of, index_of = self._owner, self._unit_shard, self._unit_index
+        hits = self._map.extras([(owner, int(shard_of[k]), index_of[k]) for k in ks])  # decoded()'s keys
+        held, held_units, units = 0, 0, list[DecodedUnit]()
+        for k, got in zip(ks, hits):
+            if got is None:
+                got = self.decoded(k)
+            held += got.nbytes
+            held_units += got.nbytes > 0
+            if held > limit:
+                self._over_budget(decoding, held * decoding // max(held_units, 1))
+                return None
+            units.append(got)
+        return plan_touched(units), renumbered.astype(np.int64, copy=False), units
+
+    def _over_budget(self, units: int, need: int) -> None:
+        """Warn once per process and dataset (every copy of the source: the loader's workers open
+        their own) that a batch's ``units`` decoded units (about ``need`` bytes) exceed the budget,
+        so such batches decode their units again. Not for one unit alone: the map always keeps the
+        newest unit, whatever its size."""
+        if units <= 1:
+            return
+
+        def message() -> str:  # composed only the first time (an over-budget batch comes every step)
+            total, count = self._estimate
+            decoded = int((~self._unit_view).sum())  # the units decoded when read (not zero-copy views)
+            dataset = total * decoded // max(count, 1)
+            return over_budget_warning(self._name(), units, need, self._map.budget, dataset)
+
+        warn_once(self._key, message)
+
+    # -- ranged reads (what read-ahead fetches: .read_ahead.fetcher.ReadAheadSource) ---------------
+    def spans(self) -> list[tuple[int, int] | None]:
+        """Per unit: (offset, length) of the bytes one ranged read fetches, None where the unit is
+        not read by range (memory-mapped, or a shard without a layout)."""
+        return [self._shards[u.shard].unit_span(g) for u, g in zip(self._units, self._unit_index)]
+
+    def fetch_unit(self, k: int) -> bytes:
+        """The bytes of unit ``k``'s span, from an object that still has the identity recorded at
+        open (size and ETag); a store that does not answer is a
+        :class:`~resumable_data.StoreUnavailableError`."""
+        u = self._units[k]
+        span = self._shards[u.shard].unit_span(self._unit_index[k])
+        if span is None:
+            raise ConfigError(
+                describe("k", k, "a unit read by range (unit_spans()[k] is not None)", "fetch only such units")
+            )
+        return self._read_span(u.shard, *span)
+
+    def fetch_run(self, first: int, last: int) -> bytes:
+        """The bytes from unit ``first``'s span start to unit ``last``'s span end, one read checked as
+        :meth:`fetch_unit` checks (neighbouring units of one shard read ahead by one request)."""
+        units = self._units
+        if not 0 <= first <= last < len(units) or units[first].shard != units[last].shard:
+            raise ConfigError(
+                describe(
+                    "first, last",
+                    (first, last),
+                    "unit indexes first <= last of one shard",
+                    "pass two units of the same shard, or read each with fetch_unit(k)",
+                )
+            )
+        spans = [self._shards[units[k].shard].unit_span(self._unit_index[k]) for k in (first, last)]
+        if spans[0] is None or spans[1] is None:
+            raise ConfigError(
+                describe(
+                    "first, last", (first, last), "units read by range (unit_spans() not None)", "fetch only such units"
+                )
+            )
+        offset, end = spans[0][0], spans[1][0] + spans[1][1]
+        return self._read_span(units[first].shard, offset, end - offset)
+
+    def shard_size(self, j: int) -> int | None:
+        """The byte size of shard ``j``'s object as recorded at open (None where none was)."""
+        identity = self._shards[j].identity
+        return identity.size if identity is not None else None
+
+    def fetch_shard(self, j: int) -> bytes:
+        """Every byte of shard ``j``'s object, checked as :meth:`fetch_unit` checks."""
+        size = self.shard_size(j)
+        if size is None or not isinstance(self._store, FileSystemStore):
+            raise ConfigError(
+                describe(
+                    "shard",
+                    j,
+                    "a shard of a remote store whose size was recorded at open",
+                    "read it by record batch: rd.ReadAhead(unit=rd.ReadUnit.RECORD_BATCH)",
+                )
+            )
+        return self._read_span(j, 0, size)
+
+    def _read_span(self, j: int, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` of shard ``j``, from an object with the identity recorded
+        at open where the store can tell (a remote store: size and ETag)."""
+        if not isinstance(self._store, FileSystemStore):
+            return self._store.read_range(self._paths[j], offset, length)
+        return self._store.read_range_checked(self._paths[j], offset, length, self._shards[j].identity)
