@@ -41,6 +41,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from resumable_data.errors import ConfigError, describe
@@ -63,7 +64,10 @@ DEFAULT_DECODED_BYTES = 256 << 20
 
 
 def check_budget(value: Any) -> int | None:
-    """``decoded_cache_bytes`` checked: None (the default budget) or a positive int of bytes."""
+    """``decoded_cache_bytes`` checked: None (the default budget) or a positive int of bytes (a
+    numpy integer is taken as its int, as every integer parameter of the package takes it)."""
+    if isinstance(value, np.integer):
+        value = int(value)
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
         return value
     raise ConfigError(

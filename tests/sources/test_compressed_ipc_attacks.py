@@ -167,11 +167,18 @@ def test_a_forged_layout_is_refused_never_read(tmp_path, forgery, stream):
 
 
 # -- decoded_cache_bytes -----------------------------------------------------------------------
-@pytest.mark.parametrize("bad", [0, -1, 1.5, "1GB", True, float("inf"), np.int64(5), [1], 10**30 + 0.5])
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "1GB", True, float("inf"), np.int64(-5), np.bool_(True), [1], 10**30 + 0.5])
 def test_bad_budgets_are_config_errors(tmp_path, bad):
     feather.write_feather(table(12), tmp_path / "a.arrow", chunksize=4)
     with pytest.raises(rd.ConfigError, match="decoded_cache_bytes"):
         rd.ArrowShards(tmp_path, unpinned="allow", decoded_cache_bytes=bad)
+
+
+def test_a_numpy_integer_budget_is_taken_as_its_int(tmp_path):
+    feather.write_feather(table(12), tmp_path / "a.arrow", chunksize=4)
+    src = rd.ArrowShards(tmp_path, unpinned="allow", decoded_cache_bytes=np.int64(5 << 20))
+    assert type(src._decoded_request) is int and src._decoded_request == 5 << 20  # pickled state is JSON
+    assert src.__getstate__()["decoded_cache_bytes"] == 5 << 20
 
 
 def test_a_huge_budget_is_kept_and_pickled(tmp_path):
