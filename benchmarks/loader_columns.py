@@ -286,12 +286,79 @@ def image_budget(n: int, budget: int, rounds: int) -> str:
     return md
 
 
+_PARQUET_CHILD = r"""
+import json, sys
+from benchmarks import loader_columns as lc
+import resumable_data
+r = lc.measure(sys.argv[1], int(sys.argv[2]), "parquet", 10, 5, warm=20)
+r["package"] = resumable_data.__file__
+print(json.dumps(r))
+"""
+
+
+def parquet_before_after(before: str, n: int, rounds: int) -> str:
+    """Every column type as Parquet (1,000-row row groups, global shuffle), the package at ``before``
+    (a checkout of an older commit) against this one, each measure a fresh process, the order
+    alternating per round; the same benchmark code (this tree's) measures both."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from benchmarks._common import write_results
+
+    root = str(Path(__file__).resolve().parents[1])
+    shadow = tempfile.mkdtemp(prefix="rd-before-")  # only the package comes from ``before``
+    os.symlink(os.path.join(os.path.abspath(before), "resumable_data"), os.path.join(shadow, "resumable_data"))
+    # the child's first path entry is its working directory: the shadow's for ``before``
+    trees = {"before": (f"{shadow}{os.pathsep}{root}", shadow), "after": (root, root)}
+    runs: dict[str, dict[str, list[dict]]] = {k: {"before": [], "after": []} for k in KINDS}
+    for kind in KINDS:
+        build(kind, n)
+        for r in range(rounds):
+            for name in ("before", "after") if r % 2 == 0 else ("after", "before"):
+                path, cwd = trees[name]
+                got = subprocess.run([sys.executable, "-c", _PARQUET_CHILD, kind, str(n)],
+                                     env=dict(os.environ, PYTHONPATH=path), capture_output=True, text=True, cwd=cwd)
+                if got.returncode:
+                    raise SystemExit(got.stderr[-3000:])
+                runs[kind][name].append(json.loads(got.stdout.strip().splitlines()[-1]))
+                want = os.path.join(shadow if name == "before" else root, "resumable_data")
+                if not runs[kind][name][-1]["package"].startswith(want):  # the other tree's package was measured
+                    raise SystemExit(f"{name}: measured {runs[kind][name][-1]['package']}, expected {want}")
+            print(kind, {k: round(v[-1]["cpu_vs_ceiling"], 3) for k, v in runs[kind].items()}, flush=True)
+    lines = [f"# Column types as Parquet (1,000-row row groups, {n:,} records, global shuffle, batch {BATCH}, "
+             f"0 workers): before vs after, CPU ratio to the ceiling", "",
+             f"`python -m benchmarks.loader_columns --parquet-before {before} --rounds {rounds}`: per type, "
+             f"{rounds} fresh processes each for the package at `before` and this one, alternating; each runs "
+             "`measure(kind, n, 'parquet', 10, 5, warm=20)`; medians over the processes.", "",
+             "| column type | before: CPU vs ceiling | after: CPU vs ceiling | before: rd samples/s "
+             "| after: rd samples/s | after / before (rd samples/s) |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for kind, got in runs.items():
+        med = {k: {m: statistics.median(x[m] for x in v) for m in ("cpu_vs_ceiling", "rd_samples_per_s")}
+               for k, v in got.items()}
+        b, a = med["before"], med["after"]
+        lines.append(f"| {kind} | {b['cpu_vs_ceiling']:.2f}x | {a['cpu_vs_ceiling']:.2f}x | "
+                     f"{b['rd_samples_per_s']:,.0f} | {a['rd_samples_per_s']:,.0f} | "
+                     f"{a['rd_samples_per_s'] / b['rd_samples_per_s']:.1f}x |")
+    md = "\n".join(lines) + "\n"
+    write_results("columns_parquet", {"records": n, "before": before, "runs": runs}, md)
+    return md
+
+
 if __name__ == "__main__":
     import argparse
 
-    ap = argparse.ArgumentParser(description="the HF Image column as Parquet at two decoded-unit budgets")
+    ap = argparse.ArgumentParser(description="the HF Image column as Parquet at two decoded-unit budgets; "
+                                 "with --parquet-before, every column type as Parquet before vs after a change")
     ap.add_argument("--image-budget", type=int, default=2_000_000_000)
+    ap.add_argument("--parquet-before", metavar="TREE", help="a checkout of the commit to compare with")
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args()
-    print(image_budget(a.records, a.image_budget, a.rounds))
+    if a.parquet_before:
+        print(parquet_before_after(a.parquet_before, a.records, a.rounds))
+    else:
+        print(image_budget(a.records, a.image_budget, a.rounds))

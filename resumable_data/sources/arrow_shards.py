@@ -214,7 +214,6 @@ class ArrowShards:
         # per unit: a zero-copy batch of the map (else decoded when read); plans over the maps serve
         # only a source whose every unit is one (a folder mixing codecs gathers through UnitReads.touched)
         self._unit_view = np.fromiter((u.batch is not None for u in units), dtype=bool, count=len(units))
-        self._reads = self._unit_reads()
         self._watch = ShardWatch(  # what OpenShard.check compares, by name, for the mapped shards (one call a read)
             [
                 watch_entry(s.mapped_path, s.identity) if s.mapped_path is not None and s.identity is not None else None
@@ -224,6 +223,7 @@ class ArrowShards:
         )
         self._unwatched = any(e is None for e, m in zip(self._watch.entries, self._mapped_bool) if m)
         self._schema = self._shards[0].schema
+        self._reads = self._unit_reads()
         self._wholes = [s.whole for s in self._shards]
         self._num_records = start
         self._starts = np.fromiter((u.start for u in self._units), dtype=np.int64, count=len(self._units))
@@ -249,10 +249,10 @@ class ArrowShards:
         self._mapped = np.concatenate([m._mapped for m in members])
         self._mapped_bool = self._mapped.astype(bool)
         self._unit_view = np.concatenate([m._unit_view for m in members])
-        self._reads = self._unit_reads()
         self._watch = ShardWatch.joined([m._watch for m in members])
         self._unwatched = any(m._unwatched for m in members)
         self._schema = self._shards[0].schema
+        self._reads = self._unit_reads()
         self._wholes = [s.whole for s in self._shards]
         self._num_records = sum(m._num_records for m in members)
         self._starts = np.concatenate([m._starts + o for m, o in zip(members, record_off)])
@@ -275,6 +275,7 @@ class ArrowShards:
             root=self._root.as_posix(),
             rel=self._rel,
             metadata=self._shards[0].schema.metadata if self._shards else None,
+            columns=len(self._schema),
             ensure_valid=self._ensure_valid,
             name=self.__repr__,
             key=(str(self._root), tuple(self._rel), v.hash if v is not None else None),

@@ -124,6 +124,12 @@ class DecodedUnits:
     def __len__(self) -> int:
         return len(self._map)
 
+    @property
+    def lock(self) -> threading.Lock:
+        """The map's lock, for an owner that keeps what it derives from its entries consistent with
+        them (:class:`.gather_decoded.PlanTable`): held briefly, never while calling the map."""
+        return self._lock
+
     def get(self, key: Hashable) -> pa.RecordBatch | None:
         """The batch kept under ``key`` (now the most recently used), or None."""
         hit = self.entry(key)

@@ -25,18 +25,28 @@ Algorithm.
   (``0..t-1``), so the plan is the one :func:`.gather.plan_column` would build over those units.
   The caller (:meth:`.unit_reads.UnitReads.touched`) holds a batch's touched units only while their
   decoded bytes fit the decoded-unit budget; a batch needing more takes them one at a time.
+* Per batch over units planned before (:class:`PlanTable`, one per source): every unit's row is
+  also kept in one table per column, row ``k`` for unit ``k``, beside a weak reference to the
+  decoded unit it came from. A batch whose touched units all still live takes their rows with
+  one fancy index per column (no Python step per touched unit: stacking ~200 rows cost about 1 us
+  each) and holds the units for the batch; a touched unit that was let go (evicted, dropped, never
+  decoded) sends the batch to the per-unit stacking above, which publishes the rows it planned.
+  The table never keeps a unit alive: the decoded-unit map alone bounds memory.
 
 Guarantee: the result equals ``Table.take`` of the ids (tested against it and against the
 per-unit Arrow take, on Hypothesis-drawn ids, for every type the gather has a fast path for,
 with nulls at every level); a unit's buffers are read only while the span holds its batch.
 
 Cost: per decoded unit, one plan per column (Python steps per type level, once); per batch,
-O(touched units) to stack the rows, one array operation per node and one gather as over mapped
-shards (O(ids + values copied)); nothing is kept between batches.
+O(touched units) to stack the rows (from the table: one fancy index per column and a weak
+reference called per touched unit), one array operation per node and one gather as over mapped
+shards (O(ids + values copied)); between batches, the table's rows: 8 bytes per node, column and
+unit of the source (tens of bytes a unit), and one weak reference a unit.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -45,7 +55,7 @@ import pyarrow as pa
 from resumable_data.sources.gather import ColumnGather, address_span, flatten_plan, plan_column, rebuild_plan
 from resumable_data.sources.unit_index import Unit
 
-__all__ = ["DecodedRows", "DecodedUnit", "plan_touched", "unit_rows"]
+__all__ = ["DecodedRows", "DecodedUnit", "PlanRows", "PlanTable", "plan_touched", "unit_rows"]
 
 _ALIGN = 64  # the span starts on this boundary, so every item width divides its offsets
 
@@ -66,7 +76,7 @@ class DecodedUnit:
     computed on first use (:meth:`plan_rows`; a unit decoded again and again because the batches
     need more units than the decoded-unit budget keeps never pays for them)."""
 
-    __slots__ = ("_rows", "batch", "nbytes")
+    __slots__ = ("__weakref__", "_rows", "batch", "nbytes")
 
     def __init__(self, batch: pa.RecordBatch) -> None:
         self.batch, self.nbytes = batch, batch.get_total_buffer_size()
@@ -104,14 +114,102 @@ def plan_touched(units: Sequence[DecodedUnit]) -> list[ColumnGather | None]:
     None where some touched unit has no row for the column; the plans' span holds the units'
     batches alive."""
     rows = [u.plan_rows() for u in units]
-    lo = min(r.lo for r in rows) // _ALIGN * _ALIGN
-    hi = max(r.hi for r in rows)
-    span = pa.foreign_buffer(lo, hi - lo, base=tuple(u.batch for u in units))
-    out: list[ColumnGather | None] = []
-    for i, template in enumerate(rows[0].templates):
+    columns: list[np.ndarray | None] = []
+    for i in range(len(rows[0].templates)):
         cols = [c for c in (r.rows[i] for r in rows) if c is not None]
-        if template is None or len(cols) < len(rows):
-            out.append(None)
-        else:
-            out.append(rebuild_plan(template, np.stack(cols, axis=1), span))
-    return out
+        columns.append(np.stack(cols, axis=1) if len(cols) == len(rows) else None)
+    return _plans(rows[0].templates, columns, min(r.lo for r in rows), max(r.hi for r in rows), units)
+
+
+def _plans(
+    templates: Sequence[ColumnGather | None],
+    columns: Sequence[np.ndarray | None],
+    lo: int,
+    hi: int,
+    units: Sequence[DecodedUnit],
+) -> list[ColumnGather | None]:
+    """Per column, ``templates[i]`` rebuilt over the stacked rows ``columns[i]`` (``[nodes,
+    units]``; None: the column has no plan), on one span from ``lo`` to ``hi`` whose base holds
+    ``units`` (and so their batches)."""
+    lo = lo // _ALIGN * _ALIGN
+    span = pa.foreign_buffer(lo, hi - lo, base=tuple(units))
+    return [
+        None if template is None or rows is None else rebuild_plan(template, rows, span)
+        for template, rows in zip(templates, columns)
+    ]
+
+
+class _Nothing:
+    __slots__ = ("__weakref__",)
+
+
+_GONE = weakref.ref(_Nothing())  # a reference whose object is gone: a unit never published
+
+
+class PlanTable:
+    """The plan rows of one source's decoded units, one table per column, so that a batch whose
+    touched units were all planned before is planned by array operations, not by Python steps per
+    unit (:func:`plan_touched` stacks each touched unit's rows: about 1 us a unit, 200 units a
+    batch of a global shuffle over 1,000-row units).
+
+    Row ``k`` of a column's table holds unit ``k``'s row (:func:`unit_rows`); beside it the table
+    keeps a weak reference to the :class:`DecodedUnit` the row was taken from, so it never keeps
+    a unit alive that the decoded-unit map let go (the map alone bounds the memory). A lookup
+    (:meth:`lookup`) succeeds only when every touched unit's reference is still alive; it then
+    holds them (strongly) for the batch, and their rows are the addresses of those very batches.
+    The caller serialises :meth:`publish` and :meth:`lookup` (they read and write the same rows);
+    :meth:`plans` runs outside that lock."""
+
+    def __init__(self, num_units: int, num_columns: int) -> None:
+        self._n, self._cols = num_units, num_columns
+        self._refs = np.full(num_units, _GONE, dtype=object)  # weakref.ref to the unit (_GONE: none)
+        self._lo = np.zeros(num_units, dtype=np.int64)
+        self._hi = np.zeros(num_units, dtype=np.int64)
+        self._has = np.zeros((num_units, num_columns), dtype=bool)  # the unit has a row for the column
+        self._tables: list[np.ndarray | None] = [None] * num_columns  # [units, nodes] per column
+        self._templates: list[ColumnGather | None] = [None] * num_columns
+
+    def publish(self, ks: Sequence[int], units: Sequence[DecodedUnit]) -> None:
+        """Keep the rows of ``units`` (unit numbers ``ks``), whose rows are computed."""
+        for k, u in zip(ks, units):
+            rows = u.plan_rows()
+            if rows.hi == rows.lo:  # no buffers: nothing to plan over
+                continue
+            for i, row in enumerate(rows.rows):
+                table = self._tables[i]
+                if row is not None and table is None:
+                    table = self._tables[i] = np.zeros((self._n, len(row)), dtype=np.int64)
+                    self._templates[i] = rows.templates[i]
+                ok = row is not None and table is not None and table.shape[1] == len(row)
+                if ok and table is not None:
+                    table[k] = row
+                self._has[k, i] = ok
+            self._lo[k], self._hi[k] = rows.lo, rows.hi
+            self._refs[k] = weakref.ref(u)
+
+    def lookup(self, touched: np.ndarray) -> PlanRows | None:
+        """The rows of the units ``touched`` (increasing unit numbers), each unit held for the
+        batch, or None unless every one was published and is still alive."""
+        units = [r() for r in self._refs[touched].tolist()]
+        if None in units:  # identity comparisons (a DecodedUnit has no __eq__)
+            return None
+        has = self._has[touched].all(axis=0)
+        columns = [
+            table[touched].T if table is not None and ok else None for table, ok in zip(self._tables, has.tolist())
+        ]
+        return PlanRows(units, columns, int(self._lo[touched].min()), int(self._hi[touched].max()))
+
+    def plans(self, got: PlanRows) -> list[ColumnGather | None]:
+        """Per column, the plan over the units of ``got`` (numbered ``0..t-1``), as
+        :func:`plan_touched` gives it."""
+        return _plans(self._templates, got.columns, got.lo, got.hi, got.units)
+
+
+class PlanRows:
+    """What :meth:`PlanTable.lookup` found: the touched units (held), per column their stacked
+    rows (``[nodes, units]``) or None, and their buffers' address range."""
+
+    __slots__ = ("columns", "hi", "lo", "units")
+
+    def __init__(self, units: list[DecodedUnit], columns: list[np.ndarray | None], lo: int, hi: int) -> None:
+        self.units, self.columns, self.lo, self.hi = units, columns, lo, hi

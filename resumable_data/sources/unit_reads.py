@@ -16,11 +16,14 @@ Algorithm.
   ranged read of its span (:meth:`UnitReads.fetch_unit`), else from the local shard
   (:meth:`.files.OpenShard.read_unit`); the batch is validated and put in the map. A zero-copy
   batch of a map in a folder that also holds decoded units is kept at 0 bytes, for its plan rows.
-* A batch's touched units (:meth:`UnitReads.touched`) are gathered together through
-  :func:`.gather_decoded.plan_touched` when their decoded bytes fit the budget: estimated from
-  the mean unit size so far before decoding any, then checked while collecting them. Past the
-  budget the caller takes unit by unit (one held at a time), and the process is told once per
-  dataset (a ``RuntimeWarning`` with the figures and the ``decoded_cache_bytes=`` that fixes it).
+* A batch's touched units (:meth:`UnitReads.touched`) are gathered together: from the source's
+  :class:`.gather_decoded.PlanTable` when every one was planned before and still lives (array
+  operations only), else through :func:`.gather_decoded.plan_touched` when their decoded bytes fit
+  the budget (estimated from the mean unit size so far before decoding any, then checked while
+  collecting them), whose rows the table then keeps. Past the budget the caller takes unit by unit
+  (one held at a time), and the process is told once per dataset (a ``RuntimeWarning`` with the
+  figures and the ``decoded_cache_bytes=`` that fixes it). A batch served from the table does not
+  refresh its units' recency in the map (the map is then evicted in insertion order among them).
 
 Guarantee. Every decoded unit comes from bytes whose identity was checked when they were read (a
 remote object's size and ETag as recorded at open: :meth:`.store.FileSystemStore.read_range_checked`;
@@ -46,7 +49,7 @@ from resumable_data.errors import ConfigError, describe
 from resumable_data.sources.decoded_units import new_owner, over_budget_warning, process_units, warn_once
 from resumable_data.sources.files import OpenShard
 from resumable_data.sources.gather import ColumnGather
-from resumable_data.sources.gather_decoded import DecodedUnit, plan_touched
+from resumable_data.sources.gather_decoded import DecodedUnit, PlanTable, plan_touched
 from resumable_data.sources.read_ahead.cache import UnitCache
 from resumable_data.sources.store import FileSystemStore, ShardStore, join
 from resumable_data.sources.unit_index import Unit
@@ -83,6 +86,7 @@ class UnitReads:
         root: str,
         rel: Sequence[str],
         metadata: dict[bytes, bytes] | None,
+        columns: int,
         ensure_valid: Callable[[int], None],
         name: Callable[[], str],
         key: Hashable,
@@ -98,6 +102,8 @@ class UnitReads:
             self._map.reserve(budget)
         self._estimate = [0, 0]  # bytes and count of the units decoded so far (touched()'s estimate)
         self.ahead: UnitCache | None = None  # the read-ahead cache attached (attach())
+        self._columns = columns
+        self._table: PlanTable | None = None  # the plan rows of the units planned so far (touched())
 
     @functools.cached_property
     def loaded(self) -> bool:
@@ -109,12 +115,14 @@ class UnitReads:
 
     def close(self) -> None:
         """Drop this source's decoded units from the process's map."""
+        self._table = None
         self._map.drop(self._owner)
 
     def attach(self, cache: UnitCache | None) -> None:
         """Read units through ``cache`` (filled ahead by one fetcher per rank), or directly (None);
         the units decoded from other bytes are dropped."""
         self.ahead = cache
+        self._table = None
         self._map.drop(self._owner)
 
     # -- one unit --------------------------------------------------------------------------------
@@ -156,6 +164,13 @@ class UnitReads:
         ``unit`` renumbered to them and the touched units; None when their decoded bytes exceed the
         decoded-unit budget (the caller then takes unit by unit, holding one)."""
         touched, renumbered = np.unique(unit, return_inverse=True)
+        renumbered = renumbered.astype(np.int64, copy=False)
+        table = self._table
+        if table is not None:  # every touched unit planned before and still alive: array operations only
+            with self._map.lock:
+                found = table.lookup(touched)
+            if found is not None:
+                return table.plans(found), renumbered, found.units
         ks = touched.tolist()
         limit = self._map.budget
         total, count = self._estimate
@@ -175,7 +190,12 @@ class UnitReads:
                 self._over_budget(decoding, held * decoding // max(held_units, 1))
                 return None
             units.append(got)
-        return plan_touched(units), renumbered.astype(np.int64, copy=False), units
+        plans = plan_touched(units)
+        if table is None:
+            table = self._table = PlanTable(len(self._units), self._columns)
+        with self._map.lock:
+            table.publish(ks, units)
+        return plans, renumbered, units
 
     def _over_budget(self, units: int, need: int) -> None:
         """Warn once per process and dataset (every copy of the source: the loader's workers open

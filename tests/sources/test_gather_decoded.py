@@ -81,18 +81,21 @@ def test_take_equals_pyarrow_take_and_the_fallback(parquet_sources, ids, which):
 def numeric_sources(tmp_path_factory):
     rng = np.random.default_rng(2)
     lens = rng.integers(0, 40, N)
-    table = pa.table({
-        "tokens": pa.array([rng.integers(0, 1000, k).tolist() for k in lens], type=pa.list_(pa.int32())),
-        "wide": pa.array([rng.random(k).tolist() for k in lens], type=pa.large_list(pa.float32())),
-        "id": pa.array(np.arange(N, dtype=np.int64)),
-        "score": pa.array(rng.random(N).astype(np.float32)),
-    })
+    table = pa.table(
+        {
+            "tokens": pa.array([rng.integers(0, 1000, k).tolist() for k in lens], type=pa.list_(pa.int32())),
+            "wide": pa.array([rng.random(k).tolist() for k in lens], type=pa.large_list(pa.float32())),
+            "id": pa.array(np.arange(N, dtype=np.int64)),
+            "score": pa.array(rng.random(N).astype(np.float32)),
+        }
+    )
     return _as_parquet(tmp_path_factory, table, "num")
 
 
 @settings(derandomize=True, max_examples=30, deadline=None)
-@given(ids=st.lists(st.integers(0, N - 1), min_size=1, max_size=300), which=st.integers(0, 2),
-       pad=st.sampled_from([0, -1]))
+@given(
+    ids=st.lists(st.integers(0, N - 1), min_size=1, max_size=300), which=st.integers(0, 2), pad=st.sampled_from([0, -1])
+)
 def test_take_numpy_equals_the_collate_of_take(numeric_sources, ids, which, pad):
     table, srcs = numeric_sources
     got = srcs[which].take_numpy(ids, pad)
@@ -128,7 +131,9 @@ def test_touched_units_over_the_budget_are_taken_one_at_a_time(parquet_sources, 
     monkeypatch.setattr(process_units(), "budget", 1)
     monkeypatch.setattr(decoded_units, "_WARNED", set())  # nothing said yet in this process
     process_units().clear()
-    with pytest.warns(RuntimeWarning, match=r"a batch touches \d+ units .* budget of 1 bytes.*decoded_cache_bytes") as seen:
+    with pytest.warns(
+        RuntimeWarning, match=r"a batch touches \d+ units .* budget of 1 bytes.*decoded_cache_bytes"
+    ) as seen:
         for _ in range(3):
             assert src.take(ids).equals(expected)
     assert len(seen) == 1  # said once per dataset and process
@@ -242,3 +247,50 @@ def test_threads_taking_while_the_map_is_cleared_and_shrunk_get_the_right_rows(p
     churner.join()
     other.close()
     assert failures == []
+
+
+# -- the plan table: a batch over units planned before, by array operations ---------------------
+@pytest.mark.parametrize("layout", [0, 1])
+def test_a_batch_over_units_planned_before_is_planned_from_the_table(parquet_sources, monkeypatch, layout):
+    """Once every unit a batch touches was planned (and is still kept), the batch's plans come from
+    the source's table of rows (no per-unit stacking: ``plan_touched`` is not called) and equal
+    ``Table.take``, column by column."""
+    table, srcs = parquet_sources
+    src = rd.ArrowShards(srcs[layout].root, unpinned="allow")  # a fresh source: an empty table
+    monkeypatch.setattr(process_units(), "budget", 1 << 30)  # the decoded dataset fits
+    calls = _counting(monkeypatch)
+    rng = np.random.default_rng(11 + layout)
+    assert src.take(np.arange(N)).equals(table)  # every unit decoded and planned once
+    assert len(calls) == 1
+    for _ in range(25):
+        ids = rng.integers(0, N, int(rng.integers(1, 400)))
+        got = src.take(ids)
+        for name in table.column_names:  # column by column, to name the one that differs
+            assert got.column(name).equals(table.column(name).take(pa.array(ids))), name
+    assert len(calls) == 1  # every batch planned from the table
+
+
+def test_the_table_keeps_no_unit_alive_and_a_unit_decoded_again_replaces_its_rows(parquet_sources, monkeypatch):
+    import gc
+    import weakref
+
+    table, srcs = parquet_sources
+    src = rd.ArrowShards(srcs[1].root, unpinned="allow")
+    monkeypatch.setattr(process_units(), "budget", 1 << 30)
+    calls = _counting(monkeypatch)
+    ids = np.random.default_rng(12).integers(0, N, 300)
+    assert src.take(ids).equals(table.take(pa.array(ids)))
+    unit, _ = src._locate(ids)
+    k = int(unit[0])
+    first = src._reads.decoded(k)
+    alive = weakref.ref(first)
+    del first
+    process_units().clear()  # the map lets every unit go: the table must not hold them
+    gc.collect()
+    assert alive() is None
+    assert src.take(ids).equals(table.take(pa.array(ids)))  # decoded and planned again
+    assert len(calls) == 2
+    again = src._reads.decoded(k)
+    assert again is not None and again is not alive()
+    assert src.take(ids[::-1]).equals(table.take(pa.array(ids[::-1])))  # from the table: the new rows
+    assert len(calls) == 2
