@@ -15,7 +15,8 @@ over the local files (memory-mapped IPC, Parquet by row group), global shuffle, 
 (``shuffle_window=10_000``; ``window_units``: the same window over read units,
 ``window_blocks="read_units"``) and sequential, 0 and 2 workers. Each round builds both loaders afresh
 and times, one after the other (interleaved), the batches after the first (the steady state; the
-first batch's own time is reported apart): ``--epochs`` epochs (default 1; global shuffle: 9 steps).
+first batch's own time is reported apart): ``--epochs`` epochs (default 1; global shuffle: 9 steps,
+``--global-steps`` + 1).
 ``--units``: the fetch unit, ``rd.ReadUnit`` (``record_batch``: one ranged GET per record batch or
 row group; ``shard``: the whole object per GET; ``auto``: the one ``rd.ReadUnit.AUTO`` resolves to,
 shown as ``auto->shard`` or ``auto->record_batch``; the resume figures read by the first of them).
@@ -113,6 +114,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--workers", default="0,2")
     ap.add_argument("--budget", default="0.5", help="cache_bytes / dataset bytes (or default), window and sequential")
     ap.add_argument("--global-budget", default="0.25", help="cache_bytes / dataset bytes (or default), global shuffle")
+    ap.add_argument("--global-steps", type=int, default=8,
+                    help="global shuffle: steps timed after the first (default 8: mostly the first fetches; "
+                         "more measures the steady state)")
     ap.add_argument("--units", default="record_batch", help="rd.ReadUnit values, comma-separated")
     ap.add_argument("--epochs", type=int, default=1, help="epochs timed (window and sequential)")
     ap.add_argument("--no-resume", action="store_true", help="skip the resume figures")
@@ -172,7 +176,7 @@ def main(argv: list[str] | None = None) -> dict:
             ):
                 budget = rd.ReadAhead().cache_bytes if budget_s == "default" else int(total * float(budget_s))
                 ahead = rd.ReadAhead(lookahead=64, concurrency=16, cache_bytes=budget, unit=rd.ReadUnit(unit_name))
-                steps = 8 if order == "global" else args.epochs * args.rows // BATCH - 1
+                steps = args.global_steps if order == "global" else args.epochs * args.rows // BATCH - 1
                 if True:
                     local_t, remote_t, firsts, amp, gets, heads, peaks = [], [], [], [], [], [], []
                     for _ in range(args.rounds):
