@@ -107,3 +107,9 @@ def test_a_file_that_is_not_a_shard_gives_one_fix_that_works(tmp_path, table):
     (folder / "part-0.arrow").rename(folder / "part-0.csv")  # the fix: a file that is not a shard, renamed
     rd.write_arrow_shards(table, str(folder / "shards"))
     assert rd.pin(folder).num_records == table.num_rows
+
+
+def test_a_file_uri_pins_the_folder_it_names(tmp_path, table):
+    rd.write_arrow_shards(table, str(tmp_path / "d"), num_shards=2)
+    version = rd.pin((tmp_path / "d").as_uri())
+    assert version.num_records == table.num_rows and (tmp_path / "d" / MANIFEST_NAME).exists()

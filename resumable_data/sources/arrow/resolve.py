@@ -111,20 +111,20 @@ def resolve_source(store: ShardStore, src: Any, policy: UnpinnedPolicy) -> tuple
         return pinned, root, ([s.path for s in pinned.shards] if pinned is not None else rel)
     if isinstance(src, (str, os.PathLike)):
         if store.stat(src) is None:
-            where = (
-                f" (relative to the working directory {os.getcwd()!r})"
-                if store.local and not os.path.isabs(src)
-                else ""
-            )
-            raise ConfigError(
-                describe(
-                    "path_or_files",
-                    str(src),
-                    f"an existing directory or shard file; nothing exists there{where}",
+            if store.local:
+                rel_note = "" if os.path.isabs(src) else f" (relative to the working directory {os.getcwd()!r})"
+                expected = f"an existing directory or shard file; nothing exists there{rel_note}"
+                fix = (
                     "pass the folder that holds the dataset's .arrow/.ipc/.feather/.parquet files (an absolute "
-                    "path is safest); remote data: 's3://bucket/prefix' or a bucket/prefix with filesystem=",
+                    "path is safest); remote data: 's3://bucket/prefix' or a bucket/prefix with filesystem="
                 )
-            )
+            else:
+                expected = "an existing bucket/prefix or object; the store holds nothing there"
+                fix = (
+                    "pass the bucket/prefix the shards were uploaded to (no 's3://' with filesystem=), and check "
+                    "filesystem= (endpoint, region, credentials) points at that store"
+                )
+            raise ConfigError(describe("path_or_files", str(src), expected, fix))
         src = [src]
     root, rel = resolve_files(file_list(src), store)
     found = DatasetVersion.locate(root, filesystem=store.filesystem)  # a pinned parent folder
