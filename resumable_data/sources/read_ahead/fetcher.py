@@ -66,7 +66,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -75,7 +74,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from resumable_data.plan.reads import ReadSchedule, step_units
-from resumable_data.sources.read_ahead.cache import UnitCache
+from resumable_data.sources.read_ahead.cache import UnitCache, make_cache_dir
 from resumable_data.sources.read_ahead.config import ReadAhead, ReadUnit
 from resumable_data.sources.read_ahead.progress import FirstUnits
 from resumable_data.sources.read_ahead.unit_choice import UnitChoice, choose_unit
@@ -153,7 +152,8 @@ class Prefetcher:
         for members in self._members if self._shard is None else []:
             span = self._spans[members[0]]
             self._sizes.append(None if span is None else span[1])  # None: not read by range, the step reads it
-        self.cache = UnitCache(tempfile.mkdtemp(prefix="rd-read-ahead-", dir=config.cache_dir))
+        root, self._owner_fd = make_cache_dir(None if config.cache_dir is None else str(config.cache_dir))
+        self.cache = UnitCache(root)
         self._units: dict[int, np.ndarray] = {}  # step -> its units (plan/reads.step_units)
         self._cond = threading.Condition()
         self._schedule: ReadSchedule | None = None
@@ -273,6 +273,9 @@ class Prefetcher:
         self._source.attach_read_ahead(None)
         self._pool.shutdown(wait=False, cancel_futures=True)  # a read in its retries ends on its own
         shutil.rmtree(self.cache.root, ignore_errors=True)
+        if self._owner_fd is not None:  # after the removal: a sweep never sees it unlocked
+            os.close(self._owner_fd)
+            self._owner_fd = None
 
     # -- the scheduler thread ------------------------------------------------------------------------
     def _run(self) -> None:
