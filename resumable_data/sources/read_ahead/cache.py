@@ -31,7 +31,9 @@ releases it when the process and the loader workers it forked are gone, however 
 new cache directory first sweeps its parent (:func:`sweep_abandoned`): a ``rd-read-ahead-*``
 directory of this user whose ``.owner`` lock can be taken has no owner left and is removed. A
 directory without ``.owner`` (being made right now, or made by an earlier version) is never
-touched, nor is anything else in the parent. Cost: one listing of the parent per loader start.
+touched, nor is anything else in the parent. The fetcher sweeps once more
+:data:`~.fetcher.SWEEP_AGAIN_S` after it starts, since a job restarted at once may start while the
+killed process's workers still hold its lock. Cost: one listing of the parent per sweep.
 """
 
 from __future__ import annotations
