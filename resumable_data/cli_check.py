@@ -33,7 +33,11 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("data", help="a pinned dataset directory (rd.pin wrote its .rd-manifest.json), or any with --pin")
+    p.add_argument(
+        "data",
+        help="a pinned dataset directory (rd.pin wrote its .rd-manifest.json, or pinned it into the cache), "
+        "or any with --pin",
+    )
     p.add_argument(
         "--pin",
         action="store_true",
@@ -108,15 +112,25 @@ def _maker(args: argparse.Namespace):
     from resumable_data.sources.files import MANIFEST_NAME
 
     if not Path(args.data).is_dir():
-        raise ConfigError(describe("data", args.data, "an existing dataset directory", "check the path"))
-    if not (Path(args.data) / MANIFEST_NAME).is_file():
+        raise ConfigError(
+            describe(
+                "data",
+                args.data,
+                f"an existing dataset directory (relative to the working directory {str(Path.cwd())!r})",
+                "pass the folder that holds the shards and its manifest",
+            )
+        )
+    # pinned in place, or into $RD_CACHE_DIR (rd.ArrowShards pins an unpinned folder there on first use)
+    if rd.DatasetVersion.locate(args.data) is None:
         if not args.pin:
             raise ConfigError(
                 describe(
                     "data",
                     args.data,
-                    f"a pinned dataset directory (with {MANIFEST_NAME})",
-                    f"pass --pin (pins it in place first), or run resumable-data pin {args.data}",
+                    f"a pinned dataset directory (with {MANIFEST_NAME}, or pinned into the cache)",
+                    f"pass --pin (pins it in place first), or run resumable-data pin {args.data}, or "
+                    f'pin it without writing into the folder: python -c "import resumable_data as rd; '
+                    f"rd.pin({args.data!r}, save='cache')\"",
                 )
             )
         version = rd.pin(args.data)

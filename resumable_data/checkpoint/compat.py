@@ -346,7 +346,7 @@ _PROGRESS = frozenset({("data", K_MIXTURE, K_REBASE)})
 _BATCH = frozenset({("data", K_PLAN, K_GLOBAL_BATCH), ("data", K_PLAN, K_SCHEDULE)})
 _BATCH_HINT = (
     "; or, to continue at the committed sample with the current batch (no sample lost or repeated), "
-    "pass on_batch_change='continue' to rd.load_checkpoint / TrainingState.load_state_dict"
+    "pass on_batch_change='continue' to rd.resume_or_start / rd.load_checkpoint / TrainingState.load_state_dict"
 )
 _BATCH_FIX = (
     "declared: on_batch_change='continue' (the loader continues at the committed sample with the current "

@@ -329,7 +329,15 @@ def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path
             )
         return p
     if not p.is_dir():
-        raise CheckpointError(describe("directory", str(p), "an existing checkpoint directory", "check the path"))
+        raise CheckpointError(
+            describe(
+                "directory",
+                str(p),
+                f"an existing checkpoint directory (nothing is at {str(p.absolute())!r})",
+                "pass the directory rd.save_checkpoint wrote into, or call rd.resume_or_start(directory, state), "
+                "which starts from step 0 when there is no checkpoint yet",
+            )
+        )
     if step is not None:
         q = _loadable(p).get(check_step(step))
         if q is None:

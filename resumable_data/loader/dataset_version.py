@@ -28,7 +28,13 @@ def resolve_version(dataset: Any, dataset_version: Any) -> tuple[str, bool]:
     given = getattr(dataset_version, "hash", dataset_version)
     if given is not None and (not isinstance(given, str) or not given):
         raise ConfigError(
-            describe("dataset_version", dataset_version, "an rd.DatasetVersion or its hash string", "pass rd.pin(path)")
+            describe(
+                "dataset_version",
+                dataset_version,
+                "an rd.DatasetVersion or a non-empty version string",
+                "pass rd.pin(path) for a folder of shards, or a string naming the data's version "
+                "(a hash of its files, a release tag) for any other dataset",
+            )
         )
     from resumable_data.sources import ArrowShards  # sources import pyarrow only
     from resumable_data.sources.mixture import Mixture

@@ -383,7 +383,9 @@ def compare(
         diffs.append(
             f"pinned: the {'saved run' if not saved.pinned else 'current loader'}'s dataset is not pinned "
             f"(saved pinned={saved.pinned}, current pinned={current.pinned}), so its version cannot be verified; "
-            "fix: pin the data (rd.pin) and pass dataset_version=, or load with allow_unpinned=True"
+            "fix: build both loaders over a pinned version: an rd.ArrowShards of a folder rd.pin pinned, or, for "
+            "any other dataset, dataset_version='<a string naming this data's version>' (a hash of its files, a "
+            "release tag) on the saving and the resuming loader; or load with allow_unpinned=True"
         )
     layout_changed = saved.layout != current.layout
     if layout_changed and not (saved.elastic and current.elastic):

@@ -64,7 +64,7 @@ def check_worker_options(
             "num_workers",
             num_workers,
             "an integer >= 0",
-            "use num_workers=0 to load in the main process",
+            "pass an int, e.g. num_workers=2 (worker processes), or num_workers=0 to load in the main process",
         )
     if num_workers > MAX_NUM_WORKERS:
         raise ConfigError(

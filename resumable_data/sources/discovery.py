@@ -57,11 +57,12 @@ def discover_shards(root: Any, store: ShardStore = LOCAL) -> list[str]:
     prefix holding nothing is not a directory)."""
     if not store.local:
         try:
-            found = store.list_files(root)
+            listed = store.list_files(root)
         except (FileNotFoundError, NotADirectoryError):
-            found = []
-        if found:
-            return [r for r in found if r.endswith(SHARD_SUFFIXES) and not posixpath.basename(r).startswith(".")]
+            listed = []
+        if listed:  # a Hugging Face folder is read as HF defines it here too (its cache files left out)
+            found = [r for r in listed if r.endswith(SHARD_SUFFIXES) and not posixpath.basename(r).startswith(".")]
+            return hf_dataset_files(root, store, listed, found)
     if not store.is_dir(root):
         raise ConfigError(
             describe(

@@ -66,7 +66,7 @@ from resumable_data.sources.shard_format import build_layout, detect_format, ipc
 from resumable_data.sources.shard_schema import canonical_schema, check_same_schema, check_schema_names
 from resumable_data.sources.shard_units import OpenShard
 from resumable_data.sources.store import LOCAL, ShardStore
-from resumable_data.sources.validate import guard
+from resumable_data.sources.validate import FIX, guard
 
 __all__ = [
     "HASH_CHUNK_BYTES",
@@ -285,8 +285,9 @@ def read_shard_meta(path: Any, store: ShardStore = LOCAL) -> ShardMeta:
             describe(
                 "shard",
                 str(path),
-                f"a readable {fmt.value} shard (read failed: {exc})",
-                "remove or rewrite the damaged file, then pin again",
+                f"a readable {fmt.value} shard (read failed: {str(exc).removesuffix(f'; fix: {FIX}')})",
+                f"remove or rewrite the file, then pin again (a file that is not a shard must not be named "
+                f"*{', *'.join(SHARD_SUFFIXES)} in the dataset's folder)",
             )
         ) from exc
     shard.close()

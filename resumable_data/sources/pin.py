@@ -75,7 +75,8 @@ def pin(
     ``hash="etag"`` (object stores that give ETags) records each object's ETag and reads no shard
     body: the store is trusted to give other bytes another ETag (see :mod:`.verified`).
     ``filesystem``: a ``pyarrow.fs.FileSystem`` the paths live on (e.g. S3; the bytes are streamed
-    through it).
+    through it); without it, a URI ``path`` (``s3://bucket/prefix``, with pyarrow's query options such as
+    ``?endpoint_override=host:port&scheme=http``) names its filesystem, as for ``rd.ArrowShards``.
     ``lineage``: an optional dict of JSON values recorded in (and hashed with) the manifest: what
     produced the shards (``rd.prepare`` passes its input version and function fingerprint).
     """
@@ -89,6 +90,8 @@ def pin(
                 "pass save='cache' to keep the manifest out of the data folder",
             )
         )
+    if filesystem is None and isinstance(path, str) and "://" in path:  # as rd.ArrowShards reads it
+        filesystem, path = _filesystem_of_uri(path)
     store = store_for(filesystem)
     if isinstance(path, (str, os.PathLike)):
         root = store.resolve(path)
@@ -192,3 +195,21 @@ def pin(
     if save:
         version.save(to_cache=save == "cache" or selection is Selection.FILES)
     return version
+
+
+def _filesystem_of_uri(uri: str) -> tuple[Any, str]:
+    """(pyarrow filesystem, path) of a URI such as ``s3://bucket/prefix?endpoint_override=...``."""
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+    try:
+        return pafs.FileSystem.from_uri(uri)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ConfigError(
+            describe(
+                "path",
+                uri,
+                f"a filesystem URI ({exc})",
+                "fix the URI, or pass filesystem=pyarrow.fs.S3FileSystem(...) and a bucket/prefix path",
+            )
+        ) from None

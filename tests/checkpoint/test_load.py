@@ -165,3 +165,22 @@ def test_a_mixture_epoch_rounded_to_the_batch_names_the_epoch_len_fix(tmp_path):
                         seed=11)
     stream = ids_of([canon(b) for _, b in zip(range(28 + 60), one)])
     assert np.concatenate(first).tolist() + ids_of(later).tolist() == stream.tolist()  # every sample, in order
+
+
+def test_the_batch_change_fix_names_resume_or_start_and_it_works_there(data, tmp_path):
+    """The refusal's fix names rd.resume_or_start (the call the README's loop makes), and passing
+    on_batch_change='continue' to it resumes at the saved step."""
+    saved = make(data, 4)
+    train(saved, 5)
+    rd.save_checkpoint(tmp_path / "ck", saved, step=5)
+    with pytest.raises(rd.CompatibilityError, match=r"on_batch_change='continue' to rd\.resume_or_start"):
+        rd.resume_or_start(tmp_path / "ck", make(data, 6))
+    assert rd.resume_or_start(tmp_path / "ck", make(data, 6), on_batch_change="continue") == 5
+
+
+def test_a_missing_directory_names_the_fresh_start_fix_and_it_works(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    state = rd.TrainingState(model=torch.nn.Linear(1, 1))
+    with pytest.raises(rd.CheckpointError, match=r"nothing is at .*ckpts.*rd\.resume_or_start\(directory, state\)"):
+        rd.load_checkpoint("ckpts", state)
+    assert rd.resume_or_start("ckpts", state) == 0  # the fix, as named

@@ -289,3 +289,18 @@ def test_check_resume_checks_the_window_over_read_units(tmp_path, capsys, monkey
     assert built and set(built) == {"read_units"}  # every loader the check built reads the unit window
     rc, _, err = _cli(capsys, "check-resume", data, "--window-blocks", "read_units", "--steps", "4")
     assert rc == 2 and "--window-blocks" in err and "--window N" in err, err
+
+
+def test_check_resume_takes_a_folder_pinned_into_the_cache_and_writes_nothing_into_it(tmp_path, capsys):
+    """A folder rd.ArrowShards pinned into $RD_CACHE_DIR (a save_to_disk folder, a read-only one) is
+    pinned: check-resume runs on it without --pin, and the refusal's no-write fix works as written."""
+    data = _shards(tmp_path / "data")
+    rc, _, err = _cli(capsys, "check-resume", data, "--steps", "4", "--interrupts", "1")
+    assert rc == 2 and "save='cache'" in err
+    fix = err.split('python -c "')[1].split('"')[0]
+    exec(fix, {})  # the fix, as printed
+    before = sorted(p.name for p in data.iterdir())
+    rc, out, _ = _cli(capsys, "check-resume", data, "--batch-size", "8", "--shuffle", "--steps", "6",
+                      "--interrupts", "2", "--workers", "0")
+    assert rc == 0 and "bit-exact" in out
+    assert sorted(p.name for p in data.iterdir()) == before and not (data / ".rd-manifest.json").exists()

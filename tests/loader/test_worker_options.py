@@ -54,3 +54,8 @@ def test_num_workers_out_of_range(value):
 def test_timeout_out_of_range(value):
     with pytest.raises(rd.ConfigError, match="timeout=.*0: wait forever"):
         rd.DataLoader(list(range(10)), batch_size=2, num_workers=1, timeout=value)
+
+
+def test_num_workers_as_a_string_names_the_int_to_pass():
+    with pytest.raises(rd.ConfigError, match=r"^num_workers='2': .*fix: pass an int, e\.g\. num_workers=2"):
+        rd.DataLoader(list(range(8)), batch_size=2, num_workers="2")

@@ -115,3 +115,25 @@ def test_a_foreign_state_json_changes_nothing(tmp_path):
     (folder / "cache-0123456789abcdef.arrow").write_bytes(sorted(folder.glob("data-*.arrow"))[0].read_bytes())
     src = rd.ArrowShards(folder, unpinned="allow")
     assert len(src) > N  # not HF's state.json, no dataset_info.json: every shard file is read
+
+
+def test_remote_folder_leaves_hf_cache_files_out_as_a_local_one_does(tmp_path):
+    """Through ``filesystem=`` (the object-store path) a save_to_disk folder with HF's cache files
+    pins and opens as HF defines it: before, the remote listing kept ``cache-*.arrow`` as shards and
+    ``rd.pin`` refused the folder (an ``indices`` cache file's schema) or changed its version."""
+    import pyarrow.fs as pafs
+
+    folder = tmp_path / "ds"
+    _save(folder)
+    data_files = sorted(p.name for p in folder.glob("data-*.arrow"))
+    loaded = datasets.load_from_disk(str(folder))
+    loaded.shuffle(seed=1).flatten_indices()  # an `indices: uint64` cache file and a data-schema one
+    loaded.map(lambda r: {"y": r["x"] * 2})
+    assert len(list(folder.glob("cache-*.arrow"))) >= 2
+    local = rd.pin(folder, save=False)
+    fs = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())  # a FileSystemStore, no network
+    remote = rd.pin("ds", filesystem=fs, save=False)
+    assert [s.path for s in remote.shards] == data_files
+    assert remote.hash == local.hash
+    src = rd.ArrowShards("ds", filesystem=fs, unpinned="allow")
+    assert len(src) == N

@@ -92,3 +92,24 @@ def test_manifest_is_sorted_json_with_format(tmp_path, table):
     assert d["format"] == "resumable_data.dataset_version" and d["schema_version"] == 2
     assert d["hash"] == v.hash and d["hash_mode"] == "content"
     assert "metadata" not in d["schema"]
+
+
+def test_a_file_that_is_not_a_shard_gives_one_fix_that_works(tmp_path, table):
+    """A CSV named .arrow in a never-pinned folder: one fix (not the pinned-data fix nested inside it)."""
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "part-0.arrow").write_text("id,text\n1,hello\n" * 50)
+    with pytest.raises(rd.ConfigError) as e:
+        rd.pin(folder)
+    msg = str(e.value)
+    assert msg.startswith("shard=") and msg.count("fix:") == 1 and "verify(level=" not in msg, msg
+    assert "must not be named" in msg
+    (folder / "part-0.arrow").rename(folder / "part-0.csv")  # the fix: a file that is not a shard, renamed
+    rd.write_arrow_shards(table, str(folder / "shards"))
+    assert rd.pin(folder).num_records == table.num_rows
+
+
+def test_a_file_uri_pins_the_folder_it_names(tmp_path, table):
+    rd.write_arrow_shards(table, str(tmp_path / "d"), num_shards=2)
+    version = rd.pin((tmp_path / "d").as_uri())
+    assert version.num_records == table.num_rows and (tmp_path / "d" / MANIFEST_NAME).exists()

@@ -348,3 +348,45 @@ def test_cache_directory_is_fresh_and_removed(data, endpoint, tmp_path):
     while os.path.exists(root) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not os.path.exists(root)
+
+
+_KILLED = (
+    "import sys, time, pyarrow.fs as pafs, resumable_data as rd\n"
+    "endpoint, prefix, parent = sys.argv[1:]\n"
+    "fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme='http', access_key='testing',\n"
+    "                       secret_key='testing', region='us-east-1')\n"
+    "loader = rd.DataLoader(rd.ArrowShards(prefix, filesystem=fs), batch_size=32, seed=3, num_workers=1,\n"
+    "                       read_ahead=rd.ReadAhead(cache_dir=parent))\n"
+    "it = iter(loader); next(it); next(it)\n"
+    "print(loader.read_ahead.cache.root, flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+def test_a_killed_jobs_cache_directory_is_removed_by_the_next_loader(data, endpoint, tmp_path, monkeypatch):
+    """SIGKILL (preemption, the OOM killer) skips close(): the directory it left, units and all, is
+    removed by the resumed job's loader, at its start or, while the killed job's worker still holds
+    the lock, by its sweep SWEEP_AGAIN_S later; the live loader's own directory is kept."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from resumable_data.sources.read_ahead import fetcher
+
+    monkeypatch.setattr(fetcher, "SWEEP_AGAIN_S", 6.0)  # > torch's 5 s check for a dead parent
+    _, prefix = data["arrow"]
+    repo = os.path.dirname(os.path.dirname(rd.__file__))
+    p = subprocess.Popen([sys.executable, "-c", _KILLED, endpoint, prefix, str(tmp_path)], stdout=subprocess.PIPE,
+                         text=True, env={**os.environ, "PYTHONPATH": repo})
+    dead = p.stdout.readline().strip()
+    assert any(n.endswith(".unit") for n in os.listdir(dead))
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    p.stdout.close()
+    live = loader_over(remote(endpoint, prefix), "sequential", rd.ReadAhead(cache_dir=tmp_path))
+    deadline = time.monotonic() + 30
+    while os.path.exists(dead) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not os.path.exists(dead)
+    assert os.listdir(tmp_path) == [os.path.basename(live.read_ahead.cache.root)]

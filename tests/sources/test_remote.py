@@ -105,6 +105,24 @@ def test_uri_and_version_inputs(endpoint, datasets_, monkeypatch):
     assert rd.ArrowShards(files, filesystem=fs).version == version
 
 
+def test_pin_takes_the_uri_that_arrow_shards_takes(endpoint, tmp_path, monkeypatch):
+    """rd.pin("s3://...") pins the remote prefix (it was read as a local path under the working
+    directory); a prefix that holds nothing names the store, not the working directory."""
+    fs = s3(endpoint)
+    rd.write_arrow_shards(table(60), tmp_path, num_shards=2)
+    upload(fs, tmp_path, "bucket-uri-pin/x")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    uri = f"s3://bucket-uri-pin/x?endpoint_override={endpoint}&scheme=http&region=us-east-1"
+    version = rd.pin(uri)
+    assert version == rd.pin("bucket-uri-pin/x", filesystem=fs, save=False)
+    assert rd.ArrowShards(uri, unpinned="error").version == version  # the manifest went to the store
+    with pytest.raises(rd.ConfigError, match="URI"):
+        rd.pin("s3://bucket-uri-pin/x?bogus=1")
+    with pytest.raises(rd.ConfigError, match=r"the store holds nothing there; fix: .*filesystem= \(endpoint"):
+        rd.ArrowShards("bucket-uri-pin/absent", filesystem=fs)
+
+
 def test_unpinned_remote_policies(endpoint, tmp_path):
     fs = s3(endpoint)
     rd.write_arrow_shards(table(50), tmp_path, num_shards=2)

@@ -34,6 +34,7 @@ from resumable_data._cache import cache_dir
 from resumable_data.errors import ConfigError, describe
 from resumable_data.sources.discovery import (
     MANIFEST_NAME,
+    SHARD_SUFFIXES,
     discover_shards,
     file_list,
     refuse_hive_partitions,
@@ -105,21 +106,25 @@ def resolve_source(store: ShardStore, src: Any, policy: UnpinnedPolicy) -> tuple
         rel = discover_shards(root, store)
         refuse_hive_partitions(root, rel)
         if not rel:
-            raise ConfigError(
-                describe(
-                    "path_or_files",
-                    str(src),
-                    "a directory (or prefix) with shard files or a manifest",
-                    "check the path",
-                )
-            )
+            raise ConfigError(describe("path_or_files", str(src), *_no_shards(store, root)))
         pinned = _unpinned(store, root, policy, str(src))
         return pinned, root, ([s.path for s in pinned.shards] if pinned is not None else rel)
     if isinstance(src, (str, os.PathLike)):
         if store.stat(src) is None:
-            raise ConfigError(
-                describe("path_or_files", str(src), "an existing directory or shard file", "check the path")
-            )
+            if store.local:
+                rel_note = "" if os.path.isabs(src) else f" (relative to the working directory {os.getcwd()!r})"
+                expected = f"an existing directory or shard file; nothing exists there{rel_note}"
+                fix = (
+                    "pass the folder that holds the dataset's .arrow/.ipc/.feather/.parquet files (an absolute "
+                    "path is safest); remote data: 's3://bucket/prefix' or a bucket/prefix with filesystem="
+                )
+            else:
+                expected = "an existing bucket/prefix or object; the store holds nothing there"
+                fix = (
+                    "pass the bucket/prefix the shards were uploaded to (no 's3://' with filesystem=), and check "
+                    "filesystem= (endpoint, region, credentials) points at that store"
+                )
+            raise ConfigError(describe("path_or_files", str(src), expected, fix))
         src = [src]
     root, rel = resolve_files(file_list(src), store)
     found = DatasetVersion.locate(root, filesystem=store.filesystem)  # a pinned parent folder
@@ -129,6 +134,25 @@ def resolve_source(store: ShardStore, src: Any, policy: UnpinnedPolicy) -> tuple
     if found is not None:
         return found, root, rel
     return _unpinned(store, root, policy, rel, files=[join(root, r) for r in rel]), root, rel
+
+
+def _no_shards(store: ShardStore, root: str) -> tuple[str, str]:
+    """(expected, fix) for a folder that holds no shard: what it holds instead, and how to get shards."""
+    others = [r for r in store.list_files(root) if not r.rsplit("/", 1)[-1].startswith(".")]
+    suffixes = ", ".join(SHARD_SUFFIXES)
+    write = "rd.write_arrow_shards(table, path), datasets' save_to_disk(path) or pandas' to_parquet"
+    if not others:
+        return (
+            f"a directory (or prefix) with shard files ({suffixes}) or a manifest; it is empty",
+            f"write the dataset into it first ({write}), or pass the folder that holds it",
+        )
+    shown = ", ".join(repr(r) for r in others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+    return (
+        f"a directory (or prefix) with shard files ({suffixes}) or a manifest; "
+        f"it holds {len(others)} file(s), none a shard: {shown}",
+        "pass the folder that holds the shards, or convert the files into shards (e.g. "
+        "rd.write_arrow_shards(pyarrow.csv.read_csv(f), path) for CSV, or pandas' to_parquet)",
+    )
 
 
 def _unpinned(

@@ -21,16 +21,42 @@ object whose size and ETag were checked against the pinned identity) or None; th
 and validates them before any record is used (:meth:`~..files.OpenShard.decode_unit`).
 
 Cost: a hit is one ``open`` + ``mmap`` (a few microseconds); a wait polls every 0.5 to 5 ms.
+
+Abandoned directories. A loader removes its directory when it is closed, which a process killed
+with SIGKILL (a preempted job, the OOM killer) never does: each kill left up to ``cache_bytes`` in
+the temporary directory. The owner therefore holds an exclusive ``flock`` on the directory's
+``.owner`` file for the directory's life (:func:`make_cache_dir`; created under another name,
+locked, then renamed, so ``.owner`` never exists unlocked while its owner lives); the kernel
+releases it when the process and the loader workers it forked are gone, however they end. Each
+new cache directory first sweeps its parent (:func:`sweep_abandoned`): a ``rd-read-ahead-*``
+directory of this user whose ``.owner`` lock can be taken has no owner left and is removed. A
+directory without ``.owner`` (being made right now, or made by an earlier version) is never
+touched, nor is anything else in the parent. The fetcher sweeps once more
+:data:`~.fetcher.SWEEP_AGAIN_S` after it starts, since a job restarted at once may start while the
+killed process's workers still hold its lock. Cost: one listing of the parent per sweep.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import stat
+import tempfile
 import time
 
 import pyarrow as pa
 
-__all__ = ["WAIT_S", "UnitCache"]
+try:
+    import fcntl
+except ImportError:  # no flock (Windows): directories are made, never swept
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["OWNER", "PREFIX", "WAIT_S", "UnitCache", "make_cache_dir", "sweep_abandoned"]
+
+#: The name every cache directory starts with.
+PREFIX = "rd-read-ahead-"
+#: The lock file its owner holds (flock) while the directory is in use.
+OWNER = ".owner"
 
 #: The longest a reader waits for a promised unit before reading it itself.
 WAIT_S = 120.0
@@ -83,3 +109,59 @@ class UnitCache:
 
     def __repr__(self) -> str:
         return f"UnitCache({self.root!r})"
+
+
+def make_cache_dir(parent: str | None) -> tuple[str, int | None]:
+    """A fresh cache directory under ``parent`` (None: the system's temporary directory), after
+    sweeping the abandoned ones there, and the descriptor holding its ``.owner`` lock (None without
+    flock); close the descriptor after removing the directory."""
+    sweep_abandoned(parent)
+    root = tempfile.mkdtemp(prefix=PREFIX, dir=parent)
+    if fcntl is None:
+        return root, None
+    fd, tmp = tempfile.mkstemp(prefix=".owner-", dir=root)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a file no one else can know yet: never busy
+        os.replace(tmp, os.path.join(root, OWNER))
+    except BaseException:
+        os.close(fd)
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return root, fd
+
+
+def sweep_abandoned(parent: str | None) -> list[str]:
+    """Remove the cache directories under ``parent`` whose owner is gone (their ``.owner`` lock
+    can be taken); the removed paths. Only this user's real directories named ``rd-read-ahead-*``
+    that hold an ``.owner`` file are considered (module docstring)."""
+    if fcntl is None:
+        return []
+    parent = parent or tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(PREFIX)]
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        root = os.path.join(parent, name)
+        try:
+            st = os.lstat(root)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():  # a symlink, a file, another user's
+            continue
+        try:
+            fd = os.open(os.path.join(root, OWNER), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:  # no .owner: being made, or an earlier version's
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: its owner (or a worker it forked) is alive
+            os.close(fd)
+            continue
+        try:
+            shutil.rmtree(root, ignore_errors=True)
+            removed.append(root)
+        finally:
+            os.close(fd)
+    return removed

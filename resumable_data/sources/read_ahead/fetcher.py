@@ -66,7 +66,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -75,7 +74,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from resumable_data.plan.reads import ReadSchedule, step_units
-from resumable_data.sources.read_ahead.cache import UnitCache
+from resumable_data.sources.read_ahead.cache import UnitCache, make_cache_dir, sweep_abandoned
 from resumable_data.sources.read_ahead.config import ReadAhead, ReadUnit
 from resumable_data.sources.read_ahead.progress import FirstUnits
 from resumable_data.sources.read_ahead.unit_choice import UnitChoice, choose_unit
@@ -87,6 +86,11 @@ _log = logging.getLogger(__name__)
 #: The most bytes one request joining neighbouring record batches reads (16 MiB: object stores
 #: serve ranged GETs of 8-16 MB at full speed; a guard, not a measured optimum).
 MAX_REQUEST_BYTES = 16 << 20
+
+
+#: Seconds after a fetcher starts when it sweeps abandoned cache directories again (torch's workers
+#: check for a dead parent every 5 s; see :mod:`.cache`).
+SWEEP_AGAIN_S = 20.0
 
 
 @runtime_checkable
@@ -153,7 +157,14 @@ class Prefetcher:
         for members in self._members if self._shard is None else []:
             span = self._spans[members[0]]
             self._sizes.append(None if span is None else span[1])  # None: not read by range, the step reads it
-        self.cache = UnitCache(tempfile.mkdtemp(prefix="rd-read-ahead-", dir=config.cache_dir))
+        parent = None if config.cache_dir is None else str(config.cache_dir)
+        root, self._owner_fd = make_cache_dir(parent)
+        self.cache = UnitCache(root)
+        # once more a little later: a job restarted right after a kill starts while the killed
+        # process's loader workers (which hold its lock) are still noticing that their parent is gone
+        self._sweep_again = threading.Timer(SWEEP_AGAIN_S, sweep_abandoned, args=(parent,))
+        self._sweep_again.daemon = True
+        self._sweep_again.start()
         self._units: dict[int, np.ndarray] = {}  # step -> its units (plan/reads.step_units)
         self._cond = threading.Condition()
         self._schedule: ReadSchedule | None = None
@@ -271,8 +282,12 @@ class Prefetcher:
 
     def _release(self) -> None:
         self._source.attach_read_ahead(None)
+        self._sweep_again.cancel()
         self._pool.shutdown(wait=False, cancel_futures=True)  # a read in its retries ends on its own
         shutil.rmtree(self.cache.root, ignore_errors=True)
+        if self._owner_fd is not None:  # after the removal: a sweep never sees it unlocked
+            os.close(self._owner_fd)
+            self._owner_fd = None
 
     # -- the scheduler thread ------------------------------------------------------------------------
     def _run(self) -> None:
