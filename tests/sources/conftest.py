@@ -72,6 +72,16 @@ def s3_client(endpoint: str) -> pafs.S3FileSystem:
                              connect_timeout=1, request_timeout=5)
 
 
+def setup_client(endpoint: str) -> pafs.S3FileSystem:
+    """An S3 client for a test's own set-up (copying objects, tampering with one): retried and
+    patient, so a loaded machine slows the set-up down instead of failing it (``s3_client`` is the
+    impatient one the code under test gets)."""
+    return pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key="testing",
+                             secret_key="testing", region="us-east-1", allow_bucket_creation=True,
+                             retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=5),
+                             connect_timeout=10, request_timeout=120)
+
+
 def upload(fs: pafs.FileSystem, local_dir, prefix: str) -> None:
     """Copy the regular files of ``local_dir`` to ``prefix`` (``bucket/path``), creating the bucket."""
     fs.create_dir(prefix.split("/")[0])

@@ -17,7 +17,7 @@ import pytest
 import resumable_data as rd
 
 pytest.importorskip("moto.server")
-from tests.sources.conftest import remote_copies, s3_client  # noqa: E402
+from tests.sources.conftest import remote_copies, s3_client, setup_client  # noqa: E402
 
 N = 2000
 FAST = rd.Retries(attempts=3, base_delay=0.01, max_delay=0.02)
@@ -230,7 +230,7 @@ def test_store_down_then_back_continues_exactly(data, proxy, reference, workers)
 )
 def test_object_replaced_mid_run_is_refused(data, endpoint, reference, workers, fmt, ahead):
     local, prefix = data[fmt]
-    fs = s3_client(endpoint)
+    fs = setup_client(endpoint)  # the set-up's copies and the tampering: patient (the loader's client is not)
     bucket = f"replaced-{fmt}-{workers}"
     fs.create_dir(bucket)
     for p in sorted(local.iterdir()):
