@@ -254,8 +254,7 @@ def loader_state_report(
     kv(
         out,
         "layout",
-        f"world size {state.layout.world_size}, {getattr(state.layout.policy, 'value', state.layout.policy)}"
-        f"{'' if state.elastic else ', not elastic'}",
+        f"world size {state.layout.world_size}, {state.layout.policy.value}{'' if state.elastic else ', not elastic'}",
     )
     if state.mixture is not None:
         mixture_lines(out, state)
@@ -271,7 +270,7 @@ def loader_state_report(
     return rc, out
 
 
-def _blocks_text(plan) -> str:
+def _blocks_text(plan: Any) -> str:
     """What a window shuffle's window holds: `` 64 over read units`` (else the window, or nothing)."""
     from resumable_data.plan import Order, WindowBlocks
 
@@ -280,11 +279,11 @@ def _blocks_text(plan) -> str:
     return f" {plan.order.window}" + (" over read units" if plan.order.blocks is WindowBlocks.READ_UNITS else "")
 
 
-def _batch_text(plan) -> str:
+def _batch_text(plan: Any) -> str:
     """The global batch, or the schedule (and the origin of a declared batch change or data_change rebase)."""
-    sched = getattr(plan, "schedule", None)
+    sched = plan.schedule
     text = f"{plan.global_batch}" if sched is None else f"schedule {sched.to_dict()}"
-    origin = getattr(plan, "origin", None)
+    origin = plan.origin
     if origin is not None:
         text += (
             f" from step {origin.step} (position {origin.position}: a declared batch change or a data_change rebase)"
