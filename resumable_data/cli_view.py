@@ -102,7 +102,7 @@ def inventory_blocks(inv: Any) -> list[str]:
 def next_step_lines(out: list[str], state: Any, step: int, data: str | None, records: int) -> None:
     """The epoch, positions and first record ids (or packed documents) of ``step`` of the stream
     that the loader state ``state`` describes (packed streams need the dataset ``data``)."""
-    from resumable_data.loader.stream import describe_step, stream_from_state
+    from resumable_data.loader.stream import StepUnit, describe_step, stream_from_state
     from resumable_data.plan import Sharding, WindowBlocks
 
     source = None
@@ -135,9 +135,9 @@ def next_step_lines(out: list[str], state: Any, step: int, data: str | None, rec
     ids = info.records[: max(0, records)].tolist()
     more = " ..." if len(info.records) > len(ids) else ""
     kv(out, "next step", f"{step} (epoch {info.epoch}, step {info.step_in_epoch} of {info.steps_in_epoch})")
-    where = "positions" if info.unit == "record" else "packed sequences of the epoch"
+    where = "positions" if info.unit is StepUnit.RECORD else "packed sequences of the epoch"
     kv(out, f"next {where}", f"[{start}, {stop}) global, world_size {state.layout.world_size}")
-    kv(out, "next record ids" if info.unit == "record" else "next documents", f"{ids}{more}")
+    kv(out, "next record ids" if info.unit is StepUnit.RECORD else "next documents", f"{ids}{more}")
 
 
 def mixture_lines(out: list[str], state: Any, step: int | None = None) -> None:

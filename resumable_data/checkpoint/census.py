@@ -16,6 +16,7 @@ from resumable_data.checkpoint.inventory import Inventory, InventoryEntry
 from resumable_data.checkpoint.keys import K_ACCUMULATION, K_GRADIENTS, K_META, K_METRICS, K_ORACLES
 from resumable_data.checkpoint.meta import K_STATUS
 from resumable_data.checkpoint.status import AccumulationStatus, CheckpointStatus
+from resumable_data.loader.stream import StepUnit
 
 __all__ = ["build_inventory"]
 
@@ -165,5 +166,5 @@ def _next_batch_text(ts: Any, st: CheckpointStatus) -> str:
     if step is None:
         return "-"
     info = ts.loader.step_info(step)
-    what = "documents" if info.unit == "packed sequence" else "records"
+    what = "documents" if info.unit is StepUnit.PACKED_SEQUENCE else "records"
     return f"step {step} (epoch {info.epoch}) {what} {info.records[:6].tolist()}..."

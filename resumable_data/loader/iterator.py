@@ -156,7 +156,7 @@ class LoaderIterator:
         recs = [] if info.records is None else [int(r) for r in info.records]
         shown = ", ".join(map(str, recs[:8])) + (f", ... ({len(recs)} in all)" if len(recs) > 8 else "")
         return (
-            f"while the loop waited for step {step} (epoch {info.epoch}, {info.unit} positions "
+            f"while the loop waited for step {step} (epoch {info.epoch}, {info.unit.value} positions "
             f"[{info.span[0]}, {info.span[1]}), record ids [{shown}])"
         )
 
