@@ -149,13 +149,14 @@ def _maker(args: argparse.Namespace):
         extra["token_column"] = args.tokens
     if args.window is not None:
         extra["shuffle_window"] = args.window
-    if args.window_blocks != "records":
+    blocks = rd.WindowBlocks(args.window_blocks)  # argparse's choices are its values
+    if blocks is not rd.WindowBlocks.RECORDS:
         if args.window is None:
             raise ConfigError(
                 describe("--window-blocks", args.window_blocks, "--window N as well", "add --shuffle --window N")
             )
-        extra["window_blocks"] = args.window_blocks
-    tail = "drop" if args.drop_last else ("wrap" if max(args.world_sizes) > 1 else "partial")
+        extra["window_blocks"] = blocks
+    tail = rd.Tail.DROP if args.drop_last else (rd.Tail.WRAP if max(args.world_sizes) > 1 else rd.Tail.PARTIAL)
 
     def make(**kw):
         world = kw["sharding"].world_size
@@ -185,6 +186,7 @@ def _say(line: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from resumable_data.plan import WindowBlocks
     from resumable_data.testing import check_resume
 
     source, make, tail = _maker(args)
@@ -193,10 +195,10 @@ def run(args: argparse.Namespace) -> int:
     if args.packing_seq_len and args.eos_id is not None:
         what += f" eos {args.eos_id}"
     order = f"window {args.window}" if args.window else ("global shuffle" if args.shuffle else "sequential")
-    if args.window and args.window_blocks == "read_units":
+    if args.window and WindowBlocks(args.window_blocks) is WindowBlocks.READ_UNITS:
         order += " over read units"
     _say(
-        f"pipeline:    {what}, global batch {args.batch_size}, {order}, seed {args.seed}, tail {tail}, "
+        f"pipeline:    {what}, global batch {args.batch_size}, {order}, seed {args.seed}, tail {tail.value}, "
         f"commit {args.commit} x{args.accumulation_steps}, sharding {args.sharding_policy}"
         + (", not elastic" if args.no_elastic else "")
     )

@@ -62,18 +62,19 @@ def _summary(version) -> str:
 def _verify(args: argparse.Namespace) -> int:
     from resumable_data.sources import DatasetVersion
     from resumable_data.sources.files import MANIFEST_NAME
+    from resumable_data.sources.version import HashMode, VerifyLevel
 
     version = DatasetVersion.load(args.data)
-    level = "content" if version.hash_mode.value == "content" else "size"
+    level = VerifyLevel.CONTENT if version.hash_mode is HashMode.CONTENT else VerifyLevel.SIZE
     t0 = time.perf_counter()
     try:
         version.verify(level)
     except DatasetIntegrityError as e:
-        _say([f"MISMATCH:  {args.data} differs from its {MANIFEST_NAME} ({level} check)", f"  - {e}"])
+        _say([f"MISMATCH:  {args.data} differs from its {MANIFEST_NAME} ({level.value} check)", f"  - {e}"])
         return 1
     checked = (
         "every shard's content hash matches"
-        if level == "content"
+        if level is VerifyLevel.CONTENT
         else "sizes, rows and schema match (the manifest has no content hashes: pin with --hash content)"
     )
     _say(

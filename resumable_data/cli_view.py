@@ -102,7 +102,7 @@ def inventory_blocks(inv: Any) -> list[str]:
 def next_step_lines(out: list[str], state: Any, step: int, data: str | None, records: int) -> None:
     """The epoch, positions and first record ids (or packed documents) of ``step`` of the stream
     that the loader state ``state`` describes (packed streams need the dataset ``data``)."""
-    from resumable_data.loader.stream import describe_step, stream_from_state
+    from resumable_data.loader.stream import StepUnit, describe_step, stream_from_state
     from resumable_data.plan import Sharding, WindowBlocks
 
     source = None
@@ -135,9 +135,9 @@ def next_step_lines(out: list[str], state: Any, step: int, data: str | None, rec
     ids = info.records[: max(0, records)].tolist()
     more = " ..." if len(info.records) > len(ids) else ""
     kv(out, "next step", f"{step} (epoch {info.epoch}, step {info.step_in_epoch} of {info.steps_in_epoch})")
-    where = "positions" if info.unit == "record" else "packed sequences of the epoch"
+    where = "positions" if info.unit is StepUnit.RECORD else "packed sequences of the epoch"
     kv(out, f"next {where}", f"[{start}, {stop}) global, world_size {state.layout.world_size}")
-    kv(out, "next record ids" if info.unit == "record" else "next documents", f"{ids}{more}")
+    kv(out, "next record ids" if info.unit is StepUnit.RECORD else "next documents", f"{ids}{more}")
 
 
 def mixture_lines(out: list[str], state: Any, step: int | None = None) -> None:
@@ -254,8 +254,7 @@ def loader_state_report(
     kv(
         out,
         "layout",
-        f"world size {state.layout.world_size}, {getattr(state.layout.policy, 'value', state.layout.policy)}"
-        f"{'' if state.elastic else ', not elastic'}",
+        f"world size {state.layout.world_size}, {state.layout.policy.value}{'' if state.elastic else ', not elastic'}",
     )
     if state.mixture is not None:
         mixture_lines(out, state)
@@ -271,7 +270,7 @@ def loader_state_report(
     return rc, out
 
 
-def _blocks_text(plan) -> str:
+def _blocks_text(plan: Any) -> str:
     """What a window shuffle's window holds: `` 64 over read units`` (else the window, or nothing)."""
     from resumable_data.plan import Order, WindowBlocks
 
@@ -280,11 +279,11 @@ def _blocks_text(plan) -> str:
     return f" {plan.order.window}" + (" over read units" if plan.order.blocks is WindowBlocks.READ_UNITS else "")
 
 
-def _batch_text(plan) -> str:
+def _batch_text(plan: Any) -> str:
     """The global batch, or the schedule (and the origin of a declared batch change or data_change rebase)."""
-    sched = getattr(plan, "schedule", None)
+    sched = plan.schedule
     text = f"{plan.global_batch}" if sched is None else f"schedule {sched.to_dict()}"
-    origin = getattr(plan, "origin", None)
+    origin = plan.origin
     if origin is not None:
         text += (
             f" from step {origin.step} (position {origin.position}: a declared batch change or a data_change rebase)"

@@ -61,7 +61,7 @@ from resumable_data.checkpoint import TrainingState
 from resumable_data.errors import ConfigError, describe
 from resumable_data.loader.iterator import LoaderIterator
 from resumable_data.loader.protocol import ResumableLoader
-from resumable_data.loader.state import CommitMode, LoaderState
+from resumable_data.loader.state import CommitMode, LoaderState, OnUncommitted
 from resumable_data.plan import Sharding, ShardingPolicy
 
 __all__ = ["Divergence", "ResumeReport", "assert_resumes", "batch_digests", "check_resume"]
@@ -141,7 +141,7 @@ class _Spec:
     kind: _Kind
     make_state: Callable[[], Mapping[str, Any]] | None
     train_step: Callable[..., Any] | None
-    on_uncommitted: str
+    on_uncommitted: OnUncommitted
     allow_unpinned: bool
 
 
@@ -212,7 +212,7 @@ class _Run:
         if self.ts is not None:
             saved["checkpoint"] = save_checkpoint(directory, self.ts, step=n, keep_last=1)
         elif self.spec.kind is _Kind.FUNCTIONAL:
-            state = self.committed if self.spec.on_uncommitted == "repeat" else self.fstate
+            state = self.committed if self.spec.on_uncommitted is OnUncommitted.REPEAT else self.fstate
             saved["checkpoint"] = save_checkpoint(directory, _Tree({"state": state}), step=n, keep_last=1)
         return saved
 
@@ -231,7 +231,7 @@ class _Run:
                 s = states[r % len(states)]
                 uncommitted = LoaderState.from_dict(s).uncommitted
                 loader.load_state_dict(
-                    s, on_uncommitted="repeat" if uncommitted else None, allow_unpinned=spec.allow_unpinned
+                    s, on_uncommitted=OnUncommitted.REPEAT if uncommitted else None, allow_unpinned=spec.allow_unpinned
                 )
                 for _ in range(lead.delivered - loader.cursor.delivered):
                     _next_batch(self.iters, r, loader)
@@ -246,7 +246,7 @@ class _Run:
             self.fstate = read_checkpoint(saved["checkpoint"]).tree["state"]
             self.committed = copy.deepcopy(self.fstate)
         cursor = LoaderState.from_dict(states[0]).cursor
-        return cursor.committed if spec.on_uncommitted == "repeat" else cursor.delivered
+        return cursor.committed if spec.on_uncommitted is OnUncommitted.REPEAT else cursor.delivered
 
     def close(self) -> None:
         for it in self.iters:
@@ -311,9 +311,9 @@ def _spec(make_loader, make_model, make_state, train_step, on_uncommitted, allow
                 "drop on_uncommitted=, or return accumulation='rewind' / 'save_gradients' from make_state",
             )
         )
-    choice = "repeat" if on_uncommitted is None else on_uncommitted
-    if choice not in ("repeat", "skip"):
-        raise ConfigError(describe("on_uncommitted", on_uncommitted, "'repeat' or 'skip'", "pick one"))
+    choice = coerce_enum(
+        OnUncommitted.REPEAT if on_uncommitted is None else on_uncommitted, OnUncommitted, "on_uncommitted"
+    )
     policy = coerce_enum(policy, ShardingPolicy, "sharding_policy")
     build: Callable[[], dict[str, Any]] | None = None  # the training state's arguments (None: no state)
     if make_model is not None:
@@ -354,7 +354,7 @@ def check_resume(
     make_model: Callable[[], Any] | None = None,
     make_state: Callable[[], Mapping[str, Any]] | None = None,
     sharding_policy: ShardingPolicy | str = ShardingPolicy.CONTIGUOUS,
-    on_uncommitted: str | None = None,
+    on_uncommitted: OnUncommitted | str | None = None,
     allow_unpinned: bool = False,
 ) -> ResumeReport:
     """Compare interrupted runs of ``make_loader``'s pipeline with an uninterrupted one.

@@ -14,6 +14,9 @@ import torch
 
 from resumable_data.checkpoint.inventory import Inventory, InventoryEntry
 from resumable_data.checkpoint.keys import K_ACCUMULATION, K_GRADIENTS, K_META, K_METRICS, K_ORACLES
+from resumable_data.checkpoint.meta import K_STATUS
+from resumable_data.checkpoint.status import AccumulationStatus, CheckpointStatus
+from resumable_data.loader.stream import StepUnit
 
 __all__ = ["build_inventory"]
 
@@ -25,8 +28,9 @@ def _typename(obj: Any) -> str:
 def build_inventory(ts: Any, state: Mapping[str, Any]) -> Inventory:
     """``ts``: the live ``TrainingState`` (read only; not imported here: its module calls this one)."""
     o = state[K_ORACLES]
-    st = state[K_META]["status"]
-    acc = state[K_ACCUMULATION]
+    st = CheckpointStatus.from_dict(state[K_META][K_STATUS], "meta.status")
+    acc = AccumulationStatus.from_dict(state[K_ACCUMULATION], "accumulation")
+    modes = st.modes or {}
     E = InventoryEntry
     absent = "absent (not part of this run)"
 
@@ -67,7 +71,8 @@ def build_inventory(ts: Any, state: Mapping[str, Any]) -> Inventory:
             "JSON state_dict; schedule code fingerprinted in meta",
             "scheduler.load_state_dict",
             "next LR per group",
-            f"next_lr={st.get('next_lr', absent)} last_epoch={st.get('scheduler_last_epoch', '-')}",
+            f"next_lr={absent if st.next_lr is None else list(st.next_lr)} "
+            f"last_epoch={'-' if st.scheduler_last_epoch is None else st.scheduler_last_epoch}",
         ),
         E(
             "AMP grad scaler",
@@ -75,21 +80,21 @@ def build_inventory(ts: Any, state: Mapping[str, Any]) -> Inventory:
             "JSON (scale, growth tracker, factors)",
             "scaler.load_state_dict",
             "scale",
-            f"scale={st.get('scale', absent)} ({val('scaler')})",
+            f"scale={absent if st.scale is None else st.scale} ({val('scaler')})",
         ),
         E(
             "accumulated gradients + microstep",
             "model .grad / rd.DataLoader",
-            f"policy {acc['policy']}: " + ("safetensors gradients.<fqn>" if state[K_GRADIENTS] else "none stored"),
+            f"policy {acc.policy}: " + ("safetensors gradients.<fqn>" if state[K_GRADIENTS] else "none stored"),
             "set .grad, loader continues the window"
             if state[K_GRADIENTS]
             else (
                 "loader repeats the window (on_uncommitted='repeat')"
-                if acc["rewound"]
+                if acc.rewound
                 else "grads cleared (window boundary)"
             ),
             "xxh3 of gradients, microstep",
-            f"{val('gradients')} microstep={acc['microstep']} uncommitted={acc['uncommitted']}",
+            f"{val('gradients')} microstep={acc.microstep} uncommitted={acc.uncommitted}",
         ),
         E("RNG: python random", "process", "JSON (625 ints)", "random.setstate", "xxh3", val("rng.python")),
         E("RNG: numpy global", "process", "JSON (MT19937 keys, pos)", "np.random.set_state", "xxh3", val("rng.numpy")),
@@ -117,7 +122,7 @@ def build_inventory(ts: Any, state: Mapping[str, Any]) -> Inventory:
             "JSON",
             "with the loader",
             "attempted == applied + skipped",
-            json.dumps(st.get("counters", {}), sort_keys=True) if ts.loader is not None else absent,
+            json.dumps(dict(st.counters or {}), sort_keys=True) if ts.loader is not None else absent,
         ),
         E(
             "train/eval modes",
@@ -125,7 +130,7 @@ def build_inventory(ts: Any, state: Mapping[str, Any]) -> Inventory:
             "JSON {module: training}",
             "module.training = saved",
             "xxh3",
-            f"{val('modes')} ({st.get('modes', {}).get('training', '-')} of {st.get('modes', {}).get('modules', '-')} training)",
+            f"{val('modes')} ({modes.get('training', '-')} of {modes.get('modules', '-')} training)",
         ),
         E("EMA weights", f"ema ({_typename(ts.ema)})", "safetensors ema.*", "ema.load_state_dict", "xxh3", val("ema")),
         E(
@@ -156,10 +161,10 @@ def build_inventory(ts: Any, state: Mapping[str, Any]) -> Inventory:
     return Inventory(tuple(rows))
 
 
-def _next_batch_text(ts: Any, st: Mapping[str, Any]) -> str:
-    step = st.get("next_step")
+def _next_batch_text(ts: Any, st: CheckpointStatus) -> str:
+    step = st.next_step
     if step is None:
         return "-"
     info = ts.loader.step_info(step)
-    what = "documents" if info.unit == "packed sequence" else "records"
+    what = "documents" if info.unit is StepUnit.PACKED_SEQUENCE else "records"
     return f"step {step} (epoch {info.epoch}) {what} {info.records[:6].tolist()}..."

@@ -51,9 +51,11 @@ from resumable_data.errors import describe
 
 __all__ = [
     "dense_optimizer_state",
+    "group_fqns",
     "group_settings",
     "load_dense_optimizer_state",
     "load_optimizer_state",
+    "match_groups",
     "optimizer_state",
     "param_fqns",
 ]
@@ -73,7 +75,7 @@ def param_fqns(*modules: tuple[str, torch.nn.Module]) -> dict[int, str]:
     return out
 
 
-def _group_fqns(optimizer: torch.optim.Optimizer, names: dict[int, str]) -> list[list[str]]:
+def group_fqns(optimizer: torch.optim.Optimizer, names: dict[int, str]) -> list[list[str]]:
     groups = []
     for gi, g in enumerate(optimizer.param_groups):
         fq = []
@@ -94,7 +96,7 @@ def _group_fqns(optimizer: torch.optim.Optimizer, names: dict[int, str]) -> list
 
 def optimizer_state(optimizer: torch.optim.Optimizer, names: dict[int, str]) -> dict[str, Any]:
     """FQN-keyed optimizer state (tensors are the optimizer's own; encode copies them)."""
-    groups = _group_fqns(optimizer, names)
+    groups = group_fqns(optimizer, names)
     state = {}
     for g, fq in zip(optimizer.param_groups, groups):
         for p, name in zip(g[K_PARAMS], fq):
@@ -128,7 +130,7 @@ def group_settings(
     current LR is progress, not configuration: a loop that sets it by hand every iteration
     (nanoGPT's ``param_group['lr'] = get_lr(it)``) resumes with the LR it was built with."""
     out = []
-    for i, (g, fq) in enumerate(zip(optimizer.param_groups, _group_fqns(optimizer, names))):
+    for i, (g, fq) in enumerate(zip(optimizer.param_groups, group_fqns(optimizer, names))):
         d = {k: _plain(v) for k, v in g.items() if k not in (K_PARAMS, "lr", "initial_lr")}
         built = built_lrs[i] if built_lrs is not None and i < len(built_lrs) else g.get("lr")
         d["base_lr"] = _plain(g.get("initial_lr", built))
@@ -148,8 +150,8 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, names: dict[int, str]
                 "pass an unmodified checkpoint",
             )
         )
-    current = _group_fqns(optimizer, names)
-    ordered = _match_groups(current, saved)
+    current = group_fqns(optimizer, names)
+    ordered = match_groups(current, saved)
     torch_groups, torch_state, index = [], {}, 0
     for g, fq in zip(ordered, current):
         d = {k: v for k, v in g.items() if k != K_PARAMS}
@@ -164,7 +166,7 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, names: dict[int, str]
     optimizer.load_state_dict({K_STATE: torch_state, K_GROUPS: torch_groups})
 
 
-def _match_groups(current: list[list[str]], saved: Mapping[str, Any]) -> list[dict[str, Any]]:
+def match_groups(current: list[list[str]], saved: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The saved group holding exactly each current group's names; refuses any mismatch."""
     by_set: dict[frozenset[str], dict[str, Any]] = {}
     for g in saved[K_GROUPS]:
@@ -325,7 +327,7 @@ def load_dense_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Op
     current = dense_optimizer_state(model, optimizer, placeholders=False)[K_GROUPS]
     names = [n for g in current for n in g[K_PARAMS]]
     groups = [list(g[K_PARAMS]) for g in current]
-    ordered = _match_groups(groups, saved)
+    ordered = match_groups(groups, saved)
     missing_state = sorted(set(names) - set(saved[K_STATE]) - set(saved[K_STATELESS]))
     if missing_state:
         raise CheckpointError(

@@ -217,9 +217,8 @@ def probe_optimizer(
 def probe_scheduler(scheduler: Any, saved: Any) -> None:
     """The saved scheduler state has the live ``state_dict()``'s structure and ``get_lr()`` runs on it."""
     same_structure(saved, scheduler.state_dict(), "scheduler")
-    base = getattr(torch.optim.lr_scheduler, "LRScheduler", None)
-    get_lr = getattr(type(scheduler), "get_lr", None)
-    if get_lr is None or get_lr is getattr(base, "get_lr", None) or "_schedulers" in scheduler.__dict__:
+    get_lr = getattr(type(scheduler), "get_lr", None)  # None: a scheduler of the user's own, not torch's
+    if get_lr is None or get_lr is torch.optim.lr_scheduler.LRScheduler.get_lr or "_schedulers" in scheduler.__dict__:
         return  # no closed form to run (ReduceLROnPlateau), or sub-schedulers a load would change in place
     scratch = copy.copy(scheduler)
     scratch.__dict__ = dict(scheduler.__dict__)

@@ -47,6 +47,7 @@ import torch
 
 from resumable_data._schema import expect_bool, expect_enum, expect_int, expect_mapping
 from resumable_data.checkpoint import rng as rng_mod
+from resumable_data.checkpoint.compat import CompatibilityReport
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.checkpoint.keys import (
     K_ACCUMULATION,
@@ -64,7 +65,7 @@ from resumable_data.checkpoint.keys import (
     K_SCHEDULER,
 )
 from resumable_data.checkpoint.meta import new_id
-from resumable_data.checkpoint.optim import _group_fqns, _match_groups, load_dense_optimizer_state, load_optimizer_state
+from resumable_data.checkpoint.optim import group_fqns, load_dense_optimizer_state, load_optimizer_state, match_groups
 from resumable_data.checkpoint.optim_check import probe_optimizer, probe_scheduler, same_flags, same_structure
 from resumable_data.checkpoint.policies import AccumulationPolicy
 from resumable_data.errors import ResumableDataError, ResumeError, describe
@@ -138,8 +139,8 @@ def _check_optimizer(ts: Any, saved: Any) -> None:
         raise _bad("optimizer.param_groups", type(groups).__name__, "a list of groups, each with 'params': [name, ...]")
     if not isinstance(state, dict) or not all(isinstance(v, dict) for v in state.values()):
         raise _bad("optimizer.state", type(state).__name__, "{parameter name: {key: tensor or number}}")
-    current = _group_fqns(opt, ts._names)
-    ordered = _match_groups(current, saved)  # CompatibilityError naming every mismatch
+    current = group_fqns(opt, ts._names)
+    ordered = match_groups(current, saved)  # CompatibilityError naming every mismatch
     for gi, (g, live) in enumerate(zip(ordered, opt.param_groups)):
         same_structure(
             {k: v for k, v in g.items() if k != "params"},
@@ -275,7 +276,7 @@ def _validate(
             if loader_options.get("label") is None:
                 raise
             fresh_data = str(e)  # data_change: a stream the cursor cannot continue (another kind of loader) restarts
-    if want(K_METRICS, ts.metrics) and callable(getattr(ts.metrics, "validate_state_dict", None)):
+    if want(K_METRICS, ts.metrics):
         ts.metrics.validate_state_dict(state[K_METRICS])
     oracles = state[K_ORACLES]
     if not isinstance(oracles, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in oracles.items()):
@@ -412,7 +413,7 @@ def restore(
     label: Any,
     verify: bool,
     saved_meta: Any,
-    report: Any,
+    report: CompatibilityReport,
     *,
     restores: frozenset[str],
     continues: bool,
@@ -465,7 +466,7 @@ def _apply(
     label: Any,
     verify: bool,
     saved_meta: Any,
-    report: Any,
+    report: CompatibilityReport,
     *,
     restores: frozenset[str],
     continues: bool,
@@ -547,7 +548,7 @@ def _apply(
     if verify:
         # a declared batch change regroups the stream: the next batch holds other samples (the loader
         # checked that it starts at the committed sample), so its oracle cannot match
-        regrouped = repeated or getattr(report, "batch_changed", False) or "label" in loader_options
+        regrouped = repeated or report.batch_changed or "label" in loader_options
         skip = ({"next_batch"} if regrouped else set()) | (dcp["skip"] if dcp is not None else set())
         _verify(ts, state, restores, skip=skip, dcp=dcp is not None)
     if ts.metrics is not None:

@@ -306,7 +306,15 @@ class DataLoader:
                 )
             )
         self._close_active()
-        it = LoaderIterator(self)
+        generation = self._generation
+        it = LoaderIterator(
+            self._torch,
+            self._fetcher,
+            self._ledger,
+            self.config.commit,
+            self.step_info,
+            lambda: self._generation == generation,
+        )
         self._active = weakref.ref(it)
         return it
 

@@ -25,7 +25,10 @@ UNPINNED = "unpinned"
 
 def resolve_version(dataset: Any, dataset_version: Any) -> tuple[str, bool]:
     """``(version hash, pinned)`` of the loader's dataset (see the module docs)."""
-    given = getattr(dataset_version, "hash", dataset_version)
+    from resumable_data.sources import ArrowShards, DatasetVersion  # sources import pyarrow only
+    from resumable_data.sources.mixture import Mixture
+
+    given = dataset_version.hash if isinstance(dataset_version, DatasetVersion) else dataset_version
     if given is not None and (not isinstance(given, str) or not given):
         raise ConfigError(
             describe(
@@ -36,8 +39,6 @@ def resolve_version(dataset: Any, dataset_version: Any) -> tuple[str, bool]:
                 "(a hash of its files, a release tag) for any other dataset",
             )
         )
-    from resumable_data.sources import ArrowShards  # sources import pyarrow only
-    from resumable_data.sources.mixture import Mixture
 
     if isinstance(dataset, (ArrowShards, Mixture)):
         version = dataset.version if dataset.pinned else None

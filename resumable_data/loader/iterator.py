@@ -25,12 +25,14 @@ it resumes exactly; the broken pool (persistent workers too) is shut down so a f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from resumable_data.errors import UsageError, WorkerError
 from resumable_data.loader import torch_compat, transport
 from resumable_data.loader.collate import to_torch
-from resumable_data.loader.fetch import NumpyBatch
+from resumable_data.loader.fetch import NumpyBatch, StepFetcher
+from resumable_data.loader.ledger import ProgressLedger
 from resumable_data.loader.state import CommitMode
 
 __all__ = ["LoaderIterator"]
@@ -56,16 +58,30 @@ class _Inline:
 
 
 class LoaderIterator:
-    """One pass from the cursor to the end of its epoch; updates the ledger as batches arrive."""
+    """One pass from the cursor to the end of its epoch; updates the ledger as batches arrive.
 
-    def __init__(self, loader: Any) -> None:
-        self._loader = loader
-        self._generation = loader._generation
-        torch_loader = loader._torch
+    Its loader hands it what a pass uses and nothing more: torch's ``DataLoader`` and the fetcher
+    it wraps, the ledger, the commit mode, ``step_info`` (to describe a worker fault) and
+    ``current()``, False once a new ``iter(loader)``, ``reset()`` or restore superseded this pass."""
+
+    def __init__(
+        self,
+        torch_loader: Any,
+        fetcher: StepFetcher,
+        ledger: ProgressLedger,
+        commit: CommitMode,
+        step_info: Callable[[int], Any],
+        current: Callable[[], bool],
+    ) -> None:
+        self._torch = torch_loader
+        self._ledger = ledger
+        self._commit = commit
+        self._step_info = step_info
+        self._current = current
         if torch_loader.num_workers == 0 and not torch_loader.pin_memory:
             # No workers, no pinning: torch's single-process iterator would only call
             # fetcher[request] for each request of the sampler; doing it directly saves ~0.1 ms/batch.
-            self._it = _Inline(loader._fetcher, torch_loader.sampler)
+            self._it = _Inline(fetcher, torch_loader.sampler)
             self._next: Any = next
         else:
             torch_compat.install_sigchld_handler()  # a death is reported at next(), never mid-step
@@ -89,16 +105,15 @@ class LoaderIterator:
         return torch_compat.worker_processes(self._it)
 
     def __next__(self) -> Any:
-        loader = self._loader
         if self._exhausted:  # the iterator protocol: an exhausted iterator stays exhausted (torch's does)
             raise StopIteration
-        if self._closed or self._generation != loader._generation:
+        if self._closed or not self._current():
             raise UsageError(
                 "this iterator was superseded (a new iter(loader), reset() or load_state_dict() happened); "
                 "fix: iterate a fresh iter(loader)"
             )
-        ledger = loader._ledger
-        if loader.config.commit is CommitMode.AUTO:
+        ledger = self._ledger
+        if self._commit is CommitMode.AUTO:
             ledger.commit_delivered()
         while True:
             try:
@@ -131,17 +146,17 @@ class LoaderIterator:
 
     def _in_flight(self, delivered: int) -> str:
         """Which step the loop was waiting for: its index, positions and this rank's records."""
-        ledger, step = self._loader._ledger, delivered
+        ledger, step = self._ledger, delivered
         while ledger.is_skipped(step):
             step += 1
         try:
-            info = self._loader.step_info(step)
+            info = self._step_info(step)
         except Exception:  # describing must never hide the fault itself
             return f"while the loop waited for step {step}"
         recs = [] if info.records is None else [int(r) for r in info.records]
         shown = ", ".join(map(str, recs[:8])) + (f", ... ({len(recs)} in all)" if len(recs) > 8 else "")
         return (
-            f"while the loop waited for step {step} (epoch {info.epoch}, {info.unit} positions "
+            f"while the loop waited for step {step} (epoch {info.epoch}, {info.unit.value} positions "
             f"[{info.span[0]}, {info.span[1]}), record ids [{shown}])"
         )
 
@@ -152,7 +167,7 @@ class LoaderIterator:
         pids = [w.pid for w in torch_compat.worker_processes(self._it)]
         torch_compat.shutdown_workers(self._it)
         transport.forget(pids)
-        torch_compat.drop_persistent_iterator(self._loader._torch)
+        torch_compat.drop_persistent_iterator(self._torch)
 
     def __del__(self) -> None:
         try:
@@ -165,7 +180,7 @@ class LoaderIterator:
         if getattr(self, "_closed", True):
             return
         self._closed = True
-        if not self._loader._torch.persistent_workers:
+        if not self._torch.persistent_workers:
             pids = [w.pid for w in torch_compat.worker_processes(self._it)]
             torch_compat.shutdown_workers(self._it)
             transport.forget(pids)

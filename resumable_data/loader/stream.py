@@ -16,6 +16,7 @@ with the epoch tail dropped, wrapped or short as the plan's :class:`~resumable_d
 
 from __future__ import annotations
 
+import enum
 import os
 import threading
 from collections import OrderedDict
@@ -39,6 +40,7 @@ __all__ = [
     "PackedStream",
     "RecordStream",
     "StepInfo",
+    "StepUnit",
     "cache_dir",
     "describe_step",
     "make_stream",
@@ -294,6 +296,13 @@ def make_stream(
     return PackedStream(plan, packing, lengths, pinned=pinned, order=order)
 
 
+class StepUnit(str, enum.Enum):
+    """What a step's positions are: records, or packed sequences (of documents)."""
+
+    RECORD = "record"
+    PACKED_SEQUENCE = "packed sequence"
+
+
 @dataclass(frozen=True)
 class StepInfo:
     """What a step delivers, for people (``inspect``) and oracles: where it sits and its records.
@@ -307,7 +316,7 @@ class StepInfo:
     epoch: int | None
     step_in_epoch: int | None
     steps_in_epoch: int | None
-    unit: str
+    unit: StepUnit
     span: tuple[int, int] | None
     records: np.ndarray | None
 
@@ -323,13 +332,19 @@ def describe_step(stream: EpochStream, ledger: dict[int, int], sharding: Shardin
     if isinstance(stream, RecordStream):
         start, stop = stream.plan.step_span(step)
         records = stream.plan.records(sharding.local_positions(start, stop))
-        return StepInfo(step, epoch, step - first, steps, "record", (start, stop), records)
+        return StepInfo(step, epoch, step - first, steps, StepUnit.RECORD, (start, stop), records)
     from resumable_data.loader.packed import packed_documents  # packed.py imports this module's types
 
     start, stop, count = stream.epoch_positions(epoch, step - first)
     local = sharding.local_positions(start, stop) % count
     return StepInfo(
-        step, epoch, step - first, steps, "packed sequence", (start, stop), packed_documents(stream, epoch, local)
+        step,
+        epoch,
+        step - first,
+        steps,
+        StepUnit.PACKED_SEQUENCE,
+        (start, stop),
+        packed_documents(stream, epoch, local),
     )
 
 

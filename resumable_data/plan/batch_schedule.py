@@ -140,19 +140,6 @@ class BatchSchedule:
         seg = self.segments[bisect_right(self._positions, position) - 1]
         return seg.step + (position - seg.position) // seg.batch
 
-    def check_divisible(self, divisor: int, param: str, why: str) -> None:
-        """Raise unless ``divisor`` divides every batch of the schedule."""
-        bad = [s.batch for s in self.segments if s.batch % divisor]
-        if bad:
-            raise ConfigError(
-                describe(
-                    param,
-                    divisor,
-                    f"a divisor of every batch of the schedule ({why}); it does not divide {sorted(set(bad))[:8]}",
-                    f"use batches that are multiples of {divisor}, or another {param}",
-                )
-            )
-
     @staticmethod
     def from_dict(d: Any, where: str = "batch_schedule") -> BatchSchedule:
         """Parse either form; anything malformed raises :class:`rd.ResumeError`."""

@@ -189,6 +189,11 @@ class Mixture:
         return self._version
 
     @property
+    def source_versions(self) -> tuple[str, ...]:
+        """Each source's pinned version hash (``"unpinned"`` for one that is not), in ``names`` order."""
+        return self._versions
+
+    @property
     def pinned(self) -> bool:
         """Whether every source is pinned."""
         return all(s.pinned for s in self.sources)
@@ -488,7 +493,7 @@ class PackedMixtureSampler(MixtureSampler):
         return MixturePlan(
             m.names,
             m.sizes,
-            m._versions,
+            m.source_versions,
             schedule,
             block=m.block_size,
             seed=self.seed,

@@ -100,3 +100,18 @@ def test_the_notebooks_extra_has_jupyterlab():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert any(r.startswith("jupyterlab") for r in extras["notebooks"]), "`jupyter lab notebooks/` needs jupyterlab"
     assert any(r.startswith("mkdocs") for r in extras["test"]) and any(r.startswith("mkdocstrings") for r in extras["test"])
+
+
+def test_how_it_works_lists_every_module_and_only_modules():
+    """docs/how-it-works.md's "Every module" tables name every module of the package by its path,
+    and every path they name exists (a new, moved or deleted module updates the map)."""
+    page = (ROOT / "docs" / "how-it-works.md").read_text()
+    section = page.split("## Every module", 1)[1]
+    listed = set()
+    for row in re.findall(r"^\| (`[^|]+`) \|", section, re.M):
+        listed.update(re.findall(r"`([\w/]+\.py)`", row))
+    package = ROOT / "resumable_data"
+    modules = {p.relative_to(package).as_posix() for p in package.rglob("*.py")}
+    required = {m for m in modules if not m.endswith("__init__.py") or m == "__init__.py"}
+    assert not required - listed, f"docs/how-it-works.md 'Every module' lacks {sorted(required - listed)}: add a row"
+    assert not listed - modules, f"docs/how-it-works.md 'Every module' names modules that do not exist: {sorted(listed - modules)}"

@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import time
+from multiprocessing import resource_tracker
 
 import pytest
 import torch
@@ -52,6 +53,10 @@ def make(mode, workers, **kw):
 
 
 def children():
+    # multiprocessing's resource tracker is one process per interpreter, started by the first
+    # shared-memory batch slot and kept to the end: started here, it is in every `before` (run
+    # alone, the first case would otherwise count it as an orphan worker)
+    resource_tracker.ensure_running()
     try:
         import psutil
 

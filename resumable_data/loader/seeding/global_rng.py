@@ -206,7 +206,7 @@ class GlobalRNGGuard:
         #: code ran may reuse them)
         self.saved = PyNpStates()
         self.saved.save(_layout())
-        self._torch = save_torch(self.saved._lay)
+        self._torch = save_torch(self.saved.layout)
         #: set by a caller that knows Python's and numpy's states are the saved ones (a finished
         #: watch found them untouched and no user code ran since): see :meth:`restore_torch_only`
         self.python_numpy_clean = False
@@ -218,11 +218,11 @@ class GlobalRNGGuard:
 
     def restore_torch_only(self) -> None:
         """Exit when Python's and numpy's states are known to be the saved ones: torch's only."""
-        restore_torch(self.saved._lay, self._torch)
+        restore_torch(self.saved.layout, self._torch)
 
     def torch_watch(self) -> TorchWatch:
         """A watch of torch's generator starting from the state saved on enter (no code run since)."""
-        return TorchWatch(self.saved._lay, self._torch)
+        return TorchWatch(self.saved.layout, self._torch)
 
 
 def torch_watch() -> TorchWatch:
@@ -243,4 +243,4 @@ class UnseededWatch(UnseededStates):
     __slots__ = ()
 
     def __init__(self, saved: PyNpStates | None = None) -> None:
-        super().__init__(_layout() if saved is None else saved._lay, saved)
+        super().__init__(_layout() if saved is None else saved.layout, saved)

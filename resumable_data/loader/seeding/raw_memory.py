@@ -455,6 +455,11 @@ class PyNpStates:
             self._np = np.random.get_state(legacy=True)
 
     @property
+    def layout(self) -> Layout:
+        """The probed layout the states were saved through."""
+        return self._lay
+
+    @property
     def fast(self) -> bool:
         """Whether the states were saved through the probed memory (lazy seeding can start from them)."""
         return self._lay.fast

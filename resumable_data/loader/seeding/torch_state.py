@@ -27,7 +27,6 @@ _LEGACY = "@QiiQ624Qdddi0Q"
 _NORMAL_Y = struct.calcsize("@QiiQ624Qd")
 _NORMAL_VALID = struct.calcsize("@QiiQ624Qddd")
 _FLOAT = struct.calcsize(_LEGACY)
-_FLOAT_VALID = _FLOAT + 4
 _STATE_SIZE = struct.calcsize(_LEGACY + "f?0Q")
 _HEADER = struct.calcsize("@QiiQ")  # the_initial_seed, left, seeded, next: then the state words
 #: bytes of torch's serialized CPU state, as rd knows it

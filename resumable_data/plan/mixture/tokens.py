@@ -31,7 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from resumable_data.errors import ConfigError, describe
-from resumable_data.plan.order import Order, window_sum
+from resumable_data.plan.order import EpochOrder, Order, window_sum
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_TOKENS
 
 __all__ = ["SourceTokens"]
@@ -151,7 +151,7 @@ class SourceTokens:
         if not self._plan.shuffle:
             return int(ln[a:b].sum())
         perm = self._plan.source_order(s, e)
-        spec = getattr(perm, "spec", None)
+        spec = perm.spec if isinstance(perm, EpochOrder) else None
         if spec is not None and spec.kind is Order.WINDOW and b - a > 2 * spec.window:  # whole windows: block sums
             sums = self._block_sums.get(s)
             if sums is None:

@@ -5,6 +5,7 @@
 - :mod:`.record_ids`: record ids checked against ``[0, N)`` and located in the unit index.
 - :mod:`.pickled`: the JSON-shaped state a pickled source carries (no Arrow data).
 
-The class itself (opening, the unit index, validation once, identity checks around reads, the
-read-ahead hooks, the gather) stays in :mod:`resumable_data.sources.arrow_shards`.
+The class itself (the unit index, validation once, identity checks around reads, the concatenated
+view) stays in :mod:`resumable_data.sources.arrow_shards`; the units decoded when read, their ranged
+reads and the read-ahead hooks are :mod:`resumable_data.sources.unit_reads`.
 """
