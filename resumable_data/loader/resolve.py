@@ -119,7 +119,7 @@ def resolve_config(
         )
     if transform is not None and not callable(transform):
         raise ConfigError(describe("transform", transform, "a function of one sample", "pass a callable or None"))
-    check_kinds(collate_fn, generator, elastic)
+    check_kinds(collate_fn, generator, elastic, shuffle)
     if not isinstance(dataset, MapDataset):
         raise ConfigError(
             describe(

@@ -94,10 +94,15 @@ def check_sampling_rules(
         )
 
 
-def check_kinds(collate_fn: Any, generator: Any, elastic: Any) -> None:
-    """Arguments torch would only trip over at the first batch (or, for ``elastic``, a truthy string
-    silently read as True) are refused here, before anything is built (torch is imported only to check a
-    generator that was passed: the resolver stays torch-free otherwise)."""
+def check_kinds(collate_fn: Any, generator: Any, elastic: Any, shuffle: Any = None) -> None:
+    """Arguments torch would only trip over at the first batch (or, for ``elastic`` and ``shuffle``, a
+    truthy string silently read as True: torch shuffles on ``shuffle="False"``) are refused here, before
+    anything is built (torch is imported only to check a generator that was passed: the resolver stays
+    torch-free otherwise)."""
+    if shuffle is not None and not isinstance(shuffle, (bool, np.bool_)):
+        raise ConfigTypeError(
+            describe("shuffle", shuffle, "True, False or None", "pass shuffle=True or shuffle=False (not a string)")
+        )
     if collate_fn is not None and not callable(collate_fn):
         raise ConfigTypeError(
             describe("collate_fn", collate_fn, "a function of a list of samples, or None", "pass a callable or None")

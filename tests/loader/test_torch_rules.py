@@ -42,3 +42,23 @@ def test_what_torch_accepts_passes():
 def test_kinds_torch_would_trip_over_late_are_type_errors(args, param):
     with pytest.raises(ConfigTypeError, match=f"^{param}="):
         check_kinds(*args)
+
+
+@pytest.mark.parametrize("shuffle", ["False", "no", 0, 1, [True]])
+def test_a_shuffle_that_is_not_a_boolean_is_refused_before_torch_reads_it_as_true(shuffle):
+    """torch shuffles on any truthy value (``shuffle="False"`` shuffled); rd refuses what is not one."""
+    import resumable_data as rd
+
+    with pytest.raises(ConfigTypeError, match=r"^shuffle=.*True, False or None.*pass shuffle=True or shuffle=False"):
+        rd.DataLoader(list(range(8)), batch_size=2, shuffle=shuffle)
+
+
+@pytest.mark.parametrize("shuffle", [True, False, None])
+def test_a_boolean_shuffle_is_taken(shuffle):
+    import numpy as np
+
+    import resumable_data as rd
+
+    for value in (shuffle, None if shuffle is None else np.bool_(shuffle)):
+        got = [b.tolist() for b in rd.DataLoader(list(range(8)), batch_size=4, shuffle=value, seed=0)]
+        assert (sorted(x for b in got for x in b) == list(range(8))) and (got == [[0, 1, 2, 3], [4, 5, 6, 7]]) != bool(shuffle)
