@@ -37,6 +37,7 @@ import os
 import sys
 import threading
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -120,6 +121,7 @@ class DecodedUnits:
         self.nbytes = 0
         self._map: OrderedDict[Hashable, tuple[pa.RecordBatch, int, Any]] = OrderedDict()
         self._lock = threading.Lock()
+        self._watchers: dict[int, weakref.WeakMethod] = {}  # owner -> told when one of its units leaves
 
     def __len__(self) -> int:
         return len(self._map)
@@ -171,17 +173,43 @@ class DecodedUnits:
             old = self._map.pop(key, None)
             if old is not None:
                 self.nbytes -= old[1]
+                self._left(key)
             self._map[key] = (batch, size, extra)
             self.nbytes += size
             while self.nbytes > self.budget and len(self._map) > 1:
-                _, (_, freed, _) = self._map.popitem(last=False)
+                gone, (_, freed, _) = self._map.popitem(last=False)
                 self.nbytes -= freed
+                self._left(gone)
+
+    def watch(self, owner: int, told: Callable[[], None]) -> None:
+        """Call ``told()`` (a bound method, held weakly) whenever a unit of ``owner`` leaves the map
+        (evicted, replaced, dropped, cleared), under the map's lock: it must only drop what its owner
+        derived from its units (:class:`.unit_reads.UnitReads`' plan over every unit), never call
+        the map."""
+        with self._lock:
+            self._watchers[owner] = weakref.WeakMethod(told)
+
+    def unwatch(self, owner: int) -> None:
+        with self._lock:
+            self._watchers.pop(owner, None)
+
+    def _left(self, key: Hashable) -> None:
+        if self._watchers and isinstance(key, tuple) and key:
+            ref = self._watchers.get(key[0])
+            if ref is None:
+                return
+            told = ref()
+            if told is None:  # its source is gone
+                del self._watchers[key[0]]
+            else:
+                told()
 
     def drop(self, owner: int) -> None:
         """Drop the units of source ``owner`` (keys ``(owner, ...)``)."""
         with self._lock:
             for key in [k for k in self._map if isinstance(k, tuple) and k and k[0] == owner]:
                 self.nbytes -= self._map.pop(key)[1]
+                self._left(key)
 
     def reserve(self, nbytes: int) -> None:
         """Raise the budget to ``nbytes`` if it is lower (a source asking for more: the process
@@ -192,6 +220,8 @@ class DecodedUnits:
     def clear(self, budget: int | None = None) -> None:
         """Drop every unit (and set a new ``budget`` if given)."""
         with self._lock:
+            for key in self._map:
+                self._left(key)
             self._map.clear()
             self.nbytes = 0
             if budget is not None:

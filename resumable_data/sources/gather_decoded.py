@@ -168,6 +168,8 @@ class PlanTable:
         self._has = np.zeros((num_units, num_columns), dtype=bool)  # the unit has a row for the column
         self._tables: list[np.ndarray | None] = [None] * num_columns  # [units, nodes] per column
         self._templates: list[ColumnGather | None] = [None] * num_columns
+        self.published = 0  # units published at least once
+        self.publishes = 0  # rows published, in all
 
     def publish(self, ks: Sequence[int], units: Sequence[DecodedUnit]) -> None:
         """Keep the rows of ``units`` (unit numbers ``ks``), whose rows are computed."""
@@ -185,6 +187,8 @@ class PlanTable:
                     table[k] = row
                 self._has[k, i] = ok
             self._lo[k], self._hi[k] = rows.lo, rows.hi
+            self.published += self._refs[k] is _GONE
+            self.publishes += 1
             self._refs[k] = weakref.ref(u)
 
     def lookup(self, touched: np.ndarray) -> PlanRows | None:

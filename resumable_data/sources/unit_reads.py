@@ -60,7 +60,7 @@ __all__ = ["UnitReads"]
 #: What :meth:`UnitReads.touched` returns: the column plans over the touched units, the batch's
 #: unit numbers renumbered to them, and the touched units (in unit order; the plans' span keeps
 #: them alive while they are read).
-Touched = tuple[list[ColumnGather | None], np.ndarray, list[DecodedUnit]]
+Touched = tuple[list[ColumnGather | None], np.ndarray, list[DecodedUnit] | None]
 
 
 class UnitReads:
@@ -104,6 +104,11 @@ class UnitReads:
         self.ahead: UnitCache | None = None  # the read-ahead cache attached (attach())
         self._columns = columns
         self._table: PlanTable | None = None  # the plan rows of the units planned so far (touched())
+        # the plans over every unit, while every one is kept (their span holds them): see _whole_plans
+        self._whole: list[ColumnGather | None] | None = None
+        self._tried = -(1 << 62)  # PlanTable.publishes at the last try of _whole_plans
+        self._left = 0  # units let go so far (_let_go): a plan over every unit built before one left is not kept
+        self._map.watch(self._owner, self._let_go)
 
     @functools.cached_property
     def loaded(self) -> bool:
@@ -115,14 +120,21 @@ class UnitReads:
 
     def close(self) -> None:
         """Drop this source's decoded units from the process's map."""
-        self._table = None
+        self._table = self._whole = None
         self._map.drop(self._owner)
+        self._map.unwatch(self._owner)
+
+    def _let_go(self) -> None:
+        """The map let one of this source's units go (evicted, dropped): the plans over every unit
+        would keep it alive past the budget, so they go too (called under the map's lock)."""
+        self._whole = None
+        self._left += 1
 
     def attach(self, cache: UnitCache | None) -> None:
         """Read units through ``cache`` (filled ahead by one fetcher per rank), or directly (None);
         the units decoded from other bytes are dropped."""
         self.ahead = cache
-        self._table = None
+        self._table = self._whole = None
         self._map.drop(self._owner)
 
     # -- one unit --------------------------------------------------------------------------------
@@ -163,6 +175,9 @@ class UnitReads:
         """The column plans over the units ``unit`` (the batch's unit of every record) touches,
         ``unit`` renumbered to them and the touched units; None when their decoded bytes exceed the
         decoded-unit budget (the caller then takes unit by unit, holding one)."""
+        whole = self._whole
+        if whole is not None:  # every unit kept and planned: the batch's units are the plans' own
+            return whole, unit, None
         touched, renumbered = np.unique(unit, return_inverse=True)
         renumbered = renumbered.astype(np.int64, copy=False)
         table = self._table
@@ -195,7 +210,32 @@ class UnitReads:
             table = self._table = PlanTable(len(self._units), self._columns)
         with self._map.lock:
             table.publish(ks, units)
+        n = len(self._units)
+        if table.published == n and table.publishes - self._tried >= max(1, n // 8):  # O(units) a try
+            self._tried = table.publishes
+            self._whole_plans(table)
         return plans, renumbered, units
+
+    def _whole_plans(self, table: PlanTable) -> None:
+        """Plans over every unit of the source (numbered as the source numbers them), kept while no
+        unit leaves the map, when every unit was planned and the decoded dataset fits the budget:
+        then a batch needs no ``unique``, no renumbering and no rebuild (the mapped shards' case,
+        whose plans are built once). The plans' span holds every unit; the map's watch
+        (:meth:`_let_go`) drops them as soon as one unit leaves, so they never keep a unit past
+        the map's budget."""
+        total, count = self._estimate
+        decoded = int((~self._unit_view).sum())
+        if count and total * decoded > self._map.budget * count:  # the decoded dataset does not fit
+            return
+        left = self._left
+        with self._map.lock:
+            found = table.lookup(np.arange(len(self._units), dtype=np.int64))
+        if found is None:
+            return
+        plans = table.plans(found)
+        with self._map.lock:  # _let_go runs under this lock: no unit left since the lookup
+            if self._left == left:
+                self._whole = plans
 
     def _over_budget(self, units: int, need: int) -> None:
         """Warn once per process and dataset (every copy of the source: the loader's workers open

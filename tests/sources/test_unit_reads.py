@@ -64,3 +64,80 @@ def test_ranged_reads_of_local_mapped_units_are_refused_with_the_fix(tmp_path):
         src.fetch_shard(0)
     assert src.unit_shards().tolist() == [0] * 6
     assert src.shard_size(0) == (tmp_path / "a.arrow").stat().st_size
+
+
+# -- plans over every unit, while every unit is kept ---------------------------------------------
+def _spy(monkeypatch, module, name):
+    calls = []
+    real = getattr(module, name)
+
+    def spy(*args, **kwargs):
+        calls.append(name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, spy)
+    return calls
+
+
+def test_once_every_unit_is_kept_a_batch_is_gathered_by_the_plans_over_every_unit(tmp_path, monkeypatch):
+    import resumable_data.sources.gather_decoded as gd
+    import resumable_data.sources.unit_reads as ur
+
+    t, src = _parquet(tmp_path, n=3000, group=97)
+    monkeypatch.setattr(process_units(), "budget", 1 << 30)
+    assert src.take(np.arange(len(t))).equals(t)  # every unit decoded, planned and published
+    whole = src._reads._whole
+    assert whole is not None
+    stacked = _spy(monkeypatch, ur, "plan_touched")
+    looked = _spy(monkeypatch, gd.PlanTable, "lookup")
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        ids = rng.integers(0, len(t), int(rng.integers(1, 500)))
+        got = src.take(ids)
+        for name in t.column_names:
+            assert got.column(name).equals(t.column(name).take(pa.array(ids))), name
+    assert stacked == [] and looked == [] and src._reads._whole is whole
+
+
+def test_a_unit_leaving_the_map_drops_the_plans_over_every_unit_at_once(tmp_path, monkeypatch):
+    import gc
+    import weakref
+
+    t, src = _parquet(tmp_path, n=3000, group=97)
+    monkeypatch.setattr(process_units(), "budget", 1 << 30)
+    src.take(np.arange(len(t)))
+    assert src._reads._whole is not None
+    unit = weakref.ref(src._reads.decoded(5))
+    process_units().put(("someone else", 0, 0), pa.record_batch({"x": [1]}))  # nothing leaves: kept
+    assert src._reads._whole is not None
+    process_units().clear()  # every unit leaves: the plans go with the first
+    assert src._reads._whole is None
+    gc.collect()
+    assert unit() is None  # nothing of the source kept it alive
+    ids = np.random.default_rng(4).integers(0, len(t), 300)
+    assert src.take(ids).equals(t.take(pa.array(ids)))
+
+
+@pytest.mark.filterwarnings("ignore:.*decoded-unit budget:RuntimeWarning")
+def test_no_plans_over_every_unit_when_the_decoded_dataset_exceeds_the_budget(tmp_path, monkeypatch):
+    t, src = _parquet(tmp_path, n=3000, group=97)
+    process_units().clear()  # the source's units alone
+    src.take(np.arange(len(t)))
+    nbytes = process_units().nbytes
+    monkeypatch.setattr(process_units(), "budget", nbytes // 2)
+    process_units().clear()
+    other = rd.ArrowShards(tmp_path, unpinned="allow")
+    rng = np.random.default_rng(5)
+    for _ in range(15):
+        ids = rng.integers(0, len(t), 40)
+        assert other.take(ids).equals(t.take(pa.array(ids)))
+        assert other._reads._whole is None
+    assert process_units().nbytes <= nbytes // 2
+
+
+def test_a_closed_source_is_not_watched(tmp_path):
+    _, src = _parquet(tmp_path)
+    owner = src._reads._owner
+    assert owner in process_units()._watchers
+    src.close()
+    assert owner not in process_units()._watchers
