@@ -16,7 +16,9 @@ for its plan rows in a folder that mixes such batches with decoded ones) and evi
 front until the total fits ``budget`` (the newest entry is always kept, whatever its size). A process holds one map
 (:func:`process_units`) that all its sources share, so the budget bounds the process whatever the
 number of sources (an ``rd.Mixture`` of remote sources, a train and an eval set); a source's
-entries leave with it (:meth:`DecodedUnits.drop` on close or when read-ahead is attached). Operations hold a lock
+entries leave with it (:meth:`DecodedUnits.drop` on close or when read-ahead is attached). A
+source may ask to be told when one of its entries leaves (:meth:`DecodedUnits.watch`: what it
+derived from all its units at once must not keep one alive past the budget). Operations hold a lock
 (a user may read sources from threads); a forked child starts with a fresh lock.
 
 Guarantee. Only decoding is saved: a batch here is the decode of bytes whose identity was checked

@@ -24,6 +24,11 @@ Algorithm.
   (one held at a time), and the process is told once per dataset (a ``RuntimeWarning`` with the
   figures and the ``decoded_cache_bytes=`` that fixes it). A batch served from the table does not
   refresh its units' recency in the map (the map is then evicted in insertion order among them).
+* Once every unit of the source was planned and is kept, and the decoded dataset fits the budget,
+  the plans over every unit are built once (:meth:`UnitReads._whole_plans`) and serve every batch
+  as the mapped shards' plans do: no ``unique``, no renumbering, no rebuild. Their span holds every
+  unit, so the map tells the source when one of its units leaves (:meth:`.decoded_units.DecodedUnits.watch`)
+  and the plans are dropped at once: they never keep a unit past the budget.
 
 Guarantee. Every decoded unit comes from bytes whose identity was checked when they were read (a
 remote object's size and ETag as recorded at open: :meth:`.store.FileSystemStore.read_range_checked`;
