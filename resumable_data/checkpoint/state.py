@@ -517,7 +517,7 @@ class TrainingState:
         try:
             if state.get(K_LAYOUT) == LAYOUT_DCP:
                 tree, entries, saved_world = dcp_layout.unpack(state)
-                saved_meta = CheckpointMeta.from_dict(tree[K_META])
+                saved_meta = CheckpointMeta.from_dict(tree[K_META], "saved meta")
                 report = self.check(saved_meta, label, on_batch_change=change)
                 report.raise_if_refused()
                 tree, skip = dcp_layout.select_rank(
@@ -535,7 +535,7 @@ class TrainingState:
                 expect_mapping(state, "state", _KEYS, error=CheckpointError)
                 expect_header(state, STATE_FORMAT, STATE_SCHEMA_VERSION, "state", error=CheckpointError)
                 tree, dcp = state, None
-                saved_meta = CheckpointMeta.from_dict(state[K_META])
+                saved_meta = CheckpointMeta.from_dict(state[K_META], "saved meta")
                 report = self.check(saved_meta, label, on_batch_change=change)
                 report.raise_if_refused()
         except ResumableDataError:
