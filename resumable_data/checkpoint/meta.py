@@ -18,7 +18,7 @@ section raises then, before anything is restored.
 
 Format: JSON, ``format = "resumable_data.checkpoint_meta"``, integer ``schema_version``; an
 unknown version is refused on load. Cost: building it walks ``named_parameters``/``named_modules``
-once (no tensor data is read); parsing validates the sections readers use (microseconds).
+once (no tensor data is read); parsing validates the sections readers use (tens of microseconds).
 """
 
 from __future__ import annotations

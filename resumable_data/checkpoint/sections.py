@@ -19,7 +19,8 @@ raise :class:`CheckpointError` naming ``<where>.<section>.<key>``.
 Guarantee: a :class:`MetaSections` exists only for metadata whose read sections are well formed;
 ``to_dict`` is not defined here on purpose (the meta's JSON is the serialized form). Cost: one
 walk over the keys read plus the loader-fingerprint validation (a plan, a layout, a mixture
-section: microseconds); the parameter lists are not copied, only their names counted.
+section): about 50 microseconds for a real checkpoint's meta; the parameter names are copied into
+tuples, no tensor is read.
 """
 
 from __future__ import annotations
