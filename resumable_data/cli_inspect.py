@@ -87,13 +87,13 @@ def _labels() -> list[Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
     from pathlib import Path
 
     from resumable_data.checkpoint.inventory import Inventory
     from resumable_data.checkpoint.status import CheckpointStatus
     from resumable_data.checkpoint.store import read_checkpoint
     from resumable_data.cli_view import loader_state_report, mixture_lines, next_step_lines
-    from resumable_data.loader.state import LoaderState
 
     width = None if args.wide or args.markdown else WIDTH
     if _is_dataset(args.checkpoint):
@@ -114,8 +114,9 @@ def run(args: argparse.Namespace) -> int:
         _kv(out, "recovery label", meta.recovery_label.value)
         _kv(out, "lineage", f"run {meta.run_id}; parent checkpoint {meta.parent_checkpoint_id or '- (first run)'}")
         _kv(out, "software", ", ".join(f"{k} {v}" for k, v in sorted(meta.software.items())))
-        if meta.scheduler:
-            _kv(out, "scheduler", f"{meta.scheduler['type']} (one step = one {meta.scheduler['convention']})")
+        sched = meta.sections.scheduler
+        if sched is not None:
+            _kv(out, "scheduler", f"{sched.type} (one step = one {sched.convention})")
     if status.counters is not None:
         _kv(out, "counters", ", ".join(f"{k}={v}" for k, v in status.counters.items()))
     if status.cursor is not None:
@@ -133,9 +134,9 @@ def run(args: argparse.Namespace) -> int:
             )
         micro = "none pending" if acc.microstep is None else acc.microstep
         _kv(out, "microstep", f"{micro} ({where}, policy {acc.policy}{how})")
-    data = meta.data if meta is not None else None
+    data = meta.sections.data if meta is not None else None
     if data is not None and status.next_step is not None:
-        saved = LoaderState.from_fingerprint(data, status.epoch_base or (0, 0))
+        saved = replace(data.loader, epoch_base=status.epoch_base or (0, 0))
         plan = saved.plan
         if saved.mixture is not None:
             mixture_lines(out, saved, status.next_step)
@@ -147,11 +148,12 @@ def run(args: argparse.Namespace) -> int:
             status_ok = _check_data(out, args.data, plan.version_hash, args.verify)
         else:
             _kv(out, "dataset", f"pinned version {plan.version_hash} (pass --data DIR to check the files)")
-    if status.next_lr is not None and meta is not None and meta.optimizer:
-        groups = meta.optimizer.get("param_groups", [])
-        _kv(out, "optimizer", meta.optimizer.get("type"))
+    opt = meta.sections.optimizer if meta is not None else None
+    if status.next_lr is not None and opt is not None:
+        groups = opt.groups
+        _kv(out, "optimizer", opt.type)
         for i, lr in enumerate(status.next_lr):
-            size = len(groups[i]["params"]) if i < len(groups) else "?"
+            size = len(groups[i]) if i < len(groups) else "?"
             _kv(out, f"  next lr, group {i}", f"{lr!r} ({size} parameters)")
     if status.scale is not None:
         _kv(out, "grad scaler scale", status.scale)
@@ -288,7 +290,7 @@ def _load_current(path: str) -> Any:
                 "--against", path, f"a readable JSON file ({e})", "write it with json.dump(state.meta().to_dict(), f)"
             )
         ) from None
-    return CheckpointMeta.from_dict(d)
+    return CheckpointMeta.from_dict(d, "current meta")
 
 
 def _clip(s: str, width: int = _CELL) -> str:
@@ -299,71 +301,63 @@ def _short_type(t: Any) -> str:
     return str(t).rsplit(".", 1)[-1]
 
 
-def _summary(d: dict, category: str) -> str:
-    """A short rendering of one category of a CheckpointMeta dict (the cell when nothing differs)."""
+def _summary(meta: Any, category: str) -> str:
+    """A short rendering of one category of a CheckpointMeta (the cell when nothing differs), read
+    from its typed sections (``meta.sections``)."""
     import json
+
+    from resumable_data.checkpoint.sections import K_PYTHON, K_TORCH
 
     def compact(v: Any) -> str:
         return "none" if v is None else json.dumps(v, sort_keys=True, separators=(",", ":"))
 
-    data = d.get("data") or {}
-    plan = data.get("plan") or {}
-    model = d.get("model") or {}
+    sec = meta.sections
+    data = sec.data
+    model = sec.model
+    if category in ("dataset", "data_stream", "sample_seeding") and data is None:
+        return "none (no loader)"
     if category == "dataset":
-        if not plan:
-            return "none (no loader)"
-        return f"{str(plan.get('dataset_version'))[:12]} ({plan.get('num_records')} records)"
+        plan = data.loader.plan
+        return f"{plan.version_hash[:12]} ({plan.num_records} records)"
     if category == "data_stream":
-        if not plan:
-            return "none (no loader)"
-        order = (plan.get("order") or {}).get("kind")
-        pk = data.get("packing")
-        pk = f"packed {pk.get('seq_len')}" if isinstance(pk, dict) else "unpacked"
+        loader = data.loader
+        plan = loader.plan
+        pk = f"packed {loader.packing.seq_len}" if loader.packing is not None else "unpacked"
         return (
-            f"seed {plan.get('seed')}, {order}, batch {plan.get('global_batch')}, "
-            f"accum {data.get('accumulation_steps')}, {pk}"
+            f"seed {plan.seed}, {plan.order.kind.value}, batch {plan.global_batch}, "
+            f"accum {loader.accumulation_steps}, {pk}"
         )
     if category == "sample_seeding":
-        if not plan:
-            return "none (no loader)"
-        mode = data.get("seed_per_sample")  # None: metadata written before contract v2 records no mode
-        return "not recorded (older metadata)" if mode is None else f"seed_per_sample {mode!r}"
+        mode = data.seed_per_sample  # None: metadata written before contract v2 records no mode
+        return "not recorded (older metadata)" if mode is None else f"seed_per_sample {mode.value!r}"
     if category == "layout":
-        dl = data.get("layout") or {}
-        return f"world size {d.get('layout', {}).get('world_size')}" + (f", {dl.get('policy')}" if dl else "")
+        return f"world size {sec.world_size}" + (f", {data.loader.layout.policy.value}" if data is not None else "")
     if category == "model_config":
-        return compact(model.get("config")) if model else "none"
+        return compact(model.config) if model is not None else "none"
     if category == "architecture":
-        mods = model.get("modules") or {}
-        return f"{mods.get('<root>')} ({len(mods)} modules)" if mods else "none"
+        return f"{model.root} ({len(model.modules)} modules)" if model is not None and model.modules else "none"
     if category == "weights":
-        return (
-            f"{len(model.get('parameters') or {})} parameters, {len(model.get('buffers') or {})} buffers"
-            if model
-            else "none"
-        )
+        return f"{len(model.parameters)} parameters, {len(model.buffers)} buffers" if model is not None else "none"
     if category == "feature_schema":
-        fs = d.get("feature_schema")
-        return str(fs.get("fingerprint"))[:21] if fs else "none"
+        return sec.features.fingerprint[:21] if sec.features is not None else "none"
     if category == "optimizer":
-        o = d.get("optimizer")
-        return f"{_short_type(o.get('type'))} ({len(o.get('param_groups') or [])} groups)" if o else "none"
+        o = sec.optimizer
+        return f"{_short_type(o.type)} ({len(o.groups)} groups)" if o is not None else "none"
     if category == "scheduler":
-        sc = d.get("scheduler")
-        return f"{_short_type(sc.get('type'))} (per {sc.get('convention')})" if sc else "none"
+        sc = sec.scheduler
+        return f"{_short_type(sc.type)} (per {sc.convention})" if sc is not None else "none"
     if category == "scaler":
-        sc = d.get("scaler")
-        return f"{_short_type(sc.get('type'))} ({'enabled' if sc.get('enabled') else 'disabled'})" if sc else "none"
+        sa = sec.scaler
+        return f"{_short_type(sa.type)} ({'enabled' if sa.enabled else 'disabled'})" if sa is not None else "none"
     if category == "ema":
-        e = d.get("ema")
-        return _short_type(e.get("type")) if e else "none"
+        return _short_type(sec.ema.type) if sec.ema is not None else "none"
     if category == "callbacks":
-        return ", ".join(d.get("callbacks") or []) or "none"
+        return ", ".join(meta.callbacks) or "none"
     if category == "software":
-        sw = d.get("software") or {}
-        return ", ".join(f"{k} {sw[k]}" for k in ("torch", "python") if k in sw)
+        sw = meta.software
+        return ", ".join(f"{k} {sw[k]}" for k in (K_TORCH, K_PYTHON) if k in sw)
     if category == "transition_rule":
-        return compact(d.get("recovery_spec"))
+        return compact(meta.recovery_spec)
     return "-"  # a category this table has no summary for
 
 
@@ -372,14 +366,13 @@ def _compat_table(out: list[str], saved: Any, current: Any, against: str, label:
     from resumable_data.checkpoint.compat import CONTRACT_VERSION, Category, Severity, check_compatible
 
     report = check_compatible(saved, current, label)
-    sd, cd = saved.to_dict(), current.to_dict()
     verdict = {Severity.ERROR: "refused", Severity.WARNING: "warning", Severity.INFO: "allowed"}
     rank = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
     rows = [
         (
             "recovery label",
             "ok" if label == "faithful_continuation" else "allowed",
-            sd["recovery_label"] + " (saved run)",
+            saved.recovery_label.value + " (saved run)",
             f"{label} (resume as)",
             "-",
         )
@@ -389,7 +382,7 @@ def _compat_table(out: list[str], saved: Any, current: Any, against: str, label:
     for name, cats in _ROWS + extra:
         diffs = [x for x in report.differences if x.category.value in cats]
         if not diffs:
-            rows.append((name, "ok", _summary(sd, name), _summary(cd, name), "-"))
+            rows.append((name, "ok", _summary(saved, name), _summary(current, name), "-"))
             continue
         worst = min(diffs, key=lambda x: rank[x.severity])
         more = f" (+{len(diffs) - 1} more)" if len(diffs) > 1 else ""

@@ -14,7 +14,9 @@ fingerprint (an ``rd.Mixture``'s rebase: where a ``data_change`` rebased the str
 difference, and a global-batch difference (``data.plan.global_batch`` / ``data.plan.schedule``)
 the caller declared with ``on_batch_change="continue"`` is ``info`` (the loader then continues at
 the committed sample, under its own rules, and the restore is labelled ``elastic_reshard``). Metadata of an unknown ``schema_version`` is refused. Cost: a
-walk over two JSON trees (parameter names included), no tensor is read.
+walk over two JSON trees (parameter names included), no tensor is read. The fixes read the metas'
+typed sections (``meta.sections``: the seeding mode, a mixture's sizes, the plan's record count
+and batch), validated when each meta is parsed (``saved meta`` / ``current meta`` in errors).
 
 The seeding mode. ``data.seed_per_sample`` (the loader's ``seed_per_sample`` mode; contract
 version 2) is its own category, ``sample_seeding``: another mode seeds the global generators
@@ -40,10 +42,10 @@ from resumable_data.checkpoint.errors import CompatibilityError
 from resumable_data.checkpoint.meta import COMPARED, CheckpointMeta
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.restore import rounded_epoch_fix
-from resumable_data.loader.seeding.sample_seeding import K_FINGERPRINT_MODE, fingerprint_mode
+from resumable_data.loader.seeding.sample_seeding import K_FINGERPRINT_MODE
 from resumable_data.loader.state import K_MIXTURE, K_PLAN, OnBatchChange
-from resumable_data.plan.mixture.section import K_REBASE, K_SIZES
-from resumable_data.plan.steps import K_GLOBAL_BATCH, K_SCHEDULE
+from resumable_data.plan.mixture.section import K_REBASE
+from resumable_data.plan.steps import K_GLOBAL_BATCH, K_NUM_RECORDS, K_SCHEDULE
 
 __all__ = ["CONTRACT_VERSION", "RULES", "Category", "CompatibilityReport", "Difference", "Severity", "check_compatible"]
 
@@ -280,12 +282,12 @@ def check_compatible(
         on_batch_change is not None
         and coerce_enum(on_batch_change, OnBatchChange, "on_batch_change") is OnBatchChange.CONTINUE
     )
-    saved = CheckpointMeta.from_dict(saved_meta.to_dict() if isinstance(saved_meta, CheckpointMeta) else saved_meta)
-    current = CheckpointMeta.from_dict(
-        current_meta.to_dict() if isinstance(current_meta, CheckpointMeta) else current_meta
+    saved, current = (
+        CheckpointMeta.from_dict(m.to_dict() if isinstance(m, CheckpointMeta) else m, f"{side} meta")
+        for m, side in ((saved_meta, "saved"), (current_meta, "current"))
     )
     sd, cd = saved.to_dict(), current.to_dict()
-    modes = [fingerprint_mode(d["data"], f"{side} meta.data") for side, d in (("saved", sd), ("current", cd))]
+    modes = [None if m.sections.data is None else m.sections.data.seed_per_sample for m in (saved, current)]
     raw: list[tuple[list[str], Any, Any]] = []
     for key in COMPARED:
         _walk(sd[key], cd[key], [key], raw)
@@ -293,7 +295,7 @@ def check_compatible(
         raw = [r for r in raw if tuple(r[0]) != _MODE]
     diffs = []
     batch_changed = False
-    rounded = _rounded_mixture_epoch(sd, cd, raw)
+    rounded = _rounded_mixture_epoch(saved, current, raw)
     for path, a, b in raw:
         if tuple(path[:3]) in _PROGRESS:
             continue
@@ -313,7 +315,7 @@ def check_compatible(
     return CompatibilityReport(label, tuple(diffs), batch_changed=batch_changed)
 
 
-_NUM_RECORDS = ("data", K_PLAN, "num_records")
+_NUM_RECORDS = ("data", K_PLAN, K_NUM_RECORDS)
 _MODE = ("data", K_FINGERPRINT_MODE)
 
 
@@ -326,18 +328,22 @@ def _mode_fix(saved: Any, current: Any) -> str:
     )
 
 
-def _rounded_mixture_epoch(sd: dict, cd: dict, raw: list[tuple[list[str], Any, Any]]) -> str | None:
+def _rounded_mixture_epoch(
+    saved: CheckpointMeta, current: CheckpointMeta, raw: list[tuple[list[str], Any, Any]]
+) -> str | None:
     """The fix when an ``rd.Mixture``'s epoch length changed with the global batch (its epoch is
     rounded to the batch: no batch change can continue it), else None."""
     paths = {tuple(p[:3]) for p, _, _ in raw}
     if _NUM_RECORDS not in paths or not paths & _BATCH:
         return None
-    sm, cm = (d["data"].get(K_MIXTURE) if isinstance(d.get("data"), dict) else None for d in (sd, cd))
-    if not isinstance(sm, dict) or not isinstance(cm, dict) or sm.get(K_SIZES) != cm.get(K_SIZES):
+    s, c = saved.sections.data, current.sections.data
+    if s is None or c is None or s.loader.mixture is None or c.loader.mixture is None:
         return None
-    sp, cp = sd["data"][K_PLAN], cd["data"][K_PLAN]
-    batches = (sp.get("num_records"), sp.get(K_GLOBAL_BATCH), cp.get(K_GLOBAL_BATCH))
-    return rounded_epoch_fix(*batches) if all(isinstance(x, int) and x > 0 for x in batches) else None
+    if s.loader.mixture.sizes != c.loader.mixture.sizes:
+        return None
+    sp, cp = s.loader.plan, c.loader.plan
+    batches = (sp.num_records, sp.global_batch, cp.global_batch)
+    return rounded_epoch_fix(*batches) if all(x > 0 for x in batches) else None
 
 
 #: Progress inside the loader fingerprint: never a difference (a rebased mixture resumes faithfully).

@@ -10,9 +10,15 @@ and layout, callback names, the data plan, layout and seeding mode, software ver
 parent). A separate ``status`` section records progress (counters, cursor, microstep, next LR of
 each group, module modes); it is shown by ``resumable-data inspect`` and never compared.
 
+Typed sections. Each section is kept as the JSON object it writes (the contract walks those trees
+and ``meta.json`` stays byte for byte what it was); ``meta.sections`` (a
+:class:`~resumable_data.checkpoint.sections.MetaSections`) is the typed form every reader uses
+(``inspect``, the contract's fixes), built and validated when the meta is made or loaded: a forged
+section raises then, before anything is restored.
+
 Format: JSON, ``format = "resumable_data.checkpoint_meta"``, integer ``schema_version``; an
 unknown version is refused on load. Cost: building it walks ``named_parameters``/``named_modules``
-once (no tensor data is read).
+once (no tensor data is read); parsing validates the sections readers use (tens of microseconds).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import platform
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from types import CodeType
 from typing import Any, Protocol, runtime_checkable
 
@@ -34,6 +40,7 @@ import xxhash
 from resumable_data._schema import expect_enum, expect_header, expect_mapping, expect_str
 from resumable_data._version import __version__
 from resumable_data.checkpoint.errors import CheckpointError
+from resumable_data.checkpoint.sections import MetaSections
 from resumable_data.checkpoint.status import CheckpointStatus
 from resumable_data.checkpoint.torch_compat import SCHEDULER_PROGRESS_KEYS
 from resumable_data.errors import ConfigError, describe
@@ -287,8 +294,12 @@ class CheckpointMeta:
     software: dict = field(default_factory=software_versions)
     recovery_spec: dict | None = None
     status: CheckpointStatus = field(default_factory=CheckpointStatus)
+    #: The name errors give this meta (``"saved meta"``, ``"current meta"``); not stored.
+    where: InitVar[str] = "meta"
+    #: The sections readers use, typed and validated (built here; see the module docs).
+    sections: MetaSections = field(init=False, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, where: str) -> None:
         object.__setattr__(
             self, "recovery_label", expect_enum(self.recovery_label, RecoveryLabel, "recovery_label", error=ConfigError)
         )
@@ -301,6 +312,7 @@ class CheckpointMeta:
                     "pass CheckpointStatus(...) (extra= for progress rd does not know)",
                 )
             )
+        object.__setattr__(self, "sections", MetaSections.parse(self, where))
 
     def to_dict(self) -> dict[str, Any]:
         """The metadata as ``meta.json``'s JSON object (``format``, ``schema_version`` and every field)."""
@@ -326,43 +338,44 @@ class CheckpointMeta:
         }
 
     @classmethod
-    def from_dict(cls, d: Any) -> CheckpointMeta:
-        """Parse and validate; an unknown ``schema_version`` or malformed field raises CheckpointError."""
+    def from_dict(cls, d: Any, where: str = "meta") -> CheckpointMeta:
+        """Parse and validate; an unknown ``schema_version`` or malformed field raises CheckpointError
+        (a malformed ``data`` section: ResumeError, module docs). ``where`` names it in errors."""
         if isinstance(d, CheckpointMeta):
             return d
         if not isinstance(d, Mapping):
             raise CheckpointError(
-                describe("meta", type(d).__name__, "a dict from CheckpointMeta.to_dict()", "pass that dict")
+                describe(where, type(d).__name__, "a dict from CheckpointMeta.to_dict()", "pass that dict")
             )
-        expect_header(d, META_FORMAT, META_SCHEMA_VERSION, "meta", error=CheckpointError)
-        expect_mapping(d, "meta", _KEYS, error=CheckpointError)
+        expect_header(d, META_FORMAT, META_SCHEMA_VERSION, where, error=CheckpointError)
+        expect_mapping(d, where, _KEYS, error=CheckpointError)
 
         def opt_str(k: str) -> str | None:
-            return None if d[k] is None else expect_str(d[k], f"meta.{k}", max_len=256, error=CheckpointError)
+            return None if d[k] is None else expect_str(d[k], f"{where}.{k}", max_len=256, error=CheckpointError)
 
         def opt_dict(k: str) -> dict | None:
             v = d[k]
             if v is not None and not isinstance(v, dict):
                 raise CheckpointError(
-                    describe(f"meta.{k}", type(v).__name__, "null or a JSON object", "pass an unmodified checkpoint")
+                    describe(f"{where}.{k}", type(v).__name__, "null or a JSON object", "pass an unmodified checkpoint")
                 )
             return v
 
         callbacks = d[K_CALLBACKS]
         if not isinstance(callbacks, list) or not all(isinstance(c, str) for c in callbacks):
             raise CheckpointError(
-                describe("meta.callbacks", callbacks, "a list of names", "pass an unmodified checkpoint")
+                describe(f"{where}.callbacks", callbacks, "a list of names", "pass an unmodified checkpoint")
             )
         for k in (K_LAYOUT, K_SOFTWARE, K_STATUS):
             if not isinstance(d[k], dict):
                 raise CheckpointError(
-                    describe(f"meta.{k}", type(d[k]).__name__, "a JSON object", "pass an unmodified checkpoint")
+                    describe(f"{where}.{k}", type(d[k]).__name__, "a JSON object", "pass an unmodified checkpoint")
                 )
         return cls(
-            run_id=expect_str(d[K_RUN_ID], "meta.run_id", max_len=256, error=CheckpointError),
+            run_id=expect_str(d[K_RUN_ID], f"{where}.run_id", max_len=256, error=CheckpointError),
             checkpoint_id=opt_str(K_CHECKPOINT_ID),
             parent_checkpoint_id=opt_str(K_PARENT),
-            recovery_label=expect_enum(d[K_LABEL], RecoveryLabel, "meta.recovery_label", error=CheckpointError),
+            recovery_label=expect_enum(d[K_LABEL], RecoveryLabel, f"{where}.recovery_label", error=CheckpointError),
             model=opt_dict(K_MODEL),
             feature_schema=opt_dict(K_FEATURES),
             optimizer=opt_dict(K_OPTIMIZER),
@@ -374,7 +387,8 @@ class CheckpointMeta:
             layout=d[K_LAYOUT],
             software=d[K_SOFTWARE],
             recovery_spec=opt_dict(K_SPEC),
-            status=CheckpointStatus.from_dict(d[K_STATUS], "meta.status"),
+            status=CheckpointStatus.from_dict(d[K_STATUS], f"{where}.status"),
+            where=where,
         )
 
 

@@ -30,6 +30,13 @@ generators (Python, NumPy, torch CPU and CUDA), loader, metric log and lineage a
 raises only :class:`~resumable_data.ResumableDataError` subclasses. Not covered: an active
 iterator of the loader is closed by the loader's ``reset`` (a restore is meant for fresh objects).
 
+The contract with :class:`rd.TrainingState`: the restore reads the live objects through their
+public attributes (``model``, ``optimizer``, ``loader``, ...) and everything else through one
+:class:`TrainingHooks` that ``TrainingState.load_state_dict`` hands over (the parameter names
+optimizer state is keyed by, the oracles of a tree and of the live objects, the accumulation
+window's start snapshot); it reads no private attribute of the state. Internal: not part of the
+``rd`` API.
+
 Cost: one copy of the parameters, buffers (and EMA) for the snapshot, plus the oracle digests of
 the saved tree (each tensor hashed once more).
 """
@@ -39,7 +46,8 @@ from __future__ import annotations
 import copy
 import random
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -71,7 +79,25 @@ from resumable_data.checkpoint.policies import AccumulationPolicy
 from resumable_data.errors import ResumableDataError, ResumeError, describe
 from resumable_data.loader.state import LoaderState
 
-__all__ = ["restore", "validate"]
+__all__ = ["TrainingHooks", "restore", "validate"]
+
+
+@dataclass(frozen=True)
+class TrainingHooks:
+    """What the restore needs of a :class:`rd.TrainingState` beyond its public attributes, handed
+    over explicitly by ``TrainingState.load_state_dict`` (internal; see the module docs)."""
+
+    #: ``id(parameter)`` -> FQN (:func:`.optim.param_fqns`): the names the optimizer state is keyed by
+    names: dict[int, str]
+    #: the oracles of a state tree (the saved one: was it edited after the save?)
+    tree_oracles: Callable[[dict[str, Any]], dict[str, str]]
+    #: ``live_oracles(dcp)``: the oracles of the live objects, without the optimizer's placeholder step
+    live_oracles: Callable[[bool], dict[str, str]]
+    #: an undo (for the rollback) that puts the accumulation window's start snapshot back as it is now
+    keep_window: Callable[[], Callable[[], None]]
+    #: after the apply phase: a new window starts at an update boundary; mid-window, the old start is dropped
+    window_restored: Callable[[], None]
+
 
 FIX = "the checkpoint was edited or damaged after it was saved: load another one"
 #: oracle -> the part of the state it checks (only restored parts are compared).
@@ -127,7 +153,7 @@ def _same_shape(saved: Any, current: Mapping[str, Any], where: str) -> None:
             raise _bad(f"{where}.{k}", _kind(v), f"a {_kind(cur)} (as the live object holds)")
 
 
-def _check_optimizer(ts: Any, saved: Any) -> None:
+def _check_optimizer(ts: Any, hooks: TrainingHooks, saved: Any) -> None:
     opt = ts.optimizer
     if not isinstance(saved, Mapping) or set(saved) != {"state", "param_groups"}:
         raise _bad("optimizer", type(saved).__name__, "{'state': ..., 'param_groups': ...}")
@@ -139,7 +165,7 @@ def _check_optimizer(ts: Any, saved: Any) -> None:
         raise _bad("optimizer.param_groups", type(groups).__name__, "a list of groups, each with 'params': [name, ...]")
     if not isinstance(state, dict) or not all(isinstance(v, dict) for v in state.values()):
         raise _bad("optimizer.state", type(state).__name__, "{parameter name: {key: tensor or number}}")
-    current = group_fqns(opt, ts._names)
+    current = group_fqns(opt, hooks.names)
     ordered = match_groups(current, saved)  # CompatibilityError naming every mismatch
     for gi, (g, live) in enumerate(zip(ordered, opt.param_groups)):
         same_structure(
@@ -202,13 +228,19 @@ def _check_rng(state: Any) -> None:
 
 
 def validate(
-    ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, dcp: bool, loader_options: Mapping[str, Any]
+    ts: Any,
+    hooks: TrainingHooks,
+    state: Mapping[str, Any],
+    restores: frozenset[str],
+    *,
+    dcp: bool,
+    loader_options: Mapping[str, Any],
 ) -> dict[str, Any]:
     """Phase 1 (module docs): raises an rd error for anything the apply phase would refuse or trip
     on; returns what the apply phase needs (``uncommitted``). ``loader_options``: the loader's
     ``load_state_dict`` options (``allow_unpinned``, ``on_batch_change``)."""
     try:
-        return _validate(ts, state, restores, dcp=dcp, loader_options=loader_options)
+        return _validate(ts, hooks, state, restores, dcp=dcp, loader_options=loader_options)
     except ResumableDataError:
         raise
     except Exception as e:
@@ -216,7 +248,13 @@ def validate(
 
 
 def _validate(
-    ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, dcp: bool, loader_options: Mapping[str, Any]
+    ts: Any,
+    hooks: TrainingHooks,
+    state: Mapping[str, Any],
+    restores: frozenset[str],
+    *,
+    dcp: bool,
+    loader_options: Mapping[str, Any],
 ) -> dict[str, Any]:
     def want(key: str, obj: Any) -> bool:
         return key in restores and obj is not None and state[key] is not None
@@ -249,7 +287,7 @@ def _validate(
                 if not isinstance(g, torch.Tensor) or g.shape != params[n].shape:
                     raise _bad(f"gradients.{n}", _kind(g), f"a tensor of shape {tuple(params[n].shape)}")
     if want(K_OPTIMIZER, ts.optimizer) and not dcp:
-        _check_optimizer(ts, state[K_OPTIMIZER])
+        _check_optimizer(ts, hooks, state[K_OPTIMIZER])
     if want(K_SCHEDULER, ts.scheduler):
         probe_scheduler(ts.scheduler, state[K_SCHEDULER])
     if want(K_SCALER, ts.scaler):
@@ -283,7 +321,7 @@ def _validate(
         raise _bad("oracles", type(oracles).__name__, "{name: digest}")
     if not dcp:  # the saved tree must still be what its oracles digested (DCP: per-rank, verified after)
         acc_ok = isinstance(state[K_ACCUMULATION], dict)
-        tree_oracles = ts._oracles(dict(state), None) if acc_ok else {}
+        tree_oracles = hooks.tree_oracles(dict(state)) if acc_ok else {}
         bad = [
             k
             for k, part in CHECKS.items()
@@ -303,7 +341,7 @@ def _validate(
 
 
 # -- snapshot / rollback --------------------------------------------------------------------------
-def _snapshot(ts: Any) -> list:
+def _snapshot(ts: Any, hooks: TrainingHooks) -> list:
     """Undo actions (run in reverse order) for everything the apply phase can change."""
     undo: list = []
 
@@ -376,13 +414,13 @@ def _snapshot(ts: Any) -> list:
         undo.append(ts.loader.undo_point())
     rng = rng_mod.capture()
     undo.append(lambda: rng_mod.restore(rng))
-    own = {k: getattr(ts, k) for k in ("run_id", "parent_checkpoint_id", "recovery_label", "_window", "last_report")}
+    lineage = (ts.run_id, ts.parent_checkpoint_id, ts.recovery_label, ts.last_report)
 
     def put_back() -> None:
-        for k, v in own.items():
-            setattr(ts, k, v)
+        ts.run_id, ts.parent_checkpoint_id, ts.recovery_label, ts.last_report = lineage
 
     undo.append(put_back)
+    undo.append(hooks.keep_window())
     if ts.metrics is not None:
         mattrs = dict(ts.metrics.__dict__)
         undo.append(lambda: (ts.metrics.__dict__.clear(), ts.metrics.__dict__.update(mattrs)))
@@ -409,6 +447,7 @@ def _rollback(undo: list) -> None:
 
 def restore(
     ts: Any,
+    hooks: TrainingHooks,
     state: Mapping[str, Any],
     label: Any,
     verify: bool,
@@ -421,7 +460,7 @@ def restore(
     loader_options: Mapping[str, Any],
 ) -> Any:
     """Validate, snapshot, apply (module docs); returns ``report``."""
-    facts = validate(ts, state, restores, dcp=dcp is not None, loader_options=loader_options)
+    facts = validate(ts, hooks, state, restores, dcp=dcp is not None, loader_options=loader_options)
     if report.warnings:
         warnings.warn(
             f"resuming with {len(report.warnings)} allowed difference(s) from the checkpoint "
@@ -429,10 +468,11 @@ def restore(
             RuntimeWarning,
             stacklevel=5,
         )
-    undo = _snapshot(ts)
+    undo = _snapshot(ts, hooks)
     try:
         _apply(
             ts,
+            hooks,
             state,
             label,
             verify,
@@ -462,6 +502,7 @@ def restore(
 
 def _apply(
     ts: Any,
+    hooks: TrainingHooks,
     state: Mapping[str, Any],
     label: Any,
     verify: bool,
@@ -487,7 +528,7 @@ def _apply(
         if dcp is not None:
             load_dense_optimizer_state(ts.model, ts.optimizer, state[K_OPTIMIZER])
         else:
-            load_optimizer_state(ts.optimizer, ts._names, state[K_OPTIMIZER])
+            load_optimizer_state(ts.optimizer, hooks.names, state[K_OPTIMIZER])
     if want(K_SCHEDULER, ts.scheduler):
         ts.scheduler.load_state_dict(state[K_SCHEDULER])
     if want(K_SCALER, ts.scaler):
@@ -543,14 +584,14 @@ def _apply(
         ts.run_id = new_id()
     ts.parent_checkpoint_id = saved_meta.checkpoint_id
     ts.recovery_label = label
-    ts.mark_window_start() if not ts._mid_window() else setattr(ts, "_window", None)
+    hooks.window_restored()
     ts.last_report = report
     if verify:
         # a declared batch change regroups the stream: the next batch holds other samples (the loader
         # checked that it starts at the committed sample), so its oracle cannot match
         regrouped = repeated or report.batch_changed or "label" in loader_options
         skip = ({"next_batch"} if regrouped else set()) | (dcp["skip"] if dcp is not None else set())
-        _verify(ts, state, restores, skip=skip, dcp=dcp is not None)
+        _verify(hooks, state, restores, skip=skip, dcp=dcp is not None)
     if ts.metrics is not None:
         if want(K_METRICS, ts.metrics):
             ts.metrics.load_state_dict(state[K_METRICS], truncate=True)
@@ -571,9 +612,11 @@ def _advance(ts: Any, n: int) -> None:
             raise CheckpointError("internal: the loader produced no batch while continuing the window")
 
 
-def _verify(ts: Any, state: Mapping[str, Any], restores: frozenset[str], skip: set[str], dcp: bool = False) -> None:
+def _verify(
+    hooks: TrainingHooks, state: Mapping[str, Any], restores: frozenset[str], skip: set[str], dcp: bool = False
+) -> None:
     saved = state[K_ORACLES]
-    now = ts._tree(None, dcp=dcp, placeholders=False)[K_ORACLES]  # the live objects; no optimizer step
+    now = hooks.live_oracles(dcp)  # the live objects; no optimizer step
     checks = {k: v for k, v in CHECKS.items() if k != "optimizer_groups"}
     bad = [
         f"{k}: saved {saved[k]} vs restored {now.get(k)}"

@@ -34,12 +34,17 @@ documented safetensors + JSON format, unchanged); ``load_state_dict`` accepts bo
 Restore cost: one ``load_state_dict`` per object, plus (``save_gradients``, mid-window) fetching
 up to ``k - 1`` batches; oracles hash every restored tensor twice (the saved tree before, the live
 objects after); the rollback snapshot holds one copy of the parameters and buffers.
+
+The restore (:mod:`.restore`) reads this object's public attributes and, for what it keeps to
+itself (parameter names, oracles, the accumulation window's start snapshot), one
+:class:`~resumable_data.checkpoint.restore.TrainingHooks` that ``load_state_dict`` hands over: an
+internal contract, not part of the ``rd`` API.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -517,7 +522,7 @@ class TrainingState:
         try:
             if state.get(K_LAYOUT) == LAYOUT_DCP:
                 tree, entries, saved_world = dcp_layout.unpack(state)
-                saved_meta = CheckpointMeta.from_dict(tree[K_META])
+                saved_meta = CheckpointMeta.from_dict(tree[K_META], "saved meta")
                 report = self.check(saved_meta, label, on_batch_change=change)
                 report.raise_if_refused()
                 tree, skip = dcp_layout.select_rank(
@@ -535,7 +540,7 @@ class TrainingState:
                 expect_mapping(state, "state", _KEYS, error=CheckpointError)
                 expect_header(state, STATE_FORMAT, STATE_SCHEMA_VERSION, "state", error=CheckpointError)
                 tree, dcp = state, None
-                saved_meta = CheckpointMeta.from_dict(state[K_META])
+                saved_meta = CheckpointMeta.from_dict(state[K_META], "saved meta")
                 report = self.check(saved_meta, label, on_batch_change=change)
                 report.raise_if_refused()
         except ResumableDataError:
@@ -558,6 +563,7 @@ class TrainingState:
         }
         return restore_mod.restore(
             self,
+            self._restore_hooks(),
             tree,
             label,
             verify,
@@ -567,6 +573,31 @@ class TrainingState:
             continues=label in CONTINUES_RUN,
             dcp=dcp,
             loader_options=options,
+        )
+
+    def _restore_hooks(self) -> restore_mod.TrainingHooks:
+        """The internal contract the restore reads this state through (:class:`restore.TrainingHooks`)."""
+
+        def keep_window() -> Callable[[], None]:
+            window = self._window
+
+            def back() -> None:
+                self._window = window
+
+            return back
+
+        def window_restored() -> None:
+            if self._mid_window():
+                self._window = None  # the window started before the restore: its start was not seen here
+            else:
+                self.mark_window_start()
+
+        return restore_mod.TrainingHooks(
+            names=self._names,
+            tree_oracles=lambda tree: self._oracles(tree, None),
+            live_oracles=lambda dcp: self._tree(None, dcp=dcp, placeholders=False)[K_ORACLES],
+            keep_window=keep_window,
+            window_restored=window_restored,
         )
 
     # -- inventory --------------------------------------------------------------------------------

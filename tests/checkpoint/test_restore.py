@@ -393,8 +393,33 @@ def test_a_failing_verification_is_rolled_back(saved, data_dir, tmp_path, monkey
     o = objects(data_dir, tmp_path, "fresh", saved.parent / "metrics-saved.jsonl", seed=100, run_id="fresh")
     real = o.scaler.load_state_dict
     monkeypatch.setattr(o.scaler, "load_state_dict", lambda s: real({**s, "scale": s["scale"] * 2}))
+    window = o.state._window  # the window-start snapshot, replaced after the apply phase (TrainingHooks)
     err = _refused(o, saved)
     assert isinstance(err, rd.CheckpointError) and "oracles" in str(err)
+    assert o.state._window is window, "the window-start snapshot is rolled back too"
+
+
+def test_the_restore_reads_no_private_attribute_of_the_training_state():
+    """restore.py reads the TrainingState through its public attributes and the TrainingHooks it is
+    handed: no ``ts._x``, no ``getattr``/``setattr`` by name."""
+    import ast
+
+    import resumable_data.checkpoint.restore as restore_mod
+
+    tree = ast.parse(Path(restore_mod.__file__).read_text())
+    private = [
+        (n.lineno, n.attr)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "ts"
+        and n.attr.startswith("_")
+    ]
+    by_name = [
+        (n.lineno, n.func.id)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "setattr")
+        and n.args and isinstance(n.args[0], ast.Name) and n.args[0].id == "ts"
+    ]
+    assert not private and not by_name, f"restore.py reads TrainingState internals: {private + by_name}"
 
 
 def test_the_unmodified_checkpoint_loads(saved, data_dir, tmp_path):
