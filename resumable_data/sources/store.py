@@ -58,7 +58,13 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from resumable_data import _io
-from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
+from resumable_data.errors import (
+    ConfigError,
+    DatasetIntegrityError,
+    ResumableDataError,
+    StoreUnavailableError,
+    describe,
+)
 from resumable_data.sources.identity import FileIdentity, changed_error, identity_of_stat
 from resumable_data.sources.retry import DEFAULT_RETRIES, Retries, call
 
@@ -379,37 +385,122 @@ class FileSystemStore:
         ranged GET on the same handle. An object replaced since it was opened is a
         :class:`~resumable_data.DatasetIntegrityError` (:func:`~.identity.changed_error`), never
         its new bytes; the window left is the one request between the HEAD and the GET (pyarrow
-        sends no ``If-Match``)."""
+        sends no ``If-Match``). A body shorter than asked is a
+        :class:`~resumable_data.DatasetIntegrityError` too (:func:`_read_exact`: pyarrow's S3 file
+        reports the length asked for and leaves the rest of its buffer unwritten), an object that is
+        gone one naming it, and a request the store refuses for good (no permission, an invalid
+        range) a :class:`~resumable_data.StoreUnavailableError` naming the cause: no raw ``OSError``."""
+        where = self.resolve(path)
 
         def read() -> bytes:
-            with self.filesystem.open_input_file(self.resolve(path)) as f:
+            with self.filesystem.open_input_file(where) as f:
                 if recorded is not None:
                     now = _stat_of_open(f)
                     if now.size != recorded.size or (recorded.etag is not None and now.etag != recorded.etag):
                         mtime = round(now.mtime * 1e9) if now.mtime is not None else None
                         raise changed_error(
-                            self.resolve(path),
+                            where,
                             f"before reading bytes [{offset}, {offset + length})",
                             recorded,
                             FileIdentity(now.size, mtime, etag=now.etag),
                         )
-                data = f.read_at(length, offset)
-            if len(data) != length:
+                data = _read_exact(f, offset, length)
+            if data is None or len(data) != length:
+                got = "fewer" if data is None else str(len(data))
                 raise DatasetIntegrityError(
                     describe(
                         "path",
-                        self.resolve(path),
-                        f"{length} bytes at offset {offset} (got {len(data)}: "
-                        "the object is shorter than its pinned layout)",
-                        "restore the object, or re-pin deliberately with rd.pin(prefix, filesystem=...)",
+                        where,
+                        f"{length} bytes at offset {offset} (got {got}: the store answered with a "
+                        "shorter body, or the object is shorter than its pinned layout)",
+                        "restore the object, or re-pin deliberately with rd.pin(prefix, filesystem=...); "
+                        "if the object is intact, the store (or a proxy in front of it) cut the answer short",
                     )
                 )
             return data
 
-        return self.retrying(path, f"read of bytes [{offset}, {offset + length})", read)
+        operation = f"read of bytes [{offset}, {offset + length})"
+        try:
+            return self.retrying(path, operation, read)
+        except ResumableDataError:
+            raise
+        except OSError as exc:  # not transient: retrying cannot fix it
+            raise _refused(where, operation, exc) from exc
 
     def __repr__(self) -> str:
         return f"FileSystemStore({self.filesystem.type_name})"
+
+
+#: What :func:`_read_exact` fills a buffer with before a read, then (to tell a short body apart
+#: from bytes that happen to end with the first fill) the other.
+_FILLS = (0xA5, 0x5A)
+
+
+def _read_exact(f: pa.NativeFile, offset: int, length: int) -> bytes | None:
+    """``length`` bytes at ``offset`` of ``f``, or None when the store sent fewer.
+
+    pyarrow's S3 file cannot tell: asked for ``n`` bytes it returns ``n`` whatever the body held,
+    the bytes the server did not send left as they were in the buffer (uninitialized memory with
+    ``read_at``: other data of this process). Reading into a buffer of ours, filled first, makes
+    them visible: the body is written from the front, so a short one leaves the last byte at the
+    fill. If the last byte equals the fill the read is made again into the other fill; a complete
+    body gives the same bytes both times, a short one does not. Cost: one fill of the buffer; a
+    second request for about one read in 256 (a unit whose last byte is ``0xA5``)."""
+    if length == 0:
+        return b""
+    first: bytearray | None = None
+    for fill in _FILLS:
+        buf = bytearray(bytes((fill,)) * length)
+        f.seek(offset)
+        got = f.readinto(buf)
+        if got != length:
+            return None
+        if buf[-1] != fill:
+            return bytes(buf) if first is None or first == buf else None
+        if first is not None:
+            return None  # the last byte kept each fill: nothing was written there
+        first = buf
+    return None  # pragma: no cover (the loop returns)
+
+
+#: How pyarrow's S3 errors name an object that is not there (matched lowercased).
+_GONE = ("no_such_key", "nosuchkey", "resource_not_found", "http status 404")
+
+
+def _refused(where: str, operation: str, exc: OSError) -> ResumableDataError:
+    """The rd error for a request the store answered with a permanent failure (not retried)."""
+    text = str(exc)
+    cause = f"{type(exc).__name__}: {text if len(text) <= 300 else text[:297] + '...'}"
+    low = text.lower()
+    if isinstance(exc, FileNotFoundError) or any(t in low for t in _GONE):
+        return DatasetIntegrityError(
+            describe(
+                "path",
+                where,
+                f"the object this source opened ({operation} found it gone: {cause})",
+                "restore the object (a dataset's objects must not change while a job reads them), "
+                "or re-pin deliberately with rd.pin(prefix, filesystem=...)",
+            )
+        )
+    if "http status 416" in low or "invalidrange" in low:
+        return DatasetIntegrityError(
+            describe(
+                "path",
+                where,
+                f"an object holding the pinned byte range ({operation} was refused: {cause})",
+                "restore the object, or re-pin deliberately with rd.pin(prefix, filesystem=...)",
+            )
+        )
+    return StoreUnavailableError(
+        describe(
+            "path",
+            where,
+            f"an object the store lets this process read ({operation} was refused: {cause}); "
+            "nothing was delivered from this read",
+            "check the credentials and permissions for the object (an expired token, a changed "
+            "bucket policy) and the endpoint, then iterate again (or resume from the saved state)",
+        )
+    )
 
 
 def _stat_of_open(f: pa.NativeFile) -> FileStat:

@@ -75,7 +75,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from resumable_data.plan.reads import ReadSchedule, step_units
-from resumable_data.sources.read_ahead.cache import UnitCache
+from resumable_data.sources.read_ahead.cache import UnitCache, seal
 from resumable_data.sources.read_ahead.config import ReadAhead, ReadUnit
 from resumable_data.sources.read_ahead.progress import FirstUnits
 from resumable_data.sources.read_ahead.unit_choice import UnitChoice, choose_unit
@@ -422,10 +422,12 @@ class Prefetcher:
             self._cond.notify_all()
 
     def _write(self, k: int, data: bytes | memoryview) -> None:
-        """Unit ``k``'s bytes into the cache: a temporary name, then renamed (readers see all or none)."""
+        """Unit ``k``'s bytes and their check (:func:`.cache.seal`) into the cache: a temporary name,
+        then renamed (readers see all or none)."""
         tmp = os.path.join(self.cache.root, f".{k}.{threading.get_ident()}.tmp")
         with open(tmp, "wb") as f:
             f.write(data)
+            f.write(seal(k, data))
         os.replace(tmp, self.cache.unit_path(k))
 
 

@@ -1,0 +1,143 @@
+"""A store that answers wrongly (moto's S3 server behind ``tests.sources._hostile_store.HostileProxy``):
+a ranged GET answered with a shorter body, an object gone or forbidden mid-run, a refused range.
+Each is an rd error naming the object, never a raw ``OSError`` and never a unit padded with bytes the
+store did not send (pyarrow's S3 file reports the length asked for whatever the body held)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import resumable_data as rd
+from resumable_data.sources import store as store_mod
+
+pytest.importorskip("moto.server")
+from tests.sources._hostile_store import Answer, HostileProxy  # noqa: E402
+from tests.sources.conftest import make_table, remote_copies, s3_client  # noqa: E402
+
+N = 400
+FAST = rd.Retries(attempts=2, base_delay=0.01, max_delay=0.02)
+FORMATS = ("arrow", "arrow_stream", "parquet")
+
+
+@pytest.fixture(scope="module")
+def data(endpoint, tmp_path_factory):
+    """{format: (local dir, prefix)}: 20 units of 20 rows in 4 shards (strings included), pinned on S3."""
+    return remote_copies(endpoint, make_table(N, strings=True), tmp_path_factory, "hostile", FORMATS)
+
+
+@pytest.fixture
+def hostile(endpoint):
+    p = HostileProxy(endpoint)
+    yield p
+    p.close()
+
+
+def _ranged(rewrite):
+    def hook(req, ans):
+        return rewrite(req, ans) if req.method == "GET" and req.range is not None else ans
+
+    return hook
+
+
+def _short(keep):
+    def rewrite(req, ans):
+        ans.body = ans.body[: keep(len(ans.body))]
+        return ans
+
+    return _ranged(rewrite)
+
+
+def _error(status, code):
+    body = f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>m</Message></Error>".encode()
+    return lambda req, ans: Answer(status, "X", [("Content-Type", "application/xml")], body)
+
+
+SHORT = {
+    "one byte": _short(lambda n: n - 1),  # IPC: the last byte is padding, the batch decodes unchanged
+    "eight bytes": _short(lambda n: n - 8),  # IPC: a string column's tail, still valid UTF-8
+    "half": _short(lambda n: n // 2),
+    "empty": _short(lambda n: 0),
+}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", list(SHORT))
+def test_a_short_body_is_refused_never_padded(data, hostile, fmt, case):
+    local, prefix = data[fmt]
+    ids = np.array([5, 130, 390])
+    ref = rd.ArrowShards(local, unpinned="allow").take(ids)
+    src = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    hostile.hook = SHORT[case]
+    with pytest.raises(rd.DatasetIntegrityError, match="shorter body"):
+        src.take(ids)
+    hostile.hook = None
+    assert src.take(ids).equals(ref)  # nothing was kept from the refused reads
+
+
+CASES = {  # what the store answers every ranged GET (or HEAD) with -> the rd error expected
+    "GET 404": (_ranged(_error(404, "NoSuchKey")), rd.DatasetIntegrityError, "gone"),
+    "GET 403": (_ranged(_error(403, "AccessDenied")), rd.StoreUnavailableError, "permissions"),
+    "GET 400": (_ranged(_error(400, "InvalidRequest")), rd.StoreUnavailableError, "permissions"),
+    "GET 416": (_ranged(_error(416, "InvalidRange")), rd.DatasetIntegrityError, "byte range"),
+    "HEAD 404": (lambda req, ans: _error(404, "NoSuchKey")(req, ans) if req.method == "HEAD" else ans,
+                 rd.DatasetIntegrityError, "gone"),
+    "HEAD 403": (lambda req, ans: _error(403, "AccessDenied")(req, ans) if req.method == "HEAD" else ans,
+                 rd.StoreUnavailableError, "permissions"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_refused_read_is_an_rd_error_naming_the_object(data, hostile, case):
+    hook, cls, words = CASES[case]
+    _, prefix = data["arrow"]
+    src = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    hostile.hook = hook
+    with pytest.raises(cls, match=words) as exc:
+        src.take([0, 390])
+    assert "shard-0000" in str(exc.value) and "fix:" in str(exc.value)
+    hostile.hook = None
+    assert src.take([0, 390]).column("id").to_pylist() == [0, 390]
+
+
+def test_an_object_deleted_mid_run_is_an_integrity_error(endpoint, tmp_path):
+    fs = s3_client(endpoint)
+    d = tmp_path / "d"
+    rd.write_arrow_shards(make_table(100), d, num_shards=2, rows_per_batch=10)
+    from tests.sources.conftest import upload
+
+    upload(fs, d, "deleted-mid-run/data")
+    rd.pin("deleted-mid-run/data", filesystem=fs)
+    src = rd.ArrowShards("deleted-mid-run/data", filesystem=fs, retries=FAST)
+    assert src.take([0]).column("id").to_pylist() == [0]
+    fs.delete_file("deleted-mid-run/data/shard-00001.arrow")
+    with pytest.raises(rd.DatasetIntegrityError, match="gone"):
+        src.take([99])
+
+
+class _Body:
+    """A file whose reads write only the first ``sent`` bytes asked for (what pyarrow's S3 file does
+    with a short body) and report the whole length."""
+
+    def __init__(self, data: bytes, sent: int) -> None:
+        self.data, self.sent, self.pos, self.reads = data, sent, 0, 0
+
+    def seek(self, pos: int) -> None:
+        self.pos = pos
+
+    def readinto(self, buf: bytearray) -> int:
+        self.reads += 1
+        chunk = self.data[self.pos : self.pos + min(len(buf), self.sent)]
+        buf[: len(chunk)] = chunk
+        return len(buf)
+
+
+@pytest.mark.parametrize("last", [0x00, 0xA5, 0x5A, 0xFF])
+def test_read_exact_tells_a_short_body_from_bytes_that_end_like_the_fill(last):
+    data = bytes(range(200)) + bytes([last])
+    whole = _Body(data, len(data))
+    assert store_mod._read_exact(whole, 0, len(data)) == data
+    assert whole.reads == (2 if last == 0xA5 else 1)  # a second read only when the last byte is the first fill
+    for sent in (0, 1, 100, len(data) - 1):
+        assert store_mod._read_exact(_Body(data, sent), 0, len(data)) is None
+    assert store_mod._read_exact(_Body(data, 0), 5, 0) == b""
