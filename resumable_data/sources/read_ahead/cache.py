@@ -86,26 +86,32 @@ class UnitCache:
         except FileNotFoundError:
             return None
         except OSError as exc:  # a link (ELOOP), no permission, ...
-            return self._damaged(k, f"cannot be opened as a regular file ({exc.strerror or exc})")
+            self._damaged(k, f"cannot be opened as a regular file ({exc.strerror or exc})")
+            return None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                return self._damaged(k, "is not a regular file", remove=not stat.S_ISDIR(st.st_mode))
+                self._damaged(k, "is not a regular file", remove=not stat.S_ISDIR(st.st_mode))
+                return None
             if st.st_size < DIGEST_BYTES:
-                return self._damaged(k, f"holds {st.st_size} bytes, fewer than its {DIGEST_BYTES}-byte check")
+                self._damaged(k, f"holds {st.st_size} bytes, fewer than its {DIGEST_BYTES}-byte check")
+                return None
             try:
                 mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
             except (OSError, ValueError) as exc:
-                return self._damaged(k, f"cannot be mapped ({exc})")
+                self._damaged(k, f"cannot be mapped ({exc})")
+                return None
         finally:
             os.close(fd)
         whole = pa.py_buffer(mapped)  # the buffer keeps the map alive
         body, check = whole.slice(0, whole.size - DIGEST_BYTES), whole.slice(whole.size - DIGEST_BYTES)
         if seal(k, body) != check.to_pybytes():
-            return self._damaged(k, "does not hold the bytes the fetcher wrote for it (its check differs)")
+            self._damaged(k, "does not hold the bytes the fetcher wrote for it (its check differs)")
+            return None
         return body
 
     def _damaged(self, k: int, why: str, *, remove: bool = True) -> None:
+        """Log that unit ``k``'s file is not the fetcher's, and remove it (``remove``)."""
         path = self.unit_path(k)
         _log.warning(
             "resumable_data: read-ahead cache file %s %s: something other than rd changed the cache "
@@ -120,7 +126,6 @@ class UnitCache:
                 os.unlink(path)
             except OSError:
                 pass
-        return None
 
     def get(self, k: int) -> pa.Buffer | None:
         """The bytes of unit ``k`` (waiting while the fetcher has promised them), or None."""

@@ -66,7 +66,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -78,6 +77,7 @@ from resumable_data.plan.reads import ReadSchedule, step_units
 from resumable_data.sources.read_ahead.cache import UnitCache, seal
 from resumable_data.sources.read_ahead.config import ReadAhead, ReadUnit
 from resumable_data.sources.read_ahead.progress import FirstUnits
+from resumable_data.sources.read_ahead.stale import make_cache_dir
 from resumable_data.sources.read_ahead.unit_choice import UnitChoice, choose_unit
 
 __all__ = ["MAX_REQUEST_BYTES", "Prefetcher", "ReadAheadSource"]
@@ -153,7 +153,7 @@ class Prefetcher:
         for members in self._members if self._shard is None else []:
             span = self._spans[members[0]]
             self._sizes.append(None if span is None else span[1])  # None: not read by range, the step reads it
-        self.cache = UnitCache(tempfile.mkdtemp(prefix="rd-read-ahead-", dir=config.cache_dir))
+        self.cache = UnitCache(make_cache_dir(config.cache_dir))  # stale ones of killed processes removed
         self._units: dict[int, np.ndarray] = {}  # step -> its units (plan/reads.step_units)
         self._cond = threading.Condition()
         self._schedule: ReadSchedule | None = None

@@ -1,0 +1,66 @@
+"""Cache directories of processes killed without closing their fetcher: removed when the next fetcher
+starts on this host; the directories of live fetchers, other hosts and other tools never are."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+from resumable_data.sources.read_ahead import stale
+
+
+def _owned(parent, name, **owner):
+    d = parent / f"{stale.PREFIX}{name}"
+    d.mkdir()
+    (d / "0.unit").write_bytes(b"x" * 100)
+    if owner:
+        (d / stale.OWNER).write_text(json.dumps(owner))
+    return d
+
+
+def _dead_pid() -> int:
+    p = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(p.stdout)
+
+
+def test_only_dead_owners_of_this_host_are_removed(tmp_path):
+    me, host = os.getpid(), socket.gethostname()
+    dead = _owned(tmp_path, "dead", host=host, pid=_dead_pid(), started=None)
+    recycled = _owned(tmp_path, "recycled", host=host, pid=me, started=-1)  # this pid, another start time
+    live = _owned(tmp_path, "live", host=host, pid=me, started=stale._start_time(me))
+    elsewhere = _owned(tmp_path, "elsewhere", host=host + "-other", pid=_dead_pid(), started=None)
+    no_owner = _owned(tmp_path, "making")  # owner not written yet, or another tool's
+    garbled = _owned(tmp_path, "garbled")
+    (garbled / stale.OWNER).write_text("{not json")
+    other = tmp_path / "not-rd"
+    other.mkdir()
+    (other / stale.OWNER).write_text(json.dumps({"host": host, "pid": _dead_pid(), "started": None}))
+    assert stale.remove_stale(str(tmp_path)) == 2
+    assert not dead.exists() and not recycled.exists()
+    assert live.exists() and elsewhere.exists() and no_owner.exists() and garbled.exists() and other.exists()
+
+
+def test_the_directory_of_a_killed_process_goes_at_the_next_start(tmp_path):
+    code = (
+        "import os, signal, sys\n"
+        "from resumable_data.sources.read_ahead.stale import make_cache_dir\n"
+        "root = make_cache_dir(sys.argv[1])\n"
+        "open(os.path.join(root, '0.unit'), 'wb').write(b'x' * 1000)\n"
+        "print(root, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    roots = []
+    for _ in range(2):
+        p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env)
+        assert p.returncode == -signal.SIGKILL
+        roots.append(p.stdout.strip())
+    # the second start removed the first killed process's directory; the second's is still there
+    assert not os.path.exists(roots[0]) and os.path.exists(roots[1])
+    mine = stale.make_cache_dir(tmp_path)
+    assert sorted(os.listdir(tmp_path)) == [os.path.basename(mine)]
+    assert json.loads(open(os.path.join(mine, stale.OWNER)).read())["pid"] == os.getpid()
