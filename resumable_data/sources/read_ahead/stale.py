@@ -74,6 +74,8 @@ def remove_stale(parent: str) -> int:
         return 0
     for name in names:
         path = os.path.join(parent, name)
+        if os.path.islink(path):
+            continue  # never followed: what a link points at is not ours
         try:
             owner = json.loads(Path(path, OWNER).read_text())
             pid, started, owner_host = int(owner["pid"]), owner["started"], str(owner["host"])

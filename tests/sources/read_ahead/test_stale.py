@@ -64,3 +64,31 @@ def test_the_directory_of_a_killed_process_goes_at_the_next_start(tmp_path):
     mine = stale.make_cache_dir(tmp_path)
     assert sorted(os.listdir(tmp_path)) == [os.path.basename(mine)]
     assert json.loads(open(os.path.join(mine, stale.OWNER)).read())["pid"] == os.getpid()
+
+
+def test_a_live_fetcher_of_another_process_and_a_link_are_left_alone(tmp_path):
+    """Two loaders sharing one cache_dir: the second's start never removes the first's directory; a
+    link named like a cache directory is never followed into what it points at."""
+    code = (
+        "import sys, time\n"
+        "from resumable_data.sources.read_ahead.stale import make_cache_dir\n"
+        "print(make_cache_dir(sys.argv[1]), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    other = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        theirs = other.stdout.readline().strip()
+        precious = tmp_path / "precious"
+        precious.mkdir()
+        (precious / "data.bin").write_bytes(b"keep")
+        (precious / stale.OWNER).write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "started": None}))
+        os.symlink(precious, tmp_path / f"{stale.PREFIX}link")
+        mine = stale.make_cache_dir(tmp_path)
+        assert os.path.isdir(theirs) and os.path.isdir(mine) and mine != theirs
+        assert (precious / "data.bin").read_bytes() == b"keep"
+    finally:
+        other.kill()
+        other.wait()
+    stale.make_cache_dir(tmp_path)  # now that it is dead, its directory goes
+    assert not os.path.exists(theirs)
