@@ -66,7 +66,7 @@ from resumable_data.errors import (
     describe,
 )
 from resumable_data.sources.identity import FileIdentity, changed_error, identity_of_stat
-from resumable_data.sources.retry import DEFAULT_RETRIES, Retries, call
+from resumable_data.sources.retry import DEFAULT_RETRIES, Retries, call, is_transient
 
 __all__ = ["LOCAL", "FileStat", "FileSystemStore", "LocalStore", "ShardStore", "join", "store_for"]
 
@@ -136,6 +136,11 @@ class ShardStore(Protocol):
 
     def read_range(self, path: Any, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset`` (one ranged request on an object store)."""
+
+    def read_at(self, path: Any, f: pa.NativeFile, length: int, offset: int) -> bytes:
+        """``f.read_at(length, offset)`` of ``path``, a file this store opened as ``f``, refusing fewer bytes than
+        asked where the store's reader cannot tell (``ValueError``: a short body on S3). Not for
+        a handle other threads read at the same time (remote: it seeks)."""
 
     def retrying(self, path: Any, operation: str, fn: Callable[[], T]) -> T:
         """``fn()`` (a read of ``path`` through a pyarrow reader), retried on transient store
@@ -262,6 +267,9 @@ class LocalStore:
             f.seek(offset)
             return f.read(length)
 
+    def read_at(self, path: Any, f: pa.NativeFile, length: int, offset: int) -> bytes:
+        return f.read_at(length, offset)
+
     def retrying(self, path: Any, operation: str, fn: Callable[[], T]) -> T:
         return fn()
 
@@ -301,7 +309,12 @@ class FileSystemStore:
 
     def _stat(self, path: Any) -> FileStat | None:
         if self.filesystem.type_name in _HEAD_METADATA:
-            return self.retrying(path, "stat (HEAD)", lambda: self._head(path))
+            try:
+                return self.retrying(path, "stat (HEAD)", lambda: self._head(path))
+            except ResumableDataError:
+                raise
+            except OSError as exc:  # not transient (a missing object is None, in _head): no permission, ...
+                raise _refused(self.resolve(path), "stat (HEAD)", exc) from exc
         info = self._info(path)
         if info.type != pafs.FileType.File:
             return None
@@ -357,7 +370,12 @@ class FileSystemStore:
             with f:
                 return f.read(max_bytes + 1)
 
-        data = self.retrying(path, "read", read)
+        try:
+            data = self.retrying(path, "read", read)
+        except ResumableDataError:
+            raise
+        except OSError as exc:  # not transient: a manifest that vanished mid-read, no permission, ...
+            raise _refused(self.resolve(path), "read", exc) from exc
         if data is not None and len(data) > max_bytes:
             raise _too_large(self.resolve(path), max_bytes)
         return data
@@ -378,6 +396,20 @@ class FileSystemStore:
 
     def read_range(self, path: Any, offset: int, length: int) -> bytes:
         return self.read_range_checked(path, offset, length, None)
+
+    def read_at(self, path: Any, f: pa.NativeFile, length: int, offset: int) -> bytes:
+        try:
+            data = _read_exact(f, offset, length)
+        except OSError as exc:
+            if is_transient(exc):
+                raise  # the caller's retrying() retries it
+            raise _refused(self.resolve(path), f"read of bytes [{offset}, {offset + length})", exc) from exc
+        if data is None:
+            raise ValueError(
+                f"{self.resolve(path)!r}: the store sent fewer than the {length} bytes asked at offset {offset} (a short body: "
+                "the store, or a proxy in front of it, cut the answer short)"
+            )
+        return data
 
     def read_range_checked(self, path: Any, offset: int, length: int, recorded: FileIdentity | None) -> bytes:
         """``length`` bytes at ``offset`` of the object that is still ``recorded`` (its size and, where

@@ -141,3 +141,46 @@ def test_read_exact_tells_a_short_body_from_bytes_that_end_like_the_fill(last):
     for sent in (0, 1, 100, len(data) - 1):
         assert store_mod._read_exact(_Body(data, sent), 0, len(data)) is None
     assert store_mod._read_exact(_Body(data, 0), 5, 0) == b""
+
+
+# -- opening: the manifest and each shard's metadata through the same hostile store ---------------
+def _on(target, method, rewrite):
+    def hook(req, ans):
+        return rewrite(req, ans) if target in req.path and req.method == method else ans
+
+    return hook
+
+
+def _cut_short(keep):
+    def rewrite(req, ans):
+        ans.body = ans.body[: keep(len(ans.body))]
+        return ans
+
+    return rewrite
+
+
+OPENING = {  # what the store answers -> the rd error opening raises
+    "manifest GET 404": (_on(".rd-manifest.json", "GET", _error(404, "NoSuchKey")), rd.DatasetIntegrityError),
+    "manifest GET 403": (_on(".rd-manifest.json", "GET", _error(403, "AccessDenied")), rd.StoreUnavailableError),
+    "manifest HEAD 403": (_on(".rd-manifest.json", "HEAD", _error(403, "AccessDenied")), rd.StoreUnavailableError),
+    "shard HEAD 403": (_on("shard-00001", "HEAD", _error(403, "AccessDenied")), rd.StoreUnavailableError),
+    "shard metadata GET 403": (_on("shard-00001", "GET", _error(403, "AccessDenied")), rd.StoreUnavailableError),
+    "shard metadata short by 1": (_on("shard-00001", "GET", _cut_short(lambda n: n - 1)), rd.DatasetIntegrityError),
+    "shard metadata short by half": (_on("shard-00001", "GET", _cut_short(lambda n: n // 2)), rd.DatasetIntegrityError),
+}
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+@pytest.mark.parametrize("case", list(OPENING))
+def test_opening_through_a_hostile_store_is_an_rd_error(data, hostile, fmt, case):
+    """Reads at open (the manifest, a shard's HEAD, an IPC schema message, a Parquet footer): a
+    refused request is an rd error, and a short body is refused (it was padded with whatever the
+    buffer held, which could be an earlier read of the same bytes: a short footer read opened)."""
+    hook, cls = OPENING[case]
+    _, prefix = data[fmt]
+    hostile.hook = hook
+    with pytest.raises(cls) as exc:
+        rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    assert "fix:" in str(exc.value) and prefix.split("/")[0] in str(exc.value)
+    hostile.hook = None
+    assert len(rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)) == N
