@@ -52,8 +52,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from stat import S_ISDIR, S_ISREG
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
@@ -477,18 +478,21 @@ def _read_exact(f: pa.NativeFile, offset: int, length: int) -> bytes | None:
     them visible: the body is written from the front, so a short one leaves the last byte at the
     fill. If the last byte equals the fill the read is made again into the other fill; a complete
     body gives the same bytes both times, a short one does not. Cost: one fill of the buffer; a
-    second request for about one read in 256 (a unit whose last byte is ``0xA5``)."""
+    second request for about one read in 256 (a unit whose last byte is ``0xA5``). The bytes are
+    returned in the ``bytearray`` read into (no copy)."""
     if length == 0:
         return b""
     first: bytearray | None = None
     for fill in _FILLS:
-        buf = bytearray(bytes((fill,)) * length)
+        buf = bytearray(length)  # zeroed pages, then one memset: no copy of the body after the read
+        np.frombuffer(buf, dtype=np.uint8).fill(fill)
         f.seek(offset)
         got = f.readinto(buf)
         if got != length:
             return None
         if buf[-1] != fill:
-            return bytes(buf) if first is None or first == buf else None
+            # the bytearray read into, typed as the bytes callers read it as (never written after): no copy
+            return cast(bytes, buf) if first is None or first == buf else None
         if first is not None:
             return None  # the last byte kept each fill: nothing was written there
         first = buf
