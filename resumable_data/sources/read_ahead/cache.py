@@ -22,9 +22,10 @@ another unit's file or a link to one, a FIFO, a directory, no permission) are no
 unit: a file is opened without following links and without blocking (a FIFO never hangs a reader),
 only a regular file is mapped, and its check must be the digest of its bytes seeded with ``k``
 (another unit's file, whose check is seeded with its own index, fails too). Such a file is logged
-as a warning naming it and the reason, removed where it can be (never a directory), and ``get``
-returns None: the unit is read from the store by the checked ranged read, so the step delivers the
-pinned bytes (structural validation alone cannot see a flipped value).
+(a warning naming it and the reason for the first of each directory, debug lines for the others),
+removed where it can be (never a directory), and ``get`` returns None: the unit is read from the
+store by the checked ranged read, so the step delivers the pinned bytes (structural validation
+alone cannot see a flipped value).
 
 Guarantee: :meth:`UnitCache.get` returns the bytes the fetcher wrote for unit ``k`` (read from an
 object whose size and ETag were checked against the pinned identity; their digest checked at every
@@ -54,6 +55,7 @@ _log = logging.getLogger(__name__)
 WAIT_S = 120.0
 #: Bytes of check after each unit's bytes in its file (an xxh3-128 digest).
 DIGEST_BYTES = 16
+_WARNED: set[str] = set()  # cache directories this process warned about
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -113,13 +115,17 @@ class UnitCache:
     def _damaged(self, k: int, why: str, *, remove: bool = True) -> None:
         """Log that unit ``k``'s file is not the fetcher's, and remove it (``remove``)."""
         path = self.unit_path(k)
-        _log.warning(
+        first = self.root not in _WARNED  # one warning per cache directory and process, then debug lines
+        _WARNED.add(self.root)
+        _log.log(
+            logging.WARNING if first else logging.DEBUG,
             "resumable_data: read-ahead cache file %s %s: something other than rd changed the cache "
             "directory; unit %d is read from the store instead (keep other processes and cleaners out of "
-            "the read-ahead cache_dir)",
+            "the read-ahead cache_dir)%s",
             path,
             why,
             k,
+            "; further such files of this directory are logged at debug level" if first else "",
         )
         if remove:
             try:

@@ -103,6 +103,18 @@ def test_a_file_without_permission_is_refused(tmp_path):
     assert cache.get(7) is None
 
 
+def test_one_warning_per_cache_directory(tmp_path, caplog):
+    """A directory every file of which is unreadable (chmod 000, a cleaner) warns once, not per unit."""
+    cache = UnitCache(str(tmp_path))
+    for k in range(5):
+        _write(cache, k, b"bytes of a unit" * 4)
+        _flip(cache.unit_path(k))
+    with caplog.at_level(logging.DEBUG, logger="resumable_data.sources.read_ahead.cache"):
+        assert [cache.get(k) for k in range(5)] == [None] * 5
+    levels = [r.levelno for r in caplog.records if "read-ahead cache file" in r.getMessage()]
+    assert levels == [logging.WARNING] + [logging.DEBUG] * 4
+
+
 # -- end to end: a loader whose cache files are flipped mid-run delivers the pinned batches --------
 pytest.importorskip("moto.server")
 from tests.sources.conftest import s3_client, upload  # noqa: E402
