@@ -57,6 +57,7 @@ from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
+import xxhash
 
 from resumable_data import _io
 from resumable_data.errors import (
@@ -389,9 +390,35 @@ class FileSystemStore:
         self.retrying(path, "write", write)
 
     def hash_file(self, path: Any, progress: Progress | None = None) -> str:
-        def digest() -> str:  # a retry restarts the stream (and the bar counts those bytes again)
-            with self.filesystem.open_input_stream(self.resolve(path)) as f:
-                return _io.hash_stream(f, progress)
+        """The digest :func:`resumable_data._io.hash_stream` gives the object's bytes, read in
+        :data:`~resumable_data._io.HASH_CHUNK_BYTES` chunks that must each arrive whole
+        (:func:`_read_exact`): a short body was hashed with whatever the reader's buffer held, so a
+        pin through a store that cut answers short recorded a digest of bytes the object never had
+        (and a verify could pass on a stale buffer's copy)."""
+        where = self.resolve(path)
+
+        def digest() -> str:  # a retry restarts from the first byte (and the bar counts those bytes again)
+            h = xxhash.xxh3_128()
+            with self.filesystem.open_input_file(where) as f:
+                size, offset = f.size(), 0
+                while offset < size:
+                    n = min(_io.HASH_CHUNK_BYTES, size - offset)
+                    chunk = _read_exact(f, offset, n)
+                    if chunk is None:
+                        raise DatasetIntegrityError(
+                            describe(
+                                "path",
+                                where,
+                                f"{n} bytes at offset {offset} while hashing it (the store answered with a "
+                                "shorter body)",
+                                "hash again once the store (or a proxy in front of it) answers whole bodies",
+                            )
+                        )
+                    h.update(chunk)
+                    if progress is not None:
+                        progress(n)
+                    offset += n
+            return h.hexdigest()
 
         return self.retrying(path, "hash", digest)
 

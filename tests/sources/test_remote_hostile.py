@@ -69,7 +69,7 @@ def test_a_short_body_is_refused_never_padded(data, hostile, fmt, case):
     ref = rd.ArrowShards(local, unpinned="allow").take(ids)
     src = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
     hostile.hook = SHORT[case]
-    with pytest.raises(rd.DatasetIntegrityError, match="shorter body"):
+    with pytest.raises(rd.DatasetIntegrityError, match="short(er)? body"):
         src.take(ids)
     hostile.hook = None
     assert src.take(ids).equals(ref)  # nothing was kept from the refused reads
@@ -184,3 +184,27 @@ def test_opening_through_a_hostile_store_is_an_rd_error(data, hostile, fmt, case
     assert "fix:" in str(exc.value) and prefix.split("/")[0] in str(exc.value)
     hostile.hook = None
     assert len(rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)) == N
+
+
+# -- hashing (rd.pin, verify="content") through a store that cuts bodies short ---------------------
+def _short_whole_reads(req, ans):
+    """Cut the reads that start at byte 0 and are large (the hash's chunks), not the metadata reads."""
+    if req.method == "GET" and req.range is not None and req.range[0] == 0 and len(ans.body) > 4096:
+        ans.body = ans.body[:-7]
+    return ans
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_hashing_refuses_a_short_body(data, hostile, fmt):
+    """A pin (and a verify of the content) hashed a short body together with whatever the reader's
+    buffer held: another digest than the object's, recorded as the version (Parquet), or, when the
+    buffer still held an earlier read of the same object, the right digest of bytes never sent."""
+    local, prefix = data[fmt]
+    good = rd.pin(prefix, filesystem=s3_client(hostile.endpoint), save=False)
+    assert [s.content_hash for s in good.shards] == [s.content_hash for s in rd.pin(local, save=False).shards]
+    hostile.hook = _short_whole_reads
+    # (a Parquet shard this small is read whole for its footer too: refused there, before the hash)
+    with pytest.raises(rd.ConfigError if fmt == "parquet" else rd.DatasetIntegrityError, match="short(er)? body"):
+        rd.pin(prefix, filesystem=s3_client(hostile.endpoint), save=False)
+    with pytest.raises(rd.DatasetIntegrityError):
+        rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST, verify="content")
