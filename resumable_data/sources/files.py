@@ -256,8 +256,8 @@ def _open_shard(
             identity=store.identity(path, f),
             layout=layout,
         )
-    if fmt is ShardFormat.IPC_FILE:
-        f = store.open_input_file(path)
+    if fmt is ShardFormat.IPC_FILE:  # not memory-mapped, no layout: pyarrow's reader, a short body refused
+        f = store.open_exact(path)
         reader = pa.ipc.open_file(f)
         try:
             rows = ipc_file_batch_rows(f)
@@ -270,7 +270,7 @@ def _open_shard(
             fmt, reader.schema, rows, file=f, reader=reader, store=store, path=path, identity=store.identity(path, f)
         )
     identity = store.identity(path)
-    with store.open_input_stream(path) as f:  # dictionaries, no layout: one unit, read whole on first use
+    with store.open_exact(path) as f:  # dictionaries, no layout: one unit, read whole on first use
         reader = pa.ipc.open_stream(f)
         schema, rows = reader.schema, sum(b.num_rows for b in reader)
     check_schema_names(schema)

@@ -46,6 +46,7 @@ listing is one recursive walk (one paginated listing), hashing reads every byte 
 
 from __future__ import annotations
 
+import io
 import os
 import posixpath
 from collections.abc import Callable
@@ -116,6 +117,11 @@ class ShardStore(Protocol):
 
     def open_input_stream(self, path: Any) -> pa.NativeFile:
         """A sequential stream of the file's bytes; the caller closes it."""
+
+    def open_exact(self, path: Any) -> pa.NativeFile:
+        """A random-access file like :meth:`open_input_file` for readers rd does not drive (pyarrow's
+        IPC readers of shards without a layout): every read refuses fewer bytes than asked where the
+        store's own reader cannot tell (remote: a short body is an ``OSError``); the caller closes it."""
 
     def memory_map(self, path: Any) -> pa.MemoryMappedFile | None:
         """The file memory-mapped (``read_buffer()`` is the whole file, zero copy); None where the
@@ -227,6 +233,9 @@ class LocalStore:
 
     def open_input_stream(self, path: Any) -> pa.NativeFile:
         return self._open_checked(path, lambda p: pa.OSFile(p, "rb"))
+
+    def open_exact(self, path: Any) -> pa.NativeFile:
+        return self.open_input_file(path)  # a local read is short only at the end of the file
 
     def memory_map(self, path: Any) -> pa.MemoryMappedFile:
         return self._open_checked(path, lambda p: pa.memory_map(p, "r"))
@@ -351,6 +360,10 @@ class FileSystemStore:
 
     def open_input_stream(self, path: Any) -> pa.NativeFile:
         return self.retrying(path, "open", lambda: self.filesystem.open_input_stream(self.resolve(path)))
+
+    def open_exact(self, path: Any) -> pa.NativeFile:
+        where = self.resolve(path)
+        return pa.PythonFile(_ExactReader(where, self.open_input_file(path)), mode="r")
 
     def memory_map(self, path: Any) -> None:
         return None
@@ -489,6 +502,47 @@ class FileSystemStore:
 
     def __repr__(self) -> str:
         return f"FileSystemStore({self.filesystem.type_name})"
+
+
+class _ExactReader(io.RawIOBase):
+    """A remote file (``f``, of object ``where``) whose reads refuse a short body (:func:`_read_exact`;
+    ``OSError``, which the reader's caller turns into an rd error naming the shard): what
+    :meth:`FileSystemStore.open_exact` hands pyarrow's IPC readers, wrapped in ``pa.PythonFile``."""
+
+    def __init__(self, where: str, f: pa.NativeFile) -> None:
+        super().__init__()
+        self._where, self._f, self._pos, self._size = where, f, 0, f.size()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        self._pos = pos if whence == 0 else self._pos + pos if whence == 1 else self._size + pos
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, b: Any) -> int:
+        n = max(0, min(len(b), self._size - self._pos))
+        if n == 0:
+            return 0
+        data = _read_exact(self._f, self._pos, n)
+        if data is None:
+            raise OSError(
+                f"{self._where!r}: the store sent fewer than the {n} bytes asked at offset {self._pos} "
+                "(a short body: the store, or a proxy in front of it, cut the answer short)"
+            )
+        memoryview(b)[:n] = data
+        self._pos += n
+        return n
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
 
 
 #: What :func:`_read_exact` fills a buffer with before a read, then (to tell a short body apart

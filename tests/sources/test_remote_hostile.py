@@ -13,7 +13,7 @@ from resumable_data.sources import store as store_mod
 
 pytest.importorskip("moto.server")
 from tests.sources._hostile_store import Answer, HostileProxy  # noqa: E402
-from tests.sources.conftest import make_table, remote_copies, s3_client  # noqa: E402
+from tests.sources.conftest import make_table, remote_copies, s3_client, upload  # noqa: E402
 
 N = 400
 FAST = rd.Retries(attempts=2, base_delay=0.01, max_delay=0.02)
@@ -104,8 +104,6 @@ def test_an_object_deleted_mid_run_is_an_integrity_error(endpoint, tmp_path):
     fs = s3_client(endpoint)
     d = tmp_path / "d"
     rd.write_arrow_shards(make_table(100), d, num_shards=2, rows_per_batch=10)
-    from tests.sources.conftest import upload
-
     upload(fs, d, "deleted-mid-run/data")
     rd.pin("deleted-mid-run/data", filesystem=fs)
     src = rd.ArrowShards("deleted-mid-run/data", filesystem=fs, retries=FAST)
@@ -208,3 +206,37 @@ def test_hashing_refuses_a_short_body(data, hostile, fmt):
         rd.pin(prefix, filesystem=s3_client(hostile.endpoint), save=False)
     with pytest.raises(rd.DatasetIntegrityError):
         rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST, verify="content")
+
+
+# -- shards without a layout (dictionaries): pyarrow's own IPC readers, over an exact reader ---------
+@pytest.fixture(scope="module")
+def dictionary_shards(endpoint, tmp_path_factory):
+    import pyarrow as pa
+
+    n = 400
+    table = pa.table({"id": pa.array(np.arange(n, dtype=np.int64)), "v": pa.array(np.arange(n, dtype=np.int64) * 7),
+                      "d": pa.array([f"c{i % 5}" for i in range(n)]).dictionary_encode()})
+    fs = s3_client(endpoint)
+    out = {}
+    for kind, opener in (("file", pa.ipc.new_file), ("stream", pa.ipc.new_stream)):
+        d = tmp_path_factory.mktemp(f"dict-{kind}")
+        with opener(str(d / "a.arrow"), table.schema) as w:
+            for b in table.to_batches(max_chunksize=100):
+                w.write_batch(b)
+        prefix = f"hostile-dict-{kind}/data"
+        upload(fs, d, prefix)
+        rd.pin(prefix, filesystem=fs)
+        out[kind] = prefix
+    return table, out
+
+
+@pytest.mark.parametrize("kind", ["file", "stream"])
+def test_a_shard_without_layout_refuses_a_short_body(dictionary_shards, hostile, kind):
+    table, prefixes = dictionary_shards
+    src = rd.ArrowShards(prefixes[kind], filesystem=s3_client(hostile.endpoint), retries=FAST)
+    assert src._shards[0].layout is None  # dictionaries: read by pyarrow's reader, not by range
+    hostile.hook = _short(lambda n: n - 16)  # the batch bodies' tails: garbage that decoded (file)
+    with pytest.raises(rd.DatasetIntegrityError, match="short body"):
+        src.take(np.arange(len(table)))
+    hostile.hook = None
+    assert src.take(np.arange(len(table))).equals(table)
