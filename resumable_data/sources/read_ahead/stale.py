@@ -3,12 +3,15 @@ preempted node's OOM killer, a crash): found and removed when the next fetcher s
 
 Algorithm: :func:`make_cache_dir` makes the fetcher's directory (``rd-read-ahead-*`` under
 ``cache_dir`` or the system's temporary directory) and writes in it an ``owner`` file (temporary
-name, then renamed): this host's name, the process id and that process's start time (Linux:
-``/proc/<pid>/stat``, so a recycled pid is not taken for the owner). Before that, it removes every
+name, then renamed): this host's name, its pid namespace (Linux: ``/proc/self/ns/pid``), the
+process id and that process's start time (Linux: ``/proc/<pid>/stat``, so a recycled pid is not
+taken for the owner). Before that, it removes every
 sibling ``rd-read-ahead-*`` directory whose ``owner`` names this host and a process that is no
 longer running (its pid gone, or now another process's start time). A directory without a
 readable ``owner`` (being made right now, or made by another tool or an older rd) and one owned on
-another host (a cache_dir shared over the network) are left alone.
+another host (a cache_dir shared over the network) or from another pid namespace (containers that
+share a host name, ``--network host``, and a cache volume: their pids mean nothing here) are left
+alone.
 
 Why: a fetcher removes its directory when its loader goes away (:meth:`~.fetcher.Prefetcher.close`),
 but a killed process runs no cleanup, and the directory holds up to ``cache_bytes`` (2 GiB by
@@ -54,6 +57,14 @@ def _start_time(pid: int) -> int | None:
         return None
 
 
+def _pid_namespace() -> str | None:
+    """This process's pid namespace (Linux), None where unknown."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
 def _running(pid: int, started: int | None) -> bool:
     try:
         os.kill(pid, 0)
@@ -67,7 +78,7 @@ def _running(pid: int, started: int | None) -> bool:
 def remove_stale(parent: str) -> int:
     """Remove the ``rd-read-ahead-*`` directories under ``parent`` owned by a process of this host that
     is no longer running (module docstring); how many were removed."""
-    host, removed = socket.gethostname(), 0
+    host, namespace, removed = socket.gethostname(), _pid_namespace(), 0
     try:
         names = [n for n in os.listdir(parent) if n.startswith(PREFIX)]
     except OSError:
@@ -80,9 +91,10 @@ def remove_stale(parent: str) -> int:
             owner = json.loads(Path(path, OWNER).read_text())
             pid, started, owner_host = int(owner["pid"]), owner["started"], str(owner["host"])
             started = None if started is None else int(started)
-        except (OSError, ValueError, KeyError, TypeError):
+            owner_namespace = owner.get("pid_namespace")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue  # not ours to judge
-        if owner_host != host or _running(pid, started):
+        if owner_host != host or owner_namespace != namespace or _running(pid, started):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed += 1
@@ -106,6 +118,9 @@ def make_cache_dir(cache_dir: str | os.PathLike | None) -> str:
     pid = os.getpid()
     tmp = os.path.join(root, f".{OWNER}.tmp")
     with open(tmp, "w") as f:
-        json.dump({"host": socket.gethostname(), "pid": pid, "started": _start_time(pid)}, f)
+        json.dump(
+            {"host": socket.gethostname(), "pid_namespace": _pid_namespace(), "pid": pid, "started": _start_time(pid)},
+            f,
+        )
     os.replace(tmp, os.path.join(root, OWNER))
     return root

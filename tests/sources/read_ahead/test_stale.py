@@ -18,6 +18,7 @@ def _owned(parent, name, **owner):
     d.mkdir()
     (d / "0.unit").write_bytes(b"x" * 100)
     if owner:
+        owner.setdefault("pid_namespace", stale._pid_namespace())
         (d / stale.OWNER).write_text(json.dumps(owner))
     return d
 
@@ -34,14 +35,18 @@ def test_only_dead_owners_of_this_host_are_removed(tmp_path):
     live = _owned(tmp_path, "live", host=host, pid=me, started=stale._start_time(me))
     elsewhere = _owned(tmp_path, "elsewhere", host=host + "-other", pid=_dead_pid(), started=None)
     no_owner = _owned(tmp_path, "making")  # owner not written yet, or another tool's
+    container = _owned(tmp_path, "container", host=host, pid=_dead_pid(), started=None, pid_namespace="pid:[1]")
     garbled = _owned(tmp_path, "garbled")
     (garbled / stale.OWNER).write_text("{not json")
     other = tmp_path / "not-rd"
     other.mkdir()
-    (other / stale.OWNER).write_text(json.dumps({"host": host, "pid": _dead_pid(), "started": None}))
+    (other / stale.OWNER).write_text(
+        json.dumps({"host": host, "pid_namespace": stale._pid_namespace(), "pid": _dead_pid(), "started": None})
+    )
     assert stale.remove_stale(str(tmp_path)) == 2
     assert not dead.exists() and not recycled.exists()
     assert live.exists() and elsewhere.exists() and no_owner.exists() and garbled.exists() and other.exists()
+    assert container.exists()  # another pid namespace: its pids are not ours to look up
 
 
 def test_the_directory_of_a_killed_process_goes_at_the_next_start(tmp_path):
@@ -82,7 +87,8 @@ def test_a_live_fetcher_of_another_process_and_a_link_are_left_alone(tmp_path):
         precious = tmp_path / "precious"
         precious.mkdir()
         (precious / "data.bin").write_bytes(b"keep")
-        (precious / stale.OWNER).write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "started": None}))
+        owner = {"host": socket.gethostname(), "pid_namespace": stale._pid_namespace(), "pid": _dead_pid(), "started": None}
+        (precious / stale.OWNER).write_text(json.dumps(owner))
         os.symlink(precious, tmp_path / f"{stale.PREFIX}link")
         mine = stale.make_cache_dir(tmp_path)
         assert os.path.isdir(theirs) and os.path.isdir(mine) and mine != theirs
