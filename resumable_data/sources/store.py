@@ -568,7 +568,13 @@ def _read_exact(f: pa.NativeFile, offset: int, length: int) -> bytes | None:
         buf = bytearray(length)  # zeroed pages, then one memset: no copy of the body after the read
         np.frombuffer(buf, dtype=np.uint8).fill(fill)
         f.seek(offset)
-        got = f.readinto(buf)
+        view, got = memoryview(buf), 0
+        while got < length:  # a filesystem may answer a read in parts (pyarrow's S3 file never does)
+            n = f.readinto(view[got:])
+            if not n:
+                break
+            got += n
+        view.release()
         if got != length:
             return None
         if buf[-1] != fill:

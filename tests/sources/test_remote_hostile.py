@@ -277,3 +277,20 @@ def test_a_shard_without_layout_replaced_mid_run_is_refused(endpoint, kind):
         f.write(encode(good[::-1].copy()))  # the same size, other values
     with pytest.raises(rd.DatasetIntegrityError, match="changed after this source opened it"):
         src.take(np.arange(500, 510))
+
+
+class _Parts(_Body):
+    """A file that answers each read with at most 7 bytes (a filesystem that reads in parts)."""
+
+    def readinto(self, buf) -> int:
+        self.reads += 1
+        chunk = self.data[self.pos : self.pos + min(len(buf), 7)]
+        buf[: len(chunk)] = chunk
+        self.pos += len(chunk)
+        return len(chunk)
+
+
+def test_read_exact_gathers_a_read_answered_in_parts():
+    data = bytes(range(100))
+    assert store_mod._read_exact(_Parts(data, len(data)), 10, 50) == data[10:60]
+    assert store_mod._read_exact(_Parts(data, len(data)), 90, 20) is None  # past the end: fewer bytes
