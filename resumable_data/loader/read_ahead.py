@@ -27,6 +27,7 @@ from resumable_data.loader.stream import describe_step
 from resumable_data.plan import Order, WindowBlocks
 from resumable_data.sources.arrow_shards import ArrowShards
 from resumable_data.sources.read_ahead import Prefetcher, ReadAhead
+from resumable_data.sources.version import HashMode
 
 _log = logging.getLogger(__name__)
 
@@ -73,6 +74,14 @@ def start_read_ahead(owner: Any, read_ahead: Any, dataset: Any, cfg: LoaderConfi
         info = describe_step(ledger.stream, ledger.epoch_ledger(), sharding, step)
         return np.zeros(0, dtype=np.int64) if info.records is None else info.records
 
-    prefetcher = Prefetcher(dataset, read_ahead, documents_of if cfg.mode is FetchMode.PACKED else records_of)
+    version = dataset.version  # its shards are the source's, in order: their pinned content hashes
+    digests = (
+        [s.content_hash for s in version.shards]
+        if version is not None and version.hash_mode is HashMode.CONTENT and len(version.shards) == dataset.num_shards
+        else None
+    )
+    prefetcher = Prefetcher(
+        dataset, read_ahead, documents_of if cfg.mode is FetchMode.PACKED else records_of, digests=digests
+    )
     weakref.finalize(owner, prefetcher.close)
     return prefetcher

@@ -171,7 +171,9 @@ def _open_shard(
     if fmt is ShardFormat.PARQUET:
         f = store.open_input_file(path)
         identity = store.identity(path, f)
-        pf = open_parquet(f, page_checksum_verification=True)  # its footer checked (.parquet_footer)
+        pf = open_parquet(  # its footer checked (.parquet_footer), read refusing a short body
+            f, lambda n, o: store.read_at(path, f, n, o), page_checksum_verification=True
+        )
         check_schema_names(pf.schema_arrow)
         rows = _parquet_rows(pf)
         if layout is not None and layout.unit_rows != rows:
@@ -242,7 +244,7 @@ def _open_shard(
         if message is None:
             f.close()
             raise LayoutMismatch("an IPC layout without its schema message")
-        schema = pa.ipc.read_schema(pa.py_buffer(f.read_at(message[1], message[0])))
+        schema = pa.ipc.read_schema(pa.py_buffer(store.read_at(path, f, message[1], message[0])))
         check_schema_names(schema)
         return OpenShard(
             fmt,
@@ -254,8 +256,8 @@ def _open_shard(
             identity=store.identity(path, f),
             layout=layout,
         )
-    if fmt is ShardFormat.IPC_FILE:
-        f = store.open_input_file(path)
+    if fmt is ShardFormat.IPC_FILE:  # not memory-mapped, no layout: pyarrow's reader, a short body refused
+        f = store.open_exact(path)
         reader = pa.ipc.open_file(f)
         try:
             rows = ipc_file_batch_rows(f)
@@ -268,7 +270,7 @@ def _open_shard(
             fmt, reader.schema, rows, file=f, reader=reader, store=store, path=path, identity=store.identity(path, f)
         )
     identity = store.identity(path)
-    with store.open_input_stream(path) as f:  # dictionaries, no layout: one unit, read whole on first use
+    with store.open_exact(path) as f:  # dictionaries, no layout: one unit, read whole on first use
         reader = pa.ipc.open_stream(f)
         schema, rows = reader.schema, sum(b.num_rows for b in reader)
     check_schema_names(schema)

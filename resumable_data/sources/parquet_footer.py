@@ -195,18 +195,21 @@ def _walk(data, sizes, chunks):  # pragma: no cover - compiled
     return True
 
 
-def open_parquet(f: Any, **options: Any) -> pq.ParquetFile:
+def open_parquet(f: Any, read_at: Any = None, **options: Any) -> pq.ParquetFile:
     """``pq.ParquetFile(f, **options)`` over the random-access file ``f`` (``read_at``, ``size``),
-    its footer checked by :func:`check_column_chunks` first (``ValueError`` where it fails)."""
+    its footer checked by :func:`check_column_chunks` first (``ValueError`` where it fails).
+    ``read_at(length, offset)``: how the tail is read (default ``f.read_at``; a remote store's
+    :meth:`~.store.ShardStore.read_at` refuses a short body)."""
+    read_at = read_at if read_at is not None else f.read_at
     size = f.size()
-    tail = f.read_at(min(size, _TAIL), max(0, size - _TAIL))
+    tail = read_at(min(size, _TAIL), max(0, size - _TAIL))
     if size < 12 or tail[-4:] != _MAGIC:
         raise ValueError(f"not a Parquet file: {size} bytes, ending {bytes(tail[-4:])!r} (expected {_MAGIC!r})")
     length = int.from_bytes(tail[-8:-4], "little")
     if length <= 0 or length + 12 > size:
         raise ValueError(f"a footer of {length} bytes in a file of {size}")
     if length + 8 > len(tail):  # a footer longer than the first read
-        tail = f.read_at(length + 8 - len(tail), size - length - 8) + tail
+        tail = read_at(length + 8 - len(tail), size - length - 8) + tail
     footer = bytes(tail[len(tail) - length - 8 : len(tail) - 8])
     metadata = pq.read_metadata(pa.BufferReader(_MAGIC + footer + tail[-8:]))
     check_column_chunks(metadata, footer)

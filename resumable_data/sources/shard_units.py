@@ -13,8 +13,9 @@ Guarantee: a read or decode failure, or a unit holding other than the rows its m
 is a :class:`~resumable_data.DatasetIntegrityError` naming the shard and unit; a store that does
 not answer, after its retries, a :class:`~resumable_data.StoreUnavailableError`. The file's
 identity (:mod:`.identity`) is checked before and after every read from a file (local: ``fstat``
-of the descriptor, or ``stat`` of a memory-mapped file's name; remote: by the store), so a file
-that changed is never read as the one opened. Parquet page CRCs are verified where the writer
+of the descriptor, or ``stat`` of a memory-mapped file's name; remote: by the store's checked ranged
+read, or, for a shard read by pyarrow's reader (no layout), a HEAD before and after the read), so
+a file that changed is never read as the one opened. Parquet page CRCs are verified where the writer
 stored them. Reads through the shard's one reader (a Parquet row group, an IPC file's batch) hold
 the shard's lock: a ``pyarrow.parquet.ParquetFile`` is not thread-safe (two threads reading row
 groups of one file at once crashed the interpreter or hung), and a user may take from one source in
@@ -76,6 +77,9 @@ class OpenShard:
         watched = store.local and identity is not None
         self._fileno = file.fileno() if watched and file is not None else None
         self._mapped_path = str(path) if watched and file is None and whole is not None else None
+        # a remote shard read by pyarrow's reader (no layout: dictionaries) is checked by a HEAD around
+        # each read; units read by range are checked by the store's read itself (read_range_checked)
+        self._remote_watch = not store.local and identity is not None
 
     @property
     def mapped_path(self) -> str | None:
@@ -85,7 +89,8 @@ class OpenShard:
     def check(self, when: str) -> None:
         """Raise :func:`~.identity.changed_error` if the open file is no longer what was opened
         (local files: ``fstat`` of the reader's descriptor, or ``stat`` of a memory-mapped file's
-        name; remote ones are checked by their store)."""
+        name; remote: a HEAD, its size and ETag; a remote unit read by range is checked by the
+        store's read instead and never comes here)."""
         recorded = self.identity
         if recorded is None:  # nothing recorded, nothing watched (see __init__)
             return
@@ -93,6 +98,11 @@ class OpenShard:
             same = unchanged(self._fileno, recorded)
         elif self._mapped_path is not None:
             same = unchanged_at(self._mapped_path, recorded)
+        elif self._remote_watch:
+            now = self._store.retrying(self._path, "stat (HEAD)", lambda: self._store.identity(self._path))
+            if recorded.differences(now):
+                raise changed_error(str(self._path), when, recorded, now)
+            return
         else:
             return
         if same:
@@ -168,7 +178,7 @@ class OpenShard:
             with self._lock:
                 table = self._reader.read_row_group(k)
         else:
-            with self._store.open_input_stream(self._path) as f:
+            with self._store.open_exact(self._path) as f:  # a short body refused
                 table = pa.ipc.open_stream(f).read_all()
         table = table.combine_chunks()
         if table.num_rows:

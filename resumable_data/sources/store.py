@@ -46,21 +46,30 @@ listing is one recursive walk (one paginated listing), hashing reads every byte 
 
 from __future__ import annotations
 
+import io
 import os
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from stat import S_ISDIR, S_ISREG
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
+import xxhash
 
 from resumable_data import _io
-from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
+from resumable_data.errors import (
+    ConfigError,
+    DatasetIntegrityError,
+    ResumableDataError,
+    StoreUnavailableError,
+    describe,
+)
 from resumable_data.sources.identity import FileIdentity, changed_error, identity_of_stat
-from resumable_data.sources.retry import DEFAULT_RETRIES, Retries, call
+from resumable_data.sources.retry import DEFAULT_RETRIES, Retries, call, is_transient
 
 __all__ = ["LOCAL", "FileStat", "FileSystemStore", "LocalStore", "ShardStore", "join", "store_for"]
 
@@ -109,6 +118,11 @@ class ShardStore(Protocol):
     def open_input_stream(self, path: Any) -> pa.NativeFile:
         """A sequential stream of the file's bytes; the caller closes it."""
 
+    def open_exact(self, path: Any) -> pa.NativeFile:
+        """A random-access file like :meth:`open_input_file` for readers rd does not drive (pyarrow's
+        IPC readers of shards without a layout): every read refuses fewer bytes than asked where the
+        store's own reader cannot tell (remote: a short body is an ``OSError``); the caller closes it."""
+
     def memory_map(self, path: Any) -> pa.MemoryMappedFile | None:
         """The file memory-mapped (``read_buffer()`` is the whole file, zero copy); None where the
         bytes are not local. The caller keeps it (for :meth:`identity`) and closes it."""
@@ -130,6 +144,11 @@ class ShardStore(Protocol):
 
     def read_range(self, path: Any, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset`` (one ranged request on an object store)."""
+
+    def read_at(self, path: Any, f: pa.NativeFile, length: int, offset: int) -> bytes:
+        """``f.read_at(length, offset)`` of ``path``, a file this store opened as ``f``, refusing fewer bytes than
+        asked where the store's reader cannot tell (``ValueError``: a short body on S3). Not for
+        a handle other threads read at the same time (remote: it seeks)."""
 
     def retrying(self, path: Any, operation: str, fn: Callable[[], T]) -> T:
         """``fn()`` (a read of ``path`` through a pyarrow reader), retried on transient store
@@ -215,6 +234,9 @@ class LocalStore:
     def open_input_stream(self, path: Any) -> pa.NativeFile:
         return self._open_checked(path, lambda p: pa.OSFile(p, "rb"))
 
+    def open_exact(self, path: Any) -> pa.NativeFile:
+        return self.open_input_file(path)  # a local read is short only at the end of the file
+
     def memory_map(self, path: Any) -> pa.MemoryMappedFile:
         return self._open_checked(path, lambda p: pa.memory_map(p, "r"))
 
@@ -256,6 +278,9 @@ class LocalStore:
             f.seek(offset)
             return f.read(length)
 
+    def read_at(self, path: Any, f: pa.NativeFile, length: int, offset: int) -> bytes:
+        return f.read_at(length, offset)
+
     def retrying(self, path: Any, operation: str, fn: Callable[[], T]) -> T:
         return fn()
 
@@ -295,7 +320,12 @@ class FileSystemStore:
 
     def _stat(self, path: Any) -> FileStat | None:
         if self.filesystem.type_name in _HEAD_METADATA:
-            return self.retrying(path, "stat (HEAD)", lambda: self._head(path))
+            try:
+                return self.retrying(path, "stat (HEAD)", lambda: self._head(path))
+            except ResumableDataError:
+                raise
+            except OSError as exc:  # not transient (a missing object is None, in _head): no permission, ...
+                raise _refused(self.resolve(path), "stat (HEAD)", exc) from exc
         info = self._info(path)
         if info.type != pafs.FileType.File:
             return None
@@ -331,6 +361,10 @@ class FileSystemStore:
     def open_input_stream(self, path: Any) -> pa.NativeFile:
         return self.retrying(path, "open", lambda: self.filesystem.open_input_stream(self.resolve(path)))
 
+    def open_exact(self, path: Any) -> pa.NativeFile:
+        where = self.resolve(path)
+        return pa.PythonFile(_ExactReader(where, self.open_input_file(path)), mode="r")
+
     def memory_map(self, path: Any) -> None:
         return None
 
@@ -351,7 +385,12 @@ class FileSystemStore:
             with f:
                 return f.read(max_bytes + 1)
 
-        data = self.retrying(path, "read", read)
+        try:
+            data = self.retrying(path, "read", read)
+        except ResumableDataError:
+            raise
+        except OSError as exc:  # not transient: a manifest that vanished mid-read, no permission, ...
+            raise _refused(self.resolve(path), "read", exc) from exc
         if data is not None and len(data) > max_bytes:
             raise _too_large(self.resolve(path), max_bytes)
         return data
@@ -364,14 +403,54 @@ class FileSystemStore:
         self.retrying(path, "write", write)
 
     def hash_file(self, path: Any, progress: Progress | None = None) -> str:
-        def digest() -> str:  # a retry restarts the stream (and the bar counts those bytes again)
-            with self.filesystem.open_input_stream(self.resolve(path)) as f:
-                return _io.hash_stream(f, progress)
+        """The digest :func:`resumable_data._io.hash_stream` gives the object's bytes, read in
+        :data:`~resumable_data._io.HASH_CHUNK_BYTES` chunks that must each arrive whole
+        (:func:`_read_exact`): a short body was hashed with whatever the reader's buffer held, so a
+        pin through a store that cut answers short recorded a digest of bytes the object never had
+        (and a verify could pass on a stale buffer's copy)."""
+        where = self.resolve(path)
+
+        def digest() -> str:  # a retry restarts from the first byte (and the bar counts those bytes again)
+            h = xxhash.xxh3_128()
+            with self.filesystem.open_input_file(where) as f:
+                size, offset = f.size(), 0
+                while offset < size:
+                    n = min(_io.HASH_CHUNK_BYTES, size - offset)
+                    chunk = _read_exact(f, offset, n)
+                    if chunk is None:
+                        raise DatasetIntegrityError(
+                            describe(
+                                "path",
+                                where,
+                                f"{n} bytes at offset {offset} while hashing it (the store answered with a "
+                                "shorter body)",
+                                "hash again once the store (or a proxy in front of it) answers whole bodies",
+                            )
+                        )
+                    h.update(chunk)
+                    if progress is not None:
+                        progress(n)
+                    offset += n
+            return h.hexdigest()
 
         return self.retrying(path, "hash", digest)
 
     def read_range(self, path: Any, offset: int, length: int) -> bytes:
         return self.read_range_checked(path, offset, length, None)
+
+    def read_at(self, path: Any, f: pa.NativeFile, length: int, offset: int) -> bytes:
+        try:
+            data = _read_exact(f, offset, length)
+        except OSError as exc:
+            if is_transient(exc):
+                raise  # the caller's retrying() retries it
+            raise _refused(self.resolve(path), f"read of bytes [{offset}, {offset + length})", exc) from exc
+        if data is None:
+            raise ValueError(
+                f"{self.resolve(path)!r}: the store sent fewer than the {length} bytes asked at offset {offset} (a short body: "
+                "the store, or a proxy in front of it, cut the answer short)"
+            )
+        return data
 
     def read_range_checked(self, path: Any, offset: int, length: int, recorded: FileIdentity | None) -> bytes:
         """``length`` bytes at ``offset`` of the object that is still ``recorded`` (its size and, where
@@ -379,37 +458,172 @@ class FileSystemStore:
         ranged GET on the same handle. An object replaced since it was opened is a
         :class:`~resumable_data.DatasetIntegrityError` (:func:`~.identity.changed_error`), never
         its new bytes; the window left is the one request between the HEAD and the GET (pyarrow
-        sends no ``If-Match``)."""
+        sends no ``If-Match``). A body shorter than asked is a
+        :class:`~resumable_data.DatasetIntegrityError` too (:func:`_read_exact`: pyarrow's S3 file
+        reports the length asked for and leaves the rest of its buffer unwritten), an object that is
+        gone one naming it, and a request the store refuses for good (no permission, an invalid
+        range) a :class:`~resumable_data.StoreUnavailableError` naming the cause: no raw ``OSError``."""
+        where = self.resolve(path)
 
         def read() -> bytes:
-            with self.filesystem.open_input_file(self.resolve(path)) as f:
+            with self.filesystem.open_input_file(where) as f:
                 if recorded is not None:
                     now = _stat_of_open(f)
                     if now.size != recorded.size or (recorded.etag is not None and now.etag != recorded.etag):
                         mtime = round(now.mtime * 1e9) if now.mtime is not None else None
                         raise changed_error(
-                            self.resolve(path),
+                            where,
                             f"before reading bytes [{offset}, {offset + length})",
                             recorded,
                             FileIdentity(now.size, mtime, etag=now.etag),
                         )
-                data = f.read_at(length, offset)
-            if len(data) != length:
+                data = _read_exact(f, offset, length)
+            if data is None or len(data) != length:
+                got = "fewer" if data is None else str(len(data))
                 raise DatasetIntegrityError(
                     describe(
                         "path",
-                        self.resolve(path),
-                        f"{length} bytes at offset {offset} (got {len(data)}: "
-                        "the object is shorter than its pinned layout)",
-                        "restore the object, or re-pin deliberately with rd.pin(prefix, filesystem=...)",
+                        where,
+                        f"{length} bytes at offset {offset} (got {got}: the store answered with a "
+                        "shorter body, or the object is shorter than its pinned layout)",
+                        "restore the object, or re-pin deliberately with rd.pin(prefix, filesystem=...); "
+                        "if the object is intact, the store (or a proxy in front of it) cut the answer short",
                     )
                 )
             return data
 
-        return self.retrying(path, f"read of bytes [{offset}, {offset + length})", read)
+        operation = f"read of bytes [{offset}, {offset + length})"
+        try:
+            return self.retrying(path, operation, read)
+        except ResumableDataError:
+            raise
+        except OSError as exc:  # not transient: retrying cannot fix it
+            raise _refused(where, operation, exc) from exc
 
     def __repr__(self) -> str:
         return f"FileSystemStore({self.filesystem.type_name})"
+
+
+class _ExactReader(io.RawIOBase):
+    """A remote file (``f``, of object ``where``) whose reads refuse a short body (:func:`_read_exact`;
+    ``OSError``, which the reader's caller turns into an rd error naming the shard): what
+    :meth:`FileSystemStore.open_exact` hands pyarrow's IPC readers, wrapped in ``pa.PythonFile``."""
+
+    def __init__(self, where: str, f: pa.NativeFile) -> None:
+        super().__init__()
+        self._where, self._f, self._pos, self._size = where, f, 0, f.size()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        self._pos = pos if whence == 0 else self._pos + pos if whence == 1 else self._size + pos
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, b: Any) -> int:
+        n = max(0, min(len(b), self._size - self._pos))
+        if n == 0:
+            return 0
+        data = _read_exact(self._f, self._pos, n)
+        if data is None:
+            raise OSError(
+                f"{self._where!r}: the store sent fewer than the {n} bytes asked at offset {self._pos} "
+                "(a short body: the store, or a proxy in front of it, cut the answer short)"
+            )
+        memoryview(b)[:n] = data
+        self._pos += n
+        return n
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
+#: What :func:`_read_exact` fills a buffer with before a read, then (to tell a short body apart
+#: from bytes that happen to end with the first fill) the other.
+_FILLS = (0xA5, 0x5A)
+
+
+def _read_exact(f: pa.NativeFile, offset: int, length: int) -> bytes | None:
+    """``length`` bytes at ``offset`` of ``f``, or None when the store sent fewer.
+
+    pyarrow's S3 file cannot tell: asked for ``n`` bytes it returns ``n`` whatever the body held,
+    the bytes the server did not send left as they were in the buffer (uninitialized memory with
+    ``read_at``: other data of this process). Reading into a buffer of ours, filled first, makes
+    them visible: the body is written from the front, so a short one leaves the last byte at the
+    fill. If the last byte equals the fill the read is made again into the other fill; a complete
+    body gives the same bytes both times, a short one does not. Cost: one fill of the buffer; a
+    second request for about one read in 256 (a unit whose last byte is ``0xA5``). The bytes are
+    returned in the ``bytearray`` read into (no copy)."""
+    if length == 0:
+        return b""
+    first: bytearray | None = None
+    for fill in _FILLS:
+        buf = bytearray(length)  # zeroed pages, then one memset: no copy of the body after the read
+        np.frombuffer(buf, dtype=np.uint8).fill(fill)
+        f.seek(offset)
+        view, got = memoryview(buf), 0
+        while got < length:  # a filesystem may answer a read in parts (pyarrow's S3 file never does)
+            n = f.readinto(view[got:])
+            if not n:
+                break
+            got += n
+        view.release()
+        if got != length:
+            return None
+        if buf[-1] != fill:
+            # the bytearray read into, typed as the bytes callers read it as (never written after): no copy
+            return cast(bytes, buf) if first is None or first == buf else None
+        if first is not None:
+            return None  # the last byte kept each fill: nothing was written there
+        first = buf
+    return None  # pragma: no cover (the loop returns)
+
+
+#: How pyarrow's S3 errors name an object that is not there (matched lowercased).
+_GONE = ("no_such_key", "nosuchkey", "resource_not_found", "http status 404")
+
+
+def _refused(where: str, operation: str, exc: OSError) -> ResumableDataError:
+    """The rd error for a request the store answered with a permanent failure (not retried)."""
+    text = str(exc)
+    cause = f"{type(exc).__name__}: {text if len(text) <= 300 else text[:297] + '...'}"
+    low = text.lower()
+    if isinstance(exc, FileNotFoundError) or any(t in low for t in _GONE):
+        return DatasetIntegrityError(
+            describe(
+                "path",
+                where,
+                f"the object this source opened ({operation} found it gone: {cause})",
+                "restore the object (a dataset's objects must not change while a job reads them), "
+                "or re-pin deliberately with rd.pin(prefix, filesystem=...)",
+            )
+        )
+    if "http status 416" in low or "invalidrange" in low:
+        return DatasetIntegrityError(
+            describe(
+                "path",
+                where,
+                f"an object holding the pinned byte range ({operation} was refused: {cause})",
+                "restore the object, or re-pin deliberately with rd.pin(prefix, filesystem=...)",
+            )
+        )
+    return StoreUnavailableError(
+        describe(
+            "path",
+            where,
+            f"an object the store lets this process read ({operation} was refused: {cause}); "
+            "nothing was delivered from this read",
+            "check the credentials and permissions for the object (an expired token, a changed "
+            "bucket policy) and the endpoint, then iterate again (or resume from the saved state)",
+        )
+    )
 
 
 def _stat_of_open(f: pa.NativeFile) -> FileStat:

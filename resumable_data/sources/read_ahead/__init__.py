@@ -4,7 +4,8 @@ Modules: :mod:`.config` (:class:`ReadAhead`, the knobs), :mod:`.cache` (:class:`
 shared cache directory every process of a rank reads units from), :mod:`.fetcher`
 (:class:`Prefetcher`: one per rank, in the main process, plans from
 :mod:`resumable_data.plan.reads` and fills the cache with a pool of ranged requests under a byte
-budget, evicting by Belady's rule), :mod:`.unit_choice` (:func:`choose_unit`: what
+budget, evicting by Belady's rule; the cache directories of killed processes are swept by
+:func:`.cache.sweep_abandoned`), :mod:`.unit_choice` (:func:`choose_unit`: what
 ``rd.ReadUnit.AUTO`` resolves to, whole shards or record batches). ``docs/object-storage.md#reading-ahead``
 has the design and the measured figures.
 """

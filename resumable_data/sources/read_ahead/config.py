@@ -48,7 +48,8 @@ class ReadAhead:
     * ``cache_bytes``: the byte budget of the unit cache (default 2 GiB); the units of steps
       already handed to workers are never evicted, and are fetched even past the budget;
     * ``cache_dir``: where the cache directory is made (default: the system's temporary
-      directory); a fresh subdirectory per loader, removed when the loader goes away;
+      directory); a fresh subdirectory per loader, removed when the loader goes away (one left
+      by a killed process is removed when the next fetcher starts: :func:`.cache.sweep_abandoned`);
     * ``unit``: what one fetch reads, a :class:`ReadUnit`: ``RECORD_BATCH``, one ranged read per
       record batch or row group; ``SHARD``, the whole object of a shard per read, its object size
       counted against ``cache_bytes``; ``AUTO`` (default), ``SHARD`` where the shards the first

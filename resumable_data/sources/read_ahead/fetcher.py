@@ -46,6 +46,13 @@ Progress. The first step of each pass (a fresh loader, a resume, a new epoch) wa
 units from the store; a tqdm bar over their bytes appears on stderr if that takes more than two
 seconds (:mod:`.progress`; never where stderr is not a terminal).
 
+Content check (``SHARD``). Where the version pins each shard's content hash (``hash="content"``,
+the default), a whole object read ahead must hash (xxh3-128) to it before any of its units is
+written: the one request the ETag check leaves open (an object replaced between the HEAD and the
+GET) and a store answering with other bytes never reach the cache. Units read by range have no
+digest of their own to check (their bytes are checked against the ETag, then decoded and
+validated).
+
 Faults. A fetch that fails (a store still down after its retries, an object that changed) writes
 ``k.err`` and drops the promise; the worker that needs unit ``k`` reads it itself and raises the
 error with its step (:mod:`.cache`). The unit is fetched again when the next step is planned.
@@ -67,14 +74,15 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+import xxhash
 
 from resumable_data.plan.reads import ReadSchedule, step_units
-from resumable_data.sources.read_ahead.cache import UnitCache, make_cache_dir, sweep_abandoned
+from resumable_data.sources.read_ahead.cache import UnitCache, make_cache_dir, seal, sweep_abandoned
 from resumable_data.sources.read_ahead.config import ReadAhead, ReadUnit
 from resumable_data.sources.read_ahead.progress import FirstUnits
 from resumable_data.sources.read_ahead.unit_choice import UnitChoice, choose_unit
@@ -117,8 +125,17 @@ class ReadAheadSource(Protocol):
 class Prefetcher:
     """The rank's fetcher (module docstring); :meth:`close` stops it and removes its directory."""
 
-    def __init__(self, source: ReadAheadSource, config: ReadAhead, records_of: Callable[[int], np.ndarray]) -> None:
+    def __init__(
+        self,
+        source: ReadAheadSource,
+        config: ReadAhead,
+        records_of: Callable[[int], np.ndarray],
+        digests: Sequence[str | None] | None = None,
+    ) -> None:
         self.config = config
+        #: per shard, the pinned xxh3-128 of its object's bytes (None: not pinned by content): a whole
+        #: shard read ahead (``SHARD``) must hash to it before any unit of it is written
+        self._digests = list(digests) if digests is not None else None
         self._source = source
         self._records_of = records_of
         starts, self._spans = source.unit_starts(), source.unit_spans()
@@ -395,7 +412,13 @@ class Prefetcher:
         ks = [k for u in run for k in self._members[u]]
         try:
             if self._shard is not None:
-                data, base = self._source.fetch_shard(self._shard[run[0]]), 0
+                j = self._shard[run[0]]
+                data, base = self._source.fetch_shard(j), 0
+                want = self._digests[j] if self._digests is not None else None
+                if want is not None and xxhash.xxh3_128_hexdigest(data) != want:
+                    # replaced between the read's HEAD and its GET, or a store answering with other
+                    # bytes: nothing is written; the step's own ranged read checks the object again
+                    raise ValueError(f"shard {j}: the bytes read do not hash to its pinned content hash")
             elif len(ks) == 1:
                 data, base = self._source.fetch_unit(ks[0]), _start(self._spans[ks[0]])
             else:
@@ -437,10 +460,12 @@ class Prefetcher:
             self._cond.notify_all()
 
     def _write(self, k: int, data: bytes | memoryview) -> None:
-        """Unit ``k``'s bytes into the cache: a temporary name, then renamed (readers see all or none)."""
+        """Unit ``k``'s bytes and their check (:func:`.cache.seal`) into the cache: a temporary name,
+        then renamed (readers see all or none)."""
         tmp = os.path.join(self.cache.root, f".{k}.{threading.get_ident()}.tmp")
         with open(tmp, "wb") as f:
             f.write(data)
+            f.write(seal(k, data))
         os.replace(tmp, self.cache.unit_path(k))
 
 

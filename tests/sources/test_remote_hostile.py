@@ -1,0 +1,296 @@
+"""A store that answers wrongly (moto's S3 server behind ``tests.sources._hostile_store.HostileProxy``):
+a ranged GET answered with a shorter body, an object gone or forbidden mid-run, a refused range.
+Each is an rd error naming the object, never a raw ``OSError`` and never a unit padded with bytes the
+store did not send (pyarrow's S3 file reports the length asked for whatever the body held)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import resumable_data as rd
+from resumable_data.sources import store as store_mod
+
+pytest.importorskip("moto.server")
+from tests.sources._hostile_store import Answer, HostileProxy  # noqa: E402
+from tests.sources.conftest import make_table, remote_copies, s3_client, upload  # noqa: E402
+
+N = 400
+FAST = rd.Retries(attempts=2, base_delay=0.01, max_delay=0.02)
+FORMATS = ("arrow", "arrow_stream", "parquet")
+
+
+@pytest.fixture(scope="module")
+def data(endpoint, tmp_path_factory):
+    """{format: (local dir, prefix)}: 20 units of 20 rows in 4 shards (strings included), pinned on S3."""
+    return remote_copies(endpoint, make_table(N, strings=True), tmp_path_factory, "hostile", FORMATS)
+
+
+@pytest.fixture
+def hostile(endpoint):
+    p = HostileProxy(endpoint)
+    yield p
+    p.close()
+
+
+def _ranged(rewrite):
+    def hook(req, ans):
+        return rewrite(req, ans) if req.method == "GET" and req.range is not None else ans
+
+    return hook
+
+
+def _short(keep):
+    def rewrite(req, ans):
+        ans.body = ans.body[: keep(len(ans.body))]
+        return ans
+
+    return _ranged(rewrite)
+
+
+def _error(status, code):
+    body = f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>m</Message></Error>".encode()
+    return lambda req, ans: Answer(status, "X", [("Content-Type", "application/xml")], body)
+
+
+SHORT = {
+    "one byte": _short(lambda n: n - 1),  # IPC: the last byte is padding, the batch decodes unchanged
+    "eight bytes": _short(lambda n: n - 8),  # IPC: a string column's tail, still valid UTF-8
+    "half": _short(lambda n: n // 2),
+    "empty": _short(lambda n: 0),
+}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", list(SHORT))
+def test_a_short_body_is_refused_never_padded(data, hostile, fmt, case):
+    local, prefix = data[fmt]
+    ids = np.array([5, 130, 390])
+    ref = rd.ArrowShards(local, unpinned="allow").take(ids)
+    src = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    hostile.hook = SHORT[case]
+    with pytest.raises(rd.DatasetIntegrityError, match="short(er)? body"):
+        src.take(ids)
+    hostile.hook = None
+    assert src.take(ids).equals(ref)  # nothing was kept from the refused reads
+
+
+CASES = {  # what the store answers every ranged GET (or HEAD) with -> the rd error expected
+    "GET 404": (_ranged(_error(404, "NoSuchKey")), rd.DatasetIntegrityError, "gone"),
+    "GET 403": (_ranged(_error(403, "AccessDenied")), rd.StoreUnavailableError, "permissions"),
+    "GET 400": (_ranged(_error(400, "InvalidRequest")), rd.StoreUnavailableError, "permissions"),
+    "GET 416": (_ranged(_error(416, "InvalidRange")), rd.DatasetIntegrityError, "byte range"),
+    "HEAD 404": (lambda req, ans: _error(404, "NoSuchKey")(req, ans) if req.method == "HEAD" else ans,
+                 rd.DatasetIntegrityError, "gone"),
+    "HEAD 403": (lambda req, ans: _error(403, "AccessDenied")(req, ans) if req.method == "HEAD" else ans,
+                 rd.StoreUnavailableError, "permissions"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_refused_read_is_an_rd_error_naming_the_object(data, hostile, case):
+    hook, cls, words = CASES[case]
+    _, prefix = data["arrow"]
+    src = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    hostile.hook = hook
+    with pytest.raises(cls, match=words) as exc:
+        src.take([0, 390])
+    assert "shard-0000" in str(exc.value) and "fix:" in str(exc.value)
+    hostile.hook = None
+    assert src.take([0, 390]).column("id").to_pylist() == [0, 390]
+
+
+def test_an_object_deleted_mid_run_is_an_integrity_error(endpoint, tmp_path):
+    fs = s3_client(endpoint)
+    d = tmp_path / "d"
+    rd.write_arrow_shards(make_table(100), d, num_shards=2, rows_per_batch=10)
+    upload(fs, d, "deleted-mid-run/data")
+    rd.pin("deleted-mid-run/data", filesystem=fs)
+    src = rd.ArrowShards("deleted-mid-run/data", filesystem=fs, retries=FAST)
+    assert src.take([0]).column("id").to_pylist() == [0]
+    fs.delete_file("deleted-mid-run/data/shard-00001.arrow")
+    with pytest.raises(rd.DatasetIntegrityError, match="gone"):
+        src.take([99])
+
+
+class _Body:
+    """A file whose reads write only the first ``sent`` bytes asked for (what pyarrow's S3 file does
+    with a short body) and report the whole length."""
+
+    def __init__(self, data: bytes, sent: int) -> None:
+        self.data, self.sent, self.pos, self.reads = data, sent, 0, 0
+
+    def seek(self, pos: int) -> None:
+        self.pos = pos
+
+    def readinto(self, buf: bytearray) -> int:
+        self.reads += 1
+        chunk = self.data[self.pos : self.pos + min(len(buf), self.sent)]
+        buf[: len(chunk)] = chunk
+        return len(buf)
+
+
+@pytest.mark.parametrize("last", [0x00, 0xA5, 0x5A, 0xFF])
+def test_read_exact_tells_a_short_body_from_bytes_that_end_like_the_fill(last):
+    data = bytes(range(200)) + bytes([last])
+    whole = _Body(data, len(data))
+    assert store_mod._read_exact(whole, 0, len(data)) == data
+    assert whole.reads == (2 if last == 0xA5 else 1)  # a second read only when the last byte is the first fill
+    for sent in (0, 1, 100, len(data) - 1):
+        assert store_mod._read_exact(_Body(data, sent), 0, len(data)) is None
+    assert store_mod._read_exact(_Body(data, 0), 5, 0) == b""
+
+
+# -- opening: the manifest and each shard's metadata through the same hostile store ---------------
+def _on(target, method, rewrite):
+    def hook(req, ans):
+        return rewrite(req, ans) if target in req.path and req.method == method else ans
+
+    return hook
+
+
+def _cut_short(keep):
+    def rewrite(req, ans):
+        ans.body = ans.body[: keep(len(ans.body))]
+        return ans
+
+    return rewrite
+
+
+OPENING = {  # what the store answers -> the rd error opening raises
+    "manifest GET 404": (_on(".rd-manifest.json", "GET", _error(404, "NoSuchKey")), rd.DatasetIntegrityError),
+    "manifest GET 403": (_on(".rd-manifest.json", "GET", _error(403, "AccessDenied")), rd.StoreUnavailableError),
+    "manifest HEAD 403": (_on(".rd-manifest.json", "HEAD", _error(403, "AccessDenied")), rd.StoreUnavailableError),
+    "shard HEAD 403": (_on("shard-00001", "HEAD", _error(403, "AccessDenied")), rd.StoreUnavailableError),
+    "shard metadata GET 403": (_on("shard-00001", "GET", _error(403, "AccessDenied")), rd.StoreUnavailableError),
+    "shard metadata short by 1": (_on("shard-00001", "GET", _cut_short(lambda n: n - 1)), rd.DatasetIntegrityError),
+    "shard metadata short by half": (_on("shard-00001", "GET", _cut_short(lambda n: n // 2)), rd.DatasetIntegrityError),
+}
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+@pytest.mark.parametrize("case", list(OPENING))
+def test_opening_through_a_hostile_store_is_an_rd_error(data, hostile, fmt, case):
+    """Reads at open (the manifest, a shard's HEAD, an IPC schema message, a Parquet footer): a
+    refused request is an rd error, and a short body is refused (it was padded with whatever the
+    buffer held, which could be an earlier read of the same bytes: a short footer read opened)."""
+    hook, cls = OPENING[case]
+    _, prefix = data[fmt]
+    hostile.hook = hook
+    with pytest.raises(cls) as exc:
+        rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    assert "fix:" in str(exc.value) and prefix.split("/")[0] in str(exc.value)
+    hostile.hook = None
+    assert len(rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)) == N
+
+
+# -- hashing (rd.pin, verify="content") through a store that cuts bodies short ---------------------
+def _short_whole_reads(req, ans):
+    """Cut the reads that start at byte 0 and are large (the hash's chunks), not the metadata reads."""
+    if req.method == "GET" and req.range is not None and req.range[0] == 0 and len(ans.body) > 4096:
+        ans.body = ans.body[:-7]
+    return ans
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_hashing_refuses_a_short_body(data, hostile, fmt):
+    """A pin (and a verify of the content) hashed a short body together with whatever the reader's
+    buffer held: another digest than the object's, recorded as the version (Parquet), or, when the
+    buffer still held an earlier read of the same object, the right digest of bytes never sent."""
+    local, prefix = data[fmt]
+    good = rd.pin(prefix, filesystem=s3_client(hostile.endpoint), save=False)
+    assert [s.content_hash for s in good.shards] == [s.content_hash for s in rd.pin(local, save=False).shards]
+    hostile.hook = _short_whole_reads
+    # (a Parquet shard this small is read whole for its footer too: refused there, before the hash)
+    with pytest.raises(rd.ConfigError if fmt == "parquet" else rd.DatasetIntegrityError, match="short(er)? body"):
+        rd.pin(prefix, filesystem=s3_client(hostile.endpoint), save=False)
+    with pytest.raises(rd.DatasetIntegrityError):
+        rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST, verify="content")
+
+
+# -- shards without a layout (dictionaries): pyarrow's own IPC readers, over an exact reader ---------
+@pytest.fixture(scope="module")
+def dictionary_shards(endpoint, tmp_path_factory):
+    import pyarrow as pa
+
+    n = 400
+    table = pa.table({"id": pa.array(np.arange(n, dtype=np.int64)), "v": pa.array(np.arange(n, dtype=np.int64) * 7),
+                      "d": pa.array([f"c{i % 5}" for i in range(n)]).dictionary_encode()})
+    fs = s3_client(endpoint)
+    out = {}
+    for kind, opener in (("file", pa.ipc.new_file), ("stream", pa.ipc.new_stream)):
+        d = tmp_path_factory.mktemp(f"dict-{kind}")
+        with opener(str(d / "a.arrow"), table.schema) as w:
+            for b in table.to_batches(max_chunksize=100):
+                w.write_batch(b)
+        prefix = f"hostile-dict-{kind}/data"
+        upload(fs, d, prefix)
+        rd.pin(prefix, filesystem=fs)
+        out[kind] = prefix
+    return table, out
+
+
+@pytest.mark.parametrize("kind", ["file", "stream"])
+def test_a_shard_without_layout_refuses_a_short_body(dictionary_shards, hostile, kind):
+    table, prefixes = dictionary_shards
+    src = rd.ArrowShards(prefixes[kind], filesystem=s3_client(hostile.endpoint), retries=FAST)
+    assert src._shards[0].layout is None  # dictionaries: read by pyarrow's reader, not by range
+    hostile.hook = _short(lambda n: n - 16)  # the batch bodies' tails: garbage that decoded (file)
+    with pytest.raises(rd.DatasetIntegrityError, match="short body"):
+        src.take(np.arange(len(table)))
+    hostile.hook = None
+    assert src.take(np.arange(len(table))).equals(table)
+
+
+@pytest.mark.parametrize("kind", ["file", "stream"])
+def test_a_shard_without_layout_replaced_mid_run_is_refused(endpoint, kind):
+    """Read by pyarrow's reader (no layout), a replaced object (same size, new ETag) was read as the
+    one opened: no check ran (units read by range have the store's checked read)."""
+    import io
+
+    import pyarrow as pa
+
+    n = 1000
+
+    def encode(values):
+        t = pa.table({"v": pa.array(values), "d": pa.array([f"c{i % 5}" for i in range(n)]).dictionary_encode()})
+        sink = io.BytesIO()
+        opener = pa.ipc.new_file if kind == "file" else pa.ipc.new_stream
+        with opener(sink, t.schema) as w:
+            for b in t.to_batches(max_chunksize=100):
+                w.write_batch(b)
+        return sink.getvalue()
+
+    good = np.arange(n, dtype=np.int64)
+    fs = s3_client(endpoint)
+    bucket = f"hostile-dict-replaced-{kind}"
+    fs.create_dir(bucket)
+    path = f"{bucket}/data/a.arrow"
+    with fs.open_output_stream(path) as f:
+        f.write(encode(good))
+    rd.pin(f"{bucket}/data", filesystem=fs)
+    src = rd.ArrowShards(f"{bucket}/data", filesystem=fs, retries=FAST)
+    assert src._shards[0].layout is None
+    if kind == "file":
+        assert src.take([0, 1]).column("v").to_pylist() == [0, 1]
+    with fs.open_output_stream(path) as f:
+        f.write(encode(good[::-1].copy()))  # the same size, other values
+    with pytest.raises(rd.DatasetIntegrityError, match="changed after this source opened it"):
+        src.take(np.arange(500, 510))
+
+
+class _Parts(_Body):
+    """A file that answers each read with at most 7 bytes (a filesystem that reads in parts)."""
+
+    def readinto(self, buf) -> int:
+        self.reads += 1
+        chunk = self.data[self.pos : self.pos + min(len(buf), 7)]
+        buf[: len(chunk)] = chunk
+        self.pos += len(chunk)
+        return len(chunk)
+
+
+def test_read_exact_gathers_a_read_answered_in_parts():
+    data = bytes(range(100))
+    assert store_mod._read_exact(_Parts(data, len(data)), 10, 50) == data[10:60]
+    assert store_mod._read_exact(_Parts(data, len(data)), 90, 20) is None  # past the end: fewer bytes
