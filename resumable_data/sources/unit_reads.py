@@ -45,6 +45,7 @@ are read again when first needed, which is what read-ahead hides.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
@@ -114,6 +115,9 @@ class UnitReads:
         self._tried = -(1 << 62)  # PlanTable.publishes at the last try of _whole_plans
         self._left = 0  # units let go so far (_let_go): a plan over every unit built before one left is not kept
         self._map.watch(self._owner, self._let_go)
+        # a source dropped without close() (a loader built anew each epoch) leaves no units behind
+        # to fill the process's budget: they go when it is collected
+        weakref.finalize(self, self._map.drop, self._owner)
 
     @functools.cached_property
     def loaded(self) -> bool:

@@ -141,3 +141,16 @@ def test_a_closed_source_is_not_watched(tmp_path):
     assert owner in process_units()._watchers
     src.close()
     assert owner not in process_units()._watchers
+
+
+def test_a_source_dropped_without_close_leaves_no_units_in_the_map(tmp_path):
+    import gc
+
+    t, src = _parquet(tmp_path)
+    owner = src._reads._owner
+    assert src.take(np.arange(len(t))).equals(t)
+    key = (owner, 0, 0)
+    assert process_units().entry(key) is not None
+    del src
+    gc.collect()  # the source and its reads form a cycle: collected by the cycle collector
+    assert process_units().entry(key) is None
