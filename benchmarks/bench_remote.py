@@ -85,15 +85,18 @@ def loader(src, order: str, workers: int, ahead=None):
                          read_ahead=ahead, **ORDERS[order])
 
 
-def run(ld, steps: int) -> tuple[float, float, np.ndarray]:
-    """(first batch seconds, seconds for the next ``steps`` batches, record ids delivered)."""
+def run(ld, steps: int, warm: int = 0) -> tuple[float, float, np.ndarray]:
+    """(first batch seconds, seconds for the ``steps`` batches after the first and ``warm`` more
+    untimed ones, record ids delivered: all of them)."""
     it = iter(ld)
     t0 = time.perf_counter()
     b = next(it)
     first = time.perf_counter() - t0
     ids = [b["id"].numpy()]
     t1 = time.perf_counter()
-    for _ in range(steps):
+    for k in range(warm + steps):
+        if k == warm:
+            t1 = time.perf_counter()
         try:
             b = next(it)
         except StopIteration:  # the next epoch: a new pass continues from the cursor
@@ -117,6 +120,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--global-steps", type=int, default=8,
                     help="global shuffle: steps timed after the first (default 8: mostly the first fetches; "
                          "more measures the steady state)")
+    ap.add_argument("--global-warm", type=int, default=0,
+                    help="global shuffle: steps run before the timed ones (e.g. one epoch: every unit fetched once)")
     ap.add_argument("--units", default="record_batch", help="rd.ReadUnit values, comma-separated")
     ap.add_argument("--epochs", type=int, default=1, help="epochs timed (window and sequential)")
     ap.add_argument("--no-resume", action="store_true", help="skip the resume figures")
@@ -177,17 +182,18 @@ def main(argv: list[str] | None = None) -> dict:
                 budget = rd.ReadAhead().cache_bytes if budget_s == "default" else int(total * float(budget_s))
                 ahead = rd.ReadAhead(lookahead=64, concurrency=16, cache_bytes=budget, unit=rd.ReadUnit(unit_name))
                 steps = args.global_steps if order == "global" else args.epochs * args.rows // BATCH - 1
+                warm = args.global_warm if order == "global" else 0
                 if True:
                     local_t, remote_t, firsts, amp, gets, heads, peaks = [], [], [], [], [], [], []
                     for _ in range(args.rounds):
                         ref = loader(rd.ArrowShards(local), order, workers)
-                        _, t_local, ids_local = run(ref, steps)
+                        _, t_local, ids_local = run(ref, steps, warm)
                         del ref
                         src = rd.ArrowShards(prefix, filesystem=fs)
                         ld = loader(src, order, workers, ahead)
                         chosen = ld.read_ahead.unit.value  # the unit AUTO resolved to (else the one given)
                         proxy.reset()
-                        first, t_remote, ids = run(ld, steps)
+                        first, t_remote, ids = run(ld, steps, warm)
                         ld.read_ahead.wait_idle(60)  # the reads in flight count (their bytes arrive late)
                         sent, by = proxy.bytes_out, dict(proxy.counts)
                         peaks.append(ld.read_ahead.stats["peak_bytes"] / sizes.sum())
@@ -197,11 +203,11 @@ def main(argv: list[str] | None = None) -> dict:
                         remote_t.append(steps * BATCH / t_remote)
                         firsts.append(first)
                         amp.append(sent / per_record[ids].sum())
-                        gets.append(by.get("GET", 0) / (steps + 1))
-                        heads.append(by.get("HEAD", 0) / (steps + 1))
+                        gets.append(by.get("GET", 0) / (warm + steps + 1))
+                        heads.append(by.get("HEAD", 0) / (warm + steps + 1))
                     ratios = [r / lo for r, lo in zip(remote_t, local_t)]
                     planner = loader(rd.ArrowShards(local), order, 0)
-                    recs = [np.asarray(planner.step_info(s).records) for s in range(steps + 1)]
+                    recs = [np.asarray(planner.step_info(s).records) for s in range(warm + steps + 1)]
                     f_starts, f_sizes = fetch_units[chosen]
                     sched = read_schedule(0, recs, f_starts)
                     reads = sum(len(u) for u in sched.steps)
