@@ -40,7 +40,7 @@ import sys
 import threading
 import warnings
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -124,6 +124,8 @@ class DecodedUnits:
         self._map: OrderedDict[Hashable, tuple[pa.RecordBatch, int, Any]] = OrderedDict()
         self._lock = threading.Lock()
         self._watchers: dict[int, weakref.WeakMethod] = {}  # owner -> told when one of its units leaves
+        # owners whose units go at the next call (drop_later: a finalizer never takes the lock)
+        self._pending: deque[int] = deque()
 
     def __len__(self) -> int:
         return len(self._map)
@@ -142,6 +144,7 @@ class DecodedUnits:
     def entry(self, key: Hashable) -> tuple[pa.RecordBatch, Any] | None:
         """``(batch, extra)`` kept under ``key`` (now the most recently used), or None."""
         with self._lock:
+            self._drain()
             hit = self._map.get(key)
             if hit is None:
                 return None
@@ -154,6 +157,7 @@ class DecodedUnits:
         out: list[Any] = []
         append = out.append
         with self._lock:
+            self._drain()
             m = self._map
             get, to_end = m.get, m.move_to_end
             for key in keys:
@@ -172,6 +176,7 @@ class DecodedUnits:
         if size is None:
             size = batch.get_total_buffer_size()
         with self._lock:
+            self._drain()
             old = self._map.pop(key, None)
             if old is not None:
                 self.nbytes -= old[1]
@@ -189,10 +194,12 @@ class DecodedUnits:
         derived from its units (:class:`.unit_reads.UnitReads`' plan over every unit), never call
         the map."""
         with self._lock:
+            self._drain()
             self._watchers[owner] = weakref.WeakMethod(told)
 
     def unwatch(self, owner: int) -> None:
         with self._lock:
+            self._drain()
             self._watchers.pop(owner, None)
 
     def _left(self, key: Hashable) -> None:
@@ -209,19 +216,37 @@ class DecodedUnits:
     def drop(self, owner: int) -> None:
         """Drop the units of source ``owner`` (keys ``(owner, ...)``)."""
         with self._lock:
-            for key in [k for k in self._map if isinstance(k, tuple) and k and k[0] == owner]:
-                self.nbytes -= self._map.pop(key)[1]
-                self._left(key)
+            self._drain()
+            self._drop(owner)
+
+    def drop_later(self, owner: int) -> None:
+        """Drop the units of ``owner`` at the map's next call, without taking its lock: what a
+        finalizer calls (the garbage collector may run it on a thread that holds the lock, inside
+        any allocation of a call below; taking it there would deadlock)."""
+        self._pending.append(owner)
+
+    def _drain(self) -> None:
+        while self._pending:
+            owner = self._pending.popleft()
+            self._watchers.pop(owner, None)  # its source is gone
+            self._drop(owner)
+
+    def _drop(self, owner: int) -> None:
+        for key in [k for k in self._map if isinstance(k, tuple) and k and k[0] == owner]:
+            self.nbytes -= self._map.pop(key)[1]
+            self._left(key)
 
     def reserve(self, nbytes: int) -> None:
         """Raise the budget to ``nbytes`` if it is lower (a source asking for more: the process
         keeps the largest budget asked for; never lowered by a source)."""
         with self._lock:
+            self._drain()
             self.budget = max(self.budget, nbytes)
 
     def clear(self, budget: int | None = None) -> None:
         """Drop every unit (and set a new ``budget`` if given)."""
         with self._lock:
+            self._drain()
             for key in self._map:
                 self._left(key)
             self._map.clear()

@@ -117,7 +117,7 @@ class UnitReads:
         self._map.watch(self._owner, self._let_go)
         # a source dropped without close() (a loader built anew each epoch) leaves no units behind
         # to fill the process's budget: they go when it is collected
-        weakref.finalize(self, self._map.drop, self._owner)
+        weakref.finalize(self, self._map.drop_later, self._owner)
 
     @functools.cached_property
     def loaded(self) -> bool:

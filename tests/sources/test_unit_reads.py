@@ -153,4 +153,35 @@ def test_a_source_dropped_without_close_leaves_no_units_in_the_map(tmp_path):
     assert process_units().entry(key) is not None
     del src
     gc.collect()  # the source and its reads form a cycle: collected by the cycle collector
-    assert process_units().entry(key) is None
+    assert process_units().entry(key) is None  # dropped at the map's next call (this one)
+    assert owner not in process_units()._watchers
+
+
+def test_a_source_collected_while_the_map_is_locked_never_deadlocks(tmp_path):
+    """The garbage collector may run a dropped source's finalizer inside any allocation made while
+    the map's lock is held (it did: ``watch`` allocating its weak method collected an earlier
+    source, whose finalizer took the lock again and hung the process). The finalizer only queues
+    the drop; the map's next call does it."""
+    import gc
+    import threading
+
+    t, src = _parquet(tmp_path)
+    assert src.take(np.arange(len(t))).equals(t)
+    owner = src._reads._owner
+    units = process_units()
+    done = threading.Event()
+
+    def collect_under_the_lock():
+        with units.lock:
+            gc.collect()  # runs the finalizer here, with the lock held
+        done.set()
+
+    gc.disable()  # nothing collects the source before the thread holds the lock
+    try:
+        del src
+        th = threading.Thread(target=collect_under_the_lock, daemon=True)
+        th.start()
+        assert done.wait(20), "the finalizer took the map's lock under a holder of it"
+    finally:
+        gc.enable()
+    assert process_units().entry((owner, 0, 0)) is None and owner not in units._watchers
