@@ -13,7 +13,7 @@ datasets), :mod:`.writer` (:func:`write_arrow_shards`), :mod:`.read_ahead` (remo
 
 from resumable_data.sources.arrow_shards import ArrowShards, RecordIdError, UnpinnedPolicy
 from resumable_data.sources.files import MANIFEST_NAME
-from resumable_data.sources.pin import pin
+from resumable_data.sources.pin import PinSave, pin
 from resumable_data.sources.read_ahead import ReadAhead, ReadUnit
 from resumable_data.sources.retry import Retries
 from resumable_data.sources.store import ShardStore
@@ -31,6 +31,7 @@ __all__ = [
     "ArrowShards",
     "DatasetVersion",
     "HashMode",
+    "PinSave",
     "ReadAhead",
     "ReadUnit",
     "RecordIdError",
