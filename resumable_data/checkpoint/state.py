@@ -130,8 +130,13 @@ def _plain_lr(lr: Any) -> Any:
     return lr.detach().clone() if isinstance(lr, torch.Tensor) else lr
 
 
-def _has_state(obj: Any) -> bool:
-    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
+def is_stateful(obj: Any) -> bool:
+    """Whether ``obj`` meets torch's ``Stateful`` protocol (``state_dict()`` and
+    ``load_state_dict(sd)``; imported here, on first use: ``torch.distributed.checkpoint`` costs
+    about half a second to import)."""
+    from torch.distributed.checkpoint.stateful import Stateful
+
+    return isinstance(obj, Stateful)
 
 
 class TrainingState:
@@ -200,7 +205,7 @@ class TrainingState:
             ("ema", ema),
             ("metrics", metrics),
         ):
-            if obj is not None and not _has_state(obj):
+            if obj is not None and not is_stateful(obj):
                 raise ConfigError(
                     describe(
                         name,
@@ -212,7 +217,7 @@ class TrainingState:
         self.new_rank_rng = coerce_enum(new_rank_rng, NewRankRNG, "new_rank_rng")
         self.callbacks = dict(callbacks or {})
         for name, cb in self.callbacks.items():
-            if not isinstance(name, str) or not _has_state(cb):
+            if not isinstance(name, str) or not is_stateful(cb):
                 raise ConfigError(
                     describe(
                         f"callbacks[{name!r}]",
