@@ -8,7 +8,7 @@ shard's bytes), :mod:`.opening` (opening a version's shards, concurrently when r
 sources), :mod:`.files` (discovery, formats, metadata, opening a shard), :mod:`.version`
 (:class:`DatasetVersion`, manifest, verify), :mod:`.pin` (:func:`pin`), :mod:`.gather` (the
 vectorized take engine), :mod:`.arrow_shards` (:class:`ArrowShards`), :mod:`.hf` (Hugging Face
-datasets), :mod:`.writer` (:func:`write_arrow_shards`), :mod:`.read_ahead` (remote units fetched ahead of the steps that need them); :mod:`.remote` keeps older import names.
+datasets), :mod:`.writer` (:func:`write_arrow_shards`), :mod:`.read_ahead` (remote units fetched ahead of the steps that need them).
 """
 
 from resumable_data.sources.arrow_shards import ArrowShards, RecordIdError, UnpinnedPolicy
