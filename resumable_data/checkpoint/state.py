@@ -153,6 +153,13 @@ class TrainingState:
     batch in hand counts as consumed only once the model's training forward ran on it, so a loop
     that fetches the next batch before the backward (or saves before the forward) resumes
     exactly; pass ``False`` to count every delivered batch.
+
+    After a restore, ``run_id``, ``parent_checkpoint_id`` and ``recovery_label`` record the lineage
+    and ``last_report`` holds the :class:`~resumable_data.CompatibilityReport` that
+    :meth:`load_state_dict` returned (None before any restore; a refused restore leaves all four as
+    they were). ``rd.load_checkpoint`` also returns the report; after
+    ``torch.distributed.checkpoint.load``, which drops ``load_state_dict``'s return value,
+    ``last_report`` is where to read it.
     """
 
     def __init__(
@@ -238,6 +245,7 @@ class TrainingState:
         self.run_id = run_id or new_id()
         self.parent_checkpoint_id: str | None = None
         self.recovery_label = RecoveryLabel.FAITHFUL_CONTINUATION
+        #: the report of the last successful :meth:`load_state_dict` (None before any restore)
         self.last_report: CompatibilityReport | None = None
         self._names = param_fqns(("", model)) if model is not None else {}
         # each group's LR as built: a loop may set the LR by hand every iteration (progress, not config)
