@@ -45,9 +45,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import torch
+from torch.optim.lr_scheduler import LRScheduler
 
 from resumable_data._schema import coerce_enum, expect_header, expect_mapping
 from resumable_data.checkpoint import dcp_layout
@@ -130,13 +131,23 @@ def _plain_lr(lr: Any) -> Any:
     return lr.detach().clone() if isinstance(lr, torch.Tensor) else lr
 
 
+class Stateful(Protocol):
+    """torch's ``torch.distributed.checkpoint.stateful.Stateful``, restated for annotations (the
+    same structure, so the two are interchangeable to a type checker): importing torch's costs
+    about half a second, so :func:`is_stateful` imports it on first use."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
 def is_stateful(obj: Any) -> bool:
     """Whether ``obj`` meets torch's ``Stateful`` protocol (``state_dict()`` and
     ``load_state_dict(sd)``; imported here, on first use: ``torch.distributed.checkpoint`` costs
     about half a second to import)."""
-    from torch.distributed.checkpoint.stateful import Stateful
+    from torch.distributed.checkpoint.stateful import Stateful as TorchStateful
 
-    return isinstance(obj, Stateful)
+    return isinstance(obj, TorchStateful)
 
 
 class TrainingState:
@@ -167,8 +178,8 @@ class TrainingState:
         *,
         model: torch.nn.Module | None = None,
         optimizer: torch.optim.Optimizer | None = None,
-        scheduler: Any = None,
-        scaler: Any = None,
+        scheduler: LRScheduler | Stateful | None = None,
+        scaler: torch.amp.GradScaler | Stateful | None = None,
         loader: Any = None,
         ema: Any = None,
         callbacks: Mapping[str, Any] | None = None,
@@ -317,7 +328,8 @@ class TrainingState:
         scaler = None
         if self.scaler is not None:
             sd = self.scaler.state_dict()
-            enabled = bool(getattr(self.scaler, "is_enabled", lambda: bool(sd))())
+            # another Stateful standing in for a GradScaler: enabled when it has state
+            enabled = self.scaler.is_enabled() if isinstance(self.scaler, torch.amp.GradScaler) else bool(sd)
             scaler = {
                 "type": f"{type(self.scaler).__module__}.{type(self.scaler).__qualname__}",
                 "enabled": enabled,
