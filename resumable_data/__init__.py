@@ -55,6 +55,7 @@ _EXPORTS: dict[str, str] = {
     "DatasetVersion": "resumable_data.sources",
     "HashMode": "resumable_data.sources",
     "Mixture": "resumable_data.sources.mixture",
+    "PinSave": "resumable_data.sources",
     "ReadAhead": "resumable_data.sources",
     "ReadUnit": "resumable_data.sources",
     "RecordIdError": "resumable_data.sources",

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from resumable_data.errors import ConfigError, describe
+from resumable_data.loader.protocol import ResumableLoader
 
 __all__ = ["LoaderStateful"]
 
@@ -36,7 +37,7 @@ class LoaderStateful:
     """
 
     def __init__(self, loader: Any, *, on_uncommitted: str | None = None, allow_unpinned: bool = False) -> None:
-        if not (callable(getattr(loader, "state_dict", None)) and callable(getattr(loader, "load_state_dict", None))):
+        if not isinstance(loader, ResumableLoader):  # load_state_dict takes on_uncommitted= and allow_unpinned=
             raise ConfigError(describe("loader", type(loader).__name__, "an rd.DataLoader", "wrap the loader itself"))
         self.loader = loader
         self.on_uncommitted = on_uncommitted

@@ -10,8 +10,6 @@ disabled scaler it is a plain ``optimizer.step()`` and returns True. Cost: one h
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
-
 import torch
 
 from resumable_data.checkpoint.torch_compat import found_inf
@@ -20,23 +18,27 @@ from resumable_data.errors import ConfigError, describe
 __all__ = ["scaler_step", "step_was_applied"]
 
 
-@runtime_checkable
-class _Steps(Protocol):
-    """What a disabled scaler must have to stand for a ``torch.amp.GradScaler``: ``step``."""
-
-    def step(self, optimizer: torch.optim.Optimizer) -> Any: ...
-
-
 def step_was_applied(scale_before: float, scale_after: float) -> bool:
     """The scale-comparison rule: an update was applied unless ``update()`` backed the scale off."""
     return float(scale_after) >= float(scale_before)
 
 
-def scaler_step(scaler: Any, optimizer: torch.optim.Optimizer) -> bool:
-    """``scaler.step(optimizer)``; ``scaler.update()``; return True iff the update was applied."""
-    if scaler is None or not getattr(scaler, "is_enabled", lambda: False)():
-        if scaler is not None and not isinstance(scaler, _Steps):
-            raise ConfigError(describe("scaler", type(scaler).__name__, "a torch.amp.GradScaler", "pass one or None"))
+def scaler_step(scaler: torch.amp.GradScaler | None, optimizer: torch.optim.Optimizer) -> bool:
+    """``scaler.step(optimizer)``; ``scaler.update()``; return True iff the update was applied.
+
+    ``scaler``: a ``torch.amp.GradScaler`` (``torch.cuda.amp.GradScaler`` and FSDP's
+    ``ShardedGradScaler`` are ones) or None; a disabled scaler, or None, is a plain
+    ``optimizer.step()`` (True). Anything else is a :class:`~resumable_data.ConfigError`."""
+    if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
+        raise ConfigError(
+            describe(
+                "scaler",
+                type(scaler).__name__,
+                "a torch.amp.GradScaler (torch.cuda.amp.GradScaler and FSDP's ShardedGradScaler are ones) or None",
+                "pass the GradScaler that scaled the loss, or None without mixed precision",
+            )
+        )
+    if scaler is None or not scaler.is_enabled():
         optimizer.step()
         return True
     before = float(scaler.get_scale())

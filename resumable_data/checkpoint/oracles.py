@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch.optim.lr_scheduler import LRScheduler
+
 from resumable_data.checkpoint import rng as rng_mod
 from resumable_data.checkpoint.digest import digest_json, digest_tensors, flatten
 from resumable_data.checkpoint.keys import (
@@ -42,7 +44,9 @@ def status_of(
     if ts.optimizer is not None:
         lr = tuple(None if g.get("lr") is None else float(g["lr"]) for g in ts.optimizer.param_groups)
     if ts.scheduler is not None:
-        sched = int(getattr(ts.scheduler, "last_epoch", -1))
+        # a torch scheduler's step count; -1 for another Stateful standing in for one (accelerate's
+        # AcceleratedScheduler wraps one and is not one)
+        sched = int(ts.scheduler.last_epoch) if isinstance(ts.scheduler, LRScheduler) else -1
     if ts.scaler is not None:
         scale = ts.scaler.state_dict().get("scale")
     if ts.model is not None:

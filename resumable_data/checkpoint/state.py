@@ -45,9 +45,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import torch
+from torch.optim.lr_scheduler import LRScheduler
 
 from resumable_data._schema import coerce_enum, expect_header, expect_mapping
 from resumable_data.checkpoint import dcp_layout
@@ -130,8 +131,23 @@ def _plain_lr(lr: Any) -> Any:
     return lr.detach().clone() if isinstance(lr, torch.Tensor) else lr
 
 
-def _has_state(obj: Any) -> bool:
-    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
+class Stateful(Protocol):
+    """torch's ``torch.distributed.checkpoint.stateful.Stateful``, restated for annotations (the
+    same structure, so the two are interchangeable to a type checker): importing torch's costs
+    about half a second, so :func:`is_stateful` imports it on first use."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
+def is_stateful(obj: Any) -> bool:
+    """Whether ``obj`` meets torch's ``Stateful`` protocol (``state_dict()`` and
+    ``load_state_dict(sd)``; imported here, on first use: ``torch.distributed.checkpoint`` costs
+    about half a second to import)."""
+    from torch.distributed.checkpoint.stateful import Stateful as TorchStateful
+
+    return isinstance(obj, TorchStateful)
 
 
 class TrainingState:
@@ -148,6 +164,13 @@ class TrainingState:
     batch in hand counts as consumed only once the model's training forward ran on it, so a loop
     that fetches the next batch before the backward (or saves before the forward) resumes
     exactly; pass ``False`` to count every delivered batch.
+
+    After a restore, ``run_id``, ``parent_checkpoint_id`` and ``recovery_label`` record the lineage
+    and ``last_report`` holds the :class:`~resumable_data.CompatibilityReport` that
+    :meth:`load_state_dict` returned (None before any restore; a refused restore leaves all four as
+    they were). ``rd.load_checkpoint`` also returns the report; after
+    ``torch.distributed.checkpoint.load``, which drops ``load_state_dict``'s return value,
+    ``last_report`` is where to read it.
     """
 
     def __init__(
@@ -155,8 +178,8 @@ class TrainingState:
         *,
         model: torch.nn.Module | None = None,
         optimizer: torch.optim.Optimizer | None = None,
-        scheduler: Any = None,
-        scaler: Any = None,
+        scheduler: LRScheduler | Stateful | None = None,
+        scaler: torch.amp.GradScaler | Stateful | None = None,
         loader: Any = None,
         ema: Any = None,
         callbacks: Mapping[str, Any] | None = None,
@@ -200,7 +223,7 @@ class TrainingState:
             ("ema", ema),
             ("metrics", metrics),
         ):
-            if obj is not None and not _has_state(obj):
+            if obj is not None and not is_stateful(obj):
                 raise ConfigError(
                     describe(
                         name,
@@ -212,7 +235,7 @@ class TrainingState:
         self.new_rank_rng = coerce_enum(new_rank_rng, NewRankRNG, "new_rank_rng")
         self.callbacks = dict(callbacks or {})
         for name, cb in self.callbacks.items():
-            if not isinstance(name, str) or not _has_state(cb):
+            if not isinstance(name, str) or not is_stateful(cb):
                 raise ConfigError(
                     describe(
                         f"callbacks[{name!r}]",
@@ -233,6 +256,7 @@ class TrainingState:
         self.run_id = run_id or new_id()
         self.parent_checkpoint_id: str | None = None
         self.recovery_label = RecoveryLabel.FAITHFUL_CONTINUATION
+        #: the report of the last successful :meth:`load_state_dict` (None before any restore)
         self.last_report: CompatibilityReport | None = None
         self._names = param_fqns(("", model)) if model is not None else {}
         # each group's LR as built: a loop may set the LR by hand every iteration (progress, not config)
@@ -304,7 +328,8 @@ class TrainingState:
         scaler = None
         if self.scaler is not None:
             sd = self.scaler.state_dict()
-            enabled = bool(getattr(self.scaler, "is_enabled", lambda: bool(sd))())
+            # another Stateful standing in for a GradScaler: enabled when it has state
+            enabled = self.scaler.is_enabled() if isinstance(self.scaler, torch.amp.GradScaler) else bool(sd)
             scaler = {
                 "type": f"{type(self.scaler).__module__}.{type(self.scaler).__qualname__}",
                 "enabled": enabled,

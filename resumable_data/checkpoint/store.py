@@ -61,7 +61,7 @@ import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from resumable_data._io import atomic_write, fsync_dir
 from resumable_data._schema import expect_header, expect_int, expect_mapping, expect_str
@@ -70,6 +70,7 @@ from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.checkpoint.files import LIMITS, hash_regular, is_regular, read_regular, writer_lock
 from resumable_data.checkpoint.meta import CheckpointMeta, new_id
 from resumable_data.errors import ConfigError, ConfigTypeError, ResumableDataError, describe
+from resumable_data.loader.protocol import HoldsLoader, ResumableLoader
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -381,6 +382,15 @@ def _write_tensors(path: Path, tensors: dict) -> None:
     save_file(tensors, str(path), metadata={"format": CHECKPOINT_FORMAT})
 
 
+@runtime_checkable
+class SavesState(Protocol):
+    """What :func:`save_checkpoint` needs of a state that is not a :class:`TrainingState`: a
+    ``state_dict()`` of tensors and JSON values (torch's ``Stateful`` has one; restoring it with
+    ``rd.load_checkpoint`` also needs ``load_state_dict``, reading it with ``read_checkpoint`` does not)."""
+
+    def state_dict(self) -> Any: ...
+
+
 def save_checkpoint(
     directory: str | os.PathLike, state: Any, *, step: int | None = None, keep_last: int | None = 3
 ) -> Path:
@@ -412,9 +422,17 @@ def save_checkpoint(
         )
     root = _path(directory, "directory")
     if step is None:
-        loader = getattr(state, "loader", None)
-        if loader is None:
-            raise ConfigError(describe("step", None, "an integer step", "pass step= (e.g. the applied-update count)"))
+        loader = state.loader if isinstance(state, HoldsLoader) else None
+        if not isinstance(loader, ResumableLoader):
+            raise ConfigError(
+                describe(
+                    "step",
+                    None,
+                    "an integer step (it defaults to the delivered-step cursor of state.loader, an rd.DataLoader;"
+                    f" {type(state).__name__} has none)",
+                    "pass step= (e.g. the applied-update count)",
+                )
+            )
         step = int(loader.cursor.delivered)
     step = check_step(step)
     if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1):
@@ -426,12 +444,12 @@ def save_checkpoint(
         tree = state.file_state_dict(checkpoint_id=checkpoint_id)
         inventory = build_inventory(state, tree).to_dict()
     else:
-        if not callable(getattr(state, "state_dict", None)):
+        if not isinstance(state, SavesState):
             raise ConfigError(
                 describe(
                     "state",
                     type(state).__name__,
-                    "an rd.TrainingState or an object with state_dict()",
+                    "an rd.TrainingState or an object with state_dict() (torch's Stateful has it)",
                     "wrap the training objects in rd.TrainingState",
                 )
             )

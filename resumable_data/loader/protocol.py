@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from resumable_data.loader.state import CounterView, Cursor, LoaderState, OnUncommitted
 
-__all__ = ["ResumableLoader"]
+__all__ = ["HoldsLoader", "ResumableLoader"]
 
 
 @runtime_checkable
@@ -72,3 +72,13 @@ class ResumableLoader(Protocol):
         allow_unpinned: bool = False,
     ) -> None:
         """A fresh start (``state=None``) or a restore."""
+
+
+@runtime_checkable
+class HoldsLoader(Protocol):
+    """An object that carries one loader as its public ``loader`` attribute: ``rd.TrainingState``
+    (None when it has none), the integrations' wrappers (``TitanDataLoader``) and
+    ``rd.distributed.LoaderStateful``. ``rd.save_checkpoint(directory, obj)`` without ``step=``
+    takes the step from that loader's delivered-step cursor when it is a :class:`ResumableLoader`."""
+
+    loader: Any

@@ -8,12 +8,12 @@ shard's bytes), :mod:`.opening` (opening a version's shards, concurrently when r
 sources), :mod:`.files` (discovery, formats, metadata, opening a shard), :mod:`.version`
 (:class:`DatasetVersion`, manifest, verify), :mod:`.pin` (:func:`pin`), :mod:`.gather` (the
 vectorized take engine), :mod:`.arrow_shards` (:class:`ArrowShards`), :mod:`.hf` (Hugging Face
-datasets), :mod:`.writer` (:func:`write_arrow_shards`), :mod:`.read_ahead` (remote units fetched ahead of the steps that need them); :mod:`.remote` keeps older import names.
+datasets), :mod:`.writer` (:func:`write_arrow_shards`), :mod:`.read_ahead` (remote units fetched ahead of the steps that need them).
 """
 
 from resumable_data.sources.arrow_shards import ArrowShards, RecordIdError, UnpinnedPolicy
 from resumable_data.sources.files import MANIFEST_NAME
-from resumable_data.sources.pin import pin
+from resumable_data.sources.pin import PinSave, pin
 from resumable_data.sources.read_ahead import ReadAhead, ReadUnit
 from resumable_data.sources.retry import Retries
 from resumable_data.sources.store import ShardStore
@@ -31,6 +31,7 @@ __all__ = [
     "ArrowShards",
     "DatasetVersion",
     "HashMode",
+    "PinSave",
     "ReadAhead",
     "ReadUnit",
     "RecordIdError",

@@ -24,6 +24,7 @@ shard's footer or batch headers and one HEAD, never its bodies). A tqdm bar (byt
 
 from __future__ import annotations
 
+import enum
 import os
 import sys
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm import tqdm
 
 from resumable_data._schema import coerce_enum
@@ -49,7 +51,39 @@ from resumable_data.sources.files import (
 from resumable_data.sources.store import FileStat, join, store_for
 from resumable_data.sources.version import DatasetVersion, HashMode, Selection, ShardInfo, etag_digest
 
-__all__ = ["pin", "resolve_files"]
+__all__ = ["PinSave", "pin", "resolve_files"]
+
+
+class PinSave(str, enum.Enum):
+    """Where :func:`pin` writes the manifest (its ``save=`` option).
+
+    ``auto`` (``save=True``, the default): ``<directory>/.rd-manifest.json`` for a directory, the
+    cache for a list of files; ``folder``: into the directory (a list of files is refused: it is
+    never pinned into its common parent); ``cache``: ``cache_dir()/manifests/<key>``, the data
+    folder untouched; ``none`` (``save=False``): nowhere, the version is returned only.
+    """
+
+    AUTO = "auto"
+    FOLDER = "folder"
+    CACHE = "cache"
+    NONE = "none"
+
+
+def _coerce_save(save: PinSave | bool | str) -> PinSave:
+    """``save=`` as a :class:`PinSave`: a member, its value, or a bool (True: AUTO, False: NONE)."""
+    if isinstance(save, (bool, np.bool_)):
+        return PinSave.AUTO if save else PinSave.NONE
+    if isinstance(save, PinSave) or (isinstance(save, str) and save in PinSave._value2member_map_):
+        return PinSave(save)
+    raise ConfigError(
+        describe(
+            "save",
+            save,
+            "True, False, an rd.PinSave or one of " + ", ".join(repr(m.value) for m in PinSave),
+            "pass save=rd.PinSave.CACHE (or save='cache') to keep the manifest out of the data folder",
+        )
+    )
+
 
 _MAX_WORKERS = 8  # local: disk- and CPU-bound
 _REMOTE_WORKERS = 16  # remote: requests wait on the network
@@ -61,15 +95,16 @@ def pin(
     hash: HashMode | str = HashMode.CONTENT,
     max_workers: int | None = None,
     filesystem: Any = None,
-    save: bool | str = True,
+    save: PinSave | bool | str = PinSave.AUTO,
     lineage: dict[str, Any] | None = None,
 ) -> DatasetVersion:
     """Pin the shards at ``path`` (a directory, searched recursively, or a list of files).
 
-    Writes the manifest and returns the :class:`DatasetVersion`. ``save``: True (default) writes
-    ``<directory>/.rd-manifest.json`` for a directory (a read-only one: ConfigError naming
-    ``save="cache"``) and the cache for a list of files; ``"folder"`` / ``"cache"`` choose; False
-    keeps the manifest in memory only.
+    Writes the manifest and returns the :class:`DatasetVersion`. ``save`` (a :class:`PinSave`, its
+    value, or a bool): ``AUTO`` (default; also ``True``) writes ``<directory>/.rd-manifest.json``
+    for a directory (a read-only one: ConfigError naming ``save="cache"``) and the cache for a
+    list of files; ``FOLDER`` / ``CACHE`` (``"folder"`` / ``"cache"``) choose; ``NONE`` (also
+    ``False``) keeps the manifest in memory only.
     ``hash="content"`` (default) hashes every byte; ``hash="size"`` records sizes, rows and the
     schema only (cheaper, weaker: an in-place edit that keeps the size goes unnoticed);
     ``hash="etag"`` (object stores that give ETags) records each object's ETag and reads no shard
@@ -81,15 +116,7 @@ def pin(
     produced the shards (``rd.prepare`` passes its input version and function fingerprint).
     """
     mode = coerce_enum(hash, HashMode, "hash")
-    if save not in (True, False, "folder", "cache"):
-        raise ConfigError(
-            describe(
-                "save",
-                save,
-                "True, False, 'folder' or 'cache'",
-                "pass save='cache' to keep the manifest out of the data folder",
-            )
-        )
+    where = _coerce_save(save)
     if filesystem is None and isinstance(path, str) and "://" in path:  # as rd.ArrowShards reads it
         filesystem, path = _filesystem_of_uri(path)
     store = store_for(filesystem)
@@ -110,12 +137,12 @@ def pin(
     else:
         root, rel = resolve_files(file_list(path), store)
         selection = Selection.FILES
-        if save == "folder":
+        if where is PinSave.FOLDER:
             raise ConfigError(
                 describe(
                     "save",
                     save,
-                    "'cache' (or True) for a list of files",
+                    "rd.PinSave.CACHE or AUTO ('cache' or True) for a list of files",
                     "a list of files is never pinned into its common parent; pass save=True, or pin their directory",
                 )
             )
@@ -192,8 +219,8 @@ def pin(
     version = DatasetVersion.build(
         shards, schema, mode, selection, Path(root), filesystem=store.filesystem, lineage=lineage
     )
-    if save:
-        version.save(to_cache=save == "cache" or selection is Selection.FILES)
+    if where is not PinSave.NONE:
+        version.save(to_cache=where is PinSave.CACHE or selection is Selection.FILES)
     return version
 
 

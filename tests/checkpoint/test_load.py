@@ -184,3 +184,37 @@ def test_a_missing_directory_names_the_fresh_start_fix_and_it_works(tmp_path, mo
     with pytest.raises(rd.CheckpointError, match=r"nothing is at .*ckpts.*rd\.resume_or_start\(directory, state\)"):
         rd.load_checkpoint("ckpts", state)
     assert rd.resume_or_start("ckpts", state) == 0  # the fix, as named
+
+
+def test_last_report_is_the_report_of_the_last_restore_also_through_dcp(data, tmp_path):
+    """``TrainingState.last_report``: None before any restore, the report ``load_state_dict``
+    returned after one (the only way to read it after ``dcp.load``, which drops the return value),
+    and left as it was by a refused restore."""
+    import torch.distributed.checkpoint as dcp
+
+    saved = make(data, 4, value=1.0)
+    train(saved, 5)
+    rd.save_checkpoint(tmp_path / "ck", saved)
+    dcp.save({"train": saved}, checkpoint_id=str(tmp_path / "dcp"))
+    rest = train(saved, 10**6)
+
+    fresh = make(data, 4)
+    assert fresh.last_report is None
+    loaded = rd.load_checkpoint(tmp_path / "ck", fresh)
+    assert isinstance(fresh.last_report, rd.CompatibilityReport) and fresh.last_report is loaded.report
+    assert fresh.last_report.label is rd.RecoveryLabel.FAITHFUL_CONTINUATION
+
+    six = make(data, 6)
+    train(six, 2)
+    rd.save_checkpoint(tmp_path / "ck6", six)
+    other = make(data, 6)
+    before = rd.load_checkpoint(tmp_path / "ck6", other).report
+    with pytest.raises(rd.ResumableDataError, match="on_batch_change"):
+        rd.load_checkpoint(tmp_path / "ck", other)  # another global batch, undeclared: refused
+    assert other.last_report is before
+
+    via_dcp = make(data, 4)
+    dcp.load({"train": via_dcp}, checkpoint_id=str(tmp_path / "dcp"))
+    assert isinstance(via_dcp.last_report, rd.CompatibilityReport)
+    assert via_dcp.last_report.label is rd.RecoveryLabel.FAITHFUL_CONTINUATION
+    assert [a.tolist() for a in train(via_dcp, 10**6)] == [a.tolist() for a in rest]

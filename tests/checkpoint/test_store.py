@@ -3,6 +3,7 @@ SIGKILL at random moments of save_checkpoint (forked writers and a spawned scrip
 
 from __future__ import annotations
 
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -137,7 +138,9 @@ def test_sigkill_during_save_never_breaks_latest(tmp_path):
         t = _state(-1.0)
         info = rd.load_checkpoint(tmp_path, t)  # never warns: latest is always complete
         assert info.path.name == latest
-        assert {float(x.detach().flatten()[0]) for x in t.model.parameters()} == {float(info.step) if info.step else 0.0}
+        assert {float(x.detach().flatten()[0]) for x in t.model.parameters()} == {
+            float(info.step) if info.step else 0.0
+        }
     assert list_checkpoints(tmp_path)
     assert interrupted >= 3, "the kills should land inside save_checkpoint"
 
@@ -182,3 +185,82 @@ def test_save_checkpoint_state_dict_is_the_file_layout(tmp_path):
     raw = read_checkpoint(tmp_path)
     assert "layout" not in raw.tree and set(raw.tree["optimizer"]) == {"state", "param_groups"}
     assert s.state_dict()["layout"] == "dcp"
+
+
+def _batches(loader, n):
+    return [b["tokens"].tolist() if isinstance(b, dict) else b.tolist() for b in itertools.islice(loader, n)]
+
+
+def test_the_default_step_is_the_held_loaders_delivered_cursor(tmp_path, data_dir):
+    """``step`` defaults to ``state.loader``'s delivered steps for every object that holds an rd
+    loader (rd.TrainingState, rd.distributed.LoaderStateful, a user's own Stateful with a
+    ``loader``); the saved loader resumes with every remaining batch, in order."""
+
+    def make():
+        return rd.DataLoader(rd.ArrowShards(data_dir), batch_size=4, shuffle=True, seed=3)
+
+    class AppState:  # a user's own Stateful holding the loader
+        def __init__(self, loader):
+            self.loader = loader
+
+        def state_dict(self):
+            return {"loader": self.loader.state_dict()}
+
+        def load_state_dict(self, sd):
+            self.loader.load_state_dict(sd["loader"])
+
+    full = _batches(make(), 10**6)
+    for i, wrap in enumerate(
+        (
+            lambda lo: rd.TrainingState(loader=lo),
+            lambda lo: rd.distributed.LoaderStateful(lo),
+            AppState,
+        )
+    ):
+        loader = make()
+        k = 3 + 2 * i
+        assert _batches(loader, k) == full[:k]
+        path = rd.save_checkpoint(tmp_path / str(i), wrap(loader))
+        assert path.name == f"step-{k:012d}"
+        fresh = make()
+        rd.load_checkpoint(tmp_path / str(i), wrap(fresh))
+        assert _batches(fresh, 10**6) == full[k:]
+
+
+def test_no_default_step_without_an_rd_loader_and_a_state_dict_is_required(tmp_path):
+    class Holder:
+        def __init__(self, loader):
+            self.loader = loader
+
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, sd):
+            pass
+
+    for state in (
+        rd.TrainingState(model=torch.nn.Linear(2, 2)),
+        Holder(None),
+        Holder([1, 2]),
+        Holder(torch.nn.Linear(2, 2)),
+    ):
+        with pytest.raises(rd.ConfigError) as e:
+            rd.save_checkpoint(tmp_path, state)
+        msg = str(e.value)
+        assert msg.startswith("step=None") and "state.loader" in msg and type(state).__name__ in msg, msg
+        assert "fix: pass step=" in msg
+        assert rd.save_checkpoint(tmp_path, state, step=7).name == "step-000000000007"  # the fix works
+
+    for state in ({"x": 1}, None, 3):
+        with pytest.raises(rd.ConfigError) as e:
+            rd.save_checkpoint(tmp_path / "other", state, step=1)
+        msg = str(e.value)
+        assert msg.startswith(f"state={type(state).__name__!r}") and "state_dict()" in msg and "fix:" in msg, msg
+    assert not list_checkpoints(tmp_path / "other")
+
+    class SaveOnly:  # state_dict() alone is enough to save (rd.testing saves a functional step's tree so)
+        def state_dict(self):
+            return {"x": torch.ones(2), "n": 1}
+
+    path = rd.save_checkpoint(tmp_path / "other", SaveOnly(), step=1)
+    assert read_checkpoint(path).tree["n"] == 1

@@ -31,8 +31,16 @@ def data(tmp_path_factory):
 
 
 def _loader(data):
-    return TitanDataLoader(rd.DataLoader(rd.ArrowShards(data), batch_size=4, shuffle=True, seed=5, drop_last=True,
-                                         packing=rd.Packing(32, "concat", window=20, eos_id=0)))
+    return TitanDataLoader(
+        rd.DataLoader(
+            rd.ArrowShards(data),
+            batch_size=4,
+            shuffle=True,
+            seed=5,
+            drop_last=True,
+            packing=rd.Packing(32, "concat", window=20, eos_id=0),
+        )
+    )
 
 
 def _digests(loader, n):
@@ -83,3 +91,16 @@ def test_titan_loader_refusals(data):
     with pytest.raises(rd.ResumeError, match="rd_loader"):
         _loader(data).load_state_dict({"dp_rank_0": b"x"})
     _loader(data).load_state_dict({})  # torchtitan's empty state: a fresh start
+
+
+def test_save_checkpoint_takes_the_titan_loaders_step_and_resumes(tmp_path, data):
+    """``rd.save_checkpoint(dir, titan_loader)`` without ``step=``: the wrapped loader's delivered
+    steps (``TitanDataLoader`` holds it as ``.loader``); the restore continues with every batch."""
+    full = _digests(_loader(data), 40)
+    head = _loader(data)
+    assert _digests(head, 9) == full[:9]
+    path = rd.save_checkpoint(tmp_path, head)
+    assert path.name == "step-000000000009"
+    fresh = _loader(data)
+    rd.load_checkpoint(tmp_path, fresh)
+    assert _digests(fresh, 31) == full[9:]

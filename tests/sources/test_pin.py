@@ -1,11 +1,14 @@
 import json
 import os
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 import resumable_data as rd
 from resumable_data.sources.files import MANIFEST_NAME
+from resumable_data.sources.manifests import cached_manifest
+from resumable_data.sources.store import store_for
 
 
 def test_pin_writes_manifest_and_is_deterministic(tmp_path, table):
@@ -113,3 +116,55 @@ def test_a_file_uri_pins_the_folder_it_names(tmp_path, table):
     rd.write_arrow_shards(table, str(tmp_path / "d"), num_shards=2)
     version = rd.pin((tmp_path / "d").as_uri())
     assert version.num_records == table.num_rows and (tmp_path / "d" / MANIFEST_NAME).exists()
+
+
+@pytest.mark.parametrize(
+    ("save", "folder", "cache"),
+    [
+        (True, True, False),
+        (rd.PinSave.AUTO, True, False),
+        ("auto", True, False),
+        ("folder", True, False),
+        (rd.PinSave.FOLDER, True, False),
+        ("cache", False, True),
+        (rd.PinSave.CACHE, False, True),
+        (False, False, False),
+        ("none", False, False),
+        (rd.PinSave.NONE, False, False),
+        (np.bool_(False), False, False),
+    ],
+)
+def test_save_maps_bools_strings_and_pin_save_to_where_the_manifest_goes(tmp_path, table, save, folder, cache):
+    d = tmp_path / "d"
+    rd.write_arrow_shards(table, d, num_shards=2)
+    version = rd.pin(d, save=save)
+    in_cache = cached_manifest(store_for(None), str(d.resolve()), [s.path for s in version.shards])
+    assert ((d / MANIFEST_NAME).exists(), in_cache.exists()) == (folder, cache)
+    assert version == rd.pin(d, save=False)
+
+
+def test_save_for_a_list_of_files_goes_to_the_cache_and_folder_is_refused(tmp_path, table):
+    rd.write_arrow_shards(table, tmp_path, num_shards=2)
+    files = sorted(tmp_path.glob("*.arrow"))
+    for save in (True, rd.PinSave.AUTO, "cache", rd.PinSave.CACHE):
+        rd.pin(files, save=save)
+        assert not (tmp_path / MANIFEST_NAME).exists()
+    for save in ("folder", rd.PinSave.FOLDER):
+        with pytest.raises(rd.ConfigError) as e:
+            rd.pin(files, save=save)
+        msg = str(e.value)
+        assert msg.startswith("save=") and "'folder'" in msg and "rd.PinSave.CACHE" in msg and "fix:" in msg, msg
+
+
+@pytest.mark.parametrize("save", ["Folder", "yes", "", None, 1, 0, 2.0, [True]])
+def test_save_refuses_other_values_naming_save_the_value_what_is_expected_and_a_fix(tmp_path, table, save):
+    rd.write_arrow_shards(table, tmp_path, num_shards=1)
+    with pytest.raises(rd.ConfigError) as e:
+        rd.pin(tmp_path, save=save)
+    msg = str(e.value)
+    assert msg.startswith(f"save={save!r}"), msg
+    assert "rd.PinSave" in msg and "'cache'" in msg and "True, False" in msg, msg
+    assert "fix: pass save=rd.PinSave.CACHE" in msg, msg
+    assert not (tmp_path / MANIFEST_NAME).exists()
+    assert rd.pin(tmp_path, save=rd.PinSave.CACHE).num_records == table.num_rows  # the fix works
+    assert not (tmp_path / MANIFEST_NAME).exists()

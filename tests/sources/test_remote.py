@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import resumable_data as rd
-from resumable_data.sources import remote
+from resumable_data.sources.files import ipc_file_batch_rows
+from resumable_data.sources.store import store_for
 from tests.sources.conftest import upload
 
 moto_server = pytest.importorskip("moto.server")
@@ -60,7 +61,7 @@ def test_pin_streams_through_the_filesystem_and_matches_a_local_pin(endpoint, da
     local, prefix = datasets_[fmt]
     version = rd.pin(prefix, filesystem=fs)
     assert version.filesystem is fs and version.num_records == N
-    assert remote.file_size(fs, f"{prefix}/{rd.sources.MANIFEST_NAME}") is not None
+    assert store_for(fs).stat(f"{prefix}/{rd.sources.MANIFEST_NAME}") is not None
     loaded = rd.DatasetVersion.load(prefix, filesystem=fs)
     assert loaded == version
     # identity is storage-independent: pinning a local copy of the same bytes gives the same hash
@@ -167,7 +168,7 @@ def test_ipc_footer_row_counts_match_pyarrow(tmp_path):
     with pa.OSFile(str(p), "rb") as f:
         reader = pa.ipc.open_file(f)
         want = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
-        assert remote.ipc_file_batch_rows(f) == want == sizes
+        assert ipc_file_batch_rows(f) == want == sizes
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

@@ -294,7 +294,7 @@ import sys, types
 pkg = types.ModuleType("resumable_data")
 pkg.__path__ = [{str(SOURCES.parent)!r}]
 sys.modules["resumable_data"] = pkg
-import resumable_data.sources, resumable_data.sources.hf, resumable_data.sources.remote
+import resumable_data.sources, resumable_data.sources.hf
 bad = sorted(m for m in sys.modules if m == "torch" or m.startswith(("torch.", "resumable_data.loader",
                                                                       "resumable_data.checkpoint")))
 print(bad)

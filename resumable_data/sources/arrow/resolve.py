@@ -40,7 +40,7 @@ from resumable_data.sources.discovery import (
     refuse_hive_partitions,
     resolve_files,
 )
-from resumable_data.sources.pin import pin
+from resumable_data.sources.pin import PinSave, pin
 from resumable_data.sources.retry import Retries
 from resumable_data.sources.store import ShardStore, join, store_for
 from resumable_data.sources.version import DatasetVersion
@@ -175,4 +175,4 @@ def _unpinned(
         root,
         cache_dir() / "manifests",
     )
-    return pin(files if files is not None else root, filesystem=store.filesystem, save="cache")
+    return pin(files if files is not None else root, filesystem=store.filesystem, save=PinSave.CACHE)
