@@ -27,7 +27,6 @@ read from a file. A restore reopens the shard (see :mod:`.files`); no unit is re
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 import threading
@@ -39,7 +38,7 @@ import pyarrow.parquet as pq
 
 from resumable_data.sources.identity import FileIdentity, changed_error, unchanged, unchanged_at
 from resumable_data.sources.layout import ShardFormat, ShardLayout, read_ipc_unit
-from resumable_data.sources.store import LOCAL, ShardStore
+from resumable_data.sources.store import LOCAL, SeekableRaw, ShardStore
 from resumable_data.sources.validate import guard, integrity_error
 
 __all__ = ["OpenShard"]
@@ -204,26 +203,13 @@ if sys.platform != "win32":  # Windows has no fork, hence nothing to reset
     os.register_at_fork(after_in_child=_reset_locks)
 
 
-class _SpanFile(io.RawIOBase):
+class _SpanFile(SeekableRaw):
     """The bytes ``[offset, offset + len(data))`` of a file, read-only and seekable: reads outside
     the span raise (a Parquet row group decoded from its column chunks alone)."""
 
     def __init__(self, offset: int, data: pa.Buffer, footer_size: int, file: Any) -> None:
         self._offset, self._data, self._pos = offset, memoryview(data), 0
         self._size = file.size() if file is not None else offset + len(data) + footer_size
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        self._pos = pos if whence == 0 else self._pos + pos if whence == 1 else self._size + pos
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
 
     def readinto(self, b: Any) -> int:
         a = self._pos - self._offset

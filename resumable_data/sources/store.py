@@ -71,7 +71,7 @@ from resumable_data.errors import (
 from resumable_data.sources.identity import FileIdentity, changed_error, identity_of_stat
 from resumable_data.sources.retry import DEFAULT_RETRIES, Retries, call, is_transient
 
-__all__ = ["LOCAL", "FileStat", "FileSystemStore", "LocalStore", "ShardStore", "join", "store_for"]
+__all__ = ["LOCAL", "FileStat", "FileSystemStore", "LocalStore", "SeekableRaw", "ShardStore", "join", "store_for"]
 
 Progress = Callable[[int], object]
 T = TypeVar("T")
@@ -504,14 +504,12 @@ class FileSystemStore:
         return f"FileSystemStore({self.filesystem.type_name})"
 
 
-class _ExactReader(io.RawIOBase):
-    """A remote file (``f``, of object ``where``) whose reads refuse a short body (:func:`_read_exact`;
-    ``OSError``, which the reader's caller turns into an rd error naming the shard): what
-    :meth:`FileSystemStore.open_exact` hands pyarrow's IPC readers, wrapped in ``pa.PythonFile``."""
+class SeekableRaw(io.RawIOBase):
+    """A read-only, seekable raw file of ``_size`` bytes at position ``_pos``: what a subclass's
+    ``readinto`` reads from (handed to pyarrow's readers wrapped in ``pa.PythonFile``)."""
 
-    def __init__(self, where: str, f: pa.NativeFile) -> None:
-        super().__init__()
-        self._where, self._f, self._pos, self._size = where, f, 0, f.size()
+    _pos: int
+    _size: int
 
     def readable(self) -> bool:
         return True
@@ -525,6 +523,16 @@ class _ExactReader(io.RawIOBase):
 
     def tell(self) -> int:
         return self._pos
+
+
+class _ExactReader(SeekableRaw):
+    """A remote file (``f``, of object ``where``) whose reads refuse a short body (:func:`_read_exact`;
+    ``OSError``, which the reader's caller turns into an rd error naming the shard): what
+    :meth:`FileSystemStore.open_exact` hands pyarrow's IPC readers, wrapped in ``pa.PythonFile``."""
+
+    def __init__(self, where: str, f: pa.NativeFile) -> None:
+        super().__init__()
+        self._where, self._f, self._pos, self._size = where, f, 0, f.size()
 
     def readinto(self, b: Any) -> int:
         n = max(0, min(len(b), self._size - self._pos))
