@@ -40,7 +40,7 @@ import xxhash
 from resumable_data._schema import expect_enum, expect_header, expect_mapping, expect_str
 from resumable_data._version import __version__
 from resumable_data.checkpoint.errors import CheckpointError
-from resumable_data.checkpoint.sections import MetaSections
+from resumable_data.checkpoint.sections import MetaSections, SchedulerConvention
 from resumable_data.checkpoint.status import CheckpointStatus
 from resumable_data.checkpoint.torch_compat import SCHEDULER_PROGRESS_KEYS
 from resumable_data.errors import ConfigError, describe
@@ -95,21 +95,6 @@ COMPARED = (
     K_SPEC,
 )
 _KEYS = frozenset((K_FORMAT, K_SCHEMA, K_RUN_ID, K_CHECKPOINT_ID, K_PARENT, K_LABEL, K_STATUS) + COMPARED)
-
-
-class SchedulerConvention(str, enum.Enum):
-    """What one ``scheduler.step()`` call means; recorded because the counters diverge on AMP skips."""
-
-    #: Once per optimizer update that was applied (skipped AMP steps do not advance the schedule).
-    APPLIED_UPDATE = "applied_update"
-    #: Once per attempted update, applied or skipped (torch's usual loop: ``scaler.step``; ``sched.step``).
-    ATTEMPTED_UPDATE = "attempted_update"
-    #: Once per microbatch.
-    MICROBATCH = "microbatch"
-    #: By the number of tokens consumed.
-    TOKEN = "token"
-    #: Once per epoch.
-    EPOCH = "epoch"
 
 
 def new_id() -> str:

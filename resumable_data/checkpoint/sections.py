@@ -25,6 +25,7 @@ tuples, no tensor is read.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,7 @@ __all__ = [
     "ModelSection",
     "OptimizerSection",
     "ScalerSection",
+    "SchedulerConvention",
     "SchedulerSection",
 ]
 
@@ -87,6 +89,21 @@ def _str(d: Mapping[str, Any], key: str, where: str) -> str:
 def _names(v: Any, where: str) -> tuple[str, ...]:
     """The keys of an object of names (parameters, buffers), in order."""
     return tuple(str(k) for k in _obj(v, where))
+
+
+class SchedulerConvention(str, enum.Enum):
+    """What one ``scheduler.step()`` call means; recorded because the counters diverge on AMP skips."""
+
+    #: Once per optimizer update that was applied (skipped AMP steps do not advance the schedule).
+    APPLIED_UPDATE = "applied_update"
+    #: Once per attempted update, applied or skipped (torch's usual loop: ``scaler.step``; ``sched.step``).
+    ATTEMPTED_UPDATE = "attempted_update"
+    #: Once per microbatch.
+    MICROBATCH = "microbatch"
+    #: By the number of tokens consumed.
+    TOKEN = "token"
+    #: Once per epoch.
+    EPOCH = "epoch"
 
 
 @dataclass(frozen=True)
@@ -165,13 +182,11 @@ class SchedulerSection:
     """``meta.scheduler``: the scheduler's class and its convention (what one ``step()`` means)."""
 
     type: str
-    #: a :class:`~resumable_data.checkpoint.meta.SchedulerConvention` value
+    #: a :class:`SchedulerConvention` value
     convention: str
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "meta.scheduler") -> SchedulerSection:
-        from resumable_data.checkpoint.meta import SchedulerConvention  # meta imports this module
-
         d = _obj(d, where)
         convention = _str(d, K_CONVENTION, where)
         if convention not in {c.value for c in SchedulerConvention}:
