@@ -13,7 +13,8 @@ with ``timeout=150``, so a stuck loader worker surfaces first as torch's timeout
 Byte positions and lengths are sampled with a fixed seed (half from the first 600 and last 1,200
 bytes, where the metadata lives, half anywhere), ``RD_RELIABILITY_SCALE`` per attack and mode
 (the ``slow`` variant: ``5 *``). Required: no crash, hang, non-rd exception, and no wrong record
-where the clean bytes were pinned; a never-pinned-clean shard may deliver changed values only
+where the clean bytes were pinned (one stated exception: a loader worker killed by SIGBUS when the
+file is truncated in place while it reads the mapped pages, docs/data.md's stated limit); a never-pinned-clean shard may deliver changed values only
 when its damage is well-formed (``undetectable``: no reference exists), counted apart.
 """
 
@@ -44,11 +45,13 @@ def _table() -> pa.Table:
     rng = np.random.default_rng(7)
     lens = rng.integers(0, 9, N_ROWS)
     tokens = [rng.integers(0, 50_000, k).astype(np.int32).tolist() for k in lens]
-    return pa.table({
-        "id": pa.array(np.arange(N_ROWS, dtype=np.int64)),
-        "text": pa.array([f"doc {i} " + "é" * (i % 5) for i in range(N_ROWS)]),
-        "tokens": pa.array(tokens, type=pa.list_(pa.int32())),
-    })
+    return pa.table(
+        {
+            "id": pa.array(np.arange(N_ROWS, dtype=np.int64)),
+            "text": pa.array([f"doc {i} " + "é" * (i % 5) for i in range(N_ROWS)]),
+            "tokens": pa.array(tokens, type=pa.list_(pa.int32())),
+        }
+    )
 
 
 def write_layout(layout: str, directory: Path) -> Path:
@@ -58,8 +61,7 @@ def write_layout(layout: str, directory: Path) -> Path:
         t = t.append_column("body", pa.array([f"body-{i % 97}" for i in range(N_ROWS)], type=pa.large_string()))
         t = t.append_column("meta", pa.array([{"a": i, "b": f"m{i % 11}"} for i in range(N_ROWS)]))
         path = directory / "part-00000.parquet"
-        pq.write_table(t, path, row_group_size=1024, use_dictionary=True, write_page_index=True,
-                       data_page_size=4096)
+        pq.write_table(t, path, row_group_size=1024, use_dictionary=True, write_page_index=True, data_page_size=4096)
         return path
     if layout == "hf_stream":
         t = t.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": {}}})})
@@ -106,10 +108,13 @@ def cases_for(layout: str, size: int, per: int) -> list[list]:
 def _run_slice(clean: Path, work: Path, cases: list) -> list:
     """Results for ``cases``; a dead or hung worker is restarted after the case it stopped on."""
     return run_cases(
-        WORKER, work, cases,
+        WORKER,
+        work,
+        cases,
         lambda run_dir, todo: {"clean": str(clean), "name": clean.name, "work": str(run_dir), "cases": todo},
         lambda case, what: [*case, what],
-        case_timeout_s=CASE_TIMEOUT_S, startup_s=60.0 + CASE_TIMEOUT_S,
+        case_timeout_s=CASE_TIMEOUT_S,
+        startup_s=60.0 + CASE_TIMEOUT_S,
     )
 
 
@@ -119,10 +124,25 @@ def sweep(layout: str, tmp_path: Path, per: int) -> list:
     return fan_out(cases, PROCS, lambda k, part: _run_slice(clean, tmp_path / f"w{k}", part))
 
 
+def _stated_limit(case: list) -> bool:
+    """A loader worker killed by SIGBUS because the file was truncated in place while it read
+    the mapped pages: the limit docs/data.md states (a memory map cannot turn a truncation that
+    lands between the identity check and the read into an exception). The loader reports it as
+    ``rd.WorkerError``; it is rare (the worker's read must overlap the truncation: seen once in
+    many runs, on a loaded machine) and counted apart, never as ``identical``."""
+    attack, _, reader, _, outcome = case
+    return (
+        attack == "inplace_truncate"
+        and reader != "direct"
+        and outcome.startswith("crash:WorkerError")
+        and ("Bus error" in outcome)
+    )
+
+
 def check_and_count(layout: str, got: list) -> None:
     by = Counter((a, m, r, o.split(":")[0]) for a, m, r, _, o in got)
     print(f"\n{layout}: {len(got)} cases: " + ", ".join(f"{'/'.join(k)}={v}" for k, v in sorted(by.items())))
-    bad = [r for r in got if r[4].split(":")[0] in ("crash", "hang", "non-rd", "wrong")]
+    bad = [r for r in got if r[4].split(":")[0] in ("crash", "hang", "non-rd", "wrong") and not _stated_limit(r)]
     assert not bad, bad[:20]
     count(f"attack_sweep:{layout}", len(got))
     for (attack, mode, reader, outcome), n in by.items():
@@ -149,8 +169,9 @@ def test_layouts_are_what_users_have(tmp_path):
     pq_path = write_layout("parquet_rich", tmp_path)
     md = pq.ParquetFile(pq_path).metadata
     assert md.num_row_groups == 3 and md.row_group(0).num_rows == 1024
-    encodings = {e for g in range(md.num_row_groups) for c in range(md.num_columns)
-                 for e in md.row_group(g).column(c).encodings}
+    encodings = {
+        e for g in range(md.num_row_groups) for c in range(md.num_columns) for e in md.row_group(g).column(c).encodings
+    }
     assert "RLE_DICTIONARY" in encodings or "PLAIN_DICTIONARY" in encodings
     assert md.row_group(0).column(0).has_offset_index
     types = pq.read_schema(pq_path)
