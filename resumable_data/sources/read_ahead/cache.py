@@ -44,9 +44,11 @@ releases it when the process and the loader workers it forked are gone, however 
 new cache directory first sweeps its parent (:func:`sweep_abandoned`): a ``rd-read-ahead-*``
 directory of this user whose ``.owner`` lock can be taken has no owner left and is removed. A
 directory without ``.owner`` (being made right now, or made by an earlier version) is never
-touched, nor is anything else in the parent. The fetcher sweeps once more
-:data:`~.fetcher.SWEEP_AGAIN_S` after it starts, since a job restarted at once may start while the
-killed process's workers still hold its lock. Cost: one listing of the parent per sweep.
+touched, nor is anything else in the parent. The fetcher sweeps again later
+(:class:`LaterSweeps`: after :data:`~.fetcher.SWEEP_AGAIN_S`, then twice and four times that), since a
+job restarted at once may start while the killed process's workers still hold its lock (torch's
+workers notice a dead parent within about 5 s, longer on a loaded machine). Cost: one listing of the
+parent per sweep.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 import time
 
 import pyarrow as pa
@@ -67,7 +70,17 @@ try:
 except ImportError:  # no flock (Windows): directories are made, never swept
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["DIGEST_BYTES", "OWNER", "PREFIX", "WAIT_S", "UnitCache", "make_cache_dir", "seal", "sweep_abandoned"]
+__all__ = [
+    "DIGEST_BYTES",
+    "OWNER",
+    "PREFIX",
+    "WAIT_S",
+    "LaterSweeps",
+    "UnitCache",
+    "make_cache_dir",
+    "seal",
+    "sweep_abandoned",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -236,3 +249,29 @@ def sweep_abandoned(parent: str | None) -> list[str]:
         finally:
             os.close(fd)
     return removed
+
+
+class LaterSweeps:
+    """Sweep ``parent`` again after ``first_s`` seconds, then after twice and four times that
+    (``tries`` sweeps, each delay double the one before) on a daemon thread, until :meth:`cancel`.
+    A restarted job's first sweep can find the killed job's lock still held by its workers; the
+    later ones remove the directory once they have gone (module docstring)."""
+
+    def __init__(self, parent: str | None, first_s: float, tries: int = 3) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(parent, first_s, tries), name="rd-read-ahead-sweep", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, parent: str | None, first_s: float, tries: int) -> None:
+        delay = first_s
+        for _ in range(tries):
+            if self._stop.wait(delay):
+                return
+            sweep_abandoned(parent)
+            delay *= 2
+
+    def cancel(self) -> None:
+        """Stop sweeping (does not wait for a sweep in progress)."""
+        self._stop.set()

@@ -82,7 +82,7 @@ import numpy as np
 import xxhash
 
 from resumable_data.plan.reads import ReadSchedule, step_units
-from resumable_data.sources.read_ahead.cache import UnitCache, make_cache_dir, seal, sweep_abandoned
+from resumable_data.sources.read_ahead.cache import LaterSweeps, UnitCache, make_cache_dir, seal
 from resumable_data.sources.read_ahead.config import ReadAhead, ReadUnit
 from resumable_data.sources.read_ahead.progress import FirstUnits
 from resumable_data.sources.read_ahead.unit_choice import UnitChoice, choose_unit
@@ -96,8 +96,8 @@ _log = logging.getLogger(__name__)
 MAX_REQUEST_BYTES = 16 << 20
 
 
-#: Seconds after a fetcher starts when it sweeps abandoned cache directories again (torch's workers
-#: check for a dead parent every 5 s; see :mod:`.cache`).
+#: Seconds after a fetcher starts when it sweeps abandoned cache directories again, and again at twice
+#: and four times that (torch's workers check for a dead parent every 5 s; see :mod:`.cache`).
 SWEEP_AGAIN_S = 20.0
 
 
@@ -177,11 +177,9 @@ class Prefetcher:
         parent = None if config.cache_dir is None else str(config.cache_dir)
         root, self._owner_fd = make_cache_dir(parent)
         self.cache = UnitCache(root)
-        # once more a little later: a job restarted right after a kill starts while the killed
-        # process's loader workers (which hold its lock) are still noticing that their parent is gone
-        self._sweep_again = threading.Timer(SWEEP_AGAIN_S, sweep_abandoned, args=(parent,))
-        self._sweep_again.daemon = True
-        self._sweep_again.start()
+        # again later: a job restarted right after a kill starts while the killed process's loader
+        # workers (which hold its lock) are still noticing that their parent is gone
+        self._sweep_again = LaterSweeps(parent, SWEEP_AGAIN_S)
         self._units: dict[int, np.ndarray] = {}  # step -> its units (plan/reads.step_units)
         self._cond = threading.Condition()
         self._schedule: ReadSchedule | None = None

@@ -66,3 +66,39 @@ def test_a_live_owner_and_what_is_not_a_cache_directory_are_left_alone(tmp_path)
     finally:
         os.close(fd)
     assert sweep_abandoned(str(tmp_path)) == [live]  # its owner let go without removing it
+
+
+def test_later_sweeps_remove_a_directory_once_its_last_holder_lets_go(tmp_path):
+    """A job restarted at once finds the killed job's lock still held (its loader workers have not
+    yet noticed that their parent is gone): a later sweep removes the directory once they have."""
+    import time
+
+    from resumable_data.sources.read_ahead.cache import LaterSweeps
+
+    held, fd = make_cache_dir(str(tmp_path))  # stands for a killed job's directory its worker still holds
+    sweeps = LaterSweeps(str(tmp_path), first_s=0.2, tries=3)  # sweeps at 0.2, 0.6 and 1.4 s
+    try:
+        time.sleep(0.4)
+        assert os.path.isdir(held)  # the first sweep found the lock held and left it
+        os.close(fd)  # the last holder is gone
+        fd = None
+        deadline = time.monotonic() + 5
+        while os.path.exists(held) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(held)
+    finally:
+        sweeps.cancel()
+        if fd is not None:
+            os.close(fd)
+
+
+def test_cancelled_later_sweeps_remove_nothing(tmp_path):
+    import time
+
+    from resumable_data.sources.read_ahead.cache import LaterSweeps
+
+    held, fd = make_cache_dir(str(tmp_path))
+    os.close(fd)  # abandoned: a sweep would remove it
+    LaterSweeps(str(tmp_path), first_s=0.2).cancel()
+    time.sleep(0.5)
+    assert os.path.isdir(held)
