@@ -81,6 +81,8 @@ class PrepareResult:
     shards: int
     seconds: float
     reused_pieces: int  # pieces an earlier, interrupted run had completed
+    #: True when ``out`` already held this lineage's finished output and nothing was done
+    already_prepared: bool = False
 
     @property
     def dropped(self) -> int | None:
@@ -91,8 +93,14 @@ class PrepareResult:
     def summary(self) -> str:
         """One line for a log: documents, dropped, tokens, shards, time, throughput, reused pieces
         and the version hash."""
-        rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
         dropped = "?" if self.dropped is None else f"{self.dropped:,}"
+        if self.already_prepared:
+            return (
+                f"rd.prepare: already prepared, nothing done: {self.documents:,} documents ({dropped} dropped"
+                + ("; not counted for JSONL input" if self.dropped is None else "")
+                + f"), {self.tokens:,} tokens, {self.shards} shard(s) -> version {self.version.hash}"
+            )
+        rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
         return (
             f"rd.prepare: {self.documents:,} documents ({dropped} dropped), {self.tokens:,} tokens, "
             f"{self.shards} shard(s) in {self.seconds:.1f} s ({rate / 1e6:.2f} M tokens/s"
@@ -296,9 +304,10 @@ def prepare(
                 len(done.shards),
                 time.perf_counter() - t0,
                 len(pieces),
+                already_prepared=True,
             )
             if progress:
-                tqdm.write(res.summary() + " (already prepared)", file=sys.stderr)  # progress=True: beside its bar
+                tqdm.write(res.summary(), file=sys.stderr)  # progress=True: beside its bar
             return res
         if listing:
             raise _other_lineage(out_s, None, lineage)

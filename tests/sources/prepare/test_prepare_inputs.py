@@ -60,7 +60,9 @@ def test_jsonl_source_gives_the_same_tokens_as_the_arrow_source(tmp_path, corpus
     # the same call again: nothing to do, same version; an edited input is another lineage
     again = rd.prepare(tmp_path / "j", tmp_path / "out", tokenizer=tokenizer, bytes_per_shard=30_000, progress=False)
     assert again.version.hash == res.version.hash and again.tokens == res.tokens
-    assert again.records_read is None and "(? dropped)" in again.summary()  # JSONL record counts are not kept
+    assert again.records_read is None and again.already_prepared and not res.already_prepared
+    assert "already prepared, nothing done" in again.summary() and "not counted for JSONL input" in again.summary()
+    assert "tokens/s" not in again.summary() and "tokens/s" in res.summary()  # no rate for work not done
     with open(tmp_path / "j" / "b.jsonl", "a") as f:
         f.write(json.dumps({"text": "x = 1"}) + "\n")
     with pytest.raises(rd.ConfigError, match="another out folder"):
