@@ -1,10 +1,14 @@
-"""A small HTTP proxy in front of a local S3 endpoint (moto): added latency, request counts and
-injected faults, for the remote benchmarks and the fault tests (127.0.0.1 only, stdlib only).
+"""A small HTTP proxy in front of a local S3 endpoint (moto): added latency, request counts, injected
+faults and rewritten answers, for the remote benchmarks and the fault and attack tests (127.0.0.1
+only, stdlib only).
 
 ``S3Proxy(upstream)`` forwards every request to ``upstream`` (``host:port``) after sleeping
 ``latency_s`` (per request, as a far-away object store would), counts requests by method, answers
 the next ``fail_next`` requests with an S3 ``503 SlowDown`` error (throttling), and while ``down``
-is set closes every connection without an answer (a server that went away).
+is set closes every connection without an answer (a server that went away). A ``hook`` (the attack
+tests' hostile store: ``tests/sources/_hostile_store.py``) sees every upstream answer and returns the
+:class:`Answer` to send, possibly changed, or None to close the connection without a word;
+``Answer.cut`` sends the headers and only that many body bytes, then closes (a reset mid-body).
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ import http.client
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-__all__ = ["S3Proxy"]
+__all__ = ["Answer", "Request", "S3Proxy"]
 
 _SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
               b"<Message>Please reduce your request rate.</Message></Error>")
@@ -35,6 +41,48 @@ def _read_chunked(rfile) -> bytes:
         rfile.readline()
 
 
+@dataclass
+class Request:
+    """A request as the hook sees it."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+
+    @property
+    def range(self) -> tuple[int, int] | None:
+        """(first, last) byte of a ``Range: bytes=a-b`` request, else None."""
+        r = self.headers.get("range") or self.headers.get("Range")
+        if not r or not r.startswith("bytes="):
+            return None
+        a, _, b = r[6:].partition("-")
+        return int(a), int(b) if b else -1
+
+
+@dataclass
+class Answer:
+    """An upstream answer, which a hook may change before it is sent."""
+
+    status: int
+    reason: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    cut: int | None = None  # send only this many body bytes, then close
+    extra: dict = field(default_factory=dict)
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers if k.lower() == name.lower()), None)
+
+    def set_header(self, name: str, value: str) -> None:
+        self.headers = [(k, v) for k, v in self.headers if k.lower() != name.lower()] + [(name, value)]
+
+    def drop_header(self, name: str) -> None:
+        self.headers = [(k, v) for k, v in self.headers if k.lower() != name.lower()]
+
+
+Hook = Callable[[Request, Answer], "Answer | None"]
+
+
 class S3Proxy:
     """Forward 127.0.0.1:``port`` to ``upstream`` with latency, counts and faults (see module)."""
 
@@ -46,6 +94,7 @@ class S3Proxy:
         self.counts: Counter[str] = Counter()
         self.bytes_out = 0  # response body bytes sent to the client
         self.failed = 0
+        self.hook: Hook | None = None
         self._lock = threading.Lock()
         proxy = self
 
@@ -89,6 +138,22 @@ class S3Proxy:
             conn = self._local.conn = http.client.HTTPConnection(host, int(port), timeout=60)
         return conn
 
+    def fetch(self, method: str, path: str, headers: dict[str, str], body: bytes | None = None) -> Answer:
+        """One request to the upstream server (a kept-alive connection that went stale is retried once;
+        also for hooks that answer with another object)."""
+        for attempt in range(2):
+            conn = self._upstream()
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                resp = conn.getresponse()
+                return Answer(resp.status, resp.reason, list(resp.getheaders()), resp.read())
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                self._local.conn = None
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
         if h.headers.get("Transfer-Encoding", "").lower() == "chunked":
             body = _read_chunked(h.rfile)
@@ -107,40 +172,44 @@ class S3Proxy:
                 self.failed += 1
         if self.latency_s:
             time.sleep(self.latency_s)
+        head = h.command == "HEAD"  # a HEAD answer keeps the object's Content-Length
         if throttle:
             h.send_response(503)
             h.send_header("Content-Type", "application/xml")
             h.send_header("Content-Length", str(len(_SLOW_DOWN)))
             h.end_headers()
-            if h.command != "HEAD":
+            if not head:
                 h.wfile.write(_SLOW_DOWN)
             return
         headers = {k: v for k, v in h.headers.items() if k.lower() not in _HOP | {"expect", "content-length"}}
         if body is not None:
             headers["Content-Length"] = str(len(body))
-        for attempt in range(2):  # a kept-alive upstream connection may have gone stale
-            conn = self._upstream()
-            try:
-                conn.request(h.command, h.path, body=body, headers=headers)
-                resp = conn.getresponse()
-                data = resp.read()
-                break
-            except (OSError, http.client.HTTPException):
-                conn.close()
-                self._local.conn = None
-                if attempt:
-                    h.close_connection = True
-                    h.connection.close()
-                    return
-        h.send_response(resp.status, resp.reason)
-        head = h.command == "HEAD"  # a HEAD answer keeps the object's Content-Length
-        for k, v in resp.getheaders():
+        try:
+            ans: Answer | None = self.fetch(h.command, h.path, headers, body)
+        except (OSError, http.client.HTTPException):
+            ans = None
+        hook = self.hook
+        if hook is not None and ans is not None:
+            ans = hook(Request(h.command, h.path, dict(h.headers.items())), ans)
+        if ans is None:
+            h.close_connection = True
+            h.connection.close()
+            return
+        h.send_response(ans.status, ans.reason)
+        for k, v in ans.headers:
             if k.lower() not in _HOP and (head or k.lower() != "content-length"):
                 h.send_header(k, v)
         if not head:
-            h.send_header("Content-Length", str(len(data)))
+            h.send_header("Content-Length", str(len(ans.body)))
         h.end_headers()
-        if not head:
-            h.wfile.write(data)
-            with self._lock:
-                self.bytes_out += len(data)
+        if head:
+            return
+        if ans.cut is not None:
+            h.wfile.write(ans.body[: ans.cut])
+            h.wfile.flush()
+            h.close_connection = True
+            h.connection.close()
+            return
+        h.wfile.write(ans.body)
+        with self._lock:
+            self.bytes_out += len(ans.body)
