@@ -183,6 +183,13 @@ class _Code(Protocol):
 
 
 @runtime_checkable
+class _Lambdas(Protocol):
+    """A scheduler that keeps its schedule functions in a list (torch's ``LambdaLR``, ``MultiplicativeLR``)."""
+
+    lr_lambdas: list[Any]
+
+
+@runtime_checkable
 class _OneLambda(Protocol):
     """A scheduler with a single schedule function (torch's own keep a list, ``lr_lambdas``)."""
 
@@ -210,8 +217,10 @@ def _code_fingerprint(fn: Any) -> str:
 
 def scheduler_meta(scheduler: Any, convention: SchedulerConvention) -> dict[str, Any]:
     """Class, convention and a fingerprint of the schedule (lambdas included: the transition rule)."""
-    fns = getattr(scheduler, "lr_lambdas", None)
-    if fns is None and isinstance(scheduler, _OneLambda):
+    fns: list[Any] | None = None
+    if isinstance(scheduler, _Lambdas):
+        fns = scheduler.lr_lambdas
+    elif isinstance(scheduler, _OneLambda):
         fns = [scheduler.lr_lambda]
     settings = {k: _jsonable(v, k) for k, v in scheduler.state_dict().items() if k not in SCHEDULER_PROGRESS_KEYS}
     return {
