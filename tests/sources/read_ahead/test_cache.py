@@ -102,3 +102,80 @@ def test_cancelled_later_sweeps_remove_nothing(tmp_path):
     LaterSweeps(str(tmp_path), first_s=0.2).cancel()
     time.sleep(0.5)
     assert os.path.isdir(held)
+
+
+# -- a hostile parent: rd deletes only what it made, and never hangs ------------------------------
+def _hostile_dir(parent, name, owner_kind):
+    """A user's folder named like a cache directory, with ``.owner`` of ``owner_kind`` and a file
+    of the user's beside it."""
+    d = parent / f"{PREFIX}{name}"
+    d.mkdir(mode=0o700)
+    os.chmod(d, 0o700)  # what mkdtemp makes: only the other checks may protect it
+    owner = d / OWNER
+    if owner_kind == "fifo":
+        os.mkfifo(owner)
+    elif owner_kind == "dir":
+        owner.mkdir()
+    elif owner_kind == "text":
+        owner.write_text("my notes")
+    elif owner_kind == "link":
+        (parent / "target").write_text("")
+        owner.symlink_to(parent / "target")
+    else:  # "empty": exactly rd's lock file
+        owner.write_text("")
+    (d / "precious.txt").write_text("the user's")
+    (d / "0.unit").write_bytes(b"x")  # a name rd writes: rd's to remove
+    return d
+
+
+@pytest.mark.parametrize("owner_kind", ["fifo", "dir", "text", "link", "empty"])
+def test_a_users_folder_named_like_a_cache_directory_loses_nothing_and_never_hangs(tmp_path, owner_kind):
+    """A FIFO as ``.owner`` hung every new loader's sweep (open() blocked for a writer, forever);
+    a directory or a non-empty file as ``.owner`` had the whole folder removed (rmtree)."""
+    import threading
+
+    d = _hostile_dir(tmp_path, owner_kind, owner_kind)
+    got: list = []
+    th = threading.Thread(target=lambda: got.append(sweep_abandoned(str(tmp_path))), daemon=True)
+    th.start()
+    th.join(10)
+    assert not th.is_alive(), "the sweep hangs on the folder's .owner"
+    assert got == [[]]
+    assert (d / "precious.txt").read_text() == "the user's"
+    root, fd = make_cache_dir(str(tmp_path))  # the next loader starts, sweeping first
+    os.close(fd)
+    assert (d / "precious.txt").read_text() == "the user's"
+
+
+def test_a_folder_readable_by_others_is_not_a_cache_directory(tmp_path):
+    d = _hostile_dir(tmp_path, "shared", "empty")
+    os.chmod(d, 0o755)  # mkdtemp never makes this: a user's folder
+    assert sweep_abandoned(str(tmp_path)) == []
+    assert sorted(os.listdir(d)) == sorted([OWNER, "precious.txt", "0.unit"])
+
+
+def test_an_abandoned_directory_keeps_what_rd_did_not_write(tmp_path):
+    """An abandoned cache directory where someone put a file of their own: rd's files go, the
+    other file and so the directory stay."""
+    root, fd = make_cache_dir(str(tmp_path))
+    for name in ("0.unit", "1.want", "2.err", ".3.140000.tmp"):
+        open(os.path.join(root, name), "wb").close()
+    os.mkdir(os.path.join(root, "4.unit"))  # rd's name, not rd's kind of file
+    open(os.path.join(root, "notes.txt"), "w").close()
+    os.close(fd)
+    assert sweep_abandoned(str(tmp_path)) == []
+    assert sorted(os.listdir(root)) == ["4.unit", "notes.txt"]
+    assert sweep_abandoned(str(tmp_path)) == []  # no .owner left: never considered again
+
+
+def test_an_unusable_cache_dir_is_an_rd_error_naming_it(tmp_path, monkeypatch):
+    import tempfile
+
+    import resumable_data as rd
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path))
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)  # a parent this process cannot write (root may)
+    with pytest.raises(rd.ConfigError, match=r"cache_dir.*Permission denied.*writable directory"):
+        make_cache_dir(str(tmp_path))
