@@ -188,6 +188,17 @@ class DecodedUnits:
                 self.nbytes -= freed
                 self._left(gone)
 
+    def holding(self, keys: list[Hashable], extras: list[Any]) -> bool:
+        """Whether the map keeps ``extras[i]`` (that very object) under each ``keys[i]``. The caller
+        holds :attr:`lock` (an owner checking that what it derived from its entries still matches
+        them: :meth:`.unit_reads.UnitReads._whole_plans`)."""
+        m = self._map
+        for key, extra in zip(keys, extras):
+            hit = m.get(key)
+            if hit is None or hit[2] is not extra:
+                return False
+        return True
+
     def watch(self, owner: int, told: Callable[[], None]) -> None:
         """Call ``told()`` (a bound method, held weakly) whenever a unit of ``owner`` leaves the map
         (evicted, replaced, dropped, cleared), under the map's lock: it must only drop what its owner

@@ -185,3 +185,33 @@ def test_a_source_collected_while_the_map_is_locked_never_deadlocks(tmp_path):
     finally:
         gc.enable()
     assert process_units().entry((owner, 0, 0)) is None and owner not in units._watchers
+
+
+def test_plans_over_every_unit_are_not_kept_over_units_another_source_evicted_meanwhile(tmp_path, monkeypatch):
+    """Another thread's source evicts this source's units while a batch over all of them is being
+    planned (the batch holds them, so their plan rows are still alive): the plans over every unit
+    must not be kept then. They were (the check saw only units leaving after the plans' lookup),
+    and since none of the source's units was left in the map to leave again, nothing ever dropped
+    them: the whole decoded dataset was held past the budget for the source's life."""
+    import gc
+
+    import resumable_data.sources.unit_reads as ur
+
+    t, src = _parquet(tmp_path, n=3000, group=97)
+    monkeypatch.setattr(process_units(), "budget", 1 << 30)
+    real = ur.plan_touched
+
+    def another_source_puts(units):  # what another thread's put does meanwhile: every older unit leaves
+        process_units().put(("another source", 0, 0), pa.record_batch({"x": [0]}), size=1 << 30)
+        return real(units)
+
+    monkeypatch.setattr(ur, "plan_touched", another_source_puts)
+    assert src.take(np.arange(len(t))).equals(t)
+    monkeypatch.setattr(ur, "plan_touched", real)
+    owner = src._reads._owner
+    assert not [k for k in process_units()._map if k[0] == owner]  # the map let every unit go
+    assert src._reads._whole is None  # so nothing of the source holds them
+    gc.collect()
+    assert src._reads._table.lookup(np.arange(len(src.unit_starts()))) is None  # no unit outlived the map
+    ids = np.random.default_rng(6).integers(0, len(t), 500)
+    assert src.take(ids).equals(t.take(pa.array(ids)))
