@@ -215,3 +215,33 @@ def test_plans_over_every_unit_are_not_kept_over_units_another_source_evicted_me
     assert src._reads._table.lookup(np.arange(len(src.unit_starts()))) is None  # no unit outlived the map
     ids = np.random.default_rng(6).integers(0, len(t), 500)
     assert src.take(ids).equals(t.take(pa.array(ids)))
+
+
+@pytest.mark.parametrize("kind", ["parquet", "lz4", "arrow"])
+def test_a_closed_source_refuses_every_read_with_a_usage_error(tmp_path, kind):
+    """A read after close(): a Parquet source said its file "changed after this source opened it"
+    (fix: restore the file: wrong), a compressed IPC source kept decoding into the process's map
+    with nobody watching (its plans over every unit then outlived the budget)."""
+    import pickle
+
+    import pyarrow.feather as feather
+
+    t = pa.table({"x": np.arange(600, dtype=np.int64)})
+    if kind == "parquet":
+        pq.write_table(t, tmp_path / "a.parquet", row_group_size=100)
+    else:
+        feather.write_feather(
+            t, tmp_path / "a.arrow", compression="uncompressed" if kind == "arrow" else kind, chunksize=100
+        )
+    src = rd.ArrowShards(tmp_path, unpinned="allow")
+    assert src.take([1, 500]).column("x").to_pylist() == [1, 500]
+    src.close()
+    for read in (
+        lambda: src.take(np.arange(600)),
+        lambda: src[3],
+        lambda: src.take_numpy([1, 2]),
+        lambda: pickle.dumps(src),
+    ):
+        with pytest.raises(rd.UsageError, match=r"source=.*closed.*build the source again"):
+            read()
+    assert not [k for k in process_units()._map if k[0] == src._reads._owner]
