@@ -141,10 +141,12 @@ class UnitReads:
 
     def attach(self, cache: UnitCache | None) -> None:
         """Read units through ``cache`` (filled ahead by one fetcher per rank), or directly (None);
-        the units decoded from other bytes are dropped."""
+        the units decoded from other bytes are dropped, at the map's next call (before any lookup):
+        a loader collected by the garbage collector detaches its read-ahead here, possibly inside
+        an allocation of a thread that holds the map's lock (taking it would deadlock)."""
         self.ahead = cache
         self._table = self._whole = None
-        self._map.drop(self._owner)
+        self._map.drop_later(self._owner, gone=False)
 
     # -- one unit --------------------------------------------------------------------------------
     def decoded(self, k: int) -> DecodedUnit:
