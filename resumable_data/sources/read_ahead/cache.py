@@ -207,29 +207,38 @@ def make_cache_dir(parent: str | None) -> tuple[str, int | None]:
     sweeping the abandoned ones there, and the descriptor holding its ``.owner`` lock (None without
     flock); close the descriptor after removing the directory."""
     sweep_abandoned(parent)
+    where = parent if parent is not None else tempfile.gettempdir()
     try:
         root = tempfile.mkdtemp(prefix=PREFIX, dir=parent)
     except OSError as exc:
-        where = parent if parent is not None else tempfile.gettempdir()
-        raise ConfigError(
-            describe(
-                "cache_dir",
-                where,
-                f"a directory this process can create its read-ahead cache directory in (it could not: {exc})",
-                "pass rd.ReadAhead(cache_dir=...) naming a writable directory on a local disk",
-            )
-        ) from exc
+        raise _unusable(where, "create its read-ahead cache directory in", exc) from exc
     if fcntl is None:
         return root, None
-    fd, tmp = tempfile.mkstemp(prefix=".owner-", dir=root)
+    fd = -1
     try:
+        fd, tmp = tempfile.mkstemp(prefix=".owner-", dir=root)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a file no one else can know yet: never busy
         os.replace(tmp, os.path.join(root, OWNER))
-    except BaseException:
-        os.close(fd)
+    except BaseException as exc:
+        if fd >= 0:
+            os.close(fd)
         shutil.rmtree(root, ignore_errors=True)
+        if isinstance(exc, OSError):  # no room, or a filesystem without flock (some NFS mounts: ENOLCK)
+            raise _unusable(where, "create and flock the lock file of its cache directory in", exc) from exc
         raise
     return root, fd
+
+
+def _unusable(where: str, what: str, exc: OSError) -> ConfigError:
+    """The error for a ``cache_dir`` this process cannot use (``what`` it could not do there)."""
+    return ConfigError(
+        describe(
+            "cache_dir",
+            where,
+            f"a directory this process can {what} (it could not: {exc})",
+            "pass rd.ReadAhead(cache_dir=...) naming a writable directory on a local disk (one that supports flock)",
+        )
+    )
 
 
 def sweep_abandoned(parent: str | None) -> list[str]:

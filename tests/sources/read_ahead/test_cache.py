@@ -29,8 +29,12 @@ _OWNER = (
 
 def _killed_owner(parent) -> str:
     """The cache directory of a process killed with SIGKILL while it held it."""
-    p = subprocess.Popen([sys.executable, "-c", _OWNER, str(parent)], stdout=subprocess.PIPE, text=True,
-                         env={**os.environ, "PYTHONPATH": REPO})
+    p = subprocess.Popen(
+        [sys.executable, "-c", _OWNER, str(parent)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
     root = p.stdout.readline().strip()
     p.send_signal(signal.SIGKILL)
     p.wait()
@@ -61,7 +65,8 @@ def test_a_live_owner_and_what_is_not_a_cache_directory_are_left_alone(tmp_path)
     try:
         assert sweep_abandoned(str(tmp_path)) == []
         assert sorted(os.listdir(tmp_path)) == sorted(
-            [os.path.basename(live), bare.name, "mine", f"{PREFIX}link", f"{PREFIX}file"])
+            [os.path.basename(live), bare.name, "mine", f"{PREFIX}link", f"{PREFIX}file"]
+        )
         assert os.listdir(other) == [OWNER]
     finally:
         os.close(fd)
@@ -179,3 +184,19 @@ def test_an_unusable_cache_dir_is_an_rd_error_naming_it(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "mkdtemp", refuse)  # a parent this process cannot write (root may)
     with pytest.raises(rd.ConfigError, match=r"cache_dir.*Permission denied.*writable directory"):
         make_cache_dir(str(tmp_path))
+
+
+def test_a_cache_dir_without_flock_is_an_rd_error_and_leaves_nothing(tmp_path, monkeypatch):
+    """Some NFS mounts refuse flock (ENOLCK): a raw OSError escaped, from the loader's constructor."""
+    import errno
+
+    import resumable_data as rd
+    from resumable_data.sources.read_ahead import cache
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(cache.fcntl, "flock", no_locks)
+    with pytest.raises(rd.ConfigError, match=r"cache_dir.*flock.*No locks available.*writable directory"):
+        make_cache_dir(str(tmp_path))
+    assert os.listdir(tmp_path) == []
