@@ -193,7 +193,9 @@ class DecodedUnits:
     def holding(self, keys: list[Hashable], extras: list[Any]) -> bool:
         """Whether the map keeps ``extras[i]`` (that very object) under each ``keys[i]``. The caller
         holds :attr:`lock` (an owner checking that what it derived from its entries still matches
-        them: :meth:`.unit_reads.UnitReads._whole_plans`)."""
+        them: :meth:`.unit_reads.UnitReads._whole_plans`); the drops queued by :meth:`drop_later`
+        are done first, as at every call."""
+        self._drain()
         m = self._map
         for key, extra in zip(keys, extras):
             hit = m.get(key)

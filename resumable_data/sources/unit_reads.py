@@ -251,7 +251,7 @@ class UnitReads:
         with self._map.lock:  # _let_go runs under this lock: no unit left since the lookup
             # and every unit is still the map's: a unit alive only because a batch in flight holds it
             # (evicted by another thread's source before the lookup) would never leave the map again
-            if self._left == left and self._map.holding(keys, found.units):
+            if self._map.holding(keys, found.units) and self._left == left:
                 self._whole = plans
 
     def _over_budget(self, units: int, need: int) -> None:

@@ -245,3 +245,27 @@ def test_a_closed_source_refuses_every_read_with_a_usage_error(tmp_path, kind):
         with pytest.raises(rd.UsageError, match=r"source=.*closed.*build the source again"):
             read()
     assert not [k for k in process_units()._map if k[0] == src._reads._owner]
+
+
+def test_plans_over_every_unit_are_not_kept_when_read_ahead_is_attached_while_they_are_built(tmp_path, monkeypatch):
+    """attach() (read-ahead starting or stopping, possibly from a collected loader's finalizer)
+    queues the drop of the units decoded from other bytes; plans over every unit being built at
+    that moment must see it, not be kept over the units about to go."""
+    import resumable_data.sources.gather_decoded as gd
+
+    t, src = _parquet(tmp_path, n=3000, group=97)
+    monkeypatch.setattr(process_units(), "budget", 1 << 30)
+    real, calls = gd.PlanTable.plans, []
+
+    def attach_meanwhile(self, got):  # the first call: _whole_plans, between its lookup and its check
+        if not calls:
+            src._reads.attach(None)
+        calls.append(1)
+        return real(self, got)
+
+    monkeypatch.setattr(gd.PlanTable, "plans", attach_meanwhile)
+    assert src.take(np.arange(len(t))).equals(t)
+    assert calls and src._reads._whole is None
+    assert not [k for k in process_units()._map if k[0] == src._reads._owner]
+    ids = np.random.default_rng(7).integers(0, len(t), 400)
+    assert src.take(ids).equals(t.take(pa.array(ids)))
