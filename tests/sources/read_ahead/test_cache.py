@@ -200,3 +200,14 @@ def test_a_cache_dir_without_flock_is_an_rd_error_and_leaves_nothing(tmp_path, m
     with pytest.raises(rd.ConfigError, match=r"cache_dir.*flock.*No locks available.*writable directory"):
         make_cache_dir(str(tmp_path))
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making another user's directory takes root")
+def test_another_users_abandoned_directory_is_left_alone(tmp_path):
+    root, fd = make_cache_dir(str(tmp_path))
+    open(os.path.join(root, "0.unit"), "wb").close()
+    os.close(fd)  # abandoned, but not this user's: another user's sweep removes it
+    for path in (root, os.path.join(root, OWNER), os.path.join(root, "0.unit")):
+        os.chown(path, 54321, 54321)
+    assert sweep_abandoned(str(tmp_path)) == []
+    assert sorted(os.listdir(root)) == [OWNER, "0.unit"]
