@@ -74,7 +74,7 @@ import numpy as np
 import pyarrow as pa
 
 from resumable_data._schema import coerce_enum
-from resumable_data.errors import ConfigError, ResumableDataError, describe
+from resumable_data.errors import ConfigError, ResumableDataError, UsageError, describe
 from resumable_data.sources.arrow.pickled import read_state, source_state
 from resumable_data.sources.arrow.record_ids import RecordIdError, record_index
 from resumable_data.sources.arrow.record_ids import locate as locate_ids
@@ -283,9 +283,19 @@ class ArrowShards:
         )
 
     def close(self) -> None:
-        """Close the shard files and drop its decoded units (the source is unusable afterwards)."""
+        """Close the shard files and drop its decoded units (the source is unusable afterwards: a
+        read or a pickle raises :class:`~resumable_data.UsageError`)."""
         self._close_shards()
         self._reads.close()
+        if self._broken is None:
+            self._broken = UsageError(
+                describe(
+                    "source",
+                    self.__repr__(),
+                    "an open source (this one was closed: close() released its files and decoded units)",
+                    "build the source again (rd.ArrowShards(...)) and read from that one",
+                )
+            )
 
     def _close_shards(self) -> None:
         for shard in self._shards:

@@ -16,7 +16,9 @@ for its plan rows in a folder that mixes such batches with decoded ones) and evi
 front until the total fits ``budget`` (the newest entry is always kept, whatever its size). A process holds one map
 (:func:`process_units`) that all its sources share, so the budget bounds the process whatever the
 number of sources (an ``rd.Mixture`` of remote sources, a train and an eval set); a source's
-entries leave with it (:meth:`DecodedUnits.drop` on close or when read-ahead is attached). A
+entries leave with it (:meth:`DecodedUnits.drop` on close; :meth:`DecodedUnits.drop_later`, at
+the map's next call, when read-ahead is attached or detached, or when it is garbage-collected: a
+finalizer never takes the map's lock). A
 source may ask to be told when one of its entries leaves (:meth:`DecodedUnits.watch`: what it
 derived from all its units at once must not keep one alive past the budget). Operations hold a lock
 (a user may read sources from threads); a forked child starts with a fresh lock.
@@ -124,8 +126,8 @@ class DecodedUnits:
         self._map: OrderedDict[Hashable, tuple[pa.RecordBatch, int, Any]] = OrderedDict()
         self._lock = threading.Lock()
         self._watchers: dict[int, weakref.WeakMethod] = {}  # owner -> told when one of its units leaves
-        # owners whose units go at the next call (drop_later: a finalizer never takes the lock)
-        self._pending: deque[int] = deque()
+        # (owner, gone) whose units go at the next call (drop_later: a finalizer never takes the lock)
+        self._pending: deque[tuple[int, bool]] = deque()
 
     def __len__(self) -> int:
         return len(self._map)
@@ -188,6 +190,19 @@ class DecodedUnits:
                 self.nbytes -= freed
                 self._left(gone)
 
+    def holding(self, keys: list[Hashable], extras: list[Any]) -> bool:
+        """Whether the map keeps ``extras[i]`` (that very object) under each ``keys[i]``. The caller
+        holds :attr:`lock` (an owner checking that what it derived from its entries still matches
+        them: :meth:`.unit_reads.UnitReads._whole_plans`); the drops queued by :meth:`drop_later`
+        are done first, as at every call."""
+        self._drain()
+        m = self._map
+        for key, extra in zip(keys, extras):
+            hit = m.get(key)
+            if hit is None or hit[2] is not extra:
+                return False
+        return True
+
     def watch(self, owner: int, told: Callable[[], None]) -> None:
         """Call ``told()`` (a bound method, held weakly) whenever a unit of ``owner`` leaves the map
         (evicted, replaced, dropped, cleared), under the map's lock: it must only drop what its owner
@@ -219,16 +234,20 @@ class DecodedUnits:
             self._drain()
             self._drop(owner)
 
-    def drop_later(self, owner: int) -> None:
-        """Drop the units of ``owner`` at the map's next call, without taking its lock: what a
-        finalizer calls (the garbage collector may run it on a thread that holds the lock, inside
-        any allocation of a call below; taking it there would deadlock)."""
-        self._pending.append(owner)
+    def drop_later(self, owner: int, *, gone: bool = True) -> None:
+        """Drop the units of ``owner`` at the map's next call (every call drains these first),
+        without taking its lock: what a finalizer calls, or anything a finalizer may run (the
+        garbage collector may run it on a thread that holds the lock, inside any allocation of a
+        call below; taking it there would deadlock). ``gone``: the source itself is gone (its
+        watch is dropped too); False for a live source letting its units go
+        (:meth:`.unit_reads.UnitReads.attach`, which a collected loader's read-ahead runs)."""
+        self._pending.append((owner, gone))
 
     def _drain(self) -> None:
         while self._pending:
-            owner = self._pending.popleft()
-            self._watchers.pop(owner, None)  # its source is gone
+            owner, gone = self._pending.popleft()
+            if gone:
+                self._watchers.pop(owner, None)  # its source is gone
             self._drop(owner)
 
     def _drop(self, owner: int) -> None:

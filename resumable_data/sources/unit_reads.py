@@ -141,10 +141,12 @@ class UnitReads:
 
     def attach(self, cache: UnitCache | None) -> None:
         """Read units through ``cache`` (filled ahead by one fetcher per rank), or directly (None);
-        the units decoded from other bytes are dropped."""
+        the units decoded from other bytes are dropped, at the map's next call (before any lookup):
+        a loader collected by the garbage collector detaches its read-ahead here, possibly inside
+        an allocation of a thread that holds the map's lock (taking it would deadlock)."""
         self.ahead = cache
         self._table = self._whole = None
-        self._map.drop(self._owner)
+        self._map.drop_later(self._owner, gone=False)
 
     # -- one unit --------------------------------------------------------------------------------
     def decoded(self, k: int) -> DecodedUnit:
@@ -229,9 +231,11 @@ class UnitReads:
         """Plans over every unit of the source (numbered as the source numbers them), kept while no
         unit leaves the map, when every unit was planned and the decoded dataset fits the budget:
         then a batch needs no ``unique``, no renumbering and no rebuild (the mapped shards' case,
-        whose plans are built once). The plans' span holds every unit; the map's watch
-        (:meth:`_let_go`) drops them as soon as one unit leaves, so they never keep a unit past
-        the map's budget."""
+        whose plans are built once). The plans' span holds every unit; they are kept only if every
+        unit is still the map's entry when they are (a unit another thread's source evicted while
+        a batch held it is alive, planned, and would never leave the map again), and the map's
+        watch (:meth:`_let_go`) drops them as soon as one unit leaves, so they never keep a unit
+        past the map's budget."""
         total, count = self._estimate
         decoded = int((~self._unit_view).sum())
         if count and total * decoded > self._map.budget * count:  # the decoded dataset does not fit
@@ -242,8 +246,12 @@ class UnitReads:
         if found is None:
             return
         plans = table.plans(found)
+        owner, shard_of, index_of = self._owner, self._unit_shard.tolist(), self._unit_index
+        keys = [(owner, shard_of[k], index_of[k]) for k in range(len(self._units))]  # decoded()'s keys
         with self._map.lock:  # _let_go runs under this lock: no unit left since the lookup
-            if self._left == left:
+            # and every unit is still the map's: a unit alive only because a batch in flight holds it
+            # (evicted by another thread's source before the lookup) would never leave the map again
+            if self._map.holding(keys, found.units) and self._left == left:
                 self._whole = plans
 
     def _over_budget(self, units: int, need: int) -> None:

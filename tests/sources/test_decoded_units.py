@@ -85,8 +85,13 @@ def test_the_budget_bounds_the_process_not_each_source(tmp_path, monkeypatch):
 def test_units_of_two_sources_at_the_same_shard_and_index_are_kept_apart(tmp_path):
     """The process map is keyed by source too: shard 0, row group 0 of two sources differ."""
     for k in range(2):
-        rd.write_arrow_shards(pa.table({"x": np.arange(100) + 1000 * k}), tmp_path / f"d{k}", num_shards=1,
-                              rows_per_batch=10, format="parquet")
+        rd.write_arrow_shards(
+            pa.table({"x": np.arange(100) + 1000 * k}),
+            tmp_path / f"d{k}",
+            num_shards=1,
+            rows_per_batch=10,
+            format="parquet",
+        )
     a, b = (rd.ArrowShards(tmp_path / f"d{k}", unpinned="allow") for k in range(2))
     for _ in range(2):
         assert a.take([3]).column("x").to_pylist() == [3]
@@ -118,5 +123,98 @@ def test_reserve_only_raises_the_budget():
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "1GiB", True])
 def test_decoded_cache_bytes_is_checked_at_construction(tmp_path, bad):
     pa.ipc.new_file(str(tmp_path / "a.arrow"), pa.schema([("x", pa.int64())])).close()
-    with pytest.raises(rd.ConfigError, match=r"decoded_cache_bytes.*positive int of bytes.*decoded_cache_bytes=4 << 30"):
+    with pytest.raises(
+        rd.ConfigError, match=r"decoded_cache_bytes.*positive int of bytes.*decoded_cache_bytes=4 << 30"
+    ):
         rd.ArrowShards(tmp_path, unpinned="allow", decoded_cache_bytes=bad)
+
+
+# -- loaders rebuilt each epoch over decoded units, under a budget smaller than a batch's units ---
+def _collect_garbage(table):
+    """An ``arrow_collate`` that forces a collection inside every batch (dropped sources'
+    finalizers run here, in the middle of the loader's work)."""
+    import gc
+
+    gc.collect()
+    return table
+
+
+def _drop_a_source_in_each_worker(worker_id):
+    """A ``worker_init_fn`` that reads through another source and drops it without close()."""
+    import gc
+    import os
+
+    other = rd.ArrowShards(os.environ["RD_TEST_OTHER_SOURCE"], unpinned="allow")
+    other.take(np.arange(min(50, len(other))))
+    del other
+    gc.collect()
+
+
+def _rich_table(n):
+    rng = np.random.default_rng(1)
+    return pa.table(
+        {
+            "id": np.arange(n, dtype=np.int64),
+            "f": pa.array(rng.random(n), mask=rng.random(n) < 0.1),
+            "s": pa.array([None if i % 7 == 0 else "v" * (i % 13) + str(i) for i in range(n)]),
+            "l": pa.array(
+                [[i] * (i % 6) if i % 5 else None for i in range(n)], pa.list_(pa.field("element", pa.int32()))
+            ),
+        }
+    )
+
+
+def _write_kind(directory, kind, t):
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    directory.mkdir()
+    for j, part in enumerate(np.array_split(np.arange(t.num_rows), 3)):
+        sub = t.take(pa.array(part))
+        if kind == "parquet" or (kind == "mixed" and j % 2 == 0):
+            pq.write_table(sub, directory / f"s{j}.parquet", row_group_size=37)
+        elif kind == "mixed":
+            with pa.OSFile(str(directory / f"s{j}.arrow"), "wb") as f, pa.ipc.new_file(f, sub.schema) as w:
+                for b in sub.to_batches(max_chunksize=37):
+                    w.write_batch(b)
+        else:
+            feather.write_feather(sub, directory / f"s{j}.arrow", compression=kind, chunksize=37)
+
+
+@pytest.mark.filterwarnings("ignore:.*decoded-unit budget:RuntimeWarning")
+@pytest.mark.parametrize(("kind", "workers"), [("parquet", 0), ("zstd", 0), ("mixed", 0), ("lz4", 2), ("parquet", 2)])
+def test_loaders_rebuilt_each_epoch_under_a_tiny_budget_deliver_every_batch_right(tmp_path, monkeypatch, kind, workers):
+    """A loader (and its source) built anew each epoch, the old ones dropped without close(); a
+    process budget of 5,000 bytes, less than one batch's units (forked workers inherit it); a
+    collection forced inside every batch and a source dropped in each worker. Every batch, in
+    order, equals ``Table.take`` of its ids, and each epoch is a permutation of the records."""
+    from resumable_data.sources.decoded_units import process_units
+
+    t = _rich_table(900)
+    _write_kind(tmp_path / "d", kind, t)
+    _write_kind(tmp_path / "other", "parquet", _rich_table(200))
+    monkeypatch.setenv("RD_TEST_OTHER_SOURCE", str(tmp_path / "other"))
+    monkeypatch.setattr(process_units(), "budget", 5_000)
+    epochs = []
+    for epoch in range(2):
+        src = rd.ArrowShards(tmp_path / "d", unpinned="allow")
+        loader = rd.DataLoader(
+            src,
+            batch_size=64,
+            shuffle=True,
+            seed=3,
+            num_workers=workers,
+            multiprocessing_context="fork" if workers else None,
+            worker_init_fn=_drop_a_source_in_each_worker if workers else None,
+            arrow_collate=_collect_garbage,
+        )
+        seen = []
+        for b in loader:
+            ids = b.column("id").to_numpy()
+            assert b.equals(t.take(pa.array(ids))), (epoch, len(seen))
+            seen.append(ids)
+        ids = np.concatenate(seen)
+        assert np.array_equal(np.sort(ids), np.arange(t.num_rows))
+        epochs.append(ids)
+        del src, loader
+    assert np.array_equal(epochs[0], epochs[1])  # a loader built again with the seed replays its stream

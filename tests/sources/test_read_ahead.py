@@ -390,3 +390,41 @@ def test_a_killed_jobs_cache_directory_is_removed_by_the_next_loader(data, endpo
         time.sleep(0.2)
     assert not os.path.exists(dead)
     assert os.listdir(tmp_path) == [os.path.basename(live.read_ahead.cache.root)]
+
+
+def test_a_loader_collected_while_the_decoded_map_is_locked_never_deadlocks(data, endpoint, reference):
+    """A loader with read-ahead, rebuilt each epoch, is collected by the cycle collector, which can
+    run inside any allocation, also one a thread makes while it holds the decoded-unit map's lock
+    (``touched`` looks up and publishes plan rows under it). Its finalizer closes the fetcher, which
+    detaches the cache from the source: that took the map's lock again and hung the process. The
+    detach now queues its drop for the map's next call; the batches after it are the reference's."""
+    import gc
+    import threading
+
+    from resumable_data.sources.decoded_units import process_units
+
+    src = remote(endpoint, data["parquet"][1])
+    loader = loader_over(src, "global", AHEAD)
+    first = batches(loader, 3)
+    loader._cycle = loader  # left to the cycle collector, as a loader in a reference cycle is
+    units, done = process_units(), threading.Event()
+
+    def collect_under_the_lock():
+        with units.lock:
+            gc.collect()  # the loader's finalizer runs here, with the lock held
+        done.set()
+
+    gc.disable()  # nothing collects the loader before the thread holds the lock
+    try:
+        del loader
+        th = threading.Thread(target=collect_under_the_lock, daemon=True)
+        th.start()
+        assert done.wait(30), "the loader's finalizer took the decoded-unit map's lock under a holder of it"
+    finally:
+        gc.enable()
+    assert src._reads.ahead is None  # detached: the source reads the store itself
+    assert units.get(("any key",)) is None  # the map's next call: the detached source's units go
+    assert not [k for k in units._map if k[0] == src._reads._owner]
+    again = loader_over(src, "global")
+    assert batches(again, 6) == reference("parquet", "global", 6)
+    assert first == reference("parquet", "global", 3)

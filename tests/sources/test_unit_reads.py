@@ -185,3 +185,87 @@ def test_a_source_collected_while_the_map_is_locked_never_deadlocks(tmp_path):
     finally:
         gc.enable()
     assert process_units().entry((owner, 0, 0)) is None and owner not in units._watchers
+
+
+def test_plans_over_every_unit_are_not_kept_over_units_another_source_evicted_meanwhile(tmp_path, monkeypatch):
+    """Another thread's source evicts this source's units while a batch over all of them is being
+    planned (the batch holds them, so their plan rows are still alive): the plans over every unit
+    must not be kept then. They were (the check saw only units leaving after the plans' lookup),
+    and since none of the source's units was left in the map to leave again, nothing ever dropped
+    them: the whole decoded dataset was held past the budget for the source's life."""
+    import gc
+
+    import resumable_data.sources.unit_reads as ur
+
+    t, src = _parquet(tmp_path, n=3000, group=97)
+    monkeypatch.setattr(process_units(), "budget", 1 << 30)
+    real = ur.plan_touched
+
+    def another_source_puts(units):  # what another thread's put does meanwhile: every older unit leaves
+        process_units().put(("another source", 0, 0), pa.record_batch({"x": [0]}), size=1 << 30)
+        return real(units)
+
+    monkeypatch.setattr(ur, "plan_touched", another_source_puts)
+    assert src.take(np.arange(len(t))).equals(t)
+    monkeypatch.setattr(ur, "plan_touched", real)
+    owner = src._reads._owner
+    assert not [k for k in process_units()._map if k[0] == owner]  # the map let every unit go
+    assert src._reads._whole is None  # so nothing of the source holds them
+    gc.collect()
+    assert src._reads._table.lookup(np.arange(len(src.unit_starts()))) is None  # no unit outlived the map
+    ids = np.random.default_rng(6).integers(0, len(t), 500)
+    assert src.take(ids).equals(t.take(pa.array(ids)))
+
+
+@pytest.mark.parametrize("kind", ["parquet", "lz4", "arrow"])
+def test_a_closed_source_refuses_every_read_with_a_usage_error(tmp_path, kind):
+    """A read after close(): a Parquet source said its file "changed after this source opened it"
+    (fix: restore the file: wrong), a compressed IPC source kept decoding into the process's map
+    with nobody watching (its plans over every unit then outlived the budget)."""
+    import pickle
+
+    import pyarrow.feather as feather
+
+    t = pa.table({"x": np.arange(600, dtype=np.int64)})
+    if kind == "parquet":
+        pq.write_table(t, tmp_path / "a.parquet", row_group_size=100)
+    else:
+        feather.write_feather(
+            t, tmp_path / "a.arrow", compression="uncompressed" if kind == "arrow" else kind, chunksize=100
+        )
+    src = rd.ArrowShards(tmp_path, unpinned="allow")
+    assert src.take([1, 500]).column("x").to_pylist() == [1, 500]
+    src.close()
+    for read in (
+        lambda: src.take(np.arange(600)),
+        lambda: src[3],
+        lambda: src.take_numpy([1, 2]),
+        lambda: pickle.dumps(src),
+    ):
+        with pytest.raises(rd.UsageError, match=r"source=.*closed.*build the source again"):
+            read()
+    assert not [k for k in process_units()._map if k[0] == src._reads._owner]
+
+
+def test_plans_over_every_unit_are_not_kept_when_read_ahead_is_attached_while_they_are_built(tmp_path, monkeypatch):
+    """attach() (read-ahead starting or stopping, possibly from a collected loader's finalizer)
+    queues the drop of the units decoded from other bytes; plans over every unit being built at
+    that moment must see it, not be kept over the units about to go."""
+    import resumable_data.sources.gather_decoded as gd
+
+    t, src = _parquet(tmp_path, n=3000, group=97)
+    monkeypatch.setattr(process_units(), "budget", 1 << 30)
+    real, calls = gd.PlanTable.plans, []
+
+    def attach_meanwhile(self, got):  # the first call: _whole_plans, between its lookup and its check
+        if not calls:
+            src._reads.attach(None)
+        calls.append(1)
+        return real(self, got)
+
+    monkeypatch.setattr(gd.PlanTable, "plans", attach_meanwhile)
+    assert src.take(np.arange(len(t))).equals(t)
+    assert calls and src._reads._whole is None
+    assert not [k for k in process_units()._map if k[0] == src._reads._owner]
+    ids = np.random.default_rng(7).integers(0, len(t), 400)
+    assert src.take(ids).equals(t.take(pa.array(ids)))

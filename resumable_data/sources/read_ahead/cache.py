@@ -41,10 +41,14 @@ the temporary directory. The owner therefore holds an exclusive ``flock`` on the
 ``.owner`` file for the directory's life (:func:`make_cache_dir`; created under another name,
 locked, then renamed, so ``.owner`` never exists unlocked while its owner lives); the kernel
 releases it when the process and the loader workers it forked are gone, however they end. Each
-new cache directory first sweeps its parent (:func:`sweep_abandoned`): a ``rd-read-ahead-*``
-directory of this user whose ``.owner`` lock can be taken has no owner left and is removed. A
-directory without ``.owner`` (being made right now, or made by an earlier version) is never
-touched, nor is anything else in the parent. The fetcher sweeps again later
+new cache directory first sweeps its parent (:func:`sweep_abandoned`): a private (``0700``)
+``rd-read-ahead-*`` directory of this user whose ``.owner`` (an empty regular file) can be locked
+has no owner left: the files rd writes there are unlinked, by name, and the directory is removed
+once empty. A directory without ``.owner`` (being made right now, or made by an earlier version)
+is never touched, nor is anything else in the parent, nor a file in a swept directory that rd does
+not write (rd deletes only what it made: a ``cache_dir`` pointing into a user's folder, or a
+user's folder named like a cache directory, loses nothing), and a FIFO or a link where ``.owner``
+should be never blocks or misleads the sweep. The fetcher sweeps again later
 (:class:`LaterSweeps`: after :data:`~.fetcher.SWEEP_AGAIN_S`, then twice and four times that), since a
 job restarted at once may start while the killed process's workers still hold its lock (torch's
 workers notice a dead parent within about 5 s, longer on a loaded machine). Cost: one listing of the
@@ -56,6 +60,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -64,6 +69,8 @@ import time
 
 import pyarrow as pa
 import xxhash
+
+from resumable_data.errors import ConfigError, describe
 
 try:
     import fcntl
@@ -200,24 +207,48 @@ def make_cache_dir(parent: str | None) -> tuple[str, int | None]:
     sweeping the abandoned ones there, and the descriptor holding its ``.owner`` lock (None without
     flock); close the descriptor after removing the directory."""
     sweep_abandoned(parent)
-    root = tempfile.mkdtemp(prefix=PREFIX, dir=parent)
+    where = parent if parent is not None else tempfile.gettempdir()
+    try:
+        root = tempfile.mkdtemp(prefix=PREFIX, dir=parent)
+    except OSError as exc:
+        raise _unusable(where, "create its read-ahead cache directory in", exc) from exc
     if fcntl is None:
         return root, None
-    fd, tmp = tempfile.mkstemp(prefix=".owner-", dir=root)
+    fd = -1
     try:
+        fd, tmp = tempfile.mkstemp(prefix=".owner-", dir=root)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a file no one else can know yet: never busy
         os.replace(tmp, os.path.join(root, OWNER))
-    except BaseException:
-        os.close(fd)
+    except BaseException as exc:
+        if fd >= 0:
+            os.close(fd)
         shutil.rmtree(root, ignore_errors=True)
+        if isinstance(exc, OSError):  # no room, or a filesystem without flock (some NFS mounts: ENOLCK)
+            raise _unusable(where, "create and flock the lock file of its cache directory in", exc) from exc
         raise
     return root, fd
 
 
+def _unusable(where: str, what: str, exc: OSError) -> ConfigError:
+    """The error for a ``cache_dir`` this process cannot use (``what`` it could not do there)."""
+    return ConfigError(
+        describe(
+            "cache_dir",
+            where,
+            f"a directory this process can {what} (it could not: {exc})",
+            "pass rd.ReadAhead(cache_dir=...) naming a writable directory on a local disk (one that supports flock)",
+        )
+    )
+
+
 def sweep_abandoned(parent: str | None) -> list[str]:
     """Remove the cache directories under ``parent`` whose owner is gone (their ``.owner`` lock
-    can be taken); the removed paths. Only this user's real directories named ``rd-read-ahead-*``
-    that hold an ``.owner`` file are considered (module docstring)."""
+    can be taken); the removed paths. Only what rd made is considered and removed (module
+    docstring): a directory named ``rd-read-ahead-*`` of this user, private (mode ``0700``, as
+    ``mkdtemp`` makes it), holding an empty regular ``.owner`` file (opened without following a
+    link and without blocking: a FIFO never hangs the sweep); of its entries only the names rd
+    writes (:func:`_ours`) are unlinked, and the directory is removed once that empties it (a file
+    someone else put there keeps it, untouched)."""
     if fcntl is None:
         return []
     parent = parent or tempfile.gettempdir()
@@ -232,23 +263,56 @@ def sweep_abandoned(parent: str | None) -> list[str]:
             st = os.lstat(root)
         except OSError:
             continue
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():  # a symlink, a file, another user's
+        # a symlink, a file, another user's, or a directory rd did not make (mkdtemp's is private)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
             continue
         try:
-            fd = os.open(os.path.join(root, OWNER), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            fd = os.open(os.path.join(root, OWNER), _OPEN_FLAGS)
         except OSError:  # no .owner: being made, or an earlier version's
             continue
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # held: its owner (or a worker it forked) is alive
-            os.close(fd)
-            continue
-        try:
-            shutil.rmtree(root, ignore_errors=True)
-            removed.append(root)
+            own = os.fstat(fd)
+            if not stat.S_ISREG(own.st_mode) or own.st_uid != os.getuid() or own.st_size:
+                continue  # not the empty lock file rd makes
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # held: its owner (or a worker it forked) is alive
+                continue
+            if _remove_ours(root):
+                removed.append(root)
         finally:
             os.close(fd)
     return removed
+
+
+_OURS = re.compile(r"(\d+\.(unit|want|err)|\.\d+\.\d+\.tmp|\.owner(-[A-Za-z0-9_]+)?)")
+
+
+def _ours(name: str) -> bool:
+    """Whether ``name`` is one rd writes into a cache directory: ``k.unit``, ``k.want``, ``k.err``,
+    a unit's temporary ``.k.thread.tmp``, ``.owner`` and its temporary ``.owner-*``."""
+    return _OURS.fullmatch(name) is not None
+
+
+def _remove_ours(root: str) -> bool:
+    """Unlink rd's own files in the abandoned cache directory ``root`` (regular files with rd's
+    names; ``.owner`` last) and remove the directory if that empties it; whether it did."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return False
+    for name in sorted(names, key=lambda n: n == OWNER):
+        path = os.path.join(root, name)
+        try:
+            if _ours(name) and stat.S_ISREG(os.lstat(path).st_mode):
+                os.unlink(path)
+        except OSError:
+            pass
+    try:
+        os.rmdir(root)
+    except OSError:  # something rd did not write is left there: so is the directory
+        return False
+    return True
 
 
 class LaterSweeps:

@@ -29,8 +29,12 @@ _OWNER = (
 
 def _killed_owner(parent) -> str:
     """The cache directory of a process killed with SIGKILL while it held it."""
-    p = subprocess.Popen([sys.executable, "-c", _OWNER, str(parent)], stdout=subprocess.PIPE, text=True,
-                         env={**os.environ, "PYTHONPATH": REPO})
+    p = subprocess.Popen(
+        [sys.executable, "-c", _OWNER, str(parent)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
     root = p.stdout.readline().strip()
     p.send_signal(signal.SIGKILL)
     p.wait()
@@ -61,7 +65,8 @@ def test_a_live_owner_and_what_is_not_a_cache_directory_are_left_alone(tmp_path)
     try:
         assert sweep_abandoned(str(tmp_path)) == []
         assert sorted(os.listdir(tmp_path)) == sorted(
-            [os.path.basename(live), bare.name, "mine", f"{PREFIX}link", f"{PREFIX}file"])
+            [os.path.basename(live), bare.name, "mine", f"{PREFIX}link", f"{PREFIX}file"]
+        )
         assert os.listdir(other) == [OWNER]
     finally:
         os.close(fd)
@@ -102,3 +107,107 @@ def test_cancelled_later_sweeps_remove_nothing(tmp_path):
     LaterSweeps(str(tmp_path), first_s=0.2).cancel()
     time.sleep(0.5)
     assert os.path.isdir(held)
+
+
+# -- a hostile parent: rd deletes only what it made, and never hangs ------------------------------
+def _hostile_dir(parent, name, owner_kind):
+    """A user's folder named like a cache directory, with ``.owner`` of ``owner_kind`` and a file
+    of the user's beside it."""
+    d = parent / f"{PREFIX}{name}"
+    d.mkdir(mode=0o700)
+    os.chmod(d, 0o700)  # what mkdtemp makes: only the other checks may protect it
+    owner = d / OWNER
+    if owner_kind == "fifo":
+        os.mkfifo(owner)
+    elif owner_kind == "dir":
+        owner.mkdir()
+    elif owner_kind == "text":
+        owner.write_text("my notes")
+    elif owner_kind == "link":
+        (parent / "target").write_text("")
+        owner.symlink_to(parent / "target")
+    else:  # "empty": exactly rd's lock file
+        owner.write_text("")
+    (d / "precious.txt").write_text("the user's")
+    (d / "0.unit").write_bytes(b"x")  # a name rd writes: rd's to remove
+    return d
+
+
+@pytest.mark.parametrize("owner_kind", ["fifo", "dir", "text", "link", "empty"])
+def test_a_users_folder_named_like_a_cache_directory_loses_nothing_and_never_hangs(tmp_path, owner_kind):
+    """A FIFO as ``.owner`` hung every new loader's sweep (open() blocked for a writer, forever);
+    a directory or a non-empty file as ``.owner`` had the whole folder removed (rmtree)."""
+    import threading
+
+    d = _hostile_dir(tmp_path, owner_kind, owner_kind)
+    got: list = []
+    th = threading.Thread(target=lambda: got.append(sweep_abandoned(str(tmp_path))), daemon=True)
+    th.start()
+    th.join(10)
+    assert not th.is_alive(), "the sweep hangs on the folder's .owner"
+    assert got == [[]]
+    assert (d / "precious.txt").read_text() == "the user's"
+    root, fd = make_cache_dir(str(tmp_path))  # the next loader starts, sweeping first
+    os.close(fd)
+    assert (d / "precious.txt").read_text() == "the user's"
+
+
+def test_a_folder_readable_by_others_is_not_a_cache_directory(tmp_path):
+    d = _hostile_dir(tmp_path, "shared", "empty")
+    os.chmod(d, 0o755)  # mkdtemp never makes this: a user's folder
+    assert sweep_abandoned(str(tmp_path)) == []
+    assert sorted(os.listdir(d)) == sorted([OWNER, "precious.txt", "0.unit"])
+
+
+def test_an_abandoned_directory_keeps_what_rd_did_not_write(tmp_path):
+    """An abandoned cache directory where someone put a file of their own: rd's files go, the
+    other file and so the directory stay."""
+    root, fd = make_cache_dir(str(tmp_path))
+    for name in ("0.unit", "1.want", "2.err", ".3.140000.tmp"):
+        open(os.path.join(root, name), "wb").close()
+    os.mkdir(os.path.join(root, "4.unit"))  # rd's name, not rd's kind of file
+    open(os.path.join(root, "notes.txt"), "w").close()
+    os.close(fd)
+    assert sweep_abandoned(str(tmp_path)) == []
+    assert sorted(os.listdir(root)) == ["4.unit", "notes.txt"]
+    assert sweep_abandoned(str(tmp_path)) == []  # no .owner left: never considered again
+
+
+def test_an_unusable_cache_dir_is_an_rd_error_naming_it(tmp_path, monkeypatch):
+    import tempfile
+
+    import resumable_data as rd
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path))
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)  # a parent this process cannot write (root may)
+    with pytest.raises(rd.ConfigError, match=r"cache_dir.*Permission denied.*writable directory"):
+        make_cache_dir(str(tmp_path))
+
+
+def test_a_cache_dir_without_flock_is_an_rd_error_and_leaves_nothing(tmp_path, monkeypatch):
+    """Some NFS mounts refuse flock (ENOLCK): a raw OSError escaped, from the loader's constructor."""
+    import errno
+
+    import resumable_data as rd
+    from resumable_data.sources.read_ahead import cache
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(cache.fcntl, "flock", no_locks)
+    with pytest.raises(rd.ConfigError, match=r"cache_dir.*flock.*No locks available.*writable directory"):
+        make_cache_dir(str(tmp_path))
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making another user's directory takes root")
+def test_another_users_abandoned_directory_is_left_alone(tmp_path):
+    root, fd = make_cache_dir(str(tmp_path))
+    open(os.path.join(root, "0.unit"), "wb").close()
+    os.close(fd)  # abandoned, but not this user's: another user's sweep removes it
+    for path in (root, os.path.join(root, OWNER), os.path.join(root, "0.unit")):
+        os.chown(path, 54321, 54321)
+    assert sweep_abandoned(str(tmp_path)) == []
+    assert sorted(os.listdir(root)) == [OWNER, "0.unit"]
