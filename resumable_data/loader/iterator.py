@@ -25,10 +25,11 @@ it resumes exactly; the broken pool (persistent workers too) is shut down so a f
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
 from typing import Any
 
-from resumable_data.errors import UsageError, WorkerError
+from resumable_data.errors import ConfigError, UsageError, WorkerError, describe
 from resumable_data.loader import torch_compat, transport
 from resumable_data.loader.collate import to_torch
 from resumable_data.loader.fetch import NumpyBatch, StepFetcher
@@ -88,7 +89,7 @@ class LoaderIterator:
             if torch_loader.num_workers:
                 transport.prepare_main()  # workers register their batch slots with this process's tracker
                 torch_loader.collate_fn.new_pool()  # slot names carry the reader's pid; mappings the pool
-            self._it = iter(torch_loader)
+            self._it = _start_workers(torch_loader)
             torch_compat.widen_result_pipe(self._it)  # small batches cross the pipe in one write
             torch_compat.synchronous_index_queues(self._it)  # no feeder threads fighting for the GIL
             torch_compat.on_pool_exit(self._it, transport.forget)  # unmap/unlink the pool's slots
@@ -184,3 +185,32 @@ class LoaderIterator:
             pids = [w.pid for w in torch_compat.worker_processes(self._it)]
             torch_compat.shutdown_workers(self._it)
             transport.forget(pids)
+
+
+def _start_workers(torch_loader: Any) -> Any:
+    """torch's multi-process iterator; a worker that cannot start because what it must receive does
+    not pickle (spawn and forkserver pickle the dataset, collate_fn, worker_init_fn...) is an
+    :class:`~resumable_data.ConfigError` naming the object and the fixes, raised from torch's error."""
+    try:
+        return iter(torch_loader)
+    except pickle.PicklingError as e:
+        raise _unpicklable(torch_loader, e) from e
+    except (AttributeError, TypeError) as e:  # "Can't pickle local object", "cannot pickle '_thread.lock'"
+        if "pickle" not in str(e).lower():
+            raise
+        raise _unpicklable(torch_loader, e) from e
+
+
+def _unpicklable(torch_loader: Any, e: BaseException) -> ConfigError:
+    ctx = torch_loader.multiprocessing_context
+    method = ctx.get_start_method() if ctx is not None else "the default start method"
+    return ConfigError(
+        describe(
+            "multiprocessing_context",
+            method,
+            f"a dataset, collate_fn and worker_init_fn that pickle, as {method} workers receive them pickled "
+            f"({type(e).__name__}: {str(e)[:200]})",
+            "define them at module level (not a lambda or a local function) and keep open handles out of "
+            "them, or pass multiprocessing_context='fork' (Linux), or num_workers=0",
+        )
+    )
