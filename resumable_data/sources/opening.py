@@ -78,8 +78,12 @@ def with_layouts(version: DatasetVersion, store: ShardStore) -> tuple[DatasetVer
     built = []
     for k in missing:
         s = version.shards[k]
-        found[k] = cached_layout(s.content_hash, s.size)
-        if found[k] is None:
+        layout = cached_layout(s.content_hash, s.size)
+        if layout is not None and layout.num_rows != s.num_rows:  # not this shard's: rebuilt, not read without
+            drop_layout(s.content_hash, s.size, layout, f"it counts {layout.num_rows} rows, the manifest {s.num_rows}")
+            layout = None
+        found[k] = layout
+        if layout is None:
             built.append(k)
 
     def build(k: int) -> ShardLayout | None:

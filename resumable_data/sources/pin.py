@@ -215,12 +215,21 @@ def pin(
         for key, h in zip(keys, digests):
             verified.remember(key, h)
         hashes = list(digests)
-        metas = [
-            replace(m, layout=replace(m.layout, digests=hasher.digests()))
-            if m.layout is not None and hasher is not None
-            else m
-            for m, hasher in zip(metas, spans)
-        ]
+        for k, (r, m, hasher) in enumerate(zip(rel, metas, spans)):
+            if m.layout is None or hasher is None:
+                continue
+            try:
+                metas[k] = replace(m, layout=replace(m.layout, digests=hasher.digests()))
+            except ValueError:  # fewer bytes hashed than its layout spans: it changed since its metadata was read
+                raise ConfigError(
+                    describe(
+                        "path",
+                        r,
+                        "a shard file that stays in place while it is pinned (it is shorter than the units "
+                        "its metadata listed a moment before)",
+                        "pin again once nothing is writing or deleting shards under the path",
+                    )
+                ) from None
 
     shards = [
         ShardInfo(

@@ -105,14 +105,14 @@ class SpanHasher:
         return tuple(h.hexdigest() for h in self._hashers)
 
 
-def digest_error(shard: str, unit: int, expected: str, got: str, *, cached: bool = False) -> DatasetIntegrityError:
+def digest_error(shard: str, unit: int, expected: str, got: str) -> DatasetIntegrityError:
     """The error for unit ``unit`` of ``shard`` whose bytes do not hash to its pinned digest."""
     return DatasetIntegrityError(
         describe(
             "shard",
             shard,
             f"record batch {unit} as pinned: bytes whose xxh3-128 is its pinned unit digest {expected} "
-            f"(the bytes {'the store sent' if not cached else 'read'} hash to {got}; the object was replaced "
+            f"(the bytes the store sent hash to {got}; the object was replaced "
             "or changed in place since rd.pin, or the manifest's unit digests were edited; nothing of these "
             "bytes was delivered)",
             "restore the object as it was pinned (DatasetVersion.verify(level='content') lists every shard "

@@ -46,8 +46,10 @@ is removed (:meth:`.files.OpenShard.checked_decode`). A batch never holds more d
 budget beyond what the map keeps.
 
 Cost. A hit: one map lookup. A miss: one decode, plus (remote, not read ahead) one ranged GET and one
-xxh3-128 of the unit's bytes (about 50 us per MiB) with a digest, a HEAD and a ranged GET without. A restored or unpickled source starts with nothing here (the map is per process); its units
-are read again when first needed, which is what read-ahead hides.
+xxh3-128 of the unit's bytes (about 50 us per MiB) with a digest, a HEAD and a ranged GET without
+(``benchmarks/results/remote_unit_digests.md``: requests per step halved, samples/s 1.2-1.6x at 30 ms
+a request). A restored or unpickled source starts with nothing here (the map is per process); its
+units are read again when first needed, which is what read-ahead hides.
 """
 
 from __future__ import annotations
@@ -336,14 +338,18 @@ class UnitReads:
         its own error) and checked again: still other bytes is :func:`~.unit_digests.digest_error`
         naming the shard and the unit. Without digests: the checked read alone (today's HEAD + GET)."""
         j = self._units[first].shard
-        shard = self._shards[j]
         ks = range(first, last + 1)
-        digests = [self._digest(k) for k in ks]
-        if any(d is None for d in digests) or not isinstance(self._store, FileSystemStore) or shard.file is None:
+        if any(self._digest(k) is None for k in ks):
             return self._read_span(j, offset, length)
-        data = self._store.read_range_open(self._paths[j], shard.file, offset, length)
-        if self._mismatch(ks, offset, data) is None:
-            return data
+        f = self._shards[j].file
+        if isinstance(self._store, FileSystemStore) and f is not None:
+            try:
+                data = self._store.read_range_open(self._paths[j], f, offset, length)
+            except ValueError:  # the handle was closed (the source was closed): read as below
+                pass
+            else:
+                if self._mismatch(ks, offset, data) is None:
+                    return data
         data = self._read_span(j, offset, length)  # the object changed since the open, or a short body: said there
         bad = self._mismatch(ks, offset, data)
         if bad is not None:
@@ -354,14 +360,14 @@ class UnitReads:
     def _mismatch(self, ks: range, base: int, data: bytes) -> tuple[int, str] | None:
         """The first unit of ``ks`` whose bytes in ``data`` (read from offset ``base``) do not hash to
         its digest, with the digest they have; None when every unit's do."""
-        view = memoryview(data)
-        for k in ks:
-            span = self._shards[self._units[k].shard].unit_span(self._unit_index[k])
-            assert span is not None  # the caller read these units by range
-            a, b = span[0] - base, span[0] - base + span[1]
-            got = unit_digest(view[a:b]) if b <= len(data) else "none (the store sent fewer bytes)"
-            if got != self._digest(k):
-                return k, got
+        with memoryview(data) as view:
+            for k in ks:
+                span = self._shards[self._units[k].shard].unit_span(self._unit_index[k])
+                assert span is not None  # the caller read these units by range
+                a, b = span[0] - base, span[0] - base + span[1]
+                got = unit_digest(view[a:b]) if b <= len(data) else "none (the store sent fewer bytes)"
+                if got != self._digest(k):
+                    return k, got
         return None
 
     def shard_size(self, j: int) -> int | None:

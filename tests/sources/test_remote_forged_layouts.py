@@ -206,3 +206,34 @@ def test_a_forged_layout_cache_entry_is_refused_or_read_exactly(endpoint, pinned
         assert set(outcomes.values()) == {"exact"}, outcomes
     else:
         assert "refused" in outcomes.values(), outcomes
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_a_cache_entry_counting_other_rows_is_rebuilt_not_read_around(endpoint, pinned, fmt, tmp_path, monkeypatch):
+    """An entry whose units add up to another row count than the manifest's is not this shard's: it is
+    removed and the layout rebuilt from the store (before, the shard was opened without a layout, by
+    pyarrow's reader, at every open)."""
+    monkeypatch.setenv("RD_CACHE_DIR", str(tmp_path))
+    fs = s3_client(endpoint)
+    prefix, manifest = pinned[fmt]
+    m1 = copy.deepcopy(manifest)
+    m1["schema_version"] = 1
+    del m1["derived_hash"]
+    for sh in m1["shards"]:
+        del sh["layout"], sh["etag"]
+    try:
+        _put(fs, prefix, m1)
+        assert _exact_or_refused(endpoint, prefix, "take") == "exact"
+        (entry,) = glob.glob(os.path.join(str(tmp_path), "layouts", "*.json"))
+        good = json.load(open(entry))
+        forged = copy.deepcopy(good)
+        forged["layout"]["units"][2][2] += 1
+        forged["check"] = layout_cache._check(forged)
+        with open(entry, "w") as f:
+            json.dump(forged, f)
+        src = rd.ArrowShards(prefix, filesystem=s3_client(endpoint), retries=FAST)
+        assert src._shards[0].layout is not None and src._shards[0].layout.unit_rows == SIZES
+        assert src.take(np.arange(N)).column("id").to_pylist() == list(range(N))
+        assert json.load(open(entry)) == good
+    finally:
+        _put(fs, prefix, manifest)

@@ -326,3 +326,22 @@ def test_forged_unit_digests_are_refused(endpoint, tmp_path, fmt, how):
         read_all(src, how)
     no_wrong_sample(read_all.got)
     assert shard_names(fmt)[1] in str(exc.value) and "re-pin" in str(exc.value)
+
+
+def test_a_shard_that_shrinks_while_it_is_pinned_is_refused(tmp_path, monkeypatch):
+    """The layout is read before the bytes are hashed: a file that has fewer bytes by then leaves a unit
+    span unhashed, which is a ConfigError (pin again), never a digest of bytes it never had."""
+    from resumable_data import _io
+
+    write(tmp_path, "arrow")
+    real = _io.hash_file
+
+    def shrunk(path, progress=None, chunks=None):
+        data = open(path, "rb").read()[: 1000]  # (the footer alone would leave every unit whole)
+        if chunks is not None:
+            chunks(0, data)
+        return real(path, progress)
+
+    monkeypatch.setattr(_io, "hash_file", shrunk)
+    with pytest.raises(rd.ConfigError, match="stays in place while it is pinned"):
+        rd.pin(tmp_path, save=False)
