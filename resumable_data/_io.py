@@ -32,6 +32,7 @@ from resumable_data.errors import NotRegularFileError, describe
 
 __all__ = [
     "HASH_CHUNK_BYTES",
+    "Chunks",
     "NotRegularFileError",
     "atomic_write",
     "fsync_dir",
@@ -45,16 +46,26 @@ __all__ = [
 HASH_CHUNK_BYTES = 4 << 20
 
 
-def hash_stream(f: BinaryIO, progress: Callable[[int], object] | None = None) -> str:
+#: What :func:`hash_stream` hands every chunk it hashed to, with the offset the chunk starts at
+#: (other digests of the same bytes computed in the same read: the per-unit digests of a pin).
+Chunks = Callable[[int, bytes], object]
+
+
+def hash_stream(f: BinaryIO, progress: Callable[[int], object] | None = None, chunks: Chunks | None = None) -> str:
     """xxh3-128 hex digest of everything ``f`` yields, read in :data:`HASH_CHUNK_BYTES` chunks.
 
-    ``progress``, when given, is called with the byte count of each chunk."""
+    ``progress``, when given, is called with the byte count of each chunk; ``chunks`` with the
+    offset and the bytes of each chunk."""
     h = xxhash.xxh3_128()
+    offset = 0
     while True:
         chunk = f.read(HASH_CHUNK_BYTES)
         if not chunk:
             break
         h.update(chunk)
+        if chunks is not None:
+            chunks(offset, chunk)
+        offset += len(chunk)
         if progress is not None:
             progress(len(chunk))
     return h.hexdigest()
@@ -107,11 +118,13 @@ def open_regular(path: str | os.PathLike) -> int:
     return fd
 
 
-def hash_file(path: str | os.PathLike, progress: Callable[[int], object] | None = None) -> str:
+def hash_file(
+    path: str | os.PathLike, progress: Callable[[int], object] | None = None, chunks: Chunks | None = None
+) -> str:
     """xxh3-128 hex digest of the file's bytes (see :func:`hash_stream`); only a regular file is
     opened (:func:`open_regular`)."""
     with os.fdopen(open_regular(path), "rb") as f:
-        return hash_stream(f, progress)
+        return hash_stream(f, progress, chunks)
 
 
 def fsync_dir(path: str | os.PathLike) -> None:

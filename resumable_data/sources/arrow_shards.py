@@ -29,7 +29,8 @@ gather decoded units with the same column plans as mapped ones, rebuilt over the
 With read-ahead attached (:meth:`ArrowShards.attach_read_ahead`, what ``rd.DataLoader(read_ahead=)``
 does: :mod:`.read_ahead`) a unit is decoded from the bytes the rank's fetcher wrote to its cache
 directory, else (and without read-ahead) read by the step itself through :meth:`ArrowShards.fetch_unit`
-(a HEAD whose size and ETag must equal the identity recorded at open, then the ranged GET), and
+(one ranged GET whose bytes must hash to the unit's pinned digest, :mod:`.unit_digests`; without
+digests a HEAD whose size and ETag must equal the identity recorded at open, then the ranged GET), and
 validated at every decode. Transient store failures are
 retried (``retries=rd.Retries(...)``, :mod:`.retry`); a store that stays down is an
 :class:`~resumable_data.StoreUnavailableError`.
@@ -67,6 +68,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +86,7 @@ from resumable_data.sources.files import OpenShard, canonical_schema, check_same
 from resumable_data.sources.gather import ColumnGather, concat_columns, has_numpy_layout, plan_column
 from resumable_data.sources.gather_decoded import DecodedUnit
 from resumable_data.sources.identity import FileIdentity, changed_error, watch_entry
-from resumable_data.sources.layout import remember_layout
+from resumable_data.sources.layout_cache import remember_layout
 from resumable_data.sources.opening import open_shards, with_layouts
 from resumable_data.sources.read_ahead.cache import UnitCache
 from resumable_data.sources.retry import DEFAULT_RETRIES, Retries
@@ -143,9 +145,24 @@ class ArrowShards:
         if version is not None:
             version.verify(level)
         self._init(root, rel, version, store, decoded=decoded)
-        if version is not None and level is not VerifyLevel.SIZE:  # the layouts' bytes are the pinned ones
-            for k in built:
-                remember_layout(version.shards[k].content_hash, version.shards[k].layout)
+        if version is not None:
+            # a layout from rd's layout cache that did not describe the bytes was rebuilt at open
+            # (.opening.open_shards): the version (what a pickle carries to workers) takes it
+            rebuilt = [
+                k
+                for k, (s, shard) in enumerate(zip(version.shards, self._shards))
+                if s.layout is not None and shard.layout is not s.layout
+            ]
+            if rebuilt:
+                shards = list(version.shards)
+                for k in rebuilt:
+                    shards[k] = replace(shards[k], layout=self._shards[k].layout)
+                version = replace(version, shards=tuple(shards))
+                self._version: DatasetVersion | None = version
+            if level is not VerifyLevel.SIZE:  # the layouts' bytes are the pinned ones
+                for k in [*built, *rebuilt]:
+                    s = version.shards[k]
+                    remember_layout(s.content_hash, s.size, s.layout)
 
     # -- opening ---------------------------------------------------------------------------
     def _init(

@@ -178,6 +178,14 @@ def _open_shard(
         rows = _parquet_rows(pf)
         if layout is not None and layout.unit_rows != rows:
             raise LayoutMismatch(f"row groups of {rows} rows where the layout says {layout.unit_rows}")
+        if layout is not None and not store.local:  # the footer just read gives the spans ranged reads use
+            spans = parquet_layout(pf.metadata).units
+            if layout.units != spans:
+                bad = next(g for g, (a, b) in enumerate(zip(layout.units, spans)) if a != b)
+                raise LayoutMismatch(
+                    f"row group {bad} spans {list(spans[bad][:2])} in the footer where the layout says "
+                    f"{list(layout.units[bad][:2])}"
+                )
         if layout is None and with_layout:
             layout = parquet_layout(pf.metadata)
         return OpenShard(

@@ -14,31 +14,32 @@ Algorithm: a shard's :class:`ShardLayout` is its format, the byte range of its s
   column chunks, for byte budgets).
 
 A layout is built once, when the shard is pinned (:func:`~resumable_data.sources.pin.pin` stores
-it in the manifest, schema 2) or, for a manifest pinned before layouts existed, at the first open
-on a machine (kept in ``cache_dir()/layouts/<content hash>.json``, content-addressed: the bytes it
-was built from are the bytes the hash names). An IPC unit is then read as one ranged request of
-exactly its message (:func:`read_ipc_unit`), decoded with the shard's schema; a stream shard is
-never downloaded whole to be opened or read. Shards whose IPC messages use dictionaries (which a
-reader must see before the batches), and IPC files whose footer lists batches out of file order,
-have no layout (None) and are read as before (:mod:`.files`).
+it in the manifest, schema 2; since schema 3 with each unit's digest where the pin hashed the
+bytes: :mod:`.unit_digests`) or, for a manifest pinned before layouts existed, at the first open
+on a machine (kept in rd's layout cache, :mod:`.layout_cache`). An IPC unit is then read as one
+ranged request of exactly its message (:func:`read_ipc_unit`), decoded with the shard's schema; a
+stream shard is never downloaded whole to be opened or read. Shards whose IPC messages use
+dictionaries (which a reader must see before the batches), and IPC files whose footer lists
+batches out of file order, have no layout (None) and are read as before (:mod:`.files`).
 
 Guarantee: the layout is derived from the bytes, never part of the dataset's identity (the version
 hash does not cover it; the manifest's ``derived_hash`` does, so a hand-edited layout is refused at
 load). Every range is checked to lie inside the pinned size, and every unit read by range is
 checked to be a record batch message with the layout's row count before any of its values is used
-(a layout that does not match the bytes is a :class:`~resumable_data.DatasetIntegrityError`).
+(a layout that does not match the bytes is a :class:`~resumable_data.DatasetIntegrityError`); a
+remote Parquet shard's layout must equal the one its footer gives (read at every open anyway);
+a unit with a digest must hash to it before it is decoded (:mod:`.unit_digests`).
 
 Cost: building: IPC file 2 + (batches) small reads, IPC stream 1 + (messages) small reads,
 Parquet the footer; on a local file these are reads of the memory map. Opening a remote IPC shard
 with a layout: one open (a HEAD on S3) and one read of the schema message (a few hundred bytes);
-reading a unit: one ranged GET of exactly its message.
+reading a unit: one ranged GET of exactly its message (plus a HEAD where the unit has no digest).
 """
 
 from __future__ import annotations
 
 import enum
 import itertools
-import json
 import struct
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -46,25 +47,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import xxhash
 
-from resumable_data import _io
-from resumable_data._cache import cache_dir
+from resumable_data.sources.unit_digests import is_digest
 
 __all__ = [
     "ShardFormat",
     "ShardLayout",
-    "cached_layout",
     "ipc_file_layout",
     "ipc_stream_layout",
     "parquet_layout",
     "read_ipc_unit",
-    "remember_layout",
 ]
 
 K_FORMAT = "format"
 K_SCHEMA = "schema"
 K_UNITS = "units"
+K_DIGESTS = "digests"  # manifest schema 3 (:mod:`.unit_digests`)
 _KEYS = {K_FORMAT, K_SCHEMA, K_UNITS}
 
 ARROW_FILE_MAGIC = b"ARROW1"
@@ -93,11 +91,13 @@ class LayoutMismatch(ValueError):
 
 @dataclass(frozen=True)
 class ShardLayout:
-    """Format, schema message range (IPC; None for Parquet) and ``(offset, length, rows)`` per unit."""
+    """Format, schema message range (IPC; None for Parquet), ``(offset, length, rows)`` per unit and,
+    where ``rd.pin`` hashed the bytes, each unit's digest (:mod:`.unit_digests`; None otherwise)."""
 
     format: ShardFormat
     schema: tuple[int, int] | None
     units: tuple[tuple[int, int, int], ...]
+    digests: tuple[str, ...] | None = None
 
     @property
     def unit_rows(self) -> list[int]:
@@ -107,18 +107,31 @@ class ShardLayout:
     def num_rows(self) -> int:
         return sum(u[2] for u in self.units)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
+    def unit_digest(self, k: int) -> str | None:
+        """The pinned digest of unit ``k``'s span, None where none was pinned."""
+        return self.digests[k] if self.digests is not None else None
+
+    def to_dict(self, *, digests: bool = True) -> dict[str, Any]:
+        """The layout as JSON values; ``digests``: with the ``digests`` key (manifest schema 3),
+        else without (schema 2, the layout cache), which requires a layout without digests."""
+        d: dict[str, Any] = {
             K_FORMAT: self.format.value,
             K_SCHEMA: list(self.schema) if self.schema else None,
             K_UNITS: [list(u) for u in self.units],
         }
+        if digests:
+            d[K_DIGESTS] = list(self.digests) if self.digests is not None else None
+        elif self.digests is not None:
+            raise ValueError("a layout with unit digests written where none are kept")
+        return d
 
     @classmethod
-    def from_dict(cls, d: Any, size: int) -> ShardLayout:
-        """Validated: every range inside ``size`` bytes; raises :class:`LayoutMismatch`."""
-        if not isinstance(d, dict) or set(d) != _KEYS:
-            raise LayoutMismatch(f"a layout object with keys {sorted(_KEYS)}")
+    def from_dict(cls, d: Any, size: int, *, digests: bool = False) -> ShardLayout:
+        """Validated: every range inside ``size`` bytes; ``digests``: the ``digests`` key must be
+        there (null, or one digest per unit), else it must not; raises :class:`LayoutMismatch`."""
+        keys = _KEYS | {K_DIGESTS} if digests else _KEYS
+        if not isinstance(d, dict) or set(d) != keys:
+            raise LayoutMismatch(f"a layout object with keys {sorted(keys)}")
         try:
             fmt = ShardFormat(d[K_FORMAT])
         except ValueError:
@@ -143,7 +156,14 @@ class ShardLayout:
                         f"units in file order, each after the previous one (unit at {off} starts before byte {end})"
                     )
                 end = off + length
-        return cls(fmt, schema, tuple(units))
+        found = d.get(K_DIGESTS)
+        if found is not None and (
+            not isinstance(found, list) or len(found) != len(units) or not all(is_digest(x) for x in found)
+        ):
+            raise LayoutMismatch(
+                f"null or a list of {len(units)} unit digests (32 lowercase hex characters each, one per unit)"
+            )
+        return cls(fmt, schema, tuple(units), tuple(found) if found is not None else None)
 
 
 def _range(v: Any, size: int, n: int) -> tuple[int, ...]:
@@ -328,31 +348,3 @@ def read_ipc_unit(data: bytes | pa.Buffer, schema: pa.Schema, rows: int) -> pa.R
     if batch.num_rows != rows:
         raise LayoutMismatch(f"record batch of {batch.num_rows} rows where the layout says {rows}")
     return batch
-
-
-# -- the layout cache for manifests pinned without layouts -------------------------------------
-def _cache_path(key: str):
-    return cache_dir() / "layouts" / f"{xxhash.xxh3_128_hexdigest(key.encode())}.json"
-
-
-def cached_layout(key: str | None, size: int) -> ShardLayout | None:
-    """The layout remembered under ``key`` (a content hash, or an ETag and size), None if absent
-    or unreadable (it is rebuilt then)."""
-    if key is None:
-        return None
-    try:
-        return ShardLayout.from_dict(json.loads(_cache_path(key).read_text()), size)
-    except (OSError, ValueError, RecursionError):
-        return None
-
-
-def remember_layout(key: str | None, layout: ShardLayout | None) -> None:
-    """Remember ``layout`` under ``key`` (best effort: a read-only cache only costs a rebuild)."""
-    if key is None or layout is None:
-        return
-    path = _cache_path(key)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _io.atomic_write(path, json.dumps(layout.to_dict()).encode("utf-8"), durable=False)
-    except OSError:
-        pass

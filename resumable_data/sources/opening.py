@@ -2,9 +2,12 @@
 
 Algorithm: :func:`with_layouts` gives every shard of a version its
 :class:`~resumable_data.sources.layout.ShardLayout`: the manifest's (pinned since schema 2), else
-the one this machine remembered for the shard's content hash (``cache_dir()/layouts``), else one
+the one this machine remembered for the shard's content hash (:mod:`.layout_cache`), else one
 built now from the shard's metadata (:func:`~resumable_data.sources.files.build_layout`; the
-caller remembers it once the shard's bytes are verified to be the pinned ones). :func:`open_shards`
+caller remembers it once the shard's bytes are verified to be the pinned ones). A remembered layout
+that fails the open (a Parquet footer that gives other spans, an IPC schema message not where it
+says) is rd's cache problem, not the data's: :func:`open_shards` removes the entry (a warning names
+it) and opens the shard with a layout built from the store. :func:`open_shards`
 opens every shard with its layout (:func:`~resumable_data.sources.files.open_shard`): local
 shards one after the other (memory maps, no waiting), remote shards from a pool of
 :data:`REMOTE_WORKERS` threads (pyarrow releases the GIL while a request waits), and checks each
@@ -32,7 +35,8 @@ from typing import TypeVar
 
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
 from resumable_data.sources.files import OpenShard, canonical_schema, open_shard
-from resumable_data.sources.layout import ShardLayout, cached_layout
+from resumable_data.sources.layout import ShardLayout
+from resumable_data.sources.layout_cache import cached_layout, drop_layout
 from resumable_data.sources.store import ShardStore, join
 from resumable_data.sources.validate import FIX
 from resumable_data.sources.version import DatasetVersion
@@ -74,8 +78,12 @@ def with_layouts(version: DatasetVersion, store: ShardStore) -> tuple[DatasetVer
     built = []
     for k in missing:
         s = version.shards[k]
-        found[k] = cached_layout(s.content_hash, s.size)
-        if found[k] is None:
+        layout = cached_layout(s.content_hash, s.size)
+        if layout is not None and layout.num_rows != s.num_rows:  # not this shard's: rebuilt, not read without
+            drop_layout(s.content_hash, s.size, layout, f"it counts {layout.num_rows} rows, the manifest {s.num_rows}")
+            layout = None
+        found[k] = layout
+        if layout is None:
             built.append(k)
 
     def build(k: int) -> ShardLayout | None:
@@ -93,11 +101,25 @@ def with_layouts(version: DatasetVersion, store: ShardStore) -> tuple[DatasetVer
 
 
 def open_shards(root: str, rel: list[str], version: DatasetVersion | None, store: ShardStore) -> list[OpenShard]:
-    """Every shard ``root/rel[k]`` opened (with the version's layouts), in order."""
+    """Every shard ``root/rel[k]`` opened (with the version's layouts), in order. A shard whose open
+    fails with a layout rd's layout cache holds for it (:mod:`.layout_cache`: the layout does not
+    describe the bytes) is opened again with a layout built from the store, the entry removed with
+    a warning naming it; the caller finds that layout in :attr:`OpenShard.layout`."""
     layouts = [s.layout for s in version.shards] if version is not None else [None] * len(rel)
+    keys = [(s.content_hash, s.size) if s.content_hash is not None else None for s in version.shards] if version else []
 
     def one(k: int) -> OpenShard:
-        shard = open_shard(join(root, rel[k]), store, layout=layouts[k])
+        path, key = join(root, rel[k]), keys[k] if keys else None
+        try:
+            shard = open_shard(path, store, layout=layouts[k])
+        except DatasetIntegrityError as exc:
+            if key is None or drop_layout(key[0], key[1], layouts[k], str(exc)) is None:
+                raise
+            shard = open_shard(path, store, with_layout=True)  # from the store's bytes (its own error if damaged)
+            if shard.layout is None or shard.layout.num_rows != version.shards[k].num_rows:  # type: ignore[union-attr]
+                shard.close()
+                raise
+        shard.layout_key = key
         if version is not None and not store.local and canonical_schema(shard.schema) != version.schema:
             shard.close()
             raise DatasetIntegrityError(

@@ -31,13 +31,16 @@ import os
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from resumable_data.errors import DatasetIntegrityError, describe
 from resumable_data.sources.identity import FileIdentity, changed_error, unchanged, unchanged_at
 from resumable_data.sources.layout import ShardFormat, ShardLayout, read_ipc_unit
+from resumable_data.sources.layout_cache import drop_layout
 from resumable_data.sources.store import LOCAL, SeekableRaw, ShardStore
 from resumable_data.sources.validate import guard, integrity_error
 
@@ -79,6 +82,15 @@ class OpenShard:
         # a remote shard read by pyarrow's reader (no layout: dictionaries) is checked by a HEAD around
         # each read; units read by range are checked by the store's read itself (read_range_checked)
         self._remote_watch = not store.local and identity is not None
+        #: (content hash, size) of the pinned shard, set by :func:`.opening.open_shards`: where a layout
+        #: that does not match the bytes may have come from rd's layout cache (:meth:`checked_decode`)
+        self.layout_key: tuple[str, int] | None = None
+
+    @property
+    def file(self) -> Any:
+        """The random-access file opened with the shard (a remote shard read by range: the handle its
+        ranged reads without a HEAD go through, :meth:`.store.FileSystemStore.read_range_open`), or None."""
+        return self._file
 
     @property
     def mapped_path(self) -> str | None:
@@ -143,6 +155,30 @@ class OpenShard:
         offset = span[0]
         batch = guard(str(self._path), f"record batch {k}", lambda: self._decode_unit(k, offset, data))
         return self._rows_checked(k, batch)
+
+    def checked_decode(self, k: int, decode: Callable[[], pa.RecordBatch]) -> pa.RecordBatch:
+        """``decode()`` (unit ``k`` decoded from its span's bytes, validated); where it fails and the
+        shard's layout is the one rd's layout cache holds for it (:mod:`.layout_cache`), the cache
+        entry is removed and the error names it, with the fix that works: open the dataset again
+        (its layout is then built from the store's bytes)."""
+        try:
+            return decode()
+        except DatasetIntegrityError as exc:
+            key = self.layout_key
+            entry = drop_layout(key[0], key[1], self.layout, str(exc)) if key is not None else None
+            if entry is None:
+                raise
+            raise DatasetIntegrityError(
+                describe(
+                    "shard",
+                    str(self._path),
+                    f"record batch {k} where the layout from rd's layout cache entry {entry} says it is "
+                    f"(the entry does not describe the object's bytes: {exc}); the entry was removed, "
+                    "nothing of this unit was delivered",
+                    "open the dataset again (rd.ArrowShards builds the layout from the store's bytes, "
+                    "then remembers it); or re-pin with rd.pin(prefix, filesystem=...) to keep layouts in the manifest",
+                )
+            ) from exc
 
     def _rows_checked(self, k: int, batch: pa.RecordBatch) -> pa.RecordBatch:
         """``batch`` (unit ``k``), unless its row count is not the one its metadata claims."""

@@ -139,8 +139,9 @@ class ShardStore(Protocol):
     def write_atomic(self, path: Any, data: bytes) -> None:
         """Replace the file with ``data`` whole: a reader sees the old bytes or the new."""
 
-    def hash_file(self, path: Any, progress: Progress | None = None) -> str:
-        """xxh3-128 hex digest of the file's bytes, streamed; ``progress(n)`` per chunk."""
+    def hash_file(self, path: Any, progress: Progress | None = None, chunks: _io.Chunks | None = None) -> str:
+        """xxh3-128 hex digest of the file's bytes, streamed; ``progress(n)`` per chunk, ``chunks(offset,
+        data)`` per chunk too (a retried read starts again at offset 0)."""
 
     def read_range(self, path: Any, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset`` (one ranged request on an object store)."""
@@ -270,8 +271,8 @@ class LocalStore:
     def write_atomic(self, path: Any, data: bytes) -> None:
         _io.atomic_write(path, data, durable=True)
 
-    def hash_file(self, path: Any, progress: Progress | None = None) -> str:
-        return _io.hash_file(path, progress)
+    def hash_file(self, path: Any, progress: Progress | None = None, chunks: _io.Chunks | None = None) -> str:
+        return _io.hash_file(path, progress, chunks)
 
     def read_range(self, path: Any, offset: int, length: int) -> bytes:
         with open(path, "rb") as f:
@@ -402,7 +403,7 @@ class FileSystemStore:
 
         self.retrying(path, "write", write)
 
-    def hash_file(self, path: Any, progress: Progress | None = None) -> str:
+    def hash_file(self, path: Any, progress: Progress | None = None, chunks: _io.Chunks | None = None) -> str:
         """The digest :func:`resumable_data._io.hash_stream` gives the object's bytes, read in
         :data:`~resumable_data._io.HASH_CHUNK_BYTES` chunks that must each arrive whole
         (:func:`_read_exact`): a short body was hashed with whatever the reader's buffer held, so a
@@ -428,6 +429,8 @@ class FileSystemStore:
                             )
                         )
                     h.update(chunk)
+                    if chunks is not None:
+                        chunks(offset, chunk)
                     if progress is not None:
                         progress(n)
                     offset += n
@@ -452,13 +455,33 @@ class FileSystemStore:
             )
         return data
 
+    def read_range_open(self, path: Any, f: pa.NativeFile, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` through ``f``, the handle this store opened for ``path`` when
+        the shard was opened: one ranged GET, no HEAD (the handle knows the size from its open).
+        Thread-safe (``read_at``: no seek). Nothing here checks that the object is still the one
+        opened, nor that the body was whole (pyarrow's S3 file reports the length asked for and
+        leaves the rest of its buffer unwritten): only for callers that check every byte they use
+        against a digest they trust (a unit's pinned digest, :mod:`.unit_digests`), which then
+        turns a replaced object and a short body alike into an rd error. Errors as
+        :meth:`read_range_checked` raises them (retried when transient, else an rd error)."""
+        where = self.resolve(path)
+        operation = f"read of bytes [{offset}, {offset + length})"
+        try:
+            return self.retrying(path, operation, lambda: f.read_at(length, offset))
+        except ResumableDataError:
+            raise
+        except OSError as exc:  # not transient: retrying cannot fix it
+            raise _refused(where, operation, exc) from exc
+
     def read_range_checked(self, path: Any, offset: int, length: int, recorded: FileIdentity | None) -> bytes:
         """``length`` bytes at ``offset`` of the object that is still ``recorded`` (its size and, where
         the store gives one, its ETag): one open (a HEAD on S3, whose answer carries both) and one
         ranged GET on the same handle. An object replaced since it was opened is a
         :class:`~resumable_data.DatasetIntegrityError` (:func:`~.identity.changed_error`), never
         its new bytes; the window left is the one request between the HEAD and the GET (pyarrow
-        sends no ``If-Match``). A body shorter than asked is a
+        sends no ``If-Match``), which a caller holding a digest of the bytes closes (a unit with a
+        pinned digest is read by :meth:`read_range_open`, and by this only to tell why its bytes
+        differ: :mod:`.unit_digests`). A body shorter than asked is a
         :class:`~resumable_data.DatasetIntegrityError` too (:func:`_read_exact`: pyarrow's S3 file
         reports the length asked for and leaves the rest of its buffer unwritten), an object that is
         gone one naming it, and a request the store refuses for good (no permission, an invalid

@@ -30,16 +30,26 @@ Algorithm.
   unit, so the map tells the source when one of its units leaves (:meth:`.decoded_units.DecodedUnits.watch`)
   and the plans are dropped at once: they never keep a unit past the budget.
 
-Guarantee. Every decoded unit comes from bytes whose identity was checked when they were read (a
-remote object's size and ETag as recorded at open: :meth:`.store.FileSystemStore.read_range_checked`;
-a local shard's, around the read, by the source) and is structurally validated at every decode
-(:func:`.validate.validate_batch`): the bytes of an object replaced between its check and its
-read (the one request pyarrow leaves open) are refused, never gathered by raw offsets. A batch
-never holds more decoded bytes than the budget beyond what the map keeps.
+Guarantee. Every decoded unit comes from bytes that were checked before the decode: a remote unit
+whose pinned layout has a digest (:mod:`.unit_digests`) against that digest, whether its bytes came
+from the read-ahead cache or from this process's ranged read (:meth:`UnitReads.fetch_unit`: one GET
+through the handle opened with the shard, no HEAD; a mismatch is read again through the checked read
+and is :func:`~.identity.changed_error` when the object changed, else
+:func:`~.unit_digests.digest_error`): an object replaced after the open, in whatever window, never
+yields a sample. A remote unit without a digest: the object's size and ETag as recorded at open
+(:meth:`.store.FileSystemStore.read_range_checked`: a HEAD, then the GET; the bytes of an object
+replaced between the two are read, then refused only if they fail the structural validation); a
+local shard's identity, around the read, by the source. Every unit is structurally validated at
+every decode (:func:`.validate.validate_batch`), never gathered by raw offsets. A unit whose layout
+came from rd's layout cache and does not match its bytes is an error naming the cache entry, which
+is removed (:meth:`.files.OpenShard.checked_decode`). A batch never holds more decoded bytes than the
+budget beyond what the map keeps.
 
-Cost. A hit: one map lookup. A miss: one decode, plus (remote, not read ahead) a HEAD and a ranged
-GET. A restored or unpickled source starts with nothing here (the map is per process); its units
-are read again when first needed, which is what read-ahead hides.
+Cost. A hit: one map lookup. A miss: one decode, plus (remote, not read ahead) one ranged GET and one
+xxh3-128 of the unit's bytes (about 50 us per MiB) with a digest, a HEAD and a ranged GET without
+(``benchmarks/results/remote_unit_digests.md``: requests per step halved, samples/s 1.2-1.6x at 30 ms
+a request). A restored or unpickled source starts with nothing here (the map is per process); its
+units are read again when first needed, which is what read-ahead hides.
 """
 
 from __future__ import annotations
@@ -58,6 +68,7 @@ from resumable_data.sources.gather import ColumnGather
 from resumable_data.sources.gather_decoded import DecodedUnit, PlanTable, plan_touched
 from resumable_data.sources.read_ahead.cache import UnitCache
 from resumable_data.sources.store import FileSystemStore, ShardStore, join
+from resumable_data.sources.unit_digests import digest_error, unit_digest
 from resumable_data.sources.unit_index import Unit
 from resumable_data.sources.validate import validate_batch
 
@@ -165,21 +176,33 @@ class UnitReads:
             return view
         shard = self._shards[u.shard]
         if shard.unit_span(g) is not None and (self.ahead is not None or not self._store.local):
-            # read ahead by the rank's fetcher (.read_ahead), else read here; either way through a read
-            # checked against the identity recorded at open (size and ETag: fetch_unit / fetch_run)
-            data = self.ahead.get(k) if self.ahead is not None else None
-            batch = shard.decode_unit(g, data if data is not None else pa.py_buffer(self.fetch_unit(k)))
+            # read ahead by the rank's fetcher (.read_ahead), else read here; either way checked before
+            # it is decoded: against the unit's pinned digest where it has one (.unit_digests: the
+            # cache's bytes too), else against the identity recorded at open (size and ETag)
+            data = self.ahead.get(k, self._digest(k)) if self.ahead is not None else None
+            raw = data if data is not None else pa.py_buffer(self.fetch_unit(k))
+            # validated at every decode (bytes read without a digest may be an object replaced between
+            # the HEAD and the GET: refused here if damaged, never gathered by raw offsets)
+            batch = shard.checked_decode(g, lambda: self._decode(shard, u.shard, g, raw))
         else:
-            batch = shard.read_unit(g)
-        # validated at every decode: the bytes of an object replaced between its check and its read
-        # (the one request pyarrow leaves open) are refused here, never gathered by raw offsets
-        batch = batch.replace_schema_metadata(self._metadata)
-        validate_batch(batch, self._rel[u.shard], g)
+            batch = self._decode(shard, u.shard, g, None)
         unit = DecodedUnit(batch)
         self._estimate[0] += unit.nbytes
         self._estimate[1] += 1
         self._map.put(key, batch, unit)
         return unit
+
+    def _decode(self, shard: OpenShard, j: int, g: int, raw: pa.Buffer | None) -> pa.RecordBatch:
+        """Unit ``g`` of shard ``j`` decoded from ``raw`` (its span's bytes; None: read by the shard),
+        with the source's schema metadata, structurally validated."""
+        batch = shard.read_unit(g) if raw is None else shard.decode_unit(g, raw)
+        batch = batch.replace_schema_metadata(self._metadata)
+        return validate_batch(batch, self._rel[j], g)
+
+    def _digest(self, k: int) -> str | None:
+        """Unit ``k``'s pinned digest (:mod:`.unit_digests`), None where its layout has none."""
+        layout = self._shards[self._units[k].shard].layout
+        return layout.unit_digest(self._unit_index[k]) if layout is not None else None
 
     # -- the units of one batch ----------------------------------------------------------------
     def touched(self, unit: np.ndarray) -> Touched | None:
@@ -277,20 +300,22 @@ class UnitReads:
         return [self._shards[u.shard].unit_span(g) for u, g in zip(self._units, self._unit_index)]
 
     def fetch_unit(self, k: int) -> bytes:
-        """The bytes of unit ``k``'s span, from an object that still has the identity recorded at
-        open (size and ETag); a store that does not answer is a
-        :class:`~resumable_data.StoreUnavailableError`."""
+        """The bytes of unit ``k``'s span: checked against the unit's pinned digest where it has one
+        (one ranged GET, no HEAD: :meth:`_read_units`), else read from an object that still has the
+        identity recorded at open (size and ETag: a HEAD, then the GET); a store that does not
+        answer is a :class:`~resumable_data.StoreUnavailableError`."""
         u = self._units[k]
         span = self._shards[u.shard].unit_span(self._unit_index[k])
         if span is None:
             raise ConfigError(
                 describe("k", k, "a unit read by range (unit_spans()[k] is not None)", "fetch only such units")
             )
-        return self._read_span(u.shard, *span)
+        return self._read_units(k, k, span[0], span[1])
 
     def fetch_run(self, first: int, last: int) -> bytes:
         """The bytes from unit ``first``'s span start to unit ``last``'s span end, one read checked as
-        :meth:`fetch_unit` checks (neighbouring units of one shard read ahead by one request)."""
+        :meth:`fetch_unit` checks (every unit of the run against its digest, or the object's
+        identity): neighbouring units of one shard read ahead by one request."""
         units = self._units
         if not 0 <= first <= last < len(units) or units[first].shard != units[last].shard:
             raise ConfigError(
@@ -309,7 +334,49 @@ class UnitReads:
                 )
             )
         offset, end = spans[0][0], spans[1][0] + spans[1][1]
-        return self._read_span(units[first].shard, offset, end - offset)
+        return self._read_units(first, last, offset, end - offset)
+
+    def _read_units(self, first: int, last: int, offset: int, length: int) -> bytes:
+        """The ``length`` bytes at ``offset`` of the shard of units ``first..last``, which they lie in.
+
+        Where every one of the units has a pinned digest (:mod:`.unit_digests`) and the store is
+        remote: one ranged GET through the handle opened with the shard (no HEAD), each unit's bytes
+        checked against its digest. A mismatch is read again through the checked read (a HEAD, then
+        the GET: an object replaced since the open is :func:`~.identity.changed_error`, a short body
+        its own error) and checked again: still other bytes is :func:`~.unit_digests.digest_error`
+        naming the shard and the unit. Without digests: the checked read alone (today's HEAD + GET)."""
+        j = self._units[first].shard
+        ks = range(first, last + 1)
+        if any(self._digest(k) is None for k in ks):
+            return self._read_span(j, offset, length)
+        f = self._shards[j].file
+        if isinstance(self._store, FileSystemStore) and f is not None:
+            try:
+                data = self._store.read_range_open(self._paths[j], f, offset, length)
+            except ValueError:  # the handle was closed (the source was closed): read as below
+                pass
+            else:
+                if self._mismatch(ks, offset, data) is None:
+                    return data
+        data = self._read_span(j, offset, length)  # the object changed since the open, or a short body: said there
+        bad = self._mismatch(ks, offset, data)
+        if bad is not None:
+            k, got = bad
+            raise digest_error(self._paths[j], self._unit_index[k], self._digest(k) or "", got)
+        return data
+
+    def _mismatch(self, ks: range, base: int, data: bytes) -> tuple[int, str] | None:
+        """The first unit of ``ks`` whose bytes in ``data`` (read from offset ``base``) do not hash to
+        its digest, with the digest they have; None when every unit's do."""
+        with memoryview(data) as view:
+            for k in ks:
+                span = self._shards[self._units[k].shard].unit_span(self._unit_index[k])
+                assert span is not None  # the caller read these units by range
+                a, b = span[0] - base, span[0] - base + span[1]
+                got = unit_digest(view[a:b]) if b <= len(data) else "none (the store sent fewer bytes)"
+                if got != self._digest(k):
+                    return k, got
+        return None
 
     def shard_size(self, j: int) -> int | None:
         """The byte size of shard ``j``'s object as recorded at open (None where none was)."""

@@ -29,8 +29,12 @@ pinned one (:mod:`.verified`). Remote shards are checked 16 at a time.
 Manifest schema 2 adds, per shard, its :class:`~.layout.ShardLayout` and the store's ETag, and
 ``derived_hash`` over them; neither is part of the version's identity (``hash`` covers the schema-1
 fields, so a dataset keeps its hash across the upgrade); schema 1 manifests are still read (their
-layouts are built at the first open, :mod:`.opening`). ``hash_mode="etag"`` versions record the
-ETag's digest as each shard's ``content_hash`` (:class:`HashMode`).
+layouts are built at the first open, :mod:`.opening`). Schema 3 adds to each layout the digest of every
+unit's bytes (``digests``, null where the pin did not hash the bytes: :mod:`.unit_digests`), covered by
+``derived_hash`` like the spans; schema 2 manifests are still read (their layouts have no digests: their
+unit reads keep the HEAD check of :mod:`.store`; a re-pin gives them digests and keeps the version hash),
+and ``verify("content")`` checks the digests in the same read as the content hash.
+``hash_mode="etag"`` versions record the ETag's digest as each shard's ``content_hash`` (:class:`HashMode`).
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from resumable_data.sources.files import (
 from resumable_data.sources.layout import LayoutMismatch, ShardLayout
 from resumable_data.sources.manifests import MANIFEST_NAMES, cached_manifest
 from resumable_data.sources.store import LOCAL, ShardStore, join, store_for
+from resumable_data.sources.unit_digests import SpanHasher
 
 __all__ = [
     "MANIFEST_FORMAT",
@@ -73,9 +78,10 @@ __all__ = [
 ]
 
 MANIFEST_FORMAT = "resumable_data.dataset_version"
-MANIFEST_SCHEMA_VERSION = 2
-#: Manifest schema versions this version reads (1: before layouts; read, never written).
-MANIFEST_READ_VERSIONS = (1, 2)
+MANIFEST_SCHEMA_VERSION = 3
+#: Manifest schema versions this version reads (1: before layouts, 2: before unit digests; read,
+#: never written).
+MANIFEST_READ_VERSIONS = (1, 2, 3)
 #: The schema version whose fields the version hash covers (identity is unchanged by schema 2).
 IDENTITY_SCHEMA_VERSION = 1
 _REMOTE_WORKERS = 16  # concurrent requests when verifying remote shards
@@ -106,8 +112,10 @@ K_LINEAGE = "lineage"
 
 _ROOT_KEYS_V1 = {K_FORMAT, K_SCHEMA_VERSION, K_SHARDS, K_SCHEMA, K_NUM_RECORDS, K_HASH, K_HASH_MODE, K_SELECTION}
 _SHARD_KEYS_V1 = {K_PATH, K_SIZE, K_NUM_ROWS, K_CONTENT_HASH}
-_ROOT_KEYS = {1: _ROOT_KEYS_V1, 2: _ROOT_KEYS_V1 | {K_DERIVED_HASH}}
-_SHARD_KEYS = {1: _SHARD_KEYS_V1, 2: _SHARD_KEYS_V1 | {K_LAYOUT, K_ETAG}}
+_ROOT_KEYS = {1: _ROOT_KEYS_V1, 2: _ROOT_KEYS_V1 | {K_DERIVED_HASH}, 3: _ROOT_KEYS_V1 | {K_DERIVED_HASH}}
+_SHARD_KEYS = {1: _SHARD_KEYS_V1, 2: _SHARD_KEYS_V1 | {K_LAYOUT, K_ETAG}, 3: _SHARD_KEYS_V1 | {K_LAYOUT, K_ETAG}}
+#: Since schema 3 a shard's layout object has a ``digests`` key (null, or one per unit: .unit_digests).
+_LAYOUT_DIGESTS_SINCE = 3
 
 
 class HashMode(str, enum.Enum):
@@ -235,7 +243,7 @@ class ShardInfo:
         layout = None
         if d.get(K_LAYOUT) is not None:
             try:
-                layout = ShardLayout.from_dict(d[K_LAYOUT], size)
+                layout = ShardLayout.from_dict(d[K_LAYOUT], size, digests=schema_version >= _LAYOUT_DIGESTS_SINCE)
             except LayoutMismatch as exc:
                 raise _manifest_error(root, f"shards[{path}].layout", d[K_LAYOUT], str(exc)) from None
         etag = d.get(K_ETAG)
@@ -682,9 +690,18 @@ class DatasetVersion:
                 verified.is_verified(key, s.content_hash) or (s.etag is not None and st.etag == s.etag)
             ):  # the ETag trust model (.verified)
                 return problems
-            h = store.hash_file(p)
-            if h == s.content_hash:
-                verified.remember(key, h)
-            else:
+            digests = s.layout.digests if s.layout is not None else None  # checked in the same read
+            spans = SpanHasher([(o, n) for o, n, _ in s.layout.units]) if s.layout and digests is not None else None
+            h = store.hash_file(p, chunks=spans.update if spans is not None else None)
+            if h != s.content_hash:
                 problems.append(f"shard {s.path!r}: content hash {h} on disk, pinned {s.content_hash}")
+            elif spans is not None and digests is not None and spans.digests() != digests:
+                # the bytes are the pinned ones: the manifest's unit digests are not theirs (edited)
+                bad = [k for k, (a, b) in enumerate(zip(spans.digests(), digests)) if a != b]
+                problems.append(
+                    f"shard {s.path!r}: the manifest's unit digests of record batches {bad[:8]} are not those "
+                    "of the pinned bytes (the manifest's layout was edited; re-pin with rd.pin)"
+                )
+            else:
+                verified.remember(key, h)
         return problems

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import resumable_data as rd
+from resumable_data.sources import layout_cache
 from resumable_data.sources.version import compute_derived_hash
 
 pytest.importorskip("moto.server")
@@ -129,10 +130,12 @@ def _read(endpoint, prefix, how):
     return ids, vs
 
 
-def _exact_or_refused(endpoint, prefix, how):
+def _exact_or_refused(endpoint, prefix, how, reraise=False):
     try:
         ids, vs = _read(endpoint, prefix, how)
     except rd.ResumableDataError:
+        if reraise:
+            raise
         return "refused"
     assert ids == list(range(N)) and vs == TABLE.column("v").to_pylist(), "a forged layout delivered other rows"
     return "exact"
@@ -161,7 +164,55 @@ def test_a_forged_manifest_layout_is_refused_or_read_exactly(endpoint, pinned, f
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_forged_layout_cache_entry_is_refused_or_read_exactly(endpoint, pinned, fmt, tmp_path, monkeypatch):
     """A schema-1 manifest (no layouts): the first open builds each layout and keeps it in
-    ``cache_dir()/layouts``; a forged entry there is checked like a pinned one."""
+    ``cache_dir()/layouts``; a forged entry there (its check recomputed) is rd's cache problem: the
+    open rebuilds the layout from the store (a Parquet footer tells at open), or the read that finds
+    it wrong is refused naming the entry, which is removed, so the next open reads exactly."""
+    monkeypatch.setenv("RD_CACHE_DIR", str(tmp_path))
+    fs = s3_client(endpoint)
+    prefix, manifest = pinned[fmt]
+    m1 = copy.deepcopy(manifest)
+    m1["schema_version"] = 1
+    del m1["derived_hash"]
+    for sh in m1["shards"]:
+        del sh["layout"], sh["etag"]
+    pinned_layout = {k: v for k, v in manifest["shards"][0]["layout"].items() if k != "digests"}
+    try:
+        _put(fs, prefix, m1)
+        assert _exact_or_refused(endpoint, prefix, "take") == "exact"  # builds and remembers the layout
+        (entry,) = glob.glob(os.path.join(str(tmp_path), "layouts", "*.json"))
+        good = json.load(open(entry))
+        assert good["layout"] == pinned_layout
+        outcomes = {}
+        for name, units in _forgeries(pinned_layout["units"]):
+            forged = {**good, "layout": {**pinned_layout, "units": units}}
+            forged["check"] = layout_cache._check(forged)  # consistent: only the bytes can tell
+            with open(entry, "w") as f:
+                json.dump(forged, f)
+            try:
+                outcomes[name] = _exact_or_refused(endpoint, prefix, "take", reraise=True)
+            except rd.DatasetIntegrityError as exc:  # names the entry, removed it: the fix is to open again
+                outcomes[name] = "refused"
+                assert "layout cache entry" in str(exc) and "open the dataset again" in str(exc), exc
+                assert not os.path.exists(entry) or json.load(open(entry)) == good
+                assert _exact_or_refused(endpoint, prefix, "take") == "exact", name
+            if outcomes[name] == "refused" or fmt == "parquet":
+                assert json.load(open(entry)) == good, name  # rebuilt from the store and remembered
+    finally:
+        _put(fs, prefix, manifest)
+    # never other rows (_exact_or_refused); Parquet: every forgery is caught at open by the footer and
+    # rebuilt; IPC: one that passes validation is refused at its first read like a pinned one
+    assert len(outcomes) == 10, outcomes
+    if fmt == "parquet":
+        assert set(outcomes.values()) == {"exact"}, outcomes
+    else:
+        assert "refused" in outcomes.values(), outcomes
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_a_cache_entry_counting_other_rows_is_rebuilt_not_read_around(endpoint, pinned, fmt, tmp_path, monkeypatch):
+    """An entry whose units add up to another row count than the manifest's is not this shard's: it is
+    removed and the layout rebuilt from the store (before, the shard was opened without a layout, by
+    pyarrow's reader, at every open)."""
     monkeypatch.setenv("RD_CACHE_DIR", str(tmp_path))
     fs = s3_client(endpoint)
     prefix, manifest = pinned[fmt]
@@ -172,16 +223,17 @@ def test_a_forged_layout_cache_entry_is_refused_or_read_exactly(endpoint, pinned
         del sh["layout"], sh["etag"]
     try:
         _put(fs, prefix, m1)
-        assert _exact_or_refused(endpoint, prefix, "take") == "exact"  # builds and remembers the layout
+        assert _exact_or_refused(endpoint, prefix, "take") == "exact"
         (entry,) = glob.glob(os.path.join(str(tmp_path), "layouts", "*.json"))
-        assert json.load(open(entry)) == manifest["shards"][0]["layout"]
-        outcomes = {}
-        for name, units in _forgeries(manifest["shards"][0]["layout"]["units"]):
-            with open(entry, "w") as f:
-                json.dump({**manifest["shards"][0]["layout"], "units": units}, f)
-            outcomes[name] = _exact_or_refused(endpoint, prefix, "take")
+        good = json.load(open(entry))
+        forged = copy.deepcopy(good)
+        forged["layout"]["units"][2][2] += 1
+        forged["check"] = layout_cache._check(forged)
+        with open(entry, "w") as f:
+            json.dump(forged, f)
+        src = rd.ArrowShards(prefix, filesystem=s3_client(endpoint), retries=FAST)
+        assert src._shards[0].layout is not None and src._shards[0].layout.unit_rows == SIZES
+        assert src.take(np.arange(N)).column("id").to_pylist() == list(range(N))
+        assert json.load(open(entry)) == good
     finally:
         _put(fs, prefix, manifest)
-    # never other rows (_exact_or_refused); an entry that fails validation is rebuilt from the bytes,
-    # one that passes it is refused at its first read like a pinned one
-    assert len(outcomes) == 10 and "refused" in outcomes.values(), outcomes

@@ -27,13 +27,18 @@ removed where it can be (never a directory), and ``get`` returns None: the unit 
 store by the checked ranged read, so the step delivers the pinned bytes (structural validation
 alone cannot see a flipped value).
 
+A file with a right seal and other bytes (the seal is no secret: anyone can compute it) is refused
+where the unit has a pinned digest (:mod:`..unit_digests`): ``get(k, digest)`` also checks the bytes
+against it, and refuses, logs and removes the file like any other that is not the fetcher's.
+
 Guarantee: :meth:`UnitCache.get` returns the bytes the fetcher wrote for unit ``k`` (read from an
-object whose size and ETag were checked against the pinned identity; their digest checked at every
-get) or None; the caller decodes and validates them before any record is used
+object whose bytes hashed to the unit's pinned digest, or without one whose size and ETag were
+checked against the pinned identity; their seal, and the digest where given, checked at every get)
+or None; the caller decodes and validates them before any record is used
 (:meth:`~..files.OpenShard.decode_unit`).
 
 Cost: a hit is one ``open`` + ``mmap`` (a few microseconds) and one xxh3-128 of the unit's bytes
-(tens of GB/s: about 50 us per MiB); 16 bytes per unit on disk; a wait polls every 0.5 to 5 ms.
+(tens of GB/s: about 50 us per MiB), two with a pinned digest; 16 bytes per unit on disk; a wait polls every 0.5 to 5 ms.
 
 Abandoned directories. A loader removes its directory when it is closed, which a process killed
 with SIGKILL (a preempted job, the OOM killer) never does: each kill left up to ``cache_bytes`` in
@@ -71,6 +76,7 @@ import pyarrow as pa
 import xxhash
 
 from resumable_data.errors import ConfigError, describe
+from resumable_data.sources.unit_digests import unit_digest
 
 try:
     import fcntl
@@ -124,9 +130,10 @@ class UnitCache:
     def err_path(self, k: int) -> str:
         return os.path.join(self.root, f"{k}.err")
 
-    def _mapped(self, k: int) -> pa.Buffer | None:
+    def _mapped(self, k: int, digest: str | None = None) -> pa.Buffer | None:
         """Unit ``k``'s bytes from its file, None where there is none, or where it is not what the
-        fetcher wrote (then logged and removed: the caller reads the unit from the store)."""
+        fetcher wrote, or (``digest``: the unit's pinned digest) not the pinned bytes (then logged
+        and removed: the caller reads the unit from the store)."""
         path = self.unit_path(k)
         try:
             fd = os.open(path, _OPEN_FLAGS)
@@ -155,6 +162,9 @@ class UnitCache:
         if seal(k, body) != check.to_pybytes():
             self._damaged(k, "does not hold the bytes the fetcher wrote for it (its check differs)")
             return None
+        if digest is not None and unit_digest(body) != digest:  # a file written with a seal of other bytes
+            self._damaged(k, "does not hold the unit's pinned bytes (its pinned unit digest differs)")
+            return None
         return body
 
     def _damaged(self, k: int, why: str, *, remove: bool = True) -> None:
@@ -178,19 +188,20 @@ class UnitCache:
             except OSError:
                 pass
 
-    def get(self, k: int) -> pa.Buffer | None:
-        """The bytes of unit ``k`` (waiting while the fetcher has promised them), or None."""
-        data = self._mapped(k)
+    def get(self, k: int, digest: str | None = None) -> pa.Buffer | None:
+        """The bytes of unit ``k`` (waiting while the fetcher has promised them), or None;
+        ``digest``: the unit's pinned digest (:mod:`..unit_digests`), which they must hash to."""
+        data = self._mapped(k, digest)
         if data is not None:
             return data
         deadline, pause = time.monotonic() + WAIT_S, 0.0005
         while os.path.exists(self.want_path(k)) and time.monotonic() < deadline:
             time.sleep(pause)
             pause = min(pause * 1.5, 0.005)
-            data = self._mapped(k)
+            data = self._mapped(k, digest)
             if data is not None:
                 return data
-        return self._mapped(k)  # written just as the promise was dropped, or None: read it yourself
+        return self._mapped(k, digest)  # written just as the promise was dropped, or None: read it yourself
 
     def __getstate__(self) -> dict[str, str]:
         return {"root": self.root}

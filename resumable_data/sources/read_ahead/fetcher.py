@@ -8,8 +8,9 @@ units computed once per pass), promises the units of the steps already handed ou
 :mod:`.cache`) and wakes its scheduler thread, which walks the units still needed (from the oldest undelivered step) and
 keeps at most ``concurrency`` ranged reads in flight, the unit needed soonest first (a thread
 pool; each read is
-:meth:`ReadAheadSource.fetch_unit`: a HEAD whose size and ETag must match the pinned identity,
-then one GET of the unit's span). Each unit is written to the cache directory (temporary name,
+:meth:`ReadAheadSource.fetch_unit`: one GET of the unit's span whose bytes must hash to the unit's
+pinned digest where the version has one (``rd.pin``'s default ``hash="content"``:
+:mod:`..unit_digests`), else a HEAD whose size and ETag must match the pinned identity, then the GET). Each unit is written to the cache directory (temporary name,
 then rename) and its promise dropped.
 
 Fetch units (:class:`~.config.ReadUnit`). ``RECORD_BATCH``: one fetch per unit (an IPC record
@@ -30,8 +31,8 @@ by step ``s``), it joins to the same request the units on either side of ``u`` w
 the same shard, with a span that starts where its neighbour's ends (no byte in between), still to
 fetch and next needed by step ``s + max(1, lookahead // 4)`` at the latest, within the budget
 without evicting (or needed by a step in flight), and the request stays within
-:data:`MAX_REQUEST_BYTES`. One checked read (:meth:`ReadAheadSource.fetch_run`: a HEAD, then one
-GET of the joined span) then writes each unit's own bytes, so the cache, promises and Belady's
+:data:`MAX_REQUEST_BYTES`. One checked read (:meth:`ReadAheadSource.fetch_run`: one GET of the joined
+span, each unit checked against its digest; without digests a HEAD first) then writes each unit's own bytes, so the cache, promises and Belady's
 rule see the same units as before; only the count of requests falls (a sequential or window order
 reads runs of neighbouring record batches). ``concurrency`` bounds requests in flight.
 
@@ -46,12 +47,14 @@ Progress. The first step of each pass (a fresh loader, a resume, a new epoch) wa
 units from the store; a tqdm bar over their bytes appears on stderr if that takes more than two
 seconds (:mod:`.progress`; never where stderr is not a terminal).
 
-Content check (``SHARD``). Where the version pins each shard's content hash (``hash="content"``,
-the default), a whole object read ahead must hash (xxh3-128) to it before any of its units is
-written: the one request the ETag check leaves open (an object replaced between the HEAD and the
-GET) and a store answering with other bytes never reach the cache. Units read by range have no
-digest of their own to check (their bytes are checked against the ETag, then decoded and
-validated).
+Content check. Where the version pins each shard's content hash (``hash="content"``, the default),
+a whole object read ahead (``SHARD``: a HEAD, then one GET) must hash (xxh3-128) to it before any of
+its units is written, and a unit read by range (``RECORD_BATCH``) must hash to its pinned unit digest
+(:mod:`..unit_digests`; checked by the source's read, again when a step takes it from the cache): an
+object replaced after the open, even between a HEAD and its GET, and a store answering with other
+bytes never reach a batch. Without digests (pinned with ``hash="size"`` or ``"etag"``, or before
+manifest schema 3) units read by range are checked against the ETag by a HEAD, then decoded and
+validated.
 
 Faults. A fetch that fails (a store still down after its retries, an object that changed) writes
 ``k.err`` and drops the promise; the worker that needs unit ``k`` reads it itself and raises the
@@ -64,8 +67,8 @@ loader without read-ahead, at any worker count, before and after a resume (the p
 the resumed step).
 
 Cost: per handed-out step, ``records_of`` of one new step and one schedule over the window
-(``O(lookahead * batch)``); per read (a unit, a run of neighbouring units, or a shard), two
-requests (HEAD, GET); memory: the window's record ids.
+(``O(lookahead * batch)``); per read (a unit or a run of neighbouring units) one request (the GET)
+with unit digests, two (HEAD, GET) without; per shard read whole two; memory: the window's record ids.
 """
 
 from __future__ import annotations

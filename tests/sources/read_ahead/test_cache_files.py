@@ -16,6 +16,7 @@ import pytest
 
 import resumable_data as rd
 from resumable_data.sources.read_ahead.cache import DIGEST_BYTES, UnitCache, seal
+from resumable_data.sources.unit_digests import unit_digest
 
 
 def _write(cache: UnitCache, k: int, data: bytes) -> None:
@@ -93,6 +94,21 @@ def test_a_changed_unit_file_is_refused_logged_and_removed(tmp_path, caplog, cas
     if case != "a directory":
         assert not os.path.lexists(cache.unit_path(7))  # removed: the next get is a plain miss
     assert cache.get(8).to_pybytes() == b"unit eight bytes" * 10  # its neighbour is untouched
+
+
+def test_a_resealed_file_of_other_bytes_is_refused_where_the_unit_has_a_digest(tmp_path, caplog):
+    """The seal is no secret: other bytes written with their own seal pass it. A unit with a pinned
+    digest (.unit_digests) is checked against that too: refused, logged, removed; the caller reads it
+    from the store."""
+    cache = UnitCache(str(tmp_path))
+    data, other = b"unit seven bytes" * 10, b"unit 7 is forged" * 10
+    _write(cache, 7, other)  # a forger who recomputes the seal
+    assert cache.get(7).to_pybytes() == other  # the seal alone cannot tell
+    with caplog.at_level(logging.WARNING, logger="resumable_data.sources.read_ahead.cache"):
+        assert cache.get(7, unit_digest(data)) is None
+    assert "pinned unit digest" in caplog.text and not os.path.exists(cache.unit_path(7))
+    _write(cache, 7, data)
+    assert cache.get(7, unit_digest(data)).to_pybytes() == data  # the pinned bytes pass
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files without permission")

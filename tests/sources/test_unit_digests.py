@@ -1,0 +1,347 @@
+"""Per-unit content digests (sources/unit_digests.py): recorded by ``rd.pin`` (hash="content") in the
+manifest's layouts (schema 3), checked before every unit read by range is decoded, on the step path and
+the read-ahead path, IPC and Parquet. An object replaced after the open by one of the same size (in the
+same second, its HEAD even answered as before: the window between a HEAD and its GET) is an rd error and
+no wrong sample; a schema-2 manifest (no digests) keeps the HEAD check; forged digests are refused.
+moto's S3 server on 127.0.0.1, behind a proxy that counts requests or lies."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import xxhash
+
+import resumable_data as rd
+from resumable_data.sources.files import MANIFEST_NAME
+from resumable_data.sources.unit_digests import SpanHasher, is_digest, unit_digest
+from resumable_data.sources.version import compute_derived_hash
+
+N = 600
+ROWS = 20  # per unit: 30 units in 2 shards
+FAST = rd.Retries(attempts=2, base_delay=0.01, max_delay=0.02)
+
+
+# -- the hasher ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", range(6))
+def test_span_hasher_gives_each_spans_digest_whatever_the_chunks(seed):
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 256, 5000, dtype=np.uint8).tobytes()
+    spans = [(int(o), int(rng.integers(0, 5000 - o + 1))) for o in rng.integers(0, 5000, 40)]
+    spans += [(0, 5000), (4999, 1), (5000, 0), (17, 0)]  # whole, last byte, empty at the end, empty inside
+    h = SpanHasher(spans)
+    h.update(0, data[:10])  # a first attempt, abandoned: a chunk at offset 0 starts over
+    pos = 0
+    while pos < len(data):
+        n = int(rng.integers(1, 700))
+        h.update(pos, data[pos : pos + n])
+        pos += n
+    assert h.digests() == tuple(unit_digest(data[o : o + n]) for o, n in spans)
+    assert all(is_digest(d) for d in h.digests())
+
+
+def test_span_hasher_refuses_a_gap_and_an_uncovered_span():
+    h = SpanHasher([(0, 10), (5, 20)])
+    h.update(0, b"x" * 8)
+    with pytest.raises(ValueError, match="expected the next at 8"):
+        h.update(9, b"x")
+    with pytest.raises(ValueError, match="runs past"):
+        h.digests()
+
+
+# -- data -------------------------------------------------------------------------------------------
+def table(values: np.ndarray, start: int = 0) -> pa.Table:
+    return pa.table({"id": pa.array(np.arange(start, start + len(values), dtype=np.int64)), "v": pa.array(values)})
+
+
+GOOD = np.arange(N, dtype=np.int64) * 7
+BAD = GOOD[::-1].copy()  # the same values in another order: a same-size object, other rows
+
+
+def encode(fmt: str, t: pa.Table) -> bytes:
+    """One shard's bytes, of a size that depends only on the row count (Parquet: plain, uncompressed)."""
+    sink = io.BytesIO()
+    if fmt == "parquet":
+        pq.write_table(t, sink, row_group_size=ROWS, compression="none", use_dictionary=False)
+    else:
+        opener = pa.ipc.new_file if fmt == "arrow" else pa.ipc.new_stream
+        with opener(sink, t.schema) as w:
+            w.write_table(t, max_chunksize=ROWS)
+    return sink.getvalue()
+
+
+def shard_names(fmt):
+    ext = "parquet" if fmt == "parquet" else "arrow"
+    return [f"a.{ext}", f"b.{ext}"]
+
+
+def write(d, fmt, values=GOOD):
+    d.mkdir(parents=True, exist_ok=True)
+    for name, start in zip(shard_names(fmt), (0, N // 2)):
+        (d / name).write_bytes(encode(fmt, table(values[start : start + N // 2], start)))
+
+
+FORMATS = ("arrow", "arrow_stream", "parquet")
+
+
+# -- pinning and the manifest -------------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_content_pin_records_each_units_digest_and_size_and_etag_pins_none(tmp_path, fmt):
+    write(tmp_path, fmt)
+    v = rd.pin(tmp_path)
+    d = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    assert d["schema_version"] == 3
+    for s, name in zip(v.shards, shard_names(fmt)):
+        data = (tmp_path / name).read_bytes()
+        assert s.layout.digests == tuple(unit_digest(data[o : o + n]) for o, n, _ in s.layout.units)
+        assert len(s.layout.digests) == N // 2 // ROWS
+    assert all(s["layout"]["digests"] for s in d["shards"])
+    assert all(s.layout.digests is None for s in rd.pin(tmp_path, hash="size", save=False).shards)
+    v.verify("content")  # the digests are those of the bytes
+
+
+def as_schema_2(d):
+    d = copy.deepcopy(d)
+    d["schema_version"] = 2
+    for s in d["shards"]:
+        del s["layout"]["digests"]
+    d["derived_hash"] = compute_derived_hash(d["shards"])
+    return d
+
+
+def test_a_schema_2_manifest_loads_without_digests_and_keeps_its_hash(tmp_path):
+    write(tmp_path, "arrow")
+    v = rd.pin(tmp_path)
+    d = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    old = rd.DatasetVersion.from_dict(as_schema_2(d), root=tmp_path)
+    assert old.hash == v.hash and all(s.layout.digests is None and s.layout.units for s in old.shards)
+    # the layout keys are the schema's: no digests key in schema 2, one in schema 3
+    mixed = as_schema_2(d)
+    mixed["schema_version"] = 3
+    mixed["derived_hash"] = compute_derived_hash(mixed["shards"])
+    with pytest.raises(rd.DatasetIntegrityError, match="digests"):
+        rd.DatasetVersion.from_dict(mixed, root=tmp_path)
+    late = copy.deepcopy(d)
+    late["schema_version"] = 2
+    with pytest.raises(rd.DatasetIntegrityError, match="layout"):
+        rd.DatasetVersion.from_dict(late, root=tmp_path)
+
+
+@pytest.mark.parametrize("bad", [["0" * 31], "x", [1], ["g" * 32]])
+def test_malformed_digests_are_refused_at_load(tmp_path, bad):
+    write(tmp_path, "parquet")
+    rd.pin(tmp_path)
+    d = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    d["shards"][0]["layout"]["digests"] = bad if isinstance(bad, str) else bad * len(d["shards"][0]["layout"]["units"])
+    d["derived_hash"] = compute_derived_hash(d["shards"])
+    with pytest.raises(rd.DatasetIntegrityError, match="unit digests"):
+        rd.DatasetVersion.from_dict(d, root=tmp_path)
+
+
+def forge_digest(d, shard=0, unit=3):
+    """The manifest with one unit digest replaced and its derived_hash recomputed (consistent)."""
+    d = copy.deepcopy(d)
+    d["shards"][shard]["layout"]["digests"][unit] = xxhash.xxh3_128_hexdigest(b"forged")
+    d["derived_hash"] = compute_derived_hash(d["shards"])
+    return d
+
+
+def test_verify_content_lists_forged_unit_digests(tmp_path):
+    write(tmp_path, "arrow")
+    rd.pin(tmp_path)
+    d = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    v = rd.DatasetVersion.from_dict(forge_digest(d), root=tmp_path)  # loads: only the bytes can tell
+    v.verify("size")
+    with pytest.raises(rd.DatasetIntegrityError, match=r"unit digests of record batches \[3\]"):
+        v.verify("content")
+
+
+# -- remote ----------------------------------------------------------------------------------------------
+pytest.importorskip("moto.server")
+from tests.sources._hostile_store import HostileProxy  # noqa: E402
+from tests.sources.conftest import s3_client, setup_client  # noqa: E402
+
+
+@pytest.fixture
+def hostile(endpoint):
+    p = HostileProxy(endpoint)
+    yield p
+    p.close()
+
+
+_COUNT = iter(range(1 << 30))
+
+
+def put_dataset(endpoint, tmp_path, fmt, *, schema_2=False):
+    """A fresh prefix holding the two shards of ``fmt``, pinned with content hashes (``schema_2``: its
+    manifest rewritten as schema 2, without digests); (prefix, local dir, manifest dict)."""
+    fs = setup_client(endpoint)
+    d = tmp_path / f"local-{fmt}"
+    write(d, fmt)
+    bucket = f"digests-{next(_COUNT)}"
+    fs.create_dir(bucket)
+    for name in shard_names(fmt):
+        with fs.open_output_stream(f"{bucket}/data/{name}") as f:
+            f.write((d / name).read_bytes())
+    rd.pin(f"{bucket}/data", filesystem=fs)
+    with fs.open_input_stream(f"{bucket}/data/{MANIFEST_NAME}") as f:
+        manifest = json.loads(f.read())
+    if schema_2:
+        manifest = as_schema_2(manifest)
+        put_manifest(fs, f"{bucket}/data", manifest)
+    return f"{bucket}/data", d, manifest
+
+
+def put_manifest(fs, prefix, d):
+    with fs.open_output_stream(f"{prefix}/{MANIFEST_NAME}") as f:
+        f.write(json.dumps(d).encode())
+
+
+def replace_object(endpoint, prefix, fmt, name=None):
+    """The last shard rewritten with the same size and other rows (moto: a new ETag, maybe the same second)."""
+    fs = setup_client(endpoint)
+    name = name or shard_names(fmt)[-1]
+    new = encode(fmt, table(BAD[N // 2 :], N // 2))
+    assert len(new) == fs.get_file_info(f"{prefix}/{name}").size  # same size
+    with fs.open_output_stream(f"{prefix}/{name}") as f:
+        f.write(new)
+
+
+def same_head(hostile):
+    """Answer every HEAD with the first ETag, Last-Modified and length the object had: the store says the
+    object was not replaced (what a replacement between a HEAD and its GET looks like to the reader)."""
+    first = {}
+
+    def hook(req, ans):
+        if req.method == "HEAD" and ans.status == 200:
+            for h in ("ETag", "Last-Modified", "Content-Length"):
+                first.setdefault((req.path, h), ans.header(h))
+                if first[(req.path, h)] is not None:
+                    ans.set_header(h, first[(req.path, h)])
+        return ans
+
+    return hook
+
+
+def loader(src, ahead):
+    return rd.DataLoader(src, batch_size=16, seed=1, sharding=rd.Sharding(1, 0), num_workers=0, read_ahead=ahead)
+
+
+AHEAD = rd.ReadAhead(lookahead=4, concurrency=4, unit=rd.ReadUnit.RECORD_BATCH)
+
+
+def read_all(src, how):
+    """(ids, values) of every record, by ``take`` or through a loader reading ahead; the samples
+    delivered before an error are kept in ``read_all.got`` (each checked by the caller)."""
+    read_all.got = []
+    if how == "take":
+        t = src.take(np.arange(N))
+        read_all.got = list(zip(t.column("id").to_pylist(), t.column("v").to_pylist()))
+        return read_all.got
+    ld = loader(src, AHEAD)
+    try:
+        for b in ld:
+            read_all.got += list(zip(b["id"].tolist(), b["v"].tolist()))
+    finally:
+        ld.read_ahead.close()
+    return read_all.got
+
+
+def no_wrong_sample(got):
+    assert all(v == GOOD[i] for i, v in got), "a sample of the replaced object was delivered"
+
+
+HOWS = ("take", "read ahead")
+
+
+@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_reads_with_digests_send_no_head_and_equal_local(endpoint, hostile, tmp_path, fmt, how):
+    prefix, local, _ = put_dataset(endpoint, tmp_path, fmt)
+    src = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    assert all(s.layout.digests for s in src.version.shards)
+    hostile.log.clear()
+    got = read_all(src, how)
+    no_wrong_sample(got)
+    ids = [i for i, _ in got]
+    assert ids == list(range(N)) if how == "take" else len(set(ids)) == len(ids) >= N - 15  # (the tail dropped)
+    methods = [m for m, path, _ in hostile.log if "/data/" in path]
+    assert "HEAD" not in methods and methods.count("GET") >= 1, methods
+
+
+@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("head", ["honest", "answered as before"])
+def test_a_same_size_replacement_after_open_is_refused(endpoint, hostile, tmp_path, fmt, how, head):
+    """The object replaced after the open with another of the same size (same second, likely): with
+    the HEAD answered as before, this is the window between a HEAD and its GET (what pyarrow's reads
+    leave open: the GET gets the new bytes). Refused by the unit digests, no wrong sample."""
+    prefix, _, _ = put_dataset(endpoint, tmp_path, fmt)
+    if head != "honest":
+        hostile.hook = same_head(hostile)  # records each object's first answer (at open), then repeats it
+    src = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    replace_object(endpoint, prefix, fmt)
+    with pytest.raises(rd.DatasetIntegrityError) as exc:
+        read_all(src, how)
+    no_wrong_sample(read_all.got)
+    text = str(exc.value)
+    assert shard_names(fmt)[-1] in text and "fix:" in text
+    if head == "honest":  # the re-check's HEAD sees the new ETag: the object changed
+        assert "changed after this source opened it" in text
+    else:  # the store swears it is the same object: its bytes are not the pinned ones
+        assert "record batch" in text and "unit digest" in text and "restore the object" in text
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_a_schema_2_manifest_keeps_the_head_check(endpoint, hostile, tmp_path, fmt):
+    """No digests (pinned before schema 3): every unit read is a HEAD and a GET, as before, and a
+    replaced object is refused by its ETag."""
+    prefix, _, _ = put_dataset(endpoint, tmp_path, fmt, schema_2=True)
+    src = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    assert all(s.layout is not None and s.layout.digests is None for s in src.version.shards)
+    hostile.log.clear()
+    assert src.take(np.arange(N)).column("v").to_pylist() == GOOD.tolist()
+    methods = [m for m, path, _ in hostile.log if "/data/" in path]
+    assert methods.count("HEAD") == methods.count("GET") == N // ROWS, methods
+    fresh = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)  # nothing decoded yet
+    replace_object(endpoint, prefix, fmt)
+    with pytest.raises(rd.DatasetIntegrityError, match="changed after this source opened it"):
+        fresh.take(np.arange(N))
+
+
+@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_forged_unit_digests_are_refused(endpoint, tmp_path, fmt, how):
+    """A manifest whose unit digest was edited and its derived_hash recomputed loads (only the bytes can
+    tell), and the read of that unit is refused naming it: never a sample, never a silent pass."""
+    prefix, _, manifest = put_dataset(endpoint, tmp_path, fmt)
+    put_manifest(setup_client(endpoint), prefix, forge_digest(manifest, shard=1, unit=2))
+    src = rd.ArrowShards(prefix, filesystem=s3_client(endpoint), retries=FAST)
+    with pytest.raises(rd.DatasetIntegrityError, match="record batch 2 as pinned") as exc:
+        read_all(src, how)
+    no_wrong_sample(read_all.got)
+    assert shard_names(fmt)[1] in str(exc.value) and "re-pin" in str(exc.value)
+
+
+def test_a_shard_that_shrinks_while_it_is_pinned_is_refused(tmp_path, monkeypatch):
+    """The layout is read before the bytes are hashed: a file that has fewer bytes by then leaves a unit
+    span unhashed, which is a ConfigError (pin again), never a digest of bytes it never had."""
+    from resumable_data import _io
+
+    write(tmp_path, "arrow")
+    real = _io.hash_file
+
+    def shrunk(path, progress=None, chunks=None):
+        data = open(path, "rb").read()[: 1000]  # (the footer alone would leave every unit whole)
+        if chunks is not None:
+            chunks(0, data)
+        return real(path, progress)
+
+    monkeypatch.setattr(_io, "hash_file", shrunk)
+    with pytest.raises(rd.ConfigError, match="stays in place while it is pinned"):
+        rd.pin(tmp_path, save=False)
