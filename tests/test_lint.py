@@ -18,3 +18,18 @@ def test_ruff_is_clean(args):
     proc = subprocess.run([sys.executable, "-m", "ruff", *args, "resumable_data"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_no_tracked_file_holds_a_merge_conflict_marker():
+    """A merge resolved by hand once left ``<<<<<<< HEAD`` ... ``>>>>>>>`` in a docs page, which the
+    strict site build rendered without a word: no tracked text file may hold a conflict marker line."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    found = []
+    for name in filter(None, files):
+        path = ROOT / name.decode()
+        if not path.is_file() or path.suffix in {".png", ".arrow", ".parquet", ".feather", ".gz", ".zst"}:
+            continue
+        for no, line in enumerate(path.read_bytes().splitlines(), 1):
+            if line.startswith((b"<<<<<<< ", b">>>>>>> ")) or line == b"=======":
+                found.append(f"{name.decode()}:{no}")
+    assert found == [], f"merge conflict markers left in: {found[:20]}"
