@@ -55,7 +55,7 @@ from resumable_data.errors import ConfigError, describe
 from resumable_data.sources.decoded_units import new_owner, over_budget_warning, process_units, warn_once
 from resumable_data.sources.files import OpenShard
 from resumable_data.sources.gather import ColumnGather
-from resumable_data.sources.gather_decoded import DecodedUnit, PlanTable, plan_touched
+from resumable_data.sources.gather_decoded import DecodedUnit, Dictionaries, PlanTable, plan_touched
 from resumable_data.sources.read_ahead.cache import UnitCache
 from resumable_data.sources.store import FileSystemStore, ShardStore, join
 from resumable_data.sources.unit_index import Unit
@@ -110,6 +110,7 @@ class UnitReads:
         self.ahead: UnitCache | None = None  # the read-ahead cache attached (attach())
         self._columns = columns
         self._table: PlanTable | None = None  # the plan rows of the units planned so far (touched())
+        self._dictionaries = Dictionaries()  # the units' distinct dictionaries (one plan over equal ones)
         # the plans over every unit, while every one is kept (their span holds them): see _whole_plans
         self._whole: list[ColumnGather | None] | None = None
         self._tried = -(1 << 62)  # PlanTable.publishes at the last try of _whole_plans
@@ -157,7 +158,7 @@ class UnitReads:
             return hit[1]
         if u.batch is not None:  # a zero-copy batch of a map (a folder mixing codecs): validated once, no bytes held
             self._ensure_valid(k)
-            view = DecodedUnit(u.batch)
+            view = DecodedUnit(u.batch, self._dictionaries)
             view.nbytes = 0
             self._map.put(key, u.batch, view, size=0)
             return view
@@ -173,7 +174,7 @@ class UnitReads:
         # (the one request pyarrow leaves open) are refused here, never gathered by raw offsets
         batch = batch.replace_schema_metadata(self._metadata)
         validate_batch(batch, self._rel[u.shard], g)
-        unit = DecodedUnit(batch)
+        unit = DecodedUnit(batch, self._dictionaries)
         self._estimate[0] += unit.nbytes
         self._estimate[1] += 1
         self._map.put(key, batch, unit)
@@ -216,7 +217,7 @@ class UnitReads:
             units.append(got)
         plans = plan_touched(units)
         if table is None:
-            table = self._table = PlanTable(len(self._units), self._columns)
+            table = self._table = PlanTable(len(self._units), self._columns, self._dictionaries)
         with self._map.lock:
             table.publish(ks, units)
         n = len(self._units)
