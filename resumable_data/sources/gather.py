@@ -30,8 +30,9 @@ copies of :mod:`.copy_kernels`:
     own object, share a key, :class:`.gather_decoded.Dictionaries`);
   * nulls, at any level: the validity bits gathered as for ``bool`` (units without nulls read
     nothing) and attached to that level's result.
-- padded numpy batch (``to_numpy``, the default collate's layout, for integer and floating
-  columns): a fixed-width column is the same indexed read, reinterpreted; a list column is
+- padded numpy batch (``to_numpy``, the default collate's layout, for integer, floating and
+  ``bool`` columns): a fixed-width column is the same indexed read, reinterpreted; a ``bool``
+  column one compiled loop unpacking the bits into a numpy ``bool`` array; a list column is
   written straight into the ``[B, max length]`` padded array by one compiled loop; a
   ``fixed_size_list`` is the ``[B, L]`` rows. A column with nulls has no numpy layout (the
   collate makes Python lists of it, from the Arrow result).
@@ -66,7 +67,7 @@ import numpy as np
 import pyarrow as pa
 
 from resumable_data.errors import DatasetIntegrityError
-from resumable_data.sources.copy_kernels import copy_rows, copy_runs, gather_bits, pad_rows
+from resumable_data.sources.copy_kernels import copy_rows, gather_bits, gather_runs, pad_rows, unpack_bits
 from resumable_data.sources.unit_index import Unit
 
 __all__ = [
@@ -81,6 +82,7 @@ __all__ = [
 ]
 
 _INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
 
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -106,8 +108,11 @@ def numeric_dtype(t: pa.DataType) -> np.dtype | None:
 
 
 def has_numpy_layout(t: pa.DataType) -> bool:
-    """Whether a column of type ``t`` can have the default collate's numpy layout: integers and
-    floats, and (large / fixed-size) lists of them (its nulls, known per batch, may still rule it out)."""
+    """Whether a column of type ``t`` can have the default collate's numpy layout: integers,
+    floats and ``bool``, and (large / fixed-size) lists of integers and floats (its nulls, known per
+    batch, may still rule it out)."""
+    if pa.types.is_boolean(t):
+        return True
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         t = t.value_type
     return numeric_dtype(t) is not None
@@ -257,6 +262,19 @@ class _VarNode(_Node):
 
     def take(self, unit: np.ndarray, local: np.ndarray) -> pa.Array | None:
         n = len(unit)
+        c = self.child
+        if isinstance(c, _FixedNode) and c.valid is None:  # one compiled pass: ends, then one copy a run
+            out = np.empty(n + 1, dtype=self.offset_np)
+            limit = _INT32_MAX if self.offset_np is np.int32 else _INT64_MAX
+            data, total = gather_runs(self.offsets, self.base, c.view, c.base, unit, local, limit, out)
+            if total < 0:
+                return None  # the pieces exceed 32-bit offsets: the fallback's error, not ours
+            offsets = pa.py_buffer(out)
+            vb, nulls = self.nulls(unit, local)
+            if self.is_bytes:
+                return pa.Array.from_buffers(self.dtype, n, [vb, offsets, pa.py_buffer(data)], null_count=nulls)
+            flat = pa.Array.from_buffers(c.dtype, total, [None, pa.py_buffer(data)], null_count=0)
+            return pa.Array.from_buffers(self.dtype, n, [vb, offsets], null_count=nulls, children=[flat])
         starts, lengths = self.bounds(unit, local)
         off64 = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=off64[1:])
@@ -265,18 +283,13 @@ class _VarNode(_Node):
             return None  # the pieces exceed 32-bit offsets: the fallback's error, not ours
         offsets = pa.py_buffer(off64.astype(self.offset_np, copy=False))
         vb, nulls = self.nulls(unit, local)
-        if isinstance(self.child, _FixedNode) and self.child.valid is None:  # one compiled copy, in order
-            data = np.empty(total, dtype=_UINT[self.child.width])
-            copy_runs(self.child.view, self.child.base[unit] + starts, lengths, off64, data)
-            if self.is_bytes:
-                return pa.Array.from_buffers(self.dtype, n, [vb, offsets, pa.py_buffer(data)], null_count=nulls)
-            flat = pa.Array.from_buffers(self.child.dtype, total, [None, pa.py_buffer(data)], null_count=0)
-        else:  # gather the child at the expanded rows
-            cu = np.repeat(unit, lengths)
-            cl = np.repeat(starts - off64[:-1], lengths) + np.arange(total)
-            flat = self.child.take(cu, cl)
-            if flat is None:
-                return None
+        # any other child (lists of lists, of strings, of structs; children with nulls): gathered at
+        # the expanded rows
+        cu = np.repeat(unit, lengths)
+        cl = np.repeat(starts - off64[:-1], lengths) + np.arange(total)
+        flat = self.child.take(cu, cl)
+        if flat is None:
+            return None
         return pa.Array.from_buffers(self.dtype, n, [vb, offsets], null_count=nulls, children=[flat])
 
 
@@ -448,6 +461,8 @@ class ColumnGather:
         self.numpy_dtype = None  # nulls anywhere: the collate's Python lists, from take()
         if isinstance(r, _FixedNode) and r.valid is None:
             self.numpy_dtype = numeric_dtype(r.dtype)
+        elif isinstance(r, _BoolNode) and r.valid is None:
+            self.numpy_dtype = np.dtype(np.bool_)
         elif (
             ((isinstance(r, _VarNode) and not r.is_bytes) or isinstance(r, _FixedListNode))
             and isinstance(r.child, _FixedNode)
@@ -460,11 +475,16 @@ class ColumnGather:
         self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray, pad_value: object
     ) -> np.ndarray | tuple[np.ndarray, np.ndarray] | None:
         """The default collate's numpy layout of this column for ``ids``: a 1-D array (fixed
-        width), ``(padded [B, max length], lengths int64)`` (lists), ``[B, size]``
-        (``fixed_size_list``), or None (not numeric)."""
+        width; ``bool``: a numpy ``bool`` array, one byte a value, as the collate's ``to_numpy``),
+        ``(padded [B, max length], lengths int64)`` (lists), ``[B, size]`` (``fixed_size_list``),
+        or None (not numeric)."""
         if self.numpy_dtype is None:
             return None
         r = self.root
+        if isinstance(r, _BoolNode):
+            out = np.empty(len(unit), dtype=np.bool_)
+            unpack_bits(r.view, r.base, unit, local, out)
+            return out
         if isinstance(r, _FixedNode):
             return r.rows(unit, local).view(self.numpy_dtype)
         if isinstance(r, _FixedListNode):
