@@ -73,9 +73,10 @@ class Dictionaries:
     few kept here (once, when the unit is first planned) is what lets a batch over ~200 row groups
     skip the per-row-group take.
 
-    At most :attr:`MAX_KEPT` dictionaries and :attr:`MAX_BYTES` of their buffers are kept (they
-    live as long as the source, outside the decoded-unit budget, as the plan templates do); a
-    dictionary past either bound gets no key (its units take the per-unit fallback, as before)."""
+    At most :attr:`MAX_KEPT` dictionaries and :attr:`MAX_BYTES` of their buffers are kept, each
+    copied into the heap (never a view of a unit's buffers, whatever map they come from); they live
+    as long as the source, outside the decoded-unit budget, as the plan templates do. A dictionary
+    past either bound gets no key (its units take the per-unit fallback, as before)."""
 
     MAX_KEPT = 8
     MAX_BYTES = 4 << 20
@@ -100,7 +101,9 @@ class Dictionaries:
                     return k
             if len(kept) >= self.MAX_KEPT or self._bytes + size > self.MAX_BYTES:
                 return -1
-            kept.append(dictionary)
+            # a copy in the heap: the unit's own may be a view of a shard's memory map (a folder
+            # mixing codecs), which must not be read by a batch that touches (and checks) no unit of it
+            kept.append(dictionary.take(pa.array(np.arange(len(dictionary), dtype=np.int64))))
             self._bytes += size
             return len(kept) - 1
 

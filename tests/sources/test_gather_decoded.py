@@ -203,6 +203,10 @@ def test_one_units_dictionary_rows_carry_the_key_of_their_dictionary():
         row, other = rows.rows[i], again.rows[i]
         assert row is not None and other is not None, name
         assert row[0] == other[0] >= 0, name  # equal dictionaries (other objects): the same key
+        own, kept = batch.column(i).dictionary, dictionaries[int(row[0])]
+        assert kept.equals(own), name
+        # a copy, never a view of the unit's buffers (which may be a shard's memory map)
+        assert not {b.address for b in own.buffers() if b} & {b.address for b in kept.buffers() if b}, name
         lo = rows.lo // 64 * 64
         span = pa.foreign_buffer(lo, rows.hi - lo, base=batch)
         plan = rebuild_plan(rows.templates[i], row[:, None], span, dictionaries.__getitem__)
