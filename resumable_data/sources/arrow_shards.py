@@ -637,7 +637,7 @@ class ArrowShards:
             self._plan()  # built once, with _numpy_plans where every column has a numpy layout
             if self._numpy_plans is None:
                 return None  # before checking the ids: take() checks them
-        elif not self._numpy_layout:
+        elif not self._numpy_layout or self._reads.whole_without_numpy():
             return None
         ids, unit, local, touched = self._check_ids(record_ids)
         if len(ids) == 0:

@@ -113,6 +113,7 @@ class UnitReads:
         self._dictionaries = Dictionaries()  # the units' distinct dictionaries (one plan over equal ones)
         # the plans over every unit, while every one is kept (their span holds them): see _whole_plans
         self._whole: list[ColumnGather | None] | None = None
+        self._whole_numpy = False  # every column of _whole has the collate's numpy layout (whole_without_numpy)
         self._tried = -(1 << 62)  # PlanTable.publishes at the last try of _whole_plans
         self._left = 0  # units let go so far (_let_go): a plan over every unit built before one left is not kept
         self._map.watch(self._owner, self._let_go)
@@ -226,6 +227,12 @@ class UnitReads:
             self._whole_plans(table)
         return plans, renumbered, units
 
+    def whole_without_numpy(self) -> bool:
+        """Whether the plans over every unit serve the batches and some column has no numpy layout
+        in them (nulls in a numeric column, a ``bool`` with nulls): ``take_numpy`` then answers
+        None before checking the ids, which ``take`` checks again."""
+        return self._whole is not None and not self._whole_numpy
+
     def _whole_plans(self, table: PlanTable) -> None:
         """Plans over every unit of the source (numbered as the source numbers them), kept while no
         unit leaves the map, when every unit was planned and the decoded dataset fits the budget:
@@ -245,6 +252,7 @@ class UnitReads:
         plans = table.plans(found)
         with self._map.lock:  # _let_go runs under this lock: no unit left since the lookup
             if self._left == left:
+                self._whole_numpy = all(g is not None and g.numpy_dtype is not None for g in plans)
                 self._whole = plans
 
     def _over_budget(self, units: int, need: int) -> None:

@@ -362,9 +362,7 @@ def dictionary_folder(tmp_path_factory):
 
 
 def _dictionary_source(folder):
-    src = rd.ArrowShards(folder, unpinned="allow")
-    src._reads._map.reserve(1 << 30)  # the whole dataset fits: plans over every unit are built
-    return src
+    return rd.ArrowShards(folder, unpinned="allow")  # the whole dataset fits the budget: plans over every unit
 
 
 def _same_as_the_fallback(src, values, ids):
@@ -477,8 +475,7 @@ def test_loader_batches_equal_pyarrow_take_and_the_collate(issue_folders, monkey
     table, folder = issue_folders[column]
     if not whole:
         monkeypatch.setattr(UnitReads, "_whole_plans", lambda self, table: None)
-    src = rd.ArrowShards(folder, unpinned="allow")
-    src._reads._map.reserve(1 << 30)
+    src = rd.ArrowShards(folder, unpinned="allow")  # the dataset fits the default budget
     loader = rd.DataLoader(src, batch_size=64, shuffle=True, seed=3)
     plan = loader.plan
     step = 0
@@ -491,3 +488,30 @@ def test_loader_batches_equal_pyarrow_take_and_the_collate(issue_folders, monkey
     if src._reads._whole is not None:
         assert src._reads._whole[0] is not None  # the column's plan over every row group served the batches
     src.close()
+
+
+def test_take_numpy_answers_none_before_checking_ids_once_the_whole_plans_lack_a_numpy_layout(tmp_path, monkeypatch):
+    """A numeric column with nulls has no numpy layout: once the plans over every row group serve
+    the batches, ``take_numpy`` says so without checking the ids (the loader's ``take`` checks
+    them); a numeric dataset without nulls is still served by ``take_numpy``."""
+    n = 600
+    table = pa.table({"x": np.arange(n), "maybe": pa.array([None if i % 7 == 0 else i for i in range(n)])})
+    pq.write_table(table, tmp_path / "a.parquet", row_group_size=50)
+    src = rd.ArrowShards(tmp_path, unpinned="allow")
+    ids = np.arange(n - 1, -1, -5)
+    assert src.take_numpy(ids) is None and src.take(np.arange(n)).equals(table)
+    assert src._reads._whole is not None and src._reads.whole_without_numpy()
+    checked = []
+    monkeypatch.setattr(src, "_check_ids", lambda ids: checked.append(ids))
+    assert src.take_numpy(ids) is None and checked == []
+    monkeypatch.undo()
+    assert src.take(ids).equals(table.take(pa.array(ids)))
+    src.close()
+    (tmp_path / "x").mkdir()
+    pq.write_table(table.select(["x"]), tmp_path / "x" / "a.parquet", row_group_size=50)
+    numeric = rd.ArrowShards(tmp_path / "x", unpinned="allow")
+    numeric.take(np.arange(n))
+    assert numeric._reads._whole is not None and not numeric._reads.whole_without_numpy()
+    got = numeric.take_numpy(ids)
+    assert got is not None and np.array_equal(got[0], ids)
+    numeric.close()
