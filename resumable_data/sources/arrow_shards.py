@@ -630,8 +630,8 @@ class ArrowShards:
     def take_numpy(self, record_ids: Sequence[int] | np.ndarray, pad_value: Any = 0) -> list[Any] | None:
         """Per column, the default collate's numpy layout of ``take(record_ids)`` (a 1-D array, or
         ``(padded, lengths)`` for a list column), straight from the maps (remote units and local
-        Parquet row groups: from the decoded units); None unless every column is an integer/float (or list of them) column on the fast
-        path (then use :meth:`take`)."""
+        Parquet row groups: from the decoded units); None unless every column is an integer/float
+        (or list of them) or ``bool`` column without nulls on the fast path (then use :meth:`take`)."""
         self._usable()
         if not self._reads.loaded:
             self._plan()  # built once, with _numpy_plans where every column has a numpy layout
