@@ -296,10 +296,13 @@ print(json.dumps(r))
 """
 
 
-def parquet_before_after(before: str, n: int, rounds: int) -> str:
-    """Every column type as Parquet (1,000-row row groups, global shuffle), the package at ``before``
-    (a checkout of an older commit) against this one, each measure a fresh process, the order
-    alternating per round; the same benchmark code (this tree's) measures both."""
+def parquet_before_after(
+    before: str, n: int, rounds: int, kinds: list[str] | None = None, out: str = "columns_parquet"
+) -> str:
+    """Every column type (or those of ``kinds``) as Parquet (1,000-row row groups, global shuffle),
+    the package at ``before`` (a checkout of an older commit) against this one, each measure a
+    fresh process, the order alternating per round; the same benchmark code (this tree's)
+    measures both. Written to ``benchmarks/results/<name>.md``."""
     import json
     import os
     import subprocess
@@ -313,8 +316,8 @@ def parquet_before_after(before: str, n: int, rounds: int) -> str:
     os.symlink(os.path.join(os.path.abspath(before), "resumable_data"), os.path.join(shadow, "resumable_data"))
     # the child's first path entry is its working directory: the shadow's for ``before``
     trees = {"before": (f"{shadow}{os.pathsep}{root}", shadow), "after": (root, root)}
-    runs: dict[str, dict[str, list[dict]]] = {k: {"before": [], "after": []} for k in KINDS}
-    for kind in KINDS:
+    runs: dict[str, dict[str, list[dict]]] = {k: {"before": [], "after": []} for k in kinds or KINDS}
+    for kind in runs:
         build(kind, n)
         for r in range(rounds):
             for name in ("before", "after") if r % 2 == 0 else ("after", "before"):
@@ -330,7 +333,9 @@ def parquet_before_after(before: str, n: int, rounds: int) -> str:
             print(kind, {k: round(v[-1]["cpu_vs_ceiling"], 3) for k, v in runs[kind].items()}, flush=True)
     lines = [f"# Column types as Parquet (1,000-row row groups, {n:,} records, global shuffle, batch {BATCH}, "
              f"0 workers): before vs after, CPU ratio to the ceiling", "",
-             f"`python -m benchmarks.loader_columns --parquet-before {before} --rounds {rounds}`: per type, "
+             f"`python -m benchmarks.loader_columns --parquet-before {before} --rounds {rounds}"
+             + "".join(f" --kind '{k}'" for k in kinds or []) + f"{'' if out == 'columns_parquet' else ' --name ' + out}`"
+             + ": per type, "
              f"{rounds} fresh processes each for the package at `before` and this one, alternating; each runs "
              "`measure(kind, n, 'parquet', 10, 5, warm=20)`; medians over the processes.", "",
              "| column type | before: CPU vs ceiling | after: CPU vs ceiling | before: rd samples/s "
@@ -344,7 +349,9 @@ def parquet_before_after(before: str, n: int, rounds: int) -> str:
                      f"{b['rd_samples_per_s']:,.0f} | {a['rd_samples_per_s']:,.0f} | "
                      f"{a['rd_samples_per_s'] / b['rd_samples_per_s']:.1f}x |")
     md = "\n".join(lines) + "\n"
-    write_results("columns_parquet", {"records": n, "before": before, "runs": runs}, md)
+    load = os.getloadavg()
+    md += f"\nLoad average at the end of the run: {load[0]:.1f} (1 min), {load[1]:.1f} (5 min), {load[2]:.1f} (15 min).\n"
+    write_results(out, {"records": n, "before": before, "runs": runs, "load_at_end": load}, md)
     return md
 
 
@@ -357,8 +364,10 @@ if __name__ == "__main__":
     ap.add_argument("--parquet-before", metavar="TREE", help="a checkout of the commit to compare with")
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--kind", action="append", choices=KINDS, help="with --parquet-before: only this column type (repeatable)")
+    ap.add_argument("--name", default="columns_parquet", help="with --parquet-before: the results file's name")
     a = ap.parse_args()
     if a.parquet_before:
-        print(parquet_before_after(a.parquet_before, a.records, a.rounds))
+        print(parquet_before_after(a.parquet_before, a.records, a.rounds, a.kind, a.name))
     else:
         print(image_budget(a.records, a.image_budget, a.rounds))

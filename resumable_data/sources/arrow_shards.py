@@ -66,6 +66,7 @@ over the shards (:mod:`.watch`; ``benchmarks/bench_identity.py``; the figure is 
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from dataclasses import replace
@@ -355,6 +356,8 @@ class ArrowShards:
         (``touched``, when the caller located them already)."""
         if touched is None:
             touched = np.flatnonzero(np.bincount(self._unit_shard[unit], minlength=len(self._shards)) * self._mapped)
+        if not len(touched):  # no mapped shard read (decoded units: checked when they are read)
+            return fn()
         self._check_files(touched, "before a read")
         out = fn()
         self._check_files(touched, "after a read (the rows read are not returned)")
@@ -615,6 +618,12 @@ class ArrowShards:
                 self._numpy_plans = [g for g in self._fast if g is not None]
         return self._fast
 
+    @functools.cached_property
+    def _numpy_layout(self) -> bool:
+        """Whether every column's type can have the default collate's numpy layout (asked per
+        batch by :meth:`take_numpy` for decoded units; the schema is fixed once open)."""
+        return all(has_numpy_layout(f.type) for f in self._schema)
+
     def take(self, record_ids: Sequence[int] | np.ndarray) -> pa.Table:
         """The records ``record_ids`` (requested order, duplicates allowed) as one-chunk Table."""
         ids, unit, local, touched = self._check_ids(record_ids)
@@ -648,14 +657,14 @@ class ArrowShards:
     def take_numpy(self, record_ids: Sequence[int] | np.ndarray, pad_value: Any = 0) -> list[Any] | None:
         """Per column, the default collate's numpy layout of ``take(record_ids)`` (a 1-D array, or
         ``(padded, lengths)`` for a list column), straight from the maps (remote units and local
-        Parquet row groups: from the decoded units); None unless every column is an integer/float (or list of them) column on the fast
-        path (then use :meth:`take`)."""
+        Parquet row groups: from the decoded units); None unless every column is an integer/float
+        (or list of them) or ``bool`` column without nulls on the fast path (then use :meth:`take`)."""
         self._usable()
         if not self._reads.loaded:
             self._plan()  # built once, with _numpy_plans where every column has a numpy layout
             if self._numpy_plans is None:
                 return None  # before checking the ids: take() checks them
-        elif not all(has_numpy_layout(f.type) for f in self._schema):
+        elif not self._numpy_layout or self._reads.whole_without_numpy():
             return None
         ids, unit, local, touched = self._check_ids(record_ids)
         if len(ids) == 0:

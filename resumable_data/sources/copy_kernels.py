@@ -4,11 +4,12 @@ Algorithm: each kernel is one compiled loop over the requested rows. A run of va
 bytes, a list's numbers, a ``fixed_size_list`` row) is one ``memcpy`` (:func:`memcpy`, a numba
 intrinsic that accepts only one contiguous block of one item type, checked at compile time);
 ``pad_rows`` / ``pad_rows_at`` write list rows into a ``[B, width]`` padded array (fill, then
-copy); ``copy_runs`` packs runs back to back at given offsets; ``gather_bits`` reads bit ``base +
+copy); ``copy_runs`` packs runs back to back at given offsets; ``gather_runs`` reads the rows'
+runs from a mapped offsets buffer and packs them (their offsets, then one copy each); ``gather_bits`` reads bit ``base +
 local`` of every row (validity bitmaps, ``bool`` values) and packs them, returning the count of
-set bits.
+set bits; ``unpack_bits`` reads them into a numpy ``bool`` array.
 
-Guarantee: pure functions of their arrays: no allocation, no Python objects, no reads outside
+Guarantee: pure functions of their arrays: no allocation (``gather_runs``: its result), no Python objects, no reads outside
 the indices the caller passes (the caller, :mod:`.gather`, checks every index against the
 validated buffers first).
 
@@ -22,7 +23,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["copy_rows", "copy_runs", "gather_bits", "memcpy", "pad_rows", "pad_rows_at"]
+__all__ = ["copy_rows", "copy_runs", "gather_bits", "gather_runs", "memcpy", "pad_rows", "pad_rows_at", "unpack_bits"]
 
 
 @intrinsic
@@ -78,6 +79,42 @@ def copy_runs(values, starts, lengths, offsets, out):  # pragma: no cover - comp
 
 
 @njit(cache=True, nogil=True)
+def unpack_bits(data, base, unit, local, out):  # pragma: no cover - compiled
+    """``out[j]`` (a ``bool`` array) = bit ``base[unit[j]] + local[j]`` of ``data`` (LSB first,
+    Arrow's order): a ``bool`` column as the default collate's numpy array, in one pass."""
+    for j in range(unit.shape[0]):
+        b = base[unit[j]] + local[j]
+        out[j] = (data[b >> 3] >> (b & 7)) & 1
+
+
+@njit(cache=True, nogil=True)
+def gather_runs(offsets, base, values, values_base, unit, local, limit, out_offsets):  # pragma: no cover - compiled
+    """The runs of a variable-length column's rows, back to back: row ``j`` is item
+    ``a = base[unit[j]] + local[j]`` of ``offsets``, its run ``values[values_base[unit[j]] +
+    offsets[a]:... + offsets[a + 1]]``. Writes ``out_offsets`` (``[0, end of row 0, ...]``) and
+    returns ``(the runs' values, their total)``; ``(empty, -1)`` as soon as the total exceeds
+    ``limit`` (the item count ``out_offsets``' type can hold). Two passes: the ends, then one
+    ``memcpy`` a run into the array allocated between them."""
+    n = unit.shape[0]
+    starts = np.empty(n, np.int64)
+    total = 0
+    out_offsets[0] = 0
+    for j in range(n):
+        at = base[unit[j]] + local[j]
+        first = offsets[at]
+        total += offsets[at + 1] - first
+        if total > limit:
+            return np.empty(0, values.dtype), -1
+        starts[j] = values_base[unit[j]] + first
+        out_offsets[j + 1] = total
+    data = np.empty(total, values.dtype)
+    for j in range(n):
+        at = out_offsets[j]
+        memcpy(data, np.int64(at), values, np.int64(starts[j]), np.int64(out_offsets[j + 1] - at))
+    return data, total
+
+
+@njit(cache=True, nogil=True)
 def copy_rows(values, starts, out):  # pragma: no cover - compiled
     """``out[b] = values[starts[b]:starts[b] + out.shape[1]]`` (fixed-size rows)."""
     m = out.shape[1]
@@ -90,7 +127,7 @@ def copy_rows(values, starts, out):  # pragma: no cover - compiled
 def gather_bits(data, base, unit, local, out):  # pragma: no cover - compiled
     """Bit ``j`` of ``out`` (zeroed, LSB first, Arrow's order) = bit ``base[unit[j]] + local[j]``
     of ``data``, or 1 where that base is negative (a unit without a bitmap); returns the count of
-    set bits. One pass, no intermediate array of bits."""
+    set bits; ``unpack_bits`` reads them into a numpy ``bool`` array. One pass, no intermediate array of bits."""
     ones = 0
     for j in range(unit.shape[0]):
         b = base[unit[j]]

@@ -26,11 +26,13 @@ copies of :mod:`.copy_kernels`:
     L values; otherwise the child is gathered at the B*L expanded rows;
   * ``struct``: each field gathered at the same rows;
   * ``dictionary``: the indices gathered as fixed width, when every unit holds the same
-    dictionary (an IPC file's one dictionary);
+    dictionary (an IPC file's one dictionary; decoded units: equal dictionaries, each unit's its
+    own object, share a key, :class:`.gather_decoded.Dictionaries`);
   * nulls, at any level: the validity bits gathered as for ``bool`` (units without nulls read
     nothing) and attached to that level's result.
-- padded numpy batch (``to_numpy``, the default collate's layout, for integer and floating
-  columns): a fixed-width column is the same indexed read, reinterpreted; a list column is
+- padded numpy batch (``to_numpy``, the default collate's layout, for integer, floating and
+  ``bool`` columns): a fixed-width column is the same indexed read, reinterpreted; a ``bool``
+  column one compiled loop unpacking the bits into a numpy ``bool`` array; a list column is
   written straight into the ``[B, max length]`` padded array by one compiled loop; a
   ``fixed_size_list`` is the ``[B, L]`` rows. A column with nulls has no numpy layout (the
   collate makes Python lists of it, from the Arrow result).
@@ -39,8 +41,9 @@ copies of :mod:`.copy_kernels`:
   decoded and kept as a row of absolute addresses (:func:`flatten_plan`); per batch the touched
   units' rows become the same tree over one span covering their buffers (:func:`rebuild_plan`),
   so they are gathered by the same nodes and kernels as mapped shards.
-- fallback (dictionaries whose units differ (Parquet row groups), compressed IPC, ``decimal``, ``map``, unions, extension types, buffers not
-  inside the map or misaligned, a ``string`` batch over 2 GiB): ids are grouped
+- fallback (dictionaries that differ between the units a batch touches, compressed IPC,
+  ``decimal``, ``map``, unions, extension types, buffers not inside the map or misaligned, a
+  ``string`` batch over 2 GiB): ids are grouped
   by unit, each unit does an Arrow ``take``, the pieces are concatenated and reordered with one
   ``take`` on the small result. Never a ``take`` over a multi-chunk table.
 
@@ -57,14 +60,14 @@ per node, built once (the plan reads buffer addresses, never data).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
 
 from resumable_data.errors import DatasetIntegrityError
-from resumable_data.sources.copy_kernels import copy_rows, copy_runs, gather_bits, pad_rows
+from resumable_data.sources.copy_kernels import copy_rows, gather_bits, gather_runs, pad_rows, unpack_bits
 from resumable_data.sources.unit_index import Unit
 
 __all__ = [
@@ -79,6 +82,7 @@ __all__ = [
 ]
 
 _INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
 
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -104,8 +108,11 @@ def numeric_dtype(t: pa.DataType) -> np.dtype | None:
 
 
 def has_numpy_layout(t: pa.DataType) -> bool:
-    """Whether a column of type ``t`` can have the default collate's numpy layout: integers and
-    floats, and (large / fixed-size) lists of them (its nulls, known per batch, may still rule it out)."""
+    """Whether a column of type ``t`` can have the default collate's numpy layout: integers,
+    floats and ``bool``, and (large / fixed-size) lists of integers and floats (its nulls, known per
+    batch, may still rule it out)."""
+    if pa.types.is_boolean(t):
+        return True
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         t = t.value_type
     return numeric_dtype(t) is not None
@@ -255,6 +262,19 @@ class _VarNode(_Node):
 
     def take(self, unit: np.ndarray, local: np.ndarray) -> pa.Array | None:
         n = len(unit)
+        c = self.child
+        if isinstance(c, _FixedNode) and c.valid is None:  # one compiled pass: ends, then one copy a run
+            out = np.empty(n + 1, dtype=self.offset_np)
+            limit = _INT32_MAX if self.offset_np is np.int32 else _INT64_MAX
+            data, total = gather_runs(self.offsets, self.base, c.view, c.base, unit, local, limit, out)
+            if total < 0:
+                return None  # the pieces exceed 32-bit offsets: the fallback's error, not ours
+            offsets = pa.py_buffer(out)
+            vb, nulls = self.nulls(unit, local)
+            if self.is_bytes:
+                return pa.Array.from_buffers(self.dtype, n, [vb, offsets, pa.py_buffer(data)], null_count=nulls)
+            flat = pa.Array.from_buffers(c.dtype, total, [None, pa.py_buffer(data)], null_count=0)
+            return pa.Array.from_buffers(self.dtype, n, [vb, offsets], null_count=nulls, children=[flat])
         starts, lengths = self.bounds(unit, local)
         off64 = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=off64[1:])
@@ -263,18 +283,13 @@ class _VarNode(_Node):
             return None  # the pieces exceed 32-bit offsets: the fallback's error, not ours
         offsets = pa.py_buffer(off64.astype(self.offset_np, copy=False))
         vb, nulls = self.nulls(unit, local)
-        if isinstance(self.child, _FixedNode) and self.child.valid is None:  # one compiled copy, in order
-            data = np.empty(total, dtype=_UINT[self.child.width])
-            copy_runs(self.child.view, self.child.base[unit] + starts, lengths, off64, data)
-            if self.is_bytes:
-                return pa.Array.from_buffers(self.dtype, n, [vb, offsets, pa.py_buffer(data)], null_count=nulls)
-            flat = pa.Array.from_buffers(self.child.dtype, total, [None, pa.py_buffer(data)], null_count=0)
-        else:  # gather the child at the expanded rows
-            cu = np.repeat(unit, lengths)
-            cl = np.repeat(starts - off64[:-1], lengths) + np.arange(total)
-            flat = self.child.take(cu, cl)
-            if flat is None:
-                return None
+        # any other child (lists of lists, of strings, of structs; children with nulls): gathered at
+        # the expanded rows
+        cu = np.repeat(unit, lengths)
+        cl = np.repeat(starts - off64[:-1], lengths) + np.arange(total)
+        flat = self.child.take(cu, cl)
+        if flat is None:
+            return None
         return pa.Array.from_buffers(self.dtype, n, [vb, offsets], null_count=nulls, children=[flat])
 
 
@@ -446,6 +461,8 @@ class ColumnGather:
         self.numpy_dtype = None  # nulls anywhere: the collate's Python lists, from take()
         if isinstance(r, _FixedNode) and r.valid is None:
             self.numpy_dtype = numeric_dtype(r.dtype)
+        elif isinstance(r, _BoolNode) and r.valid is None:
+            self.numpy_dtype = np.dtype(np.bool_)
         elif (
             ((isinstance(r, _VarNode) and not r.is_bytes) or isinstance(r, _FixedListNode))
             and isinstance(r.child, _FixedNode)
@@ -458,11 +475,16 @@ class ColumnGather:
         self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray, pad_value: object
     ) -> np.ndarray | tuple[np.ndarray, np.ndarray] | None:
         """The default collate's numpy layout of this column for ``ids``: a 1-D array (fixed
-        width), ``(padded [B, max length], lengths int64)`` (lists), ``[B, size]``
-        (``fixed_size_list``), or None (not numeric)."""
+        width; ``bool``: a numpy ``bool`` array, one byte a value, as the collate's ``to_numpy``),
+        ``(padded [B, max length], lengths int64)`` (lists), ``[B, size]`` (``fixed_size_list``),
+        or None (not numeric)."""
         if self.numpy_dtype is None:
             return None
         r = self.root
+        if isinstance(r, _BoolNode):
+            out = np.empty(len(unit), dtype=np.bool_)
+            unpack_bits(r.view, r.base, unit, local, out)
+            return out
         if isinstance(r, _FixedNode):
             return r.rows(unit, local).view(self.numpy_dtype)
         if isinstance(r, _FixedListNode):
@@ -599,12 +621,15 @@ def _children(node: _Node) -> list[_Node]:
     return []
 
 
-def _flatten(node: _Node, out: list[int]) -> bool:
+def _flatten(node: _Node, out: list[int], keys: Callable[[pa.Array], int] | None) -> bool:
     """Append ``node``'s absolute addresses (its bitmap's first bit or -1, then its own first item
-    in bytes, or first bit for ``bool``; then its children's) to ``out``; False for a dictionary or
-    an item not aligned to its width."""
+    in bytes, or first bit for ``bool``; then its children's) to ``out``; a dictionary appends its
+    dictionary's key (``keys``, -1: none), then its indices' addresses. False for a dictionary
+    without a key or an item not aligned to its width."""
     if isinstance(node, _DictionaryNode):
-        return False
+        key = -1 if keys is None else keys(node.dictionary)
+        out.append(key)
+        return key >= 0 and _flatten(node.indices, out, keys)
     v = node.valid
     out.append(-1 if v is None or v.base[0] < 0 else v.span.buffer.address * 8 + int(v.base[0]))
     if isinstance(node, _BoolNode):
@@ -615,18 +640,31 @@ def _flatten(node: _Node, out: list[int]) -> bool:
         if address % w:
             return False
         out.append(address)
-    return all(_flatten(c, out) for c in _children(node))
+    return all(_flatten(c, out, keys) for c in _children(node))
 
 
-def flatten_plan(plan: ColumnGather) -> np.ndarray | None:
+def flatten_plan(plan: ColumnGather, keys: Callable[[pa.Array], int] | None = None) -> np.ndarray | None:
     """A plan over one unit as a row of absolute addresses, one per node and bitmap in depth-first
-    order (:func:`rebuild_plan` reads them back), or None where it has none (a dictionary, an item
-    not aligned to its width). The addresses are only valid while the unit's buffers live."""
+    order (:func:`rebuild_plan` reads them back), or None where it has none (an item not aligned to
+    its width; a dictionary that ``keys`` gives no key, -1, or any dictionary without ``keys``). A
+    dictionary's entry is the key ``keys`` gives its dictionary: units whose dictionaries have the
+    same key are gathered as one (``keys`` must give one key only to equal dictionaries). The
+    addresses are only valid while the unit's buffers live."""
     out: list[int] = []
-    return np.array(out, dtype=np.int64) if _flatten(plan.root, out) else None
+    return np.array(out, dtype=np.int64) if _flatten(plan.root, out, keys) else None
 
 
-def _rebuild(template: _Node, cols: Iterator[np.ndarray], span: _Span, lo: int) -> _Node:
+def _rebuild(
+    template: _Node, cols: Iterator[np.ndarray], span: _Span, lo: int, dictionaries: Callable[[int], pa.Array] | None
+) -> _Node:
+    if isinstance(template, _DictionaryNode):  # one dictionary for every unit, or no plan
+        keys = next(cols)
+        indices = _rebuild(template.indices, cols, span, lo, dictionaries)
+        key = int(keys[0])
+        if dictionaries is None or key < 0 or not bool((keys == key).all()):
+            raise _Fail
+        assert isinstance(indices, _FixedNode)
+        return _DictionaryNode(template.dtype, indices, dictionaries(key))
     valid = next(cols)
     node: _Node
     if isinstance(template, _BoolNode):
@@ -636,11 +674,12 @@ def _rebuild(template: _Node, cols: Iterator[np.ndarray], span: _Span, lo: int) 
     elif isinstance(template, _VarNode):
         ow = _item_bytes(template)
         base = (next(cols) - lo) // ow
-        node = _VarNode(template.dtype, span, ow, base, _rebuild(template.child, cols, span, lo), template.is_bytes)
+        child = _rebuild(template.child, cols, span, lo, dictionaries)
+        node = _VarNode(template.dtype, span, ow, base, child, template.is_bytes)
     elif isinstance(template, _FixedListNode):
-        node = _FixedListNode(template.dtype, _rebuild(template.child, cols, span, lo))
+        node = _FixedListNode(template.dtype, _rebuild(template.child, cols, span, lo, dictionaries))
     elif isinstance(template, _StructNode):
-        node = _StructNode(template.dtype, [_rebuild(c, cols, span, lo) for c in template.children])
+        node = _StructNode(template.dtype, [_rebuild(c, cols, span, lo, dictionaries) for c in template.children])
     else:  # flatten_plan gives no row to any other node
         raise AssertionError(f"no row for {type(template).__name__}")
     has = valid >= 0
@@ -649,13 +688,23 @@ def _rebuild(template: _Node, cols: Iterator[np.ndarray], span: _Span, lo: int) 
     return node
 
 
-def rebuild_plan(template: ColumnGather, rows: np.ndarray, span: pa.Buffer) -> ColumnGather:
+def rebuild_plan(
+    template: ColumnGather,
+    rows: np.ndarray,
+    span: pa.Buffer,
+    dictionaries: Callable[[int], pa.Array] | None = None,
+) -> ColumnGather | None:
     """The plan of ``template``'s type over the units whose :func:`flatten_plan` rows are the
     columns of ``rows`` (``[nodes, units]``), on ``span``: a buffer covering every unit's buffers,
     its address a multiple of 64 (so every item width divides each base's offset) and whose
     ``base`` keeps the units alive. Equals :func:`plan_column` over those units (same nodes; each
-    base moved onto the span with one array operation)."""
+    base moved onto the span with one array operation). A dictionary level takes its dictionary
+    from ``dictionaries`` by the units' key; units whose keys differ have no plan (None: the
+    per-unit fallback, as :func:`plan_column` refuses differing dictionaries)."""
     lo = span.address
     if lo % 64:
         raise ValueError(f"span address {lo:#x}: expected a multiple of 64")
-    return ColumnGather(_rebuild(template.root, iter(rows), _Span(span, [None]), lo))
+    try:
+        return ColumnGather(_rebuild(template.root, iter(rows), _Span(span, [None]), lo, dictionaries))
+    except _Fail:
+        return None

@@ -14,14 +14,17 @@ Algorithm.
   alone (:func:`.gather.plan_column` over the batch's own buffers: every buffer it reads is checked
   inside the batch, offsets inside their buffers, as for a mapped shard) and the plan is flattened
   into a row of absolute addresses, one per node and bitmap in depth-first order (a node's first
-  item in bytes; a bitmap's or ``bool``'s first bit in bits; -1 for a level without nulls). A column
-  whose plan fails (a dictionary, a type without a fast path, a buffer not aligned to its item
-  width) has no row there.
+  item in bytes; a bitmap's or ``bool``'s first bit in bits; -1 for a level without nulls; a
+  dictionary level: the key of its dictionary among the source's distinct ones,
+  :class:`Dictionaries`). A column whose plan fails (a type without a fast path, a buffer not
+  aligned to its item width, a dictionary past the kept ones) has no row there.
 * Per batch (:func:`plan_touched`): the touched units' rows are stacked; one span covers their
   batches (from the lowest to the highest buffer address; the gaps are never read, as between
   shard maps) and keeps them alive; each node's per-unit bases are its column of the stacked
   rows moved onto the span (``(address - span start) / item width``, one array operation) and the
-  tree is rebuilt with the same node classes. Record ids are renumbered to the touched units
+  tree is rebuilt with the same node classes (a dictionary level only where every touched unit
+  has the same key: its dictionary is the kept one; differing keys send the column to the
+  per-unit fallback). Record ids are renumbered to the touched units
   (``0..t-1``), so the plan is the one :func:`.gather.plan_column` would build over those units.
   The caller (:meth:`.unit_reads.UnitReads.touched`) holds a batch's touched units only while their
   decoded bytes fit the decoded-unit budget; a batch needing more takes them one at a time.
@@ -46,6 +49,7 @@ unit of the source (tens of bytes a unit), and one weak reference a unit.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Sequence
 
@@ -55,70 +59,131 @@ import pyarrow as pa
 from resumable_data.sources.gather import ColumnGather, address_span, flatten_plan, plan_column, rebuild_plan
 from resumable_data.sources.unit_index import Unit
 
-__all__ = ["DecodedRows", "DecodedUnit", "PlanRows", "PlanTable", "plan_touched", "unit_rows"]
+__all__ = ["DecodedRows", "DecodedUnit", "Dictionaries", "PlanRows", "PlanTable", "plan_touched", "unit_rows"]
 
 _ALIGN = 64  # the span starts on this boundary, so every item width divides its offsets
+
+
+class Dictionaries:
+    """The distinct dictionaries of one source's decoded units, each under a key (its number here),
+    so that units whose dictionaries are equal are gathered as one plan (:func:`.gather.flatten_plan`
+    puts a unit's key in its row; a batch whose touched units share one key takes its dictionary
+    from here). Parquet gives every row group a dictionary object of its own, equal across the
+    row groups pyarrow wrote from one dictionary array: comparing each unit's dictionary with the
+    few kept here (once, when the unit is first planned) is what lets a batch over ~200 row groups
+    skip the per-row-group take.
+
+    At most :attr:`MAX_KEPT` dictionaries and :attr:`MAX_BYTES` of their buffers are kept, each
+    copied into the heap (never a view of a unit's buffers, whatever map they come from); they live
+    as long as the source, outside the decoded-unit budget, as the plan templates do. A dictionary
+    past either bound gets no key (its units take the per-unit fallback, as before)."""
+
+    MAX_KEPT = 8
+    MAX_BYTES = 4 << 20
+
+    def __init__(self) -> None:
+        self._kept: list[pa.Array] = []
+        self._bytes = 0
+        self._lock = threading.Lock()  # units may be planned from several threads at once
+
+    def key(self, dictionary: pa.Array) -> int:
+        """The key of the kept dictionary equal to ``dictionary`` (type and values; a new one is
+        kept when none is), or -1 past the bounds."""
+        kept = self._kept
+        seen = len(kept)
+        for k in range(seen):  # a list only appended to: read without the lock
+            if kept[k].equals(dictionary):
+                return k
+        size = dictionary.get_total_buffer_size()
+        with self._lock:
+            for k in range(seen, len(kept)):  # appended by another thread since
+                if kept[k].equals(dictionary):
+                    return k
+            if len(kept) >= self.MAX_KEPT or self._bytes + size > self.MAX_BYTES:
+                return -1
+            # a copy in the heap: the unit's own may be a view of a shard's memory map (a folder
+            # mixing codecs), which must not be read by a batch that touches (and checks) no unit of it
+            kept.append(dictionary.take(pa.array(np.arange(len(dictionary), dtype=np.int64))))
+            self._bytes += size
+            return len(kept) - 1
+
+    def __getitem__(self, key: int) -> pa.Array:
+        return self._kept[key]
 
 
 class DecodedRows:
     """One decoded unit's plan rows: per column its flattened plan (:func:`.gather.flatten_plan`),
     or None where the column has no fast path in this unit; the plans over this unit alone, kept
-    as the templates the rows rebuild; ``lo``/``hi``: the address range of its buffers."""
+    as the templates the rows rebuild; ``lo``/``hi``: the address range of its buffers;
+    ``dictionaries``: where its dictionary keys point (None: its dictionary columns have no row)."""
 
-    __slots__ = ("hi", "lo", "rows", "templates")
+    __slots__ = ("dictionaries", "hi", "lo", "rows", "templates")
 
-    def __init__(self, rows: list[np.ndarray | None], templates: list[ColumnGather | None], lo: int, hi: int) -> None:
+    def __init__(
+        self,
+        rows: list[np.ndarray | None],
+        templates: list[ColumnGather | None],
+        lo: int,
+        hi: int,
+        dictionaries: Dictionaries | None = None,
+    ) -> None:
         self.rows, self.templates, self.lo, self.hi = rows, templates, lo, hi
+        self.dictionaries = dictionaries
 
 
 class DecodedUnit:
     """A decoded unit as its source keeps it: the batch, its buffer bytes, and its plan rows,
     computed on first use (:meth:`plan_rows`; a unit decoded again and again because the batches
-    need more units than the decoded-unit budget keeps never pays for them)."""
+    need more units than the decoded-unit budget keeps never pays for them), their dictionary
+    keys from its source's ``dictionaries``."""
 
-    __slots__ = ("__weakref__", "_rows", "batch", "nbytes")
+    __slots__ = ("__weakref__", "_rows", "batch", "dictionaries", "nbytes")
 
-    def __init__(self, batch: pa.RecordBatch) -> None:
+    def __init__(self, batch: pa.RecordBatch, dictionaries: Dictionaries | None = None) -> None:
         self.batch, self.nbytes = batch, batch.get_total_buffer_size()
+        self.dictionaries = dictionaries
         self._rows: DecodedRows | None = None
 
     def plan_rows(self) -> DecodedRows:
         """:func:`unit_rows` of the batch (computed once)."""
         rows = self._rows
         if rows is None:
-            rows = self._rows = unit_rows(self.batch)
+            rows = self._rows = unit_rows(self.batch, self.dictionaries)
         return rows
 
 
-def unit_rows(batch: pa.RecordBatch) -> DecodedRows:
+def unit_rows(batch: pa.RecordBatch, dictionaries: Dictionaries | None = None) -> DecodedRows:
     """The plan rows of a decoded record batch, which the caller validated
-    (``RecordBatch.validate(full=True)``) first; a column without a fast path here has None."""
+    (``RecordBatch.validate(full=True)``) first; a column without a fast path here has None (a
+    dictionary column: unless ``dictionaries`` gives its dictionary a key)."""
     n = batch.num_columns
     buffers = [b for col in batch.columns for b in col.buffers() if b is not None and b.size]
     if not buffers or batch.num_rows == 0:
-        return DecodedRows([None] * n, [None] * n, 0, 0)
+        return DecodedRows([None] * n, [None] * n, 0, 0, dictionaries)
     whole = address_span(buffers)
     unit = [Unit(0, 0, batch.num_rows, batch, None)]
+    keys = None if dictionaries is None else dictionaries.key
     rows: list[np.ndarray | None] = []
     templates: list[ColumnGather | None] = []
     for i, f in enumerate(batch.schema):
         plan = plan_column(i, f.type, unit, [whole], batch.num_rows)
-        row = None if plan is None else flatten_plan(plan)
+        row = None if plan is None else flatten_plan(plan, keys)
         rows.append(row)
         templates.append(None if row is None else plan)
-    return DecodedRows(rows, templates, whole.address, whole.address + whole.size)
+    return DecodedRows(rows, templates, whole.address, whole.address + whole.size, dictionaries)
 
 
 def plan_touched(units: Sequence[DecodedUnit]) -> list[ColumnGather | None]:
     """Per column, the plan over the touched ``units`` (numbered ``0..t-1`` in this order), or
-    None where some touched unit has no row for the column; the plans' span holds the units'
-    batches alive."""
+    None where some touched unit has no row for the column (or their dictionaries differ); the
+    plans' span holds the units' batches alive."""
     rows = [u.plan_rows() for u in units]
     columns: list[np.ndarray | None] = []
     for i in range(len(rows[0].templates)):
         cols = [c for c in (r.rows[i] for r in rows) if c is not None]
         columns.append(np.stack(cols, axis=1) if len(cols) == len(rows) else None)
-    return _plans(rows[0].templates, columns, min(r.lo for r in rows), max(r.hi for r in rows), units)
+    lo, hi = min(r.lo for r in rows), max(r.hi for r in rows)
+    return _plans(rows[0].templates, columns, lo, hi, units, rows[0].dictionaries)
 
 
 def _plans(
@@ -127,14 +192,16 @@ def _plans(
     lo: int,
     hi: int,
     units: Sequence[DecodedUnit],
+    dictionaries: Dictionaries | None,
 ) -> list[ColumnGather | None]:
     """Per column, ``templates[i]`` rebuilt over the stacked rows ``columns[i]`` (``[nodes,
     units]``; None: the column has no plan), on one span from ``lo`` to ``hi`` whose base holds
-    ``units`` (and so their batches)."""
+    ``units`` (and so their batches); dictionary keys point into ``dictionaries``."""
     lo = lo // _ALIGN * _ALIGN
     span = pa.foreign_buffer(lo, hi - lo, base=tuple(units))
+    get = None if dictionaries is None else dictionaries.__getitem__
     return [
-        None if template is None or rows is None else rebuild_plan(template, rows, span)
+        None if template is None or rows is None else rebuild_plan(template, rows, span, get)
         for template, rows in zip(templates, columns)
     ]
 
@@ -160,8 +227,8 @@ class PlanTable:
     The caller serialises :meth:`publish` and :meth:`lookup` (they read and write the same rows);
     :meth:`plans` runs outside that lock."""
 
-    def __init__(self, num_units: int, num_columns: int) -> None:
-        self._n, self._cols = num_units, num_columns
+    def __init__(self, num_units: int, num_columns: int, dictionaries: Dictionaries | None = None) -> None:
+        self._n, self._cols, self._dictionaries = num_units, num_columns, dictionaries
         self._refs = np.full(num_units, _GONE, dtype=object)  # weakref.ref to the unit (_GONE: none)
         self._lo = np.zeros(num_units, dtype=np.int64)
         self._hi = np.zeros(num_units, dtype=np.int64)
@@ -206,7 +273,7 @@ class PlanTable:
     def plans(self, got: PlanRows) -> list[ColumnGather | None]:
         """Per column, the plan over the units of ``got`` (numbered ``0..t-1``), as
         :func:`plan_touched` gives it."""
-        return _plans(self._templates, got.columns, got.lo, got.hi, got.units)
+        return _plans(self._templates, got.columns, got.lo, got.hi, got.units, self._dictionaries)
 
 
 class PlanRows:

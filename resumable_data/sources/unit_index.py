@@ -33,9 +33,11 @@ def _locate_ids(ids, starts, buckets, shift, n, unit_shard, mapped, unit, local,
     every mapped shard ``s`` read. The unit is searched only among the units that share the id's
     bucket (``buckets``, :func:`unit_buckets`): usually none or one step, where a binary search over
     every unit mispredicts a branch per level (~3x slower on shuffled ids). Returns (min id, max
-    id); an id outside ``[0, n)`` gets unit 0: the caller refuses it from that range before any read."""
+    id, mapped shards touched); an id outside ``[0, n)`` gets unit 0: the caller refuses it from that
+    range before any read."""
     lo = ids[0]
     hi = ids[0]
+    count = 0
     for j in range(ids.shape[0]):
         i = ids[j]
         if i < lo:
@@ -56,9 +58,14 @@ def _locate_ids(ids, starts, buckets, shift, n, unit_shard, mapped, unit, local,
         unit[j] = k
         local[j] = i - starts[k]
         s = unit_shard[k]
-        if mapped[s]:
+        if mapped[s] and not touched[s]:
             touched[s] = True
-    return lo, hi
+            count += 1
+    return lo, hi, count
+
+
+_NONE = np.zeros(0, dtype=np.int64)  # no mapped shard touched (read-only: shared by every call)
+_NONE.flags.writeable = False
 
 
 def unit_buckets(starts: np.ndarray, n: int) -> tuple[np.ndarray, int]:
@@ -90,8 +97,8 @@ def locate(
     unit = np.empty(len(ids), dtype=np.int64)
     local = np.empty(len(ids), dtype=np.int64)
     touched = np.zeros(len(mapped), dtype=np.bool_)
-    lo, hi = _locate_ids(ids, starts, table, shift, n, unit_shard, mapped, unit, local, touched)
-    return unit, local, np.flatnonzero(touched), int(lo), int(hi)
+    lo, hi, count = _locate_ids(ids, starts, table, shift, n, unit_shard, mapped, unit, local, touched)
+    return unit, local, np.flatnonzero(touched) if count else _NONE, int(lo), int(hi)
 
 
 class Unit:

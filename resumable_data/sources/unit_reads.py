@@ -65,7 +65,7 @@ from resumable_data.errors import ConfigError, describe
 from resumable_data.sources.decoded_units import new_owner, over_budget_warning, process_units, warn_once
 from resumable_data.sources.files import OpenShard
 from resumable_data.sources.gather import ColumnGather
-from resumable_data.sources.gather_decoded import DecodedUnit, PlanTable, plan_touched
+from resumable_data.sources.gather_decoded import DecodedUnit, Dictionaries, PlanTable, plan_touched
 from resumable_data.sources.read_ahead.cache import UnitCache
 from resumable_data.sources.store import FileSystemStore, ShardStore, join
 from resumable_data.sources.unit_digests import digest_error, unit_digest
@@ -121,8 +121,10 @@ class UnitReads:
         self.ahead: UnitCache | None = None  # the read-ahead cache attached (attach())
         self._columns = columns
         self._table: PlanTable | None = None  # the plan rows of the units planned so far (touched())
+        self._dictionaries = Dictionaries()  # the units' distinct dictionaries (one plan over equal ones)
         # the plans over every unit, while every one is kept (their span holds them): see _whole_plans
         self._whole: list[ColumnGather | None] | None = None
+        self._whole_numpy = False  # every column of _whole has the collate's numpy layout (whole_without_numpy)
         self._tried = -(1 << 62)  # PlanTable.publishes at the last try of _whole_plans
         self._left = 0  # units let go so far (_let_go): a plan over every unit built before one left is not kept
         self._map.watch(self._owner, self._let_go)
@@ -170,7 +172,7 @@ class UnitReads:
             return hit[1]
         if u.batch is not None:  # a zero-copy batch of a map (a folder mixing codecs): validated once, no bytes held
             self._ensure_valid(k)
-            view = DecodedUnit(u.batch)
+            view = DecodedUnit(u.batch, self._dictionaries)
             view.nbytes = 0
             self._map.put(key, u.batch, view, size=0)
             return view
@@ -186,7 +188,7 @@ class UnitReads:
             batch = shard.checked_decode(g, lambda: self._decode(shard, u.shard, g, raw))
         else:
             batch = self._decode(shard, u.shard, g, None)
-        unit = DecodedUnit(batch)
+        unit = DecodedUnit(batch, self._dictionaries)
         self._estimate[0] += unit.nbytes
         self._estimate[1] += 1
         self._map.put(key, batch, unit)
@@ -241,7 +243,7 @@ class UnitReads:
             units.append(got)
         plans = plan_touched(units)
         if table is None:
-            table = self._table = PlanTable(len(self._units), self._columns)
+            table = self._table = PlanTable(len(self._units), self._columns, self._dictionaries)
         with self._map.lock:
             table.publish(ks, units)
         n = len(self._units)
@@ -249,6 +251,12 @@ class UnitReads:
             self._tried = table.publishes
             self._whole_plans(table)
         return plans, renumbered, units
+
+    def whole_without_numpy(self) -> bool:
+        """Whether the plans over every unit serve the batches and some column has no numpy layout
+        in them (nulls in a numeric column, a ``bool`` with nulls): ``take_numpy`` then answers
+        None before checking the ids, which ``take`` checks again."""
+        return self._whole is not None and not self._whole_numpy
 
     def _whole_plans(self, table: PlanTable) -> None:
         """Plans over every unit of the source (numbered as the source numbers them), kept while no
@@ -275,6 +283,7 @@ class UnitReads:
             # and every unit is still the map's: a unit alive only because a batch in flight holds it
             # (evicted by another thread's source before the lookup) would never leave the map again
             if self._map.holding(keys, found.units) and self._left == left:
+                self._whole_numpy = all(g is not None and g.numpy_dtype is not None for g in plans)
                 self._whole = plans
 
     def _over_budget(self, units: int, need: int) -> None:

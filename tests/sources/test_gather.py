@@ -47,8 +47,8 @@ def test_fast_path_is_used(sources):
     assert kinds == {"tok32": "list", "tok16": "list", "f64": "fixed", "u8": "fixed",
                      "ts": "fixed", "maybe": "fixed", "flag": "bool"}
     # a column with nulls (or a timestamp) has the fast gather but no numpy layout (the collate
-    # gives Python lists)
-    assert [g.numpy_dtype is None for g in plan] == [False, False, False, False, True, True, True]
+    # gives Python lists); a bool column without nulls has one (the collate's numpy bool array)
+    assert [g.numpy_dtype is None for g in plan] == [False, False, False, False, True, True, False]
     assert srcs[1].take_numpy([0, 1]) is None
 
 
@@ -243,6 +243,55 @@ def test_copy_kernels_refuse_strided_arrays():
     out = np.empty(3, dtype=np.uint8)
     copy_runs(np.ascontiguousarray(values), np.array([2]), np.array([3]), np.array([0]), out)
     assert out.tolist() == [4, 6, 8]
+
+
+@settings(derandomize=True, max_examples=40, deadline=None)
+@given(
+    lens=st.lists(st.integers(0, 9), min_size=1, max_size=40),
+    picks=st.lists(st.integers(0, 10**6), max_size=60),
+    wide=st.booleans(),
+)
+def test_gather_runs_packs_each_rows_run_and_stops_past_the_limit(lens, picks, wide):
+    """``gather_runs`` against a Python reference: two units of one offsets buffer (the second's
+    offsets start past the first's), rows picked from both; the total capped by ``limit``."""
+    from resumable_data.sources.copy_kernels import gather_runs
+
+    off = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=off[1:])
+    values = np.arange(int(off[-1]) * 2 + 5, dtype=np.uint64 if wide else np.uint8)
+    offsets = np.concatenate([off, off]).astype(np.int64 if wide else np.int32)  # unit 1: its own copy
+    base = np.array([0, len(off)], dtype=np.int64)
+    values_base = np.array([0, int(off[-1]) + 5], dtype=np.int64)
+    unit = np.array([p % 2 for p in picks], dtype=np.int64)
+    local = np.array([p % len(lens) for p in picks], dtype=np.int64)
+    runs = [values[values_base[u] + off[r] : values_base[u] + off[r + 1]] for u, r in zip(unit, local)]
+    want = np.concatenate(runs) if runs else values[:0]
+    ends = np.cumsum([0] + [len(r) for r in runs])
+    out = np.empty(len(picks) + 1, dtype=offsets.dtype)
+    data, total = gather_runs(offsets, base, values, values_base, unit, local, 1 << 40, out)
+    assert total == len(want) and data.dtype == values.dtype and np.array_equal(data, want)
+    assert np.array_equal(out, ends)
+    if len(want):
+        data, total = gather_runs(offsets, base, values, values_base, unit, local, len(want) - 1, out)
+        assert total == -1 and len(data) == 0
+
+
+def test_a_string_batch_past_32_bit_offsets_takes_the_fallback(sources, tmp_path, monkeypatch):
+    """A ``string`` batch whose characters exceed what 32-bit offsets hold is left to the
+    fallback (whose concatenation raises pyarrow's own error there): with the limit lowered, the
+    fast path gives up and the result is still ``Table.take``'s."""
+    from resumable_data.sources import gather
+
+    table = pa.table({"s": pa.array(["abc", "", "de", "fghij"] * 50), "l": pa.array([[1, 2]] * 200)})
+    rd.write_arrow_shards(table, tmp_path, num_shards=2, rows_per_batch=30)
+    src = rd.ArrowShards(tmp_path, unpinned="allow")
+    ids = np.arange(199, -1, -3)
+    unit, local = src._locate(ids)
+    plan = src._plan()
+    assert plan[0].gather(ids, unit, local) is not None
+    monkeypatch.setattr(gather, "_INT32_MAX", 10)
+    assert plan[0].gather(ids, unit, local) is None and plan[1].gather(ids, unit, local) is None
+    assert src.take(ids).equals(table.take(pa.array(ids)))
 
 
 @pytest.mark.parametrize("rows", [[1] * 300 + [5000], [5000] + [1] * 300, [7] * 64, [1000] * 3 + [1] + [999] * 2])

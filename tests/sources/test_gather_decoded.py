@@ -4,9 +4,12 @@ column plans, rebuilt over the units a batch touches.
 
 Every type Hugging Face and Parquet produce, nulls at every level, row groups of 61 and 1,000
 rows: ``take`` equals pyarrow's ``Table.take`` and the per-row-group fallback on Hypothesis-drawn
-ids (fixed seed), each column through its plan (not the fallback) except dictionaries; the
-numpy layout equals the collate of ``take``; a decoded-unit map that keeps one unit (every batch
-decodes again, units evicted while a batch is planned) changes nothing."""
+ids (fixed seed), each column through its plan (not the fallback), dictionaries too where the
+touched row groups' dictionaries are equal (differing ones: the fallback, whose result is
+unchanged); the numpy layout equals the collate of ``take``; ``rd.DataLoader`` batches under a
+global shuffle equal pyarrow's ``take`` + the same collate, with and without the plans over every
+row group; a decoded-unit map that keeps one unit (every batch decodes again, units evicted while
+a batch is planned) changes nothing."""
 
 from __future__ import annotations
 
@@ -14,22 +17,24 @@ import warnings
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import resumable_data as rd
-from resumable_data.loader.collate import arrow_to_numpy, gathered_to_numpy
+from resumable_data.loader.collate import arrow_to_numpy, arrow_to_tensors, gathered_to_numpy
 from resumable_data.sources import decoded_units
 from resumable_data.sources.decoded_units import process_units
 from resumable_data.sources.gather import flatten_plan, plan_column, rebuild_plan
-from resumable_data.sources.gather_decoded import unit_rows
+from resumable_data.sources.gather_decoded import Dictionaries, unit_rows
+from resumable_data.sources.unit_reads import UnitReads
 from tests.sources.typed_columns import FAST_KINDS, types_table
 
 N = 2500
-#: what Parquet gives back where it differs from the IPC plan kinds: a row group's dictionary is its
-#: own, so dictionary columns take the per-row-group fallback
-DECODED_KINDS = {**FAST_KINDS, "label": None, "opt_label": None}
+#: every row group of a file pyarrow wrote holds the same dictionary (its own object, equal): one plan
+DECODED_KINDS = FAST_KINDS
 
 
 def _as_parquet(factory, table, name):
@@ -53,7 +58,7 @@ def _fallback_take(src, ids):
     return pa.Table.from_arrays(src._fallback(unit, local, list(range(len(src.schema)))), schema=src.schema)
 
 
-def test_parquet_units_are_decoded_and_every_type_but_dictionaries_takes_its_plan(parquet_sources):
+def test_parquet_units_are_decoded_and_every_type_takes_its_plan(parquet_sources):
     _, srcs = parquet_sources
     for src in srcs.values():
         assert src._reads.loaded and not src.remote
@@ -185,6 +190,32 @@ def test_one_units_rows_rebuild_its_own_plan(tmp_path):
         assert again is not None and np.array_equal(again, row), f.name
 
 
+def test_one_units_dictionary_rows_carry_the_key_of_their_dictionary():
+    table = types_table(300, seed=4)
+    batch = table.to_batches()[0]
+    dictionaries = Dictionaries()
+    rows = unit_rows(batch, dictionaries)
+    again = unit_rows(pa.record_batch(batch.to_pydict(), schema=batch.schema).cast(batch.schema), dictionaries)
+    ids = np.arange(batch.num_rows - 1, -1, -3, dtype=np.int64)
+    zeros = np.zeros(len(ids), dtype=np.int64)
+    for name in ("label", "opt_label"):
+        i = batch.schema.get_field_index(name)
+        row, other = rows.rows[i], again.rows[i]
+        assert row is not None and other is not None, name
+        assert row[0] == other[0] >= 0, name  # equal dictionaries (other objects): the same key
+        own, kept = batch.column(i).dictionary, dictionaries[int(row[0])]
+        assert kept.equals(own), name
+        # a copy, never a view of the unit's buffers (which may be a shard's memory map)
+        assert not {b.address for b in own.buffers() if b} & {b.address for b in kept.buffers() if b}, name
+        lo = rows.lo // 64 * 64
+        span = pa.foreign_buffer(lo, rows.hi - lo, base=batch)
+        plan = rebuild_plan(rows.templates[i], row[:, None], span, dictionaries.__getitem__)
+        assert plan is not None and plan.kind == "dictionary"
+        assert plan.gather(ids, zeros, ids).equals(batch.column(i).take(pa.array(ids))), name
+        assert np.array_equal(flatten_plan(plan, dictionaries.key), row), name
+        assert rebuild_plan(rows.templates[i], row[:, None], span) is None  # no dictionaries: no plan
+
+
 def test_a_span_off_64_bytes_is_refused():
     batch = pa.record_batch({"x": pa.array(np.arange(10, dtype=np.int64))})
     plan = plan_column(0, pa.int64(), [], [], 10)  # no units: no plan
@@ -294,3 +325,193 @@ def test_the_table_keeps_no_unit_alive_and_a_unit_decoded_again_replaces_its_row
     assert again is not None and again is not alive()
     assert src.take(ids[::-1]).equals(table.take(pa.array(ids[::-1])))  # from the table: the new rows
     assert len(calls) == 2
+
+
+# -- dictionaries: one plan over row groups whose dictionaries are equal ------------------------
+WORDS = ["", "a", "bé", "word", "ünïcode", "x" * 40]
+#: b.parquet's row groups: each its own dictionary (orders of WORDS); two equal a.parquet's
+ORDERS = [[0, 1, 2, 3, 4, 5], [5, 4, 3, 2, 1, 0], [1, 0, 3], [0, 1, 2, 3, 4, 5], [2, 5]]
+GROUP = 100
+
+
+@pytest.fixture(scope="module")
+def dictionary_folder(tmp_path_factory):
+    """Two Parquet shards of a dictionary column with nulls: a.parquet's 6 row groups hold one
+    dictionary (pyarrow writes the array's), b.parquet's 5 row groups the dictionaries of ``ORDERS``;
+    the table of the values as written (a plain ``string`` column)."""
+    d = tmp_path_factory.mktemp("dicts")
+    rng = np.random.default_rng(21)
+    schema = pa.schema([("label", pa.dictionary(pa.int32(), pa.string())), ("x", pa.int64())])
+    drawn = rng.integers(0, 6, 6 * GROUP)
+    indices = pa.array([int(k) if j % 7 else None for j, k in enumerate(drawn)], type=pa.int32())
+    encoded = pa.DictionaryArray.from_arrays(indices, pa.array(WORDS))
+    a = encoded.to_pylist()
+    pq.write_table(
+        pa.table({"label": encoded, "x": np.arange(len(a))}, schema=schema), d / "a.parquet", row_group_size=GROUP
+    )
+    values = list(a)
+    with pq.ParquetWriter(d / "b.parquet", schema) as w:
+        for g, order in enumerate(ORDERS):
+            idx = rng.integers(0, len(order), GROUP)
+            indices = pa.array([None if j % 9 == 0 else int(k) for j, k in enumerate(idx)], type=pa.int32())
+            arr = pa.DictionaryArray.from_arrays(indices, pa.array([WORDS[k] for k in order]))
+            start = len(values)
+            w.write_table(pa.table({"label": arr, "x": np.arange(start, start + GROUP)}, schema=schema))
+            values += arr.to_pylist()
+    return d, pa.table({"label": pa.array(values, type=pa.string()), "x": np.arange(len(values))})
+
+
+def _dictionary_source(folder):
+    return rd.ArrowShards(folder, unpinned="allow")  # the whole dataset fits the budget: plans over every unit
+
+
+def _same_as_the_fallback(src, values, ids):
+    got = src.take(ids)
+    if len(ids):
+        assert got.equals(_fallback_take(src, ids))  # the per-row-group path's result, to the byte
+    assert got.column("label").to_pylist() == values.column("label").take(pa.array(ids, type=pa.int64())).to_pylist()
+    assert got.column("x").to_pylist() == list(ids)
+    return got
+
+
+def test_row_groups_with_equal_dictionaries_take_one_plan_and_differing_ones_the_fallback(dictionary_folder):
+    folder, values = dictionary_folder
+    src = _dictionary_source(folder)
+    reads = src._reads
+    same = [0, 5, 6, 9]  # a.parquet's row groups, b.parquet's first and fourth: one dictionary
+    ids = np.array([u * GROUP + k for u in same for k in (3, 77, 14)], dtype=np.int64)[::-1].copy()
+    unit, _ = src._locate(ids)
+    plans, _, _ = reads.touched(unit)
+    assert plans[0] is not None and plans[0].kind == "dictionary"
+    _same_as_the_fallback(src, values, ids)
+    mixed = ids.copy()
+    mixed[1] = 7 * GROUP + 40  # b.parquet's third row group: another dictionary
+    plans, _, _ = reads.touched(src._locate(mixed)[0])
+    assert plans[0] is None and plans[1] is not None
+    _same_as_the_fallback(src, values, mixed)
+    assert src.take(np.arange(len(values))).column("label").to_pylist() == values.column("label").to_pylist()
+    assert reads._whole is not None  # plans over every row group: their dictionaries differ, so none there
+    assert reads._whole[0] is None and reads._whole[1] is not None
+    for seed in range(5):
+        _same_as_the_fallback(src, values, np.random.default_rng(seed).integers(0, len(values), 200))
+    only_a = np.random.default_rng(9).integers(0, 6 * GROUP, 200)
+    _same_as_the_fallback(src, values, only_a)
+    src.close()
+
+
+@settings(derandomize=True, max_examples=30, deadline=None)
+@given(ids=st.lists(st.integers(0, 11 * GROUP - 1), max_size=300), kept=st.sampled_from([1, 2, 8]))
+def test_dictionary_columns_equal_the_fallback_whatever_the_dictionaries_kept(dictionary_folder, ids, kept):
+    """At most ``Dictionaries.MAX_KEPT`` dictionaries get a key: a unit whose dictionary gets none
+    takes the fallback with its batch; every result is the fallback's."""
+    folder, values = dictionary_folder
+    src = _dictionary_source(folder)
+    original = Dictionaries.MAX_KEPT
+    Dictionaries.MAX_KEPT = kept
+    try:
+        _same_as_the_fallback(src, values, np.asarray(ids, dtype=np.int64))
+        _same_as_the_fallback(src, values, np.asarray(ids[::-1], dtype=np.int64))  # from the table
+    finally:
+        Dictionaries.MAX_KEPT = original
+        src.close()
+
+
+# -- the loader's batches, Parquet under a global shuffle (issue 28's slow column types) ----------
+def _issue_columns(n: int) -> dict[str, pa.Array]:
+    rng = np.random.default_rng(28)
+    words = np.array(["the", "a", "data", "loader", "résumé", "token", "naïve"])
+    text = [" ".join(words[rng.integers(0, len(words), int(k))]) for k in rng.integers(1, 9, n)]
+    return {
+        "dictionary": pa.array([f"class-{k}" for k in rng.integers(0, 10, n)]).dictionary_encode(),
+        "opt_dictionary": pa.array([None if i % 11 == 0 else t for i, t in enumerate(text)]).dictionary_encode(),
+        "bool": pa.array(rng.random(n) < 0.5),
+        "opt_bool": pa.array([None if i % 13 == 0 else bool(k) for i, k in enumerate(rng.integers(0, 2, n))]),
+        "struct": pa.StructArray.from_arrays(
+            [pa.array(rng.integers(0, 1000, n)), pa.array(rng.random(n, dtype=np.float32)), pa.array(text)],
+            names=["label", "score", "name"],
+        ),
+        "timestamp": pa.array(rng.integers(0, 2 * 10**15, n), type=pa.timestamp("us")),
+        "opt_string": pa.array([None if i % 10 == 0 else t for i, t in enumerate(text)]),
+        "fixed_size_list": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * 16, dtype=np.float32)), 16),
+    }
+
+
+LOADER_N = 3000
+
+
+@pytest.fixture(scope="module")
+def issue_folders(tmp_path_factory):
+    """Per column of ``_issue_columns``: its table and a folder of it as Parquet (3 files of
+    100-row row groups: 30 row groups a file)."""
+    out = {}
+    for name, col in _issue_columns(LOADER_N).items():
+        table = pa.table({"col": col})
+        d = tmp_path_factory.mktemp(name)
+        for k in range(3):
+            part = table.slice(k * 1000, 1000)
+            pq.write_table(part, d / f"part-{k}.parquet", row_group_size=100)
+        out[name] = (table, d)
+    return out
+
+
+def _assert_same_batch(got: dict, want: dict, where: str) -> None:
+    assert list(got) == list(want), where
+    for k, w in want.items():
+        g = got[k]
+        if isinstance(w, torch.Tensor):
+            assert isinstance(g, torch.Tensor) and g.dtype == w.dtype and g.shape == w.shape, (where, k)
+            assert torch.equal(g, w), (where, k)
+        else:
+            assert type(g) is type(w) and g == w, (where, k)  # Python lists: values, None for nulls
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["whole-plans", "table-plans"])
+@pytest.mark.parametrize("column", list(_issue_columns(1)))
+def test_loader_batches_equal_pyarrow_take_and_the_collate(issue_folders, monkeypatch, column, whole):
+    """Every batch of two epochs of ``rd.DataLoader`` (global shuffle, default collate) over the
+    column as Parquet equals ``arrow_to_tensors(table.take(ids))`` of pyarrow on the one-chunk
+    table (the benchmark's ceiling), served by the plans over every row group (``whole``) or
+    without them (the table of plan rows: every batch planned over its touched row groups)."""
+    table, folder = issue_folders[column]
+    if not whole:
+        monkeypatch.setattr(UnitReads, "_whole_plans", lambda self, table: None)
+    src = rd.ArrowShards(folder, unpinned="allow")  # the dataset fits the default budget
+    loader = rd.DataLoader(src, batch_size=64, shuffle=True, seed=3)
+    plan = loader.plan
+    step = 0
+    for _ in range(2):  # each loop: the rest of the epoch
+        for batch in loader:
+            ids = plan.records(np.arange(*plan.step_span(step)))
+            _assert_same_batch(batch, arrow_to_tensors(table.take(pa.array(ids))), f"{column} step {step}")
+            step += 1
+    assert (src._reads._whole is not None) == whole
+    if src._reads._whole is not None:
+        assert src._reads._whole[0] is not None  # the column's plan over every row group served the batches
+    src.close()
+
+
+def test_take_numpy_answers_none_before_checking_ids_once_the_whole_plans_lack_a_numpy_layout(tmp_path, monkeypatch):
+    """A numeric column with nulls has no numpy layout: once the plans over every row group serve
+    the batches, ``take_numpy`` says so without checking the ids (the loader's ``take`` checks
+    them); a numeric dataset without nulls is still served by ``take_numpy``."""
+    n = 600
+    table = pa.table({"x": np.arange(n), "maybe": pa.array([None if i % 7 == 0 else i for i in range(n)])})
+    pq.write_table(table, tmp_path / "a.parquet", row_group_size=50)
+    src = rd.ArrowShards(tmp_path, unpinned="allow")
+    ids = np.arange(n - 1, -1, -5)
+    assert src.take_numpy(ids) is None and src.take(np.arange(n)).equals(table)
+    assert src._reads._whole is not None and src._reads.whole_without_numpy()
+    checked = []
+    monkeypatch.setattr(src, "_check_ids", lambda ids: checked.append(ids))
+    assert src.take_numpy(ids) is None and checked == []
+    monkeypatch.undo()
+    assert src.take(ids).equals(table.take(pa.array(ids)))
+    src.close()
+    (tmp_path / "x").mkdir()
+    pq.write_table(table.select(["x"]), tmp_path / "x" / "a.parquet", row_group_size=50)
+    numeric = rd.ArrowShards(tmp_path / "x", unpinned="allow")
+    numeric.take(np.arange(n))
+    assert numeric._reads._whole is not None and not numeric._reads.whole_without_numpy()
+    got = numeric.take_numpy(ids)
+    assert got is not None and np.array_equal(got[0], ids)
+    numeric.close()

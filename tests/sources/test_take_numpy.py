@@ -30,6 +30,7 @@ def _table(rng):
         "id": pa.array(np.arange(N, dtype=np.int64)),
         "u8": pa.array(rng.integers(0, 255, N).astype(np.uint8)),
         "f64": pa.array(rng.random(N)),
+        "flag": pa.array(rng.random(N) < 0.3),  # bool: the collate's numpy bool array, one byte a value
     })
 
 
