@@ -83,7 +83,7 @@ from resumable_data.checkpoint.policies import AccumulationPolicy
 from resumable_data.errors import ResumableDataError, ResumeError, describe
 from resumable_data.loader.state import LoaderState
 
-__all__ = ["TrainingHooks", "restore", "validate"]
+__all__ = ["TrainingHooks", "module_undo", "restore", "stateful_undo", "validate"]
 
 
 @dataclass(frozen=True)
@@ -419,48 +419,58 @@ def _validate(
 
 
 # -- snapshot / rollback --------------------------------------------------------------------------
+def module_undo(m: torch.nn.Module) -> Callable[[], None]:
+    """An undo that puts back a module's parameters and buffers (copies), gradients and modes."""
+    values = {k: v.detach().clone() for k, v in m.state_dict().items()}
+    grads = [(p, p.grad) for p in m.parameters()]
+    modes = [(x, x.training) for x in m.modules()]
+
+    def back() -> None:
+        with torch.no_grad():
+            m.load_state_dict(values, strict=True)
+        for p, g in grads:
+            p.grad = g
+        for x, t in modes:
+            x.training = t
+
+    return back
+
+
+def stateful_undo(obj: Any) -> Callable[[], None]:
+    """An undo for a stateful object: ``load_state_dict`` of a deep copy of its ``state_dict()``
+    where that works, then its attributes and their tensors' values (exact even for an object
+    whose ``load_state_dict`` refuses or is not exact)."""
+    sd = copy.deepcopy(obj.state_dict())
+    try:
+        attrs: dict[str, Any] | None = dict(vars(obj))
+    except TypeError:  # no __dict__ (slots or a builtin): load_state_dict alone
+        attrs = None
+    values = {k: v.detach().clone() for k, v in (attrs or {}).items() if isinstance(v, torch.Tensor)}
+
+    def back() -> None:
+        try:
+            obj.load_state_dict(sd)
+        except Exception:
+            pass
+        if attrs is not None:
+            vars(obj).clear()
+            vars(obj).update(attrs)
+            with torch.no_grad():
+                for k, v in values.items():
+                    attrs[k].copy_(v)
+
+    return back
+
+
 def _snapshot(ts: Any, hooks: TrainingHooks) -> list:
     """Undo actions (run in reverse order) for everything the apply phase can change."""
     undo: list = []
 
     def module(m: torch.nn.Module) -> None:
-        values = {k: v.detach().clone() for k, v in m.state_dict().items()}
-        grads = [(p, p.grad) for p in m.parameters()]
-        modes = [(x, x.training) for x in m.modules()]
-
-        def back() -> None:
-            with torch.no_grad():
-                m.load_state_dict(values, strict=True)
-            for p, g in grads:
-                p.grad = g
-            for x, t in modes:
-                x.training = t
-
-        undo.append(back)
+        undo.append(module_undo(m))
 
     def stateful(obj: Any) -> None:
-        """load_state_dict(a deep copy) where it works, then the attributes and their tensors' values
-        (exact even for an object whose load_state_dict refuses or is not exact)."""
-        sd = copy.deepcopy(obj.state_dict())
-        try:
-            attrs: dict[str, Any] | None = dict(vars(obj))
-        except TypeError:  # no __dict__ (slots or a builtin): load_state_dict alone
-            attrs = None
-        values = {k: v.detach().clone() for k, v in (attrs or {}).items() if isinstance(v, torch.Tensor)}
-
-        def back() -> None:
-            try:
-                obj.load_state_dict(sd)
-            except Exception:
-                pass
-            if attrs is not None:
-                vars(obj).clear()
-                vars(obj).update(attrs)
-                with torch.no_grad():
-                    for k, v in values.items():
-                        attrs[k].copy_(v)
-
-        undo.append(back)
+        undo.append(stateful_undo(obj))
 
     if ts.model is not None:
         module(ts.model)
@@ -703,6 +713,17 @@ def _verify(
         for k, part in checks.items()
         if part in restores and k not in skip and k in saved and k in now and saved[k] != now[k]
     ]
+    if dcp:  # the file layout required exactly its parts' oracles before the apply (validate)
+        bad += [
+            f"{k}: no saved oracle for a restored part the checkpoint holds"
+            for k, part in checks.items()
+            if part in restores
+            and k not in skip
+            and k != "rng.cuda"  # present only where CUDA is initialized: depends on the machine
+            and k in now
+            and k not in saved
+            and state[part] is not None
+        ]
     if bad:
         raise CheckpointError(
             "restored state does not match the checkpoint's oracles (a bug or a stateful object "

@@ -440,3 +440,69 @@ def test_rng_bytes_outside_0_255_are_refused_not_wrapped():
         with pytest.raises(rd.CheckpointError, match=r"rng\.torch_cpu"):
             rd.checkpoint.rng.from_json(forged)
     rd.checkpoint.rng.from_json(js)  # the unmodified state still reads
+
+
+# -- objects other than a TrainingState -----------------------------------------------------------
+def test_a_refused_load_into_a_plain_module_changes_nothing(tmp_path):
+    """nn.Module.load_state_dict copies every matching tensor before it reports a size mismatch:
+    the refused load left the first layer loaded."""
+    a = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 3))
+    with torch.no_grad():
+        for p in a.parameters():
+            p.fill_(7.0)
+    rd.save_checkpoint(tmp_path, a, step=1)
+    b = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 4)).eval()
+    b[0].weight.grad = torch.ones(2, 2)
+    before = {k: v.clone() for k, v in b.state_dict().items()}
+    with pytest.raises(rd.CheckpointError, match="size mismatch"):
+        rd.load_checkpoint(tmp_path, b)
+    assert all(torch.equal(v, before[k]) for k, v in b.state_dict().items())
+    assert not b.training and torch.equal(b[0].weight.grad, torch.ones(2, 2))
+    c = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 3))
+    rd.load_checkpoint(tmp_path, c)  # the matching module loads
+    assert all(float(p.detach().flatten()[0]) == 7.0 for p in c.parameters())
+
+
+class Raising:
+    """A Stateful whose load_state_dict takes a label and raises a TypeError of its own midway."""
+
+    def __init__(self):
+        self.x, self.calls = 0, []
+
+    def state_dict(self):
+        return {"x": self.x}
+
+    def load_state_dict(self, sd, label=None):
+        self.calls.append(label)
+        self.x = sd["x"]
+        raise TypeError("a value it refuses")
+
+
+def test_load_state_dict_is_called_once_and_rolled_back(tmp_path):
+    """A TypeError from inside load_state_dict(tree, label=...) made a second call without label."""
+    s = Raising()
+    s.x = 5
+    rd.save_checkpoint(tmp_path, s, step=1)
+    t = Raising()
+    with pytest.raises(rd.CheckpointError, match="a value it refuses"):
+        rd.load_checkpoint(tmp_path, t)
+    assert [c for c in t.calls if c is not None] == [rd.RecoveryLabel.FAITHFUL_CONTINUATION]
+    assert t.x == 0
+
+
+def test_dcp_a_deleted_oracle_does_not_hide_an_edit(base, tmp_path):
+    """The DCP layout verifies the oracles after the apply and skipped a part whose oracle was missing
+    (the file layout requires exactly its parts' oracles): an edited scaler with its oracle deleted loaded."""
+    saved = objects(base["data"], tmp_path, "dcp-saved")
+    T.train(saved, total=6)
+
+    def change(t):
+        t["scaler"]["scale"] = 123.0  # in range, but not what was saved
+        del t["oracles"]["scaler"]
+
+    forged = _dcp(saved, change)
+    o = fresh(base, tmp_path)
+    before = digest(o)
+    with pytest.raises(rd.ResumableDataError, match="no saved oracle"):
+        o.state.load_state_dict(forged)
+    assert digest(o) == before  # rolled back
