@@ -78,7 +78,13 @@ from resumable_data.checkpoint.keys import (
 )
 from resumable_data.checkpoint.meta import new_id
 from resumable_data.checkpoint.optim import group_fqns, load_dense_optimizer_state, load_optimizer_state, match_groups
-from resumable_data.checkpoint.optim_check import probe_optimizer, probe_scheduler, same_flags, same_structure
+from resumable_data.checkpoint.optim_check import (
+    probe_optimizer,
+    probe_scheduler,
+    probe_settings,
+    same_flags,
+    same_structure,
+)
 from resumable_data.checkpoint.policies import AccumulationPolicy
 from resumable_data.errors import ResumableDataError, ResumeError, describe
 from resumable_data.loader.state import LoaderState
@@ -216,6 +222,7 @@ def _check_optimizer(ts: Any, hooks: TrainingHooks, saved: Any, *, dcp: bool = F
             f"optimizer.param_groups[{gi}]",
         )
         same_flags(g, live, f"optimizer.param_groups[{gi}]")
+    probe_settings(opt, ordered)  # ranges: what the optimizer's constructor refuses (a NaN lr)
     if not dcp:
         probe_optimizer(opt, ordered, current, state)  # every moment against the optimizer's own step()
 

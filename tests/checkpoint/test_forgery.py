@@ -506,3 +506,27 @@ def test_dcp_a_deleted_oracle_does_not_hide_an_edit(base, tmp_path):
     with pytest.raises(rd.ResumableDataError, match="no saved oracle"):
         o.state.load_state_dict(forged)
     assert digest(o) == before  # rolled back
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [("lr", float("nan")), ("lr", -0.1), ("eps", -1.0), ("betas", (1.5, 0.9)), ("weight_decay", -0.5)],
+    ids=["lr-nan", "lr-negative", "eps-negative", "beta1-1.5", "weight_decay-negative"],
+)
+@pytest.mark.parametrize("layout", ["file", "dcp"])
+def test_optimizer_settings_the_constructor_refuses_are_refused(base, tmp_path, key, value, layout):
+    """Structure and flags were checked, ranges were not: a NaN learning rate loaded (every update NaN)."""
+    o = fresh(base, tmp_path)
+    if layout == "file":
+        tree = read_checkpoint(base["six"]).tree
+        tree["optimizer"]["param_groups"][0][key] = value
+        refused(o, forge(base["six"], tmp_path / "c" / base["six"].name, tree, oracles_of=o.state), "AdamW() refuses")
+    else:
+        saved = objects(base["data"], tmp_path, "dcp-saved")
+        T.train(saved, total=6)
+        v = {"__tuple__": list(value)} if isinstance(value, tuple) else value
+        forged = _dcp(saved, lambda t: t["optimizer"]["param_groups"][0].update({key: v}))
+        before = digest(o)
+        with pytest.raises(rd.CheckpointError, match=r"AdamW\(\) refuses"):
+            o.state.load_state_dict(forged)
+        assert digest(o) == before
