@@ -6,7 +6,9 @@ xxh3-128 hashes, regular files only, bounded reads) and decodes the tree without
 state's own ``load_state_dict`` then restores it. Guarantee: for an :class:`rd.TrainingState`
 the restore is all or nothing (:mod:`~resumable_data.checkpoint.restore`); any other object is
 snapshotted first (a module's tensors, gradients and modes; else its ``state_dict()`` and
-attributes) and put back if its ``load_state_dict`` raises, whose error comes out as an rd error. Cost: one read and hash of the checkpoint's files.
+attributes) and put back if its ``load_state_dict`` raises, whose error comes out as an rd
+error. Cost: one read and hash of the checkpoint's files; for an object other than a
+TrainingState, one copy of its state (the rollback snapshot).
 """
 
 from __future__ import annotations
