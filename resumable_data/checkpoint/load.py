@@ -4,12 +4,16 @@ Algorithm. :func:`~resumable_data.checkpoint.store.read_checkpoint` resolves the
 else the newest complete step), checks every file against its ``COMMITTED`` marker (sizes and
 xxh3-128 hashes, regular files only, bounded reads) and decodes the tree without unpickling; the
 state's own ``load_state_dict`` then restores it. Guarantee: for an :class:`rd.TrainingState`
-the restore is all or nothing (:mod:`~resumable_data.checkpoint.restore`); any other object's
-error comes out as an rd error. Cost: one read and hash of the checkpoint's files.
+the restore is all or nothing (:mod:`~resumable_data.checkpoint.restore`); any other object is
+snapshotted first (a module's tensors, gradients and modes; else its ``state_dict()`` and
+attributes) and put back if its ``load_state_dict`` raises, whose error comes out as an rd
+error. Cost: one read and hash of the checkpoint's files; for an object other than a
+TrainingState, one copy of its state (the rollback snapshot).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,21 +81,65 @@ def load_checkpoint(
         )
         label = state.recovery_label
     else:
-        try:
-            try:
-                result = state.load_state_dict(raw.tree, label=label)
-            except TypeError:
-                result = state.load_state_dict(raw.tree)
-        except ResumableDataError:
-            raise
-        except Exception as e:
-            raise CheckpointError(
-                describe(
-                    "state",
-                    type(state).__name__,
-                    f"an object that accepts this checkpoint ({type(e).__name__}: {e})",
-                    "restore into the objects that were saved",
-                )
-            ) from e
-        report = result if isinstance(result, CompatibilityReport) else None
+        report = _load_other(state, raw.tree, label)
     return LoadedCheckpoint(raw.path, raw.step, raw.checkpoint_id, label, raw.meta, report)
+
+
+def _accepts_label(fn: Any) -> bool:
+    """Whether ``fn`` takes a ``label=`` keyword (a parameter of that name, or ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: no label
+        return False
+    return any(
+        p.kind is inspect.Parameter.VAR_KEYWORD
+        or (p.name == "label" and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY))
+        for p in params
+    )
+
+
+def _load_other(state: Any, tree: Any, label: RecoveryLabel) -> CompatibilityReport | None:
+    """``state.load_state_dict(tree)`` (with ``label=`` where it takes one) for an object that is not
+    a :class:`TrainingState`, all or nothing: a module's parameters, buffers, gradients and modes, or
+    another object's ``state_dict()`` and attributes, are snapshotted first and put back if the
+    load raises (``nn.Module.load_state_dict`` copies every matching tensor before it reports a
+    mismatch). ``load_state_dict`` is called once (a ``TypeError`` raised inside it used to make a
+    second call without ``label``)."""
+    import torch
+
+    from resumable_data.checkpoint.restore import module_undo, stateful_undo
+    from resumable_data.checkpoint.store import SavesState
+
+    if isinstance(state, torch.nn.Module):
+        undo = module_undo(state)
+    elif isinstance(state, SavesState):
+        undo = stateful_undo(state)
+    else:  # no state_dict(): its attributes (shallow) are what can be put back
+        try:
+            attrs: dict[str, Any] | None = dict(vars(state))
+        except TypeError:  # no __dict__
+            attrs = None
+
+        def undo() -> None:
+            if attrs is not None:
+                vars(state).clear()
+                vars(state).update(attrs)
+
+    try:
+        if _accepts_label(state.load_state_dict):
+            result = state.load_state_dict(tree, label=label)
+        else:
+            result = state.load_state_dict(tree)
+    except BaseException as e:
+        undo()
+        if isinstance(e, ResumableDataError) or not isinstance(e, Exception):
+            raise
+        raise CheckpointError(
+            describe(
+                "state",
+                type(state).__name__,
+                f"an object that accepts this checkpoint ({type(e).__name__}: {e}; nothing was changed)",
+                "restore into the objects that were saved",
+            )
+        ) from e
+    return result if isinstance(result, CompatibilityReport) else None

@@ -23,6 +23,10 @@ Algorithm.
   optimizer's ``param_groups`` and ``state`` objects are swapped back in afterwards, its hooks are
   detached meanwhile (:func:`unobserved_step`); live parameters, gradients and state are never
   touched.
+* Settings probe (:func:`probe_settings`, both layouts): each saved group's settings go through
+  the optimizer class's own constructor on a one-element scratch parameter (torch's optimizers),
+  so a value it refuses (a NaN or negative ``lr``, ``eps`` < 0, ``betas`` outside ``[0, 1)``) is
+  refused here instead of loaded.
 * Scheduler probe: ``get_lr()`` of a shallow copy holding the saved state (the live optimizer is
   only read).
 
@@ -212,6 +216,40 @@ def probe_optimizer(
                     same_structure(loaded, reference, where, tensor_device=True)
     finally:
         opt.param_groups, opt.state = live_groups, live_state
+
+
+def probe_settings(opt: torch.optim.Optimizer, ordered: list[dict[str, Any]]) -> None:
+    """Each saved group's settings through the optimizer class's own constructor (torch's
+    optimizers only: ``lr``, ``eps``, ``betas``, ``weight_decay``... in range, a NaN learning rate
+    refused), on a one-element scratch parameter of the live group's device and dtype. Settings
+    the constructor does not take (``initial_lr``) are left out; a class outside ``torch.optim``
+    (its constructor may need more than settings) is not probed."""
+    cls = type(opt)
+    if not cls.__module__.startswith("torch.optim"):
+        return
+    try:
+        params = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):  # pragma: no cover - torch's optimizers have signatures
+        return
+    takes = {
+        n
+        for n, q in params.items()
+        if n not in ("self", "params") and q.kind in (q.POSITIONAL_OR_KEYWORD, q.KEYWORD_ONLY)
+    }
+    for gi, (saved_group, live_group) in enumerate(zip(ordered, opt.param_groups)):
+        like = live_group["params"][0] if live_group["params"] else torch.zeros(1)
+        scratch = torch.zeros(1, device=like.device, dtype=like.dtype, requires_grad=True)
+        settings = {k: v for k, v in saved_group.items() if k in takes}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                cls([scratch], **settings)
+        except Exception as e:
+            raise _bad(
+                f"optimizer.param_groups[{gi}]",
+                f"settings {cls.__name__}() refuses ({type(e).__name__}: {str(e)[:200]})",
+                "the settings the optimizer was saved with",
+            ) from None
 
 
 def probe_scheduler(scheduler: Any, saved: Any) -> None:

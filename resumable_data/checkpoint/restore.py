@@ -4,12 +4,15 @@ Algorithm, in three phases:
 
 1. **Validate** (nothing is touched). The caller has parsed the header and the metadata and run
    the compatibility contract; :func:`validate` then type-checks every part the label restores
-   against the live objects: model and EMA tensors (names, shapes, dtypes), mid-window gradients,
-   the optimizer by parameter name (group partition, group settings' structure, and every state
-   entry against the optimizer's own ``step()`` on scratch tensors: :mod:`.optim_check`), the
-   scheduler (structure and ``get_lr()`` on a scratch copy), scaler keys and value kinds, module modes, the accumulation record, every
-   generator state (set on scratch generators: ``random.Random``, ``numpy.random.RandomState``,
-   ``torch.Generator``), the loader's full state (:meth:`rd.DataLoader.validate_state_dict`, with
+   against the live objects: each restored part present exactly when the saved metadata records
+   it (a ``null`` model, optimizer, ... restored nothing), model and EMA tensors (names, shapes,
+   dtypes), mid-window gradients, the optimizer by parameter name (group partition, each parameter
+   in one group once, group settings' structure, in both layouts, and in the file layout every
+   state entry against the optimizer's own ``step()`` on scratch tensors: :mod:`.optim_check`),
+   the scheduler (structure and ``get_lr()`` on a scratch copy), scaler keys and value kinds (a
+   GradScaler's values in its constructor's ranges), module modes, the accumulation record, every
+   generator state (each field in range, :func:`.rng.host_states`, then set on scratch
+   generators: ``random.Random``, ``numpy.random.RandomState``, ``torch.Generator``), the loader's full state (:meth:`rd.DataLoader.validate_state_dict`, with
    ``allow_unpinned`` and ``on_batch_change``), the metric log boundary
    (:meth:`MetricLog.validate_state_dict`), and the checkpoint's own oracles recomputed from the
    saved tree (a tree edited after the save is refused here, before any object changes).
@@ -44,6 +47,7 @@ the saved tree (each tensor hashed once more).
 from __future__ import annotations
 
 import copy
+import math
 import random
 import warnings
 from collections.abc import Callable, Mapping
@@ -74,12 +78,18 @@ from resumable_data.checkpoint.keys import (
 )
 from resumable_data.checkpoint.meta import new_id
 from resumable_data.checkpoint.optim import group_fqns, load_dense_optimizer_state, load_optimizer_state, match_groups
-from resumable_data.checkpoint.optim_check import probe_optimizer, probe_scheduler, same_flags, same_structure
+from resumable_data.checkpoint.optim_check import (
+    probe_optimizer,
+    probe_scheduler,
+    probe_settings,
+    same_flags,
+    same_structure,
+)
 from resumable_data.checkpoint.policies import AccumulationPolicy
 from resumable_data.errors import ResumableDataError, ResumeError, describe
 from resumable_data.loader.state import LoaderState
 
-__all__ = ["TrainingHooks", "restore", "validate"]
+__all__ = ["TrainingHooks", "module_undo", "restore", "stateful_undo", "validate"]
 
 
 @dataclass(frozen=True)
@@ -153,10 +163,40 @@ def _same_shape(saved: Any, current: Mapping[str, Any], where: str) -> None:
             raise _bad(f"{where}.{k}", _kind(v), f"a {_kind(cur)} (as the live object holds)")
 
 
-def _check_optimizer(ts: Any, hooks: TrainingHooks, saved: Any) -> None:
+def _check_scaler(saved: Mapping[str, Any]) -> None:
+    """A GradScaler's values in the ranges its constructor allows (``load_state_dict`` checks none: a
+    scale of 0 or NaN skips every step, a fractional ``growth_interval`` fails at ``update()``)."""
+
+    def num(key: str, ok: Callable[[float], bool], expected: str) -> None:
+        v = saved[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not ok(v):
+            raise _bad(f"scaler.{key}", v, expected)
+
+    def count(key: str, lo: int) -> None:
+        v = saved[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise _bad(f"scaler.{key}", v, f"an integer >= {lo}")
+
+    for key, check in (
+        ("scale", lambda: num("scale", lambda v: v > 0, "a finite number > 0")),
+        ("growth_factor", lambda: num("growth_factor", lambda v: v > 1, "a finite number > 1")),
+        ("backoff_factor", lambda: num("backoff_factor", lambda v: 0 < v < 1, "a number in (0, 1)")),
+        ("growth_interval", lambda: count("growth_interval", 1)),
+        ("_growth_tracker", lambda: count("_growth_tracker", 0)),
+    ):
+        if key in saved:
+            check()
+
+
+def _check_optimizer(ts: Any, hooks: TrainingHooks, saved: Any, *, dcp: bool = False) -> None:
+    """The saved optimizer against the live one: its groups (partition by name, each setting's
+    structure and flags) and, in the file layout, every state entry (:func:`probe_optimizer`). The
+    DCP layout's state tensors were loaded in place by DCP (verified by the oracles after the
+    apply); its groups travel in the JSON and are checked here as the file layout's are."""
     opt = ts.optimizer
-    if not isinstance(saved, Mapping) or set(saved) != {"state", "param_groups"}:
-        raise _bad("optimizer", type(saved).__name__, "{'state': ..., 'param_groups': ...}")
+    keys = {"state", "param_groups"} | ({"stateless"} if dcp else set())
+    if not isinstance(saved, Mapping) or set(saved) != keys:
+        raise _bad("optimizer", type(saved).__name__, f"{{{', '.join(repr(k) for k in sorted(keys))}}}")
     groups, state = saved["param_groups"], saved["state"]
     if not isinstance(groups, list) or not all(
         isinstance(g, dict) and isinstance(g.get("params"), list) and all(isinstance(n, str) for n in g["params"])
@@ -165,6 +205,14 @@ def _check_optimizer(ts: Any, hooks: TrainingHooks, saved: Any) -> None:
         raise _bad("optimizer.param_groups", type(groups).__name__, "a list of groups, each with 'params': [name, ...]")
     if not isinstance(state, dict) or not all(isinstance(v, dict) for v in state.values()):
         raise _bad("optimizer.state", type(state).__name__, "{parameter name: {key: tensor or number}}")
+    if dcp and (not isinstance(saved["stateless"], list) or not all(isinstance(n, str) for n in saved["stateless"])):
+        raise _bad("optimizer.stateless", type(saved["stateless"]).__name__, "a list of parameter names")
+    listed = [n for g in groups for n in g["params"]]
+    if len(listed) != len(set(listed)):  # a group matched by set: a repeated one would win with its settings
+        twice = sorted({n for n in listed if listed.count(n) > 1})
+        raise _bad(
+            "optimizer.param_groups", f"parameters listed twice: {twice[:6]}", "each parameter in one group, once"
+        )
     current = group_fqns(opt, hooks.names)
     ordered = match_groups(current, saved)  # CompatibilityError naming every mismatch
     for gi, (g, live) in enumerate(zip(ordered, opt.param_groups)):
@@ -174,7 +222,9 @@ def _check_optimizer(ts: Any, hooks: TrainingHooks, saved: Any) -> None:
             f"optimizer.param_groups[{gi}]",
         )
         same_flags(g, live, f"optimizer.param_groups[{gi}]")
-    probe_optimizer(opt, ordered, current, state)  # every moment against the optimizer's own step()
+    probe_settings(opt, ordered)  # ranges: what the optimizer's constructor refuses (a NaN lr)
+    if not dcp:
+        probe_optimizer(opt, ordered, current, state)  # every moment against the optimizer's own step()
 
 
 def _check_rng(state: Any) -> None:
@@ -186,20 +236,11 @@ def _check_rng(state: Any) -> None:
         rng_mod.K_CUDA,
     }:
         raise _bad("rng", type(state).__name__, "the generator states capture() wrote")
-    py, npy, tc = state[rng_mod.K_PYTHON], state[rng_mod.K_NUMPY], state[rng_mod.K_TORCH]
-    expect_mapping(py, "rng.python", {"version", "state", "gauss"}, error=CheckpointError)
-    expect_mapping(npy, "rng.numpy", {"kind", "keys", "pos", "has_gauss", "cached_gaussian"}, error=CheckpointError)
+    tc = state[rng_mod.K_TORCH]
+    py_state, np_state = rng_mod.host_states(state)  # every field in range (NumPy checks no position)
     try:
-        random.Random().setstate((int(py["version"]), tuple(int(v) for v in py["state"]), py["gauss"]))
-        np.random.RandomState().set_state(
-            (
-                str(npy["kind"]),
-                np.asarray(npy["keys"], dtype=np.uint32),
-                int(npy["pos"]),
-                int(npy["has_gauss"]),
-                float(npy["cached_gaussian"]),
-            )
-        )
+        random.Random().setstate(py_state)
+        np.random.RandomState().set_state(np_state)
         if not isinstance(tc, torch.Tensor) or tc.dtype != torch.uint8:
             raise TypeError("rng.torch_cpu is not a uint8 tensor")
         torch.Generator().set_state(tc)
@@ -227,6 +268,44 @@ def _check_rng(state: Any) -> None:
             )
 
 
+def _check_parts(ts: Any, state: Mapping[str, Any], restores: frozenset[str], saved_meta: Any, *, dcp: bool) -> None:
+    """Each part the label restores is in the state exactly when the metadata saved with it records
+    the object: a state without it (``null``) restores nothing into the live object, so a part
+    dropped from a checkpoint would leave the fresh object's values under a faithful label. The
+    callbacks saved are the ones the metadata names; mid-window gradients (the file layout) are
+    there exactly when the accumulation record says the window's gradients were saved."""
+    for key, obj, section in (
+        (K_MODEL, ts.model, saved_meta.model),
+        (K_OPTIMIZER, ts.optimizer, saved_meta.optimizer),
+        (K_SCHEDULER, ts.scheduler, saved_meta.scheduler),
+        (K_SCALER, ts.scaler, saved_meta.scaler),
+        (K_EMA, ts.ema, saved_meta.ema),
+        (K_LOADER, ts.loader, saved_meta.data),
+    ):
+        if key in restores and obj is not None and (state[key] is None) != (section is None):
+            held = "holds" if section is not None else "holds no"
+            raise _bad(
+                key,
+                "null" if state[key] is None else type(state[key]).__name__,
+                f"{'a saved state' if section is not None else 'null'} (the checkpoint's metadata {held} {key})",
+            )
+    cbs = state[K_CALLBACKS]
+    if K_CALLBACKS in restores and isinstance(cbs, dict) and sorted(cbs) != sorted(saved_meta.callbacks):
+        raise _bad("callbacks", sorted(cbs), f"the states of the callbacks its metadata names ({saved_meta.callbacks})")
+    acc = state[K_ACCUMULATION]
+    if dcp or ts.model is None or K_GRADIENTS not in restores or not isinstance(acc, Mapping):
+        return
+    saved_grads = acc.get("mid_window") is True and acc.get("rewound") is False and saved_meta.model is not None
+    if (state[K_GRADIENTS] is not None) != saved_grads:
+        raise _bad(
+            "gradients",
+            "null" if state[K_GRADIENTS] is None else type(state[K_GRADIENTS]).__name__,
+            "the window's gradients exactly when accumulation.mid_window is true and rewound false"
+            if saved_grads
+            else "null (the accumulation record saved no gradients)",
+        )
+
+
 def validate(
     ts: Any,
     hooks: TrainingHooks,
@@ -235,11 +314,15 @@ def validate(
     *,
     dcp: bool,
     loader_options: Mapping[str, Any],
+    saved_meta: Any = None,
 ) -> dict[str, Any]:
     """Phase 1 (module docs): raises an rd error for anything the apply phase would refuse or trip
     on; returns what the apply phase needs (``uncommitted``). ``loader_options``: the loader's
-    ``load_state_dict`` options (``allow_unpinned``, ``on_batch_change``)."""
+    ``load_state_dict`` options (``allow_unpinned``, ``on_batch_change``); ``saved_meta``: the
+    state's own :class:`CheckpointMeta` (which parts the save held: :func:`_check_parts`)."""
     try:
+        if saved_meta is not None:
+            _check_parts(ts, state, restores, saved_meta, dcp=dcp)
         return _validate(ts, hooks, state, restores, dcp=dcp, loader_options=loader_options)
     except ResumableDataError:
         raise
@@ -286,12 +369,14 @@ def _validate(
             for n, g in grads.items():
                 if not isinstance(g, torch.Tensor) or g.shape != params[n].shape:
                     raise _bad(f"gradients.{n}", _kind(g), f"a tensor of shape {tuple(params[n].shape)}")
-    if want(K_OPTIMIZER, ts.optimizer) and not dcp:
-        _check_optimizer(ts, hooks, state[K_OPTIMIZER])
+    if want(K_OPTIMIZER, ts.optimizer):
+        _check_optimizer(ts, hooks, state[K_OPTIMIZER], dcp=dcp)
     if want(K_SCHEDULER, ts.scheduler):
         probe_scheduler(ts.scheduler, state[K_SCHEDULER])
     if want(K_SCALER, ts.scaler):
         _same_shape(state[K_SCALER], ts.scaler.state_dict(), "scaler")
+        if isinstance(ts.scaler, torch.amp.GradScaler):
+            _check_scaler(state[K_SCALER])
     if want(K_EMA, ts.ema):
         _same_shape(state[K_EMA], ts.ema.state_dict(), "ema")
     if K_CALLBACKS in restores and not isinstance(state[K_CALLBACKS], dict):
@@ -341,48 +426,58 @@ def _validate(
 
 
 # -- snapshot / rollback --------------------------------------------------------------------------
+def module_undo(m: torch.nn.Module) -> Callable[[], None]:
+    """An undo that puts back a module's parameters and buffers (copies), gradients and modes."""
+    values = {k: v.detach().clone() for k, v in m.state_dict().items()}
+    grads = [(p, p.grad) for p in m.parameters()]
+    modes = [(x, x.training) for x in m.modules()]
+
+    def back() -> None:
+        with torch.no_grad():
+            m.load_state_dict(values, strict=True)
+        for p, g in grads:
+            p.grad = g
+        for x, t in modes:
+            x.training = t
+
+    return back
+
+
+def stateful_undo(obj: Any) -> Callable[[], None]:
+    """An undo for a stateful object: ``load_state_dict`` of a deep copy of its ``state_dict()``
+    where that works, then its attributes and their tensors' values (exact even for an object
+    whose ``load_state_dict`` refuses or is not exact)."""
+    sd = copy.deepcopy(obj.state_dict())
+    try:
+        attrs: dict[str, Any] | None = dict(vars(obj))
+    except TypeError:  # no __dict__ (slots or a builtin): load_state_dict alone
+        attrs = None
+    values = {k: v.detach().clone() for k, v in (attrs or {}).items() if isinstance(v, torch.Tensor)}
+
+    def back() -> None:
+        try:
+            obj.load_state_dict(sd)
+        except Exception:
+            pass
+        if attrs is not None:
+            vars(obj).clear()
+            vars(obj).update(attrs)
+            with torch.no_grad():
+                for k, v in values.items():
+                    attrs[k].copy_(v)
+
+    return back
+
+
 def _snapshot(ts: Any, hooks: TrainingHooks) -> list:
     """Undo actions (run in reverse order) for everything the apply phase can change."""
     undo: list = []
 
     def module(m: torch.nn.Module) -> None:
-        values = {k: v.detach().clone() for k, v in m.state_dict().items()}
-        grads = [(p, p.grad) for p in m.parameters()]
-        modes = [(x, x.training) for x in m.modules()]
-
-        def back() -> None:
-            with torch.no_grad():
-                m.load_state_dict(values, strict=True)
-            for p, g in grads:
-                p.grad = g
-            for x, t in modes:
-                x.training = t
-
-        undo.append(back)
+        undo.append(module_undo(m))
 
     def stateful(obj: Any) -> None:
-        """load_state_dict(a deep copy) where it works, then the attributes and their tensors' values
-        (exact even for an object whose load_state_dict refuses or is not exact)."""
-        sd = copy.deepcopy(obj.state_dict())
-        try:
-            attrs: dict[str, Any] | None = dict(vars(obj))
-        except TypeError:  # no __dict__ (slots or a builtin): load_state_dict alone
-            attrs = None
-        values = {k: v.detach().clone() for k, v in (attrs or {}).items() if isinstance(v, torch.Tensor)}
-
-        def back() -> None:
-            try:
-                obj.load_state_dict(sd)
-            except Exception:
-                pass
-            if attrs is not None:
-                vars(obj).clear()
-                vars(obj).update(attrs)
-                with torch.no_grad():
-                    for k, v in values.items():
-                        attrs[k].copy_(v)
-
-        undo.append(back)
+        undo.append(stateful_undo(obj))
 
     if ts.model is not None:
         module(ts.model)
@@ -460,7 +555,9 @@ def restore(
     loader_options: Mapping[str, Any],
 ) -> Any:
     """Validate, snapshot, apply (module docs); returns ``report``."""
-    facts = validate(ts, hooks, state, restores, dcp=dcp is not None, loader_options=loader_options)
+    facts = validate(
+        ts, hooks, state, restores, dcp=dcp is not None, loader_options=loader_options, saved_meta=saved_meta
+    )
     if report.warnings:
         warnings.warn(
             f"resuming with {len(report.warnings)} allowed difference(s) from the checkpoint "
@@ -623,6 +720,17 @@ def _verify(
         for k, part in checks.items()
         if part in restores and k not in skip and k in saved and k in now and saved[k] != now[k]
     ]
+    if dcp:  # the file layout required exactly its parts' oracles before the apply (validate)
+        bad += [
+            f"{k}: no saved oracle for a restored part the checkpoint holds"
+            for k, part in checks.items()
+            if part in restores
+            and k not in skip
+            and k != "rng.cuda"  # present only where CUDA is initialized: depends on the machine
+            and k in now
+            and k not in saved
+            and state[part] is not None
+        ]
     if bad:
         raise CheckpointError(
             "restored state does not match the checkpoint's oracles (a bug or a stateful object "

@@ -22,7 +22,7 @@ import xxhash
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.errors import describe
 
-__all__ = ["capture", "digests", "from_json", "restore", "to_json"]
+__all__ = ["capture", "digests", "from_json", "host_states", "restore", "to_json"]
 
 K_PYTHON = "python"
 K_NUMPY = "numpy"
@@ -64,20 +64,8 @@ def restore(state: Any) -> None:
                 "pass an unmodified checkpoint",
             )
         )
-    py, npy, tc, cuda = state[K_PYTHON], state[K_NUMPY], state[K_TORCH], state[K_CUDA]
-    try:
-        py_state = (int(py["version"]), tuple(int(v) for v in py["state"]), py["gauss"])
-        np_state = (
-            str(npy["kind"]),
-            np.asarray(npy["keys"], dtype=np.uint32),
-            int(npy["pos"]),
-            int(npy["has_gauss"]),
-            float(npy["cached_gaussian"]),
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(
-            describe("rng", f"malformed ({e})", "the generator states capture() wrote", "pass an unmodified checkpoint")
-        ) from None
+    py_state, np_state = host_states(state)
+    tc, cuda = state[K_TORCH], state[K_CUDA]
     if not isinstance(tc, torch.Tensor) or tc.dtype != torch.uint8:
         raise CheckpointError(
             describe("rng.torch_cpu", type(tc).__name__, "a uint8 tensor", "pass an unmodified checkpoint")
@@ -98,6 +86,67 @@ def restore(state: Any) -> None:
     torch.set_rng_state(tc)
     if cuda is not None:
         torch.cuda.set_rng_state_all(cuda)
+
+
+#: MT19937 (Python's ``random`` and NumPy's legacy generator): 624 32-bit words and a position.
+MT_WORDS = 624
+
+
+def _bad(where: str, value: Any, expected: str) -> CheckpointError:
+    return CheckpointError(describe(where, value, expected, "pass an unmodified checkpoint"))
+
+
+def _words(v: Any, where: str, n: int) -> list[int]:
+    if not isinstance(v, list) or len(v) != n:
+        raise _bad(where, f"{type(v).__name__} of {len(v) if isinstance(v, list) else '?'}", f"a list of {n} integers")
+    for i, w in enumerate(v):
+        if isinstance(w, bool) or not isinstance(w, int) or not 0 <= w < 1 << 32:
+            raise _bad(f"{where}[{i}]", w, "an integer in [0, 2**32)")
+    return v
+
+
+def host_states(state: dict[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """``(random.setstate argument, np.random.set_state argument)`` of :func:`capture`'s Python and
+    NumPy entries, every field checked as those generators need it: MT19937 words, the position in
+    ``[0, 624]`` (NumPy does not check it: a position past the key array reads and writes outside
+    it, a crash or garbage draws), ``has_gauss`` 0 or 1, and a cached Gaussian that is a float
+    (Python returns ``gauss`` itself from its next ``random.gauss()``). :class:`CheckpointError`
+    naming the field otherwise."""
+    py, npy = state[K_PYTHON], state[K_NUMPY]
+    if not isinstance(py, dict) or set(py) != {"version", "state", "gauss"}:
+        raise _bad("rng.python", py if not isinstance(py, dict) else sorted(py), "{'version', 'state', 'gauss'}")
+    if py["version"] != 3 or isinstance(py["version"], bool):
+        raise _bad("rng.python.version", py["version"], "3 (random.getstate()'s version)")
+    words = _words(py["state"], "rng.python.state", MT_WORDS + 1)
+    if not 0 <= words[-1] <= MT_WORDS:
+        raise _bad(f"rng.python.state[{MT_WORDS}]", words[-1], f"a position in [0, {MT_WORDS}]")
+    gauss = py["gauss"]
+    if gauss is not None and (isinstance(gauss, bool) or not isinstance(gauss, float)):
+        raise _bad("rng.python.gauss", gauss, "null or a float (the cached Gaussian)")
+    if not isinstance(npy, dict) or set(npy) != {"kind", "keys", "pos", "has_gauss", "cached_gaussian"}:
+        raise _bad(
+            "rng.numpy",
+            npy if not isinstance(npy, dict) else sorted(npy),
+            "{'kind', 'keys', 'pos', 'has_gauss', 'cached_gaussian'}",
+        )
+    if npy["kind"] != "MT19937":
+        raise _bad("rng.numpy.kind", npy["kind"], "'MT19937'")
+    keys = _words(npy["keys"], "rng.numpy.keys", MT_WORDS)
+    pos = npy["pos"]
+    if isinstance(pos, bool) or not isinstance(pos, int) or not 0 <= pos <= MT_WORDS:
+        raise _bad("rng.numpy.pos", pos, f"an integer in [0, {MT_WORDS}]")
+    if npy["has_gauss"] not in (0, 1) or isinstance(npy["has_gauss"], bool):
+        raise _bad("rng.numpy.has_gauss", npy["has_gauss"], "0 or 1")
+    cached = npy["cached_gaussian"]
+    if isinstance(cached, bool) or not isinstance(cached, (int, float)):
+        raise _bad("rng.numpy.cached_gaussian", cached, "a number")
+    return (3, tuple(words), gauss), (
+        "MT19937",
+        np.asarray(keys, dtype=np.uint32),
+        pos,
+        npy["has_gauss"],
+        float(cached),
+    )
 
 
 def digests(state: dict[str, Any]) -> dict[str, str]:
@@ -145,6 +194,14 @@ def from_json(d: Any) -> dict[str, Any]:
                 "pass an unmodified checkpoint",
             )
         )
+    for where, v in [(K_TORCH, d[K_TORCH])] + [
+        (f"{K_CUDA}[{i}]", s) for i, s in enumerate(d[K_CUDA] if isinstance(d[K_CUDA], list) else [])
+    ]:
+        # torch.tensor(..., dtype=uint8) wraps -1 to 255 and 256 to 0: every value must be a byte already
+        if isinstance(v, list) and not all(type(b) is int and 0 <= b <= 255 for b in v):
+            raise _bad(
+                f"rng.{where}", next(b for b in v if type(b) is not int or not 0 <= b <= 255), "bytes in [0, 255]"
+            )
     try:
         torch_cpu = torch.tensor(d[K_TORCH], dtype=torch.uint8)
         cuda = None if d[K_CUDA] is None else [torch.tensor(s, dtype=torch.uint8) for s in d[K_CUDA]]

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from resumable_data._schema import MAX_INT
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.errors import ResumeError, describe
 from resumable_data.loader.state import Cursor
@@ -49,8 +50,19 @@ def _bad(where: str, value: Any, expected: str) -> CheckpointError:
 
 
 def _int(v: Any, where: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise _bad(where, v, "an integer")
+    """A count, step or epoch: an integer in ``[0, 2**63 - 1]`` (the loader state's own bounds;
+    ``inspect`` computes the next step's records from them)."""
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_INT:
+        raise _bad(where, v, f"an integer in [0, {MAX_INT}]")
+    return v
+
+
+def _any_int(v: Any, where: str) -> int | None:
+    """An integer that may be negative (a scheduler's ``last_epoch`` starts at -1), or null."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not -MAX_INT <= v <= MAX_INT:
+        raise _bad(where, v, f"an integer in [{-MAX_INT}, {MAX_INT}] or null")
     return v
 
 
@@ -189,7 +201,7 @@ class CheckpointStatus:
             counters=counters,
             next_step=_opt_int(d.get(K_NEXT_STEP), f"{where}.next_step"),
             next_lr=lrs,
-            scheduler_last_epoch=_opt_int(d.get(K_SCHEDULER_LAST_EPOCH), f"{where}.scheduler_last_epoch"),
+            scheduler_last_epoch=_any_int(d.get(K_SCHEDULER_LAST_EPOCH), f"{where}.scheduler_last_epoch"),
             scale=_num(d.get(K_SCALE), f"{where}.scale"),
             modes=modes,
             extra={k: v for k, v in d.items() if k not in _KNOWN},

@@ -44,7 +44,11 @@ complete checkpoint (step directories, then the complete leftovers above) is loa
 a warning). Loading refuses checkpoint files that are not regular files (FIFOs, devices, sockets,
 symlinks, directories) without opening them, refuses files larger than their format allows
 (``files.LIMITS``), checks every file's size and xxh3-128 and never unpickles: tensors come from
-safetensors, everything else from JSON. One writer per directory (ranks of a distributed job use
+safetensors, everything else from JSON. ``meta.json`` must equal the metadata inside
+``state.json`` and carry the marker's ``checkpoint_id`` (files of two saves put together, each
+re-hashed into the marker, are refused); ``inventory.json``'s header is enforced. Only a
+:class:`CheckpointMeta`'s JSON (its ``format``) is written to ``meta.json``: another object's
+state may have a ``meta`` key of its own. One writer per directory (ranks of a distributed job use
 ``torch.distributed.checkpoint`` with :class:`TrainingState` instead).
 
 Cost: save writes the state once plus fsyncs; load reads and hashes it once.
@@ -68,7 +72,8 @@ from resumable_data._schema import expect_header, expect_int, expect_mapping, ex
 from resumable_data.checkpoint.codec import decode, encode
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.checkpoint.files import LIMITS, hash_regular, is_regular, read_regular, writer_lock
-from resumable_data.checkpoint.meta import CheckpointMeta, new_id
+from resumable_data.checkpoint.inventory import Inventory
+from resumable_data.checkpoint.meta import META_FORMAT, CheckpointMeta, new_id
 from resumable_data.errors import ConfigError, ConfigTypeError, ResumableDataError, describe
 from resumable_data.loader.protocol import HoldsLoader, ResumableLoader
 
@@ -106,6 +111,7 @@ FILES = (TENSORS, STATE_JSON, META_JSON, INVENTORY_JSON)
 K_FILES = "files"
 K_STEP = "step"
 K_CHECKPOINT_ID = "checkpoint_id"
+K_META = "meta"
 
 
 def _json_bytes(obj: Any) -> bytes:
@@ -455,7 +461,7 @@ def save_checkpoint(
             )
         tree = state.state_dict()
         inventory = {"format": "resumable_data.inventory", "schema_version": 1, "entries": []}
-    meta = tree.get("meta") if isinstance(tree, dict) else None
+    meta = _tree_meta(tree)
     json_tree, tensors = encode(tree)
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -465,6 +471,15 @@ def save_checkpoint(
         ) from None
     with writer_lock(root):
         return _write(root, step, checkpoint_id, json_tree, tensors, meta, inventory, keep_last)
+
+
+def _tree_meta(tree: Any) -> Any:
+    """The checkpoint metadata a state tree holds (``meta.json``): its ``meta`` entry when that is a
+    :class:`CheckpointMeta`'s JSON (``format`` names it), else None. Another object's state may hold
+    a ``meta`` key of its own: that is state, not checkpoint metadata (writing it to ``meta.json``
+    made the checkpoint unloadable)."""
+    meta = tree.get(K_META) if isinstance(tree, dict) else None
+    return meta if isinstance(meta, dict) and meta.get("format") == META_FORMAT else None
 
 
 def _write(
@@ -621,8 +636,38 @@ def read_checkpoint(path: str | os.PathLike, step: int | None = None) -> RawChec
         ) from None
     tree = decode(json_tree, tensors)
     meta = CheckpointMeta.from_dict(meta_d) if meta_d is not None else None
-    if not isinstance(inventory, dict):
-        raise CheckpointError(
-            describe("checkpoint file", str(p / INVENTORY_JSON), "a JSON object", "load another checkpoint")
-        )
+    _check_same_checkpoint(p, marker, json_tree, meta_d, meta)
+    Inventory.from_dict(inventory)  # format, schema_version and entries (CheckpointError, naming the field)
     return RawCheckpoint(p, marker[K_STEP], marker[K_CHECKPOINT_ID], tree, meta, inventory)
+
+
+def _canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True)  # NaN and the infinities render equal on both sides
+
+
+def _check_same_checkpoint(p: Path, marker: dict, json_tree: Any, meta_d: Any, meta: CheckpointMeta | None) -> None:
+    """``meta.json`` is the metadata the state was saved with, and both belong to the marker's save.
+
+    ``meta.json`` is a copy of ``state.json``'s ``meta`` (what a restore compares): ``inspect``,
+    ``--against`` and ``LoadedCheckpoint.meta`` read the copy. Files of two saves put together
+    (each re-hashed into the marker) would show one checkpoint's metadata and restore the other's
+    state, so they must agree, and their ``checkpoint_id`` must be the marker's."""
+    in_state = _tree_meta({K_META: decode(json_tree.get(K_META), {})} if isinstance(json_tree, dict) else None)
+    if _canonical_json(meta_d) != _canonical_json(in_state):
+        raise CheckpointError(
+            describe(
+                "checkpoint",
+                str(p),
+                f"{META_JSON} equal to the metadata saved in {STATE_JSON} (its 'meta' entry)",
+                "the checkpoint was edited or put together from two saves: load another one",
+            )
+        )
+    if meta is not None and meta.checkpoint_id is not None and meta.checkpoint_id != marker[K_CHECKPOINT_ID]:
+        raise CheckpointError(
+            describe(
+                f"{META_JSON}.checkpoint_id",
+                meta.checkpoint_id,
+                f"the id in its {MARKER} marker ({marker[K_CHECKPOINT_ID]})",
+                "the checkpoint was put together from two saves: load another one",
+            )
+        )

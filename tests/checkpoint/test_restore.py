@@ -134,16 +134,23 @@ def saved(data_dir, tmp_path_factory):
 
 
 def forge_state(ckpt: Path, dest: Path, tree) -> Path:
-    """A copy of ``ckpt`` whose state.json is ``tree`` and whose marker is re-hashed as the store does."""
+    """A copy of ``ckpt`` whose state.json is ``tree``, whose meta.json is its copy of ``tree["meta"]`` (the
+    store refuses a meta.json that differs from the state's) and whose marker is re-hashed as the store does."""
     import shutil
 
     shutil.copytree(ckpt, dest)
     step = dest / STEP
-    text = json.dumps(tree, sort_keys=True, indent=1) + "\n"
-    data = text.replace(json.dumps(DEEP), "[" * 100_000 + "]" * 100_000).encode()
-    (step / "state.json").write_bytes(data)
+    files = {"state.json": tree}
+    if isinstance(tree, dict):
+        meta = tree.get("meta")
+        is_meta = isinstance(meta, dict) and meta.get("format") == "resumable_data.checkpoint_meta"
+        files["meta.json"] = meta if is_meta else None
     mk = json.loads((step / "COMMITTED").read_text())
-    mk["files"]["state.json"] = {"size": len(data), "xxh3_128": xxhash.xxh3_128_hexdigest(data)}
+    for name, obj in files.items():
+        text = json.dumps(obj, sort_keys=True, indent=1) + "\n"
+        data = text.replace(json.dumps(DEEP), "[" * 100_000 + "]" * 100_000).encode()
+        (step / name).write_bytes(data)
+        mk["files"][name] = {"size": len(data), "xxh3_128": xxhash.xxh3_128_hexdigest(data)}
     (step / "COMMITTED").write_bytes((json.dumps(mk, sort_keys=True, indent=1) + "\n").encode())
     return dest
 
