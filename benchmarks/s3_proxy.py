@@ -16,7 +16,7 @@ from __future__ import annotations
 import http.client
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -95,6 +95,8 @@ class S3Proxy:
         self.bytes_out = 0  # response body bytes sent to the client
         self.failed = 0
         self.hook: Hook | None = None
+        #: (method, path, status sent or -1: closed without an answer) of the latest requests
+        self.log: deque[tuple[str, str, int]] = deque(maxlen=100_000)
         self._lock = threading.Lock()
         proxy = self
 
@@ -191,6 +193,7 @@ class S3Proxy:
         hook = self.hook
         if hook is not None and ans is not None:
             ans = hook(Request(h.command, h.path, dict(h.headers.items())), ans)
+        self.log.append((h.command, h.path, -1 if ans is None else ans.status))
         if ans is None:
             h.close_connection = True
             h.connection.close()

@@ -43,7 +43,7 @@ import threading
 import warnings
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -190,7 +190,7 @@ class DecodedUnits:
                 self.nbytes -= freed
                 self._left(gone)
 
-    def holding(self, keys: list[Hashable], extras: list[Any]) -> bool:
+    def holding(self, keys: Sequence[Hashable], extras: Sequence[Any]) -> bool:
         """Whether the map keeps ``extras[i]`` (that very object) under each ``keys[i]``. The caller
         holds :attr:`lock` (an owner checking that what it derived from its entries still matches
         them: :meth:`.unit_reads.UnitReads._whole_plans`); the drops queued by :meth:`drop_later`
