@@ -103,3 +103,66 @@ def test_saves_write_the_format_tag_with_its_version_and_older_tags_still_load(b
     rd.load_checkpoint(
         forge(base["six"], tmp_path / "c" / base["six"].name, read_checkpoint(base["six"]).tree), o.state
     )
+
+
+# -- scheduler values torch's schedulers never hold ------------------------------------------------
+SCHEDULER_CASES = [
+    (("base_lrs", 0), float("nan")),
+    (("base_lrs", 1), float("inf")),
+    (("base_lrs", 0), -0.1),
+    (("last_epoch",), -2),
+    (("last_epoch",), float("nan")),
+    (("last_epoch",), float("-inf")),
+    (("_step_count",), -1),
+]
+
+
+@pytest.mark.parametrize("path,value", SCHEDULER_CASES, ids=[f"{p[0]}={v!r}" for p, v in SCHEDULER_CASES])
+@pytest.mark.parametrize("layout", ["file", "dcp"])
+def test_scheduler_values_torchs_schedulers_never_hold_are_refused(base, tmp_path, path, value, layout):  # noqa: F811
+    """A NaN base LR loaded (LambdaLR multiplies it: every later LR NaN), as did a negative step count."""
+    from tests.checkpoint import _train as T
+    from tests.checkpoint.test_forgery import _dcp
+    from tests.checkpoint.test_restore import digest, objects
+
+    o = fresh(base, tmp_path)
+    field = f"scheduler.{path[0]}" + (f"[{path[1]}]" if len(path) > 1 else "")
+    if layout == "file":
+        tree = at(read_checkpoint(base["six"]).tree, ("scheduler", *path), value)
+        refused(o, forge(base["six"], tmp_path / "c" / base["six"].name, tree, oracles_of=o.state), field)
+    else:
+        saved = objects(base["data"], tmp_path, "dcp-saved")
+        T.train(saved, total=6)
+        forged = _dcp(saved, lambda t: at(t, ("scheduler", *path), value))
+        before = digest(o)
+        with pytest.raises(rd.CheckpointError, match=field.replace("[", r"\[").replace("]", r"\]")):
+            o.state.load_state_dict(forged)
+        assert digest(o) == before
+
+
+def _half(epoch: int) -> float:
+    return 0.5
+
+
+class OwnLambdaLR(torch.optim.lr_scheduler.LambdaLR):
+    """A user's scheduler class (a subclass of torch's): its state is the user's to define."""
+
+
+def test_a_users_scheduler_state_is_not_held_to_torchs_ranges(tmp_path):
+    def state(value: float):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 2)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.fill_(value)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        return rd.TrainingState(model=model, optimizer=opt, scheduler=OwnLambdaLR(opt, _half), run_id="own")
+
+    s = state(1.0)
+    s.scheduler._step_count = -3  # the user's class, the user's meaning
+    s.scheduler.last_epoch = -7
+    rd.save_checkpoint(tmp_path, s, step=1)
+    t = state(0.0)
+    rd.load_checkpoint(tmp_path, t)
+    assert t.scheduler._step_count == -3 and t.scheduler.last_epoch == -7
+    assert all(float(p.detach().flatten()[0]) == 1.0 for p in t.model.parameters())
