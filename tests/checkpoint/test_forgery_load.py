@@ -166,3 +166,57 @@ def test_a_users_scheduler_state_is_not_held_to_torchs_ranges(tmp_path):
     rd.load_checkpoint(tmp_path, t)
     assert t.scheduler._step_count == -3 and t.scheduler.last_epoch == -7
     assert all(float(p.detach().flatten()[0]) == 1.0 for p in t.model.parameters())
+
+
+# -- the DCP layout's rank table: no field ignored -------------------------------------------------
+def _entry(t, key, value):
+    t["ranks"]["entries"][0][key] = value
+
+
+def _two_ranks(t, change):
+    """A table of two saved ranks (rank 1 a copy of rank 0), then ``change`` applied to it."""
+    e = json.loads(json.dumps(t["ranks"]["entries"][0]))
+    t["ranks"] = {"world_size": 2, "entries": [t["ranks"]["entries"][0], {**e, "rank": 1}]}
+    change(t["ranks"]["entries"][1])
+
+
+DCP_CASES = [
+    ("rank-1", lambda t: _entry(t, "rank", 1), "entries[0].rank"),
+    ("rank-string", lambda t: _entry(t, "rank", "0"), "entries[0].rank"),
+    ("rank-true", lambda t: _entry(t, "rank", False), "entries[0].rank"),
+    ("gradients-other", lambda t: _entry(t, "gradients", "0123456789abcdef"), "entries[0].gradients"),
+    ("gradients-number", lambda t: _entry(t, "gradients", 5), "entries[0].gradients"),
+    ("entry-extra-key", lambda t: _entry(t, "zz", 1), "entries[0]"),
+    ("entry-missing-key", lambda t: t["ranks"]["entries"][0].pop("gradients"), "entries[0]"),
+    ("oracle-unknown", lambda t: t["ranks"]["entries"][0]["oracles"].update(model="0"), "entries[0].oracles"),
+    ("oracle-number", lambda t: t["ranks"]["entries"][0]["oracles"].update(next_batch=3), "entries[0].oracles"),
+    ("ranks-extra-key", lambda t: t["ranks"].update(zz=1), "state.json.ranks"),
+    ("top-level-rng", lambda t: t.update(rng=t["ranks"]["entries"][0]["rng"]), "state.json.rng"),
+    ("other-rank-rank", lambda t: _two_ranks(t, lambda e: e.update(rank=0)), "entries[1].rank"),
+    (
+        "other-rank-rng",
+        lambda t: _two_ranks(t, lambda e: e["rng"]["numpy"].update(pos=10**6)),
+        "entries[1].rng",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,change,field", DCP_CASES, ids=[c[0] for c in DCP_CASES])
+def test_dcp_rank_table_fields_are_checked_not_ignored(base, tmp_path, name, change, field):  # noqa: F811
+    """``rank``, each entry's ``gradients`` and the top-level ``rng`` were ignored at load (any value
+    loaded); another rank's generators were read only on that rank (the other ranks loaded)."""
+    from tests.checkpoint import _train as T
+    from tests.checkpoint.test_forgery import _dcp
+    from tests.checkpoint.test_restore import digest, objects
+
+    saved = objects(base["data"], tmp_path, "dcp-saved")
+    T.train(saved, total=6)  # mid-window: gradients saved
+    assert json.loads(saved.state.state_dict()["json"])["accumulation"]["gradients"]
+    forged = _dcp(saved, change)
+    o = fresh(base, tmp_path)
+    before = digest(o)
+    with pytest.raises(rd.CheckpointError) as e:
+        o.state.load_state_dict(forged)
+    assert field in str(e.value), str(e.value)
+    assert digest(o) == before
+    o.state.load_state_dict(_dcp(saved, lambda t: None))  # the unforged state loads
