@@ -30,8 +30,8 @@ Algorithm.
 * Scheduler values (:func:`check_scheduler_values`, torch's own scheduler classes only; a user's
   scheduler state passes untouched): ``_step_count`` an integer >= 0, ``last_epoch`` a finite
   number >= -1, each ``base_lrs`` entry a finite number >= 0 (the optimizer's constructor bounds
-  the ``initial_lr`` it comes from). NaN and infinities are refused there: no torch scheduler
-  produces them.
+  the ``initial_lr`` it comes from), in ``SequentialLR`` / ``ChainedScheduler``'s sub-schedulers
+  too. NaN and infinities are refused there: no torch scheduler produces them.
 * Scheduler probe: ``get_lr()`` of a shallow copy holding the saved state (the live optimizer is
   only read).
 
@@ -269,25 +269,31 @@ def _number(v: Any) -> float | None:
     return None
 
 
-def check_scheduler_values(scheduler: Any, saved: Mapping[str, Any]) -> None:
-    """Progress and base-LR values torch's own schedulers can never hold (module docs); a scheduler
-    class outside ``torch.optim`` (the user's own, a subclass included) is not checked."""
+def check_scheduler_values(scheduler: Any, saved: Mapping[str, Any], where: str = "scheduler") -> None:
+    """Progress and base-LR values torch's own schedulers can never hold (module docs), in the
+    sub-schedulers of ``SequentialLR`` / ``ChainedScheduler`` too; a scheduler class outside
+    ``torch.optim`` (the user's own, a subclass included) is not checked."""
     if not type(scheduler).__module__.startswith("torch.optim"):
         return
+    subs, saved_subs = scheduler.__dict__.get("_schedulers"), saved.get("_schedulers")
+    if isinstance(subs, list) and isinstance(saved_subs, list) and len(subs) == len(saved_subs):
+        for i, (sub, sub_saved) in enumerate(zip(subs, saved_subs)):
+            if isinstance(sub_saved, Mapping):
+                check_scheduler_values(sub, sub_saved, f"{where}._schedulers[{i}]")
     if "_step_count" in saved:
         v = saved["_step_count"]
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise _bad("scheduler._step_count", v, "an integer >= 0 (the steps the scheduler counted)")
+            raise _bad(f"{where}._step_count", v, "an integer >= 0 (the steps the scheduler counted)")
     if "last_epoch" in saved:
         v, x = saved["last_epoch"], _number(saved["last_epoch"])
         if x is None or not math.isfinite(x) or x < -1:
-            raise _bad("scheduler.last_epoch", v, "a finite number >= -1 (torch's schedulers start at -1 and count up)")
+            raise _bad(f"{where}.last_epoch", v, "a finite number >= -1 (torch's schedulers start at -1 and count up)")
     if "base_lrs" in saved and isinstance(saved["base_lrs"], (list, tuple)):
         for i, v in enumerate(saved["base_lrs"]):
             x = _number(v)
             if x is None or not math.isfinite(x) or x < 0:
                 raise _bad(
-                    f"scheduler.base_lrs[{i}]",
+                    f"{where}.base_lrs[{i}]",
                     v,
                     "a finite learning rate >= 0 (each group's initial_lr, which the optimizer's constructor bounds)",
                 )

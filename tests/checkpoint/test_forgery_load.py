@@ -220,3 +220,68 @@ def test_dcp_rank_table_fields_are_checked_not_ignored(base, tmp_path, name, cha
     assert field in str(e.value), str(e.value)
     assert digest(o) == before
     o.state.load_state_dict(_dcp(saved, lambda t: None))  # the unforged state loads
+
+
+def _sequential(value: float):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(value)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.SequentialLR(
+        opt,
+        [torch.optim.lr_scheduler.ConstantLR(opt, factor=0.5, total_iters=2), torch.optim.lr_scheduler.StepLR(opt, 3)],
+        milestones=[2],
+    )
+    return rd.TrainingState(model=model, optimizer=opt, scheduler=sched, run_id="seq")
+
+
+@pytest.mark.parametrize(
+    "path,value,field",
+    [
+        ((0, "base_lrs", 0), float("nan"), "scheduler._schedulers[0].base_lrs[0]"),
+        ((1, "last_epoch"), -5, "scheduler._schedulers[1].last_epoch"),
+        ((1, "_step_count"), -1, "scheduler._schedulers[1]._step_count"),
+    ],
+)
+def test_sub_scheduler_values_are_checked_too(tmp_path, path, value, field):
+    """SequentialLR's own get_lr() is not probed (a load changes its sub-schedulers in place): a NaN
+    base LR in a sub-scheduler loaded."""
+    from tests.checkpoint.test_forgery import forge
+
+    s = _sequential(1.0)
+    s.scheduler.step()
+    step = rd.save_checkpoint(tmp_path / "saved", s, step=1)
+    tree = at(read_checkpoint(step).tree, ("scheduler", "_schedulers", *path), value)
+    t = _sequential(0.0)
+    tree["oracles"] = t._oracles(tree, None)  # recomputed from the forged tree
+    ckpt = forge(step, tmp_path / "c" / step.name, tree)
+    before = ([p.detach().clone() for p in t.model.parameters()], json.dumps(t.scheduler.state_dict(), default=repr))
+    with pytest.raises(rd.CheckpointError) as e:
+        rd.load_checkpoint(ckpt, t)
+    assert field.replace("[", "").replace("]", "") in str(e.value).replace("[", "").replace("]", ""), str(e.value)
+    assert all(torch.equal(a, b) for a, b in zip(before[0], t.model.parameters()))
+    assert json.dumps(t.scheduler.state_dict(), default=repr) == before[1]
+    rd.load_checkpoint(step, t)  # the unforged checkpoint loads
+
+
+def test_a_stepped_sequential_lr_resumes_and_continues_its_schedule(tmp_path):
+    """Its sub-schedulers' progress (``_step_count``, ``last_epoch``) was compared as configuration:
+    every checkpoint of a SequentialLR that had stepped was refused ('build the scheduler as saved')."""
+    s = _sequential(1.0)
+    for _ in range(3):
+        s.optimizer.step()
+        s.scheduler.step()
+    step = rd.save_checkpoint(tmp_path, s, step=3)
+    t = _sequential(0.0)
+    rd.load_checkpoint(step, t)
+    lrs = []
+    for sched in (s, t):
+        seq = []
+        for _ in range(5):
+            sched.optimizer.step()
+            sched.scheduler.step()
+            seq.append(sched.optimizer.param_groups[0]["lr"])
+        lrs.append(seq)
+    assert lrs[0] == lrs[1] and len(set(lrs[0])) > 1, lrs
