@@ -285,3 +285,17 @@ def test_a_stepped_sequential_lr_resumes_and_continues_its_schedule(tmp_path):
             seq.append(sched.optimizer.param_groups[0]["lr"])
         lrs.append(seq)
     assert lrs[0] == lrs[1] and len(set(lrs[0])) > 1, lrs
+
+
+def test_nan_and_negative_model_values_are_legitimate_state(tmp_path):
+    """Value checks stop at what torch's objects can never hold: a model's NaN, infinite or negative
+    weights are a (diverged, or simply signed) training state, saved and restored bit for bit."""
+    s = _sequential(-2.0)
+    with torch.no_grad():
+        s.model.weight[0, 0] = float("nan")
+        s.model.weight[1, 1] = float("-inf")
+    rd.save_checkpoint(tmp_path, s, step=1)
+    t = _sequential(0.0)
+    rd.load_checkpoint(tmp_path, t)
+    for a, b in zip(s.model.parameters(), t.model.parameters()):
+        assert torch.equal(a.detach().view(torch.int32), b.detach().view(torch.int32))
