@@ -40,6 +40,7 @@ from typing import Any
 from resumable_data._schema import coerce_enum
 from resumable_data.checkpoint.errors import CompatibilityError
 from resumable_data.checkpoint.meta import COMPARED, CheckpointMeta
+from resumable_data.checkpoint.torch_compat import SCHEDULER_PROGRESS_KEYS
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.restore import rounded_epoch_fix
 from resumable_data.loader.seeding.sample_seeding import K_FINGERPRINT_MODE
@@ -297,7 +298,7 @@ def check_compatible(
     batch_changed = False
     rounded = _rounded_mixture_epoch(saved, current, raw)
     for path, a, b in raw:
-        if tuple(path[:3]) in _PROGRESS:
+        if tuple(path[:3]) in _PROGRESS or _sub_scheduler_progress(path):
             continue
         cat = _version_category(a, b) if path[0] == "software" else _category(path)
         if declared and tuple(path[:3]) in _BATCH:
@@ -348,6 +349,20 @@ def _rounded_mixture_epoch(
 
 #: Progress inside the loader fingerprint: never a difference (a rebased mixture resumes faithfully).
 _PROGRESS = frozenset({("data", K_MIXTURE, K_REBASE)})
+
+
+def _sub_scheduler_progress(path: list[str]) -> bool:
+    """A progress key of a sub-scheduler of ``SequentialLR`` / ``ChainedScheduler``
+    (``scheduler.settings._schedulers.<i>.last_epoch`` ...): progress, as the top-level scheduler's
+    progress keys are (they are not in ``settings``), not configuration. Compared, they refused the
+    resume of every such scheduler that had stepped."""
+    return (
+        len(path) >= 5
+        and tuple(path[:3]) == ("scheduler", "settings", "_schedulers")
+        and path[4] in SCHEDULER_PROGRESS_KEYS
+    )
+
+
 #: The global batch, which ``on_batch_change="continue"`` may change.
 _BATCH = frozenset({("data", K_PLAN, K_GLOBAL_BATCH), ("data", K_PLAN, K_SCHEDULE)})
 _BATCH_HINT = (

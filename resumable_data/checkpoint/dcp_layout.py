@@ -37,8 +37,18 @@ restores keys the target presents:
   compatibility, so a refused DCP load leaves the weights loaded (resume into fresh objects and
   treat a refusal as fatal); :func:`rd.load_checkpoint` refuses before changing anything.
 
+* every field of the rank table is checked at load (:func:`unpack`), none is ignored: the table
+  holds exactly ``world_size`` and ``entries``; each entry exactly ``rank`` (its position),
+  ``rng`` (null or generator states in range: every rank checks every entry, so a forged entry
+  refuses the load on every rank alike), ``oracles`` (per-rank ones only) and ``gradients`` (the
+  rank's gradients oracle: a string, equal to the saved oracle where gradients were saved, as the
+  save refuses ranks whose gradients differ); the top-level ``rng`` must be null (:func:`pack`
+  moves each rank's generators into its entry). A forged field is a :class:`CheckpointError`
+  naming it, before anything changes.
+
 Cost: one JSON encode of the state and, with more than one rank, one ``all_gather_object`` of each
-rank's small entry (generators, per-rank oracles) per save; a load decodes the JSON once.
+rank's small entry (generators, per-rank oracles) per save; a load decodes the JSON once and
+checks every rank's generator states (a few KiB per rank).
 """
 
 from __future__ import annotations
@@ -183,7 +193,62 @@ def unpack(state: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any
                 "load another checkpoint",
             )
         )
+    _check_ranks(tree, ranks, entries)
     return tree, entries, saved_world
+
+
+#: The keys of the rank table and of each rank's entry, as :func:`pack` writes them.
+_RANKS_KEYS = frozenset({"world_size", "entries"})
+_ENTRY_KEYS = frozenset({"rank", "rng", "oracles", "gradients"})
+
+
+def _check_ranks(tree: dict[str, Any], ranks: dict[str, Any], entries: list[dict[str, Any]]) -> None:
+    """Every field of the rank table is what :func:`pack` writes (module docs): nothing forged there
+    is ignored. Each entry's ``rank`` is its position, its generators read (every rank checks every
+    entry, so a forged entry refuses the load on every rank, not only its own), its oracles are
+    per-rank ones, its ``gradients`` oracle a string (equal to the saved one where gradients were
+    saved: the save refuses ranks whose gradients differ); the top-level ``rng`` is null (each
+    rank's generators live in its entry)."""
+    where = "state.json.ranks"
+    expect_mapping(ranks, where, _RANKS_KEYS, error=CheckpointError)
+    if tree[K_RNG] is not None:
+        raise _unexpected(
+            "state.json.rng", type(tree[K_RNG]).__name__, "null (each rank's generators are in its entry)"
+        )
+    acc = tree[K_ACCUMULATION] if isinstance(tree[K_ACCUMULATION], dict) else {}
+    saved_grads = bool(acc.get("gradients"))
+    oracles = tree[K_ORACLES] if isinstance(tree[K_ORACLES], dict) else {}
+    for i, e in enumerate(entries):
+        at = f"{where}.entries[{i}]"
+        expect_mapping(e, at, _ENTRY_KEYS, error=CheckpointError)
+        if type(e["rank"]) is not int or e["rank"] != i:
+            raise _unexpected(f"{at}.rank", e["rank"], f"{i} (the entry's position: rank r saved entry r)")
+        bad = sorted(k for k, v in e["oracles"].items() if k not in PER_RANK_ORACLES or not isinstance(v, str))
+        if bad:
+            raise _unexpected(f"{at}.oracles", bad, f"per-rank oracles {sorted(PER_RANK_ORACLES)}, each a string")
+        g = e["gradients"]
+        if not isinstance(g, str) or (saved_grads and g != oracles.get("gradients")):
+            raise _unexpected(
+                f"{at}.gradients",
+                g,
+                f"the saved gradients oracle {oracles.get('gradients')!r} (gradients were saved mid-window: "
+                "identical on every rank)"
+                if saved_grads
+                else "a string (the rank's gradients oracle at the save)",
+            )
+        if e["rng"] is not None:
+            try:
+                rng_mod.host_states(rng_mod.from_json(e["rng"]))
+            except CheckpointError as err:
+                raise _unexpected(
+                    f"{at}.rng", "generator states out of range", f"what capture() writes ({err})"
+                ) from None
+
+
+def _unexpected(where: str, value: Any, expected: str) -> CheckpointError:
+    return CheckpointError(
+        describe(where, value, expected, "the checkpoint was edited after it was saved: load another one")
+    )
 
 
 def select_rank(

@@ -8,13 +8,17 @@ The file is then opened with ``O_NOFOLLOW | O_NONBLOCK`` (a file swapped for a F
 between the check and the open still cannot block or redirect the read), checked again with
 ``fstat``, and read for at most the limit plus one byte. Every refusal is a
 :class:`CheckpointError` naming the file, what it is (or its size) and the limit.
+:func:`read_exact` reads a file of a known size once, through that one descriptor, into memory:
+the loader hashes those bytes against the ``COMMITTED`` marker and parses the same bytes, so no
+file is opened twice (a file swapped between a hash and a parse was parsed unchecked).
 
 Lock. :func:`writer_lock` takes ``fcntl.flock(LOCK_EX | LOCK_NB)`` on ``<folder>/.lock`` for a
 save and its retention pass; a second writer gets a :class:`CheckpointError` at once (no waiting),
 naming the folder and the fix. The kernel releases the lock when its holder dies, so a killed
 writer never leaves a stale lock. Where ``fcntl`` is missing (Windows) the lock is a no-op.
 
-Cost: one ``lstat`` + one ``fstat`` per file; reads are single buffered passes.
+Cost: one ``lstat`` + one ``fstat`` per file; reads are single buffered passes; :func:`read_exact`
+holds the whole file in memory.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from resumable_data._io import hash_stream
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.errors import describe
 
-__all__ = ["LIMITS", "LOCK", "hash_regular", "read_regular", "writer_lock"]
+__all__ = ["LIMITS", "LOCK", "hash_regular", "read_exact", "read_regular", "writer_lock"]
 
 LOCK = ".lock"
 #: The most bytes each checkpoint file may hold (the format's bound; larger is refused unread).
@@ -134,6 +138,19 @@ def hash_regular(path: str | os.PathLike, size: int) -> str | None:
         if got != size:
             return None
         return hash_stream(f)
+
+
+def read_exact(path: str | os.PathLike, size: int) -> bytes | None:
+    """The bytes of a regular file that holds exactly ``size`` bytes, read through one descriptor;
+    None if it holds fewer or more. A loader hashes and parses these same bytes, so a file swapped
+    (renamed over, or rewritten in place) after they were read cannot be parsed unchecked."""
+    p = Path(path)
+    fd, got = _open(p, None)
+    with os.fdopen(fd, "rb") as f:
+        if got != size:
+            return None
+        data = f.read(size + 1)  # one more byte: a file that grew since fstat is not the marker's
+    return data if len(data) == size else None
 
 
 def is_regular(path: Path) -> bool:

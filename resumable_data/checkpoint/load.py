@@ -2,13 +2,14 @@
 
 Algorithm. :func:`~resumable_data.checkpoint.store.read_checkpoint` resolves the step (``latest``,
 else the newest complete step), checks every file against its ``COMMITTED`` marker (sizes and
-xxh3-128 hashes, regular files only, bounded reads) and decodes the tree without unpickling; the
+xxh3-128 hashes, regular files only, bounded reads; each file read once and parsed from the bytes
+that were hashed; the safetensors format tag) and decodes the tree without unpickling; the
 state's own ``load_state_dict`` then restores it. Guarantee: for an :class:`rd.TrainingState`
 the restore is all or nothing (:mod:`~resumable_data.checkpoint.restore`); any other object is
 snapshotted first (a module's tensors, gradients and modes; else its ``state_dict()`` and
 attributes) and put back if its ``load_state_dict`` raises, whose error comes out as an rd
-error. Cost: one read and hash of the checkpoint's files; for an object other than a
-TrainingState, one copy of its state (the rollback snapshot).
+error. Cost: one read and hash of the checkpoint's files (each held in memory while it is
+parsed); for an object other than a TrainingState, one copy of its state (the rollback snapshot).
 """
 
 from __future__ import annotations

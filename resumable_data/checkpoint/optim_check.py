@@ -27,6 +27,11 @@ Algorithm.
   the optimizer class's own constructor on a one-element scratch parameter (torch's optimizers),
   so a value it refuses (a NaN or negative ``lr``, ``eps`` < 0, ``betas`` outside ``[0, 1)``) is
   refused here instead of loaded.
+* Scheduler values (:func:`check_scheduler_values`, torch's own scheduler classes only; a user's
+  scheduler state passes untouched): ``_step_count`` an integer >= 0, ``last_epoch`` a finite
+  number >= -1, each ``base_lrs`` entry a finite number >= 0 (the optimizer's constructor bounds
+  the ``initial_lr`` it comes from), in ``SequentialLR`` / ``ChainedScheduler``'s sub-schedulers
+  too. NaN and infinities are refused there: no torch scheduler produces them.
 * Scheduler probe: ``get_lr()`` of a shallow copy holding the saved state (the live optimizer is
   only read).
 
@@ -43,6 +48,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import math
 import warnings
 from collections import defaultdict
 from collections.abc import Mapping
@@ -252,9 +258,52 @@ def probe_settings(opt: torch.optim.Optimizer, ordered: list[dict[str, Any]]) ->
             ) from None
 
 
+def _number(v: Any) -> float | None:
+    """``v`` as a float when it is a number (a one-element tensor included), else None."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, torch.Tensor) and v.numel() == 1:
+        return float(v.detach().cpu().item())
+    return None
+
+
+def check_scheduler_values(scheduler: Any, saved: Mapping[str, Any], where: str = "scheduler") -> None:
+    """Progress and base-LR values torch's own schedulers can never hold (module docs), in the
+    sub-schedulers of ``SequentialLR`` / ``ChainedScheduler`` too; a scheduler class outside
+    ``torch.optim`` (the user's own, a subclass included) is not checked."""
+    if not type(scheduler).__module__.startswith("torch.optim"):
+        return
+    subs, saved_subs = scheduler.__dict__.get("_schedulers"), saved.get("_schedulers")
+    if isinstance(subs, list) and isinstance(saved_subs, list) and len(subs) == len(saved_subs):
+        for i, (sub, sub_saved) in enumerate(zip(subs, saved_subs)):
+            if isinstance(sub_saved, Mapping):
+                check_scheduler_values(sub, sub_saved, f"{where}._schedulers[{i}]")
+    if "_step_count" in saved:
+        v = saved["_step_count"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise _bad(f"{where}._step_count", v, "an integer >= 0 (the steps the scheduler counted)")
+    if "last_epoch" in saved:
+        v, x = saved["last_epoch"], _number(saved["last_epoch"])
+        if x is None or not math.isfinite(x) or x < -1:
+            raise _bad(f"{where}.last_epoch", v, "a finite number >= -1 (torch's schedulers start at -1 and count up)")
+    if "base_lrs" in saved and isinstance(saved["base_lrs"], (list, tuple)):
+        for i, v in enumerate(saved["base_lrs"]):
+            x = _number(v)
+            if x is None or not math.isfinite(x) or x < 0:
+                raise _bad(
+                    f"{where}.base_lrs[{i}]",
+                    v,
+                    "a finite learning rate >= 0 (each group's initial_lr, which the optimizer's constructor bounds)",
+                )
+
+
 def probe_scheduler(scheduler: Any, saved: Any) -> None:
-    """The saved scheduler state has the live ``state_dict()``'s structure and ``get_lr()`` runs on it."""
+    """The saved scheduler state has the live ``state_dict()``'s structure, values torch's
+    schedulers can hold (:func:`check_scheduler_values`) and ``get_lr()`` runs on it."""
     same_structure(saved, scheduler.state_dict(), "scheduler")
+    check_scheduler_values(scheduler, saved)
     get_lr = getattr(type(scheduler), "get_lr", None)  # None: a scheduler of the user's own, not torch's
     if get_lr is None or get_lr is torch.optim.lr_scheduler.LRScheduler.get_lr or "_schedulers" in scheduler.__dict__:
         return  # no closed form to run (ReduceLROnPlateau), or sub-schedulers a load would change in place

@@ -9,7 +9,8 @@ Algorithm, in three phases:
    dtypes), mid-window gradients, the optimizer by parameter name (group partition, each parameter
    in one group once, group settings' structure, in both layouts, and in the file layout every
    state entry against the optimizer's own ``step()`` on scratch tensors: :mod:`.optim_check`),
-   the scheduler (structure and ``get_lr()`` on a scratch copy), scaler keys and value kinds (a
+   the scheduler (structure, torch's own classes' ``base_lrs``/``last_epoch``/``_step_count`` in
+   the ranges they can hold, and ``get_lr()`` on a scratch copy), scaler keys and value kinds (a
    GradScaler's values in its constructor's ranges), module modes, the accumulation record, every
    generator state (each field in range, :func:`.rng.host_states`, then set on scratch
    generators: ``random.Random``, ``numpy.random.RandomState``, ``torch.Generator``), the loader's full state (:meth:`rd.DataLoader.validate_state_dict`, with

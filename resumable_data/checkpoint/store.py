@@ -44,14 +44,19 @@ complete checkpoint (step directories, then the complete leftovers above) is loa
 a warning). Loading refuses checkpoint files that are not regular files (FIFOs, devices, sockets,
 symlinks, directories) without opening them, refuses files larger than their format allows
 (``files.LIMITS``), checks every file's size and xxh3-128 and never unpickles: tensors come from
-safetensors, everything else from JSON. ``meta.json`` must equal the metadata inside
+safetensors, everything else from JSON. Each file is opened once and read into memory; the bytes
+that were hashed are the bytes that are parsed (a file swapped between a hash and a second open
+was parsed unchecked). The safetensors file's ``__metadata__`` must be the format tag the save
+writes (:data:`TENSORS_METADATA`: format name and schema version; the format name alone, as
+earlier saves wrote it, reads as version 1). ``meta.json`` must equal the metadata inside
 ``state.json`` and carry the marker's ``checkpoint_id`` (files of two saves put together, each
 re-hashed into the marker, are refused); ``inventory.json``'s header is enforced. Only a
 :class:`CheckpointMeta`'s JSON (its ``format``) is written to ``meta.json``: another object's
 state may have a ``meta`` key of its own. One writer per directory (ranks of a distributed job use
 ``torch.distributed.checkpoint`` with :class:`TrainingState` instead).
 
-Cost: save writes the state once plus fsyncs; load reads and hashes it once.
+Cost: save writes the state once plus fsyncs; load reads and hashes it once, holding each file in
+memory while it is parsed (peak: about twice the tensor file's size).
 """
 
 from __future__ import annotations
@@ -67,11 +72,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+import xxhash
+
 from resumable_data._io import atomic_write, fsync_dir
 from resumable_data._schema import expect_header, expect_int, expect_mapping, expect_str
 from resumable_data.checkpoint.codec import decode, encode
 from resumable_data.checkpoint.errors import CheckpointError
-from resumable_data.checkpoint.files import LIMITS, hash_regular, is_regular, read_regular, writer_lock
+from resumable_data.checkpoint.files import LIMITS, hash_regular, is_regular, read_exact, read_regular, writer_lock
 from resumable_data.checkpoint.inventory import Inventory
 from resumable_data.checkpoint.meta import META_FORMAT, CheckpointMeta, new_id
 from resumable_data.errors import ConfigError, ConfigTypeError, ResumableDataError, describe
@@ -385,7 +392,7 @@ def _fsync_file(path: Path) -> None:
 def _write_tensors(path: Path, tensors: dict) -> None:
     from safetensors.torch import save_file
 
-    save_file(tensors, str(path), metadata={"format": CHECKPOINT_FORMAT})
+    save_file(tensors, str(path), metadata=TENSORS_METADATA)
 
 
 @runtime_checkable
@@ -589,33 +596,72 @@ class RawCheckpoint:
     inventory: dict
 
 
-def _json_file(p: Path) -> Any:
+def _json_bytes_of(p: Path, raw: bytes) -> Any:
     try:
-        return json.loads(read_regular(p).decode("utf-8"))
+        return json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError) as e:
         raise CheckpointError(
             describe("checkpoint file", str(p), f"readable JSON ({e})", "load another checkpoint")
         ) from None
 
 
-def read_checkpoint(path: str | os.PathLike, step: int | None = None) -> RawCheckpoint:
-    """Read and verify one checkpoint (sizes, hashes, schema) without restoring anything."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+#: The ``__metadata__`` of a checkpoint's safetensors file: its format name and schema version
+#: (safetensors metadata values are strings). Files saved before the version was written carry the
+#: format name alone, which reads as version 1.
+TENSORS_METADATA = {"format": CHECKPOINT_FORMAT, "schema_version": str(CHECKPOINT_SCHEMA_VERSION)}
+_TENSORS_METADATA_V1 = {"format": CHECKPOINT_FORMAT}
 
+
+def _tensors_of(p: Path, raw: bytes) -> dict:
+    """The tensors of the safetensors bytes ``raw`` (read from ``p``), their format tag checked."""
+    import struct
+
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    try:
+        tensors = load(raw)  # validates the header, offsets, dtypes and shapes
+        (n,) = struct.unpack("<Q", raw[:8])
+        header = json.loads(raw[8 : 8 + n].decode("utf-8"))
+    except (ValueError, OSError, SafetensorError, struct.error) as e:
+        raise CheckpointError(
+            describe("checkpoint file", str(p), f"a readable safetensors file ({e})", "load another checkpoint")
+        ) from None
+    metadata = header.get("__metadata__") if isinstance(header, dict) else None
+    if metadata not in (TENSORS_METADATA, _TENSORS_METADATA_V1):
+        raise CheckpointError(
+            describe(
+                f"{TENSORS} __metadata__",
+                metadata,
+                f"{TENSORS_METADATA} (the format tag rd.save_checkpoint writes)",
+                "the file is not one this package wrote for this checkpoint: load another checkpoint",
+            )
+        )
+    return tensors
+
+
+def read_checkpoint(path: str | os.PathLike, step: int | None = None) -> RawCheckpoint:
+    """Read and verify one checkpoint (sizes, hashes, schema) without restoring anything.
+
+    Each file is read once into memory (``files.read_exact``), hashed, and parsed from those same
+    bytes: a file swapped after it was hashed is never parsed. Cost: the tensor file is held in
+    memory while its tensors are built from it (peak: about twice its size)."""
     p = resolve_checkpoint(path, step)
     marker = _read_marker(p)
     problems = []
+    raw: dict[str, bytes] = {}
     for n, f in marker[K_FILES].items():
         try:
-            h = hash_regular(p / n, f["size"])
+            data = read_exact(p / n, f["size"])
         except CheckpointError as e:
             problems.append(f"{n}: {e}")
             continue
-        if h is None:
+        if data is None:
             problems.append(f"{n}: missing or wrong size")
-        elif h != f["xxh3_128"]:
+        elif xxhash.xxh3_128_hexdigest(data) != f["xxh3_128"]:
             problems.append(f"{n}: content hash differs from the marker's")
+        else:
+            raw[n] = data
     if problems:
         raise CheckpointError(
             describe(
@@ -625,15 +671,8 @@ def read_checkpoint(path: str | os.PathLike, step: int | None = None) -> RawChec
                 "the checkpoint is damaged: load another one (" + "; ".join(problems) + ")",
             )
         )
-    json_tree, meta_d, inventory = _json_file(p / STATE_JSON), _json_file(p / META_JSON), _json_file(p / INVENTORY_JSON)
-    try:
-        tensors = load_file(str(p / TENSORS))
-    except (ValueError, OSError, SafetensorError) as e:
-        raise CheckpointError(
-            describe(
-                "checkpoint file", str(p / TENSORS), f"a readable safetensors file ({e})", "load another checkpoint"
-            )
-        ) from None
+    json_tree, meta_d, inventory = (_json_bytes_of(p / n, raw.pop(n)) for n in (STATE_JSON, META_JSON, INVENTORY_JSON))
+    tensors = _tensors_of(p / TENSORS, raw.pop(TENSORS))
     tree = decode(json_tree, tensors)
     meta = CheckpointMeta.from_dict(meta_d) if meta_d is not None else None
     _check_same_checkpoint(p, marker, json_tree, meta_d, meta)
