@@ -57,7 +57,7 @@ from typing import Any
 import torch
 
 from resumable_data.checkpoint.errors import CheckpointError
-from resumable_data.checkpoint.torch_compat import unobserved_step
+from resumable_data.checkpoint.torch_compat import SCHEDULER_STEP_COUNT, unobserved_step
 from resumable_data.errors import describe
 
 __all__ = ["probe_optimizer", "probe_scheduler", "same_flags", "same_structure"]
@@ -280,10 +280,10 @@ def check_scheduler_values(scheduler: Any, saved: Mapping[str, Any], where: str 
         for i, (sub, sub_saved) in enumerate(zip(subs, saved_subs)):
             if isinstance(sub_saved, Mapping):
                 check_scheduler_values(sub, sub_saved, f"{where}._schedulers[{i}]")
-    if "_step_count" in saved:
-        v = saved["_step_count"]
+    if SCHEDULER_STEP_COUNT in saved:
+        v = saved[SCHEDULER_STEP_COUNT]
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise _bad(f"{where}._step_count", v, "an integer >= 0 (the steps the scheduler counted)")
+            raise _bad(f"{where}.{SCHEDULER_STEP_COUNT}", v, "an integer >= 0 (the steps the scheduler counted)")
     if "last_epoch" in saved:
         v, x = saved["last_epoch"], _number(saved["last_epoch"])
         if x is None or not math.isfinite(x) or x < -1:

@@ -25,15 +25,33 @@ from typing import Any
 
 import torch
 
-__all__ = ["SCHEDULER_PROGRESS_KEYS", "STEP_HOOKS", "found_inf", "scaler_device", "unobserved_step"]
+__all__ = [
+    "SCHEDULER_PROGRESS_KEYS",
+    "SCHEDULER_STEP_COUNT",
+    "STEP_HOOKS",
+    "found_inf",
+    "scaler_device",
+    "unobserved_step",
+]
 
 _ABSENT = object()
 OPT_CALLED = "_opt_called"
 STEP_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
 
+#: ``LRScheduler.state_dict()``'s count of ``step()`` calls (an integer >= 0 in torch's schedulers)
+SCHEDULER_STEP_COUNT = "_step_count"
+
 #: ``LRScheduler.state_dict()`` entries that are progress (or the schedule's functions), not settings
 SCHEDULER_PROGRESS_KEYS = frozenset(
-    {"last_epoch", "_step_count", "_last_lr", "_get_lr_called_within_step", "lr_lambdas", "_is_initial", "base_lrs"}
+    {
+        "last_epoch",
+        SCHEDULER_STEP_COUNT,
+        "_last_lr",
+        "_get_lr_called_within_step",
+        "lr_lambdas",
+        "_is_initial",
+        "base_lrs",
+    }
 )
 
 
