@@ -37,7 +37,7 @@ import xxhash
 
 from resumable_data.errors import DatasetIntegrityError, describe
 
-__all__ = ["DIGEST_CHARS", "SpanHasher", "digest_error", "is_digest", "unit_digest"]
+__all__ = ["DIGEST_CHARS", "SpanHasher", "digest_error", "is_digest", "shard_digest_error", "unit_digest"]
 
 #: Hex characters of a unit digest (an xxh3-128).
 DIGEST_CHARS = 32
@@ -115,6 +115,23 @@ def digest_error(shard: str, unit: int, expected: str, got: str) -> DatasetInteg
             f"(the bytes the store sent hash to {got}; the object was replaced "
             "or changed in place since rd.pin, or the manifest's unit digests were edited; nothing of these "
             "bytes was delivered)",
+            "restore the object as it was pinned (DatasetVersion.verify(level='content') lists every shard "
+            "that differs), or, if the change is intended, re-pin deliberately with rd.pin(prefix, "
+            "filesystem=...) (a new version: resumed states will refuse it unless the bytes are the same)",
+        )
+    )
+
+
+def shard_digest_error(shard: str, expected: str, got: str) -> DatasetIntegrityError:
+    """The error for a whole shard object read (``rd.ReadUnit.SHARD``) whose bytes do not hash to the
+    shard's pinned content hash."""
+    return DatasetIntegrityError(
+        describe(
+            "shard",
+            shard,
+            f"the object as pinned: bytes whose xxh3-128 is its pinned content hash {expected} (the bytes "
+            f"the store sent hash to {got}; the object was replaced or changed in place since rd.pin, or the "
+            "store sent a short body; nothing of these bytes was delivered)",
             "restore the object as it was pinned (DatasetVersion.verify(level='content') lists every shard "
             "that differs), or, if the change is intended, re-pin deliberately with rd.pin(prefix, "
             "filesystem=...) (a new version: resumed states will refuse it unless the bytes are the same)",

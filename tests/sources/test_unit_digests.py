@@ -345,3 +345,88 @@ def test_a_shard_that_shrinks_while_it_is_pinned_is_refused(tmp_path, monkeypatc
     monkeypatch.setattr(_io, "hash_file", shrunk)
     with pytest.raises(rd.ConfigError, match="stays in place while it is pinned"):
         rd.pin(tmp_path, save=False)
+
+
+# -- whole shards read ahead (rd.ReadUnit.SHARD) ----------------------------------------------------------
+WHOLE = rd.ReadAhead(lookahead=4, concurrency=4, cache_bytes=1 << 20, unit=rd.ReadUnit.SHARD)
+
+
+def recording(hostile):
+    """The (method, range) of every request for a shard object from now on (range None: the whole object)."""
+    seen = []
+
+    def hook(req, ans):
+        if "/data/" in req.path and MANIFEST_NAME not in req.path:
+            seen.append((req.method, req.range))
+        return ans
+
+    hostile.hook = hook
+    return seen
+
+
+def read_whole(src):
+    """Every sample a loader reading whole shards ahead delivers (kept in ``read_whole.got`` before an error)."""
+    read_whole.got = []
+    ld = loader(src, WHOLE)
+    try:
+        for b in ld:
+            read_whole.got += list(zip(b["id"].tolist(), b["v"].tolist()))
+    finally:
+        ld.read_ahead.close()
+    return read_whole.got
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_whole_shards_with_a_pinned_content_hash_are_one_get_each_and_no_head(endpoint, hostile, tmp_path, fmt):
+    prefix, _, _ = put_dataset(endpoint, tmp_path, fmt)
+    src = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    seen = recording(hostile)
+    got = read_whole(src)
+    no_wrong_sample(got)
+    assert len({i for i, _ in got}) == len(got) >= N - 15
+    sizes = [src.shard_size(j) for j in range(2)]
+    assert "HEAD" not in [m for m, _ in seen], seen  # before: a HEAD before each whole-object GET
+    assert sorted(r for m, r in seen if r[0] == 0) == sorted((0, n - 1) for n in sizes), seen  # one GET per shard
+
+
+def test_whole_shards_pinned_by_etag_keep_the_head(endpoint, hostile, tmp_path):
+    """No content hash to check the bytes against: the HEAD (size and ETag as at open) stays."""
+    prefix, _, _ = put_dataset(endpoint, tmp_path, "arrow")
+    rd.pin(prefix, filesystem=setup_client(endpoint), hash="etag")
+    src = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    assert src.version.hash_mode is rd.HashMode.ETAG
+    seen = recording(hostile)
+    no_wrong_sample(read_whole(src))
+    methods = [m for m, _ in seen]
+    assert methods.count("HEAD") == methods.count("GET"), seen  # every read, whole shards included, a HEAD first
+    assert len([r for m, r in seen if m == "GET" and r[0] == 0]) == 2, seen
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+@pytest.mark.parametrize("head", ["honest", "answered as before"])
+def test_a_replaced_whole_shard_is_refused_with_no_wrong_sample(endpoint, hostile, tmp_path, fmt, head):
+    """The object replaced after the open by one of the same size (its ETag new, or answered as before):
+    the whole-object GET hashes to another content hash, nothing of it is cached, and the step's own
+    ranged read refuses it; no sample of the new bytes is delivered."""
+    prefix, _, _ = put_dataset(endpoint, tmp_path, fmt)
+    if head != "honest":
+        hostile.hook = same_head(hostile)
+    src = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    replace_object(endpoint, prefix, fmt)
+    with pytest.raises(rd.DatasetIntegrityError) as exc:
+        read_whole(src)
+    no_wrong_sample(read_whole.got)
+    assert shard_names(fmt)[-1] in str(exc.value) and "fix:" in str(exc.value)
+
+
+def test_fetch_shard_refuses_bytes_that_are_not_the_pinned_content(endpoint, hostile, tmp_path):
+    prefix, _, _ = put_dataset(endpoint, tmp_path, "arrow")
+    hostile.hook = same_head(hostile)
+    src = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    pinned = src.version.shards[1].content_hash
+    replace_object(endpoint, prefix, "arrow")
+    hostile.log.clear()
+    with pytest.raises(rd.DatasetIntegrityError, match="pinned content hash") as exc:
+        src.fetch_shard(1, pinned)
+    assert "b.arrow" in str(exc.value) and "restore the object" in str(exc.value)
+    assert [m for m, path, _ in hostile.log if "/data/" in path] == ["GET"]
