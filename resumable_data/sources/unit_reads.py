@@ -46,7 +46,9 @@ is removed (:meth:`.files.OpenShard.checked_decode`). A batch never holds more d
 budget beyond what the map keeps.
 
 Cost. A hit: one map lookup. A miss: one decode, plus (remote, not read ahead) one ranged GET and one
-xxh3-128 of the unit's bytes (about 50 us per MiB) with a digest, a HEAD and a ranged GET without
+xxh3-128 of the unit's bytes (about 50 us per MiB) with a digest, a HEAD and a ranged GET without; a whole shard read
+ahead (:meth:`UnitReads.fetch_shard`) one GET checked against the shard's pinned content hash, a
+HEAD and the GET where none is pinned
 (``benchmarks/results/remote_unit_digests.md``: requests per step halved, samples/s 1.2-1.6x at 30 ms
 a request). A restored or unpickled source starts with nothing here (the map is per process); its
 units are read again when first needed, which is what read-ahead hides.
