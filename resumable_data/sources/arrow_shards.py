@@ -544,10 +544,11 @@ class ArrowShards:
         """The byte size of shard ``j``'s object as recorded at open (None where none was)."""
         return self._reads.shard_size(j)
 
-    def fetch_shard(self, j: int) -> bytes:
-        """Every byte of shard ``j``'s object, checked (:meth:`.unit_reads.UnitReads.fetch_shard`;
+    def fetch_shard(self, j: int, digest: str | None = None) -> bytes:
+        """Every byte of shard ``j``'s object, checked against ``digest`` (its pinned content hash:
+        one GET, no HEAD) or, without one, by a HEAD first (:meth:`.unit_reads.UnitReads.fetch_shard`;
         read ahead by ``rd.ReadUnit.SHARD``)."""
-        return self._reads.fetch_shard(j)
+        return self._reads.fetch_shard(j, digest)
 
     def attach_read_ahead(self, cache: UnitCache | None) -> None:
         """Read units through ``cache`` (filled ahead by one fetcher per rank), or directly (None)."""

@@ -33,6 +33,12 @@ unit read later must hold exactly the rows its metadata claimed
 (:meth:`~.shard_units.OpenShard.read_unit`). Each opened shard records its file's identity
 (:mod:`.identity`), which :meth:`~.shard_units.OpenShard.check` compares with the file now.
 
+A remote shard opened with a pinned layout that has a ``meta_digest`` (manifest schema 4) has the
+metadata the open reads (the IPC schema message, the Parquet footer) hashed and compared with it
+before it is parsed (:func:`~.unit_digests.check_meta`): an object replaced since the pin, even with
+its ETag answered as pinned, fails the open. Layouts built here record that span (``meta_span``) for
+``rd.pin`` to hash.
+
 Cost: :func:`read_shard_meta` touches only metadata and builds the layout (IPC file footer and
 batch headers, IPC stream message headers, Parquet footer: see :mod:`.layout`); opening a remote
 shard with a layout: one open and one small read; a local shard: one memory map. A restore (an
@@ -66,6 +72,7 @@ from resumable_data.sources.shard_format import build_layout, detect_format, ipc
 from resumable_data.sources.shard_schema import canonical_schema, check_same_schema, check_schema_names
 from resumable_data.sources.shard_units import OpenShard
 from resumable_data.sources.store import LOCAL, ShardStore
+from resumable_data.sources.unit_digests import check_meta
 from resumable_data.sources.validate import FIX, guard
 
 __all__ = [
@@ -171,8 +178,15 @@ def _open_shard(
     if fmt is ShardFormat.PARQUET:
         f = store.open_input_file(path)
         identity = store.identity(path, f)
+        footer: list[tuple[int, int]] = []
+
+        def on_footer(offset: int, data: bytes) -> None:  # before the footer is parsed
+            footer.append((offset, len(data)))
+            if layout is not None and not store.local:
+                check_meta(str(path), layout, offset, data, "its Parquet footer")
+
         pf = open_parquet(  # its footer checked (.parquet_footer), read refusing a short body
-            f, lambda n, o: store.read_at(path, f, n, o), page_checksum_verification=True
+            f, lambda n, o: store.read_at(path, f, n, o), on_footer, page_checksum_verification=True
         )
         check_schema_names(pf.schema_arrow)
         rows = _parquet_rows(pf)
@@ -187,7 +201,7 @@ def _open_shard(
                     f"{list(layout.units[bad][:2])}"
                 )
         if layout is None and with_layout:
-            layout = parquet_layout(pf.metadata)
+            layout = parquet_layout(pf.metadata, footer[-1])
         return OpenShard(
             fmt, pf.schema_arrow, rows, file=f, reader=pf, store=store, path=path, identity=identity, layout=layout
         )
@@ -252,7 +266,9 @@ def _open_shard(
         if message is None:
             f.close()
             raise LayoutMismatch("an IPC layout without its schema message")
-        schema = pa.ipc.read_schema(pa.py_buffer(store.read_at(path, f, message[1], message[0])))
+        data = store.read_at(path, f, message[1], message[0])
+        check_meta(str(path), layout, message[0], data, "its IPC schema message")  # before it is parsed
+        schema = pa.ipc.read_schema(pa.py_buffer(data))
         check_schema_names(schema)
         return OpenShard(
             fmt,

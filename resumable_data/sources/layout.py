@@ -15,7 +15,7 @@ Algorithm: a shard's :class:`ShardLayout` is its format, the byte range of its s
 
 A layout is built once, when the shard is pinned (:func:`~resumable_data.sources.pin.pin` stores
 it in the manifest, schema 2; since schema 3 with each unit's digest where the pin hashed the
-bytes: :mod:`.unit_digests`) or, for a manifest pinned before layouts existed, at the first open
+bytes, since schema 4 with the digest of the metadata span an open reads: :mod:`.unit_digests`) or, for a manifest pinned before layouts existed, at the first open
 on a machine (kept in rd's layout cache, :mod:`.layout_cache`). An IPC unit is then read as one
 ranged request of exactly its message (:func:`read_ipc_unit`), decoded with the shard's schema; a
 stream shard is never downloaded whole to be opened or read. Shards whose IPC messages use
@@ -28,7 +28,9 @@ load). Every range is checked to lie inside the pinned size, and every unit read
 checked to be a record batch message with the layout's row count before any of its values is used
 (a layout that does not match the bytes is a :class:`~resumable_data.DatasetIntegrityError`); a
 remote Parquet shard's layout must equal the one its footer gives (read at every open anyway);
-a unit with a digest must hash to it before it is decoded (:mod:`.unit_digests`).
+a unit with a digest must hash to it before it is decoded, and the metadata a remote open reads
+(IPC schema message, Parquet footer) to the layout's ``meta_digest`` before it is parsed
+(:mod:`.unit_digests`).
 
 Cost: building: IPC file 2 + (batches) small reads, IPC stream 1 + (messages) small reads,
 Parquet the footer; on a local file these are reads of the memory map. Opening a remote IPC shard
@@ -43,7 +45,7 @@ import itertools
 import struct
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -63,6 +65,7 @@ K_FORMAT = "format"
 K_SCHEMA = "schema"
 K_UNITS = "units"
 K_DIGESTS = "digests"  # manifest schema 3 (:mod:`.unit_digests`)
+K_META = "meta"  # manifest schema 4: [offset, length, digest] of the metadata span the open reads
 _KEYS = {K_FORMAT, K_SCHEMA, K_UNITS}
 
 ARROW_FILE_MAGIC = b"ARROW1"
@@ -92,12 +95,24 @@ class LayoutMismatch(ValueError):
 @dataclass(frozen=True)
 class ShardLayout:
     """Format, schema message range (IPC; None for Parquet), ``(offset, length, rows)`` per unit and,
-    where ``rd.pin`` hashed the bytes, each unit's digest (:mod:`.unit_digests`; None otherwise)."""
+    where ``rd.pin`` hashed the bytes, each unit's digest (:mod:`.unit_digests`; None otherwise).
+
+    ``meta_span``: the bytes an open of the remote shard reads as metadata before any unit: an IPC
+    shard's schema message (equal to ``schema``), a Parquet file's footer (its Thrift metadata, its
+    4-byte length and the trailing magic: the file's last ``length + 8`` bytes); None where unknown
+    (a layout from rd's layout cache or an earlier manifest). ``meta_digest``: the xxh3-128 of those
+    bytes as ``rd.pin`` hashed them (manifest schema 4), checked by every remote open before the
+    metadata is parsed (:func:`~.unit_digests.meta_digest_error`)."""
 
     format: ShardFormat
     schema: tuple[int, int] | None
     units: tuple[tuple[int, int, int], ...]
     digests: tuple[str, ...] | None = None
+    #: ``(offset, length)`` of the metadata an open of the shard reads (:attr:`meta_span` docs)
+    meta_span: tuple[int, int] | None = field(default=None, compare=False)
+    #: the pinned xxh3-128 of the bytes of :attr:`meta_span` (schema 4, :mod:`.unit_digests`), None where
+    #: none was pinned
+    meta_digest: str | None = None
 
     @property
     def unit_rows(self) -> list[int]:
@@ -112,8 +127,9 @@ class ShardLayout:
         return self.digests[k] if self.digests is not None else None
 
     def to_dict(self, *, digests: bool = True) -> dict[str, Any]:
-        """The layout as JSON values; ``digests``: with the ``digests`` key (manifest schema 3),
-        else without (schema 2, the layout cache), which requires a layout without digests."""
+        """The layout as JSON values; ``digests``: with the ``digests`` and ``meta`` keys (manifest
+        schema 4), else without (schema 2, the layout cache), which requires a layout without digests
+        (its ``meta_span`` is not kept)."""
         d: dict[str, Any] = {
             K_FORMAT: self.format.value,
             K_SCHEMA: list(self.schema) if self.schema else None,
@@ -121,15 +137,19 @@ class ShardLayout:
         }
         if digests:
             d[K_DIGESTS] = list(self.digests) if self.digests is not None else None
-        elif self.digests is not None:
+            meta = self.meta_span is not None and self.meta_digest is not None
+            d[K_META] = [*self.meta_span, self.meta_digest] if meta else None  # type: ignore[misc]
+        elif self.digests is not None or self.meta_digest is not None:
             raise ValueError("a layout with unit digests written where none are kept")
         return d
 
     @classmethod
-    def from_dict(cls, d: Any, size: int, *, digests: bool = False) -> ShardLayout:
+    def from_dict(cls, d: Any, size: int, *, digests: bool = False, meta: bool = False) -> ShardLayout:
         """Validated: every range inside ``size`` bytes; ``digests``: the ``digests`` key must be
-        there (null, or one digest per unit), else it must not; raises :class:`LayoutMismatch`."""
-        keys = _KEYS | {K_DIGESTS} if digests else _KEYS
+        there (null, or one digest per unit), else it must not; ``meta`` (schema 4): likewise the
+        ``meta`` key (null, or ``[offset, length, digest]``: an IPC shard's schema message range, a
+        Parquet file's last bytes); raises :class:`LayoutMismatch`."""
+        keys = (_KEYS | {K_DIGESTS} if digests else _KEYS) | ({K_META} if meta else set())
         if not isinstance(d, dict) or set(d) != keys:
             raise LayoutMismatch(f"a layout object with keys {sorted(keys)}")
         try:
@@ -163,7 +183,29 @@ class ShardLayout:
             raise LayoutMismatch(
                 f"null or a list of {len(units)} unit digests (32 lowercase hex characters each, one per unit)"
             )
-        return cls(fmt, schema, tuple(units), tuple(found) if found is not None else None)
+        span, digest = _meta(d.get(K_META), fmt, schema, size)
+        return cls(fmt, schema, tuple(units), tuple(found) if found is not None else None, span, digest)
+
+
+def _meta(
+    v: Any, fmt: ShardFormat, schema: tuple[int, int] | None, size: int
+) -> tuple[tuple[int, int] | None, str | None]:
+    """The ``meta`` value ``v`` checked: ``(span, digest)``, ``(None, None)`` for null."""
+    if v is None:
+        return None, None
+    want = (
+        f"the schema message range {list(schema)}"
+        if schema is not None
+        else f"a span ending at the shard's {size} bytes"
+    )
+    if not isinstance(v, list) or len(v) != 3 or not is_digest(v[2]):
+        raise LayoutMismatch(f"null or [offset, length, digest] of the metadata span ({want}, a unit digest)")
+    offset, length = _range(v[:2], size, 2)
+    if (schema is not None and (offset, length) != schema) or (
+        schema is None and (offset + length != size or length < 12)
+    ):
+        raise LayoutMismatch(f"a metadata span of {want} (got {v[:2]!r})")
+    return (offset, length), v[2]
 
 
 def _range(v: Any, size: int, n: int) -> tuple[int, ...]:
@@ -282,7 +324,7 @@ def ipc_stream_layout(read_at: ReadAt, size: int, start: int = 0) -> ShardLayout
         units.append((pos, total, rows))
         pos += total
     fmt = ShardFormat.IPC_STREAM if start == 0 else ShardFormat.IPC_FILE
-    return ShardLayout(fmt, (start, first[1]), tuple(units))
+    return ShardLayout(fmt, (start, first[1]), tuple(units), meta_span=(start, first[1]))
 
 
 def ipc_file_layout(read_at: ReadAt, size: int, concurrency: int = 1) -> ShardLayout | None:
@@ -317,12 +359,13 @@ def ipc_file_layout(read_at: ReadAt, size: int, concurrency: int = 1) -> ShardLa
             units = list(pool.map(unit, blocks))
     else:
         units = [unit(b) for b in blocks]
-    return ShardLayout(ShardFormat.IPC_FILE, (8, schema[1]), tuple(units))
+    return ShardLayout(ShardFormat.IPC_FILE, (8, schema[1]), tuple(units), meta_span=(8, schema[1]))
 
 
-def parquet_layout(metadata: Any) -> ShardLayout:
+def parquet_layout(metadata: Any, footer: tuple[int, int] | None = None) -> ShardLayout:
     """Row groups of a ``pyarrow.parquet.FileMetaData`` (from :func:`.parquet_footer.open_parquet`,
-    whose footer check makes ``RowGroupMetaData.column`` safe): the span of their column chunks, rows."""
+    whose footer check makes ``RowGroupMetaData.column`` safe): the span of their column chunks, rows;
+    ``footer``: the footer's span (the layout's ``meta_span``), where known."""
     units = []
     for g in range(metadata.num_row_groups):
         rg = metadata.row_group(g)
@@ -336,7 +379,7 @@ def parquet_layout(metadata: Any) -> ShardLayout:
             hi = max(hi, first + c.total_compressed_size)
         lo = lo or 0
         units.append((lo, max(0, hi - lo), rg.num_rows))
-    return ShardLayout(ShardFormat.PARQUET, None, tuple(units))
+    return ShardLayout(ShardFormat.PARQUET, None, tuple(units), meta_span=footer)
 
 
 def read_ipc_unit(data: bytes | pa.Buffer, schema: pa.Schema, rows: int) -> pa.RecordBatch:

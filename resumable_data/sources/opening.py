@@ -14,7 +14,9 @@ shards one after the other (memory maps, no waiting), remote shards from a pool 
 shard's schema against the pinned one.
 
 Guarantee: the shards are returned in manifest order whatever order the requests complete in; a
-remote shard whose schema is not the pinned schema is a
+remote shard whose metadata (IPC schema message, Parquet footer) does not hash to its layout's pinned
+``meta_digest`` (manifest schema 4, :mod:`.unit_digests`) is refused by its open before the metadata
+is parsed; a remote shard whose schema is not the pinned schema is a
 :class:`~resumable_data.DatasetIntegrityError` naming it (verifying a remote shard with a layout
 reads no metadata, see :meth:`DatasetVersion.verify
 <resumable_data.sources.version.DatasetVersion.verify>`); a store that does not answer is a

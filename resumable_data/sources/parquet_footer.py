@@ -195,11 +195,13 @@ def _walk(data, sizes, chunks):  # pragma: no cover - compiled
     return True
 
 
-def open_parquet(f: Any, read_at: Any = None, **options: Any) -> pq.ParquetFile:
+def open_parquet(f: Any, read_at: Any = None, on_footer: Any = None, **options: Any) -> pq.ParquetFile:
     """``pq.ParquetFile(f, **options)`` over the random-access file ``f`` (``read_at``, ``size``),
     its footer checked by :func:`check_column_chunks` first (``ValueError`` where it fails).
     ``read_at(length, offset)``: how the tail is read (default ``f.read_at``; a remote store's
-    :meth:`~.store.ShardStore.read_at` refuses a short body)."""
+    :meth:`~.store.ShardStore.read_at` refuses a short body). ``on_footer(offset, data)``: called
+    with the footer's span (its Thrift bytes, their length and the magic: the file's last bytes) and
+    its bytes as read, before anything parses them (it may raise: a pinned digest they must match)."""
     read_at = read_at if read_at is not None else f.read_at
     size = f.size()
     tail = read_at(min(size, _TAIL), max(0, size - _TAIL))
@@ -211,6 +213,8 @@ def open_parquet(f: Any, read_at: Any = None, **options: Any) -> pq.ParquetFile:
     if length + 8 > len(tail):  # a footer longer than the first read
         tail = read_at(length + 8 - len(tail), size - length - 8) + tail
     footer = bytes(tail[len(tail) - length - 8 : len(tail) - 8])
+    if on_footer is not None:
+        on_footer(size - length - 8, footer + bytes(tail[-8:]))
     metadata = pq.read_metadata(pa.BufferReader(_MAGIC + footer + tail[-8:]))
     check_column_chunks(metadata, footer)
     return pq.ParquetFile(f, metadata=metadata, **options)

@@ -6,7 +6,9 @@ in a thread pool), check that all shards share one canonical schema, hash every 
 xxh3-128 (streamed in :data:`~resumable_data._io.HASH_CHUNK_BYTES` chunks, shards in a thread
 pool: xxhash releases the GIL on large buffers) unless ``hash="size"`` (with ``hash="content"``, in the
 same read, each unit's digest: the xxh3-128 of its span in the shard's layout, kept in the layout, so
-that a unit read by range is checked against it: :mod:`.unit_digests`), then write the manifest
+that a unit read by range is checked against it: :mod:`.unit_digests`; and the digest of the metadata
+span a remote open reads, an IPC schema message or a Parquet footer, checked by every remote open:
+:attr:`~.layout.ShardLayout.meta_digest`), then write the manifest
 atomically: for a directory, ``<directory>/.rd-manifest.json`` (hidden, so pyarrow, pandas and
 Hugging Face ``datasets`` keep reading the folder); for an explicit list of files, or with
 ``save="cache"``, into ``cache_dir()/manifests/<key>`` (never into the files' common parent; see
@@ -51,6 +53,7 @@ from resumable_data.sources.files import (
     refuse_hive_partitions,
     resolve_files,
 )
+from resumable_data.sources.layout import ShardLayout
 from resumable_data.sources.store import FileStat, join, store_for
 from resumable_data.sources.unit_digests import SpanHasher
 from resumable_data.sources.version import DatasetVersion, HashMode, Selection, ShardInfo, etag_digest
@@ -204,7 +207,8 @@ def pin(
         ) as bar:  # no bar into logs
             keys = [verified.file_key(store, p, None if store.local else st) for p, st in zip(full, stats)]
             # every unit's digest from the same read (.unit_digests): no byte read twice
-            spans = [SpanHasher([(o, n) for o, n, _ in m.layout.units]) if m.layout else None for m in metas]
+            # and, last, the digest of the metadata span an open reads (an IPC schema message, a Parquet footer)
+            spans = [SpanHasher(_spans_of(m.layout)) if m.layout else None for m in metas]
 
             def digest(k: int) -> str:
                 hasher = spans[k]
@@ -219,7 +223,10 @@ def pin(
             if m.layout is None or hasher is None:
                 continue
             try:
-                metas[k] = replace(m, layout=replace(m.layout, digests=hasher.digests()))
+                got = hasher.digests()
+                n = len(m.layout.units)
+                meta = got[n] if m.layout.meta_span is not None else None
+                metas[k] = replace(m, layout=replace(m.layout, digests=got[:n], meta_digest=meta))
             except ValueError:  # fewer bytes hashed than its layout spans: it changed since its metadata was read
                 raise ConfigError(
                     describe(
@@ -266,3 +273,9 @@ def _filesystem_of_uri(uri: str) -> tuple[Any, str]:
                 "fix the URI, or pass filesystem=pyarrow.fs.S3FileSystem(...) and a bucket/prefix path",
             )
         ) from None
+
+
+def _spans_of(layout: ShardLayout) -> list[tuple[int, int]]:
+    """The spans ``rd.pin`` hashes besides the whole file: every unit's, then the metadata span's."""
+    spans = [(o, n) for o, n, _ in layout.units]
+    return spans + [layout.meta_span] if layout.meta_span is not None else spans

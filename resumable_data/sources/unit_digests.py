@@ -16,28 +16,48 @@ it (:meth:`.unit_reads.UnitReads.fetch_unit`, the read-ahead fetcher's reads and
 cache's hits alike), so an object replaced after the open, whatever its size or ETag, and however
 close to the read (the window between a HEAD and its GET that pyarrow leaves open), yields an rd
 error (:func:`digest_error`: :class:`~resumable_data.DatasetIntegrityError` naming the shard, the
-unit and the fix), never a sample of other bytes. What it does not cover: bytes outside the units
-(a Parquet footer, an IPC schema message: read once at open, through the identity check) and
-layouts without digests (pinned with ``hash="size"`` or ``"etag"``, by a version before schema 3,
-or built at open): those reads keep the HEAD check of :mod:`.store`. A digest proves the bytes
+unit and the fix), never a sample of other bytes. The bytes outside the units that a remote open
+reads (an IPC schema message, a Parquet footer: the layout's ``meta_span``) are pinned the same way
+(manifest schema 4, ``meta_digest``) and checked by :func:`check_meta` before the open parses them
+(:func:`meta_digest_error`), so an object replaced between the pin and the open, or between the
+open's HEAD and its GET, fails the open before any record is read, at no extra request. A whole
+shard read ahead (``rd.ReadUnit.SHARD``) is checked against the shard's content hash instead
+(:func:`shard_digest_error`, one GET, no HEAD). What it does not cover: layouts without digests
+(pinned with ``hash="size"`` or ``"etag"``, by a version before schema 3 (4 for the metadata), or
+built at open): those reads keep the HEAD check of :mod:`.store`, and their opens trust the metadata
+they read. A digest proves the bytes
 are the pinned ones only as far as the manifest is trusted: a manifest whose digests were edited
 (and its ``derived_hash`` recomputed) makes every read of the edited unit fail, never accept other
 bytes than those the edited digest names.
 
-Cost: pinning and ``verify("content")``: one more xxh3-128 pass over each unit's bytes in memory
-(xxh3 runs at tens of GB/s: far below the disk or network read), 32 hex characters plus JSON per
-unit in the manifest. A read: one xxh3-128 of the unit's bytes (about 50 us per MiB).
+Cost: pinning and ``verify("content")``: one more xxh3-128 pass over each unit's bytes (and the
+metadata span) in memory (xxh3 runs at tens of GB/s: far below the disk or network read), 32 hex
+characters plus JSON per unit (and per shard) in the manifest. A read: one xxh3-128 of the unit's
+bytes (about 50 us per MiB); an open: one of the metadata it reads (hundreds of bytes to KBs).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import xxhash
 
 from resumable_data.errors import DatasetIntegrityError, describe
 
-__all__ = ["DIGEST_CHARS", "SpanHasher", "digest_error", "is_digest", "unit_digest"]
+if TYPE_CHECKING:
+    from resumable_data.sources.layout import ShardLayout
+
+__all__ = [
+    "DIGEST_CHARS",
+    "SpanHasher",
+    "check_meta",
+    "digest_error",
+    "is_digest",
+    "meta_digest_error",
+    "shard_digest_error",
+    "unit_digest",
+]
 
 #: Hex characters of a unit digest (an xxh3-128).
 DIGEST_CHARS = 32
@@ -115,6 +135,59 @@ def digest_error(shard: str, unit: int, expected: str, got: str) -> DatasetInteg
             f"(the bytes the store sent hash to {got}; the object was replaced "
             "or changed in place since rd.pin, or the manifest's unit digests were edited; nothing of these "
             "bytes was delivered)",
+            "restore the object as it was pinned (DatasetVersion.verify(level='content') lists every shard "
+            "that differs), or, if the change is intended, re-pin deliberately with rd.pin(prefix, "
+            "filesystem=...) (a new version: resumed states will refuse it unless the bytes are the same)",
+        )
+    )
+
+
+def shard_digest_error(shard: str, expected: str, got: str) -> DatasetIntegrityError:
+    """The error for a whole shard object read (``rd.ReadUnit.SHARD``) whose bytes do not hash to the
+    shard's pinned content hash."""
+    return DatasetIntegrityError(
+        describe(
+            "shard",
+            shard,
+            f"the object as pinned: bytes whose xxh3-128 is its pinned content hash {expected} (the bytes "
+            f"the store sent hash to {got}; the object was replaced or changed in place since rd.pin, or the "
+            "store sent a short body; nothing of these bytes was delivered)",
+            "restore the object as it was pinned (DatasetVersion.verify(level='content') lists every shard "
+            "that differs), or, if the change is intended, re-pin deliberately with rd.pin(prefix, "
+            "filesystem=...) (a new version: resumed states will refuse it unless the bytes are the same)",
+        )
+    )
+
+
+def check_meta(shard: str, layout: ShardLayout, offset: int, data: bytes | bytearray | memoryview, what: str) -> None:
+    """Refuse ``data``, the metadata a remote open of ``shard`` just read at ``offset`` (``what``:
+    "its Parquet footer", "its IPC schema message"), unless it is the span and the bytes ``rd.pin``
+    hashed (``layout.meta_digest``, manifest schema 4); no check where the layout has no such digest."""
+    if layout.meta_digest is None:
+        return
+    got = unit_digest(data) if (offset, len(data)) == layout.meta_span else None
+    if got != layout.meta_digest:
+        raise meta_digest_error(shard, what, layout, offset, len(data), got)
+
+
+def meta_digest_error(
+    shard: str, what: str, layout: ShardLayout, offset: int, length: int, got: str | None
+) -> DatasetIntegrityError:
+    """The error for a remote open whose metadata is not the bytes ``rd.pin`` hashed."""
+    span = list(layout.meta_span) if layout.meta_span is not None else None
+    found = (
+        f"bytes hashing to {got}"
+        if got is not None
+        else f"{length} bytes at offset {offset} where the pin read {span[1] if span else '?'} at {span[0] if span else '?'}"
+    )
+    return DatasetIntegrityError(
+        describe(
+            "shard",
+            shard,
+            f"{what} as pinned: the bytes [{span[0] if span else '?'}, +{span[1] if span else '?'}) whose "
+            f"xxh3-128 is its pinned metadata digest {layout.meta_digest} (the store sent {found}; the "
+            "object was replaced or changed in place since rd.pin, or the manifest's layout was edited; "
+            "refused before any record was read)",
             "restore the object as it was pinned (DatasetVersion.verify(level='content') lists every shard "
             "that differs), or, if the change is intended, re-pin deliberately with rd.pin(prefix, "
             "filesystem=...) (a new version: resumed states will refuse it unless the bytes are the same)",

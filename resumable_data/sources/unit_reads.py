@@ -46,7 +46,9 @@ is removed (:meth:`.files.OpenShard.checked_decode`). A batch never holds more d
 budget beyond what the map keeps.
 
 Cost. A hit: one map lookup. A miss: one decode, plus (remote, not read ahead) one ranged GET and one
-xxh3-128 of the unit's bytes (about 50 us per MiB) with a digest, a HEAD and a ranged GET without
+xxh3-128 of the unit's bytes (about 50 us per MiB) with a digest, a HEAD and a ranged GET without; a whole shard read
+ahead (:meth:`UnitReads.fetch_shard`) one GET checked against the shard's pinned content hash, a
+HEAD and the GET where none is pinned
 (``benchmarks/results/remote_unit_digests.md``: requests per step halved, samples/s 1.2-1.6x at 30 ms
 a request). A restored or unpickled source starts with nothing here (the map is per process); its
 units are read again when first needed, which is what read-ahead hides.
@@ -68,7 +70,7 @@ from resumable_data.sources.gather import ColumnGather
 from resumable_data.sources.gather_decoded import DecodedUnit, Dictionaries, PlanTable, plan_touched
 from resumable_data.sources.read_ahead.cache import UnitCache
 from resumable_data.sources.store import FileSystemStore, ShardStore, join
-from resumable_data.sources.unit_digests import digest_error, unit_digest
+from resumable_data.sources.unit_digests import digest_error, shard_digest_error, unit_digest
 from resumable_data.sources.unit_index import Unit
 from resumable_data.sources.validate import validate_batch
 
@@ -392,8 +394,14 @@ class UnitReads:
         identity = self._shards[j].identity
         return identity.size if identity is not None else None
 
-    def fetch_shard(self, j: int) -> bytes:
-        """Every byte of shard ``j``'s object, checked as :meth:`fetch_unit` checks."""
+    def fetch_shard(self, j: int, digest: str | None = None) -> bytes:
+        """Every byte of shard ``j``'s object (read ahead by ``rd.ReadUnit.SHARD``).
+
+        ``digest``: the shard's pinned content hash (xxh3-128 of the whole object, ``hash="content"``):
+        one GET of the whole object through the handle opened with the shard (no HEAD), its bytes
+        hashed and refused unless they are the pinned ones (:func:`shard_digest_error`: an object
+        replaced since the pin, whatever its size or ETag, or a short body). None (pinned by size or
+        ETag): the checked read, a HEAD whose size and ETag must be those recorded at open, then the GET."""
         size = self.shard_size(j)
         if size is None or not isinstance(self._store, FileSystemStore):
             raise ConfigError(
@@ -404,7 +412,17 @@ class UnitReads:
                     "read it by record batch: rd.ReadAhead(unit=rd.ReadUnit.RECORD_BATCH)",
                 )
             )
-        return self._read_span(j, 0, size)
+        f = self._shards[j].file
+        if digest is None or f is None:
+            data = self._read_span(j, 0, size)
+        else:
+            try:
+                data = self._store.read_range_open(self._paths[j], f, 0, size)
+            except ValueError:  # the handle was closed (the source was closed): the checked read
+                data = self._read_span(j, 0, size)
+        if digest is not None and (got := unit_digest(data)) != digest:
+            raise shard_digest_error(self._paths[j], digest, got)
+        return data
 
     def _read_span(self, j: int, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset`` of shard ``j``, from an object with the identity recorded

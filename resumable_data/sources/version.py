@@ -33,7 +33,11 @@ layouts are built at the first open, :mod:`.opening`). Schema 3 adds to each lay
 unit's bytes (``digests``, null where the pin did not hash the bytes: :mod:`.unit_digests`), covered by
 ``derived_hash`` like the spans; schema 2 manifests are still read (their layouts have no digests: their
 unit reads keep the HEAD check of :mod:`.store`; a re-pin gives them digests and keeps the version hash),
-and ``verify("content")`` checks the digests in the same read as the content hash.
+and ``verify("content")`` checks the digests in the same read as the content hash. Schema 4 adds to each
+layout ``meta``: the span of the metadata a remote open reads (an IPC schema message, a Parquet footer)
+and its digest, null where the pin did not hash the bytes; every remote open checks it before parsing
+that metadata. Schema 3 manifests are still read (no ``meta``: their opens trust the metadata read, as
+before; a re-pin adds it and keeps the version hash).
 ``hash_mode="etag"`` versions record the ETag's digest as each shard's ``content_hash`` (:class:`HashMode`).
 """
 
@@ -78,10 +82,10 @@ __all__ = [
 ]
 
 MANIFEST_FORMAT = "resumable_data.dataset_version"
-MANIFEST_SCHEMA_VERSION = 3
-#: Manifest schema versions this version reads (1: before layouts, 2: before unit digests; read,
-#: never written).
-MANIFEST_READ_VERSIONS = (1, 2, 3)
+MANIFEST_SCHEMA_VERSION = 4
+#: Manifest schema versions this version reads (1: before layouts, 2: before unit digests, 3: before
+#: metadata digests; read, never written).
+MANIFEST_READ_VERSIONS = (1, 2, 3, 4)
 #: The schema version whose fields the version hash covers (identity is unchanged by schema 2).
 IDENTITY_SCHEMA_VERSION = 1
 _REMOTE_WORKERS = 16  # concurrent requests when verifying remote shards
@@ -112,10 +116,12 @@ K_LINEAGE = "lineage"
 
 _ROOT_KEYS_V1 = {K_FORMAT, K_SCHEMA_VERSION, K_SHARDS, K_SCHEMA, K_NUM_RECORDS, K_HASH, K_HASH_MODE, K_SELECTION}
 _SHARD_KEYS_V1 = {K_PATH, K_SIZE, K_NUM_ROWS, K_CONTENT_HASH}
-_ROOT_KEYS = {1: _ROOT_KEYS_V1, 2: _ROOT_KEYS_V1 | {K_DERIVED_HASH}, 3: _ROOT_KEYS_V1 | {K_DERIVED_HASH}}
-_SHARD_KEYS = {1: _SHARD_KEYS_V1, 2: _SHARD_KEYS_V1 | {K_LAYOUT, K_ETAG}, 3: _SHARD_KEYS_V1 | {K_LAYOUT, K_ETAG}}
+_ROOT_KEYS = {1: _ROOT_KEYS_V1, **{v: _ROOT_KEYS_V1 | {K_DERIVED_HASH} for v in (2, 3, 4)}}
+_SHARD_KEYS = {1: _SHARD_KEYS_V1, **{v: _SHARD_KEYS_V1 | {K_LAYOUT, K_ETAG} for v in (2, 3, 4)}}
 #: Since schema 3 a shard's layout object has a ``digests`` key (null, or one per unit: .unit_digests).
 _LAYOUT_DIGESTS_SINCE = 3
+#: Since schema 4 it has a ``meta`` key (null, or the metadata span an open reads and its digest).
+_LAYOUT_META_SINCE = 4
 
 
 class HashMode(str, enum.Enum):
@@ -243,7 +249,12 @@ class ShardInfo:
         layout = None
         if d.get(K_LAYOUT) is not None:
             try:
-                layout = ShardLayout.from_dict(d[K_LAYOUT], size, digests=schema_version >= _LAYOUT_DIGESTS_SINCE)
+                layout = ShardLayout.from_dict(
+                    d[K_LAYOUT],
+                    size,
+                    digests=schema_version >= _LAYOUT_DIGESTS_SINCE,
+                    meta=schema_version >= _LAYOUT_META_SINCE,
+                )
             except LayoutMismatch as exc:
                 raise _manifest_error(root, f"shards[{path}].layout", d[K_LAYOUT], str(exc)) from None
         etag = d.get(K_ETAG)
@@ -691,15 +702,25 @@ class DatasetVersion:
             ):  # the ETag trust model (.verified)
                 return problems
             digests = s.layout.digests if s.layout is not None else None  # checked in the same read
-            spans = SpanHasher([(o, n) for o, n, _ in s.layout.units]) if s.layout and digests is not None else None
+            if digests is not None and s.layout is not None and s.layout.meta_digest is not None:
+                digests = (*digests, s.layout.meta_digest)  # the metadata span's digest, hashed last
+            units = [(o, n) for o, n, _ in s.layout.units] if s.layout is not None else []
+            if s.layout is not None and s.layout.meta_digest is not None and s.layout.meta_span is not None:
+                units.append(s.layout.meta_span)
+            spans = SpanHasher(units) if s.layout and digests is not None else None
             h = store.hash_file(p, chunks=spans.update if spans is not None else None)
             if h != s.content_hash:
                 problems.append(f"shard {s.path!r}: content hash {h} on disk, pinned {s.content_hash}")
             elif spans is not None and digests is not None and spans.digests() != digests:
                 # the bytes are the pinned ones: the manifest's unit digests are not theirs (edited)
                 bad = [k for k, (a, b) in enumerate(zip(spans.digests(), digests)) if a != b]
+                n_units = len(s.layout.units) if s.layout is not None else 0
+                what = (
+                    [f"record batches {[k for k in bad if k < n_units][:8]}"] if any(k < n_units for k in bad) else []
+                )
+                what += ["its metadata span (meta)"] if bad[-1] >= n_units else []
                 problems.append(
-                    f"shard {s.path!r}: the manifest's unit digests of record batches {bad[:8]} are not those "
+                    f"shard {s.path!r}: the manifest's unit digests of {' and '.join(what)} are not those "
                     "of the pinned bytes (the manifest's layout was edited; re-pin with rd.pin)"
                 )
             else:

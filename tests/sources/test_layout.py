@@ -62,7 +62,7 @@ def test_ipc_layout_reads_every_batch_by_range(tmp_path, stream, compression):
     want = reader_batches(p, stream)
     for (off, n, rows), ref in zip(lay.units, want):
         assert L.read_ipc_unit(read_at(off, n), schema, rows).equals(ref)
-    assert L.ShardLayout.from_dict(json.loads(json.dumps(lay.to_dict())), len(b), digests=True) == lay
+    assert L.ShardLayout.from_dict(json.loads(json.dumps(lay.to_dict())), len(b), digests=True, meta=True) == lay
     assert L.ShardLayout.from_dict(json.loads(json.dumps(lay.to_dict(digests=False))), len(b)) == lay
     assert read_shard_meta(p).layout == lay  # what rd.pin records
     with pytest.raises(L.LayoutMismatch, match="rows"):
@@ -119,7 +119,7 @@ def test_schema_2_pins_layouts_and_keeps_the_version_hash(tmp_path, fmt):
     rd.write_arrow_shards(table(), tmp_path, num_shards=2, rows_per_batch=77, format=fmt)
     v = rd.pin(tmp_path)
     d = json.loads((tmp_path / MANIFEST_NAME).read_text())
-    assert d["schema_version"] == 3 and all(s["layout"]["units"] and s["layout"]["digests"] for s in d["shards"])
+    assert d["schema_version"] == 4 and all(s["layout"]["units"] and s["layout"]["digests"] for s in d["shards"])
     assert [len(s.layout.units) for s in v.shards] == [4, 4]
     old = rd.DatasetVersion.from_dict(as_schema_1(d), root=tmp_path)  # what schema 1 wrote
     assert old.hash == v.hash and old == v and all(s.layout is None for s in old.shards)

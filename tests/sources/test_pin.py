@@ -92,7 +92,7 @@ def test_manifest_is_sorted_json_with_format(tmp_path, table):
     rd.write_arrow_shards(table, tmp_path, num_shards=2, format="parquet")
     v = rd.pin(tmp_path)
     d = json.loads((tmp_path / MANIFEST_NAME).read_text())
-    assert d["format"] == "resumable_data.dataset_version" and d["schema_version"] == 3
+    assert d["format"] == "resumable_data.dataset_version" and d["schema_version"] == 4
     assert d["hash"] == v.hash and d["hash_mode"] == "content"
     assert "metadata" not in d["schema"]
 

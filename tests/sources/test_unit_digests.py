@@ -95,7 +95,7 @@ def test_a_content_pin_records_each_units_digest_and_size_and_etag_pins_none(tmp
     write(tmp_path, fmt)
     v = rd.pin(tmp_path)
     d = json.loads((tmp_path / MANIFEST_NAME).read_text())
-    assert d["schema_version"] == 3
+    assert d["schema_version"] == 4
     for s, name in zip(v.shards, shard_names(fmt)):
         data = (tmp_path / name).read_bytes()
         assert s.layout.digests == tuple(unit_digest(data[o : o + n]) for o, n, _ in s.layout.units)
@@ -109,7 +109,7 @@ def as_schema_2(d):
     d = copy.deepcopy(d)
     d["schema_version"] = 2
     for s in d["shards"]:
-        del s["layout"]["digests"]
+        del s["layout"]["digests"], s["layout"]["meta"]
     d["derived_hash"] = compute_derived_hash(d["shards"])
     return d
 
@@ -122,7 +122,7 @@ def test_a_schema_2_manifest_loads_without_digests_and_keeps_its_hash(tmp_path):
     assert old.hash == v.hash and all(s.layout.digests is None and s.layout.units for s in old.shards)
     # the layout keys are the schema's: no digests key in schema 2, one in schema 3
     mixed = as_schema_2(d)
-    mixed["schema_version"] = 3
+    mixed["schema_version"] = 4
     mixed["derived_hash"] = compute_derived_hash(mixed["shards"])
     with pytest.raises(rd.DatasetIntegrityError, match="digests"):
         rd.DatasetVersion.from_dict(mixed, root=tmp_path)
@@ -345,3 +345,239 @@ def test_a_shard_that_shrinks_while_it_is_pinned_is_refused(tmp_path, monkeypatc
     monkeypatch.setattr(_io, "hash_file", shrunk)
     with pytest.raises(rd.ConfigError, match="stays in place while it is pinned"):
         rd.pin(tmp_path, save=False)
+
+
+# -- whole shards read ahead (rd.ReadUnit.SHARD) ----------------------------------------------------------
+WHOLE = rd.ReadAhead(lookahead=4, concurrency=4, cache_bytes=1 << 20, unit=rd.ReadUnit.SHARD)
+
+
+def recording(hostile):
+    """The (method, range) of every request for a shard object from now on (range None: the whole object)."""
+    seen = []
+
+    def hook(req, ans):
+        if "/data/" in req.path and MANIFEST_NAME not in req.path:
+            seen.append((req.method, req.range))
+        return ans
+
+    hostile.hook = hook
+    return seen
+
+
+def read_whole(src):
+    """Every sample a loader reading whole shards ahead delivers (kept in ``read_whole.got`` before an error)."""
+    read_whole.got = []
+    ld = loader(src, WHOLE)
+    try:
+        for b in ld:
+            read_whole.got += list(zip(b["id"].tolist(), b["v"].tolist()))
+    finally:
+        ld.read_ahead.close()
+    return read_whole.got
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_whole_shards_with_a_pinned_content_hash_are_one_get_each_and_no_head(endpoint, hostile, tmp_path, fmt):
+    prefix, _, _ = put_dataset(endpoint, tmp_path, fmt)
+    src = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    seen = recording(hostile)
+    got = read_whole(src)
+    no_wrong_sample(got)
+    assert len({i for i, _ in got}) == len(got) >= N - 15
+    sizes = [src.shard_size(j) for j in range(2)]
+    assert "HEAD" not in [m for m, _ in seen], seen  # before: a HEAD before each whole-object GET
+    assert sorted(r for m, r in seen if r[0] == 0) == sorted((0, n - 1) for n in sizes), seen  # one GET per shard
+
+
+def test_whole_shards_pinned_by_etag_keep_the_head(endpoint, hostile, tmp_path):
+    """No content hash to check the bytes against: the HEAD (size and ETag as at open) stays."""
+    prefix, _, _ = put_dataset(endpoint, tmp_path, "arrow")
+    rd.pin(prefix, filesystem=setup_client(endpoint), hash="etag")
+    src = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    assert src.version.hash_mode is rd.HashMode.ETAG
+    seen = recording(hostile)
+    no_wrong_sample(read_whole(src))
+    methods = [m for m, _ in seen]
+    assert methods.count("HEAD") == methods.count("GET"), seen  # every read, whole shards included, a HEAD first
+    assert len([r for m, r in seen if m == "GET" and r[0] == 0]) == 2, seen
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+@pytest.mark.parametrize("head", ["honest", "answered as before"])
+def test_a_replaced_whole_shard_is_refused_with_no_wrong_sample(endpoint, hostile, tmp_path, fmt, head):
+    """The object replaced after the open by one of the same size (its ETag new, or answered as before):
+    the whole-object GET hashes to another content hash, nothing of it is cached, and the step's own
+    ranged read refuses it; no sample of the new bytes is delivered."""
+    prefix, _, _ = put_dataset(endpoint, tmp_path, fmt)
+    if head != "honest":
+        hostile.hook = same_head(hostile)
+    src = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    replace_object(endpoint, prefix, fmt)
+    with pytest.raises(rd.DatasetIntegrityError) as exc:
+        read_whole(src)
+    no_wrong_sample(read_whole.got)
+    assert shard_names(fmt)[-1] in str(exc.value) and "fix:" in str(exc.value)
+
+
+def test_fetch_shard_refuses_bytes_that_are_not_the_pinned_content(endpoint, hostile, tmp_path):
+    prefix, _, _ = put_dataset(endpoint, tmp_path, "arrow")
+    hostile.hook = same_head(hostile)
+    src = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    pinned = src.version.shards[1].content_hash
+    replace_object(endpoint, prefix, "arrow")
+    hostile.log.clear()
+    with pytest.raises(rd.DatasetIntegrityError, match="pinned content hash") as exc:
+        src.fetch_shard(1, pinned)
+    assert "b.arrow" in str(exc.value) and "restore the object" in str(exc.value)
+    assert [m for m, path, _ in hostile.log if "/data/" in path] == ["GET"]
+
+
+# -- the metadata an open reads (manifest schema 4: the layout's meta digest) -----------------------------
+def as_schema_3(d):
+    """The manifest as schema 3 wrote it: layouts with unit digests, no metadata digest."""
+    d = copy.deepcopy(d)
+    d["schema_version"] = 3
+    for s in d["shards"]:
+        del s["layout"]["meta"]
+    d["derived_hash"] = compute_derived_hash(d["shards"])
+    return d
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_content_pin_records_the_digest_of_the_metadata_an_open_reads(tmp_path, fmt):
+    write(tmp_path, fmt)
+    v = rd.pin(tmp_path)
+    for s, name in zip(v.shards, shard_names(fmt)):
+        data = (tmp_path / name).read_bytes()
+        offset, length = s.layout.meta_span
+        if fmt == "parquet":  # the footer: Thrift metadata, its length, the magic
+            footer = int.from_bytes(data[-8:-4], "little")
+            assert (offset, length) == (len(data) - footer - 8, footer + 8)
+        else:  # the schema message
+            assert (offset, length) == s.layout.schema
+        assert s.layout.meta_digest == unit_digest(data[offset : offset + length])
+    assert all(s.layout.meta_digest is None for s in rd.pin(tmp_path, hash="size", save=False).shards)
+    d = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    again = rd.DatasetVersion.from_dict(d, root=tmp_path)
+    assert [(s.layout.meta_span, s.layout.meta_digest) for s in again.shards] == [
+        (s.layout.meta_span, s.layout.meta_digest) for s in v.shards
+    ]
+    old = rd.DatasetVersion.from_dict(as_schema_3(d), root=tmp_path)  # schema 3 loads, without it
+    assert old.hash == v.hash and all(s.layout.meta_digest is None and s.layout.digests for s in old.shards)
+    v.verify("content")
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda m: m.__setitem__(2, "0" * 31), "meta"),
+        (lambda m: m.__setitem__(0, m[0] + 1), r"metadata span|\[offset, length\] of non-negative"),
+        (lambda m: m.__setitem__(1, 10**9), "meta"),
+        (lambda m: m.pop(), "meta"),
+    ],
+)
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_malformed_metadata_digests_are_refused_at_load(tmp_path, fmt, edit, match):
+    write(tmp_path, fmt)
+    rd.pin(tmp_path)
+    d = json.loads((tmp_path / MANIFEST_NAME).read_text())
+    edit(d["shards"][0]["layout"]["meta"])
+    d["derived_hash"] = compute_derived_hash(d["shards"])
+    with pytest.raises(rd.DatasetIntegrityError, match=match):
+        rd.DatasetVersion.from_dict(d, root=tmp_path)
+
+
+def forge_meta(d, shard=1):
+    d = copy.deepcopy(d)
+    d["shards"][shard]["layout"]["meta"][2] = xxhash.xxh3_128_hexdigest(b"forged")
+    d["derived_hash"] = compute_derived_hash(d["shards"])
+    return d
+
+
+def test_verify_content_lists_a_forged_metadata_digest(tmp_path):
+    write(tmp_path, "parquet")
+    rd.pin(tmp_path)
+    v = rd.DatasetVersion.from_dict(forge_meta(json.loads((tmp_path / MANIFEST_NAME).read_text())), root=tmp_path)
+    with pytest.raises(rd.DatasetIntegrityError, match=r"its metadata span \(meta\)"):
+        v.verify("content")
+
+
+def renamed(fmt):
+    """Other bytes of the last shard's size: the column ``v`` renamed ``w`` (IPC: another schema message),
+    its values those of BAD (Parquet: other footer statistics)."""
+    t = table(BAD[N // 2 :], N // 2).rename_columns(["id", "w"] if fmt != "parquet" else ["id", "v"])
+    return encode(fmt, t)
+
+
+def answer_with(hostile, name, new):
+    """Every GET of ``name`` answered with the bytes ``new`` holds at that range, every HEAD honestly with
+    the pinned object's: the object replaced between the open's HEAD and its GETs (or a store answering
+    with other bytes)."""
+    seen = []
+
+    def hook(req, ans):
+        if req.path.endswith(f"/data/{name}"):
+            seen.append((req.method, req.range))
+            if req.method == "GET" and ans.status in (200, 206):
+                a, b = req.range if req.range is not None else (0, len(new) - 1)
+                ans.body = new[a : (b if b >= 0 else len(new) - 1) + 1]
+        return ans
+
+    hostile.hook = hook
+    return seen
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_metadata_replaced_between_the_opens_requests_is_refused_at_open(endpoint, hostile, tmp_path, fmt):
+    prefix, _, _ = put_dataset(endpoint, tmp_path, fmt)
+    name = shard_names(fmt)[-1]
+    new = renamed(fmt)
+    assert len(new) == setup_client(endpoint).get_file_info(f"{prefix}/{name}").size
+    seen = answer_with(hostile, name, new)
+    with pytest.raises(rd.DatasetIntegrityError) as exc:
+        rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    text = str(exc.value)
+    what = "Parquet footer" if fmt == "parquet" else "IPC schema message"
+    assert name in text and f"its {what} as pinned" in text and "pinned metadata digest" in text
+    assert "refused before any record was read" in text and "restore the object" in text
+    assert [m for m, _ in seen].count("GET") == 1, seen  # the metadata's read, nothing after it
+
+
+@pytest.mark.parametrize("fmt", ["arrow_stream", "parquet"])
+def test_a_schema_3_manifest_opens_trusting_the_metadata_as_before(endpoint, hostile, tmp_path, fmt):
+    """No metadata digest (pinned before schema 4): the open reads the metadata unchecked, as it did;
+    a Parquet footer of other bytes opens, and the unit digests refuse the records (no wrong sample)."""
+    prefix, _, manifest = put_dataset(endpoint, tmp_path, fmt)
+    put_manifest(setup_client(endpoint), prefix, as_schema_3(manifest))
+    answer_with(hostile, shard_names(fmt)[-1], renamed(fmt))
+    if fmt != "parquet":  # a renamed column: refused by the schema comparison, after the message was parsed
+        with pytest.raises(rd.DatasetIntegrityError, match="pinned schema"):
+            rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+        return
+    src = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    assert all(s.layout.meta_digest is None for s in src.version.shards)
+    with pytest.raises(rd.DatasetIntegrityError, match="unit digest"):
+        read_all(src, "take")
+    no_wrong_sample(read_all.got)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_checking_the_metadata_costs_no_request(endpoint, hostile, tmp_path, fmt):
+    """A schema-4 open sends the requests a schema-3 open sends (the check hashes bytes read anyway)."""
+    prefix, _, manifest = put_dataset(endpoint, tmp_path, fmt)
+    counts = []
+    for d in (as_schema_3(manifest), manifest):
+        put_manifest(setup_client(endpoint), prefix, d)
+        hostile.counts.clear()
+        src = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+        counts.append(dict(hostile.counts))
+        assert all((s.layout.meta_digest is None) == (d is not manifest) for s in src.version.shards)
+        assert src.take(np.arange(N)).column("v").to_pylist() == GOOD.tolist()
+    assert counts[0] == counts[1], counts
+
+
+def test_a_forged_metadata_digest_fails_every_remote_open_naming_it(endpoint, tmp_path):
+    prefix, _, manifest = put_dataset(endpoint, tmp_path, "arrow")
+    put_manifest(setup_client(endpoint), prefix, forge_meta(manifest))
+    with pytest.raises(rd.DatasetIntegrityError, match=r"b\.arrow.*IPC schema message as pinned.*re-pin"):
+        rd.ArrowShards(prefix, filesystem=s3_client(endpoint), retries=FAST)

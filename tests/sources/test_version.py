@@ -71,9 +71,10 @@ def test_tampered_manifest_refused(pinned, tmp_path):
 
 
 @pytest.mark.parametrize("edit, match", [
-    (lambda d: d.update(schema_version=4), "schema_version=4.*saved 4"),
-    (lambda d: d.update(schema_version=1), "manifest keys"),  # a schema-3 body is not schema 1
+    (lambda d: d.update(schema_version=5), "schema_version=5.*saved 5"),
+    (lambda d: d.update(schema_version=1), "manifest keys"),  # a schema-4 body is not schema 1
     (lambda d: d.update(schema_version=2), "layout"),  # nor schema 2 (its layouts have no digests key)
+    (lambda d: d.update(schema_version=3), "layout"),  # nor schema 3 (its layouts have no meta key)
     (lambda d: d["shards"][0]["layout"]["units"][0].__setitem__(2, 7), "layout"),
     (lambda d: d["shards"][0]["layout"]["units"][0].__setitem__(0, 10**9), "layout"),
     (lambda d: d.update(format="other"), "format="),

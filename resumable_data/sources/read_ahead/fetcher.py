@@ -48,8 +48,9 @@ units from the store; a tqdm bar over their bytes appears on stderr if that take
 seconds (:mod:`.progress`; never where stderr is not a terminal).
 
 Content check. Where the version pins each shard's content hash (``hash="content"``, the default),
-a whole object read ahead (``SHARD``: a HEAD, then one GET) must hash (xxh3-128) to it before any of
-its units is written, and a unit read by range (``RECORD_BATCH``) must hash to its pinned unit digest
+a whole object read ahead (``SHARD``) is one GET through the handle opened with the shard, no HEAD,
+and must hash (xxh3-128) to it before any of its units is written (pinned by size or ETag: a HEAD
+whose size and ETag must be those recorded at open, then the GET), and a unit read by range (``RECORD_BATCH``) must hash to its pinned unit digest
 (:mod:`..unit_digests`; checked by the source's read, again when a step takes it from the cache): an
 object replaced after the open, even between a HEAD and its GET, and a store answering with other
 bytes never reach a batch. Without digests (pinned with ``hash="size"`` or ``"etag"``, or before
@@ -68,7 +69,8 @@ the resumed step).
 
 Cost: per handed-out step, ``records_of`` of one new step and one schedule over the window
 (``O(lookahead * batch)``); per read (a unit or a run of neighbouring units) one request (the GET)
-with unit digests, two (HEAD, GET) without; per shard read whole two; memory: the window's record ids.
+with unit digests, two (HEAD, GET) without; per shard read whole one (the GET) with its content
+hash pinned, two (HEAD, GET) without; memory: the window's record ids.
 """
 
 from __future__ import annotations
@@ -82,7 +84,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, runtime_checkable
 
 import numpy as np
-import xxhash
 
 from resumable_data.plan.reads import ReadSchedule, step_units
 from resumable_data.sources.read_ahead.cache import LaterSweeps, UnitCache, make_cache_dir, seal
@@ -118,7 +119,7 @@ class ReadAheadSource(Protocol):
 
     def shard_size(self, j: int) -> int | None: ...
 
-    def fetch_shard(self, j: int) -> bytes: ...
+    def fetch_shard(self, j: int, digest: str | None = None) -> bytes: ...
 
     def fetch_run(self, first: int, last: int) -> bytes: ...
 
@@ -414,12 +415,10 @@ class Prefetcher:
         try:
             if self._shard is not None:
                 j = self._shard[run[0]]
-                data, base = self._source.fetch_shard(j), 0
-                want = self._digests[j] if self._digests is not None else None
-                if want is not None and xxhash.xxh3_128_hexdigest(data) != want:
-                    # replaced between the read's HEAD and its GET, or a store answering with other
-                    # bytes: nothing is written; the step's own ranged read checks the object again
-                    raise ValueError(f"shard {j}: the bytes read do not hash to its pinned content hash")
+                # with the pinned content hash: one GET, no HEAD, the bytes refused unless they hash to it
+                # (an object replaced after the open, a store answering with other bytes): nothing is
+                # written, and the step's own ranged read checks the object again
+                data, base = self._source.fetch_shard(j, self._digests[j] if self._digests is not None else None), 0
             elif len(ks) == 1:
                 data, base = self._source.fetch_unit(ks[0]), _start(self._spans[ks[0]])
             else:
