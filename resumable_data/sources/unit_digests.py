@@ -39,17 +39,27 @@ bytes (about 50 us per MiB); an open: one of the metadata it reads (hundreds of 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import xxhash
 
 from resumable_data.errors import DatasetIntegrityError, describe
 
-if TYPE_CHECKING:
-    from resumable_data.sources.layout import ShardLayout
+
+class PinnedMeta(Protocol):
+    """What :func:`check_meta` reads of a shard's layout (:class:`~.layout.ShardLayout`, which
+    imports this module): the metadata span an open reads and its pinned digest."""
+
+    @property
+    def meta_span(self) -> tuple[int, int] | None: ...
+
+    @property
+    def meta_digest(self) -> str | None: ...
+
 
 __all__ = [
     "DIGEST_CHARS",
+    "PinnedMeta",
     "SpanHasher",
     "check_meta",
     "digest_error",
@@ -159,7 +169,7 @@ def shard_digest_error(shard: str, expected: str, got: str) -> DatasetIntegrityE
     )
 
 
-def check_meta(shard: str, layout: ShardLayout, offset: int, data: bytes | bytearray | memoryview, what: str) -> None:
+def check_meta(shard: str, layout: PinnedMeta, offset: int, data: bytes | bytearray | memoryview, what: str) -> None:
     """Refuse ``data``, the metadata a remote open of ``shard`` just read at ``offset`` (``what``:
     "its Parquet footer", "its IPC schema message"), unless it is the span and the bytes ``rd.pin``
     hashed (``layout.meta_digest``, manifest schema 4); no check where the layout has no such digest."""
@@ -171,7 +181,7 @@ def check_meta(shard: str, layout: ShardLayout, offset: int, data: bytes | bytea
 
 
 def meta_digest_error(
-    shard: str, what: str, layout: ShardLayout, offset: int, length: int, got: str | None
+    shard: str, what: str, layout: PinnedMeta, offset: int, length: int, got: str | None
 ) -> DatasetIntegrityError:
     """The error for a remote open whose metadata is not the bytes ``rd.pin`` hashed."""
     span = list(layout.meta_span) if layout.meta_span is not None else None
