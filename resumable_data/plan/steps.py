@@ -401,7 +401,16 @@ class Plan:
         """Record ids at ``positions`` (any int array; may span epochs)."""
         pos = np.asarray(positions, dtype=np.int64)
         flat = pos.reshape(-1)
-        epochs, offsets = np.divmod(flat, self.epoch_len)
+        L = self.epoch_len
+        if flat.size:
+            lo, hi = int(flat.min()), int(flat.max())
+            if lo >= 0 and lo // L == hi // L:  # the common case (a run, a batch): one epoch, no division
+                epoch = lo // L
+                offsets = flat - epoch * L
+                if self.tail is Tail.WRAP or self.tail is Tail.PAD:
+                    offsets %= self.num_records
+                return self.epoch_records(epoch, offsets).reshape(pos.shape)
+        epochs, offsets = np.divmod(flat, L)
         if self.tail is Tail.WRAP or self.tail is Tail.PAD:
             offsets = offsets % self.num_records
         out = np.empty_like(flat)
