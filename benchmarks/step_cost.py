@@ -47,19 +47,22 @@ def make(case: str):
     import resumable_data as rd
 
     if case == "parquet_bool":
-        return rd.DataLoader(rd.ArrowShards(ROOT / "benchmarks/data/columns-200000/bool/parquet"),
-                             batch_size=256, shuffle=True, seed=0), 256
+        return rd.DataLoader(
+            rd.ArrowShards(ROOT / "benchmarks/data/columns-200000/bool/parquet"), batch_size=256, shuffle=True, seed=0
+        ), 256
     if case == "ipc_tokens":
-        return rd.DataLoader(rd.ArrowShards(ROOT / f"benchmarks/data/sources-{N}x8"),
-                             batch_size=256, shuffle=True, seed=0), 256
+        return rd.DataLoader(
+            rd.ArrowShards(ROOT / f"benchmarks/data/sources-{N}x8"), batch_size=256, shuffle=True, seed=0
+        ), 256
     bs = 16 if case.startswith("map16") else 256
-    return rd.DataLoader(Trivial(N), batch_size=bs, shuffle=True, seed=0,
-                         seed_per_sample=not case.endswith("unseeded")), bs
+    return rd.DataLoader(
+        Trivial(N), batch_size=bs, shuffle=True, seed=0, seed_per_sample=not case.endswith("unseeded")
+    ), bs
 
 
 def one(case: str, batches: int) -> float:
     """CPU us per batch of ``batches`` batches after a warm-up (one process, one case)."""
-    loader, bs = make(case)
+    loader, _ = make(case)
     it = iter(loader)
     steps = len(loader)
     for _ in range(20):
@@ -97,8 +100,13 @@ def main(argv: list[str] | None = None) -> None:
         for c in cases:
             for t in trees if r % 2 == 0 else trees[::-1]:
                 env = dict(os.environ, PYTHONPATH=t)
-                out = subprocess.run([sys.executable, __file__, "--child", c, "--batches", str(a.batches)],
-                                     env=env, cwd=t, capture_output=True, text=True)
+                out = subprocess.run(
+                    [sys.executable, __file__, "--child", c, "--batches", str(a.batches)],
+                    env=env,
+                    cwd=t,
+                    capture_output=True,
+                    text=True,
+                )
                 if out.returncode:
                     raise SystemExit(out.stderr)
                 res[c][t].append(json.loads(out.stdout.strip().splitlines()[-1])["us"])
