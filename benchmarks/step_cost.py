@@ -109,7 +109,10 @@ def main(argv: list[str] | None = None) -> None:
                 )
                 if out.returncode:
                     raise SystemExit(out.stderr)
-                res[c][t].append(json.loads(out.stdout.strip().splitlines()[-1])["us"])
+                got = json.loads(out.stdout.strip().splitlines()[-1])
+                if not got["rd"].startswith(t):  # another tree's package was measured
+                    raise SystemExit(f"{t}: measured {got['rd']}")
+                res[c][t].append(got["us"])
     print(f"load average {os.getloadavg()}; CPU us per batch, median of {a.rounds} alternating fresh processes")
     print("| case | " + " | ".join(trees) + " |")
     print("|---|" + "---|" * len(trees))
