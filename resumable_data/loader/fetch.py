@@ -126,7 +126,7 @@ class StepFetcher(Dataset):
                 self.dataset.take_numpy(ids, PAD_VALUE)
         elif isinstance(self.order, PlanOrder):  # a user dataset in the plan's order, sample keys, the seeding
             first = np.zeros(1, dtype=np.int64)
-            self.plan.records(first)
+            self.order.warm_ids()  # the order's kernels (a run's too)
             sample_keys(self.plan.version_hash, self.plan.seed, first)
             if self.seed_per_sample:
                 warm_seeding(self.seeding)
