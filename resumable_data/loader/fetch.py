@@ -103,6 +103,7 @@ class StepFetcher(Dataset):
         self.stream = stream if isinstance(stream, PackedStream) else None
         self.pin_memory = pin_memory
         self._lengths: np.ndarray | None = None
+        self._names: list[str] | None = None  # the source's column names (its schema is fixed), read once
         self._key_runs = self._new_key_runs()
         self._epoch_len = self.plan.epoch_len  # the plan is fixed: read per batch
         #: lazy seeding of Python's and numpy's generators (SampleSeeding.LAZY, see _per_sample);
@@ -125,7 +126,7 @@ class StepFetcher(Dataset):
                 self.dataset.take_numpy(ids, PAD_VALUE)
         elif isinstance(self.order, PlanOrder):  # a user dataset in the plan's order, sample keys, the seeding
             first = np.zeros(1, dtype=np.int64)
-            self.plan.records(first)
+            self.order.warm_ids()  # the order's kernels (a run's too)
             sample_keys(self.plan.version_hash, self.plan.seed, first)
             if self.seed_per_sample:
                 warm_seeding(self.seeding)
@@ -317,7 +318,10 @@ class StepFetcher(Dataset):
             arrow = self.dataset if isinstance(self.dataset, (ArrowShards, Mixture)) else None
             columns = None if arrow is None else arrow.take_numpy(records, PAD_VALUE)
             if columns is not None:  # the default collate's arrays, straight from the source's maps
-                batch = gathered_to_numpy(self.dataset.schema.names, columns)
+                names = self._names
+                if names is None:
+                    names = self._names = self.dataset.schema.names
+                batch = gathered_to_numpy(names, columns)
                 if self.unbatched:
                     batch = {k: v[0] for k, v in batch.items()}
                 return self._transport(batch), tokens
@@ -417,10 +421,11 @@ class StepSampler(Sampler[Request]):
         ahead = self._ahead
         if ahead is not None:
             ahead.new_pass()
+        is_skipped, on_fetch, span = ledger.is_skipped, ledger.on_fetch, ledger.span
         for step in range(start, stop):
-            if ledger.is_skipped(step):
+            if is_skipped(step):
                 continue
-            ledger.on_fetch(step)
+            on_fetch(step)
             if ahead is not None:
                 ahead.plan(step, ledger.delivered)
-            yield step, epoch, first, ledger.span(step), ledger.seeding_version
+            yield step, epoch, first, span(step), ledger.seeding_version

@@ -142,6 +142,8 @@ class ProgressLedger:
         return self.locate(self._skips().first_unskipped(self._delivered))[0]
 
     def is_skipped(self, step: int) -> bool:
+        if not self._skipped:  # the common case, asked twice per batch: nothing skipped
+            return False
         return self._skips().covers(step)
 
     def _skips(self) -> SkipIndex:

@@ -41,6 +41,7 @@ from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.state import LoaderState, OnUncommitted
 from resumable_data.plan import Plan
 from resumable_data.plan.mixture.section import MixtureSection
+from resumable_data.plan.permutation import TABLE_MIN_INDICES
 from resumable_data.plan.record_runs import RecordRuns
 
 __all__ = ["DocumentOrder", "OrderCheck", "PlanOrder", "SamplerOrder", "StreamOrder"]
@@ -257,6 +258,10 @@ class PlanOrder(_Plain):
 
     def span_records(self, start: int, stop: int) -> np.ndarray:
         return self._runs.span(start, stop)
+
+    def warm_ids(self) -> np.ndarray:
+        # as many positions as a run's call maps through round tables, so that kernel is loaded too
+        return self.records(np.zeros(TABLE_MIN_INDICES, dtype=np.int64))[:1]
 
     def document_order(self) -> DocumentOrder | None:
         return None

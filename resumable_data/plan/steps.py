@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -110,6 +110,8 @@ class Plan:
     #: The digest of those units (``ReadUnits.digest``), which the state records: a resume over
     #: another unit layout of the same records would continue another order (set from ``units``).
     unit_layout: str | None = None
+    #: Set in ``__post_init__`` (not a field): see :meth:`step_span`.
+    _grid_span: ClassVar[tuple[int, int, int] | None]
 
     def __post_init__(self) -> None:
         n = check_int(self.num_records, "num_records", 1, MAX_DOMAIN)
@@ -214,6 +216,9 @@ class Plan:
                     "use a smaller batch_size, drop_last=False, or more data",
                 )
             )
+        # step_span's constants (epoch length, global batch, steps per epoch) of a grid plan
+        # without an origin, computed once: not a field (equality, hash and state ignore it)
+        object.__setattr__(self, "_grid_span", (self.epoch_len, g, self._grid_steps) if self.uniform else None)
 
     def _aligned(self, position: int, n: int, g: int) -> bool:
         """Whether ``position`` starts a whole batch of a ``drop`` / ``wrap`` epoch grid."""
@@ -297,6 +302,12 @@ class Plan:
 
     def step_span(self, step: int) -> tuple[int, int]:
         """Global positions ``[start, stop)`` of step ``step``."""
+        grid = self._grid_span
+        if grid is not None:  # a grid plan without an origin (every epoch alike)
+            L, g, steps = grid
+            epoch, k = divmod(step, steps)
+            start = epoch * L + k * g
+            return start, min(start + g, (epoch + 1) * L)
         if self.tail is Tail.CONTINUOUS:
             self._check_step(step)
             start = self._continuous_start(step) + self._shift()
@@ -401,7 +412,16 @@ class Plan:
         """Record ids at ``positions`` (any int array; may span epochs)."""
         pos = np.asarray(positions, dtype=np.int64)
         flat = pos.reshape(-1)
-        epochs, offsets = np.divmod(flat, self.epoch_len)
+        L = self.epoch_len
+        if flat.size:
+            lo, hi = int(flat.min()), int(flat.max())
+            if lo >= 0 and lo // L == hi // L:  # the common case (a run, a batch): one epoch, no division
+                epoch = lo // L
+                offsets = flat - epoch * L
+                if self.tail is Tail.WRAP or self.tail is Tail.PAD:
+                    offsets %= self.num_records
+                return self.epoch_records(epoch, offsets).reshape(pos.shape)
+        epochs, offsets = np.divmod(flat, L)
         if self.tail is Tail.WRAP or self.tail is Tail.PAD:
             offsets = offsets % self.num_records
         out = np.empty_like(flat)

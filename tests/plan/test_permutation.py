@@ -75,3 +75,14 @@ def test_out_of_domain_indices_are_rejected(bad):
 def test_bad_domain_is_rejected(n):
     with pytest.raises(rd.ConfigError, match="n="):
         Permutation(n, 0)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 600, 4097, 200_000, (1 << 24) - 1, 1 << 24, (1 << 24) + 1, 10**9])
+def test_many_indices_read_round_tables_with_the_same_values(n):
+    """A call of many indices (a run of records) maps them through round tables when the halves are
+    small enough: the values of the reference, and of the same indices asked a few at a time."""
+    perm = Permutation.keyed(n, version_hash="t", seed=5, epoch=3)
+    idx = np.random.default_rng(n).integers(0, n, 3000)
+    out = perm.forward(idx)
+    assert np.array_equal(out, forward_reference(n, perm.key, idx))
+    assert np.array_equal(out, np.concatenate([perm.forward(idx[i : i + 100]) for i in range(0, 3000, 100)]))

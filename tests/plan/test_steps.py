@@ -88,3 +88,34 @@ def test_round_trip_and_validation():
         Plan.from_dict({**plan.to_dict(), "seed": "7"})
     with pytest.raises(rd.ResumeError, match="unexpected"):
         Plan.from_dict({**plan.to_dict(), "extra": 1})
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=lambda o: o.kind.value)
+@pytest.mark.parametrize("tail", list(Tail))
+def test_records_and_spans_match_their_definition(order, tail):
+    """``records`` of positions in one epoch (computed without a division per position) and across
+    epochs, and ``step_span`` of a grid plan (from constants computed once), against the definition:
+    ``epoch, offset = divmod(p, epoch_len)`` (offset modulo the records under wrap and pad), and the
+    grid ``start = epoch * epoch_len + k * global_batch``."""
+    pad = 4 if tail is Tail.PAD else 1
+    plan = Plan(num_records=23, global_batch=4 if tail is Tail.PAD else 5, version_hash="v", seed=3, order=order,
+                tail=tail, pad_to=pad)
+    L = plan.epoch_len
+    positions = np.arange(4 * L, dtype=np.int64)
+
+    def expected(p):
+        e, o = divmod(int(p), L)
+        if tail in (Tail.WRAP, Tail.PAD):
+            o %= plan.num_records
+        return int(plan.epoch_records(e, np.array([o], dtype=np.int64))[0])
+
+    want = np.array([expected(p) for p in positions])
+    assert np.array_equal(plan.records(positions), want)  # across epochs
+    for e in range(4):  # one epoch at a time, shuffled and 2-D
+        sl = np.random.default_rng(e).permutation(positions[e * L : (e + 1) * L]).reshape(-1, 1)
+        assert np.array_equal(plan.records(sl), want[sl])
+    if tail is not Tail.CONTINUOUS:
+        g, steps = plan.global_batch, plan.steps_per_epoch
+        for s in range(4 * steps):
+            e, k = divmod(s, steps)
+            assert plan.step_span(s) == (e * L + k * g, min(e * L + k * g + g, (e + 1) * L))
