@@ -28,8 +28,8 @@ store by the checked ranged read, so the step delivers the pinned bytes (structu
 alone cannot see a flipped value).
 
 A file with a right seal and other bytes (the seal is no secret: anyone can compute it) is refused
-where the unit has a pinned digest (:mod:`..unit_digests`): ``get(k, digest)`` also checks the bytes
-against it, and refuses, logs and removes the file like any other that is not the fetcher's.
+where the unit has a pinned digest (:mod:`..unit_digests`): ``get(k, digest)`` checks the bytes
+against it instead of the seal (the stronger check, one hash per hit), and refuses, logs and removes the file like any other that is not the fetcher's.
 
 Guarantee: :meth:`UnitCache.get` returns the bytes the fetcher wrote for unit ``k`` (read from an
 object whose bytes hashed to the unit's pinned digest, or without one whose size and ETag were
@@ -38,7 +38,8 @@ or None; the caller decodes and validates them before any record is used
 (:meth:`~..files.OpenShard.decode_unit`).
 
 Cost: a hit is one ``open`` + ``mmap`` (a few microseconds) and one xxh3-128 of the unit's bytes
-(tens of GB/s: about 50 us per MiB), two with a pinned digest; 16 bytes per unit on disk; a wait polls every 0.5 to 5 ms.
+(tens of GB/s: about 50 us per MiB): the unit's pinned digest where it has one (which a file of
+other bytes, another unit's or re-sealed, cannot match), else the seal; 16 bytes per unit on disk; a wait polls every 0.5 to 5 ms.
 
 Abandoned directories. A loader removes its directory when it is closed, which a process killed
 with SIGKILL (a preempted job, the OOM killer) never does: each kill left up to ``cache_bytes`` in
@@ -159,11 +160,12 @@ class UnitCache:
             os.close(fd)
         whole = pa.py_buffer(mapped)  # the buffer keeps the map alive
         body, check = whole.slice(0, whole.size - DIGEST_BYTES), whole.slice(whole.size - DIGEST_BYTES)
-        if seal(k, body) != check.to_pybytes():
+        if digest is not None:  # the pinned digest decides alone: one hash, not two, of every hit
+            if unit_digest(body) != digest:  # damaged, another unit's file, or re-sealed other bytes
+                self._damaged(k, "does not hold the unit's pinned bytes (its pinned unit digest differs)")
+                return None
+        elif seal(k, body) != check.to_pybytes():
             self._damaged(k, "does not hold the bytes the fetcher wrote for it (its check differs)")
-            return None
-        if digest is not None and unit_digest(body) != digest:  # a file written with a seal of other bytes
-            self._damaged(k, "does not hold the unit's pinned bytes (its pinned unit digest differs)")
             return None
         return body
 
