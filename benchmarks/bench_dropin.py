@@ -113,13 +113,30 @@ def map_case(n: int, work: int, workers: int, batches: int, rounds: int) -> dict
     return interleaved(makers, batches, rounds, 16)
 
 
-def batch_size_case(n: int, batch_size: int, samples: int, rounds: int) -> dict[str, Any]:
-    """The trivial dataset, 0 workers, at ``batch_size``: torch against rd with the default seeding,
-    lazy seeding and no seeding (``samples`` per round, interleaved rounds)."""
+#: The datasets of the batch-size case: a user class (its ``__getitem__`` is user code, seeded per
+#: sample by default) and two library datasets that draw nothing (not seeded: ``draw_free.py``).
+DATASETS = ("trivial", "list", "tensors")
+
+
+def make_dataset(kind: str, n: int) -> Any:
+    import torch
+
+    if kind == "trivial":
+        return Trivial(n)
+    if kind == "list":
+        return list(range(n))
+    if kind == "tensors":
+        return torch.utils.data.TensorDataset(torch.arange(n))
+    raise ValueError(f"dataset kind {kind!r}: expected one of {DATASETS}")
+
+
+def batch_size_case(n: int, batch_size: int, samples: int, rounds: int, kind: str = "trivial") -> dict[str, Any]:
+    """A dataset of ``kind`` (:data:`DATASETS`), 0 workers, at ``batch_size``: torch against rd with
+    the default seeding, lazy seeding and no seeding (``samples`` per round, interleaved rounds)."""
     import torch
     import resumable_data as rd
 
-    ds = Trivial(n)
+    ds = make_dataset(kind, n)
     makers = {
         "torch": lambda: torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=True,
                                                      generator=torch.Generator().manual_seed(SEED)),
@@ -239,17 +256,24 @@ def main(argv: list[str] | None = None) -> dict:
 
     if args.batch_sizes:
         rounds = 5 if args.quick else 9
-        out = {bs: batch_size_case(1_000_000, bs, 8_000 if args.quick else 32_000, rounds) for bs in (16, 256)}
-        lines = ["# Drop-in, trivial dataset, 0 workers: rd's seeding modes against torch by batch size", "",
-                 f"Interleaved rounds ({rounds}), median (min..max) of the per-round ratio to torch.", "",
-                 "| batch | torch samples/s | rd default (eager seeding) | rd lazy | rd seed_per_sample=False | "
-                 "eager seeding us a sample | lazy us a sample | torch's whole loader us a sample |",
-                 "|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for bs, r in out.items():
-            lines.append(f"| {bs} | {_rate(r['torch'])} | {_r(r['rd']['vs_torch'])} | {_r(r['rd_lazy']['vs_torch'])} | "
-                         f"{_r(r['rd_unseeded']['vs_torch'])} | {_us(r['seeding_us_per_sample'])} | "
-                         f"{_us(r['lazy_us_per_sample'])} | {_us(r['torch_us_per_sample'])} |")
-        path = write_results("dropin_batch_sizes", {"rounds": rounds, "by_batch": {str(k): v for k, v in out.items()}},
+        out = {(kind, bs): batch_size_case(1_000_000, bs, 8_000 if args.quick else 32_000, rounds, kind)
+               for kind in DATASETS for bs in (16, 256)}
+        load = os.getloadavg()[0]
+        lines = ["# Drop-in, 0 workers: rd's seeding modes against torch by dataset and batch size", "",
+                 f"Interleaved rounds ({rounds}), median (min..max) of the per-round ratio to torch; load average "
+                 f"{load:.1f} at the end. `trivial`: a user class whose `__getitem__` returns its index (user code: "
+                 "seeded per sample by default); `list` and `tensors` (`TensorDataset`): library datasets that draw "
+                 "nothing, not seeded (`draw_free.py`).", "",
+                 "| dataset | batch | torch samples/s | rd default | rd lazy | rd seed_per_sample=False | "
+                 "default's seeding us a sample | lazy us a sample | torch's whole loader us a sample |",
+                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for (kind, bs), r in out.items():
+            lines.append(f"| {kind} | {bs} | {_rate(r['torch'])} | {_r(r['rd']['vs_torch'])} | "
+                         f"{_r(r['rd_lazy']['vs_torch'])} | {_r(r['rd_unseeded']['vs_torch'])} | "
+                         f"{_us(r['seeding_us_per_sample'])} | {_us(r['lazy_us_per_sample'])} | "
+                         f"{_us(r['torch_us_per_sample'])} |")
+        path = write_results("dropin_batch_sizes", {"rounds": rounds, "load": load,
+                                                    "by_case": {f"{k}/{b}": v for (k, b), v in out.items()}},
                              "\n".join(lines))
         print("\n".join(lines), f"\n[dropin] wrote {path}", flush=True)
         return out

@@ -48,6 +48,9 @@ class LoaderConfig:
     seed_per_sample: bool
     #: SampleSeeding.LAZY: Python's and numpy's generators seeded only once user code draws
     lazy_seeding: bool = False
+    #: The dataset's ``__getitem__`` is library code that draws nothing (``draw_free.draws_nothing``)
+    #: and no ``transform=`` runs: per-sample seeding would change nothing observable, so it is skipped.
+    draw_free: bool = False
     token_column: str | None = None
     packing: Packing | None = None
     #: Token lengths of every document (packing only), from the offsets of the token column.

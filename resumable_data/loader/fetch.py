@@ -96,6 +96,8 @@ class StepFetcher(Dataset):
         self.arrow_collate = config.arrow_collate
         self.transform = config.transform
         self.seed_per_sample = config.seed_per_sample
+        #: the dataset draws nothing per sample (library code, no transform): nothing to seed or guard
+        self.draw_free = config.draw_free
         self.token_column = config.token_column
         self.unbatched = config.unbatched
         self.order = config.order
@@ -159,7 +161,12 @@ class StepFetcher(Dataset):
         start, stop = span
         positions = self.sharding.local_positions(start, stop)
         records = self.order.batch_records(start, stop, positions)
-        user_code = self.mode is not FetchMode.ARROW or self.collate_fn or self.arrow_collate or self.transform
+        user_code = (
+            (self.mode is not FetchMode.ARROW and not self.draw_free)
+            or self.collate_fn
+            or self.arrow_collate
+            or self.transform
+        )
         guard = GlobalRNGGuard() if self.seed_per_sample and user_code and get_worker_info() is None else None
         if guard is not None:
             guard.__enter__()
@@ -216,7 +223,7 @@ class StepFetcher(Dataset):
         main process's guard entered just before (no user code since), whose saved states the
         watch reuses."""
         pos, recs = positions.tolist(), records.tolist()
-        if not self.seed_per_sample:
+        if not self.seed_per_sample or (samples is None and self.draw_free):
             return self._samples(pos, recs, None, samples, None)
         keys, version = None, self.seeding  # computed when a seeder needs them (the slot makes its own)
         while (
@@ -374,7 +381,7 @@ class StepFetcher(Dataset):
     def _getitems(self, positions: np.ndarray, records: np.ndarray) -> list:
         keys = self._keys(positions)
         ctx = BatchContext(positions, records, keys, self.plan.epoch_len)
-        if self.seed_per_sample and len(keys):
+        if self.seed_per_sample and not self.draw_free and len(keys):
             seed_globals(int(keys[0]), self.seeding)  # one batched call: the batch's first key seeds the globals
         token = activate_batch(ctx)
         try:

@@ -41,6 +41,7 @@ from resumable_data.loader.mixture.options import check_mixture_options
 from resumable_data.loader.order import PlanOrder, SamplerOrder, StreamOrder
 from resumable_data.loader.positional import Translated
 from resumable_data.loader.samplers import PositionalRandomSampler, PositionalWeightedSampler
+from resumable_data.loader.seeding.draw_free import draws_nothing
 from resumable_data.loader.seeding.sample_seeding import SampleSeeding, sample_seeding
 from resumable_data.loader.state import CommitMode
 from resumable_data.loader.stream_options import order_spec, resolve_seed, resolve_tail
@@ -217,6 +218,7 @@ def resolve_config(
         pinned=pinned,
         seed_per_sample=seeding is not SampleSeeding.OFF,
         lazy_seeding=seeding is SampleSeeding.LAZY,
+        draw_free=transform is None and draws_nothing(dataset),
         token_column=token_column,
         packing=packing,
         lengths=lengths,

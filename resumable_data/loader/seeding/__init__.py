@@ -1,6 +1,6 @@
 """Per-sample seeding of the global generators (``random``, ``numpy.random``, torch's CPU one).
 
-Modules, bottom first: :mod:`.sample_seeding` (the ``seed_per_sample`` modes, the seeding
+Modules, bottom first: :mod:`.draw_free` (datasets that draw nothing: not seeded), :mod:`.sample_seeding` (the ``seed_per_sample`` modes, the seeding
 versions and their saved record; torch-free), :mod:`.mt19937` (every key's seeded generator
 states in one compiled call), :mod:`.torch_state` (torch's serialized generator state),
 :mod:`.seed_copy` (the reference route and the row buffers), :mod:`.raw_memory` (the one module
