@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import resumable_data as rd
-from resumable_data.checkpoint import files
+from resumable_data.checkpoint import files, tensor_file
 from resumable_data.checkpoint.digest import flatten
 from resumable_data.checkpoint.store import CHECKPOINT_FORMAT, read_checkpoint
 from tests.checkpoint.test_forgery import at, base, forge, fresh, refused  # noqa: F401 (base: fixture)
@@ -48,9 +48,9 @@ def test_a_file_swapped_after_it_is_opened_is_read_as_hashed(base, tmp_path, mon
     forged = forge(base["six"], tmp_path / "forged" / base["six"].name, forged_tree)
     inv = json.loads((ckpt / "inventory.json").read_text())
     (forged / "inventory.json").write_text(json.dumps({**inv, "entries": []}))
-    real_open, swapped = files._open, []
+    real_open, swapped = files.open_checked, []
 
-    def open_then_swap(path, limit):
+    def open_then_swap(path, limit=None):
         got = real_open(path, limit)
         if path.name == name and path.parent == ckpt and not swapped:
             shutil.copy(forged / name, ckpt / f".{name}.swap")
@@ -58,7 +58,8 @@ def test_a_file_swapped_after_it_is_opened_is_read_as_hashed(base, tmp_path, mon
             swapped.append(path)
         return got
 
-    monkeypatch.setattr(files, "_open", open_then_swap)
+    monkeypatch.setattr(files, "open_checked", open_then_swap)
+    monkeypatch.setattr(tensor_file, "open_checked", open_then_swap)  # the tensor file's streaming reader
     try:
         raw = read_checkpoint(ckpt)
     except rd.ResumableDataError:
