@@ -33,7 +33,11 @@ from resumable_data.checkpoint.meta import module_modes
 from resumable_data.checkpoint.status import AccumulationStatus, CheckpointStatus
 from resumable_data.loader.state import LoaderState
 
-__all__ = ["oracles_of", "status_of"]
+__all__ = ["NO_GRADIENTS", "oracles_of", "status_of"]
+
+
+#: The gradients oracle of a state without saved gradients (every rank of a DCP save computes it then).
+NO_GRADIENTS = "none"
 
 
 def status_of(
@@ -93,7 +97,7 @@ def oracles_of(ts: Any, state: dict[str, Any], next_step: int | None) -> dict[st
     grads = state[K_GRADIENTS]
     if grads and "gradients" in state[K_ACCUMULATION]:  # DCP layout: slots; the saved names are listed
         grads = {n: grads[n] for n in state[K_ACCUMULATION]["gradients"]}
-    o["gradients"] = digest_tensors(sorted(grads.items())) if grads else "none"
+    o["gradients"] = digest_tensors(sorted(grads.items())) if grads else NO_GRADIENTS
     if state[K_MODES]:
         o["modes"] = digest_json(state[K_MODES])
     if ts.loader is not None and next_step is not None:

@@ -17,7 +17,9 @@ this order:
   the ranges they can hold, and ``get_lr()`` on a scratch copy); scaler keys and value kinds (a
   GradScaler's values in its constructor's ranges); callbacks and module modes;
 * every generator state (each field in range, :func:`.rng.host_states`, then set on scratch
-  generators: ``random.Random``, ``numpy.random.RandomState``, ``torch.Generator``);
+  generators: ``random.Random``, ``numpy.random.RandomState``, ``torch.Generator``); ``rng: null``
+  under a label that restores the generators is refused when the TrainingState captures them
+  (``capture_rng=True``): nothing would restore them (:func:`_check_no_rng`);
 * the loader's full state (:meth:`rd.DataLoader.validate_state_dict`, with ``allow_unpinned`` and
   ``on_batch_change``) and the metric log boundary (:meth:`MetricLog.validate_state_dict`);
 * the checkpoint's own oracles recomputed from the saved tree (file layout: a tree edited after
@@ -75,7 +77,7 @@ from resumable_data.checkpoint.policies import AccumulationPolicy
 from resumable_data.errors import ResumableDataError, ResumeError, describe
 from resumable_data.loader.state import LoaderState
 
-__all__ = ["CHECKS", "FIX", "Facts", "validate"]
+__all__ = ["CHECKS", "FIX", "NO_RNG_FIX", "Facts", "validate"]
 
 
 @dataclass(frozen=True)
@@ -247,6 +249,32 @@ def _check_rng(state: Any) -> None:
             )
 
 
+#: The fix of a missing generator state (:func:`_check_no_rng`; the DCP layout's rank table: ``dcp_layout``).
+NO_RNG_FIX = (
+    "if the run was saved with rd.TrainingState(capture_rng=False), build the TrainingState with "
+    "capture_rng=False to resume it (its generators are then not restored), or resume with label='warm_start'; "
+    "otherwise the checkpoint was edited after it was saved: load another one"
+)
+
+
+def _check_no_rng(ts: Any) -> None:
+    """``rng: null`` under a label that restores the generators, into a TrainingState that captures
+    them (``capture_rng=True``, the default): nothing would restore the generators, and the resumed
+    run would draw from the fresh process's streams under a continuation label. The metadata does
+    not record ``capture_rng``, so a run saved with ``capture_rng=False`` (legitimately null) and a
+    forged null read alike: both are refused, with the fix for each."""
+    if ts.capture_rng:
+        raise CheckpointError(
+            describe(
+                "rng",
+                None,
+                "the generator states (this TrainingState restores them: capture_rng=True; a checkpoint "
+                "saved with capture_rng=True holds them)",
+                NO_RNG_FIX,
+            )
+        )
+
+
 def _check_parts(ts: Any, state: Mapping[str, Any], restores: frozenset[str], saved_meta: Any, *, dcp: bool) -> None:
     """Each part the label restores is in the state exactly when the metadata saved with it records
     the object: a state without it (``null``) restores nothing into the live object, so a part
@@ -328,6 +356,8 @@ def validate(
             _check_modes(state[K_MODES])
         if want(K_RNG, True):
             _check_rng(state[K_RNG])
+        elif K_RNG in restores and not dcp:  # DCP: a rank without a saved entry (dcp_layout.select_rank)
+            _check_no_rng(ts)
         facts = Facts(0, None)
         if want(K_LOADER, ts.loader):
             facts = _check_loader(ts.loader, state[K_LOADER], loader_options)

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -300,3 +302,55 @@ def test_nan_and_negative_model_values_are_legitimate_state(tmp_path):
     rd.load_checkpoint(tmp_path, t)
     for a, b in zip(s.model.parameters(), t.model.parameters()):
         assert torch.equal(a.detach().view(torch.int32), b.detach().view(torch.int32))
+
+
+# -- value-level fields: rng null, a DCP rank's gradients oracle when none were saved ----------------
+def test_rng_null_is_refused_where_the_state_captures_generators(base, tmp_path):  # noqa: F811
+    """``rng: null`` (oracles recomputed) restored no generator under a faithful label: the resumed run
+    drew from the fresh process's streams. Refused, with the fix for a run saved with
+    capture_rng=False (the metadata does not record it), which then loads."""
+    import copy as copy_mod
+
+    o = fresh(base, tmp_path)
+    tree = copy_mod.deepcopy(base["tree"])
+    tree["rng"] = None
+    ckpt = forge(base["six"], tmp_path / "c" / base["six"].name, tree, oracles_of=o.state)
+    err = refused(o, ckpt, "rng=None")
+    assert "capture_rng=False" in str(err) and "label='warm_start'" in str(err)
+    o2 = fresh(base, tmp_path, "no-rng")
+    o2.state.capture_rng = False  # as built with rd.TrainingState(capture_rng=False)
+    before = (torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate())
+    rd.load_checkpoint(ckpt, o2.state)
+    after = (torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate())
+    assert torch.equal(before[0], after[0]) and (before[1] == after[1]).all() and before[2] == after[2]
+    rd.load_checkpoint(ckpt, fresh(base, tmp_path, "warm").state, label="warm_start")  # restores no generator
+
+
+@pytest.mark.parametrize("layout_case", ["rng-null", "gradients-not-none"])
+def test_dcp_value_level_rank_fields(base, tmp_path, layout_case):  # noqa: F811
+    """A rank's ``rng: null`` (as rng null above), and its ``gradients`` oracle where the accumulation
+    record lists no saved gradients: every rank computes ``"none"`` then (it was only type-checked:
+    any string loaded)."""
+    from tests.checkpoint import _train as T
+    from tests.checkpoint.test_forgery import _dcp
+    from tests.checkpoint.test_restore import digest, objects
+
+    saved = objects(base["data"], tmp_path, "dcp-saved")
+    T.train(saved, total=8)  # a window boundary: no gradients saved
+    tree = json.loads(saved.state.state_dict()["json"])
+    assert tree["accumulation"]["gradients"] == [] and tree["ranks"]["entries"][0]["gradients"] == "none"
+    change, field = {
+        "rng-null": (lambda t: _entry(t, "rng", None), "entries[0].rng"),
+        "gradients-not-none": (lambda t: _entry(t, "gradients", "0123456789abcdef"), "entries[0].gradients"),
+    }[layout_case]
+    o = fresh(base, tmp_path)
+    before = digest(o)
+    with pytest.raises(rd.CheckpointError) as e:
+        o.state.load_state_dict(_dcp(saved, change))
+    assert field in str(e.value), str(e.value)
+    assert digest(o) == before
+    if layout_case == "rng-null":
+        o.state.capture_rng = False  # a run saved with capture_rng=False: its entries are null
+        o.state.load_state_dict(_dcp(saved, change))
+    else:
+        o.state.load_state_dict(_dcp(saved, lambda t: None))  # the unforged state loads
