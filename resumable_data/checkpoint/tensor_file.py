@@ -30,7 +30,8 @@ unchecked); a header that is not a well-formed, exactly tiled safetensors header
 tensor is handed out. Nothing is unpickled, nothing is memory-mapped (a private map of a file
 rewritten in place shows the new bytes on pages not yet copied).
 
-Cost: one sequential read and one hash of the file; memory: the tensors themselves (each its own
+Cost: one sequential read and one hash of the file (the cyclic GC paused meanwhile:
+:func:`_gc_paused`); memory: the tensors themselves (each its own
 storage, nothing shared with a file buffer) plus the header and one chunk: about 1x the file,
 where reading the whole file into memory and handing it to ``safetensors.torch.load`` held about
 2x at peak (the bytes and the tensors copied from them).
@@ -38,10 +39,13 @@ where reading the whole file into memory and handing it to ``safetensors.torch.l
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import struct
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -235,13 +239,28 @@ def _tensor(r: _Reader, x: Entry) -> torch.Tensor | None:
     return raw.view(x.dtype).reshape(x.shape)
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for the body (as it was before, after): a header of many
+    tensors allocates tens of thousands of small objects, each allocation burst triggering a full
+    collection over the process's (torch's) objects: 20,000 tensors took 1.5 s with it, 0.55 s
+    without. Nothing allocated here forms a cycle; reference counting frees it."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def read_tensor_file(path: str | os.PathLike, size: int, xxh3_128: str) -> TensorFile:
     """Read, hash and parse ``path`` (module docs) against the marker's ``size`` and ``xxh3_128``.
     Raises :class:`CheckpointError` only for a file that is not a readable regular file."""
     p = Path(path)
     fd, got = open_checked(p)
     r = _Reader(fd, size)
-    with r.f:
+    with r.f, _gc_paused():
         if got != size or size < 8:
             return TensorFile(problem="missing or wrong size")
         head = r.take(8)

@@ -289,3 +289,23 @@ def test_every_header_safetensors_refuses_is_refused(saved):
                 assert _equal(got.tensors, theirs), f"byte {i} ^ {x:#x}"
                 stats["both_accept"] += 1
     assert stats["both_refuse"] > 0 and stats["both_accept"] > 0, stats
+
+
+def test_the_garbage_collector_is_left_as_it_was(saved, tmp_path):
+    """The reader pauses the cyclic GC while it parses (module docs) and leaves it as it found it,
+    after a refusal too."""
+    import gc
+
+    path = saved / "tensors.safetensors"
+    data = path.read_bytes()
+    bad = _forged(saved, tmp_path, _join(*_trailing(*_split(data)))) / "tensors.safetensors"
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            for p in (path, bad):
+                b = p.read_bytes()
+                read_tensor_file(p, len(b), xxhash.xxh3_128_hexdigest(b))
+                assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
