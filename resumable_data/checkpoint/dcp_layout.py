@@ -40,9 +40,12 @@ restores keys the target presents:
 * every field of the rank table is checked at load (:func:`unpack`), none is ignored: the table
   holds exactly ``world_size`` and ``entries``; each entry exactly ``rank`` (its position),
   ``rng`` (null or generator states in range: every rank checks every entry, so a forged entry
-  refuses the load on every rank alike), ``oracles`` (per-rank ones only) and ``gradients`` (the
-  rank's gradients oracle: a string, equal to the saved oracle where gradients were saved, as the
-  save refuses ranks whose gradients differ); the top-level ``rng`` must be null (:func:`pack`
+  refuses the load on every rank alike; null refused on a rank that restores its generators into a
+  TrainingState that captures them, ``capture_rng=True``: nothing would restore them), ``oracles``
+  (per-rank ones only) and ``gradients`` (the rank's gradients oracle: equal to the saved oracle
+  where gradients were saved, as the save refuses ranks whose gradients differ, and ``"none"``
+  where ``accumulation.gradients`` lists none, as every rank computes it then); the top-level
+  ``rng`` must be null (:func:`pack`
   moves each rank's generators into its entry). A forged field is a :class:`CheckpointError`
   naming it, before anything changes.
 
@@ -81,6 +84,8 @@ from resumable_data.checkpoint.keys import (
     STATE_FORMAT,
     STATE_SCHEMA_VERSION,
 )
+from resumable_data.checkpoint.oracles import NO_GRADIENTS
+from resumable_data.checkpoint.restore_check import NO_RNG_FIX
 from resumable_data.errors import describe
 
 __all__ = ["pack", "select_rank", "unpack"]
@@ -227,14 +232,15 @@ def _check_ranks(tree: dict[str, Any], ranks: dict[str, Any], entries: list[dict
         if bad:
             raise _unexpected(f"{at}.oracles", bad, f"per-rank oracles {sorted(PER_RANK_ORACLES)}, each a string")
         g = e["gradients"]
-        if not isinstance(g, str) or (saved_grads and g != oracles.get("gradients")):
+        if not isinstance(g, str) or g != (oracles.get("gradients") if saved_grads else NO_GRADIENTS):
             raise _unexpected(
                 f"{at}.gradients",
                 g,
                 f"the saved gradients oracle {oracles.get('gradients')!r} (gradients were saved mid-window: "
                 "identical on every rank)"
                 if saved_grads
-                else "a string (the rank's gradients oracle at the save)",
+                else f"{NO_GRADIENTS!r} (accumulation.gradients lists none: every rank's gradients oracle is "
+                f"{NO_GRADIENTS!r} then)",
             )
         if e["rng"] is not None:
             try:
@@ -259,6 +265,7 @@ def select_rank(
     *,
     restores_rng: bool,
     keep_new_rank_rng: bool,
+    captures_rng: bool = True,
 ) -> tuple[dict[str, Any], set[str]]:
     """The file-layout tree this rank restores (tensors in place, its own generators, gradients and
     oracles) and the oracles to skip; applies the world-size policy (module docs)."""
@@ -290,6 +297,15 @@ def select_rank(
             )
         )
     entry = entries[rank] if rank < saved_world else None
+    if restores_rng and captures_rng and entry is not None and entry["rng"] is None:
+        raise CheckpointError(  # nothing would restore this rank's generators (restore_check._check_no_rng)
+            describe(
+                f"state.json.ranks.entries[{rank}].rng",
+                None,
+                "this rank's generator states (the TrainingState restores them: capture_rng=True)",
+                NO_RNG_FIX,
+            )
+        )
     tree[K_RNG] = rng_mod.from_json(entry["rng"]) if entry is not None and entry["rng"] is not None else None
     if tree[K_GRADIENTS] is not None:
         names = tree[K_ACCUMULATION].get("gradients")

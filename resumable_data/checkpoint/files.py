@@ -10,7 +10,9 @@ between the check and the open still cannot block or redirect the read), checked
 :class:`CheckpointError` naming the file, what it is (or its size) and the limit.
 :func:`read_exact` reads a file of a known size once, through that one descriptor, into memory:
 the loader hashes those bytes against the ``COMMITTED`` marker and parses the same bytes, so no
-file is opened twice (a file swapped between a hash and a parse was parsed unchecked).
+file is opened twice (a file swapped between a hash and a parse was parsed unchecked). The tensor
+file is read through :func:`open_checked` too, by :mod:`.tensor_file`, which hashes it while it
+reads each tensor into its own storage (no whole-file buffer).
 
 Lock. :func:`writer_lock` takes ``fcntl.flock(LOCK_EX | LOCK_NB)`` on ``<folder>/.lock`` for a
 save and its retention pass; a second writer gets a :class:`CheckpointError` at once (no waiting),
@@ -18,7 +20,7 @@ naming the folder and the fix. The kernel releases the lock when its holder dies
 writer never leaves a stale lock. Where ``fcntl`` is missing (Windows) the lock is a no-op.
 
 Cost: one ``lstat`` + one ``fstat`` per file; reads are single buffered passes; :func:`read_exact`
-holds the whole file in memory.
+holds the whole file in memory (the JSON files; the tensor file is streamed: :mod:`.tensor_file`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from resumable_data._io import hash_stream
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.errors import describe
 
-__all__ = ["LIMITS", "LOCK", "hash_regular", "read_exact", "read_regular", "writer_lock"]
+__all__ = ["LIMITS", "LOCK", "hash_regular", "open_checked", "read_exact", "read_regular", "writer_lock"]
 
 LOCK = ".lock"
 #: The most bytes each checkpoint file may hold (the format's bound; larger is refused unread).
@@ -62,8 +64,9 @@ def _what(mode: int) -> str:
     return "not a regular file"
 
 
-def _open(path: Path, limit: int | None) -> tuple[int, int]:
-    """``(fd, size)`` of a regular file within ``limit``; refuses anything else unopened."""
+def open_checked(path: Path, limit: int | None = None) -> tuple[int, int]:
+    """``(fd, size)`` of a regular file within ``limit`` (default: :data:`LIMITS` by name), opened
+    with ``O_NOFOLLOW | O_NONBLOCK``; refuses anything else unopened (module docs)."""
     limit = LIMITS.get(path.name, 1 << 30) if limit is None else limit
     try:
         st = os.lstat(path)
@@ -114,7 +117,7 @@ def _open(path: Path, limit: int | None) -> tuple[int, int]:
 def read_regular(path: str | os.PathLike, limit: int | None = None) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes (default: :data:`LIMITS` by name)."""
     p = Path(path)
-    fd, _ = _open(p, limit)
+    fd, _ = open_checked(p, limit)
     with os.fdopen(fd, "rb") as f:
         cap = LIMITS.get(p.name, 1 << 30) if limit is None else limit
         data = f.read(cap + 1)
@@ -133,7 +136,7 @@ def read_regular(path: str | os.PathLike, limit: int | None = None) -> bytes:
 def hash_regular(path: str | os.PathLike, size: int) -> str | None:
     """xxh3-128 of a regular file that holds exactly ``size`` bytes; None if its size differs."""
     p = Path(path)
-    fd, got = _open(p, None)
+    fd, got = open_checked(p)
     with os.fdopen(fd, "rb") as f:
         if got != size:
             return None
@@ -145,7 +148,7 @@ def read_exact(path: str | os.PathLike, size: int) -> bytes | None:
     None if it holds fewer or more. A loader hashes and parses these same bytes, so a file swapped
     (renamed over, or rewritten in place) after they were read cannot be parsed unchecked."""
     p = Path(path)
-    fd, got = _open(p, None)
+    fd, got = open_checked(p)
     with os.fdopen(fd, "rb") as f:
         if got != size:
             return None

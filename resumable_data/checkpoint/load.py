@@ -8,8 +8,9 @@ state's own ``load_state_dict`` then restores it. Guarantee: for an :class:`rd.T
 the restore is all or nothing (:mod:`~resumable_data.checkpoint.restore`); any other object is
 snapshotted first (a module's tensors, gradients and modes; else its ``state_dict()`` and
 attributes) and put back if its ``load_state_dict`` raises, whose error comes out as an rd
-error. Cost: one read and hash of the checkpoint's files (each held in memory while it is
-parsed); for an object other than a TrainingState, one copy of its state (the rollback snapshot).
+error. Cost: one read and hash of the checkpoint's files (the JSON files held in memory while
+they are parsed; the tensors read straight into their own storage: about 1x the tensor file); for
+an object other than a TrainingState, one copy of its state (the rollback snapshot).
 """
 
 from __future__ import annotations
@@ -108,8 +109,8 @@ def _load_other(state: Any, tree: Any, label: RecoveryLabel) -> CompatibilityRep
     second call without ``label``)."""
     import torch
 
-    from resumable_data.checkpoint.restore import module_undo, stateful_undo
     from resumable_data.checkpoint.store import SavesState
+    from resumable_data.checkpoint.undo import module_undo, stateful_undo
 
     if isinstance(state, torch.nn.Module):
         undo = module_undo(state)

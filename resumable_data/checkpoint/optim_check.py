@@ -32,6 +32,9 @@ Algorithm.
   number >= -1, each ``base_lrs`` entry a finite number >= 0 (the optimizer's constructor bounds
   the ``initial_lr`` it comes from), in ``SequentialLR`` / ``ChainedScheduler``'s sub-schedulers
   too. NaN and infinities are refused there: no torch scheduler produces them.
+  ``ReduceLROnPlateau`` (it has no ``get_lr()`` to probe): its settings through its own
+  constructor (``mode``, ``threshold_mode``, ``factor``, ``min_lrs``), ``best`` not NaN,
+  ``num_bad_epochs`` an integer >= 0 (:func:`_check_plateau` says what is left unchecked, and why).
 * Scheduler probe: ``get_lr()`` of a shallow copy holding the saved state (the live optimizer is
   only read).
 
@@ -39,6 +42,14 @@ Guarantee: a saved optimizer or scheduler state accepted here loads, and the nex
 with state of the shapes torch itself creates. Not covered: the ``torch.distributed.checkpoint``
 layout (DCP loads into pre-shaped tensors), optimizers whose ``step()`` requires a closure (LBFGS:
 its state is not per parameter; the group structure checks still apply).
+
+Not distinguishable, so not refused: a parameter without saved state while others have state
+(Adam's ``step`` > 0, SGD's momentum buffers). torch's optimizers skip every parameter whose
+``.grad`` is ``None`` at ``step()``, so a parameter that never had a gradient at an update (frozen,
+an unused branch, an expert never routed, one used only later) has no state, legitimately, however
+far the others are; mid-window gradients saved for it show it has one now, not that it had one
+at an earlier update. Per-parameter step counts differ for the same reason. Such a parameter
+restores with no state, as torch's own ``load_state_dict`` leaves it.
 
 Cost: two optimizer steps per parameter on scratch tensors (the largest parameter's size and its
 state, transiently), no copy of the model.
@@ -288,6 +299,8 @@ def check_scheduler_values(scheduler: Any, saved: Mapping[str, Any], where: str 
         v, x = saved["last_epoch"], _number(saved["last_epoch"])
         if x is None or not math.isfinite(x) or x < -1:
             raise _bad(f"{where}.last_epoch", v, "a finite number >= -1 (torch's schedulers start at -1 and count up)")
+    if type(scheduler) is torch.optim.lr_scheduler.ReduceLROnPlateau:
+        _check_plateau(scheduler, saved, where)
     if "base_lrs" in saved and isinstance(saved["base_lrs"], (list, tuple)):
         for i, v in enumerate(saved["base_lrs"]):
             x = _number(v)
@@ -297,6 +310,45 @@ def check_scheduler_values(scheduler: Any, saved: Mapping[str, Any], where: str 
                     v,
                     "a finite learning rate >= 0 (each group's initial_lr, which the optimizer's constructor bounds)",
                 )
+
+
+#: ReduceLROnPlateau's constructor arguments, as its ``state_dict()`` names them (``min_lr``: below).
+_PLATEAU_SETTINGS = ("mode", "factor", "patience", "threshold", "threshold_mode", "cooldown", "eps")
+
+
+def _check_plateau(scheduler: Any, saved: Mapping[str, Any], where: str) -> None:
+    """``ReduceLROnPlateau``'s saved settings through its own constructor (``mode``,
+    ``threshold_mode``, ``factor`` < 1, one ``min_lrs`` entry per group), and the progress values
+    its ``step()`` can produce: ``best`` never NaN (it starts at +-inf and only takes a metric that
+    compared better, which a NaN never does) and ``num_bad_epochs`` an integer >= 0 (0, counted up,
+    reset to 0). Not checked: ``num_bad_epochs`` <= ``patience`` and ``cooldown_counter`` in
+    ``[0, cooldown]`` (a loop may change ``patience`` or ``cooldown`` between steps, and a float or
+    negative ``cooldown`` is accepted by the constructor and copied into the counter)."""
+    groups = len(scheduler.optimizer.param_groups)
+    scratch = torch.optim.SGD([{"params": [torch.zeros(1, requires_grad=True)]} for _ in range(groups)], lr=0.0)
+    settings = {k: saved[k] for k in _PLATEAU_SETTINGS if k in saved}
+    default = saved.get("default_min_lr")
+    settings["min_lr"] = default if default is not None else saved.get("min_lrs", 0)
+    try:
+        torch.optim.lr_scheduler.ReduceLROnPlateau(scratch, **settings)
+    except Exception as e:
+        raise _bad(
+            where,
+            f"settings ReduceLROnPlateau() refuses ({type(e).__name__}: {str(e)[:200]})",
+            "the settings the scheduler was saved with",
+        ) from None
+    if "best" in saved:
+        best = _number(saved["best"])
+        if best is None or math.isnan(best):
+            raise _bad(
+                f"{where}.best",
+                saved["best"],
+                "a number, not NaN (best starts at +-inf and only takes a metric that compared better)",
+            )
+    if "num_bad_epochs" in saved:
+        v = saved["num_bad_epochs"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise _bad(f"{where}.num_bad_epochs", v, "an integer >= 0 (the epochs counted since the last improvement)")
 
 
 def probe_scheduler(scheduler: Any, saved: Any) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch.optim.lr_scheduler import LRScheduler
+from torch.optim.lr_scheduler import ChainedScheduler, LRScheduler
 
 from resumable_data.checkpoint import rng as rng_mod
 from resumable_data.checkpoint.digest import digest_json, digest_tensors, flatten
@@ -33,7 +33,11 @@ from resumable_data.checkpoint.meta import module_modes
 from resumable_data.checkpoint.status import AccumulationStatus, CheckpointStatus
 from resumable_data.loader.state import LoaderState
 
-__all__ = ["oracles_of", "status_of"]
+__all__ = ["NO_GRADIENTS", "oracles_of", "status_of"]
+
+
+#: The gradients oracle of a state without saved gradients (every rank of a DCP save computes it then).
+NO_GRADIENTS = "none"
 
 
 def status_of(
@@ -45,8 +49,10 @@ def status_of(
         lr = tuple(None if g.get("lr") is None else float(g["lr"]) for g in ts.optimizer.param_groups)
     if ts.scheduler is not None:
         # a torch scheduler's step count; -1 for another Stateful standing in for one (accelerate's
-        # AcceleratedScheduler wraps one and is not one)
-        sched = int(ts.scheduler.last_epoch) if isinstance(ts.scheduler, LRScheduler) else -1
+        # AcceleratedScheduler wraps one and is not one; ChainedScheduler is one without a count of
+        # its own: its sub-schedulers each keep theirs)
+        counted = isinstance(ts.scheduler, LRScheduler) and not isinstance(ts.scheduler, ChainedScheduler)
+        sched = int(ts.scheduler.last_epoch) if counted else -1
     if ts.scaler is not None:
         scale = ts.scaler.state_dict().get("scale")
     if ts.model is not None:
@@ -91,7 +97,7 @@ def oracles_of(ts: Any, state: dict[str, Any], next_step: int | None) -> dict[st
     grads = state[K_GRADIENTS]
     if grads and "gradients" in state[K_ACCUMULATION]:  # DCP layout: slots; the saved names are listed
         grads = {n: grads[n] for n in state[K_ACCUMULATION]["gradients"]}
-    o["gradients"] = digest_tensors(sorted(grads.items())) if grads else "none"
+    o["gradients"] = digest_tensors(sorted(grads.items())) if grads else NO_GRADIENTS
     if state[K_MODES]:
         o["modes"] = digest_json(state[K_MODES])
     if ts.loader is not None and next_step is not None:

@@ -159,7 +159,9 @@ class TrainingState:
     faithful resume); ``recovery_spec`` records the transition rules; ``scheduler_convention``
     says what one scheduler step counts. ``accumulation`` (:class:`AccumulationPolicy`) makes a
     checkpoint inside an accumulation window exact. ``capture_rng=False`` leaves the global
-    generators out; ``new_rank_rng`` (:class:`NewRankRNG`) decides what a DCP load on more ranks
+    generators out (such a checkpoint restores into a TrainingState built with ``capture_rng=False``,
+    or under ``label='warm_start'``: one that captures them refuses a checkpoint without them);
+    ``new_rank_rng`` (:class:`NewRankRNG`) decides what a DCP load on more ranks
     does. ``watch_model=True`` (default) calls ``loader.watch(model)``: with ``commit="auto"`` the
     batch in hand counts as consumed only once the model's training forward ran on it, so a loop
     that fetches the next batch before the backward (or saves before the forward) resumes
@@ -557,6 +559,7 @@ class TrainingState:
                     saved_world,
                     restores_rng=K_RNG in RESTORES[label],
                     keep_new_rank_rng=self.new_rank_rng is NewRankRNG.KEEP,
+                    captures_rng=self.capture_rng,
                 )
                 dcp: dict | None = {"skip": skip}
             else:

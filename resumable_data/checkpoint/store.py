@@ -44,9 +44,10 @@ complete checkpoint (step directories, then the complete leftovers above) is loa
 a warning). Loading refuses checkpoint files that are not regular files (FIFOs, devices, sockets,
 symlinks, directories) without opening them, refuses files larger than their format allows
 (``files.LIMITS``), checks every file's size and xxh3-128 and never unpickles: tensors come from
-safetensors, everything else from JSON. Each file is opened once and read into memory; the bytes
-that were hashed are the bytes that are parsed (a file swapped between a hash and a second open
-was parsed unchecked). The safetensors file's ``__metadata__`` must be the format tag the save
+safetensors, everything else from JSON. Each file is opened once; the bytes that were hashed are
+the bytes that are parsed (a file swapped between a hash and a second open was parsed unchecked):
+the JSON files are read into memory, the tensor file is hashed while each tensor is read into its
+own storage, its header validated by rd first (:mod:`.tensor_file`). The safetensors file's ``__metadata__`` must be the format tag the save
 writes (:data:`TENSORS_METADATA`: format name and schema version; the format name alone, as
 earlier saves wrote it, reads as version 1). ``meta.json`` must equal the metadata inside
 ``state.json`` and carry the marker's ``checkpoint_id`` (files of two saves put together, each
@@ -55,8 +56,8 @@ re-hashed into the marker, are refused); ``inventory.json``'s header is enforced
 state may have a ``meta`` key of its own. One writer per directory (ranks of a distributed job use
 ``torch.distributed.checkpoint`` with :class:`TrainingState` instead).
 
-Cost: save writes the state once plus fsyncs; load reads and hashes it once, holding each file in
-memory while it is parsed (peak: about twice the tensor file's size).
+Cost: save writes the state once plus fsyncs; load reads and hashes it once, holding the JSON
+files and the tensors (peak: about the tensor file's size, plus the JSON files).
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.checkpoint.files import LIMITS, hash_regular, is_regular, read_exact, read_regular, writer_lock
 from resumable_data.checkpoint.inventory import Inventory
 from resumable_data.checkpoint.meta import META_FORMAT, CheckpointMeta, new_id
+from resumable_data.checkpoint.tensor_file import read_tensor_file
 from resumable_data.errors import ConfigError, ConfigTypeError, ResumableDataError, describe
 from resumable_data.loader.protocol import HoldsLoader, ResumableLoader
 
@@ -612,22 +614,8 @@ TENSORS_METADATA = {"format": CHECKPOINT_FORMAT, "schema_version": str(CHECKPOIN
 _TENSORS_METADATA_V1 = {"format": CHECKPOINT_FORMAT}
 
 
-def _tensors_of(p: Path, raw: bytes) -> dict:
-    """The tensors of the safetensors bytes ``raw`` (read from ``p``), their format tag checked."""
-    import struct
-
-    from safetensors import SafetensorError
-    from safetensors.torch import load
-
-    try:
-        tensors = load(raw)  # validates the header, offsets, dtypes and shapes
-        (n,) = struct.unpack("<Q", raw[:8])
-        header = json.loads(raw[8 : 8 + n].decode("utf-8"))
-    except (ValueError, OSError, SafetensorError, struct.error) as e:
-        raise CheckpointError(
-            describe("checkpoint file", str(p), f"a readable safetensors file ({e})", "load another checkpoint")
-        ) from None
-    metadata = header.get("__metadata__") if isinstance(header, dict) else None
+def _check_tensors_tag(metadata: Any) -> None:
+    """The safetensors file's ``__metadata__`` is the format tag the save writes."""
     if metadata not in (TENSORS_METADATA, _TENSORS_METADATA_V1):
         raise CheckpointError(
             describe(
@@ -637,21 +625,27 @@ def _tensors_of(p: Path, raw: bytes) -> dict:
                 "the file is not one this package wrote for this checkpoint: load another checkpoint",
             )
         )
-    return tensors
 
 
 def read_checkpoint(path: str | os.PathLike, step: int | None = None) -> RawCheckpoint:
     """Read and verify one checkpoint (sizes, hashes, schema) without restoring anything.
 
-    Each file is read once into memory (``files.read_exact``), hashed, and parsed from those same
-    bytes: a file swapped after it was hashed is never parsed. Cost: the tensor file is held in
-    memory while its tensors are built from it (peak: about twice its size)."""
+    Each JSON file is read once into memory (``files.read_exact``), hashed, and parsed from those
+    same bytes; the tensor file is hashed while each tensor is read into its own storage
+    (:mod:`.tensor_file`): a file swapped after it was hashed is never parsed. Cost: one read and
+    hash of every file; memory: the JSON files and the tensors (about 1x the tensor file)."""
     p = resolve_checkpoint(path, step)
     marker = _read_marker(p)
     problems = []
     raw: dict[str, bytes] = {}
+    tensor_file = None
     for n, f in marker[K_FILES].items():
         try:
+            if n == TENSORS:  # hashed while each tensor is read into its own storage
+                tensor_file = read_tensor_file(p / n, f["size"], f["xxh3_128"])
+                if tensor_file.problem is not None:
+                    problems.append(f"{n}: {tensor_file.problem}")
+                continue
             data = read_exact(p / n, f["size"])
         except CheckpointError as e:
             problems.append(f"{n}: {e}")
@@ -672,7 +666,14 @@ def read_checkpoint(path: str | os.PathLike, step: int | None = None) -> RawChec
             )
         )
     json_tree, meta_d, inventory = (_json_bytes_of(p / n, raw.pop(n)) for n in (STATE_JSON, META_JSON, INVENTORY_JSON))
-    tensors = _tensors_of(p / TENSORS, raw.pop(TENSORS))
+    if tensor_file is not None and tensor_file.error is not None:
+        raise tensor_file.error  # a header refused, the bytes being the marker's
+    if tensor_file is None or tensor_file.tensors is None:  # pragma: no cover - _read_marker requires every file
+        raise CheckpointError(
+            describe("checkpoint", str(p), f"a {TENSORS} in its COMMITTED marker", "load another checkpoint")
+        )
+    _check_tensors_tag(tensor_file.metadata)
+    tensors = tensor_file.tensors
     tree = decode(json_tree, tensors)
     meta = CheckpointMeta.from_dict(meta_d) if meta_d is not None else None
     _check_same_checkpoint(p, marker, json_tree, meta_d, meta)

@@ -404,3 +404,83 @@ def test_forged_seeding_mode_is_a_resume_error_naming_it(ckpt, data_dir, tmp_pat
     with pytest.raises(rd.ResumeError, match=r"saved meta\.data\.seed_per_sample"):
         o.state.load_state_dict(dict(raw.tree, meta=forged))
     assert _everything(o) == before, "nothing may change before a refusal"
+
+
+# -- every torch scheduler resumes faithfully (its progress is not configuration) --------------------
+_L = torch.optim.lr_scheduler
+SCHEDULERS = {
+    "StepLR": lambda o: _L.StepLR(o, 2),
+    "MultiStepLR": lambda o: _L.MultiStepLR(o, [2, 4]),
+    "ConstantLR": lambda o: _L.ConstantLR(o),
+    "LinearLR": lambda o: _L.LinearLR(o),
+    "ExponentialLR": lambda o: _L.ExponentialLR(o, 0.9),
+    "PolynomialLR": lambda o: _L.PolynomialLR(o),
+    "CosineAnnealingLR": lambda o: _L.CosineAnnealingLR(o, 10),
+    "CosineAnnealingWarmRestarts": lambda o: _L.CosineAnnealingWarmRestarts(o, 2, T_mult=2),
+    "CyclicLR": lambda o: _L.CyclicLR(o, 0.01, 0.1, step_size_up=2),
+    "OneCycleLR": lambda o: _L.OneCycleLR(o, 0.1, total_steps=20),
+    "SequentialLR": lambda o: _L.SequentialLR(o, [_L.ConstantLR(o), _L.ExponentialLR(o, 0.9)], milestones=[2]),
+    "ChainedScheduler": lambda o: _L.ChainedScheduler([_L.ConstantLR(o), _L.ExponentialLR(o, 0.9)]),
+    "ReduceLROnPlateau": lambda o: _L.ReduceLROnPlateau(o, patience=0, cooldown=1),
+}
+OPTIMIZERS = {"sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), "adam": lambda ps: torch.optim.Adam(ps, lr=0.1)}
+
+
+def _scheduled(sched: str, opt: str):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    o = OPTIMIZERS[opt](model.parameters())
+    return rd.TrainingState(model=model, optimizer=o, scheduler=SCHEDULERS[sched](o), run_id="sched")
+
+
+def _steps(ts, n: int, start: int) -> list:
+    lrs = []
+    for i in range(start, start + n):
+        ts.model(torch.full((1, 3), 1.0 + i)).pow(2).sum().backward()
+        ts.optimizer.step()
+        ts.optimizer.zero_grad()
+        if isinstance(ts.scheduler, _L.ReduceLROnPlateau):
+            ts.scheduler.step(1.0 + i % 2)  # no improvement every other step: counts, reduces, cools down
+        else:
+            ts.scheduler.step()
+        lrs.append([(g["lr"], g.get("momentum"), g.get("betas")) for g in ts.optimizer.param_groups])
+    return lrs
+
+
+@pytest.mark.parametrize(
+    "sched,opt", [(s, "sgd") for s in SCHEDULERS] + [("OneCycleLR", "adam"), ("CyclicLR", "adam")]
+)
+def test_every_torch_scheduler_resumes_faithfully_after_stepping(tmp_path, sched, opt):
+    """A plateau's best metric and bad-epoch count, a warm restart's position in its cycle, and the
+    momentum (SGD) or beta1 (Adam) that CyclicLR / OneCycleLR cycle are progress: compared as
+    configuration, they refused every faithful resume of such a run; ChainedScheduler's save raised
+    AttributeError (it has no step count of its own)."""
+    a = _scheduled(sched, opt)
+    _steps(a, 5, 0)
+    rd.save_checkpoint(tmp_path, a, step=5)
+    want = _steps(a, 4, 5)
+    b = _scheduled(sched, opt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no allowed difference either
+        rd.load_checkpoint(tmp_path, b)
+    assert _steps(b, 4, 5) == want
+    assert all(torch.equal(x, y) for x, y in zip(a.model.parameters(), b.model.parameters()))
+
+
+def test_a_changed_cycled_momentum_range_is_still_refused(tmp_path):
+    """Only the cycled value is progress: the range it cycles in (base/max momentum) and beta2 are
+    configuration."""
+    a = _scheduled("OneCycleLR", "adam")
+    _steps(a, 3, 0)
+    rd.save_checkpoint(tmp_path, a, step=3)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    o = torch.optim.Adam(model.parameters(), lr=0.1, betas=(0.9, 0.99))  # beta2 changed
+    b = rd.TrainingState(model=model, optimizer=o, scheduler=_L.OneCycleLR(o, 0.1, total_steps=20), run_id="s")
+    with pytest.raises(rd.CompatibilityError, match="betas"):
+        rd.load_checkpoint(tmp_path, b)
+    o = torch.optim.Adam(model.parameters(), lr=0.1)
+    c = rd.TrainingState(model=model, optimizer=o, scheduler=_L.OneCycleLR(o, 0.1, total_steps=20, base_momentum=0.8),
+                         run_id="s")
+    with pytest.raises(rd.CompatibilityError, match="base_momentum"):
+        rd.load_checkpoint(tmp_path, c)

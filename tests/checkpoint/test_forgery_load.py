@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
 import resumable_data as rd
-from resumable_data.checkpoint import files
+from resumable_data.checkpoint import files, tensor_file
 from resumable_data.checkpoint.digest import flatten
 from resumable_data.checkpoint.store import CHECKPOINT_FORMAT, read_checkpoint
 from tests.checkpoint.test_forgery import at, base, forge, fresh, refused  # noqa: F401 (base: fixture)
@@ -48,9 +50,9 @@ def test_a_file_swapped_after_it_is_opened_is_read_as_hashed(base, tmp_path, mon
     forged = forge(base["six"], tmp_path / "forged" / base["six"].name, forged_tree)
     inv = json.loads((ckpt / "inventory.json").read_text())
     (forged / "inventory.json").write_text(json.dumps({**inv, "entries": []}))
-    real_open, swapped = files._open, []
+    real_open, swapped = files.open_checked, []
 
-    def open_then_swap(path, limit):
+    def open_then_swap(path, limit=None):
         got = real_open(path, limit)
         if path.name == name and path.parent == ckpt and not swapped:
             shutil.copy(forged / name, ckpt / f".{name}.swap")
@@ -58,7 +60,8 @@ def test_a_file_swapped_after_it_is_opened_is_read_as_hashed(base, tmp_path, mon
             swapped.append(path)
         return got
 
-    monkeypatch.setattr(files, "_open", open_then_swap)
+    monkeypatch.setattr(files, "open_checked", open_then_swap)
+    monkeypatch.setattr(tensor_file, "open_checked", open_then_swap)  # the tensor file's streaming reader
     try:
         raw = read_checkpoint(ckpt)
     except rd.ResumableDataError:
@@ -299,3 +302,55 @@ def test_nan_and_negative_model_values_are_legitimate_state(tmp_path):
     rd.load_checkpoint(tmp_path, t)
     for a, b in zip(s.model.parameters(), t.model.parameters()):
         assert torch.equal(a.detach().view(torch.int32), b.detach().view(torch.int32))
+
+
+# -- value-level fields: rng null, a DCP rank's gradients oracle when none were saved ----------------
+def test_rng_null_is_refused_where_the_state_captures_generators(base, tmp_path):  # noqa: F811
+    """``rng: null`` (oracles recomputed) restored no generator under a faithful label: the resumed run
+    drew from the fresh process's streams. Refused, with the fix for a run saved with
+    capture_rng=False (the metadata does not record it), which then loads."""
+    import copy as copy_mod
+
+    o = fresh(base, tmp_path)
+    tree = copy_mod.deepcopy(base["tree"])
+    tree["rng"] = None
+    ckpt = forge(base["six"], tmp_path / "c" / base["six"].name, tree, oracles_of=o.state)
+    err = refused(o, ckpt, "rng=None")
+    assert "capture_rng=False" in str(err) and "label='warm_start'" in str(err)
+    o2 = fresh(base, tmp_path, "no-rng")
+    o2.state.capture_rng = False  # as built with rd.TrainingState(capture_rng=False)
+    before = (torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate())
+    rd.load_checkpoint(ckpt, o2.state)
+    after = (torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate())
+    assert torch.equal(before[0], after[0]) and (before[1] == after[1]).all() and before[2] == after[2]
+    rd.load_checkpoint(ckpt, fresh(base, tmp_path, "warm").state, label="warm_start")  # restores no generator
+
+
+@pytest.mark.parametrize("layout_case", ["rng-null", "gradients-not-none"])
+def test_dcp_value_level_rank_fields(base, tmp_path, layout_case):  # noqa: F811
+    """A rank's ``rng: null`` (as rng null above), and its ``gradients`` oracle where the accumulation
+    record lists no saved gradients: every rank computes ``"none"`` then (it was only type-checked:
+    any string loaded)."""
+    from tests.checkpoint import _train as T
+    from tests.checkpoint.test_forgery import _dcp
+    from tests.checkpoint.test_restore import digest, objects
+
+    saved = objects(base["data"], tmp_path, "dcp-saved")
+    T.train(saved, total=8)  # a window boundary: no gradients saved
+    tree = json.loads(saved.state.state_dict()["json"])
+    assert tree["accumulation"]["gradients"] == [] and tree["ranks"]["entries"][0]["gradients"] == "none"
+    change, field = {
+        "rng-null": (lambda t: _entry(t, "rng", None), "entries[0].rng"),
+        "gradients-not-none": (lambda t: _entry(t, "gradients", "0123456789abcdef"), "entries[0].gradients"),
+    }[layout_case]
+    o = fresh(base, tmp_path)
+    before = digest(o)
+    with pytest.raises(rd.CheckpointError) as e:
+        o.state.load_state_dict(_dcp(saved, change))
+    assert field in str(e.value), str(e.value)
+    assert digest(o) == before
+    if layout_case == "rng-null":
+        o.state.capture_rng = False  # a run saved with capture_rng=False: its entries are null
+        o.state.load_state_dict(_dcp(saved, change))
+    else:
+        o.state.load_state_dict(_dcp(saved, lambda t: None))  # the unforged state loads

@@ -196,3 +196,84 @@ def test_an_honest_checkpoint_loads_and_continues_bit_exactly(tmp_path, opt_kind
     rd.load_checkpoint(tmp_path / "c", b)
     train(b, 2)
     assert digest(a) == digest(b)
+
+
+# -- ReduceLROnPlateau: no get_lr() to probe; its settings and progress values -----------------------
+def _plateau(**kw):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    opt = torch.optim.Adam([{"params": model[0].parameters()}, {"params": model[1].parameters()}], lr=0.01)
+    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=1, cooldown=1, factor=0.5, **kw)
+    return rd.TrainingState(model=model, optimizer=opt, scheduler=sched, run_id="plateau")
+
+
+def _plateau_train(ts, steps: int = 5) -> None:
+    x = torch.randn(8, 4, generator=torch.Generator().manual_seed(1))
+    for i in range(steps):
+        loss = ts.model(x).pow(2).mean()
+        loss.backward()
+        ts.optimizer.step()
+        ts.optimizer.zero_grad(set_to_none=True)
+        ts.scheduler.step(1.0 + (i % 2))  # a metric that stops improving: counts bad epochs, reduces, cools down
+
+
+PLATEAU_FORGED = {
+    "mode": ("mid", r"ReduceLROnPlateau\(\) refuses"),
+    "threshold_mode": ("both", r"ReduceLROnPlateau\(\) refuses"),
+    "factor": (1.5, r"ReduceLROnPlateau\(\) refuses"),
+    "best": (float("nan"), "scheduler.best"),
+    "num_bad_epochs": (-1, "scheduler.num_bad_epochs"),
+}
+
+
+@pytest.mark.parametrize("key", sorted(PLATEAU_FORGED) + ["num_bad_epochs_float"])
+def test_forged_reduce_lr_on_plateau_values_are_refused_touching_nothing(tmp_path, key):
+    saved = _plateau()
+    _plateau_train(saved)
+    rd.save_checkpoint(tmp_path / "real", saved, step=5)
+    raw = store_mod.read_checkpoint(tmp_path / "real")
+    value, match = PLATEAU_FORGED.get(key, (1.5, "scheduler.num_bad_epochs"))
+    tree = copy.deepcopy(raw.tree)
+    tree[K_SCHEDULER][key.replace("_float", "")] = value
+    write_forged(saved, raw, tree, tmp_path / "forged")
+    fresh = _plateau()
+    before = digest(fresh)
+    with pytest.raises(rd.CheckpointError, match=match):
+        rd.load_checkpoint(tmp_path / "forged", fresh)
+    assert digest(fresh) == before
+
+
+@pytest.mark.parametrize(
+    "config,progress",
+    [
+        ({}, {"best": float("-inf")}),  # a metric of -inf compared better in mode 'min'
+        ({}, {"num_bad_epochs": 7}),  # above patience: the loop lowered patience since the last step
+        ({"cooldown": -2}, {"cooldown_counter": -2}),  # a negative cooldown: the constructor takes it
+        ({"cooldown": 1.5}, {"cooldown_counter": 0.5}),  # a float cooldown, counted down
+    ],
+    ids=["best_minus_inf", "bad_epochs_above_patience", "negative_cooldown", "float_cooldown"],
+)
+def test_legitimate_reduce_lr_on_plateau_values_load(tmp_path, config, progress):
+    """Values a loop can reach with torch's own ReduceLROnPlateau are not refused."""
+    saved = _plateau()
+    _plateau_train(saved)
+    for k, v in {**config, **progress}.items():
+        setattr(saved.scheduler, k, v)
+    rd.save_checkpoint(tmp_path / "c", saved, step=5)
+    fresh = _plateau()
+    for k, v in config.items():
+        setattr(fresh.scheduler, k, v)
+    rd.load_checkpoint(tmp_path / "c", fresh)
+    assert all(getattr(fresh.scheduler, k) == v for k, v in {**config, **progress}.items())
+
+
+def test_reduce_lr_on_plateau_resumes_bit_exactly(tmp_path):
+    a = _plateau()
+    _plateau_train(a, 5)
+    assert a.scheduler.num_bad_epochs or a.scheduler.cooldown_counter or a.optimizer.param_groups[0]["lr"] < 0.01
+    rd.save_checkpoint(tmp_path / "c", a, step=5)
+    _plateau_train(a, 3)
+    b = _plateau()
+    rd.load_checkpoint(tmp_path / "c", b)
+    _plateau_train(b, 3)
+    assert digest(a) == digest(b)
