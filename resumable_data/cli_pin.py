@@ -34,7 +34,9 @@ EXAMPLES = """examples:
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("data", help="a folder of Arrow IPC (.arrow, .feather) or Parquet shards, searched recursively")
+    p.add_argument(
+        "data", help="a folder of Arrow IPC (.arrow, .ipc, .feather) or Parquet shards, searched recursively"
+    )
     p.add_argument(
         "--hash",
         choices=("content", "size"),
@@ -151,4 +153,4 @@ def _say(lines: list[str]) -> None:
 
 
 #: ``(name, help, configure, run)``: ``resumable_data.cli`` registers it with ``register(*COMMAND)``.
-COMMAND = ("pin", "hash a folder of shards and write its rd-manifest.json (the dataset version)", configure, run)
+COMMAND = ("pin", "hash a folder of shards and write its .rd-manifest.json (the dataset version)", configure, run)
