@@ -5,4 +5,5 @@ import sys
 
 from resumable_data.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # documentation tools import every module: only run as a program
+    sys.exit(main())

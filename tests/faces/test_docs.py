@@ -115,3 +115,14 @@ def test_how_it_works_lists_every_module_and_only_modules():
     required = {m for m in modules if not m.endswith("__init__.py") or m == "__init__.py"}
     assert not required - listed, f"docs/how-it-works.md 'Every module' lacks {sorted(required - listed)}: add a row"
     assert not listed - modules, f"docs/how-it-works.md 'Every module' names modules that do not exist: {sorted(listed - modules)}"
+
+
+def test_every_code_fence_stands_on_its_own_line():
+    """A closing fence with text after it (```` ``` `dataset` and ...````) is no fence: the rest of
+    the page rendered as code (docs/integrations.md, the Lightning section). Every fence line is
+    ```` ``` ```` or ```` ```lang ````, and every page closes what it opens."""
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        fences = [ln for ln in path.read_text().splitlines() if ln.lstrip().startswith("```")]
+        bad = [ln for ln in fences if not re.fullmatch(r"\s*```[\w-]*", ln)]
+        assert not bad, f"{path.name}: a fence line with text after it: {bad}"
+        assert len(fences) % 2 == 0, f"{path.name}: {len(fences)} fence lines, one is not closed"
