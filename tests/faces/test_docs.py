@@ -126,3 +126,27 @@ def test_every_code_fence_stands_on_its_own_line():
         bad = [ln for ln in fences if not re.fullmatch(r"\s*```[\w-]*", ln)]
         assert not bad, f"{path.name}: a fence line with text after it: {bad}"
         assert len(fences) % 2 == 0, f"{path.name}: {len(fences)} fence lines, one is not closed"
+
+
+def test_every_rd_name_the_pages_use_exists():
+    """Each ``rd.NAME`` (and ``rd.NAME.attr``) written in README.md and docs/ resolves: the pages
+    named ``rd.read_checkpoint``, which is ``resumable_data.checkpoint.read_checkpoint``."""
+    import importlib
+
+    placeholders = {"rd.X"}  # how-it-works: "rd.X loads the layer that defines X"
+    missing = {}
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for m in re.finditer(r"\brd\.([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)", path.read_text()):
+            if m.group(0) in placeholders:
+                continue
+            obj, parts = rd, m.group(1).split(".")
+            for i, part in enumerate(parts):
+                try:
+                    obj = getattr(obj, part)
+                except AttributeError:
+                    try:
+                        obj = importlib.import_module("resumable_data." + ".".join(parts[: i + 1]))
+                    except ImportError:
+                        missing.setdefault(m.group(0), set()).add(path.name)
+                        break
+    assert not missing, f"names the pages use that resumable_data lacks: {missing}"
