@@ -309,7 +309,10 @@ def open_input(source: Any) -> PrepareInput:
                 for q in p.rglob("*")
                 if q.is_file() and _is_jsonl(q) and not q.name.startswith(".")
             )
-            if found:
+            # a save_to_disk folder holds state.json and dataset_info.json beside its .arrow shards:
+            # .json files beside shards are metadata, not a corpus (.jsonl files still are)
+            shards = any(q.is_file() and str(q).endswith(SHARD_SUFFIXES) for q in p.rglob("*"))
+            if found and not (shards and not any(f.endswith(".jsonl") for f in found)):
                 return _jsonl(str(p), found)
         if not p.exists():
             raise ConfigError(
