@@ -136,3 +136,13 @@ def test_plain_text_files_are_refused_with_the_jsonl_they_need(tmp_path, texts, 
     assert len(rd.ArrowShards("tokens")) > 0
     with pytest.raises(rd.ConfigError, match=r"it is a '\.txt' file"):
         rd.prepare("txt/0.txt", "tokens2", tokenizer=tokenizer, progress=False)
+
+
+def test_a_hub_name_as_tokenizer_says_how_to_load_it(tmp_path, corpus, monkeypatch):
+    """``tokenizer="gpt2"`` is not a file here: the fix names the transformers call that gets it."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(rd.ConfigError, match=r"AutoTokenizer\.from_pretrained\('gpt2'\)"):
+        rd.prepare(corpus, tmp_path / "o", tokenizer="gpt2", progress=False)
+    with pytest.raises(rd.ConfigError) as e:
+        rd.prepare(corpus, tmp_path / "o", tokenizer="missing/tokenizer.json", progress=False)
+    assert "AutoTokenizer" not in str(e.value)  # a path that is missing is not a hub name
