@@ -30,7 +30,7 @@ EXAMPLES = """examples:
   resumable-data pin data/                  # hash every shard, write data/.rd-manifest.json
   resumable-data pin data/ --dry-run        # the same, but write nothing: print the version it would pin
   resumable-data pin data/ --verify         # check data/ against its manifest (exit 1 on a difference)
-  resumable-data pin data/ --hash size      # sizes, rows and schema only (fast, weaker)"""
+  resumable-data pin data/ --hash size      # instead: sizes, rows and schema only (fast, weaker, another version)"""
 
 
 def configure(p: argparse.ArgumentParser) -> None:
