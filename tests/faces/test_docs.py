@@ -150,3 +150,13 @@ def test_every_rd_name_the_pages_use_exists():
                         missing.setdefault(m.group(0), set()).add(path.name)
                         break
     assert not missing, f"names the pages use that resumable_data lacks: {missing}"
+
+
+def test_every_page_is_listed_on_the_home_page_and_in_the_readme():
+    """docs/index.md and the README's Documentation table list every guide page (Mixtures, Batch
+    schedules, Preparing text, Object storage, Integrations and torch's test suite were missing)."""
+    pages = sorted(p.name for p in (ROOT / "docs").glob("*.md") if p.name != "index.md")
+    home = (ROOT / "docs" / "index.md").read_text()
+    assert [p for p in pages if f"]({p})" not in home] == []
+    table = (ROOT / "README.md").read_text().split("## Documentation", 1)[1].split("\n## ", 1)[0]
+    assert [p for p in pages if f"](docs/{p})" not in table and p != "development.md"] == []
