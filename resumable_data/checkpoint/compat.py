@@ -298,12 +298,7 @@ def check_compatible(
     batch_changed = False
     rounded = _rounded_mixture_epoch(saved, current, raw)
     for path, a, b in raw:
-        if (
-            tuple(path[:3]) in _PROGRESS
-            or _sub_scheduler_progress(path)
-            or _scheduler_class_progress(path, sd)
-            or _scheduled_momentum(path, a, b, sd)
-        ):
+        if tuple(path[:3]) in _PROGRESS or _sub_scheduler_progress(path):
             continue
         cat = _version_category(a, b) if path[0] == "software" else _category(path)
         if declared and tuple(path[:3]) in _BATCH:
@@ -364,49 +359,8 @@ def _sub_scheduler_progress(path: list[str]) -> bool:
     return (
         len(path) >= 5
         and tuple(path[:3]) == ("scheduler", "settings", "_schedulers")
-        and (path[4] in SCHEDULER_PROGRESS_KEYS or path[4] in _ANY_CLASS_PROGRESS)
+        and path[4] in SCHEDULER_PROGRESS_KEYS
     )
-
-
-#: Progress keys of torch schedulers that their ``state_dict()`` holds beside the common ones
-#: (:data:`SCHEDULER_PROGRESS_KEYS`, which the metadata's ``settings`` leaves out): what their own
-#: ``step()`` changes. Compared, they refused the faithful resume of every such scheduler that had
-#: stepped (a plateau's best metric, a warm restart's position in its cycle).
-SCHEDULER_CLASS_PROGRESS: dict[str, frozenset[str]] = {
-    "torch.optim.lr_scheduler.ReduceLROnPlateau": frozenset({"best", "num_bad_epochs", "cooldown_counter"}),
-    "torch.optim.lr_scheduler.CosineAnnealingWarmRestarts": frozenset({"T_cur", "T_i"}),
-}
-_ANY_CLASS_PROGRESS = frozenset().union(*SCHEDULER_CLASS_PROGRESS.values())
-
-
-def _scheduler_class_progress(path: list[str], saved: dict[str, Any]) -> bool:
-    """``scheduler.settings.<key>`` where ``key`` is a progress key of the saved scheduler's class."""
-    sched = saved.get("scheduler")
-    kind = sched.get("type") if isinstance(sched, dict) else None
-    return (
-        len(path) == 3
-        and tuple(path[:2]) == ("scheduler", "settings")
-        and path[2] in SCHEDULER_CLASS_PROGRESS.get(str(kind), frozenset())
-    )
-
-
-def _scheduled_momentum(path: list[str], a: Any, b: Any, saved: dict[str, Any]) -> bool:
-    """A group's momentum (``momentum``, or ``betas[0]`` for Adam's family) where ``CyclicLR`` /
-    ``OneCycleLR`` cycle it: those schedulers write ``base_momentum`` and ``max_momentum`` into the
-    group (compared: they are the configuration) and move the momentum between them every step, as
-    they move ``lr`` (progress, which the metadata records as ``base_lr``)."""
-    if len(path) != 4 or tuple(path[:2]) != ("optimizer", "param_groups") or path[3] not in ("momentum", "betas"):
-        return False
-    opt = saved.get("optimizer")
-    groups = opt.get("param_groups") if isinstance(opt, dict) else None
-    i = int(path[2]) if path[2].isdigit() else -1
-    if not isinstance(groups, list) or not 0 <= i < len(groups) or not isinstance(groups[i], dict):
-        return False
-    if "base_momentum" not in groups[i] or "max_momentum" not in groups[i]:
-        return False
-    if path[3] == "betas":  # only beta1 is cycled; beta2 is configuration
-        return isinstance(a, list) and isinstance(b, list) and len(a) == len(b) > 0 and a[1:] == b[1:]
-    return True
 
 
 #: The global batch, which ``on_batch_change="continue"`` may change.

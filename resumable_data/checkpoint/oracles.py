@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch.optim.lr_scheduler import ChainedScheduler, LRScheduler
+from torch.optim.lr_scheduler import LRScheduler
 
 from resumable_data.checkpoint import rng as rng_mod
 from resumable_data.checkpoint.digest import digest_json, digest_tensors, flatten
@@ -45,10 +45,8 @@ def status_of(
         lr = tuple(None if g.get("lr") is None else float(g["lr"]) for g in ts.optimizer.param_groups)
     if ts.scheduler is not None:
         # a torch scheduler's step count; -1 for another Stateful standing in for one (accelerate's
-        # AcceleratedScheduler wraps one and is not one; ChainedScheduler is one without a count of
-        # its own: its sub-schedulers each keep theirs)
-        counted = isinstance(ts.scheduler, LRScheduler) and not isinstance(ts.scheduler, ChainedScheduler)
-        sched = int(ts.scheduler.last_epoch) if counted else -1
+        # AcceleratedScheduler wraps one and is not one)
+        sched = int(ts.scheduler.last_epoch) if isinstance(ts.scheduler, LRScheduler) else -1
     if ts.scaler is not None:
         scale = ts.scaler.state_dict().get("scale")
     if ts.model is not None:
