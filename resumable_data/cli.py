@@ -126,6 +126,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ResumableDataError as e:
         print(f"resumable-data {args.command}: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `resumable-data inspect ... | head`: the reader left; no traceback
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's final flush
+        return 141  # 128 + SIGPIPE, what a shell reports for a command whose pipe closed
 
 
 if __name__ == "__main__":

@@ -56,14 +56,24 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--drop-last", action="store_true", help="drop each epoch's incomplete last batch")
     p.add_argument("--packing-seq-len", type=int, default=None, help="pack documents into sequences of L tokens")
-    p.add_argument("--packing-mode", choices=["concat", "best_fit"], default="concat")
+    p.add_argument(
+        "--packing-mode", choices=["concat", "best_fit"], default="concat", help="how documents fill sequences (concat)"
+    )
     p.add_argument("--packing-window", type=int, default=1024, help="documents per packing window")
     p.add_argument("--eos-id", type=int, default=None, help="token appended after each packed document")
     p.add_argument("--tokens", default=None, help="the token list column (packing, and the token counter)")
-    p.add_argument("--commit", choices=["auto", "explicit"], default="auto")
-    p.add_argument("--accumulation-steps", type=int, default=1)
+    p.add_argument(
+        "--commit", choices=["auto", "explicit"], default="auto", help="the loader's commit mode (auto, as in torch)"
+    )
+    p.add_argument("--accumulation-steps", type=int, default=1, help="microbatches per optimizer update")
     p.add_argument("--steps", type=int, default=60, help="steps per run")
-    p.add_argument("--interrupts", type=int, default=5, help="random interrupt points (epoch boundaries are added)")
+    p.add_argument(
+        "--interrupts",
+        type=int,
+        default=5,
+        help="random interrupt points (every epoch boundary within --steps is added too: data that a few "
+        "steps exhaust, e.g. tiny documents under --packing-seq-len, makes one run per step)",
+    )
     p.add_argument("--chained", type=int, default=2, help="resumes in a row per interrupted run")
     p.add_argument("--workers", type=_int_list, default=(0, 2), help="worker counts to alternate, e.g. 0,2")
     p.add_argument("--world-sizes", type=_int_list, default=(1,), help="world sizes to reshard between, e.g. 1,2")
@@ -86,10 +96,23 @@ def _maker(args: argparse.Namespace):
 
     if args.window is not None and not args.shuffle:
         raise ConfigError(describe("--window", args.window, "--shuffle as well", "add --shuffle"))
-    if 0 in args.world_sizes:
-        raise ConfigError(describe("--world-sizes", args.world_sizes, "positive world sizes", "e.g. --world-sizes 1,2"))
+    if args.batch_size < 1:
+        raise ConfigError(
+            describe("--batch-size", args.batch_size, "a positive global batch size", "e.g. --batch-size 8")
+        )
+    for flag, value, least in (
+        ("--steps", args.steps, 2),
+        ("--interrupts", args.interrupts, 1),
+        ("--chained", args.chained, 1),
+    ):
+        if value < least:
+            raise ConfigError(describe(flag, value, f"an integer >= {least}", f"e.g. {flag} {max(least, 3)}"))
+    if any(w < 1 for w in args.world_sizes):
+        raise ConfigError(
+            describe("--world-sizes", list(args.world_sizes), "positive world sizes", "e.g. --world-sizes 1,2")
+        )
     bad = [w for w in args.world_sizes if args.batch_size % w]
-    if args.batch_size < 1 or bad:
+    if bad:
         raise ConfigError(
             describe(
                 "--world-sizes",

@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         rc, lines = loader_state_report(args.checkpoint, args.data, args.verify, args.records, _check_data)
         print("\n".join(fit(lines, width)))
         return rc
+    _refuse_unpinned_dataset(args.checkpoint)
     raw = read_checkpoint(args.checkpoint, args.step)
     meta = raw.meta
     out: list[str] = []
@@ -191,11 +192,36 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _is_dataset(path: str) -> bool:
+    """A folder pinned in place (``.rd-manifest.json``, or the legacy ``rd-manifest.json``) or into
+    the cache (``rd.ArrowShards`` pinned it on first use, ``rd.pin(..., save="cache")``)."""
     from pathlib import Path
 
-    from resumable_data.sources.files import MANIFEST_NAME
+    from resumable_data.sources import DatasetVersion
 
-    return (Path(path) / MANIFEST_NAME).is_file()
+    return Path(path).is_dir() and DatasetVersion.locate(path) is not None
+
+
+def _refuse_unpinned_dataset(path: str) -> None:
+    """A folder of shards that nothing pinned: say so, instead of "no complete checkpoint"."""
+    from pathlib import Path
+
+    from resumable_data.sources.files import SHARD_SUFFIXES
+
+    p = Path(path)
+    if not p.is_dir() or (p / "latest").exists() or any(p.glob("step-*")):
+        return
+    shards = [q for q in p.rglob("*") if q.is_file() and q.name.endswith(SHARD_SUFFIXES)]
+    if shards:
+        raise ConfigError(
+            describe(
+                "checkpoint",
+                path,
+                "a checkpoint directory, a loader state JSON file, or a pinned dataset folder; it holds "
+                f"{len(shards)} shard file(s) that nothing pinned",
+                f"pin it: resumable-data pin {path} (writes {p / '.rd-manifest.json'}), or without writing into "
+                f"it: python -c \"import resumable_data as rd; rd.pin({path!r}, save='cache')\"",
+            )
+        )
 
 
 def _dataset_report(directory: str) -> list[str]:

@@ -30,11 +30,13 @@ EXAMPLES = """examples:
   resumable-data pin data/                  # hash every shard, write data/.rd-manifest.json
   resumable-data pin data/ --dry-run        # the same, but write nothing: print the version it would pin
   resumable-data pin data/ --verify         # check data/ against its manifest (exit 1 on a difference)
-  resumable-data pin data/ --hash size      # sizes, rows and schema only (fast, weaker)"""
+  resumable-data pin data/ --hash size      # instead: sizes, rows and schema only (fast, weaker, another version)"""
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("data", help="a folder of Arrow IPC (.arrow, .feather) or Parquet shards, searched recursively")
+    p.add_argument(
+        "data", help="a folder of Arrow IPC (.arrow, .ipc, .feather) or Parquet shards, searched recursively"
+    )
     p.add_argument(
         "--hash",
         choices=("content", "size"),
@@ -151,4 +153,4 @@ def _say(lines: list[str]) -> None:
 
 
 #: ``(name, help, configure, run)``: ``resumable_data.cli`` registers it with ``register(*COMMAND)``.
-COMMAND = ("pin", "hash a folder of shards and write its rd-manifest.json (the dataset version)", configure, run)
+COMMAND = ("pin", "hash a folder of shards and write its .rd-manifest.json (the dataset version)", configure, run)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import sys
 from typing import Any
 
 from resumable_data.errors import ConfigError, describe
@@ -50,10 +52,22 @@ def _import(spec: str) -> Any:
     module, _, name = spec.partition(":")
     if not module or not name:
         raise ConfigError(describe("--map", spec, "MODULE:FUNCTION", "e.g. --map mypkg.prep:record"))
+    # as `python -m` would: a module beside the command (./mypkg/clean.py) imports; the console
+    # script's sys.path starts at its own bin/ folder, not at the working directory
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(describe("--map", spec, "an importable function", f"check the name ({exc})")) from None
+        raise ConfigError(
+            describe(
+                "--map",
+                spec,
+                f"an importable function: MODULE importable from the working directory {os.getcwd()!r} or "
+                f"PYTHONPATH, FUNCTION defined in it ({exc})",
+                "check the names, run from the folder that holds MODULE's package, or set PYTHONPATH to it",
+            )
+        ) from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -310,7 +310,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-every", type=int, default=30, help="microbatches between checkpoints")
     parser.add_argument("--seed", type=int, default=None, help="picks the kill step (default: random)")
     parser.add_argument("--kill-at", type=int, default=None, help="kill at this microbatch instead of a random one")
-    parser.add_argument("--workdir", type=Path, default=Path("demo_output"), help="where everything is written")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path("demo_output"),
+        help="where everything is written (default: ./demo_output; its interrupted/ and uninterrupted/ runs are replaced)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--sabotage", choices=SABOTAGES, default=None, help=argparse.SUPPRESS)
 

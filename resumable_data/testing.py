@@ -385,7 +385,7 @@ def check_resume(
     * ``train_step`` alone: a functional step ``train_step(state, batch) -> state`` over a nested
       dict/list of tensors and plain values, ``None`` before the first step; the state as of the
       last commit (``"repeat"``) or the current one (``"skip"``) is saved with
-      ``rd.save_checkpoint`` and read back with ``rd.read_checkpoint``; divergence key ``state``.
+      ``rd.save_checkpoint`` and read back with ``resumable_data.checkpoint.read_checkpoint``; divergence key ``state``.
 
     ``make_model`` with ``make_state``, or either without ``train_step``, is a ``ConfigError``.
     With explicit commits the harness commits every rank after each completed accumulation window

@@ -58,7 +58,13 @@ def check_packing(
     names = dataset.schema.names
     if packing.tokens not in names:
         raise ConfigError(
-            describe("Packing.tokens", packing.tokens, f"one of the columns {names}", "name the token column")
+            describe(
+                "Packing.tokens",
+                packing.tokens,
+                f"one of the columns {names}",
+                "pass rd.Packing(seq_len, tokens='<the list<int> token column>'), or make a token column from "
+                "text with rd.prepare",
+            )
         )
     t = dataset.schema.field(packing.tokens).type
     if not ((pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type)):

@@ -304,3 +304,41 @@ def test_check_resume_takes_a_folder_pinned_into_the_cache_and_writes_nothing_in
                       "--interrupts", "2", "--workers", "0")
     assert rc == 0 and "bit-exact" in out
     assert sorted(p.name for p in data.iterdir()) == before and not (data / ".rd-manifest.json").exists()
+
+
+def test_inspect_an_unpinned_dataset_folder_says_how_to_pin_and_the_fix_works(tmp_path, capsys, monkeypatch):
+    """``inspect DIR`` on a folder of shards nothing pinned said "expected at least one complete
+    checkpoint"; it says what the folder holds and how to pin it, and a folder pinned into the cache
+    (the fix that writes nothing into it) is then inspected as a dataset, its files unchanged."""
+    import subprocess
+
+    monkeypatch.setenv("RD_CACHE_DIR", str(tmp_path / "cache"))
+    data = _shards(tmp_path / "data")
+    before = sorted(p.name for p in data.iterdir())
+    rc, _, err = _cli(capsys, "inspect", data)
+    assert rc == 2 and "4 shard file(s) that nothing pinned" in err and f"resumable-data pin {data}" in err
+    fix = err.split("or without writing into it: ", 1)[1].strip()
+    assert fix.startswith("python -c ")
+    subprocess.run(fix.replace("python", sys.executable, 1), shell=True, check=True, cwd=tmp_path, timeout=120,
+                   env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    rc, out, _ = _cli(capsys, "inspect", data)
+    assert rc == 0 and "records:               200 in 4 shard(s)" in out
+    assert sorted(p.name for p in data.iterdir()) == before
+
+
+def test_a_closed_pipe_ends_the_command_without_a_traceback(saved, tmp_path):
+    """``resumable-data inspect ... | head -1``: the reader closing the pipe is exit 141, not a
+    ``BrokenPipeError`` traceback."""
+    import os
+    import subprocess
+
+    root = Path(__file__).parents[2]
+    script = ("import sys; from resumable_data.cli import main; "
+              f"sys.exit(main(['inspect', {str(saved['root'] / 'loader.json')!r}, '--wide']))")
+    read, write = os.pipe()
+    os.close(read)  # nobody reads: the first flush fails
+    proc = subprocess.run([sys.executable, "-c", script], stdout=write, stderr=subprocess.PIPE, text=True,
+                          cwd=root, timeout=120, env={**os.environ, "PYTHONPATH": str(root)})
+    os.close(write)
+    assert proc.returncode == 141, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr

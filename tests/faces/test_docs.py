@@ -115,3 +115,48 @@ def test_how_it_works_lists_every_module_and_only_modules():
     required = {m for m in modules if not m.endswith("__init__.py") or m == "__init__.py"}
     assert not required - listed, f"docs/how-it-works.md 'Every module' lacks {sorted(required - listed)}: add a row"
     assert not listed - modules, f"docs/how-it-works.md 'Every module' names modules that do not exist: {sorted(listed - modules)}"
+
+
+def test_every_code_fence_stands_on_its_own_line():
+    """A closing fence with text after it (```` ``` `dataset` and ...````) is no fence: the rest of
+    the page rendered as code (docs/integrations.md, the Lightning section). Every fence line is
+    ```` ``` ```` or ```` ```lang ````, and every page closes what it opens."""
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        fences = [ln for ln in path.read_text().splitlines() if ln.lstrip().startswith("```")]
+        bad = [ln for ln in fences if not re.fullmatch(r"\s*```[\w-]*", ln)]
+        assert not bad, f"{path.name}: a fence line with text after it: {bad}"
+        assert len(fences) % 2 == 0, f"{path.name}: {len(fences)} fence lines, one is not closed"
+
+
+def test_every_rd_name_the_pages_use_exists():
+    """Each ``rd.NAME`` (and ``rd.NAME.attr``) written in README.md and docs/ resolves: the pages
+    named ``rd.read_checkpoint``, which is ``resumable_data.checkpoint.read_checkpoint``."""
+    import importlib
+
+    placeholders = {"rd.X", "rd.NAME"}  # how-it-works: "rd.X loads the layer that defines X"; development.md
+    missing = {}
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for m in re.finditer(r"\brd\.([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)", path.read_text()):
+            if m.group(0) in placeholders:
+                continue
+            obj, parts = rd, m.group(1).split(".")
+            for i, part in enumerate(parts):
+                try:
+                    obj = getattr(obj, part)
+                except AttributeError:
+                    try:
+                        obj = importlib.import_module("resumable_data." + ".".join(parts[: i + 1]))
+                    except ImportError:
+                        missing.setdefault(m.group(0), set()).add(path.name)
+                        break
+    assert not missing, f"names the pages use that resumable_data lacks: {missing}"
+
+
+def test_every_page_is_listed_on_the_home_page_and_in_the_readme():
+    """docs/index.md and the README's Documentation table list every guide page (Mixtures, Batch
+    schedules, Preparing text, Object storage, Integrations and torch's test suite were missing)."""
+    pages = sorted(p.name for p in (ROOT / "docs").glob("*.md") if p.name != "index.md")
+    home = (ROOT / "docs" / "index.md").read_text()
+    assert [p for p in pages if f"]({p})" not in home] == []
+    table = (ROOT / "README.md").read_text().split("## Documentation", 1)[1].split("\n## ", 1)[0]
+    assert [p for p in pages if f"](docs/{p})" not in table and p != "development.md"] == []

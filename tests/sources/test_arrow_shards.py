@@ -119,6 +119,16 @@ def test_unpinned_default_pins_and_says_so(tmp_path, table, caplog):
     assert rd.ArrowShards(tmp_path, unpinned="error").version == s.version  # found in the cache
 
 
+def test_an_unpinned_file_is_named_in_the_warning_not_its_folder(tmp_path, table, caplog):
+    """Pinning one file (or a list) pins those files, not the folder around them: the warning names
+    the files, so nobody thinks the whole folder was pinned."""
+    rd.write_arrow_shards(table, tmp_path, num_shards=2)
+    with caplog.at_level(logging.WARNING, logger="resumable_data"):
+        rd.ArrowShards(tmp_path / "shard-00001.arrow")
+    msg = next(r.getMessage() for r in caplog.records if "pinning it now" in r.getMessage())
+    assert msg.startswith(f"resumable_data: 'shard-00001.arrow' in {tmp_path} is not pinned"), msg
+
+
 def test_unpinned_allow_and_error(tmp_path, table):
     rd.write_arrow_shards(table, tmp_path, num_shards=2)
     s = rd.ArrowShards(tmp_path, unpinned="allow")

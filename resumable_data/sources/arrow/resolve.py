@@ -169,10 +169,15 @@ def _unpinned(
         )
     if policy is UnpinnedPolicy.ALLOW:
         return None
+    if files is None:
+        what = root
+    else:  # a file or a list of files: name them, not the folder that holds them (it is not pinned)
+        names = ", ".join(repr(r) for r in shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else "")
+        what = f"{names} in {root}"
     _LOG.warning(
         "resumable_data: %s is not pinned; pinning it now (content hash) into the cache (%s; the folder is "
         "not written). Pass unpinned='allow' to read it unpinned.",
-        root,
+        what,
         cache_dir() / "manifests",
     )
     return pin(files if files is not None else root, filesystem=store.filesystem, save=PinSave.CACHE)

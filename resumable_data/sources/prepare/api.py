@@ -277,7 +277,13 @@ def prepare(
     out_s = store.resolve(out)
     names = [shard_name(p.index, len(pieces)) for p in pieces]
 
-    if store.filesystem is None and Path(out_s).resolve().is_relative_to(Path(inp.where).resolve()):
+    # a folder given as the input is listed again on a re-run, so shards written inside it would join
+    # it; files named one by one (a .jsonl or .parquet file in the working directory) cannot grow
+    named_files = (isinstance(source, (str, os.PathLike)) and Path(source).is_file()) or (
+        isinstance(source, (list, tuple)) and all(isinstance(s, (str, os.PathLike)) for s in source)
+    )
+    inside = Path(out_s).resolve().is_relative_to(Path(inp.where).resolve())
+    if store.filesystem is None and inside and not named_files:
         raise ConfigError(
             describe(
                 "out",

@@ -62,13 +62,19 @@ def _load_tokenizer(tokenizer: Any) -> Any:
         if path.is_dir():
             path = path / "tokenizer.json"
         if not path.is_file():
+            hub = ""
+            if not path.exists() and not path.suffix and len(path.parts) <= 2:  # "gpt2", "org/model"
+                hub = (
+                    f"; a Hugging Face Hub name is not downloaded here: pass "
+                    f"transformers.AutoTokenizer.from_pretrained({str(tokenizer)!r}) (a fast tokenizer) instead"
+                )
             raise ConfigError(
                 describe(
                     "tokenizer",
                     str(tokenizer),
                     "a tokenizer.json file or a folder holding one",
                     "pass the path of a saved tokenizer (Tokenizer.save(path), or "
-                    "transformers' tokenizer.save_pretrained(folder)), or the tokenizer object",
+                    "transformers' tokenizer.save_pretrained(folder)), or the tokenizer object" + hub,
                 )
             )
         try:

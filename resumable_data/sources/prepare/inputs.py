@@ -32,6 +32,7 @@ import xxhash
 from resumable_data._io import hash_file
 from resumable_data.errors import ConfigError, ConfigTypeError, DatasetIntegrityError, describe
 from resumable_data.sources.arrow_shards import ArrowShards
+from resumable_data.sources.discovery import LEGACY_MANIFEST_NAME, MANIFEST_NAME, SHARD_SUFFIXES
 from resumable_data.sources.version import DatasetVersion
 
 __all__ = ["ArrowInput", "JsonlInput", "Piece", "PrepareInput", "open_input"]
@@ -261,6 +262,34 @@ def _is_jsonl(p: Any) -> bool:
     return str(p).endswith(JSONL_SUFFIXES)
 
 
+def _refuse_plain_text(p: Path) -> None:
+    """A local file or folder holding neither .jsonl nor shards (plain .txt, .csv, ...): say how to
+    make JSONL of it, instead of the shard reader's error, which knows nothing of JSONL."""
+    names = {MANIFEST_NAME, LEGACY_MANIFEST_NAME}
+    files = [p] if p.is_file() else sorted(q for q in p.rglob("*") if q.is_file() and not q.name.startswith("."))
+    if p.is_dir() and any((p / n).is_file() for n in names):
+        return
+    if any(str(q).endswith(SHARD_SUFFIXES) for q in files):
+        return
+    if p.is_file():
+        held, listing = f"it is a {p.suffix or 'suffix-less'!r} file", f"[{str(p)!r}]"
+    else:
+        shown = ", ".join(repr(q.name) for q in files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+        held = f"it holds {len(files)} other file(s): {shown}" if files else "it holds no file"
+        listing = f"sorted(glob.glob({os.path.join(str(p), '**', '*.txt')!r}, recursive=True))"
+    raise ConfigError(
+        describe(
+            "source",
+            str(p),
+            "Arrow/Parquet shards (.arrow, .ipc, .feather, .parquet) or .jsonl files (one JSON object per line, "
+            f"the text in a 'text' field); {held}",
+            "write the text as JSONL first, one document per record; for text files: import glob, json; "
+            f"out = open('corpus.jsonl', 'w'); [out.write(json.dumps({{'text': open(f).read()}}) + '\\n') "
+            f"for f in {listing}]; out.close(); then prepare 'corpus.jsonl'",
+        )
+    )
+
+
 def open_input(source: Any) -> PrepareInput:
     """The prepare input for ``source`` (see :func:`resumable_data.prepare`)."""
     if isinstance(source, ArrowShards):
@@ -280,7 +309,10 @@ def open_input(source: Any) -> PrepareInput:
                 for q in p.rglob("*")
                 if q.is_file() and _is_jsonl(q) and not q.name.startswith(".")
             )
-            if found:
+            # a save_to_disk folder holds state.json and dataset_info.json beside its .arrow shards:
+            # .json files beside shards are metadata, not a corpus (.jsonl files still are)
+            shards = any(q.is_file() and str(q).endswith(SHARD_SUFFIXES) for q in p.rglob("*"))
+            if found and not (shards and not any(f.endswith(".jsonl") for f in found)):
                 return _jsonl(str(p), found)
         if not p.exists():
             raise ConfigError(
@@ -291,6 +323,7 @@ def open_input(source: Any) -> PrepareInput:
                     "check the path (Arrow/Parquet shards or .jsonl files)",
                 )
             )
+        _refuse_plain_text(p)
         return ArrowInput(ArrowShards(source))
     if isinstance(source, Sequence) and source and all(isinstance(s, (str, os.PathLike)) for s in source):
         if all(_is_jsonl(s) for s in source):

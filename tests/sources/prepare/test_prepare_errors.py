@@ -105,3 +105,44 @@ def test_out_inside_the_input_folder_is_refused(tmp_path, corpus, tokenizer):
     with pytest.raises(rd.ConfigError, match="outside the input"):
         rd.prepare(corpus, corpus / "tokens", tokenizer=tokenizer, progress=False)
     assert not (corpus / "tokens").exists()
+
+
+def test_a_named_jsonl_file_may_write_beside_itself(tmp_path, texts, tokenizer, monkeypatch):
+    """``rd.prepare("corpus.jsonl", "tokens/")`` in the working directory: the out folder lies in the
+    input file's folder, but a file named by itself cannot grow, so it is not refused (a folder
+    given as the input still is, above)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:8]))
+    res = rd.prepare("corpus.jsonl", "tokens", tokenizer=tokenizer, progress=False)
+    assert res.records_read == 8 and len(rd.ArrowShards("tokens")) == res.documents > 0
+    assert res.version.hash == rd.DatasetVersion.load("tokens").hash
+
+
+def test_plain_text_files_are_refused_with_the_jsonl_they_need(tmp_path, texts, tokenizer, monkeypatch):
+    """A folder of .txt files is neither shards nor JSONL: the error says so and its fix, run as
+    printed, makes a JSONL file that prepares."""
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "txt").mkdir()
+    for i, t in enumerate(texts[:5]):
+        (tmp_path / "txt" / f"{i}.txt").write_text(t)
+    with pytest.raises(rd.ConfigError, match=r"\.jsonl files.*'0\.txt'") as e:
+        rd.prepare("txt", "tokens", tokenizer=tokenizer, progress=False)
+    assert not (tmp_path / "tokens").exists()
+    fix = re.search(r"for text files: (.*); then prepare 'corpus\.jsonl'", str(e.value)).group(1)
+    exec(fix, {})
+    rd.prepare("corpus.jsonl", "tokens", tokenizer=tokenizer, progress=False)
+    assert len(rd.ArrowShards("tokens")) > 0
+    with pytest.raises(rd.ConfigError, match=r"it is a '\.txt' file"):
+        rd.prepare("txt/0.txt", "tokens2", tokenizer=tokenizer, progress=False)
+
+
+def test_a_hub_name_as_tokenizer_says_how_to_load_it(tmp_path, corpus, monkeypatch):
+    """``tokenizer="gpt2"`` is not a file here: the fix names the transformers call that gets it."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(rd.ConfigError, match=r"AutoTokenizer\.from_pretrained\('gpt2'\)"):
+        rd.prepare(corpus, tmp_path / "o", tokenizer="gpt2", progress=False)
+    with pytest.raises(rd.ConfigError) as e:
+        rd.prepare(corpus, tmp_path / "o", tokenizer="missing/tokenizer.json", progress=False)
+    assert "AutoTokenizer" not in str(e.value)  # a path that is missing is not a hub name

@@ -84,6 +84,19 @@ def test_hf_dataset_and_tokenizer_path_and_transformers_tokenizer(tmp_path, text
     assert by_tf.version.lineage["function"]["kind"] == "tokenizer"
 
 
+def test_a_save_to_disk_folder_is_read_as_shards_not_its_json_files(tmp_path, texts, tokenizer):
+    """A ``Dataset.save_to_disk`` folder holds ``state.json`` and ``dataset_info.json`` beside its
+    ``.arrow`` shards: they were read as the JSONL corpus (a "one JSON object per line" error).
+    The folder prepares as the dataset, the same tokens as the ``Dataset`` itself."""
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_dict({"text": texts})
+    ds.save_to_disk(str(tmp_path / "saved"))
+    by_folder = rd.prepare(tmp_path / "saved", tmp_path / "f", tokenizer=tokenizer, progress=False, num_proc=1)
+    rd.prepare(ds, tmp_path / "d", tokenizer=tokenizer, progress=False, num_proc=1)
+    assert by_folder.version.lineage["input"]["kind"] == "arrow"
+    assert _rows(tmp_path / "f", "tokens") == _rows(tmp_path / "d", "tokens")
+
+
 def words(record):
     """A map_fn: word lengths of the text, or drop the record when it has fewer than 50 words."""
     w = record["text"].split()
