@@ -14,7 +14,9 @@ shuffled), Streaming ``shuffle=True`` (its default ``py1e`` algorithm). rd reads
 ``rd.ReadAhead(unit=...)`` for each ``--rd-units`` value (default ``auto,record_batch,shard``):
 ``rd`` is ``rd.ReadAhead()`` at its defaults (``unit=rd.ReadUnit.AUTO``; the unit it resolved to
 is the ``rd chose`` column), ``rd_record_batch`` one ranged GET per record batch, ``rd_shard``
-whole shard objects (as the peers read whole chunks). Each peer runs as a
+whole shard objects (as the peers read whole chunks); ``--rd-lookahead`` (default ``default``,
+``rd.ReadAhead()``'s window sized by bytes) times each of them at other ``lookahead=`` values too
+(``rd@64``: a window of 64 steps). ``--peers`` picks the peers. Each peer runs as a
 subprocess of its own venv's python
 (:mod:`benchmarks.peers.remote_peer`; its interpreter start and imports are outside the timing)
 with a fresh local cache per run; in each round the three tools run one after the other for each
@@ -72,14 +74,20 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--workers", default="0,2")
     ap.add_argument("--rd-units", default="auto,record_batch,shard",
                     help="rd.ReadUnit values rd reads with (rd: auto, the default; rd_<unit> for the others)")
+    ap.add_argument("--rd-lookahead", default="default",
+                    help="rd.ReadAhead(lookahead=...) values, comma-separated: 'default' (None: the window sized "
+                         "by bytes) or a step count; each is timed with each --rd-units value (a step count adds "
+                         "'@N' to the tool's name)")
+    ap.add_argument("--peers", default=",".join(PEERS), help="the peers to run (litdata,streaming)")
     ap.add_argument("--results", default="remote_peers", help="name of the results files")
     args = ap.parse_args(argv)
     from moto.server import ThreadedMotoServer
 
     import resumable_data as rd
 
-    peers = [p for p in PEERS if peer_python(p)]
-    for p in PEERS:
+    wanted = [p for p in args.peers.split(",") if p]
+    peers = [p for p in wanted if peer_python(p)]
+    for p in wanted:
         if p not in peers:
             print(f"{p}: /tmp/venv-{p} is missing, skipped (run benchmarks/peers/setup_remote_peers.sh)", flush=True)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -108,7 +116,11 @@ def main(argv: list[str] | None = None) -> dict:
                                       "--prefix", name, "--rows", str(args.rows)), flush=True)
         proxy.latency_s = args.latency_ms / 1e3
         steps = args.rows // BATCH - 1
-        rds = {"rd" if u == "auto" else f"rd_{u}": rd.ReadUnit(u) for u in args.rd_units.split(",")}
+        rds = {  # tool -> (unit, lookahead)
+            ("rd" if u == "auto" else f"rd_{u}") + ("" if la == "default" else f"@{la}"):
+            (rd.ReadUnit(u), None if la == "default" else int(la))
+            for u in args.rd_units.split(",") for la in args.rd_lookahead.split(",")
+        }
         for workers in (int(w) for w in args.workers.split(",")):
             for order, rd_order in ORDERS.items():
                 rates: dict[str, list[float]] = {t: [] for t in (*rds, *peers)}
@@ -116,8 +128,9 @@ def main(argv: list[str] | None = None) -> dict:
                 epochs: dict[str, list[float]] = {t: [] for t in (*rds, *peers)}  # samples/s, first batch included
                 chose: set[str] = set()  # what rd.ReadUnit.AUTO resolved to (one value: the rule is pure)
                 for _ in range(args.rounds):
-                    for tool, unit in rds.items():
-                        ld = loader(rd.ArrowShards(prefix, filesystem=fs), rd_order, workers, rd.ReadAhead(unit=unit))
+                    for tool, (unit, lookahead) in rds.items():
+                        ld = loader(rd.ArrowShards(prefix, filesystem=fs), rd_order, workers,
+                                    rd.ReadAhead(unit=unit, lookahead=lookahead))
                         if unit is rd.ReadUnit.AUTO:
                             chose.add(ld.read_ahead.unit.value)
                         first, t, ids = run(ld, steps)
@@ -148,7 +161,7 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         proxy.close()
         server.stop()
-    tools = [t for t in ("rd", "rd_record_batch", "rd_shard") if f"{t}_samples_s" in (results[0] if results else {})]
+    tools = [t for t in rds if f"{t}_samples_s" in (results[0] if results else {})]
     auto = "rd" in tools
     head = "| order | workers | " + ("rd chose | " if auto else "")
     head += " | ".join(f"{t} samples/s" for t in (*tools, *peers))
