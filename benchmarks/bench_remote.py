@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> dict:
                 steps = args.global_steps if order == "global" else args.epochs * args.rows // BATCH - 1
                 warm = args.global_warm if order == "global" else 0
                 local_t = []
-                m = {la: {k: [] for k in ("remote_t", "firsts", "amp", "gets", "heads", "peaks", "window")}
+                m = {la: {k: [] for k in ("remote_t", "firsts", "amp", "gets", "heads", "peaks", "window", "stats")}
                      for la in looks}
                 chosen = unit_name
                 ids = None
@@ -210,6 +210,9 @@ def main(argv: list[str] | None = None) -> dict:
                         r = m[la]
                         r["peaks"].append(ld.read_ahead.stats["peak_bytes"] / sizes.sum())
                         r["window"].append(ld.read_ahead.stats["window_steps"])
+                        # the fetcher's counters, and the GETs of steps that read a unit themselves
+                        r["stats"].append({**ld.read_ahead.stats, "step_gets": by.get("GET", 0) -
+                                           ld.read_ahead.stats["requests"]})
                         del ld
                         assert np.array_equal(ids, ids_local)
                         r["remote_t"].append(steps * BATCH / t_remote)
@@ -248,7 +251,7 @@ def main(argv: list[str] | None = None) -> dict:
                            "store_ceiling_rows_s": ceiling, "ratio_to_ceiling": statistics.median(remote_t) /
                            min(ceiling, statistics.median(local_t)),
                            "belady_fetches_per_unit_25": misses25 / distinct,
-                           "cache_peak_fraction": statistics.median(r["peaks"])}
+                           "cache_peak_fraction": statistics.median(r["peaks"]), "fetcher_stats": r["stats"]}
                     rows_out.append(row)
                     print(row, flush=True)
             if args.no_resume:
