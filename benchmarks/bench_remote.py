@@ -32,7 +32,10 @@ first steps, at most ``lookahead`` steps' worth, are counted too); ``GET/step`` 
 step. ``resume``: first batch of a loader restored at step 40 / first batch of a fresh loader,
 both with read-ahead, sources already open. ``projected hit rate``: Belady over the steps timed,
 from ``plan/reads.py`` (``belady_misses``), at the budget and at a budget holding the dataset.
-``Belady fetches/unit``: the projected fetches of each unit at the budget (the amplification's
+``lookahead``: the ``rd.ReadAhead(lookahead=...)`` of the row (``default``: None, the window sized by
+bytes); ``window steps``: the most steps the fetcher's window reached past the newest step handed
+out (median over rounds); the json's ``fetcher_stats`` holds the fetcher's counters per round, with
+``step_gets``, the GETs of steps that read a unit themselves. ``Belady fetches/unit``: the projected fetches of each unit at the budget (the amplification's
 lower bound for that budget); ``cache peak``: the most bytes the cache held over the dataset's
 (units of steps in flight are fetched past the budget). ``store ceiling``: rows/s of the store alone (every unit read once, 16 requests in flight, no
 loader): moto and the proxy share this machine's cores, so no remote figure here can exceed it.

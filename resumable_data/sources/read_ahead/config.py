@@ -76,7 +76,9 @@ class ReadAhead:
 
     def __post_init__(self) -> None:
         la: Any = self.lookahead
-        if la is not None and (isinstance(la, bool) or not isinstance(la, numbers.Integral) or not 1 <= la <= 1 << 20):
+        if la is not None and (
+            isinstance(la, bool) or not isinstance(la, numbers.Integral) or not 1 <= int(la) <= 1 << 20
+        ):
             raise ConfigError(
                 describe(
                     "lookahead",

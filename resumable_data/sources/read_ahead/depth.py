@@ -54,7 +54,7 @@ SHARE_OF_BUDGET = 0.5
 MAX_STEPS = 1024
 
 
-def window_steps(steps: Iterable[Sequence[int]], sizes: Sequence[int | None], floor: int, most: int, limit: int) -> int:
+def window_steps(steps: Iterable[Iterable[int]], sizes: Sequence[int | None], floor: int, most: int, limit: int) -> int:
     """How many of ``steps`` (the fetch units of steps ``lo, lo + 1, ...``; read lazily) to plan:
     the first ``floor`` always, then each next one while, with it, the distinct fetch units of the
     planned steps take at most ``limit`` bytes (``sizes[u]``; None, a unit not read ahead, counts
