@@ -8,8 +8,8 @@ default 30, added to every request; requests and bytes counted). Data: ``--rows`
 65,536; ``--quick`` 16,384) of ``tokens: list<int32>`` of 256..512 values and ``id: int64``, in
 record batches (row groups) of 1,024 rows, 8,192 rows per shard, written as Arrow IPC files and
 as Parquet. Loader: batch 256, ``rd.DataLoader(..., read_ahead=rd.ReadAhead(lookahead=64,
-concurrency=16, cache_bytes=...))`` (``--lookahead``: comma-separated step counts or ``default``,
-``rd.ReadAhead()``'s window sized by bytes; each a row, all timed in the same rounds) with ``cache_bytes`` 25% of the dataset's unit bytes for the
+concurrency=16, cache_bytes=...))`` (``--lookahead``: comma-separated step counts or ``bytes``,
+``lookahead=None``, the window sized by bytes; each a row, all timed in the same rounds) with ``cache_bytes`` 25% of the dataset's unit bytes for the
 global shuffle (``--global-budget``) and 50% for the others (``--budget``: the 10,000-record
 window's blocks are scattered over about 22 of the 64 units, 34% of this small dataset) over S3 against the same loader
 over the local files (memory-mapped IPC, Parquet by row group), global shuffle, window shuffle
@@ -32,7 +32,7 @@ first steps, at most ``lookahead`` steps' worth, are counted too); ``GET/step`` 
 step. ``resume``: first batch of a loader restored at step 40 / first batch of a fresh loader,
 both with read-ahead, sources already open. ``projected hit rate``: Belady over the steps timed,
 from ``plan/reads.py`` (``belady_misses``), at the budget and at a budget holding the dataset.
-``lookahead``: the ``rd.ReadAhead(lookahead=...)`` of the row (``default``: None, the window sized by
+``lookahead``: the ``rd.ReadAhead(lookahead=...)`` of the row (``bytes``: None, the window sized by
 bytes); ``window steps``: the most steps the fetcher's window reached past the newest step handed
 out (median over rounds); the json's ``fetcher_stats`` holds the fetcher's counters per round, with
 ``step_gets``, the GETs of steps that read a unit themselves. ``Belady fetches/unit``: the projected fetches of each unit at the budget (the amplification's
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--global-warm", type=int, default=0,
                     help="global shuffle: steps run before the timed ones (e.g. one epoch: every unit fetched once)")
     ap.add_argument("--lookahead", default="64",
-                    help="rd.ReadAhead(lookahead=...) values, comma-separated: a step count, or 'default' (None: "
+                    help="rd.ReadAhead(lookahead=...) values, comma-separated: a step count, or 'bytes' (None: "
                          "the window sized by bytes); each is a row, timed in the same rounds (interleaved)")
     ap.add_argument("--units", default="record_batch", help="rd.ReadUnit values, comma-separated")
     ap.add_argument("--epochs", type=int, default=1, help="epochs timed (window and sequential)")
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> dict:
                 for w in args.workers.split(",")
             ):
                 budget = rd.ReadAhead().cache_bytes if budget_s == "default" else int(total * float(budget_s))
-                looks = [None if la == "default" else int(la) for la in args.lookahead.split(",")]
+                looks = [None if la == "bytes" else int(la) for la in args.lookahead.split(",")]
                 aheads = {la: rd.ReadAhead(lookahead=la, concurrency=16, cache_bytes=budget,
                                            unit=rd.ReadUnit(unit_name)) for la in looks}
                 steps = args.global_steps if order == "global" else args.epochs * args.rows // BATCH - 1
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> dict:
                     remote_t = r["remote_t"]
                     ratios = [a / lo for a, lo in zip(remote_t, local_t)]
                     row = {"format": fmt, "order": order, "workers": workers, "unit": unit_label,
-                           "budget": budget_s, "lookahead": "default" if la is None else la,
+                           "budget": budget_s, "lookahead": "bytes" if la is None else la,
                            "window_steps": statistics.median(r["window"]),
                            "belady_amplification": belady_amp,
                            "local_samples_s": statistics.median(local_t),
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> dict:
                 continue
             b0 = args.budget.split(",")[0]
             la0 = args.lookahead.split(",")[0]
-            ahead = rd.ReadAhead(lookahead=None if la0 == "default" else int(la0), concurrency=16,
+            ahead = rd.ReadAhead(lookahead=None if la0 == "bytes" else int(la0), concurrency=16,
                                  unit=rd.ReadUnit(args.units.split(",")[0]),
                                  cache_bytes=rd.ReadAhead().cache_bytes if b0 == "default" else int(total * float(b0)))
             resume_rows.append(resume_figures(rd, prefix, fs, ahead, fmt, args.rounds))

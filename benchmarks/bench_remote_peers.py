@@ -15,8 +15,8 @@ shuffled), Streaming ``shuffle=True`` (its default ``py1e`` algorithm). rd reads
 ``rd`` is ``rd.ReadAhead()`` at its defaults (``unit=rd.ReadUnit.AUTO``; the unit it resolved to
 is the ``rd chose`` column), ``rd_record_batch`` one ranged GET per record batch, ``rd_shard``
 whole shard objects (as the peers read whole chunks); ``--rd-lookahead`` (default ``default``,
-``rd.ReadAhead()``'s window sized by bytes) times each of them at other ``lookahead=`` values too
-(``rd@64``: a window of 64 steps). ``--peers`` picks the peers. moto and the proxy run in a process
+``rd.ReadAhead()``'s) times each of them at other ``lookahead=`` values too (``rd@128``: a window
+of 128 steps; ``rd@bytes``: ``lookahead=None``, the window sized by bytes). ``--peers`` picks the peers. moto and the proxy run in a process
 of their own (``--no-store-process``: in the benchmark's process, where their threads share the
 GIL with rd's loader, a handicap the peers' subprocesses do not have). Each peer runs as a
 subprocess of its own venv's python
@@ -112,9 +112,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rd-units", default="auto,record_batch,shard",
                     help="rd.ReadUnit values rd reads with (rd: auto, the default; rd_<unit> for the others)")
     ap.add_argument("--rd-lookahead", default="default",
-                    help="rd.ReadAhead(lookahead=...) values, comma-separated: 'default' (None: the window sized "
-                         "by bytes) or a step count; each is timed with each --rd-units value (a step count adds "
-                         "'@N' to the tool's name)")
+                    help="rd.ReadAhead(lookahead=...) values, comma-separated: 'default' (rd.ReadAhead()'s), a step "
+                         "count or 'bytes' (None: the window sized by bytes); each is timed with each --rd-units "
+                         "value ('@N' or '@bytes' in the tool's name)")
     ap.add_argument("--store-process", action=argparse.BooleanOptionalAction, default=True,
                     help="run moto and the latency proxy in a process of their own (default): in rd's process "
                          "they share its GIL, which the peers' subprocesses do not")
@@ -167,7 +167,8 @@ def main(argv: list[str] | None = None) -> dict:
         steps = args.rows // BATCH - 1
         rds = {  # tool -> (unit, lookahead, concurrency)
             ("rd" if u == "auto" else f"rd_{u}") + ("" if la == "default" else f"@{la}")
-            + ("" if c == "16" else f"/c{c}"): (rd.ReadUnit(u), None if la == "default" else int(la), int(c))
+            + ("" if c == "16" else f"/c{c}"):
+            (rd.ReadUnit(u), rd.ReadAhead().lookahead if la == "default" else None if la == "bytes" else int(la), int(c))
             for u in args.rd_units.split(",") for la in args.rd_lookahead.split(",")
             for c in args.rd_concurrency.split(",")
         }

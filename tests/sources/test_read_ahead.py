@@ -273,14 +273,14 @@ def test_whole_shard_prefetch_reads_each_object_once_per_sequential_epoch(data, 
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("unit", [rd.ReadUnit.RECORD_BATCH, rd.ReadUnit.SHARD])
 def test_the_window_sized_by_bytes_changes_requests_not_batches(data, proxy, workers, unit):
-    """``lookahead=None`` (the default; read_ahead/depth.py) plans past 64 steps within the epoch:
+    """``lookahead=None`` (read_ahead/depth.py) plans past 64 steps within the epoch:
     the same batches as the local copy across an epoch's end, a resume at step 100 equal to the
     uninterrupted run, and with a budget holding the dataset each object (or unit) read once over
     an epoch and the floor of the next (resident already: nothing of the next epoch read again)."""
     local, prefix = data["arrow"]
     steps = N // 8  # 250 steps an epoch: the window reaches past the 64-step floor
 
-    def over(src, ahead=rd.ReadAhead(cache_bytes=1 << 20, unit=unit)):
+    def over(src, ahead=rd.ReadAhead(lookahead=None, cache_bytes=1 << 20, unit=unit)):
         return rd.DataLoader(src, batch_size=8, seed=3, sharding=rd.Sharding(1, 0), num_workers=workers,
                              read_ahead=ahead)
 

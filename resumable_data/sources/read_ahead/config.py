@@ -43,11 +43,12 @@ class ReadUnit(Enum):
 class ReadAhead:
     """Read remote units ahead of the steps that need them (``docs/object-storage.md``).
 
-    * ``lookahead``: how far ahead the fetcher plans. ``None`` (the default): sized by bytes, at
-      least 64 steps ahead of the newest step handed to a worker, and further, within the current
-      epoch and up to 1,024 steps, while the units the planned steps read take at most half of
-      ``cache_bytes`` (:mod:`.depth`: with small objects, enough of them to keep ``concurrency``
-      requests busy); an integer: exactly that many steps ahead (the window's depth fixed);
+    * ``lookahead``: how far ahead the fetcher plans: an integer, that many steps ahead of the
+      newest step handed to a worker (default 64); ``None``: sized by bytes, at least 64 steps,
+      and further, within the current epoch and up to 1,024 steps, while the units the planned
+      steps read take at most half of ``cache_bytes`` (:mod:`.depth`: with small objects, enough
+      of them to keep ``concurrency`` requests busy, for a store whose bandwidth grows with the
+      requests in flight);
     * ``concurrency``: ranged requests in flight at once (default 16; S3 serves far more per
       prefix, the limit is this host's bandwidth and cores);
     * ``cache_bytes``: the byte budget of the unit cache (default 2 GiB); the units of steps
@@ -63,7 +64,7 @@ class ReadAhead:
       fetcher's ``unit``).
     """
 
-    lookahead: int | None = None
+    lookahead: int | None = 64
     concurrency: int = 16
     cache_bytes: int = 2 << 30
     cache_dir: str | os.PathLike | None = None
@@ -84,7 +85,7 @@ class ReadAhead:
                     "lookahead",
                     la,
                     f"None (the window sized by bytes) or a number of steps, an integer in [1, {1 << 20}]",
-                    "pass lookahead=None (the default) or a step count such as lookahead=64",
+                    "pass a step count such as lookahead=64 (the default), or lookahead=None",
                 )
             )
         check_int(self.concurrency, "concurrency", 1, 1024)

@@ -1,8 +1,8 @@
-"""How far ahead the fetcher plans: ``lookahead`` steps, or (the default) as far as the bytes allow.
+"""How far ahead the fetcher plans: ``lookahead`` steps (default 64), or, with ``lookahead=None``, as far as the bytes allow.
 
 Algorithm (:func:`window_steps`, pure). With ``rd.ReadAhead(lookahead=N)`` the fetcher plans steps
 ``[lo, handed + N)`` (``lo``: the oldest step not yet delivered; ``handed``: the newest step handed
-to a worker), as it always did. With ``lookahead=None`` (the default) the window is sized by bytes:
+to a worker), as it always did. With ``lookahead=None`` the window is sized by bytes:
 
 1. it always holds steps ``[lo, handed + BASE_STEPS)`` (64 steps: the floor; like an explicit
    ``lookahead``, it runs into the next epoch at an epoch's end, so a loader that goes on to the
@@ -32,7 +32,13 @@ window is the floor (nothing changes), and above it every unit is read once anyw
 Guarantee: the window changes which requests are made and when, never a batch or the loader's
 state (a unit is the same checked bytes from the cache or the step's own read).
 
-Cost: per re-plan (every ``BASE_STEPS // 4`` steps with the default), the window's steps'
+Measured (``docs/object-storage.md#read-ahead-depth``): on the benchmarks' store (moto behind a
+Python proxy, limited in aggregate bandwidth) the deeper window requests every object of the epoch
+at once, they share the bandwidth and the one needed next lands among the last (0.35-0.5 s
+instead of 0.15-0.25 s), so it gained nothing there; it is for stores whose bandwidth grows with
+the requests in flight (S3 serves each connection at a bounded rate). Hence not the default.
+
+Cost: per re-plan (every ``BASE_STEPS // 4`` steps), the window's steps'
 fetch units (each step computed once per pass) and one pass over them: ``O(window * units per
 step)``; the window is at most ``MAX_STEPS`` steps.
 """

@@ -4,7 +4,7 @@ Algorithm. The loader's main process tells the :class:`Prefetcher` each step it 
 (:meth:`Prefetcher.plan`, with the oldest step not yet delivered). It computes, with
 :class:`resumable_data.plan.reads.ReadSchedule`, the units of steps ``[delivered, handed +
 lookahead)`` from their record ids (``records_of(step)``, the loader's pure order; each step's
-units computed once per pass; with ``lookahead=None``, the default, the window is sized by bytes
+units computed once per pass; with ``lookahead=None`` the window is sized by bytes
 instead: at least 64 steps, further within the epoch while its units take at most half of
 ``cache_bytes``, :mod:`.depth`), promises the units of the steps already handed out (a ``want`` file:
 :mod:`.cache`) and wakes its scheduler thread, which walks the units still needed (from the oldest undelivered step) and

@@ -126,14 +126,16 @@ def planned(config: rd.ReadAhead, epoch_end: int | None, step: int = 0, n: int =
 
 @pytest.mark.parametrize("unit", [rd.ReadUnit.RECORD_BATCH, rd.ReadUnit.SHARD])
 def test_the_fetcher_plans_by_bytes_within_the_epoch(unit):
-    big = rd.ReadAhead(cache_bytes=1 << 30, unit=unit)
+    big = rd.ReadAhead(lookahead=None, cache_bytes=1 << 30, unit=unit)
     assert planned(big, epoch_end=300) == 300  # to the epoch's end, not past it
     assert planned(big, epoch_end=300, step=290) == 290 + BASE_STEPS  # the floor runs into the next epoch
     assert planned(big, epoch_end=None) == BASE_STEPS  # epoch unknown: the floor
     assert planned(big, epoch_end=5000, n=5000) == MAX_STEPS
     # half of 200,000 bytes holds the units of 100 steps
-    assert planned(rd.ReadAhead(cache_bytes=200_000, unit=unit), epoch_end=300) == int(200_000 * SHARE_OF_BUDGET) // 1000
-    assert planned(rd.ReadAhead(cache_bytes=20_000, unit=unit), epoch_end=300) == BASE_STEPS  # the floor
+    by_bytes = rd.ReadAhead(lookahead=None, cache_bytes=200_000, unit=unit)
+    assert planned(by_bytes, epoch_end=300) == int(200_000 * SHARE_OF_BUDGET) // 1000
+    assert planned(rd.ReadAhead(lookahead=None, cache_bytes=20_000, unit=unit), epoch_end=300) == BASE_STEPS
+    assert planned(rd.ReadAhead(cache_bytes=1 << 30, unit=unit), epoch_end=300) == BASE_STEPS  # default: 64
 
 
 def test_an_explicit_lookahead_fixes_the_depth():
@@ -148,7 +150,7 @@ def test_a_bad_lookahead_is_refused_naming_it(bad):
     assert "None" in str(e.value)
 
 
-def test_lookahead_defaults_to_the_window_sized_by_bytes():
-    assert rd.ReadAhead().lookahead is None
-    assert rd.ReadAhead().steps == BASE_STEPS
+def test_lookahead_defaults_to_64_steps_and_none_sizes_it_by_bytes():
+    assert rd.ReadAhead().lookahead == 64 == BASE_STEPS
+    assert rd.ReadAhead(lookahead=None).steps == BASE_STEPS
     assert rd.ReadAhead(lookahead=np.int64(7)).steps == 7
