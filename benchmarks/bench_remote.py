@@ -8,7 +8,8 @@ default 30, added to every request; requests and bytes counted). Data: ``--rows`
 65,536; ``--quick`` 16,384) of ``tokens: list<int32>`` of 256..512 values and ``id: int64``, in
 record batches (row groups) of 1,024 rows, 8,192 rows per shard, written as Arrow IPC files and
 as Parquet. Loader: batch 256, ``rd.DataLoader(..., read_ahead=rd.ReadAhead(lookahead=64,
-concurrency=16, cache_bytes=...))`` with ``cache_bytes`` 25% of the dataset's unit bytes for the
+concurrency=16, cache_bytes=...))`` (``--lookahead``: comma-separated step counts or ``bytes``,
+``lookahead=None``, the window sized by bytes; each a row, all timed in the same rounds) with ``cache_bytes`` 25% of the dataset's unit bytes for the
 global shuffle (``--global-budget``) and 50% for the others (``--budget``: the 10,000-record
 window's blocks are scattered over about 22 of the 64 units, 34% of this small dataset) over S3 against the same loader
 over the local files (memory-mapped IPC, Parquet by row group), global shuffle, window shuffle
@@ -31,7 +32,10 @@ first steps, at most ``lookahead`` steps' worth, are counted too); ``GET/step`` 
 step. ``resume``: first batch of a loader restored at step 40 / first batch of a fresh loader,
 both with read-ahead, sources already open. ``projected hit rate``: Belady over the steps timed,
 from ``plan/reads.py`` (``belady_misses``), at the budget and at a budget holding the dataset.
-``Belady fetches/unit``: the projected fetches of each unit at the budget (the amplification's
+``lookahead``: the ``rd.ReadAhead(lookahead=...)`` of the row (``bytes``: None, the window sized by
+bytes); ``window steps``: the most steps the fetcher's window reached past the newest step handed
+out (median over rounds); the json's ``fetcher_stats`` holds the fetcher's counters per round, with
+``step_gets``, the GETs of steps that read a unit themselves. ``Belady fetches/unit``: the projected fetches of each unit at the budget (the amplification's
 lower bound for that budget); ``cache peak``: the most bytes the cache held over the dataset's
 (units of steps in flight are fetched past the budget). ``store ceiling``: rows/s of the store alone (every unit read once, 16 requests in flight, no
 loader): moto and the proxy share this machine's cores, so no remote figure here can exceed it.
@@ -122,6 +126,9 @@ def main(argv: list[str] | None = None) -> dict:
                          "more measures the steady state)")
     ap.add_argument("--global-warm", type=int, default=0,
                     help="global shuffle: steps run before the timed ones (e.g. one epoch: every unit fetched once)")
+    ap.add_argument("--lookahead", default="64",
+                    help="rd.ReadAhead(lookahead=...) values, comma-separated: a step count, or 'bytes' (None: "
+                         "the window sized by bytes); each is a row, timed in the same rounds (interleaved)")
     ap.add_argument("--units", default="record_batch", help="rd.ReadUnit values, comma-separated")
     ap.add_argument("--epochs", type=int, default=1, help="epochs timed (window and sequential)")
     ap.add_argument("--no-resume", action="store_true", help="skip the resume figures")
@@ -180,15 +187,22 @@ def main(argv: list[str] | None = None) -> dict:
                 for w in args.workers.split(",")
             ):
                 budget = rd.ReadAhead().cache_bytes if budget_s == "default" else int(total * float(budget_s))
-                ahead = rd.ReadAhead(lookahead=64, concurrency=16, cache_bytes=budget, unit=rd.ReadUnit(unit_name))
+                looks = [None if la == "bytes" else int(la) for la in args.lookahead.split(",")]
+                aheads = {la: rd.ReadAhead(lookahead=la, concurrency=16, cache_bytes=budget,
+                                           unit=rd.ReadUnit(unit_name)) for la in looks}
                 steps = args.global_steps if order == "global" else args.epochs * args.rows // BATCH - 1
                 warm = args.global_warm if order == "global" else 0
-                if True:
-                    local_t, remote_t, firsts, amp, gets, heads, peaks = [], [], [], [], [], [], []
-                    for _ in range(args.rounds):
-                        ref = loader(rd.ArrowShards(local), order, workers)
-                        _, t_local, ids_local = run(ref, steps, warm)
-                        del ref
+                local_t = []
+                m = {la: {k: [] for k in ("remote_t", "firsts", "amp", "gets", "heads", "peaks", "window", "stats")}
+                     for la in looks}
+                chosen = unit_name
+                ids = None
+                for _ in range(args.rounds):  # the local loader, then each lookahead: interleaved
+                    ref = loader(rd.ArrowShards(local), order, workers)
+                    _, t_local, ids_local = run(ref, steps, warm)
+                    del ref
+                    local_t.append(steps * BATCH / t_local)
+                    for la, ahead in aheads.items():
                         src = rd.ArrowShards(prefix, filesystem=fs)
                         ld = loader(src, order, workers, ahead)
                         chosen = ld.read_ahead.unit.value  # the unit AUTO resolved to (else the one given)
@@ -196,47 +210,59 @@ def main(argv: list[str] | None = None) -> dict:
                         first, t_remote, ids = run(ld, steps, warm)
                         ld.read_ahead.wait_idle(60)  # the reads in flight count (their bytes arrive late)
                         sent, by = proxy.bytes_out, dict(proxy.counts)
-                        peaks.append(ld.read_ahead.stats["peak_bytes"] / sizes.sum())
+                        r = m[la]
+                        r["peaks"].append(ld.read_ahead.stats["peak_bytes"] / sizes.sum())
+                        r["window"].append(ld.read_ahead.stats["window_steps"])
+                        # the fetcher's counters, and the GETs of steps that read a unit themselves
+                        r["stats"].append({**ld.read_ahead.stats, "step_gets": by.get("GET", 0) -
+                                           ld.read_ahead.stats["requests"]})
                         del ld
                         assert np.array_equal(ids, ids_local)
-                        local_t.append(steps * BATCH / t_local)
-                        remote_t.append(steps * BATCH / t_remote)
-                        firsts.append(first)
-                        amp.append(sent / per_record[ids].sum())
-                        gets.append(by.get("GET", 0) / (warm + steps + 1))
-                        heads.append(by.get("HEAD", 0) / (warm + steps + 1))
-                    ratios = [r / lo for r, lo in zip(remote_t, local_t)]
-                    planner = loader(rd.ArrowShards(local), order, 0)
-                    recs = [np.asarray(planner.step_info(s).records) for s in range(warm + steps + 1)]
-                    f_starts, f_sizes = fetch_units[chosen]
-                    sched = read_schedule(0, recs, f_starts)
-                    reads = sum(len(u) for u in sched.steps)
-                    misses25 = belady_misses(sched.steps, f_sizes, budget)  # at this order's budget
-                    hit25 = 1 - misses25 / reads
-                    distinct = len(sched.order)
-                    hit100 = 1 - belady_misses(sched.steps, f_sizes, int(f_sizes.sum())) / reads
-                    # the amplification Belady projects at this budget: bytes fetched / bytes delivered
-                    belady_amp = f_sizes[belady_fetches(sched.steps, f_sizes, budget)].sum() / per_record[ids].sum()
-                    unit_label = unit_name if unit_name == chosen else f"{unit_name}->{chosen}"
+                        r["remote_t"].append(steps * BATCH / t_remote)
+                        r["firsts"].append(first)
+                        r["amp"].append(sent / per_record[ids].sum())
+                        r["gets"].append(by.get("GET", 0) / (warm + steps + 1))
+                        r["heads"].append(by.get("HEAD", 0) / (warm + steps + 1))
+                planner = loader(rd.ArrowShards(local), order, 0)
+                recs = [np.asarray(planner.step_info(s).records) for s in range(warm + steps + 1)]
+                f_starts, f_sizes = fetch_units[chosen]
+                sched = read_schedule(0, recs, f_starts)
+                reads = sum(len(u) for u in sched.steps)
+                misses25 = belady_misses(sched.steps, f_sizes, budget)  # at this order's budget
+                hit25 = 1 - misses25 / reads
+                distinct = len(sched.order)
+                hit100 = 1 - belady_misses(sched.steps, f_sizes, int(f_sizes.sum())) / reads
+                # the amplification Belady projects at this budget: bytes fetched / bytes delivered
+                belady_amp = f_sizes[belady_fetches(sched.steps, f_sizes, budget)].sum() / per_record[ids].sum()
+                unit_label = unit_name if unit_name == chosen else f"{unit_name}->{chosen}"
+                for la in looks:
+                    r = m[la]
+                    remote_t = r["remote_t"]
+                    ratios = [a / lo for a, lo in zip(remote_t, local_t)]
                     row = {"format": fmt, "order": order, "workers": workers, "unit": unit_label,
-                           "budget": budget_s, "belady_amplification": belady_amp,
+                           "budget": budget_s, "lookahead": "bytes" if la is None else la,
+                           "window_steps": statistics.median(r["window"]),
+                           "belady_amplification": belady_amp,
                            "local_samples_s": statistics.median(local_t),
                            "remote_samples_s": statistics.median(remote_t),
-                           "ratio": statistics.median(ratios), "ratios": ratios,
-                           "first_batch_s": statistics.median(firsts),
-                           "amplification": statistics.median(amp),
-                           "get_per_step": statistics.median(gets), "head_per_step": statistics.median(heads),
+                           "ratio": statistics.median(ratios), "ratios": ratios, "remote_rounds": remote_t,
+                           "first_batch_s": statistics.median(r["firsts"]),
+                           "amplification": statistics.median(r["amp"]), "amplification_rounds": r["amp"],
+                           "get_per_step": statistics.median(r["gets"]),
+                           "head_per_step": statistics.median(r["heads"]),
                            "projected_hit_rate_25": hit25, "projected_hit_rate_100": hit100,
                            "store_ceiling_rows_s": ceiling, "ratio_to_ceiling": statistics.median(remote_t) /
                            min(ceiling, statistics.median(local_t)),
                            "belady_fetches_per_unit_25": misses25 / distinct,
-                           "cache_peak_fraction": statistics.median(peaks)}
+                           "cache_peak_fraction": statistics.median(r["peaks"]), "fetcher_stats": r["stats"]}
                     rows_out.append(row)
                     print(row, flush=True)
             if args.no_resume:
                 continue
             b0 = args.budget.split(",")[0]
-            ahead = rd.ReadAhead(lookahead=64, concurrency=16, unit=rd.ReadUnit(args.units.split(",")[0]),
+            la0 = args.lookahead.split(",")[0]
+            ahead = rd.ReadAhead(lookahead=None if la0 == "bytes" else int(la0), concurrency=16,
+                                 unit=rd.ReadUnit(args.units.split(",")[0]),
                                  cache_bytes=rd.ReadAhead().cache_bytes if b0 == "default" else int(total * float(b0)))
             resume_rows.append(resume_figures(rd, prefix, fs, ahead, fmt, args.rounds))
             print(resume_rows[-1], flush=True)
@@ -246,14 +272,15 @@ def main(argv: list[str] | None = None) -> dict:
     md = [f"# Remote training with read-ahead (moto behind S3Proxy at {args.latency_ms:g} ms, {args.rows} rows of "
           f"256-512 int32 tokens, units of {ROWS_PER_BATCH} rows, batch {BATCH}, {args.epochs} epoch(s); budget: "
           "cache_bytes over the dataset's bytes, default = rd.ReadAhead()'s 2 GiB)", "",
-          "| format | order | workers | unit | budget | local samples/s | remote samples/s | ratio | amplification "
+          "| format | order | workers | unit | budget | lookahead | window steps | local samples/s "
+          "| remote samples/s | ratio | amplification "
           "| Belady amplification (budget) | GET/step | HEAD/step | first batch s "
           "| projected hit rate (budget / 100%) | Belady fetches/unit (budget) "
           "| cache peak / dataset | store ceiling rows/s | remote / min(local, ceiling) |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows_out:
         md.append(f"| {r['format']} | {r['order']} | {r['workers']} | {r['unit']} | {r['budget']} | "
-                  f"{r['local_samples_s']:,.0f} | "
+                  f"{r['lookahead']} | {r['window_steps']:.0f} | {r['local_samples_s']:,.0f} | "
                   f"{r['remote_samples_s']:,.0f} | {r['ratio']:.2f} | {r['amplification']:.2f} | "
                   f"{r['belady_amplification']:.2f} | "
                   f"{r['get_per_step']:.1f} | {r['head_per_step']:.1f} | {r['first_batch_s']:.2f} | "

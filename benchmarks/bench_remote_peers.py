@@ -14,7 +14,11 @@ shuffled), Streaming ``shuffle=True`` (its default ``py1e`` algorithm). rd reads
 ``rd.ReadAhead(unit=...)`` for each ``--rd-units`` value (default ``auto,record_batch,shard``):
 ``rd`` is ``rd.ReadAhead()`` at its defaults (``unit=rd.ReadUnit.AUTO``; the unit it resolved to
 is the ``rd chose`` column), ``rd_record_batch`` one ranged GET per record batch, ``rd_shard``
-whole shard objects (as the peers read whole chunks). Each peer runs as a
+whole shard objects (as the peers read whole chunks); ``--rd-lookahead`` (default ``default``,
+``rd.ReadAhead()``'s) times each of them at other ``lookahead=`` values too (``rd@128``: a window
+of 128 steps; ``rd@bytes``: ``lookahead=None``, the window sized by bytes). ``--peers`` picks the peers. moto and the proxy run in a process
+of their own (``--no-store-process``: in the benchmark's process, where their threads share the
+GIL with rd's loader, a handicap the peers' subprocesses do not have). Each peer runs as a
 subprocess of its own venv's python
 (:mod:`benchmarks.peers.remote_peer`; its interpreter start and imports are outside the timing)
 with a fresh local cache per run; in each round the three tools run one after the other for each
@@ -64,6 +68,41 @@ def peer(name: str, *args: str, attempts: int = 2) -> dict:
     raise RuntimeError(f"{name} {args[0]} failed {attempts} times:\n{out.stderr[-3000:]}")
 
 
+class StoreProcess:
+    """moto's server on ``port`` and an :class:`S3Proxy` adding ``latency_s`` in front of it, in a child
+    process (the latency applies from the start: uploads go to moto directly)."""
+
+    def __init__(self, port: int, latency_s: float) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self._stop = ctx.Event()
+        ours, theirs = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(port, latency_s, theirs, self._stop), daemon=True)
+        self._proc.start()
+        self.endpoint = ours.recv()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._proc.join(10)
+
+    def stop(self) -> None:
+        self.close()
+
+
+def _serve(port: int, latency_s: float, conn, stop) -> None:
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    proxy = S3Proxy(f"127.0.0.1:{port}", latency_s)
+    conn.send(proxy.endpoint)
+    stop.wait()
+    proxy.close()
+    server.stop()
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=65_536)
@@ -72,25 +111,42 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--workers", default="0,2")
     ap.add_argument("--rd-units", default="auto,record_batch,shard",
                     help="rd.ReadUnit values rd reads with (rd: auto, the default; rd_<unit> for the others)")
+    ap.add_argument("--rd-lookahead", default="default",
+                    help="rd.ReadAhead(lookahead=...) values, comma-separated: 'default' (rd.ReadAhead()'s), a step "
+                         "count or 'bytes' (None: the window sized by bytes); each is timed with each --rd-units "
+                         "value ('@N' or '@bytes' in the tool's name)")
+    ap.add_argument("--store-process", action=argparse.BooleanOptionalAction, default=True,
+                    help="run moto and the latency proxy in a process of their own (default): in rd's process "
+                         "they share its GIL, which the peers' subprocesses do not")
+    ap.add_argument("--rd-concurrency", default="16",
+                    help="rd.ReadAhead(concurrency=...) values, comma-separated (other than 16: '/cN' in the name)")
+    ap.add_argument("--peers", default=",".join(PEERS), help="the peers to run (litdata,streaming)")
     ap.add_argument("--results", default="remote_peers", help="name of the results files")
     args = ap.parse_args(argv)
     from moto.server import ThreadedMotoServer
 
     import resumable_data as rd
 
-    peers = [p for p in PEERS if peer_python(p)]
-    for p in PEERS:
+    wanted = [p for p in args.peers.split(",") if p]
+    peers = [p for p in wanted if peer_python(p)]
+    for p in wanted:
         if p not in peers:
             print(f"{p}: /tmp/venv-{p} is missing, skipped (run benchmarks/peers/setup_remote_peers.sh)", flush=True)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    proxy = S3Proxy(f"127.0.0.1:{port}")
-    direct_url, proxy_url = f"http://127.0.0.1:{port}", f"http://{proxy.endpoint}"
-    direct, fs = s3(f"127.0.0.1:{port}"), s3(proxy.endpoint)
+    if args.store_process:  # moto and the proxy in a process of their own, as the peers' reads are
+        store = StoreProcess(port, args.latency_ms / 1e3)
+        server = proxy = store
+        endpoint = store.endpoint
+    else:
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+        proxy = S3Proxy(f"127.0.0.1:{port}")
+        endpoint = proxy.endpoint
+    direct_url, proxy_url = f"http://127.0.0.1:{port}", f"http://{endpoint}"
+    direct, fs = s3(f"127.0.0.1:{port}"), s3(endpoint)
     results: list[dict] = []
     try:
         local = Path(tempfile.mkdtemp(prefix="rd-bench-peers-")) / "ipc"
@@ -106,9 +162,16 @@ def main(argv: list[str] | None = None) -> dict:
         for name in peers:
             print(name, "write", peer(name, "write", "--tool", name, "--endpoint", direct_url, "--bucket", BUCKET,
                                       "--prefix", name, "--rows", str(args.rows)), flush=True)
-        proxy.latency_s = args.latency_ms / 1e3
+        if not args.store_process:
+            proxy.latency_s = args.latency_ms / 1e3
         steps = args.rows // BATCH - 1
-        rds = {"rd" if u == "auto" else f"rd_{u}": rd.ReadUnit(u) for u in args.rd_units.split(",")}
+        rds = {  # tool -> (unit, lookahead, concurrency)
+            ("rd" if u == "auto" else f"rd_{u}") + ("" if la == "default" else f"@{la}")
+            + ("" if c == "16" else f"/c{c}"):
+            (rd.ReadUnit(u), rd.ReadAhead().lookahead if la == "default" else None if la == "bytes" else int(la), int(c))
+            for u in args.rd_units.split(",") for la in args.rd_lookahead.split(",")
+            for c in args.rd_concurrency.split(",")
+        }
         for workers in (int(w) for w in args.workers.split(",")):
             for order, rd_order in ORDERS.items():
                 rates: dict[str, list[float]] = {t: [] for t in (*rds, *peers)}
@@ -116,8 +179,9 @@ def main(argv: list[str] | None = None) -> dict:
                 epochs: dict[str, list[float]] = {t: [] for t in (*rds, *peers)}  # samples/s, first batch included
                 chose: set[str] = set()  # what rd.ReadUnit.AUTO resolved to (one value: the rule is pure)
                 for _ in range(args.rounds):
-                    for tool, unit in rds.items():
-                        ld = loader(rd.ArrowShards(prefix, filesystem=fs), rd_order, workers, rd.ReadAhead(unit=unit))
+                    for tool, (unit, lookahead, conc) in rds.items():
+                        ld = loader(rd.ArrowShards(prefix, filesystem=fs), rd_order, workers,
+                                    rd.ReadAhead(unit=unit, lookahead=lookahead, concurrency=conc))
                         if unit is rd.ReadUnit.AUTO:
                             chose.add(ld.read_ahead.unit.value)
                         first, t, ids = run(ld, steps)
@@ -148,7 +212,7 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         proxy.close()
         server.stop()
-    tools = [t for t in ("rd", "rd_record_batch", "rd_shard") if f"{t}_samples_s" in (results[0] if results else {})]
+    tools = [t for t in rds if f"{t}_samples_s" in (results[0] if results else {})]
     auto = "rd" in tools
     head = "| order | workers | " + ("rd chose | " if auto else "")
     head += " | ".join(f"{t} samples/s" for t in (*tools, *peers))

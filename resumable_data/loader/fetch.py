@@ -427,7 +427,7 @@ class StepSampler(Sampler[Request]):
         epoch, first, start, stop = ledger.start_pass()
         ahead = self._ahead
         if ahead is not None:
-            ahead.new_pass()
+            ahead.new_pass(stop)  # the window sized by bytes stays within this epoch (read_ahead/depth.py)
         is_skipped, on_fetch, span = ledger.is_skipped, ledger.on_fetch, ledger.span
         for step in range(start, stop):
             if is_skipped(step):

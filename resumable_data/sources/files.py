@@ -66,6 +66,7 @@ from resumable_data.sources.discovery import (
     refuse_hive_partitions,
     resolve_files,
 )
+from resumable_data.sources.identity import FileIdentity
 from resumable_data.sources.layout import LayoutMismatch, ShardFormat, ShardLayout, parquet_layout
 from resumable_data.sources.parquet_footer import open_parquet
 from resumable_data.sources.shard_format import build_layout, detect_format, ipc_file_batch_rows
@@ -138,18 +139,23 @@ def open_shard(
     layout: ShardLayout | None = None,
     *,
     with_layout: bool = False,
+    metadata_only: bool = False,
 ) -> OpenShard:
     """Open one shard for reading (see the module docstring for what each format costs).
 
     ``layout``: the shard's pinned :class:`~.layout.ShardLayout`: a remote IPC shard then costs one
     open and one read of its schema message, and each unit is read by range. ``with_layout``: build
-    the layout while opening (pinning; a remote shard without a pinned one). Reads only metadata
+    the layout while opening (pinning; a remote shard without a pinned one). ``metadata_only``: the
+    caller reads the metadata (format, rows, schema, layout) and closes the shard without reading a
+    unit, so no identity is recorded (:attr:`OpenShard.identity` None): on a remote store that saves
+    the HEAD an identity costs, and leaves the stat of the verify before the open for the open that
+    reads (one HEAD per shard less when pinning and when building layouts). Reads only metadata
     (footer, schema, message headers; no batch body is touched); any failure is a
     :class:`~resumable_data.DatasetIntegrityError` naming the shard (:mod:`.validate`)."""
     return guard(
         str(path),
         "metadata (footer/schema/batch headers)",
-        lambda: store.retrying(path, "open", lambda: _open_shard(path, store, fmt, layout, with_layout)),
+        lambda: store.retrying(path, "open", lambda: _open_shard(path, store, fmt, layout, with_layout, metadata_only)),
     )
 
 
@@ -170,14 +176,22 @@ def _parquet_rows(pf: pq.ParquetFile) -> list[int]:
 
 
 def _open_shard(
-    path: Any, store: ShardStore, fmt: ShardFormat | None, layout: ShardLayout | None, with_layout: bool
+    path: Any,
+    store: ShardStore,
+    fmt: ShardFormat | None,
+    layout: ShardLayout | None,
+    with_layout: bool,
+    metadata_only: bool = False,
 ) -> OpenShard:
+    def identity_of(path: Any, opened: Any = None) -> FileIdentity | None:
+        return None if metadata_only else store.identity(path, opened)
+
     if layout is not None:
         fmt = layout.format
     fmt = fmt or detect_format(path, store)
     if fmt is ShardFormat.PARQUET:
         f = store.open_input_file(path)
-        identity = store.identity(path, f)
+        identity = identity_of(path, f)
         footer: list[tuple[int, int]] = []
 
         def on_footer(offset: int, data: bytes) -> None:  # before the footer is parsed
@@ -207,7 +221,7 @@ def _open_shard(
         )
     mapped = store.memory_map(path)
     if mapped is not None:  # every record batch is a zero-copy view of the map
-        identity = store.identity(path, mapped)
+        identity = identity_of(path, mapped)
         whole = mapped.read_buffer()
         mapped.close()  # the buffer keeps the map alive; no descriptor held per shard
         if fmt is ShardFormat.IPC_FILE:
@@ -277,7 +291,7 @@ def _open_shard(
             file=f,
             store=store,
             path=path,
-            identity=store.identity(path, f),
+            identity=identity_of(path, f),
             layout=layout,
         )
     if fmt is ShardFormat.IPC_FILE:  # not memory-mapped, no layout: pyarrow's reader, a short body refused
@@ -291,9 +305,9 @@ def _open_shard(
             rows = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
         check_schema_names(reader.schema)
         return OpenShard(
-            fmt, reader.schema, rows, file=f, reader=reader, store=store, path=path, identity=store.identity(path, f)
+            fmt, reader.schema, rows, file=f, reader=reader, store=store, path=path, identity=identity_of(path, f)
         )
-    identity = store.identity(path)
+    identity = identity_of(path)
     with store.open_exact(path) as f:  # dictionaries, no layout: one unit, read whole on first use
         reader = pa.ipc.open_stream(f)
         schema, rows = reader.schema, sum(b.num_rows for b in reader)
@@ -305,7 +319,7 @@ def read_shard_meta(path: Any, store: ShardStore = LOCAL) -> ShardMeta:
     """Format, row count, schema and layout of one shard, from its metadata only."""
     fmt = guard(str(path), "format detection", lambda: detect_format(path, store))
     try:
-        shard = open_shard(path, store, fmt, with_layout=True)
+        shard = open_shard(path, store, fmt, with_layout=True, metadata_only=True)  # closed below
     except DatasetIntegrityError as exc:
         raise ConfigError(
             describe(

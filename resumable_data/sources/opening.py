@@ -89,7 +89,8 @@ def with_layouts(version: DatasetVersion, store: ShardStore) -> tuple[DatasetVer
             built.append(k)
 
     def build(k: int) -> ShardLayout | None:
-        shard = open_shard(join(root, version.shards[k].path), store, with_layout=True)
+        # metadata only: its identity is the next open's, from the stat of the verify before it
+        shard = open_shard(join(root, version.shards[k].path), store, with_layout=True, metadata_only=True)
         shard.close()
         return shard.layout
 

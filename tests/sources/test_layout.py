@@ -206,6 +206,39 @@ def test_schema_1_remote_manifest_builds_layouts_once(remote, fmt, tmp_path, mon
     assert not (tmp_path / "other" / "layouts").exists()
 
 
+@pytest.mark.parametrize("fmt", ["arrow", "arrow_stream", "parquet"])
+def test_head_requests_per_shard_of_pins_and_opens(remote, fmt, tmp_path, monkeypatch):
+    """The HEADs docs/object-storage.md's Opening table counts, per shard: a shard opened only for its
+    metadata (a pin's, a cold open's layout build) records no identity, so it sends no HEAD for one
+    and leaves the verify's stat to the open that reads (before, one HEAD more per shard in both)."""
+    proxy, fs, data = remote
+    _, prefix = data[fmt]
+    monkeypatch.setenv("RD_CACHE_DIR", str(tmp_path / "cache"))
+    ipc = fmt != "parquet"  # an IPC shard's format is read from its first bytes (a HEAD and a GET)
+
+    def heads(fn):
+        proxy.reset()
+        out = fn()
+        return out, proxy.counts.get("HEAD", 0)
+
+    # pin: the format (IPC), the metadata's open, the stat giving the ETag; hash="content" opens to hash
+    _, pin_etag = heads(lambda: rd.pin(prefix, filesystem=fs, hash="etag"))
+    assert pin_etag == (3 if ipc else 2) * SHARDS
+    v, pin_content = heads(lambda: rd.pin(prefix, filesystem=fs))
+    assert pin_content == (4 if ipc else 3) * SHARDS
+    # open: the verify's stat and the open, per shard; the manifest and the directory: 2
+    _, pinned = heads(lambda: rd.ArrowShards(prefix, filesystem=fs))
+    assert pinned == 2 * SHARDS + 2
+    put_manifest(fs, prefix, as_schema_1(v.to_dict()))
+    _, cold = heads(lambda: rd.ArrowShards(prefix, filesystem=fs))  # + the layout build's open (+ format)
+    assert cold == (4 if ipc else 3) * SHARDS + 2
+    src, cached = heads(lambda: rd.ArrowShards(prefix, filesystem=fs))
+    assert cached == 2 * SHARDS + 2
+    ids = np.arange(len(src))[::-5]  # the identity recorded is the verified one: reads check against it
+    assert src.take(ids).equals(rd.ArrowShards(data[fmt][0], unpinned="allow").take(ids))
+    rd.pin(prefix, filesystem=fs)  # restore for the other tests
+
+
 def test_a_layout_that_does_not_match_the_bytes_is_an_integrity_error(remote, tmp_path, monkeypatch):
     proxy, fs, data = remote
     _, prefix = data["arrow"]

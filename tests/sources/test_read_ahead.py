@@ -270,6 +270,41 @@ def test_whole_shard_prefetch_reads_each_object_once_per_sequential_epoch(data, 
     assert size <= proxy.bytes_out <= size + max(p.stat().st_size for p in local.iterdir())
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("unit", [rd.ReadUnit.RECORD_BATCH, rd.ReadUnit.SHARD])
+def test_the_window_sized_by_bytes_changes_requests_not_batches(data, proxy, workers, unit):
+    """``lookahead=None`` (read_ahead/depth.py) plans past 64 steps within the epoch:
+    the same batches as the local copy across an epoch's end, a resume at step 100 equal to the
+    uninterrupted run, and with a budget holding the dataset each object (or unit) read once over
+    an epoch and the floor of the next (resident already: nothing of the next epoch read again)."""
+    local, prefix = data["arrow"]
+    steps = N // 8  # 250 steps an epoch: the window reaches past the 64-step floor
+
+    def over(src, ahead=rd.ReadAhead(lookahead=None, cache_bytes=1 << 20, unit=unit)):
+        return rd.DataLoader(src, batch_size=8, seed=3, sharding=rd.Sharding(1, 0), num_workers=workers,
+                             read_ahead=ahead)
+
+    ref = batches(over(rd.ArrowShards(local), None), steps + 40)
+    loader = over(remote(proxy.endpoint, prefix))
+    proxy.reset()
+    assert batches(loader, steps) == ref[:steps]
+    loader.read_ahead.wait_idle(30)
+    stats = loader.read_ahead.stats
+    assert stats["window_steps"] > 100  # deeper than the floor of 64
+    expected = 4 if unit is rd.ReadUnit.SHARD else N // 20
+    assert stats["units"] == expected and stats["evicted"] == 0  # each once, none of the next epoch again
+    assert proxy.counts["GET"] == stats["requests"]
+    assert batches(loader, 40) == ref[steps:]  # the next epoch
+    first = over(remote(proxy.endpoint, prefix))
+    head = batches(first, 100)
+    state = first.state_dict()
+    del first
+    resumed = over(remote(proxy.endpoint, prefix))
+    resumed.load_state_dict(state)
+    assert head == ref[:100]
+    assert batches(resumed, steps - 100 + 40) == ref[100:]  # every remaining batch, in order
+
+
 PACKING = rd.Packing(16, "best_fit", window=40, eos_id=0)
 PACKED_KEYS = ("input_ids", "labels", "position_ids", "document_ids", "cu_seqlens")
 

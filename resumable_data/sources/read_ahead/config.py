@@ -13,6 +13,7 @@ Cost: none until a loader starts a :class:`~.fetcher.Prefetcher` with it.
 
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import dataclass
 from enum import Enum
@@ -21,6 +22,7 @@ from typing import Any
 
 from resumable_data._schema import check_int
 from resumable_data.errors import ConfigError, describe
+from resumable_data.sources.read_ahead.depth import BASE_STEPS
 
 __all__ = ["ReadAhead", "ReadUnit"]
 
@@ -41,8 +43,12 @@ class ReadUnit(Enum):
 class ReadAhead:
     """Read remote units ahead of the steps that need them (``docs/object-storage.md``).
 
-    * ``lookahead``: steps planned ahead of the newest step handed to a worker (default 64:
-      enough units to keep ``concurrency`` requests busy in a sequential or windowed order);
+    * ``lookahead``: how far ahead the fetcher plans: an integer, that many steps ahead of the
+      newest step handed to a worker (default 64); ``None``: sized by bytes, at least 64 steps,
+      and further, within the current epoch and up to 1,024 steps, while the units the planned
+      steps read take at most half of ``cache_bytes`` (:mod:`.depth`: with small objects, enough
+      of them to keep ``concurrency`` requests busy, for a store whose bandwidth grows with the
+      requests in flight);
     * ``concurrency``: ranged requests in flight at once (default 16; S3 serves far more per
       prefix, the limit is this host's bandwidth and cores);
     * ``cache_bytes``: the byte budget of the unit cache (default 2 GiB); the units of steps
@@ -53,19 +59,35 @@ class ReadAhead:
     * ``unit``: what one fetch reads, a :class:`ReadUnit`: ``RECORD_BATCH``, one ranged read per
       record batch or row group; ``SHARD``, the whole object of a shard per read, its object size
       counted against ``cache_bytes``; ``AUTO`` (default), ``SHARD`` where the shards the first
-      ``lookahead`` steps read take at most half of ``cache_bytes`` (objects up to 64 MiB, each
-      with a byte layout), else ``RECORD_BATCH`` (:mod:`.unit_choice`; the choice is the
+      ``lookahead`` steps (64 with ``lookahead=None``) read take at most half of ``cache_bytes``
+      (objects up to 64 MiB, each with a byte layout), else ``RECORD_BATCH`` (:mod:`.unit_choice`; the choice is the
       fetcher's ``unit``).
     """
 
-    lookahead: int = 64
+    lookahead: int | None = 64
     concurrency: int = 16
     cache_bytes: int = 2 << 30
     cache_dir: str | os.PathLike | None = None
     unit: ReadUnit = ReadUnit.AUTO
 
+    @property
+    def steps(self) -> int:
+        """The steps of the window's floor: ``lookahead``, or 64 where the window is sized by bytes."""
+        return BASE_STEPS if self.lookahead is None else self.lookahead
+
     def __post_init__(self) -> None:
-        check_int(self.lookahead, "lookahead", 1, 1 << 20)
+        la: Any = self.lookahead
+        if la is not None and (
+            isinstance(la, bool) or not isinstance(la, numbers.Integral) or not 1 <= int(la) <= 1 << 20
+        ):
+            raise ConfigError(
+                describe(
+                    "lookahead",
+                    la,
+                    f"None (the window sized by bytes) or a number of steps, an integer in [1, {1 << 20}]",
+                    "pass a step count such as lookahead=64 (the default), or lookahead=None",
+                )
+            )
         check_int(self.concurrency, "concurrency", 1, 1024)
         check_int(self.cache_bytes, "cache_bytes", 1)
         if not isinstance(self.unit, ReadUnit):

@@ -4,7 +4,9 @@ Algorithm. The loader's main process tells the :class:`Prefetcher` each step it 
 (:meth:`Prefetcher.plan`, with the oldest step not yet delivered). It computes, with
 :class:`resumable_data.plan.reads.ReadSchedule`, the units of steps ``[delivered, handed +
 lookahead)`` from their record ids (``records_of(step)``, the loader's pure order; each step's
-units computed once per pass), promises the units of the steps already handed out (a ``want`` file:
+units computed once per pass; with ``lookahead=None`` the window is sized by bytes
+instead: at least 64 steps, further within the epoch while its units take at most half of
+``cache_bytes``, :mod:`.depth`), promises the units of the steps already handed out (a ``want`` file:
 :mod:`.cache`) and wakes its scheduler thread, which walks the units still needed (from the oldest undelivered step) and
 keeps at most ``concurrency`` ranged reads in flight, the unit needed soonest first (a thread
 pool; each read is
@@ -88,6 +90,8 @@ import numpy as np
 from resumable_data.plan.reads import ReadSchedule, step_units
 from resumable_data.sources.read_ahead.cache import LaterSweeps, UnitCache, make_cache_dir, seal
 from resumable_data.sources.read_ahead.config import ReadAhead, ReadUnit
+from resumable_data.sources.read_ahead.depth import MAX_STEPS, window_steps
+from resumable_data.sources.read_ahead.depth import SHARE_OF_BUDGET as DEPTH_SHARE
 from resumable_data.sources.read_ahead.progress import FirstUnits
 from resumable_data.sources.read_ahead.unit_choice import UnitChoice, choose_unit
 
@@ -158,7 +162,7 @@ class Prefetcher:
         self.choice: UnitChoice | None = None
         if config.unit is ReadUnit.AUTO:
             window: set[int] = set()  # the shards the first `lookahead` steps read
-            for s in range(config.lookahead):
+            for s in range(config.steps):
                 window.update(step_units(records_of(s), starts[by_shard]).tolist())
             self.choice = choose_unit([whole[g] for g in sorted(window)], config.cache_bytes)
             _log.debug("resumable_data: read-ahead reads by %s (auto: %s)", self.choice.unit.value, self.choice.reason)
@@ -185,6 +189,7 @@ class Prefetcher:
         # workers (which hold its lock) are still noticing that their parent is gone
         self._sweep_again = LaterSweeps(parent, SWEEP_AGAIN_S)
         self._units: dict[int, np.ndarray] = {}  # step -> its units (plan/reads.step_units)
+        self._epoch_end: int | None = None  # the step after the current pass's epoch (None: unknown)
         self._cond = threading.Condition()
         self._schedule: ReadSchedule | None = None
         self._handed = -1  # newest step handed out
@@ -202,7 +207,16 @@ class Prefetcher:
         self._progress: FirstUnits | None = None  # the bar of a pass's first step (.progress)
         #: counters: fetch units and bytes fetched, the requests that read them, units evicted,
         #: fetch units whose read failed and the most bytes the cache held (fetches in flight included)
-        self.stats = {"units": 0, "bytes": 0, "requests": 0, "evicted": 0, "failed": 0, "peak_bytes": 0}
+        #: and the most steps a window reached past the newest step handed out
+        self.stats = {
+            "units": 0,
+            "bytes": 0,
+            "requests": 0,
+            "evicted": 0,
+            "failed": 0,
+            "peak_bytes": 0,
+            "window_steps": 0,
+        }
         self._pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="rd-read-ahead")
         self._thread = threading.Thread(target=self._run, name="rd-read-ahead", daemon=True)
         self._thread.start()
@@ -217,30 +231,28 @@ class Prefetcher:
         )
 
     # -- the loader's side (main thread) -------------------------------------------------------------
-    def new_pass(self) -> None:
-        """A new pass (a resume, another plan): each step's units are computed again."""
+    def new_pass(self, epoch_end: int | None = None) -> None:
+        """A new pass (a resume, another plan), of an epoch ending before step ``epoch_end`` (None:
+        unknown, then the window is the 64-step floor): each step's units are computed again."""
         self._units.clear()
+        self._epoch_end = epoch_end
         with self._cond:
             self._schedule = None
 
     def plan(self, step: int, delivered: int) -> None:
         """Step ``step`` is handed to a worker; steps before ``delivered`` reached the loop. The
-        window is planned again every ``lookahead // 4`` steps (the units of each handed-out step
-        are promised at once)."""
+        window (:meth:`_window_stop`) is planned again every ``lookahead // 4`` steps (16 with
+        ``lookahead=None``; the units of each handed-out step are promised at once)."""
         lo = min(delivered, step)
         sched = self._schedule
         replan = sched is None or step >= self._replan_at or lo < sched.first or step not in self._units
         if sched is None or replan:
             for s in [s for s in self._units if s < lo]:
                 del self._units[s]
-            units = []
-            for s in range(lo, step + self.config.lookahead):
-                u = self._units.get(s)
-                if u is None:
-                    u = self._units[s] = step_units(self._records_of(s), self._starts)
-                units.append(u)
+            units = [self._step_units(s) for s in range(lo, self._window_stop(lo, step))]
             sched = ReadSchedule(lo, tuple(units))
-            self._replan_at = step + max(1, self.config.lookahead // 4)
+            self.stats["window_steps"] = max(self.stats["window_steps"], sched.stop - step)
+            self._replan_at = step + max(1, self.config.steps // 4)
         wake = replan
         with self._cond:
             if self._progress is not None and delivered > self._progress.step:
@@ -274,6 +286,27 @@ class Prefetcher:
                 for u in sched.order.tolist()
             ):
                 self._cond.notify_all()  # something to fetch (a wake-up costs the loop the GIL)
+
+    def _step_units(self, s: int) -> np.ndarray:
+        """The fetch units step ``s`` reads, in order of first need (computed once per pass)."""
+        u = self._units.get(s)
+        if u is None:
+            u = self._units[s] = step_units(self._records_of(s), self._starts)
+        return u
+
+    def _window_stop(self, lo: int, step: int) -> int:
+        """The step after the window planned from ``lo`` when step ``step`` is handed out: ``step +
+        lookahead``, or, with ``lookahead=None``, sized by bytes (:func:`.depth.window_steps`: at
+        least 64 steps ahead; further within the epoch while the window's units take at most half of
+        ``cache_bytes``)."""
+        floor = step + self.config.steps
+        end = self._epoch_end
+        if self.config.lookahead is not None or end is None or end <= floor:
+            return floor
+        most = min(end, step + MAX_STEPS)
+        limit = int(self.config.cache_bytes * DEPTH_SHARE)
+        steps = (self._step_units(s) for s in range(lo, most))
+        return lo + window_steps(steps, self._sizes, floor - lo, most - lo, limit)
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no fetch is in flight (at most ``timeout`` seconds); whether it is idle."""
@@ -366,7 +399,7 @@ class Prefetcher:
         """Under the lock, ``u``'s bytes counted: ``u`` with the neighbouring units read by the same
         request (the module docstring's rule), their bytes counted too; in file order."""
         run, total = [u], self._sizes[u] or 0
-        horizon = when + max(1, self.config.lookahead // 4)
+        horizon = when + max(1, self.config.steps // 4)
         for direction in (1, -1):
             k = u
             while True:
