@@ -64,6 +64,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from resumable_data.loader import torch_compat
 from resumable_data.loader.fetch import NumpyBatch
 
 __all__ = ["MAX_SLOTS", "SLOT_MIN_BYTES", "Wire", "WorkerCollate", "forget", "pack", "prepare_main", "slot_name"]
@@ -310,13 +311,25 @@ class WorkerCollate:
         _pools += 1
         self.main_pid, self.pool = os.getpid(), _pools
 
-    def __call__(self, item: Any) -> tuple[int, Any, int, int]:
-        """``item``: the fetcher's ``(step, batch, tokens, samples)`` (torch, with ``batch_size=None``, passes
-        one dataset item; it types ``collate_fn`` for lists)."""
+    def __call__(self, item: Any) -> Any:
+        """``item``: the fetcher's ``(step, batch, tokens, samples)``, or for a request of several steps
+        (:mod:`.step_groups`) a list of those and of torch's exception wrappers (a failed step),
+        each packed on its own: a batch that does not pack is that step's error (torch, with
+        ``batch_size=None``, passes one dataset item; it types ``collate_fn`` for lists)."""
         if get_worker_info() is None:
             return item
-        step, batch, tokens, samples = item
-        return step, pack(batch, self.main_pid, self.pool), tokens, samples
+        if type(item) is not list:
+            step, batch, tokens, samples = item
+            return step, pack(batch, self.main_pid, self.pool), tokens, samples
+        out: list[Any] = []
+        for one in item:
+            if type(one) is tuple:
+                try:
+                    one = (one[0], pack(one[1], self.main_pid, self.pool), one[2], one[3])
+                except Exception:  # that step's error, re-raised when the loop reaches it
+                    one = torch_compat.worker_exception()
+            out.append(one)
+        return out
 
 
 # -- the main side -------------------------------------------------------------------------------
