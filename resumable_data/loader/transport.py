@@ -45,7 +45,8 @@ A slot that cannot be mapped (its worker died and the name was swept) raises
 Cost: worker: one ``memcpy`` of the payloads into memory already mapped (plus the pickle of
 the structure for batches that are not flat dicts); main: a few small objects per batch, no
 copy and no system call in the steady state. Shared memory held: about ``prefetch_factor + 2``
-slots per worker, each the size of a batch rounded up to a power of two.
+slots per worker (``prefetch_factor * 4 + 4`` where requests carry four steps, :mod:`.step_groups`),
+each the size of a batch rounded up to a power of two.
 """
 
 from __future__ import annotations
