@@ -35,6 +35,8 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
+from torch.utils.data import Dataset
+
 from resumable_data.loader import torch_compat
 from resumable_data.loader.fetch_mode import FetchMode
 
@@ -76,7 +78,7 @@ class GroupedSampler:
             yield group
 
 
-class GroupedFetcher:
+class GroupedFetcher(Dataset):
     """``fetcher[[request, ...]]``: the step fetcher's result for each request, in order; a step
     whose fetch raises is torch's ``ExceptionWrapper`` in its place. ``dataset`` is the user's
     dataset (what ``get_worker_info().dataset`` shows)."""
