@@ -266,14 +266,15 @@ class DataLoader:
             cfg.plan.seed
         )  # torch draws a base seed per iter(): never the global one
         # with workers, a request may carry several steps (fewer messages per batch; same batches)
-        steps = steps_per_request(cfg.mode, cfg.transform, num_workers, timeout)
+        user_code = cfg.collate_fn is not None or cfg.arrow_collate is not None or cfg.transform is not None
+        steps = steps_per_request(cfg.mode, user_code, num_workers, timeout)
         sampler = StepSampler(self._ledger, self._read_ahead)
         self._torch = tud.DataLoader(
             self._fetcher if steps == 1 else GroupedFetcher(self._fetcher),
             batch_size=None,
             sampler=sampler if steps == 1 else GroupedSampler(sampler, steps),
             num_workers=num_workers,
-            collate_fn=WorkerCollate(),
+            collate_fn=WorkerCollate(ahead=(prefetch_factor or 2) * steps if num_workers else 0),
             pin_memory=pin_memory,
             timeout=timeout,
             worker_init_fn=torch_compat.WorkerInit(worker_init_fn),

@@ -4,6 +4,7 @@ worker count."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import types
 
@@ -20,13 +21,13 @@ from tests.loader.conftest import canon
 
 def test_the_rule_groups_only_rd_gathers_with_workers_and_no_timeout():
     assert STEPS_PER_REQUEST > 1
-    assert steps_per_request(FetchMode.ARROW, None, 2, 0) == STEPS_PER_REQUEST
-    assert steps_per_request(FetchMode.PACKED, None, 1, 0) == STEPS_PER_REQUEST
-    assert steps_per_request(FetchMode.ARROW, None, 0, 0) == 1  # no workers: no requests at all
-    assert steps_per_request(FetchMode.ARROW, None, 2, 5.0) == 1  # a timeout bounds the wait for one batch
-    assert steps_per_request(FetchMode.ARROW, lambda r: r, 2, 0) == 1  # per-sample user code
-    assert steps_per_request(FetchMode.GETITEM, None, 2, 0) == 1
-    assert steps_per_request(FetchMode.GETITEMS, None, 2, 0) == 1
+    assert steps_per_request(FetchMode.ARROW, False, 2, 0) == STEPS_PER_REQUEST
+    assert steps_per_request(FetchMode.PACKED, False, 1, 0) == STEPS_PER_REQUEST
+    assert steps_per_request(FetchMode.ARROW, False, 0, 0) == 1  # no workers: no requests at all
+    assert steps_per_request(FetchMode.ARROW, False, 2, 5.0) == 1  # a timeout bounds the wait for one batch
+    assert steps_per_request(FetchMode.ARROW, True, 2, 0) == 1  # collate_fn, arrow_collate or transform
+    assert steps_per_request(FetchMode.GETITEM, False, 2, 0) == 1
+    assert steps_per_request(FetchMode.GETITEMS, False, 2, 0) == 1
 
 
 def test_the_loader_gives_torch_grouped_requests_where_the_rule_says(shards):
@@ -65,17 +66,16 @@ def test_resume_at_any_step_under_any_worker_count_is_exact(shards, save_workers
     assert [head + [canon(b) for b in resumed], [canon(b) for b in resumed]] == ref
 
 
-class FailOn:
-    """An ``arrow_collate`` that raises for the batch whose first id is ``bad``."""
+_BAD = [-1]  # the first record id of the batch whose gather fails (set before the workers fork)
 
-    def __init__(self, bad: int) -> None:
-        self.bad = bad
 
-    def __call__(self, table):
-        ids = table["id"].to_numpy()
-        if int(ids[0]) == self.bad:
-            raise ValueError(f"bad batch starting at id {self.bad}")
-        return {"id": torch.from_numpy(ids.copy())}
+def _failing_take_numpy(real):
+    def take_numpy(self, record_ids, pad_value=0):
+        if int(np.asarray(record_ids)[0]) == _BAD[0]:
+            raise ValueError(f"bad batch starting at id {_BAD[0]}")
+        return real(self, record_ids, pad_value)
+
+    return take_numpy
 
 
 def _outcomes(loader):
@@ -90,15 +90,20 @@ def _outcomes(loader):
             out.append(("error", type(e).__name__))
 
 
-@pytest.mark.parametrize("failing_step", [0, 1, 3, 5])
-def test_a_failing_step_is_raised_at_its_turn_and_the_pass_goes_on(shards, failing_step):
-    plain = rd.DataLoader(shards, batch_size=8, shuffle=True, seed=4, arrow_collate=FailOn(-1))
-    bad = int([b["id"][0] for b in plain][failing_step])
-    make = lambda w: rd.DataLoader(shards, batch_size=8, shuffle=True, seed=4, num_workers=w, arrow_collate=FailOn(bad))
-    assert isinstance(make(2)._torch.sampler, GroupedSampler)
-    ref = _outcomes(make(0))
-    assert ref[0][failing_step] == ("error", "ValueError")
-    assert _outcomes(make(2)) == ref
+@pytest.mark.parametrize("failing_step", [0, 1, 3, 9])
+def test_a_failing_step_is_raised_at_its_turn_and_the_pass_goes_on(shards, failing_step, monkeypatch):
+    make = lambda w: rd.DataLoader(shards, batch_size=8, shuffle=True, seed=4, num_workers=w)
+    bad = int([b["id"][0] for b in make(0)][failing_step])
+    loaders = {w: make(w) for w in (0, 2)}  # built (and warmed up) before the gather is made to fail
+    assert isinstance(loaders[2]._torch.sampler, GroupedSampler)
+    monkeypatch.setattr(rd.ArrowShards, "take_numpy", _failing_take_numpy(rd.ArrowShards.take_numpy))
+    _BAD[0] = bad
+    try:
+        ref = _outcomes(loaders[0])
+        assert ref[0][failing_step] == ("error", "ValueError") and len(ref[0]) > 2 * STEPS_PER_REQUEST
+        assert _outcomes(loaders[2]) == ref
+    finally:
+        _BAD[0] = -1
 
 
 def test_a_step_that_does_not_pack_is_that_steps_error(monkeypatch):
@@ -131,3 +136,19 @@ def test_a_fetch_error_is_kept_in_its_place():
     got = step_groups.GroupedFetcher(Fetcher())[[0, 1, 2]]
     assert got[0] == (0, None, 0, 1) and got[2] == (2, None, 0, 1)
     assert torch_compat.is_exception(got[1]) and got[1].exc_type is KeyError
+
+
+def test_a_worker_gets_slots_for_every_batch_it_holds_ahead(shards, monkeypatch):
+    assert rd.DataLoader(shards, batch_size=8, num_workers=2)._torch.collate_fn.ahead == 2 * STEPS_PER_REQUEST
+    assert (
+        rd.DataLoader(shards, batch_size=8, num_workers=2, prefetch_factor=3)._torch.collate_fn.ahead
+        == 3 * STEPS_PER_REQUEST
+    )
+    assert rd.DataLoader(shards, batch_size=8, num_workers=2, timeout=30)._torch.collate_fn.ahead == 2
+    monkeypatch.setattr(transport, "MAX_SLOTS", 2)
+    monkeypatch.setattr(transport, "_ring", None)
+    big = {"x": np.zeros(20_000, dtype=np.int64)}  # over SLOT_MIN_BYTES: a slot when one is free
+    kept = [pickle.loads(pickle.dumps(transport.pack(big, os.getpid(), max_slots=3))) for _ in range(3)]
+    assert transport.pack(big, os.getpid(), max_slots=3).rebuild is transport._from_inline  # 3 busy
+    assert transport.pack(big, os.getpid(), max_slots=4).rebuild is transport._from_slot
+    del kept
