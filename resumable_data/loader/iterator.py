@@ -15,7 +15,7 @@ again (a transient error may succeed); once the next batch is delivered the curs
 
 Transport. With workers, a batch reaches this process through :mod:`.transport` (reused
 shared-memory slots, or inline bytes when small); requests and results skip the queues' feeder
-threads (:mod:`.torch_compat`); where batches are rd's own gathers a request carries up to eight
+threads (:mod:`.torch_compat`); where batches are rd's own gathers a request carries up to four
 steps, handed to the loop one at a time (:mod:`.step_groups`). Batches are the same objects at
 every worker count.
 

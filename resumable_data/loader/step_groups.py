@@ -13,7 +13,7 @@ an ``rd.ArrowShards`` or ``rd.Mixture`` dataset, packed or not, with the default
 ``DataLoader`` is given :class:`GroupedSampler` (each request is a list of up to
 :data:`STEPS_PER_REQUEST` consecutive requests of the step sampler, never past the pass's end)
 and :class:`GroupedFetcher` (a list of requests gives the list of the step fetcher's results, in
-order). One message then carries up to eight batches each way.
+order). One message then carries up to four batches each way.
 A step whose fetch (or packing, :class:`~.transport.WorkerCollate`) raises becomes torch's
 ``ExceptionWrapper`` in its place in the list, and the rest of the request is still fetched: the
 main process (:class:`Ungrouped`) re-raises it when the loop reaches that step and delivers the
@@ -28,7 +28,7 @@ whose batches may be large, requests stay one step each). With ``timeout`` set, 
 step each, so the timeout still bounds the wait for one batch.
 
 Cost. Main process: one list per request and a ``deque`` pop per batch; a worker: one
-``try`` per step. A pass's first batch waits for its request's (up to eight) batches.
+``try`` per step. A pass's first batch waits for its request's (up to four) batches.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ from resumable_data.loader.fetch_mode import FetchMode
 __all__ = ["STEPS_PER_REQUEST", "GroupedFetcher", "GroupedSampler", "Ungrouped", "steps_per_request"]
 
 #: Steps per worker request where batches are rd's own gathers (measured on 2 CPUs, 2 workers,
-#: prefetch_factor=2: CPU per batch in the main process and the workers fell from 0.106 / 0.304 ms
-#: at 1 to 0.064 / 0.248 at 4 and 0.039 / 0.153 at 8; 16 gained nothing more)
-STEPS_PER_REQUEST = 8
+#: prefetch_factor=2, whole passes: CPU per batch in the main process and the workers 0.086 / 0.322 ms
+#: at 1, 0.042 / 0.228 at 4, 0.037 / 0.308 at 8, at load 15; docs/performance.md)
+STEPS_PER_REQUEST = 4
 
 
 def steps_per_request(mode: FetchMode, user_code: bool, num_workers: int, timeout: float) -> int:

@@ -46,7 +46,7 @@ A slot that cannot be mapped (its worker died and the name was swept) raises
 Cost: worker: one ``memcpy`` of the payloads into memory already mapped (plus the pickle of
 the structure for batches that are not flat dicts); main: a few small objects per batch, no
 copy and no system call in the steady state. Shared memory held: about ``prefetch_factor + 2``
-slots per worker (``prefetch_factor * 8 + 8`` where requests carry eight steps, :mod:`.step_groups`),
+slots per worker (``prefetch_factor * 4 + 4`` where requests carry four steps, :mod:`.step_groups`),
 each the size of a batch rounded up to a power of two.
 """
 
