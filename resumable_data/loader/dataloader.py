@@ -46,6 +46,7 @@ from resumable_data.loader.read_ahead import start_read_ahead
 from resumable_data.loader.resolve import resolve_config
 from resumable_data.loader.restore import validate_restore
 from resumable_data.loader.state import CommitMode, Cursor, LoaderState, OnBatchChange, OnUncommitted
+from resumable_data.loader.step_groups import GroupedFetcher, GroupedSampler, steps_per_request
 from resumable_data.loader.stream import StepInfo, describe_step, make_stream
 from resumable_data.loader.translate import torch_views
 from resumable_data.loader.transport import WorkerCollate
@@ -264,12 +265,16 @@ class DataLoader:
         private = torch.Generator().manual_seed(
             cfg.plan.seed
         )  # torch draws a base seed per iter(): never the global one
+        # with workers, a request may carry several steps (fewer messages per batch; same batches)
+        user_code = cfg.collate_fn is not None or cfg.arrow_collate is not None or cfg.transform is not None
+        steps = steps_per_request(cfg.mode, user_code, num_workers, timeout)
+        sampler = StepSampler(self._ledger, self._read_ahead)
         self._torch = tud.DataLoader(
-            self._fetcher,
+            self._fetcher if steps == 1 else GroupedFetcher(self._fetcher),
             batch_size=None,
-            sampler=StepSampler(self._ledger, self._read_ahead),
+            sampler=sampler if steps == 1 else GroupedSampler(sampler, steps),
             num_workers=num_workers,
-            collate_fn=WorkerCollate(),
+            collate_fn=WorkerCollate(ahead=(prefetch_factor or 2) * steps if num_workers else 0),
             pin_memory=pin_memory,
             timeout=timeout,
             worker_init_fn=torch_compat.WorkerInit(worker_init_fn),

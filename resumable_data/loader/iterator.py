@@ -15,7 +15,9 @@ again (a transient error may succeed); once the next batch is delivered the curs
 
 Transport. With workers, a batch reaches this process through :mod:`.transport` (reused
 shared-memory slots, or inline bytes when small); requests and results skip the queues' feeder
-threads (:mod:`.torch_compat`). Batches are the same objects at every worker count.
+threads (:mod:`.torch_compat`); where batches are rd's own gathers a request carries up to four
+steps, handed to the loop one at a time (:mod:`.step_groups`). Batches are the same objects at
+every worker count.
 
 Worker faults. A worker that dies or hangs surfaces as :class:`rd.WorkerError` (torch's error as
 its ``__cause__``), with the cursor counting only what reached the loop, so the state saved after
@@ -35,6 +37,7 @@ from resumable_data.loader.collate import to_torch
 from resumable_data.loader.fetch import NumpyBatch, StepFetcher
 from resumable_data.loader.ledger import ProgressLedger
 from resumable_data.loader.state import CommitMode
+from resumable_data.loader.step_groups import GroupedSampler, Ungrouped
 
 __all__ = ["LoaderIterator"]
 
@@ -93,7 +96,8 @@ class LoaderIterator:
             torch_compat.widen_result_pipe(self._it)  # small batches cross the pipe in one write
             torch_compat.synchronous_index_queues(self._it)  # no feeder threads fighting for the GIL
             torch_compat.on_pool_exit(self._it, transport.forget)  # unmap/unlink the pool's slots
-            self._next = torch_compat.next_batch
+            grouped = isinstance(torch_loader.sampler, GroupedSampler)  # requests of several steps
+            self._next = Ungrouped(torch_compat.next_batch) if grouped else torch_compat.next_batch
         self._closed = False
         self._exhausted = False  # ended by StopIteration: later next() calls raise it again
 

@@ -32,6 +32,8 @@ calls ``init_fn(worker_id)`` with its result queue in the local ``data_queue``;
 ``DataLoader._iterator`` (the pass a persistent-workers loader reuses);
 torch's message texts for dead and hung workers ("exited unexpectedly", "killed by signal",
 "DataLoader timed out after") and for a dataset error re-raised from a worker ("Caught ...").
+``torch._utils.ExceptionWrapper`` (what a worker sends for a failed batch; :func:`worker_exception`
+makes one for one step of a request that carries several, :mod:`.step_groups`);
 ``torch.utils.data._utils.worker.WorkerInfo`` (made read-only by its ``__setattr__``): in a
 worker, :class:`WorkerInit` points ``get_worker_info().dataset`` at the user's dataset instead of
 rd's fetcher, as torch's DataLoader would. ``default_collate`` / ``default_convert`` are re-exported from their public ``torch.utils.data``
@@ -60,6 +62,7 @@ import weakref
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
+from torch._utils import ExceptionWrapper
 from torch.utils.data import DataLoader, default_collate, default_convert, get_worker_info
 from torch.utils.data._utils import signal_handling as _signal_handling
 from torch.utils.data._utils.collate import collate, collate_float_fn, collate_int_fn, default_collate_fn_map
@@ -77,6 +80,7 @@ __all__ = [
     "default_convert",
     "drop_persistent_iterator",
     "install_sigchld_handler",
+    "is_exception",
     "is_multiprocess_iter",
     "killed_by_signal",
     "next_batch",
@@ -84,6 +88,7 @@ __all__ = [
     "shutdown_workers",
     "synchronous_index_queues",
     "widen_result_pipe",
+    "worker_exception",
     "worker_fault",
 ]
 
@@ -120,6 +125,19 @@ class WorkerInit:
                 q.put = _sync_put(q)  # results leave without a feeder-thread hand-off
         if self.user_fn is not None:
             self.user_fn(worker_id)
+
+
+def worker_exception() -> Any:
+    """The exception being handled, as torch's worker sends one (``ExceptionWrapper``, "in DataLoader
+    worker process N"; "in the main process" outside a worker): its ``reraise()`` raises it again
+    with torch's text and traceback, wherever it is unpickled."""
+    info = get_worker_info()
+    return ExceptionWrapper(where="in the main process" if info is None else f"in DataLoader worker process {info.id}")
+
+
+def is_exception(obj: Any) -> bool:
+    """Whether ``obj`` is an exception a worker sent (:func:`worker_exception`, torch's ``ExceptionWrapper``)."""
+    return isinstance(obj, ExceptionWrapper)
 
 
 def worker_processes(it: Any) -> list:

@@ -26,7 +26,8 @@ the batch's arrays and tensors as views of the slot, without a copy. The views' 
 in one object per delivered batch whose finalizer clears the slot's busy byte when the batch's
 last view dies; only then does the worker reuse the slot. A worker takes the first free slot
 large enough, regrows a free slot that is too small (a new generation under a new name), or
-adds one; with :data:`MAX_SLOTS` busy (a loop that keeps many batches alive) it sends inline.
+adds one; with :data:`MAX_SLOTS` busy beyond the batches it may hold ahead (``prefetch_factor``
+times the steps a request carries: a loop that keeps many batches alive) it sends inline.
 Slots reserve their pages when created (``posix_fallocate``), so a full ``/dev/shm`` makes that
 batch travel inline instead of killing the worker with ``SIGBUS``.
 
@@ -45,7 +46,8 @@ A slot that cannot be mapped (its worker died and the name was swept) raises
 Cost: worker: one ``memcpy`` of the payloads into memory already mapped (plus the pickle of
 the structure for batches that are not flat dicts); main: a few small objects per batch, no
 copy and no system call in the steady state. Shared memory held: about ``prefetch_factor + 2``
-slots per worker, each the size of a batch rounded up to a power of two.
+slots per worker (``prefetch_factor * 4 + 4`` where requests carry four steps, :mod:`.step_groups`),
+each the size of a batch rounded up to a power of two.
 """
 
 from __future__ import annotations
@@ -64,12 +66,13 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from resumable_data.loader import torch_compat
 from resumable_data.loader.fetch import NumpyBatch
 
 __all__ = ["MAX_SLOTS", "SLOT_MIN_BYTES", "Wire", "WorkerCollate", "forget", "pack", "prepare_main", "slot_name"]
 
 SLOT_MIN_BYTES = 64 * 1024  #: payloads under this travel inline in the pickle
-MAX_SLOTS = 16  #: busy slots per worker beyond which a batch travels inline
+MAX_SLOTS = 16  #: busy slots per worker, beyond those for the batches it holds ahead, past which a batch travels inline
 _HEADER = 64  # bytes before the first payload: byte 0 is the busy flag
 _ALIGN = 64
 _FREE, _BUSY = 0, 1
@@ -137,9 +140,11 @@ class _Ring:
         self.main_pid = main_pid
         self.slots: list[tuple[int, _Segment]] = []  # (generation, segment)
 
-    def acquire(self, need: int) -> tuple[int, int, _Segment] | None:
+    def acquire(self, need: int, limit: int | None = None) -> tuple[int, int, _Segment] | None:
         """A free slot of at least ``need`` bytes, marked busy: ``(index, gen, segment)``; None
-        when :data:`MAX_SLOTS` are busy. Raises ``OSError`` when a new segment does not fit."""
+        when ``limit`` (default :data:`MAX_SLOTS`) slots are busy. Raises ``OSError`` when a new segment
+        does not fit."""
+        limit = MAX_SLOTS if limit is None else limit
         grow = None
         for i, (gen, shm) in enumerate(self.slots):
             if shm.view[0] == _FREE:
@@ -147,7 +152,7 @@ class _Ring:
                     shm.view[0] = _BUSY
                     return i, gen, shm
                 grow = i if grow is None else grow
-        if grow is None and len(self.slots) >= MAX_SLOTS:
+        if grow is None and len(self.slots) >= limit:
             return None
         index = len(self.slots) if grow is None else grow
         gen = 0 if grow is None else self.slots[grow][0] + 1
@@ -268,15 +273,16 @@ def _rebuild(header: Any, buffers: list[np.ndarray]) -> Any:
     return out
 
 
-def pack(batch: Any, main_pid: int, pool: int = 0) -> Wire:
+def pack(batch: Any, main_pid: int, pool: int = 0, max_slots: int | None = None) -> Wire:
     """``batch`` as a :class:`Wire`: its structure pickled, its payloads in a slot or inline;
-    ``pool`` is the main process's number for the worker pool this worker belongs to."""
+    ``pool`` is the main process's number for the worker pool this worker belongs to;
+    ``max_slots`` the busy slots past which it travels inline (default :data:`MAX_SLOTS`)."""
     header, raws = _structure(batch)
     total = sum(_aligned(r.nbytes) for r in raws)
     got = None
     if total >= SLOT_MIN_BYTES:
         try:
-            got = _worker_ring(main_pid).acquire(_HEADER + total)
+            got = _worker_ring(main_pid).acquire(_HEADER + total, max_slots)
         except OSError:  # no room for a new segment (/dev/shm full): this batch travels inline
             got = None
     if got is None:
@@ -297,11 +303,14 @@ class WorkerCollate:
     """The ``collate_fn`` rd gives torch's ``DataLoader``: the fetcher's ``(step, batch, tokens,
     samples)`` unchanged in the main process; in a worker, the batch packed (:func:`pack`).
     ``main_pid`` is the process that reads the batches and ``pool`` its number for the worker
-    pool (both set by :meth:`new_pool` when a pass starts its workers)."""
+    pool (both set by :meth:`new_pool` when a pass starts its workers); ``ahead`` the batches a
+    worker may hold ahead (``prefetch_factor`` times the steps a request carries), which get
+    slots on top of :data:`MAX_SLOTS`."""
 
-    def __init__(self) -> None:
+    def __init__(self, ahead: int = 0) -> None:
         self.main_pid = os.getpid()
         self.pool = 0
+        self.ahead = ahead
 
     def new_pool(self) -> None:
         """Before a pass starts a worker pool: this process reads its batches, under a new number
@@ -310,13 +319,25 @@ class WorkerCollate:
         _pools += 1
         self.main_pid, self.pool = os.getpid(), _pools
 
-    def __call__(self, item: Any) -> tuple[int, Any, int, int]:
-        """``item``: the fetcher's ``(step, batch, tokens, samples)`` (torch, with ``batch_size=None``, passes
-        one dataset item; it types ``collate_fn`` for lists)."""
+    def __call__(self, item: Any) -> Any:
+        """``item``: the fetcher's ``(step, batch, tokens, samples)``, or for a request of several steps
+        (:mod:`.step_groups`) a list of those and of torch's exception wrappers (a failed step),
+        each packed on its own: a batch that does not pack is that step's error (torch, with
+        ``batch_size=None``, passes one dataset item; it types ``collate_fn`` for lists)."""
         if get_worker_info() is None:
             return item
-        step, batch, tokens, samples = item
-        return step, pack(batch, self.main_pid, self.pool), tokens, samples
+        if type(item) is not list:
+            step, batch, tokens, samples = item
+            return step, pack(batch, self.main_pid, self.pool, MAX_SLOTS + self.ahead), tokens, samples
+        out: list[Any] = []
+        for one in item:
+            if type(one) is tuple:
+                try:
+                    one = (one[0], pack(one[1], self.main_pid, self.pool, MAX_SLOTS + self.ahead), one[2], one[3])
+                except Exception:  # that step's error, re-raised when the loop reaches it
+                    one = torch_compat.worker_exception()
+            out.append(one)
+        return out
 
 
 # -- the main side -------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ the messages torch really produces for a killed, a hung and a failing worker."""
 
 import inspect
 import os
+import pickle
 import signal
 import time
 
@@ -60,6 +61,14 @@ def test_the_private_names_exist_with_the_expected_shape():
     assert torch_compat.default_collate_fn_map[int] is torch_compat.collate_int_fn
     assert torch_compat.default_collate_fn_map[float] is torch_compat.collate_float_fn
     assert torch_compat.collate([3, 4], collate_fn_map=torch_compat.default_collate_fn_map).tolist() == [3, 4]
+    # a failed step of a request of several steps travels as torch's ExceptionWrapper (torch._utils)
+    try:
+        raise KeyError("step 3")
+    except KeyError:
+        wrapped = pickle.loads(pickle.dumps(torch_compat.worker_exception()))
+    assert torch_compat.is_exception(wrapped) and not torch_compat.is_exception(KeyError())
+    with pytest.raises(KeyError, match="Caught KeyError in the main process"):
+        wrapped.reraise()
 
 
 def test_iterators_are_told_apart_and_shut_down():

@@ -202,8 +202,8 @@ def test_slots_are_unlinked_and_unmapped_once_the_loader_is_gone(persistent):
 
 
 def _lose_the_slot(real):
-    def pack(batch, main_pid, pool=0):
-        wire = real(batch, main_pid, pool)
+    def pack(batch, main_pid, pool=0, max_slots=None):
+        wire = real(batch, main_pid, pool, max_slots)
         if wire.rebuild is transport._from_slot and torch.utils.data.get_worker_info().id == 0:
             from multiprocessing import shared_memory
 
@@ -239,7 +239,7 @@ def test_arrow_batches_through_slots_keep_their_types(tmp_path):
 def _die_after_packing(real):
     armed = []  # per process (each worker has its copy): worker 0 arms the kill once
 
-    def pack(batch, main_pid, pool=0):
+    def pack(batch, main_pid, pool=0, max_slots=None):
         if armed:
             # the kill is armed: this worker packs nothing more, so it dies while the loader still
             # waits for its batches, however fast the epoch would otherwise end (it used to finish
@@ -247,7 +247,7 @@ def _die_after_packing(real):
             import time
 
             time.sleep(60)
-        wire = real(batch, main_pid, pool)
+        wire = real(batch, main_pid, pool, max_slots)
         info = torch.utils.data.get_worker_info()
         if wire.rebuild is transport._from_slot and info.id == 0:
             import signal
