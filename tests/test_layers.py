@@ -26,7 +26,7 @@ ROOT = PACKAGE.parent
 
 SHARED = {"resumable_data.errors", "resumable_data._schema", "resumable_data._io", "resumable_data.labels",
           "resumable_data._cache", "resumable_data._version"}
-FACES = {"resumable_data.cli", "resumable_data.cli_check", "resumable_data.testing", "resumable_data.demo",
+FACES = {"resumable_data.cli", "resumable_data.__main__", "resumable_data.cli_check", "resumable_data.testing", "resumable_data.demo",
          "resumable_data.demo_train", "resumable_data.distributed", "resumable_data.instrument",
          "resumable_data.cli_pin", "resumable_data.cli_view", "resumable_data.cli_inspect", "resumable_data.cli_prepare", "resumable_data.batch_digest",
          # optional framework integrations (the `integrations` extra), imported by nothing in the core
