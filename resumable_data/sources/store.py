@@ -148,7 +148,8 @@ class ShardStore(Protocol):
 
     def read_at(self, path: Any, f: pa.NativeFile, length: int, offset: int) -> bytes:
         """``f.read_at(length, offset)`` of ``path``, a file this store opened as ``f``, refusing fewer bytes than
-        asked where the store's reader cannot tell (``ValueError``: a short body on S3). Not for
+        asked where the store's reader cannot tell (a short body on S3: :class:`~resumable_data.DatasetIntegrityError`
+        naming the object, never read as a damaged shard's bytes). Not for
         a handle other threads read at the same time (remote: it seeks)."""
 
     def retrying(self, path: Any, operation: str, fn: Callable[[], T]) -> T:
@@ -357,10 +358,22 @@ class FileSystemStore:
         return sorted(posixpath.relpath(i.path, base) for i in infos if i.type == pafs.FileType.File)
 
     def open_input_file(self, path: Any) -> pa.NativeFile:
-        return self.retrying(path, "open", lambda: self.filesystem.open_input_file(self.resolve(path)))
+        return self._opening(path, lambda where: self.filesystem.open_input_file(where))
 
     def open_input_stream(self, path: Any) -> pa.NativeFile:
-        return self.retrying(path, "open", lambda: self.filesystem.open_input_stream(self.resolve(path)))
+        return self._opening(path, lambda where: self.filesystem.open_input_stream(where))
+
+    def _opening(self, path: Any, fn: Callable[[str], pa.NativeFile]) -> pa.NativeFile:
+        """``fn(path)`` (one HEAD on S3), retried; a refusal for good (an object gone, no permission) is
+        the rd error naming the object (:func:`_refused`), never a raw ``OSError`` that a caller reading
+        the shard's bytes would report as a damaged shard (with a fix that removes a good file)."""
+        where = self.resolve(path)
+        try:
+            return self.retrying(path, "open", lambda: fn(where))
+        except ResumableDataError:
+            raise
+        except OSError as exc:  # not transient: retrying cannot fix it
+            raise _refused(where, "open (HEAD)", exc) from exc
 
     def open_exact(self, path: Any) -> pa.NativeFile:
         where = self.resolve(path)
@@ -378,13 +391,20 @@ class FileSystemStore:
         return FileIdentity(st.size, round(st.mtime * 1e9) if st.mtime is not None else None, etag=st.etag)
 
     def read_small(self, path: Any, max_bytes: int) -> bytes | None:
+        where = self.resolve(path)
+
         def read() -> bytes | None:
             try:
-                f = self.filesystem.open_input_stream(self.resolve(path))
+                f = self.filesystem.open_input_file(where)
             except FileNotFoundError:
                 return None
-            with f:
-                return f.read(max_bytes + 1)
+            with f:  # read refusing a short body (a stream's read(n) returns n bytes whatever was sent:
+                # a manifest cut short parsed with the reader's buffer for its tail, "damaged, re-pin it")
+                n = min(f.size(), max_bytes + 1)
+                data = _read_exact(f, 0, n)
+            if data is None:
+                raise _short_body(where, 0, n, "fewer")
+            return bytes(data)
 
         try:
             data = self.retrying(path, "read", read)
@@ -449,10 +469,7 @@ class FileSystemStore:
                 raise  # the caller's retrying() retries it
             raise _refused(self.resolve(path), f"read of bytes [{offset}, {offset + length})", exc) from exc
         if data is None:
-            raise ValueError(
-                f"{self.resolve(path)!r}: the store sent fewer than the {length} bytes asked at offset {offset} (a short body: "
-                "the store, or a proxy in front of it, cut the answer short)"
-            )
+            raise _short_body(self.resolve(path), offset, length, "fewer")
         return data
 
     def read_range_open(self, path: Any, f: pa.NativeFile, offset: int, length: int) -> bytes:
@@ -502,17 +519,7 @@ class FileSystemStore:
                         )
                 data = _read_exact(f, offset, length)
             if data is None or len(data) != length:
-                got = "fewer" if data is None else str(len(data))
-                raise DatasetIntegrityError(
-                    describe(
-                        "path",
-                        where,
-                        f"{length} bytes at offset {offset} (got {got}: the store answered with a "
-                        "shorter body, or the object is shorter than its pinned layout)",
-                        "restore the object, or re-pin deliberately with rd.pin(prefix, filesystem=...); "
-                        "if the object is intact, the store (or a proxy in front of it) cut the answer short",
-                    )
-                )
+                raise _short_body(where, offset, length, "fewer" if data is None else str(len(data)))
             return data
 
         operation = f"read of bytes [{offset}, {offset + length})"
@@ -619,6 +626,20 @@ def _read_exact(f: pa.NativeFile, offset: int, length: int) -> bytes | None:
 
 #: How pyarrow's S3 errors name an object that is not there (matched lowercased).
 _GONE = ("no_such_key", "nosuchkey", "resource_not_found", "http status 404")
+
+
+def _short_body(where: str, offset: int, length: int, got: str) -> DatasetIntegrityError:
+    """The error for a read answered with fewer bytes than asked (a short body)."""
+    return DatasetIntegrityError(
+        describe(
+            "path",
+            where,
+            f"{length} bytes at offset {offset} (got {got}: the store answered with a shorter body, or the "
+            "object is shorter than its pinned layout)",
+            "restore the object, or re-pin deliberately with rd.pin(prefix, filesystem=...); "
+            "if the object is intact, the store (or a proxy in front of it) cut the answer short",
+        )
+    )
 
 
 def _refused(where: str, operation: str, exc: OSError) -> ResumableDataError:
