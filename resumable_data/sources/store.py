@@ -456,7 +456,12 @@ class FileSystemStore:
                     offset += n
             return h.hexdigest()
 
-        return self.retrying(path, "hash", digest)
+        try:
+            return self.retrying(path, "hash", digest)
+        except ResumableDataError:
+            raise
+        except OSError as exc:  # not transient (no permission, gone): the store's error, not a raw OSError
+            raise _refused(where, "read while hashing it", exc) from exc
 
     def read_range(self, path: Any, offset: int, length: int) -> bytes:
         return self.read_range_checked(path, offset, length, None)

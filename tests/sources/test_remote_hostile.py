@@ -310,6 +310,20 @@ def test_hashing_refuses_a_short_body(data, hostile, fmt):
         rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST, verify="content")
 
 
+@pytest.mark.parametrize("status", [403, 404])
+def test_hashing_through_a_store_that_refuses_is_an_rd_error(data, hostile, status):
+    """verify="content" (and "cached" where an ETag changed) hashes every byte: a store refusing those
+    reads raised the raw OSError out of rd.ArrowShards (pin read the metadata first and was covered)."""
+    _, prefix = data["arrow"]
+    cls, code = (rd.StoreUnavailableError, "AccessDenied") if status == 403 else (rd.DatasetIntegrityError, "NoSuchKey")
+    hostile.hook = _on("shard-00001", "GET", _large(_error(status, code)))
+    with pytest.raises(cls) as exc:
+        rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST, verify="content")
+    assert "shard-00001" in str(exc.value) and "hashing" in str(exc.value) and "fix:" in str(exc.value)
+    hostile.hook = None
+    assert len(rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST, verify="content")) == N
+
+
 # -- shards without a layout (dictionaries): pyarrow's own IPC readers, over an exact reader ---------
 @pytest.fixture(scope="module")
 def dictionary_shards(endpoint, tmp_path_factory):
