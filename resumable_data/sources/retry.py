@@ -26,7 +26,8 @@ defaults: 6 tries, at most 7.75 s) before the error, plus what the tries themsel
 that stalls waits out the client's own timeout first (pyarrow's S3 client on Linux: no byte for 3 s,
 3 tries of its own), so a store that accepts connections and never sends a body is reported after
 about a minute at the defaults; the error says the seconds spent. A body that trickles (at least a
-byte a second) is bounded by neither: pyarrow sets no total time per request there and rd none.
+byte a second) is bounded by no pyarrow timeout there: every remote read has rd's own deadline
+(:func:`~.store._within`: a minute plus a second per 64 KiB), a transient ``TimeoutError`` past it.
 """
 
 from __future__ import annotations

@@ -49,6 +49,7 @@ from __future__ import annotations
 import io
 import os
 import posixpath
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -489,7 +490,7 @@ class FileSystemStore:
         where = self.resolve(path)
         operation = f"read of bytes [{offset}, {offset + length})"
         try:
-            return self.retrying(path, operation, lambda: f.read_at(length, offset))
+            return self.retrying(path, operation, lambda: _within(length, lambda: f.read_at(length, offset)))
         except ResumableDataError:
             raise
         except OSError as exc:  # not transient: retrying cannot fix it
@@ -593,8 +594,49 @@ class _ExactReader(SeekableRaw):
 _FILLS = (0xA5, 0x5A)
 
 
+#: The longest a remote read of ``n`` bytes may take: ``_DEADLINE_S + n / _MIN_RATE`` seconds (a minute,
+#: plus a second per 64 KiB: 316 s for a 16 MiB joined read), past which it is a ``TimeoutError``
+#: (transient: retried, then :class:`~resumable_data.StoreUnavailableError`). pyarrow's S3 client on
+#: Linux fails a body that stalls (no byte for 3 s) but none that trickles (request_timeout is ignored
+#: there, and no total time is set): a body sent at a few bytes a second held a step, or a loader
+#: worker, for its size over that rate.
+_DEADLINE_S = 60.0
+_MIN_RATE = 64 * 1024
+
+
+def _within(length: int, fn: Callable[[], T]) -> T:
+    """``fn()`` (one remote read of ``length`` bytes), raising ``TimeoutError`` when it takes longer than
+    its deadline (:data:`_DEADLINE_S`). It runs in a helper thread (pyarrow releases the GIL while it
+    waits): a read past its deadline is left to finish or fail there, its result dropped, and its
+    buffer its own (a retry reads into a new one); until the store ends it, pyarrow makes no new
+    ``S3FileSystem`` in this process (its client registry waits for requests in flight), while the
+    filesystems that exist keep reading. Cost: one thread start per read (tens of us)."""
+    deadline = _DEADLINE_S + length / _MIN_RATE
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:  # handed to the caller's thread
+            box.append((False, exc))
+
+    t = threading.Thread(target=run, name="rd-store-read", daemon=True)
+    t.start()
+    t.join(deadline)
+    if not box:
+        raise TimeoutError(
+            f"no complete answer to a read of {length} bytes within {deadline:.0f} s (rd's limit: "
+            f"{_DEADLINE_S:.0f} s plus a second per {_MIN_RATE // 1024} KiB): the store sent the body slower than that"
+        )
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return cast(T, value)
+
+
 def _read_exact(f: pa.NativeFile, offset: int, length: int) -> bytes | None:
-    """``length`` bytes at ``offset`` of ``f``, or None when the store sent fewer.
+    """``length`` bytes at ``offset`` of ``f``, or None when the store sent fewer (within the deadline
+    of :func:`_within`, else ``TimeoutError``).
 
     pyarrow's S3 file cannot tell: asked for ``n`` bytes it returns ``n`` whatever the body held,
     the bytes the server did not send left as they were in the buffer (uninitialized memory with
@@ -604,6 +646,11 @@ def _read_exact(f: pa.NativeFile, offset: int, length: int) -> bytes | None:
     body gives the same bytes both times, a short one does not. Cost: one fill of the buffer; a
     second request for about one read in 256 (a unit whose last byte is ``0xA5``). The bytes are
     returned in the ``bytearray`` read into (no copy)."""
+    return _within(length, lambda: _read_exact_now(f, offset, length))
+
+
+def _read_exact_now(f: pa.NativeFile, offset: int, length: int) -> bytes | None:
+    """:func:`_read_exact` without the deadline."""
     if length == 0:
         return b""
     first: bytearray | None = None

@@ -434,3 +434,40 @@ def test_an_answer_longer_than_asked_is_refused_and_explained(data, hostile, cas
     assert "shard-0000" in str(exc.value) and "fix:" in str(exc.value)
     hostile.hook = None
     assert src.take([5, 390]).equals(rd.ArrowShards(local, unpinned="allow").take([5, 390]))
+
+
+# -- a body that trickles (faster than pyarrow's stall limit, slower than any use) ---------------------
+@pytest.mark.parametrize("path", ["take", "read ahead", "open"])
+def test_a_trickling_body_is_a_store_error_not_a_hang(data, hostile, monkeypatch, path):
+    """pyarrow's S3 client on Linux fails a body that stalls (no byte for 3 s) but not one that trickles
+    (a byte every 0.2 s here): a read took its size over that rate (a 1.7 kB unit at 3 bytes/s ran past
+    150 s unanswered at the defaults). Every remote read now has a deadline (a minute plus a second per
+    64 KiB; shortened here): past it the read is retried, then rd.StoreUnavailableError names it."""
+    import time
+
+    monkeypatch.setattr(store_mod, "_DEADLINE_S", 0.5)
+    monkeypatch.setattr(store_mod, "_MIN_RATE", 1 << 40)
+    local, prefix = data["parquet"]
+    slow = _ranged(lambda req, ans: (setattr(ans, "trickle", 0.2), ans)[1])
+    # one client throughout: the reads left behind keep trickling, and pyarrow makes no new S3 client in
+    # a process while requests are in flight (its client registry waits for them)
+    fs = s3_client(hostile.endpoint)
+    src = rd.ArrowShards(prefix, filesystem=fs, retries=FAST) if path != "open" else None
+    hostile.hook = slow
+    t0 = time.monotonic()
+    with pytest.raises(rd.StoreUnavailableError, match="TimeoutError.*slower than that") as exc:
+        if path == "take":
+            src.take([5, 390])
+        elif path == "read ahead":
+            loader = rd.DataLoader(src, batch_size=50, num_workers=0, read_ahead=rd.ReadAhead(lookahead=2))
+            try:
+                list(loader)
+            finally:
+                loader.read_ahead.close()
+        else:
+            rd.ArrowShards(prefix, filesystem=fs, retries=FAST)
+    assert time.monotonic() - t0 < 30
+    assert "fix:" in str(exc.value)
+    hostile.hook = None
+    again = rd.ArrowShards(prefix, filesystem=fs, retries=FAST)
+    assert again.take([5, 390]).equals(rd.ArrowShards(local, unpinned="allow").take([5, 390]))
