@@ -8,7 +8,8 @@ the next ``fail_next`` requests with an S3 ``503 SlowDown`` error (throttling), 
 is set closes every connection without an answer (a server that went away). A ``hook`` (the attack
 tests' hostile store: ``tests/sources/_hostile_store.py``) sees every upstream answer and returns the
 :class:`Answer` to send, possibly changed, or None to close the connection without a word;
-``Answer.cut`` sends the headers and only that many body bytes, then closes (a reset mid-body).
+``Answer.cut`` sends the headers and only that many body bytes, then closes (a reset mid-body);
+``Answer.trickle`` sends the body a byte at a time, that many seconds apart (a slow body).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class Answer:
     headers: list[tuple[str, str]]
     body: bytes
     cut: int | None = None  # send only this many body bytes, then close
+    trickle: float | None = None  # send the body a byte at a time, this many seconds apart (a slow body)
     extra: dict = field(default_factory=dict)
 
     def header(self, name: str) -> str | None:
@@ -98,6 +100,7 @@ class S3Proxy:
         #: (method, path, status sent or -1: closed without an answer) of the latest requests
         self.log: deque[tuple[str, str, int]] = deque(maxlen=100_000)
         self._lock = threading.Lock()
+        self._closed = False
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -130,6 +133,7 @@ class S3Proxy:
             self.failed = 0
 
     def close(self) -> None:
+        self._closed = True  # a trickling answer stops
         self._server.shutdown()
         self._server.server_close()
 
@@ -206,6 +210,15 @@ class S3Proxy:
             h.send_header("Content-Length", str(len(ans.body)))
         h.end_headers()
         if head:
+            return
+        if ans.trickle is not None:
+            for i in range(len(ans.body)):
+                if self._closed:
+                    break
+                h.wfile.write(ans.body[i : i + 1])
+                h.wfile.flush()
+                time.sleep(ans.trickle)
+            h.close_connection = True
             return
         if ans.cut is not None:
             h.wfile.write(ans.body[: ans.cut])

@@ -55,7 +55,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from resumable_data._io import HASH_CHUNK_BYTES, hash_file
-from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
+from resumable_data.errors import ConfigError, describe
 from resumable_data.sources.discovery import (
     LEGACY_MANIFEST_NAME,
     MANIFEST_NAME,
@@ -74,7 +74,7 @@ from resumable_data.sources.shard_schema import canonical_schema, check_same_sch
 from resumable_data.sources.shard_units import OpenShard
 from resumable_data.sources.store import LOCAL, ShardStore
 from resumable_data.sources.unit_digests import check_meta
-from resumable_data.sources.validate import FIX, guard
+from resumable_data.sources.validate import FIX, DamagedShardError, guard
 
 __all__ = [
     "HASH_CHUNK_BYTES",
@@ -320,7 +320,7 @@ def read_shard_meta(path: Any, store: ShardStore = LOCAL) -> ShardMeta:
     fmt = guard(str(path), "format detection", lambda: detect_format(path, store))
     try:
         shard = open_shard(path, store, fmt, with_layout=True, metadata_only=True)  # closed below
-    except DatasetIntegrityError as exc:
+    except DamagedShardError as exc:  # its bytes (a store refusing or cutting a read short: its own error)
         raise ConfigError(
             describe(
                 "shard",

@@ -21,8 +21,13 @@ loader's cursor, so a :class:`~resumable_data.StoreUnavailableError` loses and r
 iterating again when the store is back continues the stream exactly.
 
 Cost: nothing on success. A store that stays down costs ``attempts`` tries and at most
-``sum(min(max_delay, base_delay * 2**k))`` seconds of waiting (the defaults: 6 tries, at most
-15.75 s) before the error.
+``sum(min(max_delay, base_delay * 2**k))`` seconds of waiting over its ``attempts - 1`` waits (the
+defaults: 6 tries, at most 7.75 s) before the error, plus what the tries themselves take: a request
+that stalls waits out the client's own timeout first (pyarrow's S3 client on Linux: no byte for 3 s,
+3 tries of its own), so a store that accepts connections and never sends a body is reported after
+about a minute at the defaults; the error says the seconds spent. A body that trickles (at least a
+byte a second) is bounded by no pyarrow timeout there: every remote read has rd's own deadline
+(:func:`~.store._within`: a minute plus a second per 64 KiB), a transient ``TimeoutError`` past it.
 """
 
 from __future__ import annotations
@@ -79,6 +84,9 @@ _TRANSIENT = (
     "unreachable",
     "temporarily unavailable",
 )
+
+#: pyarrow's S3 error for a body longer than the buffer it reads into (matched lowercased)
+_OVERFLOW = "failed to flush response stream"
 
 _jitter = random.Random()  # private: the global generators belong to the training process
 
@@ -149,14 +157,27 @@ def is_transient(exc: BaseException) -> bool:
     return any(t in text for t in _TRANSIENT)
 
 
-def unavailable(what: str, operation: str, exc: BaseException, retries: Retries) -> StoreUnavailableError:
-    """The error for a store that did not answer ``operation`` on ``what``."""
+def unavailable(
+    what: str, operation: str, exc: BaseException, retries: Retries, elapsed: float | None = None
+) -> StoreUnavailableError:
+    """The error for a store that did not answer ``operation`` on ``what`` (``elapsed``: the seconds the
+    attempts took in all, said where given: a request that stalls waits out the client's own timeout,
+    and retries, before failing, well past the backoff)."""
     cause = f"{type(exc).__name__}: {exc}"
     if len(cause) > 300:
         cause = cause[:297] + "..."
+    if _OVERFLOW in str(exc).lower():
+        cause += (
+            f" ({_OVERFLOW!r} is how pyarrow's S3 client reports an answer longer than the bytes asked: a store or "
+            "proxy that ignores the Range header and sends the whole object, or an error answer (403, 404) to a "
+            "small read; check that the endpoint serves ranged GETs and that the object is there and readable)"
+        )
+    backoff = f"about {retries.worst_wait():.1f} s of backoff"
+    if elapsed is not None:
+        backoff = f"{elapsed:.1f} s in all, up to {retries.worst_wait():.1f} s of it backoff"
     return StoreUnavailableError(
         f"{what!r}, {operation}: the store did not answer after {retries.attempts} attempt(s) "
-        f"(about {retries.worst_wait():.1f} s of backoff): {cause}. The data is not known to be damaged "
+        f"({backoff}): {cause}. The data is not known to be damaged "
         "and nothing was delivered from this read; fix: check the store's endpoint, network and "
         "credentials, then iterate again (or resume from the saved state) once it answers; to wait "
         "longer for a flaky store pass retries=rd.Retries(attempts=..., max_delay=...)"
@@ -168,6 +189,7 @@ def call(
 ) -> T:
     """``fn()``, retried on transient failures (module docstring); raises
     :class:`~resumable_data.StoreUnavailableError` when the attempts run out."""
+    start = time.monotonic()
     for k in range(retries.attempts):
         try:
             return fn()
@@ -177,6 +199,6 @@ def call(
             if not is_transient(exc):
                 raise
             if k + 1 == retries.attempts:
-                raise unavailable(what, operation, exc, retries) from exc
+                raise unavailable(what, operation, exc, retries, time.monotonic() - start) from exc
             sleep(retries.delay(k))
     raise AssertionError("unreachable")  # pragma: no cover

@@ -35,7 +35,7 @@ from resumable_data.sources.layout import (
     parquet_layout,
 )
 from resumable_data.sources.parquet_footer import open_parquet
-from resumable_data.sources.store import LOCAL, ShardStore
+from resumable_data.sources.store import LOCAL, FileSystemStore, ShardStore
 
 __all__ = ["build_layout", "detect_format", "ipc_file_batch_rows"]
 
@@ -46,8 +46,9 @@ def detect_format(path: Any, store: ShardStore = LOCAL) -> ShardFormat:
     """The shard format of ``path``, by suffix and (for Arrow IPC) by the file magic."""
     if str(path).endswith(".parquet"):
         return ShardFormat.PARQUET
-    with store.open_input_stream(path) as f:
-        head = f.read(len(ARROW_FILE_MAGIC))
+    with store.open_input_file(path) as f:  # a short body refused (a stream's read(n) cannot tell one)
+        n = min(len(ARROW_FILE_MAGIC), f.size())
+        head = store.retrying(path, f"read of bytes [0, {n})", lambda: store.read_at(path, f, n, 0))
     return ShardFormat.IPC_FILE if head == ARROW_FILE_MAGIC else ShardFormat.IPC_STREAM
 
 
@@ -83,9 +84,10 @@ def build_layout(
     f = file if file is not None else store.open_input_file(path)
     try:
         size = f.size()
-        read_at = lambda offset, length: store.retrying(
-            path, f"read of bytes [{offset}, {offset + length})", lambda: f.read_at(length, offset)
-        )
+        if isinstance(store, FileSystemStore):  # thread-safe reads; a refusal is the store's rd error
+            read_at = lambda offset, length: store.read_range_open(path, f, offset, length)
+        else:
+            read_at = lambda offset, length: f.read_at(length, offset)
         if fmt is ShardFormat.IPC_FILE:
             return ipc_file_layout(read_at, size, 1 if store.local else _HEADER_READS)
         return ipc_stream_layout(read_at, size)

@@ -49,6 +49,7 @@ from __future__ import annotations
 import io
 import os
 import posixpath
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -148,7 +149,8 @@ class ShardStore(Protocol):
 
     def read_at(self, path: Any, f: pa.NativeFile, length: int, offset: int) -> bytes:
         """``f.read_at(length, offset)`` of ``path``, a file this store opened as ``f``, refusing fewer bytes than
-        asked where the store's reader cannot tell (``ValueError``: a short body on S3). Not for
+        asked where the store's reader cannot tell (a short body on S3: :class:`~resumable_data.DatasetIntegrityError`
+        naming the object, never read as a damaged shard's bytes). Not for
         a handle other threads read at the same time (remote: it seeks)."""
 
     def retrying(self, path: Any, operation: str, fn: Callable[[], T]) -> T:
@@ -357,10 +359,22 @@ class FileSystemStore:
         return sorted(posixpath.relpath(i.path, base) for i in infos if i.type == pafs.FileType.File)
 
     def open_input_file(self, path: Any) -> pa.NativeFile:
-        return self.retrying(path, "open", lambda: self.filesystem.open_input_file(self.resolve(path)))
+        return self._opening(path, lambda where: self.filesystem.open_input_file(where))
 
     def open_input_stream(self, path: Any) -> pa.NativeFile:
-        return self.retrying(path, "open", lambda: self.filesystem.open_input_stream(self.resolve(path)))
+        return self._opening(path, lambda where: self.filesystem.open_input_stream(where))
+
+    def _opening(self, path: Any, fn: Callable[[str], pa.NativeFile]) -> pa.NativeFile:
+        """``fn(path)`` (one HEAD on S3), retried; a refusal for good (an object gone, no permission) is
+        the rd error naming the object (:func:`_refused`), never a raw ``OSError`` that a caller reading
+        the shard's bytes would report as a damaged shard (with a fix that removes a good file)."""
+        where = self.resolve(path)
+        try:
+            return self.retrying(path, "open", lambda: fn(where))
+        except ResumableDataError:
+            raise
+        except OSError as exc:  # not transient: retrying cannot fix it
+            raise _refused(where, "open (HEAD)", exc) from exc
 
     def open_exact(self, path: Any) -> pa.NativeFile:
         where = self.resolve(path)
@@ -378,13 +392,20 @@ class FileSystemStore:
         return FileIdentity(st.size, round(st.mtime * 1e9) if st.mtime is not None else None, etag=st.etag)
 
     def read_small(self, path: Any, max_bytes: int) -> bytes | None:
+        where = self.resolve(path)
+
         def read() -> bytes | None:
             try:
-                f = self.filesystem.open_input_stream(self.resolve(path))
+                f = self.filesystem.open_input_file(where)
             except FileNotFoundError:
                 return None
-            with f:
-                return f.read(max_bytes + 1)
+            with f:  # read refusing a short body (a stream's read(n) returns n bytes whatever was sent:
+                # a manifest cut short parsed with the reader's buffer for its tail, "damaged, re-pin it")
+                n = min(f.size(), max_bytes + 1)
+                data = _read_exact(f, 0, n)
+            if data is None:
+                raise _short_body(where, 0, n, "fewer")
+            return bytes(data)
 
         try:
             data = self.retrying(path, "read", read)
@@ -436,7 +457,12 @@ class FileSystemStore:
                     offset += n
             return h.hexdigest()
 
-        return self.retrying(path, "hash", digest)
+        try:
+            return self.retrying(path, "hash", digest)
+        except ResumableDataError:
+            raise
+        except OSError as exc:  # not transient (no permission, gone): the store's error, not a raw OSError
+            raise _refused(where, "read while hashing it", exc) from exc
 
     def read_range(self, path: Any, offset: int, length: int) -> bytes:
         return self.read_range_checked(path, offset, length, None)
@@ -449,10 +475,7 @@ class FileSystemStore:
                 raise  # the caller's retrying() retries it
             raise _refused(self.resolve(path), f"read of bytes [{offset}, {offset + length})", exc) from exc
         if data is None:
-            raise ValueError(
-                f"{self.resolve(path)!r}: the store sent fewer than the {length} bytes asked at offset {offset} (a short body: "
-                "the store, or a proxy in front of it, cut the answer short)"
-            )
+            raise _short_body(self.resolve(path), offset, length, "fewer")
         return data
 
     def read_range_open(self, path: Any, f: pa.NativeFile, offset: int, length: int) -> bytes:
@@ -467,7 +490,7 @@ class FileSystemStore:
         where = self.resolve(path)
         operation = f"read of bytes [{offset}, {offset + length})"
         try:
-            return self.retrying(path, operation, lambda: f.read_at(length, offset))
+            return self.retrying(path, operation, lambda: _within(length, lambda: f.read_at(length, offset)))
         except ResumableDataError:
             raise
         except OSError as exc:  # not transient: retrying cannot fix it
@@ -502,17 +525,7 @@ class FileSystemStore:
                         )
                 data = _read_exact(f, offset, length)
             if data is None or len(data) != length:
-                got = "fewer" if data is None else str(len(data))
-                raise DatasetIntegrityError(
-                    describe(
-                        "path",
-                        where,
-                        f"{length} bytes at offset {offset} (got {got}: the store answered with a "
-                        "shorter body, or the object is shorter than its pinned layout)",
-                        "restore the object, or re-pin deliberately with rd.pin(prefix, filesystem=...); "
-                        "if the object is intact, the store (or a proxy in front of it) cut the answer short",
-                    )
-                )
+                raise _short_body(where, offset, length, "fewer" if data is None else str(len(data)))
             return data
 
         operation = f"read of bytes [{offset}, {offset + length})"
@@ -581,8 +594,49 @@ class _ExactReader(SeekableRaw):
 _FILLS = (0xA5, 0x5A)
 
 
+#: The longest a remote read of ``n`` bytes may take: ``_DEADLINE_S + n / _MIN_RATE`` seconds (a minute,
+#: plus a second per 64 KiB: 316 s for a 16 MiB joined read), past which it is a ``TimeoutError``
+#: (transient: retried, then :class:`~resumable_data.StoreUnavailableError`). pyarrow's S3 client on
+#: Linux fails a body that stalls (no byte for 3 s) but none that trickles (request_timeout is ignored
+#: there, and no total time is set): a body sent at a few bytes a second held a step, or a loader
+#: worker, for its size over that rate.
+_DEADLINE_S = 60.0
+_MIN_RATE = 64 * 1024
+
+
+def _within(length: int, fn: Callable[[], T]) -> T:
+    """``fn()`` (one remote read of ``length`` bytes), raising ``TimeoutError`` when it takes longer than
+    its deadline (:data:`_DEADLINE_S`). It runs in a helper thread (pyarrow releases the GIL while it
+    waits): a read past its deadline is left to finish or fail there, its result dropped, and its
+    buffer its own (a retry reads into a new one); until the store ends it, pyarrow makes no new
+    ``S3FileSystem`` in this process (its client registry waits for requests in flight), while the
+    filesystems that exist keep reading. Cost: one thread start per read (tens of us)."""
+    deadline = _DEADLINE_S + length / _MIN_RATE
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:  # handed to the caller's thread
+            box.append((False, exc))
+
+    t = threading.Thread(target=run, name="rd-store-read", daemon=True)
+    t.start()
+    t.join(deadline)
+    if not box:
+        raise TimeoutError(
+            f"no complete answer to a read of {length} bytes within {deadline:.0f} s (rd's limit: "
+            f"{_DEADLINE_S:.0f} s plus a second per {_MIN_RATE // 1024} KiB): the store sent the body slower than that"
+        )
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return cast(T, value)
+
+
 def _read_exact(f: pa.NativeFile, offset: int, length: int) -> bytes | None:
-    """``length`` bytes at ``offset`` of ``f``, or None when the store sent fewer.
+    """``length`` bytes at ``offset`` of ``f``, or None when the store sent fewer (within the deadline
+    of :func:`_within`, else ``TimeoutError``).
 
     pyarrow's S3 file cannot tell: asked for ``n`` bytes it returns ``n`` whatever the body held,
     the bytes the server did not send left as they were in the buffer (uninitialized memory with
@@ -592,6 +646,11 @@ def _read_exact(f: pa.NativeFile, offset: int, length: int) -> bytes | None:
     body gives the same bytes both times, a short one does not. Cost: one fill of the buffer; a
     second request for about one read in 256 (a unit whose last byte is ``0xA5``). The bytes are
     returned in the ``bytearray`` read into (no copy)."""
+    return _within(length, lambda: _read_exact_now(f, offset, length))
+
+
+def _read_exact_now(f: pa.NativeFile, offset: int, length: int) -> bytes | None:
+    """:func:`_read_exact` without the deadline."""
     if length == 0:
         return b""
     first: bytearray | None = None
@@ -619,6 +678,20 @@ def _read_exact(f: pa.NativeFile, offset: int, length: int) -> bytes | None:
 
 #: How pyarrow's S3 errors name an object that is not there (matched lowercased).
 _GONE = ("no_such_key", "nosuchkey", "resource_not_found", "http status 404")
+
+
+def _short_body(where: str, offset: int, length: int, got: str) -> DatasetIntegrityError:
+    """The error for a read answered with fewer bytes than asked (a short body)."""
+    return DatasetIntegrityError(
+        describe(
+            "path",
+            where,
+            f"{length} bytes at offset {offset} (got {got}: the store answered with a shorter body, or the "
+            "object is shorter than its pinned layout)",
+            "restore the object, or re-pin deliberately with rd.pin(prefix, filesystem=...); "
+            "if the object is intact, the store (or a proxy in front of it) cut the answer short",
+        )
+    )
 
 
 def _refused(where: str, operation: str, exc: OSError) -> ResumableDataError:

@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from resumable_data.errors import DatasetIntegrityError, ResumableDataError
 
-__all__ = ["FIX", "guard", "integrity_error", "validate_batch"]
+__all__ = ["FIX", "DamagedShardError", "guard", "integrity_error", "validate_batch"]
 
 T = TypeVar("T")
 
@@ -45,12 +45,18 @@ FIX = (
 )
 
 
+class DamagedShardError(DatasetIntegrityError):
+    """A shard whose bytes do not parse or validate (what :func:`guard` raises): its bytes are the
+    problem, unlike a store refusing a request or cutting a body short (errors of their own, naming
+    the object and their own fix), which callers must not report as a file to remove or rewrite."""
+
+
 def integrity_error(shard: str, where: str, exc: BaseException) -> DatasetIntegrityError:
     """The error for a shard that cannot be read: names the shard, the place and the cause."""
     cause = f"{type(exc).__name__}: {exc}"
     if len(cause) > 300:
         cause = cause[:297] + "..."
-    return DatasetIntegrityError(f"shard {shard!r}, {where}: damaged or not a valid shard ({cause}); fix: {FIX}")
+    return DamagedShardError(f"shard {shard!r}, {where}: damaged or not a valid shard ({cause}); fix: {FIX}")
 
 
 def guard(shard: str, where: str, fn: Callable[[], T]) -> T:

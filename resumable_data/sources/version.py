@@ -510,10 +510,16 @@ class DatasetVersion:
 
     @classmethod
     def locate(
-        cls, directory: str | os.PathLike, filesystem: Any = None, *, files: list[str] | None = None
+        cls,
+        directory: str | os.PathLike,
+        filesystem: Any = None,
+        *,
+        files: list[str] | None = None,
+        store: ShardStore | None = None,
     ) -> DatasetVersion | None:
-        """Like :meth:`load`, but None when no manifest exists anywhere."""
-        store = store_for(filesystem)
+        """Like :meth:`load`, but None when no manifest exists anywhere. ``store``: read through it
+        (a source's store, with the source's ``retries=``) instead of ``filesystem``'s default one."""
+        store = store if store is not None else store_for(filesystem)
         root = Path(directory) if store.local else Path(store.resolve(directory))
         data, source = None, None  # source: the cached manifest, named in errors
         if files is None:

@@ -120,6 +120,32 @@ def test_throttled_requests_are_retried_and_exact(data, proxy, fmt):
     assert proxy.failed == 5 and proxy.fail_next == 0
 
 
+def test_the_manifest_read_takes_the_sources_retries(data, proxy):
+    """The manifest read is retried as the source's ``retries=`` says (before: always the default 6
+    attempts, so a manifest throttled 7 times in a row failed an open allowed 10)."""
+    from benchmarks.s3_proxy import Answer
+
+    local, prefix = data["arrow"]
+    throttled = []
+
+    def hook(req, ans):
+        if ".rd-manifest.json" in req.path and len(throttled) < 7:
+            throttled.append(req.method)
+            return Answer(503, "Slow Down", [("Content-Type", "application/xml")],
+                          b"<Error><Code>SlowDown</Code><Message>m</Message></Error>")
+        return ans
+
+    proxy.hook = hook
+    src = rd.ArrowShards(prefix, filesystem=s3_client(proxy.endpoint),
+                         retries=rd.Retries(attempts=10, base_delay=0.01, max_delay=0.02))
+    assert len(throttled) == 7
+    assert src.take([5, 1500]).equals(rd.ArrowShards(local, unpinned="allow").take([5, 1500]))
+    throttled.clear()
+    with pytest.raises(rd.StoreUnavailableError, match="after 2 attempt"):
+        rd.ArrowShards(prefix, filesystem=s3_client(proxy.endpoint), retries=rd.Retries(attempts=2, base_delay=0.01))
+    assert len(throttled) == 2
+
+
 def test_a_store_that_is_down_is_reported_as_such_and_reads_resume(data, proxy):
     local, prefix = data["arrow"]
     ref = rd.ArrowShards(local, unpinned="allow")

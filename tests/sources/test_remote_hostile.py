@@ -200,6 +200,11 @@ OPENING = {  # what the store answers -> the rd error opening raises
     "manifest GET 404": (_on(".rd-manifest.json", "GET", _error(404, "NoSuchKey")), rd.DatasetIntegrityError),
     "manifest GET 403": (_on(".rd-manifest.json", "GET", _error(403, "AccessDenied")), rd.StoreUnavailableError),
     "manifest HEAD 403": (_on(".rd-manifest.json", "HEAD", _error(403, "AccessDenied")), rd.StoreUnavailableError),
+    # (a short manifest was parsed with the reader's buffer for its tail: "not valid JSON, re-create the
+    # manifest with rd.pin", a wrong diagnosis whose fix re-pins over whatever the objects hold now)
+    "manifest GET short by 1": (_on(".rd-manifest.json", "GET", _cut_short(lambda n: n - 1)), rd.DatasetIntegrityError),
+    "manifest GET short by half": (_on(".rd-manifest.json", "GET", _cut_short(lambda n: n // 2)),
+                                   rd.DatasetIntegrityError),
     "shard HEAD 403": (_on("shard-00001", "HEAD", _error(403, "AccessDenied")), rd.StoreUnavailableError),
     "shard metadata GET 403": (_on("shard-00001", "GET", _error(403, "AccessDenied")), rd.StoreUnavailableError),
     "shard metadata short by 1": (_on("shard-00001", "GET", _cut_short(lambda n: n - 1)), rd.DatasetIntegrityError),
@@ -219,8 +224,64 @@ def test_opening_through_a_hostile_store_is_an_rd_error(data, hostile, fmt, case
     with pytest.raises(cls) as exc:
         rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
     assert "fix:" in str(exc.value) and prefix.split("/")[0] in str(exc.value)
+    if "short" in case:
+        assert "shorter body" in str(exc.value) and "re-create the manifest" not in str(exc.value)
     hostile.hook = None
     assert len(rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)) == N
+
+
+def _large(rewrite):
+    """``rewrite`` for GETs of 1 KiB or more (the footer and tail reads): pyarrow reports an error body
+    longer than a small read asked for as a failed flush, retried as transient, not as its status."""
+    return lambda req, ans: rewrite(req, ans) if len(ans.body) >= 1024 else ans
+
+
+PINNING = {  # what the store answers while rd.pin reads a shard's metadata -> the rd error, its words
+    "shard HEAD 403": (_on("shard-00001", "HEAD", _error(403, "AccessDenied")), rd.StoreUnavailableError, "permissions"),
+    "shard HEAD 404": (_on("shard-00001", "HEAD", _error(404, "NoSuchKey")), rd.DatasetIntegrityError, "gone"),
+    "shard GET 403": (_on("shard-00001", "GET", _large(_error(403, "AccessDenied"))), rd.StoreUnavailableError,
+                      "permissions"),
+    "shard GET 404": (_on("shard-00001", "GET", _large(_error(404, "NoSuchKey"))), rd.DatasetIntegrityError, "gone"),
+    "shard GET short by 1": (_on("shard-00001", "GET", _cut_short(lambda n: n - 1)), rd.DatasetIntegrityError,
+                             "shorter body"),
+}
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+@pytest.mark.parametrize("case", list(PINNING))
+def test_pinning_through_a_hostile_store_never_blames_the_file(data, hostile, fmt, case):
+    """rd.pin (and the auto-pin of an unpinned prefix) reading a shard's metadata through a store that
+    refuses a request or cuts a body short: the store's error, naming the object, never the
+    "not a valid shard" ConfigError whose fix (remove or rewrite the file) would delete a good shard
+    (before: every case here, raw OSError or ValueError wrapped as a damaged file)."""
+    hook, cls, words = PINNING[case]
+    _, prefix = data[fmt]
+    hostile.hook = hook
+    with pytest.raises(cls, match=words) as exc:
+        rd.pin(prefix, filesystem=s3_client(hostile.endpoint), save=False)
+    assert "shard-00001" in str(exc.value) and "remove or rewrite" not in str(exc.value)
+    assert "not a valid shard" not in str(exc.value)
+    hostile.hook = None
+    assert sum(s.num_rows for s in rd.pin(prefix, filesystem=s3_client(hostile.endpoint), save=False).shards) == N
+
+
+def test_a_refused_open_after_the_stat_is_the_stores_error(data, hostile):
+    """The HEAD of the open (after the stat's HEAD was answered) refused: the store's error, not a
+    damaged shard (before: "damaged or not a valid shard", fix: re-download the file)."""
+    _, prefix = data["arrow"]
+    heads = []
+
+    def hook(req, ans):
+        if req.method == "HEAD" and "shard-00002" in req.path:
+            heads.append(req.path)
+            if len(heads) > 1:
+                return _error(403, "AccessDenied")(req, ans)
+        return ans
+
+    hostile.hook = hook
+    with pytest.raises(rd.StoreUnavailableError, match="permissions") as exc:
+        rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+    assert "shard-00002" in str(exc.value) and "not a valid shard" not in str(exc.value)
 
 
 # -- hashing (rd.pin, verify="content") through a store that cuts bodies short ---------------------
@@ -240,11 +301,27 @@ def test_hashing_refuses_a_short_body(data, hostile, fmt):
     good = rd.pin(prefix, filesystem=s3_client(hostile.endpoint), save=False)
     assert [s.content_hash for s in good.shards] == [s.content_hash for s in rd.pin(local, save=False).shards]
     hostile.hook = _short_whole_reads
-    # (a Parquet shard this small is read whole for its footer too: refused there, before the hash)
-    with pytest.raises(rd.ConfigError if fmt == "parquet" else rd.DatasetIntegrityError, match="short(er)? body"):
+    # (a Parquet shard this small is read whole for its footer too: refused there, before the hash, as
+    # the store's short body, not as a damaged file to remove)
+    with pytest.raises(rd.DatasetIntegrityError, match="short(er)? body") as exc:
         rd.pin(prefix, filesystem=s3_client(hostile.endpoint), save=False)
+    assert "remove or rewrite" not in str(exc.value)
     with pytest.raises(rd.DatasetIntegrityError):
         rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST, verify="content")
+
+
+@pytest.mark.parametrize("status", [403, 404])
+def test_hashing_through_a_store_that_refuses_is_an_rd_error(data, hostile, status):
+    """verify="content" (and "cached" where an ETag changed) hashes every byte: a store refusing those
+    reads raised the raw OSError out of rd.ArrowShards (pin read the metadata first and was covered)."""
+    _, prefix = data["arrow"]
+    cls, code = (rd.StoreUnavailableError, "AccessDenied") if status == 403 else (rd.DatasetIntegrityError, "NoSuchKey")
+    hostile.hook = _on("shard-00001", "GET", _large(_error(status, code)))
+    with pytest.raises(cls) as exc:
+        rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST, verify="content")
+    assert "shard-00001" in str(exc.value) and "hashing" in str(exc.value) and "fix:" in str(exc.value)
+    hostile.hook = None
+    assert len(rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST, verify="content")) == N
 
 
 # -- shards without a layout (dictionaries): pyarrow's own IPC readers, over an exact reader ---------
@@ -333,3 +410,64 @@ def test_read_exact_gathers_a_read_answered_in_parts():
     data = bytes(range(100))
     assert store_mod._read_exact(_Parts(data, len(data)), 10, 50) == data[10:60]
     assert store_mod._read_exact(_Parts(data, len(data)), 90, 20) is None  # past the end: fewer bytes
+
+
+# -- a store that ignores Range (or answers with more bytes than asked) --------------------------------
+@pytest.mark.parametrize("case", ["whole object, 200", "one byte more"])
+def test_an_answer_longer_than_asked_is_refused_and_explained(data, hostile, case):
+    """pyarrow's S3 client fails a read whose body is longer than asked ("Failed to flush response
+    stream", retried as transient); rd's error names that cause and what to check, and nothing of the
+    answer is delivered (a store that ignores Range would otherwise read as "did not answer")."""
+    local, prefix = data["parquet"]
+    src = rd.ArrowShards(prefix, filesystem=s3_client(hostile.endpoint), retries=FAST)
+
+    def rewrite(req, ans):
+        if case == "one byte more":
+            ans.body += b"\0"
+            return ans
+        whole = hostile.fetch("GET", req.path, {})
+        return Answer(200, "OK", [(k, v) for k, v in whole.headers if k.lower() != "content-range"], whole.body)
+
+    hostile.hook = _ranged(rewrite)
+    with pytest.raises(rd.StoreUnavailableError, match="ignores the Range header") as exc:
+        src.take([5, 390])
+    assert "shard-0000" in str(exc.value) and "fix:" in str(exc.value)
+    hostile.hook = None
+    assert src.take([5, 390]).equals(rd.ArrowShards(local, unpinned="allow").take([5, 390]))
+
+
+# -- a body that trickles (faster than pyarrow's stall limit, slower than any use) ---------------------
+@pytest.mark.parametrize("path", ["take", "read ahead", "open"])
+def test_a_trickling_body_is_a_store_error_not_a_hang(data, hostile, monkeypatch, path):
+    """pyarrow's S3 client on Linux fails a body that stalls (no byte for 3 s) but not one that trickles
+    (a byte every 0.2 s here): a read took its size over that rate (a 1.7 kB unit at 3 bytes/s ran past
+    150 s unanswered at the defaults). Every remote read now has a deadline (a minute plus a second per
+    64 KiB; shortened here): past it the read is retried, then rd.StoreUnavailableError names it."""
+    import time
+
+    monkeypatch.setattr(store_mod, "_DEADLINE_S", 0.5)
+    monkeypatch.setattr(store_mod, "_MIN_RATE", 1 << 40)
+    local, prefix = data["parquet"]
+    slow = _ranged(lambda req, ans: (setattr(ans, "trickle", 0.2), ans)[1])
+    # one client throughout: the reads left behind keep trickling, and pyarrow makes no new S3 client in
+    # a process while requests are in flight (its client registry waits for them)
+    fs = s3_client(hostile.endpoint)
+    src = rd.ArrowShards(prefix, filesystem=fs, retries=FAST) if path != "open" else None
+    hostile.hook = slow
+    t0 = time.monotonic()
+    with pytest.raises(rd.StoreUnavailableError, match="TimeoutError.*slower than that") as exc:
+        if path == "take":
+            src.take([5, 390])
+        elif path == "read ahead":
+            loader = rd.DataLoader(src, batch_size=50, num_workers=0, read_ahead=rd.ReadAhead(lookahead=2))
+            try:
+                list(loader)
+            finally:
+                loader.read_ahead.close()
+        else:
+            rd.ArrowShards(prefix, filesystem=fs, retries=FAST)
+    assert time.monotonic() - t0 < 30
+    assert "fix:" in str(exc.value)
+    hostile.hook = None
+    again = rd.ArrowShards(prefix, filesystem=fs, retries=FAST)
+    assert again.take([5, 390]).equals(rd.ArrowShards(local, unpinned="allow").take([5, 390]))

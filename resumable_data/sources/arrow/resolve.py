@@ -99,7 +99,7 @@ def resolve_source(store: ShardStore, src: Any, policy: UnpinnedPolicy) -> tuple
         return version, src_root.as_posix(), [s.path for s in version.shards]
     if isinstance(src, (str, os.PathLike)) and store.is_dir(src):
         root = store.resolve(src)
-        located = DatasetVersion.locate(root, filesystem=store.filesystem)
+        located = DatasetVersion.locate(root, filesystem=store.filesystem, store=store)
         if located is not None:
             refuse_hive_partitions(root, [s.path for s in located.shards])
             return located, root, [s.path for s in located.shards]
@@ -127,10 +127,10 @@ def resolve_source(store: ShardStore, src: Any, policy: UnpinnedPolicy) -> tuple
             raise ConfigError(describe("path_or_files", str(src), expected, fix))
         src = [src]
     root, rel = resolve_files(file_list(src), store)
-    found = DatasetVersion.locate(root, filesystem=store.filesystem)  # a pinned parent folder
+    found = DatasetVersion.locate(root, filesystem=store.filesystem, store=store)  # a pinned parent folder
     if found is not None and [s.path for s in found.shards] == rel:
         return found, root, rel
-    found = DatasetVersion.locate(root, filesystem=store.filesystem, files=rel)  # in the cache
+    found = DatasetVersion.locate(root, filesystem=store.filesystem, files=rel, store=store)  # in the cache
     if found is not None:
         return found, root, rel
     return _unpinned(store, root, policy, rel, files=[join(root, r) for r in rel]), root, rel
