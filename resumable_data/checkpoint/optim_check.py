@@ -67,41 +67,18 @@ from typing import Any
 
 import torch
 
-from resumable_data.checkpoint.errors import CheckpointError
+from resumable_data.checkpoint.edited import edited, value_kind
 from resumable_data.checkpoint.torch_compat import SCHEDULER_STEP_COUNT, unobserved_step
-from resumable_data.errors import describe
 
 __all__ = ["probe_optimizer", "probe_scheduler", "same_flags", "same_structure"]
-
-FIX = "the checkpoint was edited or damaged after it was saved: load another one"
-
-
-def _bad(where: str, value: Any, expected: str) -> CheckpointError:
-    return CheckpointError(describe(where, value, expected, FIX))
-
-
-def _kind(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, (int, float)):
-        return "number"
-    if isinstance(v, torch.Tensor):
-        return "tensor"
-    if isinstance(v, (list, tuple)):
-        return "list"
-    if isinstance(v, Mapping):
-        return "mapping"
-    return type(v).__name__
 
 
 def _show(v: Any) -> str:
     if isinstance(v, torch.Tensor):
         return f"tensor {tuple(v.shape)} {v.dtype}"
     if isinstance(v, (list, tuple)):
-        return f"{_kind(v)} of {len(v)}"
-    return _kind(v)
+        return f"{value_kind(v)} of {len(v)}"
+    return value_kind(v)
 
 
 def same_structure(saved: Any, live: Any, where: str, *, tensor_device: bool = False) -> None:
@@ -113,7 +90,7 @@ def same_structure(saved: Any, live: Any, where: str, *, tensor_device: bool = F
             or saved.dtype != live.dtype
             or (tensor_device and saved.device != live.device)
         ):
-            raise _bad(
+            raise edited(
                 where,
                 _show(saved),
                 f"a tensor of shape {tuple(live.shape)} and dtype {live.dtype}"
@@ -122,19 +99,19 @@ def same_structure(saved: Any, live: Any, where: str, *, tensor_device: bool = F
             )
         return
     if live is None:
-        if saved is not None and _kind(saved) not in ("bool", "number"):
-            raise _bad(where, _show(saved), "null, a bool or a number (the live value is null)")
+        if saved is not None and value_kind(saved) not in ("bool", "number"):
+            raise edited(where, _show(saved), "null, a bool or a number (the live value is null)")
         return
-    if _kind(saved) != _kind(live):
-        raise _bad(where, _show(saved), f"a {_kind(live)} (as the live object holds)")
+    if value_kind(saved) != value_kind(live):
+        raise edited(where, _show(saved), f"a {value_kind(live)} (as the live object holds)")
     if isinstance(live, Mapping):
         if set(saved) != set(live):
-            raise _bad(where, sorted(map(str, saved))[:8], f"the keys {sorted(map(str, live))[:8]}")
+            raise edited(where, sorted(map(str, saved))[:8], f"the keys {sorted(map(str, live))[:8]}")
         for k in live:
             same_structure(saved[k], live[k], f"{where}.{k}", tensor_device=tensor_device)
     elif isinstance(live, (list, tuple)):
         if len(saved) != len(live):
-            raise _bad(where, _show(saved), f"{len(live)} entries (as the live object holds)")
+            raise edited(where, _show(saved), f"{len(live)} entries (as the live object holds)")
         for i, (s, v) in enumerate(zip(saved, live)):
             same_structure(s, v, f"{where}[{i}]", tensor_device=tensor_device)
 
@@ -145,7 +122,7 @@ def same_flags(saved: Mapping[str, Any], live: Mapping[str, Any], where: str) ->
     metadata whenever the optimizer is restored, so a differing value in the state is an edit."""
     for k, v in live.items():
         if k != "params" and (isinstance(v, bool) or isinstance(saved.get(k), bool)) and saved.get(k) is not v:
-            raise _bad(
+            raise edited(
                 f"{where}.{k}",
                 saved.get(k),
                 f"{v!r} (the live optimizer's setting, which the checkpoint's metadata also records)",
@@ -212,7 +189,7 @@ def probe_optimizer(
                     try:
                         reference = _run(opt, settings, torch.zeros_like(p), None)
                     except Exception as e:
-                        raise _bad(
+                        raise edited(
                             f"optimizer.param_groups[{gi}]",
                             f"settings torch's step() refuses ({type(e).__name__}: {str(e)[:200]})",
                             "the settings the optimizer was saved with",
@@ -221,11 +198,11 @@ def probe_optimizer(
                         continue
                     saved = state[name]
                     if not isinstance(saved, Mapping):
-                        raise _bad(where, _show(saved), "{key: tensor or number}")
+                        raise edited(where, _show(saved), "{key: tensor or number}")
                     try:
                         loaded = _run(opt, settings, torch.zeros_like(p), _clone(dict(saved)))
                     except Exception as e:
-                        raise _bad(
+                        raise edited(
                             where,
                             f"a state torch's step() refuses ({type(e).__name__}: {str(e)[:200]})",
                             "the state the optimizer's own step() creates for this parameter",
@@ -262,7 +239,7 @@ def probe_settings(opt: torch.optim.Optimizer, ordered: list[dict[str, Any]]) ->
                 warnings.simplefilter("ignore")
                 cls([scratch], **settings)
         except Exception as e:
-            raise _bad(
+            raise edited(
                 f"optimizer.param_groups[{gi}]",
                 f"settings {cls.__name__}() refuses ({type(e).__name__}: {str(e)[:200]})",
                 "the settings the optimizer was saved with",
@@ -294,18 +271,20 @@ def check_scheduler_values(scheduler: Any, saved: Mapping[str, Any], where: str 
     if SCHEDULER_STEP_COUNT in saved:
         v = saved[SCHEDULER_STEP_COUNT]
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise _bad(f"{where}.{SCHEDULER_STEP_COUNT}", v, "an integer >= 0 (the steps the scheduler counted)")
+            raise edited(f"{where}.{SCHEDULER_STEP_COUNT}", v, "an integer >= 0 (the steps the scheduler counted)")
     if "last_epoch" in saved:
         v, x = saved["last_epoch"], _number(saved["last_epoch"])
         if x is None or not math.isfinite(x) or x < -1:
-            raise _bad(f"{where}.last_epoch", v, "a finite number >= -1 (torch's schedulers start at -1 and count up)")
+            raise edited(
+                f"{where}.last_epoch", v, "a finite number >= -1 (torch's schedulers start at -1 and count up)"
+            )
     if type(scheduler) is torch.optim.lr_scheduler.ReduceLROnPlateau:
         _check_plateau(scheduler, saved, where)
     if "base_lrs" in saved and isinstance(saved["base_lrs"], (list, tuple)):
         for i, v in enumerate(saved["base_lrs"]):
             x = _number(v)
             if x is None or not math.isfinite(x) or x < 0:
-                raise _bad(
+                raise edited(
                     f"{where}.base_lrs[{i}]",
                     v,
                     "a finite learning rate >= 0 (each group's initial_lr, which the optimizer's constructor bounds)",
@@ -332,7 +311,7 @@ def _check_plateau(scheduler: Any, saved: Mapping[str, Any], where: str) -> None
     try:
         torch.optim.lr_scheduler.ReduceLROnPlateau(scratch, **settings)
     except Exception as e:
-        raise _bad(
+        raise edited(
             where,
             f"settings ReduceLROnPlateau() refuses ({type(e).__name__}: {str(e)[:200]})",
             "the settings the scheduler was saved with",
@@ -340,7 +319,7 @@ def _check_plateau(scheduler: Any, saved: Mapping[str, Any], where: str) -> None
     if "best" in saved:
         best = _number(saved["best"])
         if best is None or math.isnan(best):
-            raise _bad(
+            raise edited(
                 f"{where}.best",
                 saved["best"],
                 "a number, not NaN (best starts at +-inf and only takes a metric that compared better)",
@@ -348,7 +327,9 @@ def _check_plateau(scheduler: Any, saved: Mapping[str, Any], where: str) -> None
     if "num_bad_epochs" in saved:
         v = saved["num_bad_epochs"]
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise _bad(f"{where}.num_bad_epochs", v, "an integer >= 0 (the epochs counted since the last improvement)")
+            raise edited(
+                f"{where}.num_bad_epochs", v, "an integer >= 0 (the epochs counted since the last improvement)"
+            )
 
 
 def probe_scheduler(scheduler: Any, saved: Any) -> None:
@@ -369,7 +350,7 @@ def probe_scheduler(scheduler: Any, saved: Any) -> None:
             warnings.simplefilter("ignore")
             scratch.get_lr()
     except Exception as e:
-        raise _bad(
+        raise edited(
             "scheduler",
             f"a state torch's scheduler refuses ({type(e).__name__}: {str(e)[:200]})",
             "the state the scheduler saved",

@@ -47,6 +47,7 @@ import torch
 
 from resumable_data.checkpoint import rng as rng_mod
 from resumable_data.checkpoint.compat import CompatibilityReport
+from resumable_data.checkpoint.edited import EDITED_FIX
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.checkpoint.keys import (
     K_ACCUMULATION,
@@ -65,7 +66,7 @@ from resumable_data.checkpoint.keys import (
 )
 from resumable_data.checkpoint.meta import new_id
 from resumable_data.checkpoint.optim import load_dense_optimizer_state, load_optimizer_state
-from resumable_data.checkpoint.restore_check import CHECKS, FIX, validate
+from resumable_data.checkpoint.restore_check import CHECKS, validate
 from resumable_data.checkpoint.undo import rollback, snapshot
 from resumable_data.errors import ResumableDataError, describe
 
@@ -147,7 +148,7 @@ def restore(
                 "checkpoint",
                 f"restore failed ({type(e).__name__}: {e})",
                 "a state every object accepts (nothing was changed: all objects rolled back)",
-                FIX,
+                EDITED_FIX,
             )
         ) from e
     return report

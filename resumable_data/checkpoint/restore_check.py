@@ -49,6 +49,7 @@ import torch
 
 from resumable_data._schema import expect_bool, expect_enum, expect_int, expect_mapping
 from resumable_data.checkpoint import rng as rng_mod
+from resumable_data.checkpoint.edited import edited, value_kind
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.checkpoint.keys import (
     K_ACCUMULATION,
@@ -77,7 +78,7 @@ from resumable_data.checkpoint.policies import AccumulationPolicy
 from resumable_data.errors import ResumableDataError, ResumeError, describe
 from resumable_data.loader.state import LoaderState
 
-__all__ = ["CHECKS", "FIX", "NO_RNG_FIX", "Facts", "validate"]
+__all__ = ["CHECKS", "NO_RNG_FIX", "Facts", "validate"]
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,6 @@ class Facts:
     fresh_data: str | None
 
 
-FIX = "the checkpoint was edited or damaged after it was saved: load another one"
 #: oracle -> the part of the state it checks (only restored parts are compared).
 CHECKS = {
     "parameters": K_MODEL,
@@ -111,37 +111,19 @@ CHECKS = {
 }
 
 
-def _bad(where: str, value: Any, expected: str) -> CheckpointError:
-    return CheckpointError(describe(where, value, expected, FIX))
-
-
-def _kind(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, (int, float)):
-        return "number"
-    if isinstance(v, torch.Tensor):
-        return "tensor"
-    if isinstance(v, (list, tuple)):
-        return "list"
-    return type(v).__name__
-
-
 def _same_shape(saved: Any, current: Mapping[str, Any], where: str) -> None:
     """``saved`` has exactly ``current``'s keys, each value of the same kind (tensors: shape, dtype)."""
     if not isinstance(saved, Mapping) or set(saved) != set(current):
         got = sorted(map(str, saved))[:6] if isinstance(saved, Mapping) else type(saved).__name__
-        raise _bad(where, got, f"the keys {sorted(current)[:6]}{'...' if len(current) > 6 else ''}")
+        raise edited(where, got, f"the keys {sorted(current)[:6]}{'...' if len(current) > 6 else ''}")
     for k, cur in current.items():
         v = saved[k]
         if isinstance(cur, torch.Tensor):
             if not isinstance(v, torch.Tensor) or v.shape != cur.shape or v.dtype != cur.dtype:
                 shown = f"{tuple(v.shape)} {v.dtype}" if isinstance(v, torch.Tensor) else type(v).__name__
-                raise _bad(f"{where}.{k}", shown, f"a tensor of shape {tuple(cur.shape)} and dtype {cur.dtype}")
-        elif _kind(v) != _kind(cur) and not (cur is None or v is None):
-            raise _bad(f"{where}.{k}", _kind(v), f"a {_kind(cur)} (as the live object holds)")
+                raise edited(f"{where}.{k}", shown, f"a tensor of shape {tuple(cur.shape)} and dtype {cur.dtype}")
+        elif value_kind(v) != value_kind(cur) and not (cur is None or v is None):
+            raise edited(f"{where}.{k}", value_kind(v), f"a {value_kind(cur)} (as the live object holds)")
 
 
 def _check_scaler(saved: Mapping[str, Any]) -> None:
@@ -151,12 +133,12 @@ def _check_scaler(saved: Mapping[str, Any]) -> None:
     def num(key: str, ok: Callable[[float], bool], expected: str) -> None:
         v = saved[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not ok(v):
-            raise _bad(f"scaler.{key}", v, expected)
+            raise edited(f"scaler.{key}", v, expected)
 
     def count(key: str, lo: int) -> None:
         v = saved[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise _bad(f"scaler.{key}", v, f"an integer >= {lo}")
+            raise edited(f"scaler.{key}", v, f"an integer >= {lo}")
 
     for key, check in (
         ("scale", lambda: num("scale", lambda v: v > 0, "a finite number > 0")),
@@ -177,21 +159,23 @@ def _check_optimizer(ts: Any, names: Mapping[int, str], saved: Any, *, dcp: bool
     opt = ts.optimizer
     keys = {"state", "param_groups"} | ({"stateless"} if dcp else set())
     if not isinstance(saved, Mapping) or set(saved) != keys:
-        raise _bad("optimizer", type(saved).__name__, f"{{{', '.join(repr(k) for k in sorted(keys))}}}")
+        raise edited("optimizer", type(saved).__name__, f"{{{', '.join(repr(k) for k in sorted(keys))}}}")
     groups, state = saved["param_groups"], saved["state"]
     if not isinstance(groups, list) or not all(
         isinstance(g, dict) and isinstance(g.get("params"), list) and all(isinstance(n, str) for n in g["params"])
         for g in groups
     ):
-        raise _bad("optimizer.param_groups", type(groups).__name__, "a list of groups, each with 'params': [name, ...]")
+        raise edited(
+            "optimizer.param_groups", type(groups).__name__, "a list of groups, each with 'params': [name, ...]"
+        )
     if not isinstance(state, dict) or not all(isinstance(v, dict) for v in state.values()):
-        raise _bad("optimizer.state", type(state).__name__, "{parameter name: {key: tensor or number}}")
+        raise edited("optimizer.state", type(state).__name__, "{parameter name: {key: tensor or number}}")
     if dcp and (not isinstance(saved["stateless"], list) or not all(isinstance(n, str) for n in saved["stateless"])):
-        raise _bad("optimizer.stateless", type(saved["stateless"]).__name__, "a list of parameter names")
+        raise edited("optimizer.stateless", type(saved["stateless"]).__name__, "a list of parameter names")
     listed = [n for g in groups for n in g["params"]]
     if len(listed) != len(set(listed)):  # a group matched by set: a repeated one would win with its settings
         twice = sorted({n for n in listed if listed.count(n) > 1})
-        raise _bad(
+        raise edited(
             "optimizer.param_groups", f"parameters listed twice: {twice[:6]}", "each parameter in one group, once"
         )
     current = group_fqns(opt, dict(names))
@@ -216,7 +200,7 @@ def _check_rng(state: Any) -> None:
         rng_mod.K_TORCH,
         rng_mod.K_CUDA,
     }:
-        raise _bad("rng", type(state).__name__, "the generator states capture() wrote")
+        raise edited("rng", type(state).__name__, "the generator states capture() wrote")
     tc = state[rng_mod.K_TORCH]
     py_state, np_state = rng_mod.host_states(state)  # every field in range (NumPy checks no position)
     try:
@@ -228,7 +212,7 @@ def _check_rng(state: Any) -> None:
     except ResumableDataError:
         raise
     except Exception as e:
-        raise _bad(
+        raise edited(
             "rng", f"malformed ({type(e).__name__}: {e})", "generator states that Python, NumPy and torch accept"
         ) from None
     cuda = state[rng_mod.K_CUDA]
@@ -291,20 +275,22 @@ def _check_parts(ts: Any, state: Mapping[str, Any], restores: frozenset[str], sa
     ):
         if key in restores and obj is not None and (state[key] is None) != (section is None):
             held = "holds" if section is not None else "holds no"
-            raise _bad(
+            raise edited(
                 key,
                 "null" if state[key] is None else type(state[key]).__name__,
                 f"{'a saved state' if section is not None else 'null'} (the checkpoint's metadata {held} {key})",
             )
     cbs = state[K_CALLBACKS]
     if K_CALLBACKS in restores and isinstance(cbs, dict) and sorted(cbs) != sorted(saved_meta.callbacks):
-        raise _bad("callbacks", sorted(cbs), f"the states of the callbacks its metadata names ({saved_meta.callbacks})")
+        raise edited(
+            "callbacks", sorted(cbs), f"the states of the callbacks its metadata names ({saved_meta.callbacks})"
+        )
     acc = state[K_ACCUMULATION]
     if dcp or ts.model is None or K_GRADIENTS not in restores or not isinstance(acc, Mapping):
         return
     saved_grads = acc.get("mid_window") is True and acc.get("rewound") is False and saved_meta.model is not None
     if (state[K_GRADIENTS] is not None) != saved_grads:
-        raise _bad(
+        raise edited(
             "gradients",
             "null" if state[K_GRADIENTS] is None else type(state[K_GRADIENTS]).__name__,
             "the window's gradients exactly when accumulation.mid_window is true and rewound false"
@@ -351,7 +337,7 @@ def validate(
         if want(K_EMA, ts.ema):
             _same_shape(state[K_EMA], ts.ema.state_dict(), "ema")
         if K_CALLBACKS in restores and not isinstance(state[K_CALLBACKS], dict):
-            raise _bad("callbacks", type(state[K_CALLBACKS]).__name__, "{name: state}")
+            raise edited("callbacks", type(state[K_CALLBACKS]).__name__, "{name: state}")
         if K_MODES in restores:
             _check_modes(state[K_MODES])
         if want(K_RNG, True):
@@ -368,7 +354,7 @@ def validate(
     except ResumableDataError:
         raise
     except Exception as e:
-        raise _bad("state", f"malformed ({type(e).__name__}: {e})", "a state tree written by this package") from e
+        raise edited("state", f"malformed ({type(e).__name__}: {e})", "a state tree written by this package") from e
 
 
 def _check_accumulation(state: Mapping[str, Any], *, dcp: bool) -> None:
@@ -386,9 +372,9 @@ def _check_accumulation(state: Mapping[str, Any], *, dcp: bool) -> None:
     if ls is not None:
         saved_uncommitted = LoaderState.from_dict(ls).uncommitted  # ResumeError on a malformed state
         if acc["uncommitted"] != saved_uncommitted:
-            raise _bad("accumulation.uncommitted", acc["uncommitted"], f"the loader cursor's {saved_uncommitted}")
+            raise edited("accumulation.uncommitted", acc["uncommitted"], f"the loader cursor's {saved_uncommitted}")
     elif acc["uncommitted"]:
-        raise _bad("accumulation.uncommitted", acc["uncommitted"], "0 (no loader state)")
+        raise edited("accumulation.uncommitted", acc["uncommitted"], "0 (no loader state)")
 
 
 def _check_tensors(ts: Any, state: Mapping[str, Any], restores: frozenset[str], *, check_model: bool) -> None:
@@ -399,17 +385,17 @@ def _check_tensors(ts: Any, state: Mapping[str, Any], restores: frozenset[str], 
     if grads is not None:
         params = dict(ts.model.named_parameters())
         if not isinstance(grads, dict) or not set(grads) <= set(params):
-            raise _bad("gradients", type(grads).__name__, "{parameter name: tensor} for parameters of the model")
+            raise edited("gradients", type(grads).__name__, "{parameter name: tensor} for parameters of the model")
         for n, g in grads.items():
             if not isinstance(g, torch.Tensor) or g.shape != params[n].shape:
-                raise _bad(f"gradients.{n}", _kind(g), f"a tensor of shape {tuple(params[n].shape)}")
+                raise edited(f"gradients.{n}", value_kind(g), f"a tensor of shape {tuple(params[n].shape)}")
 
 
 def _check_modes(modes: Any) -> None:
     if not isinstance(modes, dict) or not all(
         isinstance(m, dict) and all(isinstance(b, bool) for b in m.values()) for m in modes.values()
     ):
-        raise _bad("modes", type(modes).__name__, "{'model': {module name: bool}, ...}")
+        raise edited("modes", type(modes).__name__, "{'model': {module name: bool}, ...}")
 
 
 def _check_loader(loader: Any, ls: Any, loader_options: Mapping[str, Any]) -> Facts:
@@ -434,7 +420,7 @@ def _check_oracles(
     digested (DCP: per-rank, verified after the apply)."""
     oracles = state[K_ORACLES]
     if not isinstance(oracles, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in oracles.items()):
-        raise _bad("oracles", type(oracles).__name__, "{name: digest}")
+        raise edited("oracles", type(oracles).__name__, "{name: digest}")
     if dcp:
         return
     recomputed = tree_oracles(dict(state))
@@ -446,4 +432,6 @@ def _check_oracles(
     expected = set(recomputed) | ({"next_batch"} if state[K_LOADER] is not None else set())
     missing = sorted(set(oracles) ^ expected)
     if bad or missing:
-        raise _bad("state", f"oracles {sorted(bad + missing)}", "parts whose digests equal the oracles saved with them")
+        raise edited(
+            "state", f"oracles {sorted(bad + missing)}", "parts whose digests equal the oracles saved with them"
+        )
