@@ -202,9 +202,9 @@ def test_a_view_validates_each_record_batch_once_for_its_sources(typed_sources):
     view = ArrowShards.concatenated(members)
     n0 = len(members[0]._units)
     view.take([1, 2503])  # a record batch of each source (2,500 records each)
-    assert members[0]._valid[0] and members[1]._valid[0]
+    assert members[0]._validation.valid[0] and members[1]._validation.valid[0]
     again = ArrowShards.concatenated(members)
-    assert again._valid[0] and again._valid[n0]  # a fresh view starts from what its sources validated
+    assert again._validation.valid[0] and again._validation.valid[n0]  # a fresh view starts from what its sources validated
 
 
 @settings(derandomize=True, max_examples=60, deadline=None)
