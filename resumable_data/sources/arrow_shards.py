@@ -39,10 +39,12 @@ Its concepts are one module each: resolving what the argument names and the unpi
 (:mod:`.arrow.resolve`), record ids (:mod:`.arrow.record_ids`), the pickled state
 (:mod:`.arrow.pickled`), opening one shard (:mod:`.files`), the unit table of the open shards
 and its join for a view (:mod:`.arrow.unit_table`), validation once
-(:mod:`.arrow.unit_validation`), identity checks around reads (:mod:`.arrow.read_guard`), the
-gather (:mod:`.gather`), the units decoded when read, their ranged reads and the read-ahead hooks
-(:mod:`.unit_reads`); this module holds the class: construction, the closed state, the read paths
-over those parts and the concatenated view ``rd.Mixture`` gathers through.
+(:mod:`.arrow.unit_validation`), identity checks around reads (:mod:`.arrow.read_guard`), which
+column plans serve a batch and the per-unit fallback (:mod:`.arrow.gathering`, over the plans of
+:mod:`.gather`), the units decoded when read, their ranged reads and the read-ahead hooks
+(:mod:`.unit_reads`), adopting the layouts rebuilt at open (:mod:`.opening`); this module holds
+the class: construction, the closed state, the read paths over those parts and the concatenated
+view ``rd.Mixture`` gathers through.
 
 Hugging Face ``datasets``: :meth:`ArrowShards.from_hf` reads a ``datasets.Dataset``'s own Arrow
 cache files (zero copy), versioned by their content (:mod:`.hf`).
@@ -68,10 +70,8 @@ over the shards (:mod:`.watch`; ``benchmarks/bench_identity.py``; the figure is 
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -80,24 +80,21 @@ import pyarrow as pa
 
 from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, ResumableDataError, UsageError, describe
+from resumable_data.sources.arrow.gathering import Gathering
 from resumable_data.sources.arrow.pickled import read_state, source_state
 from resumable_data.sources.arrow.read_guard import guarded_read
-from resumable_data.sources.arrow.record_ids import RecordIdError, record_index
+from resumable_data.sources.arrow.record_ids import RecordIdError, checked_ids, record_index
 from resumable_data.sources.arrow.record_ids import locate as locate_ids
 from resumable_data.sources.arrow.resolve import UnpinnedPolicy, resolve_source, source_store
 from resumable_data.sources.arrow.unit_table import UnitTable, closed_table, joined_table, opened_table
 from resumable_data.sources.arrow.unit_validation import UnitValidation
 from resumable_data.sources.decoded_units import check_budget
 from resumable_data.sources.files import OpenShard, canonical_schema
-from resumable_data.sources.gather import ColumnGather, concat_columns, has_numpy_layout, plan_column
-from resumable_data.sources.gather_decoded import DecodedUnit
 from resumable_data.sources.identity import FileIdentity
-from resumable_data.sources.layout_cache import remember_layout
-from resumable_data.sources.opening import open_shards, with_layouts
+from resumable_data.sources.opening import adopt_layouts, open_shards, with_layouts
 from resumable_data.sources.read_ahead.cache import UnitCache
 from resumable_data.sources.retry import DEFAULT_RETRIES, Retries
 from resumable_data.sources.store import LOCAL, ShardStore, join
-from resumable_data.sources.unit_index import group_segments, locate
 from resumable_data.sources.unit_reads import UnitReads
 from resumable_data.sources.version import DatasetVersion, VerifyLevel
 from resumable_data.sources.watch import ShardWatch
@@ -151,23 +148,7 @@ class ArrowShards:
             version.verify(level)
         self._init(root, rel, version, store, decoded=decoded)
         if version is not None:
-            # a layout from rd's layout cache that did not describe the bytes was rebuilt at open
-            # (.opening.open_shards): the version (what a pickle carries to workers) takes it
-            rebuilt = [
-                k
-                for k, (s, shard) in enumerate(zip(version.shards, self._shards))
-                if s.layout is not None and shard.layout is not s.layout
-            ]
-            if rebuilt:
-                shards = list(version.shards)
-                for k in rebuilt:
-                    shards[k] = replace(shards[k], layout=self._shards[k].layout)
-                version = replace(version, shards=tuple(shards))
-                self._version: DatasetVersion | None = version
-            if level is not VerifyLevel.SIZE:  # the layouts' bytes are the pinned ones
-                for k in [*built, *rebuilt]:
-                    s = version.shards[k]
-                    remember_layout(s.content_hash, s.size, s.layout)
+            self._version: DatasetVersion | None = adopt_layouts(version, self._shards, built, level)
 
     # -- opening ---------------------------------------------------------------------------
     def _init(
@@ -185,28 +166,27 @@ class ArrowShards:
         ``decoded``: the ``decoded_cache_bytes`` asked for."""
         self._broken: ResumableDataError | None = None
         self._watch = ShardWatch([])  # the mapped shards' names, once opened
-        self._members = None if members is None else tuple(members)
         self._store = store
         self._root = Path(root)
         self._rel = list(rel)
         self._version = version
         self._shards: list[OpenShard] = []
         self._decoded_request = decoded
-        self._fast: list[ColumnGather | None] | None = None
-        self._numpy_plans: list[ColumnGather] | None = None  # _fast when every column has a numpy layout
         if members is not None:  # a view: its sources' units and arrays, shifted (no Python step per unit)
             self._adopt(
                 joined_table([m._table for m in members], self._rel),
                 UnitValidation.joined([m._validation for m in members]),
+                [m._gathering for m in members],
             )
             return
         self._shards = open_shards(root, self._rel, version, store)
         table = opened_table(root, self._rel, self._shards, expected)
         self._adopt(table, UnitValidation.of_units(table.units, table.unit_index, self._rel))
 
-    def _adopt(self, table: UnitTable, validation: UnitValidation) -> None:
+    def _adopt(self, table: UnitTable, validation: UnitValidation, members: Sequence[Gathering] | None = None) -> None:
         """Read through ``table`` (:mod:`.arrow.unit_table`), its fields kept as attributes (the read
-        path's lookups), validating its zero-copy batches once through ``validation``."""
+        path's lookups), validating its zero-copy batches once through ``validation`` and gathering
+        through :mod:`.arrow.gathering` (``members``: a view's sources' gatherings, whose plans it rebases)."""
         self._table = table
         self._shards, self._units, self._unit_index = table.shards, table.units, table.unit_index
         self._unit_shard, self._mapped, self._mapped_bool = table.unit_shard, table.mapped, table.mapped_bool
@@ -215,6 +195,7 @@ class ArrowShards:
         self._starts, self._buckets = table.starts, table.buckets
         self._validation = validation
         self._reads = self._unit_reads()
+        self._gathering = Gathering(table, self._reads, validation, members)
 
     def _unit_reads(self) -> UnitReads:
         """The units decoded when read (:mod:`.unit_reads`), over the unit table just built."""
@@ -261,7 +242,6 @@ class ArrowShards:
     ) -> None:
         """An unpickled source whose files failed their checks: every read raises ``exc``."""
         self._broken = exc
-        self._members = None
         self._store, self._root, self._rel, self._version = store, Path(root), list(rel), version
         self._decoded_request = None
         self._adopt(
@@ -389,14 +369,6 @@ class ArrowShards:
         v = self._version.hash[:12] if self._version is not None else "UNPINNED"
         return f"ArrowShards({str(self._root)!r}, shards={self.num_shards}, records={len(self)}, version={v})"
 
-    # -- access ----------------------------------------------------------------------------
-    def _unit_data(self, k: int) -> pa.RecordBatch:
-        u = self._units[k]
-        if u.batch is not None:
-            self._validation.ensure(k)
-            return u.batch
-        return self._reads.decoded(k).batch
-
     # -- read-ahead (.read_ahead): units by index, their byte spans, a checked ranged read ----------
     def unit_starts(self) -> np.ndarray:
         """The first record id of every unit (record batch / row group holding records), in order."""
@@ -448,95 +420,20 @@ class ArrowShards:
         i = record_index(index, self._num_records)
         unit, local = self._locate(np.array([i], dtype=np.int64))
         return guarded_read(
-            self._table, unit, lambda: self._unit_data(int(unit[0])).slice(int(local[0]), 1).to_pylist()[0]
+            self._table, unit, lambda: self._gathering.unit_data(int(unit[0])).slice(int(local[0]), 1).to_pylist()[0]
         )
 
     def __getitems__(self, record_ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
         """One row dict per id (torch's batched fetch protocol)."""
         return self.take(record_ids).to_pylist()
 
-    def _check_ids(self, record_ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(ids, unit, local, touched mapped shards)`` of ``record_ids`` (one compiled pass:
-        :func:`.unit_index.locate`), which must be a 1-D integer sequence of ids in ``[0, len)``."""
-        self._usable()
-        ids = np.asarray(record_ids)
-        n = self._num_records
-        if ids.size == 0:
-            empty = np.zeros(0, dtype=np.int64)
-            return empty, empty, empty, empty
-        if ids.ndim != 1 or ids.dtype.kind not in "iu":
-            raise RecordIdError(
-                describe(
-                    "record_ids",
-                    record_ids,
-                    f"a 1-D sequence of integer record ids in [0, {n})",
-                    f"pass integers (got dtype {ids.dtype}, ndim {ids.ndim})",
-                )
-            )
-        if n == 0 or (ids.dtype == np.uint64 and int(ids.max()) >= n):  # nothing to locate in / past int64
-            lo, hi = int(ids.min()), int(ids.max())
-        else:
-            ids = np.ascontiguousarray(ids, dtype=np.int64)
-            unit, local, touched, lo, hi = locate(
-                ids, self._starts, self._unit_shard, self._mapped_bool, n, self._buckets
-            )
-        if lo < 0 or hi >= n:
-            bad = lo if lo < 0 else hi
-            raise RecordIdError(
-                describe("record_ids", bad, f"record ids in [0, {n})", "pass ids of this dataset's records")
-            )
-        return ids, unit, local, touched
-
-    def _plan(self) -> list[ColumnGather | None]:
-        if self._fast is None:
-            if self._members is not None:  # a concatenated view: its sources' plans, rebased (cached on them)
-                parts = [m._plan() for m in self._members]
-                counts = [len(m._units) for m in self._members]
-                self._fast = [concat_columns([p[i] for p in parts], counts, self._wholes) for i in range(len(parts[0]))]
-            else:
-                self._fast = [
-                    plan_column(i, f.type, self._units, self._wholes, self._num_records)
-                    for i, f in enumerate(self._schema)
-                ]
-            if all(g is not None and g.numpy_dtype is not None for g in self._fast):
-                self._numpy_plans = [g for g in self._fast if g is not None]
-        return self._fast
-
-    @functools.cached_property
-    def _numpy_layout(self) -> bool:
-        """Whether every column's type can have the default collate's numpy layout (asked per
-        batch by :meth:`take_numpy` for decoded units; the schema is fixed once open)."""
-        return all(has_numpy_layout(f.type) for f in self._schema)
-
     def take(self, record_ids: Sequence[int] | np.ndarray) -> pa.Table:
         """The records ``record_ids`` (requested order, duplicates allowed) as one-chunk Table."""
-        ids, unit, local, touched = self._check_ids(record_ids)
+        self._usable()
+        ids, unit, local, touched = checked_ids(record_ids, self._table)
         if len(ids) == 0:
             return self._schema.empty_table()
-        return guarded_read(self._table, unit, lambda: self._take(ids, unit, local), touched)
-
-    def _take(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray) -> pa.Table:
-        held: list[DecodedUnit] | None = None  # the touched decoded units, in unit order
-        plans: list[ColumnGather | None]
-        if self._reads.loaded:
-            touched = self._reads.touched(unit)
-            if touched is None:
-                plans, planned = [None] * len(self._schema), unit
-            else:
-                plans, planned, held = touched
-        else:
-            self._validation.units(unit)
-            plans, planned = self._plan(), unit
-        columns: list[pa.Array | None] = [None] * len(plans)
-        for i, g in enumerate(plans):
-            if g is not None:
-                columns[i] = g.gather(ids, planned, local)
-        slow = [i for i, c in enumerate(columns) if c is None]
-        if slow:
-            taken = self._fallback(unit, local, slow, held)
-            for j, i in enumerate(slow):
-                columns[i] = taken[j]
-        return pa.Table.from_arrays(columns, schema=self._schema)
+        return guarded_read(self._table, unit, lambda: self._gathering.take(ids, unit, local), touched)
 
     def take_numpy(self, record_ids: Sequence[int] | np.ndarray, pad_value: Any = 0) -> list[Any] | None:
         """Per column, the default collate's numpy layout of ``take(record_ids)`` (a 1-D array, or
@@ -544,53 +441,12 @@ class ArrowShards:
         Parquet row groups: from the decoded units); None unless every column is an integer/float
         (or list of them) or ``bool`` column without nulls on the fast path (then use :meth:`take`)."""
         self._usable()
-        if not self._reads.loaded:
-            self._plan()  # built once, with _numpy_plans where every column has a numpy layout
-            if self._numpy_plans is None:
-                return None  # before checking the ids: take() checks them
-        elif not self._numpy_layout or self._reads.whole_without_numpy():
-            return None
-        ids, unit, local, touched = self._check_ids(record_ids)
+        if not self._gathering.may_numpy():
+            return None  # before checking the ids: take() checks them
+        ids, unit, local, touched = checked_ids(record_ids, self._table)
         if len(ids) == 0:
             return None
-        if self._reads.loaded:
-
-            def gather_decoded() -> list[Any] | None:
-                got = self._reads.touched(unit)
-                if got is None:
-                    return None
-                plans, renumbered, _ = got
-                if any(g is None or g.numpy_dtype is None for g in plans):
-                    return None
-                return [g.to_numpy(ids, renumbered, local, pad_value) for g in plans if g is not None]
-
-            return guarded_read(self._table, unit, gather_decoded, touched)
-        plans = self._numpy_plans
-        assert plans is not None
-
-        def gather() -> list[Any]:
-            self._validation.units(unit)
-            return [g.to_numpy(ids, unit, local, pad_value) for g in plans]
-
-        return guarded_read(self._table, unit, gather, touched)
-
-    def _fallback(
-        self, unit: np.ndarray, local: np.ndarray, cols: list[int], held: list[DecodedUnit] | None = None
-    ) -> list[pa.Array]:
-        """Per-unit Arrow takes for columns ``cols``, then one reorder take on the small result
-        (``held``: the touched units already decoded, in unit order)."""
-        order, bounds = group_segments(unit, len(self._units))
-        local_s = local[order]
-        pieces = []
-        for j, k in enumerate(np.flatnonzero(np.diff(bounds))):
-            a, b = bounds[k], bounds[k + 1]
-            data = self._unit_data(int(k)) if held is None else held[j].batch
-            pieces.append(data.select(cols).take(pa.array(local_s[a:b])))
-        inverse = np.empty(len(order), dtype=np.int64)
-        inverse[order] = np.arange(len(order), dtype=np.int64)
-        inverse_pa = pa.array(inverse)
-        # column-wise: shards may differ in schema/field metadata, never in types
-        return [pa.concat_arrays([p.column(j) for p in pieces]).take(inverse_pa) for j in range(len(cols))]
+        return guarded_read(self._table, unit, lambda: self._gathering.numpy(ids, unit, local, pad_value), touched)
 
     def column_lengths(self, column: str) -> np.ndarray:
         """Per-record list lengths (int64) of list column ``column``, from offsets buffers only.
@@ -611,12 +467,4 @@ class ArrowShards:
                 describe("column", column, f"a list or large_list column (it is {t})", "pass a list-typed column")
             )
         i = self._schema.get_field_index(column)
-        out = np.empty(self._num_records, dtype=np.int64)
-
-        def lengths() -> np.ndarray:
-            for k, u in enumerate(self._units):
-                arr = self._unit_data(k).column(i)
-                out[u.start : u.start + u.rows] = np.diff(arr.offsets.to_numpy())
-            return out
-
-        return guarded_read(self._table, np.arange(len(self._units)), lengths)
+        return guarded_read(self._table, np.arange(len(self._units)), lambda: self._gathering.list_lengths(i))
