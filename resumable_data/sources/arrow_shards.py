@@ -184,15 +184,13 @@ class ArrowShards:
         self._adopt(table, UnitValidation.of_units(table.units, table.unit_index, self._rel))
 
     def _adopt(self, table: UnitTable, validation: UnitValidation, members: Sequence[Gathering] | None = None) -> None:
-        """Read through ``table`` (:mod:`.arrow.unit_table`), its fields kept as attributes (the read
-        path's lookups), validating its zero-copy batches once through ``validation`` and gathering
+        """Read through ``table`` (:mod:`.arrow.unit_table`), the fields this class reads kept as
+        attributes, validating its zero-copy batches once through ``validation`` and gathering
         through :mod:`.arrow.gathering` (``members``: a view's sources' gatherings, whose plans it rebases)."""
         self._table = table
         self._shards, self._units, self._unit_index = table.shards, table.units, table.unit_index
-        self._unit_shard, self._mapped, self._mapped_bool = table.unit_shard, table.mapped, table.mapped_bool
-        self._unit_view, self._watch, self._unwatched = table.unit_view, table.watch, table.unwatched
-        self._schema, self._wholes, self._num_records = table.schema, table.wholes, table.num_records
-        self._starts, self._buckets = table.starts, table.buckets
+        self._unit_shard, self._unit_view, self._watch = table.unit_shard, table.unit_view, table.watch
+        self._schema, self._num_records, self._starts = table.schema, table.num_records, table.starts
         self._validation = validation
         self._reads = self._unit_reads()
         self._gathering = Gathering(table, self._reads, validation, members)

@@ -171,7 +171,7 @@ def test_concatenated_plan_equals_planning_the_concatenation(typed_sources):
     view = ArrowShards.concatenated(members)
     assert view._shards[0] is members[0]._shards[0]  # the sources' open shards: nothing opened twice
     got = view._gathering.plan()
-    direct = [plan_column(i, f.type, view._units, view._wholes, view._num_records) for i, f in enumerate(view.schema)]
+    direct = [plan_column(i, f.type, view._units, view._table.wholes, view._num_records) for i, f in enumerate(view.schema)]
     for name, g, d in zip(view.schema.names, got, direct):
         assert (g.kind if g is not None else None) == (d.kind if d is not None else None) == FAST_KINDS[name], name
         for a, b in zip(_bases(g.root), _bases(d.root), strict=True):
@@ -188,8 +188,8 @@ def test_concatenated_plan_equals_planning_the_concatenation(typed_sources):
         [[getattr(u, f) for f in fields] for u in opened._units]
     assert all(u.batch is m.batch for u, m in zip(view._units, [u for s in members for u in s._units], strict=True))
     assert [u.start for u in view._units[-3:]] == [u.start for u in opened._units[-3:]]
-    for name in ("_starts", "_unit_shard", "_mapped", "_mapped_bool"):
-        assert np.array_equal(getattr(view, name), getattr(opened, name)), name
+    for name in ("starts", "unit_shard", "mapped", "mapped_bool"):
+        assert np.array_equal(getattr(view._table, name), getattr(opened._table, name)), name
     assert view._unit_index == opened._unit_index and view._num_records == opened._num_records
     assert [e[1:] if e else e for e in view._watch.entries] == [e[1:] if e else e for e in opened._watch.entries]
 
