@@ -37,10 +37,14 @@ retried (``retries=rd.Retries(...)``, :mod:`.retry`); a store that stays down is
 
 Its concepts are one module each: resolving what the argument names and the unpinned policy
 (:mod:`.arrow.resolve`), record ids (:mod:`.arrow.record_ids`), the pickled state
-(:mod:`.arrow.pickled`), opening one shard (:mod:`.files`), the gather (:mod:`.gather`), the
-units decoded when read, their ranged reads and the read-ahead hooks (:mod:`.unit_reads`); this
-module holds the class: the unit index, validation once, identity checks around reads and the
-concatenated view ``rd.Mixture`` gathers through.
+(:mod:`.arrow.pickled`), opening one shard (:mod:`.files`), the unit table of the open shards
+and its join for a view (:mod:`.arrow.unit_table`), validation once
+(:mod:`.arrow.unit_validation`), identity checks around reads (:mod:`.arrow.read_guard`), which
+column plans serve a batch and the per-unit fallback (:mod:`.arrow.gathering`, over the plans of
+:mod:`.gather`), the units decoded when read, their ranged reads and the read-ahead hooks
+(:mod:`.unit_reads`), adopting the layouts rebuilt at open (:mod:`.opening`); this module holds
+the class: construction, the closed state, the read paths over those parts and the concatenated
+view ``rd.Mixture`` gathers through.
 
 Hugging Face ``datasets``: :meth:`ArrowShards.from_hf` reads a ``datasets.Dataset``'s own Arrow
 cache files (zero copy), versioned by their content (:mod:`.hf`).
@@ -66,10 +70,8 @@ over the shards (:mod:`.watch`; ``benchmarks/bench_identity.py``; the figure is 
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -78,23 +80,22 @@ import pyarrow as pa
 
 from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, ResumableDataError, UsageError, describe
+from resumable_data.sources.arrow.gathering import Gathering
 from resumable_data.sources.arrow.pickled import read_state, source_state
-from resumable_data.sources.arrow.record_ids import RecordIdError, record_index
+from resumable_data.sources.arrow.read_guard import guarded_read
+from resumable_data.sources.arrow.record_ids import RecordIdError, checked_ids, record_index
 from resumable_data.sources.arrow.record_ids import locate as locate_ids
 from resumable_data.sources.arrow.resolve import UnpinnedPolicy, resolve_source, source_store
+from resumable_data.sources.arrow.unit_table import UnitTable, closed_table, joined_table, opened_table
+from resumable_data.sources.arrow.unit_validation import UnitValidation
 from resumable_data.sources.decoded_units import check_budget
-from resumable_data.sources.files import OpenShard, canonical_schema, check_same_schema
-from resumable_data.sources.gather import ColumnGather, concat_columns, has_numpy_layout, plan_column
-from resumable_data.sources.gather_decoded import DecodedUnit
-from resumable_data.sources.identity import FileIdentity, changed_error, watch_entry
-from resumable_data.sources.layout_cache import remember_layout
-from resumable_data.sources.opening import open_shards, with_layouts
+from resumable_data.sources.files import OpenShard, canonical_schema
+from resumable_data.sources.identity import FileIdentity
+from resumable_data.sources.opening import adopt_layouts, open_shards, with_layouts
 from resumable_data.sources.read_ahead.cache import UnitCache
 from resumable_data.sources.retry import DEFAULT_RETRIES, Retries
 from resumable_data.sources.store import LOCAL, ShardStore, join
-from resumable_data.sources.unit_index import Unit, UnitsView, group_segments, locate, unit_buckets
 from resumable_data.sources.unit_reads import UnitReads
-from resumable_data.sources.validate import validate_batch
 from resumable_data.sources.version import DatasetVersion, VerifyLevel
 from resumable_data.sources.watch import ShardWatch
 
@@ -147,23 +148,7 @@ class ArrowShards:
             version.verify(level)
         self._init(root, rel, version, store, decoded=decoded)
         if version is not None:
-            # a layout from rd's layout cache that did not describe the bytes was rebuilt at open
-            # (.opening.open_shards): the version (what a pickle carries to workers) takes it
-            rebuilt = [
-                k
-                for k, (s, shard) in enumerate(zip(version.shards, self._shards))
-                if s.layout is not None and shard.layout is not s.layout
-            ]
-            if rebuilt:
-                shards = list(version.shards)
-                for k in rebuilt:
-                    shards[k] = replace(shards[k], layout=self._shards[k].layout)
-                version = replace(version, shards=tuple(shards))
-                self._version: DatasetVersion | None = version
-            if level is not VerifyLevel.SIZE:  # the layouts' bytes are the pinned ones
-                for k in [*built, *rebuilt]:
-                    s = version.shards[k]
-                    remember_layout(s.content_hash, s.size, s.layout)
+            self._version: DatasetVersion | None = adopt_layouts(version, self._shards, built, level)
 
     # -- opening ---------------------------------------------------------------------------
     def _init(
@@ -181,104 +166,34 @@ class ArrowShards:
         ``decoded``: the ``decoded_cache_bytes`` asked for."""
         self._broken: ResumableDataError | None = None
         self._watch = ShardWatch([])  # the mapped shards' names, once opened
-        self._members = None if members is None else tuple(members)
         self._store = store
         self._root = Path(root)
         self._rel = list(rel)
         self._version = version
         self._shards: list[OpenShard] = []
-        self._units: Sequence[Unit] = []
-        self._unit_index: list[int] = []  # the unit's record batch / row group index in its shard
         self._decoded_request = decoded
-        self._fast: list[ColumnGather | None] | None = None
-        self._numpy_plans: list[ColumnGather] | None = None  # _fast when every column has a numpy layout
-        start = 0
-        self._shards = (
-            open_shards(root, self._rel, version, store)
-            if members is None
-            else [shard for m in members for shard in m._shards]
-        )
         if members is not None:  # a view: its sources' units and arrays, shifted (no Python step per unit)
-            self._init_view(members)
+            self._adopt(
+                joined_table([m._table for m in members], self._rel),
+                UnitValidation.joined([m._validation for m in members]),
+                [m._gathering for m in members],
+            )
             return
-        units: list[Unit] = []
-        for k, (r, shard) in enumerate(zip(self._rel, self._shards)):
-            want = expected[k] if expected is not None else None
-            if want is not None and shard.identity != want:
-                self._close_shards()
-                raise changed_error(
-                    join(root, r),
-                    "when a worker (or another process) opened the pickled source",
-                    want,
-                    shard.identity,
-                )
-            if k:
-                check_same_schema(
-                    self._rel[0], canonical_schema(self._shards[0].schema), r, canonical_schema(shard.schema)
-                )
-            for g, n in enumerate(shard.unit_rows):
-                if n:  # empty units hold no record id
-                    batch = shard.batches[g] if shard.batches is not None else None
-                    units.append(Unit(k, start, n, batch, None if batch is not None else g))
-                    self._unit_index.append(g)
-                    start += n
-        self._units = units
-        self._unit_shard = np.fromiter((u.shard for u in units), dtype=np.int64, count=len(units))
-        # checked around every read: a shard whose map a read touches (its zero-copy batches, or a
-        # compressed shard's units, whose decoded buffers may still be views of the map: a body
-        # stored uncompressed, the -1 length prefix other writers use), cached units included
-        self._mapped = np.fromiter((s.whole is not None for s in self._shards), dtype=np.int64, count=len(self._shards))
-        self._mapped_bool = self._mapped.astype(bool)
-        # per unit: a zero-copy batch of the map (else decoded when read); plans over the maps serve
-        # only a source whose every unit is one (a folder mixing codecs gathers through UnitReads.touched)
-        self._unit_view = np.fromiter((u.batch is not None for u in units), dtype=bool, count=len(units))
-        self._watch = ShardWatch(  # what OpenShard.check compares, by name, for the mapped shards (one call a read)
-            [
-                watch_entry(s.mapped_path, s.identity) if s.mapped_path is not None and s.identity is not None else None
-                for s in self._shards
-            ],
-            root,
-        )
-        self._unwatched = any(e is None for e, m in zip(self._watch.entries, self._mapped_bool) if m)
-        self._schema = self._shards[0].schema
-        self._reads = self._unit_reads()
-        self._wholes = [s.whole for s in self._shards]
-        self._num_records = start
-        self._starts = np.fromiter((u.start for u in self._units), dtype=np.int64, count=len(self._units))
-        self._buckets = unit_buckets(self._starts, self._num_records)
-        # memory-mapped batches are validated lazily, once (see .validate); read units on each read
-        self._valid: np.ndarray = np.fromiter((u.batch is None for u in units), dtype=bool, count=len(units))
-        self._unvalidated = int((~self._valid).sum())
-        self._all_valid = self._unvalidated == 0
-        self._member_first: np.ndarray | None = None  # a view's first unit of each source (_validate_unit)
+        self._shards = open_shards(root, self._rel, version, store)
+        table = opened_table(root, self._rel, self._shards, expected)
+        self._adopt(table, UnitValidation.of_units(table.units, table.unit_index, self._rel))
 
-    def _init_view(self, members: Sequence[ArrowShards]) -> None:
-        """The rest of :meth:`_init` for a view over open sources (``_shards`` set): their units,
-        starts and flags concatenated and shifted; the schemas compared source by source (each
-        source compared its own shards)."""
-        shard_off = np.cumsum([0] + [len(m._shards) for m in members[:-1]], dtype=np.int64)
-        first = canonical_schema(members[0]._schema)
-        for m, o in zip(members[1:], shard_off[1:].tolist()):
-            check_same_schema(self._rel[0], first, self._rel[o], canonical_schema(m._schema))
-        record_off = np.cumsum([0] + [m._num_records for m in members[:-1]], dtype=np.int64)
-        self._units = UnitsView([m._units for m in members], shard_off.tolist(), record_off.tolist())
-        self._unit_index = [g for m in members for g in m._unit_index]
-        self._unit_shard = np.concatenate([m._unit_shard + o for m, o in zip(members, shard_off)])
-        self._mapped = np.concatenate([m._mapped for m in members])
-        self._mapped_bool = self._mapped.astype(bool)
-        self._unit_view = np.concatenate([m._unit_view for m in members])
-        self._watch = ShardWatch.joined([m._watch for m in members])
-        self._unwatched = any(m._unwatched for m in members)
-        self._schema = self._shards[0].schema
+    def _adopt(self, table: UnitTable, validation: UnitValidation, members: Sequence[Gathering] | None = None) -> None:
+        """Read through ``table`` (:mod:`.arrow.unit_table`), the fields this class reads kept as
+        attributes, validating its zero-copy batches once through ``validation`` and gathering
+        through :mod:`.arrow.gathering` (``members``: a view's sources' gatherings, whose plans it rebases)."""
+        self._table = table
+        self._shards, self._units, self._unit_index = table.shards, table.units, table.unit_index
+        self._unit_shard, self._unit_view, self._watch = table.unit_shard, table.unit_view, table.watch
+        self._schema, self._num_records, self._starts = table.schema, table.num_records, table.starts
+        self._validation = validation
         self._reads = self._unit_reads()
-        self._wholes = [s.whole for s in self._shards]
-        self._num_records = sum(m._num_records for m in members)
-        self._starts = np.concatenate([m._starts + o for m, o in zip(members, record_off)])
-        self._buckets = unit_buckets(self._starts, self._num_records)
-        self._valid = np.concatenate([m._valid for m in members])  # the same mapped batches: what they validated holds
-        self._unvalidated = int((~self._valid).sum())
-        self._all_valid = self._unvalidated == 0
-        self._member_first = np.cumsum([0] + [len(m._units) for m in members[:-1]], dtype=np.int64)
+        self._gathering = Gathering(table, self._reads, validation, members)
 
     def _unit_reads(self) -> UnitReads:
         """The units decoded when read (:mod:`.unit_reads`), over the unit table just built."""
@@ -294,7 +209,7 @@ class ArrowShards:
             rel=self._rel,
             metadata=self._shards[0].schema.metadata if self._shards else None,
             columns=len(self._schema),
-            ensure_valid=self._ensure_valid,
+            ensure_valid=self._validation.ensure,
             name=self.__repr__,
             key=(str(self._root), tuple(self._rel), v.hash if v is not None else None),
             budget=self._decoded_request,
@@ -325,72 +240,16 @@ class ArrowShards:
     ) -> None:
         """An unpickled source whose files failed their checks: every read raises ``exc``."""
         self._broken = exc
-        self._members = None
         self._store, self._root, self._rel, self._version = store, Path(root), list(rel), version
-        self._shards, self._units, self._unit_index, self._decoded_request = [], [], [], None
-        self._unit_shard = self._mapped = np.zeros(0, dtype=np.int64)
-        self._mapped_bool, self._watch, self._unwatched = np.zeros(0, dtype=bool), ShardWatch([]), False
-        self._unit_view = np.zeros(0, dtype=bool)
-        self._num_records = version.num_records if version is not None else 0
-        self._schema = pa.schema([])
-        self._reads = self._unit_reads()
+        self._decoded_request = None
+        self._adopt(
+            closed_table(version.num_records if version is not None else 0),
+            UnitValidation.of_units([], [], []),
+        )
 
     def _usable(self) -> None:
         if self._broken is not None:
             raise self._broken
-
-    def _check_files(self, shards: np.ndarray, when: str) -> None:
-        """:meth:`OpenShard.check` of the mapped shards ``shards`` (int64: those watched by name in
-        one call, :meth:`.watch.ShardWatch.first_changed`; the shard found changed raises its own error)."""
-        bad = self._watch.first_changed(shards)
-        if bad >= 0:
-            self._shards[bad].check(when)
-        if self._unwatched:
-            entries = self._watch.entries
-            for s in shards.tolist():
-                if entries[s] is None:
-                    self._shards[s].check(when)
-
-    def _read(self, unit: np.ndarray, fn: Any, touched: np.ndarray | None = None) -> Any:
-        """``fn()``, which reads units ``unit``, between identity checks of their mapped shards
-        (``touched``, when the caller located them already)."""
-        if touched is None:
-            touched = np.flatnonzero(np.bincount(self._unit_shard[unit], minlength=len(self._shards)) * self._mapped)
-        if not len(touched):  # no mapped shard read (decoded units: checked when they are read)
-            return fn()
-        self._check_files(touched, "before a read")
-        out = fn()
-        self._check_files(touched, "after a read (the rows read are not returned)")
-        return out
-
-    def _validate_units(self, unit: np.ndarray) -> None:
-        """Validate every not-yet-validated unit in ``unit`` (before any of its values is used)."""
-        if self._all_valid:
-            return
-        todo = unit[~self._valid[unit]]
-        if not todo.size:
-            return
-        for k in np.unique(todo):
-            self._validate_unit(int(k))
-
-    def _ensure_valid(self, k: int) -> None:
-        """Validate unit ``k``, a zero-copy batch of a map, unless it was already."""
-        if not self._valid[k]:
-            self._validate_unit(k)
-
-    def _validate_unit(self, k: int) -> None:
-        if self._members is not None and self._member_first is not None:  # a view: the member validates it
-            s = int(np.searchsorted(self._member_first, k, side="right")) - 1
-            m, j = self._members[s], k - int(self._member_first[s])
-            if not m._valid[j]:
-                m._validate_unit(j)
-        else:
-            validate_batch(self._units[k].batch, self._rel[self._units[k].shard], self._unit_index[k])
-        self._valid[k] = True
-        self._unvalidated -= 1
-        if self._unvalidated <= 0:  # threads that validated one unit at once each counted it: count again
-            self._unvalidated = int((~self._valid).sum())
-            self._all_valid = self._unvalidated == 0
 
     # -- pickling (no pickled Arrow data: each process maps its own files) -------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -508,14 +367,6 @@ class ArrowShards:
         v = self._version.hash[:12] if self._version is not None else "UNPINNED"
         return f"ArrowShards({str(self._root)!r}, shards={self.num_shards}, records={len(self)}, version={v})"
 
-    # -- access ----------------------------------------------------------------------------
-    def _unit_data(self, k: int) -> pa.RecordBatch:
-        u = self._units[k]
-        if u.batch is not None:
-            self._ensure_valid(k)
-            return u.batch
-        return self._reads.decoded(k).batch
-
     # -- read-ahead (.read_ahead): units by index, their byte spans, a checked ranged read ----------
     def unit_starts(self) -> np.ndarray:
         """The first record id of every unit (record batch / row group holding records), in order."""
@@ -566,94 +417,21 @@ class ArrowShards:
         self._usable()
         i = record_index(index, self._num_records)
         unit, local = self._locate(np.array([i], dtype=np.int64))
-        return self._read(unit, lambda: self._unit_data(int(unit[0])).slice(int(local[0]), 1).to_pylist()[0])
+        return guarded_read(
+            self._table, unit, lambda: self._gathering.unit_data(int(unit[0])).slice(int(local[0]), 1).to_pylist()[0]
+        )
 
     def __getitems__(self, record_ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
         """One row dict per id (torch's batched fetch protocol)."""
         return self.take(record_ids).to_pylist()
 
-    def _check_ids(self, record_ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(ids, unit, local, touched mapped shards)`` of ``record_ids`` (one compiled pass:
-        :func:`.unit_index.locate`), which must be a 1-D integer sequence of ids in ``[0, len)``."""
-        self._usable()
-        ids = np.asarray(record_ids)
-        n = self._num_records
-        if ids.size == 0:
-            empty = np.zeros(0, dtype=np.int64)
-            return empty, empty, empty, empty
-        if ids.ndim != 1 or ids.dtype.kind not in "iu":
-            raise RecordIdError(
-                describe(
-                    "record_ids",
-                    record_ids,
-                    f"a 1-D sequence of integer record ids in [0, {n})",
-                    f"pass integers (got dtype {ids.dtype}, ndim {ids.ndim})",
-                )
-            )
-        if n == 0 or (ids.dtype == np.uint64 and int(ids.max()) >= n):  # nothing to locate in / past int64
-            lo, hi = int(ids.min()), int(ids.max())
-        else:
-            ids = np.ascontiguousarray(ids, dtype=np.int64)
-            unit, local, touched, lo, hi = locate(
-                ids, self._starts, self._unit_shard, self._mapped_bool, n, self._buckets
-            )
-        if lo < 0 or hi >= n:
-            bad = lo if lo < 0 else hi
-            raise RecordIdError(
-                describe("record_ids", bad, f"record ids in [0, {n})", "pass ids of this dataset's records")
-            )
-        return ids, unit, local, touched
-
-    def _plan(self) -> list[ColumnGather | None]:
-        if self._fast is None:
-            if self._members is not None:  # a concatenated view: its sources' plans, rebased (cached on them)
-                parts = [m._plan() for m in self._members]
-                counts = [len(m._units) for m in self._members]
-                self._fast = [concat_columns([p[i] for p in parts], counts, self._wholes) for i in range(len(parts[0]))]
-            else:
-                self._fast = [
-                    plan_column(i, f.type, self._units, self._wholes, self._num_records)
-                    for i, f in enumerate(self._schema)
-                ]
-            if all(g is not None and g.numpy_dtype is not None for g in self._fast):
-                self._numpy_plans = [g for g in self._fast if g is not None]
-        return self._fast
-
-    @functools.cached_property
-    def _numpy_layout(self) -> bool:
-        """Whether every column's type can have the default collate's numpy layout (asked per
-        batch by :meth:`take_numpy` for decoded units; the schema is fixed once open)."""
-        return all(has_numpy_layout(f.type) for f in self._schema)
-
     def take(self, record_ids: Sequence[int] | np.ndarray) -> pa.Table:
         """The records ``record_ids`` (requested order, duplicates allowed) as one-chunk Table."""
-        ids, unit, local, touched = self._check_ids(record_ids)
+        self._usable()
+        ids, unit, local, touched = checked_ids(record_ids, self._table)
         if len(ids) == 0:
             return self._schema.empty_table()
-        return self._read(unit, lambda: self._take(ids, unit, local), touched)
-
-    def _take(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray) -> pa.Table:
-        held: list[DecodedUnit] | None = None  # the touched decoded units, in unit order
-        plans: list[ColumnGather | None]
-        if self._reads.loaded:
-            touched = self._reads.touched(unit)
-            if touched is None:
-                plans, planned = [None] * len(self._schema), unit
-            else:
-                plans, planned, held = touched
-        else:
-            self._validate_units(unit)
-            plans, planned = self._plan(), unit
-        columns: list[pa.Array | None] = [None] * len(plans)
-        for i, g in enumerate(plans):
-            if g is not None:
-                columns[i] = g.gather(ids, planned, local)
-        slow = [i for i, c in enumerate(columns) if c is None]
-        if slow:
-            taken = self._fallback(unit, local, slow, held)
-            for j, i in enumerate(slow):
-                columns[i] = taken[j]
-        return pa.Table.from_arrays(columns, schema=self._schema)
+        return guarded_read(self._table, unit, lambda: self._gathering.take(ids, unit, local), touched)
 
     def take_numpy(self, record_ids: Sequence[int] | np.ndarray, pad_value: Any = 0) -> list[Any] | None:
         """Per column, the default collate's numpy layout of ``take(record_ids)`` (a 1-D array, or
@@ -661,53 +439,12 @@ class ArrowShards:
         Parquet row groups: from the decoded units); None unless every column is an integer/float
         (or list of them) or ``bool`` column without nulls on the fast path (then use :meth:`take`)."""
         self._usable()
-        if not self._reads.loaded:
-            self._plan()  # built once, with _numpy_plans where every column has a numpy layout
-            if self._numpy_plans is None:
-                return None  # before checking the ids: take() checks them
-        elif not self._numpy_layout or self._reads.whole_without_numpy():
-            return None
-        ids, unit, local, touched = self._check_ids(record_ids)
+        if not self._gathering.may_numpy():
+            return None  # before checking the ids: take() checks them
+        ids, unit, local, touched = checked_ids(record_ids, self._table)
         if len(ids) == 0:
             return None
-        if self._reads.loaded:
-
-            def gather_decoded() -> list[Any] | None:
-                got = self._reads.touched(unit)
-                if got is None:
-                    return None
-                plans, renumbered, _ = got
-                if any(g is None or g.numpy_dtype is None for g in plans):
-                    return None
-                return [g.to_numpy(ids, renumbered, local, pad_value) for g in plans if g is not None]
-
-            return self._read(unit, gather_decoded, touched)
-        plans = self._numpy_plans
-        assert plans is not None
-
-        def gather() -> list[Any]:
-            self._validate_units(unit)
-            return [g.to_numpy(ids, unit, local, pad_value) for g in plans]
-
-        return self._read(unit, gather, touched)
-
-    def _fallback(
-        self, unit: np.ndarray, local: np.ndarray, cols: list[int], held: list[DecodedUnit] | None = None
-    ) -> list[pa.Array]:
-        """Per-unit Arrow takes for columns ``cols``, then one reorder take on the small result
-        (``held``: the touched units already decoded, in unit order)."""
-        order, bounds = group_segments(unit, len(self._units))
-        local_s = local[order]
-        pieces = []
-        for j, k in enumerate(np.flatnonzero(np.diff(bounds))):
-            a, b = bounds[k], bounds[k + 1]
-            data = self._unit_data(int(k)) if held is None else held[j].batch
-            pieces.append(data.select(cols).take(pa.array(local_s[a:b])))
-        inverse = np.empty(len(order), dtype=np.int64)
-        inverse[order] = np.arange(len(order), dtype=np.int64)
-        inverse_pa = pa.array(inverse)
-        # column-wise: shards may differ in schema/field metadata, never in types
-        return [pa.concat_arrays([p.column(j) for p in pieces]).take(inverse_pa) for j in range(len(cols))]
+        return guarded_read(self._table, unit, lambda: self._gathering.numpy(ids, unit, local, pad_value), touched)
 
     def column_lengths(self, column: str) -> np.ndarray:
         """Per-record list lengths (int64) of list column ``column``, from offsets buffers only.
@@ -728,12 +465,4 @@ class ArrowShards:
                 describe("column", column, f"a list or large_list column (it is {t})", "pass a list-typed column")
             )
         i = self._schema.get_field_index(column)
-        out = np.empty(self._num_records, dtype=np.int64)
-
-        def lengths() -> np.ndarray:
-            for k, u in enumerate(self._units):
-                arr = self._unit_data(k).column(i)
-                out[u.start : u.start + u.rows] = np.diff(arr.offsets.to_numpy())
-            return out
-
-        return self._read(np.arange(len(self._units)), lengths)
+        return guarded_read(self._table, np.arange(len(self._units)), lambda: self._gathering.list_lengths(i))

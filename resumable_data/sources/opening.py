@@ -3,11 +3,12 @@
 Algorithm: :func:`with_layouts` gives every shard of a version its
 :class:`~resumable_data.sources.layout.ShardLayout`: the manifest's (pinned since schema 2), else
 the one this machine remembered for the shard's content hash (:mod:`.layout_cache`), else one
-built now from the shard's metadata (:func:`~resumable_data.sources.files.build_layout`; the
-caller remembers it once the shard's bytes are verified to be the pinned ones). A remembered layout
-that fails the open (a Parquet footer that gives other spans, an IPC schema message not where it
-says) is rd's cache problem, not the data's: :func:`open_shards` removes the entry (a warning names
-it) and opens the shard with a layout built from the store. :func:`open_shards`
+built now from the shard's metadata (:func:`~resumable_data.sources.files.build_layout`;
+:func:`adopt_layouts` remembers it once the shard's bytes are verified to be the pinned ones). A
+remembered layout that fails the open (a Parquet footer that gives other spans, an IPC schema
+message not where it says) is rd's cache problem, not the data's: :func:`open_shards` removes the
+entry (a warning names it) and opens the shard with a layout built from the store, which
+:func:`adopt_layouts` gives the version. :func:`open_shards`
 opens every shard with its layout (:func:`~resumable_data.sources.files.open_shard`): local
 shards one after the other (memory maps, no waiting), remote shards from a pool of
 :data:`REMOTE_WORKERS` threads (pyarrow releases the GIL while a request waits), and checks each
@@ -38,12 +39,12 @@ from typing import TypeVar
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
 from resumable_data.sources.files import OpenShard, canonical_schema, open_shard
 from resumable_data.sources.layout import ShardLayout
-from resumable_data.sources.layout_cache import cached_layout, drop_layout
+from resumable_data.sources.layout_cache import cached_layout, drop_layout, remember_layout
 from resumable_data.sources.store import ShardStore, join
 from resumable_data.sources.validate import FIX
-from resumable_data.sources.version import DatasetVersion
+from resumable_data.sources.version import DatasetVersion, VerifyLevel
 
-__all__ = ["REMOTE_WORKERS", "open_shards", "pool_map", "with_layouts"]
+__all__ = ["REMOTE_WORKERS", "adopt_layouts", "open_shards", "pool_map", "with_layouts"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -150,3 +151,28 @@ def open_shards(root: str, rel: list[str], version: DatasetVersion | None, store
                 shard.close()
             raise error
         return shards
+
+
+def adopt_layouts(
+    version: DatasetVersion, shards: list[OpenShard], built: list[int], level: VerifyLevel
+) -> DatasetVersion:
+    """``version`` with the layout each of its open ``shards`` was opened with where
+    :func:`open_shards` rebuilt one (a layout from rd's layout cache that did not describe the
+    bytes): the version is what a pickle carries to workers. The layouts built now (``built``, from
+    :func:`with_layouts`) and rebuilt are remembered unless ``level`` is ``SIZE`` (then their bytes
+    were not verified to be the pinned ones)."""
+    rebuilt = [
+        k
+        for k, (s, shard) in enumerate(zip(version.shards, shards))
+        if s.layout is not None and shard.layout is not s.layout
+    ]
+    if rebuilt:
+        pinned = list(version.shards)
+        for k in rebuilt:
+            pinned[k] = replace(pinned[k], layout=shards[k].layout)
+        version = replace(version, shards=tuple(pinned))
+    if level is not VerifyLevel.SIZE:  # the layouts' bytes are the pinned ones
+        for k in [*built, *rebuilt]:
+            s = version.shards[k]
+            remember_layout(s.content_hash, s.size, s.layout)
+    return version

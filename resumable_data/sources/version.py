@@ -9,7 +9,9 @@ for shards written by ``rd.prepare``, their optional ``lineage`` object (what pr
 separators ``(",", ":")``, the ``hash`` key itself excluded). The root directory it was loaded
 from is not part of the hash, so a moved dataset keeps its identity. Loading, saving and
 verifying go through the :class:`~resumable_data.sources.store.ShardStore` of ``filesystem``
-(local files or a ``pyarrow.fs.FileSystem``): one code path for both.
+(local files or a ``pyarrow.fs.FileSystem``): one code path for both. Verifying is
+:mod:`.version_verify`; the modes (:class:`HashMode`, :class:`VerifyLevel`, :class:`Selection`)
+are :mod:`.version_modes`, importable from here too.
 
 Guarantee: same bytes, same hash; a changed byte (``content`` mode), row count, size, shard,
 shard order or schema gives another hash. :meth:`DatasetVersion.load` recomputes the hash from
@@ -43,11 +45,9 @@ before; a re-pin adds it and keeps the version hash).
 
 from __future__ import annotations
 
-import enum
 import errno
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -55,19 +55,13 @@ from typing import Any
 import xxhash
 
 from resumable_data._cache import cache_dir
-from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, DatasetIntegrityError, describe
-from resumable_data.sources import verified
-from resumable_data.sources.files import (
-    MANIFEST_NAME,
-    canonical_schema,
-    discover_shards,
-    read_shard_meta,
-)
+from resumable_data.sources.files import MANIFEST_NAME, discover_shards
 from resumable_data.sources.layout import LayoutMismatch, ShardLayout
 from resumable_data.sources.manifests import MANIFEST_NAMES, cached_manifest
 from resumable_data.sources.store import LOCAL, ShardStore, join, store_for
-from resumable_data.sources.unit_digests import SpanHasher
+from resumable_data.sources.version_modes import HashMode, Selection, VerifyLevel, etag_digest
+from resumable_data.sources.version_verify import verify_version
 
 __all__ = [
     "MANIFEST_FORMAT",
@@ -88,7 +82,6 @@ MANIFEST_SCHEMA_VERSION = 4
 MANIFEST_READ_VERSIONS = (1, 2, 3, 4)
 #: The schema version whose fields the version hash covers (identity is unchanged by schema 2).
 IDENTITY_SCHEMA_VERSION = 1
-_REMOTE_WORKERS = 16  # concurrent requests when verifying remote shards
 
 #: The most bytes a manifest may hold (about 1.7 million shards); a larger file is refused unread.
 MANIFEST_MAX_BYTES = 256 << 20
@@ -122,43 +115,6 @@ _SHARD_KEYS = {1: _SHARD_KEYS_V1, **{v: _SHARD_KEYS_V1 | {K_LAYOUT, K_ETAG} for 
 _LAYOUT_DIGESTS_SINCE = 3
 #: Since schema 4 it has a ``meta`` key (null, or the metadata span an open reads and its digest).
 _LAYOUT_META_SINCE = 4
-
-
-class HashMode(str, enum.Enum):
-    """What the version hash covers: file ``content`` (xxh3-128 of bytes), only ``size``, or
-    ``etag``: the object store's ETag of each shard (pinned with metadata requests only, no byte
-    read; the store is trusted to give other bytes another ETag, see :mod:`.verified`; a version
-    tied to those objects: a copy elsewhere has other or no ETags)."""
-
-    CONTENT = "content"
-    SIZE = "size"
-    ETAG = "etag"
-
-
-def etag_digest(etag: str) -> str:
-    """The ``content_hash`` a shard pinned with ``hash="etag"`` records: xxh3-128 of its ETag."""
-    return xxhash.xxh3_128_hexdigest(b"etag\0" + etag.encode("utf-8"))
-
-
-class VerifyLevel(str, enum.Enum):
-    """How hard :meth:`DatasetVersion.verify` looks: ``size`` (stat + metadata), ``cached`` (also
-    the content hash, verified once per file state and remembered: :mod:`.verified`; the default
-    of :class:`~resumable_data.ArrowShards`) or ``content`` (re-hash every byte every time)."""
-
-    SIZE = "size"
-    CACHED = "cached"
-    CONTENT = "content"
-
-
-class Selection(str, enum.Enum):
-    """Where the shard list came from: a discovered ``directory`` or an explicit ``files`` list.
-
-    Only a discovered directory can have "extra" shard files: with an explicit list, other shard
-    files next to the listed ones are not part of the dataset.
-    """
-
-    DIRECTORY = "directory"
-    FILES = "files"
 
 
 _PIN_FIX = "re-create the manifest with rd.pin(directory)"
@@ -605,130 +561,13 @@ class DatasetVersion:
         """The :class:`~resumable_data.sources.store.ShardStore` ``root`` lives on."""
         return store_for(self.filesystem)
 
-    # -- verification ----------------------------------------------------------------------
+    # -- verification (.version_verify) ---------------------------------------------------
     def verify(self, level: VerifyLevel | str = VerifyLevel.SIZE) -> None:
-        """Compare the files under ``root`` with the manifest; one error lists every difference.
+        """Compare the files under ``root`` with the manifest; one error lists every difference
+        (:func:`~.version_verify.verify_version`).
 
         ``size``: every listed shard exists with the pinned byte size, row count and schema, and
         (for a discovered directory) no unlisted shard file is present. ``content``: also the
         xxh3-128 of every shard's bytes (requires ``hash_mode="content"``).
         """
-        level = coerce_enum(level, VerifyLevel, "level")
-        if self.root is None:
-            raise ConfigError(
-                describe(
-                    "root",
-                    None,
-                    "the directory this version was loaded from",
-                    "use DatasetVersion.load(directory) or rd.pin(directory)",
-                )
-            )
-        if level is VerifyLevel.CACHED and self.hash_mode is HashMode.SIZE:
-            level = VerifyLevel.SIZE  # no digest to compare: sizes, rows and schema only
-        if level is VerifyLevel.CONTENT and self.hash_mode is not HashMode.CONTENT:
-            raise ConfigError(
-                describe(
-                    "level",
-                    level.value,
-                    f"'size' or 'cached' for a version pinned with "
-                    f"hash={self.hash_mode.value!r} (it holds no digest of the bytes)",
-                    "verify(level='cached'), or re-pin with rd.pin(directory, hash='content')",
-                )
-            )
-        store = self.store
-        root = self.root.as_posix()
-        check = lambda s: self._check_shard(store, root, s, level)
-        listing = self.selection is Selection.DIRECTORY
-        if store.local:
-            found = [check(s) for s in self.shards]
-            present = discover_shards(root, store) if listing and store.is_dir(root) else []
-        else:  # remote: every request waits on the network, so the shards (and the listing) run concurrently
-            with ThreadPoolExecutor(max_workers=min(_REMOTE_WORKERS, len(self.shards) + 1)) as pool:
-                listed_f = pool.submit(self._present, store, root) if listing else None
-                found = list(pool.map(check, self.shards))
-                present = listed_f.result() if listed_f is not None else []
-        problems = [p for ps in found for p in ps]
-        listed = {s.path for s in self.shards}
-        for extra in present:
-            if extra not in listed:
-                problems.append(f"shard {extra!r}: extra shard file not listed in the manifest")
-        if problems:
-            raise DatasetIntegrityError(
-                f"dataset at {str(self.root)!r} (version {self.hash}) does not match its manifest "
-                f"({len(problems)} difference(s), verify level={level.value!r}):\n  - "
-                + "\n  - ".join(problems)
-                + "\nfix: restore the original files, or re-pin deliberately with "
-                "rd.pin(directory) (save='cache' keeps the folder untouched; a new version: resumed "
-                "states will refuse it)"
-            )
-
-    @staticmethod
-    def _present(store: ShardStore, root: str) -> list[str]:
-        """The shard files under ``root`` now (none when it is not a directory)."""
-        try:
-            return discover_shards(root, store)
-        except ConfigError:
-            return []
-
-    def _check_shard(self, store: ShardStore, root: str, s: ShardInfo, level: VerifyLevel) -> list[str]:
-        """The differences between shard ``s`` on ``store`` and the manifest (empty: none).
-
-        A remote shard with a pinned layout skips the metadata read: its schema is checked when it
-        is opened and each unit's row count when the unit is first read (:mod:`.layout`)."""
-        p = join(root, s.path)
-        st = store.stat(p)
-        if st is None:
-            return [f"shard {s.path!r}: missing file"]
-        if st.size != s.size:
-            return [f"shard {s.path!r}: size {st.size} bytes on disk, pinned {s.size}"]
-        problems = []
-        if store.local or s.layout is None:
-            try:
-                meta = read_shard_meta(p, store)
-            except ConfigError as exc:
-                return [f"shard {s.path!r}: unreadable ({exc})"]
-            if meta.num_rows != s.num_rows:
-                problems.append(f"shard {s.path!r}: rows {meta.num_rows} on disk, pinned {s.num_rows}")
-            got_schema = canonical_schema(meta.schema)
-            if got_schema != self.schema:
-                problems.append(
-                    f"shard {s.path!r}: schema differs from the pinned schema "
-                    f"(on disk: {got_schema!r}; pinned: {self.schema!r})"
-                )
-        if level is not VerifyLevel.SIZE and self.hash_mode is HashMode.ETAG:  # the store's word, no bytes read
-            if st.etag != s.etag:
-                problems.append(
-                    f"shard {s.path!r}: ETag {st.etag} on the store, pinned {s.etag} (the "
-                    "object was replaced, or copied to a store that gives other ETags)"
-                )
-        elif level is not VerifyLevel.SIZE and s.content_hash is not None:  # hash_mode='content' (a digest each)
-            key = verified.file_key(store, p, None if store.local else st)  # before hashing (.verified)
-            if level is VerifyLevel.CACHED and (
-                verified.is_verified(key, s.content_hash) or (s.etag is not None and st.etag == s.etag)
-            ):  # the ETag trust model (.verified)
-                return problems
-            digests = s.layout.digests if s.layout is not None else None  # checked in the same read
-            if digests is not None and s.layout is not None and s.layout.meta_digest is not None:
-                digests = (*digests, s.layout.meta_digest)  # the metadata span's digest, hashed last
-            units = [(o, n) for o, n, _ in s.layout.units] if s.layout is not None else []
-            if s.layout is not None and s.layout.meta_digest is not None and s.layout.meta_span is not None:
-                units.append(s.layout.meta_span)
-            spans = SpanHasher(units) if s.layout and digests is not None else None
-            h = store.hash_file(p, chunks=spans.update if spans is not None else None)
-            if h != s.content_hash:
-                problems.append(f"shard {s.path!r}: content hash {h} on disk, pinned {s.content_hash}")
-            elif spans is not None and digests is not None and spans.digests() != digests:
-                # the bytes are the pinned ones: the manifest's unit digests are not theirs (edited)
-                bad = [k for k, (a, b) in enumerate(zip(spans.digests(), digests)) if a != b]
-                n_units = len(s.layout.units) if s.layout is not None else 0
-                what = (
-                    [f"record batches {[k for k in bad if k < n_units][:8]}"] if any(k < n_units for k in bad) else []
-                )
-                what += ["its metadata span (meta)"] if bad[-1] >= n_units else []
-                problems.append(
-                    f"shard {s.path!r}: the manifest's unit digests of {' and '.join(what)} are not those "
-                    "of the pinned bytes (the manifest's layout was edited; re-pin with rd.pin)"
-                )
-            else:
-                verified.remember(key, h)
-        return problems
+        verify_version(self, level)

@@ -432,33 +432,3 @@ def test_zero_copy_units_of_a_mixed_folder_cost_nothing_in_the_budget(tmp_path):
     assert len(units) == 6 and units.nbytes == 0  # its six record batches, views of the map
     src.take(np.arange(0, 10))  # a compressed unit of s0: decoded bytes
     assert len(units) == 7 and units.nbytes > 0
-
-
-def test_two_threads_validating_one_unit_never_mark_another_validated(tmp_path, monkeypatch):
-    """Two threads that both find unit 0 unvalidated both validate it; before, each also counted it,
-    so the count of units left reached 0 with unit 1 never validated, and every later read skipped
-    validation (a damaged unit 1 would be gathered by raw offsets)."""
-    t = table(20)
-    with pa.OSFile(str(tmp_path / "a.arrow"), "wb") as f, pa.ipc.new_file(f, t.schema) as w:
-        for b in t.to_batches(max_chunksize=10):
-            w.write_batch(b)
-    src = rd.ArrowShards(tmp_path, unpinned="allow")
-    assert len(src._units) == 2 and not src._reads.loaded
-    import resumable_data.sources.arrow_shards as module
-
-    barrier = threading.Barrier(2, timeout=10)
-    real = module.validate_batch
-
-    def both_inside(batch, name, index):
-        barrier.wait()  # both threads validate unit 0 at once
-        return real(batch, name, index)
-
-    monkeypatch.setattr(module, "validate_batch", both_inside)
-    threads = [threading.Thread(target=src.take, args=([1, 2],)) for _ in range(2)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    monkeypatch.setattr(module, "validate_batch", real)
-    assert bool(src._valid[0]) and not src._valid[1]
-    assert not src._all_valid  # unit 1 is still validated before its first use

@@ -10,7 +10,7 @@ from tests.sources.typed_columns import FAST_KINDS, types_table
 
 def _fallback_take(src, ids):
     unit, local = src._locate(np.asarray(ids, dtype=np.int64))
-    cols = src._fallback(unit, local, list(range(len(src.schema))))
+    cols = src._gathering.fallback(unit, local, list(range(len(src.schema))))
     return pa.Table.from_arrays(cols, schema=src.schema)
 
 
@@ -41,7 +41,7 @@ def sources(tmp_path_factory):
 
 def test_fast_path_is_used(sources):
     _, srcs = sources
-    plan = srcs[1]._plan()
+    plan = srcs[1]._gathering.plan()
     names = srcs[1].schema.names
     kinds = {n: (g.kind if g is not None else None) for n, g in zip(names, plan)}
     assert kinds == {"tok32": "list", "tok16": "list", "f64": "fixed", "u8": "fixed",
@@ -108,7 +108,7 @@ def typed_sources(tmp_path_factory):
 def test_every_hf_type_has_its_fast_path(typed_sources):
     _, srcs = typed_sources
     for src in srcs.values():
-        plan = src._plan()
+        plan = src._gathering.plan()
         assert {n: (g.kind if g is not None else None) for n, g in zip(src.schema.names, plan)} == FAST_KINDS
 
 
@@ -145,7 +145,7 @@ def test_fixed_size_list_numpy_is_the_default_collate(typed_sources):
     for src in srcs.values():
         one = rd.ArrowShards(src._root, unpinned="allow")
         unit, local = one._locate(ids)
-        g = one._plan()[one.schema.get_field_index("vec")]
+        g = one._gathering.plan()[one.schema.get_field_index("vec")]
         got = g.to_numpy(ids, unit, local, 0)
         assert got.flags.writeable and got.shape == (6, 16)
         np.testing.assert_array_equal(got, arrow_to_numpy(sub.take(ids))["vec"])
@@ -170,8 +170,8 @@ def test_concatenated_plan_equals_planning_the_concatenation(typed_sources):
     members = [rd.ArrowShards(srcs[k]._root, unpinned="allow") for k in (2, 0, 1)]
     view = ArrowShards.concatenated(members)
     assert view._shards[0] is members[0]._shards[0]  # the sources' open shards: nothing opened twice
-    got = view._plan()
-    direct = [plan_column(i, f.type, view._units, view._wholes, view._num_records) for i, f in enumerate(view.schema)]
+    got = view._gathering.plan()
+    direct = [plan_column(i, f.type, view._units, view._table.wholes, view._num_records) for i, f in enumerate(view.schema)]
     for name, g, d in zip(view.schema.names, got, direct):
         assert (g.kind if g is not None else None) == (d.kind if d is not None else None) == FAST_KINDS[name], name
         for a, b in zip(_bases(g.root), _bases(d.root), strict=True):
@@ -188,8 +188,8 @@ def test_concatenated_plan_equals_planning_the_concatenation(typed_sources):
         [[getattr(u, f) for f in fields] for u in opened._units]
     assert all(u.batch is m.batch for u, m in zip(view._units, [u for s in members for u in s._units], strict=True))
     assert [u.start for u in view._units[-3:]] == [u.start for u in opened._units[-3:]]
-    for name in ("_starts", "_unit_shard", "_mapped", "_mapped_bool"):
-        assert np.array_equal(getattr(view, name), getattr(opened, name)), name
+    for name in ("starts", "unit_shard", "mapped", "mapped_bool"):
+        assert np.array_equal(getattr(view._table, name), getattr(opened._table, name)), name
     assert view._unit_index == opened._unit_index and view._num_records == opened._num_records
     assert [e[1:] if e else e for e in view._watch.entries] == [e[1:] if e else e for e in opened._watch.entries]
 
@@ -202,9 +202,9 @@ def test_a_view_validates_each_record_batch_once_for_its_sources(typed_sources):
     view = ArrowShards.concatenated(members)
     n0 = len(members[0]._units)
     view.take([1, 2503])  # a record batch of each source (2,500 records each)
-    assert members[0]._valid[0] and members[1]._valid[0]
+    assert members[0]._validation.valid[0] and members[1]._validation.valid[0]
     again = ArrowShards.concatenated(members)
-    assert again._valid[0] and again._valid[n0]  # a fresh view starts from what its sources validated
+    assert again._validation.valid[0] and again._validation.valid[n0]  # a fresh view starts from what its sources validated
 
 
 @settings(derandomize=True, max_examples=60, deadline=None)
@@ -287,7 +287,7 @@ def test_a_string_batch_past_32_bit_offsets_takes_the_fallback(sources, tmp_path
     src = rd.ArrowShards(tmp_path, unpinned="allow")
     ids = np.arange(199, -1, -3)
     unit, local = src._locate(ids)
-    plan = src._plan()
+    plan = src._gathering.plan()
     assert plan[0].gather(ids, unit, local) is not None
     monkeypatch.setattr(gather, "_INT32_MAX", 10)
     assert plan[0].gather(ids, unit, local) is None and plan[1].gather(ids, unit, local) is None
@@ -330,7 +330,7 @@ def test_a_unit_of_only_empty_or_null_strings_and_lists_keeps_the_plan(tmp_path,
     src = rd.ArrowShards(tmp_path, unpinned="allow")
     ids = np.random.default_rng(3).integers(0, n, 200)
     unit, _ = src._locate(ids)
-    plans = src._reads.touched(unit)[0] if src._reads.loaded else src._plan()
+    plans = src._reads.touched(unit)[0] if src._reads.loaded else src._gathering.plan()
     assert [g.kind if g is not None else None for g in plans] == ["bytes", "bytes", "list", "list", "list"]
     got = src.take(ids)
     for name in table.column_names:

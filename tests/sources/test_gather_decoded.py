@@ -55,7 +55,7 @@ def parquet_sources(tmp_path_factory):
 
 def _fallback_take(src, ids):
     unit, local = src._locate(np.asarray(ids, dtype=np.int64))
-    return pa.Table.from_arrays(src._fallback(unit, local, list(range(len(src.schema)))), schema=src.schema)
+    return pa.Table.from_arrays(src._gathering.fallback(unit, local, list(range(len(src.schema)))), schema=src.schema)
 
 
 def test_parquet_units_are_decoded_and_every_type_takes_its_plan(parquet_sources):
@@ -502,7 +502,9 @@ def test_take_numpy_answers_none_before_checking_ids_once_the_whole_plans_lack_a
     assert src.take_numpy(ids) is None and src.take(np.arange(n)).equals(table)
     assert src._reads._whole is not None and src._reads.whole_without_numpy()
     checked = []
-    monkeypatch.setattr(src, "_check_ids", lambda ids: checked.append(ids))
+    import resumable_data.sources.arrow_shards as module
+
+    monkeypatch.setattr(module, "checked_ids", lambda ids, table: checked.append(ids))
     assert src.take_numpy(ids) is None and checked == []
     monkeypatch.undo()
     assert src.take(ids).equals(table.take(pa.array(ids)))

@@ -63,7 +63,7 @@ def test_from_hf_reads_the_cache_files_zero_copy(built, kind):
     assert src.take(list(range(N))).to_pylist() == as_rows(ds)
     assert src[7] == ds[7]
     # zero copy: the record batches are views of the memory-mapped cache file, not copies
-    assert src._wholes[0] is not None and src._units[0].batch is not None
+    assert src._table.wholes[0] is not None and src._units[0].batch is not None
     # no manifest was written into the (shared, possibly read-only) HF cache directory
     assert not (src.root / rd.sources.MANIFEST_NAME).exists()
     # pickling (DataLoader workers) carries the in-memory manifest

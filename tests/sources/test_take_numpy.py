@@ -67,7 +67,7 @@ def test_take_numpy_equals_the_collate_of_take(sources, ids, which, pad):
 def test_the_1024_row_layout_has_many_units_and_uses_the_fast_path(sources):
     _, srcs = sources
     assert len(srcs[0]._units) >= N // 1024
-    assert all(g is not None and g.numpy_dtype is not None for g in srcs[0]._plan())
+    assert all(g is not None and g.numpy_dtype is not None for g in srcs[0]._gathering.plan())
 
 
 def test_local_parquet_is_gathered_from_its_decoded_row_groups(sources):

@@ -6,12 +6,16 @@ Algorithm: record id ``r`` in ``[0, N)`` is the ``r``-th row of the shards in ma
 ``r - starts[unit]``. A single index may be negative (Python's sequence rule); an array of ids
 may not.
 
+A batch of ids (:func:`checked_ids`) must be a 1-D integer sequence; it is checked and located
+in the source's unit table (:mod:`.unit_table`) by one compiled pass
+(:func:`resumable_data.sources.unit_index.locate`), which also marks the mapped shards it touches.
+
 Guarantee: an id that is not an integer in range is a :class:`RecordIdError` (a
 :class:`~resumable_data.ConfigError` that is also the ``IndexError`` a Python sequence raises) or
 a :class:`~resumable_data.ConfigTypeError` naming the value and the range; nothing is read.
 
-Cost: one ``searchsorted`` per batch of ids; no state to restore. (Batches of ids are checked and
-located by one compiled pass, :func:`resumable_data.sources.unit_index.locate`.)
+Cost: one ``searchsorted`` per id (:func:`locate`), one compiled pass per batch of ids
+(:func:`checked_ids`); no state to restore.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ from typing import Any
 import numpy as np
 
 from resumable_data.errors import ConfigError, ConfigTypeError, describe
+from resumable_data.sources.arrow.unit_table import UnitTable
+from resumable_data.sources.unit_index import locate as locate_units
 
-__all__ = ["RecordIdError", "locate", "record_index"]
+__all__ = ["RecordIdError", "checked_ids", "locate", "record_index"]
 
 
 class RecordIdError(ConfigError, IndexError):
@@ -49,3 +55,35 @@ def locate(starts: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     """(unit, row in the unit) of every id, given each unit's first id ``starts``."""
     unit = np.searchsorted(starts, ids, side="right") - 1
     return unit, ids - starts[unit]
+
+
+def checked_ids(record_ids: Any, table: UnitTable) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(ids, unit, local, touched mapped shards)`` of ``record_ids`` in ``table`` (one compiled
+    pass: :func:`.unit_index.locate`), which must be a 1-D integer sequence of ids in ``[0, N)``."""
+    ids = np.asarray(record_ids)
+    n = table.num_records
+    if ids.size == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty, empty
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        raise RecordIdError(
+            describe(
+                "record_ids",
+                record_ids,
+                f"a 1-D sequence of integer record ids in [0, {n})",
+                f"pass integers (got dtype {ids.dtype}, ndim {ids.ndim})",
+            )
+        )
+    if n == 0 or (ids.dtype == np.uint64 and int(ids.max()) >= n):  # nothing to locate in / past int64
+        lo, hi = int(ids.min()), int(ids.max())
+    else:
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        unit, local, touched, lo, hi = locate_units(
+            ids, table.starts, table.unit_shard, table.mapped_bool, n, table.buckets
+        )
+    if lo < 0 or hi >= n:
+        bad = lo if lo < 0 else hi
+        raise RecordIdError(
+            describe("record_ids", bad, f"record ids in [0, {n})", "pass ids of this dataset's records")
+        )
+    return ids, unit, local, touched
