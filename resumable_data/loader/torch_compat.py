@@ -26,7 +26,8 @@ main process which stopped reading will not drain (torch's shutdown would wait 5
 Private names used: ``torch.utils.data.dataloader._MultiProcessingDataLoaderIter`` and its
 ``_shutdown_workers()``, ``_workers`` (the worker processes), ``_worker_result_queue`` (a
 ``multiprocessing`` queue: its ``_reader`` connection), ``_index_queues`` (``multiprocessing``
-queues: ``_writer``, ``_wlock``, ``_sem``, ``_closed``), ``_sampler_iter``, ``_reset()``,
+queues: ``_writer``, ``_wlock``, ``_sem``, ``_closed``, and of their feeder thread ``_thread``,
+``_buffer``, ``_notempty`` and its condition's ``_waiters``), ``_sampler_iter``, ``_reset()``,
 ``_next_data()`` and ``_num_yielded`` (what ``__next__`` does); torch's ``_worker_loop``, which
 calls ``init_fn(worker_id)`` with its result queue in the local ``data_queue``;
 ``DataLoader._iterator`` (the pass a persistent-workers loader reuses);
@@ -258,22 +259,36 @@ def _pipe_room(fd: int, cap: list[int], need: int) -> bool:
 _LOCK_WAIT_S = 0.05
 
 
+def _feeder_idle(q: Any) -> bool:
+    """Whether everything ever handed to ``q``'s feeder thread has been written: no feeder thread
+    started, or it waits for a message with its buffer empty (it waits only once it wrote all it
+    took). Checked under the queue's ``_notempty`` lock, so the answer holds until this process
+    puts again (one thread puts: torch's main thread, or a worker's)."""
+    if q._thread is None:
+        return True
+    with q._notempty:
+        return not q._buffer and len(q._notempty._waiters) > 0
+
+
 def _sync_put(q: Any) -> Any:
-    """``q.put`` that writes the message itself when the write cannot block: the queue's write lock
-    is free and the message fits the pipe's free room. Otherwise (a message larger than the pipe,
-    a reader that stopped reading, the feeder thread writing) it goes through the queue's own
-    ``put`` and feeder thread, so a worker never blocks in a write the main process will not read:
-    torch's shutdown would wait 5 s per worker for it, then terminate it. Messages stay in the
-    order they were put: after the first one handed to the feeder, all are."""
+    """``q.put`` that writes the message itself when the write cannot block and overtakes nothing:
+    the feeder thread has written all it was handed (:func:`_feeder_idle`: torch's first requests
+    of a pass, put before this replaced ``put``, and any message sent through it since), the
+    queue's write lock is free and the message fits the pipe's free room. Otherwise (the feeder
+    still holds a message, a message larger than the pipe, a reader that stopped reading) it goes
+    through the queue's own ``put`` and feeder thread, so a worker never blocks in a write the main
+    process will not read: torch's shutdown would wait 5 s per worker for it, then terminate it.
+    Messages stay in the order they were put: a direct write never overtakes the feeder's, which
+    torch's reset of persistent workers needs (a stale request written after the reset request
+    would have its result taken for the new pass's)."""
     dumps, send, lock, sem = ForkingPickler.dumps, q._writer.send_bytes, q._wlock, q._sem
     feeder_put, fd, cap = q.put, q._writer.fileno(), [0]
-    fed = [False]  # once a message went to the feeder thread, every later one follows it
 
     def put(obj: Any, block: bool = True, timeout: float | None = None) -> None:
         if q._closed:
             raise ValueError(f"Queue {q!r} is closed")
         data = dumps(obj)
-        if not fed[0] and (lock is None or lock.acquire(True, _LOCK_WAIT_S)):
+        if _feeder_idle(q) and (lock is None or lock.acquire(True, _LOCK_WAIT_S)):
             try:
                 if _pipe_room(fd, cap, len(data) + 4):  # 4: send_bytes' length header
                     if not sem.acquire(block, timeout):
@@ -283,10 +298,6 @@ def _sync_put(q: Any) -> Any:
             finally:
                 if lock is not None:
                     lock.release()
-        # A direct write after this would overtake what the feeder still holds: torch's reset of
-        # persistent workers would then take a stale result for the new pass's. So this
-        # process's messages keep the feeder's order from now on.
-        fed[0] = True
         feeder_put(_Pickled(bytes(data)), block, timeout)  # dumps gives a memoryview
 
     return put

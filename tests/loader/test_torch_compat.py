@@ -260,6 +260,39 @@ def test_puts_after_one_went_to_the_feeder_keep_their_order():
     q.close()
 
 
+class _SlowToPickle:
+    """Pickles slowly: the feeder thread has taken it from its buffer but not written it yet."""
+
+    def __init__(self, tag):
+        self.tag = tag
+
+    def __reduce__(self):
+        time.sleep(0.5)
+        return str, (self.tag,)
+
+
+def test_puts_after_the_switch_wait_for_what_the_feeder_still_holds_from_before_it():
+    """torch puts a pass's first requests through the feeder thread before rd replaces ``put``; a
+    persistent worker's reset request written directly would overtake one of them still being
+    pickled or written, and the stale request's result would then be taken for the new pass's
+    (torch: KeyError or 'Invalid iterator state')."""
+    import multiprocessing as mp
+
+    q = mp.get_context("fork").Queue()
+    q.put(_SlowToPickle("before"))  # the feeder pops it at once, then pickles it for 0.5 s
+    deadline = time.monotonic() + 5
+    while q._buffer and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert not q._buffer, "the feeder thread did not take the message"
+    q.put = torch_compat._sync_put(q)
+    q.put(("after", 1))
+    got = [q.get(timeout=10) for _ in range(2)]
+    assert got == ["before", ("after", 1)]
+    q.put(("later", 2))  # the feeder is idle again: a direct write is safe and still in order
+    assert q.get(timeout=10) == ("later", 2)
+    q.close()
+
+
 def fcntl_pipe_size(q):
     import fcntl
 
