@@ -24,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     # -- errors (shared) --
     "ConfigError": "resumable_data.errors",
     "ConfigTypeError": "resumable_data.errors",
+    "DamagedShardError": "resumable_data.errors",
     "DatasetIntegrityError": "resumable_data.errors",
     "NotRegularFileError": "resumable_data.errors",
     "ResumableDataError": "resumable_data.errors",

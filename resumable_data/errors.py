@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "ConfigTypeError",
+    "DamagedShardError",
     "DatasetIntegrityError",
     "NotRegularFileError",
     "ResumableDataError",
@@ -41,6 +42,12 @@ class NotRegularFileError(ConfigError):
 
 class DatasetIntegrityError(ResumableDataError):
     """The data on disk does not match its pinned :class:`~resumable_data.DatasetVersion`."""
+
+
+class DamagedShardError(DatasetIntegrityError):
+    """A shard whose bytes do not parse or validate: its bytes are the problem, unlike a store
+    refusing a request or cutting a body short (errors of their own, naming the object and their
+    own fix), which callers must not report as a file to remove or rewrite."""
 
 
 class StoreUnavailableError(ResumableDataError, ConnectionError):

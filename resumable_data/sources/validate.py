@@ -32,7 +32,7 @@ from typing import TypeVar
 
 import pyarrow as pa
 
-from resumable_data.errors import DatasetIntegrityError, ResumableDataError
+from resumable_data.errors import DamagedShardError, DatasetIntegrityError, ResumableDataError
 
 __all__ = ["FIX", "DamagedShardError", "guard", "integrity_error", "validate_batch"]
 
@@ -43,12 +43,6 @@ FIX = (
     "re-download or restore the file (rd.DatasetVersion.verify(level='content') lists every "
     "damaged shard), then re-pin deliberately with rd.pin(directory) if the change is intended"
 )
-
-
-class DamagedShardError(DatasetIntegrityError):
-    """A shard whose bytes do not parse or validate (what :func:`guard` raises): its bytes are the
-    problem, unlike a store refusing a request or cutting a body short (errors of their own, naming
-    the object and their own fix), which callers must not report as a file to remove or rewrite."""
 
 
 def integrity_error(shard: str, where: str, exc: BaseException) -> DatasetIntegrityError:
