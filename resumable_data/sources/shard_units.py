@@ -38,10 +38,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from resumable_data.errors import DatasetIntegrityError, describe
+from resumable_data.sources.exact_reads import SeekableRaw
 from resumable_data.sources.identity import FileIdentity, changed_error, unchanged, unchanged_at
 from resumable_data.sources.layout import ShardFormat, ShardLayout, read_ipc_unit
 from resumable_data.sources.layout_cache import drop_layout
-from resumable_data.sources.store import LOCAL, SeekableRaw, ShardStore
+from resumable_data.sources.store import LOCAL, ShardStore
 from resumable_data.sources.validate import guard, integrity_error
 
 __all__ = ["OpenShard"]

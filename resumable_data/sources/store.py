@@ -46,17 +46,14 @@ listing is one recursive walk (one paginated listing), hashing reads every byte 
 
 from __future__ import annotations
 
-import io
 import os
 import posixpath
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from stat import S_ISDIR, S_ISREG
-from typing import Any, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import xxhash
@@ -69,10 +66,11 @@ from resumable_data.errors import (
     StoreUnavailableError,
     describe,
 )
+from resumable_data.sources.exact_reads import ExactReader, read_exact, short_body, within_deadline
 from resumable_data.sources.identity import FileIdentity, changed_error, identity_of_stat
 from resumable_data.sources.retry import DEFAULT_RETRIES, Retries, call, is_transient
 
-__all__ = ["LOCAL", "FileStat", "FileSystemStore", "LocalStore", "SeekableRaw", "ShardStore", "join", "store_for"]
+__all__ = ["LOCAL", "FileStat", "FileSystemStore", "LocalStore", "ShardStore", "join", "store_for"]
 
 Progress = Callable[[int], object]
 T = TypeVar("T")
@@ -378,7 +376,7 @@ class FileSystemStore:
 
     def open_exact(self, path: Any) -> pa.NativeFile:
         where = self.resolve(path)
-        return pa.PythonFile(_ExactReader(where, self.open_input_file(path)), mode="r")
+        return pa.PythonFile(ExactReader(where, self.open_input_file(path)), mode="r")
 
     def memory_map(self, path: Any) -> None:
         return None
@@ -402,9 +400,9 @@ class FileSystemStore:
             with f:  # read refusing a short body (a stream's read(n) returns n bytes whatever was sent:
                 # a manifest cut short parsed with the reader's buffer for its tail, "damaged, re-pin it")
                 n = min(f.size(), max_bytes + 1)
-                data = _read_exact(f, 0, n)
+                data = read_exact(f, 0, n)
             if data is None:
-                raise _short_body(where, 0, n, "fewer")
+                raise short_body(where, 0, n, "fewer")
             return bytes(data)
 
         try:
@@ -427,7 +425,7 @@ class FileSystemStore:
     def hash_file(self, path: Any, progress: Progress | None = None, chunks: _io.Chunks | None = None) -> str:
         """The digest :func:`resumable_data._io.hash_stream` gives the object's bytes, read in
         :data:`~resumable_data._io.HASH_CHUNK_BYTES` chunks that must each arrive whole
-        (:func:`_read_exact`): a short body was hashed with whatever the reader's buffer held, so a
+        (:func:`~.exact_reads.read_exact`): a short body was hashed with whatever the reader's buffer held, so a
         pin through a store that cut answers short recorded a digest of bytes the object never had
         (and a verify could pass on a stale buffer's copy)."""
         where = self.resolve(path)
@@ -438,7 +436,7 @@ class FileSystemStore:
                 size, offset = f.size(), 0
                 while offset < size:
                     n = min(_io.HASH_CHUNK_BYTES, size - offset)
-                    chunk = _read_exact(f, offset, n)
+                    chunk = read_exact(f, offset, n)
                     if chunk is None:
                         raise DatasetIntegrityError(
                             describe(
@@ -469,13 +467,13 @@ class FileSystemStore:
 
     def read_at(self, path: Any, f: pa.NativeFile, length: int, offset: int) -> bytes:
         try:
-            data = _read_exact(f, offset, length)
+            data = read_exact(f, offset, length)
         except OSError as exc:
             if is_transient(exc):
                 raise  # the caller's retrying() retries it
             raise _refused(self.resolve(path), f"read of bytes [{offset}, {offset + length})", exc) from exc
         if data is None:
-            raise _short_body(self.resolve(path), offset, length, "fewer")
+            raise short_body(self.resolve(path), offset, length, "fewer")
         return data
 
     def read_range_open(self, path: Any, f: pa.NativeFile, offset: int, length: int) -> bytes:
@@ -490,7 +488,7 @@ class FileSystemStore:
         where = self.resolve(path)
         operation = f"read of bytes [{offset}, {offset + length})"
         try:
-            return self.retrying(path, operation, lambda: _within(length, lambda: f.read_at(length, offset)))
+            return self.retrying(path, operation, lambda: within_deadline(length, lambda: f.read_at(length, offset)))
         except ResumableDataError:
             raise
         except OSError as exc:  # not transient: retrying cannot fix it
@@ -505,7 +503,7 @@ class FileSystemStore:
         sends no ``If-Match``), which a caller holding a digest of the bytes closes (a unit with a
         pinned digest is read by :meth:`read_range_open`, and by this only to tell why its bytes
         differ: :mod:`.unit_digests`). A body shorter than asked is a
-        :class:`~resumable_data.DatasetIntegrityError` too (:func:`_read_exact`: pyarrow's S3 file
+        :class:`~resumable_data.DatasetIntegrityError` too (:func:`~.exact_reads.read_exact`: pyarrow's S3 file
         reports the length asked for and leaves the rest of its buffer unwritten), an object that is
         gone one naming it, and a request the store refuses for good (no permission, an invalid
         range) a :class:`~resumable_data.StoreUnavailableError` naming the cause: no raw ``OSError``."""
@@ -523,9 +521,9 @@ class FileSystemStore:
                             recorded,
                             FileIdentity(now.size, mtime, etag=now.etag),
                         )
-                data = _read_exact(f, offset, length)
+                data = read_exact(f, offset, length)
             if data is None or len(data) != length:
-                raise _short_body(where, offset, length, "fewer" if data is None else str(len(data)))
+                raise short_body(where, offset, length, "fewer" if data is None else str(len(data)))
             return data
 
         operation = f"read of bytes [{offset}, {offset + length})"
@@ -540,158 +538,8 @@ class FileSystemStore:
         return f"FileSystemStore({self.filesystem.type_name})"
 
 
-class SeekableRaw(io.RawIOBase):
-    """A read-only, seekable raw file of ``_size`` bytes at position ``_pos``: what a subclass's
-    ``readinto`` reads from (handed to pyarrow's readers wrapped in ``pa.PythonFile``)."""
-
-    _pos: int
-    _size: int
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        self._pos = pos if whence == 0 else self._pos + pos if whence == 1 else self._size + pos
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-
-class _ExactReader(SeekableRaw):
-    """A remote file (``f``, of object ``where``) whose reads refuse a short body (:func:`_read_exact`;
-    ``OSError``, which the reader's caller turns into an rd error naming the shard): what
-    :meth:`FileSystemStore.open_exact` hands pyarrow's IPC readers, wrapped in ``pa.PythonFile``."""
-
-    def __init__(self, where: str, f: pa.NativeFile) -> None:
-        super().__init__()
-        self._where, self._f, self._pos, self._size = where, f, 0, f.size()
-
-    def readinto(self, b: Any) -> int:
-        n = max(0, min(len(b), self._size - self._pos))
-        if n == 0:
-            return 0
-        data = _read_exact(self._f, self._pos, n)
-        if data is None:
-            raise OSError(
-                f"{self._where!r}: the store sent fewer than the {n} bytes asked at offset {self._pos} "
-                "(a short body: the store, or a proxy in front of it, cut the answer short)"
-            )
-        memoryview(b)[:n] = data
-        self._pos += n
-        return n
-
-    def close(self) -> None:
-        self._f.close()
-        super().close()
-
-
-#: What :func:`_read_exact` fills a buffer with before a read, then (to tell a short body apart
-#: from bytes that happen to end with the first fill) the other.
-_FILLS = (0xA5, 0x5A)
-
-
-#: The longest a remote read of ``n`` bytes may take: ``_DEADLINE_S + n / _MIN_RATE`` seconds (a minute,
-#: plus a second per 64 KiB: 316 s for a 16 MiB joined read), past which it is a ``TimeoutError``
-#: (transient: retried, then :class:`~resumable_data.StoreUnavailableError`). pyarrow's S3 client on
-#: Linux fails a body that stalls (no byte for 3 s) but none that trickles (request_timeout is ignored
-#: there, and no total time is set): a body sent at a few bytes a second held a step, or a loader
-#: worker, for its size over that rate.
-_DEADLINE_S = 60.0
-_MIN_RATE = 64 * 1024
-
-
-def _within(length: int, fn: Callable[[], T]) -> T:
-    """``fn()`` (one remote read of ``length`` bytes), raising ``TimeoutError`` when it takes longer than
-    its deadline (:data:`_DEADLINE_S`). It runs in a helper thread (pyarrow releases the GIL while it
-    waits): a read past its deadline is left to finish or fail there, its result dropped, and its
-    buffer its own (a retry reads into a new one); until the store ends it, pyarrow makes no new
-    ``S3FileSystem`` in this process (its client registry waits for requests in flight), while the
-    filesystems that exist keep reading. Cost: one thread start per read (tens of us)."""
-    deadline = _DEADLINE_S + length / _MIN_RATE
-    box: list[Any] = []
-
-    def run() -> None:
-        try:
-            box.append((True, fn()))
-        except BaseException as exc:  # handed to the caller's thread
-            box.append((False, exc))
-
-    t = threading.Thread(target=run, name="rd-store-read", daemon=True)
-    t.start()
-    t.join(deadline)
-    if not box:
-        raise TimeoutError(
-            f"no complete answer to a read of {length} bytes within {deadline:.0f} s (rd's limit: "
-            f"{_DEADLINE_S:.0f} s plus a second per {_MIN_RATE // 1024} KiB): the store sent the body slower than that"
-        )
-    ok, value = box[0]
-    if not ok:
-        raise value
-    return cast(T, value)
-
-
-def _read_exact(f: pa.NativeFile, offset: int, length: int) -> bytes | None:
-    """``length`` bytes at ``offset`` of ``f``, or None when the store sent fewer (within the deadline
-    of :func:`_within`, else ``TimeoutError``).
-
-    pyarrow's S3 file cannot tell: asked for ``n`` bytes it returns ``n`` whatever the body held,
-    the bytes the server did not send left as they were in the buffer (uninitialized memory with
-    ``read_at``: other data of this process). Reading into a buffer of ours, filled first, makes
-    them visible: the body is written from the front, so a short one leaves the last byte at the
-    fill. If the last byte equals the fill the read is made again into the other fill; a complete
-    body gives the same bytes both times, a short one does not. Cost: one fill of the buffer; a
-    second request for about one read in 256 (a unit whose last byte is ``0xA5``). The bytes are
-    returned in the ``bytearray`` read into (no copy)."""
-    return _within(length, lambda: _read_exact_now(f, offset, length))
-
-
-def _read_exact_now(f: pa.NativeFile, offset: int, length: int) -> bytes | None:
-    """:func:`_read_exact` without the deadline."""
-    if length == 0:
-        return b""
-    first: bytearray | None = None
-    for fill in _FILLS:
-        buf = bytearray(length)  # zeroed pages, then one memset: no copy of the body after the read
-        np.frombuffer(buf, dtype=np.uint8).fill(fill)
-        f.seek(offset)
-        view, got = memoryview(buf), 0
-        while got < length:  # a filesystem may answer a read in parts (pyarrow's S3 file never does)
-            n = f.readinto(view[got:])
-            if not n:
-                break
-            got += n
-        view.release()
-        if got != length:
-            return None
-        if buf[-1] != fill:
-            # the bytearray read into, typed as the bytes callers read it as (never written after): no copy
-            return cast(bytes, buf) if first is None or first == buf else None
-        if first is not None:
-            return None  # the last byte kept each fill: nothing was written there
-        first = buf
-    return None  # pragma: no cover (the loop returns)
-
-
 #: How pyarrow's S3 errors name an object that is not there (matched lowercased).
 _GONE = ("no_such_key", "nosuchkey", "resource_not_found", "http status 404")
-
-
-def _short_body(where: str, offset: int, length: int, got: str) -> DatasetIntegrityError:
-    """The error for a read answered with fewer bytes than asked (a short body)."""
-    return DatasetIntegrityError(
-        describe(
-            "path",
-            where,
-            f"{length} bytes at offset {offset} (got {got}: the store answered with a shorter body, or the "
-            "object is shorter than its pinned layout)",
-            "restore the object, or re-pin deliberately with rd.pin(prefix, filesystem=...); "
-            "if the object is intact, the store (or a proxy in front of it) cut the answer short",
-        )
-    )
 
 
 def _refused(where: str, operation: str, exc: OSError) -> ResumableDataError:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import resumable_data as rd
-from resumable_data.sources import store as store_mod
+from resumable_data.sources import exact_reads
 
 pytest.importorskip("moto.server")
 from tests.sources._hostile_store import Answer, HostileProxy  # noqa: E402
@@ -173,11 +173,11 @@ class _Body:
 def test_read_exact_tells_a_short_body_from_bytes_that_end_like_the_fill(last):
     data = bytes(range(200)) + bytes([last])
     whole = _Body(data, len(data))
-    assert store_mod._read_exact(whole, 0, len(data)) == data
+    assert exact_reads.read_exact(whole, 0, len(data)) == data
     assert whole.reads == (2 if last == 0xA5 else 1)  # a second read only when the last byte is the first fill
     for sent in (0, 1, 100, len(data) - 1):
-        assert store_mod._read_exact(_Body(data, sent), 0, len(data)) is None
-    assert store_mod._read_exact(_Body(data, 0), 5, 0) == b""
+        assert exact_reads.read_exact(_Body(data, sent), 0, len(data)) is None
+    assert exact_reads.read_exact(_Body(data, 0), 5, 0) == b""
 
 
 # -- opening: the manifest and each shard's metadata through the same hostile store ---------------
@@ -408,8 +408,8 @@ class _Parts(_Body):
 
 def test_read_exact_gathers_a_read_answered_in_parts():
     data = bytes(range(100))
-    assert store_mod._read_exact(_Parts(data, len(data)), 10, 50) == data[10:60]
-    assert store_mod._read_exact(_Parts(data, len(data)), 90, 20) is None  # past the end: fewer bytes
+    assert exact_reads.read_exact(_Parts(data, len(data)), 10, 50) == data[10:60]
+    assert exact_reads.read_exact(_Parts(data, len(data)), 90, 20) is None  # past the end: fewer bytes
 
 
 # -- a store that ignores Range (or answers with more bytes than asked) --------------------------------
@@ -445,8 +445,8 @@ def test_a_trickling_body_is_a_store_error_not_a_hang(data, hostile, monkeypatch
     64 KiB; shortened here): past it the read is retried, then rd.StoreUnavailableError names it."""
     import time
 
-    monkeypatch.setattr(store_mod, "_DEADLINE_S", 0.5)
-    monkeypatch.setattr(store_mod, "_MIN_RATE", 1 << 40)
+    monkeypatch.setattr(exact_reads, "DEADLINE_S", 0.5)
+    monkeypatch.setattr(exact_reads, "MIN_RATE", 1 << 40)
     local, prefix = data["parquet"]
     slow = _ranged(lambda req, ans: (setattr(ans, "trickle", 0.2), ans)[1])
     # one client throughout: the reads left behind keep trickling, and pyarrow makes no new S3 client in
