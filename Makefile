@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-quick test-long bench bench-quick clean
+.PHONY: demo test test-quick test-long bench bench-quick bench-loaded clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,10 @@ bench: $(BENCH_STAMP)
 
 bench-quick: $(BENCH_STAMP)
 	$(PY) -m benchmarks.run --quick
+
+bench-loaded: $(BENCH_STAMP)
+	$(PY) -m benchmarks.run --load 2
+	$(PY) -m benchmarks.readme
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -3,6 +3,8 @@
 Results go to ``benchmarks/results/``; a ``--quick`` run (``make bench-quick``, or any benchmark
 module run with ``--quick``) writes to ``benchmarks/results/quick/`` instead, so it never
 overwrites the committed full results that the README's performance section is generated from.
+A loaded run (``python -m benchmarks.run --load N``: N busy-loop processes beside every benchmark)
+writes to ``benchmarks/results/loaded/``, pasted into its own section of docs/performance.md.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 QUICK = "--quick" in sys.argv[1:]
-RESULTS = Path(__file__).resolve().parent / "results" / ("quick" if QUICK else "")
+LOADED = any(a == "--load" or a.startswith("--load=") for a in sys.argv[1:])
+RESULTS = Path(__file__).resolve().parent / "results" / ("quick" if QUICK else "loaded" if LOADED else "")
 
 
 def summarize(xs: list[float]) -> dict[str, float]:

@@ -22,6 +22,9 @@ the per-round ratios (with min and max): load drifting on a shared machine moves
   ``benchmarks/data.py``, 16,384-row batches, batch 256), whole passes interleaved, with the CPU
   time per batch of the main process and of the workers (``--workers``: this case alone,
   ``dropin_workers.md``).
+* ``busy`` (``--busy`` only): a ~200 us ``__getitem__`` at 2 persistent workers, rd vs torch,
+  whole passes interleaved, with no other process and with one and two busy-loop processes the
+  benchmark starts (``dropin_busy.md``).
 
 The Arrow cases read 200,000 records in both modes (``benchmarks/data.py``'s ``--quick`` size).
 
@@ -272,6 +275,76 @@ def workers_case(n: int, rounds: int) -> dict[str, Any]:
     return passes_interleaved(makers, rounds, 256)
 
 
+def _spin() -> None:  # the second process that loads the machine (--busy)
+    while True:
+        pass
+
+
+def busy_case(work: int, samples: int, rounds: int, spinners: int) -> dict[str, Any]:
+    """A busy ``__getitem__`` (``work`` loop iterations, ~200 us), batch 16, 2 persistent workers:
+    torch's ``DataLoader`` vs rd's (default seeding, and ``seed_per_sample=False``), ``rounds``
+    whole passes over ``samples`` records each (:func:`passes_interleaved`), while ``spinners``
+    busy-loop processes load the machine."""
+    import multiprocessing as mp
+
+    import torch
+    import resumable_data as rd
+
+    ds = Trivial(samples, work)
+    makers = {
+        "torch": lambda: torch.utils.data.DataLoader(ds, batch_size=16, shuffle=True, num_workers=2,
+                                                     generator=torch.Generator().manual_seed(SEED),
+                                                     persistent_workers=True),
+        "rd": lambda: rd.DataLoader(ds, batch_size=16, shuffle=True, seed=SEED, num_workers=2,
+                                    persistent_workers=True),
+        "rd_unseeded": lambda: rd.DataLoader(ds, batch_size=16, shuffle=True, seed=SEED, num_workers=2,
+                                             persistent_workers=True, seed_per_sample=False),
+    }
+    procs = [mp.get_context("fork").Process(target=_spin, daemon=True) for _ in range(spinners)]
+    for p in procs:
+        p.start()
+    try:
+        load0 = os.getloadavg()
+        out = passes_interleaved(makers, rounds, 16)
+        out["load"] = (load0[0], os.getloadavg()[0])
+    finally:
+        for p in procs:
+            p.terminate()
+            p.join()
+    return out
+
+
+def busy_only(quick: bool) -> dict[str, Any]:
+    """``--busy``: :func:`busy_case` with no extra process, and with one and two busy-loop processes."""
+    rounds, samples = (5, 960) if quick else (15, 3200)
+    work = calibrate(200e-6)
+    res = {}
+    for spinners in (0, 1, 2):
+        r = busy_case(work, samples, rounds, spinners)
+        r.pop("_seconds")
+        res[spinners] = r
+        print(f"[dropin] busy, {spinners} spinner(s): rd vs torch {_r(r['rd']['vs_torch'])}, "
+              f"unseeded {_r(r['rd_unseeded']['vs_torch'])}, load {r['load'][0]:.1f}..{r['load'][1]:.1f}", flush=True)
+    lines = ["# Busy `__getitem__`, 2 workers: rd vs torch, with and without a second process loading the machine", "",
+             f"`__getitem__` ~200 us of Python ({work:,} loop iterations, calibrated), batch 16, shuffled, 2 persistent "
+             f"workers each; {rounds} interleaved whole passes over {samples:,} records per loader in one process, "
+             "median (min..max) of the per-pass ratio to torch; CPU: `/proc/PID/task/*/schedstat` run time per "
+             f"batch over each pass. Busy-loop processes (`while True: pass`) started by the benchmark load the "
+             f"machine in the later rows ({os.cpu_count()} CPUs).", "",
+             "| extra busy processes | load average (start..end) | torch samples/s | rd default vs torch | "
+             "rd seed_per_sample=False vs torch | main CPU us/batch torch / rd | workers' CPU us/batch torch / rd |",
+             "|---:|---|---:|---:|---:|---:|---:|"]
+    for spinners, r in res.items():
+        t, d = r["torch"]["cpu_us_per_batch"], r["rd"]["cpu_us_per_batch"]
+        lines.append(f"| {spinners} | {r['load'][0]:.1f}..{r['load'][1]:.1f} | {_rate(r['torch'])} | "
+                     f"{_r(r['rd']['vs_torch'])} | {_r(r['rd_unseeded']['vs_torch'])} | "
+                     f"{_us(t['main'])} / {_us(d['main'])} | {_us(t['workers'])} / {_us(d['workers'])} |")
+    payload = {"rounds": rounds, "samples": samples, "work_loops": work, "by_spinners": res}
+    path = write_results("dropin_busy", payload, "\n".join(lines))
+    print("\n".join(lines), f"\n[dropin] wrote {path}", flush=True)
+    return payload
+
+
 def workers_only(quick: bool) -> dict[str, Any]:
     """``--workers``: the ArrowShards case at 2 vs 0 workers alone (15 interleaved passes over the
     200,000 records each), with CPU per batch and the load averages around it."""
@@ -358,7 +431,12 @@ def main(argv: list[str] | None = None) -> dict:
                     help="only torch vs rd's seeding modes at batch 16 and 256 (dropin_batch_sizes.md)")
     ap.add_argument("--workers", action="store_true",
                     help="only ArrowShards at 2 vs 0 workers, with CPU per batch (dropin_workers.md)")
+    ap.add_argument("--busy", action="store_true",
+                    help="only a ~200 us __getitem__ at 2 workers, rd vs torch, with and without a busy-loop "
+                         "process (dropin_busy.md)")
     args = ap.parse_args(argv)
+    if args.busy:
+        return busy_only(args.quick)
     if args.workers:
         return workers_only(args.quick)
     if args.batch_sizes:

@@ -52,7 +52,8 @@ def write(d: Path) -> Path:
 def one_round(d: Path, validated: bool, order: np.ndarray) -> float:
     src = rd.ArrowShards(d, unpinned="allow")
     if not validated:
-        src._valid[:] = True  # the pre-issue-13 behaviour: no structural validation
+        src._validation.valid[:] = True  # the pre-issue-13 behaviour: no structural validation
+        src._validation.all_valid = True
     t0 = time.perf_counter()
     for i in range(0, len(order), TAKE):
         src.take(order[i:i + TAKE])
