@@ -260,21 +260,27 @@ class DataLoader:
         cfg.order.bind(self._stream)
         self._fingerprint = cfg.fingerprint()
         self._ledger = ProgressLedger(self._stream, cfg.commit, cfg.accumulation_steps)
-        self._fetcher = StepFetcher(dataset, cfg, self._stream, pin_memory=pin_memory)
+        steps = steps_per_request(
+            cfg.mode,
+            cfg.collate_fn is not None or cfg.arrow_collate is not None or cfg.transform is not None,
+            num_workers,
+            timeout,
+        )  # with workers, a request may carry several steps (fewer messages per batch; same batches)
+        collate = WorkerCollate(ahead=(prefetch_factor or 2) * steps if num_workers else 0)
+        self._fetcher = StepFetcher(
+            dataset, cfg, self._stream, pin_memory=pin_memory, arena=collate.arena if num_workers else None
+        )
         self._read_ahead = start_read_ahead(self, read_ahead, dataset, cfg, self._ledger)
         private = torch.Generator().manual_seed(
             cfg.plan.seed
         )  # torch draws a base seed per iter(): never the global one
-        # with workers, a request may carry several steps (fewer messages per batch; same batches)
-        user_code = cfg.collate_fn is not None or cfg.arrow_collate is not None or cfg.transform is not None
-        steps = steps_per_request(cfg.mode, user_code, num_workers, timeout)
         sampler = StepSampler(self._ledger, self._read_ahead)
         self._torch = tud.DataLoader(
             self._fetcher if steps == 1 else GroupedFetcher(self._fetcher),
             batch_size=None,
             sampler=sampler if steps == 1 else GroupedSampler(sampler, steps),
             num_workers=num_workers,
-            collate_fn=WorkerCollate(ahead=(prefetch_factor or 2) * steps if num_workers else 0),
+            collate_fn=collate,
             pin_memory=pin_memory,
             timeout=timeout,
             worker_init_fn=torch_compat.WorkerInit(worker_init_fn),

@@ -34,8 +34,8 @@ why it is not the default.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 import numpy as np
 from torch.utils.data import Dataset, Sampler, get_worker_info
@@ -69,11 +69,22 @@ from resumable_data.sources import ArrowShards
 from resumable_data.sources.mixture import Mixture
 from resumable_data.sources.read_ahead import Prefetcher
 
-__all__ = ["FetchMode", "NumpyBatch", "Request", "StepFetcher", "StepSampler"]  # FetchMode: re-exported
+__all__ = ["FetchMode", "NumpyBatch", "OutputArena", "Request", "StepFetcher", "StepSampler"]  # FetchMode: re-exported
 
 #: What the sampler hands a worker: (step, epoch, the epoch's first step, the step's global positions
 #: ``(start, stop)`` (None when packed), the seeding version).
 Request = tuple[int, int, int, tuple[int, int] | None, int]
+
+
+class OutputArena(Protocol):
+    """Where a worker's default Arrow batch is gathered: ``alloc`` makes each of its arrays (in the
+    shared-memory slot the main process reads it from, :meth:`.transport.WorkerCollate.arena`);
+    ``release`` gives the room back when the batch was not made there (the gather raised or had
+    no numpy layout)."""
+
+    def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray: ...
+
+    def release(self) -> None: ...
 
 
 class StepFetcher(Dataset):
@@ -86,9 +97,17 @@ class StepFetcher(Dataset):
     that a restore may change."""
 
     def __init__(
-        self, dataset: Any, config: LoaderConfig, stream: RecordStream | PackedStream, *, pin_memory: bool = False
+        self,
+        dataset: Any,
+        config: LoaderConfig,
+        stream: RecordStream | PackedStream,
+        *,
+        pin_memory: bool = False,
+        arena: Callable[[], OutputArena | None] | None = None,
     ) -> None:
         self.dataset = dataset
+        #: in a worker, where the default Arrow batch is gathered (None: fresh arrays, packed after)
+        self.arena = None if pin_memory else arena
         self.plan = config.plan
         self.sharding = config.sharding
         self.mode = config.mode
@@ -323,7 +342,7 @@ class StepFetcher(Dataset):
         tokens = 0 if self.token_column is None else self.global_tokens(span)
         if self.arrow_collate is None and self.collate_fn is None and self.transform is None:
             arrow = self.dataset if isinstance(self.dataset, (ArrowShards, Mixture)) else None
-            columns = None if arrow is None else arrow.take_numpy(records, PAD_VALUE)
+            columns = None if arrow is None else self._take_numpy(arrow, records)
             if columns is not None:  # the default collate's arrays, straight from the source's maps
                 names = self._names
                 if names is None:
@@ -352,6 +371,21 @@ class StepFetcher(Dataset):
         if self.unbatched:
             batch = {k: v[0] for k, v in batch.items()}
         return self._transport(batch), tokens
+
+    def _take_numpy(self, arrow: ArrowShards | Mixture, records: np.ndarray) -> list[Any] | None:
+        """``arrow.take_numpy`` of ``records``; in a worker given an arena, gathered into it (its room
+        given back when the gather raises or answers None)."""
+        arena = None if self.arena is None or get_worker_info() is None else self.arena()
+        if arena is None:
+            return arrow.take_numpy(records, PAD_VALUE)
+        try:
+            columns = arrow.take_numpy(records, PAD_VALUE, arena.alloc)
+        except BaseException:
+            arena.release()
+            raise
+        if columns is None:
+            arena.release()
+        return columns
 
     def _transport(self, batch: dict[str, Any]) -> Any:
         """Tensors in the main process; in a worker, numpy arrays the main process wraps as

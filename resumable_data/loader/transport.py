@@ -43,9 +43,18 @@ with ``multiprocessing``'s resource tracker, which unlinks what a killed main pr
 A slot that cannot be mapped (its worker died and the name was swept) raises
 ``ConnectionError``, which the loader reports as :class:`rd.WorkerError`.
 
-Cost: worker: one ``memcpy`` of the payloads into memory already mapped (plus the pickle of
-the structure for batches that are not flat dicts); main: a few small objects per batch, no
-copy and no system call in the steady state. Shared memory held: about ``prefetch_factor + 2``
+Gathered in place. rd's own default Arrow batch (``take_numpy``, no user collate) is gathered
+straight into a slot: before the gather, :meth:`WorkerCollate.arena` marks a free slot busy
+(sized by the largest batch this worker packed so far; none for the worker's first batch or for
+batches under :data:`SLOT_MIN_BYTES`) and hands the fetcher an :class:`_Arena` whose ``alloc``
+carves each output array from it, 64-byte aligned. :func:`pack` then finds every payload of the
+batch inside one such arena and sends its offsets: no copy. A payload outside it (an array that
+did not fit, a structure that copies) sends the batch the usual way, and every arena its batch
+did not claim is freed when the collate returns (or at once when the gather raised).
+
+Cost: worker: one ``memcpy`` of the payloads into memory already mapped, none for a batch
+gathered in place (plus the pickle of the structure for batches that are not flat dicts); main:
+a few small objects per batch, no copy and no system call in the steady state. Shared memory held: about ``prefetch_factor + 2``
 slots per worker (``prefetch_factor * 4 + 4`` where requests carry four steps, :mod:`.step_groups`),
 each the size of a batch rounded up to a power of two.
 """
@@ -54,6 +63,7 @@ from __future__ import annotations
 
 import glob
 import io
+import math
 import os
 import pickle
 import sys
@@ -179,6 +189,14 @@ class _Segment(shared_memory.SharedMemory):
             raise ValueError(f"the shared-memory segment {self.name!r} is closed")
         return buf
 
+    @property
+    def address(self) -> int:
+        """The mapping's start address (computed once)."""
+        addr = self.__dict__.get("_address")
+        if addr is None:
+            addr = self.__dict__["_address"] = np.frombuffer(self.view, dtype=np.uint8).__array_interface__["data"][0]
+        return addr
+
 
 def _create(name: str, size: int) -> _Segment:
     """A new segment with its pages reserved: a full ``/dev/shm`` is an ``OSError`` here, never a
@@ -195,6 +213,54 @@ def _create(name: str, size: int) -> _Segment:
 
 
 _ring: _Ring | None = None
+_largest = 0  # this worker's largest packed batch (aligned payload bytes): what an arena reserves
+_pending: list[_Arena] = []  # arenas handed to the fetcher and not yet claimed by pack() nor freed
+
+
+class _Arena:
+    """One batch's output arrays, carved from a slot marked busy (see the module docstring)."""
+
+    __slots__ = ("at", "gen", "index", "shm")
+
+    def __init__(self, index: int, gen: int, shm: _Segment) -> None:
+        self.index, self.gen, self.shm = index, gen, shm
+        self.at = _HEADER  # the next free byte
+
+    def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """A C-contiguous array of ``shape`` and ``dtype`` in the slot, or a fresh one when it does not fit."""
+        dtype = np.dtype(dtype)
+        count = math.prod(shape)
+        n = count * dtype.itemsize
+        if n == 0 or self.at + n > self.shm.size or self not in _pending:
+            return np.empty(shape, dtype=dtype)
+        out = np.frombuffer(self.shm.view, dtype=dtype, count=count, offset=self.at).reshape(shape)
+        self.at += _aligned(n)
+        return out
+
+    def release(self) -> None:
+        """Free the slot (its batch was not sent from it); nothing once pack() claimed it."""
+        if self in _pending:
+            _pending.remove(self)
+            self.shm.view[0] = _FREE
+
+    def claim(self, raws: list[np.ndarray]) -> list[tuple[int, int]] | None:
+        """The slot offsets of ``raws`` when every one lies in what was carved (then the slot is
+        the batch's: no longer pending), else None."""
+        base = self.shm.address
+        lo, hi = base + _HEADER, base + self.at
+        offsets = []
+        for r in raws:
+            p = r.__array_interface__["data"][0]
+            if p < lo or p + r.nbytes > hi:
+                return None
+            offsets.append((p - base, r.nbytes))
+        _pending.remove(self)
+        return offsets
+
+
+def _release_pending() -> None:
+    while _pending:
+        _pending[-1].release()
 
 
 def _worker_ring(main_pid: int) -> _Ring:
@@ -277,8 +343,17 @@ def pack(batch: Any, main_pid: int, pool: int = 0, max_slots: int | None = None)
     """``batch`` as a :class:`Wire`: its structure pickled, its payloads in a slot or inline;
     ``pool`` is the main process's number for the worker pool this worker belongs to;
     ``max_slots`` the busy slots past which it travels inline (default :data:`MAX_SLOTS`)."""
+    global _largest
     header, raws = _structure(batch)
     total = sum(_aligned(r.nbytes) for r in raws)
+    _largest = max(_largest, total)
+    for arena in _pending if raws else ():  # gathered in place: its payloads are in a slot already
+        offsets = arena.claim(raws)
+        if offsets is not None:
+            return Wire(
+                _from_slot,
+                (header, arena.shm.name, os.getpid(), pool, arena.index, arena.gen, arena.at - _HEADER, offsets),
+            )
     got = None
     if total >= SLOT_MIN_BYTES:
         try:
@@ -319,7 +394,29 @@ class WorkerCollate:
         _pools += 1
         self.main_pid, self.pool = os.getpid(), _pools
 
+    def arena(self) -> _Arena | None:
+        """In a worker, before its fetcher gathers rd's default batch: a slot to gather it into,
+        the size of the largest batch this worker packed (None before its first batch, for batches
+        under :data:`SLOT_MIN_BYTES`, and when no slot is free or can be made)."""
+        if _largest < SLOT_MIN_BYTES or get_worker_info() is None:
+            return None
+        try:
+            got = _worker_ring(self.main_pid).acquire(_HEADER + _largest, MAX_SLOTS + self.ahead)
+        except (OSError, BufferError):  # no room for a new segment: the batch is packed as usual
+            return None
+        if got is None:
+            return None
+        arena = _Arena(*got)
+        _pending.append(arena)
+        return arena
+
     def __call__(self, item: Any) -> Any:
+        try:
+            return self._pack(item)
+        finally:
+            _release_pending()  # arenas of batches that were not sent from them (packed another way)
+
+    def _pack(self, item: Any) -> Any:
         """``item``: the fetcher's ``(step, batch, tokens, samples)``, or for a request of several steps
         (:mod:`.step_groups`) a list of those and of torch's exception wrappers (a failed step),
         each packed on its own: a batch that does not pack is that step's error (torch, with
@@ -344,14 +441,6 @@ class WorkerCollate:
 class _Mapped(_Segment):
     """A slot as the main process maps it: closing it while a delivered batch still views it
     leaves the mapping to that batch (unmapped when the batch dies) instead of raising."""
-
-    @property
-    def address(self) -> int:
-        """The mapping's start address (computed once)."""
-        addr = self.__dict__.get("_address")
-        if addr is None:
-            addr = self.__dict__["_address"] = np.frombuffer(self.view, dtype=np.uint8).__array_interface__["data"][0]
-        return addr
 
     def close(self) -> None:
         try:

@@ -90,6 +90,7 @@ from resumable_data.sources.arrow.unit_table import UnitTable, closed_table, joi
 from resumable_data.sources.arrow.unit_validation import UnitValidation
 from resumable_data.sources.decoded_units import check_budget
 from resumable_data.sources.files import OpenShard, canonical_schema
+from resumable_data.sources.gather import Alloc
 from resumable_data.sources.identity import FileIdentity
 from resumable_data.sources.opening import adopt_layouts, open_shards, with_layouts
 from resumable_data.sources.read_ahead.cache import UnitCache
@@ -433,18 +434,24 @@ class ArrowShards:
             return self._schema.empty_table()
         return guarded_read(self._table, unit, lambda: self._gathering.take(ids, unit, local), touched)
 
-    def take_numpy(self, record_ids: Sequence[int] | np.ndarray, pad_value: Any = 0) -> list[Any] | None:
+    def take_numpy(
+        self, record_ids: Sequence[int] | np.ndarray, pad_value: Any = 0, alloc: Alloc | None = None
+    ) -> list[Any] | None:
         """Per column, the default collate's numpy layout of ``take(record_ids)`` (a 1-D array, or
         ``(padded, lengths)`` for a list column), straight from the maps (remote units and local
         Parquet row groups: from the decoded units); None unless every column is an integer/float
-        (or list of them) or ``bool`` column without nulls on the fast path (then use :meth:`take`)."""
+        (or list of them) or ``bool`` column without nulls on the fast path (then use :meth:`take`).
+        ``alloc(shape, dtype)``, when given, makes every array returned (see
+        :data:`~resumable_data.sources.gather.Alloc`; a loader worker passes its shared-memory slot's)."""
         self._usable()
         if not self._gathering.may_numpy():
             return None  # before checking the ids: take() checks them
         ids, unit, local, touched = checked_ids(record_ids, self._table)
         if len(ids) == 0:
             return None
-        return guarded_read(self._table, unit, lambda: self._gathering.numpy(ids, unit, local, pad_value), touched)
+        return guarded_read(
+            self._table, unit, lambda: self._gathering.numpy(ids, unit, local, pad_value, alloc), touched
+        )
 
     def column_lengths(self, column: str) -> np.ndarray:
         """Per-record list lengths (int64) of list column ``column``, from offsets buffers only.

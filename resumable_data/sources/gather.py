@@ -35,7 +35,9 @@ copies of :mod:`.copy_kernels`:
   column one compiled loop unpacking the bits into a numpy ``bool`` array; a list column is
   written straight into the ``[B, max length]`` padded array by one compiled loop; a
   ``fixed_size_list`` is the ``[B, L]`` rows. A column with nulls has no numpy layout (the
-  collate makes Python lists of it, from the Arrow result).
+  collate makes Python lists of it, from the Arrow result). Every output array is the caller's
+  ``alloc(shape, dtype)`` when one is given (a loader worker's shared-memory slot: the batch is
+  then written once, where the main process reads it; :class:`Alloc`), else a fresh one.
 - decoded units (Parquet row groups, record batches read by range from a remote store: each its
   own record batch in the heap, :mod:`.gather_decoded`): each unit's plan is built once when it is
   decoded and kept as a row of absolute addresses (:func:`flatten_plan`); per batch the touched
@@ -71,6 +73,7 @@ from resumable_data.sources.copy_kernels import copy_rows, gather_bits, gather_r
 from resumable_data.sources.unit_index import Unit
 
 __all__ = [
+    "Alloc",
     "ColumnGather",
     "address_span",
     "concat_columns",
@@ -86,6 +89,14 @@ _INT64_MAX = 2**63 - 1
 
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+#: ``alloc(shape, dtype)``: a writable, C-contiguous array of that shape and dtype that the numpy
+#: layout's gather writes into (every element is written); ``np.empty`` when none is given.
+Alloc = Callable[[tuple[int, ...], np.dtype], np.ndarray]
+
+
+def _empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    return np.empty(shape, dtype=dtype)
 
 
 def _fixed_width(t: pa.DataType) -> int | None:
@@ -300,11 +311,11 @@ class _FixedListNode(_Node):
         super().__init__(dtype)
         self.size, self.child = dtype.list_size, child
 
-    def rows(self, unit: np.ndarray, local: np.ndarray) -> np.ndarray:
+    def rows(self, unit: np.ndarray, local: np.ndarray, alloc: Alloc = _empty) -> np.ndarray:
         """``[B, size]`` raw values (child fixed width only): one compiled copy per row."""
         c = self.child
         assert isinstance(c, _FixedNode)  # ColumnGather and take call it only then
-        out = np.empty((len(unit), self.size), dtype=c.view.dtype)
+        out = alloc((len(unit), self.size), c.view.dtype)
         copy_rows(c.view, c.base[unit] + local * self.size, out)
         return out
 
@@ -472,28 +483,37 @@ class ColumnGather:
             self.numpy_dtype = numeric_dtype(r.child.dtype)
 
     def to_numpy(
-        self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray, pad_value: object
+        self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray, pad_value: object, alloc: Alloc | None = None
     ) -> np.ndarray | tuple[np.ndarray, np.ndarray] | None:
         """The default collate's numpy layout of this column for ``ids``: a 1-D array (fixed
         width; ``bool``: a numpy ``bool`` array, one byte a value, as the collate's ``to_numpy``),
         ``(padded [B, max length], lengths int64)`` (lists), ``[B, size]`` (``fixed_size_list``),
-        or None (not numeric)."""
+        or None (not numeric). Every array returned is ``alloc``'s (when given) or fresh."""
         if self.numpy_dtype is None:
             return None
         r = self.root
+        new = _empty if alloc is None else alloc
         if isinstance(r, _BoolNode):
-            out = np.empty(len(unit), dtype=np.bool_)
+            out = new((len(unit),), np.dtype(np.bool_))
             unpack_bits(r.view, r.base, unit, local, out)
             return out
         if isinstance(r, _FixedNode):
-            return r.rows(unit, local).view(self.numpy_dtype)
+            if alloc is None:
+                return r.rows(unit, local).view(self.numpy_dtype)
+            out = alloc((len(unit),), r.view.dtype)
+            np.take(r.view, r.base[unit] + local, out=out)
+            return out.view(self.numpy_dtype)
         if isinstance(r, _FixedListNode):
-            return r.rows(unit, local).view(self.numpy_dtype)  # a fresh, writable [B, size] copy
+            return r.rows(unit, local, new).view(self.numpy_dtype)  # a fresh, writable [B, size] copy
         assert isinstance(r, _VarNode) and isinstance(r.child, _FixedNode)
         starts, ln = r.bounds(unit, local)
-        out = np.empty((len(ids), int(ln.max()) if len(ids) else 0), dtype=self.numpy_dtype)
+        out = new((len(ids), int(ln.max()) if len(ids) else 0), np.dtype(self.numpy_dtype))
         pad_rows(r.child.span.view(self.numpy_dtype), r.child.base[unit] + starts, ln, out.dtype.type(pad_value), out)
-        return out, ln.astype(np.int64, copy=False)
+        if alloc is None:
+            return out, ln.astype(np.int64, copy=False)
+        lengths = alloc((len(ids),), np.dtype(np.int64))
+        lengths[...] = ln
+        return out, lengths
 
     def gather(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray) -> pa.Array | None:
         """Values of this column for ``ids``, in the requested order (None: use the fallback)."""

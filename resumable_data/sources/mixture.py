@@ -54,6 +54,7 @@ from resumable_data.plan.mixture.plan import MAX_POSITION, MixturePlan, Rebase, 
 from resumable_data.plan.mixture.section import EarlierRun, MixtureSection, PackedRebase
 from resumable_data.plan.mixture.weights import StepPositions, WeightSchedule
 from resumable_data.sources.arrow_shards import ArrowShards
+from resumable_data.sources.gather import Alloc
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "Mixture", "MixtureSampler", "MixtureVersion", "PackedMixtureSampler", "change_rebase"]
 
@@ -238,13 +239,13 @@ class Mixture:
         inverse[order] = np.arange(len(order), dtype=np.int64)
         return table.take(pa.array(inverse))
 
-    def take_numpy(self, record_ids, pad_value: Any = 0) -> list[Any] | None:
+    def take_numpy(self, record_ids, pad_value: Any = 0, alloc: Alloc | None = None) -> list[Any] | None:
         """Per column, the default collate's numpy arrays of ``take(record_ids)`` in one gather
-        over every source (``ArrowShards.take_numpy``); None where that has no fast path, or the
-        sources gather apart (remote): the loader then uses :meth:`take`."""
+        over every source (``ArrowShards.take_numpy``, ``alloc`` included); None where that has no
+        fast path, or the sources gather apart (remote): the loader then uses :meth:`take`."""
         if self._gather is None:
             return None
-        return self._gather.take_numpy(record_ids, pad_value)  # ids outside [0, len): rd.RecordIdError
+        return self._gather.take_numpy(record_ids, pad_value, alloc)  # ids outside [0, len): rd.RecordIdError
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         return self.take(np.array([index])).to_pylist()[0]

@@ -70,10 +70,10 @@ _BAD = [-1]  # the first record id of the batch whose gather fails (set before t
 
 
 def _failing_take_numpy(real):
-    def take_numpy(self, record_ids, pad_value=0):
+    def take_numpy(self, record_ids, pad_value=0, alloc=None):
         if int(np.asarray(record_ids)[0]) == _BAD[0]:
             raise ValueError(f"bad batch starting at id {_BAD[0]}")
-        return real(self, record_ids, pad_value)
+        return real(self, record_ids, pad_value, alloc)
 
     return take_numpy
 

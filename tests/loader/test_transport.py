@@ -375,3 +375,131 @@ def test_nested_tensor_samples_through_two_workers(context, layout, batch_size):
         x = b if batch_size is None else b[0]
         assert x.is_nested and x.layout is layout
         assert _unbind(x) == _unbind(ds[i])
+
+
+# -- batches gathered in place (WorkerCollate.arena) ---------------------------------------------
+@pytest.fixture
+def as_worker(monkeypatch):
+    """This process acting as a worker for WorkerCollate (its batches packed, arenas handed out)."""
+    monkeypatch.setattr(transport, "get_worker_info", lambda: object())
+    monkeypatch.setattr(transport, "_largest", 0)
+    yield
+    transport._release_pending()
+
+
+def test_no_arena_before_the_first_batch_nor_for_small_batches(as_worker):
+    collate = transport.WorkerCollate()
+    assert collate.arena() is None  # nothing packed yet: the size is unknown
+    transport.pack({"x": np.zeros(1_000, dtype=np.uint8)}, os.getpid())
+    assert collate.arena() is None  # batches under SLOT_MIN_BYTES travel inline
+    transport.pack({"x": np.zeros(100_000, dtype=np.uint8)}, os.getpid())
+    arena = collate.arena()
+    assert arena is not None and arena.shm.size >= 100_000 + transport._HEADER
+
+
+def test_a_batch_gathered_in_its_arena_travels_from_it_without_a_copy(as_worker):
+    from resumable_data.loader.fetch import NumpyBatch
+
+    transport._largest = 300_000
+    collate = transport.WorkerCollate()
+    arena = collate.arena()
+    x = arena.alloc((256, 250), np.dtype(np.int32))
+    x[...] = np.arange(x.size, dtype=np.int32).reshape(x.shape)
+    lengths = arena.alloc((256,), np.dtype(np.int64))
+    lengths[...] = np.arange(256) * 3
+    flags = arena.alloc((256,), np.dtype(np.bool_))
+    flags[...] = np.arange(256) % 3 == 0
+    base = arena.shm.address
+    where = [a.__array_interface__["data"][0] - base for a in (x, lengths, flags)]
+    assert where[0] == transport._HEADER and all(w % 64 == 0 for w in where)
+    batch = NumpyBatch(x=x, lengths=lengths, flags=flags)
+    step, wire, tokens, samples = collate((3, batch, 7, 256))
+    assert (step, tokens, samples) == (3, 7, 256)
+    header, name, pid, pool, index, gen, total, offsets = wire.args
+    assert wire.rebuild is transport._from_slot and (name, index, gen) == (arena.shm.name, arena.index, arena.gen)
+    assert [a for a, _ in offsets] == where  # the payloads' own places: nothing was copied
+    assert transport._pending == [] and arena.shm.view[0] == transport._BUSY  # busy until the main side is done
+    got = pickle.loads(pickle.dumps(wire))
+    assert exact(got) == exact(batch)
+    del got
+    gc.collect()
+    assert arena.shm.view[0] == transport._FREE
+
+
+def test_an_array_that_does_not_fit_sends_the_batch_the_usual_way_and_frees_the_arena(as_worker):
+    transport._largest = 70_000
+    collate = transport.WorkerCollate()
+    arena = collate.arena()
+    small = arena.alloc((100,), np.dtype(np.int64))  # in the slot
+    big = arena.alloc((arena.shm.size,), np.dtype(np.uint8))  # larger than the slot: a fresh array
+    assert small.__array_interface__["data"][0] - arena.shm.address == transport._HEADER
+    assert not (0 <= big.__array_interface__["data"][0] - arena.shm.address < arena.shm.size)
+    small[...], big[...] = 5, 9
+    batch = {"small": small, "big": big}
+    _, wire, _, _ = collate((0, batch, 0, 0))
+    assert wire.args[1] != arena.shm.name  # copied into another slot
+    assert transport._pending == [] and arena.shm.view[0] == transport._FREE
+    assert exact(pickle.loads(pickle.dumps(wire))) == exact(batch)
+    assert transport._largest >= big.nbytes  # the next arena is large enough
+
+
+def test_a_released_arena_frees_its_slot_and_carves_nothing_more(as_worker):
+    transport._largest = 100_000
+    arena = transport.WorkerCollate().arena()
+    assert arena.shm.view[0] == transport._BUSY
+    arena.release()
+    assert arena.shm.view[0] == transport._FREE and transport._pending == []
+    late = arena.alloc((10,), np.dtype(np.int64))
+    assert not (0 <= late.__array_interface__["data"][0] - arena.shm.address < arena.shm.size)
+    arena.release()  # twice: nothing happens
+    assert arena.shm.view[0] == transport._FREE
+
+
+def _token_shards(root, rows=3_000, seed=4):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(150, 400, rows)  # 64 rows: 38-102 KB of tokens, over SLOT_MIN_BYTES mostly
+    offsets = np.zeros(rows + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(rng.integers(0, 50_000, offsets[-1]).astype(np.int32)))
+    table = pa.table({"tokens": tokens, "id": pa.array(np.arange(rows, dtype=np.int64)),
+                      "keep": pa.array(rng.integers(0, 2, rows).astype(bool))})
+    rd.write_arrow_shards(table, root, num_shards=3)
+    rd.pin(root)
+    return rd.ArrowShards(root)
+
+
+def test_workers_gather_in_place_and_deliver_every_batch_as_in_process(tmp_path, monkeypatch):
+    import multiprocessing as mp
+
+    src = _token_shards(tmp_path / "ds")
+    kept, spilled = mp.get_context("fork").Value("i", 0), mp.get_context("fork").Value("i", 0)
+    real = transport._Arena.claim
+
+    def counted(self, raws):
+        got = real(self, raws)
+        with (kept if got is not None else spilled).get_lock():
+            (kept if got is not None else spilled).value += 1
+        return got
+
+    monkeypatch.setattr(transport._Arena, "claim", counted)
+    make = lambda w, **kw: rd.DataLoader(src, batch_size=64, shuffle=True, seed=3, num_workers=w,
+                                         multiprocessing_context="fork" if w else None, **kw)
+    ref = [exact(b) for b in make(0)]
+    got = [exact(b) for b in make(2)]
+    assert got == ref and len(ref) == 47
+    assert kept.value > 20  # most batches were sent from where they were gathered
+    loader = make(2, persistent_workers=True)
+    it = iter(loader)
+    head = [exact(next(it)) for _ in range(9)]
+    state = loader.state_dict()
+    del it, loader
+    resumed = make(2)
+    resumed.load_state_dict(state)
+    assert head + [exact(b) for b in resumed] == ref  # every remaining batch, in order
+
+
+def test_spawned_workers_gather_in_place_too(tmp_path):
+    src = _token_shards(tmp_path / "ds", rows=1_000, seed=6)
+    make = lambda w: rd.DataLoader(src, batch_size=64, shuffle=True, seed=1, num_workers=w,
+                                   multiprocessing_context="spawn" if w else None)
+    assert [exact(b) for b in make(2)] == [exact(b) for b in make(0)]

@@ -64,6 +64,60 @@ def test_take_numpy_equals_the_collate_of_take(sources, ids, which, pad):
     _same(got, arrow_to_numpy(table.take(pa.array(ids, type=pa.int64())), pad))
 
 
+class Arena:
+    """An ``alloc`` that carves every array from one buffer (as a loader worker's slot), recording them."""
+
+    def __init__(self, size: int) -> None:
+        self.buf = np.zeros(size, dtype=np.uint8)
+        self.at, self.made = 0, []
+
+    def alloc(self, shape, dtype):
+        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        out = self.buf[self.at : self.at + n].view(dtype).reshape(shape)
+        self.at += -(-n // 64) * 64
+        self.made.append(out)
+        return out
+
+    def holds(self, a: np.ndarray) -> bool:
+        lo = self.buf.__array_interface__["data"][0]
+        p = a.__array_interface__["data"][0]
+        return lo <= p and p + a.nbytes <= lo + self.buf.nbytes
+
+
+@settings(derandomize=True, max_examples=40, deadline=None)
+@given(ids=st.lists(st.integers(0, N - 1), min_size=1, max_size=300), which=st.integers(0, 5),
+       pad=st.sampled_from([0, -1]))
+def test_take_numpy_into_the_callers_arrays_equals_fresh_ones(sources, ids, which, pad):
+    """``alloc`` makes every array returned (a worker gathers into its shared-memory slot), whatever
+    the layout (maps, Parquet's decoded row groups); the values are those of fresh arrays."""
+    _, srcs = sources
+    src = srcs[which]
+    arena = Arena(1 << 22)
+    columns = src.take_numpy(ids, pad, arena.alloc)
+    got = gathered_to_numpy(src.schema.names, columns)
+    _same(got, gathered_to_numpy(src.schema.names, src.take_numpy(ids, pad)))
+    assert all(arena.holds(a) for a in got.values()) and len(arena.made) == len(got)
+
+
+def test_fixed_size_lists_and_a_mixture_gather_into_the_callers_arrays(tmp_path):
+    rng = np.random.default_rng(2)
+    vec = pa.FixedSizeListArray.from_arrays(pa.array(rng.random(300 * 16).astype(np.float32)), 16)
+    t = pa.table({"vec": vec, "id": pa.array(np.arange(300, dtype=np.int64))})
+    for k in range(2):
+        rd.write_arrow_shards(t, tmp_path / f"v{k}", num_shards=2, rows_per_batch=64)
+    a, b = rd.ArrowShards(tmp_path / "v0", unpinned="allow"), rd.ArrowShards(tmp_path / "v1", unpinned="allow")
+    ids = rng.integers(0, 300, 50)
+    arena = Arena(1 << 16)
+    got = gathered_to_numpy(a.schema.names, a.take_numpy(ids, 0, arena.alloc))
+    assert got["vec"].shape == (50, 16) and all(arena.holds(x) for x in got.values())
+    _same(got, arrow_to_numpy(t.take(pa.array(ids))))
+    mix = rd.Mixture({"a": a, "b": b}, weights={"a": 1, "b": 1})
+    arena = Arena(1 << 16)
+    mixed = mix.take_numpy(ids, 0, arena.alloc)
+    assert mixed is not None and all(arena.holds(x) for x in gathered_to_numpy(mix.schema.names, mixed).values())
+    _same(gathered_to_numpy(mix.schema.names, mixed), gathered_to_numpy(mix.schema.names, mix.take_numpy(ids, 0)))
+
+
 def test_the_1024_row_layout_has_many_units_and_uses_the_fast_path(sources):
     _, srcs = sources
     assert len(srcs[0]._units) >= N // 1024

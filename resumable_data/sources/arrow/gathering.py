@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from resumable_data.sources.arrow.unit_table import UnitTable
 from resumable_data.sources.arrow.unit_validation import UnitValidation
-from resumable_data.sources.gather import ColumnGather, concat_columns, has_numpy_layout, plan_column
+from resumable_data.sources.gather import Alloc, ColumnGather, concat_columns, has_numpy_layout, plan_column
 from resumable_data.sources.gather_decoded import DecodedUnit
 from resumable_data.sources.unit_index import group_segments
 from resumable_data.sources.unit_reads import UnitReads
@@ -115,9 +115,12 @@ class Gathering:
                 columns[i] = taken[j]
         return pa.Table.from_arrays(columns, schema=schema)
 
-    def numpy(self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray, pad_value: Any) -> list[Any] | None:
-        """Per column, the default collate's numpy layout of the records ``ids``; None where a
-        column's plan has none (after :meth:`may_numpy` answered True)."""
+    def numpy(
+        self, ids: np.ndarray, unit: np.ndarray, local: np.ndarray, pad_value: Any, alloc: Alloc | None = None
+    ) -> list[Any] | None:
+        """Per column, the default collate's numpy layout of the records ``ids`` (every array
+        ``alloc``'s when given); None where a column's plan has none (after :meth:`may_numpy`
+        answered True)."""
         if self._reads.loaded:
             got = self._reads.touched(unit)
             if got is None:
@@ -125,11 +128,11 @@ class Gathering:
             plans, renumbered, _ = got
             if any(g is None or g.numpy_dtype is None for g in plans):
                 return None
-            return [g.to_numpy(ids, renumbered, local, pad_value) for g in plans if g is not None]
+            return [g.to_numpy(ids, renumbered, local, pad_value, alloc) for g in plans if g is not None]
         mapped = self._numpy_plans
         assert mapped is not None
         self._validation.units(unit)
-        return [g.to_numpy(ids, unit, local, pad_value) for g in mapped]
+        return [g.to_numpy(ids, unit, local, pad_value, alloc) for g in mapped]
 
     def fallback(
         self, unit: np.ndarray, local: np.ndarray, cols: list[int], held: list[DecodedUnit] | None = None
