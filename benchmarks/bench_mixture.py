@@ -3,7 +3,11 @@
 Side by side in one process, interleaved rounds, on the same three pinned sources (weights
 0.5 / 0.3 / 0.2, the smallest source upsampled):
 * steady-state throughput at batch 256 (0 workers): ``rd.DataLoader(rd.Mixture(...))`` against
-  ``rd.DataLoader`` over one source holding the same records (shuffled): the mixture's overhead.
+  ``rd.DataLoader`` over one source holding the same records (shuffled) in as many shards as the
+  three sources together (12): the mixture's overhead. Every read checks the identity of each
+  shard it touches (``sources/watch.py``, two ``statx`` a shard), so a batch spread over 12 files
+  costs more than over 4 whatever the mixture does; the same records in 4 shards are measured
+  too (the third loader of the rounds), to show that cost apart.
   Both loaders are built once and read in interleaved rounds (the order alternating), each round
   ``batches`` batches of a loader already past its first 5 (construction and first batch are the
   start-up cost, measured below as the resume/fresh ratio);
@@ -44,10 +48,10 @@ WEIGHTS = {"web": 0.5, "code": 0.3, "math": 0.2}
 BATCH = 256
 
 
-def write(root: str, name: str, ids: np.ndarray, rows_per_batch: int | None = None) -> rd.ArrowShards:
+def write(root: str, name: str, ids: np.ndarray, rows_per_batch: int | None = None, num_shards: int = 4) -> rd.ArrowShards:
     d = os.path.join(root, name)
     rd.write_arrow_shards(pa.table({"id": pa.array(ids, pa.int64()), "x": pa.array(ids % 7919, pa.int32())}), d,
-                         num_shards=4, rows_per_batch=rows_per_batch)
+                         num_shards=num_shards, rows_per_batch=rows_per_batch)
     rd.pin(d)
     return rd.ArrowShards(d)
 
@@ -318,7 +322,9 @@ def main(argv: list[str] | None = None) -> None:
     root = tempfile.mkdtemp(prefix="rd-bench-mix-")
     arrays = {k: np.arange(n, dtype=np.int64) + 10_000_000 * i for i, (k, n) in enumerate(sizes.items())}
     srcs = {k: write(root, k, a) for k, a in arrays.items()}
-    single = write(root, "single", np.concatenate(list(arrays.values())))
+    shards = sum(src.num_shards for src in srcs.values())
+    single = write(root, "single", np.concatenate(list(arrays.values())), num_shards=shards)
+    single4 = write(root, "single4", np.concatenate(list(arrays.values())))
     mix = rd.Mixture(srcs, weights=WEIGHTS)
 
     def make_mix():
@@ -327,15 +333,23 @@ def main(argv: list[str] | None = None) -> None:
     def make_single():
         return rd.DataLoader(single, batch_size=BATCH, shuffle=True, seed=0)
 
-    rates = {"mixture": [], "single": []}
-    running = {"single": Running(make_single), "mixture": Running(make_mix)}
-    for r in range(rounds):  # interleaved rounds, alternating which goes first: the machine is shared
-        for name in (("single", "mixture") if r % 2 == 0 else ("mixture", "single")):
+    def make_single4():
+        return rd.DataLoader(single4, batch_size=BATCH, shuffle=True, seed=0)
+
+    rates = {"mixture": [], "single": [], "single4": []}
+    running = {"single": Running(make_single), "mixture": Running(make_mix), "single4": Running(make_single4)}
+    order = ("single", "mixture", "single4")
+    for r in range(rounds):  # interleaved rounds, alternating the order: the machine is shared
+        for name in (order if r % 2 == 0 else order[::-1]):
             rates[name].append(running[name].rate(round_batches))
     del running
     thr = {k: summarize(v) for k, v in rates.items()}
     paired = summarize([m / s for m, s in zip(rates["mixture"], rates["single"])])  # per round: same load
     overhead = 1 - paired["median"]
+    paired4 = summarize([m / s for m, s in zip(rates["mixture"], rates["single4"])])
+    # what 8 more shards cost one source per batch (the identity check of each shard a read touches)
+    per_shard_us = [(BATCH / a - BATCH / b) * 1e6 / (shards - single4.num_shards)
+                    for a, b in zip(rates["single"], rates["single4"])]
     ids = np.concatenate(first_batches(make_mix(), batches))
     block = mix.block_size
     worst = 0.0
@@ -353,14 +367,19 @@ def main(argv: list[str] | None = None) -> None:
         except Exception as e:  # a peer not installed or failing: reported, not fatal
             peers[name] = {"error": f"{type(e).__name__}: {e}"[:200]}
     payload = {"sizes": sizes, "batch": BATCH, "batches": batches, "throughput": thr, "paired_ratio": paired,
-               "overhead": overhead,
+               "overhead": overhead, "single_shards": shards, "paired_ratio_single4": paired4,
+               "per_shard_us_per_batch": summarize(per_shard_us),
                "state_bytes": sizes_b, "resume": resume, "proportions": props(ids), "worst_block_error": worst,
                "block": block, "peers": peers}
     md = [f"Mixture of {sizes} (weights {WEIGHTS}), batch {BATCH}, {round_batches} batches x {rounds} interleaved rounds.",
           "", "| measure | value | goal |", "|---|---|---|",
           f"| mixture overhead vs one source (samples/s, median of per-round ratios, min..max) | {overhead:.1%} "
           f"({1 - paired['max']:.0%}..{1 - paired['min']:.0%}; {thr['mixture']['median']:,.0f} vs "
-          f"{thr['single']['median']:,.0f}) | <= 10% |",
+          f"{thr['single']['median']:,.0f}; the one source in {shards} shards, as many as the mixture's) | <= 10% |",
+          f"| the same against the same records in {single4.num_shards} shards | {1 - paired4['median']:.1%} "
+          f"({1 - paired4['max']:.0%}..{1 - paired4['min']:.0%}; vs {thr['single4']['median']:,.0f}) | |",
+          f"| one source, each shard more a batch touches, us a batch (the reads' identity checks) | "
+          f"{summarize(per_shard_us)['median']:.2f} | |",
           f"| state size, 3 / 64 sources | {sizes_b['3']} / {sizes_b['64']} bytes | < 1 KB / < 4 KB |"]
     for s, r in resume.items():
         md.append(f"| resume / fresh first batch at step {int(s):,} (median of per-pair ratios, min..max; "

@@ -6,7 +6,8 @@ image links made relative to ``docs/``), so no figure on that page is typed by h
 runs it after ``benchmarks.run``; ``python -m benchmarks.readme --check`` exits 1 when the page is
 out of date. A loaded run's summary (``make bench-loaded``: ``benchmarks/results/loaded/summary.md``)
 goes between ``<!-- performance-loaded:begin -->`` and ``<!-- performance-loaded:end -->`` the same
-way, when both exist. (The module keeps its name: the figures used to live in the README.)
+way, when both exist, and the headline rows of both side by side (:data:`HEADLINES`) between
+``<!-- headline:begin -->`` and ``<!-- headline:end -->``. (The module keeps its name: the figures used to live in the README.)
 
 Cost: one read of the summary and of the page; pure string work.
 """
@@ -23,6 +24,7 @@ from benchmarks._common import RESULTS
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- performance:begin -->", "<!-- performance:end -->"
 LOADED_BEGIN, LOADED_END = "<!-- performance-loaded:begin -->", "<!-- performance-loaded:end -->"
+TABLE_BEGIN, TABLE_END = "<!-- headline:begin -->", "<!-- headline:end -->"
 
 
 def section(summary: str, loaded: bool = False) -> str:
@@ -46,6 +48,41 @@ def section(summary: str, loaded: bool = False) -> str:
 TARGET = ROOT / "docs" / "performance.md"
 
 
+#: The headline rows both runs are compared on: (what, the summary row's first cells, the cell to show, the goal).
+HEADLINES = (
+    ("rd vs the ceiling, 0 workers (paired)", "| rd vs ceiling >= 0.9 (0 workers; paired runs in one process) |", 1, ">= 0.9x"),
+    ("rd vs torchdata, 0 workers (paired)", "| rd vs torchdata >= 1.5x (0 workers; paired runs in one process) |", 1,
+     ">= 1.5x"),
+    ("resume / fresh first batch at step 1,000,000, 0 workers", "| rd resume/fresh <= 1.2 at step 1,000,000 (0 workers) |",
+     1, "<= 1.2"),
+    ("ArrowShards `take` vs one-chunk `Table.take`", "| take, 256 random ids, ms per batch |", 3, ">= 0.9x"),
+    ("HF layout (1,024-row batches) vs the ceiling, 0 workers", "| 1,024-row record batches (200 of them), 0 workers", 1,
+     ">= 0.9x"),
+    ("ArrowShards, 2 workers vs 0 workers", "| ArrowShards, 2 workers vs rd's own 0 workers", 1, ">= 0.9x"),
+    ("drop-in, trivial `__getitem__`, 0 workers, vs torch (default seeding)", "| `__getitem__` returns its index | 0 |", 4,
+     ">= 0.5x"),
+    ("drop-in, ~100 us `__getitem__`, 2 workers, vs torch", "| `__getitem__` ~100 us of work | 2 |", 4, ">= 0.9x"),
+    ("mixture overhead vs one source", "| mixture overhead vs one source", 1, "<= 10%"),
+    ("resume / fresh first batch, 100,000,000 records", "| 100,000,000 | 800 MB |", 8, "does not grow with the step"),
+)
+
+
+def _cell(summary: str, prefix: str, col: int) -> str:
+    for line in summary.splitlines():
+        if line.startswith(prefix):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            return cells[col] if col < len(cells) else "?"
+    return "not in this run"
+
+
+def headline(summary: str, loaded: str) -> str:
+    """The table of :data:`HEADLINES`: each row's figure in the quiet and in the loaded run."""
+    rows = ["| measure | goal | quiet (`make bench`) | loaded (`make bench-loaded`) |", "|---|---|---|---|"]
+    for what, prefix, col, goal in HEADLINES:
+        rows.append(f"| {what} | {goal} | {_cell(summary, prefix, col)} | {_cell(loaded, prefix, col)} |")
+    return "\n".join(rows) + "\n"
+
+
 def render(page: str, summary: str, loaded: str | None = None) -> str:
     """``page`` with its marked section replaced by :func:`section` of ``summary``, and its loaded
     section (when it has the markers and ``loaded`` is given) by that of ``loaded``."""
@@ -56,7 +93,12 @@ def render(page: str, summary: str, loaded: str | None = None) -> str:
         return page
     head, rest = page.split(LOADED_BEGIN, 1)
     _, tail = rest.split(LOADED_END, 1)
-    return f"{head}{LOADED_BEGIN}\n{section(loaded, loaded=True)}{LOADED_END}{tail}"
+    page = f"{head}{LOADED_BEGIN}\n{section(loaded, loaded=True)}{LOADED_END}{tail}"
+    if TABLE_BEGIN not in page:
+        return page
+    head, rest = page.split(TABLE_BEGIN, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    return f"{head}{TABLE_BEGIN}\n{headline(summary, loaded)}{TABLE_END}{tail}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -443,6 +443,24 @@ def test_an_array_that_does_not_fit_sends_the_batch_the_usual_way_and_frees_the_
     assert transport._largest >= big.nbytes  # the next arena is large enough
 
 
+def test_no_arena_when_no_slot_can_be_had(as_worker, monkeypatch):
+    """A full /dev/shm or every slot busy: no arena, the gather makes fresh arrays (packed as before)."""
+    transport._largest = 100_000
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(transport, "_create", full)
+    assert transport.WorkerCollate().arena() is None
+    monkeypatch.undo()  # the fixture's patches too: set again
+    monkeypatch.setattr(transport, "get_worker_info", lambda: object())
+    monkeypatch.setattr(transport, "_largest", 100_000)
+    monkeypatch.setattr(transport, "MAX_SLOTS", 1)
+    first = transport.WorkerCollate().arena()
+    assert first is not None and transport.WorkerCollate().arena() is None  # the one slot is busy
+    assert transport._pending == [first]
+
+
 def test_a_released_arena_frees_its_slot_and_carves_nothing_more(as_worker):
     transport._largest = 100_000
     arena = transport.WorkerCollate().arena()
