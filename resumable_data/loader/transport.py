@@ -243,17 +243,22 @@ class _Arena:
             _pending.remove(self)
             self.shm.view[0] = _FREE
 
-    def claim(self, raws: list[np.ndarray]) -> list[tuple[int, int]] | None:
-        """The slot offsets of ``raws`` when every one lies in what was carved (then the slot is
-        the batch's: no longer pending), else None."""
+    def claim(self, raws: list[Any]) -> list[tuple[int, int]] | None:
+        """The slot offsets of ``raws`` (uint8 arrays, or the memoryviews of a pickled batch's
+        buffers) when every one lies in what was carved (then the slot is the batch's: no longer
+        pending), else None. An empty payload lies anywhere."""
         base = self.shm.address
         lo, hi = base + _HEADER, base + self.at
         offsets = []
         for r in raws:
-            p = r.__array_interface__["data"][0]
-            if p < lo or p + r.nbytes > hi:
+            n = r.nbytes
+            if not n:
+                offsets.append((_HEADER, 0))
+                continue
+            p = np.frombuffer(r, dtype=np.uint8).__array_interface__["data"][0]
+            if p < lo or p + n > hi:
                 return None
-            offsets.append((p - base, r.nbytes))
+            offsets.append((p - base, n))
         _pending.remove(self)
         return offsets
 
@@ -347,7 +352,7 @@ def pack(batch: Any, main_pid: int, pool: int = 0, max_slots: int | None = None)
     header, raws = _structure(batch)
     total = sum(_aligned(r.nbytes) for r in raws)
     _largest = max(_largest, total)
-    for arena in _pending if raws else ():  # gathered in place: its payloads are in a slot already
+    for arena in _pending if total else ():  # gathered in place: its payloads are in a slot already
         offsets = arena.claim(raws)
         if offsets is not None:
             return Wire(

@@ -1,0 +1,319 @@
+"""Attacks on batches gathered in place (``WorkerCollate.arena``): every batch a worker loader
+delivers, in order, equals the 0-worker loader's, bit for bit, and no slot stays busy."""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+import resumable_data as rd
+from resumable_data.loader import transport
+from tests.loader.test_transport import _mine, exact
+
+
+@pytest.fixture
+def claims(monkeypatch):
+    """``(kept, spilled)``: batches forked workers sent from their arena, and those they did not."""
+    import multiprocessing as mp
+
+    kept, spilled = mp.get_context("fork").Value("i", 0), mp.get_context("fork").Value("i", 0)
+    real = transport._Arena.claim
+
+    def counted(self, raws):
+        got = real(self, raws)
+        with (kept if got is not None else spilled).get_lock():
+            (kept if got is not None else spilled).value += 1
+        return got
+
+    monkeypatch.setattr(transport._Arena, "claim", counted)
+    return kept, spilled
+
+
+@pytest.fixture(autouse=True)
+def fresh_ring():
+    transport._ring = None
+    yield
+    transport._ring = None
+    gc.collect()
+    transport.forget([os.getpid()])
+
+
+def _long_rows(root, rows=200, lo=9_000, hi=12_000, seed=0):
+    """Records whose token list alone is over SLOT_MIN_BYTES (int64), with a scalar column."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(lo, hi, rows)
+    offsets = np.zeros(rows + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(rng.integers(0, 1 << 40, offsets[-1])))
+    table = pa.table({"tokens": tokens, "id": pa.array(np.arange(rows, dtype=np.int64))})
+    rd.write_arrow_shards(table, root, num_shards=2)
+    rd.pin(root)
+    return rd.ArrowShards(root)
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_unbatched_records_through_workers(tmp_path, context, claims):
+    # batch_size=None: each batch is one record, its scalar column a numpy scalar, so the batch is
+    # pickled (its buffers memoryviews), while an arena may be pending
+    src = _long_rows(tmp_path / "ds", rows=60)
+    make = lambda w: rd.DataLoader(src, batch_size=None, shuffle=True, seed=2, num_workers=w,
+                                   multiprocessing_context=context if w else None)
+    assert [exact(b) for b in make(2)] == [exact(b) for b in make(0)]
+    assert context == "spawn" or claims[0].value > 20  # sent from where they were gathered
+
+
+def test_a_list_column_empty_in_every_row_of_a_batch(tmp_path, claims):
+    # a [B, 0] padded array has no bytes: the batch is pickled while its arena is pending
+    rng = np.random.default_rng(1)
+    rows = 120
+    lengths = rng.integers(4_000, 6_000, rows)
+    offsets = np.zeros(rows + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(rng.integers(0, 1 << 40, offsets[-1])))
+    empty = pa.array([[] for _ in range(rows)], type=pa.list_(pa.int32()))
+    table = pa.table({"tokens": tokens, "labels": empty, "id": pa.array(np.arange(rows, dtype=np.int64))})
+    rd.write_arrow_shards(table, tmp_path / "ds", num_shards=2)
+    rd.pin(tmp_path / "ds")
+    src = rd.ArrowShards(tmp_path / "ds")
+    make = lambda w: rd.DataLoader(src, batch_size=4, shuffle=True, seed=5, num_workers=w,
+                                   multiprocessing_context="fork" if w else None)
+    ref = [exact(b) for b in make(0)]
+    assert ref[0][1]["labels"][2] == (4, 0)
+    assert [exact(b) for b in make(2)] == ref
+    assert claims[0].value > 20
+
+
+def _growing(root, rows=160, seed=3):
+    """Token lists whose length grows with the record id: read in order, each batch is larger
+    than any before (its arrays do not fit the arena sized by the last one)."""
+    rng = np.random.default_rng(seed)
+    lengths = 2_000 + 40 * np.arange(rows) + rng.integers(0, 30, rows)
+    offsets = np.zeros(rows + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(rng.integers(0, 1 << 30, offsets[-1]).astype(np.int32)))
+    table = pa.table({"tokens": tokens, "id": pa.array(np.arange(rows, dtype=np.int64)),
+                      "keep": pa.array(rng.integers(0, 2, rows).astype(bool))})
+    rd.write_arrow_shards(table, root, num_shards=2)
+    rd.pin(root)
+    return rd.ArrowShards(root)
+
+
+def _mapped_busy() -> list[str]:
+    """Slots this process maps whose busy byte is set (no batch of them should be alive)."""
+    gc.collect()
+    return [shm.name for _, _, shm in transport._attached.values() if shm.buf is not None and shm.view[0]]
+
+
+def test_persistent_workers_across_passes_and_a_resume_holding_every_batch(tmp_path):
+    src = _token_rows(tmp_path / "ds")
+    make = lambda w, **kw: rd.DataLoader(src, batch_size=16, shuffle=True, seed=3, num_workers=w,
+                                         multiprocessing_context="fork" if w else None, **kw)
+    zero = make(0)
+    ref = [[exact(b) for b in zero] for _ in range(2)]
+    assert ref[0] != ref[1] and len(ref[0]) > 2 * (transport.MAX_SLOTS + 8)
+    loader = make(2, persistent_workers=True)
+    held = list(loader)  # more batches alive than slots: the rest go inline, none is overwritten
+    assert [exact(b) for b in held] == ref[0]
+    del held
+    assert not _mapped_busy()
+    it = iter(loader)
+    head = [exact(next(it)) for _ in range(11)]
+    state = loader.state_dict()
+    del it
+    loader.load_state_dict(state)  # the same persistent workers go on from the cursor
+    assert head + [exact(b) for b in loader] == ref[1]
+    assert not _mapped_busy()
+    resumed = make(2, persistent_workers=True)
+    resumed.load_state_dict(state)
+    assert head + [exact(b) for b in resumed] == ref[1]
+    assert [exact(b) for b in resumed] == [exact(b) for b in zero]  # the third pass too
+    del loader, resumed
+    gc.collect()
+    assert not _mine()
+
+
+def _token_rows(root, rows=1_200, seed=4):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(600, 1_400, rows)  # 16 rows: about 64-90 KB of int32 tokens
+    offsets = np.zeros(rows + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(rng.integers(0, 50_000, offsets[-1]).astype(np.int32)))
+    table = pa.table({"tokens": tokens, "id": pa.array(np.arange(rows, dtype=np.int64))})
+    rd.write_arrow_shards(table, root, num_shards=3)
+    rd.pin(root)
+    return rd.ArrowShards(root)
+
+
+_BAD = [-1]  # the first record id of the batch that fails after its gather (set before the fork)
+
+
+def _fails_after_gathering(real):
+    def take_numpy(self, record_ids, pad_value=0, alloc=None):
+        out = real(self, record_ids, pad_value, alloc)  # arrays carved from the arena, then the error
+        if int(np.asarray(record_ids)[0]) == _BAD[0]:
+            raise ValueError(f"bad batch starting at id {_BAD[0]}")
+        return out
+
+    return take_numpy
+
+
+def _outcomes(loader):
+    it, out = iter(loader), []
+    while True:
+        try:
+            out.append(exact(next(it)))
+        except StopIteration:
+            return out
+        except ValueError as e:
+            out.append(("error", type(e).__name__))
+
+
+@pytest.mark.parametrize("failing_step,timeout", [(1, 0), (6, 0), (3, 60)])  # timeout: one step a request
+def test_a_step_failing_after_its_gather(tmp_path, monkeypatch, claims, failing_step, timeout):
+    src = _growing(tmp_path / "ds")
+    make = lambda w: rd.DataLoader(src, batch_size=6, num_workers=w, timeout=timeout if w else 0,
+                                   multiprocessing_context="fork" if w else None)
+    bad = int([b["id"][0] for b in make(0)][failing_step])
+    monkeypatch.setattr(rd.ArrowShards, "take_numpy", _fails_after_gathering(rd.ArrowShards.take_numpy))
+    _BAD[0] = bad
+    try:
+        ref = _outcomes(make(0))
+        assert ref[failing_step] == ("error", "ValueError")
+        assert _outcomes(make(2)) == ref
+        assert claims[0].value > 0
+    finally:
+        _BAD[0] = -1
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_no_room_in_dev_shm(tmp_path, monkeypatch, every):
+    src = _token_rows(tmp_path / "ds", rows=400)
+    real, calls = transport._create, []
+
+    def create(name, size):
+        calls.append(name)
+        if len(calls) % every == 0:
+            raise OSError(28, "No space left on device")
+        return real(name, size)
+
+    monkeypatch.setattr(transport, "_create", create)  # forked workers inherit it
+    make = lambda w: rd.DataLoader(src, batch_size=16, shuffle=True, seed=1, num_workers=w,
+                                   multiprocessing_context="fork" if w else None)
+    assert [exact(b) for b in make(2)] == [exact(b) for b in make(0)]
+    gc.collect()
+
+
+def test_a_mixture_through_workers(tmp_path, claims):
+    a, b = _token_rows(tmp_path / "a", rows=500, seed=1), _token_rows(tmp_path / "b", rows=300, seed=9)
+    make = lambda w: rd.DataLoader(rd.Mixture({"a": a, "b": b}, weights={"a": 0.6, "b": 0.4}, block_size=32),
+                                   batch_size=16, seed=2, num_workers=w, multiprocessing_context="fork" if w else None)
+    assert [exact(b) for b in make(2)] == [exact(b) for b in make(0)]
+    assert claims[0].value > 0
+
+
+@pytest.mark.filterwarnings("ignore:.*pin_memory.*")
+def test_pin_memory_through_workers(tmp_path):
+    src = _token_rows(tmp_path / "ds", rows=400)
+    make = lambda w: rd.DataLoader(src, batch_size=16, shuffle=True, seed=1, num_workers=w, pin_memory=True,
+                                   multiprocessing_context="fork" if w else None)
+    assert [exact(b) for b in make(2)] == [exact(b) for b in make(0)]
+
+
+def test_spawned_persistent_workers_resume(tmp_path):
+    src = _token_rows(tmp_path / "ds", rows=500)
+    make = lambda w, **kw: rd.DataLoader(src, batch_size=16, shuffle=True, seed=5, num_workers=w,
+                                         multiprocessing_context="spawn" if w else None, **kw)
+    zero = make(0)
+    ref = [[exact(b) for b in zero] for _ in range(2)]
+    loader = make(2, persistent_workers=True)
+    assert [exact(b) for b in loader] == ref[0]
+    it = iter(loader)
+    head = [exact(next(it)) for _ in range(5)]
+    state = loader.state_dict()
+    del it
+    loader.load_state_dict(state)
+    assert head + [exact(b) for b in loader] == ref[1]
+
+
+def _die_after_claiming(real):
+    armed = []  # per process: worker 0 arms the kill once, then claims nothing more
+
+    def claim(self, raws):
+        if armed:
+            import time
+
+            time.sleep(60)
+        got = real(self, raws)
+        if got is not None and torch.utils.data.get_worker_info().id == 0:
+            import signal
+            import threading
+
+            armed.append(True)  # SIGKILL this worker just after a batch gathered in place is on its way
+            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        return got
+
+    return claim
+
+
+def test_a_worker_killed_mid_pass_after_gathering_in_place(tmp_path, monkeypatch):
+    src = _token_rows(tmp_path / "ds")
+    make = lambda w: rd.DataLoader(src, batch_size=16, shuffle=True, seed=6, num_workers=w,
+                                   multiprocessing_context="fork" if w else None)
+    ref = [exact(b) for b in make(0)]
+    monkeypatch.setattr(transport._Arena, "claim", _die_after_claiming(transport._Arena.claim))
+    loader, got = make(2), []
+    with pytest.raises(rd.WorkerError):
+        for b in loader:
+            got.append(exact(b))
+    assert got == ref[:len(got)] and len(got) < len(ref)
+    state = loader.state_dict()
+    monkeypatch.undo()
+    resumed = make(2)
+    resumed.load_state_dict(state)
+    assert got + [exact(b) for b in resumed] == ref
+    del loader, resumed
+    gc.collect()
+    assert not _mine()
+
+
+def _typed(rows=4_000, seed=7):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, 40, rows)
+    offsets = np.zeros(rows + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.table({
+        "i8": pa.array(rng.integers(-128, 128, rows).astype(np.int8)),
+        "u16": pa.array(rng.integers(0, 1 << 16, rows).astype(np.uint16)),
+        "f16": pa.array(rng.standard_normal(rows).astype(np.float16)),
+        "f64": pa.array(rng.standard_normal(rows)),
+        "flag": pa.array(rng.integers(0, 2, rows).astype(bool)),
+        "vec": pa.FixedSizeListArray.from_arrays(pa.array(rng.integers(-999, 999, rows * 96).astype(np.int16)), 96),
+        "emb": pa.FixedSizeListArray.from_arrays(pa.array(rng.standard_normal(rows * 48).astype(np.float32)), 48),
+        "ragged": pa.ListArray.from_arrays(pa.array(offsets), pa.array(rng.standard_normal(offsets[-1]).astype(np.float32))),
+    })
+
+
+@pytest.mark.parametrize("storage", ["arrow", "parquet"])
+def test_every_numeric_layout_through_workers(tmp_path, claims, storage):
+    table, root = _typed(), tmp_path / "ds"
+    if storage == "arrow":
+        rd.write_arrow_shards(table, root, num_shards=3)
+    else:
+        import pyarrow.parquet as pq
+
+        root.mkdir()
+        pq.write_table(table.slice(0, 2_500), root / "part-0.parquet", row_group_size=500)
+        pq.write_table(table.slice(2_500), root / "part-1.parquet", row_group_size=500)
+    rd.pin(root)
+    src = rd.ArrowShards(root)
+    make = lambda w: rd.DataLoader(src, batch_size=200, shuffle=True, seed=4, num_workers=w,
+                                   multiprocessing_context="fork" if w else None)
+    ref = [exact(b) for b in make(0)]
+    assert {k: v[1] for k, v in ref[0][1].items()}["vec"] == "torch.int16"
+    assert [exact(b) for b in make(2)] == ref
+    assert claims[0].value > 0
