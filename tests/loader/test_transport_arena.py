@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import pickle
 
 import numpy as np
 import pyarrow as pa
@@ -101,6 +102,34 @@ def _growing(root, rows=160, seed=3):
     rd.write_arrow_shards(table, root, num_shards=2)
     rd.pin(root)
     return rd.ArrowShards(root)
+
+
+def _stale_generations() -> list[str]:
+    """Names in /dev/shm of this process's slots that an older generation left: the main process
+    mapped (and unlinked) a newer one, or a newer one is there too."""
+    newest: dict[tuple[int, int], int] = {k: gen for k, (_, gen, _) in transport._attached.items()}
+    names = [(tuple(int(x) for x in n.rsplit("/rd", 1)[1].split("_")[1:]), n) for n in _mine()]
+    for (pid, index, gen), _ in names:
+        newest[pid, index] = max(gen, newest.get((pid, index), -1))
+    return [n for (pid, index, gen), n in names if gen < newest[pid, index]]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_batches_that_grow_arrive_exact(tmp_path, shuffle, claims):
+    src = _growing(tmp_path / "ds", rows=400)
+    make = lambda w, **kw: rd.DataLoader(src, batch_size=6, shuffle=shuffle, seed=8, num_workers=w,
+                                         multiprocessing_context="fork" if w else None, **kw)
+    zero = make(0)
+    ref = [[exact(b) for b in zero] for _ in range(2)]
+    loader = make(2, persistent_workers=True)
+    for want in ref:
+        assert [exact(b) for b in loader] == want
+        gc.collect()
+        assert not _stale_generations()  # an arena's slot regrown before it sent a batch: its old name unlinked
+    assert claims[0].value > 0 and (shuffle or claims[1].value > 0)  # in order, some outgrow their arena
+    del loader
+    gc.collect()
+    assert not _mine()
 
 
 def _mapped_busy() -> list[str]:
@@ -279,6 +308,29 @@ def test_a_worker_killed_mid_pass_after_gathering_in_place(tmp_path, monkeypatch
     del loader, resumed
     gc.collect()
     assert not _mine()
+
+
+def test_regrowing_a_free_slot_whose_array_is_still_alive(monkeypatch):
+    # an array carved from an arena that was given back (its gather raised) may still be alive in
+    # the worker (a traceback holding it): the slot then cannot be closed, and a batch that needs
+    # a larger slot must still be sent, without leaving a segment behind
+    monkeypatch.setattr(transport, "get_worker_info", lambda: object())
+    monkeypatch.setattr(transport, "_largest", 70_000)
+    collate = transport.WorkerCollate()
+    arena = collate.arena()
+    alive = arena.alloc((1000,), np.dtype(np.int64))
+    arena.release()
+    batch = {"x": np.arange(300_000, dtype=np.int64)}
+    _, wire, _, _ = collate((0, batch, 0, 0))
+    assert exact(pickle.loads(pickle.dumps(wire))) == exact(batch)
+    alive[...] = 1  # still its own
+    assert wire.args[4:6] == (arena.index, arena.gen + 1)  # the slot grew into its next generation
+    assert not _mine()  # the new name was mapped and unlinked, the old one (never sent) unlinked
+    del alive, wire
+    gc.collect()
+    arena = collate.arena()  # the slot can grow now
+    assert arena.shm.size >= 300_000 * 8
+    transport._release_pending()
 
 
 def _typed(rows=4_000, seed=7):
