@@ -271,7 +271,7 @@ class _Arena:
             if not n:
                 offsets.append((_HEADER, 0))
                 continue
-            p = np.frombuffer(r, dtype=np.uint8).__array_interface__["data"][0]
+            p = (r if type(r) is np.ndarray else np.frombuffer(r, dtype=np.uint8)).__array_interface__["data"][0]
             if p < lo or p + n > hi:
                 return None
             offsets.append((p - base, n))

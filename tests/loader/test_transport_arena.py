@@ -369,3 +369,22 @@ def test_every_numeric_layout_through_workers(tmp_path, claims, storage):
     assert {k: v[1] for k, v in ref[0][1].items()}["vec"] == "torch.int16"
     assert [exact(b) for b in make(2)] == ref
     assert claims[0].value > 0
+
+
+def test_parquet_row_groups_with_and_without_nulls(tmp_path):
+    # take_numpy answers None (a column with nulls): each batch's arena is given back and the
+    # batch is made from Arrow
+    import pyarrow.parquet as pq
+
+    table, root = _typed(), tmp_path / "ds"
+    values = table["u16"].to_numpy().astype(np.int64)
+    nullable = pa.array(values, mask=(np.arange(len(values)) >= 3_500) & (values % 5 == 0))
+    table = table.set_column(1, "u16", nullable)
+    root.mkdir()
+    pq.write_table(table, root / "part-0.parquet", row_group_size=500)
+    rd.pin(root)
+    src = rd.ArrowShards(root)
+    make = lambda w: rd.DataLoader(src, batch_size=200, num_workers=w, multiprocessing_context="fork" if w else None)
+    ref = [exact(b) for b in make(0)]
+    assert ref[-1][1]["u16"][0] == "list" and ref[0][1]["u16"][0] == "tensor"
+    assert [exact(b) for b in make(2)] == ref
