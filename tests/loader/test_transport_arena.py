@@ -220,7 +220,7 @@ def test_a_step_failing_after_its_gather(tmp_path, monkeypatch, claims, failing_
 
 
 @pytest.mark.parametrize("every", [1, 2])
-def test_no_room_in_dev_shm(tmp_path, monkeypatch, every):
+def test_no_room_in_dev_shm(tmp_path, monkeypatch, claims, every):
     src = _token_rows(tmp_path / "ds", rows=400)
     real, calls = transport._create, []
 
@@ -234,6 +234,7 @@ def test_no_room_in_dev_shm(tmp_path, monkeypatch, every):
     make = lambda w: rd.DataLoader(src, batch_size=16, shuffle=True, seed=1, num_workers=w,
                                    multiprocessing_context="fork" if w else None)
     assert [exact(b) for b in make(2)] == [exact(b) for b in make(0)]
+    assert (claims[0].value > 0) == (every == 2)  # no slot at all: every batch inline
     gc.collect()
 
 
