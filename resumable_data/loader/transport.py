@@ -169,8 +169,13 @@ class _Ring:
         shm = _create(slot_name(self.main_pid, self.pid, index, gen), 1 << max(need - 1, 1).bit_length())
         if grow is None:
             self.slots.append((gen, shm))
-        else:  # the main process unlinked the old name when it mapped it
-            self.slots[grow][1].close()
+        else:  # the old generation's name: the main process unlinked it if a batch was sent from it
+            old = self.slots[grow][1]
+            old.close()
+            try:
+                old.unlink()  # an arena's slot that never sent a batch (the batch was packed another way)
+            except FileNotFoundError:
+                pass
             self.slots[grow] = (gen, shm)
         shm.view[0] = _BUSY
         return index, gen, shm
@@ -180,6 +185,17 @@ class _Segment(shared_memory.SharedMemory):
     """A shared-memory segment with its mapping typed: :attr:`view` is ``buf`` while open."""
 
     _fd: int  # SharedMemory's file descriptor (CPython's; typeshed leaves it out): -1 once closed
+
+    def close(self) -> None:
+        """Close it; while an array still views it (a delivered batch in the main process, an
+        array a worker carved from an arena it gave back), the mapping is left to that array
+        (unmapped when it dies) instead of raising ``BufferError``."""
+        try:
+            super().close()
+        except BufferError:
+            if getattr(self, "_fd", -1) >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
     @property
     def view(self) -> memoryview:
@@ -243,17 +259,22 @@ class _Arena:
             _pending.remove(self)
             self.shm.view[0] = _FREE
 
-    def claim(self, raws: list[np.ndarray]) -> list[tuple[int, int]] | None:
-        """The slot offsets of ``raws`` when every one lies in what was carved (then the slot is
-        the batch's: no longer pending), else None."""
+    def claim(self, raws: list[Any]) -> list[tuple[int, int]] | None:
+        """The slot offsets of ``raws`` (uint8 arrays, or the memoryviews of a pickled batch's
+        buffers) when every one lies in what was carved (then the slot is the batch's: no longer
+        pending), else None. An empty payload lies anywhere."""
         base = self.shm.address
         lo, hi = base + _HEADER, base + self.at
         offsets = []
         for r in raws:
-            p = r.__array_interface__["data"][0]
-            if p < lo or p + r.nbytes > hi:
+            n = r.nbytes
+            if not n:
+                offsets.append((_HEADER, 0))
+                continue
+            p = (r if type(r) is np.ndarray else np.frombuffer(r, dtype=np.uint8)).__array_interface__["data"][0]
+            if p < lo or p + n > hi:
                 return None
-            offsets.append((p - base, r.nbytes))
+            offsets.append((p - base, n))
         _pending.remove(self)
         return offsets
 
@@ -347,7 +368,7 @@ def pack(batch: Any, main_pid: int, pool: int = 0, max_slots: int | None = None)
     header, raws = _structure(batch)
     total = sum(_aligned(r.nbytes) for r in raws)
     _largest = max(_largest, total)
-    for arena in _pending if raws else ():  # gathered in place: its payloads are in a slot already
+    for arena in _pending if total else ():  # gathered in place: its payloads are in a slot already
         offsets = arena.claim(raws)
         if offsets is not None:
             return Wire(
@@ -440,15 +461,7 @@ class WorkerCollate:
 # -- the main side -------------------------------------------------------------------------------
 class _Mapped(_Segment):
     """A slot as the main process maps it: closing it while a delivered batch still views it
-    leaves the mapping to that batch (unmapped when the batch dies) instead of raising."""
-
-    def close(self) -> None:
-        try:
-            super().close()
-        except BufferError:
-            if getattr(self, "_fd", -1) >= 0:
-                os.close(self._fd)
-                self._fd = -1
+    leaves the mapping to that batch (:meth:`_Segment.close`)."""
 
 
 _attached: dict[tuple[int, int], tuple[int, int, _Mapped]] = {}  # (worker pid, index) -> (pool, gen, mapping)
