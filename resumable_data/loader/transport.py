@@ -50,7 +50,8 @@ batches under :data:`SLOT_MIN_BYTES`) and hands the fetcher an :class:`_Arena` w
 carves each output array from it, 64-byte aligned. :func:`pack` then finds every payload of the
 batch inside one such arena and sends its offsets: no copy. A payload outside it (an array that
 did not fit, a structure that copies) sends the batch the usual way, and every arena its batch
-did not claim is freed when the collate returns (or at once when the gather raised).
+did not claim is freed when the collate returns (or at once when the gather raised). A forked
+child starts with no batch packed and no arena, whatever its parent packed.
 
 Cost: worker: one ``memcpy`` of the payloads into memory already mapped, none for a batch
 gathered in place (plus the pickle of the structure for batches that are not flat dicts); main:
@@ -277,6 +278,17 @@ class _Arena:
             offsets.append((p - base, n))
         _pending.remove(self)
         return offsets
+
+
+def _forget_batches() -> None:
+    """In a forked child: its batches are its own (none packed, no arena yet), whatever the parent packed."""
+    global _largest
+    _largest = 0
+    _pending.clear()
+
+
+if os.name == "posix":  # where fork exists; elsewhere workers are spawned and start from 0
+    os.register_at_fork(after_in_child=_forget_batches)
 
 
 def _release_pending() -> None:

@@ -461,6 +461,27 @@ def test_no_arena_when_no_slot_can_be_had(as_worker, monkeypatch):
     assert transport._pending == [first]
 
 
+def _report_sizes(out):
+    out.put((transport._largest, len(transport._pending)))
+
+
+def test_a_forked_worker_starts_from_its_own_batches(as_worker):
+    """What the parent packed (a test, a process that forks a pool of its own) never sizes a forked
+    child's arenas: the child starts with no batch packed and no arena pending."""
+    import multiprocessing as mp
+
+    transport.pack({"x": np.zeros(3_000_000, dtype=np.uint8)}, os.getpid())
+    transport._largest = 3_000_000
+    assert transport.WorkerCollate().arena() is not None and transport._pending
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_report_sizes, args=(q,))
+    p.start()
+    got = q.get(timeout=60)
+    p.join(60)
+    assert got == (0, 0)
+
+
 def test_a_released_arena_frees_its_slot_and_carves_nothing_more(as_worker):
     transport._largest = 100_000
     arena = transport.WorkerCollate().arena()
