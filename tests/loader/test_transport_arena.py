@@ -14,7 +14,7 @@ import torch
 
 import resumable_data as rd
 from resumable_data.loader import transport
-from tests.loader.test_transport import _mine, exact
+from tests.loader.test_transport import _mine, exact, fresh_ring  # noqa: F401 (autouse: a fresh ring per test)
 
 
 @pytest.fixture
@@ -35,13 +35,6 @@ def claims(monkeypatch):
     return kept, spilled
 
 
-@pytest.fixture(autouse=True)
-def fresh_ring():
-    transport._ring = None
-    yield
-    transport._ring = None
-    gc.collect()
-    transport.forget([os.getpid()])
 
 
 def _long_rows(root, rows=200, lo=9_000, hi=12_000, seed=0):
@@ -389,3 +382,42 @@ def test_parquet_row_groups_with_and_without_nulls(tmp_path):
     ref = [exact(b) for b in make(0)]
     assert ref[-1][1]["u16"][0] == "list" and ref[0][1]["u16"][0] == "tensor"
     assert [exact(b) for b in make(2)] == ref
+
+
+def _token_shards(root, rows=3_000, seed=4):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(150, 400, rows)  # 64 rows: 38-102 KB of tokens, over SLOT_MIN_BYTES mostly
+    offsets = np.zeros(rows + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(rng.integers(0, 50_000, offsets[-1]).astype(np.int32)))
+    table = pa.table({"tokens": tokens, "id": pa.array(np.arange(rows, dtype=np.int64)),
+                      "keep": pa.array(rng.integers(0, 2, rows).astype(bool))})
+    rd.write_arrow_shards(table, root, num_shards=3)
+    rd.pin(root)
+    return rd.ArrowShards(root)
+
+
+def test_workers_gather_in_place_and_deliver_every_batch_as_in_process(tmp_path, claims):
+    src = _token_shards(tmp_path / "ds")
+    kept = claims[0]
+    make = lambda w, **kw: rd.DataLoader(src, batch_size=64, shuffle=True, seed=3, num_workers=w,
+                                         multiprocessing_context="fork" if w else None, **kw)
+    ref = [exact(b) for b in make(0)]
+    got = [exact(b) for b in make(2)]
+    assert got == ref and len(ref) == 47
+    assert kept.value > 20  # most batches were sent from where they were gathered
+    loader = make(2, persistent_workers=True)
+    it = iter(loader)
+    head = [exact(next(it)) for _ in range(9)]
+    state = loader.state_dict()
+    del it, loader
+    resumed = make(2)
+    resumed.load_state_dict(state)
+    assert head + [exact(b) for b in resumed] == ref  # every remaining batch, in order
+
+
+def test_spawned_workers_gather_in_place_too(tmp_path):
+    src = _token_shards(tmp_path / "ds", rows=1_000, seed=6)
+    make = lambda w: rd.DataLoader(src, batch_size=64, shuffle=True, seed=1, num_workers=w,
+                                   multiprocessing_context="spawn" if w else None)
+    assert [exact(b) for b in make(2)] == [exact(b) for b in make(0)]
