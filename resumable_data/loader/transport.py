@@ -50,8 +50,8 @@ batches under :data:`SLOT_MIN_BYTES`) and hands the fetcher an :class:`_Arena` w
 carves each output array from it, 64-byte aligned. :func:`pack` then finds every payload of the
 batch inside one such arena and sends its offsets: no copy. A payload outside it (an array that
 did not fit, a structure that copies) sends the batch the usual way, and every arena its batch
-did not claim is freed when the collate returns (or at once when the gather raised). A forked
-child starts with no batch packed and no arena, whatever its parent packed.
+did not claim is freed when the collate returns (or at once when the gather raised). The size
+and the arenas are the worker's ring's, so a forked child starts with its own (none).
 
 Cost: worker: one ``memcpy`` of the payloads into memory already mapped, none for a batch
 gathered in place (plus the pickle of the structure for batches that are not flat dicts); main:
@@ -144,12 +144,15 @@ class _BatchPickler(ForkingPickler):
 
 
 class _Ring:
-    """One worker's shared-memory slots (created on first use, in that worker only)."""
+    """One worker's shared-memory slots (created on first use, in that worker only; a forked
+    child makes its own), the largest batch it packed and the arenas it handed out."""
 
     def __init__(self, main_pid: int) -> None:
         self.pid = os.getpid()
         self.main_pid = main_pid
         self.slots: list[tuple[int, _Segment]] = []  # (generation, segment)
+        self.largest = 0  # the largest packed batch (aligned payload bytes): what an arena reserves
+        self.pending: list[_Arena] = []  # arenas handed to the fetcher, not yet claimed by pack() nor freed
 
     def acquire(self, need: int, limit: int | None = None) -> tuple[int, int, _Segment] | None:
         """A free slot of at least ``need`` bytes, marked busy: ``(index, gen, segment)``; None
@@ -230,17 +233,17 @@ def _create(name: str, size: int) -> _Segment:
 
 
 _ring: _Ring | None = None
-_largest = 0  # this worker's largest packed batch (aligned payload bytes): what an arena reserves
-_pending: list[_Arena] = []  # arenas handed to the fetcher and not yet claimed by pack() nor freed
 
 
 class _Arena:
     """One batch's output arrays, carved from a slot marked busy (see the module docstring)."""
 
-    __slots__ = ("at", "gen", "index", "shm")
+    __slots__ = ("at", "gen", "index", "pending", "shm")
 
-    def __init__(self, index: int, gen: int, shm: _Segment) -> None:
+    def __init__(self, index: int, gen: int, shm: _Segment, pending: list[_Arena]) -> None:
         self.index, self.gen, self.shm = index, gen, shm
+        self.pending = pending  # its ring's: it is in it until claimed or released
+        pending.append(self)
         self.at = _HEADER  # the next free byte
 
     def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -248,7 +251,7 @@ class _Arena:
         dtype = np.dtype(dtype)
         count = math.prod(shape)
         n = count * dtype.itemsize
-        if n == 0 or self.at + n > self.shm.size or self not in _pending:
+        if n == 0 or self.at + n > self.shm.size or self not in self.pending:
             return np.empty(shape, dtype=dtype)
         out = np.frombuffer(self.shm.view, dtype=dtype, count=count, offset=self.at).reshape(shape)
         self.at += _aligned(n)
@@ -256,8 +259,8 @@ class _Arena:
 
     def release(self) -> None:
         """Free the slot (its batch was not sent from it); nothing once pack() claimed it."""
-        if self in _pending:
-            _pending.remove(self)
+        if self in self.pending:
+            self.pending.remove(self)
             self.shm.view[0] = _FREE
 
     def claim(self, raws: list[Any]) -> list[tuple[int, int]] | None:
@@ -276,24 +279,16 @@ class _Arena:
             if p < lo or p + n > hi:
                 return None
             offsets.append((p - base, n))
-        _pending.remove(self)
+        self.pending.remove(self)
         return offsets
 
 
-def _forget_batches() -> None:
-    """In a forked child: its batches are its own (none packed, no arena yet), whatever the parent packed."""
-    global _largest
-    _largest = 0
-    _pending.clear()
-
-
-if os.name == "posix":  # where fork exists; elsewhere workers are spawned and start from 0
-    os.register_at_fork(after_in_child=_forget_batches)
-
-
 def _release_pending() -> None:
-    while _pending:
-        _pending[-1].release()
+    """Free this process's arenas that no batch claimed (a ring of another process is not ours)."""
+    ring = _ring
+    if ring is not None and ring.pid == os.getpid():
+        while ring.pending:
+            ring.pending[-1].release()
 
 
 def _worker_ring(main_pid: int) -> _Ring:
@@ -376,11 +371,11 @@ def pack(batch: Any, main_pid: int, pool: int = 0, max_slots: int | None = None)
     """``batch`` as a :class:`Wire`: its structure pickled, its payloads in a slot or inline;
     ``pool`` is the main process's number for the worker pool this worker belongs to;
     ``max_slots`` the busy slots past which it travels inline (default :data:`MAX_SLOTS`)."""
-    global _largest
     header, raws = _structure(batch)
     total = sum(_aligned(r.nbytes) for r in raws)
-    _largest = max(_largest, total)
-    for arena in _pending if total else ():  # gathered in place: its payloads are in a slot already
+    ring = _worker_ring(main_pid)
+    ring.largest = max(ring.largest, total)
+    for arena in ring.pending if total else ():  # gathered in place: its payloads are in a slot already
         offsets = arena.claim(raws)
         if offsets is not None:
             return Wire(
@@ -390,7 +385,7 @@ def pack(batch: Any, main_pid: int, pool: int = 0, max_slots: int | None = None)
     got = None
     if total >= SLOT_MIN_BYTES:
         try:
-            got = _worker_ring(main_pid).acquire(_HEADER + total, max_slots)
+            got = ring.acquire(_HEADER + total, max_slots)
         except OSError:  # no room for a new segment (/dev/shm full): this batch travels inline
             got = None
     if got is None:
@@ -431,17 +426,16 @@ class WorkerCollate:
         """In a worker, before its fetcher gathers rd's default batch: a slot to gather it into,
         the size of the largest batch this worker packed (None before its first batch, for batches
         under :data:`SLOT_MIN_BYTES`, and when no slot is free or can be made)."""
-        if _largest < SLOT_MIN_BYTES or get_worker_info() is None:
+        if get_worker_info() is None:
+            return None
+        ring = _worker_ring(self.main_pid)
+        if ring.largest < SLOT_MIN_BYTES:
             return None
         try:
-            got = _worker_ring(self.main_pid).acquire(_HEADER + _largest, MAX_SLOTS + self.ahead)
+            got = ring.acquire(_HEADER + ring.largest, MAX_SLOTS + self.ahead)
         except (OSError, BufferError):  # no room for a new segment: the batch is packed as usual
             return None
-        if got is None:
-            return None
-        arena = _Arena(*got)
-        _pending.append(arena)
-        return arena
+        return None if got is None else _Arena(*got, ring.pending)
 
     def __call__(self, item: Any) -> Any:
         try:

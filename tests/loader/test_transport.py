@@ -382,7 +382,6 @@ def test_nested_tensor_samples_through_two_workers(context, layout, batch_size):
 def as_worker(monkeypatch):
     """This process acting as a worker for WorkerCollate (its batches packed, arenas handed out)."""
     monkeypatch.setattr(transport, "get_worker_info", lambda: object())
-    monkeypatch.setattr(transport, "_largest", 0)
     yield
     transport._release_pending()
 
@@ -400,7 +399,7 @@ def test_no_arena_before_the_first_batch_nor_for_small_batches(as_worker):
 def test_a_batch_gathered_in_its_arena_travels_from_it_without_a_copy(as_worker):
     from resumable_data.loader.fetch import NumpyBatch
 
-    transport._largest = 300_000
+    transport._worker_ring(os.getpid()).largest = 300_000
     collate = transport.WorkerCollate()
     arena = collate.arena()
     x = arena.alloc((256, 250), np.dtype(np.int32))
@@ -418,7 +417,7 @@ def test_a_batch_gathered_in_its_arena_travels_from_it_without_a_copy(as_worker)
     header, name, pid, pool, index, gen, total, offsets = wire.args
     assert wire.rebuild is transport._from_slot and (name, index, gen) == (arena.shm.name, arena.index, arena.gen)
     assert [a for a, _ in offsets] == where  # the payloads' own places: nothing was copied
-    assert transport._pending == [] and arena.shm.view[0] == transport._BUSY  # busy until the main side is done
+    assert transport._worker_ring(os.getpid()).pending == [] and arena.shm.view[0] == transport._BUSY  # busy until the main side is done
     got = pickle.loads(pickle.dumps(wire))
     assert exact(got) == exact(batch)
     del got
@@ -427,7 +426,7 @@ def test_a_batch_gathered_in_its_arena_travels_from_it_without_a_copy(as_worker)
 
 
 def test_an_array_that_does_not_fit_sends_the_batch_the_usual_way_and_frees_the_arena(as_worker):
-    transport._largest = 70_000
+    transport._worker_ring(os.getpid()).largest = 70_000
     collate = transport.WorkerCollate()
     arena = collate.arena()
     small = arena.alloc((100,), np.dtype(np.int64))  # in the slot
@@ -438,14 +437,14 @@ def test_an_array_that_does_not_fit_sends_the_batch_the_usual_way_and_frees_the_
     batch = {"small": small, "big": big}
     _, wire, _, _ = collate((0, batch, 0, 0))
     assert wire.args[1] != arena.shm.name  # copied into another slot
-    assert transport._pending == [] and arena.shm.view[0] == transport._FREE
+    assert transport._worker_ring(os.getpid()).pending == [] and arena.shm.view[0] == transport._FREE
     assert exact(pickle.loads(pickle.dumps(wire))) == exact(batch)
-    assert transport._largest >= big.nbytes  # the next arena is large enough
+    assert transport._worker_ring(os.getpid()).largest >= big.nbytes  # the next arena is large enough
 
 
 def test_no_arena_when_no_slot_can_be_had(as_worker, monkeypatch):
     """A full /dev/shm or every slot busy: no arena, the gather makes fresh arrays (packed as before)."""
-    transport._largest = 100_000
+    transport._worker_ring(os.getpid()).largest = 100_000
 
     def full(*a, **k):
         raise OSError(28, "No space left on device")
@@ -454,15 +453,15 @@ def test_no_arena_when_no_slot_can_be_had(as_worker, monkeypatch):
     assert transport.WorkerCollate().arena() is None
     monkeypatch.undo()  # the fixture's patches too: set again
     monkeypatch.setattr(transport, "get_worker_info", lambda: object())
-    monkeypatch.setattr(transport, "_largest", 100_000)
+    transport._worker_ring(os.getpid()).largest = 100_000
     monkeypatch.setattr(transport, "MAX_SLOTS", 1)
     first = transport.WorkerCollate().arena()
     assert first is not None and transport.WorkerCollate().arena() is None  # the one slot is busy
-    assert transport._pending == [first]
+    assert transport._worker_ring(os.getpid()).pending == [first]
 
 
 def _report_sizes(out):
-    out.put((transport._largest, len(transport._pending)))
+    out.put((transport._worker_ring(os.getpid()).largest, len(transport._worker_ring(os.getpid()).pending)))
 
 
 def test_a_forked_worker_starts_from_its_own_batches(as_worker):
@@ -471,8 +470,8 @@ def test_a_forked_worker_starts_from_its_own_batches(as_worker):
     import multiprocessing as mp
 
     transport.pack({"x": np.zeros(3_000_000, dtype=np.uint8)}, os.getpid())
-    transport._largest = 3_000_000
-    assert transport.WorkerCollate().arena() is not None and transport._pending
+    transport._worker_ring(os.getpid()).largest = 3_000_000
+    assert transport.WorkerCollate().arena() is not None and transport._worker_ring(os.getpid()).pending
     ctx = mp.get_context("fork")
     q = ctx.Queue()
     p = ctx.Process(target=_report_sizes, args=(q,))
@@ -483,11 +482,11 @@ def test_a_forked_worker_starts_from_its_own_batches(as_worker):
 
 
 def test_a_released_arena_frees_its_slot_and_carves_nothing_more(as_worker):
-    transport._largest = 100_000
+    transport._worker_ring(os.getpid()).largest = 100_000
     arena = transport.WorkerCollate().arena()
     assert arena.shm.view[0] == transport._BUSY
     arena.release()
-    assert arena.shm.view[0] == transport._FREE and transport._pending == []
+    assert arena.shm.view[0] == transport._FREE and transport._worker_ring(os.getpid()).pending == []
     late = arena.alloc((10,), np.dtype(np.int64))
     assert not (0 <= late.__array_interface__["data"][0] - arena.shm.address < arena.shm.size)
     arena.release()  # twice: nothing happens

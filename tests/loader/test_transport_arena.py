@@ -309,7 +309,7 @@ def test_regrowing_a_free_slot_whose_array_is_still_alive(monkeypatch):
     # the worker (a traceback holding it): the slot then cannot be closed, and a batch that needs
     # a larger slot must still be sent, without leaving a segment behind
     monkeypatch.setattr(transport, "get_worker_info", lambda: object())
-    monkeypatch.setattr(transport, "_largest", 70_000)
+    transport._worker_ring(os.getpid()).largest = 70_000
     collate = transport.WorkerCollate()
     arena = collate.arena()
     alive = arena.alloc((1000,), np.dtype(np.int64))
