@@ -256,7 +256,8 @@ class ArrowShards:
     def __getstate__(self) -> dict[str, Any]:
         self._usable()  # a source whose files failed their checks is not passed on
         identities = [s.identity for s in self._shards]
-        ahead = self._reads.ahead.root if self._reads.ahead is not None else None
+        cache = self._reads.ahead
+        ahead = (cache.root, cache.owner) if cache is not None else None
         return source_state(self._root, self._rel, self._version, identities, self._store, ahead, self._decoded_request)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -271,7 +272,7 @@ class ArrowShards:
             self._closed_because(exc, got.root, got.files, got.version, got.store)
             return
         if got.read_ahead is not None:
-            self.attach_read_ahead(UnitCache(got.read_ahead))
+            self.attach_read_ahead(UnitCache(got.read_ahead, got.read_ahead_owner))
 
     @classmethod
     def from_hf(

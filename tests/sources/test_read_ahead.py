@@ -401,7 +401,9 @@ _KILLED = (
 def test_a_killed_jobs_cache_directory_is_removed_by_the_next_loader(data, endpoint, tmp_path, monkeypatch):
     """SIGKILL (preemption, the OOM killer) skips close(): the directory it left, units and all, is
     removed by the resumed job's loader, at its start or, while the killed job's worker still holds
-    the lock, by a later sweep (SWEEP_AGAIN_S, then 2x and 4x that); the live loader's own directory is kept."""
+    the lock, by a later sweep (SWEEP_AGAIN_S, 2x and 4x that, then every 4x that); the live loader's own
+    directory is kept. The killed job's worker was waiting for units its dead fetcher had promised: it
+    gives them up within OWNER_CHECK_S (it waited WAIT_S, 120 s, a unit: CI ran past the sweeps)."""
     import signal
     import subprocess
     import sys
@@ -409,7 +411,7 @@ def test_a_killed_jobs_cache_directory_is_removed_by_the_next_loader(data, endpo
 
     from resumable_data.sources.read_ahead import fetcher
 
-    monkeypatch.setattr(fetcher, "SWEEP_AGAIN_S", 4.0)  # sweeps at 4, 12 and 28 s: torch checks every 5 s
+    monkeypatch.setattr(fetcher, "SWEEP_AGAIN_S", 4.0)  # sweeps at 4, 12, 28 s, then every 16 s: torch checks every 5 s
     _, prefix = data["arrow"]
     repo = os.path.dirname(os.path.dirname(rd.__file__))
     p = subprocess.Popen([sys.executable, "-c", _KILLED, endpoint, prefix, str(tmp_path)], stdout=subprocess.PIPE,
@@ -420,7 +422,7 @@ def test_a_killed_jobs_cache_directory_is_removed_by_the_next_loader(data, endpo
     p.wait()
     p.stdout.close()
     live = loader_over(remote(endpoint, prefix), "sequential", rd.ReadAhead(cache_dir=tmp_path))
-    deadline = time.monotonic() + 40
+    deadline = time.monotonic() + 60
     while os.path.exists(dead) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not os.path.exists(dead)
@@ -463,3 +465,15 @@ def test_a_loader_collected_while_the_decoded_map_is_locked_never_deadlocks(data
     again = loader_over(src, "global")
     assert batches(again, 6) == reference("parquet", "global", 6)
     assert first == reference("parquet", "global", 3)
+
+
+def test_a_pickled_source_carries_its_read_ahead_cache_and_the_fetchers_process(data, endpoint):
+    """What a spawned worker unpickles: the cache's directory and the process whose fetcher fills it
+    (the worker stops waiting for promised units once that process is gone)."""
+    import pickle
+
+    src = remote(endpoint, data["arrow"][1])
+    loader = loader_over(src, "sequential", AHEAD)
+    batches(loader, 2)
+    copy = pickle.loads(pickle.dumps(src))
+    assert (copy._reads.ahead.root, copy._reads.ahead.owner) == (loader.read_ahead.cache.root, os.getpid())

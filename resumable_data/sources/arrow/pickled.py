@@ -10,7 +10,8 @@ process opens its own files, refusing a shard whose identity differs from the pi
 Guarantee: a state of another format or schema version is a :class:`~resumable_data.ConfigError`
 before anything is opened; a source never pickles record data, so a worker never reads stale bytes.
 Schema versions: 2 added the files' identities, 3 the remote store's retries, 4 the decoded-unit
-budget the source asked for (``decoded_cache_bytes``, None for the default).
+budget the source asked for (``decoded_cache_bytes``, None for the default), 5 the process id of
+the read-ahead cache's fetcher (a worker stops waiting for units a dead fetcher promised).
 
 Cost: the state is the size of the manifest; a restore (unpickling, in every loader worker) opens
 each shard again (see :mod:`..files`) and compares its identity: one ``stat`` per local shard.
@@ -31,7 +32,7 @@ from resumable_data.sources.version import DatasetVersion
 __all__ = ["STATE_FORMAT", "STATE_SCHEMA_VERSION", "SourceState", "read_state", "source_state"]
 
 STATE_FORMAT = "resumable_data.arrow_shards"
-STATE_SCHEMA_VERSION = 4  # 2: the files' identities; 3: the remote store's retries; 4: decoded_cache_bytes
+STATE_SCHEMA_VERSION = 5  # 2: identities; 3: the store's retries; 4: decoded_cache_bytes; 5: read_ahead_owner
 K_RETRIES = "retries"
 K_FORMAT = "format"
 K_SCHEMA_VERSION = "schema_version"
@@ -41,6 +42,7 @@ K_VERSION = "version"
 K_FILESYSTEM = "filesystem"
 K_IDENTITIES = "identities"
 K_READ_AHEAD = "read_ahead"
+K_READ_AHEAD_OWNER = "read_ahead_owner"
 K_DECODED_BYTES = "decoded_cache_bytes"
 
 
@@ -54,6 +56,7 @@ class SourceState:
     store: ShardStore
     expected: list[FileIdentity | None]
     read_ahead: str | None
+    read_ahead_owner: int | None
     decoded_bytes: int | None
 
 
@@ -63,10 +66,11 @@ def source_state(
     version: DatasetVersion | None,
     identities: list[FileIdentity | None],
     store: ShardStore,
-    read_ahead: Any,
+    read_ahead: tuple[str, int] | None,
     decoded_bytes: int | None,
 ) -> dict[str, Any]:
-    """The pickled state of a source (``read_ahead``: the attached cache's root, or None;
+    """The pickled state of a source (``read_ahead``: the attached cache's root and its fetcher's
+    process id, or None;
     ``decoded_bytes``: its ``decoded_cache_bytes``)."""
     state: dict[str, Any] = {
         K_FORMAT: STATE_FORMAT,
@@ -82,7 +86,8 @@ def source_state(
         retries = store.retries if isinstance(store, FileSystemStore) else DEFAULT_RETRIES
         state[K_RETRIES] = retries.to_dict()
     if read_ahead is not None:
-        state[K_READ_AHEAD] = read_ahead  # a worker reads the units its rank's fetcher wrote
+        # a worker reads the units its rank's fetcher wrote
+        state[K_READ_AHEAD], state[K_READ_AHEAD_OWNER] = read_ahead
     return state
 
 
@@ -107,5 +112,12 @@ def read_state(state: dict[str, Any]) -> SourceState:
     root = Path(state[K_ROOT]).as_posix()
     expected = [FileIdentity.from_dict(d) if d is not None else None for d in state[K_IDENTITIES]]
     return SourceState(
-        root, list(state[K_FILES]), version, store, expected, state.get(K_READ_AHEAD), state[K_DECODED_BYTES]
+        root,
+        list(state[K_FILES]),
+        version,
+        store,
+        expected,
+        state.get(K_READ_AHEAD),
+        state.get(K_READ_AHEAD_OWNER),
+        state[K_DECODED_BYTES],
     )

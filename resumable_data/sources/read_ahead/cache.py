@@ -7,7 +7,9 @@ span, then :data:`DIGEST_BYTES` of check: the xxh3-128 of those bytes seeded wit
 (the fetcher promised ``k``: it is needed by a step already handed to a worker) and ``k.err`` (the
 fetcher's read of ``k`` failed). :meth:`UnitCache.get` returns the memory-mapped bytes of
 ``k.unit``; while ``k.want`` exists it waits for them; otherwise (never planned, failed, evicted,
-or waited for longer than :data:`WAIT_S`) it returns None and the caller reads the unit itself,
+waited for longer than :data:`WAIT_S`, or the fetcher's process is gone: a loader worker whose
+main process was killed stops waiting within :data:`OWNER_CHECK_S` instead of holding the
+killed job's lock for ``WAIT_S`` a unit) it returns None and the caller reads the unit itself,
 through the same checked ranged read the fetcher uses, so an error (a store that is down, an
 object that changed) is raised by the step that needs the unit, with its own class and message.
 
@@ -55,10 +57,11 @@ is never touched, nor is anything else in the parent, nor a file in a swept dire
 not write (rd deletes only what it made: a ``cache_dir`` pointing into a user's folder, or a
 user's folder named like a cache directory, loses nothing), and a FIFO or a link where ``.owner``
 should be never blocks or misleads the sweep. The fetcher sweeps again later
-(:class:`LaterSweeps`: after :data:`~.fetcher.SWEEP_AGAIN_S`, then twice and four times that), since a
-job restarted at once may start while the killed process's workers still hold its lock (torch's
-workers notice a dead parent within about 5 s, longer on a loaded machine). Cost: one listing of the
-parent per sweep.
+(:class:`LaterSweeps`: after :data:`~.fetcher.SWEEP_AGAIN_S`, then twice and four times that, then
+every four times that while the loader lives), since a job restarted at once may start while the
+killed process's workers still hold its lock (torch's workers notice a dead parent within about 5 s
+once their pending steps are done, longer on a loaded machine; a step waiting for a unit the dead
+fetcher promised gives up within :data:`OWNER_CHECK_S`). Cost: one listing of the parent per sweep.
 """
 
 from __future__ import annotations
@@ -87,11 +90,13 @@ except ImportError:  # no flock (Windows): directories are made, never swept
 __all__ = [
     "DIGEST_BYTES",
     "OWNER",
+    "OWNER_CHECK_S",
     "PREFIX",
     "WAIT_S",
     "LaterSweeps",
     "UnitCache",
     "make_cache_dir",
+    "process_gone",
     "seal",
     "sweep_abandoned",
 ]
@@ -105,6 +110,8 @@ OWNER = ".owner"
 
 #: The longest a reader waits for a promised unit before reading it itself.
 WAIT_S = 120.0
+#: How often a wait checks that the fetcher's process (the cache's owner) still lives.
+OWNER_CHECK_S = 0.05
 #: Bytes of check after each unit's bytes in its file (an xxh3-128 digest).
 DIGEST_BYTES = 16
 _WARNED: set[str] = set()  # cache directories this process warned about
@@ -116,11 +123,34 @@ def seal(k: int, data: bytes | memoryview) -> bytes:
     return xxhash.xxh3_128_digest(data, seed=k)
 
 
-class UnitCache:
-    """The cache directory ``root`` (see the module docstring); pickles as its path."""
+def process_gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended: it does not exist or is a zombie (dead, not yet reaped by
+    its parent: ``kill(pid, 0)`` alone would call it alive). The caller's own parent is alive."""
+    if pid == os.getpid() or pid == os.getppid():
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat_line = f.read()
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc (macOS): existence only
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False
+    return stat_line[stat_line.rfind(b")") + 2 : stat_line.rfind(b")") + 3] in (b"Z", b"X")
 
-    def __init__(self, root: str) -> None:
+
+class UnitCache:
+    """The cache directory ``root`` (see the module docstring) that process ``owner`` (the
+    fetcher's: by default this one) fills; pickles as both."""
+
+    def __init__(self, root: str, owner: int | None = None) -> None:
         self.root = str(root)
+        self.owner = os.getpid() if owner is None else int(owner)
 
     def unit_path(self, k: int) -> str:
         return os.path.join(self.root, f"{k}.unit")
@@ -196,23 +226,29 @@ class UnitCache:
         data = self._mapped(k, digest)
         if data is not None:
             return data
-        deadline, pause = time.monotonic() + WAIT_S, 0.0005
-        while os.path.exists(self.want_path(k)) and time.monotonic() < deadline:
+        now = time.monotonic()
+        deadline, pause, check = now + WAIT_S, 0.0005, now + OWNER_CHECK_S
+        while os.path.exists(self.want_path(k)) and now < deadline:
             time.sleep(pause)
             pause = min(pause * 1.5, 0.005)
             data = self._mapped(k, digest)
             if data is not None:
                 return data
+            now = time.monotonic()
+            if now >= check:  # the promise dies with its fetcher: a killed job's worker reads it itself
+                if process_gone(self.owner):
+                    break
+                check = now + OWNER_CHECK_S
         return self._mapped(k, digest)  # written just as the promise was dropped, or None: read it yourself
 
-    def __getstate__(self) -> dict[str, str]:
-        return {"root": self.root}
+    def __getstate__(self) -> dict[str, str | int]:
+        return {"root": self.root, "owner": self.owner}
 
-    def __setstate__(self, d: dict[str, str]) -> None:
-        self.root = d["root"]
+    def __setstate__(self, d: dict[str, str | int]) -> None:
+        self.root, self.owner = str(d["root"]), int(d["owner"])
 
     def __repr__(self) -> str:
-        return f"UnitCache({self.root!r})"
+        return f"UnitCache({self.root!r}, owner={self.owner})"
 
 
 def make_cache_dir(parent: str | None) -> tuple[str, int | None]:
@@ -329,25 +365,23 @@ def _remove_ours(root: str) -> bool:
 
 
 class LaterSweeps:
-    """Sweep ``parent`` again after ``first_s`` seconds, then after twice and four times that
-    (``tries`` sweeps, each delay double the one before) on a daemon thread, until :meth:`cancel`.
-    A restarted job's first sweep can find the killed job's lock still held by its workers; the
-    later ones remove the directory once they have gone (module docstring)."""
+    """Sweep ``parent`` again after ``first_s`` seconds, then after twice and four times that, then
+    every ``4 * first_s`` on a daemon thread, until :meth:`cancel`. A restarted job's first sweep can
+    find the killed job's lock still held by its workers; a later one removes the directory once
+    they have gone, however long they take (module docstring). Cost: one listing of ``parent`` a sweep."""
 
-    def __init__(self, parent: str | None, first_s: float, tries: int = 3) -> None:
+    def __init__(self, parent: str | None, first_s: float) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(
-            target=self._run, args=(parent, first_s, tries), name="rd-read-ahead-sweep", daemon=True
+            target=self._run, args=(parent, first_s), name="rd-read-ahead-sweep", daemon=True
         )
         self._thread.start()
 
-    def _run(self, parent: str | None, first_s: float, tries: int) -> None:
+    def _run(self, parent: str | None, first_s: float) -> None:
         delay = first_s
-        for _ in range(tries):
-            if self._stop.wait(delay):
-                return
+        while not self._stop.wait(delay):
             sweep_abandoned(parent)
-            delay *= 2
+            delay = min(delay * 2, 4 * first_s)
 
     def cancel(self) -> None:
         """Stop sweeping (does not wait for a sweep in progress)."""

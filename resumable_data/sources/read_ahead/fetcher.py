@@ -105,7 +105,8 @@ MAX_REQUEST_BYTES = 16 << 20
 
 
 #: Seconds after a fetcher starts when it sweeps abandoned cache directories again, and again at twice
-#: and four times that (torch's workers check for a dead parent every 5 s; see :mod:`.cache`).
+#: and four times that, then every four times that (torch's workers check for a dead parent every
+#: 5 s; see :mod:`.cache`).
 SWEEP_AGAIN_S = 20.0
 
 

@@ -81,7 +81,7 @@ def test_later_sweeps_remove_a_directory_once_its_last_holder_lets_go(tmp_path):
     from resumable_data.sources.read_ahead.cache import LaterSweeps
 
     held, fd = make_cache_dir(str(tmp_path))  # stands for a killed job's directory its worker still holds
-    sweeps = LaterSweeps(str(tmp_path), first_s=0.2, tries=3)  # sweeps at 0.2, 0.6 and 1.4 s
+    sweeps = LaterSweeps(str(tmp_path), first_s=0.2)  # sweeps at 0.2, 0.6, 1.4 s, then every 0.8 s
     try:
         time.sleep(0.4)
         assert os.path.isdir(held)  # the first sweep found the lock held and left it
@@ -211,3 +211,110 @@ def test_another_users_abandoned_directory_is_left_alone(tmp_path):
         os.chown(path, 54321, 54321)
     assert sweep_abandoned(str(tmp_path)) == []
     assert sorted(os.listdir(root)) == [OWNER, "0.unit"]
+
+
+def test_later_sweeps_go_on_past_the_doubling_ones(tmp_path):
+    """A killed job's worker can take longer than the three doubling sweeps to let go (a loaded
+    machine, steps still pending): the sweeps go on at the longest delay, so the directory goes."""
+    import time
+
+    from resumable_data.sources.read_ahead.cache import LaterSweeps
+
+    held, fd = make_cache_dir(str(tmp_path))
+    sweeps = LaterSweeps(str(tmp_path), first_s=0.05)  # 0.05, 0.15, 0.35 s, then every 0.2 s
+    try:
+        time.sleep(0.8)  # past the doubling sweeps
+        assert os.path.isdir(held)
+        os.close(fd)
+        fd = None
+        deadline = time.monotonic() + 5
+        while os.path.exists(held) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(held)
+    finally:
+        sweeps.cancel()
+        if fd is not None:
+            os.close(fd)
+
+
+def _ended_child(reap: bool) -> int:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    if reap:
+        os.waitpid(pid, 0)
+    else:  # a zombie: ended, not yet reaped (kill(pid, 0) still succeeds on it)
+        import time
+
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if b") Z" in f.read():
+                    break
+            time.sleep(0.01)
+    return pid
+
+
+def test_process_gone_tells_ended_processes_from_live_ones():
+    import subprocess
+    import sys
+
+    from resumable_data.sources.read_ahead.cache import process_gone
+
+    assert not process_gone(os.getpid()) and not process_gone(os.getppid())
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert not process_gone(live.pid)
+    finally:
+        live.kill()
+        live.wait()
+    assert process_gone(live.pid)  # reaped
+    zombie = _ended_child(reap=False)
+    try:
+        assert process_gone(zombie)
+    finally:
+        os.waitpid(zombie, 0)
+
+
+@pytest.mark.parametrize("reap", [True, False], ids=["reaped", "zombie"])
+def test_a_promise_whose_fetcher_is_gone_is_not_waited_for(tmp_path, monkeypatch, reap):
+    """A loader worker whose main process was killed (SIGKILL: preemption) waited ``WAIT_S`` (120 s)
+    for every unit the dead fetcher had promised, holding the killed job's cache lock all along: the
+    restarted job's sweeps could not remove its directory. The wait now ends once the owner is gone;
+    with a live owner it still waits for the promise."""
+    import threading
+    import time
+
+    from resumable_data.sources.read_ahead import cache as cache_mod
+    from resumable_data.sources.read_ahead.cache import UnitCache
+
+    dead = _ended_child(reap)
+    try:
+        cache = UnitCache(str(tmp_path), owner=dead)
+        open(cache.want_path(3), "wb").close()  # promised by the fetcher that died
+        got: list = []
+        t = threading.Thread(target=lambda: got.append(cache.get(3)), daemon=True)
+        start = time.monotonic()
+        t.start()
+        t.join(10)
+        assert not t.is_alive(), "get() waited for a dead fetcher's promise"
+        assert got == [None] and time.monotonic() - start < 5  # the caller reads the unit itself
+
+        monkeypatch.setattr(cache_mod, "WAIT_S", 0.6)
+        alive = UnitCache(str(tmp_path))  # this process: the owner lives, the promise is waited for
+        start = time.monotonic()
+        assert alive.get(3) is None
+        assert time.monotonic() - start >= 0.6
+    finally:
+        if not reap:
+            os.waitpid(dead, 0)
+
+
+def test_a_unit_cache_pickles_with_its_owner(tmp_path):
+    import pickle
+
+    from resumable_data.sources.read_ahead.cache import UnitCache
+
+    cache = pickle.loads(pickle.dumps(UnitCache(str(tmp_path), owner=12345)))
+    assert (cache.root, cache.owner) == (str(tmp_path), 12345)
+    assert UnitCache(str(tmp_path)).owner == os.getpid()
