@@ -5,7 +5,10 @@ Algorithm: :func:`encode` walks the tree; every ``torch.Tensor`` is replaced by
 ``{"__tuple__": [...]}``, dicts with integer keys ``{"__intkeys__": {...}}``; anything else
 (functions, arbitrary objects) is refused with the path that held it, because the single-process
 format never pickles. :func:`decode` is the exact inverse and checks that every reference names
-a tensor and every tensor is referenced.
+a tensor and every tensor is referenced. A tensor the file cannot hold exactly (a dtype outside
+:data:`~.tensor_file.SAVED_DTYPES`, such as ``complex128`` or a quantized dtype; a sparse or
+``meta`` tensor; a packed 4-bit scalar) is refused with its path before anything is written: a
+checkpoint that saves must load.
 
 Guarantee: ``decode(*encode(x))`` equals ``x`` bit for bit (tensors by dtype, shape and bytes;
 floats by ``repr`` round trip, including inf and nan). Cost: one pass over the tree; tensors
@@ -20,6 +23,7 @@ from typing import Any
 import torch
 
 from resumable_data.checkpoint.errors import CheckpointError
+from resumable_data.checkpoint.tensor_file import SAVED_DTYPES
 from resumable_data.errors import describe
 
 __all__ = ["TENSOR", "decode", "encode"]
@@ -48,6 +52,7 @@ def encode(tree: Any, prefix: str = "", *, keep_tensors: bool = False) -> tuple[
             tensors[path] = x
             return {TENSOR: path}
         if isinstance(x, torch.Tensor):
+            _check_saveable(x, path)
             t = x.detach()
             if t.device.type != "cpu":
                 t = t.cpu()
@@ -109,6 +114,28 @@ def encode(tree: Any, prefix: str = "", *, keep_tensors: bool = False) -> tuple[
         )
 
     return walk(tree, prefix, 0), tensors
+
+
+def _check_saveable(x: torch.Tensor, path: str) -> None:
+    """Refuse a tensor the checkpoint's tensor file cannot hold and give back exactly."""
+    where = path or "state"
+    fix = (
+        "keep it out of the saved state (register_buffer(..., persistent=False) for a buffer you can "
+        "recompute) or store it in a supported dtype (e.g. x.view(torch.float64) for complex128, "
+        "x.dequantize() for a quantized tensor) and convert it back after loading"
+    )
+    if x.layout != torch.strided or x.is_meta:
+        what = "a meta tensor (no data)" if x.is_meta else f"a {x.layout} tensor"
+        raise CheckpointError(describe(where, what, "a dense tensor with data", "save x.to_dense() or drop it"))
+    if x.dtype not in SAVED_DTYPES:
+        names = sorted(str(d).removeprefix("torch.") for d in SAVED_DTYPES)
+        raise CheckpointError(describe(f"{where} dtype", str(x.dtype), f"one of {names}", fix))
+    if x.dim() == 0 and x.dtype == getattr(torch, "float4_e2m1fn_x2", None):
+        raise CheckpointError(
+            describe(
+                f"{where} shape", "[] (a packed float4_e2m1fn_x2 scalar)", "at least one dimension", "save x.reshape(1)"
+            )
+        )
 
 
 def decode(tree: Any, tensors: Mapping[str, torch.Tensor]) -> Any:

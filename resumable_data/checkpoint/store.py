@@ -513,12 +513,14 @@ def _write(
             aside = root / f"{ASIDE_PREFIX}{final.name}-{secrets.token_hex(4)}"
             os.rename(final, aside)
         os.rename(tmp, final)
-    except (OSError, SafetensorError) as e:
+    except BaseException as e:  # also an interrupt or a writer's bug: what this save wrote goes
         _rmtree(tmp)
         if aside is not None and not os.path.lexists(final):
             with contextlib.suppress(OSError):  # else the next load or save recovers the complete aside copy
                 os.rename(aside, final)  # a re-save: the previous copy of this step goes back
-        raise _write_error(root, final, e, published=False) from None
+        if isinstance(e, (OSError, SafetensorError)):
+            raise _write_error(root, final, e, published=False) from None
+        raise
     try:  # the new step directory is complete; `latest` and the retention pass follow
         fsync_dir(root)
         atomic_write(root / LATEST, (final.name + "\n").encode(), durable=True)

@@ -11,7 +11,8 @@ descriptor and every byte read is fed to one streaming xxh3-128:
    ``safetensors.torch.load`` makes, and stricter: a JSON object (UTF-8, starting with ``{``)
    without repeated names; ``__metadata__`` (optional) a map of strings to strings; every other
    entry exactly ``{"dtype", "shape", "data_offsets"}`` with a dtype of :data:`DTYPES`, a shape of
-   integers >= 0 and offsets ``[begin, end]`` with ``end - begin == numel * itemsize``; sorted by
+   integers >= 0 and offsets ``[begin, end]`` with ``end - begin == numel * itemsize`` (``F4``
+   packs two values a byte: its last dimension counts values, even, :data:`PACKED`); sorted by
    ``begin``, the entries tile the data section exactly: the first begins at 0, each begins where
    the previous ended (no overlap, no gap) and the last ends at the file's end (in bounds, no
    trailing bytes);
@@ -57,7 +58,16 @@ from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.checkpoint.files import open_checked
 from resumable_data.errors import describe
 
-__all__ = ["CHUNK", "DTYPES", "MAX_HEADER", "TensorFile", "parse_header", "read_tensor_file"]
+__all__ = [
+    "CHUNK",
+    "DTYPES",
+    "MAX_HEADER",
+    "PACKED",
+    "SAVED_DTYPES",
+    "TensorFile",
+    "parse_header",
+    "read_tensor_file",
+]
 
 #: safetensors dtype names -> torch dtypes (what ``safetensors.torch`` writes for them).
 DTYPES: dict[str, torch.dtype] = {
@@ -80,6 +90,16 @@ DTYPES: dict[str, torch.dtype] = {
     "F8_E5M2FNUZ": torch.float8_e5m2fnuz,
     "C64": torch.complex64,
 }
+# Newer torch dtypes safetensors (>= 0.6) writes: the MX block scale and packed 4-bit floats.
+if hasattr(torch, "float8_e8m0fnu"):  # torch >= 2.7
+    DTYPES["F8_E8M0"] = torch.float8_e8m0fnu
+if hasattr(torch, "float4_e2m1fn_x2"):  # torch >= 2.8
+    DTYPES["F4"] = torch.float4_e2m1fn_x2
+#: Values a stored element of these dtypes packs: a header's shape counts values (safetensors
+#: writes a ``float4_e2m1fn_x2`` tensor of shape ``[..., n]`` as ``F4`` ``[..., 2n]``, ``n`` bytes).
+PACKED: dict[str, int] = {"F4": 2}
+#: The torch dtypes a checkpoint's tensor file holds (what :func:`~.codec.encode` accepts).
+SAVED_DTYPES: frozenset[torch.dtype] = frozenset(DTYPES.values())
 #: The largest header read (safetensors' own bound, ``MAX_HEADER_SIZE``).
 MAX_HEADER = 100_000_000
 #: Bytes read (and hashed) per call.
@@ -156,8 +176,17 @@ def parse_header(path: Path, header: bytes, data_size: int) -> tuple[list[Entry]
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(_int(o) for o in offsets)):
             raise _refuse(path, f"tensor {name!r} data_offsets", offsets, "[begin, end]: two integers >= 0")
         begin, end = offsets
+        per = PACKED.get(dtype, 1)
+        if per > 1 and not (shape and shape[-1] % per == 0):
+            raise _refuse(
+                path,
+                f"tensor {name!r} shape",
+                shape,
+                f"a last dimension that is a multiple of {per} ({dtype} packs {per})",
+            )
+        stored = (*shape[:-1], shape[-1] // per) if per > 1 else tuple(shape)
         numel = 1
-        for d in shape:
+        for d in stored:
             numel *= d
         length = numel * DTYPES[dtype].itemsize
         if end - begin != length:
@@ -165,9 +194,9 @@ def parse_header(path: Path, header: bytes, data_size: int) -> tuple[list[Entry]
                 path,
                 f"tensor {name!r} data_offsets",
                 offsets,
-                f"{length} bytes (shape {shape} x {dtype}'s {DTYPES[dtype].itemsize} bytes per element)",
+                f"{length} bytes (shape {shape} x {dtype}'s {DTYPES[dtype].itemsize} bytes per {per} element(s))",
             )
-        entries.append(Entry(name, DTYPES[dtype], tuple(shape), begin, end))
+        entries.append(Entry(name, DTYPES[dtype], stored, begin, end))
     entries.sort(key=lambda x: (x.begin, x.end))
     at = 0
     for x in entries:

@@ -264,3 +264,23 @@ def test_no_default_step_without_an_rd_loader_and_a_state_dict_is_required(tmp_p
 
     path = rd.save_checkpoint(tmp_path / "other", SaveOnly(), step=1)
     assert read_checkpoint(path).tree["n"] == 1
+
+
+def test_a_save_interrupted_by_anything_leaves_the_folder_as_it_was(tmp_path, monkeypatch):
+    """Not only a full disk: an interrupt (Ctrl-C) or a writer's own bug while the tensors are written
+    left the private temporary directory behind until the next save. Any exception removes it."""
+    from resumable_data.checkpoint import store
+
+    root = tmp_path / "ckpt"
+    model = torch.nn.Linear(2, 2)
+    rd.save_checkpoint(root, rd.TrainingState(model=model), step=1)
+    before = sorted(p.name for p in root.iterdir())
+
+    def interrupted(path, tensors):
+        path.write_bytes(b"half a file")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(store, "_write_tensors", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        rd.save_checkpoint(root, rd.TrainingState(model=model), step=2)
+    assert sorted(p.name for p in root.iterdir()) == before

@@ -11,6 +11,7 @@ here too (byte flips over a whole header), and what both accept loads the same t
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -167,7 +168,7 @@ def _trailing(h, body):
 
 
 def _unknown_dtype(h, body):
-    _entries(h)[0][1]["dtype"] = "F4"
+    _entries(h)[0][1]["dtype"] = "F6_E3M2"  # a name neither safetensors 0.8 nor rd knows
     return h, body
 
 
@@ -309,3 +310,80 @@ def test_the_garbage_collector_is_left_as_it_was(saved, tmp_path):
                 assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+MX = {  # dtypes safetensors >= 0.6 writes that its torch loader (0.8) does not read back: rd does
+    "e8m0": lambda raw: raw.view(torch.float8_e8m0fnu).reshape(4, -1),
+    "f4": lambda raw: raw.view(torch.float4_e2m1fn_x2).reshape(4, -1),  # two 4-bit values a byte
+    "f4_3d": lambda raw: raw.view(torch.float4_e2m1fn_x2).reshape(2, 2, -1),
+    "f4_empty": lambda raw: torch.empty(0, 3, dtype=torch.float4_e2m1fn_x2),
+    "e8m0_empty": lambda raw: torch.empty(0, dtype=torch.float8_e8m0fnu),
+}
+
+
+def test_mx_dtypes_save_and_load_bit_exactly(tmp_path):
+    """A model with MX block scales (float8_e8m0fnu) or packed float4 weights saved, but its
+    checkpoint was refused at load ('dtype F8_E8M0: expected one of ...'): a checkpoint that could
+    never be resumed. safetensors writes F4 with its last dimension in 4-bit values (twice torch's)."""
+    raw = torch.randint(0, 256, (48,), dtype=torch.uint8, generator=torch.Generator().manual_seed(5))
+    saved = {k: make(raw.clone()) for k, make in MX.items()}
+    step = rd.save_checkpoint(tmp_path / "ckpt", Holder(saved), step=1)
+    header, _ = _split((step / "tensors.safetensors").read_bytes())
+    assert header["f4"]["dtype"] == "F4" and header["f4"]["shape"] == [4, 24]  # safetensors' own layout
+    assert header["e8m0"]["dtype"] == "F8_E8M0"
+    live = Holder({k: torch.empty_like(v) for k, v in saved.items()})
+    rd.load_checkpoint(step, live)
+    assert _equal(live.sd, saved)
+
+
+@pytest.mark.parametrize(
+    "shape, match",
+    [([4, 23], "a multiple of 2"), ([], "a multiple of 2"), ([4, 12], "bytes (shape"), ([4, 48], "bytes (shape")],
+    ids=["odd last dimension", "scalar", "half the bytes", "twice the bytes"],
+)
+def test_a_forged_packed_shape_is_refused(tmp_path, shape, match):
+    raw = torch.arange(48, dtype=torch.uint8)
+    step = rd.save_checkpoint(tmp_path / "ckpt", Holder({"f4": MX["f4"](raw)}), step=1)
+    header, body = _split((step / "tensors.safetensors").read_bytes())
+    header["f4"]["shape"] = shape
+    forged = tmp_path / "forged"
+    forged.mkdir()
+    d = _forged(step, forged, _join(header, body))
+    live = Holder({"f4": MX["f4"](torch.zeros(48, dtype=torch.uint8))})
+    with pytest.raises(rd.CheckpointError, match=re.escape(match)):
+        rd.load_checkpoint(d, live)
+    assert _bits(live.sd["f4"]) == bytes(48)  # nothing was loaded
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every entry under ``root`` by relative path: a file's bytes, None for a directory."""
+    return {str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes()) for p in sorted(root.rglob("*"))}
+
+
+UNSAVEABLE = {
+    "complex128": lambda: torch.ones(3, dtype=torch.complex128),
+    "complex32": lambda: torch.ones(3, dtype=torch.complex64).to(torch.complex32),
+    "qint8": lambda: torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8),
+    "bits8": lambda: torch.zeros(3, dtype=torch.uint8).view(torch.bits8),
+    "sparse": lambda: torch.eye(3).to_sparse(),
+    "meta": lambda: torch.empty(3, device="meta"),
+    "float4 scalar": lambda: torch.zeros((), dtype=torch.uint8).view(torch.float4_e2m1fn_x2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNSAVEABLE))
+def test_a_tensor_the_file_cannot_hold_is_refused_before_anything_is_written(tmp_path, name):
+    """complex128, quantized and bits dtypes raised safetensors' KeyError (not an rd error) out of the
+    save and left its private temporary directory behind; a packed float4 scalar was reported as
+    'expected room to write'. Now each is a CheckpointError naming the tensor, before anything is
+    written: the folder, with its earlier checkpoint, is byte for byte what it was."""
+    root = tmp_path / "ckpt"
+    rd.save_checkpoint(root, Holder({"w": torch.arange(4.0)}), step=1)
+    before = _tree(root)
+    with pytest.raises(rd.CheckpointError, match=r"bad\.x") as e:
+        rd.save_checkpoint(root, Holder({"w": torch.arange(4.0), "bad": {"x": UNSAVEABLE[name]()}}), step=2)
+    assert "fix:" in str(e.value)
+    assert _tree(root) == before
+    live = Holder({"w": torch.zeros(4)})
+    rd.load_checkpoint(root, live)
+    assert torch.equal(live.sd["w"], torch.arange(4.0))
