@@ -66,17 +66,30 @@ class SeekableRaw(io.RawIOBase):
 class ExactReader(SeekableRaw):
     """A remote file (``f``, of object ``where``) whose reads refuse a short body (:func:`read_exact`;
     ``OSError``, which the reader's caller turns into an rd error naming the shard): what
-    :meth:`.store.FileSystemStore.open_exact` hands pyarrow's IPC readers, wrapped in ``pa.PythonFile``."""
+    :meth:`.store.FileSystemStore.open_exact` hands pyarrow's IPC readers, wrapped in ``pa.PythonFile``.
+    A read the store refuses for good (``refused(exc, offset, length)`` says so: no permission, the
+    object gone) raises the error ``refused`` returns (pyarrow's readers pass it through unchanged),
+    so it is reported as the store's answer, never as a damaged shard; a transient one is raised as
+    it came, for the caller's retries."""
 
-    def __init__(self, where: str, f: pa.NativeFile) -> None:
+    def __init__(
+        self, where: str, f: pa.NativeFile, refused: Callable[[OSError, int, int], Exception | None] | None = None
+    ) -> None:
         super().__init__()
         self._where, self._f, self._pos, self._size = where, f, 0, f.size()
+        self._refused = refused
 
     def readinto(self, b: Any) -> int:
         n = max(0, min(len(b), self._size - self._pos))
         if n == 0:
             return 0
-        data = read_exact(self._f, self._pos, n)
+        try:
+            data = read_exact(self._f, self._pos, n)
+        except OSError as exc:
+            error = self._refused(exc, self._pos, n) if self._refused is not None else None
+            if error is None:
+                raise
+            raise error from exc
         if data is None:
             raise OSError(
                 f"{self._where!r}: the store sent fewer than the {n} bytes asked at offset {self._pos} "

@@ -376,7 +376,12 @@ class FileSystemStore:
 
     def open_exact(self, path: Any) -> pa.NativeFile:
         where = self.resolve(path)
-        return pa.PythonFile(ExactReader(where, self.open_input_file(path)), mode="r")
+
+        def refused(exc: OSError, offset: int, length: int) -> Exception | None:
+            """A read refused for good is the store's error (not retried, not a damaged shard)."""
+            return None if is_transient(exc) else _refused(where, f"read of bytes [{offset}, {offset + length})", exc)
+
+        return pa.PythonFile(ExactReader(where, self.open_input_file(path), refused), mode="r")
 
     def memory_map(self, path: Any) -> None:
         return None

@@ -471,3 +471,24 @@ def test_a_trickling_body_is_a_store_error_not_a_hang(data, hostile, monkeypatch
     hostile.hook = None
     again = rd.ArrowShards(prefix, filesystem=fs, retries=FAST)
     assert again.take([5, 390]).equals(rd.ArrowShards(local, unpinned="allow").take([5, 390]))
+
+
+@pytest.mark.parametrize("status, code, cls, words", [
+    (403, "AccessDenied", rd.StoreUnavailableError, "permissions"),
+    (404, "NoSuchKey", rd.DatasetIntegrityError, "gone"),
+], ids=["403", "404"])
+@pytest.mark.parametrize("kind", ["file", "stream"])
+def test_a_shard_without_layout_refused_mid_read_is_the_stores_error(dictionary_shards, hostile, kind, status, code,
+                                                                     cls, words):
+    """Read by pyarrow's reader (no layout), a store refusing the reads after the source opened
+    (credentials expired, a policy changed) was reported as a damaged shard to remove or rewrite."""
+    table, prefixes = dictionary_shards
+    src = rd.ArrowShards(prefixes[kind], filesystem=s3_client(hostile.endpoint), retries=FAST)
+    assert src._shards[0].layout is None
+    hostile.hook = _on("a.arrow", "GET", _large(_error(status, code)))
+    with pytest.raises(cls, match=words) as exc:
+        src.take(np.arange(len(table)))
+    assert "a.arrow" in str(exc.value) and "remove or rewrite" not in str(exc.value)
+    assert "not a valid shard" not in str(exc.value)
+    hostile.hook = None
+    assert src.take(np.arange(len(table))).equals(table)
