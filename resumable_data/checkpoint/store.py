@@ -123,8 +123,8 @@ K_CHECKPOINT_ID = "checkpoint_id"
 K_META = "meta"
 
 
-def _json_bytes(obj: Any) -> bytes:
-    return (json.dumps(obj, sort_keys=True, indent=1) + "\n").encode()
+def _json_bytes(obj: Any, *, sort_keys: bool = True) -> bytes:
+    return (json.dumps(obj, sort_keys=sort_keys, indent=1) + "\n").encode()
 
 
 def step_dir_name(step: int) -> str:
@@ -545,7 +545,7 @@ def _fill(tmp: Path, step: int, checkpoint_id: str, json_tree: Any, tensors: dic
     os.mkdir(tmp)
     _write_tensors(tmp / TENSORS, tensors)
     # inside the private temp dir nobody reads: plain writes, then one fsync per file and one of the dir
-    atomic_write(tmp / STATE_JSON, _json_bytes(json_tree), durable=False)
+    atomic_write(tmp / STATE_JSON, _json_bytes(json_tree, sort_keys=False), durable=False)  # dict order is state
     atomic_write(tmp / META_JSON, _json_bytes(meta), durable=False)
     atomic_write(tmp / INVENTORY_JSON, _json_bytes(inventory), durable=False)
     files = {}

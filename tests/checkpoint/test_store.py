@@ -284,3 +284,68 @@ def test_a_save_interrupted_by_anything_leaves_the_folder_as_it_was(tmp_path, mo
     with pytest.raises(KeyboardInterrupt):
         rd.save_checkpoint(root, rd.TrainingState(model=model), step=2)
     assert sorted(p.name for p in root.iterdir()) == before
+
+
+class _Holder:
+    """A callback whose state is whatever it was given (restored by assignment, as loops do)."""
+
+    def __init__(self, s):
+        self.s = s
+
+    def state_dict(self):
+        return self.s
+
+    def load_state_dict(self, sd):
+        self.s = sd
+
+
+def test_callback_state_with_numpy_values_and_ordered_dicts_resumes_exactly(tmp_path):
+    import numpy as np
+
+    s = {
+        "best": np.float32(0.1),
+        "step": np.int64(7),
+        "hist": np.arange(3.0),
+        "order": {"b": 1, "a": 2},
+        "by_id": {10: "x", 2: "y"},
+    }
+    rd.save_checkpoint(tmp_path, rd.TrainingState(model=torch.nn.Linear(2, 2), callbacks={"cb": _Holder(s)}), step=1)
+    ts = rd.TrainingState(model=torch.nn.Linear(2, 2), callbacks={"cb": _Holder({})})
+    rd.load_checkpoint(tmp_path, ts)  # was refused: the callbacks oracle saw np.float32 saved and a float loaded
+    got = ts.callbacks["cb"].s
+    assert type(got["best"]) is np.float32 and got["best"].tobytes() == s["best"].tobytes()
+    assert type(got["step"]) is np.int64 and int(got["step"]) == 7
+    assert type(got["hist"]) is np.ndarray and got["hist"].tobytes() == s["hist"].tobytes()
+    assert list(got) == list(s) and list(got["order"]) == ["b", "a"] and list(got["by_id"]) == [10, 2]
+
+
+def test_fused_adam_on_channels_last_parameters_resumes_bit_exactly(tmp_path):
+    def build():
+        torch.manual_seed(0)
+        m = torch.nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
+        return m, torch.optim.Adam(m.parameters(), lr=1e-2, fused=True)
+
+    def step(m, opt, i):
+        x = torch.randn(2, 3, 5, 5, generator=torch.Generator().manual_seed(i)).to(memory_format=torch.channels_last)
+        opt.zero_grad()
+        (m(x) ** 2).mean().backward()
+        opt.step()
+
+    ref, ref_opt = build()
+    for i in range(4):
+        step(ref, ref_opt, i)
+    m, opt = build()
+    for i in range(2):
+        step(m, opt, i)
+    opt.zero_grad()
+    rd.save_checkpoint(tmp_path, rd.TrainingState(model=m, optimizer=opt), step=2)
+    m2, opt2 = build()
+    rd.load_checkpoint(tmp_path, rd.TrainingState(model=m2, optimizer=opt2))
+    assert opt2.state[m2.weight]["exp_avg"].stride() == m2.weight.stride()  # was contiguous: fused Adam mixed elements
+    for i in range(2, 4):
+        step(m2, opt2, i)
+    assert _bits(m2.weight) == _bits(ref.weight) and _bits(m2.bias) == _bits(ref.bias)
+
+
+def _bits(t):
+    return t.detach().contiguous().reshape(-1).view(torch.uint8).tolist()
