@@ -319,6 +319,32 @@ def test_callback_state_with_numpy_values_and_ordered_dicts_resumes_exactly(tmp_
     assert list(got) == list(s) and list(got["order"]) == ["b", "a"] and list(got["by_id"]) == [10, 2]
 
 
+class _Counted(torch.nn.Module):
+    """A module with ``get_extra_state`` / ``set_extra_state`` (non-tensor state in its state_dict)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+        self.calls = 0
+
+    def get_extra_state(self):
+        return {"calls": self.calls, "shape": (2, 2)}
+
+    def set_extra_state(self, s):
+        self.calls = s["calls"]
+
+
+def test_a_model_with_extra_state_saves_and_resumes(tmp_path):
+    m = _Counted()
+    m.calls = 5
+    opt = torch.optim.Adam(m.parameters())
+    rd.save_checkpoint(tmp_path, rd.TrainingState(model=m, optimizer=opt), step=1)  # was an AttributeError
+    fresh = _Counted()
+    rd.load_checkpoint(tmp_path, rd.TrainingState(model=fresh, optimizer=torch.optim.Adam(fresh.parameters())))
+    assert fresh.calls == 5
+    assert torch.equal(fresh.lin.weight, m.lin.weight)
+
+
 def test_fused_adam_on_channels_last_parameters_resumes_bit_exactly(tmp_path):
     def build():
         torch.manual_seed(0)
@@ -349,3 +375,11 @@ def test_fused_adam_on_channels_last_parameters_resumes_bit_exactly(tmp_path):
 
 def _bits(t):
     return t.detach().contiguous().reshape(-1).view(torch.uint8).tolist()
+
+
+def test_sparse_gradients_inside_a_window_are_refused_before_anything_is_written(tmp_path):
+    m = torch.nn.Embedding(4, 2, sparse=True)
+    m(torch.tensor([1, 2])).sum().backward()
+    with pytest.raises(rd.CheckpointError, match=r"gradients.weight=.*sparse.*zero_grad\(set_to_none=True\)"):
+        rd.save_checkpoint(tmp_path / "c", rd.TrainingState(model=m), step=1)  # was a RuntimeError from the oracles
+    assert not (tmp_path / "c").exists()
