@@ -47,7 +47,7 @@ def test_layout_marker_latest_and_retention(tmp_path):
     assert (tmp_path / "latest").read_text().strip() == "step-000000000004"
     assert sorted(os.listdir(path)) == ["COMMITTED", "inventory.json", "meta.json", "state.json", "tensors.safetensors"]
     marker = json.loads((path / "COMMITTED").read_text())
-    assert marker["format"] == "resumable_data.checkpoint" and marker["schema_version"] == 1 and marker["step"] == 4
+    assert marker["format"] == "resumable_data.checkpoint" and marker["schema_version"] == 2 and marker["step"] == 4
     meta = json.loads((path / "meta.json").read_text())
     assert meta["format"] == "resumable_data.checkpoint_meta" and meta["run_id"] == "crash"
     assert rd.save_checkpoint(tmp_path, s, step=4, keep_last=None) == path  # re-saving a step replaces it
@@ -383,3 +383,26 @@ def test_sparse_gradients_inside_a_window_are_refused_before_anything_is_written
     with pytest.raises(rd.CheckpointError, match=r"gradients.weight=.*sparse.*zero_grad\(set_to_none=True\)"):
         rd.save_checkpoint(tmp_path / "c", rd.TrainingState(model=m), step=1)  # was a RuntimeError from the oracles
     assert not (tmp_path / "c").exists()
+
+
+def test_a_checkpoint_of_schema_version_1_still_loads(tmp_path, monkeypatch):
+    """Schema version 2 added the codec's NumPy values, memory-ordered tensors and unsorted keys; a
+    checkpoint an earlier rd wrote (version 1 marker and tensor tag) loads exactly as before, and a
+    version this rd does not know is refused by its version."""
+    from resumable_data.checkpoint import store
+
+    model = torch.nn.Linear(3, 2)
+    monkeypatch.setattr(store, "CHECKPOINT_SCHEMA_VERSION", 1)
+    monkeypatch.setattr(store, "TENSORS_METADATA", {"format": store.CHECKPOINT_FORMAT, "schema_version": "1"})
+    path = rd.save_checkpoint(tmp_path / "v1", rd.TrainingState(model=model), step=3)
+    monkeypatch.undo()
+    assert json.loads((path / "COMMITTED").read_text())["schema_version"] == 1
+    fresh = torch.nn.Linear(3, 2)
+    rd.load_checkpoint(path, rd.TrainingState(model=fresh))
+    assert torch.equal(fresh.weight, model.weight) and torch.equal(fresh.bias, model.bias)
+
+    marker = json.loads((path / "COMMITTED").read_text())
+    marker["schema_version"] = 3
+    (path / "COMMITTED").write_text(json.dumps(marker))
+    with pytest.raises(rd.CheckpointError, match=r"schema_version.*3.*resumable_data version that wrote it"):
+        rd.load_checkpoint(path, rd.TrainingState(model=torch.nn.Linear(3, 2)))
