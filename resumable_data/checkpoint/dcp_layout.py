@@ -64,7 +64,7 @@ import torch
 
 from resumable_data._schema import expect_header, expect_mapping
 from resumable_data.checkpoint import rng as rng_mod
-from resumable_data.checkpoint.codec import TENSOR, decode, encode
+from resumable_data.checkpoint.codec import decode, encode, tensor_ref
 from resumable_data.checkpoint.errors import CheckpointError, CompatibilityError
 from resumable_data.checkpoint.keys import (
     _DCP_KEYS,
@@ -100,8 +100,9 @@ def rank_world() -> tuple[int, int]:
 
 def _tensor_refs(x: Any, out: set) -> set:
     if isinstance(x, dict):
-        if TENSOR in x and len(x) == 1:
-            out.add(x[TENSOR])
+        name = tensor_ref(x)
+        if name is not None:
+            out.add(name)
         else:
             for v in x.values():
                 _tensor_refs(v, out)
@@ -150,7 +151,7 @@ def pack(tree: dict[str, Any], model: Any) -> dict[str, Any]:
         K_FORMAT: STATE_FORMAT,
         K_SCHEMA: STATE_SCHEMA_VERSION,
         K_LAYOUT: LAYOUT_DCP,
-        K_JSON: json.dumps(json_tree, sort_keys=True),
+        K_JSON: json.dumps(json_tree),  # unsorted: dict order is state
         K_TENSORS: tensors,
     }
 

@@ -1,5 +1,9 @@
 """Digests for the checkpoint oracles: xxh3-64 of named tensors (dtype, shape and bytes) and of
-canonical JSON, and the flattening of nested state into ``(dotted.path, leaf)`` pairs."""
+canonical JSON, and the flattening of nested state into ``(dotted.path, leaf)`` pairs.
+
+A tensor the checkpoint cannot hold (sparse, ``meta``) still gets a digest (a sparse one of its
+dense values, a ``meta`` one of its dtype and shape alone), so the oracles never fail before the
+codec refuses such a tensor with its path (:mod:`.codec`)."""
 
 from __future__ import annotations
 
@@ -18,7 +22,11 @@ def digest_tensors(items: Any) -> str:
     for name, t in items:
         h.update(name.encode())
         if isinstance(t, torch.Tensor):
-            t = t.detach().cpu().contiguous()
+            if t.is_meta:
+                h.update(b"meta" + str(t.dtype).encode() + repr(tuple(t.shape)).encode())
+                continue
+            t = t.detach().cpu()
+            t = (t.to_dense() if t.layout != torch.strided else t).resolve_conj().resolve_neg().contiguous()
             h.update(str(t.dtype).encode() + repr(tuple(t.shape)).encode())
             h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
         else:

@@ -103,6 +103,7 @@ from resumable_data.checkpoint.oracles import oracles_of, status_of
 from resumable_data.checkpoint.policies import AccumulationPolicy, NewRankRNG
 from resumable_data.checkpoint.status import AccumulationStatus, CheckpointStatus
 from resumable_data.checkpoint.torch_compat import scaler_device
+from resumable_data.checkpoint.undo import copy_module_state
 from resumable_data.errors import ConfigError, ResumableDataError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.dataloader import DataLoader
@@ -291,7 +292,7 @@ class TrainingState:
         buffers = {}
         if self.model is not None:
             params = {n for n, _ in self.model.named_parameters(remove_duplicate=False)}
-            buffers = {k: v.detach().clone() for k, v in self.model.state_dict().items() if k not in params}
+            buffers = copy_module_state(self.model, skip=params)  # buffers and extra states
         self._window = {
             "committed": self._committed(),
             "rng": rng_mod.capture() if self.capture_rng else None,
@@ -434,6 +435,17 @@ class TrainingState:
         grads = None
         if mid and not rewind and self.model is not None:
             grads = {n: p.grad for n, p in self.model.named_parameters() if p.grad is not None}
+            sparse = [n for n, g in grads.items() if g.layout != torch.strided]
+            if sparse:  # nn.Embedding(sparse=True): the tensor file holds dense tensors only
+                raise CheckpointError(
+                    describe(
+                        f"gradients.{sparse[0]}",
+                        f"a {grads[sparse[0]].layout} gradient inside an accumulation window",
+                        "dense gradients (the checkpoint stores a window's accumulated gradients)",
+                        "checkpoint at a window boundary (after optimizer.zero_grad(set_to_none=True)), or use "
+                        "accumulation='rewind' with commit='explicit' (the window is repeated, no gradient is stored)",
+                    )
+                )
         grad_names = sorted(grads or {})
         if dcp:
             if self._grad_slots() and self.model is not None:  # slots only with a model

@@ -99,7 +99,10 @@ __all__ = [
 ]
 
 CHECKPOINT_FORMAT = "resumable_data.checkpoint"
-CHECKPOINT_SCHEMA_VERSION = 1
+#: 2: the state codec's NumPy values, memory-ordered tensors and unsorted dict keys (:mod:`.codec`);
+#: a checkpoint of version 1 (none of those) loads as before, an older rd refuses a version 2 one.
+CHECKPOINT_SCHEMA_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 TENSORS = "tensors.safetensors"
 STATE_JSON = "state.json"
 META_JSON = "meta.json"
@@ -123,8 +126,8 @@ K_CHECKPOINT_ID = "checkpoint_id"
 K_META = "meta"
 
 
-def _json_bytes(obj: Any) -> bytes:
-    return (json.dumps(obj, sort_keys=True, indent=1) + "\n").encode()
+def _json_bytes(obj: Any, *, sort_keys: bool = True) -> bytes:
+    return (json.dumps(obj, sort_keys=sort_keys, indent=1) + "\n").encode()
 
 
 def step_dir_name(step: int) -> str:
@@ -222,7 +225,9 @@ def _read_marker(path: Path) -> dict[str, Any]:
             )
         ) from None
     expect_mapping(d, where, {"format", "schema_version", K_STEP, K_CHECKPOINT_ID, K_FILES}, error=CheckpointError)
-    expect_header(d, CHECKPOINT_FORMAT, CHECKPOINT_SCHEMA_VERSION, where, error=CheckpointError)
+    got = d.get("schema_version")
+    readable = type(got) is int and got in _READABLE_VERSIONS
+    expect_header(d, CHECKPOINT_FORMAT, got if readable else CHECKPOINT_SCHEMA_VERSION, where, error=CheckpointError)
     expect_int(d[K_STEP], f"{where}.step", 0, MAX_STEP, error=CheckpointError)
     expect_str(d[K_CHECKPOINT_ID], f"{where}.checkpoint_id", max_len=256, error=CheckpointError)
     m = STEP_RE.match(path.name) or ORPHAN_RE.match(path.name)
@@ -545,7 +550,7 @@ def _fill(tmp: Path, step: int, checkpoint_id: str, json_tree: Any, tensors: dic
     os.mkdir(tmp)
     _write_tensors(tmp / TENSORS, tensors)
     # inside the private temp dir nobody reads: plain writes, then one fsync per file and one of the dir
-    atomic_write(tmp / STATE_JSON, _json_bytes(json_tree), durable=False)
+    atomic_write(tmp / STATE_JSON, _json_bytes(json_tree, sort_keys=False), durable=False)  # dict order is state
     atomic_write(tmp / META_JSON, _json_bytes(meta), durable=False)
     atomic_write(tmp / INVENTORY_JSON, _json_bytes(inventory), durable=False)
     files = {}
@@ -613,12 +618,14 @@ def _json_bytes_of(p: Path, raw: bytes) -> Any:
 #: (safetensors metadata values are strings). Files saved before the version was written carry the
 #: format name alone, which reads as version 1.
 TENSORS_METADATA = {"format": CHECKPOINT_FORMAT, "schema_version": str(CHECKPOINT_SCHEMA_VERSION)}
-_TENSORS_METADATA_V1 = {"format": CHECKPOINT_FORMAT}
+_READABLE_TAGS = [{"format": CHECKPOINT_FORMAT}] + [
+    {"format": CHECKPOINT_FORMAT, "schema_version": str(v)} for v in _READABLE_VERSIONS
+]
 
 
 def _check_tensors_tag(metadata: Any) -> None:
-    """The safetensors file's ``__metadata__`` is the format tag the save writes."""
-    if metadata not in (TENSORS_METADATA, _TENSORS_METADATA_V1):
+    """The safetensors file's ``__metadata__`` is a format tag a save of a readable version writes."""
+    if metadata not in _READABLE_TAGS:
         raise CheckpointError(
             describe(
                 f"{TENSORS} __metadata__",

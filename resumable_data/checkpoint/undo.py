@@ -41,12 +41,23 @@ from resumable_data.checkpoint import rng as rng_mod
 from resumable_data.checkpoint.errors import CheckpointError
 from resumable_data.errors import describe
 
-__all__ = ["module_undo", "rollback", "snapshot", "stateful_undo"]
+__all__ = ["copy_module_state", "module_undo", "rollback", "snapshot", "stateful_undo"]
+
+
+def copy_module_state(m: torch.nn.Module, skip: Any = ()) -> dict[str, Any]:
+    """A copy of ``m.state_dict()`` but the keys in ``skip``: tensors cloned, anything else (a
+    module's ``get_extra_state()``, any picklable object) deep-copied."""
+    return {
+        k: v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)
+        for k, v in m.state_dict().items()
+        if k not in skip
+    }
 
 
 def module_undo(m: torch.nn.Module) -> Callable[[], None]:
-    """An undo that puts back a module's parameters and buffers (copies), gradients and modes."""
-    values = {k: v.detach().clone() for k, v in m.state_dict().items()}
+    """An undo that puts back a module's parameters and buffers (copies), extra states
+    (``get_extra_state()``: deep copies), gradients and modes."""
+    values = copy_module_state(m)
     grads = [(p, p.grad) for p in m.parameters()]
     modes = [(x, x.training) for x in m.modules()]
 

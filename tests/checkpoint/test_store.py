@@ -47,7 +47,7 @@ def test_layout_marker_latest_and_retention(tmp_path):
     assert (tmp_path / "latest").read_text().strip() == "step-000000000004"
     assert sorted(os.listdir(path)) == ["COMMITTED", "inventory.json", "meta.json", "state.json", "tensors.safetensors"]
     marker = json.loads((path / "COMMITTED").read_text())
-    assert marker["format"] == "resumable_data.checkpoint" and marker["schema_version"] == 1 and marker["step"] == 4
+    assert marker["format"] == "resumable_data.checkpoint" and marker["schema_version"] == 2 and marker["step"] == 4
     meta = json.loads((path / "meta.json").read_text())
     assert meta["format"] == "resumable_data.checkpoint_meta" and meta["run_id"] == "crash"
     assert rd.save_checkpoint(tmp_path, s, step=4, keep_last=None) == path  # re-saving a step replaces it
@@ -284,3 +284,125 @@ def test_a_save_interrupted_by_anything_leaves_the_folder_as_it_was(tmp_path, mo
     with pytest.raises(KeyboardInterrupt):
         rd.save_checkpoint(root, rd.TrainingState(model=model), step=2)
     assert sorted(p.name for p in root.iterdir()) == before
+
+
+class _Holder:
+    """A callback whose state is whatever it was given (restored by assignment, as loops do)."""
+
+    def __init__(self, s):
+        self.s = s
+
+    def state_dict(self):
+        return self.s
+
+    def load_state_dict(self, sd):
+        self.s = sd
+
+
+def test_callback_state_with_numpy_values_and_ordered_dicts_resumes_exactly(tmp_path):
+    import numpy as np
+
+    s = {
+        "best": np.float32(0.1),
+        "step": np.int64(7),
+        "hist": np.arange(3.0),
+        "order": {"b": 1, "a": 2},
+        "by_id": {10: "x", 2: "y"},
+    }
+    rd.save_checkpoint(tmp_path, rd.TrainingState(model=torch.nn.Linear(2, 2), callbacks={"cb": _Holder(s)}), step=1)
+    ts = rd.TrainingState(model=torch.nn.Linear(2, 2), callbacks={"cb": _Holder({})})
+    rd.load_checkpoint(tmp_path, ts)  # was refused: the callbacks oracle saw np.float32 saved and a float loaded
+    got = ts.callbacks["cb"].s
+    assert type(got["best"]) is np.float32 and got["best"].tobytes() == s["best"].tobytes()
+    assert type(got["step"]) is np.int64 and int(got["step"]) == 7
+    assert type(got["hist"]) is np.ndarray and got["hist"].tobytes() == s["hist"].tobytes()
+    assert list(got) == list(s) and list(got["order"]) == ["b", "a"] and list(got["by_id"]) == [10, 2]
+
+
+class _Counted(torch.nn.Module):
+    """A module with ``get_extra_state`` / ``set_extra_state`` (non-tensor state in its state_dict)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+        self.calls = 0
+
+    def get_extra_state(self):
+        return {"calls": self.calls, "shape": (2, 2)}
+
+    def set_extra_state(self, s):
+        self.calls = s["calls"]
+
+
+def test_a_model_with_extra_state_saves_and_resumes(tmp_path):
+    m = _Counted()
+    m.calls = 5
+    opt = torch.optim.Adam(m.parameters())
+    rd.save_checkpoint(tmp_path, rd.TrainingState(model=m, optimizer=opt), step=1)  # was an AttributeError
+    fresh = _Counted()
+    rd.load_checkpoint(tmp_path, rd.TrainingState(model=fresh, optimizer=torch.optim.Adam(fresh.parameters())))
+    assert fresh.calls == 5
+    assert torch.equal(fresh.lin.weight, m.lin.weight)
+
+
+def test_fused_adam_on_channels_last_parameters_resumes_bit_exactly(tmp_path):
+    def build():
+        torch.manual_seed(0)
+        m = torch.nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
+        return m, torch.optim.Adam(m.parameters(), lr=1e-2, fused=True)
+
+    def step(m, opt, i):
+        x = torch.randn(2, 3, 5, 5, generator=torch.Generator().manual_seed(i)).to(memory_format=torch.channels_last)
+        opt.zero_grad()
+        (m(x) ** 2).mean().backward()
+        opt.step()
+
+    ref, ref_opt = build()
+    for i in range(4):
+        step(ref, ref_opt, i)
+    m, opt = build()
+    for i in range(2):
+        step(m, opt, i)
+    opt.zero_grad()
+    rd.save_checkpoint(tmp_path, rd.TrainingState(model=m, optimizer=opt), step=2)
+    m2, opt2 = build()
+    rd.load_checkpoint(tmp_path, rd.TrainingState(model=m2, optimizer=opt2))
+    assert opt2.state[m2.weight]["exp_avg"].stride() == m2.weight.stride()  # was contiguous: fused Adam mixed elements
+    for i in range(2, 4):
+        step(m2, opt2, i)
+    assert _bits(m2.weight) == _bits(ref.weight) and _bits(m2.bias) == _bits(ref.bias)
+
+
+def _bits(t):
+    return t.detach().contiguous().reshape(-1).view(torch.uint8).tolist()
+
+
+def test_sparse_gradients_inside_a_window_are_refused_before_anything_is_written(tmp_path):
+    m = torch.nn.Embedding(4, 2, sparse=True)
+    m(torch.tensor([1, 2])).sum().backward()
+    with pytest.raises(rd.CheckpointError, match=r"gradients.weight=.*sparse.*zero_grad\(set_to_none=True\)"):
+        rd.save_checkpoint(tmp_path / "c", rd.TrainingState(model=m), step=1)  # was a RuntimeError from the oracles
+    assert not (tmp_path / "c").exists()
+
+
+def test_a_checkpoint_of_schema_version_1_still_loads(tmp_path, monkeypatch):
+    """Schema version 2 added the codec's NumPy values, memory-ordered tensors and unsorted keys; a
+    checkpoint an earlier rd wrote (version 1 marker and tensor tag) loads exactly as before, and a
+    version this rd does not know is refused by its version."""
+    from resumable_data.checkpoint import store
+
+    model = torch.nn.Linear(3, 2)
+    monkeypatch.setattr(store, "CHECKPOINT_SCHEMA_VERSION", 1)
+    monkeypatch.setattr(store, "TENSORS_METADATA", {"format": store.CHECKPOINT_FORMAT, "schema_version": "1"})
+    path = rd.save_checkpoint(tmp_path / "v1", rd.TrainingState(model=model), step=3)
+    monkeypatch.undo()
+    assert json.loads((path / "COMMITTED").read_text())["schema_version"] == 1
+    fresh = torch.nn.Linear(3, 2)
+    rd.load_checkpoint(path, rd.TrainingState(model=fresh))
+    assert torch.equal(fresh.weight, model.weight) and torch.equal(fresh.bias, model.bias)
+
+    marker = json.loads((path / "COMMITTED").read_text())
+    marker["schema_version"] = 3
+    (path / "COMMITTED").write_text(json.dumps(marker))
+    with pytest.raises(rd.CheckpointError, match=r"schema_version.*3.*resumable_data version that wrote it"):
+        rd.load_checkpoint(path, rd.TrainingState(model=torch.nn.Linear(3, 2)))
