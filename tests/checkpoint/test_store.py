@@ -160,10 +160,20 @@ while True:
 
 def test_sigkill_of_a_spawned_writer_process(tmp_path):
     p = subprocess.Popen([sys.executable, "-c", WRITER_SCRIPT, str(tmp_path)], stdout=subprocess.PIPE, text=True)
-    assert p.stdout.readline().strip() == "ready"
-    time.sleep(0.3)
-    p.send_signal(signal.SIGKILL)
-    p.wait()
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        # the kill came a fixed 0.3 s after "ready": a loaded machine may not have finished the first save
+        # by then (0.1 s at 2x load here), and there was no checkpoint to read. Wait for the first one,
+        # then kill 0.3 s into the saves that follow, as before
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "latest").exists():
+            assert p.poll() is None, "the writer ended before its first checkpoint"
+            assert time.monotonic() < deadline, "no checkpoint within 120 s"
+            time.sleep(0.005)
+        time.sleep(0.3)
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
     raw = read_checkpoint(tmp_path)
     assert raw.path.name == (tmp_path / "latest").read_text().strip()
     assert float(raw.tree["model"]["weight"][0, 0]) == raw.step

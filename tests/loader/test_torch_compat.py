@@ -94,10 +94,20 @@ def test_a_persistent_pass_is_dropped_so_the_next_iter_starts_fresh():
     torch_compat.shutdown_workers(second)
 
 
+def _wait_dead(pid, limit=60.0):
+    """Until worker ``pid`` has ended (dead, not reaped: torch's liveness check still sees it go)."""
+    deadline = time.monotonic() + limit  # a loaded machine: the worker starts, then kills itself
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
+        assert time.monotonic() < deadline, "the worker did not die"
+        time.sleep(0.02)
+
+
 def _first_error(mode, **kw):
     it = iter(tud.DataLoader(_Items(mode), num_workers=1, **kw))
     sigchld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # torch's handler would raise asynchronously
     try:
+        if mode == "kill":  # dead before next(): with timeout=1 a worker still starting was "timed out"
+            _wait_dead(it._workers[0].pid)
         with pytest.raises(Exception) as info:
             next(it)
         return it, info.value
@@ -114,10 +124,7 @@ def test_a_killed_worker_is_a_fault():
     it = iter(tud.DataLoader(_Items("kill"), num_workers=1))
     sigchld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
-        pid, deadline = it._workers[0].pid, time.monotonic() + 60  # a loaded machine: the worker starts, then kills itself
-        while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:  # dead, not reaped
-            assert time.monotonic() < deadline, "the worker did not die"
-            time.sleep(0.02)
+        _wait_dead(it._workers[0].pid)
         with pytest.raises(RuntimeError) as info:
             torch._C._error_if_any_worker_fails()
         assert "killed by signal" in str(info.value), str(info.value)

@@ -212,8 +212,11 @@ def test_server_restarted_within_the_retries_is_invisible(data, killable):
     endpoint, stop, start = killable
     _, prefix = data["arrow"]
     ref = batches(rd.DataLoader(rd.ArrowShards(prefix, filesystem=s3_client(endpoint)), **KW), STEPS)
+    # full jitter: 12 attempts waited 0 to 4.7 s in all (2.35 s on average), and fell short of a
+    # restart 1.5 s after the stop once in 40 runs, 2 s after it once in 5 (a loaded machine starts the
+    # server late); 40 attempts wait 9.35 s on average (0 to 18.7 s), and under 5 s less than once in a million runs
     loader = rd.DataLoader(rd.ArrowShards(prefix, filesystem=s3_client(endpoint),
-                                          retries=rd.Retries(attempts=12, base_delay=0.1, max_delay=0.5)), **KW)
+                                          retries=rd.Retries(attempts=40, base_delay=0.1, max_delay=0.5)), **KW)
     got = batches(loader, 40)
     stop()
     restart = threading.Timer(1.0, start)
