@@ -83,6 +83,13 @@ def tensor_ref(x: Any) -> str | None:
     return None
 
 
+#: The tensor dtypes a NumPy array is stored as (:func:`_numpy`): what ``{"__ndarray__": name}`` may name.
+_NDARRAY_DTYPES = frozenset(
+    [torch.bool, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16, torch.uint32]
+    + [torch.uint64, torch.float16, torch.float32, torch.float64, torch.complex64]
+)
+
+
 def _memory_order(t: torch.Tensor) -> list[int] | None:
     """The dims of a non-contiguous tensor whose elements are dense in memory, outermost first
     (``t.permute(order)`` is contiguous, no copy); None for a contiguous tensor or any other view."""
@@ -247,7 +254,7 @@ def _check_saveable(x: torch.Tensor, path: str) -> None:
 
 
 def _is_order(order: Any, dim: int) -> bool:
-    return isinstance(order, list) and sorted(order) == list(range(dim)) and all(type(d) is int for d in order)
+    return isinstance(order, list) and all(type(d) is int for d in order) and sorted(order) == list(range(dim))
 
 
 def numpy_scalar(x: dict) -> Any:
@@ -285,12 +292,14 @@ def decode(tree: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
             or not isinstance(name, str)
             or name not in tensors
             or not (order is None or _is_order(order, tensors[name].dim()))
+            or (NDARRAY in x and tensors[name].dtype not in _NDARRAY_DTYPES)
         ):
             raise CheckpointError(
                 describe(
                     "tensor reference",
                     x,
-                    "the name of a tensor in the tensor file (and its dims' memory order)",
+                    "the name of a tensor in the tensor file (and its dims' memory order; a NumPy array's "
+                    "of a dtype NumPy has)",
                     "the checkpoint is damaged: load another one",
                 )
             )

@@ -114,3 +114,23 @@ def test_forged_numpy_scalars_are_refused():
     for bad in (["int8", 300], ["float32", "x"], ["nope", 1], ["complex64", [1.0]], ["bool", 1]):
         with pytest.raises(rd.CheckpointError, match="NumPy scalar"):
             codec.decode({"x": {"__numpy__": bad}}, {})
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float8_e4m3fn, torch.float8_e8m0fnu, torch.complex64],
+                         ids=str)
+def test_a_forged_ndarray_reference_to_a_tensor_numpy_cannot_hold_is_refused(dtype):
+    """A re-hashed state.json naming a bfloat16 (or float8) tensor as a NumPy array raised torch's
+    TypeError ("unsupported ScalarType") out of the load; a complex64 one is what encode writes."""
+    t = torch.zeros(2, dtype=torch.uint8).view(dtype) if dtype.itemsize == 1 else torch.zeros(2, dtype=dtype)
+    if dtype == torch.complex64:
+        assert codec.decode({"a": {"__ndarray__": "x"}}, {"x": t})["a"].dtype.name == "complex64"
+        return
+    with pytest.raises(rd.CheckpointError, match="NumPy array"):
+        codec.decode({"a": {"__ndarray__": "x"}}, {"x": t})
+
+
+@pytest.mark.parametrize("order", [["a", 0], [[1], 0], [1], [0, 0], [1.0, 0], [True, 0], "10"], ids=repr)
+def test_a_forged_memory_order_is_refused(order):
+    """``sorted`` of a forged order mixing strings or lists with ints raised TypeError out of the load."""
+    with pytest.raises(rd.CheckpointError, match="tensor reference"):
+        codec.decode({"a": {"__tensor__": "x", "order": order}}, {"x": torch.zeros(2, 3)})
