@@ -95,7 +95,7 @@ def _memory_order(t: torch.Tensor) -> list[int] | None:
     (``t.permute(order)`` is contiguous, no copy); None for a contiguous tensor or any other view."""
     if t.numel() < 2 or t.is_contiguous():
         return None
-    order = sorted(range(t.dim()), key=lambda d: (-t.stride(d), d))
+    order = sorted(range(t.dim()), key=lambda d: (-t.stride()[d], d))
     return order if t.permute(order).is_contiguous() else None
 
 

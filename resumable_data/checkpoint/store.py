@@ -618,19 +618,20 @@ def _json_bytes_of(p: Path, raw: bytes) -> Any:
 #: (safetensors metadata values are strings). Files saved before the version was written carry the
 #: format name alone, which reads as version 1.
 TENSORS_METADATA = {"format": CHECKPOINT_FORMAT, "schema_version": str(CHECKPOINT_SCHEMA_VERSION)}
-_READABLE_TAGS = [{"format": CHECKPOINT_FORMAT}] + [
-    {"format": CHECKPOINT_FORMAT, "schema_version": str(v)} for v in _READABLE_VERSIONS
-]
 
 
-def _check_tensors_tag(metadata: Any) -> None:
-    """The safetensors file's ``__metadata__`` is a format tag a save of a readable version writes."""
-    if metadata not in _READABLE_TAGS:
+def _check_tensors_tag(metadata: Any, version: int) -> None:
+    """The safetensors file's ``__metadata__`` is the format tag a save of the marker's schema
+    ``version`` writes (for version 1 also the format name alone, as the first saves wrote it)."""
+    tags = [{"format": CHECKPOINT_FORMAT, "schema_version": str(version)}]
+    if version == 1:
+        tags.append({"format": CHECKPOINT_FORMAT})
+    if metadata not in tags:
         raise CheckpointError(
             describe(
                 f"{TENSORS} __metadata__",
                 metadata,
-                f"{TENSORS_METADATA} (the format tag rd.save_checkpoint writes)",
+                f"{tags[0]} (the format tag rd.save_checkpoint writes)",
                 "the file is not one this package wrote for this checkpoint: load another checkpoint",
             )
         )
@@ -681,7 +682,7 @@ def read_checkpoint(path: str | os.PathLike, step: int | None = None) -> RawChec
         raise CheckpointError(
             describe("checkpoint", str(p), f"a {TENSORS} in its COMMITTED marker", "load another checkpoint")
         )
-    _check_tensors_tag(tensor_file.metadata)
+    _check_tensors_tag(tensor_file.metadata, marker["schema_version"])
     tensors = tensor_file.tensors
     tree = decode(json_tree, tensors)
     meta = CheckpointMeta.from_dict(meta_d) if meta_d is not None else None

@@ -33,7 +33,7 @@ import _train as T
 import resumable_data as rd
 from resumable_data import cli
 from resumable_data.checkpoint.codec import encode
-from resumable_data.checkpoint.store import read_checkpoint
+from resumable_data.checkpoint.store import TENSORS_METADATA, read_checkpoint
 from tests.checkpoint.test_restore import MUTATIONS, digest, mutate, objects, paths
 from tests.reliability._counts import count
 
@@ -81,7 +81,7 @@ def forge(src: Path, dest: Path, tree=None, *, oracles_of=None, files=None) -> P
         if oracles_of is not None:
             tree["oracles"] = {**oracles_of._oracles(tree, None), "next_batch": tree["oracles"]["next_batch"]}
         json_tree, tensors = encode(tree)
-        save_file(tensors, str(dest / "tensors.safetensors"), metadata={"format": "resumable_data.checkpoint"})
+        save_file(tensors, str(dest / "tensors.safetensors"), metadata=TENSORS_METADATA)
         dump(dest / "state.json", json_tree)
         meta = json_tree.get("meta")
         dump(dest / "meta.json", meta if isinstance(meta, dict) and meta.get("format") == META_FORMAT else None)

@@ -79,11 +79,13 @@ def test_a_file_swapped_after_it_is_opened_is_read_as_hashed(base, tmp_path, mon
         None,
         {"format": "something.else"},
         {"format": CHECKPOINT_FORMAT + " "},
-        {"format": CHECKPOINT_FORMAT, "schema_version": "2"},
-        {"format": CHECKPOINT_FORMAT, "schema_version": "1.0"},
-        {"format": CHECKPOINT_FORMAT, "schema_version": "1", "extra": "x"},
+        {"format": CHECKPOINT_FORMAT, "schema_version": "3"},
+        {"format": CHECKPOINT_FORMAT, "schema_version": "2.0"},
+        {"format": CHECKPOINT_FORMAT, "schema_version": "2", "extra": "x"},
+        {"format": CHECKPOINT_FORMAT, "schema_version": "1"},  # a version 1 tag in a version 2 checkpoint
+        {"format": CHECKPOINT_FORMAT},  # the first saves' tag: version 1 only
     ],
-    ids=["none", "other-format", "trailing-space", "version-2", "version-1.0", "extra-key"],
+    ids=["none", "other-format", "trailing-space", "version-3", "version-2.0", "extra-key", "version-1", "bare"],
 )
 def test_the_safetensors_format_tag_is_enforced(base, tmp_path, metadata):  # noqa: F811
     from safetensors.torch import load_file, save_file
@@ -101,11 +103,23 @@ def test_saves_write_the_format_tag_with_its_version_and_older_tags_still_load(b
     from safetensors import safe_open
 
     with safe_open(str(base["six"] / "tensors.safetensors"), "pt") as f:
-        assert f.metadata() == {"format": CHECKPOINT_FORMAT, "schema_version": "1"}
+        assert f.metadata() == {"format": CHECKPOINT_FORMAT, "schema_version": "2"}
     o = fresh(base, tmp_path)
     rd.load_checkpoint(
         forge(base["six"], tmp_path / "c" / base["six"].name, read_checkpoint(base["six"]).tree), o.state
     )
+    from safetensors.torch import load_file, save_file
+
+    from tests.checkpoint.test_forgery import rehash
+
+    for tag in ({"format": CHECKPOINT_FORMAT}, {"format": CHECKPOINT_FORMAT, "schema_version": "1"}):
+        old = forge(base["six"], tmp_path / str(len(tag)) / base["six"].name)  # as version 1 saves wrote it
+        save_file(load_file(str(old / "tensors.safetensors")), str(old / "tensors.safetensors"), metadata=tag)
+        marker = json.loads((old / "COMMITTED").read_text())
+        (old / "COMMITTED").write_text(json.dumps({**marker, "schema_version": 1}))
+        rehash(old)
+        (tmp_path / f"o{len(tag)}").mkdir()
+        rd.load_checkpoint(old, fresh(base, tmp_path / f"o{len(tag)}").state)
 
 
 # -- scheduler values torch's schedulers never hold ------------------------------------------------
