@@ -14,7 +14,8 @@ Algorithm:
    a finished manifest of this lineage (nothing to do). Anything else is refused: rd never writes
    into a folder holding other data.
 5. Run the missing pieces on an engine (:mod:`.engines`), recording each finished piece
-   atomically; then pin the folder (:func:`~resumable_data.pin` with the lineage) and delete the
+   atomically; then check that every shard has one schema (inferred types may differ between
+   pieces: refused naming ``keep_columns`` or ``schema``), pin the folder (:func:`~resumable_data.pin` with the lineage) and delete the
    progress record.
 
 Guarantee: the shards, their boundaries and bytes, and the version hash are a pure function of
