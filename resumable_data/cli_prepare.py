@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         drop_empty=not args.keep_empty,
         min_tokens=args.min_tokens,
         max_tokens=args.max_tokens,
-        bytes_per_shard=args.bytes_per_shard or DEFAULT_BYTES_PER_SHARD,
+        bytes_per_shard=DEFAULT_BYTES_PER_SHARD if args.bytes_per_shard is None else args.bytes_per_shard,
         engine=args.engine,
         num_proc=args.num_proc,
         progress=not args.quiet,

@@ -47,3 +47,12 @@ def test_prepare_reports_bad_input(setup, capsys):
     rc = main(["prepare", str(tmp_path / "corpus"), str(tmp_path / "out"), "--tokenizer", str(tmp_path / "nope.json")])
     assert rc == 2
     assert "tokenizer" in capsys.readouterr().err
+
+
+def test_prepare_bytes_per_shard_zero_is_refused_not_replaced_by_the_default(setup, capsys):
+    tmp_path, _, _ = setup
+    rc = main(["prepare", str(tmp_path / "corpus"), str(tmp_path / "out"), "--tokenizer", str(tmp_path / "tokenizer.json"),
+               "--bytes-per-shard", "0", "--quiet"])
+    assert rc == 2
+    assert "bytes_per_shard=0" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -14,7 +14,8 @@ Algorithm:
    a finished manifest of this lineage (nothing to do). Anything else is refused: rd never writes
    into a folder holding other data.
 5. Run the missing pieces on an engine (:mod:`.engines`), recording each finished piece
-   atomically; then pin the folder (:func:`~resumable_data.pin` with the lineage) and delete the
+   atomically; then check that every shard has one schema (inferred types may differ between
+   pieces: refused naming ``keep_columns`` or ``schema``), pin the folder (:func:`~resumable_data.pin` with the lineage) and delete the
    progress record.
 
 Guarantee: the shards, their boundaries and bytes, and the version hash are a pure function of
@@ -46,7 +47,7 @@ from resumable_data.errors import ConfigError, ConfigTypeError, DatasetIntegrity
 from resumable_data.sources.files import MANIFEST_NAME
 from resumable_data.sources.pin import pin
 from resumable_data.sources.prepare.engines import Engine, run_jobs
-from resumable_data.sources.prepare.functions import Tokenize, record_function
+from resumable_data.sources.prepare.functions import RecordFunction, Tokenize, record_function
 from resumable_data.sources.prepare.inputs import open_input
 from resumable_data.sources.prepare.progress import PROGRESS_NAME, Progress
 from resumable_data.sources.prepare.tasks import (
@@ -55,7 +56,9 @@ from resumable_data.sources.prepare.tasks import (
     Filters,
     PieceJob,
     PieceResult,
+    schema_drift,
     shard_name,
+    write_error,
 )
 from resumable_data.sources.store import ShardStore, join, store_for
 from resumable_data.sources.version import DatasetVersion
@@ -157,6 +160,12 @@ def _listing(store: ShardStore, out: str) -> list[str]:
     return store.list_files(out) if store.is_dir(out) else []
 
 
+def _killed_write(rel: str, *prefixes: str) -> bool:
+    """Whether ``rel`` is the temporary file of an atomic write (``.<name>.<pid>.<random>.tmp``) of a
+    file whose name starts with one of ``prefixes``."""
+    return rel.endswith(".tmp") and "/" not in rel and any(rel.startswith(f".{p}") for p in prefixes)
+
+
 def _remove(store: ShardStore, path: str) -> None:
     if store.filesystem is None:
         os.remove(path)
@@ -171,6 +180,19 @@ def _tokens(version: DatasetVersion) -> int:
     if "tokens" not in src.schema.names:
         return 0
     return int(src.column_lengths("tokens").sum())
+
+
+def _same_schema(store: ShardStore, out: str, names: list[str], fn: RecordFunction) -> None:
+    """Refuse shards whose schemas differ (inferred types: a piece saw other JSON types), before
+    pinning, with the fix for the function used; reads each shard's footer."""
+    first = None
+    for name in names:
+        with store.open_input_file(join(out, name)) as f:
+            schema = pa.ipc.open_file(f).schema
+        if first is None:
+            first = (name, schema)
+        elif not schema.equals(first[1]):
+            raise schema_drift(fn, f"{first[0]} and {name}", f"{first[1]} vs {schema}".replace("\n", "; "))
 
 
 def _cpus() -> int:
@@ -243,7 +265,13 @@ def prepare(
     """
     t0 = time.perf_counter()
     eng = coerce_enum(engine, Engine, "engine")
-    keep = tuple(keep_columns) if not isinstance(keep_columns, str) else keep_columns
+    if not isinstance(out, (str, os.PathLike)):
+        raise ConfigTypeError(describe("out", type(out).__name__, "a folder path", "pass out='tokens/'"))
+    if isinstance(keep_columns, str) or not isinstance(keep_columns, (list, tuple)):
+        raise ConfigTypeError(
+            describe("keep_columns", keep_columns, "a list of column names", "pass keep_columns=['id'] (or [])")
+        )
+    keep = tuple(keep_columns)
     _check_options(num_proc, bytes_per_shard, min_tokens, max_tokens, keep, text_column)
     fn = record_function(
         tokenizer,
@@ -297,6 +325,10 @@ def prepare(
     prog = Progress.load(store, out_s) if store.is_dir(out_s) else None
     if prog is None:
         listing = _listing(store, out_s)
+        if listing and all(_killed_write(rel, PROGRESS_NAME) for rel in listing):
+            for rel in listing:  # killed while writing the first record: nothing else was written
+                _remove(store, join(out_s, rel))
+            listing = []
         if MANIFEST_NAME in listing:
             done = DatasetVersion.load(out_s, filesystem)
             if done.lineage != lineage:
@@ -318,7 +350,10 @@ def prepare(
         if listing:
             raise _other_lineage(out_s, None, lineage)
         if store.filesystem is None:
-            os.makedirs(out_s, exist_ok=True)
+            try:
+                os.makedirs(out_s, exist_ok=True)
+            except OSError as exc:  # a file on the way, no space, read-only: a parameter error, not a crash
+                raise write_error(out_s, exc) from None
         else:
             store.filesystem.create_dir(out_s, recursive=True)
         prog = Progress(lineage, len(pieces))
@@ -328,8 +363,8 @@ def prepare(
     else:
         expected = set(names) | {PROGRESS_NAME, MANIFEST_NAME}
         for rel in _listing(store, out_s):
-            if rel.endswith(".tmp") and (rel.startswith(".shard-") or rel.startswith(f".{PROGRESS_NAME}.")):
-                _remove(store, join(out_s, rel))  # a temporary file of a killed write (a shard's or the record's)
+            if _killed_write(rel, "shard-", PROGRESS_NAME, MANIFEST_NAME):
+                _remove(store, join(out_s, rel))  # a temporary file of a killed write (shard, record, manifest)
             elif rel not in expected:
                 raise ConfigError(
                     describe(
@@ -371,6 +406,7 @@ def prepare(
                 "loosen the filters",
             )
         )
+    _same_schema(store, out_s, [r.name for r in written], fn)
     version_ = pin(out_s, lineage=lineage, filesystem=filesystem)
     got = [(s.path, s.content_hash) for s in version_.shards]
     want = [(r.name, r.content_hash) for r in written]

@@ -112,6 +112,8 @@ def _load_tokenizer(tokenizer: Any) -> Any:
 
 def _text_column(table: pa.Table, column: str) -> list[str]:
     col = table.column(column)
+    if pa.types.is_null(col.type):  # JSONL records whose text is null, all of them in this chunk
+        return [""] * len(col)
     if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
         raise ConfigError(
             describe(
@@ -191,14 +193,29 @@ class MapRecords:
 
     def apply(self, table: pa.Table) -> pa.Table:
         rows = [r for r in map(self.fn, table.to_pylist()) if r is not None]
-        for r in rows[:1]:
+        # Arrow builds the columns of the first dict (or of the schema) and fills any other value it is
+        # given with null: every row is checked, so that no returned value is lost without a word
+        keys = None if self.schema is None else set(self.schema.names)
+        for r in rows:
             if not isinstance(r, dict):
                 raise ConfigTypeError(
                     describe(
                         "map_fn",
                         type(r).__name__,
-                        "a function returning a dict (or None)",
+                        "a function returning a dict (or None) for every record",
                         "return {'column': value, ...} per record",
+                    )
+                )
+            if keys is None:
+                keys = set(r)
+            elif not (r.keys() <= keys if self.schema is not None else r.keys() == keys):
+                raise ConfigError(
+                    describe(
+                        "map_fn",
+                        sorted(r),
+                        f"the same keys in every returned dict ({sorted(keys)})",
+                        "return every column in every dict (None for a missing value), or pass schema= "
+                        "naming every column",
                     )
                 )
         try:

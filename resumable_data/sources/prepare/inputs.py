@@ -12,7 +12,12 @@ The input's version: an Arrow input's pinned :class:`~resumable_data.DatasetVers
 its files' relative names, sizes and content hashes, in order.
 
 Guarantee: the pieces cover every record exactly once, in input order; the same input bytes give
-the same pieces. Cost: planning reads metadata (Arrow) or hashes every JSONL byte once.
+the same pieces. A JSONL piece reads the bytes the version names: its file's size and modification
+time are checked against those taken before hashing, when it opens and when it has read its range
+(Arrow shards are checked by :class:`~resumable_data.ArrowShards`); a value Arrow cannot hold (an
+integer past 64 bits, a lone surrogate, a field of another JSON type than the records before it) is
+a :class:`~resumable_data.DatasetIntegrityError` naming its line. Cost: planning reads metadata
+(Arrow) or hashes every JSONL byte once; two ``fstat`` per JSONL piece.
 """
 
 from __future__ import annotations
@@ -143,6 +148,8 @@ class JsonlInput:
     files: tuple[str, ...]  # relative POSIX paths
     sizes: tuple[int, ...]
     digest: str
+    #: each file's modification time (ns) when it was hashed: a piece refuses a file changed since
+    mtimes: tuple[int, ...] = ()
 
     @property
     def where(self) -> str:
@@ -177,12 +184,20 @@ class JsonlInput:
         self, piece: Piece, columns: tuple[str, ...] | None, limit: int | None = None
     ) -> Iterator[tuple[pa.Table, int]]:
         path = os.path.join(self.root, self.files[piece.file])
-        with open(path, "rb") as f:
+        try:
+            f = open(path, "rb")  # noqa: SIM115 - closed by the with below
+        except OSError as exc:
+            raise _changed(
+                path, f"it cannot be opened any more ({type(exc).__name__}: {exc.strerror or exc})"
+            ) from None
+        with f:
+            self._unchanged(path, f, piece.file)
             if piece.start > 0:
                 f.seek(piece.start - 1)
                 f.readline()  # the line holding byte start-1 belongs to the previous piece
             pos = f.tell()
             rows: list[dict[str, Any]] = []
+            starts: list[int] = []  # the byte offset of each row's line
             nbytes = 0
             while pos < piece.stop:
                 line = f.readline()
@@ -194,7 +209,7 @@ class JsonlInput:
                     continue
                 try:
                     rec = json.loads(line)
-                except ValueError as exc:
+                except (ValueError, RecursionError) as exc:  # RecursionError: nesting too deep
                     raise DatasetIntegrityError(
                         describe(
                             "source",
@@ -225,14 +240,67 @@ class JsonlInput:
                         )
                     rec = {c: rec[c] for c in columns}
                 rows.append(rec)
+                starts.append(at)
                 nbytes += len(line)
                 if len(rows) == CHUNK_RECORDS or (limit is not None and len(rows) >= limit):
-                    yield pa.Table.from_pylist(rows), nbytes
-                    rows, nbytes = [], 0
+                    yield _table(rows, starts, path), nbytes
+                    rows, starts, nbytes = [], [], 0
                     if limit is not None:
                         return
+            self._unchanged(path, f, piece.file)
             if rows:
-                yield pa.Table.from_pylist(rows), nbytes
+                yield _table(rows, starts, path), nbytes
+
+    def _unchanged(self, path: str, f: Any, i: int) -> None:
+        """Refuse a file whose size or modification time is not what was hashed when planning: its
+        bytes are not the ones the lineage's input version names."""
+        if not self.mtimes:
+            return
+        st = os.fstat(f.fileno())
+        if (st.st_size, st.st_mtime_ns) != (self.sizes[i], self.mtimes[i]):
+            raise _changed(
+                path,
+                f"size {self.sizes[i]} -> {st.st_size} bytes, modification time {self.mtimes[i]} -> "
+                f"{st.st_mtime_ns} ns",
+            )
+
+
+def _changed(path: str, how: str) -> DatasetIntegrityError:
+    return DatasetIntegrityError(
+        describe(
+            "source",
+            path,
+            f"the JSONL file as it was hashed when this run started ({how})",
+            "do not change input files while rd.prepare reads them; re-run once they are final "
+            "(the input version is their new content)",
+        )
+    )
+
+
+def _table(rows: list[dict[str, Any]], starts: list[int], path: str) -> pa.Table:
+    """The rows as a table; a value Arrow cannot hold, or a field whose JSON type differs from the
+    rows before it, is a DatasetIntegrityError naming the first line that fails (found by bisection,
+    only on failure)."""
+    try:
+        return pa.Table.from_pylist(rows)
+    except (pa.ArrowException, OverflowError, UnicodeError) as exc:
+        lo, hi = 0, len(rows)  # rows[:lo] convert, rows[:hi] do not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            try:
+                pa.Table.from_pylist(rows[:mid])
+                lo = mid
+            except (pa.ArrowException, OverflowError, UnicodeError):
+                hi = mid
+        raise DatasetIntegrityError(
+            describe(
+                "source",
+                f"{path} (byte {starts[hi - 1]})",
+                "values Arrow can hold (64-bit integers, valid Unicode), each field of one JSON type in "
+                "every record (null aside)",
+                f"fix that record, or leave the field out of keep_columns ({type(exc).__name__}: {exc})",
+            )
+        ) from None
 
 
 PrepareInput = ArrowInput | JsonlInput
@@ -240,12 +308,13 @@ PrepareInput = ArrowInput | JsonlInput
 
 def _jsonl(root: str, rel: list[str]) -> JsonlInput:
     h = xxhash.xxh3_128()
-    sizes = []
+    sizes, mtimes = [], []
     for r in rel:
         p = os.path.join(root, r)
-        size = os.path.getsize(p)
-        sizes.append(size)
-        h.update(json.dumps([r, size, hash_file(p)]).encode("utf-8"))
+        st = os.stat(p)  # before hashing: a change while hashing is seen when the piece is read
+        sizes.append(st.st_size)
+        mtimes.append(st.st_mtime_ns)
+        h.update(json.dumps([r, st.st_size, hash_file(p)]).encode("utf-8"))
     if not rel or sum(sizes) == 0:
         raise ConfigError(
             describe(
@@ -255,7 +324,7 @@ def _jsonl(root: str, rel: list[str]) -> JsonlInput:
                 "pass a folder or list of non-empty .jsonl files",
             )
         )
-    return JsonlInput(root, tuple(rel), tuple(sizes), h.hexdigest())
+    return JsonlInput(root, tuple(rel), tuple(sizes), h.hexdigest(), tuple(mtimes))
 
 
 def _is_jsonl(p: Any) -> bool:
@@ -304,11 +373,18 @@ def open_input(source: Any) -> PrepareInput:
         if p.is_file() and _is_jsonl(p):
             return _jsonl(str(p.parent), [p.name])
         if p.is_dir():
-            found = sorted(
-                q.relative_to(p).as_posix()
-                for q in p.rglob("*")
-                if q.is_file() and _is_jsonl(q) and not q.name.startswith(".")
-            )
+            listed = [q for q in p.rglob("*") if _is_jsonl(q) and not q.name.startswith(".")]
+            for q in listed:
+                if not q.is_file() and not q.is_dir():  # a dangling symlink, a FIFO, a socket: never skipped
+                    raise ConfigError(
+                        describe(
+                            "source",
+                            str(q),
+                            "a regular .jsonl file (a dangling symlink, FIFO, socket or device is not read)",
+                            f"remove {str(q)!r} from the folder, or make it the file it stands for",
+                        )
+                    )
+            found = sorted(q.relative_to(p).as_posix() for q in listed if q.is_file())
             # a save_to_disk folder holds state.json and dataset_info.json beside its .arrow shards:
             # .json files beside shards are metadata, not a corpus (.jsonl files still are)
             shards = any(q.is_file() and str(q).endswith(SHARD_SUFFIXES) for q in p.rglob("*"))

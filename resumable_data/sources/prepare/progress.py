@@ -7,8 +7,10 @@ The driver rewrites it atomically (:meth:`ShardStore.write_atomic`) after every 
 workers never touch it. The name starts with a dot, so shard discovery never lists it.
 
 Guarantee: a piece listed here was renamed into place before it was recorded; on restart,
-:meth:`Progress.verified` keeps only the pieces whose file still has the recorded size and
-content hash, so a damaged or missing shard is redone. A record of another lineage is refused.
+:meth:`Progress.verified` keeps only the pieces whose file (the piece's own shard name) still has
+the recorded size and content hash, and the all-dropped pieces whose shard file is absent, so a
+damaged, missing or mis-named shard is redone. A record of another lineage is refused. An entry
+forged with the size and hash of other bytes is not detected (that would mean redoing the piece).
 
 Cost: one small JSON write per completed piece (O(pieces) bytes); the restart check hashes each
 completed shard once.
@@ -22,7 +24,7 @@ from typing import Any
 
 from resumable_data._schema import expect_header, expect_int, expect_mapping, field_int
 from resumable_data.errors import DatasetIntegrityError, describe
-from resumable_data.sources.prepare.tasks import PieceResult
+from resumable_data.sources.prepare.tasks import PieceResult, shard_name, write_error
 from resumable_data.sources.store import ShardStore, join
 
 __all__ = ["PROGRESS_NAME", "Progress"]
@@ -102,7 +104,10 @@ class Progress:
 
     def save(self, store: ShardStore, out: str) -> None:
         text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode("utf-8")
-        store.write_atomic(join(out, PROGRESS_NAME), text)
+        try:
+            store.write_atomic(join(out, PROGRESS_NAME), text)
+        except OSError as exc:  # no space, read-only: the previous record stays whole
+            raise write_error(out, exc) from None
 
     def verified(self, store: ShardStore, out: str) -> dict[int, PieceResult]:
         """The completed pieces whose shard file is intact (size and content hash)."""
@@ -110,11 +115,17 @@ class Progress:
         for i, r in self.done.items():
             if i >= self.pieces:
                 continue
+            name = shard_name(i, self.pieces)  # an entry naming another file (edited) is redone
+            st = store.stat(join(out, name))
             if r.name is None:
-                ok[i] = r
+                if st is None:  # every record dropped: no file (a file there says otherwise)
+                    ok[i] = r
                 continue
-            p = join(out, r.name)
-            st = store.stat(p)
-            if st is not None and st.size == r.size and store.hash_file(p) == r.content_hash:
+            if (
+                r.name == name
+                and st is not None
+                and st.size == r.size
+                and store.hash_file(join(out, name)) == r.content_hash
+            ):
                 ok[i] = r
         return ok

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 import xxhash
 
 from resumable_data.errors import ConfigError, describe
-from resumable_data.sources.prepare.functions import TOKENS, RecordFunction
+from resumable_data.sources.prepare.functions import TOKENS, MapRecords, RecordFunction
 from resumable_data.sources.prepare.inputs import Piece, PrepareInput
 from resumable_data.sources.store import join, store_for
 
@@ -45,7 +45,9 @@ __all__ = [
     "PieceResult",
     "batch_bounds",
     "run_piece",
+    "schema_drift",
     "shard_name",
+    "write_error",
 ]
 
 ROWS_PER_BATCH = 16_384
@@ -89,6 +91,42 @@ class Filters:
         if self.max_tokens is not None:
             keep &= n <= self.max_tokens
         return table if keep.all() else table.filter(pa.array(keep))
+
+
+def write_error(out: str, exc: OSError) -> ConfigError:
+    """A file of the output folder that could not be written (local: no space, read-only, a file
+    where a folder should be)."""
+    return ConfigError(
+        describe(
+            "out",
+            out,
+            f"a folder rd.prepare can write to ({type(exc).__name__}: {exc.strerror or exc})",
+            "free space or pass a writable folder; re-running the same call continues the work done",
+        )
+    )
+
+
+def schema_drift(function: RecordFunction, where: str, detail: str) -> ConfigError:
+    """Output of two chunks or pieces with other column types: a fix for each kind of function."""
+    if isinstance(function, MapRecords):
+        return ConfigError(
+            describe(
+                "schema",
+                function.schema,
+                f"one Arrow schema for every record map_fn returns ({where})",
+                f"pass schema=pa.schema([...]) naming every column's type ({detail})",
+            )
+        )
+    return ConfigError(
+        describe(
+            "keep_columns",
+            list(function.keep_columns),
+            f"fields of one JSON type in every record ({where}; a field null in every record of a chunk or "
+            "piece is typed null there)",
+            "leave the field out of keep_columns, or give it one type in every record of the input, or "
+            f"use map_fn=... with version= and schema= to type it ({detail})",
+        )
+    )
 
 
 def shard_name(index: int, count: int) -> str:
@@ -168,19 +206,15 @@ def run_piece(job: PieceJob, report: Report = _no_report) -> PieceResult:
     try:
         table = pa.concat_tables(parts) if parts else None
     except pa.ArrowInvalid as exc:
-        raise ConfigError(
-            describe(
-                "schema",
-                None,
-                "one Arrow schema for every record map_fn returns",
-                f"pass schema=pa.schema([...]) ({exc})",
-            )
-        ) from None
+        raise schema_drift(job.function, f"piece {job.name}", str(exc)) from None
     if table is None or table.num_rows == 0:
         return PieceResult(job.piece.index, None, 0, None, 0, records, 0, nbytes)
     buf = _serialize(table)
     store = store_for(job.filesystem)
-    store.write_atomic(join(job.out, job.name), buf)
+    try:
+        store.write_atomic(join(job.out, job.name), buf)
+    except OSError as exc:  # no space, read-only (remote stores raise rd errors of their own)
+        raise write_error(job.out, exc) from None
     return PieceResult(
         job.piece.index,
         job.name,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pyarrow as pa
 import pytest
 
 import resumable_data as rd
+from tests.sources.prepare.conftest import shard_bytes
 
 
 def _ok(record):
@@ -146,3 +148,73 @@ def test_a_hub_name_as_tokenizer_says_how_to_load_it(tmp_path, corpus, monkeypat
     with pytest.raises(rd.ConfigError) as e:
         rd.prepare(corpus, tmp_path / "o", tokenizer="missing/tokenizer.json", progress=False)
     assert "AutoTokenizer" not in str(e.value)  # a path that is missing is not a hub name
+
+
+def _jsonl_ids(path, ids):
+    path.write_text("".join(json.dumps({"text": "def f(): pass", "id": i}) + "\n" for i in ids))
+
+
+@pytest.mark.parametrize("second", [[None], ["a"], [2.5]])
+def test_a_kept_field_typed_otherwise_in_another_file_is_refused_with_a_fix_that_works(tmp_path, tokenizer, second):
+    """Types are inferred per piece: a kept field that is null in a whole file (or a string, or a
+    float) gives that shard another schema. Refused before pinning, naming keep_columns; its fix
+    (leave the field out) works."""
+    (tmp_path / "in").mkdir()
+    _jsonl_ids(tmp_path / "in" / "a.jsonl", [1])
+    _jsonl_ids(tmp_path / "in" / "b.jsonl", second)
+    with pytest.raises(rd.ConfigError, match=r"keep_columns=\['id'\].*shard-00000.arrow and shard-00001.arrow.*"
+                       r"leave the field out of keep_columns"):
+        rd.prepare(tmp_path / "in", tmp_path / "o", tokenizer=tokenizer, keep_columns=["id"], progress=False,
+                   num_proc=1)
+    assert not (tmp_path / "o" / rd.sources.MANIFEST_NAME).exists()
+    res = rd.prepare(tmp_path / "in", tmp_path / "o2", tokenizer=tokenizer, progress=False, num_proc=1)
+    assert res.documents == 2
+
+
+def test_a_kept_field_typed_otherwise_in_a_later_chunk_is_refused_naming_keep_columns(tmp_path, tokenizer):
+    (tmp_path / "in").mkdir()
+    _jsonl_ids(tmp_path / "in" / "a.jsonl", [None] * 1100 + [3])
+    with pytest.raises(rd.ConfigError, match=r"keep_columns=\['id'\].*leave the field out of keep_columns"):
+        rd.prepare(tmp_path / "in", tmp_path / "o", tokenizer=tokenizer, keep_columns=["id"], progress=False,
+                   num_proc=1)
+
+
+def test_out_and_keep_columns_of_the_wrong_type(tmp_path, corpus, tokenizer):
+    with pytest.raises(rd.ConfigTypeError, match="out"):
+        rd.prepare(corpus, None, tokenizer=tokenizer, progress=False)
+    with pytest.raises(rd.ConfigTypeError, match="keep_columns"):
+        rd.prepare(corpus, tmp_path / "o", tokenizer=tokenizer, keep_columns=None, progress=False)
+
+
+def test_out_below_a_file_is_a_config_error(tmp_path, corpus, tokenizer):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(rd.ConfigError, match=r"out='.*f/o'.*a folder rd.prepare can write to \(NotADirectoryError"):
+        rd.prepare(corpus, tmp_path / "f" / "o", tokenizer=tokenizer, progress=False)
+
+
+@pytest.mark.parametrize("fail_on", ["record", "shard"])
+def test_a_full_disk_is_a_config_error_and_the_same_call_then_continues(tmp_path, corpus, tokenizer, monkeypatch,
+                                                                        fail_on):
+    """ENOSPC while writing the progress record (driver) or a shard (a forked worker): an rd error
+    naming out, not an OSError or a WorkerError; once there is space, the same call finishes with the
+    bytes of an uninterrupted run."""
+    import errno
+
+    from resumable_data._io import atomic_write
+    from resumable_data.sources.store import LocalStore
+
+    clean = rd.prepare(corpus, tmp_path / "clean", tokenizer=tokenizer, bytes_per_shard=60_000, progress=False,
+                       num_proc=1)
+
+    def full(self, path, data):
+        if str(path).endswith(".rd-prepare.json" if fail_on == "record" else "shard-00001.arrow"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        atomic_write(path, data, durable=True)
+
+    monkeypatch.setattr(LocalStore, "write_atomic", full)
+    with pytest.raises(rd.ConfigError, match=r"out=.*a folder rd.prepare can write to \(OSError: No space left"):
+        rd.prepare(corpus, tmp_path / "o", tokenizer=tokenizer, bytes_per_shard=60_000, progress=False, num_proc=1)
+    monkeypatch.undo()
+    res = rd.prepare(corpus, tmp_path / "o", tokenizer=tokenizer, bytes_per_shard=60_000, progress=False, num_proc=1)
+    assert res.version.hash == clean.version.hash
+    assert shard_bytes(tmp_path / "o") == shard_bytes(tmp_path / "clean")

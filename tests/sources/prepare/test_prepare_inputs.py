@@ -4,6 +4,7 @@ transformers fast tokenizer, map_fn) and filters."""
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import numpy as np
@@ -147,3 +148,90 @@ def test_written_shards_are_ipc_files_in_capped_record_batches(tmp_path, corpus,
         reader = pa.ipc.open_file(p)  # IPC *file* format: memory-mapped, zero-copy reads
         assert reader.schema.field("tokens").type == pa.list_(pa.int32())
         assert all(reader.get_batch(i).num_rows <= ROWS_PER_BATCH for i in range(reader.num_record_batches))
+
+
+_GOOD = b'{"text": "def f(): pass", "id": 1}\n'
+
+
+@pytest.mark.parametrize("bad", [
+    b'{"text": 5, "id": 2}\n',  # the text field a number after string records
+    b'{"text": ["a", "b"], "id": 2}\n',  # ... a list
+    b'{"text": "x", "id": 123456789012345678901234567890}\n',  # an integer Arrow cannot hold
+    b'{"text": "a\\ud800b", "id": 2}\n',  # a lone surrogate: JSON, but not Unicode
+    b'{"text": "x", "id": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",  # nesting too deep for json
+    b'{"text": "x", "id": "two"}\n',  # a kept field of another type than the records before
+])
+def test_a_jsonl_value_arrow_cannot_hold_names_its_line(tmp_path, tokenizer, bad):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_bytes(_GOOD * 3 + bad + _GOOD)
+    with pytest.raises(rd.DatasetIntegrityError, match=rf"a\.jsonl \(byte {3 * len(_GOOD)}\)'"):
+        rd.prepare(tmp_path / "in", tmp_path / "o", tokenizer=tokenizer, keep_columns=["id"], progress=False,
+                   num_proc=1)
+
+
+def test_a_chunk_of_null_texts_is_empty_documents(tmp_path, tokenizer):
+    """A null text is an empty document, also when a whole chunk of 1,024 records has only nulls
+    (Arrow types that column null)."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_bytes(b'{"text": null}\n' * 1100 + b'{"text": "def f(): pass"}\n')
+    res = rd.prepare(tmp_path / "in", tmp_path / "o", tokenizer=tokenizer, progress=False, num_proc=1)
+    assert (res.records_read, res.documents) == (1101, 1)
+    assert _rows(tmp_path / "o", "tokens") == [(tokenizer.encode("def f(): pass").ids,)]
+
+
+@pytest.mark.parametrize("change", ["append", "rewrite", "remove"])
+def test_a_jsonl_file_changed_while_preparing_is_refused(tmp_path, tokenizer, monkeypatch, change):
+    """The lineage names the bytes hashed when the run started: a piece reading other bytes (the
+    file grew, was rewritten in place or removed) is refused, never written under that version."""
+    import resumable_data.sources.prepare.api as api
+
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "a.jsonl"
+    path.write_bytes(_GOOD * 40)
+    run_jobs = api.run_jobs
+
+    def changed_then_run(*args, **kwargs):
+        if change == "append":
+            with open(path, "ab") as f:
+                f.write(_GOOD)
+        elif change == "rewrite":  # the same size, other bytes
+            path.write_bytes(_GOOD.replace(b"pass", b"None") * 40)
+        else:
+            path.unlink()
+        return run_jobs(*args, **kwargs)
+
+    monkeypatch.setattr(api, "run_jobs", changed_then_run)
+    with pytest.raises(rd.DatasetIntegrityError, match="as it was hashed when this run started"):
+        rd.prepare(tmp_path / "in", tmp_path / "o", tokenizer=tokenizer, progress=False, num_proc=1)
+    assert not (tmp_path / "o" / rd.sources.MANIFEST_NAME).exists()
+
+
+@pytest.mark.parametrize("kind", ["dangling symlink", "fifo"])
+def test_a_jsonl_entry_that_is_not_a_regular_file_is_refused_not_skipped(tmp_path, tokenizer, kind):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_bytes(_GOOD)
+    odd = tmp_path / "in" / "b.jsonl"
+    if kind == "fifo":
+        os.mkfifo(odd)
+    else:
+        odd.symlink_to(tmp_path / "gone.jsonl")
+    with pytest.raises(rd.ConfigError, match=r"b\.jsonl'.*a regular \.jsonl file"):
+        rd.prepare(tmp_path / "in", tmp_path / "o", tokenizer=tokenizer, progress=False, num_proc=1)
+
+
+def later_not_a_dict(record):
+    return "oops" if record["id"] == 3 else {"tokens": [1, 2]}
+
+
+def later_other_keys(record):
+    return {"tokens": [1], "extra": 1} if record["id"] == 3 else {"tokens": [1, 2]}
+
+
+@pytest.mark.parametrize("fn,err", [(later_not_a_dict, rd.ConfigTypeError), (later_other_keys, rd.ConfigError)])
+def test_map_fn_output_is_checked_on_every_record(tmp_path, fn, err):
+    """Arrow builds the first dict's columns and makes anything else null: a later non-dict or a
+    dict with other keys would lose data without a word."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text("".join(json.dumps({"text": "x", "id": i}) + "\n" for i in range(6)))
+    with pytest.raises(err, match="map_fn"):
+        rd.prepare(tmp_path / "in", tmp_path / "o", map_fn=fn, version="v1", progress=False, num_proc=1)

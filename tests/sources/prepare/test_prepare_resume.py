@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import xxhash
 
 import resumable_data as rd
 from resumable_data.sources.prepare.progress import PROGRESS_NAME
@@ -144,3 +145,74 @@ def test_a_manifest_without_lineage_keeps_its_hash(tmp_path):
     d = json.loads((tmp_path / "d" / rd.sources.MANIFEST_NAME).read_text())
     assert "lineage" not in d and v.lineage is None
     assert rd.DatasetVersion.load(tmp_path / "d").hash == v.hash
+
+
+_KILL_AT_REPLACE = """
+import os, signal, sys
+import resumable_data as rd
+real = os.replace
+def replace(src, dst, *a, **k):  # SIGKILL between the temporary file's fsync and its rename
+    if os.path.basename(str(dst)) == sys.argv[4]:
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    return real(src, dst, *a, **k)
+os.replace = replace
+rd.prepare(sys.argv[1], sys.argv[2], tokenizer=sys.argv[3], keep_columns=["id"], bytes_per_shard=60_000,
+           num_proc=1, progress=False)
+"""
+
+
+@pytest.mark.parametrize("target", [PROGRESS_NAME, rd.sources.MANIFEST_NAME])
+def test_sigkill_while_the_first_record_or_the_manifest_is_written_then_rerun(tmp_path, corpus, tokenizer, target):
+    """Killed before renaming the first progress record (the folder holds only its temporary file)
+    or the manifest (beside the record and every shard): the same call continues to the same bytes
+    and version, instead of refusing the folder for a temporary file rd wrote itself."""
+    tok_path = tmp_path / "tokenizer.json"
+    tokenizer.save(str(tok_path))
+    kw = dict(tokenizer=tok_path, keep_columns=["id"], bytes_per_shard=60_000, progress=False)
+    clean = rd.prepare(corpus, tmp_path / "clean", num_proc=1, **kw)
+    out = tmp_path / "killed"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    child = subprocess.run([sys.executable, "-c", _KILL_AT_REPLACE, str(corpus), str(out), str(tok_path), target],
+                           env=env, start_new_session=True, capture_output=True, timeout=300)
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    left = sorted(p.name for p in out.iterdir())
+    assert any(n.startswith(f".{target}.") and n.endswith(".tmp") for n in left), left
+    again = rd.prepare(corpus, out, num_proc=2, **kw)
+    assert again.version.hash == clean.version.hash
+    assert shard_bytes(out) == shard_bytes(tmp_path / "clean")
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in (tmp_path / "clean").iterdir())
+
+
+@pytest.mark.parametrize("edit", ["another piece's shard", "a path outside", "all dropped"])
+def test_an_edited_progress_entry_is_redone_not_trusted(tmp_path, corpus, tokenizer, monkeypatch, edit):
+    """An entry naming a file other than its piece's shard (with that file's true size and hash), or
+    claiming no output while its shard is there, is redone: the same bytes as an uninterrupted run."""
+    import resumable_data.sources.prepare.api as api
+
+    kw = dict(tokenizer=tokenizer, bytes_per_shard=60_000, progress=False, num_proc=1)
+    clean = rd.prepare(corpus, tmp_path / "clean", **kw)
+    run_jobs = api.run_jobs
+
+    def three_then_stop(jobs, *args):
+        run_jobs(jobs[:3], *args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(api, "run_jobs", three_then_stop)
+    out = tmp_path / "o"
+    with pytest.raises(KeyboardInterrupt):
+        rd.prepare(corpus, out, **kw)
+    monkeypatch.undo()
+    record = json.loads((out / PROGRESS_NAME).read_text())
+    entry = record["done"][2]
+    if edit == "another piece's shard":
+        entry.update({k: record["done"][1][k] for k in ("name", "size", "content_hash")})
+    elif edit == "a path outside":
+        (tmp_path / "evil").write_bytes(b"x")
+        entry.update(name="../evil", size=1, content_hash=xxhash.xxh3_128_hexdigest(b"x"))
+    else:
+        entry.update(name=None, size=0, content_hash=None)
+    (out / PROGRESS_NAME).write_text(json.dumps(record))
+    again = rd.prepare(corpus, out, **kw)
+    assert again.reused_pieces == 2
+    assert again.version.hash == clean.version.hash
+    assert shard_bytes(out) == shard_bytes(tmp_path / "clean")
