@@ -52,6 +52,7 @@ from resumable_data._schema import check_json, coerce_enum
 from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.labels import RecoveryLabel
 from resumable_data.loader.order import OrderCheck, StreamOrder
+from resumable_data.loader.skips import SkipIndex
 from resumable_data.loader.state import LoaderState, OnBatchChange, OnUncommitted
 from resumable_data.plan import BatchOrigin, Plan, Tail
 from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
@@ -187,7 +188,32 @@ def validate_restore(
     else:
         new_origin = saved.plan.origin_at(resume) if changed else origin
     plan = current.plan if new_origin is None else replace(current.plan, origin=new_origin)
+    _check_end_of_pass(saved, stream, ledger)
     return Restore(saved, ledger, label, choice, plan, check)
+
+
+def _check_end_of_pass(saved: LoaderState, stream: Any, ledger: dict[int, int]) -> None:
+    """``end_of_pass`` (honoured when nothing is uncommitted) marks a state taken right after an
+    epoch's last batch: the committed step starts its epoch (not the first), or every step from it to
+    the epoch's end is skipped. Elsewhere it would make ``loader.epoch`` the epoch before the cursor's
+    and the next pass empty."""
+    c = saved.cursor
+    if not saved.end_of_pass or c.committed != c.delivered:
+        return
+    epoch, first = max(ledger.items())
+    if (epoch > 0 and c.committed == first) or SkipIndex((r.start, r.stop) for r in saved.skipped).first_unskipped(
+        c.committed
+    ) >= first + stream.steps_in_epoch(epoch):
+        return
+    raise ResumeError(
+        describe(
+            "state.end_of_pass",
+            True,
+            f"false at cursor.committed={c.committed}, inside epoch {epoch} (steps from {first}): true only "
+            "right after an epoch's last batch",
+            "pass an unmodified state",
+        )
+    )
 
 
 def _refuse_packing_change(saved: LoaderState, current: LoaderState) -> None:

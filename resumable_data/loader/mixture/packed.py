@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from resumable_data.errors import ResumeError, describe
+from resumable_data.errors import ConfigError, ResumeError, describe
 from resumable_data.loader.mixture.progress import MixtureProgress
 from resumable_data.loader.state import LoaderState
 from resumable_data.plan import Tail
@@ -53,9 +53,11 @@ from resumable_data.plan.mixture.section import MAX_EARLIER, MixtureSection, Pac
 from resumable_data.plan.packing import PackMode, best_fit_bins
 
 __all__ = [
+    "MAX_SCHEDULE_EPOCHS",
     "PackedPrefix",
     "PackedSourceCount",
     "change_position",
+    "check_schedule_reach",
     "packed_change",
     "packed_progress",
     "prefix",
@@ -341,20 +343,59 @@ def without_ended_runs(state: LoaderState) -> LoaderState:
     return replace(state, mixture=replace(section, rebase=PackedRebase(rebase.position, rebase.counts, kept)))
 
 
+#: A packed schedule's segments are placed by walking one packing index per loader epoch up to each
+#: (:func:`resolve_schedule`): a segment must start within this many loader epochs.
+MAX_SCHEDULE_EPOCHS = 4096
+
+
+def _out_of_reach(step: int, why: str) -> ConfigError:
+    return ConfigError(
+        describe(
+            "weights",
+            f"a segment from step {step} with packing",
+            f"segments within the first {MAX_SCHEDULE_EPOCHS} loader epochs ({why}; placing a packed "
+            "schedule builds one packing index per epoch up to its last segment)",
+            "drop the schedule entries that start that late, or change the weights when the run gets there: "
+            "load_state_dict(state, label='data_change') into a loader with the new weights",
+        )
+    )
+
+
+def check_schedule_reach(pending: Any, stream: Any) -> None:
+    """Refuse at once a segment that cannot start within ``MAX_SCHEDULE_EPOCHS`` loader epochs: a
+    packed sequence holds at least one token, so an epoch of ``n`` documents has at most ``n *
+    (longest + 1)`` sequences, hence steps (O(1) after the lengths' maximum; the walk itself is bounded
+    too)."""
+    if not pending:
+        return
+    n, g = stream.plan.num_records, stream.plan.global_batch
+    longest = int(stream.lengths.max(initial=0)) + 1  # an EOS each at most
+    most = -(-n * longest // g) + 1  # steps of an epoch, at most (a tail's short step included)
+    step = pending[-1][0]
+    if step >= MAX_SCHEDULE_EPOCHS * most:
+        raise _out_of_reach(step, f"an epoch here has at most {most} steps")
+
+
 def resolve_schedule(order: Any, stream: Any) -> None:
     """Place a declared weight schedule's segments on a packed mixture stream, in order: segment
     ``k`` (from step ``s_k``) starts at :func:`window_boundary` of ``s_k`` in the stream of the runs
     before it, each source continuing from its count there. A pure function of the plan; costs one
     packing index per epoch up to the last segment's (cached on disk): a run placed in epoch ``e``
     leaves the epochs before ``e`` and ``e``'s first step as they were, so the next segment is
-    located from there."""
+    located from there. A segment past ``MAX_SCHEDULE_EPOCHS`` loader epochs is a ``ConfigError``
+    (at once when no epoch could hold its step: :func:`check_schedule_reach`), never an endless walk."""
     import copy
 
+    check_schedule_reach(order.pending, stream)
     ledger = {0: 0}
     while order.pending:
         step, weights = order.pending[0]
         probe = stream.with_order(copy.copy(order))  # a fresh index memo for the runs placed so far
-        epoch, first = probe.locate(step, dict(ledger))
+        ((epoch, first),) = ledger.items()
+        while step >= first + (n := probe.steps_in_epoch(epoch)):  # the walk of probe.locate, bounded
+            first, epoch = first + n, epoch + 1
+            if epoch >= MAX_SCHEDULE_EPOCHS:
+                raise _out_of_reach(step, f"it lies past them (epoch {epoch} starts at step {first})")
         _, position = window_boundary(probe, step, {epoch: first})
         order.add_run(position, weights)
         ledger = {epoch: first}

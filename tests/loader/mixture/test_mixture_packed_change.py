@@ -670,3 +670,45 @@ def test_packing_and_a_data_change_over_windowed_sources(dirs, window):
     # a state after the change resumes exactly with 2 workers
     make2 = lambda: rd.DataLoader(mix(W2), batch_size=4, seed=11, packing=EPOCH_START_SPEC, num_workers=2)  # noqa: E731
     assert resume_points(b_states, b_batches, make2, 4, np.random.default_rng(3)) == 4
+
+
+# -- attack findings (mixattack) -----------------------------------------------------------------
+def _within(seconds, build):
+    """``build()``, failing (instead of hanging the suite) when it runs longer than ``seconds``."""
+    import signal
+
+    def late(*_):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, late)
+    signal.alarm(seconds)
+    try:
+        return build()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.parametrize("step", [2**62, 10**15])
+def test_a_packed_schedule_segment_out_of_reach_is_refused_at_construction(dirs, step):
+    """Placing a packed schedule walks one packing index per epoch up to each segment: a segment
+    at step 2**62 (a step WeightSchedule accepts) walked forever, writing an index to the cache per
+    epoch. It is refused at once, naming the segment, the bound and a fix."""
+    schedule = rd.WeightSchedule([(0, WEIGHTS), (step, W2)])
+    with pytest.raises(rd.ConfigError, match=rf"weights=.*step {step}.*fix: "):
+        _within(60, lambda: make(dirs, schedule))
+
+
+def test_a_packed_schedule_segment_beyond_the_placing_bound_is_refused(dirs, monkeypatch):
+    """The walk itself is bounded: a segment whose epoch lies past ``MAX_SCHEDULE_EPOCHS`` loader
+    epochs is refused (here with the bound lowered to 3), one within it is placed as before."""
+    from resumable_data.loader.mixture import packed
+
+    monkeypatch.setattr(packed, "MAX_SCHEDULE_EPOCHS", 3)
+    ref = Reference(dirs)
+    _, firsts = ref.batches(5)
+    near = rd.WeightSchedule([(0, WEIGHTS), (firsts[2] + 1, W2)])
+    make(dirs, near)  # epoch 2: placed
+    far = rd.WeightSchedule([(0, WEIGHTS), (firsts[4] + 1, W2)])
+    with pytest.raises(rd.ConfigError, match=rf"step {firsts[4] + 1}.*the first 3 loader epochs.*fix: "):
+        _within(60, lambda: make(dirs, far))

@@ -369,3 +369,30 @@ def test_a_restore_validates_the_saved_section_once(dirs, monkeypatch, case):
     assert got == expected
     if weights is WEIGHTS:
         assert got == batches[5:5 + H]
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_forged_end_of_pass_inside_an_epoch_is_refused(dirs, packed):
+    """``end_of_pass`` says the state was taken right after an epoch's last batch. Set on a state in
+    the middle of an epoch it was accepted: ``loader.epoch`` became -1 and the next ``iter()`` an
+    empty pass. It is refused naming the field, the loader unchanged; a genuine end-of-pass state
+    still resumes into an empty pass, then the next epoch, batch for batch."""
+    packing = rd.Packing(16, tokens="tokens", window=8) if packed else None
+    make = lambda: loader_for(dirs, WEIGHTS, packing=packing)  # noqa: E731
+    first = make()
+    n = len(first)
+    batches, states = run(first, n + 3)
+    forged = json.loads(json.dumps(states[5]))
+    forged["end_of_pass"] = True
+    loader, twin = make(), make()
+    with pytest.raises(rd.ResumeError, match=r"state\.end_of_pass=True: expected .*fix: "):
+        loader.load_state_dict(forged)
+    assert loader.epoch == 0
+    assert run(loader, 4)[0] == run(twin, 4)[0]
+    assert states[n]["end_of_pass"] is True
+    resumed = make()
+    resumed.load_state_dict(states[n])
+    assert resumed.epoch == 0
+    assert [canon(b) for b in resumed] == []
+    assert resumed.epoch == 1
+    assert run(resumed, 3)[0] == batches[n : n + 3]
