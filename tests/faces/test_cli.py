@@ -342,3 +342,28 @@ def test_a_closed_pipe_ends_the_command_without_a_traceback(saved, tmp_path):
     os.close(write)
     assert proc.returncode == 141, proc.stderr
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr
+
+
+# -- paths the operating system refuses, Ctrl-C --------------------------------------------------
+@pytest.mark.parametrize("argv", [["inspect", "{long}"], ["pin", "{long}"], ["check-resume", "{long}"],
+                                  ["demo", "--data", "{long}"], ["inspect", "{ckpt}", "--against", "{long}"]])
+def test_a_path_too_long_for_the_os_is_a_message_naming_the_argument(saved, capsys, argv):
+    long = "a" * 300  # one name over NAME_MAX (255): os.stat raises ENAMETOOLONG, not "not found"
+    argv = [a.format(long=long, ckpt=saved["root"] / "ckpt") for a in argv]
+    rc, out, err = _cli(capsys, *argv)
+    flag = next((a for a in argv if a.startswith("--")), "checkpoint" if argv[0] == "inspect" else "data")
+    assert rc == 2 and out == ""
+    assert err.startswith(f"resumable-data {argv[0]}: {flag}={repr(long)[:197]}...: expected a path the operating system accepts "
+                          "(File name too long); fix: shorten it"), err
+    assert err.count("\n") == 1
+
+
+def test_ctrl_c_is_a_short_message_and_exit_130(tmp_path, capsys, monkeypatch):
+    import resumable_data.cli_pin as cli_pin
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(COMMANDS, "pin", COMMANDS["pin"].__class__("pin", "", cli_pin.configure, interrupted))
+    rc, out, err = _cli(capsys, "pin", tmp_path)
+    assert (rc, out, err) == (130, "", "resumable-data pin: interrupted (Ctrl-C)\n")
