@@ -161,7 +161,9 @@ def _os_error(args: argparse.Namespace, e: OSError) -> str:
 
     from resumable_data.errors import describe
 
-    failed = os.fsdecode(e.filename) if e.filename is not None else ""
+    if e.filename is None:  # e.g. EIO from a read: the OS names no path
+        return f"the operating system refused a read or write ({e.strerror or e}); fix: check the paths passed (ls -l)"
+    failed = os.fsdecode(e.filename)
     name, value = "path", failed
     for dest, v in vars(args).items():
         given = os.fsdecode(v) if isinstance(v, (str, Path)) else None

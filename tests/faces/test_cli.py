@@ -346,7 +346,7 @@ def test_a_closed_pipe_ends_the_command_without_a_traceback(saved, tmp_path):
 
 # -- paths the operating system refuses, Ctrl-C --------------------------------------------------
 @pytest.mark.parametrize("argv", [["inspect", "{long}"], ["pin", "{long}"], ["check-resume", "{long}"],
-                                  ["demo", "--data", "{long}"], ["inspect", "{ckpt}", "--against", "{long}"]])
+                                  ["demo", "--data", "{long}"]])
 def test_a_path_too_long_for_the_os_is_a_message_naming_the_argument(saved, capsys, argv):
     long = "a" * 300  # one name over NAME_MAX (255): os.stat raises ENAMETOOLONG, not "not found"
     argv = [a.format(long=long, ckpt=saved["root"] / "ckpt") for a in argv]
@@ -367,3 +367,11 @@ def test_ctrl_c_is_a_short_message_and_exit_130(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(COMMANDS, "pin", COMMANDS["pin"].__class__("pin", "", cli_pin.configure, interrupted))
     rc, out, err = _cli(capsys, "pin", tmp_path)
     assert (rc, out, err) == (130, "", "resumable-data pin: interrupted (Ctrl-C)\n")
+
+    def io_error(args):
+        raise OSError(5, "Input/output error")  # a failed read names no path
+
+    monkeypatch.setitem(COMMANDS, "pin", COMMANDS["pin"].__class__("pin", "", cli_pin.configure, io_error))
+    rc, out, err = _cli(capsys, "pin", tmp_path)
+    assert (rc, out) == (2, "") and err == ("resumable-data pin: the operating system refused a read or write "
+                                            "(Input/output error); fix: check the paths passed (ls -l)\n")
