@@ -375,3 +375,27 @@ def test_ctrl_c_is_a_short_message_and_exit_130(tmp_path, capsys, monkeypatch):
     rc, out, err = _cli(capsys, "pin", tmp_path)
     assert (rc, out) == (2, "") and err == ("resumable-data pin: the operating system refused a read or write "
                                             "(Input/output error); fix: check the paths passed (ls -l)\n")
+
+
+@pytest.mark.parametrize("flags, flag, value, expected", [
+    (["--packing-seq-len", "0", "--tokens", "x"], "--packing-seq-len", "0", "an integer in [2, 16777216]"),
+    (["--packing-seq-len", "8", "--tokens", "x", "--packing-window", "0"], "--packing-window", "0",
+     "an integer in [1, 16777216]"),
+    (["--shuffle", "--window", "-5"], "--window", "-5", "an integer in [1, 9223372036854775807]"),
+    (["--accumulation-steps", "0"], "--accumulation-steps", "0", "an integer in [1, 1048576]"),
+    (["--seed", "-1"], "--seed", "-1", "an integer in [0, 18446744073709551615]"),
+    (["--batch-size", str(2**40)], "--batch-size", str(2**40), "an integer in [1, 1073741824]"),
+    (["--workers", "0,99999"], "--workers", "99999", "an integer in [0, 1024]"),
+])
+def test_check_resume_names_the_option_not_the_library_parameter(tmp_path, capsys, flags, flag, value, expected):
+    """An option the loader refuses is named as typed (``--packing-seq-len``, not ``seq_len``), with
+    a fix that works on the command line."""
+    data = _shards(tmp_path / "data")
+    rd.write_arrow_shards(pa.table({"x": pa.array([[1, 2, 3]] * 40, pa.list_(pa.int32()))}), tmp_path / "tok")
+    rd.pin(data)
+    rd.pin(tmp_path / "tok")
+    where = tmp_path / ("tok" if "--tokens" in flags else "data")
+    rc, out, err = _cli(capsys, "check-resume", where, "--steps", "3", "--interrupts", "1", *flags)
+    lo, hi = expected[len("an integer in ["):-1].split(", ")
+    assert (rc, err) == (2, f"resumable-data check-resume: {flag}={value}: expected {expected}; "
+                            f"fix: pass {flag} N with {lo} <= N <= {hi}\n")
