@@ -6,11 +6,18 @@
 To add a subcommand (``demo``, ``check-resume``...): ``register(name, help, configure, run, example)``
 where ``configure(parser)`` adds arguments, ``run(args) -> int`` does the work and ``example`` is
 the ``examples:`` text its ``--help`` ends with.
+
+Every subcommand shares :func:`main`'s endings: a :class:`~resumable_data.errors.ResumableDataError`
+or a path the operating system refuses (a name too long, no permission: the message names the
+argument) is one line on stderr and exit status 2, a closed stdout pipe exit 141, Ctrl-C a one-line
+"interrupted" and exit 130; never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -115,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         cmd.configure(p)
-        p.set_defaults(_run=cmd.run)
+        flags = {a.dest: a.option_strings[-1] if a.option_strings else a.dest for a in p._actions}
+        p.set_defaults(_run=cmd.run, _flags=flags)
     return parser
 
 
@@ -127,10 +135,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"resumable-data {args.command}: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `resumable-data inspect ... | head`: the reader left; no traceback
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's final flush
         return 141  # 128 + SIGPIPE, what a shell reports for a command whose pipe closed
+    except KeyboardInterrupt:  # Ctrl-C: rd writes files atomically, so nothing half-written is left
+        print(f"resumable-data {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130  # 128 + SIGINT
+    except OSError as e:  # the OS refused a path: a name too long, no permission, an I/O error
+        print(f"resumable-data {args.command}: {_os_error(args, e)}", file=sys.stderr)
+        return 2
+
+
+#: what to do about an OSError on a path the user passed, by errno
+_OS_FIXES = {
+    errno.ENAMETOOLONG: "shorten it (each name at most 255 bytes): cd into a parent folder and pass a relative path",
+    errno.EACCES: "give the current user access (ls -ld, chmod), or pass a copy it can read",
+    errno.EPERM: "give the current user access (ls -ld, chmod), or pass a copy it can read",
+    errno.ENOSPC: "free disk space, then run it again",
+    errno.EROFS: "pass a folder on a writable file system",
+}
+
+
+def _os_error(args: argparse.Namespace, e: OSError) -> str:
+    """``e`` as one sentence naming the argument whose path (or a file under it) the OS refused."""
+    from pathlib import Path
+
+    from resumable_data.errors import describe
+
+    if e.filename is None:  # e.g. EIO from a read: the OS names no path
+        return f"the operating system refused a read or write ({e.strerror or e}); fix: check the paths passed (ls -l)"
+    failed = os.fsdecode(e.filename)
+    name, value = "path", failed
+    for dest, v in vars(args).items():
+        given = os.fsdecode(v) if isinstance(v, (str, Path)) else None
+        if (
+            given
+            and failed
+            and any(  # as given, or made absolute (demo resolves its paths)
+                failed == g or failed.startswith(g.rstrip("/") + "/") for g in (given, os.path.abspath(given))
+            )
+        ):
+            name, value = args._flags.get(dest, dest), given
+            break
+    fix = _OS_FIXES.get(e.errno, "check the path (ls -l), or pass another one")
+    what = f"{e.strerror or e}" + ("" if failed in (value, os.path.abspath(value)) else f" at {failed!r}")
+    return describe(name, value, f"a path the operating system accepts ({what})", fix)
 
 
 if __name__ == "__main__":

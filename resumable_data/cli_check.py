@@ -7,6 +7,8 @@ this process), through :func:`resumable_data.testing.check_resume`, and prints t
 ``--batch-size`` is the global batch: each of ``W`` ranks gets ``batch_size / W``, split by
 ``--sharding-policy``; with ``--no-elastic`` the loader refuses world-size changes, so each world
 size is checked on its own (the report notes it). ``--eos-id`` is the packing's separator token.
+A value the loader refuses as out of range is reported under the option that set it
+(``--packing-seq-len=0``, not the loader's ``seq_len=0``), with the range.
 
 Exit status: 0 bit-exact, 1 a divergence (the first one is printed), 2 bad input (unpinned or
 damaged dataset: ``--pin``, or ``resumable-data pin DIR``, pins one in place; impossible options).
@@ -15,6 +17,7 @@ damaged dataset: ``--pin``, or ``resumable-data pin DIR``, pins one in place; im
 from __future__ import annotations
 
 import argparse
+import re
 import time
 
 from resumable_data.errors import ConfigError, describe
@@ -208,7 +211,39 @@ def _say(line: str) -> None:
     print("\n".join(fit(line.split("\n"))))
 
 
+#: the loader's parameter -> the option that sets it (its refusals name the parameter)
+_OPTIONS = {
+    "batch_size": "--batch-size",
+    "shuffle_window": "--window",
+    "seq_len": "--packing-seq-len",
+    "window": "--packing-window",
+    "num_workers": "--workers",
+    "accumulation_steps": "--accumulation-steps",
+    "seed": "--seed",
+}
+_RANGE = re.compile(r"^(\w+)=(-?\d+): expected an integer in \[(-?\d+), (\d+)\]")
+
+
+def _as_option(e: ConfigError) -> ConfigError:
+    """The loader's range refusal of a parameter an option sets, as that option (its name, the
+    value, the range and a fix for the command line); any other error unchanged."""
+    m = _RANGE.match(str(e))
+    if m is None or m.group(1) not in _OPTIONS:
+        return e
+    flag, lo, hi = _OPTIONS[m.group(1)], m.group(3), m.group(4)
+    return ConfigError(
+        describe(flag, int(m.group(2)), f"an integer in [{lo}, {hi}]", f"pass {flag} N with {lo} <= N <= {hi}")
+    )
+
+
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except ConfigError as e:
+        raise _as_option(e) from None
+
+
+def _run(args: argparse.Namespace) -> int:
     from resumable_data.plan import WindowBlocks
     from resumable_data.testing import check_resume
 

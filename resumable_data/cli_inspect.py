@@ -291,32 +291,35 @@ _NARROW_CELL = 24  # saved / current cells when the table must fit WIDTH columns
 
 def _load_current(path: str) -> Any:
     """The current run's CheckpointMeta: a JSON file of ``TrainingState.meta().to_dict()``, or a
-    checkpoint directory's metadata."""
+    checkpoint directory's metadata. Anything else is one ConfigError naming ``--against``."""
     import json
     from pathlib import Path
 
+    from resumable_data.checkpoint.files import LIMITS, read_regular
     from resumable_data.checkpoint.meta import CheckpointMeta
+    from resumable_data.checkpoint.store import read_checkpoint
 
     p = Path(path)
-    if p.is_dir():
-        from resumable_data.checkpoint.store import read_checkpoint
-
-        current = read_checkpoint(p).meta
-        if current is None:
-            raise ConfigError(describe("--against", path, "a checkpoint with metadata", "pass a JSON file instead"))
-        return current
-    from resumable_data.checkpoint.errors import CheckpointError
-    from resumable_data.checkpoint.files import LIMITS, read_regular
-
-    try:  # a regular file of at most meta.json's limit: a FIFO or /dev/zero is refused unopened
-        d = json.loads(read_regular(p, LIMITS["meta.json"]).decode("utf-8"))
-    except (CheckpointError, ValueError) as e:
+    try:
+        if p.is_dir():
+            current = read_checkpoint(p).meta
+            if current is None:
+                raise ConfigError("the checkpoint has no metadata (meta.json)")
+            return current
+        # a regular file of at most meta.json's limit: a FIFO or /dev/zero is refused unopened
+        return CheckpointMeta.from_dict(
+            json.loads(read_regular(p, LIMITS["meta.json"]).decode("utf-8")), "current meta"
+        )
+    except (ResumableDataError, ValueError, OSError) as e:
         raise ConfigError(
             describe(
-                "--against", path, f"a readable JSON file ({e})", "write it with json.dump(state.meta().to_dict(), f)"
+                "--against",
+                path,
+                "the current run's metadata (a JSON file of TrainingState.meta().to_dict(), or a checkpoint "
+                f"directory; {e})",
+                "write it with json.dump(state.meta().to_dict(), f), or pass a checkpoint directory",
             )
         ) from None
-    return CheckpointMeta.from_dict(d, "current meta")
 
 
 def _clip(s: str, width: int = _CELL) -> str:

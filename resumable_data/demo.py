@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 
 import resumable_data as rd
 from resumable_data.demo_train import SABOTAGES, DemoConfig
+from resumable_data.errors import describe
 
 __all__ = ["RunLog", "Verdict", "build_stdlib_corpus", "compare", "configure", "main", "run"]
 
@@ -72,6 +73,16 @@ def token_stats(src: rd.ArrowShards, column: str, chunk: int = 65536) -> tuple[i
         raise rd.ConfigError(
             f"--tokens: the dataset has no column {column!r} (it has {src.schema.names}); "
             "fix: pass --tokens NAME of its list<int> token column"
+        )
+    kind = src.schema.field(column).type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not pa.types.is_integer(kind.value_type):
+        raise rd.ConfigError(
+            describe(
+                "--tokens",
+                column,
+                f"a list<int> token column (it is {kind})",
+                "pass --tokens NAME of its list<int> token column",
+            )
         )
     total, largest = 0, -1
     for start in range(0, len(src), chunk):
@@ -323,6 +334,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def main_args(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     say = print
+    steps, every = int(args.steps), int(args.checkpoint_every)
+    if steps < 8:
+        raise rd.ConfigError(f"--steps: {steps} is too few; fix: pass at least 8")
+    if every < 1:
+        raise rd.ConfigError(describe("--checkpoint-every", every, "an integer >= 1", "e.g. --checkpoint-every 30"))
+    first_ckpt = min(every, steps) - 1  # the microbatch the first checkpoint is written after
+    if args.kill_at is not None and not first_ckpt < args.kill_at <= steps - 2:
+        lo, hi = first_ckpt + 1, steps - 2
+        raise rd.ConfigError(
+            describe(
+                "--kill-at",
+                args.kill_at,
+                f"a microbatch in [{lo}, {hi}] (after the first checkpoint, at microbatch {first_ckpt}, "
+                "and before the last)",
+                f"e.g. --kill-at {(lo + hi) // 2}, or leave it out" if lo <= hi else "leave it out",
+            )
+        )
     work: Path = args.workdir.resolve()
     work.mkdir(parents=True, exist_ok=True)
     for stale in ("interrupted", "uninterrupted"):
@@ -339,16 +367,13 @@ def main_args(args: argparse.Namespace) -> int:
     src = rd.ArrowShards(corpus)
     n_tokens, largest = token_stats(src, args.tokens)
     vocab = max(largest + 1, (eos or 0) + 1, 2) if args.data is not None else 257  # bytes + 1, 0 = EOS
-    steps = int(args.steps)
-    if steps < 8:
-        raise rd.ConfigError(f"--steps: {steps} is too few; fix: pass at least 8")
     cfg = DemoConfig(
         data=str(corpus),
         tokens=args.tokens,
         vocab=vocab,
         eos_id=eos,
         steps=steps,
-        checkpoint_every=max(1, int(args.checkpoint_every)),
+        checkpoint_every=every,
     )
     config_path = work / "config.json"
     config_path.write_text(cfg.to_json())
@@ -377,7 +402,6 @@ def main_args(args: argparse.Namespace) -> int:
         f"commit(applied=False)); checkpoint every {cfg.checkpoint_every} microbatches"
     )
 
-    first_ckpt = min(cfg.checkpoint_every, steps) - 1
     if args.kill_at is not None:
         kill_at = int(args.kill_at)
     else:

@@ -342,3 +342,60 @@ def test_a_closed_pipe_ends_the_command_without_a_traceback(saved, tmp_path):
     os.close(write)
     assert proc.returncode == 141, proc.stderr
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr
+
+
+# -- paths the operating system refuses, Ctrl-C --------------------------------------------------
+@pytest.mark.parametrize("argv", [["inspect", "{long}"], ["pin", "{long}"], ["check-resume", "{long}"],
+                                  ["demo", "--data", "{long}"]])
+def test_a_path_too_long_for_the_os_is_a_message_naming_the_argument(saved, capsys, argv):
+    long = "a" * 300  # one name over NAME_MAX (255): os.stat raises ENAMETOOLONG, not "not found"
+    argv = [a.format(long=long, ckpt=saved["root"] / "ckpt") for a in argv]
+    rc, out, err = _cli(capsys, *argv)
+    flag = next((a for a in argv if a.startswith("--")), "checkpoint" if argv[0] == "inspect" else "data")
+    assert rc == 2 and out == ""
+    assert err.startswith(f"resumable-data {argv[0]}: {flag}={repr(long)[:197]}...: expected a path the operating system accepts "
+                          "(File name too long); fix: shorten it"), err
+    assert err.count("\n") == 1
+
+
+def test_ctrl_c_is_a_short_message_and_exit_130(tmp_path, capsys, monkeypatch):
+    import resumable_data.cli_pin as cli_pin
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(COMMANDS, "pin", COMMANDS["pin"].__class__("pin", "", cli_pin.configure, interrupted))
+    rc, out, err = _cli(capsys, "pin", tmp_path)
+    assert (rc, out, err) == (130, "", "resumable-data pin: interrupted (Ctrl-C)\n")
+
+    def io_error(args):
+        raise OSError(5, "Input/output error")  # a failed read names no path
+
+    monkeypatch.setitem(COMMANDS, "pin", COMMANDS["pin"].__class__("pin", "", cli_pin.configure, io_error))
+    rc, out, err = _cli(capsys, "pin", tmp_path)
+    assert (rc, out) == (2, "") and err == ("resumable-data pin: the operating system refused a read or write "
+                                            "(Input/output error); fix: check the paths passed (ls -l)\n")
+
+
+@pytest.mark.parametrize("flags, flag, value, expected", [
+    (["--packing-seq-len", "0", "--tokens", "x"], "--packing-seq-len", "0", "an integer in [2, 16777216]"),
+    (["--packing-seq-len", "8", "--tokens", "x", "--packing-window", "0"], "--packing-window", "0",
+     "an integer in [1, 16777216]"),
+    (["--shuffle", "--window", "-5"], "--window", "-5", "an integer in [1, 9223372036854775807]"),
+    (["--accumulation-steps", "0"], "--accumulation-steps", "0", "an integer in [1, 1048576]"),
+    (["--seed", "-1"], "--seed", "-1", "an integer in [0, 18446744073709551615]"),
+    (["--batch-size", str(2**40)], "--batch-size", str(2**40), "an integer in [1, 1073741824]"),
+    (["--workers", "0,99999"], "--workers", "99999", "an integer in [0, 1024]"),
+])
+def test_check_resume_names_the_option_not_the_library_parameter(tmp_path, capsys, flags, flag, value, expected):
+    """An option the loader refuses is named as typed (``--packing-seq-len``, not ``seq_len``), with
+    a fix that works on the command line."""
+    data = _shards(tmp_path / "data")
+    rd.write_arrow_shards(pa.table({"x": pa.array([[1, 2, 3]] * 40, pa.list_(pa.int32()))}), tmp_path / "tok")
+    rd.pin(data)
+    rd.pin(tmp_path / "tok")
+    where = tmp_path / ("tok" if "--tokens" in flags else "data")
+    rc, out, err = _cli(capsys, "check-resume", where, "--steps", "3", "--interrupts", "1", *flags)
+    lo, hi = expected[len("an integer in ["):-1].split(", ")
+    assert (rc, err) == (2, f"resumable-data check-resume: {flag}={value}: expected {expected}; "
+                            f"fix: pass {flag} N with {lo} <= N <= {hi}\n")

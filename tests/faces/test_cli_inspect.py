@@ -137,6 +137,23 @@ def test_against_a_checkpoint_directory_and_unreadable_input(run, capsys):
     assert rc == 2 and "schema_version" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("what", ["empty folder", "dataset folder", "loader state", "unreadable file"])
+def test_against_anything_but_a_run_s_metadata_names_against_and_the_fix(run, capsys, what):
+    """Each refusal of ``--against`` names it and says what it takes; an I/O error is one of them."""
+    if what == "unreadable file" and not Path("/proc/self/mem").exists():
+        pytest.skip("needs /proc/self/mem (Linux): a regular file whose read fails with EIO")
+    path = {"empty folder": run["root"] / "empty", "dataset folder": run["data"],
+            "loader state": run["root"] / "loader-state.json", "unreadable file": Path("/proc/self/mem")}[what]
+    (run["root"] / "empty").mkdir(exist_ok=True)
+    (run["root"] / "loader-state.json").write_text(json.dumps({"format": "resumable_data.loader"}))
+    rc = main(["inspect", str(run["ckpt"]), "--against", str(path)])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"resumable-data inspect: --against={str(path)!r}: expected the current run's metadata "
+                          "(a JSON file of TrainingState.meta().to_dict(), or a checkpoint directory; "), err
+    assert err.endswith("fix: write it with json.dump(state.meta().to_dict(), f), or pass a checkpoint directory\n")
+
+
 @pytest.mark.parametrize("mode", [False, "lazy"], ids=["off", "lazy"])
 def test_seeding_mode_difference_is_refused_unless_the_stream_starts_afresh(run, capsys, mode):
     """A checkpoint of an eager run against a current off / lazy loader: the sample_seeding row is

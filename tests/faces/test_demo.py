@@ -98,3 +98,24 @@ def test_make_demo_default_run_is_bit_identical(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "400 of 400 microbatches identical" in proc.stdout and "RESULT    BIT-IDENTICAL" in proc.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--checkpoint-every", "0"], "--checkpoint-every=0: expected an integer >= 1; fix: e.g. --checkpoint-every 30"),
+    (["--kill-at", "-1"], "--kill-at=-1: expected a microbatch in [30, 398] (after the first checkpoint, at "
+                          "microbatch 29, and before the last); fix: e.g. --kill-at 214, or leave it out"),
+    (["--kill-at", "999999"], "--kill-at=999999: expected a microbatch in [30, 398] (after the first checkpoint, at "
+                              "microbatch 29, and before the last); fix: e.g. --kill-at 214, or leave it out"),
+    (["--tokens", "id"], "--tokens='id': expected a list<int> token column (it is int64); "
+                         "fix: pass --tokens NAME of its list<int> token column"),
+])
+def test_demo_refuses_options_it_cannot_run_before_any_work(tmp_path, capsys, argv, message):
+    """A kill before the first checkpoint or past the end, no checkpoints, or a token column that is
+    not a list: exit 2 with one line, before training (not a failed run, a silent clamp or a traceback)."""
+    data = tmp_path / "data"
+    rd.write_arrow_shards(pa.table({"id": pa.array(range(40), pa.int64()),
+                                    "tokens": pa.array([[1, 2, 3]] * 40, pa.list_(pa.int32()))}), data)
+    rd.pin(data)
+    rc = cli.main(["demo", "--quiet", "--data", str(data), "--workdir", str(tmp_path / "work"), *argv])
+    out, err = capsys.readouterr()
+    assert (rc, out, err) == (2, "", f"resumable-data demo: {message}\n")
