@@ -176,7 +176,7 @@ def _os_error(args: argparse.Namespace, e: OSError) -> str:
         ):
             name, value = args._flags.get(dest, dest), given
             break
-    fix = _OS_FIXES.get(e.errno, "check the path (ls -l), or pass another one")
+    fix = _OS_FIXES.get(e.errno if e.errno is not None else -1, "check the path (ls -l), or pass another one")
     what = f"{e.strerror or e}" + ("" if failed in (value, os.path.abspath(value)) else f" at {failed!r}")
     return describe(name, value, f"a path the operating system accepts ({what})", fix)
 

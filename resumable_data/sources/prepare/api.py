@@ -406,7 +406,7 @@ def prepare(
                 "loosen the filters",
             )
         )
-    _same_schema(store, out_s, [r.name for r in written], fn)
+    _same_schema(store, out_s, [r.name for r in written if r.name is not None], fn)
     version_ = pin(out_s, lineage=lineage, filesystem=filesystem)
     got = [(s.path, s.content_hash) for s in version_.shards]
     want = [(r.name, r.content_hash) for r in written]
