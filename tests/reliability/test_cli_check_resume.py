@@ -90,7 +90,7 @@ def test_a_history_dependent_pipeline_exits_1(pinned, capsys, monkeypatch):
 @pytest.mark.parametrize("argv, message", [
     (["--world-sizes", "1,3", "--batch-size", "8"], "divisors of the global --batch-size 8"),
     (["--window", "8"], "--shuffle"),
-    (["--packing-seq-len", "1", "--tokens", "tokens"], "seq_len"),
+    (["--packing-seq-len", "1", "--tokens", "tokens"], "--packing-seq-len=1: expected an integer in [2,"),
     (["--packing-seq-len", "16", "--tokens", "id"], "list<integer>"),
     (["--eos-id", "3"], "--packing-seq-len as well"),
 ])
