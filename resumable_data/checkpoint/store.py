@@ -71,6 +71,7 @@ import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISBLK, S_ISCHR, S_ISFIFO, S_ISREG
 from typing import Any, Protocol, runtime_checkable
 
 import xxhash
@@ -333,6 +334,18 @@ def _path(value: Any, param: str) -> Path:
     return Path(value)
 
 
+def _kind_at(p: Path) -> str:
+    """What is at ``p`` (which exists and is not a directory), in words."""
+    try:
+        mode = os.stat(p).st_mode
+    except OSError:  # a dangling link, a link loop
+        return "a link to nothing loadable"
+    for test, words in ((S_ISREG, "a file"), (S_ISFIFO, "a FIFO"), (S_ISCHR, "a device"), (S_ISBLK, "a device")):
+        if test(mode):
+            return words
+    return "something other than a directory"
+
+
 def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path:
     """The step directory to load: ``path`` itself if it is one, else ``step``, else ``latest``
     (falling back to the newest complete one if ``latest`` is missing, unreadable or incomplete)."""
@@ -350,11 +363,12 @@ def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path
             )
         return p
     if not p.is_dir():
+        there = "nothing is at" if not os.path.lexists(p) else _kind_at(p) + " is at"
         raise CheckpointError(
             describe(
                 "directory",
                 str(p),
-                f"an existing checkpoint directory (nothing is at {str(p.absolute())!r})",
+                f"an existing checkpoint directory ({there} {str(p.absolute())!r})",
                 "pass the directory rd.save_checkpoint wrote into, or call rd.resume_or_start(directory, state), "
                 "which starts from step 0 when there is no checkpoint yet",
             )

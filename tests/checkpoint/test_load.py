@@ -186,6 +186,23 @@ def test_a_missing_directory_names_the_fresh_start_fix_and_it_works(tmp_path, mo
     assert rd.resume_or_start("ckpts", state) == 0  # the fix, as named
 
 
+@pytest.mark.parametrize("kind, words", [("file", "a file is at"), ("fifo", "a FIFO is at"),
+                                         ("dangling", "a link to nothing loadable is at")])
+def test_something_other_than_a_directory_is_named_for_what_it_is(tmp_path, kind, words):
+    """A file, a FIFO or a dangling link given as the checkpoint directory was reported as 'nothing is at'."""
+    import os
+
+    p = tmp_path / "ckpts"
+    if kind == "file":
+        p.write_bytes(b"x")
+    elif kind == "fifo":
+        os.mkfifo(p)
+    else:
+        os.symlink(tmp_path / "gone", p)
+    with pytest.raises(rd.CheckpointError, match=words):
+        rd.load_checkpoint(p, rd.TrainingState(model=torch.nn.Linear(1, 1)))
+
+
 def test_last_report_is_the_report_of_the_last_restore_also_through_dcp(data, tmp_path):
     """``TrainingState.last_report``: None before any restore, the report ``load_state_dict``
     returned after one (the only way to read it after ``dcp.load``, which drops the return value),

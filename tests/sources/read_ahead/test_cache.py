@@ -73,18 +73,25 @@ def test_a_live_owner_and_what_is_not_a_cache_directory_are_left_alone(tmp_path)
     assert sweep_abandoned(str(tmp_path)) == [live]  # its owner let go without removing it
 
 
-def test_later_sweeps_remove_a_directory_once_its_last_holder_lets_go(tmp_path):
+@pytest.mark.parametrize(
+    "first_s, held_s",
+    [(0.2, 0.4), (0.05, 0.8)],  # 0.2, 0.6, 1.4 s, then every 0.8 s / 0.05, 0.15, 0.35 s, then every 0.2 s
+    ids=["after the first sweep", "past the doubling sweeps"],
+)
+def test_later_sweeps_remove_a_directory_once_its_last_holder_lets_go(tmp_path, first_s, held_s):
     """A job restarted at once finds the killed job's lock still held (its loader workers have not
-    yet noticed that their parent is gone): a later sweep removes the directory once they have."""
+    yet noticed that their parent is gone): a later sweep removes the directory once they have, also
+    when they let go after the doubling sweeps (a loaded machine, steps still pending): the sweeps go
+    on at the longest delay."""
     import time
 
     from resumable_data.sources.read_ahead.cache import LaterSweeps
 
     held, fd = make_cache_dir(str(tmp_path))  # stands for a killed job's directory its worker still holds
-    sweeps = LaterSweeps(str(tmp_path), first_s=0.2)  # sweeps at 0.2, 0.6, 1.4 s, then every 0.8 s
+    sweeps = LaterSweeps(str(tmp_path), first_s=first_s)
     try:
-        time.sleep(0.4)
-        assert os.path.isdir(held)  # the first sweep found the lock held and left it
+        time.sleep(held_s)
+        assert os.path.isdir(held)  # the sweeps so far found the lock held and left it
         os.close(fd)  # the last holder is gone
         fd = None
         deadline = time.monotonic() + 5
@@ -211,30 +218,6 @@ def test_another_users_abandoned_directory_is_left_alone(tmp_path):
         os.chown(path, 54321, 54321)
     assert sweep_abandoned(str(tmp_path)) == []
     assert sorted(os.listdir(root)) == [OWNER, "0.unit"]
-
-
-def test_later_sweeps_go_on_past_the_doubling_ones(tmp_path):
-    """A killed job's worker can take longer than the three doubling sweeps to let go (a loaded
-    machine, steps still pending): the sweeps go on at the longest delay, so the directory goes."""
-    import time
-
-    from resumable_data.sources.read_ahead.cache import LaterSweeps
-
-    held, fd = make_cache_dir(str(tmp_path))
-    sweeps = LaterSweeps(str(tmp_path), first_s=0.05)  # 0.05, 0.15, 0.35 s, then every 0.2 s
-    try:
-        time.sleep(0.8)  # past the doubling sweeps
-        assert os.path.isdir(held)
-        os.close(fd)
-        fd = None
-        deadline = time.monotonic() + 5
-        while os.path.exists(held) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not os.path.exists(held)
-    finally:
-        sweeps.cancel()
-        if fd is not None:
-            os.close(fd)
 
 
 def _ended_child(reap: bool) -> int:
