@@ -17,8 +17,9 @@ from resumable_data.checkpoint.inventory import Inventory, InventoryEntry
 from resumable_data.checkpoint.load import LoadedCheckpoint, load_checkpoint
 from resumable_data.checkpoint.meta import CheckpointMeta, SchedulerConvention, fingerprint
 from resumable_data.checkpoint.metrics import MetricLog
+from resumable_data.checkpoint.save import save_checkpoint
 from resumable_data.checkpoint.state import AccumulationPolicy, NewRankRNG, TrainingState
-from resumable_data.checkpoint.store import cleanup_incomplete, list_checkpoints, read_checkpoint, save_checkpoint
+from resumable_data.checkpoint.store import cleanup_incomplete, list_checkpoints, read_checkpoint
 
 __all__ = [
     "CONTRACT_VERSION",

@@ -109,7 +109,7 @@ def _load_other(state: Any, tree: Any, label: RecoveryLabel) -> CompatibilityRep
     second call without ``label``)."""
     import torch
 
-    from resumable_data.checkpoint.store import SavesState
+    from resumable_data.checkpoint.save import SavesState
     from resumable_data.checkpoint.undo import module_undo, stateful_undo
 
     if isinstance(state, torch.nn.Module):

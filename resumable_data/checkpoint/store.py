@@ -10,27 +10,14 @@ Layout of ``directory``::
         inventory.json          # the inventory table with its oracle values
         COMMITTED               # written last: format, step, checkpoint id, size + xxh3-128 of each file
 
-Save algorithm (under the folder's single-writer lock, ``.lock``: a second concurrent writer
-gets a :class:`CheckpointError`): recover or remove leftovers of interrupted saves (below); write
-every file into ``.tmp-step-N-<pid>-<rand>/`` (each fsynced); write ``COMMITTED`` (fsynced); fsync
-the directory; rename an existing ``step-N`` aside to ``.aside-step-N-<rand>``; rename the new
-directory to ``step-N``; fsync the parent; replace ``latest`` atomically (``_io.atomic_write``,
-durable); delete the aside copy; finally delete all but the ``keep_last`` newest complete
-checkpoints (never the one just saved, which ``latest`` names), each renamed to ``.trash-*``
-before it is removed.
+Saving (:mod:`.save`) writes a step into a private temporary directory and renames it into place,
+then replaces ``latest``; this module holds the layout, the recovery both sides run, listing and reading.
 
 Recovery (at the start of every save, and :func:`cleanup_incomplete`): for a step without a
 complete ``step-N``, a complete ``.tmp-step-N-*`` (the newer save) or else a complete
 ``.aside-step-N-*`` (the older) is renamed back to ``step-N``; then ``.tmp-*``, ``.aside-*``,
 ``.trash-*``, ``latest`` temp files and step directories without a valid marker are removed. So a
 re-save killed between its two renames loses neither copy, and the next save keeps one.
-
-Write failures (a full disk, a quota, an I/O error: ``OSError`` or safetensors' ``SafetensorError``)
-are a :class:`CheckpointError` naming the folder, the cause and what is on disk: before the new
-directory is renamed into place, the temp directory is removed (and a re-saved step's previous
-copy renamed back), so the folder is as it was; after it, the step is complete but ``latest``
-may still name the previous one, which loading follows. Retention is best effort (the next save
-retries it).
 
 Steps: ``0 <= step < 10**12`` (the directory names have 12 digits); a larger step is a
 :class:`ConfigError` before anything is written.
@@ -62,7 +49,6 @@ files and the tensors (peak: about the tensor file's size, plus the JSON files).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -72,20 +58,19 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from stat import S_ISBLK, S_ISCHR, S_ISFIFO, S_ISREG
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import xxhash
 
-from resumable_data._io import atomic_write, fsync_dir
+from resumable_data._io import fsync_dir
 from resumable_data._schema import expect_header, expect_int, expect_mapping, expect_str
-from resumable_data.checkpoint.codec import decode, encode
+from resumable_data.checkpoint.codec import decode
 from resumable_data.checkpoint.errors import CheckpointError
-from resumable_data.checkpoint.files import LIMITS, hash_regular, is_regular, read_exact, read_regular, writer_lock
+from resumable_data.checkpoint.files import LIMITS, is_regular, read_exact, read_regular, writer_lock
 from resumable_data.checkpoint.inventory import Inventory
-from resumable_data.checkpoint.meta import META_FORMAT, CheckpointMeta, new_id
+from resumable_data.checkpoint.meta import META_FORMAT, CheckpointMeta
 from resumable_data.checkpoint.tensor_file import read_tensor_file
 from resumable_data.errors import ConfigError, ConfigTypeError, ResumableDataError, describe
-from resumable_data.loader.protocol import HoldsLoader, ResumableLoader
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -95,7 +80,6 @@ __all__ = [
     "list_checkpoints",
     "read_checkpoint",
     "resolve_checkpoint",
-    "save_checkpoint",
     "survey_checkpoints",
 ]
 
@@ -402,105 +386,6 @@ def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path
     return newest
 
 
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_tensors(path: Path, tensors: dict) -> None:
-    from safetensors.torch import save_file
-
-    save_file(tensors, str(path), metadata=TENSORS_METADATA)
-
-
-@runtime_checkable
-class SavesState(Protocol):
-    """What :func:`save_checkpoint` needs of a state that is not a :class:`TrainingState`: a
-    ``state_dict()`` of tensors and JSON values (torch's ``Stateful`` has one; restoring it with
-    ``rd.load_checkpoint`` also needs ``load_state_dict``, reading it with ``read_checkpoint`` does not)."""
-
-    def state_dict(self) -> Any: ...
-
-
-def save_checkpoint(
-    directory: str | os.PathLike, state: Any, *, step: int | None = None, keep_last: int | None = 3
-) -> Path:
-    """Write ``state`` (a :class:`TrainingState` or any object whose ``state_dict()`` holds tensors
-    and JSON values) as ``directory/step-N`` atomically; returns that path.
-
-    ``step`` (``0 <= step < 10**12``) defaults to the loader's delivered-step cursor;
-    ``keep_last=None`` keeps every checkpoint. One writer per directory: a second process saving
-    into it concurrently gets a :class:`CheckpointError` (module docs).
-
-    Single process only: with torch.distributed initialized and more than one rank this raises
-    :class:`ConfigError` before writing anything. Several ranks writing one directory would race on
-    ``latest`` and the retention, and one rank's file cannot hold the other ranks' generators and
-    cursors; save through ``torch.distributed.checkpoint`` with :class:`TrainingState` instead
-    (``dcp.save({"train": state}, checkpoint_id=path)`` on every rank), which keeps each rank's state."""
-    from resumable_data.checkpoint.census import build_inventory
-    from resumable_data.checkpoint.state import TrainingState
-
-    dist = __import__("torch").distributed
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        raise ConfigError(
-            describe(
-                "torch.distributed world_size",
-                dist.get_world_size(),
-                "a single process (rd.save_checkpoint writes one process's state into a directory with one writer)",
-                "on every rank call torch.distributed.checkpoint.save({'train': rd.TrainingState(...)}, checkpoint_id=path) "
-                "and dcp.load(...) to resume: it keeps every rank's RNG and data cursor",
-            )
-        )
-    root = _path(directory, "directory")
-    if step is None:
-        loader = state.loader if isinstance(state, HoldsLoader) else None
-        if not isinstance(loader, ResumableLoader):
-            raise ConfigError(
-                describe(
-                    "step",
-                    None,
-                    "an integer step (it defaults to the delivered-step cursor of state.loader, an rd.DataLoader;"
-                    f" {type(state).__name__} has none)",
-                    "pass step= (e.g. the applied-update count)",
-                )
-            )
-        step = int(loader.cursor.delivered)
-    step = check_step(step)
-    if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1):
-        raise ConfigError(
-            describe("keep_last", keep_last, "an integer >= 1 or None", "pass keep_last=3, or None to keep all")
-        )
-    checkpoint_id = new_id()
-    if isinstance(state, TrainingState):
-        tree = state.file_state_dict(checkpoint_id=checkpoint_id)
-        inventory = build_inventory(state, tree).to_dict()
-    else:
-        if not isinstance(state, SavesState):
-            raise ConfigError(
-                describe(
-                    "state",
-                    type(state).__name__,
-                    "an rd.TrainingState or an object with state_dict() (torch's Stateful has it)",
-                    "wrap the training objects in rd.TrainingState",
-                )
-            )
-        tree = state.state_dict()
-        inventory = {"format": "resumable_data.inventory", "schema_version": 1, "entries": []}
-    meta = _tree_meta(tree)
-    json_tree, tensors = encode(tree)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise CheckpointError(
-            describe("directory", str(root), f"a folder that can be created ({e})", "pass a writable directory")
-        ) from None
-    with writer_lock(root):
-        return _write(root, step, checkpoint_id, json_tree, tensors, meta, inventory, keep_last)
-
-
 def _tree_meta(tree: Any) -> Any:
     """The checkpoint metadata a state tree holds (``meta.json``): its ``meta`` entry when that is a
     :class:`CheckpointMeta`'s JSON (``format`` names it), else None. Another object's state may hold
@@ -508,105 +393,6 @@ def _tree_meta(tree: Any) -> Any:
     made the checkpoint unloadable)."""
     meta = tree.get(K_META) if isinstance(tree, dict) else None
     return meta if isinstance(meta, dict) and meta.get("format") == META_FORMAT else None
-
-
-def _write(
-    root: Path,
-    step: int,
-    checkpoint_id: str,
-    json_tree: Any,
-    tensors: dict,
-    meta: Any,
-    inventory: Any,
-    keep_last: int | None,
-) -> Path:
-    from safetensors import SafetensorError
-
-    final = root / step_dir_name(step)
-    tmp = root / f"{TMP_PREFIX}{final.name}-{os.getpid()}-{secrets.token_hex(4)}"
-    aside = None
-    try:  # nothing published yet: any failure removes what this save wrote and leaves the folder as it was
-        _cleanup(root)
-        _fill(tmp, step, checkpoint_id, json_tree, tensors, meta, inventory)
-        if os.path.lexists(final):
-            aside = root / f"{ASIDE_PREFIX}{final.name}-{secrets.token_hex(4)}"
-            os.rename(final, aside)
-        os.rename(tmp, final)
-    except BaseException as e:  # also an interrupt or a writer's bug: what this save wrote goes
-        _rmtree(tmp)
-        if aside is not None and not os.path.lexists(final):
-            with contextlib.suppress(OSError):  # else the next load or save recovers the complete aside copy
-                os.rename(aside, final)  # a re-save: the previous copy of this step goes back
-        if isinstance(e, (OSError, SafetensorError)):
-            raise _write_error(root, final, e, published=False) from None
-        raise
-    try:  # the new step directory is complete; `latest` and the retention pass follow
-        fsync_dir(root)
-        atomic_write(root / LATEST, (final.name + "\n").encode(), durable=True)
-    except OSError as e:
-        raise _write_error(root, final, e, published=True) from None
-    if aside is not None:
-        _rmtree(aside)
-    if keep_last is not None:
-        for old in list_checkpoints(root)[:-keep_last]:
-            if old.name != final.name:
-                trash = root / f"{TRASH_PREFIX}{old.name}-{secrets.token_hex(4)}"
-                try:
-                    os.rename(old, trash)
-                except OSError:  # retention is best effort: the next save retries it
-                    continue
-                _rmtree(trash)
-    return final
-
-
-def _fill(tmp: Path, step: int, checkpoint_id: str, json_tree: Any, tensors: dict, meta: Any, inventory: Any) -> None:
-    """Write every file of a checkpoint and its marker into the private directory ``tmp``, durably."""
-    os.mkdir(tmp)
-    _write_tensors(tmp / TENSORS, tensors)
-    # inside the private temp dir nobody reads: plain writes, then one fsync per file and one of the dir
-    atomic_write(tmp / STATE_JSON, _json_bytes(json_tree, sort_keys=False), durable=False)  # dict order is state
-    atomic_write(tmp / META_JSON, _json_bytes(meta), durable=False)
-    atomic_write(tmp / INVENTORY_JSON, _json_bytes(inventory), durable=False)
-    files = {}
-    for n in FILES:
-        _fsync_file(tmp / n)
-        size = os.lstat(tmp / n).st_size
-        files[n] = {"size": size, "xxh3_128": hash_regular(tmp / n, size)}
-    atomic_write(
-        tmp / MARKER,
-        _json_bytes(
-            {
-                "format": CHECKPOINT_FORMAT,
-                "schema_version": CHECKPOINT_SCHEMA_VERSION,
-                K_STEP: step,
-                K_CHECKPOINT_ID: checkpoint_id,
-                K_FILES: files,
-            }
-        ),
-        durable=False,
-    )
-    _fsync_file(tmp / MARKER)
-    fsync_dir(tmp)
-
-
-def _write_error(root: Path, final: Path, e: BaseException, *, published: bool) -> CheckpointError:
-    """The error of a save that failed writing (a full disk, a quota, an I/O error), saying what is on disk."""
-    why = getattr(e, "strerror", None) or str(e)
-    if published:
-        state = (
-            f"{final.name} is complete on disk but {LATEST} was not updated, so loading {root} still loads "
-            "the checkpoint it named before"
-        )
-    else:
-        state = f"nothing of {final.name} was kept; the checkpoints saved before are unchanged"
-    return CheckpointError(
-        describe(
-            "directory",
-            str(root),
-            f"room to write checkpoint {final.name} ({why}; {state})",
-            "free space (or raise the quota) and call save_checkpoint again, or save into another directory",
-        )
-    )
 
 
 @dataclass(frozen=True)

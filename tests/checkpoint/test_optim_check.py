@@ -23,6 +23,7 @@ import torch
 import xxhash
 
 import resumable_data as rd
+from resumable_data.checkpoint import save as save_mod
 from resumable_data.checkpoint import store as store_mod
 from resumable_data.checkpoint.codec import encode
 from resumable_data.checkpoint.keys import K_OPTIMIZER, K_ORACLES, K_SCHEDULER
@@ -149,7 +150,7 @@ def write_forged(saved_ts, raw, tree, dest) -> None:
     json_tree, tensors = encode(tree)
     meta = json_tree.get("meta")
     dest.mkdir(parents=True)
-    store_mod._write(dest, raw.step, raw.checkpoint_id, json_tree, tensors, meta, raw.inventory, None)
+    save_mod._write(dest, raw.step, raw.checkpoint_id, json_tree, tensors, meta, raw.inventory, None)
 
 
 @pytest.mark.parametrize("opt_kind,sched_kind", CASES)

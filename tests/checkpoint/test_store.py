@@ -279,7 +279,7 @@ def test_no_default_step_without_an_rd_loader_and_a_state_dict_is_required(tmp_p
 def test_a_save_interrupted_by_anything_leaves_the_folder_as_it_was(tmp_path, monkeypatch):
     """Not only a full disk: an interrupt (Ctrl-C) or a writer's own bug while the tensors are written
     left the private temporary directory behind until the next save. Any exception removes it."""
-    from resumable_data.checkpoint import store
+    from resumable_data.checkpoint import save
 
     root = tmp_path / "ckpt"
     model = torch.nn.Linear(2, 2)
@@ -290,7 +290,7 @@ def test_a_save_interrupted_by_anything_leaves_the_folder_as_it_was(tmp_path, mo
         path.write_bytes(b"half a file")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(store, "_write_tensors", interrupted)
+    monkeypatch.setattr(save, "_write_tensors", interrupted)
     with pytest.raises(KeyboardInterrupt):
         rd.save_checkpoint(root, rd.TrainingState(model=model), step=2)
     assert sorted(p.name for p in root.iterdir()) == before
@@ -399,11 +399,11 @@ def test_a_checkpoint_of_schema_version_1_still_loads(tmp_path, monkeypatch):
     """Schema version 2 added the codec's NumPy values, memory-ordered tensors and unsorted keys; a
     checkpoint an earlier rd wrote (version 1 marker and tensor tag) loads exactly as before, and a
     version this rd does not know is refused by its version."""
-    from resumable_data.checkpoint import store
+    from resumable_data.checkpoint import save, store
 
     model = torch.nn.Linear(3, 2)
-    monkeypatch.setattr(store, "CHECKPOINT_SCHEMA_VERSION", 1)
-    monkeypatch.setattr(store, "TENSORS_METADATA", {"format": store.CHECKPOINT_FORMAT, "schema_version": "1"})
+    monkeypatch.setattr(save, "CHECKPOINT_SCHEMA_VERSION", 1)
+    monkeypatch.setattr(save, "TENSORS_METADATA", {"format": store.CHECKPOINT_FORMAT, "schema_version": "1"})
     path = rd.save_checkpoint(tmp_path / "v1", rd.TrainingState(model=model), step=3)
     monkeypatch.undo()
     assert json.loads((path / "COMMITTED").read_text())["schema_version"] == 1

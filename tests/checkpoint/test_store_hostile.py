@@ -30,6 +30,7 @@ import torch
 
 import resumable_data as rd
 from resumable_data.checkpoint import list_checkpoints, read_checkpoint
+from resumable_data.checkpoint import save as save_mod
 from resumable_data.checkpoint import store as store_mod
 from tests.reliability._counts import count
 
@@ -207,13 +208,13 @@ class Crash(BaseException):
 
 
 OPS = [("os", "mkdir"), ("os", "rename"), ("os", "replace"), ("os", "fsync"), ("os", "unlink"), ("os", "rmdir"),
-       ("shutil", "rmtree"), ("store", "_write_tensors")]
+       ("shutil", "rmtree"), ("save", "_write_tensors")]
 
 
 def _patch(monkeypatch, crash_at: int | None, log: list):
     import shutil as shutil_mod
 
-    mods = {"os": os, "shutil": shutil_mod, "store": store_mod}
+    mods = {"os": os, "shutil": shutil_mod, "store": store_mod, "save": save_mod}
     for mod, name in OPS:
         real = getattr(mods[mod], name)
 
@@ -368,7 +369,7 @@ def test_marker_json_of_a_forged_step_is_refused(tmp_path):
 
 # -- a full disk at every write of a save ----------------------------------------------------------
 ENOSPC_OPS = [("os", "mkdir"), ("os", "rename"), ("os", "replace"), ("os", "fsync"), ("os", "unlink"),
-              ("io", "open"), ("store", "_write_tensors")]
+              ("io", "open"), ("save", "_write_tensors")]
 
 
 def _patch_enospc(monkeypatch, fail_at: int | None, log: list):
@@ -380,7 +381,7 @@ def _patch_enospc(monkeypatch, fail_at: int | None, log: list):
 
     from resumable_data import _io as io_mod
 
-    mods = {"os": os, "io": io_mod, "store": store_mod}
+    mods = {"os": os, "io": io_mod, "store": store_mod, "save": save_mod}
     for mod, name in ENOSPC_OPS:
         real = getattr(mods[mod], name) if name != "open" else open
 
@@ -389,7 +390,7 @@ def _patch_enospc(monkeypatch, fail_at: int | None, log: list):
                 return _real(*a, **k)
             log.append(_name)
             if fail_at is not None and len(log) - 1 == fail_at:
-                if _name == "store._write_tensors":
+                if _name == "save._write_tensors":
                     raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, "
                                           "message: \"No space left on device\" })")
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -411,7 +412,7 @@ def test_a_full_disk_at_every_write_is_an_rd_error_and_keeps_the_previous_checkp
     with monkeypatch.context() as m:
         _patch_enospc(m, None, ops)
         rd.save_checkpoint(root, _state(5.0), step=2 if resave else 3, keep_last=2)
-    assert len(ops) >= 12 and "store._write_tensors" in ops and "io.open" in ops, ops
+    assert len(ops) >= 12 and "save._write_tensors" in ops and "io.open" in ops, ops
     target = 2 if resave else 3
     refused, passed = 0, []
     for k, op in enumerate(ops):

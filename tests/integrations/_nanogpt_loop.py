@@ -93,9 +93,9 @@ def build(data: str):
 
 def _kill_inside_next_save() -> None:
     """SIGKILL this process at the second fsync of the next checkpoint save (files half written)."""
-    from resumable_data.checkpoint import store
+    from resumable_data.checkpoint import save
 
-    real, calls = store._fsync_file, [0]
+    real, calls = save._fsync_file, [0]
 
     def fsync_then_die(path):
         real(path)
@@ -103,7 +103,7 @@ def _kill_inside_next_save() -> None:
         if calls[0] == 2:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    store._fsync_file = fsync_then_die
+    save._fsync_file = fsync_then_die
 
 
 def main(argv: list[str]) -> None:
