@@ -7,7 +7,9 @@ sequences overlap are read, in one vectorized ``take``. Output per batch, ``[B, 
 ``input_ids``, ``labels`` (``IGNORE_INDEX`` = -100 on padding and across documents), ``position_ids`` (restarting
 at each document), ``document_ids`` (record id, -1 on padding), ``loss_mask``; and for
 variable-length attention kernels ``cu_seqlens`` (int32, over the flattened batch; padding runs
-are their own segments) with ``max_seqlen``.
+are their own segments; a record repeated back to back is cut where its positions restart) with
+``max_seqlen``. A null token id or a ``uint64`` id over ``2**63 - 1`` is refused at the batch that
+reads it (``rd.ConfigError``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from resumable_data.loader.collate import list_lengths
+from resumable_data.loader.packing_check import check_token_values
 from resumable_data.plan.packing import IGNORE_INDEX, assemble, sequence_segments
 
 __all__ = ["pack_sequences", "packed_documents", "packed_tokens", "window_segments"]
@@ -65,8 +68,8 @@ def pack_sequences(stream: Any, source: Any, epoch: int, sequences: np.ndarray) 
     for sel, docs, _, (rows, seg_docs, starts, lens, cols) in window_segments(stream, epoch, sequences):
         needed = np.unique(seg_docs)
         column = source.take(docs[needed]).column(spec.tokens).combine_chunks()
-        flat = column.flatten().to_numpy(zero_copy_only=False)
         offsets = np.concatenate([[0], np.cumsum(list_lengths(column))]).astype(np.int64)
+        flat = check_token_values(spec, column.flatten(), docs[needed], offsets)
         local = np.searchsorted(needed, seg_docs)
         out = assemble(spec, len(sel), (rows, local, starts, lens, cols), flat, offsets, docs[needed])
         for key, value in out.items():
@@ -76,10 +79,12 @@ def pack_sequences(stream: Any, source: Any, epoch: int, sequences: np.ndarray) 
     real = parts.pop("real_tokens")
     doc = parts["document_ids"]
     flat_doc = doc.reshape(-1)
+    flat_pos = parts["position_ids"].reshape(-1)
     L = spec.seq_len
-    starts = np.flatnonzero(
-        (np.arange(flat_doc.size) % L == 0) | np.concatenate([[True], flat_doc[1:] != flat_doc[:-1]])
-    )
+    # a segment starts at each row, each record id change, and where a document's positions restart
+    # (a record repeated back to back, as an oversampled mixture source gives, is two documents)
+    cut = (flat_doc[1:] != flat_doc[:-1]) | ((flat_doc[1:] >= 0) & (flat_pos[1:] != flat_pos[:-1] + 1))
+    starts = np.flatnonzero((np.arange(flat_doc.size) % L == 0) | np.concatenate([[True], cut]))
     cu = np.append(starts, flat_doc.size).astype(np.int32)
     batch: dict[str, Any] = {k: np.ascontiguousarray(v) for k, v in parts.items()}
     batch["loss_mask"] = batch["labels"] != IGNORE_INDEX

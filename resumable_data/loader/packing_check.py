@@ -11,6 +11,9 @@ Guarantee. A packed loader that constructs will not fail on its data at the firs
 these reasons; each refusal is a :class:`rd.ConfigError` naming the first record ids at fault.
 
 Cost. One read of the token column's offsets (O(documents), no token data); the rest is O(1).
+
+At each batch, :func:`check_token_values` refuses the token ids the packer reads that ``input_ids``
+(int64) cannot hold: a null inside a token list, a ``uint64`` id of ``2**63`` or more (O(tokens read)).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 from resumable_data.errors import ConfigError, describe
 from resumable_data.plan.packing import Overlong, Packing
 
-__all__ = ["check_packing", "check_token_ids"]
+__all__ = ["check_packing", "check_token_ids", "check_token_values"]
 
 
 def check_packing(
@@ -117,3 +120,34 @@ def check_token_ids(packing: Packing, dtype: np.dtype) -> None:
                     f"pass a {name} in that range (a token id of the tokenizer)",
                 )
             )
+
+
+def check_token_values(packing: Packing, values: Any, record_ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The token ids ``values`` (the flattened Arrow list values of the documents ``record_ids``,
+    split by ``offsets``) as numpy; a null or a ``uint64`` id over ``2**63 - 1`` is refused, naming
+    the first record at fault (int64 ``input_ids`` would hold garbage or a wrapped id)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    bad_mask = None
+    if values.null_count:
+        bad_mask, what = np.asarray(values.is_null()), f"{values.null_count} null token id(s)"
+        expected, fix = "no null inside a token list", "drop or fill the nulls (pyarrow.compute.fill_null)"
+    elif pa.types.is_uint64(values.type) and len(values) and pc.max(values).as_py() > np.iinfo(np.int64).max:
+        big = np.asarray(values) > np.iinfo(np.int64).max
+        bad_mask, what = big, f"token id {int(np.asarray(values)[big][0])}"
+        expected, fix = (
+            "token ids at most 2**63-1 (input_ids are int64)",
+            "remap the ids into the tokenizer's vocabulary",
+        )
+    if bad_mask is not None:
+        first = int(np.searchsorted(offsets, int(np.flatnonzero(bad_mask)[0]), side="right")) - 1
+        raise ConfigError(
+            describe(
+                "Packing.tokens",
+                packing.tokens,
+                f"{expected} ({what}, first in record id {int(record_ids[first])})",
+                fix,
+            )
+        )
+    return values.to_numpy(zero_copy_only=False)

@@ -311,6 +311,7 @@ def assemble(
     dtype = flat_tokens.dtype if flat_tokens.size else np.int64
     tok = np.full((n_rows, width), spec.pad_id, dtype=np.int64)
     doc = np.full((n_rows, width), -1, dtype=np.int64)
+    occ = np.full((n_rows, width), -1, dtype=np.int64)  # window document index: repeated records differ
     pos = np.zeros((n_rows, width), dtype=np.int64)
     total = int(lens.sum())
     if total:
@@ -327,16 +328,17 @@ def assemble(
         flat_index = rows[seg] * width + cols[seg] + off
         tok.reshape(-1)[flat_index] = values
         doc.reshape(-1)[flat_index] = doc_ids[d]
+        occ.reshape(-1)[flat_index] = d
         pos.reshape(-1)[flat_index] = t
     if spec.mode is PackMode.CONCAT:
-        nxt, nxt_doc = tok[:, 1:], doc[:, 1:]
-        tok, doc, pos = tok[:, :L], doc[:, :L], pos[:, :L]
+        nxt, nxt_occ = tok[:, 1:], occ[:, 1:]
+        tok, doc, occ, pos = tok[:, :L], doc[:, :L], occ[:, :L], pos[:, :L]
     else:
         nxt = np.concatenate([tok[:, 1:], np.full((n_rows, 1), spec.pad_id)], axis=1)
-        nxt_doc = np.concatenate([doc[:, 1:], np.full((n_rows, 1), -1)], axis=1)
-    valid = (doc >= 0) & (nxt_doc >= 0)
-    if spec.mask_across_documents:
-        valid &= nxt_doc == doc
+        nxt_occ = np.concatenate([occ[:, 1:], np.full((n_rows, 1), -1)], axis=1)
+    valid = (occ >= 0) & (nxt_occ >= 0)
+    if spec.mask_across_documents:  # by window document, not record id: a record may repeat back to back
+        valid &= nxt_occ == occ
     labels = np.where(valid, nxt, IGNORE_INDEX)
     return {
         "input_ids": tok.astype(dtype, copy=False) if np.issubdtype(dtype, np.integer) else tok,

@@ -55,3 +55,40 @@ def test_overlong_error_in_concat_mode_refuses_long_documents(shards):
         rd.DataLoader(shards, packing=rd.Packing(longest - 1, mode="concat", overlong="error"), batch_size=2)
     rd.DataLoader(shards, packing=rd.Packing(longest, mode="concat", overlong="error"), batch_size=2)
     rd.DataLoader(shards, packing=rd.Packing(longest - 1, mode="concat"), batch_size=2)  # split: accepted
+
+
+def _one_row(tmp_path, tokens, typ):
+    rd.write_arrow_shards(pa.table({"tokens": pa.array(tokens, type=pa.list_(typ))}), tmp_path, num_shards=1)
+    rd.pin(tmp_path)
+    return rd.ArrowShards(tmp_path)
+
+
+@pytest.mark.parametrize("mode", ["concat", "best_fit"])
+def test_null_token_ids_are_refused_not_delivered_as_garbage(tmp_path, mode):
+    """A null inside a token list became -2**63 in input_ids (a NaN cast), silently."""
+    src = _one_row(tmp_path, [[3, 4, 5], [1, None, 2]], pa.int32())
+    with pytest.raises(rd.ConfigError, match=r"Packing.tokens='tokens'.*no null.*1 null token id.*record id 1"):
+        list(rd.DataLoader(src, packing=rd.Packing(4, mode=mode), batch_size=2))
+
+
+def test_uint64_token_ids_over_int64_are_refused_not_wrapped(tmp_path):
+    """input_ids are int64: a uint64 id of 2**63 or more wrapped to a negative id, silently."""
+    src = _one_row(tmp_path, [[2 ** 63 + 5, 3], [4]], pa.uint64())
+    with pytest.raises(rd.ConfigError, match=r"Packing.tokens='tokens'.*at most 2\*\*63-1.*9223372036854775813.*record id 0"):
+        list(rd.DataLoader(src, packing=rd.Packing(4), batch_size=1))
+    ok = _one_row(tmp_path / "ok", [[2 ** 63 - 1, 3], [4]], pa.uint64())
+    batches = list(rd.DataLoader(ok, packing=rd.Packing(4), batch_size=1))
+    assert batches[0]["input_ids"].tolist() == [[2 ** 63 - 1, 3, 4, 0]]
+
+
+def test_a_repeated_document_in_a_packed_mixture_is_its_own_attention_segment(tmp_path):
+    """An oversampled one-record source: its copies sit back to back with one record id. Each copy is
+    a document: labels masked at the seam and cu_seqlens cut there (attention must not span copies)."""
+    one = _one_row(tmp_path / "one", [[11, 12, 13]], pa.int32())
+    mix = rd.Mixture({"one": one}, weights={"one": 1.0}, block_size=4, epoch_len=4)
+    batch = next(iter(rd.DataLoader(mix, packing=rd.Packing(8), batch_size=1, seed=1)))
+    assert batch["input_ids"].tolist() == [[11, 12, 13, 11, 12, 13, 11, 12]]
+    assert batch["labels"].tolist() == [[12, 13, -100, 12, 13, -100, 12, 13]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1, 2, 0, 1]]
+    assert batch["cu_seqlens"].tolist() == [0, 3, 6, 8]
+    assert batch["max_seqlen"] == 3

@@ -104,3 +104,18 @@ def test_spec_round_trip():
     assert rd.Packing.from_dict(spec.to_dict()) == spec
     with pytest.raises(rd.ResumeError, match="seq_len"):
         rd.Packing.from_dict({**spec.to_dict(), "seq_len": 1})
+
+
+@pytest.mark.parametrize("mode", ["concat", "best_fit"])
+def test_a_document_repeated_back_to_back_is_two_documents(mode):
+    """A mixture repeats a small source's record: two adjacent copies share a record id but are two
+    documents (labels masked at the seam, positions restart), not one that runs on."""
+    spec = rd.Packing(8, mode)
+    raw = [[11, 12, 13], [11, 12, 13]]
+    lengths = spec.doc_lengths(np.array([3, 3]))
+    count = int(window_counts(lengths, spec)[0])
+    seg = sequence_segments(lengths, spec, np.arange(count))
+    out = assemble(spec, count, seg, np.array([11, 12, 13, 11, 12, 13]), np.array([0, 3, 6]), np.array([5, 5]))
+    assert out["input_ids"].tolist() == [[11, 12, 13, 11, 12, 13, 0, 0]]
+    assert out["labels"].tolist() == [[12, 13, -100, 12, 13, -100, -100, -100]]
+    assert out["position_ids"].tolist() == [[0, 1, 2, 0, 1, 2, 0, 0]]
