@@ -225,8 +225,10 @@ def expect_header(
     where: str,
     *,
     error: type[ResumableDataError] = ResumeError,
+    also: tuple[int, ...] = (),
 ) -> None:
-    """Check the ``format`` name and integer ``schema_version`` of a state root."""
+    """Check the ``format`` name and integer ``schema_version`` of a state root: the current
+    ``schema_version``, or an older one this reader still reads (``also``)."""
     if value.get("format") != fmt:
         raise error(
             describe(f"{where}['format']", value.get("format"), repr(fmt), "pass a state written by this component")
@@ -234,7 +236,7 @@ def expect_header(
     got = value.get("schema_version")
     if isinstance(got, bool) or not isinstance(got, int):
         raise error(describe(f"{where}['schema_version']", got, "an integer", "pass an unmodified state"))
-    if got != schema_version:
+    if got != schema_version and got not in also:
         raise error(
             describe(
                 f"{where}['schema_version']",

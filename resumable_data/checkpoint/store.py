@@ -87,7 +87,7 @@ CHECKPOINT_FORMAT = "resumable_data.checkpoint"
 #: 2: the state codec's NumPy values, memory-ordered tensors and unsorted dict keys (:mod:`.codec`);
 #: a checkpoint of version 1 (none of those) loads as before, an older rd refuses a version 2 one.
 CHECKPOINT_SCHEMA_VERSION = 2
-_READABLE_VERSIONS = (1, 2)
+_OLDER_VERSIONS = (1,)  # read as before
 TENSORS = "tensors.safetensors"
 STATE_JSON = "state.json"
 META_JSON = "meta.json"
@@ -210,9 +210,7 @@ def _read_marker(path: Path) -> dict[str, Any]:
             )
         ) from None
     expect_mapping(d, where, {"format", "schema_version", K_STEP, K_CHECKPOINT_ID, K_FILES}, error=CheckpointError)
-    got = d.get("schema_version")
-    readable = type(got) is int and got in _READABLE_VERSIONS
-    expect_header(d, CHECKPOINT_FORMAT, got if readable else CHECKPOINT_SCHEMA_VERSION, where, error=CheckpointError)
+    expect_header(d, CHECKPOINT_FORMAT, CHECKPOINT_SCHEMA_VERSION, where, error=CheckpointError, also=_OLDER_VERSIONS)
     expect_int(d[K_STEP], f"{where}.step", 0, MAX_STEP, error=CheckpointError)
     expect_str(d[K_CHECKPOINT_ID], f"{where}.checkpoint_id", max_len=256, error=CheckpointError)
     m = STEP_RE.match(path.name) or ORPHAN_RE.match(path.name)
