@@ -261,7 +261,9 @@ class PlanOrder(_Plain):
 
     def warm_ids(self) -> np.ndarray:
         # as many positions as a run's call maps through round tables, so that kernel is loaded too
-        return self.records(np.zeros(TABLE_MIN_INDICES, dtype=np.int64))[:1]
+        # (epoch 0's first offset: the same record as position 0, without the epoch's length, which
+        # a packed plan's tail leaves to its packing index)
+        return self.epoch_records(0, np.zeros(TABLE_MIN_INDICES, dtype=np.int64))[:1]
 
     def document_order(self) -> DocumentOrder | None:
         return None

@@ -204,6 +204,7 @@ def resolve_config(
         world if tail is Tail.PAD else 1,
         schedule=global_schedule,
         units=units,
+        packed=packing is not None,
     )
     sharding.check_global_batch(plan.global_batch)
     return LoaderConfig(

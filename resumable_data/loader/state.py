@@ -461,8 +461,9 @@ class LoaderState:
                 describe("state.mixture", raw_mixture, "a mixture section object", "pass an unmodified state")
             )
         expect_header(d, FORMAT, version, "state")
+        packing = _packing(d[K_PACKING])
         try:
-            plan = Plan.from_dict(d[K_PLAN], "state.plan")
+            plan = Plan.from_dict(d[K_PLAN], "state.plan", packed=packing is not None)
             if plan.origin is not None:
                 raise ResumeError(
                     describe(
@@ -486,7 +487,6 @@ class LoaderState:
                     "pass an unmodified state",
                 )
             )
-        packing = _packing(d[K_PACKING])
         raw_skipped = d[K_SKIPPED]
         if not isinstance(raw_skipped, list) or len(raw_skipped) > MAX_SKIPPED_RANGES:
             raise ResumeError(

@@ -110,6 +110,11 @@ class Plan:
     #: The digest of those units (``ReadUnits.digest``), which the state records: a resume over
     #: another unit layout of the same records would continue another order (set from ``units``).
     unit_layout: str | None = None
+    #: Whether steps cut packed sequences of these records (documents) rather than the records:
+    #: the epoch's batches are then counted by its packing index (the loader's packed stream), so
+    #: ``tail='drop'`` needs one full batch of sequences, not of documents. Not part of the plan's
+    #: JSON: a state records its packing beside the plan and passes it back to :meth:`from_dict`.
+    packed: bool = False
     #: Set in ``__post_init__`` (not a field): see :meth:`step_span`.
     _grid_span: ClassVar[tuple[int, int, int] | None]
 
@@ -207,7 +212,7 @@ class Plan:
                         "start the run with tail='continuous' to change the global batch on resume",
                     )
                 )
-        if tail is Tail.DROP and n < g:
+        if tail is Tail.DROP and n < g and not self.packed:
             raise ConfigError(
                 describe(
                     "drop_last",
@@ -470,8 +475,9 @@ class Plan:
         return d
 
     @classmethod
-    def from_dict(cls, d: Any, where: str = "plan") -> Plan:
-        """The plan ``d`` (from :meth:`to_dict`) describes; ``where`` names it in errors.
+    def from_dict(cls, d: Any, where: str = "plan", *, packed: bool = False) -> Plan:
+        """The plan ``d`` (from :meth:`to_dict`) describes; ``where`` names it in errors;
+        ``packed``: whether its steps cut packed sequences (the state's packing is not None).
 
         Raises :class:`rd.ResumeError` on other keys or a field of the wrong type or range, and
         :class:`rd.ConfigError` on a combination the plan refuses (see the constructor)."""
@@ -492,4 +498,5 @@ class Plan:
             schedule=BatchSchedule.from_dict(d[K_SCHEDULE], f"{where}.batch_schedule") if K_SCHEDULE in d else None,
             origin=BatchOrigin.from_dict(d[K_ORIGIN], f"{where}.origin") if K_ORIGIN in d else None,
             unit_layout=field_str(d, K_UNIT_LAYOUT, where, max_len=64) if K_UNIT_LAYOUT in d else None,
+            packed=packed,
         )

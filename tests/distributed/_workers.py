@@ -275,7 +275,10 @@ def entry(rank: int, world: int, port: int, tasks: list, workdir: str, tag: str,
           deterministic: bool = False) -> None:
     """One spawned rank: run ``tasks`` (names in ``module``'s ``TASKS``) and pickle the results."""
     os.environ["OMP_NUM_THREADS"] = "1"
+    import faulthandler
     import importlib
+
+    faulthandler.enable(all_threads=True)  # a rank killed by a signal (SIGABRT in C++) prints its Python stacks
 
     import torch
     import torch.distributed as dist

@@ -90,6 +90,49 @@ def test_resume_at_random_sequences_is_bit_exact(corpus, spec, order, workers):
     assert got == reference
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_drop_last_counts_packed_sequences_not_documents(tmp_path, workers):
+    """Fewer documents than the batch, many sequences: drop_last=True packs them (it was refused
+    with 'the dataset has 2 records'); the epoch's short last batch is dropped; resume is exact."""
+    docs = [list(range(1, 1001)), list(range(5, 300))]
+    rd.write_arrow_shards(pa.table({"tokens": pa.array(docs, type=pa.list_(pa.int32()))}), tmp_path, num_shards=1)
+    rd.pin(tmp_path)
+    src = rd.ArrowShards(tmp_path)
+
+    def make(w=0):
+        return rd.DataLoader(src, batch_size=4, drop_last=True, shuffle=True, seed=3, num_workers=w,
+                             packing=rd.Packing(64, "concat", eos_id=0))
+
+    loader = make()
+    sequences = loader._stream.index(0).num_sequences
+    assert sequences == -(-(1000 + 1 + 295 + 1) // 64) and len(loader) == sequences // 4 == 5
+    reference = [canon(b) for _ in range(2) for b in loader]
+    assert len(reference) == 10
+    for cut in (1, 5, 7):
+        first = make()
+        got = []
+        while len(got) < cut:
+            for b in first:
+                got.append(canon(b))
+                if len(got) == cut:
+                    break
+        state = json.loads(json.dumps(first.state_dict()))
+        assert state["plan"]["num_records"] == 2 and state["plan"]["tail"] == "drop"
+        resumed = make(workers)
+        resumed.load_state_dict(state)
+        rest = [canon(b) for _ in range(2) for b in resumed]
+        assert got + rest[: len(reference) - cut] == reference, cut
+
+
+def test_drop_last_with_too_few_packed_sequences_is_refused(tmp_path):
+    rd.write_arrow_shards(pa.table({"tokens": pa.array([[1, 2, 3]] * 5, type=pa.list_(pa.int32()))}), tmp_path,
+                          num_shards=1)
+    loader = rd.DataLoader(rd.ArrowShards(tmp_path, unpinned="allow"), batch_size=4, drop_last=True,
+                           packing=rd.Packing(64, "concat", eos_id=0))  # 5 documents: one sequence of 20 tokens
+    with pytest.raises(rd.ConfigError, match="batch_size=4: expected at most the 1 packed sequences of epoch 0"):
+        next(iter(loader))
+
+
 def test_ranks_split_the_global_packed_batch(corpus):
     src, _ = corpus
     whole = [canon(b) for b in rd.DataLoader(src, batch_size=4, packing=SPECS["concat"], shuffle=True, seed=1, tail="wrap")]
