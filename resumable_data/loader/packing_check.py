@@ -124,8 +124,10 @@ def check_token_ids(packing: Packing, dtype: np.dtype) -> None:
 
 def check_token_values(packing: Packing, values: Any, record_ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """The token ids ``values`` (the flattened Arrow list values of the documents ``record_ids``,
-    split by ``offsets``) as numpy; a null or a ``uint64`` id over ``2**63 - 1`` is refused, naming
-    the first record at fault (int64 ``input_ids`` would hold garbage or a wrapped id)."""
+    split by ``offsets``) as numpy; a null, a ``uint64`` id over ``2**63 - 1`` or a negative id is
+    refused, naming the first record at fault (int64 ``input_ids`` would hold garbage or a wrapped
+    id; a negative id indexes no embedding row, and ``-100`` would read as the ignore marker in
+    ``labels``). Cost: a null count, then one vectorized ``min`` (signed) or ``max`` (``uint64``)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -140,6 +142,17 @@ def check_token_values(packing: Packing, values: Any, record_ids: np.ndarray, of
             "token ids at most 2**63-1 (input_ids are int64)",
             "remap the ids into the tokenizer's vocabulary",
         )
+    ids = None
+    if bad_mask is None:
+        ids = values.to_numpy(zero_copy_only=False)
+        if ids.dtype.kind == "i" and ids.size and ids.min() < 0:
+            bad_mask = ids < 0
+            what = f"token id {int(ids[bad_mask][0])}"
+            expected, fix = (
+                "token ids of at least 0 (a negative id indexes no embedding row, and -100 is the "
+                "ignore marker in labels)",
+                "remap the ids into the tokenizer's vocabulary (pad documents with Packing.pad_id, not in the data)",
+            )
     if bad_mask is not None:
         first = int(np.searchsorted(offsets, int(np.flatnonzero(bad_mask)[0]), side="right")) - 1
         raise ConfigError(
@@ -150,4 +163,4 @@ def check_token_values(packing: Packing, values: Any, record_ids: np.ndarray, of
                 fix,
             )
         )
-    return values.to_numpy(zero_copy_only=False)
+    return ids

@@ -81,6 +81,19 @@ def test_uint64_token_ids_over_int64_are_refused_not_wrapped(tmp_path):
     assert batches[0]["input_ids"].tolist() == [[2 ** 63 - 1, 3, 4, 0]]
 
 
+@pytest.mark.parametrize("typ", [pa.int16(), pa.int32(), pa.int64()])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_negative_token_ids_are_refused_not_read_as_the_ignore_marker(tmp_path, typ, workers):
+    """A token id of -100 was delivered in input_ids and, in labels, read as the ignore marker:
+    the loss silently skipped a real token. Every negative id is refused at the batch reading it."""
+    src = _one_row(tmp_path, [[3, 4, 5], [6], [7, -100, 2]], typ)
+    with pytest.raises(rd.ConfigError, match=r"Packing.tokens='tokens'.*at least 0.*token id -100.*record id 2"):
+        list(rd.DataLoader(src, packing=rd.Packing(4), batch_size=1, num_workers=workers))
+    ok = _one_row(tmp_path / "ok", [[3, 4, 5], [6], [7, 0, 2]], typ)
+    ids = [b["input_ids"].tolist() for b in rd.DataLoader(ok, packing=rd.Packing(4, eos_id=1), batch_size=1)]
+    assert ids == [[[3, 4, 5, 1]], [[6, 1, 7, 0]], [[2, 1, 0, 0]]]
+
+
 def test_a_repeated_document_in_a_packed_mixture_is_its_own_attention_segment(tmp_path):
     """An oversampled one-record source: its copies sit back to back with one record id. Each copy is
     a document: labels masked at the seam and cu_seqlens cut there (attention must not span copies)."""
