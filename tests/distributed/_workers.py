@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pickle
 import socket
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -300,6 +301,13 @@ def entry(rank: int, world: int, port: int, tasks: list, workdir: str, tag: str,
             pickle.dump(results, f)
     finally:
         dist.destroy_process_group()
+    # Results are on disk and the group is gone: end here, before the interpreter's teardown frees
+    # FSDP's cyclic garbage (modules, meshes, process groups) and runs C++ static destructors in an
+    # order torch does not promise ("terminate called without an active exception", SIGABRT, once
+    # on CI after every task had passed). A task that raised never reaches this line.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def launch(world: int, tasks: list, workdir: Path, tag: str, *, module: str = "_workers",
@@ -307,8 +315,12 @@ def launch(world: int, tasks: list, workdir: Path, tag: str, *, module: str = "_
     """Run ``tasks`` on ``world`` spawned gloo ranks; returns each rank's results."""
     import torch.multiprocessing as mp
 
-    mp.start_processes(entry, args=(world, free_port(), tasks, str(workdir), tag, module, deterministic),
-                       nprocs=world, join=True, start_method="spawn")
+    try:
+        mp.start_processes(entry, args=(world, free_port(), tasks, str(workdir), tag, module, deterministic),
+                           nprocs=world, join=True, start_method="spawn")
+    except mp.ProcessExitedException as e:  # killed by a signal: say which ranks had finished their tasks
+        done = [r for r in range(world) if (Path(workdir) / f"{tag}.rank{r}.pkl").exists()]
+        raise AssertionError(f"{e} (ranks that wrote their results: {done} of {world})") from e
     out = []
     for r in range(world):
         with open(Path(workdir) / f"{tag}.rank{r}.pkl", "rb") as f:
