@@ -142,7 +142,7 @@ def check_token_values(packing: Packing, values: Any, record_ids: np.ndarray, of
             "token ids at most 2**63-1 (input_ids are int64)",
             "remap the ids into the tokenizer's vocabulary",
         )
-    ids = None
+    ids: np.ndarray = np.empty(0, dtype=np.int64)
     if bad_mask is None:
         ids = values.to_numpy(zero_copy_only=False)
         if ids.dtype.kind == "i" and ids.size and ids.min() < 0:

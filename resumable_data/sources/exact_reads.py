@@ -5,7 +5,8 @@ whatever the server sent, the rest left as the buffer held it. :func:`read_exact
 buffer of its own filled first with one byte value, then (when the last byte equals that fill)
 again with another: a complete body gives the same bytes both times, a short one leaves a fill
 visible. :func:`within_deadline` runs each remote read in a helper thread and gives up on it past
-``DEADLINE_S + n / MIN_RATE`` seconds (pyarrow's client fails a stalled body, not a trickling one).
+``Retries.read_limit(n)`` seconds (``read_deadline + n / min_read_rate``; pyarrow's client fails a
+stalled body, not a trickling one).
 :class:`ExactReader` hands pyarrow's IPC readers a file whose every read is exact.
 
 Guarantee. A read returns exactly the bytes asked or says it could not (``None``, ``OSError`` or
@@ -27,11 +28,10 @@ import numpy as np
 import pyarrow as pa
 
 from resumable_data.errors import DatasetIntegrityError, describe
+from resumable_data.sources.retry import Retries
 
 __all__ = [
-    "DEADLINE_S",
     "FILLS",
-    "MIN_RATE",
     "ExactReader",
     "SeekableRaw",
     "read_exact",
@@ -73,18 +73,22 @@ class ExactReader(SeekableRaw):
     it came, for the caller's retries."""
 
     def __init__(
-        self, where: str, f: pa.NativeFile, refused: Callable[[OSError, int, int], Exception | None] | None = None
+        self,
+        where: str,
+        f: pa.NativeFile,
+        retries: Retries,
+        refused: Callable[[OSError, int, int], Exception | None] | None = None,
     ) -> None:
         super().__init__()
         self._where, self._f, self._pos, self._size = where, f, 0, f.size()
-        self._refused = refused
+        self._retries, self._refused = retries, refused
 
     def readinto(self, b: Any) -> int:
         n = max(0, min(len(b), self._size - self._pos))
         if n == 0:
             return 0
         try:
-            data = read_exact(self._f, self._pos, n)
+            data = read_exact(self._f, self._pos, n, self._retries)
         except OSError as exc:
             error = self._refused(exc, self._pos, n) if self._refused is not None else None
             if error is None:
@@ -109,24 +113,19 @@ class ExactReader(SeekableRaw):
 FILLS = (0xA5, 0x5A)
 
 
-#: The longest a remote read of ``n`` bytes may take: ``DEADLINE_S + n / MIN_RATE`` seconds (a minute,
-#: plus a second per 64 KiB: 316 s for a 16 MiB joined read), past which it is a ``TimeoutError``
-#: (transient: retried, then :class:`~resumable_data.StoreUnavailableError`). pyarrow's S3 client on
-#: Linux fails a body that stalls (no byte for 3 s) but none that trickles (request_timeout is ignored
-#: there, and no total time is set): a body sent at a few bytes a second held a step, or a loader
-#: worker, for its size over that rate.
-DEADLINE_S = 60.0
-MIN_RATE = 64 * 1024
-
-
-def within_deadline(length: int, fn: Callable[[], T]) -> T:
+def within_deadline(length: int, fn: Callable[[], T], retries: Retries) -> T:
     """``fn()`` (one remote read of ``length`` bytes), raising ``TimeoutError`` when it takes longer than
-    its deadline (:data:`DEADLINE_S`). It runs in a helper thread (pyarrow releases the GIL while it
+    its deadline, ``retries.read_limit(length)`` seconds: a minute plus a second per 64 KiB by default
+    (316 s for a 16 MiB joined read). pyarrow's S3 client on Linux fails a body that stalls (no byte
+    for 3 s) but none that trickles (request_timeout is ignored there, and no total time is set): a
+    body sent at a few bytes a second held a step, or a loader worker, for its size over that rate.
+    The ``TimeoutError`` is transient: retried, then :class:`~resumable_data.StoreUnavailableError`
+    naming ``rd.Retries(read_deadline=..., min_read_rate=...)``. It runs in a helper thread (pyarrow releases the GIL while it
     waits): a read past its deadline is left to finish or fail there, its result dropped, and its
     buffer its own (a retry reads into a new one); until the store ends it, pyarrow makes no new
     ``S3FileSystem`` in this process (its client registry waits for requests in flight), while the
     filesystems that exist keep reading. Cost: one thread start per read (tens of us)."""
-    deadline = DEADLINE_S + length / MIN_RATE
+    deadline = retries.read_limit(length)
     box: list[Any] = []
 
     def run() -> None:
@@ -140,8 +139,9 @@ def within_deadline(length: int, fn: Callable[[], T]) -> T:
     t.join(deadline)
     if not box:
         raise TimeoutError(
-            f"no complete answer to a read of {length} bytes within {deadline:.0f} s (rd's limit: "
-            f"{DEADLINE_S:.0f} s plus a second per {MIN_RATE // 1024} KiB): the store sent the body slower than that"
+            f"no complete answer to a read of {length} bytes within {deadline:.1f} s (the limit: "
+            f"read_deadline={retries.read_deadline:g} s plus a second per min_read_rate={retries.min_read_rate} "
+            "bytes): the store sent the body slower than that"
         )
     ok, value = box[0]
     if not ok:
@@ -149,9 +149,9 @@ def within_deadline(length: int, fn: Callable[[], T]) -> T:
     return cast(T, value)
 
 
-def read_exact(f: pa.NativeFile, offset: int, length: int) -> bytes | None:
+def read_exact(f: pa.NativeFile, offset: int, length: int, retries: Retries) -> bytes | None:
     """``length`` bytes at ``offset`` of ``f``, or None when the store sent fewer (within the deadline
-    of :func:`_within`, else ``TimeoutError``).
+    of :func:`within_deadline` under ``retries``, else ``TimeoutError``).
 
     pyarrow's S3 file cannot tell: asked for ``n`` bytes it returns ``n`` whatever the body held,
     the bytes the server did not send left as they were in the buffer (uninitialized memory with
@@ -161,7 +161,7 @@ def read_exact(f: pa.NativeFile, offset: int, length: int) -> bytes | None:
     body gives the same bytes both times, a short one does not. Cost: one fill of the buffer; a
     second request for about one read in 256 (a unit whose last byte is ``0xA5``). The bytes are
     returned in the ``bytearray`` read into (no copy)."""
-    return within_deadline(length, lambda: read_exact_now(f, offset, length))
+    return within_deadline(length, lambda: read_exact_now(f, offset, length), retries)
 
 
 def read_exact_now(f: pa.NativeFile, offset: int, length: int) -> bytes | None:

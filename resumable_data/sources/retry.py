@@ -27,7 +27,8 @@ that stalls waits out the client's own timeout first (pyarrow's S3 client on Lin
 3 tries of its own), so a store that accepts connections and never sends a body is reported after
 about a minute at the defaults; the error says the seconds spent. A body that trickles (at least a
 byte a second) is bounded by no pyarrow timeout there: every remote read has rd's own deadline
-(:func:`~.store._within`: a minute plus a second per 64 KiB), a transient ``TimeoutError`` past it.
+(:func:`~.exact_reads.within_deadline`: ``Retries.read_limit``, a minute plus a second per 64 KiB by
+default), a transient ``TimeoutError`` past it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ T = TypeVar("T")
 K_ATTEMPTS = "attempts"
 K_BASE_DELAY = "base_delay"
 K_MAX_DELAY = "max_delay"
+K_READ_DEADLINE = "read_deadline"
+K_MIN_READ_RATE = "min_read_rate"
+_KEYS = (K_ATTEMPTS, K_BASE_DELAY, K_MAX_DELAY, K_READ_DEADLINE, K_MIN_READ_RATE)
 
 # Substrings of the messages pyarrow's filesystems (AWS SDK, Google Cloud, curl) give transient
 # failures. Matched case-insensitively against the exception text.
@@ -94,11 +98,18 @@ _jitter = random.Random()  # private: the global generators belong to the traini
 @dataclass(frozen=True)
 class Retries:
     """How transient storage failures are retried: ``attempts`` tries in all (1: never retry),
-    full-jitter exponential backoff from ``base_delay`` seconds, each wait at most ``max_delay``."""
+    full-jitter exponential backoff from ``base_delay`` seconds, each wait at most ``max_delay``.
+
+    ``read_deadline`` and ``min_read_rate`` bound one remote read of ``n`` bytes to
+    ``read_deadline + n / min_read_rate`` seconds (:meth:`read_limit`; the defaults: a minute plus a
+    second per 64 KiB); past it the read is a transient ``TimeoutError``, retried like the others.
+    Raise them for a store behind a slow link."""
 
     attempts: int = 6
     base_delay: float = 0.25
     max_delay: float = 8.0
+    read_deadline: float = 60.0
+    min_read_rate: int = 64 * 1024
 
     def __post_init__(self) -> None:
         if type(self.attempts) is not int or self.attempts < 1:
@@ -111,6 +122,29 @@ class Retries:
                 raise ConfigError(
                     describe(name, v, "a finite number of seconds >= 0", f"pass e.g. rd.Retries({name}=1.0)")
                 )
+        d = self.read_deadline
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 < d < float("inf"):
+            raise ConfigError(
+                describe(
+                    K_READ_DEADLINE,
+                    d,
+                    "a finite number of seconds > 0 (one read's allowance before its bytes)",
+                    "pass e.g. rd.Retries(read_deadline=300.0)",
+                )
+            )
+        if type(self.min_read_rate) is not int or not 1 <= self.min_read_rate <= 1 << 40:
+            raise ConfigError(
+                describe(
+                    K_MIN_READ_RATE,
+                    self.min_read_rate,
+                    "an integer number of bytes a second in [1, 2**40] (the slowest body a read waits for)",
+                    "pass e.g. rd.Retries(min_read_rate=16 * 1024)",
+                )
+            )
+
+    def read_limit(self, nbytes: int) -> float:
+        """The most seconds one remote read of ``nbytes`` bytes may take."""
+        return self.read_deadline + nbytes / self.min_read_rate
 
     def delay(self, retry: int) -> float:
         """Seconds to wait before retry number ``retry`` (0-based): full jitter."""
@@ -121,24 +155,25 @@ class Retries:
         return sum(min(self.max_delay, self.base_delay * 2**k) for k in range(self.attempts - 1))
 
     def to_dict(self) -> dict[str, Any]:
-        """The policy as a JSON object ``{attempts, base_delay, max_delay}`` (how it travels to workers)."""
-        return {K_ATTEMPTS: self.attempts, K_BASE_DELAY: self.base_delay, K_MAX_DELAY: self.max_delay}
+        """The policy as a JSON object ``{attempts, base_delay, max_delay, read_deadline, min_read_rate}``
+        (how it travels to workers)."""
+        return {k: getattr(self, k) for k in _KEYS}
 
     @classmethod
     def from_dict(cls, d: Any) -> Retries:
         """The policy ``d`` (from :meth:`to_dict`) describes.
 
         Raises :class:`rd.ConfigError` on other keys or values the constructor refuses."""
-        if not isinstance(d, dict) or set(d) != {K_ATTEMPTS, K_BASE_DELAY, K_MAX_DELAY}:
+        if not isinstance(d, dict) or set(d) != set(_KEYS):
             raise ConfigError(
                 describe(
                     "retries",
                     d,
-                    f"an object with keys {[K_ATTEMPTS, K_BASE_DELAY, K_MAX_DELAY]}",
+                    f"an object with keys {list(_KEYS)}",
                     "pickle and unpickle with the same resumable_data version",
                 )
             )
-        return cls(d[K_ATTEMPTS], d[K_BASE_DELAY], d[K_MAX_DELAY])
+        return cls(*(d[k] for k in _KEYS))
 
 
 #: What a remote store uses unless told otherwise.
@@ -181,6 +216,12 @@ def unavailable(
         "and nothing was delivered from this read; fix: check the store's endpoint, network and "
         "credentials, then iterate again (or resume from the saved state) once it answers; to wait "
         "longer for a flaky store pass retries=rd.Retries(attempts=..., max_delay=...)"
+        + (
+            f", and for a slow link retries=rd.Retries(read_deadline=..., min_read_rate=...) (now "
+            f"{retries.read_deadline:g} s plus a second per {retries.min_read_rate} bytes)"
+            if isinstance(exc, TimeoutError)
+            else ""
+        )
     )
 
 

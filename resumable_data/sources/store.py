@@ -381,7 +381,7 @@ class FileSystemStore:
             """A read refused for good is the store's error (not retried, not a damaged shard)."""
             return None if is_transient(exc) else _refused(where, f"read of bytes [{offset}, {offset + length})", exc)
 
-        return pa.PythonFile(ExactReader(where, self.open_input_file(path), refused), mode="r")
+        return pa.PythonFile(ExactReader(where, self.open_input_file(path), self.retries, refused), mode="r")
 
     def memory_map(self, path: Any) -> None:
         return None
@@ -405,7 +405,7 @@ class FileSystemStore:
             with f:  # read refusing a short body (a stream's read(n) returns n bytes whatever was sent:
                 # a manifest cut short parsed with the reader's buffer for its tail, "damaged, re-pin it")
                 n = min(f.size(), max_bytes + 1)
-                data = read_exact(f, 0, n)
+                data = read_exact(f, 0, n, self.retries)
             if data is None:
                 raise short_body(where, 0, n, "fewer")
             return bytes(data)
@@ -441,7 +441,7 @@ class FileSystemStore:
                 size, offset = f.size(), 0
                 while offset < size:
                     n = min(_io.HASH_CHUNK_BYTES, size - offset)
-                    chunk = read_exact(f, offset, n)
+                    chunk = read_exact(f, offset, n, self.retries)
                     if chunk is None:
                         raise DatasetIntegrityError(
                             describe(
@@ -472,7 +472,7 @@ class FileSystemStore:
 
     def read_at(self, path: Any, f: pa.NativeFile, length: int, offset: int) -> bytes:
         try:
-            data = read_exact(f, offset, length)
+            data = read_exact(f, offset, length, self.retries)
         except OSError as exc:
             if is_transient(exc):
                 raise  # the caller's retrying() retries it
@@ -493,7 +493,9 @@ class FileSystemStore:
         where = self.resolve(path)
         operation = f"read of bytes [{offset}, {offset + length})"
         try:
-            return self.retrying(path, operation, lambda: within_deadline(length, lambda: f.read_at(length, offset)))
+            return self.retrying(
+                path, operation, lambda: within_deadline(length, lambda: f.read_at(length, offset), self.retries)
+            )
         except ResumableDataError:
             raise
         except OSError as exc:  # not transient: retrying cannot fix it
@@ -526,7 +528,7 @@ class FileSystemStore:
                             recorded,
                             FileIdentity(now.size, mtime, etag=now.etag),
                         )
-                data = read_exact(f, offset, length)
+                data = read_exact(f, offset, length, self.retries)
             if data is None or len(data) != length:
                 raise short_body(where, offset, length, "fewer" if data is None else str(len(data)))
             return data

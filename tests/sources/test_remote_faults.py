@@ -87,10 +87,16 @@ def test_retries_are_bounded_with_jittered_backoff():
     assert retry.call(policy, "b/x.arrow", "read", recovers, sleep=lambda s: None) == 42
 
 
-@pytest.mark.parametrize("bad", [dict(attempts=0), dict(attempts=1.5), dict(base_delay=-1),
-                                 dict(max_delay=float("inf")), dict(base_delay=True)])
-def test_retries_validated(bad):
-    with pytest.raises(rd.ConfigError):
+@pytest.mark.parametrize("bad, named", [(dict(attempts=0), "attempts"), (dict(attempts=1.5), "attempts"),
+                                        (dict(base_delay=-1), "base_delay"), (dict(max_delay=float("inf")), "max_delay"),
+                                        (dict(base_delay=True), "base_delay"), (dict(read_deadline=0), "read_deadline"),
+                                        (dict(read_deadline=float("nan")), "read_deadline"),
+                                        (dict(read_deadline="60"), "read_deadline"),
+                                        (dict(min_read_rate=0), "min_read_rate"),
+                                        (dict(min_read_rate=1.5), "min_read_rate"),
+                                        (dict(min_read_rate=2 ** 41), "min_read_rate")])
+def test_retries_validated(bad, named):
+    with pytest.raises(rd.ConfigError, match=f"^{named}=.*fix: pass e.g. rd.Retries"):
         rd.Retries(**bad)
     with pytest.raises(rd.ConfigError, match="retries="):
         rd.ArrowShards("x", retries=3)
@@ -99,8 +105,9 @@ def test_retries_validated(bad):
 def test_retries_round_trip_and_pickle(data, endpoint):
     import pickle
     _, prefix = data["arrow"]
-    policy = rd.Retries(attempts=9, base_delay=0.1, max_delay=2.0)
+    policy = rd.Retries(attempts=9, base_delay=0.1, max_delay=2.0, read_deadline=300.0, min_read_rate=4096)
     assert rd.Retries.from_dict(policy.to_dict()) == policy
+    assert policy.read_limit(4096 * 10) == 310.0 and rd.Retries().read_limit(64 * 1024 * 256) == 60.0 + 256
     src = rd.ArrowShards(prefix, filesystem=s3_client(endpoint), retries=policy)
     assert pickle.loads(pickle.dumps(src))._store.retries == policy
 

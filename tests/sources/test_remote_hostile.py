@@ -173,11 +173,11 @@ class _Body:
 def test_read_exact_tells_a_short_body_from_bytes_that_end_like_the_fill(last):
     data = bytes(range(200)) + bytes([last])
     whole = _Body(data, len(data))
-    assert exact_reads.read_exact(whole, 0, len(data)) == data
+    assert exact_reads.read_exact(whole, 0, len(data), rd.Retries()) == data
     assert whole.reads == (2 if last == 0xA5 else 1)  # a second read only when the last byte is the first fill
     for sent in (0, 1, 100, len(data) - 1):
-        assert exact_reads.read_exact(_Body(data, sent), 0, len(data)) is None
-    assert exact_reads.read_exact(_Body(data, 0), 5, 0) == b""
+        assert exact_reads.read_exact(_Body(data, sent), 0, len(data), rd.Retries()) is None
+    assert exact_reads.read_exact(_Body(data, 0), 5, 0, rd.Retries()) == b""
 
 
 # -- opening: the manifest and each shard's metadata through the same hostile store ---------------
@@ -408,8 +408,8 @@ class _Parts(_Body):
 
 def test_read_exact_gathers_a_read_answered_in_parts():
     data = bytes(range(100))
-    assert exact_reads.read_exact(_Parts(data, len(data)), 10, 50) == data[10:60]
-    assert exact_reads.read_exact(_Parts(data, len(data)), 90, 20) is None  # past the end: fewer bytes
+    assert exact_reads.read_exact(_Parts(data, len(data)), 10, 50, rd.Retries()) == data[10:60]
+    assert exact_reads.read_exact(_Parts(data, len(data)), 90, 20, rd.Retries()) is None  # past the end: fewer bytes
 
 
 # -- a store that ignores Range (or answers with more bytes than asked) --------------------------------
@@ -438,21 +438,21 @@ def test_an_answer_longer_than_asked_is_refused_and_explained(data, hostile, cas
 
 # -- a body that trickles (faster than pyarrow's stall limit, slower than any use) ---------------------
 @pytest.mark.parametrize("path", ["take", "read ahead", "open"])
-def test_a_trickling_body_is_a_store_error_not_a_hang(data, hostile, monkeypatch, path):
+def test_a_trickling_body_is_a_store_error_not_a_hang(data, hostile, path):
     """pyarrow's S3 client on Linux fails a body that stalls (no byte for 3 s) but not one that trickles
     (a byte every 0.2 s here): a read took its size over that rate (a 1.7 kB unit at 3 bytes/s ran past
     150 s unanswered at the defaults). Every remote read now has a deadline (a minute plus a second per
-    64 KiB; shortened here): past it the read is retried, then rd.StoreUnavailableError names it."""
+    64 KiB by default; rd.Retries(read_deadline=, min_read_rate=) sets it, shortened here): past it the
+    read is retried, then rd.StoreUnavailableError names it and the two settings."""
     import time
 
-    monkeypatch.setattr(exact_reads, "DEADLINE_S", 0.5)
-    monkeypatch.setattr(exact_reads, "MIN_RATE", 1 << 40)
+    slow_link = rd.Retries(attempts=2, base_delay=0.01, max_delay=0.02, read_deadline=0.5, min_read_rate=1 << 40)
     local, prefix = data["parquet"]
     slow = _ranged(lambda req, ans: (setattr(ans, "trickle", 0.2), ans)[1])
     # one client throughout: the reads left behind keep trickling, and pyarrow makes no new S3 client in
     # a process while requests are in flight (its client registry waits for them)
     fs = s3_client(hostile.endpoint)
-    src = rd.ArrowShards(prefix, filesystem=fs, retries=FAST) if path != "open" else None
+    src = rd.ArrowShards(prefix, filesystem=fs, retries=slow_link) if path != "open" else None
     hostile.hook = slow
     t0 = time.monotonic()
     with pytest.raises(rd.StoreUnavailableError, match="TimeoutError.*slower than that") as exc:
@@ -465,9 +465,12 @@ def test_a_trickling_body_is_a_store_error_not_a_hang(data, hostile, monkeypatch
             finally:
                 loader.read_ahead.close()
         else:
-            rd.ArrowShards(prefix, filesystem=fs, retries=FAST)
+            rd.ArrowShards(prefix, filesystem=fs, retries=slow_link)
     assert time.monotonic() - t0 < 30
     assert "fix:" in str(exc.value)
+    assert "rd.Retries(read_deadline=..., min_read_rate=...) (now 0.5 s plus a second per 1099511627776 bytes)" in str(
+        exc.value
+    )
     hostile.hook = None
     again = rd.ArrowShards(prefix, filesystem=fs, retries=FAST)
     assert again.take([5, 390]).equals(rd.ArrowShards(local, unpinned="allow").take([5, 390]))
