@@ -90,7 +90,7 @@ from resumable_data.sources.arrow.unit_table import UnitTable, closed_table, joi
 from resumable_data.sources.arrow.unit_validation import UnitValidation
 from resumable_data.sources.decoded_units import check_budget
 from resumable_data.sources.files import OpenShard, canonical_schema
-from resumable_data.sources.gather import Alloc
+from resumable_data.sources.gather_plan import Alloc
 from resumable_data.sources.identity import FileIdentity
 from resumable_data.sources.opening import adopt_layouts, open_shards, with_layouts
 from resumable_data.sources.read_ahead.cache import UnitCache
@@ -307,7 +307,7 @@ class ArrowShards:
         for ``rd.Mixture``: each source was verified when it was opened, so the view carries no
         version of its own. The view reads the sources' open shards (it opens nothing: closing a
         source closes them for the view too) and its gather plan is the sources' plans rebased
-        (``gather.concat_columns``: one array operation per column and source, each source's plan
+        (``gather_rows.concat_columns``: one array operation per column and source, each source's plan
         built once and kept by it), so a fresh view costs about what its sources already paid.
         None when a source is remote, or the sources' canonical schemas differ where ``rd.Mixture``
         accepts them as equal (a list's child named ``item`` by Arrow IPC, ``element`` by Parquet):
@@ -443,7 +443,7 @@ class ArrowShards:
         Parquet row groups: from the decoded units); None unless every column is an integer/float
         (or list of them) or ``bool`` column without nulls on the fast path (then use :meth:`take`).
         ``alloc(shape, dtype)``, when given, makes every array returned (see
-        :data:`~resumable_data.sources.gather.Alloc`; a loader worker passes its shared-memory slot's)."""
+        :data:`~resumable_data.sources.gather_plan.Alloc`; a loader worker passes its shared-memory slot's)."""
         self._usable()
         if not self._gathering.may_numpy():
             return None  # before checking the ids: take() checks them

@@ -10,7 +10,7 @@ local`` of every row (validity bitmaps, ``bool`` values) and packs them, returni
 set bits; ``unpack_bits`` reads them into a numpy ``bool`` array.
 
 Guarantee: pure functions of their arrays: no allocation (``gather_runs``: its result), no Python objects, no reads outside
-the indices the caller passes (the caller, :mod:`.gather`, checks every index against the
+the indices the caller passes (the caller, :mod:`.gather_plan`, checks every index against the
 validated buffers first).
 
 Cost: O(rows + bytes copied) per call, ~150 ns of call overhead; nothing kept between calls.

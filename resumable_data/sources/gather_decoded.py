@@ -56,7 +56,9 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from resumable_data.sources.gather import ColumnGather, address_span, flatten_plan, plan_column, rebuild_plan
+from resumable_data.sources.gather import ColumnGather, plan_column
+from resumable_data.sources.gather_plan import address_span
+from resumable_data.sources.gather_rows import flatten_plan, rebuild_plan
 from resumable_data.sources.unit_index import Unit
 
 __all__ = ["DecodedRows", "DecodedUnit", "Dictionaries", "PlanRows", "PlanTable", "plan_touched", "unit_rows"]
@@ -66,7 +68,7 @@ _ALIGN = 64  # the span starts on this boundary, so every item width divides its
 
 class Dictionaries:
     """The distinct dictionaries of one source's decoded units, each under a key (its number here),
-    so that units whose dictionaries are equal are gathered as one plan (:func:`.gather.flatten_plan`
+    so that units whose dictionaries are equal are gathered as one plan (:func:`.gather_rows.flatten_plan`
     puts a unit's key in its row; a batch whose touched units share one key takes its dictionary
     from here). Parquet gives every row group a dictionary object of its own, equal across the
     row groups pyarrow wrote from one dictionary array: comparing each unit's dictionary with the
@@ -112,7 +114,7 @@ class Dictionaries:
 
 
 class DecodedRows:
-    """One decoded unit's plan rows: per column its flattened plan (:func:`.gather.flatten_plan`),
+    """One decoded unit's plan rows: per column its flattened plan (:func:`.gather_rows.flatten_plan`),
     or None where the column has no fast path in this unit; the plans over this unit alone, kept
     as the templates the rows rebuild; ``lo``/``hi``: the address range of its buffers;
     ``dictionaries``: where its dictionary keys point (None: its dictionary columns have no row)."""

@@ -54,7 +54,7 @@ from resumable_data.plan.mixture.plan import MAX_POSITION, MixturePlan, Rebase, 
 from resumable_data.plan.mixture.section import EarlierRun, MixtureSection, PackedRebase
 from resumable_data.plan.mixture.weights import StepPositions, WeightSchedule
 from resumable_data.sources.arrow_shards import ArrowShards
-from resumable_data.sources.gather import Alloc
+from resumable_data.sources.gather_plan import Alloc
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "Mixture", "MixtureSampler", "MixtureVersion", "PackedMixtureSampler", "change_rebase"]
 

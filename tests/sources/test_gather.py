@@ -151,49 +151,6 @@ def test_fixed_size_list_numpy_is_the_default_collate(typed_sources):
         np.testing.assert_array_equal(got, arrow_to_numpy(sub.take(ids))["vec"])
 
 
-def _bases(node):
-    """Every per-unit base array of a plan's node tree, in a fixed walk order (None: no bitmap)."""
-    out = [getattr(node, "base", None), None if node.valid is None else node.valid.base]
-    for child in [getattr(node, "child", None), getattr(node, "indices", None), *getattr(node, "children", [])]:
-        if child is not None:
-            out += _bases(child)
-    return out
-
-
-def test_concatenated_plan_equals_planning_the_concatenation(typed_sources):
-    # rd.Mixture's view rebases its sources' plans (gather.concat_columns): the same nodes and
-    # bases as planning the concatenated units directly, and the same records as Table.take
-    from resumable_data.sources.arrow_shards import ArrowShards
-    from resumable_data.sources.gather import plan_column
-
-    table, srcs = typed_sources
-    members = [rd.ArrowShards(srcs[k]._root, unpinned="allow") for k in (2, 0, 1)]
-    view = ArrowShards.concatenated(members)
-    assert view._shards[0] is members[0]._shards[0]  # the sources' open shards: nothing opened twice
-    got = view._gathering.plan()
-    direct = [plan_column(i, f.type, view._units, view._table.wholes, view._num_records) for i, f in enumerate(view.schema)]
-    for name, g, d in zip(view.schema.names, got, direct):
-        assert (g.kind if g is not None else None) == (d.kind if d is not None else None) == FAST_KINDS[name], name
-        for a, b in zip(_bases(g.root), _bases(d.root), strict=True):
-            assert (a is None and b is None) or np.array_equal(a, b), name
-    whole = pa.concat_tables([table] * 3)
-    ids = [0, 7499, 2500, 2499, 5000, 1234, 1234, 6000]
-    assert view.take(ids).equals(whole.take(pa.array(ids)))
-    # the view's units and arrays (shifted from its sources', no Python step per unit) equal those
-    # of the same shards opened as one source
-    opened = ArrowShards.__new__(ArrowShards)
-    opened._init(view._root.as_posix(), view._rel, None, view._store)
-    fields = ("shard", "start", "rows", "row_group")
-    assert [[getattr(u, f) for f in fields] for u in view._units] == \
-        [[getattr(u, f) for f in fields] for u in opened._units]
-    assert all(u.batch is m.batch for u, m in zip(view._units, [u for s in members for u in s._units], strict=True))
-    assert [u.start for u in view._units[-3:]] == [u.start for u in opened._units[-3:]]
-    for name in ("starts", "unit_shard", "mapped", "mapped_bool"):
-        assert np.array_equal(getattr(view._table, name), getattr(opened._table, name)), name
-    assert view._unit_index == opened._unit_index and view._num_records == opened._num_records
-    assert [e[1:] if e else e for e in view._watch.entries] == [e[1:] if e else e for e in opened._watch.entries]
-
-
 def test_a_view_validates_each_record_batch_once_for_its_sources(typed_sources):
     from resumable_data.sources.arrow_shards import ArrowShards
 
@@ -276,24 +233,6 @@ def test_gather_runs_packs_each_rows_run_and_stops_past_the_limit(lens, picks, w
         assert total == -1 and len(data) == 0
 
 
-def test_a_string_batch_past_32_bit_offsets_takes_the_fallback(sources, tmp_path, monkeypatch):
-    """A ``string`` batch whose characters exceed what 32-bit offsets hold is left to the
-    fallback (whose concatenation raises pyarrow's own error there): with the limit lowered, the
-    fast path gives up and the result is still ``Table.take``'s."""
-    from resumable_data.sources import gather
-
-    table = pa.table({"s": pa.array(["abc", "", "de", "fghij"] * 50), "l": pa.array([[1, 2]] * 200)})
-    rd.write_arrow_shards(table, tmp_path, num_shards=2, rows_per_batch=30)
-    src = rd.ArrowShards(tmp_path, unpinned="allow")
-    ids = np.arange(199, -1, -3)
-    unit, local = src._locate(ids)
-    plan = src._gathering.plan()
-    assert plan[0].gather(ids, unit, local) is not None
-    monkeypatch.setattr(gather, "_INT32_MAX", 10)
-    assert plan[0].gather(ids, unit, local) is None and plan[1].gather(ids, unit, local) is None
-    assert src.take(ids).equals(table.take(pa.array(ids)))
-
-
 @pytest.mark.parametrize("rows", [[1] * 300 + [5000], [5000] + [1] * 300, [7] * 64, [1000] * 3 + [1] + [999] * 2])
 def test_locate_with_skewed_units_equals_searchsorted(rows):
     """Buckets sized by the average unit: a bucket spanning many small units, or a unit spanning
@@ -310,28 +249,3 @@ def test_locate_with_skewed_units_equals_searchsorted(rows):
     assert (lo, hi) == (-(10**6), n + 10**6) and np.array_equal(unit[n:], [0, 0, 0, 0])
 
 
-@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
-def test_a_unit_of_only_empty_or_null_strings_and_lists_keeps_the_plan(tmp_path, fmt):
-    """Arrow gives an empty buffer (a unit whose strings or lists are all empty, or all null) a
-    static address outside every map and decoded batch: planned where it is (outside), the column
-    took the per-unit fallback for every batch of the source (mapped) or touching the unit
-    (decoded). Nothing is ever read from it, so it keeps the plan; values equal ``Table.take``."""
-    n = 120
-    empty = lambda i: i < 40  # the first of three 40-row units
-    table = pa.table({
-        "text": pa.array(["" if empty(i) else f"t{i}" for i in range(n)]),
-        "opt": pa.array([None if empty(i) else "x" * (i % 5) for i in range(n)], type=pa.large_string()),
-        "tokens": pa.array([[] if empty(i) else list(range(i % 4)) for i in range(n)], type=pa.list_(pa.int32())),
-        "nested": pa.array([[] if empty(i) else [[i], []] for i in range(n)], type=pa.list_(pa.list_(pa.int64()))),
-        "recs": pa.array([[] if empty(i) else [{"a": "q" * (i % 3)}] for i in range(n)],
-                         type=pa.list_(pa.struct([("a", pa.string())]))),
-    })
-    rd.write_arrow_shards(table, tmp_path, num_shards=1, rows_per_batch=40, format=fmt)
-    src = rd.ArrowShards(tmp_path, unpinned="allow")
-    ids = np.random.default_rng(3).integers(0, n, 200)
-    unit, _ = src._locate(ids)
-    plans = src._reads.touched(unit)[0] if src._reads.loaded else src._gathering.plan()
-    assert [g.kind if g is not None else None for g in plans] == ["bytes", "bytes", "list", "list", "list"]
-    got = src.take(ids)
-    for name in table.column_names:
-        assert got.column(name).equals(table.column(name).take(pa.array(ids))), name

@@ -27,8 +27,7 @@ import resumable_data as rd
 from resumable_data.loader.collate import arrow_to_numpy, arrow_to_tensors, gathered_to_numpy
 from resumable_data.sources import decoded_units
 from resumable_data.sources.decoded_units import process_units
-from resumable_data.sources.gather import flatten_plan, plan_column, rebuild_plan
-from resumable_data.sources.gather_decoded import Dictionaries, unit_rows
+from resumable_data.sources.gather_decoded import Dictionaries
 from resumable_data.sources.unit_reads import UnitReads
 from tests.sources.typed_columns import FAST_KINDS, types_table
 
@@ -168,62 +167,6 @@ def test_units_evicted_between_batches_are_decoded_and_planned_again(parquet_sou
         ids = ids[ids < N]
         assert src.take(ids).equals(table.take(pa.array(ids)))
     assert len(calls) == 10 and max(calls) <= whole // 4 and process_units().nbytes <= whole // 4
-
-
-def test_one_units_rows_rebuild_its_own_plan(tmp_path):
-    table = types_table(300, seed=4)
-    batch = table.to_batches()[0]
-    rows = unit_rows(batch)
-    ids = np.arange(batch.num_rows - 1, -1, -3, dtype=np.int64)
-    zeros = np.zeros(len(ids), dtype=np.int64)
-    for i, f in enumerate(batch.schema):
-        row = rows.rows[i]
-        if f.name in ("label", "opt_label"):
-            assert row is None, f.name  # dictionaries have no row
-            continue
-        assert row is not None, f.name
-        lo = rows.lo // 64 * 64
-        span = pa.foreign_buffer(lo, rows.hi - lo, base=batch)
-        plan = rebuild_plan(rows.templates[i], row[:, None], span)
-        assert plan.gather(ids, zeros, ids).equals(batch.column(i).take(pa.array(ids))), f.name
-        again = flatten_plan(plan)
-        assert again is not None and np.array_equal(again, row), f.name
-
-
-def test_one_units_dictionary_rows_carry_the_key_of_their_dictionary():
-    table = types_table(300, seed=4)
-    batch = table.to_batches()[0]
-    dictionaries = Dictionaries()
-    rows = unit_rows(batch, dictionaries)
-    again = unit_rows(pa.record_batch(batch.to_pydict(), schema=batch.schema).cast(batch.schema), dictionaries)
-    ids = np.arange(batch.num_rows - 1, -1, -3, dtype=np.int64)
-    zeros = np.zeros(len(ids), dtype=np.int64)
-    for name in ("label", "opt_label"):
-        i = batch.schema.get_field_index(name)
-        row, other = rows.rows[i], again.rows[i]
-        assert row is not None and other is not None, name
-        assert row[0] == other[0] >= 0, name  # equal dictionaries (other objects): the same key
-        own, kept = batch.column(i).dictionary, dictionaries[int(row[0])]
-        assert kept.equals(own), name
-        # a copy, never a view of the unit's buffers (which may be a shard's memory map)
-        assert not {b.address for b in own.buffers() if b} & {b.address for b in kept.buffers() if b}, name
-        lo = rows.lo // 64 * 64
-        span = pa.foreign_buffer(lo, rows.hi - lo, base=batch)
-        plan = rebuild_plan(rows.templates[i], row[:, None], span, dictionaries.__getitem__)
-        assert plan is not None and plan.kind == "dictionary"
-        assert plan.gather(ids, zeros, ids).equals(batch.column(i).take(pa.array(ids))), name
-        assert np.array_equal(flatten_plan(plan, dictionaries.key), row), name
-        assert rebuild_plan(rows.templates[i], row[:, None], span) is None  # no dictionaries: no plan
-
-
-def test_a_span_off_64_bytes_is_refused():
-    batch = pa.record_batch({"x": pa.array(np.arange(10, dtype=np.int64))})
-    plan = plan_column(0, pa.int64(), [], [], 10)  # no units: no plan
-    assert plan is None
-    rows = unit_rows(batch)
-    span = pa.foreign_buffer(rows.lo // 64 * 64 + 8, 64, base=batch)
-    with pytest.raises(ValueError, match="multiple of 64"):
-        rebuild_plan(rows.templates[0], rows.rows[0][:, None], span)
 
 
 @pytest.mark.filterwarnings("ignore:.*decoded-unit budget:RuntimeWarning")  # the budget shrunk under a batch

@@ -13,18 +13,18 @@ computes, for every key of a batch at once (one call per batch), the bytes each 
 after seeding: the MT19937 states of Python's ``RandomObject`` and of numpy's ``mt19937_state``,
 and torch's ``CPUGeneratorImpl`` region (seed, engine, disengaged cached normals).
 :class:`GlobalSeeder` then has them *copied* into the generators by
-:func:`.raw_memory.seed_function` (one slice assignment per generator, Python's ``gauss_next``
+:func:`.raw_seeding.seed_function` (one slice assignment per generator, Python's ``gauss_next``
 reset, numpy's cached Gaussian cleared only when set). :class:`GlobalRNGGuard` saves the three
-states (and the caches) and writes them back (:class:`.raw_memory.PyNpStates`,
-:func:`.raw_memory.save_torch`). This module holds the policy (which route, the pooled buffers,
-the probed layout cached per process); every read and write of the generators' memory is
-:mod:`.raw_memory`'s.
+states (and the caches) and writes them back (:class:`.raw_states.PyNpStates`,
+:func:`.raw_states.save_torch`). This module holds the policy (which route, the pooled buffers,
+the probed layout cached per process); every read and write of the generators' memory is in
+the ``raw_*`` modules (:mod:`.raw_memory` lists them).
 
 Lazy seeding. :class:`UnseededWatch` leaves Python's and numpy's generators unseeded while user
-code runs and tells afterwards whether anything drew from them (:class:`.raw_memory.UnseededStates`:
+code runs and tells afterwards whether anything drew from them (:class:`.raw_states.UnseededStates`:
 both states saved, both cached Gaussians cleared, the whole states and caches compared
 afterwards, states and caches put back either way), and :func:`torch_watch` does the same for
-torch's (:class:`.raw_memory.TorchWatch`: its whole region compared). The fetcher (``fetch.py``)
+torch's (:class:`.raw_states.TorchWatch`: its whole region compared). The fetcher (``fetch.py``)
 uses them to fetch a batch unseeded first and to fetch it again seeded when a draw is seen (once
 per process for torch's, once for Python's and numpy's); once torch's was seen drawing it is
 seeded per sample (``GlobalSeeder(keys, torch_only=True)``) while the other two are still watched.
@@ -58,15 +58,9 @@ import numpy as np
 
 from resumable_data.errors import ConfigError, describe
 from resumable_data.loader.seeding.mt19937 import PYNP_WORDS, fill_rows, mt_states, seed_rows
-from resumable_data.loader.seeding.raw_memory import (
-    Layout,
-    PyNpStates,
-    TorchWatch,
-    UnseededStates,
-    restore_torch,
-    save_torch,
-    seed_function,
-)
+from resumable_data.loader.seeding.raw_memory import Layout
+from resumable_data.loader.seeding.raw_seeding import seed_function
+from resumable_data.loader.seeding.raw_states import PyNpStates, TorchWatch, UnseededStates, restore_torch, save_torch
 from resumable_data.loader.seeding.sample_seeding import HASHED_VERSIONS, READABLE_SEEDING_VERSIONS, SEEDING_VERSION
 from resumable_data.loader.seeding.seed_copy import RowBuffer, seed_globals_reference
 
@@ -139,7 +133,7 @@ class GlobalSeeder:
 
     One kernel call computes every key's bytes (``mt19937.fill_rows``) into a pooled
     :class:`~.seed_copy.RowBuffer`; ``seed(i)`` copies them into the generators
-    (:func:`~.seed_copy.seed_function`). ``torch_only``: torch's generator only (lazy seeding
+    (:func:`~.raw_seeding.seed_function`). ``torch_only``: torch's generator only (lazy seeding
     leaves the other two unseeded); ``version``: the seeding version (:mod:`.sample_seeding`).
     :meth:`release` gives the buffer back once no more ``seed`` calls follow (optional: an
     unreleased buffer is simply freed)."""
@@ -195,8 +189,8 @@ class GlobalSeeder:
 
 class GlobalRNGGuard:
     """Saves the global generator states on enter and restores them on exit (exactly): Python's
-    and numpy's as :class:`~.raw_memory.PyNpStates`, torch's as the bytes of its region
-    (:func:`~.raw_memory.save_torch`), written back (unconditionally: cheaper than a comparison),
+    and numpy's as :class:`~.raw_states.PyNpStates`, torch's as the bytes of its region
+    (:func:`~.raw_states.save_torch`), written back (unconditionally: cheaper than a comparison),
     or through ``get_state``/``set_state``."""
 
     __slots__ = ("_torch", "python_numpy_clean", "saved")
@@ -236,7 +230,7 @@ def lazy_seeding_available() -> bool:
 
 
 class UnseededWatch(UnseededStates):
-    """:class:`~.raw_memory.UnseededStates` of the current layout: Python's and numpy's generators
+    """:class:`~.raw_states.UnseededStates` of the current layout: Python's and numpy's generators
     left unseeded and watched while user code runs (``saved``: states a :class:`GlobalRNGGuard`
     saved just before, nothing run since). Needs :func:`lazy_seeding_available`."""
 

@@ -4,7 +4,7 @@ Layout. :func:`seed_rows` computes, for every key of a batch in one call, the by
 holds after seeding: ``[index, state[624]]`` of CPython's ``RandomObject`` (columns ``[0, 625)``),
 ``[state[624], pos]`` of numpy's ``mt19937_state`` (columns ``[625, 1250)``) and, given torch's
 probed layout (a byte *template* of the generator's region right after ``manual_seed``, see
-``raw_memory.py``), torch's whole region with the seed and the state filled in.
+``raw_torch.py``), torch's whole region with the seed and the state filled in.
 
 Version 3 (fresh runs; :mod:`.sample_seeding`): every generator's state is 312 SplitMix64
 outputs (:func:`hash_state`). The words are independent, so the kernel goes key after key and

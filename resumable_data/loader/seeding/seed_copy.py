@@ -10,12 +10,12 @@ version))``, ``torch.manual_seed(key & (2**63 - 1))``); :func:`reference_python`
 route (Python's ``RandomObject`` ``[index, state]``, numpy's ``mt19937_state`` ``[state, pos]``,
 torch's ``CPUGeneratorImpl`` region); :class:`RowBuffer` is a reusable buffer of such rows with
 each row's byte slices made once (making a memoryview slice costs about as much as the copy it
-serves). The copies themselves are :func:`.raw_memory.seed_function`'s (the one module that
-writes the generators' memory); this module touches none.
+serves). The copies themselves are :func:`.raw_seeding.seed_function`'s (the ``raw_*`` modules
+alone write the generators' memory, :mod:`.raw_memory`); this module touches none.
 
 Guarantee. The reference route is the definition the copies must equal (the seeding tests
 compare them). Cost: the reference route is microseconds a sample (the fast route's is in
-:mod:`.raw_memory`); a row buffer is made once per batch size and pooled.
+:mod:`.raw_seeding`); a row buffer is made once per batch size and pooled.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ What it is. torch's CPU generator serializes as the legacy ``THGeneratorState`` 
 ``normal_x/y/rho`` with ``normal_is_valid``), then the float cache and its flag: the layout rd
 knows for torch 2.x (:func:`check_state_layout` refuses another size). :func:`state_tensor`
 builds the state seeding version 3 sets through torch's public ``set_state`` (the reference
-route, and what the probe in :mod:`.raw_memory` verifies its copies against). No raw memory:
+route, and what the probe in :mod:`.raw_torch` verifies its copies against). No raw memory:
 bytes built with :mod:`struct`, handed to torch. Cost: a few us a state (the reference route only).
 """
 

@@ -2,7 +2,7 @@
 
 Algorithm: a source whose every unit is a zero-copy batch of a map gathers through column plans
 over the maps (:func:`~resumable_data.sources.gather.plan_column`, built on first use and kept;
-a view's are its sources' plans rebased, :func:`~resumable_data.sources.gather.concat_columns`),
+a view's are its sources' plans rebased, :func:`~resumable_data.sources.gather_rows.concat_columns`),
 after validating the batches it touches (:mod:`.unit_validation`). A source with units decoded
 when read (:mod:`...unit_reads`) gathers through plans rebuilt over the units a batch touches
 (:meth:`~resumable_data.sources.unit_reads.UnitReads.touched`, :mod:`...gather_decoded`). A column
@@ -31,8 +31,10 @@ import pyarrow as pa
 
 from resumable_data.sources.arrow.unit_table import UnitTable
 from resumable_data.sources.arrow.unit_validation import UnitValidation
-from resumable_data.sources.gather import Alloc, ColumnGather, concat_columns, has_numpy_layout, plan_column
+from resumable_data.sources.gather import ColumnGather, has_numpy_layout, plan_column
 from resumable_data.sources.gather_decoded import DecodedUnit
+from resumable_data.sources.gather_plan import Alloc
+from resumable_data.sources.gather_rows import concat_columns
 from resumable_data.sources.unit_index import group_segments
 from resumable_data.sources.unit_reads import UnitReads
 

@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import resumable_data as rd
-from resumable_data.loader.seeding import global_rng as G, raw_memory, seed_copy
+from resumable_data.loader.seeding import global_rng as G, raw_seeding, seed_copy
 from resumable_data.loader.seeding.mt19937 import seed_rows
 from resumable_data.plan import sample_key
 from tests.golden import seeding_v1_gen as g
@@ -156,7 +156,7 @@ def test_copy_route_takes_no_seeding_function(monkeypatch):
     for name in ("reference_torch", "reference_python", "reference_numpy", "reference_route", "seed_globals_reference"):
         monkeypatch.setattr(seed_copy, name, refuse)
     for name in ("reference_torch", "reference_python", "reference_numpy", "reference_route"):
-        monkeypatch.setattr(raw_memory, name, refuse)  # the names the copy functions (raw_memory.py) call
+        monkeypatch.setattr(raw_seeding, name, refuse)  # the names the copy functions (raw_seeding.py) call
     seeder = G.GlobalSeeder(np.array(EDGE_KEYS, dtype=np.uint64), version=3)
     got = []
     for i in range(len(EDGE_KEYS)):
