@@ -3,7 +3,8 @@ canonical JSON, and the flattening of nested state into ``(dotted.path, leaf)`` 
 
 A tensor the checkpoint cannot hold (sparse, ``meta``) still gets a digest (a sparse one of its
 dense values, a ``meta`` one of its dtype and shape alone), so the oracles never fail before the
-codec refuses such a tensor with its path (:mod:`.codec`)."""
+codec refuses such a tensor with its path (:mod:`.codec`); likewise a leaf whose ``repr`` raises
+(an int past Python's digit limit) is digested by its type."""
 
 from __future__ import annotations
 
@@ -30,8 +31,17 @@ def digest_tensors(items: Any) -> str:
             h.update(str(t.dtype).encode() + repr(tuple(t.shape)).encode())
             h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
         else:
-            h.update(repr(t).encode())
+            h.update(_leaf_repr(t).encode())
     return h.hexdigest()
+
+
+def _leaf_repr(x: Any) -> str:
+    """``repr(x)``; for a value whose repr raises (an int past the interpreter's 4300-digit limit:
+    ``ValueError``), its type, so that the codec refuses it with its path (:mod:`.codec`)."""
+    try:
+        return repr(x)
+    except Exception:  # no value whose repr raises is saved (the codec refuses it)
+        return f"<{type(x).__module__}.{type(x).__qualname__}>"
 
 
 def digest_json(obj: Any) -> str:

@@ -84,8 +84,10 @@ __all__ = [
 ]
 
 CHECKPOINT_FORMAT = "resumable_data.checkpoint"
-#: 2: the state codec's NumPy values, memory-ordered tensors and unsorted dict keys (:mod:`.codec`);
-#: a checkpoint of version 1 (none of those) loads as before, an older rd refuses a version 2 one.
+#: 2: the state codec's NumPy values, memory-ordered tensors, unsorted dict keys and the Python types
+#: it keeps (torch.Size, OrderedDict, Counter, Parameter, requires_grad, bytes, complex: :mod:`.codec`);
+#: a checkpoint of version 1 (none of those: a tag of them is refused) loads as before, an older rd
+#: refuses a version 2 one.
 CHECKPOINT_SCHEMA_VERSION = 2
 _OLDER_VERSIONS = (1,)  # read as before
 TENSORS = "tensors.safetensors"
@@ -482,7 +484,7 @@ def read_checkpoint(path: str | os.PathLike, step: int | None = None) -> RawChec
         )
     _check_tensors_tag(tensor_file.metadata, marker["schema_version"])
     tensors = tensor_file.tensors
-    tree = decode(json_tree, tensors)
+    tree = decode(json_tree, tensors, version=marker["schema_version"])
     meta = CheckpointMeta.from_dict(meta_d) if meta_d is not None else None
     _check_same_checkpoint(p, marker, json_tree, meta_d, meta)
     Inventory.from_dict(inventory)  # format, schema_version and entries (CheckpointError, naming the field)

@@ -108,18 +108,100 @@ def test_saves_write_the_format_tag_with_its_version_and_older_tags_still_load(b
     rd.load_checkpoint(
         forge(base["six"], tmp_path / "c" / base["six"].name, read_checkpoint(base["six"]).tree), o.state
     )
+    for tag in ({"format": CHECKPOINT_FORMAT}, {"format": CHECKPOINT_FORMAT, "schema_version": "1"}):
+        old = _version_1_copy(base["six"], tmp_path / str(len(tag)) / base["six"].name, tag)
+        (tmp_path / f"o{len(tag)}").mkdir()
+        rd.load_checkpoint(old, fresh(base, tmp_path / f"o{len(tag)}").state)
+
+
+def _as_version_1(x):
+    """What a version 1 save wrote: an OrderedDict (an EMA's state_dict()) or Counter as a dict."""
+    if isinstance(x, dict):
+        return {k: _as_version_1(v) for k, v in x.items()}
+    return [_as_version_1(v) for v in x] if isinstance(x, list) else x
+
+
+def _version_1_copy(src, dest, tag=None):
+    """A copy of the step ``src`` as a version 1 save wrote it (marker, tensor file tag, state)."""
     from safetensors.torch import load_file, save_file
 
     from tests.checkpoint.test_forgery import rehash
 
-    for tag in ({"format": CHECKPOINT_FORMAT}, {"format": CHECKPOINT_FORMAT, "schema_version": "1"}):
-        old = forge(base["six"], tmp_path / str(len(tag)) / base["six"].name)  # as version 1 saves wrote it
-        save_file(load_file(str(old / "tensors.safetensors")), str(old / "tensors.safetensors"), metadata=tag)
-        marker = json.loads((old / "COMMITTED").read_text())
-        (old / "COMMITTED").write_text(json.dumps({**marker, "schema_version": 1}))
-        rehash(old)
-        (tmp_path / f"o{len(tag)}").mkdir()
-        rd.load_checkpoint(old, fresh(base, tmp_path / f"o{len(tag)}").state)
+    old = forge(src, dest, _as_version_1(read_checkpoint(src).tree))
+    tag = tag or {"format": CHECKPOINT_FORMAT, "schema_version": "1"}
+    save_file(load_file(str(old / "tensors.safetensors")), str(old / "tensors.safetensors"), metadata=tag)
+    marker = json.loads((old / "COMMITTED").read_text())
+    (old / "COMMITTED").write_text(json.dumps({**marker, "schema_version": 1}))
+    rehash(old)
+    return old
+
+
+def _edit_state_json(step, edit):
+    """``edit`` applied to the step's state.json (the JSON as saved, tags included), re-hashed."""
+    from tests.checkpoint.test_forgery import rehash
+
+    j = json.loads((step / "state.json").read_text())
+    edit(j)
+    (step / "state.json").write_text(json.dumps(j))
+    rehash(step)
+    return step
+
+
+def _set_callback(node):
+    return lambda j: j["callbacks"]["counter"].__setitem__("n", node)
+
+
+def _flag_model_tensor(key, value):
+    def edit(j):
+        ref = next(iter(j["model"].values()))
+        assert "__tensor__" in ref
+        ref[key] = value
+
+    return edit
+
+
+FORGED_TAGS = {
+    "size of floats": _set_callback({"__size__": [1.5]}),
+    "size of bools": _set_callback({"__size__": [True, 2]}),
+    "odict of a list": _set_callback({"__odict__": [["a", 1]]}),
+    "odict of a tensor": _set_callback({"__odict__": {"__tensor__": "model.fc1.weight"}}),
+    "counter with a key beside": _set_callback({"__counter__": {}, "x": 1}),
+    "bytes not base64": _set_callback({"__bytes__": "!!"}),
+    "bytes not canonical": _set_callback({"__bytes__": "YQ"}),
+    "complex of ints": _set_callback({"__complex__": [1, 2]}),
+    "complex of one": _set_callback({"__complex__": [1.0]}),
+    "requires_grad 1": _flag_model_tensor("requires_grad", 1),
+    "parameter false": _flag_model_tensor("parameter", False),
+    "unknown tensor key": _flag_model_tensor("grad_fn", "x"),
+}
+
+
+@pytest.mark.parametrize("case", list(FORGED_TAGS))
+def test_a_forged_codec_tag_is_refused_and_changes_nothing(base, tmp_path, case):  # noqa: F811
+    """A re-hashed state.json holding a tag no save writes: an rd.CheckpointError before anything
+    is restored (every training object and the folder unchanged), never a raw TypeError / KeyError /
+    ValueError, and never a plain dict with a tag key handed to the callback."""
+    o = fresh(base, tmp_path)
+    ckpt = tmp_path / "c" / base["six"].name
+    shutil.copytree(base["six"], ckpt)
+    e = refused(o, _edit_state_json(ckpt, FORGED_TAGS[case]))
+    assert isinstance(e, rd.CheckpointError), repr(e)
+    flag = FORGED_TAGS[case].__name__ == "edit"  # a tensor reference's keys (_flag_model_tensor)
+    where = "tensor reference=" if flag else "callbacks.counter.n="
+    assert str(e).startswith(where), str(e)  # the codec's refusal, before any oracle is compared
+
+
+@pytest.mark.parametrize(
+    "node", [{"__size__": [2]}, {"__odict__": {}}, {"__counter__": {}}, {"__bytes__": ""}, {"__complex__": [1.0, 2.0]},
+             {"__numpy__": ["int8", 1]}], ids=repr
+)
+def test_a_version_1_checkpoint_holding_a_version_2_tag_is_refused(base, tmp_path, node):  # noqa: F811
+    """Version 2 added the tags; an old-version marker over a state that holds one was edited (it
+    decoded as version 2). The same checkpoint without the tag loads (the test above)."""
+    o = fresh(base, tmp_path)
+    old = _version_1_copy(base["six"], tmp_path / "c" / base["six"].name)
+    e = refused(o, _edit_state_json(old, _set_callback(node)), "schema version 1 checkpoint")
+    assert isinstance(e, rd.CheckpointError) and "callbacks.counter.n" in str(e)
 
 
 # -- scheduler values torch's schedulers never hold ------------------------------------------------

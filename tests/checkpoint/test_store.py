@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
+from collections import Counter, OrderedDict
 
 import pytest
 import torch
@@ -416,3 +418,126 @@ def test_a_checkpoint_of_schema_version_1_still_loads(tmp_path, monkeypatch):
     (path / "COMMITTED").write_text(json.dumps(marker))
     with pytest.raises(rd.CheckpointError, match=r"schema_version.*3.*resumable_data version that wrote it"):
         rd.load_checkpoint(path, rd.TrainingState(model=torch.nn.Linear(3, 2)))
+
+
+class _ShapeSGD(torch.optim.SGD):
+    """SGD whose per-parameter state also holds the parameter's shape (a torch.Size) and a tuple."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = super().step(closure)
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p.grad is not None:
+                    s = self.state[p]
+                    s["shape"] = p.shape
+                    s["seen"] = (s.get("seen", (0,))[0] + 1,)
+        return loss
+
+
+def _kept_state():
+    return {
+        "size": torch.Size([2, 3]),
+        "od": OrderedDict([("b", 1), ("a", torch.ones(2))]),
+        "counts": Counter({"x": 2}),
+        "w": torch.nn.Parameter(torch.ones(3)),
+        "frozen": torch.nn.Parameter(torch.zeros(2), requires_grad=False),
+        "pair": (1, [2, (3,)]),
+        "blob": b"\x00\x01",
+        "z": 1 + 2j,
+        "big": -(2**100),
+        "floats": [float("nan"), float("-inf"), -0.0],
+        "nested": [{"inner": OrderedDict(k=torch.Size([1]), by_id=OrderedDict([(10, "x"), (2, "y")]))}],
+    }
+
+
+def _run(extra_steps=0):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = _ShapeSGD(model.parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[2, 2, 4], gamma=0.5)
+    for i in range(2 + extra_steps):
+        opt.zero_grad()
+        model(torch.full((1, 3), float(i))).sum().backward()
+        opt.step()
+        sched.step()
+    return model, opt, sched
+
+
+def test_callback_optimizer_and_scheduler_state_of_every_kept_type_resumes_as_saved(tmp_path):
+    """Before: the callback's torch.Size came back a tuple, its OrderedDicts and Counter dicts, its
+    Parameters plain tensors (the learnable one no longer got gradients: restored by assignment,
+    training silently stopped updating it); the optimizer's per-parameter torch.Size a tuple; and
+    MultiStepLR's milestones (a Counter) a dict, so scheduler.step(epoch) raised AttributeError
+    ('dict' object has no attribute 'elements') after the resume. bytes and complex were refused."""
+    from tests.checkpoint.test_codec import _same
+
+    model, opt, sched = _run()
+    s = _kept_state()
+    state = rd.TrainingState(model=model, optimizer=opt, scheduler=sched, callbacks={"cb": _Holder(s)})
+    rd.save_checkpoint(tmp_path, state, step=2)
+    model2, opt2, sched2 = _run()
+    with torch.no_grad():
+        for p in model2.parameters():
+            p.zero_()
+    ts = rd.TrainingState(model=model2, optimizer=opt2, scheduler=sched2, callbacks={"cb": _Holder({})})
+    rd.load_checkpoint(tmp_path, ts)
+    got = ts.callbacks["cb"].s
+    _same(s, got)
+    assert type(got["od"]) is OrderedDict and type(got["nested"][0]["inner"]["k"]) is torch.Size
+    (got["w"] * 3).sum().backward()
+    assert got["w"].grad is not None and got["w"].grad.tolist() == [3.0, 3.0, 3.0]
+    for p, q in zip(model.parameters(), model2.parameters()):
+        assert torch.equal(p, q)
+        assert type(opt2.state[q]["shape"]) is torch.Size and opt2.state[q]["shape"] == q.shape
+        assert type(opt2.state[q]["seen"]) is tuple and opt2.state[q]["seen"] == (2,)
+    assert type(sched2.milestones) is Counter and sched2.milestones == sched.milestones
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # step(epoch) is deprecated, and MultiStepLR's closed form needs the Counter
+        sched.step(4)
+        sched2.step(4)
+    assert [g["lr"] for g in opt2.param_groups] == [g["lr"] for g in opt.param_groups] == [0.1 * 0.5**3]
+
+
+def _folder(root) -> dict[str, str]:
+    """Every file, folder and link under ``root`` with its content's digest."""
+    import hashlib
+
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = os.path.join(dirpath, n)
+            rel = os.path.relpath(p, root)
+            if os.path.islink(p):
+                out[rel] = "link:" + os.readlink(p)
+            elif os.path.isdir(p):
+                out[rel] = "dir"
+            else:
+                out[rel] = hashlib.sha256(open(p, "rb").read()).hexdigest()
+    return out
+
+
+@pytest.mark.parametrize(
+    "name", ["namedtuple", "defaultdict", "set", "str subclass", "dict subclass", "str Enum keys",
+             "int past 640 digits", "int past 4300 digits"]
+)
+def test_a_refused_save_leaves_the_checkpoint_folder_byte_for_byte_unchanged(tmp_path, name):
+    """A value the checkpoint would give back changed is refused before anything is written: the
+    folder (a re-save of its step, a new step) and a folder never saved into stay as they were.
+    An int past Python's 4300-digit limit was a ValueError from the oracles' repr."""
+    from tests.checkpoint.test_codec import REFUSED
+
+    value = 10**5000 if name == "int past 4300 digits" else REFUSED[name][0]
+    root = tmp_path / "ckpt"
+
+    def state(x):
+        return rd.TrainingState(model=torch.nn.Linear(2, 2), callbacks={"cb": _Holder({"x": x})})
+
+    rd.save_checkpoint(root, state(1), step=1)
+    before = _folder(root)
+    assert len(before) >= 7  # latest, .lock, the step folder and its 5 files
+    for where, step in ((root, 1), (root, 2), (tmp_path / "never", 1)):
+        with pytest.raises(rd.CheckpointError, match=r"callbacks\.cb\.x.*fix: "):
+            rd.save_checkpoint(where, state(value), step=step)
+    assert _folder(root) == before
+    assert not (tmp_path / "never").exists()
