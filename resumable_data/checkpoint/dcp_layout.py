@@ -82,6 +82,7 @@ from resumable_data.checkpoint.keys import (
     LAYOUT_DCP,
     PER_RANK_ORACLES,
     STATE_FORMAT,
+    STATE_OLDER_VERSIONS,
     STATE_SCHEMA_VERSION,
 )
 from resumable_data.checkpoint.oracles import NO_GRADIENTS
@@ -160,7 +161,7 @@ def unpack(state: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any
     """The JSON tree (tensors still as references), the per-rank entries and the saved world size
     of a DCP-layout state, checked (a malformed one raises :class:`CheckpointError`)."""
     expect_mapping(state, "state", _DCP_KEYS, error=CheckpointError)
-    expect_header(state, STATE_FORMAT, STATE_SCHEMA_VERSION, "state", error=CheckpointError)
+    expect_header(state, STATE_FORMAT, STATE_SCHEMA_VERSION, "state", error=CheckpointError, also=STATE_OLDER_VERSIONS)
     if not isinstance(state[K_JSON], str) or not isinstance(state[K_TENSORS], Mapping):
         raise CheckpointError(
             describe(
@@ -180,7 +181,18 @@ def unpack(state: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any
         raise CheckpointError(describe("state.json", type(tree).__name__, "a JSON object", "load another checkpoint"))
     ranks = tree.pop(K_RANKS, None)
     expect_mapping(tree, "state.json", _KEYS, error=CheckpointError)
-    expect_header(tree, STATE_FORMAT, STATE_SCHEMA_VERSION, "state.json", error=CheckpointError)
+    expect_header(
+        tree, STATE_FORMAT, STATE_SCHEMA_VERSION, "state.json", error=CheckpointError, also=STATE_OLDER_VERSIONS
+    )
+    if tree[K_SCHEMA] != state[K_SCHEMA]:
+        raise CheckpointError(
+            describe(
+                "state.json['schema_version']",
+                tree[K_SCHEMA],
+                f"the DCP state's own schema_version {state[K_SCHEMA]}",
+                "the checkpoint was edited after it was saved: load another one",
+            )
+        )
     entries = ranks.get("entries") if isinstance(ranks, dict) else None
     saved_world = ranks.get("world_size") if isinstance(ranks, dict) else None
     if (
@@ -283,7 +295,7 @@ def select_rank(
                 "build the objects as saved before dcp.load",
             )
         )
-    tree = decode(tree, tensors)
+    tree = decode(tree, tensors, version=tree[K_SCHEMA])  # version 1 holds none of version 2's tags
     rank, world = rank_world()
     has_rng = any(e["rng"] is not None for e in entries)
     if world > saved_world and restores_rng and has_rng and not keep_new_rank_rng:

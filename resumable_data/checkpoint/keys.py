@@ -4,7 +4,12 @@ layout and the DCP layout), shared by the modules that read or write them."""
 from __future__ import annotations
 
 STATE_FORMAT = "resumable_data.training_state"
-STATE_SCHEMA_VERSION = 1
+#: 2: values the codec tags (NumPy scalars and arrays, a tensor's memory order, ``torch.Size``,
+#: ``OrderedDict``, ``Counter``, ``Parameter``, ``bytes``, ``complex``): an older reader refuses such a
+#: state by its version instead of reading a tag as a plain dict (DCP has no marker to refuse it).
+STATE_SCHEMA_VERSION = 2
+#: Older state versions this reader still reads (version 1 holds none of version 2's tags).
+STATE_OLDER_VERSIONS = (1,)
 
 K_FORMAT = "format"
 K_SCHEMA = "schema_version"

@@ -80,6 +80,7 @@ from resumable_data.checkpoint.keys import (
     K_TENSORS,
     LAYOUT_DCP,
     STATE_FORMAT,
+    STATE_OLDER_VERSIONS,
     STATE_SCHEMA_VERSION,
 )
 from resumable_data.checkpoint.meta import (
@@ -576,9 +577,18 @@ class TrainingState:
                 dcp: dict | None = {"skip": skip}
             else:
                 if state.get(K_FORMAT) == STATE_FORMAT and isinstance(state.get(K_SCHEMA), int):
-                    expect_header(state, STATE_FORMAT, STATE_SCHEMA_VERSION, "state", error=CheckpointError)
+                    expect_header(
+                        state,
+                        STATE_FORMAT,
+                        STATE_SCHEMA_VERSION,
+                        "state",
+                        error=CheckpointError,
+                        also=STATE_OLDER_VERSIONS,
+                    )
                 expect_mapping(state, "state", _KEYS, error=CheckpointError)
-                expect_header(state, STATE_FORMAT, STATE_SCHEMA_VERSION, "state", error=CheckpointError)
+                expect_header(
+                    state, STATE_FORMAT, STATE_SCHEMA_VERSION, "state", error=CheckpointError, also=STATE_OLDER_VERSIONS
+                )
                 tree, dcp = state, None
                 saved_meta = CheckpointMeta.from_dict(state[K_META], "saved meta")
                 report = self.check(saved_meta, label, on_batch_change=change)
