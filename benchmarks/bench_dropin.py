@@ -36,11 +36,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import time
 from typing import Any
 
-import numpy as np
 
 from benchmarks._common import summarize, write_results
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import tempfile
@@ -168,7 +167,7 @@ def main(argv: list[str] | None = None) -> dict:
         return f"{r['median_s']:.2f} s ({r['median_s'] / fresh:.2f}x)"
 
     def runs_of(k: str) -> str:
-        return f" (1 run)" if k in res and res[k]["runs"] == 1 and rounds > 1 else ""
+        return " (1 run)" if k in res and res[k]["runs"] == 1 and rounds > 1 else ""
 
     lines = [f"| first trained step after `train(resume_from_checkpoint=...)` (batch {BATCH}, {N:,} records; "
              f"median of {rounds}, interleaved) | fresh start | " + " | ".join(f"resumed at step {s:,}" for s in STEPS) + " |",

@@ -20,6 +20,18 @@ def test_ruff_is_clean(args):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_tests_and_benchmarks_have_no_dead_code_or_shadowed_names():
+    """pyflakes over ``tests/`` and ``benchmarks/`` (the project config lints ``resumable_data/`` only):
+    an unused import or variable, an f-string without a field, and above all a name defined twice
+    (a second ``def test_x`` silently replaces the first, which then never runs) or a syntax error."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--isolated", "--select", "F,E9", "--output-format", "concise",
+         "tests", "benchmarks"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_no_tracked_file_holds_a_merge_conflict_marker():
     """A merge resolved by hand once left ``<<<<<<< HEAD`` ... ``>>>>>>>`` in a docs page, which the
     strict site build rendered without a word: no tracked text file may hold a conflict marker line."""

@@ -87,7 +87,7 @@ def _setup(page: str, tmp: Path) -> dict:
         _pinned(tmp / "data" / "code")
         env["hf_math"] = datasets.Dataset.from_dict({"id": list(range(100)), "x": [0.5] * 100})
     elif page == "schedules.md":
-        env["src"] = src = _pinned(tmp / "data", tokens=True)
+        env["src"] = _pinned(tmp / "data", tokens=True)
         model = _Model()
         env.update(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), loss=lambda out: out, total=3)
     elif page == "data.md":

@@ -11,7 +11,6 @@ import types
 
 import numpy as np
 import pytest
-import torch
 
 import resumable_data as rd
 from resumable_data.loader import step_groups, torch_compat, transport

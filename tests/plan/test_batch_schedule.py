@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import resumable_data as rd
-from resumable_data.plan import BatchOrigin, BatchRamp, BatchSchedule, BatchSteps, OrderSpec, Plan, Sharding, Tail
+from resumable_data.plan import BatchOrigin, BatchRamp, BatchSchedule, BatchSteps, OrderSpec, Plan, Sharding
 
 
 def ramp_walk(start, inc, ramp, final, steps):

@@ -110,8 +110,7 @@ def test_spec_round_trip():
 def test_a_document_repeated_back_to_back_is_two_documents(mode):
     """A mixture repeats a small source's record: two adjacent copies share a record id but are two
     documents (labels masked at the seam, positions restart), not one that runs on."""
-    spec = rd.Packing(8, mode)
-    raw = [[11, 12, 13], [11, 12, 13]]
+    spec = rd.Packing(8, mode)  # the record [11, 12, 13] twice
     lengths = spec.doc_lengths(np.array([3, 3]))
     count = int(window_counts(lengths, spec)[0])
     seg = sequence_segments(lengths, spec, np.arange(count))

@@ -1,13 +1,10 @@
 """Sample keys (plan/sample_keys.py): golden vectors, the compiled batch keys equal xxhash, every input matters."""
 
-import re
 import importlib
 import numpy as np
-import pytest
 from hypothesis import given, settings, strategies as st
-import resumable_data as rd
 
-from resumable_data.plan import Sharding, numpy_generator, python_random, sample_key, sample_keys
+from resumable_data.plan import numpy_generator, python_random, sample_key, sample_keys
 
 
 keys_module = importlib.import_module("resumable_data.plan.sample_keys")  # the package re-exports a function of that name

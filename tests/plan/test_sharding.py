@@ -2,12 +2,10 @@
 
 import re
 import importlib
-import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
 import resumable_data as rd
 
-from resumable_data.plan import Sharding, numpy_generator, python_random, sample_key, sample_keys
+from resumable_data.plan import Sharding
 
 
 keys_module = importlib.import_module("resumable_data.plan.sample_keys")  # the package re-exports a function of that name

@@ -200,7 +200,7 @@ def test_a_worker_killed_while_the_loop_trains_surfaces_at_next_as_worker_error(
             got.append(canon(next(it)))
     text = str(info.value)
     step = len(got)
-    assert f"worker died" in text and f"step {step} " in text and "record ids [" in text, text
+    assert "worker died" in text and f"step {step} " in text and "record ids [" in text, text
     span = loader.step_info(step)
     assert f"positions [{span.span[0]}, {span.span[1]})" in text, text
     assert ", ".join(str(int(r)) for r in span.records[:4]) in text, text

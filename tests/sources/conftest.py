@@ -12,6 +12,7 @@ import pyarrow.fs as pafs
 import pytest
 
 import resumable_data as rd
+from tests.sources.typed_columns import types_table
 
 
 def make_table(n: int, seed: int = 0, *, strings: bool = False) -> pa.Table:
@@ -114,3 +115,40 @@ def proxy(endpoint):
     p = S3Proxy(endpoint)
     yield p
     p.close()
+
+
+# -- sources the gather tests share (test_gather.py, test_gather_plan.py, test_gather_rows.py) --------
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    rng = np.random.default_rng(7)
+    n = 3000
+    lens = rng.integers(0, 30, n)
+    off = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=off[1:])
+    vals = rng.integers(-50, 50, off[-1])
+    table = pa.table({
+        "tok32": pa.ListArray.from_arrays(pa.array(off.astype(np.int32)), pa.array(vals.astype(np.int32))),
+        "tok16": pa.LargeListArray.from_arrays(pa.array(off), pa.array(vals.astype(np.int16))),
+        "f64": pa.array(rng.random(n)),
+        "u8": pa.array(rng.integers(0, 255, n).astype(np.uint8)),
+        "ts": pa.array(rng.integers(0, 10**9, n), type=pa.timestamp("ms")),
+        "maybe": pa.array([None if i % 5 == 0 else i for i in range(n)], type=pa.int64()),
+        "flag": pa.array(rng.random(n) < 0.5),
+    })
+    out = {}
+    for k, (shards, batch) in enumerate([(1, None), (5, 97), (3, 1000)]):
+        d = tmp_path_factory.mktemp(f"g{k}")
+        rd.write_arrow_shards(table, d, num_shards=shards, rows_per_batch=batch)
+        out[k] = rd.ArrowShards(d)
+    return table, out
+
+
+@pytest.fixture(scope="module")
+def typed_sources(tmp_path_factory):
+    table = types_table(2500)
+    out = {}
+    for k, (shards, batch) in enumerate([(1, None), (4, 1000), (3, 61)]):
+        d = tmp_path_factory.mktemp(f"t{k}")
+        rd.write_arrow_shards(table, d, num_shards=shards, rows_per_batch=batch)
+        out[k] = rd.ArrowShards(d, unpinned="allow")
+    return table, out

@@ -14,31 +14,6 @@ def _fallback_take(src, ids):
     return pa.Table.from_arrays(cols, schema=src.schema)
 
 
-@pytest.fixture(scope="module")
-def sources(tmp_path_factory):
-    rng = np.random.default_rng(7)
-    n = 3000
-    lens = rng.integers(0, 30, n)
-    off = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lens, out=off[1:])
-    vals = rng.integers(-50, 50, off[-1])
-    table = pa.table({
-        "tok32": pa.ListArray.from_arrays(pa.array(off.astype(np.int32)), pa.array(vals.astype(np.int32))),
-        "tok16": pa.LargeListArray.from_arrays(pa.array(off), pa.array(vals.astype(np.int16))),
-        "f64": pa.array(rng.random(n)),
-        "u8": pa.array(rng.integers(0, 255, n).astype(np.uint8)),
-        "ts": pa.array(rng.integers(0, 10**9, n), type=pa.timestamp("ms")),
-        "maybe": pa.array([None if i % 5 == 0 else i for i in range(n)], type=pa.int64()),
-        "flag": pa.array(rng.random(n) < 0.5),
-    })
-    out = {}
-    for k, (shards, batch) in enumerate([(1, None), (5, 97), (3, 1000)]):
-        d = tmp_path_factory.mktemp(f"g{k}")
-        rd.write_arrow_shards(table, d, num_shards=shards, rows_per_batch=batch)
-        out[k] = rd.ArrowShards(d)
-    return table, out
-
-
 def test_fast_path_is_used(sources):
     _, srcs = sources
     plan = srcs[1]._gathering.plan()
@@ -94,17 +69,6 @@ def test_damaged_offsets_are_refused_not_read(tmp_path):
 
 
 # -- every Arrow type Hugging Face datasets and Parquet produce (tests/sources/typed_columns.py) -------
-@pytest.fixture(scope="module")
-def typed_sources(tmp_path_factory):
-    table = types_table(2500)
-    out = {}
-    for k, (shards, batch) in enumerate([(1, None), (4, 1000), (3, 61)]):
-        d = tmp_path_factory.mktemp(f"t{k}")
-        rd.write_arrow_shards(table, d, num_shards=shards, rows_per_batch=batch)
-        out[k] = rd.ArrowShards(d, unpinned="allow")
-    return table, out
-
-
 def test_every_hf_type_has_its_fast_path(typed_sources):
     _, srcs = typed_sources
     for src in srcs.values():

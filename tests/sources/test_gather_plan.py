@@ -7,7 +7,6 @@ import pyarrow as pa
 import pytest
 
 import resumable_data as rd
-from tests.sources.test_gather import sources  # noqa: F401  (the fixture)
 
 
 def test_a_string_batch_past_32_bit_offsets_takes_the_fallback(sources, tmp_path, monkeypatch):

@@ -10,7 +10,6 @@ import resumable_data as rd
 from resumable_data.sources.gather import plan_column
 from resumable_data.sources.gather_decoded import Dictionaries, unit_rows
 from resumable_data.sources.gather_rows import flatten_plan, rebuild_plan
-from tests.sources.test_gather import typed_sources  # noqa: F401  (the fixture)
 from tests.sources.typed_columns import FAST_KINDS, types_table
 
 

@@ -23,7 +23,7 @@ from resumable_data.loader.seeding.mt19937 import seed_rows
 from resumable_data.plan import sample_key
 from tests.golden import seeding_v1_gen as g
 from tests.loader.seeding import v3_formula as F
-from tests.loader._draws import BatchDraws, Draws, batches_of, draw_collate, golden_loader, plain
+from tests.loader._draws import BatchDraws, Draws, batches_of, draw_collate, golden_loader
 
 MASK63 = (1 << 63) - 1
 # edge keys: tiny, 32-bit boundaries, the sign bit, the extremes, each stream constant (key ^ stream == 0)

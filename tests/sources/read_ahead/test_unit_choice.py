@@ -4,7 +4,6 @@ enough and can all be read whole)."""
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
