@@ -59,7 +59,7 @@ from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 from resumable_data.plan.rebase import rebase_origin, rebase_packed
 from resumable_data.plan.sharding import world_sizes_text
 
-__all__ = ["Restore", "compare", "dataset_changed", "rounded_epoch_fix", "validate_restore"]
+__all__ = ["Restore", "compare", "dataset_changed", "rounded_epoch_fix", "tail_fix", "validate_restore"]
 
 
 @dataclass(frozen=True)
@@ -363,12 +363,7 @@ def compare(
             "read the records in the units the run was trained on (the same files; for a dataset of your own, "
             "the same unit_starts()): the window over read units permutes those units",
         )
-    differ(
-        "tail",
-        sp.tail.value,
-        cp.tail.value,
-        f"pass tail={sp.tail.value!r} (or the drop_last and sampler settings the run was started with)",
-    )
+    differ("tail", sp.tail.value, cp.tail.value, tail_fix(sp.tail.value, current.layout.world_size))
     differ("pad_to", sp.pad_to, cp.pad_to, "resume a DistributedSampler(drop_last=False) run on the same world size")
     declared = on_batch_change is OnBatchChange.CONTINUE
     alternative = (
@@ -421,6 +416,18 @@ def compare(
         )
     label = RecoveryLabel.ELASTIC_RESHARD if layout_changed or batch_changed else RecoveryLabel.FAITHFUL_CONTINUATION
     return diffs, label
+
+
+def tail_fix(saved_tail: str, world_size: int) -> str:
+    """The fix of a tail difference: the saved tail, unless it is ``partial`` (refused on several
+    ranks), which only a single rank can continue."""
+    if saved_tail == Tail.PARTIAL.value and world_size > 1:
+        return (
+            f"the run's tail='partial' (the default on one rank without drop_last) cannot run on world_size "
+            f"{world_size} (a short last batch would leave ranks idle): resume this state on world_size 1; a run "
+            "meant to change its world size starts with tail='wrap' or drop_last=True"
+        )
+    return f"pass tail={saved_tail!r} (or the drop_last and sampler settings the run was started with)"
 
 
 def _spec(packing: Any) -> dict[str, Any] | None:
