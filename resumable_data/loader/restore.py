@@ -340,7 +340,13 @@ def compare(
             "dataset_version",
             sp.version_hash,
             cp.version_hash,
-            "open the dataset version the run was trained on (rd.ArrowShards on the pinned directory)" + declare,
+            (
+                "build the rd.Mixture over the sources (each an rd.ArrowShards of its pinned directory) the run was "
+                "trained on"
+                if saved.mixture is not None or current.mixture is not None
+                else "open the dataset version the run was trained on (rd.ArrowShards on the pinned directory)"
+            )
+            + declare,
         )
     batch_changed = sp.batch_dict() != cp.batch_dict()
     rounded = batch_changed and sp.num_records != cp.num_records and _same_mixture_sizes(saved, current)
@@ -398,7 +404,15 @@ def compare(
     differ(
         "accumulation_steps", saved.accumulation_steps, current.accumulation_steps, "pass the same accumulation_steps"
     )
-    differ("sampler", saved.sampler, current.sampler, "pass the same positional sampler")
+    mixed = saved.mixture is not None or current.mixture is not None  # an rd.Mixture is the loader's sampler
+    differ(
+        "sampler",
+        saved.sampler,
+        current.sampler,
+        "build the rd.Mixture as saved (its sources, block_size, shuffle and epoch_len)"
+        if mixed
+        else "pass the same positional sampler",
+    )
     differ("packing", _spec(saved.packing), _spec(current.packing), "pass the same packing spec")
     if not (saved.pinned and current.pinned) and not allow_unpinned:
         diffs.append(

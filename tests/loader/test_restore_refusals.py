@@ -36,3 +36,23 @@ def test_another_tail_on_the_same_ranks_names_the_saved_tail(shards):
     with pytest.raises(rd.ResumeError, match="tail: saved 'drop' vs current 'partial'; fix: pass tail='drop'"):
         loader.load_state_dict(state)
     rd.DataLoader(shards, batch_size=4, shuffle=True, seed=0, tail="drop").load_state_dict(state)
+
+
+def test_a_changed_mixture_names_the_mixture_in_its_fixes_not_a_sampler_argument(tmp_path):
+    from tests.mixture_data import WEIGHTS, open_sources, write_sources
+
+    dirs = write_sources(tmp_path)
+
+    def loader(block_size):
+        return rd.DataLoader(rd.Mixture(open_sources(dirs), WEIGHTS, block_size=block_size), batch_size=4, seed=0)
+
+    saved = loader(1024)
+    next(iter(saved))
+    state = saved.state_dict()
+    with pytest.raises(rd.ResumeError) as e:
+        loader(512).load_state_dict(state)
+    msg = str(e.value)
+    assert "positional sampler" not in msg and "rd.ArrowShards on the pinned directory" not in msg  # never passed
+    assert "- sampler: saved 'rd.Mixture(" in msg and "fix: build the rd.Mixture as saved" in msg
+    assert "- dataset_version: saved 'mix-" in msg and "fix: build the rd.Mixture over the sources" in msg
+    loader(1024).load_state_dict(state)  # the fix, followed
