@@ -42,11 +42,11 @@ from resumable_data.checkpoint.errors import CompatibilityError
 from resumable_data.checkpoint.meta import COMPARED, CheckpointMeta
 from resumable_data.checkpoint.torch_compat import SCHEDULER_PROGRESS_KEYS
 from resumable_data.labels import RecoveryLabel
-from resumable_data.loader.restore import rounded_epoch_fix
+from resumable_data.loader.restore import rounded_epoch_fix, tail_fix
 from resumable_data.loader.seeding.sample_seeding import K_FINGERPRINT_MODE
-from resumable_data.loader.state import K_MIXTURE, K_PLAN, OnBatchChange
+from resumable_data.loader.state import K_LAYOUT, K_MIXTURE, K_PLAN, OnBatchChange
 from resumable_data.plan.mixture.section import K_REBASE
-from resumable_data.plan.steps import K_GLOBAL_BATCH, K_NUM_RECORDS, K_SCHEDULE
+from resumable_data.plan.steps import K_GLOBAL_BATCH, K_NUM_RECORDS, K_SCHEDULE, K_TAIL
 
 __all__ = ["CONTRACT_VERSION", "RULES", "Category", "CompatibilityReport", "Difference", "Severity", "check_compatible"]
 
@@ -315,6 +315,8 @@ def check_compatible(
             fix = rounded
         if tuple(path) == _MODE:
             fix = _mode_fix(*modes)
+        if tuple(path) == _TAIL and isinstance(a, str):
+            fix = _tail_fix(a, cd)
         diffs.append(Difference(".".join(path), a, b, cat, severity(cat, label), fix))
     order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
     diffs.sort(key=lambda d: order[d.severity])
@@ -322,6 +324,18 @@ def check_compatible(
 
 
 _NUM_RECORDS = ("data", K_PLAN, K_NUM_RECORDS)
+_TAIL = ("data", K_PLAN, K_TAIL)
+
+
+def _tail_fix(saved: str, current: dict[str, Any]) -> str:
+    """The fix of a tail difference (the loader's own, which knows a ``partial`` tail cannot run on
+    several ranks), and the labels that restart the data stream."""
+    layout = (current.get("data") or {}).get(K_LAYOUT)
+    world = layout.get("world_size") if isinstance(layout, dict) else None
+    fix = tail_fix(saved, world if isinstance(world, int) else 1)
+    return fix + "; or resume with label='data_change'/'warm_start' (the data stream restarts at step 0)"
+
+
 _MODE = ("data", K_FINGERPRINT_MODE)
 
 

@@ -59,7 +59,7 @@ from resumable_data.plan.permutation import MAX_DOMAIN as MAX_POSITION
 from resumable_data.plan.rebase import rebase_origin, rebase_packed
 from resumable_data.plan.sharding import world_sizes_text
 
-__all__ = ["Restore", "compare", "dataset_changed", "rounded_epoch_fix", "validate_restore"]
+__all__ = ["Restore", "compare", "dataset_changed", "rounded_epoch_fix", "tail_fix", "validate_restore"]
 
 
 @dataclass(frozen=True)
@@ -340,7 +340,13 @@ def compare(
             "dataset_version",
             sp.version_hash,
             cp.version_hash,
-            "open the dataset version the run was trained on (rd.ArrowShards on the pinned directory)" + declare,
+            (
+                "build the rd.Mixture over the sources (each an rd.ArrowShards of its pinned directory) the run was "
+                "trained on"
+                if saved.mixture is not None or current.mixture is not None
+                else "open the dataset version the run was trained on (rd.ArrowShards on the pinned directory)"
+            )
+            + declare,
         )
     batch_changed = sp.batch_dict() != cp.batch_dict()
     rounded = batch_changed and sp.num_records != cp.num_records and _same_mixture_sizes(saved, current)
@@ -363,12 +369,7 @@ def compare(
             "read the records in the units the run was trained on (the same files; for a dataset of your own, "
             "the same unit_starts()): the window over read units permutes those units",
         )
-    differ(
-        "tail",
-        sp.tail.value,
-        cp.tail.value,
-        f"pass tail={sp.tail.value!r} (or the drop_last and sampler settings the run was started with)",
-    )
+    differ("tail", sp.tail.value, cp.tail.value, tail_fix(sp.tail.value, current.layout.world_size))
     differ("pad_to", sp.pad_to, cp.pad_to, "resume a DistributedSampler(drop_last=False) run on the same world size")
     declared = on_batch_change is OnBatchChange.CONTINUE
     alternative = (
@@ -403,7 +404,15 @@ def compare(
     differ(
         "accumulation_steps", saved.accumulation_steps, current.accumulation_steps, "pass the same accumulation_steps"
     )
-    differ("sampler", saved.sampler, current.sampler, "pass the same positional sampler")
+    mixed = saved.mixture is not None or current.mixture is not None  # an rd.Mixture is the loader's sampler
+    differ(
+        "sampler",
+        saved.sampler,
+        current.sampler,
+        "build the rd.Mixture as saved (its sources, block_size, shuffle and epoch_len)"
+        if mixed
+        else "pass the same positional sampler",
+    )
     differ("packing", _spec(saved.packing), _spec(current.packing), "pass the same packing spec")
     if not (saved.pinned and current.pinned) and not allow_unpinned:
         diffs.append(
@@ -421,6 +430,18 @@ def compare(
         )
     label = RecoveryLabel.ELASTIC_RESHARD if layout_changed or batch_changed else RecoveryLabel.FAITHFUL_CONTINUATION
     return diffs, label
+
+
+def tail_fix(saved_tail: str, world_size: int) -> str:
+    """The fix of a tail difference: the saved tail, unless it is ``partial`` (refused on several
+    ranks), which only a single rank can continue."""
+    if saved_tail == Tail.PARTIAL.value and world_size > 1:
+        return (
+            f"the run's tail='partial' (the default on one rank without drop_last) cannot run on world_size "
+            f"{world_size} (a short last batch would leave ranks idle): resume this state on world_size 1; a run "
+            "meant to change its world size starts with tail='wrap' or drop_last=True"
+        )
+    return f"pass tail={saved_tail!r} (or the drop_last and sampler settings the run was started with)"
 
 
 def _spec(packing: Any) -> dict[str, Any] | None:

@@ -90,6 +90,16 @@ def resolve_tail(
         # the loader's drop_last=True wins over a DistributedSampler(drop_last=False), as in torch
         tail = Tail.DROP if drop_last else sampler_tail or (Tail.PARTIAL if world == 1 else Tail.WRAP)
     resolved = coerce_enum(tail, Tail, "tail")
+    if drop_last and resolved is not Tail.DROP:  # tail= decides: drop_last=True would be ignored silently
+        raise ConfigError(
+            describe(
+                "drop_last",
+                True,
+                f"False beside tail={resolved.value!r} (tail= decides the epoch's end; drop_last=True asks "
+                "for tail='drop')",
+                f"drop drop_last=True to keep tail={resolved.value!r}, or drop tail= to drop the short last batch",
+            )
+        )
     if resolved is Tail.CONTINUOUS and packing is not None:
         raise ConfigError(
             describe(
@@ -108,7 +118,8 @@ def resolve_tail(
                 "tail",
                 "partial",
                 "drop or wrap when world_size > 1 (a short batch would leave ranks idle)",
-                "pass drop_last=True or tail='wrap'",
+                "pass tail='wrap' (the last batch completed from the epoch's start) or tail='drop', or drop tail= "
+                "(at world_size > 1 the default is 'wrap'; with drop_last=True, 'drop')",
             )
         )
     return resolved

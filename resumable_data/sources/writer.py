@@ -7,7 +7,9 @@ file format (``"arrow"``), Arrow IPC stream format (``"arrow_stream"``, what Hug
 ``rows_per_batch`` rows.
 
 Guarantee: concatenating the shards in the returned (= sorted) order gives back the table's rows.
-Each file is written to a temporary name and renamed into place.
+Each file is written to a temporary name and renamed into place. A directory holding shard files
+this write does not replace is refused before anything is written (``rd.ArrowShards(directory)``
+reads every shard file there, so old ones would join the new rows unsaid).
 
 Cost: one pass over the data; no manifest is written (call :func:`~resumable_data.pin`).
 """
@@ -23,6 +25,7 @@ import pyarrow.parquet as pq
 
 from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, describe
+from resumable_data.sources.discovery import SHARD_SUFFIXES
 
 __all__ = ["ShardWriteFormat", "write_arrow_shards"]
 
@@ -38,6 +41,31 @@ class ShardWriteFormat(str, enum.Enum):
 def _positive(param: str, value: int | None) -> None:
     if value is not None and (type(value) is not int or value < 1):
         raise ConfigError(describe(param, value, "a positive integer or None", f"pass {param}>=1"))
+
+
+def _check_no_other_shards(root: Path, written: set[str]) -> None:
+    """Refuse a directory holding shard files this write does not replace: ``rd.ArrowShards`` reads
+    every shard file of a directory, so they would join the new table's rows unsaid."""
+    if not root.is_dir():
+        return
+    other = []
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if not x.startswith(".")]
+        for f in files:
+            rel = os.path.relpath(os.path.join(d, f), root)
+            if f.endswith(SHARD_SUFFIXES) and not f.startswith(".") and rel not in written:
+                other.append(rel)
+    other.sort()
+    if other:
+        raise ConfigError(
+            describe(
+                "directory",
+                str(root),
+                f"a new or empty directory, or one whose shard files this write replaces (it holds {len(other)} "
+                f"other shard file(s), {other[:5]}, which rd.ArrowShards(directory) would read with the new rows)",
+                f"write into a new directory, or delete the old shards first: shutil.rmtree({str(root)!r})",
+            )
+        )
 
 
 def write_arrow_shards(
@@ -82,8 +110,9 @@ def write_arrow_shards(
         k = num_shards or 1
         bounds = [(n * i) // k for i in range(k + 1)]
     root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True)
     ext = ".parquet" if fmt is ShardWriteFormat.PARQUET else ".arrow"
+    _check_no_other_shards(root, {f"shard-{i:05d}{ext}" for i in range(len(bounds) - 1)})
+    root.mkdir(parents=True, exist_ok=True)
     paths = []
     for i in range(len(bounds) - 1):
         part = table.slice(bounds[i], bounds[i + 1] - bounds[i])

@@ -484,3 +484,22 @@ def test_a_changed_cycled_momentum_range_is_still_refused(tmp_path):
                          run_id="s")
     with pytest.raises(rd.CompatibilityError, match="base_momentum"):
         rd.load_checkpoint(tmp_path, c)
+
+
+def test_a_partial_tail_resumed_on_several_ranks_names_fixes_that_work(data_dir, tmp_path):
+    def state(**kw):
+        return rd.TrainingState(loader=rd.DataLoader(rd.ArrowShards(data_dir), shuffle=True, seed=0, **kw))
+
+    saved = state(batch_size=4)  # one rank, no drop_last: tail='partial'
+    it = iter(saved.loader)
+    for _ in range(3):
+        next(it)
+    rd.save_checkpoint(tmp_path / "ck", saved, step=3)
+    with pytest.raises(rd.CompatibilityError) as e:  # elastic_reshard, as the layout line says
+        rd.resume_or_start(tmp_path / "ck", state(batch_size=2, sharding=rd.Sharding(2, 0)), label="elastic_reshard")
+    msg = str(e.value)
+    assert "[error] data.plan.tail: saved 'partial' vs current 'wrap' (data_stream); fix:" in msg, msg
+    assert "resume this state on world_size 1" in msg and "label='data_change'/'warm_start'" in msg
+    assert rd.resume_or_start(tmp_path / "ck", state(batch_size=4)) == 3  # the first fix, followed
+    with pytest.warns(RuntimeWarning):  # the second: the data stream restarts, said in a warning
+        rd.resume_or_start(tmp_path / "ck", state(batch_size=2, sharding=rd.Sharding(2, 0)), label="data_change")

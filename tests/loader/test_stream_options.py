@@ -73,3 +73,24 @@ def test_packing_and_the_tail():
 def test_a_partial_tail_on_several_ranks_is_refused():
     with pytest.raises(ConfigError, match="^tail='partial': expected drop or wrap when world_size > 1"):
         resolve_tail("partial", False, None, None, 2, False)
+
+
+def test_the_partial_tail_refusal_names_fixes_that_work_when_followed():
+    with pytest.raises(ConfigError, match="^tail='partial'") as e:
+        resolve_tail("partial", False, None, None, 2, False)
+    msg = str(e.value)
+    # each fix it names, followed literally on the same two ranks
+    assert "tail='wrap'" in msg and resolve_tail("wrap", False, None, None, 2, False) is Tail.WRAP
+    assert "tail='drop'" in msg and resolve_tail("drop", False, None, None, 2, False) is Tail.DROP
+    assert "drop tail=" in msg and resolve_tail(None, False, None, None, 2, False) is Tail.WRAP
+    assert resolve_tail(None, True, None, None, 2, False) is Tail.DROP
+
+
+@pytest.mark.parametrize("tail", ["partial", "wrap", "pad"])
+def test_drop_last_beside_another_tail_is_refused_not_ignored(tail):
+    with pytest.raises(ConfigError, match=f"^drop_last=True: expected False beside tail='{tail}'") as e:
+        resolve_tail(tail, True, None, None, 1, False)
+    assert "drop drop_last=True" in str(e.value) and "drop tail=" in str(e.value)
+    assert resolve_tail(tail, False, None, None, 1, False) is Tail(tail)  # the first fix
+    assert resolve_tail(None, True, None, None, 1, False) is Tail.DROP  # the second
+    assert resolve_tail("drop", True, None, None, 1, False) is Tail.DROP  # agreeing: accepted

@@ -1,3 +1,5 @@
+import shutil
+
 import pyarrow as pa
 import pytest
 
@@ -37,3 +39,25 @@ def test_more_shards_than_rows_is_refused(tmp_path):
         rd.write_arrow_shards(pa.table({"x": [1, 2, 3]}), tmp_path, num_shards=4)
     assert not list(tmp_path.iterdir())
     assert len(rd.write_arrow_shards(pa.table({"x": [1, 2, 3]}), tmp_path, num_shards=3)) == 3
+
+
+def test_a_directory_holding_other_shards_is_refused_and_the_fix_works(tmp_path):
+    d = tmp_path / "data"
+    rd.write_arrow_shards(pa.table({"id": list(range(40))}), d, num_shards=4)
+    new = pa.table({"id": list(range(100, 110))})
+    with pytest.raises(rd.ConfigError, match=r"^directory='.*': expected a new or empty directory") as e:
+        rd.write_arrow_shards(new, d, num_shards=2)  # shard-00002/3 would stay and be read with the new rows
+    msg = str(e.value)
+    assert "'shard-00002.arrow', 'shard-00003.arrow'" in msg and sorted(p.name for p in d.iterdir()) == [
+        f"shard-0000{i}.arrow" for i in range(4)
+    ], "nothing is written before the refusal"
+    assert msg.endswith(f"shutil.rmtree({str(d)!r})")
+    shutil.rmtree(d)  # the fix, followed literally
+    rd.write_arrow_shards(new, d, num_shards=2)
+    src = rd.ArrowShards(d, unpinned="allow")
+    assert [src[i]["id"] for i in range(len(src))] == list(range(100, 110))
+
+
+def test_rewriting_the_same_shards_in_place_is_allowed(tmp_path):
+    rd.write_arrow_shards(pa.table({"id": [1, 2]}), tmp_path, num_shards=2)
+    assert len(rd.write_arrow_shards(pa.table({"id": [3, 4]}), tmp_path, num_shards=2)) == 2
