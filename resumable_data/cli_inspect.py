@@ -97,9 +97,13 @@ def run(args: argparse.Namespace) -> int:
 
     width = None if args.wide or args.markdown else WIDTH
     if _is_dataset(args.checkpoint):
+        _refuse_unused(
+            args, "a pinned dataset folder", ("step", "data", "verify", "against", "label", "records", "markdown")
+        )
         print("\n".join(fit(_dataset_report(args.checkpoint), width)))
         return 0
     if Path(args.checkpoint).is_file():
+        _refuse_unused(args, "a loader state file", ("step", "against", "label", "markdown"))
         rc, lines = loader_state_report(args.checkpoint, args.data, args.verify, args.records, _check_data)
         print("\n".join(fit(lines, width)))
         return rc
@@ -189,6 +193,33 @@ def run(args: argparse.Namespace) -> int:
             out += inventory_blocks(inv)
     print("\n".join(fit(out, width)))
     return status_ok
+
+
+#: The options' defaults, to tell an option given from one left out.
+_DEFAULTS = {
+    "step": None,
+    "data": None,
+    "against": None,
+    "label": "faithful_continuation",
+    "records": 8,
+    "markdown": False,
+    "verify": "size",
+}
+
+
+def _refuse_unused(args: argparse.Namespace, kind: str, unused: tuple[str, ...]) -> None:
+    """An option given that ``inspect`` of ``kind`` would not use is refused (never silently ignored)."""
+    given = [f"--{name}" for name in unused if getattr(args, name) != _DEFAULTS[name]]
+    if given:
+        raise ConfigError(
+            describe(
+                given[0],
+                getattr(args, given[0][2:]),
+                f"no {', '.join(given)} when inspecting {kind} ({args.checkpoint!r}): "
+                f"{'they apply' if len(given) > 1 else 'it applies'} to a checkpoint directory",
+                f"drop {' '.join(given)}, or pass a checkpoint directory",
+            )
+        )
 
 
 def _is_dataset(path: str) -> bool:
@@ -311,12 +342,13 @@ def _load_current(path: str) -> Any:
             json.loads(read_regular(p, LIMITS["meta.json"]).decode("utf-8")), "current meta"
         )
     except (ResumableDataError, ValueError, OSError) as e:
+        cause = "no such file or directory" if not p.exists() and not p.is_symlink() else str(e).split("; fix:")[0]
         raise ConfigError(
             describe(
                 "--against",
                 path,
                 "the current run's metadata (a JSON file of TrainingState.meta().to_dict(), or a checkpoint "
-                f"directory; {e})",
+                f"directory; {cause})",
                 "write it with json.dump(state.meta().to_dict(), f), or pass a checkpoint directory",
             )
         ) from None

@@ -357,7 +357,12 @@ def compare(
             "num_records",
             sp.num_records,
             cp.num_records,
-            "open the same dataset" + declare,
+            (
+                "build the rd.Mixture as saved (the same sources and epoch_len)"
+                if saved.mixture is not None or current.mixture is not None
+                else "open the dataset version the run was trained on (rd.ArrowShards on the pinned directory)"
+            )
+            + declare,
         )
     differ("seed", sp.seed, cp.seed, "pass seed= as saved")
     differ("order", sp.order.to_dict(), cp.order.to_dict(), "pass the same shuffle / shuffle_window / window_blocks")

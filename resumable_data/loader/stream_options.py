@@ -39,10 +39,11 @@ def resolve_seed(seed: int | None, sampler_seed: int | None, generator: Any, shu
             describe(
                 "seed",
                 None,
-                "an integer seed when shuffling or sampling at random (shuffle=True, a RandomSampler "
-                "or WeightedRandomSampler), or a generator= (the loader's or the sampler's) with a known seed",
-                "pass seed=1234: a loader whose seed is unknown cannot resume (torch would draw one from the "
-                "global generator at every iter())",
+                "an integer seed when shuffling or sampling at random (shuffle=True, shuffle_window=, a "
+                "RandomSampler or WeightedRandomSampler, an rd.Mixture, which shuffles by default), or a "
+                "generator= (the loader's or the sampler's) with a known seed",
+                "pass seed=1234 to the DataLoader: a loader whose seed is unknown cannot resume (torch would "
+                "draw one from the global generator at every iter())",
             )
         )
     return check_int(0 if seed is None else seed, "seed", 0, (1 << 64) - 1)

@@ -183,6 +183,10 @@ class BatchSchedule:
             raise ResumeError(f"{where} is inconsistent: {e}") from None
 
 
+#: How the pairs' errors name them: given as ``batch_size=[(step, batch), ...]`` or to ``rd.BatchSteps``.
+_POINTS_PARAM = "batch_size / rd.BatchSteps pairs"
+
+
 @dataclass(frozen=True)
 class BatchSteps(BatchSchedule):
     """Batch ``b`` from step ``s`` on, for each ``(s, b)`` pair; the first pair is at step 0."""
@@ -197,7 +201,7 @@ class BatchSteps(BatchSchedule):
             or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pts)
         ):
             raise ConfigError(
-                describe("batch_size", pts, f"1..{MAX_POINTS} (step, batch) pairs", "pass e.g. [(0, 8), (1000, 16)]")
+                describe(_POINTS_PARAM, pts, f"1..{MAX_POINTS} (step, batch) pairs", "pass e.g. [(0, 8), (1000, 16)]")
             )
         out = tuple(
             (check_int(s, "batch schedule step", 0, MAX_STEP), check_int(b, "batch schedule batch", 1, MAX_BATCH))
@@ -206,7 +210,7 @@ class BatchSteps(BatchSchedule):
         if out[0][0] != 0:
             raise ConfigError(
                 describe(
-                    "batch_size",
+                    _POINTS_PARAM,
                     list(pts),
                     "a first pair at step 0 (the batch every run starts with)",
                     f"prepend (0, {out[0][1]})",
@@ -216,7 +220,7 @@ class BatchSteps(BatchSchedule):
             if b <= a:
                 raise ConfigError(
                     describe(
-                        "batch_size",
+                        _POINTS_PARAM,
                         list(pts),
                         f"strictly increasing steps (step {b} follows {a})",
                         "sort the pairs by step and merge duplicates",

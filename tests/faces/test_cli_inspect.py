@@ -137,13 +137,15 @@ def test_against_a_checkpoint_directory_and_unreadable_input(run, capsys):
     assert rc == 2 and "schema_version" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("what", ["empty folder", "dataset folder", "loader state", "unreadable file"])
+@pytest.mark.parametrize("what", ["empty folder", "dataset folder", "loader state", "unreadable file", "missing"])
 def test_against_anything_but_a_run_s_metadata_names_against_and_the_fix(run, capsys, what):
-    """Each refusal of ``--against`` names it and says what it takes; an I/O error is one of them."""
+    """Each refusal of ``--against`` names it and says what it takes; an I/O error is one of them.
+    The checkpoint reader's own fix ("load another checkpoint") is not repeated inside it."""
     if what == "unreadable file" and not Path("/proc/self/mem").exists():
         pytest.skip("needs /proc/self/mem (Linux): a regular file whose read fails with EIO")
     path = {"empty folder": run["root"] / "empty", "dataset folder": run["data"],
-            "loader state": run["root"] / "loader-state.json", "unreadable file": Path("/proc/self/mem")}[what]
+            "loader state": run["root"] / "loader-state.json", "unreadable file": Path("/proc/self/mem"),
+            "missing": run["root"] / "missing.json"}[what]
     (run["root"] / "empty").mkdir(exist_ok=True)
     (run["root"] / "loader-state.json").write_text(json.dumps({"format": "resumable_data.loader"}))
     rc = main(["inspect", str(run["ckpt"]), "--against", str(path)])
@@ -152,6 +154,9 @@ def test_against_anything_but_a_run_s_metadata_names_against_and_the_fix(run, ca
     assert err.startswith(f"resumable-data inspect: --against={str(path)!r}: expected the current run's metadata "
                           "(a JSON file of TrainingState.meta().to_dict(), or a checkpoint directory; "), err
     assert err.endswith("fix: write it with json.dump(state.meta().to_dict(), f), or pass a checkpoint directory\n")
+    assert err.count("fix:") == 1, err
+    if what == "missing":
+        assert "checkpoint directory; no such file or directory); fix:" in err
 
 
 @pytest.mark.parametrize("mode", [False, "lazy"], ids=["off", "lazy"])
@@ -240,3 +245,24 @@ def test_same_size_content_change_is_caught_by_verify_cached_and_content(run, tm
     assert re.search(r"shard-0000\d\.arrow", out.split("MISMATCH", 1)[1].split("\n\n")[0])
     rc, out = _inspect(capsys, run["ckpt"], "--data", run["data"], "--verify", "content")
     assert rc == 0 and "content verified: every shard's hash matches" in out
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--against", "x.json"], "--against"), (["--step", "3"], "--step"), (["--verify", "content"], "--verify"),
+    (["--label", "warm_start"], "--label"), (["--data", "elsewhere"], "--data"),
+])
+def test_options_a_dataset_folder_does_not_use_are_refused_not_ignored(run, capsys, argv, named):
+    """``inspect DATASET --against X`` printed the dataset report and exit 0: the option was ignored."""
+    rc = main(["inspect", str(run["data"]), *argv])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and err.startswith(f"resumable-data inspect: {named}="), err
+    assert "when inspecting a pinned dataset folder" in err and f"fix: drop {named}, or pass a checkpoint directory" in err
+    assert main(["inspect", str(run["data"])]) == 0  # the fix, followed
+
+
+def test_options_a_loader_state_file_does_not_use_are_refused(run, capsys, tmp_path):
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"format": "resumable_data.loader"}))
+    rc = main(["inspect", str(state), "--against", str(run["ckpt"])])
+    _, err = capsys.readouterr()
+    assert rc == 2 and err.startswith("resumable-data inspect: --against=") and "a loader state file" in err

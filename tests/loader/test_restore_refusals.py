@@ -56,3 +56,31 @@ def test_a_changed_mixture_names_the_mixture_in_its_fixes_not_a_sampler_argument
     assert "- sampler: saved 'rd.Mixture(" in msg and "fix: build the rd.Mixture as saved" in msg
     assert "- dataset_version: saved 'mix-" in msg and "fix: build the rd.Mixture over the sources" in msg
     loader(1024).load_state_dict(state)  # the fix, followed
+
+
+def test_a_mixture_with_another_epoch_len_names_the_mixture_in_the_num_records_fix(tmp_path):
+    from tests.mixture_data import WEIGHTS, open_sources, write_sources
+
+    dirs = write_sources(tmp_path)
+
+    def loader(epoch_len):
+        return rd.DataLoader(rd.Mixture(open_sources(dirs), WEIGHTS, epoch_len=epoch_len), batch_size=4, seed=0)
+
+    saved = loader(400)
+    next(iter(saved))
+    state = saved.state_dict()
+    with pytest.raises(rd.ResumeError) as e:
+        loader(300).load_state_dict(state)
+    msg = str(e.value)
+    assert "- num_records: saved 400 vs current 300; fix: build the rd.Mixture as saved (the same sources and epoch_len)" in msg
+    assert "open the same dataset" not in msg
+    loader(400).load_state_dict(state)  # the fix, followed
+
+
+def test_a_mixture_without_a_seed_is_told_to_pass_one_to_the_loader(tmp_path):
+    from tests.mixture_data import WEIGHTS, open_sources, write_sources
+
+    mixture = rd.Mixture(open_sources(write_sources(tmp_path)), WEIGHTS)
+    with pytest.raises(rd.ConfigError, match=r"^seed=None: .*an rd.Mixture, which shuffles by default.*fix: pass seed=1234 to the DataLoader"):
+        rd.DataLoader(mixture, batch_size=4)
+    next(iter(rd.DataLoader(mixture, batch_size=4, seed=1234)))  # the fix, followed

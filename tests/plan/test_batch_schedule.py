@@ -84,7 +84,7 @@ def test_serialization_round_trips_and_is_strict():
 
 
 @pytest.mark.parametrize("make, match", [
-    (lambda: BatchSteps(((1, 8),)), r"first pair at step 0.*prepend \(0, 8\)"),
+    (lambda: BatchSteps(((1, 8),)), r"^batch_size / rd.BatchSteps pairs=.*first pair at step 0.*prepend \(0, 8\)"),
     (lambda: BatchSteps(((0, 8), (5, 4), (5, 2))), r"strictly increasing steps"),
     (lambda: BatchSteps(((0, 0),)), r"batch schedule batch"),
     (lambda: BatchRamp(8, 3, 100, 16), r"BatchRamp.final.*start \+ a multiple of increment.*final=14"),
