@@ -8,7 +8,9 @@ the directory; rename an existing ``step-N`` aside to ``.aside-step-N-<rand>``; 
 directory to ``step-N``; fsync the parent; replace ``latest`` atomically (``_io.atomic_write``,
 durable); delete the aside copy; finally delete all but the ``keep_last`` newest complete
 checkpoints (never the one just saved, which ``latest`` names), each renamed to ``.trash-*``
-before it is removed.
+before it is removed. A step below the newest complete one is refused before anything is written
+(it would be ``latest`` but not the newest step, and ``rd.resume_or_start`` and retention go by
+step): after a rollback, remove the abandoned later steps first.
 
 Write failures (a full disk, a quota, an I/O error: ``OSError`` or safetensors' ``SafetensorError``)
 are a :class:`CheckpointError` naming the folder, the cause and what is on disk: before the new
@@ -183,6 +185,7 @@ def _write(
     aside = None
     try:  # nothing published yet: any failure removes what this save wrote and leaves the folder as it was
         _cleanup(root)
+        _check_not_behind(root, step)
         _fill(tmp, step, checkpoint_id, json_tree, tensors, meta, inventory)
         if os.path.lexists(final):
             aside = root / f"{ASIDE_PREFIX}{final.name}-{secrets.token_hex(4)}"
@@ -213,6 +216,27 @@ def _write(
                     continue
                 _rmtree(trash)
     return final
+
+
+def _check_not_behind(root: Path, step: int) -> None:
+    """A save below the newest complete step is refused: it would be the newest save (``latest``) but
+    not the newest step, so ``rd.load_checkpoint`` would read it while ``rd.resume_or_start`` and
+    retention (both by step) kept the later, abandoned branch."""
+    later = [p.name for p in list_checkpoints(root) if int(p.name.split("-")[1]) > step]
+    if later:
+        first = int(later[-1].split("-")[1])
+        raise CheckpointError(
+            describe(
+                "step",
+                step,
+                f"at least {first}, the newest checkpoint's step in {str(root)!r} (a lower step would be the "
+                "latest save but not the newest step: rd.resume_or_start would resume the newer one, "
+                "rd.load_checkpoint this one, and retention would delete the new ones first)",
+                f"after rolling back to an older checkpoint, remove the later ones the run abandoned first "
+                f"({', '.join(later[:4])}{' ...' if len(later) > 4 else ''}: e.g. shutil.rmtree on each), "
+                f"or save to another directory, or pass step= of at least {first}",
+            )
+        )
 
 
 def _fill(tmp: Path, step: int, checkpoint_id: str, json_tree: Any, tensors: dict, meta: Any, inventory: Any) -> None:

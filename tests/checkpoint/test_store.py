@@ -111,7 +111,8 @@ def test_corruption_and_incomplete_directories(tmp_path):
 
 def _writer(directory: str, ready) -> None:  # runs in a forked child
     s = _state(0.0)
-    step = int(time.time() * 1000) % 1000
+    # a restarted run saves later steps than the checkpoints it finds (a lower step is refused)
+    step = max(int(p.name.split("-")[1]) for p in list_checkpoints(directory)) + int(time.time() * 1000) % 1000
     ready.send(True)
     while True:
         step += 1
@@ -541,3 +542,24 @@ def test_a_refused_save_leaves_the_checkpoint_folder_byte_for_byte_unchanged(tmp
             rd.save_checkpoint(where, state(value), step=step)
     assert _folder(root) == before
     assert not (tmp_path / "never").exists()
+
+
+def test_a_save_below_the_newest_step_is_refused_and_the_rollback_fix_works(tmp_path):
+    """Saving step 2 after step 3 made step 2 `latest` (what rd.load_checkpoint read) while
+    rd.resume_or_start resumed step 3, the abandoned branch; retention by step would then delete the
+    new saves first. The save is refused, the folder unchanged; removing the later step (the fix)
+    makes every reader agree on the new save."""
+    import shutil
+
+    rd.save_checkpoint(tmp_path, _state(3.0), step=3)
+    rd.save_checkpoint(tmp_path, _state(3.5), step=3)  # a re-save of the newest step is fine
+    before = _folder(tmp_path)
+    with pytest.raises(rd.CheckpointError, match=r"^step=2: expected at least 3, the newest checkpoint's step") as e:
+        rd.save_checkpoint(tmp_path, _state(2.0), step=2)
+    assert "remove the later ones the run abandoned first (step-000000000003: e.g. shutil.rmtree" in str(e.value)
+    assert _folder(tmp_path) == before
+    shutil.rmtree(tmp_path / "step-000000000003")  # the fix, followed
+    rd.save_checkpoint(tmp_path, _state(2.0), step=2)
+    loaded, resumed = _state(), _state()
+    assert rd.load_checkpoint(tmp_path, loaded).step == 2 == rd.resume_or_start(tmp_path, resumed)
+    assert all(float(p.flatten()[0]) == 2.0 for t in (loaded, resumed) for p in t.model.parameters())
