@@ -343,17 +343,30 @@ def plan_node(dtype: pa.DataType, arrays: list[pa.Array], units: Sequence[Unit],
 def _validity(arrays: list[pa.Array], units: Sequence[Unit], span: Span, index: int) -> Validity | None:
     if not any(a.null_count for a in arrays):
         return None
+    return Validity(span, _bit_bases(arrays, units, span, index, 0, lambda arr: arr.null_count > 0))
+
+
+def _bit_bases(
+    arrays: list[pa.Array],
+    units: Sequence[Unit],
+    span: Span,
+    index: int,
+    buffer: int,
+    has: Callable[[pa.Array], bool] = lambda arr: True,
+) -> np.ndarray:
+    """Per unit, the bit index in ``span`` of row 0 of a bitmap (buffer ``buffer``: 0 the validity,
+    1 a ``bool`` column's values); -1 for a unit ``has`` says holds none (no nulls)."""
     base = np.full(len(arrays), -1, dtype=np.int64)
     for k, (u, arr) in enumerate(zip(units, arrays)):
-        if arr.null_count:
-            buf = arr.buffers()[0]
+        if has(arr):
+            buf = arr.buffers()[buffer]
             b = span.base(buf, u.shard, 1)
             if b is None:
                 raise NoPlan
             if (arr.offset + len(arr) + 7) // 8 > buf.size:
                 raise _bounds_error(u, index)
             base[k] = b * 8 + arr.offset
-    return Validity(span, base)
+    return base
 
 
 def _plan_values(dtype: pa.DataType, arrays: list[pa.Array], units: Sequence[Unit], span: Span, index: int) -> Node:
@@ -370,16 +383,7 @@ def _plan_values(dtype: pa.DataType, arrays: list[pa.Array], units: Sequence[Uni
             base[k] = b + arr.offset  # element of the unit's row 0: pos = base[unit] + local
         return FixedNode(dtype, width, span, base)
     if pa.types.is_boolean(dtype):
-        base = np.empty(len(arrays), dtype=np.int64)
-        for k, (u, arr) in enumerate(zip(units, arrays)):
-            buf = arr.buffers()[1]
-            b = span.base(buf, u.shard, 1)
-            if b is None:
-                raise NoPlan
-            if (arr.offset + len(arr) + 7) // 8 > buf.size:
-                raise _bounds_error(u, index)
-            base[k] = b * 8 + arr.offset
-        return BoolNode(span, base)
+        return BoolNode(span, _bit_bases(arrays, units, span, index, 1))
     is_bytes = (
         pa.types.is_string(dtype)
         or pa.types.is_large_string(dtype)
