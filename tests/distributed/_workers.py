@@ -269,7 +269,16 @@ def task_dcp(rank, world, slice_dir, ckpt_dir):
     return out
 
 
-TASKS = {"ddp": task_ddp, "slices": task_slices, "dcp": task_dcp}
+def task_abort(rank, world, marker, always=False):
+    """Rank 1 dies by SIGABRT (as a C++ ``std::terminate`` does): on every run when ``always``, else
+    only while ``marker`` does not exist (it is created first). The launcher's retry is tested on it."""
+    if rank == 1 and (always or not os.path.exists(marker)):
+        Path(marker).touch()
+        os.abort()
+    return rank
+
+
+TASKS = {"ddp": task_ddp, "slices": task_slices, "dcp": task_dcp, "abort": task_abort}
 
 
 def entry(rank: int, world: int, port: int, tasks: list, workdir: str, tag: str, module: str = "_workers",
@@ -303,8 +312,9 @@ def entry(rank: int, world: int, port: int, tasks: list, workdir: str, tag: str,
         dist.destroy_process_group()
     # Results are on disk and the group is gone: end here, before the interpreter's teardown frees
     # FSDP's cyclic garbage (modules, meshes, process groups) and runs C++ static destructors in an
-    # order torch does not promise ("terminate called without an active exception", SIGABRT, once
-    # on CI after every task had passed). A task that raised never reaches this line.
+    # order torch does not promise (a suspect for the SIGABRT "terminate called without an active
+    # exception" a rank died of once on CI; where in its run is not known). A task that raised
+    # never reaches this line.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
@@ -312,15 +322,30 @@ def entry(rank: int, world: int, port: int, tasks: list, workdir: str, tag: str,
 
 def launch(world: int, tasks: list, workdir: Path, tag: str, *, module: str = "_workers",
            deterministic: bool = False) -> list[dict]:
-    """Run ``tasks`` on ``world`` spawned gloo ranks; returns each rank's results."""
+    """Run ``tasks`` on ``world`` spawned gloo ranks; returns each rank's results.
+
+    A rank that raised fails the launch at once (its traceback is the error). A rank killed by a
+    signal with no Python error (torch / gloo's C++ ``std::terminate``, SIGABRT: seen once on CI,
+    not reproduced in 24 loaded runs here) is named with the ranks that had finished, and the whole
+    world is run once more, with a warning in the test report: the tasks are deterministic, so a
+    second run that passes checks the same results, and an abort rd causes happens again."""
+    import warnings
+
     import torch.multiprocessing as mp
 
-    try:
-        mp.start_processes(entry, args=(world, free_port(), tasks, str(workdir), tag, module, deterministic),
-                           nprocs=world, join=True, start_method="spawn")
-    except mp.ProcessExitedException as e:  # killed by a signal: say which ranks had finished their tasks
-        done = [r for r in range(world) if (Path(workdir) / f"{tag}.rank{r}.pkl").exists()]
-        raise AssertionError(f"{e} (ranks that wrote their results: {done} of {world})") from e
+    for attempt in range(2):
+        for r in range(world):
+            (Path(workdir) / f"{tag}.rank{r}.pkl").unlink(missing_ok=True)
+        try:
+            mp.start_processes(entry, args=(world, free_port(), tasks, str(workdir), tag, module, deterministic),
+                               nprocs=world, join=True, start_method="spawn")
+            break
+        except mp.ProcessExitedException as e:  # killed by a signal: say which ranks had finished their tasks
+            done = [r for r in range(world) if (Path(workdir) / f"{tag}.rank{r}.pkl").exists()]
+            what = f"{e} (ranks that wrote their results: {done} of {world})"
+            if attempt or not e.signal_name:  # an exit code: not the C++ abort this retries
+                raise AssertionError(what + (", twice" if attempt else "")) from e
+            warnings.warn(f"{tag}: {what}; running the world again", RuntimeWarning, stacklevel=2)
     out = []
     for r in range(world):
         with open(Path(workdir) / f"{tag}.rank{r}.pkl", "rb") as f:
