@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
         out.append("")
         out.append("inventory:")
         if args.markdown or args.wide:
-            out += (inv.to_markdown() if args.markdown else str(inv)).splitlines()
+            out += (inv.to_markdown() if args.markdown else inv.table(cell=None)).splitlines()
         else:
             out += inventory_blocks(inv)
     print("\n".join(fit(out, width)))

@@ -227,8 +227,12 @@ class _Run:
                 saved["checkpoint"], self.ts, allow_unpinned=spec.allow_unpinned
             )  # rank 0: loader, model, optimizer, RNG, ...
             lead = self.loaders[0].cursor
-            for r, loader in enumerate(self.loaders[1:], 1):  # the other ranks follow rank 0's choice
-                s = states[r % len(states)]
+            # the other ranks follow rank 0's choice: they load the state rank 0's loader was restored
+            # to (a loader's state is the same on every rank), never their own saved one, which can be
+            # ahead of it: rank 0's loader, watched through its TrainingState's model, leaves a batch
+            # that no training forward ran on uncommitted, and the restore repeats it there
+            s = json.loads(json.dumps(self.loaders[0].state_dict()))
+            for r, loader in enumerate(self.loaders[1:], 1):
                 uncommitted = LoaderState.from_dict(s).uncommitted
                 loader.load_state_dict(
                     s, on_uncommitted=OnUncommitted.REPEAT if uncommitted else None, allow_unpinned=spec.allow_unpinned

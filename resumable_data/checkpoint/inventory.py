@@ -93,8 +93,11 @@ class Inventory:
         rows += ["| " + " | ".join(cell(getattr(e, f)) for f in FIELDS) + " |" for e in self.entries]
         return "\n".join(rows)
 
-    def __str__(self) -> str:
-        widths = {f: min(48, max([len(f)] + [len(getattr(e, f)) for e in self.entries])) for f in FIELDS}
+    def table(self, cell: int | None = 48) -> str:
+        """The inventory as a plain-text table, one row per category; each cell clipped to ``cell``
+        characters (with ``…``), or whole with ``cell=None`` (``resumable-data inspect --wide``)."""
+        longest = {f: max([len(f)] + [len(getattr(e, f)) for e in self.entries]) for f in FIELDS}
+        widths = {f: w if cell is None else min(cell, w) for f, w in longest.items()}
 
         def clip(s: str, w: int) -> str:
             return s if len(s) <= w else s[: w - 1] + "…"
@@ -102,4 +105,7 @@ class Inventory:
         line = "  ".join(f.ljust(widths[f]) for f in FIELDS)
         out = [line, "  ".join("-" * widths[f] for f in FIELDS)]
         out += ["  ".join(clip(getattr(e, f), widths[f]).ljust(widths[f]) for f in FIELDS) for e in self.entries]
-        return "\n".join(out)
+        return "\n".join(row.rstrip() for row in out)
+
+    def __str__(self) -> str:
+        return self.table()

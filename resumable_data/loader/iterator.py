@@ -185,6 +185,11 @@ class LoaderIterator:
         if getattr(self, "_closed", True):
             return
         self._closed = True
+        if torch_compat is None:
+            # interpreter shutdown: a generator still suspended in ``yield from loader`` (an endless
+            # ``batches()`` of the loop) is closed after this module's globals were cleared; the
+            # worker processes exit with the process, and there is nothing left to forget
+            return
         if not self._torch.persistent_workers:
             pids = [w.pid for w in torch_compat.worker_processes(self._it)]
             torch_compat.shutdown_workers(self._it)

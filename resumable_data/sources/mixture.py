@@ -62,6 +62,27 @@ __all__ = ["DEFAULT_BLOCK_SIZE", "Mixture", "MixtureSampler", "MixtureVersion", 
 DEFAULT_BLOCK_SIZE = 1024
 
 
+def _schema_difference(schema: pa.Schema, first: pa.Schema, first_name: str) -> str:
+    """What differs from the first source's schema, column by column (the printed schemas are
+    long, and a list column's item type, int64 against int32, is easy to miss in them)."""
+    mine = {f.name: f for f in schema}
+    theirs = {f.name: f for f in first}
+    parts = [f"missing {[n for n in theirs if n not in mine]}"] if any(n not in mine for n in theirs) else []
+    if any(n not in theirs for n in mine):
+        parts.append(f"not in {first_name!r}: {[n for n in mine if n not in theirs]}")
+    for n, f in mine.items():
+        g = theirs.get(n)
+        if g is None or f.equals(g):
+            continue
+        if f.type.equals(g.type):
+            parts.append(f"{n!r} nullable={f.nullable} here, {g.nullable} in {first_name!r}")
+        else:
+            parts.append(f"{n!r} is {f.type} here, {g.type} in {first_name!r}")
+    if not parts:
+        parts.append(f"the same columns in another order: {schema.names} here, {first.names} in {first_name!r}")
+    return "differs: " + "; ".join(parts)
+
+
 class MixtureVersion:
     """The pinned identity of a mixture's data (``.hash``, as a :class:`DatasetVersion` has)."""
 
@@ -128,8 +149,13 @@ class Mixture:
                     describe(
                         f"sources[{name!r}].schema",
                         str(src.schema)[:120],
-                        f"the schema of {self.names[0]!r} ({first})",
-                        "write every source with the same columns and types",
+                        f"the schema of {self.names[0]!r} ({first}); "
+                        f"{_schema_difference(src.schema, first, self.names[0])}",
+                        "write every source with the same columns and types: cast the others to the "
+                        f"first's (pyarrow: table.cast(sources[{self.names[0]!r}].schema) before "
+                        "rd.write_arrow_shards; a Hugging Face dataset: "
+                        f"ds.cast(datasets.Features.from_arrow_schema(sources[{self.names[0]!r}].schema)) "
+                        "before rd.ArrowShards.from_hf)",
                     )
                 )
             if len(src) < 1:

@@ -266,3 +266,18 @@ def test_options_a_loader_state_file_does_not_use_are_refused(run, capsys, tmp_p
     rc = main(["inspect", str(state), "--against", str(run["ckpt"])])
     _, err = capsys.readouterr()
     assert rc == 2 and err.startswith("resumable-data inspect: --against=") and "a loader state file" in err
+
+
+def test_wide_prints_the_inventory_cells_whole(run, capsys):
+    # README: "in 100 columns (--wide: full tables)"; the inventory under --wide clipped every cell
+    # at 48 characters ("data cursor, sampler, shuffle, augmentation keys" lost its record ids,
+    # the counters their values) while the default 100-column blocks printed them whole
+    inv = rd.Inventory.from_dict(json.loads((rd.latest_checkpoint(run["ckpt"]) / "inventory.json").read_text()))
+    longest = max((getattr(e, f) for e in inv.entries for f in ("owner", "serialization", "restore", "value")), key=len)
+    assert len(longest) > 48
+    rc, out = _inspect(capsys, run["ckpt"])
+    assert rc == 0
+    inventory = out.split("\ninventory:\n", 1)[1]
+    assert longest in inventory and "…" not in inventory
+    assert all(line == line.rstrip() for line in inventory.splitlines())
+    assert "…" in str(inv)  # the Python str() keeps its 48-character cells

@@ -237,3 +237,24 @@ def test_bad_interrupts_are_refused_before_any_batch(interrupts):
 
     with pytest.raises(rd.ConfigError, match="interrupts="):
         check_resume(make_loader, steps=10, interrupts=interrupts)
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_a_train_step_without_a_training_forward_passes_on_every_world_size(shards, world):
+    # rank 0's loader, watched through the TrainingState's model, leaves a batch that no training
+    # forward ran on uncommitted (README: the state counts the batch in hand once the model ran a
+    # training forward on it), and its restore repeats it; the other simulated ranks loaded their
+    # own saved states, one step ahead: the harness reported "DIVERGED ... rank 1, key 'id'" for a
+    # pipeline that resumes exactly (a step that only evaluates, or a stub while writing the test)
+    def eval_step(state, batch):
+        with torch.no_grad():
+            state.model.eval()
+            state.model(batch["id"].to(torch.float64)[:, None] / 100)
+            state.model.train()
+
+    report = check_resume(make_arrow(shards), steps=12, interrupts=[2, 7], num_workers=(0,), world_sizes=(world,),
+                          make_state=linear_state(), train_step=eval_step)
+    assert report.ok, str(report)
+    trained = check_resume(make_arrow(shards), steps=12, interrupts=[2, 7], num_workers=(0,), world_sizes=(world,),
+                           make_state=linear_state(), train_step=accumulating_step)
+    assert trained.ok, str(trained)

@@ -144,3 +144,30 @@ def test_an_arrow_and_a_parquet_source_with_list_columns_mix(tmp_path):
     loader = rd.DataLoader(m, batch_size=64, seed=0)
     batch = next(iter(loader))
     assert len(batch["id"]) == 64
+
+
+def test_a_schema_refusal_names_the_differing_column_and_a_cast_that_works(tmp_path):
+    # docs/mixtures.md mixes rd.ArrowShards folders with rd.ArrowShards.from_hf(hf_math); a Hugging
+    # Face dataset built from Python lists holds list<int64> where rd.prepare wrote list<int32>, and
+    # the message printed both whole schemas (the second cut at 120 characters) with no column named
+    datasets = pytest.importorskip("datasets")
+    table = pa.table({"id": pa.array(range(8), pa.int64()),
+                      "tokens": pa.array([[3 + i] * (1 + i) for i in range(8)], pa.list_(pa.int32()))})
+    rd.write_arrow_shards(table, tmp_path / "web")  # what rd.prepare writes: list<int32>
+    web = rd.ArrowShards(tmp_path / "web", unpinned="allow")
+    hf_math = datasets.Dataset.from_dict(table.slice(0, 6).to_pydict())  # tokens inferred as list<int64>
+    with pytest.raises(rd.ConfigError) as info:
+        rd.Mixture({"web": web, "math": rd.ArrowShards.from_hf(hf_math, cache_dir=tmp_path / "a")},
+                   weights={"web": 1, "math": 1})
+    text = str(info.value)
+    assert "'tokens' is list<item: int64> here, list<item: int32> in 'web'" in text
+    assert "same columns" in text and "datasets.Features.from_arrow_schema(sources['web'].schema)" in text
+    # the fix, as the message gives it
+    fixed = hf_math.cast(datasets.Features.from_arrow_schema(web.schema))
+    mix = rd.Mixture({"web": web, "math": rd.ArrowShards.from_hf(fixed, cache_dir=tmp_path / "b")},
+                     weights={"web": 1, "math": 1})
+    assert len(mix) == len(web) + 6
+    other = tmp_path / "other"  # a missing and an extra column are named too
+    rd.write_arrow_shards(pa.table({"id": pa.array([1, 2], pa.int64()), "x": [1, 2]}), other)
+    with pytest.raises(rd.ConfigError, match=r"missing \['tokens'\]; not in 'web': \['x'\]"):
+        rd.Mixture({"web": web, "x": rd.ArrowShards(other, unpinned="allow")}, weights={"web": 1, "x": 1})
