@@ -116,6 +116,8 @@ def test_unpinned_default_pins_and_says_so(tmp_path, table, caplog):
     assert s.pinned and not (tmp_path / MANIFEST_NAME).exists()
     assert not (tmp_path / rd.sources.files.LEGACY_MANIFEST_NAME).exists()
     assert any("pinning it now" in r.getMessage() for r in caplog.records), caplog.text
+    # the way out names the call that takes it (rd.prepare, rd.Mixture take a source, not unpinned=)
+    assert "open it with rd.ArrowShards(path, unpinned='allow')" in caplog.text
     assert rd.ArrowShards(tmp_path, unpinned="error").version == s.version  # found in the cache
 
 

@@ -176,7 +176,8 @@ def _unpinned(
         what = f"{names} in {root}"
     _LOG.warning(
         "resumable_data: %s is not pinned; pinning it now (content hash) into the cache (%s; the folder is "
-        "not written). Pass unpinned='allow' to read it unpinned.",
+        "not written). To read it unpinned instead, open it with rd.ArrowShards(path, unpinned='allow') "
+        "(and pass that source where you passed the path).",
         what,
         cache_dir() / "manifests",
     )
