@@ -48,6 +48,7 @@ import base64
 import binascii
 import enum
 import sys
+import types
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Mapping, Set
 from typing import Any
@@ -265,7 +266,7 @@ def _check_int(x: int, path: str) -> int:
         raise CheckpointError(
             describe(
                 path or "state",
-                f"an int of {x.bit_length()} bits",
+                f"an int of {x.bit_length()} bits (about {int(x.bit_length() * 0.30103) + 1} decimal digits)",
                 f"an integer of at most {MAX_INT_DIGITS} decimal digits (what every Python reads back from JSON)",
                 "store it as a hex string (hex(x)) and convert it back with int(s, 16) in load_state_dict()",
             )
@@ -273,10 +274,14 @@ def _check_int(x: int, path: str) -> int:
     return x
 
 
+#: Types whose ``__qualname__`` is not a name a user can call to rebuild them.
+_IMPORTABLE = {type(types.MappingProxyType({})): "types.MappingProxyType"}
+
+
 def _refusal(x: Any, where: str) -> str:
     """Why ``x`` (no type the codec keeps) is refused, with the fix that saves it (module docs)."""
     kind = type(x)
-    name = kind.__qualname__
+    name = _IMPORTABLE.get(kind, kind.__qualname__)
     restore = "in load_state_dict()"
     if isinstance(x, tuple) and hasattr(kind, "_fields"):
         what = f"{name} (a namedtuple)"

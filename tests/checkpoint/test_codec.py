@@ -263,13 +263,13 @@ REFUSED = {
     "tuple subclass": (_Tuple((1,)), r"_Tuple \(a subclass of tuple\)'.*fix: store tuple\(x\)", tuple, _Tuple),
     "dict subclass": (_Dict(a=1), r"_Dict \(a Mapping.*fix: store dict\(x\)", dict, _Dict),
     "OrderedDict subclass": (_ODict(a=1), r"_ODict \(a Mapping.*fix: store dict\(x\)", dict, _ODict),
-    "mappingproxy": (types.MappingProxyType({"a": 1}), r"mappingproxy \(a Mapping.*fix: store dict\(x\)", dict,
+    "mappingproxy": (types.MappingProxyType({"a": 1}), r"types.MappingProxyType \(a Mapping.*fix: store dict\(x\).*rebuild types.MappingProxyType\(d\)", dict,
                      types.MappingProxyType),
     "str Enum keys": ({_Mode.A: 1}, r"cb\.x keys=\['_Mode'\].*k.value", lambda d: {k.value: v for k, v in d.items()},
                       lambda d: {_Mode(k): v for k, v in d.items()}),
-    "int past 640 digits": (10**MAX_DIGITS, r"an int of 2127 bits'.*640 decimal digits.*fix: store it as a hex "
+    "int past 640 digits": (10**MAX_DIGITS, r"an int of 2127 bits \(about 641 decimal digits\)'.*640 decimal digits.*fix: store it as a hex "
                             r"string \(hex\(x\)\)", hex, lambda s: int(s, 16)),
-    "int key past 640 digits": ({-(10**700): 1}, r"cb\.x key='an int of \d+ bits'.*hex\(x\)",
+    "int key past 640 digits": ({-(10**700): 1}, r"cb\.x key='an int of 2326 bits \(about 701 decimal digits\)'.*hex\(x\)",
                                 lambda d: {hex(k): v for k, v in d.items()}, lambda d: {int(k, 16): v for k, v in d.items()}),
 }
 
