@@ -346,8 +346,8 @@ def main_args(args: argparse.Namespace) -> int:
             describe(
                 "--kill-at",
                 args.kill_at,
-                f"a microbatch in [{lo}, {hi}] (after the first checkpoint, at microbatch {first_ckpt}, "
-                "and before the last)",
+                f"a microbatch in [{lo}, {hi}] (microbatches count from 0: after the first checkpoint, "
+                f"written once microbatch {first_ckpt} is done, as step {first_ckpt + 1}, and before the last)",
                 f"e.g. --kill-at {(lo + hi) // 2}, or leave it out" if lo <= hi else "leave it out",
             )
         )

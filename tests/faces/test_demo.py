@@ -102,10 +102,10 @@ def test_make_demo_default_run_is_bit_identical(tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["--checkpoint-every", "0"], "--checkpoint-every=0: expected an integer >= 1; fix: e.g. --checkpoint-every 30"),
-    (["--kill-at", "-1"], "--kill-at=-1: expected a microbatch in [30, 398] (after the first checkpoint, at "
-                          "microbatch 29, and before the last); fix: e.g. --kill-at 214, or leave it out"),
-    (["--kill-at", "999999"], "--kill-at=999999: expected a microbatch in [30, 398] (after the first checkpoint, at "
-                              "microbatch 29, and before the last); fix: e.g. --kill-at 214, or leave it out"),
+    (["--kill-at", "-1"], "--kill-at=-1: expected a microbatch in [30, 398] (microbatches count from 0: after "
+                          "the first checkpoint, written once microbatch 29 is done, as step 30, and before the last); fix: e.g. --kill-at 214, or leave it out"),
+    (["--kill-at", "999999"], "--kill-at=999999: expected a microbatch in [30, 398] (microbatches count from 0: after "
+                              "the first checkpoint, written once microbatch 29 is done, as step 30, and before the last); fix: e.g. --kill-at 214, or leave it out"),
     (["--tokens", "id"], "--tokens='id': expected a list<int> token column (it is int64); "
                          "fix: pass --tokens NAME of its list<int> token column"),
 ])
