@@ -274,8 +274,8 @@ def _write_error(root: Path, final: Path, e: BaseException, *, published: bool) 
     why = getattr(e, "strerror", None) or str(e)
     if published:
         state = (
-            f"{final.name} is complete on disk but {LATEST} was not updated, so loading {root} still loads "
-            "the checkpoint it named before"
+            f"{final.name} is complete on disk but {LATEST} was not updated; loading {root} (rd.load_checkpoint "
+            "with a warning, rd.resume_or_start) loads it, the newest step"
         )
     else:
         state = f"nothing of {final.name} was kept; the checkpoints saved before are unchanged"

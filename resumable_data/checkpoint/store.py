@@ -332,7 +332,8 @@ def _kind_at(p: Path) -> str:
 
 def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path:
     """The step directory to load: ``path`` itself if it is one, else ``step``, else ``latest``
-    (falling back to the newest complete one if ``latest`` is missing, unreadable or incomplete)."""
+    (falling back to the newest complete one if ``latest`` is missing, unreadable or incomplete, or
+    names an older step than a complete one: what ``rd.resume_or_start`` loads, and saves keep)."""
     p = _path(path, "directory")
     if os.path.lexists(p / MARKER) or STEP_RE.match(p.name):
         why = _why_incomplete(p)
@@ -370,16 +371,22 @@ def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path
             )
         return q
     name, why = _read_latest(p)
-    if name is not None and _complete(p / name):
-        return p / name
     done = _loadable(p)
+    if name is not None and _complete(p / name):
+        m = STEP_RE.match(name)
+        if m is None or int(m.group(1)) >= max(done, default=-1):
+            return p / name
+        # a newer complete step (a save killed before its rename, or one whose `latest` write failed):
+        # what rd.resume_or_start resumes and the next save keeps (saves never go below the newest step)
+        why = f"names {name!r}, older than the newest complete checkpoint"
     if not done:
         raise CheckpointError(
             describe("directory", str(p), "at least one complete checkpoint", "save one with rd.save_checkpoint first")
         )
     newest = done[max(done)]
     warnings.warn(
-        f"{p / LATEST}: {why}, which is not a complete checkpoint; loading the newest complete one, {newest.name}",
+        f"{p / LATEST}: {why}{'' if why.endswith('complete checkpoint') else ', which is not a complete checkpoint'}; "
+        f"loading the newest complete one, {newest.name} (as rd.resume_or_start does)",
         RuntimeWarning,
         stacklevel=3,
     )

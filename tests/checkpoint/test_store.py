@@ -139,8 +139,16 @@ def test_sigkill_during_save_never_breaks_latest(tmp_path):
         interrupted += any(q.name.startswith((".tmp-", ".trash-", ".latest.tmp")) for q in tmp_path.iterdir())
         latest = (tmp_path / "latest").read_text().strip()
         t = _state(-1.0)
-        info = rd.load_checkpoint(tmp_path, t)  # never warns: latest is always complete
-        assert info.path.name == latest
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            info = rd.load_checkpoint(tmp_path, t)
+        # latest is always complete; a save killed after its files were complete (before its rename or
+        # `latest`) is a newer step, loaded with a warning: what resume_or_start loads (attack43)
+        if info.path.name != latest:
+            assert info.step > int(latest.split("-")[1]) and "older than the newest" in str(caught[0].message)
+        else:
+            assert not caught
+        assert rd.resume_or_start(tmp_path, _state(-1.0)) == info.step
         assert {float(x.detach().flatten()[0]) for x in t.model.parameters()} == {
             float(info.step) if info.step else 0.0
         }
@@ -563,3 +571,17 @@ def test_a_save_below_the_newest_step_is_refused_and_the_rollback_fix_works(tmp_
     loaded, resumed = _state(), _state()
     assert rd.load_checkpoint(tmp_path, loaded).step == 2 == rd.resume_or_start(tmp_path, resumed)
     assert all(float(p.flatten()[0]) == 2.0 for t in (loaded, resumed) for p in t.model.parameters())
+
+
+def test_a_save_killed_before_its_rename_loads_by_load_checkpoint_as_by_resume_or_start(tmp_path):
+    # attack43: latest named step 10, the killed save's complete copy of step 12 was what
+    # resume_or_start resumed (and the next save kept, refusing step 11), load_checkpoint loaded 10
+    rd.save_checkpoint(tmp_path, _state(10.0), step=10)
+    other = rd.save_checkpoint(tmp_path / "x", _state(12.0), step=12)
+    os.rename(other, tmp_path / ".tmp-step-000000000012-4242-0a0b0c0d")  # complete, never renamed
+    t, u = _state(-1.0), _state(-1.0)
+    with pytest.warns(RuntimeWarning, match="names 'step-000000000010', older than the newest complete checkpoint"):
+        info = rd.load_checkpoint(tmp_path, t)
+    value = {float(x.detach().flatten()[0]) for x in t.model.parameters()}
+    assert (info.step, value) == (rd.resume_or_start(tmp_path, u), {float(x.detach().flatten()[0]) for x in u.model.parameters()})
+    assert (info.step, value) == (12, {12.0})
