@@ -346,6 +346,17 @@ def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path
                     "load the parent directory to get the newest complete one",
                 )
             )
+        m = STEP_RE.match(p.name)
+        if step is not None and check_step(step) != (int(m.group(1)) if m else _read_marker(p)[K_STEP]):
+            raise CheckpointError(  # the directory's own step was loaded, the step asked for ignored
+                describe(
+                    "step",
+                    step,
+                    f"None or the step of the checkpoint directory passed ({str(p)!r} is "
+                    f"step {int(m.group(1)) if m else _read_marker(p)[K_STEP]})",
+                    f"pass the parent directory with step={step} ({str(p.parent)!r}), or drop step=",
+                )
+            )
         return p
     if not p.is_dir():
         there = "nothing is at" if not os.path.lexists(p) else _kind_at(p) + " is at"

@@ -585,3 +585,14 @@ def test_a_save_killed_before_its_rename_loads_by_load_checkpoint_as_by_resume_o
     value = {float(x.detach().flatten()[0]) for x in t.model.parameters()}
     assert (info.step, value) == (rd.resume_or_start(tmp_path, u), {float(x.detach().flatten()[0]) for x in u.model.parameters()})
     assert (info.step, value) == (12, {12.0})
+
+
+def test_a_step_directory_loaded_with_another_step_is_refused(tmp_path):
+    # attack43: rd.load_checkpoint(dir/step-1, state, step=5) loaded step 1 unsaid
+    rd.save_checkpoint(tmp_path, _state(1.0), step=1)
+    rd.save_checkpoint(tmp_path, _state(5.0), step=5)
+    with pytest.raises(rd.CheckpointError, match=r"^step=5: expected None or the step of the checkpoint directory"):
+        rd.load_checkpoint(tmp_path / "step-000000000001", _state(-1.0), step=5)
+    t = _state(-1.0)
+    assert rd.load_checkpoint(tmp_path, t, step=5).step == 5  # the fix, followed
+    assert rd.load_checkpoint(tmp_path / "step-000000000001", _state(-1.0), step=1).step == 1
