@@ -295,8 +295,8 @@ def _write_error(root: Path, final: Path, e: BaseException, *, published: bool) 
     why = getattr(e, "strerror", None) or str(e)
     if published:
         state = (
-            f"{final.name} is complete on disk but {LATEST} was not updated; loading {root} (rd.load_checkpoint "
-            "with a warning, rd.resume_or_start) loads it, the newest step"
+            f"{final.name} is complete on disk but {LATEST} was not updated; loading {root} (rd.load_checkpoint, "
+            "rd.resume_or_start) loads it, the newest step"
         )
     else:
         state = f"nothing of {final.name} was kept; the checkpoints saved before are unchanged"

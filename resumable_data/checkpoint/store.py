@@ -387,17 +387,17 @@ def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path
         m = STEP_RE.match(name)
         if m is None or int(m.group(1)) >= max(done, default=-1):
             return p / name
-        # a newer complete step (a save killed before its rename, or one whose `latest` write failed):
-        # what rd.resume_or_start resumes and the next save keeps (saves never go below the newest step)
-        why = f"names {name!r}, older than the newest complete checkpoint"
+        # a newer complete step (a save killed after its files were complete, before its rename or
+        # `latest`): what rd.resume_or_start resumes and the next save keeps (saves never go below the
+        # newest step); no warning, as resume_or_start gives none (a kill there is an ordinary crash)
+        return done[max(done)]
     if not done:
         raise CheckpointError(
             describe("directory", str(p), "at least one complete checkpoint", "save one with rd.save_checkpoint first")
         )
     newest = done[max(done)]
     warnings.warn(
-        f"{p / LATEST}: {why}{'' if why.endswith('complete checkpoint') else ', which is not a complete checkpoint'}; "
-        f"loading the newest complete one, {newest.name} (as rd.resume_or_start does)",
+        f"{p / LATEST}: {why}, which is not a complete checkpoint; loading the newest complete one, {newest.name}",
         RuntimeWarning,
         stacklevel=3,
     )
