@@ -24,6 +24,9 @@ then shows its cursor, counters, stream and next step (and checks ``--data``). E
 columns (long values wrap under their key, table cells are clipped, the inventory prints one block
 per category); ``--wide`` prints the full-width tables instead.
 
+``--verify`` without ``--data`` and ``--label`` without ``--against`` are refused (they say how
+the other is compared), as is ``--step`` beside a step directory of another step.
+
 Exit status: 0 fine, 1 the dataset does not match or the current run is refused, 2 unreadable input.
 """
 
@@ -102,6 +105,16 @@ def run(args: argparse.Namespace) -> int:
         )
         print("\n".join(fit(_dataset_report(args.checkpoint), width)))
         return 0
+    for option, needs in (("verify", "data"), ("label", "against")):  # used only beside the other: never ignored
+        if getattr(args, option) != _DEFAULTS[option] and getattr(args, needs) is None:
+            raise ConfigError(
+                describe(
+                    f"--{option}",
+                    getattr(args, option),
+                    f"--{option} only beside --{needs} (it says how --{needs} is compared)",
+                    f"add --{needs} {'DIR' if needs == 'data' else 'CURRENT'}, or drop --{option}",
+                )
+            )
     if Path(args.checkpoint).is_file():
         _refuse_unused(args, "a loader state file", ("step", "against", "label", "markdown"))
         rc, lines = loader_state_report(args.checkpoint, args.data, args.verify, args.records, _check_data)

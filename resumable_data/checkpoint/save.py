@@ -62,6 +62,7 @@ from resumable_data.checkpoint.store import (
     check_step,
     list_checkpoints,
     step_dir_name,
+    survey_checkpoints,
 )
 from resumable_data.errors import ConfigError, describe
 from resumable_data.loader.protocol import HoldsLoader, ResumableLoader
@@ -184,6 +185,7 @@ def _write(
     tmp = root / f"{TMP_PREFIX}{final.name}-{os.getpid()}-{secrets.token_hex(4)}"
     aside = None
     try:  # nothing published yet: any failure removes what this save wrote and leaves the folder as it was
+        _check_no_damaged(root)
         _cleanup(root)
         _check_not_behind(root, step)
         _fill(tmp, step, checkpoint_id, json_tree, tensors, meta, inventory)
@@ -216,6 +218,25 @@ def _write(
                     continue
                 _rmtree(trash)
     return final
+
+
+def _check_no_damaged(root: Path) -> None:
+    """A save is refused while a step directory newer than every complete checkpoint holds a marker
+    but is not complete (a checkpoint that was complete once, now damaged or truncated): the save's
+    cleanup would delete it, and ``rd.resume_or_start`` refuses that folder for the same reason."""
+    newest, damaged = survey_checkpoints(root)
+    if damaged:
+        name, why = next(reversed(damaged.items()))
+        raise CheckpointError(
+            describe(
+                "directory",
+                str(root),
+                f"no damaged checkpoint newer than the complete ones ({sorted(damaged)} "
+                f"{'is' if len(damaged) == 1 else 'are'} newer than {newest.name if newest else 'any complete one'} "
+                f"and not complete: {name}: {why}; this save would delete it)",
+                f"restore {name} from a copy; or move it out of {root} and save again (or save into another directory)",
+            )
+        )
 
 
 def _check_not_behind(root: Path, step: int) -> None:
@@ -274,8 +295,8 @@ def _write_error(root: Path, final: Path, e: BaseException, *, published: bool) 
     why = getattr(e, "strerror", None) or str(e)
     if published:
         state = (
-            f"{final.name} is complete on disk but {LATEST} was not updated, so loading {root} still loads "
-            "the checkpoint it named before"
+            f"{final.name} is complete on disk but {LATEST} was not updated; loading {root} (rd.load_checkpoint, "
+            "rd.resume_or_start) loads it, the newest step"
         )
     else:
         state = f"nothing of {final.name} was kept; the checkpoints saved before are unchanged"

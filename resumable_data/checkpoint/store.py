@@ -332,7 +332,8 @@ def _kind_at(p: Path) -> str:
 
 def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path:
     """The step directory to load: ``path`` itself if it is one, else ``step``, else ``latest``
-    (falling back to the newest complete one if ``latest`` is missing, unreadable or incomplete)."""
+    (falling back to the newest complete one if ``latest`` is missing, unreadable or incomplete, or
+    names an older step than a complete one: what ``rd.resume_or_start`` loads, and saves keep)."""
     p = _path(path, "directory")
     if os.path.lexists(p / MARKER) or STEP_RE.match(p.name):
         why = _why_incomplete(p)
@@ -343,6 +344,17 @@ def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path
                     str(p),
                     f"a complete checkpoint (valid COMMITTED marker; {why})",
                     "load the parent directory to get the newest complete one",
+                )
+            )
+        m = STEP_RE.match(p.name)
+        if step is not None and check_step(step) != (int(m.group(1)) if m else _read_marker(p)[K_STEP]):
+            raise CheckpointError(  # the directory's own step was loaded, the step asked for ignored
+                describe(
+                    "step",
+                    step,
+                    f"None or the step of the checkpoint directory passed ({str(p)!r} is "
+                    f"step {int(m.group(1)) if m else _read_marker(p)[K_STEP]})",
+                    f"pass the parent directory with step={step} ({str(p.parent)!r}), or drop step=",
                 )
             )
         return p
@@ -370,9 +382,15 @@ def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path
             )
         return q
     name, why = _read_latest(p)
-    if name is not None and _complete(p / name):
-        return p / name
     done = _loadable(p)
+    if name is not None and _complete(p / name):
+        m = STEP_RE.match(name)
+        if m is None or int(m.group(1)) >= max(done, default=-1):
+            return p / name
+        # a newer complete step (a save killed after its files were complete, before its rename or
+        # `latest`): what rd.resume_or_start resumes and the next save keeps (saves never go below the
+        # newest step); no warning, as resume_or_start gives none (a kill there is an ordinary crash)
+        return done[max(done)]
     if not done:
         raise CheckpointError(
             describe("directory", str(p), "at least one complete checkpoint", "save one with rd.save_checkpoint first")

@@ -34,6 +34,7 @@ default), a transient ``TimeoutError`` past it.
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,6 +50,8 @@ K_ATTEMPTS = "attempts"
 K_BASE_DELAY = "base_delay"
 K_MAX_DELAY = "max_delay"
 K_READ_DEADLINE = "read_deadline"
+#: The longest ``read_deadline`` (about 31 years): a thread's join accepts at most ``threading.TIMEOUT_MAX``.
+MAX_READ_DEADLINE = 10**9
 K_MIN_READ_RATE = "min_read_rate"
 _KEYS = (K_ATTEMPTS, K_BASE_DELAY, K_MAX_DELAY, K_READ_DEADLINE, K_MIN_READ_RATE)
 
@@ -123,12 +126,13 @@ class Retries:
                     describe(name, v, "a finite number of seconds >= 0", f"pass e.g. rd.Retries({name}=1.0)")
                 )
         d = self.read_deadline
-        if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 < d < float("inf"):
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 < d <= MAX_READ_DEADLINE:
             raise ConfigError(
                 describe(
                     K_READ_DEADLINE,
                     d,
-                    "a finite number of seconds > 0 (one read's allowance before its bytes)",
+                    f"a number of seconds in (0, {MAX_READ_DEADLINE:.0e}] (one read's allowance before its bytes; "
+                    "at most about 31 years: a longer wait overflows the thread join that enforces it)",
                     "pass e.g. rd.Retries(read_deadline=300.0)",
                 )
             )
@@ -144,7 +148,7 @@ class Retries:
 
     def read_limit(self, nbytes: int) -> float:
         """The most seconds one remote read of ``nbytes`` bytes may take."""
-        return self.read_deadline + nbytes / self.min_read_rate
+        return min(self.read_deadline + nbytes / self.min_read_rate, threading.TIMEOUT_MAX)  # a longer join overflows
 
     def delay(self, retry: int) -> float:
         """Seconds to wait before retry number ``retry`` (0-based): full jitter."""

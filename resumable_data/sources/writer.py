@@ -9,7 +9,10 @@ file format (``"arrow"``), Arrow IPC stream format (``"arrow_stream"``, what Hug
 Guarantee: concatenating the shards in the returned (= sorted) order gives back the table's rows.
 Each file is written to a temporary name and renamed into place. A directory holding shard files
 this write does not replace is refused before anything is written (``rd.ArrowShards(directory)``
-reads every shard file there, so old ones would join the new rows unsaid).
+reads every shard file there, hidden directories included, so old ones would join the new rows
+unsaid), as is a pinned directory (``.rd-manifest.json``: rewriting its shards loses the pinned
+version and leaves the folder not matching its manifest), a path that is not a directory, and a
+shard name held by a directory.
 
 Cost: one pass over the data; no manifest is written (call :func:`~resumable_data.pin`).
 """
@@ -25,7 +28,7 @@ import pyarrow.parquet as pq
 
 from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, describe
-from resumable_data.sources.discovery import SHARD_SUFFIXES
+from resumable_data.sources.discovery import LEGACY_MANIFEST_NAME, MANIFEST_NAME, SHARD_SUFFIXES
 
 __all__ = ["ShardWriteFormat", "write_arrow_shards"]
 
@@ -45,14 +48,38 @@ def _positive(param: str, value: int | None) -> None:
 
 def _check_no_other_shards(root: Path, written: set[str]) -> None:
     """Refuse a directory holding shard files this write does not replace: ``rd.ArrowShards`` reads
-    every shard file of a directory, so they would join the new table's rows unsaid."""
+    every shard file of a directory (hidden directories included, as its listing walks them), so
+    they would join the new table's rows unsaid. Refuse a pinned directory (its manifest would no
+    longer match: the pinned version's data lost and the folder unreadable), a path that is not a
+    directory, and a shard name held by a directory (the rename onto it fails midway)."""
     if not root.is_dir():
+        if os.path.lexists(root):
+            raise ConfigError(
+                describe(
+                    "directory",
+                    str(root),
+                    "a directory, or a path where nothing is yet (a file or a dangling link is there)",
+                    "pass another path for the shards (a new directory)",
+                )
+            )
         return
+    for name in (MANIFEST_NAME, LEGACY_MANIFEST_NAME):
+        if os.path.lexists(root / name):
+            raise ConfigError(
+                describe(
+                    "directory",
+                    str(root),
+                    f"a directory that is not pinned (it holds {name}, rd.pin's manifest: rewriting its shards "
+                    "would lose the pinned version checkpoints refer to and leave the folder refused as not "
+                    "matching its manifest)",
+                    "write the new table into a new directory (and rd.pin it), or delete the pinned folder first: "
+                    f"shutil.rmtree({str(root)!r})",
+                )
+            )
     other = []
-    for d, dirs, files in os.walk(root):
-        dirs[:] = [x for x in dirs if not x.startswith(".")]
+    for d, _dirs, files in os.walk(root):  # as the reader lists a folder (LocalStore.list_files)
         for f in files:
-            rel = os.path.relpath(os.path.join(d, f), root)
+            rel = Path(os.path.relpath(os.path.join(d, f), root)).as_posix()
             if f.endswith(SHARD_SUFFIXES) and not f.startswith(".") and rel not in written:
                 other.append(rel)
     other.sort()
@@ -66,6 +93,17 @@ def _check_no_other_shards(root: Path, written: set[str]) -> None:
                 f"write into a new directory, or delete the old shards first: shutil.rmtree({str(root)!r})",
             )
         )
+    for name in sorted(written):
+        for p in (root / name, root / f".{name}.tmp"):
+            if p.is_dir() and not p.is_symlink():
+                raise ConfigError(
+                    describe(
+                        "directory",
+                        str(root),
+                        f"no directory where a shard file is written ({p.name} is a directory)",
+                        f"write into a new directory, or move {str(p)!r} away first",
+                    )
+                )
 
 
 def write_arrow_shards(

@@ -139,8 +139,14 @@ def test_sigkill_during_save_never_breaks_latest(tmp_path):
         interrupted += any(q.name.startswith((".tmp-", ".trash-", ".latest.tmp")) for q in tmp_path.iterdir())
         latest = (tmp_path / "latest").read_text().strip()
         t = _state(-1.0)
-        info = rd.load_checkpoint(tmp_path, t)  # never warns: latest is always complete
-        assert info.path.name == latest
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            info = rd.load_checkpoint(tmp_path, t)
+        # latest is always complete; a save killed after its files were complete (before its rename or
+        # `latest`) is a newer step, loaded without a warning: what resume_or_start loads (attack43)
+        assert not caught
+        assert info.path.name == latest or info.step > int(latest.split("-")[1])
+        assert rd.resume_or_start(tmp_path, _state(-1.0)) == info.step
         assert {float(x.detach().flatten()[0]) for x in t.model.parameters()} == {
             float(info.step) if info.step else 0.0
         }
@@ -177,8 +183,9 @@ def test_sigkill_of_a_spawned_writer_process(tmp_path):
     finally:
         p.send_signal(signal.SIGKILL)
         p.wait()
-    raw = read_checkpoint(tmp_path)
-    assert raw.path.name == (tmp_path / "latest").read_text().strip()
+    latest = (tmp_path / "latest").read_text().strip()
+    raw = read_checkpoint(tmp_path)  # a save killed after its files were complete: that newer step
+    assert raw.path.name == latest or raw.step > int(latest.split("-")[1])
     assert float(raw.tree["model"]["weight"][0, 0]) == raw.step
 
 
@@ -563,3 +570,47 @@ def test_a_save_below_the_newest_step_is_refused_and_the_rollback_fix_works(tmp_
     loaded, resumed = _state(), _state()
     assert rd.load_checkpoint(tmp_path, loaded).step == 2 == rd.resume_or_start(tmp_path, resumed)
     assert all(float(p.flatten()[0]) == 2.0 for t in (loaded, resumed) for p in t.model.parameters())
+
+
+def test_a_save_killed_before_its_rename_loads_by_load_checkpoint_as_by_resume_or_start(tmp_path):
+    # attack43: latest named step 10, the killed save's complete copy of step 12 was what
+    # resume_or_start resumed (and the next save kept, refusing step 11), load_checkpoint loaded 10
+    rd.save_checkpoint(tmp_path, _state(10.0), step=10)
+    other = rd.save_checkpoint(tmp_path / "x", _state(12.0), step=12)
+    os.rename(other, tmp_path / ".tmp-step-000000000012-4242-0a0b0c0d")  # complete, never renamed
+    t, u = _state(-1.0), _state(-1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as resume_or_start: an ordinary crash's leftover, no warning
+        info = rd.load_checkpoint(tmp_path, t)
+    value = {float(x.detach().flatten()[0]) for x in t.model.parameters()}
+    assert (info.step, value) == (rd.resume_or_start(tmp_path, u), {float(x.detach().flatten()[0]) for x in u.model.parameters()})
+    assert (info.step, value) == (12, {12.0})
+
+
+def test_a_step_directory_loaded_with_another_step_is_refused(tmp_path):
+    # attack43: rd.load_checkpoint(dir/step-1, state, step=5) loaded step 1 unsaid
+    rd.save_checkpoint(tmp_path, _state(1.0), step=1)
+    rd.save_checkpoint(tmp_path, _state(5.0), step=5)
+    with pytest.raises(rd.CheckpointError, match=r"^step=5: expected None or the step of the checkpoint directory"):
+        rd.load_checkpoint(tmp_path / "step-000000000001", _state(-1.0), step=5)
+    t = _state(-1.0)
+    assert rd.load_checkpoint(tmp_path, t, step=5).step == 5  # the fix, followed
+    assert rd.load_checkpoint(tmp_path / "step-000000000001", _state(-1.0), step=1).step == 1
+
+
+def test_a_save_never_deletes_a_damaged_newer_checkpoint(tmp_path):
+    # attack43: with step-10 once complete and now damaged (what resume_or_start refuses: "restore it
+    # from a copy"), a save at step 6 was accepted and its cleanup deleted step-10
+    rd.save_checkpoint(tmp_path, _state(5.0), step=5)
+    rd.save_checkpoint(tmp_path, _state(10.0), step=10)
+    with open(tmp_path / "step-000000000010" / "state.json", "a") as f:
+        f.write(" ")
+    before = sorted(os.listdir(tmp_path / "step-000000000010"))
+    for step in (6, 10, 11):
+        with pytest.raises(rd.CheckpointError, match=r"expected no damaged checkpoint newer than the complete ones"):
+            rd.save_checkpoint(tmp_path, _state(6.0), step=step)
+    assert sorted(os.listdir(tmp_path / "step-000000000010")) == before
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
+        "latest", "step-000000000005", "step-000000000010"]
+    os.rename(tmp_path / "step-000000000010", tmp_path.parent / "moved-step-10")  # the fix, followed
+    assert rd.save_checkpoint(tmp_path, _state(6.0), step=6).name == "step-000000000006"

@@ -437,8 +437,11 @@ def test_a_full_disk_at_every_write_is_an_rd_error_and_keeps_the_previous_checkp
             info = rd.load_checkpoint(root, t)
         if error is None:
             assert (info.step, _value(t)) == (target, 5.0), (k, op)
-        else:  # `latest` still names step 2 (the previous checkpoint), with the values it had
-            assert (info.step, _value(t)) == (2, 5.0 if resave and published else 2.0), (k, op, error)
+        else:  # published: the new step, as resume_or_start loads it (`latest` not updated); else step 2 as it was
+            assert (info.step, _value(t)) == ((target, 5.0) if published else (2, 2.0)), (k, op, error)
+            t = _state(-1.0)
+            with _quiet():
+                assert rd.resume_or_start(root, t) == info.step and _value(t) == (5.0 if published else 2.0)
         if not (published and not resave):  # else retention (keep_last=2) may have removed step 1
             t = _state(-1.0)
             rd.load_checkpoint(root, t, step=1)

@@ -281,3 +281,26 @@ def test_wide_prints_the_inventory_cells_whole(run, capsys):
     assert longest in inventory and "…" not in inventory
     assert all(line == line.rstrip() for line in inventory.splitlines())
     assert "…" in str(inv)  # the Python str() keeps its 48-character cells
+
+
+@pytest.mark.parametrize("argv, named, needs", [
+    (["--verify", "content"], "--verify", "--data"), (["--label", "warm_start"], "--label", "--against"),
+])
+def test_an_option_that_applies_only_beside_another_is_refused_alone(run, capsys, argv, named, needs):
+    # attack43: 'inspect CKPT --verify content' (no --data) printed the report, exit 0: --verify ignored
+    rc = main(["inspect", str(run["ckpt"]), *argv])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and err.startswith(f"resumable-data inspect: {named}="), err
+    assert f"only beside {needs}" in err and f"fix: add {needs} " in err
+    follow = ["--data", str(run["data"])] if needs == "--data" else ["--against", str(_current(run, "same", run["same"]))]
+    assert main(["inspect", str(run["ckpt"]), *argv, *follow]) in (0, 1)  # the fix, followed: a report
+    assert capsys.readouterr().out.startswith("checkpoint:")
+
+
+def test_a_step_directory_with_another_step_is_refused(run, capsys):
+    # attack43: 'inspect CKPT/step-N --step M' showed step N unsaid (and rd.load_checkpoint loaded it)
+    step_dir = rd.latest_checkpoint(run["ckpt"])
+    rc = main(["inspect", str(step_dir), "--step", "3"])
+    _, err = capsys.readouterr()
+    assert rc == 2 and err.startswith("resumable-data inspect: step=3: expected None or the step of the checkpoint"), err
+    assert f"pass the parent directory with step=3 ({str(run['ckpt'])!r})" in err

@@ -116,8 +116,10 @@ def kill_and_resume(tmp_path, data_dir, kills: int, seed: int, max_delay: float)
         inside_write += any(q.name.startswith((".tmp-", ".trash-", ".latest.tmp")) for q in ckpt.iterdir()) \
             if ckpt.exists() else 0
         if (ckpt / "latest").exists():
-            raw = read_checkpoint(ckpt)  # raises on a damaged checkpoint
-            assert raw.path.name == (ckpt / "latest").read_text().strip(), "latest is not complete"
+            latest = (ckpt / "latest").read_text().strip()
+            assert read_checkpoint(ckpt / latest).step == int(latest.split("-")[1]), "latest is not complete"
+            raw = read_checkpoint(ckpt)  # raises on a damaged checkpoint; a killed save's complete newer step
+            assert raw.path.name == latest or raw.step > int(latest.split("-")[1])
     p, conn, first = _start(ctx, data_dir, ckpt, metrics, out)
     progress.append(first)
     _finish(p, conn)

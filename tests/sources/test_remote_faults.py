@@ -255,3 +255,18 @@ def test_server_down_past_the_retries_then_back_resumes_exactly(data, killable, 
     fresh = rd.DataLoader(rd.ArrowShards(prefix, filesystem=s3_client(endpoint)), **kw)
     fresh.load_state_dict(state)
     assert batches(fresh, STEPS - len(ref[:state["cursor"]["delivered"]])) == ref[state["cursor"]["delivered"]:]
+
+
+@pytest.mark.parametrize("deadline", [1e10, 1e308, 10**400])
+def test_a_read_deadline_past_what_a_thread_join_takes_is_refused_at_construction(deadline):
+    # attack43: accepted, then every remote read raised OverflowError (thread join past TIMEOUT_MAX; int + float)
+    with pytest.raises(rd.ConfigError, match=r"^read_deadline=.*expected a number of seconds in \(0, 1e\+09\]"):
+        rd.Retries(read_deadline=deadline)
+
+
+def test_the_longest_read_limit_is_one_a_thread_join_accepts():
+    from resumable_data.sources.exact_reads import within_deadline
+
+    slow = rd.Retries(read_deadline=10**9, min_read_rate=1)  # 1 byte a second: a 10 GB read's limit is 10**10 s
+    assert slow.read_limit(10**10) == threading.TIMEOUT_MAX
+    assert within_deadline(10**10, lambda: 7, slow) == 7  # was OverflowError: timestamp out of range

@@ -61,3 +61,47 @@ def test_a_directory_holding_other_shards_is_refused_and_the_fix_works(tmp_path)
 def test_rewriting_the_same_shards_in_place_is_allowed(tmp_path):
     rd.write_arrow_shards(pa.table({"id": [1, 2]}), tmp_path, num_shards=2)
     assert len(rd.write_arrow_shards(pa.table({"id": [3, 4]}), tmp_path, num_shards=2)) == 2
+
+
+def _tree(d):
+    return {p.relative_to(d).as_posix(): p.read_bytes() if p.is_file() else None for p in sorted(d.rglob("*"))}
+
+
+def test_shards_in_a_hidden_subdirectory_are_refused_as_the_reader_reads_them(tmp_path):
+    # attack43: the check skipped hidden directories, the reader's listing walks them: 10 rows written, 15 read
+    d = tmp_path / "data"
+    rd.write_arrow_shards(pa.table({"id": list(range(5))}), d / ".old", num_shards=1)
+    before = _tree(d)
+    with pytest.raises(rd.ConfigError, match=r"\['.old/shard-00000.arrow'\]"):
+        rd.write_arrow_shards(pa.table({"id": list(range(10))}), d, num_shards=1)
+    assert _tree(d) == before
+    shutil.rmtree(d)  # the fix, followed
+    rd.write_arrow_shards(pa.table({"id": list(range(10))}), d, num_shards=1)
+    assert len(rd.ArrowShards(d, unpinned="allow")) == 10
+
+
+def test_a_pinned_directory_is_refused_and_left_readable(tmp_path):
+    d = tmp_path / "data"
+    rd.write_arrow_shards(pa.table({"id": list(range(10))}), d, num_shards=2)
+    rd.pin(d)
+    before = _tree(d)
+    with pytest.raises(rd.ConfigError, match=r"expected a directory that is not pinned \(it holds .rd-manifest.json"):
+        rd.write_arrow_shards(pa.table({"id": list(range(100, 110))}), d, num_shards=2)  # same names: replaced before
+    assert _tree(d) == before
+    src = rd.ArrowShards(d)  # the pinned version, still matching its manifest
+    assert [src[i]["id"] for i in range(len(src))] == list(range(10))
+    shutil.rmtree(d)  # the fix, followed
+    rd.write_arrow_shards(pa.table({"id": list(range(100, 110))}), d, num_shards=2)
+
+
+def test_a_path_that_is_a_file_or_a_shard_name_held_by_a_directory_is_refused(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(rd.ConfigError, match=r"^directory='.*file': expected a directory"):  # was FileExistsError
+        rd.write_arrow_shards(pa.table({"id": [1]}), f, num_shards=1)
+    assert f.read_text() == "x"
+    d = tmp_path / "data"
+    (d / "shard-00000.arrow").mkdir(parents=True)
+    with pytest.raises(rd.ConfigError, match=r"shard-00000.arrow is a directory"):  # was IsADirectoryError
+        rd.write_arrow_shards(pa.table({"id": [1]}), d, num_shards=1)
+    assert _tree(d) == {"shard-00000.arrow": None}, "no temporary file left behind"
