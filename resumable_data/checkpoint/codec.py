@@ -275,7 +275,7 @@ def _check_int(x: int, path: str) -> int:
 
 
 #: Types whose ``__qualname__`` is not a name a user can call to rebuild them.
-_IMPORTABLE = {type(types.MappingProxyType({})): "types.MappingProxyType"}
+_IMPORTABLE: dict[type, str] = {type(types.MappingProxyType({})): "types.MappingProxyType"}
 
 
 def _refusal(x: Any, where: str) -> str:

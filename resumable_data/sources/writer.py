@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from resumable_data._schema import coerce_enum
 from resumable_data.errors import ConfigError, describe
-from resumable_data.sources.discovery import LEGACY_MANIFEST_NAME, MANIFEST_NAME, SHARD_SUFFIXES
+from resumable_data.sources.discovery import SHARD_SUFFIXES
 
 __all__ = ["ShardWriteFormat", "write_arrow_shards"]
 
@@ -63,19 +63,9 @@ def _check_no_other_shards(root: Path, written: set[str]) -> None:
                 )
             )
         return
-    for name in (MANIFEST_NAME, LEGACY_MANIFEST_NAME):
-        if os.path.lexists(root / name):
-            raise ConfigError(
-                describe(
-                    "directory",
-                    str(root),
-                    f"a directory that is not pinned (it holds {name}, rd.pin's manifest: rewriting its shards "
-                    "would lose the pinned version checkpoints refer to and leave the folder refused as not "
-                    "matching its manifest)",
-                    "write the new table into a new directory (and rd.pin it), or delete the pinned folder first: "
-                    f"shutil.rmtree({str(root)!r})",
-                )
-            )
+    # A pinned folder is not refused: a script that writes and pins runs twice (the same table gives the
+    # same bytes, the pin still matches), and different rows are refused at the next open as not
+    # matching the manifest (rd.DatasetIntegrityError), never read as the pinned version.
     other = []
     for d, _dirs, files in os.walk(root):  # as the reader lists a folder (LocalStore.list_files)
         for f in files:

@@ -80,18 +80,19 @@ def test_shards_in_a_hidden_subdirectory_are_refused_as_the_reader_reads_them(tm
     assert len(rd.ArrowShards(d, unpinned="allow")) == 10
 
 
-def test_a_pinned_directory_is_refused_and_left_readable(tmp_path):
+def test_a_pinned_directory_rewritten_keeps_its_version_or_is_refused_at_open(tmp_path):
+    """A script that writes and pins runs twice: the same table rewrites the same bytes and the pin
+    still matches. Other rows in a pinned folder are never read as the pinned version: the next open
+    refuses the folder as not matching its manifest."""
     d = tmp_path / "data"
-    rd.write_arrow_shards(pa.table({"id": list(range(10))}), d, num_shards=2)
-    rd.pin(d)
-    before = _tree(d)
-    with pytest.raises(rd.ConfigError, match=r"expected a directory that is not pinned \(it holds .rd-manifest.json"):
-        rd.write_arrow_shards(pa.table({"id": list(range(100, 110))}), d, num_shards=2)  # same names: replaced before
-    assert _tree(d) == before
-    src = rd.ArrowShards(d)  # the pinned version, still matching its manifest
-    assert [src[i]["id"] for i in range(len(src))] == list(range(10))
-    shutil.rmtree(d)  # the fix, followed
+    table = pa.table({"id": list(range(10))})
+    rd.write_arrow_shards(table, d, num_shards=2)
+    version = rd.pin(d).hash
+    rd.write_arrow_shards(table, d, num_shards=2)  # the second run of the same script
+    assert rd.pin(d).hash == version and rd.ArrowShards(d, verify="content").version.hash == version
     rd.write_arrow_shards(pa.table({"id": list(range(100, 110))}), d, num_shards=2)
+    with pytest.raises(rd.ResumableDataError, match="manifest|pinned"):
+        rd.ArrowShards(d, verify="content")
 
 
 def test_a_path_that_is_a_file_or_a_shard_name_held_by_a_directory_is_refused(tmp_path):
