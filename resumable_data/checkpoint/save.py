@@ -50,6 +50,7 @@ from resumable_data.checkpoint.store import (
     MARKER,
     META_JSON,
     STATE_JSON,
+    STEP_RE,
     TENSORS,
     TENSORS_METADATA,
     TMP_PREFIX,
@@ -243,9 +244,10 @@ def _check_not_behind(root: Path, step: int) -> None:
     """A save below the newest complete step is refused: it would be the newest save (``latest``) but
     not the newest step, so ``rd.load_checkpoint`` would read it while ``rd.resume_or_start`` and
     retention (both by step) kept the later, abandoned branch."""
-    later = [p.name for p in list_checkpoints(root) if int(p.name.split("-")[1]) > step]
+    steps = {p.name: int(m.group(1)) for p in list_checkpoints(root) if (m := STEP_RE.match(p.name))}
+    later = [name for name, s in steps.items() if s > step]
     if later:
-        first = int(later[-1].split("-")[1])
+        first = steps[later[-1]]
         raise CheckpointError(
             describe(
                 "step",

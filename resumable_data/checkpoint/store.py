@@ -347,13 +347,13 @@ def resolve_checkpoint(path: str | os.PathLike, step: int | None = None) -> Path
                 )
             )
         m = STEP_RE.match(p.name)
-        if step is not None and check_step(step) != (int(m.group(1)) if m else _read_marker(p)[K_STEP]):
+        own = None if step is None else int(m.group(1)) if m else _read_marker(p)[K_STEP]
+        if step is not None and check_step(step) != own:
             raise CheckpointError(  # the directory's own step was loaded, the step asked for ignored
                 describe(
                     "step",
                     step,
-                    f"None or the step of the checkpoint directory passed ({str(p)!r} is "
-                    f"step {int(m.group(1)) if m else _read_marker(p)[K_STEP]})",
+                    f"None or the step of the checkpoint directory passed ({str(p)!r} is step {own})",
                     f"pass the parent directory with step={step} ({str(p.parent)!r}), or drop step=",
                 )
             )
